@@ -1,0 +1,1 @@
+//! CRD types: karpenter.sh/v1, ClusterAPINodeClass, the CAPI kinds we touch.

@@ -1,0 +1,1 @@
+//! Control loops, one module per loop.

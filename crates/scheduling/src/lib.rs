@@ -1,0 +1,1 @@
+//! Pure bin-packing and requirements algebra (no I/O).

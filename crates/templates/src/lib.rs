@@ -1,0 +1,1 @@
+//! InfrastructureMachineTemplate → instance-type catalog.
