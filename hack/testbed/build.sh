@@ -15,6 +15,9 @@ cache=${TESTBED_CACHE:-$(cd "$here/../.." && pwd)/.cache/testbed}
 out="$cache/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION-capi-$CAPI_VERSION"
 bin="$out/bin"
 mkdir -p "$bin" "$out/crds"
+# One build at a time (parallel test processes all call this script).
+exec 9> "$cache/.build.lock"
+flock 9
 log() { echo "testbed/build: $*" >&2; }
 export GOFLAGS="${GOFLAGS:-} -trimpath"
 export CGO_ENABLED=0

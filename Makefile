@@ -1,0 +1,27 @@
+# The two commands a newcomer needs are in README.md: `make demo` and `make test`.
+.PHONY: demo test testbed testbed-down bench fmt lint crds
+
+demo:
+	bash hack/demo.sh
+
+test: testbed
+	cargo test --workspace --locked
+	if [ -f hack/bench/scheduling.sh ]; then BENCH_QUICK=1 bash hack/bench/scheduling.sh; fi
+
+testbed:
+	bash hack/testbed/build.sh >/dev/null
+
+testbed-up:
+	bash hack/testbed/up.sh
+
+testbed-down:
+	bash hack/testbed/down.sh
+
+bench:
+	bash hack/bench/scheduling.sh
+
+fmt:
+	cargo fmt --all
+
+lint:
+	cargo clippy --workspace --all-targets -- -D warnings

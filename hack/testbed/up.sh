@@ -1,0 +1,228 @@
+#!/usr/bin/env bash
+# Starts a real local control plane on loopback: etcd, kube-apiserver (RBAC, client-cert
+# auth) and, by default, kube-controller-manager, kube-scheduler and kwok; optionally the
+# Cluster API core manager. Installs the Cluster API CRDs and this project's CRDs (crds/).
+# Returns when every started component reports healthy and prints `export KUBECONFIG=...`.
+#
+#   hack/testbed/up.sh [--dir DIR] [--components LIST] [--crds PATH]... [--watch-pid PID] [--quiet]
+#
+#   --dir DIR          state, logs, certs and kubeconfig (default: .cache/testbed/run;
+#                      the default instance also copies its kubeconfig to .cache/testbed/kubeconfig)
+#   --components LIST  comma-separated, from: controller-manager, scheduler, kwok, capi, none
+#                      (default: controller-manager,scheduler,kwok; "all" adds capi)
+#   --crds PATH        extra CRD file or directory to install (repeatable)
+#   --watch-pid PID    stop this testbed when process PID exits (used by the Rust testbed)
+#
+# Running it again on a live testbed is safe: it reports the running instance and starts the
+# components that are missing. hack/testbed/down.sh stops exactly what this started.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+cache=${TESTBED_CACHE:-$repo/.cache/testbed}
+dir=$cache/run
+components=controller-manager,scheduler,kwok
+extra_crds=()
+watch_pid=
+quiet=
+
+while [ $# -gt 0 ]; do
+  case $1 in
+    --dir) dir=$2; shift 2 ;;
+    --components) components=$2; shift 2 ;;
+    --crds) extra_crds+=("$2"); shift 2 ;;
+    --watch-pid) watch_pid=$2; shift 2 ;;
+    --quiet) quiet=1; shift ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "up.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+[ "$components" = all ] && components=controller-manager,scheduler,kwok,capi
+[ "$components" = none ] && components=
+IFS=, read -r -a want <<< "$components"
+for c in "${want[@]}"; do
+  case $c in controller-manager|scheduler|kwok|capi) ;;
+    *) echo "up.sh: unknown component '$c' (controller-manager, scheduler, kwok, capi)" >&2; exit 2 ;;
+  esac
+done
+
+say() { [ -n "$quiet" ] || echo "testbed: $*" >&2; }
+die() {
+  echo "testbed: ERROR: $*" >&2
+  for f in "$dir"/logs/*.log; do [ -f "$f" ] && { echo "--- tail $f" >&2; tail -n 15 "$f" >&2; }; done
+  exit 1
+}
+t0=$(date +%s.%N)
+elapsed() { echo "$(date +%s.%N) $t0" | awk '{printf "%.1fs", $1-$2}'; }
+
+out=$("$here/build.sh")
+bin=${TESTBED_BIN_DIR:-$out/bin}
+crds=$out/crds
+mkdir -p "$dir/logs" "$dir/pki"
+dir=$(cd "$dir" && pwd)
+pids=$dir/pids
+kubeconfig=$dir/kubeconfig
+pki=$dir/pki
+
+# --- process bookkeeping -------------------------------------------------------------
+running() { # running NAME -> prints pid when NAME (started by us, for this dir) is alive
+  local name=$1 pid
+  [ -f "$pids" ] || return 1
+  pid=$(awk -v n="$name" '$1 == n { print $2 }' "$pids" | tail -n 1)
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF "$dir" && echo "$pid"
+}
+start() { # start NAME CMD... : run detached in its own session, log to logs/NAME.log
+  local name=$1; shift
+  if running "$name" >/dev/null; then return 0; fi
+  setsid "$@" > "$dir/logs/$name.log" 2>&1 < /dev/null &
+  echo "$name $!" >> "$pids"
+}
+free_ports() { # free_ports N -> N distinct free loopback ports
+  python3 - "$1" <<'PY'
+import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+PY
+}
+wait_http() { # wait_http NAME URL SECONDS PATTERN [curl args...] -> until the body matches
+  local name=$1 url=$2 limit=$3 pattern=$4; shift 4
+  local deadline=$((SECONDS + limit))
+  while [ $SECONDS -lt $deadline ]; do
+    running "$name" >/dev/null || die "$name exited during start-up"
+    curl -s --max-time 2 "$@" "$url" 2>/dev/null | grep -qE "$pattern" && return 0
+    sleep 0.2
+  done
+  die "$name not healthy at $url after ${limit}s"
+}
+
+# --- certificates (generated once per dir) --------------------------------------------
+cert() { # cert NAME SUBJ [SAN] : EC P-256 key + cert signed by the testbed CA
+  local name=$1 subj=$2 san=${3:-}
+  openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$pki/$name.key" 2>/dev/null
+  openssl req -new -key "$pki/$name.key" -subj "$subj" -out "$pki/$name.csr" 2>/dev/null
+  local ext="basicConstraints=CA:FALSE
+keyUsage=digitalSignature,keyEncipherment
+extendedKeyUsage=serverAuth,clientAuth"
+  [ -n "$san" ] && ext="$ext
+subjectAltName=$san"
+  openssl x509 -req -in "$pki/$name.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
+    -days 3650 -sha256 -extfile <(echo "$ext") -out "$pki/$name.crt" 2>/dev/null
+  rm -f "$pki/$name.csr"
+}
+if [ ! -s "$pki/admin.crt" ]; then
+  openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$pki/ca.key" 2>/dev/null
+  openssl req -x509 -new -key "$pki/ca.key" -subj "/CN=karpenter-capi-testbed-ca" -days 3650 \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+    -out "$pki/ca.crt" 2>/dev/null
+  cert apiserver "/CN=kube-apiserver" "IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc"
+  cert webhook "/CN=localhost" "IP:127.0.0.1,DNS:localhost"
+  openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$pki/sa.key" 2>/dev/null
+  openssl pkey -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
+  cert admin "/O=system:masters/CN=testbed-admin"
+fi
+
+# --- etcd + kube-apiserver ------------------------------------------------------------
+if api_pid=$(running kube-apiserver) && [ -s "$dir/ports" ]; then
+  # shellcheck source=/dev/null
+  source "$dir/ports"
+  say "kube-apiserver already running (pid $api_pid) at https://127.0.0.1:$API_PORT"
+else
+  [ -f "$pids" ] && "$here/down.sh" --dir "$dir" --quiet || true
+  read -r ETCD_PORT PEER_PORT API_PORT KCM_PORT SCHED_PORT KWOK_PORT CAPI_HEALTH CAPI_WEBHOOK CAPI_METRICS <<< "$(free_ports 9)"
+  declare -p ETCD_PORT PEER_PORT API_PORT KCM_PORT SCHED_PORT KWOK_PORT CAPI_HEALTH CAPI_WEBHOOK CAPI_METRICS \
+    | sed 's/^declare -- //' > "$dir/ports"
+  start etcd "$bin/etcd" --name testbed --data-dir "$dir/etcd" \
+    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$PEER_PORT" \
+    --initial-cluster "testbed=http://127.0.0.1:$PEER_PORT" --unsafe-no-fsync --log-level warn
+  wait_http etcd "http://127.0.0.1:$ETCD_PORT/health" 30 '"health":"true"'
+  start kube-apiserver "$bin/kube-apiserver" \
+    --etcd-servers "http://127.0.0.1:$ETCD_PORT" --bind-address 127.0.0.1 --advertise-address 127.0.0.1 \
+    --secure-port "$API_PORT" --cert-dir "$dir/apiserver" \
+    --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" --client-ca-file "$pki/ca.crt" \
+    --service-account-issuer https://kubernetes.default.svc --service-account-key-file "$pki/sa.pub" \
+    --service-account-signing-key-file "$pki/sa.key" --service-cluster-ip-range 10.96.0.0/16 \
+    --authorization-mode RBAC --allow-privileged=true --disable-admission-plugins ServiceAccount \
+    --enable-priority-and-fairness=false --profiling=false --storage-backend etcd3 --v 0
+fi
+curl_api=(--cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key")
+wait_http kube-apiserver "https://127.0.0.1:$API_PORT/readyz" 90 '^ok$' "${curl_api[@]}"
+
+b64() { base64 -w0 < "$1"; }
+cat > "$kubeconfig.tmp" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: testbed
+  cluster:
+    server: https://127.0.0.1:$API_PORT
+    certificate-authority-data: $(b64 "$pki/ca.crt")
+users:
+- name: testbed-admin
+  user:
+    client-certificate-data: $(b64 "$pki/admin.crt")
+    client-key-data: $(b64 "$pki/admin.key")
+contexts:
+- name: testbed
+  context: {cluster: testbed, user: testbed-admin}
+current-context: testbed
+EOF
+mv "$kubeconfig.tmp" "$kubeconfig"
+[ "$dir" = "$cache/run" ] && cp "$kubeconfig" "$cache/kubeconfig"
+kc=(--kubeconfig "$kubeconfig")
+say "kube-apiserver ready at https://127.0.0.1:$API_PORT ($(elapsed))"
+
+# --- CRDs -----------------------------------------------------------------------------
+crd_files=("$crds/cluster-api.yaml" "$crds/bootstrap-kubeadm.yaml")
+[ -d "$repo/crds" ] && compgen -G "$repo/crds/*.yaml" >/dev/null && crd_files+=("$repo/crds")
+crd_files+=("${extra_crds[@]}")
+apply_args=()
+for f in "${crd_files[@]}"; do apply_args+=(-f "$f"); done
+"$bin/kubectl" "${kc[@]}" apply --server-side --force-conflicts -o name "${apply_args[@]}" > "$dir/logs/crds.log" 2>&1 \
+  || die "installing CRDs failed: $(tail -n 5 "$dir/logs/crds.log")"
+"$bin/kubectl" "${kc[@]}" wait --for condition=established --timeout=60s crd --all >> "$dir/logs/crds.log" 2>&1 \
+  || die "CRDs not Established: $(tail -n 5 "$dir/logs/crds.log")"
+say "CRDs installed: $(grep -c customresourcedefinition "$dir/logs/crds.log") ($(elapsed))"
+
+# --- optional components --------------------------------------------------------------
+has() { local c; for c in "${want[@]}"; do [ "$c" = "$1" ] && return 0; done; return 1; }
+if has controller-manager; then
+  start kube-controller-manager "$bin/kube-controller-manager" "${kc[@]}" \
+    --authentication-kubeconfig "$kubeconfig" --authorization-kubeconfig "$kubeconfig" \
+    --bind-address 127.0.0.1 --secure-port "$KCM_PORT" --leader-elect=false \
+    --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
+    --use-service-account-credentials=false --controllers '*,-csrsigning,-nodeipam' --v 0
+fi
+if has scheduler; then
+  start kube-scheduler "$bin/kube-scheduler" "${kc[@]}" \
+    --authentication-kubeconfig "$kubeconfig" --authorization-kubeconfig "$kubeconfig" \
+    --bind-address 127.0.0.1 --secure-port "$SCHED_PORT" --leader-elect=false --v 0
+fi
+if has kwok; then
+  start kwok "$bin/kwok" "${kc[@]}" --config "$here/kwok-stages.yaml" \
+    --server-address "127.0.0.1:$KWOK_PORT" --cidr 10.244.0.1/16 --node-ip 10.0.0.1
+fi
+if has capi; then
+  # The manager always serves webhooks: it gets a self-signed serving cert; no webhook
+  # configurations are installed (CRDs come from bases, conversion None).
+  mkdir -p "$dir/capi-certs"
+  cp "$pki/webhook.crt" "$dir/capi-certs/tls.crt"; cp "$pki/webhook.key" "$dir/capi-certs/tls.key"
+  KUBECONFIG=$kubeconfig start cluster-api "$bin/cluster-api" "${kc[@]}" --leader-elect=false \
+    --health-addr "127.0.0.1:$CAPI_HEALTH" --webhook-port "$CAPI_WEBHOOK" --webhook-cert-dir "$dir/capi-certs" \
+    --diagnostics-address "127.0.0.1:$CAPI_METRICS" --insecure-diagnostics
+fi
+
+# --- health ---------------------------------------------------------------------------
+has controller-manager && wait_http kube-controller-manager "https://127.0.0.1:$KCM_PORT/healthz" 60 '^ok$' -k
+has scheduler && wait_http kube-scheduler "https://127.0.0.1:$SCHED_PORT/healthz" 60 '^ok$' -k
+has kwok && wait_http kwok "http://127.0.0.1:$KWOK_PORT/healthz" 60 '^ok$'
+has capi && wait_http cluster-api "http://127.0.0.1:$CAPI_HEALTH/readyz" 120 '^ok$'
+
+if [ -n "$watch_pid" ]; then
+  # Stop the testbed when the owning process is gone, even if it was killed.
+  setsid bash -c 'while kill -0 "$1" 2>/dev/null && [ -f "$2/pids" ]; do sleep 1; done; "$3" --dir "$2" --quiet' \
+    testbed-watchdog "$watch_pid" "$dir" "$here/down.sh" > /dev/null 2>&1 < /dev/null &
+fi
+say "ready in $(elapsed): ${components:-apiserver only}; logs in $dir/logs"
+echo "export KUBECONFIG=$kubeconfig"
