@@ -22,14 +22,20 @@ log() { echo "testbed/build: $*" >&2; }
 export GOFLAGS="${GOFLAGS:-} -trimpath"
 export CGO_ENABLED=0
 
+binary() { # the binary name for a Go package path
+  case $1 in sigs.k8s.io/cluster-api/core) echo cluster-api ;; *) basename "$1" ;; esac
+}
 build() { # build <module dir> <ldflags> <package>... ; skips packages whose binary exists
   local dir=$1 ldflags=$2; shift 2
   local todo=() p
-  for p in "$@"; do [ -x "$bin/$(basename "$p")" ] || todo+=("$p"); done
+  for p in "$@"; do [ -x "$bin/$(binary "$p")" ] || todo+=("$p"); done
   [ ${#todo[@]} -eq 0 ] && return 0
   log "building ${todo[*]##*/} (first time takes minutes)"
   local t0=$SECONDS
-  (cd "$here/go/$dir" && go build -ldflags "-s -w $ldflags" -o "$bin/" "${todo[@]}")
+  local tmp; tmp=$(mktemp -d "$out/build.XXXX")
+  (cd "$here/go/$dir" && go build -ldflags "-s -w $ldflags" -o "$tmp/" "${todo[@]}")
+  for p in "${todo[@]}"; do mv "$tmp/$(basename "$p")" "$bin/$(binary "$p")"; done
+  rmdir "$tmp"
   log "built ${todo[*]##*/} in $((SECONDS - t0))s"
 }
 
@@ -48,7 +54,6 @@ else
   build etcd "" karpenter-capi/hack/testbed/etcd
   build kwok "-X sigs.k8s.io/kwok/pkg/consts.Version=v$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok
   build capi "-X sigs.k8s.io/cluster-api/version.gitVersion=v$CAPI_VERSION -X sigs.k8s.io/cluster-api/version.gitMajor=1" sigs.k8s.io/cluster-api/core
-  [ -x "$bin/core" ] && mv "$bin/core" "$bin/cluster-api"
 fi
 
 # Cluster API CRDs from the same module, labelled as CAPI's kustomize config labels them.
@@ -59,11 +64,11 @@ if [ ! -s "$out/crds/cluster-api.yaml" ]; then
   mkdir "$k/bootstrap" && cp "$capi_dir"/bootstrap/kubeadm/config/crd/bases/*.yaml "$k/bootstrap/"
   chmod -R u+w "$k"
   {
-    echo "resources:"; (cd "$k" && ls ./*.yaml | sed 's#^\./#- #')
+    echo "resources:"; (cd "$k" && ls ./*.yaml | grep -v kustomization | sed 's#^\./#- #')
     echo "labels:"; echo "- pairs:"; echo "    cluster.x-k8s.io/provider: cluster-api"
   } > "$k/kustomization.yaml"
   {
-    echo "resources:"; (cd "$k/bootstrap" && ls ./*.yaml | sed 's#^\./#- #')
+    echo "resources:"; (cd "$k/bootstrap" && ls ./*.yaml | grep -v kustomization | sed 's#^\./#- #')
     echo "labels:"; echo "- pairs:"; echo "    cluster.x-k8s.io/provider: bootstrap-kubeadm"
     echo "    cluster.x-k8s.io/v1beta1: v1beta1"; echo "    cluster.x-k8s.io/v1beta2: v1beta2"
   } > "$k/bootstrap/kustomization.yaml"

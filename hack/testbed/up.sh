@@ -46,9 +46,10 @@ for c in "${want[@]}"; do
 done
 
 say() { [ -n "$quiet" ] || echo "testbed: $*" >&2; }
-die() {
-  echo "testbed: ERROR: $*" >&2
-  for f in "$dir"/logs/*.log; do [ -f "$f" ] && { echo "--- tail $f" >&2; tail -n 15 "$f" >&2; }; done
+die() { # die MESSAGE [COMPONENT]: the component's log tail helps more than the message
+  echo "testbed: ERROR: $1" >&2
+  local f=$dir/logs/${2:-kube-apiserver}.log
+  [ -f "$f" ] && { echo "--- last lines of $f" >&2; tail -n 20 "$f" >&2; }
   exit 1
 }
 t0=$(date +%s.%N)
@@ -74,7 +75,14 @@ start() { # start NAME CMD... : run detached in its own session, log to logs/NAM
   local name=$1; shift
   if running "$name" >/dev/null; then return 0; fi
   setsid "$@" > "$dir/logs/$name.log" 2>&1 < /dev/null &
-  echo "$name $!" >> "$pids"
+  local pid=$! i
+  echo "$name $pid" >> "$pids"
+  # Until the child has exec'd, its command line is this script's: wait for that.
+  for i in $(seq 1 50); do
+    tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF "$dir" && return 0
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.02
+  done
 }
 free_ports() { # free_ports N -> N distinct free loopback ports
   python3 - "$1" <<'PY'
@@ -89,11 +97,11 @@ wait_http() { # wait_http NAME URL SECONDS PATTERN [curl args...] -> until the b
   local name=$1 url=$2 limit=$3 pattern=$4; shift 4
   local deadline=$((SECONDS + limit))
   while [ $SECONDS -lt $deadline ]; do
-    running "$name" >/dev/null || die "$name exited during start-up"
+    running "$name" >/dev/null || die "$name exited during start-up" "$name"
     curl -s --max-time 2 "$@" "$url" 2>/dev/null | grep -qE "$pattern" && return 0
     sleep 0.2
   done
-  die "$name not healthy at $url after ${limit}s"
+  die "$name not healthy at $url after ${limit}s" "$name"
 }
 
 # --- certificates (generated once per dir) --------------------------------------------
@@ -180,9 +188,9 @@ crd_files+=("${extra_crds[@]}")
 apply_args=()
 for f in "${crd_files[@]}"; do apply_args+=(-f "$f"); done
 "$bin/kubectl" "${kc[@]}" apply --server-side --force-conflicts -o name "${apply_args[@]}" > "$dir/logs/crds.log" 2>&1 \
-  || die "installing CRDs failed: $(tail -n 5 "$dir/logs/crds.log")"
+  || die "installing CRDs failed" crds
 "$bin/kubectl" "${kc[@]}" wait --for condition=established --timeout=60s crd --all >> "$dir/logs/crds.log" 2>&1 \
-  || die "CRDs not Established: $(tail -n 5 "$dir/logs/crds.log")"
+  || die "CRDs not Established" crds
 say "CRDs installed: $(grep -c customresourcedefinition "$dir/logs/crds.log") ($(elapsed))"
 
 # --- optional components --------------------------------------------------------------
@@ -221,7 +229,7 @@ has capi && wait_http cluster-api "http://127.0.0.1:$CAPI_HEALTH/readyz" 120 '^o
 
 if [ -n "$watch_pid" ]; then
   # Stop the testbed when the owning process is gone, even if it was killed.
-  setsid bash -c 'while kill -0 "$1" 2>/dev/null && [ -f "$2/pids" ]; do sleep 1; done; "$3" --dir "$2" --quiet' \
+  setsid bash -c 'while kill -0 "$1" 2>/dev/null && [ -f "$2/pids" ]; do sleep 1; done; "$3" --dir "$2" --quiet --purge' \
     testbed-watchdog "$watch_pid" "$dir" "$here/down.sh" > /dev/null 2>&1 < /dev/null &
 fi
 say "ready in $(elapsed): ${components:-apiserver only}; logs in $dir/logs"

@@ -238,7 +238,7 @@ async fn capi_manager_is_healthy_and_reconciles() {
     let cluster: DynamicObject = from_json(json!({
         "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
         "metadata": {"name": "c1"},
-        "spec": {}
+        "spec": {"clusterNetwork": {"pods": {"cidrBlocks": ["10.244.0.0/16"]}}}
     }));
     clusters
         .create(&PostParams::default(), &cluster)
