@@ -1,1 +1,4 @@
-//! Control loops, one module per loop.
+//! Control loops, one module per loop, and the runtime pieces they share.
+
+pub mod metrics;
+pub mod unavailable;
