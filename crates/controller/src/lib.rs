@@ -1,4 +1,5 @@
 //! Control loops, one module per loop, and the runtime pieces they share.
 
 pub mod metrics;
+pub mod server;
 pub mod unavailable;
