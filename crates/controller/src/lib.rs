@@ -1,5 +1,6 @@
 //! Control loops, one module per loop, and the runtime pieces they share.
 
+pub mod leader;
 pub mod metrics;
 pub mod server;
 pub mod unavailable;
