@@ -2,5 +2,6 @@
 
 pub mod leader;
 pub mod metrics;
+pub mod runtime;
 pub mod server;
 pub mod unavailable;
