@@ -1,1 +1,27 @@
 //! InfrastructureMachineTemplate → instance-type catalog.
+//!
+//! Cluster API has no instance-type API: the scale-from-zero contract puts a template's shape
+//! in `status.capacity` / `status.nodeInfo` and in cluster-autoscaler annotations. This crate
+//! turns templates of any infrastructure provider (plus the ClusterAPINodeClass kubelet
+//! settings and the Cluster's failure domains) into Karpenter instance types with offerings.
+//!
+//! - [`catalog`]: the pure part ([`build_catalog`]); semantics documented there.
+//! - [`settings`]: NodeClass/Cluster inputs and the allocatable defaults.
+//! - [`quantity`]: exact Kubernetes quantity parsing.
+//! - [`offline`]: reading YAML files into objects and rendering catalogs (the
+//!   `karpenter-capi instance-types` command).
+
+pub mod catalog;
+pub mod error;
+pub mod model;
+pub mod names;
+pub mod offline;
+pub mod quantity;
+pub mod settings;
+
+pub use catalog::{TemplateShape, build_catalog, default_price, is_machine_template, template_ref};
+pub use error::{SettingsError, TemplateError};
+pub use model::{
+    Catalog, DefaultApplied, Excluded, InstanceType, Offering, PriceSource, Resources, TemplateRef,
+};
+pub use settings::CatalogSettings;

@@ -1,0 +1,250 @@
+//! The catalog: instance types with offerings, as the scheduler and the NodeClass status see it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use k8s_openapi::api::core::v1::Taint;
+use serde::{Serialize, Serializer};
+
+use crate::error::TemplateError;
+use crate::quantity::{format_bytes, format_milli};
+
+/// Which InfrastructureMachineTemplate an offering launches from.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateRef {
+    pub api_version: String,
+    pub kind: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+impl TemplateRef {
+    /// The API group of the template (`infrastructure.cluster.x-k8s.io`).
+    pub fn group(&self) -> &str {
+        self.api_version
+            .rsplit_once('/')
+            .map(|(g, _)| g)
+            .unwrap_or("")
+    }
+}
+
+impl fmt::Display for TemplateRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{} {}/{}", self.kind, ns, self.name),
+            None => write!(f, "{} {}", self.kind, self.name),
+        }
+    }
+}
+
+/// Resource amounts in canonical integer units: `cpu` in millicores, everything else
+/// (memory, ephemeral-storage, pods, GPUs, hugepages) in bytes or counts.
+///
+/// Serialized as a Kubernetes ResourceList (`{"cpu": "3500m", "memory": "16Gi"}`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Resources(pub BTreeMap<String, i64>);
+
+impl Resources {
+    pub const CPU: &'static str = "cpu";
+    pub const MEMORY: &'static str = "memory";
+    pub const EPHEMERAL_STORAGE: &'static str = "ephemeral-storage";
+    pub const PODS: &'static str = "pods";
+
+    /// The amount of `name` (0 when absent).
+    pub fn get(&self, name: &str) -> i64 {
+        self.0.get(name).copied().unwrap_or(0)
+    }
+    /// Millicores.
+    pub fn cpu_milli(&self) -> i64 {
+        self.get(Self::CPU)
+    }
+    /// Bytes.
+    pub fn memory_bytes(&self) -> i64 {
+        self.get(Self::MEMORY)
+    }
+    /// Pods.
+    pub fn pods(&self) -> i64 {
+        self.get(Self::PODS)
+    }
+    /// Sum of all `*/gpu` resources (nvidia.com/gpu, amd.com/gpu, ...).
+    pub fn gpu_count(&self) -> i64 {
+        self.0
+            .iter()
+            .filter(|(k, _)| is_gpu_resource(k))
+            .map(|(_, v)| *v)
+            .sum()
+    }
+    /// The amount of `name` as a Kubernetes quantity string.
+    pub fn quantity(&self, name: &str) -> String {
+        format_resource(name, self.get(name))
+    }
+    /// As a k8s ResourceList.
+    pub fn to_resource_list(
+        &self,
+    ) -> BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity> {
+        self.0
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    k8s_openapi::apimachinery::pkg::api::resource::Quantity(format_resource(k, *v)),
+                )
+            })
+            .collect()
+    }
+}
+
+pub(crate) fn is_gpu_resource(name: &str) -> bool {
+    name.ends_with("/gpu")
+}
+
+fn is_byte_resource(name: &str) -> bool {
+    name == Resources::MEMORY
+        || name == Resources::EPHEMERAL_STORAGE
+        || name == "storage"
+        || name.starts_with("hugepages-")
+}
+
+/// Formats one resource amount in its natural unit.
+pub fn format_resource(name: &str, v: i64) -> String {
+    if name == Resources::CPU {
+        format_milli(v)
+    } else if is_byte_resource(name) {
+        format_bytes(v)
+    } else {
+        v.to_string()
+    }
+}
+
+impl Serialize for Resources {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(k, v)| (k, format_resource(k, *v))))
+    }
+}
+
+/// Where a price came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum PriceSource {
+    /// The `karpenter.cluster.x-k8s.io/price` annotation.
+    Annotation,
+    /// The documented default formula ([`crate::default_price`]).
+    Default,
+}
+
+/// One way to launch an instance type: a template, in a zone, with a capacity type.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Offering {
+    /// `topology.kubernetes.io/zone` of launched nodes; `None` when the template has no zone
+    /// and the Cluster no failure domains.
+    pub zone: Option<String>,
+    /// `karpenter.sh/capacity-type`: spot, on-demand or reserved.
+    pub capacity_type: String,
+    /// Price per hour.
+    pub price: f64,
+    pub price_source: PriceSource,
+    /// The template a Machine for this offering is cloned from.
+    pub template: TemplateRef,
+}
+
+impl Offering {
+    /// Labels that vary per offering: zone, capacity type, instance template.
+    pub fn labels(&self) -> BTreeMap<String, String> {
+        let mut l = BTreeMap::new();
+        if let Some(z) = &self.zone {
+            l.insert(crate::names::LABEL_ZONE.to_string(), z.clone());
+        }
+        l.insert(
+            crate::names::LABEL_CAPACITY_TYPE.to_string(),
+            self.capacity_type.clone(),
+        );
+        l.insert(
+            crate::names::LABEL_INSTANCE_TEMPLATE.to_string(),
+            self.template.name.clone(),
+        );
+        l
+    }
+}
+
+/// An instance type with Karpenter semantics.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceType {
+    /// `node.kubernetes.io/instance-type`.
+    pub name: String,
+    /// Every template this type is launched from (one per distinct template of its offerings).
+    pub templates: Vec<TemplateRef>,
+    pub capacity: Resources,
+    /// capacity − kubeReserved − systemReserved − evictionHard.
+    pub allocatable: Resources,
+    /// Labels every node of this type carries, whichever offering it is launched from.
+    /// `karpenter.sh/capacity-type` and `…/instance-template` are here only when all
+    /// offerings agree; the zone never is (see [`Offering::labels`]).
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    /// Sorted by price, then zone, then capacity type.
+    pub offerings: Vec<Offering>,
+}
+
+impl InstanceType {
+    /// The labels of a node launched from `offering`.
+    pub fn node_labels(&self, offering: &Offering) -> BTreeMap<String, String> {
+        let mut l = self.labels.clone();
+        l.extend(offering.labels());
+        l
+    }
+    /// The cheapest offering.
+    pub fn cheapest(&self) -> Option<&Offering> {
+        self.offerings.first()
+    }
+}
+
+/// A template that yields no instance type, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Excluded {
+    pub template: TemplateRef,
+    pub error: TemplateError,
+}
+
+impl Serialize for Excluded {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("Excluded", 3)?;
+        st.serialize_field("template", &self.template)?;
+        st.serialize_field("reason", self.error.reason())?;
+        st.serialize_field("message", &self.error.detail())?;
+        st.end()
+    }
+}
+
+/// A default the catalog applied because the template did not say (stated in the NodeClass
+/// status so users know what was assumed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DefaultApplied {
+    pub template: TemplateRef,
+    /// What was defaulted, e.g. `kubernetes.io/arch`.
+    pub field: String,
+    /// The value used.
+    pub value: String,
+}
+
+/// The instance types one NodeClass can launch.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Catalog {
+    /// Sorted by cheapest offering, then name.
+    pub instance_types: Vec<InstanceType>,
+    /// Templates that yield nothing, sorted by template.
+    pub excluded: Vec<Excluded>,
+    pub defaults_applied: Vec<DefaultApplied>,
+}
+
+impl Catalog {
+    /// The instance type called `name`.
+    pub fn get(&self, name: &str) -> Option<&InstanceType> {
+        self.instance_types.iter().find(|t| t.name == name)
+    }
+}

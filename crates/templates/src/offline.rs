@@ -1,0 +1,511 @@
+//! The offline view (`karpenter-capi instance-types`): read YAML files and directories into
+//! templates, Clusters and NodeClasses, build each NodeClass's catalog as the operator would,
+//! and render it as a table, JSON or YAML.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::api::DynamicObject;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::catalog::{build_catalog, is_machine_template};
+use crate::model::{Catalog, InstanceType};
+use crate::names::{CLUSTER_API_GROUP, INFRASTRUCTURE_GROUP};
+use crate::quantity::{HumanBytes, format_milli};
+use crate::settings::{CatalogSettings, failure_domains_from_cluster_json};
+
+/// Kind of the NodeClass.
+pub const NODE_CLASS_KIND: &str = "ClusterAPINodeClass";
+
+/// Why input files could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: invalid YAML: {message}")]
+    Yaml { path: PathBuf, message: String },
+    #[error("{path}: document {index}: {message}")]
+    Object {
+        path: PathBuf,
+        index: usize,
+        message: String,
+    },
+}
+
+/// Objects read from files, by role.
+#[derive(Debug, Clone, Default)]
+pub struct Inputs {
+    /// `infrastructure.cluster.x-k8s.io` `*MachineTemplate` objects.
+    pub templates: Vec<DynamicObject>,
+    /// `cluster.x-k8s.io` Clusters.
+    pub clusters: Vec<DynamicObject>,
+    /// ClusterAPINodeClasses.
+    pub node_classes: Vec<DynamicObject>,
+    /// Other objects, ignored (`kind name` per entry).
+    pub ignored: Vec<String>,
+}
+
+fn group_of(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("")
+}
+
+impl Inputs {
+    /// Adds the objects of one YAML (or JSON) text; `path` is only used in errors.
+    pub fn add_yaml(&mut self, path: &Path, text: &str) -> Result<(), LoadError> {
+        let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| LoadError::Yaml {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        for (index, doc) in docs.into_iter().enumerate() {
+            self.add_value(path, index + 1, doc)?;
+        }
+        Ok(())
+    }
+
+    fn add_value(&mut self, path: &Path, index: usize, doc: Value) -> Result<(), LoadError> {
+        let err = |message: String| LoadError::Object {
+            path: path.to_path_buf(),
+            index,
+            message,
+        };
+        match &doc {
+            Value::Null => return Ok(()),
+            Value::Object(_) => {}
+            other => return Err(err(format!("expected an object, got {other}"))),
+        }
+        let api_version = doc
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let kind = doc
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        if kind.ends_with("List")
+            && let Some(items) = doc.get("items").and_then(Value::as_array)
+        {
+            for item in items.clone() {
+                self.add_value(path, index, item)?;
+            }
+            return Ok(());
+        }
+        let name = doc
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let to_obj = |v: Value| -> Result<DynamicObject, LoadError> {
+            serde_json::from_value(v).map_err(|e| err(format!("{kind} {name:?}: {e}")))
+        };
+        if is_machine_template(&api_version, &kind) {
+            self.templates.push(to_obj(doc)?);
+        } else if kind == "Cluster" && group_of(&api_version) == CLUSTER_API_GROUP {
+            self.clusters.push(to_obj(doc)?);
+        } else if kind == NODE_CLASS_KIND {
+            self.node_classes.push(to_obj(doc)?);
+        } else {
+            self.ignored.push(format!("{kind} {name}"));
+        }
+        Ok(())
+    }
+
+    /// Reads files and directories (recursively: `*.yaml`, `*.yml`, `*.json`, in name order).
+    pub fn load(paths: &[PathBuf]) -> Result<Self, LoadError> {
+        let mut me = Self::default();
+        for p in paths {
+            me.load_path(p, true)?;
+        }
+        Ok(me)
+    }
+
+    fn load_path(&mut self, path: &Path, explicit: bool) -> Result<(), LoadError> {
+        let io = |source| LoadError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let meta = std::fs::metadata(path).map_err(io)?;
+        if meta.is_dir() {
+            let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
+                .map_err(io)?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .collect();
+            entries.sort();
+            for e in entries {
+                self.load_path(&e, false)?;
+            }
+            return Ok(());
+        }
+        let wanted = explicit
+            || matches!(
+                path.extension().and_then(|e| e.to_str()),
+                Some("yaml" | "yml" | "json")
+            );
+        if !wanted {
+            return Ok(());
+        }
+        let text = std::fs::read_to_string(path).map_err(io)?;
+        self.add_yaml(path, &text)
+    }
+}
+
+/// Whether `labels` match a Kubernetes label selector.
+pub fn selector_matches(sel: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    let ml = sel.match_labels.iter().flatten();
+    for (k, v) in ml {
+        if labels.get(k) != Some(v) {
+            return false;
+        }
+    }
+    for req in sel.match_expressions.iter().flatten() {
+        let values = req.values.as_deref().unwrap_or_default();
+        let got = labels.get(&req.key);
+        let ok = match req.operator.as_str() {
+            "In" => got.is_some_and(|v| values.contains(v)),
+            "NotIn" => got.is_none_or(|v| !values.contains(v)),
+            "Exists" => got.is_some(),
+            "DoesNotExist" => got.is_none(),
+            _ => false,
+        };
+        if !ok {
+            return false;
+        }
+    }
+    true
+}
+
+/// One NodeClass's catalog as the operator would compute it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CatalogReport {
+    /// The NodeClass name; `None` when no NodeClass was given (defaults, all templates).
+    pub node_class: Option<String>,
+    /// `namespace/name` of the Cluster whose failure domains were used.
+    pub cluster: Option<String>,
+    /// Templates the NodeClass selects.
+    pub templates: usize,
+    /// Problems with the inputs themselves (missing Cluster, ...).
+    pub warnings: Vec<String>,
+    /// The catalog, unless the NodeClass settings are invalid.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub catalog: Option<Catalog>,
+    /// Why there is no catalog.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+fn obj_json(o: &DynamicObject) -> Value {
+    serde_json::to_value(o).unwrap_or(Value::Null)
+}
+
+fn ns_name(o: &DynamicObject) -> String {
+    format!(
+        "{}/{}",
+        o.metadata.namespace.as_deref().unwrap_or("default"),
+        o.metadata.name.as_deref().unwrap_or("")
+    )
+}
+
+/// The kinds a NodeClass allows (`spec.machineTemplateKinds`: strings or `{kind}` objects).
+fn allowed_kinds(nc: &Value) -> Option<Vec<String>> {
+    let list = nc.pointer("/spec/machineTemplateKinds")?.as_array()?;
+    Some(
+        list.iter()
+            .filter_map(|k| match k {
+                Value::String(s) => Some(s.clone()),
+                Value::Object(o) => o.get("kind").and_then(Value::as_str).map(str::to_string),
+                _ => None,
+            })
+            .collect(),
+    )
+}
+
+/// Builds one report per NodeClass (or one default report when there is none).
+///
+/// A NodeClass selects the templates in its Cluster's namespace (`spec.clusterRef`) that match
+/// `spec.machineTemplateSelector` and whose kind is in `spec.machineTemplateKinds` (when set),
+/// and uses its `spec.kubelet` and the Cluster's failure domains.
+pub fn reports(inputs: &Inputs) -> Vec<CatalogReport> {
+    if inputs.node_classes.is_empty() {
+        let mut warnings = Vec::new();
+        let cluster = match inputs.clusters.as_slice() {
+            [] => None,
+            [c] => Some(c),
+            [c, ..] => {
+                warnings.push(format!(
+                    "{} Clusters and no NodeClass: using the failure domains of {}",
+                    inputs.clusters.len(),
+                    ns_name(c)
+                ));
+                Some(c)
+            }
+        };
+        let mut settings = CatalogSettings::default();
+        if let Some(c) = cluster {
+            settings.failure_domains = failure_domains_from_cluster_json(&obj_json(c));
+        }
+        return vec![report(
+            None,
+            cluster.map(ns_name),
+            &inputs.templates,
+            &settings,
+            warnings,
+        )];
+    }
+    let mut out = Vec::new();
+    for nc in &inputs.node_classes {
+        let ncv = obj_json(nc);
+        let mut warnings = Vec::new();
+        let mut settings = CatalogSettings::from_node_class_json(&ncv);
+        let cref_name = ncv.pointer("/spec/clusterRef/name").and_then(Value::as_str);
+        let cref_ns = ncv
+            .pointer("/spec/clusterRef/namespace")
+            .and_then(Value::as_str)
+            .or(nc.metadata.namespace.as_deref());
+        let cluster = cref_name.and_then(|n| {
+            inputs.clusters.iter().find(|c| {
+                c.metadata.name.as_deref() == Some(n)
+                    && (cref_ns.is_none() || c.metadata.namespace.as_deref() == cref_ns)
+            })
+        });
+        let namespace = cluster
+            .and_then(|c| c.metadata.namespace.clone())
+            .or(cref_ns.map(str::to_string));
+        match (cref_name, cluster) {
+            (Some(_), Some(c)) => {
+                settings.failure_domains = failure_domains_from_cluster_json(&obj_json(c));
+            }
+            (Some(n), None) => warnings.push(format!(
+                "Cluster {}/{n} (spec.clusterRef) not in the input: no failure domains",
+                cref_ns.unwrap_or("?")
+            )),
+            (None, _) => warnings.push("spec.clusterRef is not set".into()),
+        }
+        let selector: Option<LabelSelector> = ncv
+            .pointer("/spec/machineTemplateSelector")
+            .and_then(|s| serde_json::from_value(s.clone()).ok());
+        let kinds = allowed_kinds(&ncv);
+        let empty = BTreeMap::new();
+        let selected: Vec<DynamicObject> = inputs
+            .templates
+            .iter()
+            .filter(|t| {
+                namespace.is_none() || t.metadata.namespace.as_deref() == namespace.as_deref()
+            })
+            .filter(|t| {
+                selector.as_ref().is_none_or(|s| {
+                    selector_matches(s, t.metadata.labels.as_ref().unwrap_or(&empty))
+                })
+            })
+            .filter(|t| {
+                kinds.as_ref().is_none_or(|ks| {
+                    t.types
+                        .as_ref()
+                        .is_some_and(|ty| ks.iter().any(|k| *k == ty.kind))
+                })
+            })
+            .cloned()
+            .collect();
+        out.push(report(
+            nc.metadata.name.clone(),
+            cluster.map(ns_name),
+            &selected,
+            &settings,
+            warnings,
+        ));
+    }
+    out
+}
+
+fn report(
+    node_class: Option<String>,
+    cluster: Option<String>,
+    templates: &[DynamicObject],
+    settings: &CatalogSettings,
+    warnings: Vec<String>,
+) -> CatalogReport {
+    let (catalog, error) = match build_catalog(templates, settings) {
+        Ok(c) => (Some(c), None),
+        Err(e) => (None, Some(format!("NodeClass settings invalid: {e}"))),
+    };
+    CatalogReport {
+        node_class,
+        cluster,
+        templates: templates.len(),
+        warnings,
+        catalog,
+        error,
+    }
+}
+
+fn price_range(it: &InstanceType) -> String {
+    let prices: Vec<f64> = it.offerings.iter().map(|o| o.price).collect();
+    let min = prices.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = prices.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if prices.is_empty() {
+        "-".into()
+    } else if (max - min).abs() < 1e-9 {
+        format!("{min:.4}")
+    } else {
+        format!("{min:.4}-{max:.4}")
+    }
+}
+
+fn uniq_join<'a>(items: impl Iterator<Item = &'a str>) -> String {
+    let mut v: Vec<&str> = Vec::new();
+    for i in items {
+        if !v.contains(&i) {
+            v.push(i);
+        }
+    }
+    v.sort_unstable();
+    v.join(",")
+}
+
+/// Renders reports as plain-text tables.
+pub fn render_table(reports: &[CatalogReport]) -> String {
+    let mut out = String::new();
+    for (i, r) in reports.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let _ = writeln!(
+            out,
+            "NodeClass: {}   Cluster: {}   templates: {}",
+            r.node_class.as_deref().unwrap_or("(none: defaults)"),
+            r.cluster.as_deref().unwrap_or("(none)"),
+            r.templates
+        );
+        for w in &r.warnings {
+            let _ = writeln!(out, "warning: {w}");
+        }
+        if let Some(e) = &r.error {
+            let _ = writeln!(out, "error: {e}");
+        }
+        let Some(c) = &r.catalog else { continue };
+        let header = [
+            "NAME",
+            "ARCH",
+            "OS",
+            "CPU",
+            "MEMORY",
+            "GPU",
+            "PODS",
+            "ALLOC-CPU",
+            "ALLOC-MEMORY",
+            "ZONES",
+            "CAPACITY-TYPE",
+            "PRICE/H",
+            "TAINTS",
+            "TEMPLATES",
+        ];
+        let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
+        for it in &c.instance_types {
+            let label = |k: &str| it.labels.get(k).cloned().unwrap_or_else(|| "-".into());
+            let zones = uniq_join(
+                it.offerings
+                    .iter()
+                    .map(|o| o.zone.as_deref().unwrap_or("-")),
+            );
+            let cts = uniq_join(it.offerings.iter().map(|o| o.capacity_type.as_str()));
+            let taints = if it.taints.is_empty() {
+                "-".to_string()
+            } else {
+                it.taints
+                    .iter()
+                    .map(|t| match &t.value {
+                        Some(v) => format!("{}={}:{}", t.key, v, t.effect),
+                        None => format!("{}:{}", t.key, t.effect),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            let templates = it
+                .templates
+                .iter()
+                .map(|t| format!("{}/{}", t.kind, t.name))
+                .collect::<Vec<_>>()
+                .join(",");
+            let gpu = match it.capacity.gpu_count() {
+                0 => "-".to_string(),
+                n => n.to_string(),
+            };
+            rows.push(vec![
+                it.name.clone(),
+                label(crate::names::LABEL_ARCH),
+                label(crate::names::LABEL_OS),
+                format_milli(it.capacity.cpu_milli()),
+                HumanBytes(it.capacity.memory_bytes()).to_string(),
+                gpu,
+                it.capacity.pods().to_string(),
+                format_milli(it.allocatable.cpu_milli()),
+                HumanBytes(it.allocatable.memory_bytes()).to_string(),
+                zones,
+                cts,
+                price_range(it),
+                taints,
+                templates,
+            ]);
+        }
+        let widths: Vec<usize> = (0..header.len())
+            .map(|col| rows.iter().map(|r| r[col].len()).max().unwrap_or(0))
+            .collect();
+        for row in &rows {
+            let mut line = String::new();
+            for (col, cell) in row.iter().enumerate() {
+                if col + 1 == row.len() {
+                    line.push_str(cell);
+                } else {
+                    let _ = write!(line, "{cell:<w$}  ", w = widths[col]);
+                }
+            }
+            let _ = writeln!(out, "{}", line.trim_end());
+        }
+        if c.instance_types.is_empty() {
+            let _ = writeln!(out, "(no instance types)");
+        }
+        for e in &c.excluded {
+            let _ = writeln!(
+                out,
+                "excluded: {}: {}: {}",
+                e.template,
+                e.error.reason(),
+                e.error.detail()
+            );
+        }
+        // Defaults grouped by what was assumed.
+        let mut grouped: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+        for d in &c.defaults_applied {
+            grouped
+                .entry((d.field.clone(), d.value.clone()))
+                .or_default()
+                .push(d.template.name.clone());
+        }
+        for ((field, value), names) in grouped {
+            let _ = writeln!(out, "default: {field}={value} for {}", names.join(", "));
+        }
+    }
+    out
+}
+
+/// Renders reports as pretty JSON.
+pub fn render_json(reports: &[CatalogReport]) -> Result<String, serde_json::Error> {
+    serde_json::to_string_pretty(reports)
+}
+
+/// Renders reports as YAML.
+pub fn render_yaml(reports: &[CatalogReport]) -> Result<String, serde_saphyr::SerializeError> {
+    serde_saphyr::to_string(&reports)
+}
+
+/// Whether `group` is the infrastructure group (helper for callers filtering CRDs).
+pub fn is_infrastructure_group(group: &str) -> bool {
+    group == INFRASTRUCTURE_GROUP
+}
