@@ -1,7 +1,11 @@
 //! Control loops, one module per loop, and the runtime pieces they share.
 
+pub mod clone;
 pub mod leader;
+pub mod machine;
 pub mod metrics;
+pub mod names;
+pub mod nodeclaim;
 pub mod runtime;
 pub mod server;
 pub mod unavailable;

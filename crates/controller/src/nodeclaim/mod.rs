@@ -1,0 +1,5 @@
+//! The NodeClaim lifecycle: launch → registration → initialization → liveness, and
+//! termination (one Cluster API Machine per NodeClaim).
+
+pub mod node_sync;
+

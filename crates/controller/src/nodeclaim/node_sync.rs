@@ -1,0 +1,357 @@
+//! Pure decisions of registration and initialization (shared/reference/karpenter-v1.md,
+//! "NodeClaim lifecycle"): which Node belongs to a NodeClaim, what the Node must look like
+//! once registered, and whether it is initialized. No I/O: the loops call these and write.
+
+use std::collections::BTreeMap;
+
+use crate::names as consts;
+use k8s_openapi::api::core::v1::{Node, Taint};
+
+/// What registration and initialization need to know of a NodeClaim.
+#[derive(Clone, Debug, Default)]
+pub struct ClaimView {
+    pub name: String,
+    pub uid: String,
+    pub provider_id: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    pub startup_taints: Vec<Taint>,
+    /// Extended resources (e.g. `nvidia.com/gpu`) the NodeClaim requested.
+    pub extended_resources: Vec<String>,
+}
+
+/// The outcome of looking for the NodeClaim's Node.
+#[derive(Debug, PartialEq)]
+pub enum NodeMatch<'a> {
+    /// No providerID yet, or no Node carries it.
+    NotFound,
+    One(&'a Node),
+    /// More than one Node has the providerID (Karpenter: MultipleNodesFound).
+    Multiple(Vec<String>),
+}
+
+/// Finds the Nodes whose `spec.providerID` equals the NodeClaim's.
+pub fn match_node<'a>(
+    claim: &ClaimView,
+    nodes: impl IntoIterator<Item = &'a Node>,
+) -> NodeMatch<'a> {
+    let Some(pid) = claim.provider_id.as_deref().filter(|p| !p.is_empty()) else {
+        return NodeMatch::NotFound;
+    };
+    let found: Vec<&Node> = nodes
+        .into_iter()
+        .filter(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(pid))
+        .collect();
+    match found.as_slice() {
+        [] => NodeMatch::NotFound,
+        [one] => NodeMatch::One(one),
+        many => NodeMatch::Multiple(
+            many.iter()
+                .map(|n| n.metadata.name.clone().unwrap_or_default())
+                .collect(),
+        ),
+    }
+}
+
+fn same_taint(a: &Taint, b: &Taint) -> bool {
+    a.key == b.key && a.effect == b.effect
+}
+
+/// The Node's desired labels, annotations and taints after registration: the NodeClaim's
+/// labels and annotations merged in, its taints and startup taints added (unless the Node
+/// opted out with `karpenter.sh/do-not-sync-taints=true`), the unregistered taint removed,
+/// `karpenter.sh/registered=true`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RegisteredNode {
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    pub finalizers: Vec<String>,
+}
+
+pub fn registered_node(node: &Node, claim: &ClaimView) -> RegisteredNode {
+    let mut labels = node.metadata.labels.clone().unwrap_or_default();
+    let mut annotations = node.metadata.annotations.clone().unwrap_or_default();
+    let sync_taints = labels
+        .get(consts::DO_NOT_SYNC_TAINTS_LABEL)
+        .map(String::as_str)
+        != Some("true");
+    labels.extend(claim.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+    labels.insert(consts::NODE_REGISTERED_LABEL.into(), "true".into());
+    annotations.extend(
+        claim
+            .annotations
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone())),
+    );
+    let mut taints: Vec<Taint> = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| t.key != consts::UNREGISTERED_TAINT_KEY)
+        .collect();
+    if sync_taints {
+        for t in claim.taints.iter().chain(&claim.startup_taints) {
+            if !taints.iter().any(|x| same_taint(x, t)) {
+                taints.push(t.clone());
+            }
+        }
+    }
+    let mut finalizers = node.metadata.finalizers.clone().unwrap_or_default();
+    if !finalizers
+        .iter()
+        .any(|f| f == consts::TERMINATION_FINALIZER)
+    {
+        finalizers.push(consts::TERMINATION_FINALIZER.into());
+    }
+    RegisteredNode {
+        labels,
+        annotations,
+        taints,
+        finalizers,
+    }
+}
+
+/// Whether a Node already has everything registration sets (so no write is needed).
+pub fn is_registered_in_sync(node: &Node, claim: &ClaimView) -> bool {
+    let want = registered_node(node, claim);
+    node.metadata.labels.clone().unwrap_or_default() == want.labels
+        && node.metadata.annotations.clone().unwrap_or_default() == want.annotations
+        && node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default()
+            == want.taints
+        && node.metadata.finalizers.clone().unwrap_or_default() == want.finalizers
+}
+
+/// Taints that are expected while a node starts and must be gone before it is initialized.
+pub fn is_ephemeral_taint(taint: &Taint) -> bool {
+    consts::EPHEMERAL_TAINT_KEYS.contains(&taint.key.as_str())
+        || taint.key.starts_with(consts::READINESS_TAINT_PREFIX)
+}
+
+/// Why a registered Node is not initialized yet (the Initialized condition's message).
+#[derive(Debug, PartialEq, Eq)]
+pub enum NotInitialized {
+    NodeNotReady,
+    StartupTaint(String),
+    EphemeralTaint(String),
+    ResourceNotRegistered(String),
+}
+
+impl std::fmt::Display for NotInitialized {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotInitialized::NodeNotReady => write!(f, "Node not ready"),
+            NotInitialized::StartupTaint(t) => write!(f, "StartupTaint {t:?} still exists"),
+            NotInitialized::EphemeralTaint(t) => {
+                write!(f, "KnownEphemeralTaint {t:?} still exists")
+            }
+            NotInitialized::ResourceNotRegistered(r) => {
+                write!(f, "Resource {r:?} was requested but not registered")
+            }
+        }
+    }
+}
+
+impl NotInitialized {
+    /// Karpenter's condition reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            NotInitialized::NodeNotReady => "NodeNotReady",
+            NotInitialized::StartupTaint(_) => "StartupTaintsExist",
+            NotInitialized::EphemeralTaint(_) => "KnownEphemeralTaintsExist",
+            NotInitialized::ResourceNotRegistered(_) => "ResourceNotRegistered",
+        }
+    }
+}
+
+/// Whether the Node's `Ready` condition is True.
+pub fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Karpenter's initialization check for a registered Node.
+pub fn check_initialized(node: &Node, claim: &ClaimView) -> Result<(), NotInitialized> {
+    if !node_ready(node) {
+        return Err(NotInitialized::NodeNotReady);
+    }
+    let taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or_default();
+    if let Some(t) = claim
+        .startup_taints
+        .iter()
+        .find(|st| taints.iter().any(|t| same_taint(t, st)))
+    {
+        return Err(NotInitialized::StartupTaint(t.key.clone()));
+    }
+    if let Some(t) = taints.iter().find(|t| is_ephemeral_taint(t)) {
+        return Err(NotInitialized::EphemeralTaint(t.key.clone()));
+    }
+    let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
+    for resource in &claim.extended_resources {
+        let zero = allocatable.and_then(|a| a.get(resource)).is_none_or(|q| {
+            let v = q.0.trim();
+            v.is_empty() || v.trim_start_matches(['0', '.']).is_empty()
+        });
+        if zero {
+            return Err(NotInitialized::ResourceNotRegistered(resource.clone()));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node(value: serde_json::Value) -> Node {
+        serde_json::from_value(value).expect("fixture")
+    }
+
+    fn taint(key: &str, effect: &str) -> Taint {
+        Taint {
+            key: key.into(),
+            effect: effect.into(),
+            ..Taint::default()
+        }
+    }
+
+    fn claim() -> ClaimView {
+        ClaimView {
+            name: "default-abc".into(),
+            uid: "uid-1".into(),
+            provider_id: Some("test://ns/default-abc".into()),
+            labels: BTreeMap::from([
+                ("karpenter.sh/nodepool".into(), "default".into()),
+                ("node.kubernetes.io/instance-type".into(), "large".into()),
+            ]),
+            annotations: BTreeMap::from([("karpenter.sh/nodepool-hash".into(), "123".into())]),
+            taints: vec![taint("dedicated", "NoSchedule")],
+            startup_taints: vec![taint("example.com/agent-not-ready", "NoExecute")],
+            extended_resources: vec![],
+        }
+    }
+
+    fn joined() -> Node {
+        node(json!({
+            "metadata": {"name": "n1", "labels": {"kubernetes.io/hostname": "n1"}},
+            "spec": {"providerID": "test://ns/default-abc",
+                     "taints": [{"key": "karpenter.sh/unregistered", "effect": "NoExecute"}]},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                       "allocatable": {"cpu": "4", "nvidia.com/gpu": "0"}}
+        }))
+    }
+
+    #[test]
+    fn matches_by_provider_id() {
+        let a = joined();
+        let mut b = joined();
+        b.metadata.name = Some("n2".into());
+        let mut other = joined();
+        other.spec.as_mut().expect("spec").provider_id = Some("test://ns/x".into());
+        assert_eq!(match_node(&claim(), [&a, &other]), NodeMatch::One(&a));
+        assert_eq!(match_node(&claim(), [&other]), NodeMatch::NotFound);
+        assert_eq!(
+            match_node(&claim(), [&a, &b]),
+            NodeMatch::Multiple(vec!["n1".into(), "n2".into()])
+        );
+        let mut no_pid = claim();
+        no_pid.provider_id = None;
+        assert_eq!(match_node(&no_pid, [&a]), NodeMatch::NotFound);
+    }
+
+    #[test]
+    fn registration_syncs_and_removes_unregistered_taint() {
+        let n = joined();
+        let want = registered_node(&n, &claim());
+        assert_eq!(want.labels["karpenter.sh/registered"], "true");
+        assert_eq!(want.labels["karpenter.sh/nodepool"], "default");
+        assert_eq!(
+            want.labels["kubernetes.io/hostname"], "n1",
+            "existing labels kept"
+        );
+        assert_eq!(want.annotations["karpenter.sh/nodepool-hash"], "123");
+        let keys: Vec<&str> = want.taints.iter().map(|t| t.key.as_str()).collect();
+        assert_eq!(keys, ["dedicated", "example.com/agent-not-ready"]);
+        assert_eq!(want.finalizers, ["karpenter.sh/termination"]);
+        assert!(!is_registered_in_sync(&n, &claim()));
+    }
+
+    #[test]
+    fn do_not_sync_taints_is_honoured() {
+        let mut n = joined();
+        n.metadata
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert("karpenter.sh/do-not-sync-taints".into(), "true".into());
+        let want = registered_node(&n, &claim());
+        assert!(
+            want.taints.is_empty(),
+            "only the unregistered taint is removed"
+        );
+    }
+
+    #[test]
+    fn initialization_waits_for_ready_startup_and_ephemeral_taints_and_resources() {
+        let c = claim();
+        let mut n = joined();
+        n.spec.as_mut().expect("spec").taints =
+            Some(vec![taint("example.com/agent-not-ready", "NoExecute")]);
+        assert_eq!(
+            check_initialized(&n, &c),
+            Err(NotInitialized::StartupTaint(
+                "example.com/agent-not-ready".into()
+            ))
+        );
+        n.spec.as_mut().expect("spec").taints =
+            Some(vec![taint("node.kubernetes.io/not-ready", "NoSchedule")]);
+        assert_eq!(
+            check_initialized(&n, &c).map_err(|e| e.reason()),
+            Err("KnownEphemeralTaintsExist")
+        );
+        n.spec.as_mut().expect("spec").taints =
+            Some(vec![taint("readiness.k8s.io/network", "NoSchedule")]);
+        assert!(
+            check_initialized(&n, &c).is_err(),
+            "readiness.k8s.io/ prefix is ephemeral"
+        );
+        n.spec.as_mut().expect("spec").taints = Some(vec![]);
+        assert_eq!(check_initialized(&n, &c), Ok(()));
+
+        let mut gpu = c.clone();
+        gpu.extended_resources = vec!["nvidia.com/gpu".into()];
+        assert_eq!(
+            check_initialized(&n, &gpu),
+            Err(NotInitialized::ResourceNotRegistered(
+                "nvidia.com/gpu".into()
+            ))
+        );
+        n.status
+            .as_mut()
+            .expect("status")
+            .allocatable
+            .as_mut()
+            .expect("alloc")
+            .insert(
+                "nvidia.com/gpu".into(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity("1".into()),
+            );
+        assert_eq!(check_initialized(&n, &gpu), Ok(()));
+
+        n.status.as_mut().expect("status").conditions = Some(vec![]);
+        assert_eq!(check_initialized(&n, &c), Err(NotInitialized::NodeNotReady));
+    }
+}
