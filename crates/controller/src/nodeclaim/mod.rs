@@ -3,3 +3,4 @@
 
 pub mod node_sync;
 
+pub mod offering;

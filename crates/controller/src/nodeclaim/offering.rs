@@ -1,0 +1,354 @@
+//! Choosing what to launch for a NodeClaim: the cheapest available offering, among the
+//! catalog's instance types, whose labels satisfy every requirement of the NodeClaim and
+//! whose allocatable fits its resource requests. Pure; launch calls it.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use templates::model::{Catalog, InstanceType, Offering, Resources};
+use templates::quantity::{parse_milli, parse_value};
+
+use crate::unavailable::{OfferingKey, UnavailableOfferings};
+
+/// One NodeClaim requirement (`key`, `operator`, `values`), as in `karpenter.sh/v1`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Requirement {
+    pub key: String,
+    pub operator: String,
+    pub values: Vec<String>,
+}
+
+/// Whether a concrete label set satisfies one requirement (Karpenter/Kubernetes semantics:
+/// NotIn and DoesNotExist hold for an absent label; Gt/Lt/Gte/Lte compare integers).
+pub fn satisfies(labels: &BTreeMap<String, String>, r: &Requirement) -> bool {
+    let value = labels.get(&r.key);
+    let number = || value.and_then(|v| v.parse::<i64>().ok());
+    let bound = || r.values.first().and_then(|v| v.parse::<i64>().ok());
+    match r.operator.as_str() {
+        "In" => value.is_some_and(|v| r.values.contains(v)),
+        "NotIn" => value.is_none_or(|v| !r.values.contains(v)),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        "Gt" => matches!((number(), bound()), (Some(v), Some(b)) if v > b),
+        "Lt" => matches!((number(), bound()), (Some(v), Some(b)) if v < b),
+        "Gte" => matches!((number(), bound()), (Some(v), Some(b)) if v >= b),
+        "Lte" => matches!((number(), bound()), (Some(v), Some(b)) if v <= b),
+        _ => false,
+    }
+}
+
+/// Resource requests in the catalog's units (cpu millicores, bytes, counts).
+pub fn requests_from_quantities<'a>(
+    requests: impl IntoIterator<Item = (&'a String, &'a str)>,
+) -> Result<Resources, String> {
+    let mut out = BTreeMap::new();
+    for (name, q) in requests {
+        let v = if name == Resources::CPU {
+            parse_milli(q)
+        } else {
+            parse_value(q)
+        }
+        .map_err(|e| format!("resources.requests[{name}]: {e}"))?;
+        out.insert(name.clone(), v);
+    }
+    Ok(Resources(out))
+}
+
+/// What launch will create.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Choice<'a> {
+    pub instance_type: &'a InstanceType,
+    pub offering: &'a Offering,
+    /// The Node's labels for this offering (instance-type, zone, capacity-type, arch, os...).
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Why nothing could be chosen (the message of the InsufficientCapacity event).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NoOffering {
+    #[error("no instance type in the catalog satisfies the requirements ({0})")]
+    Incompatible(String),
+    #[error("no compatible instance type has {0} allocatable for the requests")]
+    TooSmall(String),
+    #[error("every compatible offering is unavailable ({0})")]
+    Unavailable(String),
+}
+
+/// The cheapest available compatible offering (ties: instance type name, zone).
+pub fn choose<'a>(
+    catalog: &'a Catalog,
+    requirements: &[Requirement],
+    requests: &Resources,
+    unavailable: &UnavailableOfferings,
+    now: Instant,
+) -> Result<Choice<'a>, NoOffering> {
+    let mut compatible = 0usize;
+    let mut fitting = 0usize;
+    let mut too_small = None;
+    let mut last_unavailable = None;
+    let mut best: Option<Choice<'a>> = None;
+    for it in &catalog.instance_types {
+        let fits = requests
+            .0
+            .iter()
+            .find(|(name, want)| it.allocatable.get(name) < **want)
+            .map(|(name, _)| name.clone());
+        for offering in &it.offerings {
+            let labels = it.node_labels(offering);
+            if !requirements.iter().all(|r| satisfies(&labels, r)) {
+                continue;
+            }
+            compatible += 1;
+            if let Some(name) = &fits {
+                too_small.get_or_insert_with(|| name.clone());
+                continue;
+            }
+            fitting += 1;
+            let key = OfferingKey {
+                instance_type: it.name.clone(),
+                zone: offering.zone.clone(),
+                capacity_type: offering.capacity_type.clone(),
+            };
+            if let Some(reason) = unavailable.reason(&key, now) {
+                last_unavailable = Some(format!(
+                    "{} {}: {reason}",
+                    it.name,
+                    offering.zone.as_deref().unwrap_or("-")
+                ));
+                continue;
+            }
+            let better = best.as_ref().is_none_or(|b| {
+                (offering.price, &it.name, &offering.zone)
+                    < (b.offering.price, &b.instance_type.name, &b.offering.zone)
+            });
+            if better {
+                best = Some(Choice {
+                    instance_type: it,
+                    offering,
+                    labels,
+                });
+            }
+        }
+    }
+    match best {
+        Some(choice) => Ok(choice),
+        None if compatible == 0 => Err(NoOffering::Incompatible(
+            requirements
+                .iter()
+                .map(|r| format!("{} {} {:?}", r.key, r.operator, r.values))
+                .collect::<Vec<_>>()
+                .join(", "),
+        )),
+        None if fitting == 0 => Err(NoOffering::TooSmall(too_small.unwrap_or_default())),
+        None => Err(NoOffering::Unavailable(
+            last_unavailable.unwrap_or_default(),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use templates::model::{PriceSource, TemplateRef};
+
+    fn it(name: &str, cpu: i64, zones: &[(&str, f64)]) -> InstanceType {
+        let template = TemplateRef {
+            api_version: "infrastructure.cluster.x-k8s.io/v1beta2".into(),
+            kind: "DockerMachineTemplate".into(),
+            namespace: Some("ns".into()),
+            name: format!("{name}-tpl"),
+        };
+        InstanceType {
+            name: name.into(),
+            templates: vec![template.clone()],
+            capacity: Resources(BTreeMap::from([("cpu".into(), cpu * 1000)])),
+            allocatable: Resources(BTreeMap::from([
+                ("cpu".into(), cpu * 1000 - 100),
+                ("memory".into(), cpu << 31),
+                ("pods".into(), 110),
+            ])),
+            labels: BTreeMap::from([
+                ("node.kubernetes.io/instance-type".into(), name.into()),
+                (
+                    "kubernetes.io/arch".into(),
+                    if name.starts_with("arm") {
+                        "arm64"
+                    } else {
+                        "amd64"
+                    }
+                    .into(),
+                ),
+                (
+                    "karpenter.cluster.x-k8s.io/instance-cpu".into(),
+                    cpu.to_string(),
+                ),
+            ]),
+            taints: vec![],
+            offerings: zones
+                .iter()
+                .map(|(z, price)| Offering {
+                    zone: Some(z.to_string()),
+                    capacity_type: "on-demand".into(),
+                    price: *price,
+                    price_source: PriceSource::Annotation,
+                    template: template.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    fn catalog() -> Catalog {
+        Catalog {
+            instance_types: vec![
+                it("small", 2, &[("a", 0.2), ("b", 0.19)]),
+                it("large", 8, &[("a", 0.8)]),
+                it("arm-medium", 4, &[("a", 0.3)]),
+            ],
+            ..Catalog::default()
+        }
+    }
+
+    fn req(key: &str, op: &str, values: &[&str]) -> Requirement {
+        Requirement {
+            key: key.into(),
+            operator: op.into(),
+            values: values.iter().map(|v| v.to_string()).collect(),
+        }
+    }
+
+    fn cpu(milli: i64) -> Resources {
+        Resources(BTreeMap::from([("cpu".into(), milli)]))
+    }
+
+    #[test]
+    fn cheapest_compatible_fitting_offering() {
+        let c = catalog();
+        let u = UnavailableOfferings::default();
+        let now = Instant::now();
+        let choice = choose(&c, &[], &cpu(1000), &u, now).expect("choice");
+        assert_eq!(
+            (
+                choice.instance_type.name.as_str(),
+                choice.offering.zone.as_deref()
+            ),
+            ("small", Some("b"))
+        );
+        assert_eq!(choice.labels["topology.kubernetes.io/zone"], "b");
+
+        let choice = choose(
+            &c,
+            &[req("topology.kubernetes.io/zone", "In", &["a"])],
+            &cpu(1000),
+            &u,
+            now,
+        )
+        .expect("choice");
+        assert_eq!(choice.offering.zone.as_deref(), Some("a"));
+
+        let choice = choose(&c, &[], &cpu(3000), &u, now).expect("choice");
+        assert_eq!(
+            choice.instance_type.name, "arm-medium",
+            "small is too small"
+        );
+
+        let choice = choose(
+            &c,
+            &[req("kubernetes.io/arch", "In", &["amd64"])],
+            &cpu(3000),
+            &u,
+            now,
+        )
+        .expect("choice");
+        assert_eq!(choice.instance_type.name, "large");
+
+        let choice = choose(
+            &c,
+            &[req("karpenter.cluster.x-k8s.io/instance-cpu", "Gt", &["4"])],
+            &cpu(100),
+            &u,
+            now,
+        )
+        .expect("choice");
+        assert_eq!(choice.instance_type.name, "large");
+    }
+
+    #[test]
+    fn unavailable_offerings_are_skipped() {
+        let c = catalog();
+        let u = UnavailableOfferings::default();
+        let now = Instant::now();
+        u.mark(
+            OfferingKey {
+                instance_type: "small".into(),
+                zone: Some("b".into()),
+                capacity_type: "on-demand".into(),
+            },
+            "InsufficientCapacity",
+            now,
+        );
+        let choice = choose(&c, &[], &cpu(1000), &u, now).expect("choice");
+        assert_eq!(choice.offering.zone.as_deref(), Some("a"));
+        let only_b = [req("topology.kubernetes.io/zone", "In", &["b"])];
+        assert!(matches!(
+            choose(&c, &only_b, &cpu(1000), &u, now),
+            Err(NoOffering::Unavailable(_))
+        ));
+    }
+
+    #[test]
+    fn explains_failures() {
+        let c = catalog();
+        let u = UnavailableOfferings::default();
+        let now = Instant::now();
+        assert!(matches!(
+            choose(
+                &c,
+                &[req("node.kubernetes.io/instance-type", "In", &["huge"])],
+                &cpu(1),
+                &u,
+                now
+            ),
+            Err(NoOffering::Incompatible(_))
+        ));
+        assert_eq!(
+            choose(&c, &[], &cpu(64_000), &u, now),
+            Err(NoOffering::TooSmall("cpu".into()))
+        );
+    }
+
+    #[test]
+    fn operators() {
+        let labels = BTreeMap::from([("a".to_string(), "5".to_string())]);
+        assert!(satisfies(&labels, &req("a", "In", &["5", "6"])));
+        assert!(!satisfies(&labels, &req("a", "NotIn", &["5"])));
+        assert!(satisfies(&labels, &req("b", "NotIn", &["5"])));
+        assert!(satisfies(&labels, &req("a", "Exists", &[])));
+        assert!(satisfies(&labels, &req("b", "DoesNotExist", &[])));
+        assert!(
+            satisfies(&labels, &req("a", "Gte", &["5"]))
+                && !satisfies(&labels, &req("a", "Gt", &["5"]))
+        );
+        assert!(
+            satisfies(&labels, &req("a", "Lte", &["5"]))
+                && !satisfies(&labels, &req("a", "Lt", &["5"]))
+        );
+        assert!(
+            !satisfies(&labels, &req("b", "Gt", &["1"])),
+            "Gt needs the label"
+        );
+        assert!(!satisfies(&labels, &req("a", "Bogus", &[])));
+    }
+
+    #[test]
+    fn parses_requests() {
+        let q = BTreeMap::from([
+            ("cpu".to_string(), "1500m".to_string()),
+            ("memory".to_string(), "1Gi".to_string()),
+        ]);
+        let r = requests_from_quantities(q.iter().map(|(k, v)| (k, v.as_str()))).expect("parses");
+        assert_eq!(r.get("cpu"), 1500);
+        assert_eq!(r.get("memory"), 1 << 30);
+        let bad = BTreeMap::from([("cpu".to_string(), "lots".to_string())]);
+        assert!(requests_from_quantities(bad.iter().map(|(k, v)| (k, v.as_str()))).is_err());
+    }
+}
