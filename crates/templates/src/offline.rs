@@ -305,11 +305,9 @@ pub fn reports(inputs: &Inputs) -> Vec<CatalogReport> {
                 })
             })
             .filter(|t| {
-                kinds.as_ref().is_none_or(|ks| {
-                    t.types
-                        .as_ref()
-                        .is_some_and(|ty| ks.iter().any(|k| *k == ty.kind))
-                })
+                kinds
+                    .as_ref()
+                    .is_none_or(|ks| t.types.as_ref().is_some_and(|ty| ks.contains(&ty.kind)))
             })
             .cloned()
             .collect();
