@@ -17,6 +17,7 @@ pub mod model;
 pub mod names;
 pub mod offline;
 pub mod quantity;
+pub mod selection;
 pub mod settings;
 
 pub use catalog::{TemplateShape, build_catalog, default_price, is_machine_template, template_ref};

@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::DynamicObject;
 use serde::Serialize;
 use serde_json::Value;
@@ -15,6 +14,8 @@ use crate::catalog::{build_catalog, is_machine_template};
 use crate::model::{Catalog, InstanceType};
 use crate::names::{CLUSTER_API_GROUP, INFRASTRUCTURE_GROUP};
 use crate::quantity::{HumanBytes, format_milli};
+use crate::selection::Selection;
+pub use crate::selection::selector_matches;
 use crate::settings::{CatalogSettings, failure_domains_from_cluster_json};
 
 /// Kind of the NodeClass.
@@ -156,31 +157,6 @@ impl Inputs {
     }
 }
 
-/// Whether `labels` match a Kubernetes label selector.
-pub fn selector_matches(sel: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    let ml = sel.match_labels.iter().flatten();
-    for (k, v) in ml {
-        if labels.get(k) != Some(v) {
-            return false;
-        }
-    }
-    for req in sel.match_expressions.iter().flatten() {
-        let values = req.values.as_deref().unwrap_or_default();
-        let got = labels.get(&req.key);
-        let ok = match req.operator.as_str() {
-            "In" => got.is_some_and(|v| values.contains(v)),
-            "NotIn" => got.is_none_or(|v| !values.contains(v)),
-            "Exists" => got.is_some(),
-            "DoesNotExist" => got.is_none(),
-            _ => false,
-        };
-        if !ok {
-            return false;
-        }
-    }
-    true
-}
-
 /// One NodeClass's catalog as the operator would compute it.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -210,20 +186,6 @@ fn ns_name(o: &DynamicObject) -> String {
         "{}/{}",
         o.metadata.namespace.as_deref().unwrap_or("default"),
         o.metadata.name.as_deref().unwrap_or("")
-    )
-}
-
-/// The kinds a NodeClass allows (`spec.machineTemplateKinds`: strings or `{kind}` objects).
-fn allowed_kinds(nc: &Value) -> Option<Vec<String>> {
-    let list = nc.pointer("/spec/machineTemplateKinds")?.as_array()?;
-    Some(
-        list.iter()
-            .filter_map(|k| match k {
-                Value::String(s) => Some(s.clone()),
-                Value::Object(o) => o.get("kind").and_then(Value::as_str).map(str::to_string),
-                _ => None,
-            })
-            .collect(),
     )
 }
 
@@ -288,27 +250,14 @@ pub fn reports(inputs: &Inputs) -> Vec<CatalogReport> {
             )),
             (None, _) => warnings.push("spec.clusterRef is not set".into()),
         }
-        let selector: Option<LabelSelector> = ncv
-            .pointer("/spec/machineTemplateSelector")
-            .and_then(|s| serde_json::from_value(s.clone()).ok());
-        let kinds = allowed_kinds(&ncv);
-        let empty = BTreeMap::new();
+        let mut selection = Selection::from_node_class_json(&ncv);
+        if namespace.is_some() {
+            selection.namespace = namespace;
+        }
         let selected: Vec<DynamicObject> = inputs
             .templates
             .iter()
-            .filter(|t| {
-                namespace.is_none() || t.metadata.namespace.as_deref() == namespace.as_deref()
-            })
-            .filter(|t| {
-                selector.as_ref().is_none_or(|s| {
-                    selector_matches(s, t.metadata.labels.as_ref().unwrap_or(&empty))
-                })
-            })
-            .filter(|t| {
-                kinds
-                    .as_ref()
-                    .is_none_or(|ks| t.types.as_ref().is_some_and(|ty| ks.contains(&ty.kind)))
-            })
+            .filter(|t| selection.matches(t))
             .cloned()
             .collect();
         out.push(report(

@@ -1,0 +1,153 @@
+//! Which templates a NodeClass selects: those in its Cluster's namespace that match
+//! `spec.machineTemplateSelector` and whose kind is in `spec.machineTemplateKinds` (when set).
+//! Shared by the offline command and the watching index.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::api::DynamicObject;
+use serde_json::Value;
+
+/// A NodeClass's template selection.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Selection {
+    /// Namespace of the Cluster; `None` selects every namespace.
+    pub namespace: Option<String>,
+    /// `spec.machineTemplateSelector`; `None` selects every template.
+    pub selector: Option<LabelSelector>,
+    /// `spec.machineTemplateKinds`; `None` allows every kind.
+    pub kinds: Option<Vec<String>>,
+}
+
+impl Selection {
+    /// Reads a ClusterAPINodeClass given as JSON: namespace from `spec.clusterRef.namespace`
+    /// (else the object's own namespace), the selector, and the kinds (strings or
+    /// `{kind: ...}` objects).
+    pub fn from_node_class_json(nc: &Value) -> Self {
+        let namespace = nc
+            .pointer("/spec/clusterRef/namespace")
+            .and_then(Value::as_str)
+            .or_else(|| nc.pointer("/metadata/namespace").and_then(Value::as_str))
+            .map(str::to_string);
+        let selector = nc
+            .pointer("/spec/machineTemplateSelector")
+            .and_then(|s| serde_json::from_value(s.clone()).ok());
+        let kinds = nc
+            .pointer("/spec/machineTemplateKinds")
+            .and_then(Value::as_array)
+            .map(|list| {
+                list.iter()
+                    .filter_map(|k| match k {
+                        Value::String(s) => Some(s.clone()),
+                        Value::Object(o) => {
+                            o.get("kind").and_then(Value::as_str).map(str::to_string)
+                        }
+                        _ => None,
+                    })
+                    .collect()
+            });
+        Self {
+            namespace,
+            selector,
+            kinds,
+        }
+    }
+
+    /// Whether the NodeClass selects `template`.
+    pub fn matches(&self, template: &DynamicObject) -> bool {
+        if let Some(ns) = &self.namespace
+            && template.metadata.namespace.as_ref() != Some(ns)
+        {
+            return false;
+        }
+        if let Some(sel) = &self.selector {
+            let empty = BTreeMap::new();
+            if !selector_matches(sel, template.metadata.labels.as_ref().unwrap_or(&empty)) {
+                return false;
+            }
+        }
+        if let Some(kinds) = &self.kinds {
+            let kind = template
+                .types
+                .as_ref()
+                .map(|t| t.kind.as_str())
+                .unwrap_or("");
+            if !kinds.iter().any(|k| k == kind) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// Whether `labels` match a Kubernetes label selector (an empty selector matches everything;
+/// an unknown operator matches nothing).
+pub fn selector_matches(sel: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    for (k, v) in sel.match_labels.iter().flatten() {
+        if labels.get(k) != Some(v) {
+            return false;
+        }
+    }
+    sel.match_expressions.iter().flatten().all(|req| {
+        let values = req.values.as_deref().unwrap_or_default();
+        let got = labels.get(&req.key);
+        match req.operator.as_str() {
+            "In" => got.is_some_and(|v| values.contains(v)),
+            "NotIn" => got.is_none_or(|v| !values.contains(v)),
+            "Exists" => got.is_some(),
+            "DoesNotExist" => got.is_none(),
+            _ => false,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tpl(ns: &str, kind: &str, labels: Value) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
+            "kind": kind,
+            "metadata": {"name": "t", "namespace": ns, "labels": labels},
+        }))
+        .expect("object")
+    }
+
+    #[test]
+    fn selection() {
+        let s = Selection::from_node_class_json(&json!({"spec": {
+            "clusterRef": {"name": "c", "namespace": "a"},
+            "machineTemplateSelector": {
+                "matchLabels": {"pool": "gpu"},
+                "matchExpressions": [
+                    {"key": "tier", "operator": "NotIn", "values": ["test"]},
+                    {"key": "opt-in", "operator": "Exists"}
+                ]
+            },
+            "machineTemplateKinds": ["AWSMachineTemplate", {"kind": "AzureMachineTemplate"}]
+        }}));
+        assert_eq!(s.namespace.as_deref(), Some("a"));
+        let ok = json!({"pool": "gpu", "opt-in": ""});
+        assert!(s.matches(&tpl("a", "AWSMachineTemplate", ok.clone())));
+        assert!(s.matches(&tpl("a", "AzureMachineTemplate", ok.clone())));
+        assert!(!s.matches(&tpl("b", "AWSMachineTemplate", ok.clone())));
+        assert!(!s.matches(&tpl("a", "DockerMachineTemplate", ok)));
+        assert!(!s.matches(&tpl("a", "AWSMachineTemplate", json!({"pool": "gpu"}))));
+        assert!(!s.matches(&tpl(
+            "a",
+            "AWSMachineTemplate",
+            json!({"pool": "gpu", "opt-in": "", "tier": "test"})
+        )));
+        assert!(Selection::default().matches(&tpl("x", "AnyMachineTemplate", json!({}))));
+        let bad_op: LabelSelector = serde_json::from_value(
+            json!({"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}),
+        )
+        .expect("selector");
+        assert!(!selector_matches(
+            &bad_op,
+            &BTreeMap::from([("a".into(), "2".into())])
+        ));
+    }
+}
