@@ -1,6 +1,7 @@
 //! Control loops, one module per loop, and the runtime pieces they share.
 
 pub mod clone;
+pub mod garbagecollection;
 pub mod leader;
 pub mod machine;
 pub mod metrics;
