@@ -202,6 +202,17 @@ pub fn validate_label_key(k: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Labels a template may not set through the labels annotation: the `karpenter.sh` domain
+/// (except `karpenter.sh/capacity-type`), `kubernetes.io/hostname`, and our own domain
+/// (its well-known labels are computed from the template).
+pub fn is_restricted_label(key: &str) -> bool {
+    let domain = key.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
+    let in_domain = |d: &str| domain == d || domain.ends_with(&format!(".{d}"));
+    (in_domain("karpenter.sh") && key != LABEL_CAPACITY_TYPE)
+        || key == "kubernetes.io/hostname"
+        || in_domain(DOMAIN)
+}
+
 /// Parses `k1=v1,k2=v2` (the cluster-autoscaler labels annotation).
 pub fn parse_labels(s: &str) -> Result<BTreeMap<String, String>, (String, String)> {
     let mut out = BTreeMap::new();
@@ -407,6 +418,13 @@ fn shape_of(obj: &DynamicObject, settings: &Resolved) -> Result<TemplateShape, T
     if let Some(s) = annotations.get(CA_LABELS) {
         ann_labels = parse_labels(s)
             .map_err(|(entry, reason)| cx.label_err(&ann_field(CA_LABELS), &entry, reason))?;
+        if let Some((k, v)) = ann_labels.iter().find(|(k, _)| is_restricted_label(k)) {
+            return Err(cx.label_err(
+                &ann_field(CA_LABELS),
+                &format!("{k}={v}"),
+                "restricted label: set by Karpenter or the catalog itself",
+            ));
+        }
     }
     // The defaults notes are only true if the annotation did not set them either.
     if !arch_from_info && ann_labels.contains_key(LABEL_ARCH) {

@@ -168,6 +168,20 @@ fn excluded_with_reason_and_field() {
             "expected key=value",
         ),
         (
+            "restricted label",
+            "DockerMachineTemplate",
+            "  annotations:\n    capacity.cluster-autoscaler.kubernetes.io/labels: team=a,karpenter.sh/nodepool=default\nstatus:\n  capacity: {cpu: \"2\", memory: 8Gi}\n",
+            "InvalidLabel",
+            "bad label \"karpenter.sh/nodepool=default\": restricted label",
+        ),
+        (
+            "restricted label in our domain",
+            "DockerMachineTemplate",
+            "  annotations:\n    capacity.cluster-autoscaler.kubernetes.io/labels: karpenter.cluster.x-k8s.io/instance-cpu=64\nstatus:\n  capacity: {cpu: \"2\", memory: 8Gi}\n",
+            "InvalidLabel",
+            "restricted label",
+        ),
+        (
             "memory below reservations",
             "DockerMachineTemplate",
             "status:\n  capacity: {cpu: \"1\", memory: 1Gi}\n",
