@@ -7,6 +7,7 @@ pub mod machine;
 pub mod metrics;
 pub mod names;
 pub mod nodeclaim;
+pub mod nodeclass;
 pub mod runtime;
 pub mod server;
 pub mod unavailable;
