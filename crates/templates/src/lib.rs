@@ -19,6 +19,7 @@ pub mod offline;
 pub mod quantity;
 pub mod selection;
 pub mod settings;
+pub mod status;
 pub mod watch;
 
 pub use catalog::{TemplateShape, build_catalog, default_price, is_machine_template, template_ref};
