@@ -8,6 +8,10 @@
 //! - [`catalog`]: the pure part ([`build_catalog`]); semantics documented there.
 //! - [`settings`]: NodeClass/Cluster inputs and the allocatable defaults.
 //! - [`quantity`]: exact Kubernetes quantity parsing.
+//! - [`selection`]: which templates a NodeClass selects.
+//! - [`watch`]: CRD discovery of template kinds, reflector caches, [`watch::TemplateIndex`]
+//!   serving each NodeClass's catalog.
+//! - [`status`]: the NodeClass status view of a catalog (summary, `TemplatesReady`).
 //! - [`offline`]: reading YAML files into objects and rendering catalogs (the
 //!   `karpenter-capi instance-types` command).
 

@@ -24,10 +24,10 @@ pub const NODE_CLASS_KIND: &str = "ClusterAPINodeClass";
 /// Why input files could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("{path}: invalid YAML: {message}")]
     Yaml { path: PathBuf, message: String },
@@ -128,9 +128,9 @@ impl Inputs {
     }
 
     fn load_path(&mut self, path: &Path, explicit: bool) -> Result<(), LoadError> {
-        let io = |source| LoadError::Io {
+        let io = |error| LoadError::Io {
             path: path.to_path_buf(),
-            source,
+            error,
         };
         let meta = std::fs::metadata(path).map_err(io)?;
         if meta.is_dir() {

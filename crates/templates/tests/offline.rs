@@ -191,3 +191,17 @@ fn load_errors_name_the_file() {
     assert!(inputs.is_err(), "numbers.yaml is still broken");
     assert!(Inputs::load(&[dir.path().join("missing")]).is_err());
 }
+
+#[test]
+fn examples_readme_shows_the_current_table() {
+    let readme =
+        std::fs::read_to_string(examples().join("README.md")).expect("examples README exists");
+    let table = render_table(&reports(
+        &Inputs::load(&[examples()]).expect("examples load"),
+    ));
+    assert!(
+        readme.contains(&table),
+        "examples/templates/README.md is stale; regenerate it with\n\
+         karpenter-capi instance-types -f examples/templates/\n{table}"
+    );
+}
