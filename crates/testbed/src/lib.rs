@@ -15,6 +15,8 @@
 //! Dropping the handle stops its processes; a watchdog stops them too if the test process
 //! is killed.
 
+pub mod provider;
+
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
