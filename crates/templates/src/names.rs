@@ -15,6 +15,9 @@ pub const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
 /// `karpenter.sh/capacity-type`
 pub const LABEL_CAPACITY_TYPE: &str = "karpenter.sh/capacity-type";
 
+/// Opt-in label a template must carry (any value) to be considered by any NodeClass.
+pub const LABEL_KARPENTER_MEMBER: &str = "node.cluster.x-k8s.io/karpenter-member";
+
 /// Our domain; restricted in NodePool requirements except for the well-known labels below.
 pub const DOMAIN: &str = "karpenter.cluster.x-k8s.io";
 /// Whole vCPUs of the instance type (floor), for `Gt`/`Lt` requirements.

@@ -12,10 +12,11 @@ use serde_json::Value;
 
 use crate::catalog::{build_catalog, is_machine_template};
 use crate::model::{Catalog, InstanceType};
+use crate::names::LABEL_KARPENTER_MEMBER;
 use crate::names::{CLUSTER_API_GROUP, INFRASTRUCTURE_GROUP};
 use crate::quantity::{HumanBytes, format_milli};
-use crate::selection::Selection;
 pub use crate::selection::selector_matches;
+use crate::selection::{Selection, is_opted_in};
 use crate::settings::{CatalogSettings, failure_domains_from_cluster_json};
 
 /// Kind of the NodeClass.
@@ -191,12 +192,26 @@ fn ns_name(o: &DynamicObject) -> String {
 
 /// Builds one report per NodeClass (or one default report when there is none).
 ///
-/// A NodeClass selects the templates in its Cluster's namespace (`spec.clusterRef`) that match
-/// `spec.machineTemplateSelector` and whose kind is in `spec.machineTemplateKinds` (when set),
-/// and uses its `spec.kubelet` and the Cluster's failure domains.
+/// A NodeClass selects the opted-in templates (label `node.cluster.x-k8s.io/karpenter-member`)
+/// in its Cluster's namespace (`spec.clusterRef`) that match `spec.machineTemplateSelector`
+/// and whose kind is in `spec.machineTemplateKinds` (when set), and uses its `spec.kubelet`
+/// and the Cluster's failure domains. Without a NodeClass: every opted-in template, default
+/// kubelet settings, the only Cluster's failure domains.
 pub fn reports(inputs: &Inputs) -> Vec<CatalogReport> {
+    let not_opted_in: Vec<String> = inputs
+        .templates
+        .iter()
+        .filter(|t| !is_opted_in(t))
+        .map(|t| t.metadata.name.clone().unwrap_or_default())
+        .collect();
+    let opt_in_warning = (!not_opted_in.is_empty()).then(|| {
+        format!(
+            "ignored (no {LABEL_KARPENTER_MEMBER} label): {}",
+            not_opted_in.join(", ")
+        )
+    });
     if inputs.node_classes.is_empty() {
-        let mut warnings = Vec::new();
+        let mut warnings: Vec<String> = opt_in_warning.iter().cloned().collect();
         let cluster = match inputs.clusters.as_slice() {
             [] => None,
             [c] => Some(c),
@@ -213,10 +228,16 @@ pub fn reports(inputs: &Inputs) -> Vec<CatalogReport> {
         if let Some(c) = cluster {
             settings.failure_domains = failure_domains_from_cluster_json(&obj_json(c));
         }
+        let selected: Vec<DynamicObject> = inputs
+            .templates
+            .iter()
+            .filter(|t| is_opted_in(t))
+            .cloned()
+            .collect();
         return vec![report(
             None,
             cluster.map(ns_name),
-            &inputs.templates,
+            &selected,
             &settings,
             warnings,
         )];
@@ -224,7 +245,7 @@ pub fn reports(inputs: &Inputs) -> Vec<CatalogReport> {
     let mut out = Vec::new();
     for nc in &inputs.node_classes {
         let ncv = obj_json(nc);
-        let mut warnings = Vec::new();
+        let mut warnings: Vec<String> = opt_in_warning.iter().cloned().collect();
         let mut settings = CatalogSettings::from_node_class_json(&ncv);
         let cref_name = ncv.pointer("/spec/clusterRef/name").and_then(Value::as_str);
         let cref_ns = ncv

@@ -1,12 +1,15 @@
-//! Which templates a NodeClass selects: those in its Cluster's namespace that match
-//! `spec.machineTemplateSelector` and whose kind is in `spec.machineTemplateKinds` (when set).
-//! Shared by the offline command and the watching index.
+//! Which templates a NodeClass selects: those that carry the opt-in label
+//! `node.cluster.x-k8s.io/karpenter-member`, live in its Cluster's namespace, match
+//! `spec.machineTemplateSelector`, and whose kind is in `spec.machineTemplateKinds`
+//! (`[{apiGroup, kind}]`, when set). Shared by the offline command and the watching index.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::DynamicObject;
 use serde_json::Value;
+
+use crate::names::LABEL_KARPENTER_MEMBER;
 
 /// A NodeClass's template selection.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -15,14 +18,15 @@ pub struct Selection {
     pub namespace: Option<String>,
     /// `spec.machineTemplateSelector`; `None` selects every template.
     pub selector: Option<LabelSelector>,
-    /// `spec.machineTemplateKinds`; `None` allows every kind.
-    pub kinds: Option<Vec<String>>,
+    /// `spec.machineTemplateKinds` as (apiGroup, kind); `None` allows every kind. An empty
+    /// apiGroup matches any group.
+    pub kinds: Option<Vec<(String, String)>>,
 }
 
 impl Selection {
     /// Reads a ClusterAPINodeClass given as JSON: namespace from `spec.clusterRef.namespace`
-    /// (else the object's own namespace), the selector, and the kinds (strings or
-    /// `{kind: ...}` objects).
+    /// (else the object's own namespace), the selector, and the kinds (`{apiGroup, kind}`
+    /// objects; plain strings are taken as kinds of any group).
     pub fn from_node_class_json(nc: &Value) -> Self {
         let namespace = nc
             .pointer("/spec/clusterRef/namespace")
@@ -38,9 +42,11 @@ impl Selection {
             .map(|list| {
                 list.iter()
                     .filter_map(|k| match k {
-                        Value::String(s) => Some(s.clone()),
+                        Value::String(s) => Some((String::new(), s.clone())),
                         Value::Object(o) => {
-                            o.get("kind").and_then(Value::as_str).map(str::to_string)
+                            let kind = o.get("kind").and_then(Value::as_str)?;
+                            let group = o.get("apiGroup").and_then(Value::as_str).unwrap_or("");
+                            Some((group.to_string(), kind.to_string()))
                         }
                         _ => None,
                     })
@@ -55,6 +61,9 @@ impl Selection {
 
     /// Whether the NodeClass selects `template`.
     pub fn matches(&self, template: &DynamicObject) -> bool {
+        if !is_opted_in(template) {
+            return false;
+        }
         if let Some(ns) = &self.namespace
             && template.metadata.namespace.as_ref() != Some(ns)
         {
@@ -67,17 +76,30 @@ impl Selection {
             }
         }
         if let Some(kinds) = &self.kinds {
-            let kind = template
+            let (api_version, kind) = template
                 .types
                 .as_ref()
-                .map(|t| t.kind.as_str())
-                .unwrap_or("");
-            if !kinds.iter().any(|k| k == kind) {
+                .map(|t| (t.api_version.as_str(), t.kind.as_str()))
+                .unwrap_or(("", ""));
+            let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
+            if !kinds
+                .iter()
+                .any(|(g, k)| k == kind && (g.is_empty() || g == group))
+            {
                 return false;
             }
         }
         true
     }
+}
+
+/// Whether a template carries the opt-in label `node.cluster.x-k8s.io/karpenter-member`.
+pub fn is_opted_in(template: &DynamicObject) -> bool {
+    template
+        .metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(LABEL_KARPENTER_MEMBER))
 }
 
 /// Whether `labels` match a Kubernetes label selector (an empty selector matches everything;
@@ -126,10 +148,21 @@ mod tests {
                     {"key": "opt-in", "operator": "Exists"}
                 ]
             },
-            "machineTemplateKinds": ["AWSMachineTemplate", {"kind": "AzureMachineTemplate"}]
+            "machineTemplateKinds": [
+                {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "AWSMachineTemplate"},
+                {"apiGroup": "example.com", "kind": "DockerMachineTemplate"},
+                "AzureMachineTemplate"
+            ]
         }}));
         assert_eq!(s.namespace.as_deref(), Some("a"));
-        let ok = json!({"pool": "gpu", "opt-in": ""});
+        let ok =
+            json!({"pool": "gpu", "opt-in": "", "node.cluster.x-k8s.io/karpenter-member": "true"});
+        // Without the opt-in label nothing is selected.
+        assert!(!s.matches(&tpl(
+            "a",
+            "AWSMachineTemplate",
+            json!({"pool": "gpu", "opt-in": ""})
+        )));
         assert!(s.matches(&tpl("a", "AWSMachineTemplate", ok.clone())));
         assert!(s.matches(&tpl("a", "AzureMachineTemplate", ok.clone())));
         assert!(!s.matches(&tpl("b", "AWSMachineTemplate", ok.clone())));
@@ -138,9 +171,14 @@ mod tests {
         assert!(!s.matches(&tpl(
             "a",
             "AWSMachineTemplate",
-            json!({"pool": "gpu", "opt-in": "", "tier": "test"})
+            json!({"pool": "gpu", "opt-in": "", "tier": "test", "node.cluster.x-k8s.io/karpenter-member": ""})
         )));
-        assert!(Selection::default().matches(&tpl("x", "AnyMachineTemplate", json!({}))));
+        assert!(Selection::default().matches(&tpl(
+            "x",
+            "AnyMachineTemplate",
+            json!({"node.cluster.x-k8s.io/karpenter-member": "true"})
+        )));
+        assert!(!Selection::default().matches(&tpl("x", "AnyMachineTemplate", json!({}))));
         let bad_op: LabelSelector = serde_json::from_value(
             json!({"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}),
         )

@@ -346,10 +346,19 @@ impl TemplateIndex {
 }
 
 /// How templates are watched.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct WatchConfig {
-    /// Server-side label selector on templates (e.g. an opt-in label); `None` watches all.
+    /// Server-side label selector on templates; `None` watches all. Default: the opt-in
+    /// label `node.cluster.x-k8s.io/karpenter-member` exists.
     pub template_label_selector: Option<String>,
+}
+
+impl Default for WatchConfig {
+    fn default() -> Self {
+        Self {
+            template_label_selector: Some(crate::names::LABEL_KARPENTER_MEMBER.to_string()),
+        }
+    }
 }
 
 fn start_kind(client: &Client, index: &TemplateIndex, kind: TemplateKind, config: &WatchConfig) {
@@ -579,7 +588,8 @@ mod tests {
             serde_json::from_value(json!({
                 "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
                 "kind": "DockerMachineTemplate",
-                "metadata": {"name": name, "namespace": ns, "labels": {"opt": "in"},
+                "metadata": {"name": name, "namespace": ns,
+                    "labels": {"node.cluster.x-k8s.io/karpenter-member": "true"},
                     "annotations": {
                         "capacity.cluster-autoscaler.kubernetes.io/cpu": cpu,
                         "capacity.cluster-autoscaler.kubernetes.io/memory": "4Gi"}},

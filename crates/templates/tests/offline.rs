@@ -19,8 +19,11 @@ fn examples_catalog() {
     let r = &reports[0];
     assert_eq!(r.node_class.as_deref(), Some("default"));
     assert_eq!(r.cluster.as_deref(), Some("capi-demo/demo"));
-    assert!(r.warnings.is_empty(), "{:?}", r.warnings);
     // docker-control-plane is not opted in.
+    assert_eq!(
+        r.warnings,
+        ["ignored (no node.cluster.x-k8s.io/karpenter-member label): docker-control-plane"]
+    );
     assert_eq!(r.templates, 16);
     let cat = r.catalog.as_ref().expect("catalog");
     let names: Vec<&str> = cat.instance_types.iter().map(|t| t.name.as_str()).collect();
@@ -74,8 +77,9 @@ fn examples_catalog() {
     let table = render_table(&reports);
     let lines: Vec<&str> = table.lines().collect();
     assert!(lines[0].starts_with("NodeClass: default   Cluster: capi-demo/demo"));
-    assert!(lines[1].starts_with("NAME "));
-    assert!(lines[2].starts_with("m7g.xlarge "));
+    assert!(lines[1].starts_with("warning: ignored"));
+    assert!(lines[2].starts_with("NAME "));
+    assert!(lines[3].starts_with("m7g.xlarge "));
     assert!(table.contains("excluded: VSphereMachineTemplate capi-demo/vsphere-16c64g: InvalidQuantity: metadata.annotations[capacity.cluster-autoscaler.kubernetes.io/memory]"));
     assert_eq!(
         table
@@ -121,28 +125,34 @@ spec:
   machineTemplateSelector:
     matchExpressions:
       - {key: pool, operator: In, values: [gpu]}
-  machineTemplateKinds: [AWSMachineTemplate]
+  machineTemplateKinds:
+    - {apiGroup: infrastructure.cluster.x-k8s.io, kind: AWSMachineTemplate}
   kubelet: {maxPods: 30}
 ---
 apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
 kind: AWSMachineTemplate
-metadata: {name: g5, namespace: team-a, labels: {pool: gpu}}
+metadata: {name: g5, namespace: team-a, labels: {pool: gpu, node.cluster.x-k8s.io/karpenter-member: "true"}}
 status: {capacity: {cpu: "4", memory: 16Gi, nvidia.com/gpu: "1"}}
 ---
 apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
 kind: AWSMachineTemplate
-metadata: {name: g5-other-ns, namespace: team-b, labels: {pool: gpu}}
+metadata: {name: g5-other-ns, namespace: team-b, labels: {pool: gpu, node.cluster.x-k8s.io/karpenter-member: "true"}}
 status: {capacity: {cpu: "4", memory: 16Gi}}
 ---
 apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
 kind: AWSMachineTemplate
-metadata: {name: m5, namespace: team-a, labels: {pool: general}}
+metadata: {name: m5, namespace: team-a, labels: {pool: general, node.cluster.x-k8s.io/karpenter-member: "true"}}
 status: {capacity: {cpu: "2", memory: 8Gi}}
 ---
 apiVersion: infrastructure.cluster.x-k8s.io/v1beta1
 kind: AzureMachineTemplate
-metadata: {name: nc6, namespace: team-a, labels: {pool: gpu}}
+metadata: {name: nc6, namespace: team-a, labels: {pool: gpu, node.cluster.x-k8s.io/karpenter-member: "true"}}
 status: {capacity: {cpu: "6", memory: 112Gi}}
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+kind: AWSMachineTemplate
+metadata: {name: g5-not-opted-in, namespace: team-a, labels: {pool: gpu}}
+status: {capacity: {cpu: "4", memory: 16Gi}}
 ---
 apiVersion: bootstrap.cluster.x-k8s.io/v1beta2
 kind: KubeadmConfigTemplate
@@ -157,7 +167,10 @@ metadata: {name: workers, namespace: team-a}
     assert_eq!(r.cluster, None);
     assert_eq!(
         r.warnings,
-        ["Cluster team-a/prod (spec.clusterRef) not in the input: no failure domains"]
+        [
+            "ignored (no node.cluster.x-k8s.io/karpenter-member label): g5-not-opted-in",
+            "Cluster team-a/prod (spec.clusterRef) not in the input: no failure domains"
+        ]
     );
     let cat = r.catalog.as_ref().expect("catalog");
     assert_eq!(cat.instance_types.len(), 1);
