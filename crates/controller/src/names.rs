@@ -21,3 +21,12 @@ pub const EPHEMERAL_TAINT_KEYS: &[&str] = &[
     UNREGISTERED_TAINT_KEY,
 ];
 pub const READINESS_TAINT_PREFIX: &str = "readiness.k8s.io/";
+pub const NODEPOOL_LABEL: &str = "karpenter.sh/nodepool";
+pub const NODECLAIM_LABEL: &str = "karpenter.cluster.x-k8s.io/nodeclaim";
+pub const KARPENTER_MEMBER_LABEL: &str = "node.cluster.x-k8s.io/karpenter-member";
+/// On a NodeClaim: `<namespace>/<name>` of its Machine.
+pub const CAPI_MACHINE_ANNOTATION: &str = "cluster.x-k8s.io/machine";
+/// On a NodeClaim: the launch plan (JSON), written before anything is created.
+pub const LAUNCH_PLAN_ANNOTATION: &str = "karpenter.cluster.x-k8s.io/launch";
+/// On the Machine and its clones: the UID of the NodeClaim they were created for.
+pub const NODECLAIM_UID_ANNOTATION: &str = "karpenter.cluster.x-k8s.io/nodeclaim-uid";

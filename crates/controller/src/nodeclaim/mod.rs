@@ -2,6 +2,7 @@
 //! termination (one Cluster API Machine per NodeClaim).
 
 pub mod claim;
+pub mod context;
+pub mod launch;
 pub mod node_sync;
-
 pub mod offering;
