@@ -1,5 +1,7 @@
-//! What the NodeClass status shows about its catalog: the `instanceTypes` summary and the
-//! `TemplatesReady` condition. Pure; the NodeClass status controller writes it.
+//! The NodeClass status, computed purely: the `instanceTypes` summary and the conditions
+//! `ClusterReady`, `TemplatesReady`, `BootstrapReady` and `Ready` with precise reasons and
+//! messages. The NodeClass status controller gathers the inputs (Cluster, bootstrap source,
+//! catalog from [`crate::watch::TemplateIndex`]) and writes the result.
 
 use serde::Serialize;
 
@@ -168,6 +170,154 @@ pub fn templates_ready(
     }
 }
 
+/// Where a NodeClass's bootstrap data comes from, as found in the Cluster's namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BootstrapState {
+    /// `configTemplateRef` names an object that exists.
+    TemplateFound { kind: String, name: String },
+    /// `configTemplateRef` names an object that does not exist (or whose kind is not served).
+    TemplateMissing { kind: String, name: String },
+    /// `dataSecretName` names a Secret that exists.
+    SecretFound { name: String },
+    /// `dataSecretName` names a Secret that does not exist.
+    SecretMissing { name: String },
+    /// Neither or both sources set.
+    Invalid(String),
+}
+
+/// `BootstrapReady`.
+pub fn bootstrap_ready(state: &BootstrapState, namespace: &str) -> ConditionValue {
+    let cond = |status, reason, message: String| ConditionValue {
+        type_: "BootstrapReady",
+        status,
+        reason,
+        message: truncate(message),
+    };
+    match state {
+        BootstrapState::TemplateFound { kind, name } => cond(
+            "True",
+            "BootstrapReady",
+            format!("{kind} {namespace}/{name} is cloned for each Machine"),
+        ),
+        BootstrapState::SecretFound { name } => cond(
+            "True",
+            "BootstrapReady",
+            format!("Machines use bootstrap data Secret {namespace}/{name}"),
+        ),
+        BootstrapState::TemplateMissing { kind, name } => cond(
+            "False",
+            "BootstrapTemplateNotFound",
+            format!("{kind} {namespace}/{name} (spec.bootstrap.configTemplateRef) not found"),
+        ),
+        BootstrapState::SecretMissing { name } => cond(
+            "False",
+            "BootstrapSecretNotFound",
+            format!("Secret {namespace}/{name} (spec.bootstrap.dataSecretName) not found"),
+        ),
+        BootstrapState::Invalid(why) => cond("False", "InvalidBootstrap", why.clone()),
+    }
+}
+
+fn truthy(v: Option<&serde_json::Value>) -> bool {
+    v.and_then(serde_json::Value::as_bool).unwrap_or(false)
+}
+
+fn condition_true(cluster: &serde_json::Value, type_: &str) -> bool {
+    cluster
+        .pointer("/status/conditions")
+        .and_then(serde_json::Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.get("type").and_then(serde_json::Value::as_str) == Some(type_)
+                    && c.get("status").and_then(serde_json::Value::as_str) == Some("True")
+            })
+        })
+}
+
+/// `ClusterReady`: the Cluster exists, is not paused or deleting, its infrastructure is
+/// provisioned and its control plane initialized (v1beta2 `status.initialization`, or the
+/// v1beta1 `status.infrastructureReady` / `ControlPlaneInitialized` fallbacks), so Machines
+/// can join. `cluster` is the Cluster as JSON, `None` when not found.
+pub fn cluster_ready(
+    cluster: Option<&serde_json::Value>,
+    namespace: &str,
+    name: &str,
+) -> ConditionValue {
+    let cond = |status, reason, message: String| ConditionValue {
+        type_: "ClusterReady",
+        status,
+        reason,
+        message: truncate(message),
+    };
+    let Some(c) = cluster else {
+        return cond(
+            "False",
+            "ClusterNotFound",
+            format!("Cluster {namespace}/{name} (spec.clusterRef) not found"),
+        );
+    };
+    if c.pointer("/metadata/deletionTimestamp").is_some() {
+        return cond(
+            "False",
+            "ClusterDeleting",
+            format!("Cluster {namespace}/{name} is being deleted"),
+        );
+    }
+    if truthy(c.pointer("/spec/paused")) {
+        return cond(
+            "False",
+            "ClusterPaused",
+            format!("Cluster {namespace}/{name} is paused"),
+        );
+    }
+    let infra = truthy(c.pointer("/status/initialization/infrastructureProvisioned"))
+        || truthy(c.pointer("/status/infrastructureReady"));
+    if !infra {
+        return cond(
+            "False",
+            "InfrastructureNotProvisioned",
+            format!("Cluster {namespace}/{name}: infrastructure not provisioned yet"),
+        );
+    }
+    let cp = truthy(c.pointer("/status/initialization/controlPlaneInitialized"))
+        || condition_true(c, "ControlPlaneInitialized")
+        || truthy(c.pointer("/status/controlPlaneReady"));
+    if !cp {
+        return cond(
+            "False",
+            "ControlPlaneNotInitialized",
+            format!("Cluster {namespace}/{name}: control plane not initialized yet"),
+        );
+    }
+    cond(
+        "True",
+        "ClusterReady",
+        format!("Cluster {namespace}/{name} is provisioned and its control plane initialized"),
+    )
+}
+
+/// `Ready`: True when every other condition is True; otherwise False with the reason and
+/// message of the first one that is not.
+pub fn ready(conditions: &[ConditionValue]) -> ConditionValue {
+    match conditions
+        .iter()
+        .find(|c| c.type_ != "Ready" && c.status != "True")
+    {
+        Some(c) => ConditionValue {
+            type_: "Ready",
+            status: "False",
+            reason: c.reason,
+            message: truncate(format!("{}: {}", c.type_, c.message)),
+        },
+        None => ConditionValue {
+            type_: "Ready",
+            status: "True",
+            reason: "Ready",
+            message: String::new(),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -234,5 +384,75 @@ mod tests {
         let many: Vec<DynamicObject> = (0..200).map(|i| tpl(&format!("bad-{i}"), "x")).collect();
         let c = templates_ready(&build_catalog(&many, &s), 200);
         assert!(c.message.len() <= MAX_MESSAGE && c.message.ends_with("..."));
+    }
+
+    #[test]
+    fn cluster_bootstrap_and_ready() {
+        let c = cluster_ready(None, "ns", "c1");
+        assert_eq!((c.status, c.reason), ("False", "ClusterNotFound"));
+        assert_eq!(c.message, "Cluster ns/c1 (spec.clusterRef) not found");
+        let v1beta2 = json!({"status": {"initialization": {
+            "infrastructureProvisioned": true, "controlPlaneInitialized": true}}});
+        assert_eq!(cluster_ready(Some(&v1beta2), "ns", "c1").status, "True");
+        let v1beta1 = json!({"status": {"infrastructureReady": true, "conditions": [
+            {"type": "ControlPlaneInitialized", "status": "True"}]}});
+        assert_eq!(cluster_ready(Some(&v1beta1), "ns", "c1").status, "True");
+        let no_cp = json!({"status": {"initialization": {"infrastructureProvisioned": true}}});
+        assert_eq!(
+            cluster_ready(Some(&no_cp), "ns", "c1").reason,
+            "ControlPlaneNotInitialized"
+        );
+        assert_eq!(
+            cluster_ready(Some(&json!({})), "ns", "c1").reason,
+            "InfrastructureNotProvisioned"
+        );
+        let paused = json!({"spec": {"paused": true}, "status": {"initialization": {
+            "infrastructureProvisioned": true, "controlPlaneInitialized": true}}});
+        assert_eq!(
+            cluster_ready(Some(&paused), "ns", "c1").reason,
+            "ClusterPaused"
+        );
+        let deleting = json!({"metadata": {"deletionTimestamp": "2026-11-22T10:00:00Z"}});
+        assert_eq!(
+            cluster_ready(Some(&deleting), "ns", "c1").reason,
+            "ClusterDeleting"
+        );
+
+        let b = bootstrap_ready(
+            &BootstrapState::TemplateMissing {
+                kind: "KubeadmConfigTemplate".into(),
+                name: "workers".into(),
+            },
+            "ns",
+        );
+        assert_eq!((b.status, b.reason), ("False", "BootstrapTemplateNotFound"));
+        assert_eq!(
+            b.message,
+            "KubeadmConfigTemplate ns/workers (spec.bootstrap.configTemplateRef) not found"
+        );
+        let ok_b = bootstrap_ready(
+            &BootstrapState::SecretFound {
+                name: "data".into(),
+            },
+            "ns",
+        );
+        assert_eq!(ok_b.status, "True");
+
+        let s = CatalogSettings::default();
+        let t = templates_ready(&build_catalog(&[tpl("a", "2")], &s), 1);
+        let all = [
+            cluster_ready(Some(&v1beta2), "ns", "c1"),
+            t.clone(),
+            ok_b.clone(),
+        ];
+        let r = ready(&all);
+        assert_eq!((r.status, r.reason), ("True", "Ready"));
+        let some = [cluster_ready(Some(&v1beta2), "ns", "c1"), t, b];
+        let r = ready(&some);
+        assert_eq!((r.status, r.reason), ("False", "BootstrapTemplateNotFound"));
+        assert!(
+            r.message
+                .starts_with("BootstrapReady: KubeadmConfigTemplate ns/workers")
+        );
     }
 }
