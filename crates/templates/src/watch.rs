@@ -13,7 +13,7 @@
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -224,9 +224,21 @@ impl Drop for Watched {
     }
 }
 
+/// Catalogs computed at a change-counter value, per (selection, settings).
+type CatalogCache = Vec<(
+    Selection,
+    CatalogSettings,
+    u64,
+    Arc<Result<Catalog, SettingsError>>,
+)>;
+
+/// At most this many (selection, settings) pairs are cached (one per NodeClass in practice).
+const CATALOG_CACHE_SIZE: usize = 64;
+
 struct Inner {
     kinds: RwLock<BTreeMap<GroupKind, Watched>>,
     changes: watch::Sender<u64>,
+    cache: Mutex<CatalogCache>,
 }
 
 /// The template caches of every discovered kind, shared by the controllers. Cheap to clone.
@@ -247,6 +259,7 @@ impl TemplateIndex {
             inner: Arc::new(Inner {
                 kinds: RwLock::new(BTreeMap::new()),
                 changes: watch::channel(0).0,
+                cache: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -342,6 +355,40 @@ impl TemplateIndex {
         settings: &CatalogSettings,
     ) -> Result<Catalog, SettingsError> {
         build_catalog(&self.templates(selection), settings)
+    }
+
+    /// Like [`Self::catalog`], but computed at most once per template change for the same
+    /// selection and settings (the scheduler and the status controller ask often).
+    pub fn catalog_cached(
+        &self,
+        selection: &Selection,
+        settings: &CatalogSettings,
+    ) -> Arc<Result<Catalog, SettingsError>> {
+        // Read the counter before the stores: a change racing with the build makes the entry
+        // look older than its data, never newer, so it is rebuilt rather than served stale.
+        let generation = *self.inner.changes.borrow();
+        {
+            let cache = self.inner.cache.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((_, _, _, c)) = cache
+                .iter()
+                .find(|(sel, set, g, _)| *g == generation && sel == selection && set == settings)
+            {
+                return c.clone();
+            }
+        }
+        let built = Arc::new(self.catalog(selection, settings));
+        let mut cache = self.inner.cache.lock().unwrap_or_else(|e| e.into_inner());
+        cache.retain(|(sel, set, _, _)| !(sel == selection && set == settings));
+        if cache.len() >= CATALOG_CACHE_SIZE {
+            cache.remove(0);
+        }
+        cache.push((
+            selection.clone(),
+            settings.clone(),
+            generation,
+            built.clone(),
+        ));
+        built
     }
 }
 
@@ -607,8 +654,22 @@ mod tests {
             .expect("catalog");
         assert_eq!(cat.instance_types.len(), 1);
         assert_eq!(cat.instance_types[0].capacity.cpu_milli(), 2000);
-        // A template edit is visible on the next read.
+        let cached = index.catalog_cached(&sel, &CatalogSettings::default());
+        assert!(Arc::ptr_eq(
+            &cached,
+            &index.catalog_cached(&sel, &CatalogSettings::default())
+        ));
+        // A template edit is visible on the next read (the reflector task notifies).
         writer.apply_watcher_event(&Event::Apply(tpl("small", "a", "4")));
+        index.notify();
+        let fresh = index.catalog_cached(&sel, &CatalogSettings::default());
+        assert!(!Arc::ptr_eq(&cached, &fresh));
+        assert_eq!(
+            fresh.as_ref().as_ref().expect("catalog").instance_types[0]
+                .capacity
+                .cpu_milli(),
+            4000
+        );
         let cat = index
             .catalog(&sel, &CatalogSettings::default())
             .expect("catalog");
