@@ -1,0 +1,453 @@
+//! The test infrastructure provider against the real Cluster API v1.14 core manager, kwok,
+//! kube-controller-manager and kube-scheduler: orphan Machines (no owner) with a hand-cloned
+//! TestMachine reach Running, are deleted with their Node, and report failures.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use testbed::provider::{
+    self, CapiCluster, FAIL_ANNOTATION, NO_NODE_ANNOTATION, NO_PROVIDER_ID_ANNOTATION,
+    ProviderConfig, TestProvider,
+};
+use testbed::{Options, Testbed, wait_for};
+
+fn from_json<T: serde::de::DeserializeOwned>(value: Value) -> T {
+    serde_json::from_value(value).expect("test fixture is valid")
+}
+
+const TEMPLATE: &str = "test-large";
+
+async fn start() -> (Testbed, TestProvider, CapiCluster) {
+    let tb = Testbed::start(Options::all())
+        .await
+        .expect("testbed with Cluster API starts");
+    let provider = TestProvider::start(
+        tb.client(),
+        ProviderConfig {
+            provision_delay: Duration::from_millis(500),
+            ..ProviderConfig::default()
+        },
+    )
+    .await
+    .expect("test provider starts");
+    let cluster = provider::setup_cluster(&tb, "c1", &["zone-a", "zone-b"])
+        .await
+        .expect("Cluster provisioned and initialized");
+    let ns = &cluster.namespace;
+    // Bootstrap data in the provider's test format: what the "kubelet" registers with.
+    let secrets: Api<Secret> = Api::namespaced(tb.client(), ns);
+    secrets
+        .create(
+            &PostParams::default(),
+            &from_json(json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "bootstrap-data"},
+                "stringData": {"value": "nodeLabels:\n  example.com/pool: general\nnodeTaints:\n- key: karpenter.sh/unregistered\n  effect: NoExecute\n"}
+            })),
+        )
+        .await
+        .expect("bootstrap secret");
+    let templates: Api<DynamicObject> =
+        Api::namespaced_with(tb.client(), ns, &provider::test_machine_template_resource());
+    templates
+        .create(
+            &PostParams::default(),
+            &from_json(json!({
+                "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "TestMachineTemplate",
+                "metadata": {"name": TEMPLATE},
+                "spec": {"template": {
+                    "metadata": {"labels": {"example.com/template": TEMPLATE}},
+                    "spec": {
+                        "instanceType": "test.large",
+                        "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+                        "nodeInfo": {"architecture": "arm64", "operatingSystem": "linux"},
+                        "nodeLabels": {"example.com/from-spec": "yes"}
+                    }
+                }}
+            })),
+        )
+        .await
+        .expect("template created");
+    (tb, provider, cluster)
+}
+
+/// Clones the template into a TestMachine by hand (as a MachineSet or our launch would) and
+/// creates an orphan Machine referencing it.
+async fn launch(
+    client: &Client,
+    cluster: &CapiCluster,
+    name: &str,
+    annotations: Value,
+) -> (Api<DynamicObject>, Api<DynamicObject>) {
+    let ns = &cluster.namespace;
+    let templates: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        ns,
+        &provider::test_machine_template_resource(),
+    );
+    let template = templates.get(TEMPLATE).await.expect("template");
+    let mut anns = annotations;
+    anns["cluster.x-k8s.io/cloned-from-name"] = json!(TEMPLATE);
+    anns["cluster.x-k8s.io/cloned-from-groupkind"] =
+        json!("TestMachineTemplate.infrastructure.cluster.x-k8s.io");
+    let infra: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &provider::test_machine_resource());
+    infra
+        .create(
+            &PostParams::default(),
+            &from_json(json!({
+                "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "TestMachine",
+                "metadata": {
+                    "name": name,
+                    "labels": {"example.com/template": TEMPLATE, "cluster.x-k8s.io/cluster-name": cluster.name},
+                    "annotations": anns
+                },
+                "spec": template.data["spec"]["template"]["spec"]
+            })),
+        )
+        .await
+        .expect("TestMachine created");
+    let machines: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &provider::machine_resource());
+    machines
+        .create(
+            &PostParams::default(),
+            &from_json(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                "metadata": {"name": name, "labels": {"cluster.x-k8s.io/cluster-name": cluster.name}},
+                "spec": {
+                    "clusterName": cluster.name,
+                    "version": "v1.36.3",
+                    "bootstrap": {"dataSecretName": "bootstrap-data"},
+                    "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "TestMachine", "name": name},
+                    "failureDomain": "zone-b",
+                    "deletion": {"nodeDeletionTimeoutSeconds": 10}
+                }
+            })),
+        )
+        .await
+        .expect("Machine created");
+    (machines, infra)
+}
+
+fn condition<'a>(obj: &'a DynamicObject, type_: &str) -> Option<&'a Value> {
+    obj.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+/// Waits for `check` on the named object; on timeout panics with the object's last state.
+async fn wait_obj<T>(
+    api: &Api<DynamicObject>,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    check: impl Fn(&DynamicObject) -> Option<T>,
+) -> T {
+    let check = &check;
+    match wait_for(what, timeout, || async move {
+        check(&api.get(name).await.ok()?)
+    })
+    .await
+    {
+        Ok(v) => v,
+        Err(e) => {
+            let last = api.get_opt(name).await.ok().flatten();
+            panic!(
+                "{e}\nlast state: {}",
+                serde_json::to_string_pretty(&last).unwrap_or_default()
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn orphan_machine_runs_and_is_deleted_with_its_node() {
+    let (tb, _provider, cluster) = start().await;
+    let ns = cluster.namespace.clone();
+    let fds: Vec<&str> = cluster.cluster.data["status"]["failureDomains"]
+        .as_array()
+        .expect("failure domains")
+        .iter()
+        .filter_map(|fd| fd["name"].as_str())
+        .collect();
+    assert_eq!(fds, ["zone-a", "zone-b"], "copied from TestCluster");
+
+    // Scale-from-zero contract on the template, reported by the provider.
+    let templates: Api<DynamicObject> = Api::namespaced_with(
+        tb.client(),
+        &ns,
+        &provider::test_machine_template_resource(),
+    );
+    wait_obj(
+        &templates,
+        TEMPLATE,
+        "template status.capacity",
+        Duration::from_secs(30),
+        |t| {
+            (t.data["status"]["capacity"]["cpu"] == "8"
+                && t.data["status"]["nodeInfo"]["architecture"] == "arm64")
+                .then_some(())
+        },
+    )
+    .await;
+
+    let client = tb.client();
+    let (machines, infra) = launch(&client, &cluster, "m-1", json!({})).await;
+    let pid = provider::provider_id(&ns, "m-1");
+    let machine = wait_obj(
+        &machines,
+        "m-1",
+        "Machine Running with a nodeRef",
+        Duration::from_secs(90),
+        |m| {
+            (m.data["status"]["phase"] == "Running"
+                && m.data["status"]["nodeRef"]["name"].is_string())
+            .then(|| m.clone())
+        },
+    )
+    .await;
+    assert_eq!(
+        machine.data["spec"]["providerID"],
+        pid.as_str(),
+        "copied by Cluster API"
+    );
+    assert_eq!(machine.data["status"]["nodeRef"]["name"], "m-1");
+    assert_eq!(
+        machine.data["status"]["initialization"]["infrastructureProvisioned"],
+        true
+    );
+    // With spec.bootstrap.dataSecretName (no configRef) Cluster API v1.14 leaves
+    // status.initialization.bootstrapDataSecretCreated unset.
+    assert!(
+        machine.data["status"]["initialization"]["bootstrapDataSecretCreated"].is_null(),
+        "{}",
+        machine.data["status"]
+    );
+    assert_eq!(machine.data["status"]["failureDomain"], "zone-b");
+    let addresses = machine.data["status"]["addresses"]
+        .as_array()
+        .expect("addresses copied");
+    assert!(
+        addresses.iter().any(|a| a["type"] == "InternalIP"),
+        "{addresses:?}"
+    );
+    assert_eq!(
+        condition(&machine, "InfrastructureReady").expect("condition")["status"],
+        "True"
+    );
+
+    // Cluster API made itself the controller owner of the hand-cloned TestMachine.
+    let tm = infra.get("m-1").await.expect("TestMachine");
+    let owner = tm
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "Machine")
+        .expect("Machine owns the TestMachine");
+    assert_eq!(owner.name, "m-1");
+    assert_eq!(owner.controller, Some(true));
+    assert_eq!(tm.data["spec"]["providerID"], pid.as_str());
+
+    // The Node: kwok made it Ready; labels/taints from bootstrap data and the spec.
+    let nodes: Api<Node> = Api::all(tb.client());
+    let node = wait_for(
+        "kwok to make the Node Ready",
+        Duration::from_secs(60),
+        || async {
+            let n = nodes.get("m-1").await.ok()?;
+            let ready = n
+                .status
+                .as_ref()?
+                .conditions
+                .as_ref()?
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            ready.then_some(n)
+        },
+    )
+    .await
+    .expect("Node Ready");
+    let spec = node.spec.clone().expect("node spec");
+    assert_eq!(spec.provider_id.as_deref(), Some(pid.as_str()));
+    let labels = node.labels();
+    for (k, v) in [
+        ("example.com/pool", "general"),
+        ("example.com/from-spec", "yes"),
+        ("node.kubernetes.io/instance-type", "test.large"),
+        ("topology.kubernetes.io/zone", "zone-b"),
+        ("kubernetes.io/arch", "arm64"),
+    ] {
+        assert_eq!(
+            labels.get(k).map(String::as_str),
+            Some(v),
+            "label {k}: {labels:?}"
+        );
+    }
+    let taints = spec.taints.unwrap_or_default();
+    assert!(
+        taints
+            .iter()
+            .any(|t| t.key == "karpenter.sh/unregistered" && t.effect == "NoExecute"),
+        "{taints:?}"
+    );
+    let capacity = node
+        .status
+        .as_ref()
+        .and_then(|s| s.capacity.clone())
+        .expect("capacity");
+    assert_eq!(capacity.get("cpu").map(|q| q.0.as_str()), Some("8"));
+    assert_eq!(capacity.get("memory").map(|q| q.0.as_str()), Some("32Gi"));
+    // Cluster API annotates the Node it matched.
+    wait_for(
+        "Cluster API to annotate the Node",
+        Duration::from_secs(30),
+        || async {
+            let n = nodes.get("m-1").await.ok()?;
+            (n.annotations()
+                .get("cluster.x-k8s.io/machine")
+                .map(String::as_str)
+                == Some("m-1"))
+            .then_some(())
+        },
+    )
+    .await
+    .expect("node annotated by Cluster API");
+
+    // Deleting the Machine: Cluster API deletes the TestMachine (our finalizer deletes the
+    // Node) and the Node, then releases the Machine.
+    machines
+        .delete("m-1", &DeleteParams::default())
+        .await
+        .expect("Machine deleted");
+    wait_for(
+        "Machine, TestMachine and Node gone",
+        Duration::from_secs(90),
+        || async {
+            let m = machines.get_opt("m-1").await.ok()?;
+            let t = infra.get_opt("m-1").await.ok()?;
+            let n = nodes.get_opt("m-1").await.ok()?;
+            (m.is_none() && t.is_none() && n.is_none()).then_some(())
+        },
+    )
+    .await
+    .expect("everything deleted");
+}
+
+#[tokio::test]
+async fn failures_and_missing_provider_id_or_node() {
+    let (tb, _provider, cluster) = start().await;
+    let ns = cluster.namespace.clone();
+    let client = tb.client();
+    let (machines, infra) = launch(
+        &client,
+        &cluster,
+        "m-fail",
+        json!({FAIL_ANNOTATION: "out of capacity in zone-b"}),
+    )
+    .await;
+    launch(
+        &client,
+        &cluster,
+        "m-no-id",
+        json!({NO_PROVIDER_ID_ANNOTATION: ""}),
+    )
+    .await;
+    launch(
+        &client,
+        &cluster,
+        "m-no-node",
+        json!({NO_NODE_ANNOTATION: ""}),
+    )
+    .await;
+
+    // Failure: Cluster API mirrors the InfraMachine's Ready condition into the Machine's
+    // InfrastructureReady condition and copies the deprecated failureReason/failureMessage.
+    let failed = wait_obj(
+        &machines,
+        "m-fail",
+        "failure surfaced on the Machine",
+        Duration::from_secs(60),
+        |m| {
+            let c = condition(m, "InfrastructureReady")?;
+            (c["reason"] == provider::FAILURE_REASON).then(|| m.clone())
+        },
+    )
+    .await;
+    let c = condition(&failed, "InfrastructureReady").expect("condition");
+    assert_eq!(c["status"], "False");
+    assert!(
+        c["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("out of capacity in zone-b"),
+        "{c}"
+    );
+    let v1beta1 = &failed.data["status"]["deprecated"]["v1beta1"];
+    assert_eq!(
+        v1beta1["failureReason"],
+        provider::DEPRECATED_FAILURE_REASON,
+        "{v1beta1}"
+    );
+    assert!(
+        v1beta1["failureMessage"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("out of capacity in zone-b"),
+        "{v1beta1}"
+    );
+    assert_eq!(failed.data["status"]["phase"], "Provisioning");
+    assert!(failed.data["spec"]["providerID"].is_null());
+
+    // No providerID: the provider has passed its delay and says so; the Machine mirrors it
+    // and stays Provisioning without a providerID.
+    let no_id = wait_obj(
+        &machines,
+        "m-no-id",
+        "Machine to mirror the provider's Provisioning condition",
+        Duration::from_secs(60),
+        |m| {
+            let c = condition(m, "InfrastructureReady")?;
+            c["message"]
+                .as_str()?
+                .contains("never gets a providerID")
+                .then(|| m.clone())
+        },
+    )
+    .await;
+    assert_eq!(no_id.data["status"]["phase"], "Provisioning");
+    assert!(no_id.data["spec"]["providerID"].is_null());
+    assert!(no_id.data["status"]["nodeRef"].is_null());
+    let tm = infra.get("m-no-id").await.expect("TestMachine");
+    assert!(tm.data["spec"]["providerID"].is_null());
+
+    // providerID but no Node: Provisioned, waiting for the Node.
+    let no_node = wait_obj(
+        &machines,
+        "m-no-node",
+        "Machine Provisioned without a Node",
+        Duration::from_secs(60),
+        |m| (m.data["status"]["phase"] == "Provisioned").then(|| m.clone()),
+    )
+    .await;
+    assert_eq!(
+        no_node.data["spec"]["providerID"],
+        provider::provider_id(&ns, "m-no-node").as_str()
+    );
+    assert!(no_node.data["status"]["nodeRef"].is_null());
+    let nodes: Api<Node> = Api::all(tb.client());
+    assert!(
+        nodes
+            .get_opt("m-no-node")
+            .await
+            .expect("get node")
+            .is_none()
+    );
+    eprintln!(
+        "no-node Machine conditions: {}",
+        no_node.data["status"]["conditions"]
+    );
+}
