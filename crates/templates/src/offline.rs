@@ -231,7 +231,7 @@ pub fn reports(inputs: &Inputs) -> Vec<CatalogReport> {
         let selected: Vec<DynamicObject> = inputs
             .templates
             .iter()
-            .filter(|t| is_opted_in(t))
+            .filter(|t| Selection::default().matches(t))
             .cloned()
             .collect();
         return vec![report(

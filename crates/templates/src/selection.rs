@@ -59,9 +59,9 @@ impl Selection {
         }
     }
 
-    /// Whether the NodeClass selects `template`.
+    /// Whether the NodeClass selects `template` (never one that is being deleted).
     pub fn matches(&self, template: &DynamicObject) -> bool {
-        if !is_opted_in(template) {
+        if !is_opted_in(template) || template.metadata.deletion_timestamp.is_some() {
             return false;
         }
         if let Some(ns) = &self.namespace
@@ -179,6 +179,14 @@ mod tests {
             json!({"node.cluster.x-k8s.io/karpenter-member": "true"})
         )));
         assert!(!Selection::default().matches(&tpl("x", "AnyMachineTemplate", json!({}))));
+        let mut deleting = tpl(
+            "x",
+            "AnyMachineTemplate",
+            json!({"node.cluster.x-k8s.io/karpenter-member": "true"}),
+        );
+        deleting.metadata.deletion_timestamp =
+            Some(serde_json::from_value(json!("2026-11-22T10:00:00Z")).expect("time"));
+        assert!(!Selection::default().matches(&deleting));
         let bad_op: LabelSelector = serde_json::from_value(
             json!({"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}),
         )
