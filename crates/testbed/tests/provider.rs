@@ -20,7 +20,11 @@ fn from_json<T: serde::de::DeserializeOwned>(value: Value) -> T {
 
 const TEMPLATE: &str = "test-large";
 
-async fn start() -> (Testbed, TestProvider, CapiCluster) {
+fn data_secret() -> Value {
+    json!({"dataSecretName": "bootstrap-data"})
+}
+
+async fn start(kubeadm_bootstrap: bool) -> (Testbed, TestProvider, CapiCluster) {
     let tb = Testbed::start(Options::all())
         .await
         .expect("testbed with Cluster API starts");
@@ -28,6 +32,7 @@ async fn start() -> (Testbed, TestProvider, CapiCluster) {
         tb.client(),
         ProviderConfig {
             provision_delay: Duration::from_millis(500),
+            kubeadm_bootstrap,
             ..ProviderConfig::default()
         },
     )
@@ -81,6 +86,7 @@ async fn launch(
     cluster: &CapiCluster,
     name: &str,
     annotations: Value,
+    bootstrap: Value,
 ) -> (Api<DynamicObject>, Api<DynamicObject>) {
     let ns = &cluster.namespace;
     let templates: Api<DynamicObject> = Api::namespaced_with(
@@ -121,7 +127,7 @@ async fn launch(
                 "spec": {
                     "clusterName": cluster.name,
                     "version": "v1.36.3",
-                    "bootstrap": {"dataSecretName": "bootstrap-data"},
+                    "bootstrap": bootstrap,
                     "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "TestMachine", "name": name},
                     "failureDomain": "zone-b",
                     "deletion": {"nodeDeletionTimeoutSeconds": 10}
@@ -167,7 +173,7 @@ async fn wait_obj<T>(
 
 #[tokio::test]
 async fn orphan_machine_runs_and_is_deleted_with_its_node() {
-    let (tb, _provider, cluster) = start().await;
+    let (tb, _provider, cluster) = start(false).await;
     let ns = cluster.namespace.clone();
     let fds: Vec<&str> = cluster.cluster.data["status"]["failureDomains"]
         .as_array()
@@ -197,7 +203,7 @@ async fn orphan_machine_runs_and_is_deleted_with_its_node() {
     .await;
 
     let client = tb.client();
-    let (machines, infra) = launch(&client, &cluster, "m-1", json!({})).await;
+    let (machines, infra) = launch(&client, &cluster, "m-1", json!({}), data_secret()).await;
     let pid = provider::provider_id(&ns, "m-1");
     let machine = wait_obj(
         &machines,
@@ -337,9 +343,40 @@ async fn orphan_machine_runs_and_is_deleted_with_its_node() {
     .expect("everything deleted");
 }
 
+/// A KubeadmConfig asking for a join taint and node labels (served by the provider's
+/// minimal kubeadm bootstrap stand-in).
+async fn kubeadm_config(client: &Client, ns: &str, name: &str) -> Value {
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        ns,
+        &kube::core::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk(
+                "bootstrap.cluster.x-k8s.io",
+                "v1beta2",
+                "KubeadmConfig",
+            ),
+            "kubeadmconfigs",
+        ),
+    );
+    api.create(
+        &PostParams::default(),
+        &from_json(json!({
+            "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "KubeadmConfig",
+            "metadata": {"name": name},
+            "spec": {"joinConfiguration": {"nodeRegistration": {
+                "taints": [{"key": "karpenter.sh/unregistered", "effect": "NoExecute"}],
+                "kubeletExtraArgs": [{"name": "node-labels", "value": "example.com/kubeadm=yes"}]
+            }}}
+        })),
+    )
+    .await
+    .expect("KubeadmConfig created");
+    json!({"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfig", "name": name}})
+}
+
 #[tokio::test]
-async fn failures_and_missing_provider_id_or_node() {
-    let (tb, _provider, cluster) = start().await;
+async fn failures_missing_provider_id_or_node_and_kubeadm_bootstrap() {
+    let (tb, _provider, cluster) = start(true).await;
     let ns = cluster.namespace.clone();
     let client = tb.client();
     let (machines, infra) = launch(
@@ -347,13 +384,16 @@ async fn failures_and_missing_provider_id_or_node() {
         &cluster,
         "m-fail",
         json!({FAIL_ANNOTATION: "out of capacity in zone-b"}),
+        data_secret(),
     )
     .await;
+    let bootstrap = kubeadm_config(&client, &ns, "m-no-id").await;
     launch(
         &client,
         &cluster,
         "m-no-id",
         json!({NO_PROVIDER_ID_ANNOTATION: ""}),
+        bootstrap,
     )
     .await;
     launch(
@@ -361,8 +401,11 @@ async fn failures_and_missing_provider_id_or_node() {
         &cluster,
         "m-no-node",
         json!({NO_NODE_ANNOTATION: ""}),
+        data_secret(),
     )
     .await;
+    let bootstrap = kubeadm_config(&client, &ns, "m-kubeadm").await;
+    launch(&client, &cluster, "m-kubeadm", json!({}), bootstrap).await;
 
     // Failure: Cluster API mirrors the InfraMachine's Ready condition into the Machine's
     // InfrastructureReady condition and copies the deprecated failureReason/failureMessage.
@@ -373,7 +416,8 @@ async fn failures_and_missing_provider_id_or_node() {
         Duration::from_secs(60),
         |m| {
             let c = condition(m, "InfrastructureReady")?;
-            (c["reason"] == provider::FAILURE_REASON).then(|| m.clone())
+            let copied = m.data["status"]["deprecated"]["v1beta1"]["failureReason"].is_string();
+            (c["reason"] == provider::FAILURE_REASON && copied).then(|| m.clone())
         },
     )
     .await;
@@ -399,11 +443,13 @@ async fn failures_and_missing_provider_id_or_node() {
             .contains("out of capacity in zone-b"),
         "{v1beta1}"
     );
-    assert_eq!(failed.data["status"]["phase"], "Provisioning");
+    // With only spec.bootstrap.dataSecretName the Machine never leaves Pending before a
+    // providerID (bootstrapDataSecretCreated stays unset in Cluster API v1.14).
+    assert_eq!(failed.data["status"]["phase"], "Pending");
     assert!(failed.data["spec"]["providerID"].is_null());
 
-    // No providerID: the provider has passed its delay and says so; the Machine mirrors it
-    // and stays Provisioning without a providerID.
+    // No providerID: the provider has passed its delay and says so; the Machine (bootstrap
+    // ready through the KubeadmConfig) mirrors it and stays Provisioning.
     let no_id = wait_obj(
         &machines,
         "m-no-id",
@@ -418,7 +464,16 @@ async fn failures_and_missing_provider_id_or_node() {
         },
     )
     .await;
-    assert_eq!(no_id.data["status"]["phase"], "Provisioning");
+    assert_eq!(
+        no_id.data["status"]["phase"], "Provisioning",
+        "{}",
+        no_id.data["status"]
+    );
+    assert_eq!(
+        no_id.data["status"]["initialization"]["bootstrapDataSecretCreated"],
+        true
+    );
+    assert_eq!(no_id.data["spec"]["bootstrap"]["dataSecretName"], "m-no-id");
     assert!(no_id.data["spec"]["providerID"].is_null());
     assert!(no_id.data["status"]["nodeRef"].is_null());
     let tm = infra.get("m-no-id").await.expect("TestMachine");
@@ -446,8 +501,36 @@ async fn failures_and_missing_provider_id_or_node() {
             .expect("get node")
             .is_none()
     );
-    eprintln!(
-        "no-node Machine conditions: {}",
-        no_node.data["status"]["conditions"]
+    let node_ready = condition(&no_node, "NodeReady").expect("NodeReady condition");
+    assert_eq!(node_ready["status"], "Unknown", "{node_ready}");
+    assert_eq!(node_ready["reason"], "InspectionFailed", "{node_ready}");
+    assert!(
+        node_ready["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("Waiting for a Node with spec.providerID"),
+        "{node_ready}"
+    );
+
+    // KubeadmConfig bootstrap: the Node registers with the join taint and node-labels.
+    wait_obj(
+        &machines,
+        "m-kubeadm",
+        "kubeadm-bootstrapped Machine Running",
+        Duration::from_secs(60),
+        |m| (m.data["status"]["phase"] == "Running").then_some(()),
+    )
+    .await;
+    let node = nodes.get("m-kubeadm").await.expect("Node");
+    assert_eq!(
+        node.labels().get("example.com/kubeadm").map(String::as_str),
+        Some("yes")
+    );
+    let taints = node.spec.and_then(|s| s.taints).unwrap_or_default();
+    assert!(
+        taints
+            .iter()
+            .any(|t| t.key == "karpenter.sh/unregistered" && t.effect == "NoExecute"),
+        "{taints:?}"
     );
 }
