@@ -11,7 +11,7 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchP
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use crate::metrics::Metrics;
 use crate::unavailable::UnavailableOfferings;
@@ -19,13 +19,20 @@ use templates::model::Catalog;
 
 /// `karpenter.sh/v1` NodeClaim.
 pub fn nodeclaim_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("karpenter.sh", "v1", "NodeClaim"), "nodeclaims")
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("karpenter.sh", "v1", "NodeClaim"),
+        "nodeclaims",
+    )
 }
 
 /// `karpenter.cluster.x-k8s.io/v1alpha1` ClusterAPINodeClass.
 pub fn nodeclass_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("karpenter.cluster.x-k8s.io", "v1alpha1", "ClusterAPINodeClass"),
+        &GroupVersionKind::gvk(
+            "karpenter.cluster.x-k8s.io",
+            "v1alpha1",
+            "ClusterAPINodeClass",
+        ),
         "clusterapinodeclasses",
     )
 }
@@ -107,7 +114,11 @@ impl Ctx {
     }
 
     pub fn machines_api(&self, namespace: &str) -> Api<DynamicObject> {
-        Api::namespaced_with(self.management.clone(), namespace, &crate::machine::machine_resource())
+        Api::namespaced_with(
+            self.management.clone(),
+            namespace,
+            &crate::machine::machine_resource(),
+        )
     }
 
     /// Merge-patches the NodeClaim's metadata (labels, annotations, finalizers).
@@ -121,14 +132,22 @@ impl Ctx {
     /// Merge-patches the NodeClaim's status (conditions are written whole).
     pub async fn patch_claim_status(&self, name: &str, status: Value) -> Result<(), Error> {
         self.nodeclaims_api()
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(&json!({ "status": status })))
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({ "status": status })),
+            )
             .await?;
         Ok(())
     }
 
     /// Deletes the NodeClaim (its finalizer then runs termination).
     pub async fn delete_claim(&self, name: &str) -> Result<(), Error> {
-        match self.nodeclaims_api().delete(name, &Default::default()).await {
+        match self
+            .nodeclaims_api()
+            .delete(name, &Default::default())
+            .await
+        {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
             Err(e) => Err(e.into()),
@@ -157,7 +176,13 @@ impl Ctx {
     }
 
     /// Publishes an event about any object (Node, Machine).
-    pub async fn event_for<K: Resource<DynamicType = ()>>(&self, obj: &K, type_: EventType, reason: &str, note: String) {
+    pub async fn event_for<K: Resource<DynamicType = ()>>(
+        &self,
+        obj: &K,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
         let reference = obj.object_ref(&());
         let event = Event {
             type_,
@@ -220,14 +245,27 @@ pub fn set_condition(
 
 /// Karpenter's `Ready` = Launched ∧ Registered ∧ Initialized.
 pub fn with_ready(conditions: Vec<Condition>, now: Timestamp) -> Vec<Condition> {
-    let get = |t: &str| conditions.iter().find(|c| c.type_ == t).map(|c| c.status.as_str());
+    let get = |t: &str| {
+        conditions
+            .iter()
+            .find(|c| c.type_ == t)
+            .map(|c| c.status.as_str())
+    };
     let parts = ["Launched", "Registered", "Initialized"];
     let all_true = parts.iter().all(|t| get(t) == Some("True"));
     let (status, reason, message) = if all_true {
         ("True", "Ready", String::new())
     } else {
-        let waiting: Vec<&str> = parts.iter().copied().filter(|t| get(t) != Some("True")).collect();
-        ("False", "NotReady", format!("waiting for {}", waiting.join(", ")))
+        let waiting: Vec<&str> = parts
+            .iter()
+            .copied()
+            .filter(|t| get(t) != Some("True"))
+            .collect();
+        (
+            "False",
+            "NotReady",
+            format!("waiting for {}", waiting.join(", ")),
+        )
     };
     set_condition(&conditions, "Ready", status, reason, &message, None, now)
 }
@@ -241,14 +279,26 @@ mod tests {
         let t0: Timestamp = "2026-11-22T10:00:00Z".parse().expect("time");
         let t1: Timestamp = "2026-11-22T10:05:00Z".parse().expect("time");
         let c = set_condition(&[], "Launched", "Unknown", "LaunchFailed", "boom", None, t0);
-        let c = set_condition(&c, "Launched", "Unknown", "LaunchFailed", "boom again", None, t1);
+        let c = set_condition(
+            &c,
+            "Launched",
+            "Unknown",
+            "LaunchFailed",
+            "boom again",
+            None,
+            t1,
+        );
         assert_eq!(c[0].last_transition_time.0, t0);
         assert_eq!(c[0].message, "boom again");
         let c = set_condition(&c, "Launched", "True", "Launched", "", None, t1);
         assert_eq!(c[0].last_transition_time.0, t1);
         let long = "x".repeat(400);
         let c = set_condition(&c, "Launched", "False", "LaunchFailed", &long, None, t1);
-        assert_eq!(c[0].message.len(), 300, "messages are cut to 300 characters");
+        assert_eq!(
+            c[0].message.len(),
+            300,
+            "messages are cut to 300 characters"
+        );
     }
 
     #[test]
@@ -258,9 +308,17 @@ mod tests {
         c = set_condition(&c, "Registered", "True", "Registered", "", None, now);
         let r = with_ready(c.clone(), now);
         let ready = r.iter().find(|c| c.type_ == "Ready").expect("ready");
-        assert_eq!((ready.status.as_str(), ready.message.as_str()), ("False", "waiting for Initialized"));
+        assert_eq!(
+            (ready.status.as_str(), ready.message.as_str()),
+            ("False", "waiting for Initialized")
+        );
         c = set_condition(&c, "Initialized", "True", "Initialized", "", None, now);
         let r = with_ready(c, now);
-        assert_eq!(r.iter().find(|c| c.type_ == "Ready").map(|c| c.status.as_str()), Some("True"));
+        assert_eq!(
+            r.iter()
+                .find(|c| c.type_ == "Ready")
+                .map(|c| c.status.as_str()),
+            Some("True")
+        );
     }
 }

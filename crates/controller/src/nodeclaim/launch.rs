@@ -13,21 +13,21 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
-use kube::ResourceExt;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::claim::Claim;
-use super::context::{nodeclass_resource, set_condition, with_ready, Ctx, Error};
+use super::context::{Ctx, Error, nodeclass_resource, set_condition, with_ready};
 use super::offering::{choose, requests_from_quantities};
-use crate::clone::{clone_template, inject_unregistered_taint, CloneTarget};
-use crate::machine::{build_machine, Bootstrap, MachineParams, ObjectRef as CapiRef};
+use crate::clone::{CloneTarget, clone_template, inject_unregistered_taint};
+use crate::machine::{Bootstrap, MachineParams, ObjectRef as CapiRef, build_machine};
 use crate::metrics::NodePoolLabels;
 use crate::names;
-use crate::nodeclass::{parse_duration, NodeClass};
+use crate::nodeclass::{NodeClass, parse_duration};
 
 /// A `{apiVersion, kind, name}` of an object launch created or read.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,10 +40,16 @@ pub struct TypedRef {
 
 impl TypedRef {
     pub fn group(&self) -> &str {
-        self.api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("")
+        self.api_version
+            .rsplit_once('/')
+            .map(|(g, _)| g)
+            .unwrap_or("")
     }
     pub fn version(&self) -> &str {
-        self.api_version.rsplit_once('/').map(|(_, v)| v).unwrap_or(&self.api_version)
+        self.api_version
+            .rsplit_once('/')
+            .map(|(_, v)| v)
+            .unwrap_or(&self.api_version)
     }
     fn capi_ref(&self) -> CapiRef {
         CapiRef {
@@ -90,7 +96,7 @@ impl Plan {
 /// What the lifecycle does after launch.
 pub enum Launch {
     /// Launched: go on with registration.
-    Launched(Plan),
+    Launched(Box<Plan>),
     /// The NodeClaim was deleted (nothing can be launched for it).
     Deleted,
 }
@@ -103,47 +109,79 @@ fn kind_without_template(kind: &str) -> String {
 pub async fn reconcile(ctx: &Ctx, obj: &DynamicObject, claim: &Claim) -> Result<Launch, Error> {
     if let Some(plan) = Plan::from_annotations(&claim.annotations) {
         if claim.is_true("Launched") {
-            return Ok(Launch::Launched(plan));
+            return Ok(Launch::Launched(Box::new(plan)));
         }
         return create(ctx, claim, plan).await;
     }
     // NodeClass must exist and be Ready (Karpenter deletes the NodeClaim otherwise).
-    let Some(nc_obj) = ctx
-        .nodeclasses
-        .get(&ObjectRef::new_with(&claim.node_class, nodeclass_resource()))
-    else {
-        return refuse(ctx, obj, "NodeClassNotReady", format!("ClusterAPINodeClass {:?} not found", claim.node_class)).await;
+    let Some(nc_obj) = ctx.nodeclasses.get(&ObjectRef::new_with(
+        &claim.node_class,
+        nodeclass_resource(),
+    )) else {
+        return refuse(
+            ctx,
+            obj,
+            "NodeClassNotReady",
+            format!("ClusterAPINodeClass {:?} not found", claim.node_class),
+        )
+        .await;
     };
-    let nodeclass = NodeClass::from_json(&serde_json::to_value(&*nc_obj).map_err(|source| Error::Decode {
-        what: "ClusterAPINodeClass".into(),
-        source,
-    })?)
-    .map_err(|source| Error::Decode {
-        what: format!("ClusterAPINodeClass {}", claim.node_class),
-        source,
-    })?;
+    let nodeclass =
+        NodeClass::from_json(
+            &serde_json::to_value(&*nc_obj).map_err(|source| Error::Decode {
+                what: "ClusterAPINodeClass".into(),
+                source,
+            })?,
+        )
+        .map_err(|source| Error::Decode {
+            what: format!("ClusterAPINodeClass {}", claim.node_class),
+            source,
+        })?;
     let (ready, why) = nodeclass.readiness();
     if !ready {
-        return refuse(ctx, obj, "NodeClassNotReady", format!("ClusterAPINodeClass {} is not ready: {why}", nodeclass.name)).await;
+        return refuse(
+            ctx,
+            obj,
+            "NodeClassNotReady",
+            format!("ClusterAPINodeClass {} is not ready: {why}", nodeclass.name),
+        )
+        .await;
     }
     let Some(catalog) = ctx.catalogs.catalog(&nodeclass.name) else {
-        return refuse(ctx, obj, "NodeClassNotReady", format!("ClusterAPINodeClass {} has no catalog yet", nodeclass.name)).await;
+        return refuse(
+            ctx,
+            obj,
+            "NodeClassNotReady",
+            format!("ClusterAPINodeClass {} has no catalog yet", nodeclass.name),
+        )
+        .await;
     };
-    let requests = match requests_from_quantities(claim.requests.iter().map(|(k, v)| (k, v.as_str()))) {
-        Ok(r) => r,
-        Err(e) => return refuse(ctx, obj, "LaunchFailed", e).await,
-    };
-    let choice = match choose(&catalog, &claim.requirements, &requests, &ctx.unavailable, Instant::now()) {
+    let requests =
+        match requests_from_quantities(claim.requests.iter().map(|(k, v)| (k, v.as_str()))) {
+            Ok(r) => r,
+            Err(e) => return refuse(ctx, obj, "LaunchFailed", e).await,
+        };
+    let choice = match choose(
+        &catalog,
+        &claim.requirements,
+        &requests,
+        &ctx.unavailable,
+        Instant::now(),
+    ) {
         Ok(c) => c,
         Err(e) => return refuse(ctx, obj, "InsufficientCapacityError", e.to_string()).await,
     };
     let ns = nodeclass.cluster.namespace.clone();
     let template = &choice.offering.template;
-    let bootstrap_template = nodeclass.bootstrap.config_template_ref.as_ref().map(|r| TypedRef {
-        api_version: String::new(), // resolved at creation (the template's served version)
-        kind: r.kind.clone(),
-        name: r.name.clone(),
-    });
+    let bootstrap_template = nodeclass
+        .bootstrap
+        .config_template_ref
+        .as_ref()
+        .map(|r| TypedRef {
+            api_version: String::new(), // resolved at creation (the template's served version)
+            kind: r.kind.clone(),
+            name: r.name.clone(),
+        });
     let bootstrap_group = nodeclass
         .bootstrap
         .config_template_ref
@@ -175,8 +213,20 @@ pub async fn reconcile(ctx: &Ctx, obj: &DynamicObject, claim: &Claim) -> Result<
         data_secret_name: nodeclass.bootstrap.data_secret_name.clone(),
         failure_domain: choice.offering.zone.clone(),
         labels: choice.labels.clone(),
-        capacity: choice.instance_type.capacity.to_resource_list().into_iter().map(|(k, v)| (k, v.0)).collect(),
-        allocatable: choice.instance_type.allocatable.to_resource_list().into_iter().map(|(k, v)| (k, v.0)).collect(),
+        capacity: choice
+            .instance_type
+            .capacity
+            .to_resource_list()
+            .into_iter()
+            .map(|(k, v)| (k, v.0))
+            .collect(),
+        allocatable: choice
+            .instance_type
+            .allocatable
+            .to_resource_list()
+            .into_iter()
+            .map(|(k, v)| (k, v.0))
+            .collect(),
     };
     // Record the plan first: from here on every restart resumes exactly this launch.
     let plan_json = serde_json::to_string(&plan).map_err(|source| Error::Decode {
@@ -198,9 +248,15 @@ pub async fn reconcile(ctx: &Ctx, obj: &DynamicObject, claim: &Claim) -> Result<
 }
 
 /// Deletes a NodeClaim that cannot be launched, with the Karpenter event reason.
-async fn refuse(ctx: &Ctx, obj: &DynamicObject, reason: &str, message: String) -> Result<Launch, Error> {
+async fn refuse(
+    ctx: &Ctx,
+    obj: &DynamicObject,
+    reason: &str,
+    message: String,
+) -> Result<Launch, Error> {
     tracing::info!(nodeclaim = %obj.name_any(), reason, %message, "launch refused; deleting nodeclaim");
-    ctx.event(obj, EventType::Warning, reason, message.clone()).await;
+    ctx.event(obj, EventType::Warning, reason, message.clone())
+        .await;
     let claim = Claim::from_json(&serde_json::to_value(obj).map_err(|source| Error::Decode {
         what: "NodeClaim".into(),
         source,
@@ -209,9 +265,20 @@ async fn refuse(ctx: &Ctx, obj: &DynamicObject, reason: &str, message: String) -
         what: "NodeClaim".into(),
         source,
     })?;
-    let conditions = set_condition(&claim.conditions, "Launched", "False", reason, &message, None, Timestamp::now());
-    ctx.patch_claim_status(&claim.name, json!({"conditions": with_ready(conditions, Timestamp::now())}))
-        .await?;
+    let conditions = set_condition(
+        &claim.conditions,
+        "Launched",
+        "False",
+        reason,
+        &message,
+        None,
+        Timestamp::now(),
+    );
+    ctx.patch_claim_status(
+        &claim.name,
+        json!({"conditions": with_ready(conditions, Timestamp::now())}),
+    )
+    .await?;
     ctx.delete_claim(&claim.name).await?;
     Ok(Launch::Deleted)
 }
@@ -226,29 +293,46 @@ async fn resource(ctx: &Ctx, api_version: &str, kind: &str) -> Result<ApiResourc
 
 /// Resolves the served version of a group/kind (the bootstrap template may be given by
 /// group only): the preferred version.
-async fn preferred_api_version(ctx: &Ctx, group: &str, kind: &str) -> Result<(String, ApiResource), Error> {
+async fn preferred_api_version(
+    ctx: &Ctx,
+    group: &str,
+    kind: &str,
+) -> Result<(String, ApiResource), Error> {
     let apigroup = kube::discovery::oneshot::group(&ctx.management, group).await?;
     for (ar, _) in apigroup.versioned_resources(apigroup.preferred_version_or_latest()) {
         if ar.kind == kind {
             return Ok((ar.api_version.clone(), ar));
         }
     }
-    Err(Error::Launch(format!("kind {kind} is not served in group {group}")))
+    Err(Error::Launch(format!(
+        "kind {kind} is not served in group {group}"
+    )))
 }
 
 /// Creates `object` unless it exists; an existing one must belong to this NodeClaim.
-async fn create_or_adopt(api: &Api<DynamicObject>, object: &DynamicObject, uid: &str) -> Result<(), Error> {
+async fn create_or_adopt(
+    api: &Api<DynamicObject>,
+    object: &DynamicObject,
+    uid: &str,
+) -> Result<(), Error> {
     match api.create(&PostParams::default(), object).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 409 => {
             let existing = api.get(&object.name_any()).await?;
-            let owner = existing.annotations().get(names::NODECLAIM_UID_ANNOTATION).cloned();
+            let owner = existing
+                .annotations()
+                .get(names::NODECLAIM_UID_ANNOTATION)
+                .cloned();
             if owner.as_deref() == Some(uid) {
                 Ok(())
             } else {
                 Err(Error::Launch(format!(
                     "{} {} exists and belongs to another NodeClaim (uid {:?})",
-                    object.types.as_ref().map(|t| t.kind.as_str()).unwrap_or("object"),
+                    object
+                        .types
+                        .as_ref()
+                        .map(|t| t.kind.as_str())
+                        .unwrap_or("object"),
                     object.name_any(),
                     owner
                 )))
@@ -262,7 +346,9 @@ async fn delete_quietly(api: &Api<DynamicObject>, name: &str) {
     match api.delete(name, &Default::default()).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 404 => {}
-        Err(e) => tracing::warn!(name, error = %e, "rolling back a clone failed; garbage collection will retry"),
+        Err(e) => {
+            tracing::warn!(name, error = %e, "rolling back a clone failed; garbage collection will retry")
+        }
     }
 }
 
@@ -271,12 +357,19 @@ async fn create(ctx: &Ctx, claim: &Claim, mut plan: Plan) -> Result<Launch, Erro
     let started = Instant::now();
     let nodeclass = ctx
         .nodeclasses
-        .get(&ObjectRef::new_with(&claim.node_class, nodeclass_resource()))
+        .get(&ObjectRef::new_with(
+            &claim.node_class,
+            nodeclass_resource(),
+        ))
         .and_then(|o| serde_json::to_value(&*o).ok())
         .and_then(|v| NodeClass::from_json(&v).ok())
         .unwrap_or_default();
     let ns = plan.namespace.clone();
-    let nodepool = claim.labels.get(names::NODEPOOL_LABEL).cloned().unwrap_or_default();
+    let nodepool = claim
+        .labels
+        .get(names::NODEPOOL_LABEL)
+        .cloned()
+        .unwrap_or_default();
     let mut labels: BTreeMap<String, String> = nodeclass.machine.labels.clone();
     labels.insert(names::NODEPOOL_LABEL.into(), nodepool.clone());
     labels.insert(names::NODECLAIM_LABEL.into(), claim.name.clone());
@@ -299,13 +392,17 @@ async fn create(ctx: &Ctx, claim: &Claim, mut plan: Plan) -> Result<Launch, Erro
         let (api_version, ar) = preferred_api_version(ctx, &bt.api_version, &bt.kind).await?;
         let templates: Api<DynamicObject> = Api::namespaced_with(ctx.management.clone(), &ns, &ar);
         let template = templates.get(&bt.name).await?;
-        let mut config = clone_template(&template, &target).map_err(|e| Error::Launch(e.to_string()))?;
+        let mut config =
+            clone_template(&template, &target).map_err(|e| Error::Launch(e.to_string()))?;
         uid_annotation(&mut config);
-        if bt.kind == "KubeadmConfigTemplate" && nodeclass.bootstrap.inject_unregistered_taint != Some(false) {
+        if bt.kind == "KubeadmConfigTemplate"
+            && nodeclass.bootstrap.inject_unregistered_taint != Some(false)
+        {
             inject_unregistered_taint(&mut config);
         }
         let config_ar = resource(ctx, &api_version, &kind_without_template(&bt.kind)).await?;
-        let configs: Api<DynamicObject> = Api::namespaced_with(ctx.management.clone(), &ns, &config_ar);
+        let configs: Api<DynamicObject> =
+            Api::namespaced_with(ctx.management.clone(), &ns, &config_ar);
         create_or_adopt(&configs, &config, &claim.uid).await?;
         created.push((configs, plan.machine.clone()));
         let r = TypedRef {
@@ -326,13 +423,21 @@ async fn create(ctx: &Ctx, claim: &Claim, mut plan: Plan) -> Result<Launch, Erro
     // InfraMachine from the InfrastructureMachineTemplate.
     let it = &plan.infrastructure_template;
     let template_ar = resource(ctx, &it.api_version, &it.kind).await?;
-    let templates: Api<DynamicObject> = Api::namespaced_with(ctx.management.clone(), &ns, &template_ar);
+    let templates: Api<DynamicObject> =
+        Api::namespaced_with(ctx.management.clone(), &ns, &template_ar);
     let infra_result = async {
         let template = templates.get(&it.name).await?;
-        let mut infra = clone_template(&template, &target).map_err(|e| Error::Launch(e.to_string()))?;
+        let mut infra =
+            clone_template(&template, &target).map_err(|e| Error::Launch(e.to_string()))?;
         uid_annotation(&mut infra);
-        let infra_ar = resource(ctx, &plan.infrastructure.api_version, &plan.infrastructure.kind).await?;
-        let infras: Api<DynamicObject> = Api::namespaced_with(ctx.management.clone(), &ns, &infra_ar);
+        let infra_ar = resource(
+            ctx,
+            &plan.infrastructure.api_version,
+            &plan.infrastructure.kind,
+        )
+        .await?;
+        let infras: Api<DynamicObject> =
+            Api::namespaced_with(ctx.management.clone(), &ns, &infra_ar);
         create_or_adopt(&infras, &infra, &claim.uid).await?;
         Ok::<_, Error>(infras)
     }
@@ -349,7 +454,11 @@ async fn create(ctx: &Ctx, claim: &Claim, mut plan: Plan) -> Result<Launch, Erro
     created.push((infras, plan.machine.clone()));
 
     // The Machine.
-    let d = |s: &Option<String>| s.as_deref().and_then(parse_duration).map(|d| d.as_secs() as i64);
+    let d = |s: &Option<String>| {
+        s.as_deref()
+            .and_then(parse_duration)
+            .map(|d| d.as_secs() as i64)
+    };
     let mut annotations = nodeclass.machine.annotations.clone();
     annotations.insert(names::NODECLAIM_UID_ANNOTATION.into(), claim.uid.clone());
     let machine = build_machine(&MachineParams {
@@ -378,9 +487,20 @@ async fn create(ctx: &Ctx, claim: &Claim, mut plan: Plan) -> Result<Launch, Erro
             delete_quietly(api, name).await;
         }
         let now = Timestamp::now();
-        let conditions = set_condition(&claim.conditions, "Launched", "Unknown", "LaunchFailed", &e.to_string(), None, now);
+        let conditions = set_condition(
+            &claim.conditions,
+            "Launched",
+            "Unknown",
+            "LaunchFailed",
+            &e.to_string(),
+            None,
+            now,
+        );
         let _ = ctx
-            .patch_claim_status(&claim.name, json!({"conditions": with_ready(conditions, now)}))
+            .patch_claim_status(
+                &claim.name,
+                json!({"conditions": with_ready(conditions, now)}),
+            )
             .await;
         ctx.metrics
             .cloudprovider_errors
@@ -416,7 +536,15 @@ async fn create(ctx: &Ctx, claim: &Claim, mut plan: Plan) -> Result<Launch, Erro
     )
     .await?;
     let now = Timestamp::now();
-    let conditions = set_condition(&claim.conditions, "Launched", "True", "Launched", "", None, now);
+    let conditions = set_condition(
+        &claim.conditions,
+        "Launched",
+        "True",
+        "Launched",
+        "",
+        None,
+        now,
+    );
     ctx.patch_claim_status(
         &claim.name,
         json!({
@@ -432,7 +560,7 @@ async fn create(ctx: &Ctx, claim: &Claim, mut plan: Plan) -> Result<Launch, Erro
         .inc();
     tracing::info!(nodeclaim = %claim.name, machine = %format!("{ns}/{}", plan.machine), instance_type = %plan.instance_type,
         zone = ?plan.zone, "launched machine");
-    Ok(Launch::Launched(plan))
+    Ok(Launch::Launched(Box::new(plan)))
 }
 
 /// The Kubernetes version of a Cluster: `spec.topology.version`, else its control plane's
@@ -447,7 +575,11 @@ async fn cluster_version(ctx: &Ctx, ns: &str, cluster: &str) -> Option<String> {
         ),
     );
     let c = clusters.get(cluster).await.ok()?;
-    if let Some(v) = c.data.pointer("/spec/topology/version").and_then(|v| v.as_str()) {
+    if let Some(v) = c
+        .data
+        .pointer("/spec/topology/version")
+        .and_then(|v| v.as_str())
+    {
         return Some(v.to_string());
     }
     let cp = c.data.pointer("/spec/controlPlaneRef")?;
@@ -457,5 +589,8 @@ async fn cluster_version(ctx: &Ctx, ns: &str, cluster: &str) -> Option<String> {
     let (_, ar) = preferred_api_version(ctx, group, kind).await.ok()?;
     let cps: Api<DynamicObject> = Api::namespaced_with(ctx.management.clone(), ns, &ar);
     let obj = cps.get(name).await.ok()?;
-    obj.data.pointer("/spec/version").and_then(|v| v.as_str()).map(str::to_string)
+    obj.data
+        .pointer("/spec/version")
+        .and_then(|v| v.as_str())
+        .map(str::to_string)
 }

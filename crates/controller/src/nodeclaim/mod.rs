@@ -4,5 +4,9 @@
 pub mod claim;
 pub mod context;
 pub mod launch;
+pub mod lifecycle;
+pub mod liveness;
 pub mod node_sync;
 pub mod offering;
+pub mod registration;
+pub mod termination;

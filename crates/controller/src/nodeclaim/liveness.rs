@@ -1,0 +1,292 @@
+//! Liveness and repair: a NodeClaim whose Machine gets no providerID within the NodeClass
+//! `launchTimeout`, or whose Node does not register within `registrationTimeout`, is deleted;
+//! a Machine whose infrastructure reports a failure marks its offering unavailable and is
+//! replaced; a Node NotReady/Unknown for longer than the repair period is replaced (CAPI's
+//! MachineHealthCheck does not remediate orphan Machines); a launched NodeClaim whose Machine
+//! has disappeared is deleted.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::jiff::Timestamp;
+use kube::api::DynamicObject;
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
+
+use super::claim::Claim;
+use super::context::{Ctx, Error};
+use super::launch::Plan;
+use crate::machine;
+use crate::unavailable::OfferingKey;
+
+/// What liveness decided.
+#[derive(Debug, PartialEq)]
+pub enum Verdict {
+    /// Healthy for now; look again after this long (the nearest deadline).
+    Alive(Option<Duration>),
+    /// The NodeClaim was deleted.
+    Deleted,
+}
+
+/// Pure part: which deadline a NodeClaim has missed, if any.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Missed {
+    Launch,
+    Registration,
+    NodeUnhealthy(String),
+}
+
+/// Seconds between two timestamps (negative when `b` is before `a`).
+fn secs(a: Timestamp, b: Timestamp) -> f64 {
+    b.duration_since(a).as_secs_f64()
+}
+
+/// The liveness periods.
+#[derive(Clone, Copy, Debug)]
+pub struct Deadlines {
+    pub launch_timeout: Duration,
+    pub registration_timeout: Duration,
+    pub repair_after: Duration,
+}
+
+/// Decides liveness from times alone. `node_not_ready_since` is when the Node's Ready
+/// condition last left True (None when Ready or not registered).
+pub fn missed_deadline(
+    created: Timestamp,
+    now: Timestamp,
+    has_provider_id: bool,
+    registered: bool,
+    node_not_ready_since: Option<(Timestamp, String)>,
+    d: Deadlines,
+) -> Result<Option<Duration>, Missed> {
+    let Deadlines {
+        launch_timeout,
+        registration_timeout,
+        repair_after,
+    } = d;
+    let age = secs(created, now);
+    if !has_provider_id {
+        let left = launch_timeout.as_secs_f64() - age;
+        return if left <= 0.0 {
+            Err(Missed::Launch)
+        } else {
+            Ok(Some(Duration::from_secs_f64(left)))
+        };
+    }
+    if !registered {
+        let left = registration_timeout.as_secs_f64() - age;
+        return if left <= 0.0 {
+            Err(Missed::Registration)
+        } else {
+            Ok(Some(Duration::from_secs_f64(left)))
+        };
+    }
+    if let Some((since, status)) = node_not_ready_since {
+        let left = repair_after.as_secs_f64() - secs(since, now);
+        return if left <= 0.0 {
+            Err(Missed::NodeUnhealthy(status))
+        } else {
+            Ok(Some(Duration::from_secs_f64(left)))
+        };
+    }
+    Ok(None)
+}
+
+/// Runs liveness for a launched NodeClaim.
+pub async fn reconcile(
+    ctx: &Ctx,
+    obj: &DynamicObject,
+    claim: &Claim,
+    plan: &Plan,
+    launch_timeout: Duration,
+    registration_timeout: Duration,
+) -> Result<Verdict, Error> {
+    let now = Timestamp::now();
+    let machine = ctx.machines.get(
+        &ObjectRef::new_with(&plan.machine, machine::machine_resource()).within(&plan.namespace),
+    );
+
+    // Infrastructure failure: this offering is unavailable for a while; replace the claim.
+    if let Some(failure) = machine.as_deref().and_then(machine::infrastructure_failure) {
+        ctx.unavailable.mark(
+            OfferingKey {
+                instance_type: plan.instance_type.clone(),
+                zone: plan.zone.clone(),
+                capacity_type: plan.capacity_type.clone(),
+            },
+            failure.clone(),
+            Instant::now(),
+        );
+        ctx.event(
+            obj,
+            EventType::Warning,
+            "InsufficientCapacityError",
+            format!(
+                "Machine {}/{} failed ({failure}); offering {} {} {} marked unavailable",
+                plan.namespace,
+                plan.machine,
+                plan.instance_type,
+                plan.zone.as_deref().unwrap_or("-"),
+                plan.capacity_type
+            ),
+        )
+        .await;
+        ctx.delete_claim(&claim.name).await?;
+        return Ok(Verdict::Deleted);
+    }
+
+    // The Machine is gone although we launched it (deleted behind our back).
+    if machine.is_none() && claim.is_true("Launched") {
+        let still_there = ctx
+            .machines_api(&plan.namespace)
+            .get_opt(&plan.machine)
+            .await?;
+        if still_there.is_none() {
+            ctx.event(
+                obj,
+                EventType::Warning,
+                "MachineDeleted",
+                format!(
+                    "Machine {}/{} no longer exists",
+                    plan.namespace, plan.machine
+                ),
+            )
+            .await;
+            ctx.delete_claim(&claim.name).await?;
+            return Ok(Verdict::Deleted);
+        }
+    }
+
+    let created = obj
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0)
+        .unwrap_or(now);
+    let node_not_ready_since = claim
+        .node_name
+        .as_ref()
+        .and_then(|n| ctx.nodes.get(&ObjectRef::new(n)))
+        .and_then(|node| {
+            let cond = node
+                .status
+                .as_ref()?
+                .conditions
+                .as_ref()?
+                .iter()
+                .find(|c| c.type_ == "Ready")?
+                .clone();
+            (cond.status != "True").then(|| {
+                let since = cond.last_transition_time.map(|t| t.0).unwrap_or(now);
+                (since, format!("Ready={}", cond.status))
+            })
+        });
+    match missed_deadline(
+        created,
+        now,
+        claim.provider_id.is_some(),
+        claim.is_true("Registered"),
+        node_not_ready_since,
+        Deadlines {
+            launch_timeout,
+            registration_timeout,
+            repair_after: ctx.settings.node_repair_after,
+        },
+    ) {
+        Ok(next) => Ok(Verdict::Alive(next)),
+        Err(missed) => {
+            let (reason, message) = match missed {
+                Missed::Launch => (
+                    "LaunchTimeout",
+                    format!(
+                        "Machine {}/{} got no providerID within {launch_timeout:?}",
+                        plan.namespace, plan.machine
+                    ),
+                ),
+                Missed::Registration => (
+                    "RegistrationTimeout",
+                    format!(
+                        "no Node registered with providerID {:?} within {registration_timeout:?}",
+                        claim.provider_id
+                    ),
+                ),
+                Missed::NodeUnhealthy(status) => (
+                    "NodeRepair",
+                    format!(
+                        "Node {} has been {status} for more than {:?}; replacing it",
+                        claim.node_name.as_deref().unwrap_or("?"),
+                        ctx.settings.node_repair_after
+                    ),
+                ),
+            };
+            tracing::info!(nodeclaim = %claim.name, reason, %message, "deleting nodeclaim");
+            ctx.event(obj, EventType::Warning, reason, message).await;
+            ctx.delete_claim(&claim.name).await?;
+            Ok(Verdict::Deleted)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> Timestamp {
+        s.parse().expect("time")
+    }
+
+    const LT: Duration = Duration::from_secs(600);
+    const RT: Duration = Duration::from_secs(900);
+    const REPAIR: Duration = Duration::from_secs(600);
+    const D: Deadlines = Deadlines {
+        launch_timeout: LT,
+        registration_timeout: RT,
+        repair_after: REPAIR,
+    };
+
+    #[test]
+    fn launch_and_registration_deadlines() {
+        let created = t("2026-11-22T10:00:00Z");
+        assert_eq!(
+            missed_deadline(created, t("2026-11-22T10:09:00Z"), false, false, None, D),
+            Ok(Some(Duration::from_secs(60)))
+        );
+        assert_eq!(
+            missed_deadline(created, t("2026-11-22T10:10:00Z"), false, false, None, D),
+            Err(Missed::Launch)
+        );
+        assert_eq!(
+            missed_deadline(created, t("2026-11-22T10:14:00Z"), true, false, None, D),
+            Ok(Some(Duration::from_secs(60)))
+        );
+        assert_eq!(
+            missed_deadline(created, t("2026-11-22T10:15:00Z"), true, false, None, D),
+            Err(Missed::Registration)
+        );
+        assert_eq!(
+            missed_deadline(created, t("2026-11-23T10:00:00Z"), true, true, None, D),
+            Ok(None),
+            "a registered, healthy node lives on"
+        );
+    }
+
+    #[test]
+    fn unhealthy_node_is_repaired_after_the_period() {
+        let created = t("2026-11-22T10:00:00Z");
+        let since = Some((t("2026-11-22T11:00:00Z"), "Ready=Unknown".to_string()));
+        assert_eq!(
+            missed_deadline(
+                created,
+                t("2026-11-22T11:05:00Z"),
+                true,
+                true,
+                since.clone(),
+                D
+            ),
+            Ok(Some(Duration::from_secs(300)))
+        );
+        assert_eq!(
+            missed_deadline(created, t("2026-11-22T11:10:00Z"), true, true, since, D),
+            Err(Missed::NodeUnhealthy("Ready=Unknown".into()))
+        );
+    }
+}

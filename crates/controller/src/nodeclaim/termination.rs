@@ -1,0 +1,170 @@
+//! Termination of a NodeClaim being deleted: `InstanceTerminating=True`, delete the Machine
+//! (Cluster API drains the Node, then deletes the InfraMachine, the bootstrap config and the
+//! Node), wait until it is gone, delete whatever of the plan is left (clones, Node), release
+//! our finalizer on the Node, then release the NodeClaim's finalizer.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::{Api, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::runtime::events::EventType;
+use serde_json::json;
+
+use super::claim::Claim;
+use super::context::{Ctx, Error, set_condition, with_ready};
+use super::launch::{Plan, TypedRef};
+use crate::metrics::TerminatedLabels;
+use crate::names;
+
+/// Termination's result: done (finalizer released) or look again later.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Termination {
+    Done,
+    Waiting(Duration),
+}
+
+async fn delete_typed(ctx: &Ctx, ns: &str, r: &TypedRef) -> Result<bool, Error> {
+    let (group, version) = r
+        .api_version
+        .rsplit_once('/')
+        .unwrap_or(("", r.api_version.as_str()));
+    let gvk = GroupVersionKind::gvk(group, version, &r.kind);
+    let ar = match kube::discovery::pinned_kind(&ctx.management, &gvk).await {
+        Ok((ar, _)) => ar,
+        // The kind is no longer served: nothing of it can be left.
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
+        Err(e) => return Err(e.into()),
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.management.clone(), ns, &ar);
+    match api.delete(&r.name, &Default::default()).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Removes our finalizer from a Node (and deletes it if it is still there).
+async fn release_node(ctx: &Ctx, name: &str) -> Result<(), Error> {
+    let nodes: Api<Node> = Api::all(ctx.workload.clone());
+    let Some(node) = nodes.get_opt(name).await? else {
+        return Ok(());
+    };
+    let finalizers: Vec<String> = node
+        .finalizers()
+        .iter()
+        .filter(|f| *f != names::TERMINATION_FINALIZER)
+        .cloned()
+        .collect();
+    if finalizers.len() != node.finalizers().len() {
+        nodes
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"resourceVersion": node.resource_version(), "finalizers": finalizers}})),
+            )
+            .await?;
+    }
+    if node.metadata.deletion_timestamp.is_none() {
+        match nodes.delete(name, &Default::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+pub async fn reconcile(
+    ctx: &Ctx,
+    obj: &DynamicObject,
+    claim: &Claim,
+) -> Result<Termination, Error> {
+    let now = Timestamp::now();
+    if !claim.is_true("InstanceTerminating") {
+        let c = set_condition(
+            &claim.conditions,
+            "InstanceTerminating",
+            "True",
+            "InstanceTerminating",
+            "",
+            None,
+            now,
+        );
+        ctx.patch_claim_status(&claim.name, json!({"conditions": with_ready(c, now)}))
+            .await?;
+    }
+    if let Some(plan) = Plan::from_annotations(&claim.annotations) {
+        let machines = ctx.machines_api(&plan.namespace);
+        if let Some(m) = machines.get_opt(&plan.machine).await? {
+            let ours = m.annotations().get(names::NODECLAIM_UID_ANNOTATION) == Some(&claim.uid);
+            if ours {
+                if m.metadata.deletion_timestamp.is_none() {
+                    machines.delete(&plan.machine, &Default::default()).await?;
+                    ctx.event(
+                        obj,
+                        EventType::Normal,
+                        "DisruptionTerminating",
+                        format!(
+                            "Deleting Machine {}/{}; Cluster API drains and removes the node",
+                            plan.namespace, plan.machine
+                        ),
+                    )
+                    .await;
+                }
+                return Ok(Termination::Waiting(ctx.settings.poll));
+            }
+        }
+        // Machine gone: anything of the plan that is left (a launch interrupted before the
+        // Machine existed, or a provider that did not clean up).
+        delete_typed(ctx, &plan.namespace, &plan.infrastructure).await?;
+        if let Some(b) = &plan.bootstrap {
+            delete_typed(ctx, &plan.namespace, b).await?;
+        }
+    }
+    if let Some(node) = &claim.node_name {
+        release_node(ctx, node).await?;
+    }
+    // Release the NodeClaim's finalizer (merge patch with the resourceVersion we read).
+    let finalizers: Vec<String> = obj
+        .finalizers()
+        .iter()
+        .filter(|f| *f != names::TERMINATION_FINALIZER)
+        .cloned()
+        .collect();
+    ctx.patch_claim(
+        &claim.name,
+        json!({"metadata": {"resourceVersion": obj.resource_version(), "finalizers": finalizers}}),
+    )
+    .await?;
+    ctx.metrics
+        .nodeclaims_terminated
+        .get_or_create(&TerminatedLabels {
+            nodepool: claim
+                .labels
+                .get(names::NODEPOOL_LABEL)
+                .cloned()
+                .unwrap_or_default(),
+            capacity_type: claim
+                .labels
+                .get("karpenter.sh/capacity-type")
+                .cloned()
+                .unwrap_or_default(),
+        })
+        .inc();
+    if claim.node_name.is_some() {
+        ctx.metrics
+            .nodes_terminated
+            .get_or_create(&crate::metrics::NodePoolLabels {
+                nodepool: claim
+                    .labels
+                    .get(names::NODEPOOL_LABEL)
+                    .cloned()
+                    .unwrap_or_default(),
+            })
+            .inc();
+    }
+    tracing::info!(nodeclaim = %claim.name, "terminated");
+    Ok(Termination::Done)
+}
