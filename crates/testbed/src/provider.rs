@@ -1286,3 +1286,27 @@ mod tests {
         assert!(!is_subset(&json!({"a": 2}), &have));
     }
 }
+
+#[cfg(test)]
+mod crd_file {
+    /// `crates/testbed/crds/test-provider.yaml` is generated from [`super::crds`]; regenerate
+    /// with `TESTBED_UPDATE_CRDS=1 cargo test -p testbed --lib`.
+    #[test]
+    fn crd_yaml_is_current() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crds/test-provider.yaml");
+        let want = format!(
+            "# Generated from crates/testbed/src/provider.rs (crds()); do not edit.\n{}",
+            super::crds_yaml().expect("CRDs serialize")
+        );
+        if std::env::var_os("TESTBED_UPDATE_CRDS").is_some() {
+            std::fs::create_dir_all(path.parent().expect("has a parent")).expect("mkdir crds");
+            std::fs::write(&path, &want).expect("write CRD YAML");
+        }
+        let have = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            have == want,
+            "{} is stale: run TESTBED_UPDATE_CRDS=1 cargo test -p testbed --lib",
+            path.display()
+        );
+    }
+}
