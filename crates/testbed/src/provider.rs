@@ -35,7 +35,8 @@
 //!
 //! Node labels and taints, merged in this order (later wins):
 //! `kubernetes.io/hostname`, `kubernetes.io/arch`/`os` (from `spec.nodeInfo`, default
-//! amd64/linux), `node.kubernetes.io/instance-type` (`spec.instanceType`),
+//! amd64/linux), `node.kubernetes.io/instance-type` (`spec.instanceType`, else the
+//! `cluster.x-k8s.io/cloned-from-name` annotation: the template name, as the catalog does),
 //! `topology.kubernetes.io/zone` (the Machine's failure domain); then what the bootstrap data
 //! asks for: a referenced `KubeadmConfig`'s `spec.joinConfiguration.nodeRegistration.taints` and
 //! the `node-labels` kubelet extra arg, or, for `dataSecretName` Secrets, a `value` that is a
@@ -99,6 +100,7 @@ pub const PROVIDER_ID_PREFIX: &str = "test://";
 
 const KWOK_ANNOTATION: &str = "kwok.x-k8s.io/node";
 const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+const CLONED_FROM_NAME_ANNOTATION: &str = "cluster.x-k8s.io/cloned-from-name";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -936,7 +938,12 @@ async fn build_node(
         .insert("kubernetes.io/hostname".into(), name.clone());
     reg.labels.insert("kubernetes.io/arch".into(), arch.into());
     reg.labels.insert("kubernetes.io/os".into(), os.into());
-    if let Some(it) = spec["instanceType"].as_str() {
+    let instance_type = spec["instanceType"].as_str().or_else(|| {
+        obj.annotations()
+            .get(CLONED_FROM_NAME_ANNOTATION)
+            .map(String::as_str)
+    });
+    if let Some(it) = instance_type {
         reg.labels
             .insert("node.kubernetes.io/instance-type".into(), it.into());
     }
