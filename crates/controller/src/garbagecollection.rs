@@ -50,6 +50,52 @@ pub fn names(objects: &[&DynamicObject]) -> Vec<String> {
     n
 }
 
+/// Every `interval`, deletes Machines of ours whose NodeClaim is gone (after `grace`).
+pub async fn run(
+    management: kube::Client,
+    machines: kube::runtime::reflector::Store<DynamicObject>,
+    nodeclaims: kube::runtime::reflector::Store<DynamicObject>,
+    interval: Duration,
+    grace: Duration,
+) {
+    let label = crate::names::NODECLAIM_LABEL;
+    loop {
+        tokio::time::sleep(interval).await;
+        if machines.wait_until_ready().await.is_err()
+            || nodeclaims.wait_until_ready().await.is_err()
+        {
+            return;
+        }
+        let all = machines.state();
+        let claims: std::collections::HashSet<String> =
+            nodeclaims.state().iter().map(|c| c.name_any()).collect();
+        let orphans = orphaned_machines(
+            all.iter().map(|m| m.as_ref()),
+            label,
+            |c| claims.contains(c),
+            Timestamp::now(),
+            grace,
+        );
+        for m in orphans {
+            let ns = m.namespace().unwrap_or_default();
+            let api: kube::Api<DynamicObject> = kube::Api::namespaced_with(
+                management.clone(),
+                &ns,
+                &crate::machine::machine_resource(),
+            );
+            match api.delete(&m.name_any(), &Default::default()).await {
+                Ok(_) => {
+                    tracing::info!(machine = %format!("{ns}/{}", m.name_any()), "garbage-collected machine without nodeclaim")
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => {
+                    tracing::warn!(machine = %m.name_any(), error = %e, "garbage collection failed")
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

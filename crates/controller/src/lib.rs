@@ -8,6 +8,7 @@ pub mod metrics;
 pub mod names;
 pub mod nodeclaim;
 pub mod nodeclass;
+pub mod nodeclass_status;
 pub mod runtime;
 pub mod server;
 pub mod unavailable;
