@@ -16,6 +16,102 @@ enum Command {
     Version,
     /// Offline: print the instance types the operator would build from template YAML.
     InstanceTypes(InstanceTypesArgs),
+    /// Run the operator (controllers, metrics, health, leader election).
+    Run(Box<RunArgs>),
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Workload cluster kubeconfig (Karpenter objects, Nodes, Pods); default: in-cluster or
+    /// $KUBECONFIG.
+    #[arg(long, env = "KUBECONFIG_WORKLOAD")]
+    kubeconfig: Option<PathBuf>,
+    /// Management cluster kubeconfig (Cluster API objects); default: the workload cluster.
+    #[arg(long, env = "MANAGEMENT_KUBECONFIG")]
+    management_kubeconfig: Option<PathBuf>,
+    /// Address of /metrics.
+    #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    metrics_addr: std::net::SocketAddr,
+    /// Address of /healthz and /readyz.
+    #[arg(long, env = "HEALTH_ADDR", default_value = "0.0.0.0:8081")]
+    health_addr: std::net::SocketAddr,
+    /// Provisioning batch: idle window.
+    #[arg(long, env = "BATCH_IDLE_DURATION", default_value = "1s", value_parser = parse_duration)]
+    batch_idle_duration: std::time::Duration,
+    /// Provisioning batch: maximum window.
+    #[arg(long, env = "BATCH_MAX_DURATION", default_value = "10s", value_parser = parse_duration)]
+    batch_max_duration: std::time::Duration,
+    /// Disable leader election (a single replica only).
+    #[arg(long, env = "DISABLE_LEADER_ELECTION")]
+    disable_leader_election: bool,
+    /// Namespace of the leader-election Lease.
+    #[arg(long, env = "LEADER_ELECTION_NAMESPACE", default_value = "karpenter")]
+    leader_election_namespace: String,
+    /// Name of the leader-election Lease.
+    #[arg(
+        long,
+        env = "LEADER_ELECTION_NAME",
+        default_value = "karpenter-capi-leader-election"
+    )]
+    leader_election_name: String,
+    /// Identity of this replica in the Lease (default: $POD_NAME or the host name).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    /// Log format.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "pretty")]
+    log_format: LogFormat,
+    /// Log level / filter (tracing EnvFilter syntax).
+    #[arg(long, env = "LOG_LEVEL", default_value = "info")]
+    log_level: String,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Json,
+    Pretty,
+}
+
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    controller::nodeclass::parse_duration(s)
+        .ok_or_else(|| format!("{s:?} is not a duration (e.g. 1s, 500ms, 1m)"))
+}
+
+fn run(args: RunArgs) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)?;
+    match args.log_format {
+        LogFormat::Json => tracing_subscriber::fmt()
+            .json()
+            .with_env_filter(filter)
+            .init(),
+        LogFormat::Pretty => tracing_subscriber::fmt().with_env_filter(filter).init(),
+    }
+    let identity = args.identity.clone().unwrap_or_else(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| format!("karpenter-capi-{}", std::process::id()))
+    });
+    let config = controller::runtime::RunConfig {
+        kubeconfig: args.kubeconfig,
+        management_kubeconfig: args.management_kubeconfig,
+        metrics_addr: args.metrics_addr,
+        health_addr: args.health_addr,
+        leader_election: (!args.disable_leader_election).then(|| {
+            controller::leader::LeaderConfig {
+                namespace: args.leader_election_namespace,
+                name: args.leader_election_name,
+                identity,
+                duration: std::time::Duration::from_secs(15),
+                grace: std::time::Duration::from_secs(5),
+            }
+        }),
+        batch_idle: args.batch_idle_duration,
+        batch_max: args.batch_max_duration,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(controller::runtime::run_operator(config))?;
+    Ok(())
 }
 
 #[derive(clap::Args)]
@@ -63,6 +159,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Version => println!("karpenter-capi {}", env!("CARGO_PKG_VERSION")),
         Command::InstanceTypes(args) => instance_types(args)?,
+        Command::Run(args) => run(*args)?,
     }
     Ok(())
 }

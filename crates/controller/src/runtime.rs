@@ -151,3 +151,153 @@ pub async fn lead(ctx: &Context) -> Result<Option<Election>, RuntimeError> {
     tracing::info!(identity = %leader.identity, "acquired leadership");
     Ok(Some(election))
 }
+
+/// Runs the operator until SIGTERM/SIGINT: caches on every replica, loops on the leader.
+pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
+    use crate::nodeclaim::context::{Ctx, Settings};
+    use crate::nodeclaim::lifecycle::{self, Caches};
+    use crate::nodeclass_status::{self, IndexCatalogs, StatusCtx};
+    use kube::runtime::events::{Recorder, Reporter};
+    use kube::runtime::reflector;
+    use kube::runtime::watcher;
+
+    let identity = config
+        .leader_election
+        .as_ref()
+        .map(|l| l.identity.clone())
+        .unwrap_or_else(|| "karpenter-capi".into());
+    let (ctx, registry) = context(config).await?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let endpoints = {
+        let ctx = ctx.clone();
+        let stop = stop_rx.clone();
+        tokio::spawn(async move { serve_endpoints(&ctx, registry, stop).await })
+    };
+
+    // Caches (every replica): Nodes, our Machines, NodeClasses, Clusters, templates.
+    let caches = Caches::start(&ctx.workload, &ctx.management);
+    let cluster_ar = nodeclass_status::cluster_resource();
+    let writer = reflector::store::Writer::new(cluster_ar.clone());
+    let clusters = writer.as_reader();
+    tokio::spawn(lifecycle::reflect(
+        writer,
+        watcher::watcher(
+            kube::Api::<kube::api::DynamicObject>::all_with(ctx.management.clone(), &cluster_ar),
+            watcher::Config::default(),
+        ),
+    ));
+    let index = templates::watch::TemplateIndex::new();
+    tokio::spawn(templates::watch::run(
+        ctx.management.clone(),
+        index.clone(),
+        templates::watch::WatchConfig::default(),
+    ));
+    caches.ready().await;
+    let _ = clusters.wait_until_ready().await;
+    index.ready().await;
+    ctx.readiness.set_ready();
+    tracing::info!("caches synced");
+
+    let shutdown_signal = async {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {},
+            _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {},
+        }
+    };
+    tokio::pin!(shutdown_signal);
+
+    let mut election = tokio::select! {
+        e = lead(&ctx) => e?,
+        _ = &mut shutdown_signal => {
+            let _ = stop_tx.send(true);
+            let _ = endpoints.await;
+            return Ok(());
+        }
+    };
+
+    let catalogs = IndexCatalogs {
+        index,
+        nodeclasses: caches.nodeclasses.clone(),
+        clusters,
+    };
+    let recorder = Recorder::new(
+        ctx.workload.clone(),
+        Reporter {
+            controller: "karpenter".into(),
+            instance: Some(identity),
+        },
+    );
+    let lifecycle_ctx = Ctx {
+        workload: ctx.workload.clone(),
+        management: ctx.management.clone(),
+        recorder,
+        metrics: ctx.metrics.clone(),
+        nodes: caches.nodes.clone(),
+        machines: caches.machines.clone(),
+        nodeclasses: caches.nodeclasses.clone(),
+        nodeclaims: reflector::store::Writer::new(crate::nodeclaim::context::nodeclaim_resource())
+            .as_reader(),
+        catalogs: Arc::new(catalogs.clone()),
+        unavailable: Arc::default(),
+        settings: Settings::default(),
+    };
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let nodeclaims_store = {
+        // GC reads the NodeClaims through its own watch (the controller's store is private).
+        let ar = crate::nodeclaim::context::nodeclaim_resource();
+        let writer = reflector::store::Writer::new(ar.clone());
+        let store = writer.as_reader();
+        tokio::spawn(lifecycle::reflect(
+            writer,
+            watcher::watcher(
+                kube::Api::<kube::api::DynamicObject>::all_with(ctx.workload.clone(), &ar),
+                watcher::Config::default(),
+            ),
+        ));
+        store
+    };
+    let loops = vec![
+        tokio::spawn(lifecycle::run(lifecycle_ctx, stopped(stop_rx.clone()))),
+        tokio::spawn(nodeclass_status::run(
+            StatusCtx {
+                workload: ctx.workload.clone(),
+                management: ctx.management.clone(),
+                catalogs,
+            },
+            stopped(stop_rx.clone()),
+        )),
+    ];
+    let gc = tokio::spawn(crate::garbagecollection::run(
+        ctx.management.clone(),
+        caches.machines.clone(),
+        nodeclaims_store,
+        Duration::from_secs(30),
+        crate::garbagecollection::MACHINE_GRACE,
+    ));
+
+    let lost = async {
+        match election.as_mut() {
+            Some(e) => e.lost().await,
+            None => std::future::pending().await,
+        }
+    };
+    let result = tokio::select! {
+        _ = &mut shutdown_signal => Ok(()),
+        _ = lost => Err(RuntimeError::LostLeadership),
+    };
+    tracing::info!("shutting down: finishing in-flight reconciles");
+    let _ = stop_tx.send(true);
+    gc.abort();
+    for l in loops {
+        let _ = l.await;
+    }
+    if let Some(e) = election {
+        e.release().await;
+    }
+    let _ = endpoints.await;
+    result
+}
