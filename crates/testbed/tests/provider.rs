@@ -9,10 +9,10 @@ use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use testbed::provider::{
-    self, CapiCluster, FAIL_ANNOTATION, NO_NODE_ANNOTATION, NO_PROVIDER_ID_ANNOTATION,
-    ProviderConfig, TestProvider,
+    self, CapiCluster, ClusterSetup, FAIL_ANNOTATION, NO_NODE_ANNOTATION,
+    NO_PROVIDER_ID_ANNOTATION, ProviderConfig, TestProvider,
 };
-use testbed::{Options, Testbed, wait_for};
+use testbed::{Component, Options, Testbed, wait_for};
 
 fn from_json<T: serde::de::DeserializeOwned>(value: Value) -> T {
     serde_json::from_value(value).expect("test fixture is valid")
@@ -41,9 +41,14 @@ async fn start(kubeadm_bootstrap: bool) -> (Testbed, TestProvider, CapiCluster) 
     let cluster = provider::setup_cluster(&tb, "c1", &["zone-a", "zone-b"])
         .await
         .expect("Cluster provisioned and initialized");
-    let ns = &cluster.namespace;
+    fixtures(&tb.client(), &cluster.namespace).await;
+    (tb, provider, cluster)
+}
+
+/// The bootstrap data Secret and the TestMachineTemplate.
+async fn fixtures(client: &Client, ns: &str) {
     // Bootstrap data in the provider's test format: what the "kubelet" registers with.
-    let secrets: Api<Secret> = Api::namespaced(tb.client(), ns);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
     secrets
         .create(
             &PostParams::default(),
@@ -55,8 +60,11 @@ async fn start(kubeadm_bootstrap: bool) -> (Testbed, TestProvider, CapiCluster) 
         )
         .await
         .expect("bootstrap secret");
-    let templates: Api<DynamicObject> =
-        Api::namespaced_with(tb.client(), ns, &provider::test_machine_template_resource());
+    let templates: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        ns,
+        &provider::test_machine_template_resource(),
+    );
     templates
         .create(
             &PostParams::default(),
@@ -76,7 +84,6 @@ async fn start(kubeadm_bootstrap: bool) -> (Testbed, TestProvider, CapiCluster) 
         )
         .await
         .expect("template created");
-    (tb, provider, cluster)
 }
 
 /// Clones the template into a TestMachine by hand (as a MachineSet or our launch would) and
@@ -533,4 +540,60 @@ async fn failures_missing_provider_id_or_node_and_kubeadm_bootstrap() {
             .any(|t| t.key == "karpenter.sh/unregistered" && t.effect == "NoExecute"),
         "{taints:?}"
     );
+}
+
+#[tokio::test]
+async fn split_management_and_workload_clusters() {
+    let (mgmt, work) = tokio::join!(
+        Testbed::start(Options::default().with(Component::ClusterApi)),
+        Testbed::start(Options::default().with(Component::Kwok)),
+    );
+    let mgmt = mgmt.expect("management testbed starts");
+    let work = work.expect("workload testbed starts");
+    let _provider = TestProvider::start(
+        mgmt.client(),
+        ProviderConfig {
+            provision_delay: Duration::from_millis(200),
+            workload: Some(work.client()),
+            ..ProviderConfig::default()
+        },
+    )
+    .await
+    .expect("test provider starts");
+    let ns = mgmt.temp_namespace().await.expect("namespace");
+    let cluster = provider::create_cluster(
+        &mgmt.client(),
+        &ClusterSetup::new(&ns, "work", work.kubeconfig()),
+    )
+    .await
+    .expect("Cluster provisioned and initialized");
+    fixtures(&mgmt.client(), &ns).await;
+    let (machines, _) = launch(&mgmt.client(), &cluster, "m-1", json!({}), data_secret()).await;
+    wait_obj(
+        &machines,
+        "m-1",
+        "Machine Running with a Node in the workload cluster",
+        Duration::from_secs(90),
+        |m| (m.data["status"]["phase"] == "Running").then_some(()),
+    )
+    .await;
+    let work_nodes: Api<Node> = Api::all(work.client());
+    let mgmt_nodes: Api<Node> = Api::all(mgmt.client());
+    assert!(work_nodes.get_opt("m-1").await.expect("get").is_some());
+    assert!(mgmt_nodes.get_opt("m-1").await.expect("get").is_none());
+    machines
+        .delete("m-1", &DeleteParams::default())
+        .await
+        .expect("Machine deleted");
+    wait_for(
+        "Machine and workload Node gone",
+        Duration::from_secs(90),
+        || async {
+            let m = machines.get_opt("m-1").await.ok()?;
+            let n = work_nodes.get_opt("m-1").await.ok()?;
+            (m.is_none() && n.is_none()).then_some(())
+        },
+    )
+    .await
+    .expect("deleted");
 }
