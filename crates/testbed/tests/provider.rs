@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Secret};
-use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use testbed::provider::{
@@ -19,6 +19,7 @@ fn from_json<T: serde::de::DeserializeOwned>(value: Value) -> T {
 }
 
 const TEMPLATE: &str = "test-large";
+const HOOK: &str = "pre-terminate.delete.hook.machine.cluster.x-k8s.io/test";
 
 fn data_secret() -> Value {
     json!({"dataSecretName": "bootstrap-data"})
@@ -330,12 +331,71 @@ async fn orphan_machine_runs_and_is_deleted_with_its_node() {
     .await
     .expect("node annotated by Cluster API");
 
-    // Deleting the Machine: Cluster API deletes the TestMachine (our finalizer deletes the
-    // Node) and the Node, then releases the Machine.
+    // A pod on the Node, to see Cluster API drain it.
+    let pods: Api<Pod> = Api::namespaced(tb.client(), &ns);
+    pods.create(
+        &PostParams::default(),
+        &from_json(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web"},
+            "spec": {
+                "nodeName": "m-1",
+                "containers": [{"name": "web", "image": "registry.invalid/web:1"}],
+                "tolerations": [{"key": "karpenter.sh/unregistered", "operator": "Exists"}]
+            }
+        })),
+    )
+    .await
+    .expect("pod created");
+    wait_for("pod Running", Duration::from_secs(60), || async {
+        let p = pods.get("web").await.ok()?;
+        (p.status?.phase.as_deref() == Some("Running")).then_some(())
+    })
+    .await
+    .expect("pod Running on the kwok Node");
+
+    // Deleting the Machine: Cluster API cordons and drains the Node, runs pre-terminate
+    // hooks, deletes the TestMachine (our finalizer deletes the Node) and the Node, then
+    // releases the Machine. A pre-terminate hook holds it after the drain.
+    machines
+        .patch(
+            "m-1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {HOOK: "test"}}})),
+        )
+        .await
+        .expect("hook added");
     machines
         .delete("m-1", &DeleteParams::default())
         .await
         .expect("Machine deleted");
+    let held = wait_obj(
+        &machines,
+        "m-1",
+        "Machine drained and held by the pre-terminate hook",
+        Duration::from_secs(60),
+        |m| {
+            let c = condition(m, "Deleting")?;
+            (c["reason"] == "WaitingForPreTerminateHook").then(|| m.clone())
+        },
+    )
+    .await;
+    assert_eq!(held.data["status"]["phase"], "Deleting");
+    assert!(
+        pods.get_opt("web").await.expect("get pod").is_none(),
+        "pod evicted by the drain"
+    );
+    let cordoned = nodes.get("m-1").await.expect("Node still there");
+    assert_eq!(cordoned.spec.and_then(|s| s.unschedulable), Some(true));
+    assert!(infra.get_opt("m-1").await.expect("get").is_some());
+    machines
+        .patch(
+            "m-1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {HOOK: null}}})),
+        )
+        .await
+        .expect("hook removed");
     wait_for(
         "Machine, TestMachine and Node gone",
         Duration::from_secs(90),
