@@ -600,6 +600,33 @@ async fn failures_missing_provider_id_or_node_and_kubeadm_bootstrap() {
             .any(|t| t.key == "karpenter.sh/unregistered" && t.effect == "NoExecute"),
         "{taints:?}"
     );
+
+    // Machines that never got a providerID or a Node are deleted cleanly too (what a launch
+    // or registration timeout does), with their TestMachines.
+    let names = ["m-fail", "m-no-id", "m-no-node", "m-kubeadm"];
+    for name in names {
+        machines
+            .delete(name, &DeleteParams::default())
+            .await
+            .expect("Machine deleted");
+    }
+    wait_for(
+        "all Machines, TestMachines and Nodes gone",
+        Duration::from_secs(90),
+        || async {
+            for name in names {
+                if machines.get_opt(name).await.ok()?.is_some()
+                    || infra.get_opt(name).await.ok()?.is_some()
+                    || nodes.get_opt(name).await.ok()?.is_some()
+                {
+                    return None;
+                }
+            }
+            Some(())
+        },
+    )
+    .await
+    .expect("everything deleted");
 }
 
 #[tokio::test]
