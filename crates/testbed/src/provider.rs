@@ -51,6 +51,29 @@
 //! - [`NO_PROVIDER_ID_ANNOTATION`]: never sets a providerID (nor provisioned);
 //! - [`NO_NODE_ANNOTATION`]: provisions (providerID) but never creates a Node;
 //! - [`PROVISION_DELAY_ANNOTATION`]` = "2s" | "500ms"`: per-object provisioning delay.
+//!
+//! The annotations act only before provisioning; a provisioned TestMachine ignores them.
+//!
+//! Cluster API v1.14.2 behaviour this relies on (read in its source, checked by
+//! `tests/provider.rs`):
+//! - the Machine controller reaches the workload cluster through Secret `<cluster>-kubeconfig`
+//!   (key `value`), read through a cache that only sees Secrets labelled
+//!   `cluster.x-k8s.io/cluster-name`; it connects once the Cluster's
+//!   `status.initialization.infrastructureProvisioned` is true and watches Nodes once the
+//!   Cluster's `ControlPlaneInitialized` condition is True;
+//! - without a `controlPlaneRef` the control plane counts as initialized only when a
+//!   control-plane Machine has a nodeRef, and Node drain/deletion on Machine deletion is skipped
+//!   when the Cluster has no control-plane Machines — unless the `controlPlaneRef` object
+//!   reports `status.externalManagedControlPlane: true`. Hence `TestControlPlane`;
+//! - the InfraMachine's `spec.providerID` is read only once `status.initialization.provisioned`
+//!   is true; `status.addresses` and `status.failureDomain` are copied with it; its `Ready`
+//!   condition is mirrored into the Machine's `InfrastructureReady` condition, and the
+//!   deprecated `status.failureReason/failureMessage` into `Machine.status.deprecated.v1beta1`;
+//! - a Machine with only `spec.bootstrap.dataSecretName` never gets
+//!   `status.initialization.bootstrapDataSecretCreated`, so its phase stays `Pending` (not
+//!   `Provisioning`) until it has a providerID; with a `configRef` it is `Provisioning`;
+//! - deletion: cordon + drain (unmanaged pods are evicted too; the drain re-checks every 20 s),
+//!   wait for volume detach, pre-terminate hooks, delete InfraMachine, delete Node.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
