@@ -106,6 +106,8 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         }),
         batch_idle: args.batch_idle_duration,
         batch_max: args.batch_max_duration,
+        gc_interval: std::time::Duration::from_secs(30),
+        gc_grace: controller::garbagecollection::MACHINE_GRACE,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -47,6 +47,9 @@ pub struct RunConfig {
     pub leader_election: Option<LeaderConfig>,
     pub batch_idle: Duration,
     pub batch_max: Duration,
+    /// How often garbage collection runs, and how old an orphaned Machine must be.
+    pub gc_interval: Duration,
+    pub gc_grace: Duration,
 }
 
 /// Shared by every control loop.
@@ -275,8 +278,8 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         ctx.management.clone(),
         caches.machines.clone(),
         nodeclaims_store,
-        Duration::from_secs(30),
-        crate::garbagecollection::MACHINE_GRACE,
+        ctx.config.gc_interval,
+        ctx.config.gc_grace,
     ));
 
     let lost = async {
