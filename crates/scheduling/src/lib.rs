@@ -1,1 +1,41 @@
 //! Pure bin-packing and requirements algebra (no I/O).
+//!
+//! [`solve`] simulates Karpenter's provisioning scheduler on an [`Input`] (NodePools with their
+//! instance types, existing and in-flight nodes, daemonsets, pending pods) and returns the
+//! NodeClaims to create, the pods that fit existing nodes, and the pods that cannot be scheduled
+//! with the constraint that failed.
+
+pub mod bench_workload;
+mod intern;
+pub mod model;
+pub mod requirements;
+mod solver;
+
+pub use model::*;
+pub use requirements::{Operator, Requirement, Requirements, ValueSet};
+pub use solver::{MAX_INSTANCE_TYPES, solve};
+
+/// Why a pod could not go onto a new NodeClaim of one NodePool.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Failure {
+    #[error("did not tolerate taint {0}")]
+    Taint(String),
+    #[error("incompatible requirements, key {0}")]
+    Requirements(String),
+    #[error("no instance type is compatible with the requirements")]
+    NoCompatibleInstanceType,
+    #[error("no instance type has enough {0}")]
+    InsufficientResources(String),
+    #[error("minValues requirement on {key} not met ({got} < {want})")]
+    MinValues { key: String, want: u32, got: u32 },
+    #[error("all available instance types exceed the nodepool limit on {0}")]
+    Limits(String),
+    #[error("topology spread constraint on {0} cannot be satisfied")]
+    TopologySpread(String),
+    #[error("pod affinity on {0} cannot be satisfied")]
+    PodAffinity(String),
+    #[error("pod anti-affinity on {0} cannot be satisfied")]
+    PodAntiAffinity(String),
+    #[error("host port {0} conflicts")]
+    HostPort(u16),
+}

@@ -1,0 +1,218 @@
+//! Karpenter's scheduling benchmark workload
+//! (`pkg/controllers/provisioning/scheduling/scheduling_benchmark_test.go`), shared by
+//! `cargo bench -p scheduling` and the `bench_summary` example behind `hack/bench/scheduling.sh`.
+//!
+//! 400 instance types `fake-it-<i>` (cpu i+1, memory 2(i+1)Gi, pods 10(i+1); spot offerings in
+//! test-zone-1/2, on-demand in test-zone-1/2/3; price 0.1×cpu + 0.1×memory GiB; kube-reserved
+//! 100m / 10Mi) and `n` pods in five equal groups (plain, zonal spread maxSkew 1, hostname
+//! spread maxSkew 1, zonal pod affinity, hostname anti-affinity on app=nginx), the remainder
+//! plain, with cpu ∈ {100m, 250m, 500m, 1, 1.5} and memory ∈ {100Mi, 256Mi, 512Mi, 1Gi, 2Gi, 4Gi}
+//! drawn from a generator seeded with 42. (Go's `math/rand` stream is not reproduced bit for bit;
+//! the distribution and the group structure are.)
+
+use std::collections::BTreeMap;
+
+use crate::model::*;
+use crate::requirements::{Operator, Requirement};
+
+/// Karpenter's published single-solve times (pods, seconds).
+pub const KARPENTER_PUBLISHED: &[(usize, f64)] = &[(1000, 0.89), (5000, 5.09), (20000, 35.7)];
+
+/// Benchmark sizes.
+pub const SIZES: &[usize] = &[1, 100, 1000, 5000, 20000];
+
+const GI: i64 = 1 << 30;
+const MI: i64 = 1 << 20;
+
+/// SplitMix64: small, seedable, deterministic.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+}
+
+/// `fake.InstanceTypes(count)`.
+pub fn instance_types(count: usize) -> Vec<InstanceType> {
+    (0..count)
+        .map(|i| {
+            let n = (i + 1) as i64;
+            let price = 0.1 * n as f64 + 0.1 * (2 * n) as f64;
+            let offering = |zone: &str, ct: &str| Offering {
+                zone: zone.to_string(),
+                capacity_type: ct.to_string(),
+                price,
+                available: true,
+            };
+            InstanceType {
+                name: format!("fake-it-{i}"),
+                requirements: vec![
+                    Requirement::new(LABEL_ARCH, Operator::In, &["amd64"]),
+                    Requirement::new(LABEL_OS, Operator::In, &["linux"]),
+                ],
+                capacity: BTreeMap::from([
+                    (CPU.to_string(), n * 1000),
+                    (MEMORY.to_string(), 2 * n * GI),
+                    (PODS.to_string(), 10 * n),
+                ]),
+                overhead: BTreeMap::from([(CPU.to_string(), 100), (MEMORY.to_string(), 10 * MI)]),
+                offerings: vec![
+                    offering("test-zone-1", "spot"),
+                    offering("test-zone-2", "spot"),
+                    offering("test-zone-1", "on-demand"),
+                    offering("test-zone-2", "on-demand"),
+                    offering("test-zone-3", "on-demand"),
+                ],
+            }
+        })
+        .collect()
+}
+
+fn label_value(r: &mut Rng) -> String {
+    ["a", "b", "c", "d", "e", "f", "g"][r.below(7)].to_string()
+}
+
+fn requests(r: &mut Rng) -> Resources {
+    let cpu = [100, 250, 500, 1000, 1500][r.below(5)];
+    let mem = [100, 256, 512, 1024, 2048, 4096][r.below(6)];
+    BTreeMap::from([
+        (CPU.to_string(), cpu),
+        (MEMORY.to_string(), mem * MI),
+        (PODS.to_string(), 1),
+    ])
+}
+
+fn base(i: usize, labels: BTreeMap<String, String>, r: &mut Rng) -> Pod {
+    Pod {
+        namespace: "default".into(),
+        name: format!("pod-{i}"),
+        uid: format!("uid-{i:06}"),
+        creation: i as i64,
+        labels,
+        requests: BTreeMap::new(),
+        ..Pod::default()
+    }
+    .with_requests(r)
+}
+
+trait WithRequests {
+    fn with_requests(self, r: &mut Rng) -> Self;
+}
+
+impl WithRequests for Pod {
+    fn with_requests(mut self, r: &mut Rng) -> Self {
+        self.requests = requests(r);
+        self
+    }
+}
+
+fn one(k: &str, v: String) -> BTreeMap<String, String> {
+    BTreeMap::from([(k.to_string(), v)])
+}
+
+fn generic(i: usize, r: &mut Rng) -> Pod {
+    let labels = one("my-label", label_value(r));
+    base(i, labels, r)
+}
+
+fn spread(i: usize, key: &str, r: &mut Rng) -> Pod {
+    let labels = one("my-label", label_value(r));
+    let sel = one("my-label", label_value(r));
+    let mut p = base(i, labels, r);
+    p.topology_spread = vec![TopologySpread {
+        topology_key: key.to_string(),
+        max_skew: 1,
+        when_unsatisfiable: WhenUnsatisfiable::DoNotSchedule,
+        selector: LabelSelector {
+            match_labels: sel,
+            match_expressions: Vec::new(),
+        },
+    }];
+    p
+}
+
+fn affinity(i: usize, key: &str, r: &mut Rng) -> Pod {
+    let labels = one("my-affinity", label_value(r));
+    let sel = one("my-affinity", label_value(r));
+    let mut p = base(i, labels, r);
+    p.pod_affinity = vec![PodAffinityTerm {
+        topology_key: key.to_string(),
+        selector: LabelSelector {
+            match_labels: sel,
+            match_expressions: Vec::new(),
+        },
+        namespaces: Vec::new(),
+    }];
+    p
+}
+
+fn anti(i: usize, key: &str, r: &mut Rng) -> Pod {
+    let labels = one("app", "nginx".to_string());
+    let mut p = base(i, labels.clone(), r);
+    p.pod_anti_affinity = vec![PodAffinityTerm {
+        topology_key: key.to_string(),
+        selector: LabelSelector {
+            match_labels: labels,
+            match_expressions: Vec::new(),
+        },
+        namespaces: Vec::new(),
+    }];
+    p
+}
+
+/// `makeDiversePods(count)` with the five groups of the reference.
+pub fn diverse_pods(count: usize, seed: u64) -> Vec<Pod> {
+    let mut r = Rng::new(seed);
+    let per = count / 5;
+    let mut pods = Vec::with_capacity(count);
+    for _ in 0..per {
+        pods.push(generic(pods.len(), &mut r));
+    }
+    for _ in 0..per {
+        pods.push(spread(pods.len(), LABEL_ZONE, &mut r));
+    }
+    for _ in 0..per {
+        pods.push(spread(pods.len(), LABEL_HOSTNAME, &mut r));
+    }
+    for _ in 0..per {
+        pods.push(affinity(pods.len(), LABEL_ZONE, &mut r));
+    }
+    for _ in 0..per {
+        pods.push(anti(pods.len(), LABEL_HOSTNAME, &mut r));
+    }
+    while pods.len() < count {
+        pods.push(generic(pods.len(), &mut r));
+    }
+    pods
+}
+
+/// The whole benchmark input: one NodePool `default` with 400 types and `pods` pods.
+pub fn input(pods: usize) -> Input {
+    Input {
+        node_pools: vec![NodePool::new("default", instance_types(400))],
+        nodes: Vec::new(),
+        daemonsets: Vec::new(),
+        pods: diverse_pods(pods, 42),
+    }
+}
+
+/// Karpenter's published time for a size, if any.
+pub fn karpenter_seconds(pods: usize) -> Option<f64> {
+    KARPENTER_PUBLISHED
+        .iter()
+        .find(|(n, _)| *n == pods)
+        .map(|(_, s)| *s)
+}

@@ -1,0 +1,110 @@
+//! String interning for label keys and values, and bitsets over instance types.
+
+use std::collections::HashMap;
+
+use crate::requirements::LabelValue;
+
+/// An interned label value; carries its integer value (if any) for `Gt`/`Lt`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct Sym {
+    pub id: u32,
+    num: i64,
+}
+
+const NOT_A_NUMBER: i64 = i64::MIN;
+
+impl LabelValue for Sym {
+    fn as_int(&self) -> Option<i64> {
+        (self.num != NOT_A_NUMBER).then_some(self.num)
+    }
+}
+
+/// Interned label key.
+pub(crate) type Key = u32;
+
+#[derive(Default)]
+pub(crate) struct Interner {
+    map: HashMap<String, u32>,
+    names: Vec<String>,
+    nums: Vec<i64>,
+}
+
+impl Interner {
+    pub fn id(&mut self, s: &str) -> u32 {
+        if let Some(&i) = self.map.get(s) {
+            return i;
+        }
+        let i = self.names.len() as u32;
+        self.map.insert(s.to_string(), i);
+        self.names.push(s.to_string());
+        self.nums.push(
+            s.parse::<i64>()
+                .ok()
+                .filter(|n| *n != NOT_A_NUMBER)
+                .unwrap_or(NOT_A_NUMBER),
+        );
+        i
+    }
+
+    pub fn sym(&mut self, s: &str) -> Sym {
+        let id = self.id(s);
+        Sym {
+            id,
+            num: self.nums[id as usize],
+        }
+    }
+
+    /// The symbol of an already interned string (a fresh non-numeric one otherwise).
+    pub fn sym_of(&self, s: &str) -> Sym {
+        match self.map.get(s) {
+            Some(&id) => Sym {
+                id,
+                num: self.nums[id as usize],
+            },
+            None => Sym {
+                id: u32::MAX,
+                num: NOT_A_NUMBER,
+            },
+        }
+    }
+
+    pub fn name(&self, id: u32) -> &str {
+        self.names.get(id as usize).map_or("", String::as_str)
+    }
+}
+
+/// Fixed-size bitset.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct BitSet {
+    words: Vec<u64>,
+}
+
+impl BitSet {
+    pub fn new(len: usize) -> Self {
+        BitSet {
+            words: vec![0; len.div_ceil(64)],
+        }
+    }
+
+    pub fn insert(&mut self, i: usize) {
+        self.words[i / 64] |= 1 << (i % 64);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.words.iter().all(|w| *w == 0)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        self.words.iter().enumerate().flat_map(|(wi, &w)| {
+            let mut w = w;
+            std::iter::from_fn(move || {
+                if w == 0 {
+                    return None;
+                }
+                let b = w.trailing_zeros() as usize;
+                w &= w - 1;
+                Some(wi * 64 + b)
+            })
+        })
+    }
+}
