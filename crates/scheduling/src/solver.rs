@@ -471,6 +471,13 @@ fn build(input: &Input) -> Solver {
         let mut types = Vec::new();
         for it in &np.instance_types {
             let mut treqs = s.ireqs(&it.requirements);
+            // Labels the provider puts on its shapes are well known (Karpenter registers
+            // provider labels such as instance generation as well-known labels).
+            for (k, _) in treqs.entries() {
+                if let Err(i) = s.well_known.binary_search(k) {
+                    s.well_known.insert(i, *k);
+                }
+            }
             let name = s.names.sym(&it.name);
             treqs.add(s.it_key, ValueSet::in_values(vec![name]));
             let zones = it.offerings.iter().map(|o| s.names.sym(&o.zone)).collect();
