@@ -878,9 +878,10 @@ impl Solver {
                 }
                 GroupKind::Anti => {
                     let options: Vec<Sym> = pd.iter().copied().filter(|d| count(d) == 0).collect();
+                    // Like Karpenter, land in one empty domain (so only that one is blocked).
                     Rule {
                         key: grp.key,
-                        rule: DomainRule::Narrow(ISet::in_values(options)),
+                        rule: DomainRule::Pick(options),
                         failure: anti_failure,
                     }
                 }
