@@ -355,7 +355,7 @@ impl<K: Ord + Clone, V: LabelValue> Reqs<K, V> {
                 std::cmp::Ordering::Less => i += 1,
                 std::cmp::Ordering::Greater => j += 1,
                 std::cmp::Ordering::Equal => {
-                    if !a.intersects(b) && !(b.allows_absence() && a.allows_absence()) {
+                    if !(a.intersects(b) || b.allows_absence() && a.allows_absence()) {
                         return Err(Incompatibility::NoCommonValue(ka.clone()));
                     }
                     i += 1;

@@ -16,6 +16,8 @@ use crate::requirements::{Operator, Reqs, Requirement, ValueSet};
 
 type IReqs = Reqs<Key, Sym>;
 type ISet = ValueSet<Sym>;
+/// Namespace and labels of a pod.
+type MatchKey = (u32, Vec<(Key, Sym)>);
 
 /// Instance types kept on a NodeClaim, cheapest first.
 pub const MAX_INSTANCE_TYPES: usize = 600;
@@ -621,7 +623,7 @@ fn build(input: &Input) -> Solver {
             .map(|t| s.ireqs(t))
             .collect();
         let mut pref: Vec<&Weighted<Vec<Requirement>>> = p.preferred_node_affinity.iter().collect();
-        pref.sort_by(|a, b| b.weight.cmp(&a.weight));
+        pref.sort_by_key(|w| std::cmp::Reverse(w.weight));
         let preferred_terms = pref.iter().map(|w| s.ireqs(&w.term)).collect();
         let mut spreads = Vec::new();
         for t in &p.topology_spread {
@@ -656,7 +658,7 @@ fn build(input: &Input) -> Solver {
             p.pod_anti_affinity.iter().collect(),
         );
         let mut pa: Vec<&Weighted<PodAffinityTerm>> = p.preferred_pod_affinity.iter().collect();
-        pa.sort_by(|a, b| b.weight.cmp(&a.weight));
+        pa.sort_by_key(|w| std::cmp::Reverse(w.weight));
         let pref_affinity = terms(
             &mut s,
             GroupKind::Affinity,
@@ -664,7 +666,7 @@ fn build(input: &Input) -> Solver {
         );
         let mut pn: Vec<&Weighted<PodAffinityTerm>> =
             p.preferred_pod_anti_affinity.iter().collect();
-        pn.sort_by(|a, b| b.weight.cmp(&a.weight));
+        pn.sort_by_key(|w| std::cmp::Reverse(w.weight));
         let pref_anti = terms(
             &mut s,
             GroupKind::Anti,
@@ -717,7 +719,7 @@ fn build(input: &Input) -> Solver {
         }
     }
     // Which groups each pod matches (cached by namespace + labels).
-    let mut cache: HashMap<(u32, Vec<(Key, Sym)>), Vec<usize>> = HashMap::new();
+    let mut cache: HashMap<MatchKey, Vec<usize>> = HashMap::new();
     for pi in 0..s.pods.len() {
         let key = (s.pods[pi].ns, s.pods[pi].labels.clone());
         let matched = cache

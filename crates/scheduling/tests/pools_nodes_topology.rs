@@ -553,7 +553,7 @@ fn benchmark_workload_places_every_pod_at_1000() {
             inp.pods
                 .iter()
                 .find(|q| q.name == p.name)
-                .is_some_and(|q| q.labels.get("app").is_some())
+                .is_some_and(|q| q.labels.contains_key("app"))
         });
         assert!(nginx.count() <= 1);
     }
