@@ -599,10 +599,9 @@ fn build(input: &Input) -> Solver {
             ports: n.pods.iter().flat_map(|p| p.host_ports.clone()).collect(),
         });
     }
-    for (k, v) in universe.iter_mut() {
+    for v in universe.values_mut() {
         v.sort_by(|a, b| s.names.name(a.id).cmp(s.names.name(b.id)));
         v.dedup();
-        let _ = k;
     }
     s.universe = universe;
 
@@ -1288,11 +1287,9 @@ impl Solver {
             plan,
         ) {
             Ok(u) => u,
-            Err(Failure::InsufficientResources(r)) if limited.is_some() => {
-                let _ = r;
-                return Err(Failure::Limits(
-                    self.res_names[limited.unwrap_or(0)].clone(),
-                ));
+            // A type above the limit would have fitted: the limit is what failed.
+            Err(Failure::InsufficientResources(_)) if let Some(r) = limited => {
+                return Err(Failure::Limits(self.res_names[r].clone()));
             }
             Err(e) => return Err(e),
         };
