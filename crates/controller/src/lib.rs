@@ -11,4 +11,5 @@ pub mod nodeclass;
 pub mod nodeclass_status;
 pub mod runtime;
 pub mod server;
+pub mod tasks;
 pub mod unavailable;

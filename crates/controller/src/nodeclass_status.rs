@@ -345,7 +345,8 @@ pub async fn run(
     let ar = nodeclass_resource();
     let mut changes = ctx.catalogs.index.subscribe();
     let (tx, rx) = futures::channel::mpsc::channel::<()>(1);
-    tokio::spawn(async move {
+    let mut tasks = crate::tasks::Tasks::default();
+    tasks.spawn(async move {
         let mut tx = tx;
         while changes.changed().await.is_ok() {
             // Coalesce bursts of template events.

@@ -120,11 +120,12 @@ pub async fn serve_endpoints(
     if ctx.config.health_addr != ctx.config.metrics_addr {
         addrs.push(ctx.config.health_addr);
     }
+    let mut spawned = crate::tasks::Tasks::default();
     let mut tasks = Vec::new();
     for addr in addrs {
         let mut stop = shutdown.clone();
         let router = router.clone();
-        tasks.push(tokio::spawn(async move {
+        tasks.push(spawned.spawn(async move {
             server::serve(addr, router, async move {
                 let _ = stop.wait_for(|s| *s).await;
             })
@@ -170,11 +171,13 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         .map(|l| l.identity.clone())
         .unwrap_or_else(|| "karpenter-capi".into());
     let (ctx, registry) = context(config).await?;
+    // Everything spawned here is aborted if this future is dropped (a killed operator).
+    let mut tasks = crate::tasks::Tasks::default();
     let (stop_tx, stop_rx) = watch::channel(false);
     let endpoints = {
         let ctx = ctx.clone();
         let stop = stop_rx.clone();
-        tokio::spawn(async move { serve_endpoints(&ctx, registry, stop).await })
+        tasks.spawn(async move { serve_endpoints(&ctx, registry, stop).await })
     };
 
     // Caches (every replica): Nodes, our Machines, NodeClasses, Clusters, templates.
@@ -182,7 +185,7 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
     let cluster_ar = nodeclass_status::cluster_resource();
     let writer = reflector::store::Writer::new(cluster_ar.clone());
     let clusters = writer.as_reader();
-    tokio::spawn(lifecycle::reflect(
+    tasks.spawn(lifecycle::reflect(
         writer,
         watcher::watcher(
             kube::Api::<kube::api::DynamicObject>::all_with(ctx.management.clone(), &cluster_ar),
@@ -190,7 +193,7 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         ),
     ));
     let index = templates::watch::TemplateIndex::new();
-    tokio::spawn(templates::watch::run(
+    tasks.spawn(templates::watch::run(
         ctx.management.clone(),
         index.clone(),
         templates::watch::WatchConfig::default(),
@@ -254,7 +257,7 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         let ar = crate::nodeclaim::context::nodeclaim_resource();
         let writer = reflector::store::Writer::new(ar.clone());
         let store = writer.as_reader();
-        tokio::spawn(lifecycle::reflect(
+        tasks.spawn(lifecycle::reflect(
             writer,
             watcher::watcher(
                 kube::Api::<kube::api::DynamicObject>::all_with(ctx.workload.clone(), &ar),
@@ -264,8 +267,8 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         store
     };
     let loops = vec![
-        tokio::spawn(lifecycle::run(lifecycle_ctx, stopped(stop_rx.clone()))),
-        tokio::spawn(nodeclass_status::run(
+        tasks.spawn(lifecycle::run(lifecycle_ctx, stopped(stop_rx.clone()))),
+        tasks.spawn(nodeclass_status::run(
             StatusCtx {
                 workload: ctx.workload.clone(),
                 management: ctx.management.clone(),
@@ -274,7 +277,7 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
             stopped(stop_rx.clone()),
         )),
     ];
-    let gc = tokio::spawn(crate::garbagecollection::run(
+    let gc = tasks.spawn(crate::garbagecollection::run(
         ctx.management.clone(),
         caches.machines.clone(),
         nodeclaims_store,

@@ -165,12 +165,14 @@ pub struct Caches {
     pub nodes: Store<Node>,
     pub machines: Store<DynamicObject>,
     pub nodeclasses: Store<DynamicObject>,
+    _tasks: crate::tasks::Tasks,
 }
 
 impl Caches {
     pub fn start(workload: &kube::Client, management: &kube::Client) -> Caches {
+        let mut tasks = crate::tasks::Tasks::default();
         let (nodes, w) = reflector::store::<Node>();
-        tokio::spawn(reflect(
+        tasks.spawn(reflect(
             w,
             watcher(
                 Api::<Node>::all(workload.clone()),
@@ -180,7 +182,7 @@ impl Caches {
         let mar = machine::machine_resource();
         let w = reflector::store::Writer::new(mar.clone());
         let machines = w.as_reader();
-        tokio::spawn(reflect(
+        tasks.spawn(reflect(
             w,
             watcher(
                 Api::<DynamicObject>::all_with(management.clone(), &mar),
@@ -190,7 +192,7 @@ impl Caches {
         let ncr = nodeclass_resource();
         let w = reflector::store::Writer::new(ncr.clone());
         let nodeclasses = w.as_reader();
-        tokio::spawn(reflect(
+        tasks.spawn(reflect(
             w,
             watcher(
                 Api::<DynamicObject>::all_with(workload.clone(), &ncr),
@@ -201,6 +203,7 @@ impl Caches {
             nodes,
             machines,
             nodeclasses,
+            _tasks: tasks,
         }
     }
 
