@@ -238,7 +238,7 @@ enum DomainRule {
 struct Rule {
     key: Key,
     rule: DomainRule,
-    failure: fn(String) -> Failure,
+    failure: fn(Key) -> Why,
 }
 
 struct Solver {
@@ -804,15 +804,29 @@ enum HostCheck {
     Repelled,
 }
 
-fn spread_failure(k: String) -> Failure {
-    Failure::TopologySpread(k)
+fn incompat_key(e: crate::requirements::Incompatibility<Key>) -> Key {
+    match e {
+        crate::requirements::Incompatibility::NoCommonValue(k)
+        | crate::requirements::Incompatibility::Undefined(k) => k,
+    }
 }
-fn affinity_failure(k: String) -> Failure {
-    Failure::PodAffinity(k)
+
+/// A failure without allocation (ids instead of names); see [`Solver::expand`].
+#[derive(Clone, Copy, Debug)]
+enum Why {
+    Requirements(Key),
+    NoCompatibleInstanceType,
+    InsufficientResources(usize),
+    MinValues { key: Key, want: u32, got: u32 },
+    TopologySpread(Key),
+    PodAffinity(Key),
+    PodAntiAffinity(Key),
+    HostPort(u16),
 }
-fn anti_failure(k: String) -> Failure {
-    Failure::PodAntiAffinity(k)
-}
+
+use Why::PodAffinity as affinity_failure;
+use Why::PodAntiAffinity as anti_failure;
+use Why::TopologySpread as spread_failure;
 
 impl Solver {
     fn pod_domains(&self, pod: &PodData, key: Key) -> Vec<Sym> {
@@ -913,7 +927,26 @@ impl Solver {
         plan
     }
 
-    fn host_ok(&self, plan: &TopoPlan, slot: usize) -> Result<(), Failure> {
+    fn expand(&self, w: Why) -> Failure {
+        match w {
+            Why::Requirements(k) => Failure::Requirements(self.key_name(k)),
+            Why::NoCompatibleInstanceType => Failure::NoCompatibleInstanceType,
+            Why::InsufficientResources(r) => {
+                Failure::InsufficientResources(self.res_names.get(r).cloned().unwrap_or_default())
+            }
+            Why::MinValues { key, want, got } => Failure::MinValues {
+                key: self.key_name(key),
+                want,
+                got,
+            },
+            Why::TopologySpread(k) => Failure::TopologySpread(self.key_name(k)),
+            Why::PodAffinity(k) => Failure::PodAffinity(self.key_name(k)),
+            Why::PodAntiAffinity(k) => Failure::PodAntiAffinity(self.key_name(k)),
+            Why::HostPort(p) => Failure::HostPort(p),
+        }
+    }
+
+    fn host_ok(&self, plan: &TopoPlan, slot: usize) -> Result<(), Why> {
         for &(g, check) in &plan.host {
             let grp = &self.groups[g];
             let ok = match check {
@@ -923,11 +956,11 @@ impl Solver {
                 HostCheck::Repelled => grp.owner_host_count(slot) == 0,
             };
             if !ok {
-                let k = LABEL_HOSTNAME.to_string();
+                let k = grp.key;
                 return Err(match grp.kind {
-                    GroupKind::Spread(_) => Failure::TopologySpread(k),
-                    GroupKind::Affinity => Failure::PodAffinity(k),
-                    GroupKind::Anti => Failure::PodAntiAffinity(k),
+                    GroupKind::Spread(_) => Why::TopologySpread(k),
+                    GroupKind::Affinity => Why::PodAffinity(k),
+                    GroupKind::Anti => Why::PodAntiAffinity(k),
                 });
             }
         }
@@ -936,7 +969,7 @@ impl Solver {
 
     /// Applies the domain rules to `reqs` (a node's or claim's requirements, already intersected
     /// with the pod's).
-    fn apply_rules(&self, plan: &TopoPlan, reqs: &mut IReqs) -> Result<(), Failure> {
+    fn apply_rules(&self, plan: &TopoPlan, reqs: &mut IReqs) -> Result<(), Why> {
         for r in &plan.rules {
             let nd = reqs.get(&r.key);
             let narrowed = match &r.rule {
@@ -957,14 +990,14 @@ impl Solver {
             };
             match narrowed {
                 Some(n) => reqs.add(r.key, n),
-                None => return Err((r.failure)(self.key_name(r.key))),
+                None => return Err((r.failure)(r.key)),
             }
         }
         Ok(())
     }
 
     /// Cheap pre-check of the domain rules against fixed node domains (no allocation).
-    fn rules_possible(&self, plan: &TopoPlan, node: &IReqs, pod: &IReqs) -> Result<(), Failure> {
+    fn rules_possible(&self, plan: &TopoPlan, node: &IReqs, pod: &IReqs) -> Result<(), Why> {
         for r in &plan.rules {
             let a = node.get(&r.key);
             let b = pod.get(&r.key);
@@ -980,7 +1013,7 @@ impl Solver {
                 }
             };
             if !ok {
-                return Err((r.failure)(self.key_name(r.key)));
+                return Err((r.failure)(r.key));
             }
         }
         Ok(())
@@ -1070,14 +1103,7 @@ impl Solver {
         }
         p.reqs
             .compatible(&pod.reqs, |k| self.allow_undefined(k))
-            .map_err(|e| Failure::Requirements(self.incompat_key(e)))
-    }
-
-    fn incompat_key(&self, e: crate::requirements::Incompatibility<Key>) -> String {
-        match e {
-            crate::requirements::Incompatibility::NoCommonValue(k)
-            | crate::requirements::Incompatibility::Undefined(k) => self.key_name(k),
-        }
+            .map_err(|e| Failure::Requirements(self.key_name(incompat_key(e))))
     }
 
     /// Tries to add pod to a claim state (existing claim or a fresh one).
@@ -1092,13 +1118,13 @@ impl Solver {
         slot: usize,
         pod: &PodData,
         plan: &TopoPlan,
-    ) -> Result<ClaimUpdate, Failure> {
+    ) -> Result<ClaimUpdate, Why> {
         if let Some(hp) = pod.host_ports_conflict(ports) {
-            return Err(Failure::HostPort(hp));
+            return Err(Why::HostPort(hp));
         }
         self.host_ok(plan, slot)?;
         reqs.compatible(&pod.reqs, |k| self.allow_undefined(k))
-            .map_err(|e| Failure::Requirements(self.incompat_key(e)))?;
+            .map_err(|e| Why::Requirements(incompat_key(e)))?;
         self.rules_possible(plan, reqs, &pod.reqs)?;
         let new_reqs = if pod.reqs.is_empty() && plan.rules.is_empty() {
             None
@@ -1135,12 +1161,9 @@ impl Solver {
         }
         if out.is_empty() {
             if !any_req_ok {
-                return Err(Failure::NoCompatibleInstanceType);
+                return Err(Why::NoCompatibleInstanceType);
             }
-            let r = best_short.unwrap_or(0);
-            return Err(Failure::InsufficientResources(
-                self.res_names.get(r).cloned().unwrap_or_default(),
-            ));
+            return Err(Why::InsufficientResources(best_short.unwrap_or(0)));
         }
         let final_reqs = new_reqs.as_ref().unwrap_or(reqs);
         self.check_min_values(pool, final_reqs, &out)?;
@@ -1152,7 +1175,7 @@ impl Solver {
         })
     }
 
-    fn check_min_values(&self, pool: usize, reqs: &IReqs, cands: &BitSet) -> Result<(), Failure> {
+    fn check_min_values(&self, pool: usize, reqs: &IReqs, cands: &BitSet) -> Result<(), Why> {
         for (k, set) in reqs.entries() {
             let Some(min) = set.min_values else { continue };
             let mut vals: Vec<Sym> = Vec::new();
@@ -1164,8 +1187,8 @@ impl Solver {
             vals.sort();
             vals.dedup();
             if vals.len() < min as usize {
-                return Err(Failure::MinValues {
-                    key: self.key_name(*k),
+                return Err(Why::MinValues {
+                    key: *k,
                     want: min,
                     got: vals.len() as u32,
                 });
@@ -1288,10 +1311,10 @@ impl Solver {
         ) {
             Ok(u) => u,
             // A type above the limit would have fitted: the limit is what failed.
-            Err(Failure::InsufficientResources(_)) if let Some(r) = limited => {
+            Err(Why::InsufficientResources(_)) if let Some(r) = limited => {
                 return Err(Failure::Limits(self.res_names[r].clone()));
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(self.expand(e)),
         };
         let reqs = self.pools[pool].reqs.clone();
         self.claims.push(Claim {
