@@ -396,14 +396,23 @@ pub struct NewNodeClaim {
     /// Pool requirements and labels ∩ pod requirements, with `node.kubernetes.io/instance-type
     /// In [...]` (at most 600, cheapest first) and `karpenter.sh/capacity-type In [...]`.
     pub requirements: Vec<Requirement>,
-    /// Candidate instance types, cheapest compatible available offering first.
-    pub instance_types: Vec<String>,
     /// Pods' requests plus the daemonset overhead of the cheapest candidate.
     pub requests: Resources,
     pub taints: Vec<Taint>,
     pub startup_taints: Vec<Taint>,
     pub pods: Vec<PodRef>,
     pub cheapest: Cheapest,
+}
+
+impl NewNodeClaim {
+    /// Candidate instance types (the `node.kubernetes.io/instance-type` requirement), cheapest
+    /// compatible available offering first.
+    pub fn instance_types(&self) -> &[String] {
+        self.requirements
+            .iter()
+            .find(|r| r.key == LABEL_INSTANCE_TYPE)
+            .map_or(&[], |r| r.values.as_slice())
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

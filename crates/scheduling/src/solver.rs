@@ -1452,52 +1452,56 @@ fn output(
         let Some(&(price, name, first, zone, ct)) = cands.first() else {
             continue;
         };
-        let mut reqs = c.reqs.clone();
-        reqs.add(
-            s.it_key,
-            ISet::in_values(cands.iter().map(|x| s.names.sym_of(x.1)).collect()),
-        );
-        if reqs.get(&s.ct_key).is_none_or(|set| set.complement) {
+        let render = |k: Key, set: &ISet| {
+            let (operator, values) = if set.complement && set.gt.is_some() {
+                (Operator::Gt, vec![set.gt.unwrap_or(0).to_string()])
+            } else if set.complement && set.lt.is_some() {
+                (Operator::Lt, vec![set.lt.unwrap_or(0).to_string()])
+            } else {
+                (
+                    set.operator(),
+                    set.values
+                        .iter()
+                        .map(|v| s.names.name(v.id).to_string())
+                        .collect(),
+                )
+            };
+            Requirement {
+                key: s.names.name(k).to_string(),
+                operator,
+                values,
+                min_values: set.min_values,
+            }
+        };
+        let ct_set = c.reqs.get(&s.ct_key);
+        let mut requirements: Vec<Requirement> = c
+            .reqs
+            .entries()
+            .iter()
+            .filter(|(k, set)| *k != s.it_key && !(*k == s.ct_key && set.complement))
+            .map(|(k, set)| render(*k, set))
+            .collect();
+        if ct_set.is_none_or(|set| set.complement) {
+            let zones = c.reqs.get(&s.zone_key);
             let mut cts: Vec<Sym> = Vec::new();
             for x in &cands {
                 for (z, ct, _, avail) in &p.types[x.2].offerings {
-                    if *avail && reqs.get(&s.zone_key).is_none_or(|set| set.has(z)) {
+                    if *avail
+                        && zones.is_none_or(|set| set.has(z))
+                        && ct_set.is_none_or(|set| set.has(ct))
+                    {
                         cts.push(*ct);
                     }
                 }
             }
-            reqs.add(s.ct_key, ISet::in_values(cts));
+            requirements.push(render(s.ct_key, &ISet::in_values(cts)));
         }
-        let requirements = reqs
-            .entries()
-            .iter()
-            .map(|(k, set)| {
-                let mut values: Vec<String> = set
-                    .values
-                    .iter()
-                    .map(|v| s.names.name(v.id).to_string())
-                    .collect();
-                let operator = if set.complement && set.gt.is_some() {
-                    values = vec![set.gt.unwrap_or(0).to_string()];
-                    Operator::Gt
-                } else if set.complement && set.lt.is_some() {
-                    values = vec![set.lt.unwrap_or(0).to_string()];
-                    Operator::Lt
-                } else {
-                    set.operator()
-                };
-                if *k == s.it_key {
-                    // keep price order rather than name order
-                    values = cands.iter().map(|x| x.1.to_string()).collect();
-                }
-                Requirement {
-                    key: s.names.name(*k).to_string(),
-                    operator,
-                    values,
-                    min_values: set.min_values,
-                }
-            })
-            .collect();
+        requirements.push(Requirement {
+            key: LABEL_INSTANCE_TYPE.to_string(),
+            operator: Operator::In,
+            values: cands.iter().map(|x| x.1.to_string()).collect(),
+            min_values: c.reqs.get(&s.it_key).and_then(|set| set.min_values),
+        });
         let td = &p.types[first];
         let requests = s
             .res_names
@@ -1511,7 +1515,6 @@ fn output(
         out.new_node_claims.push(NewNodeClaim {
             node_pool: p.name.clone(),
             requirements,
-            instance_types: cands.iter().map(|x| x.1.to_string()).collect(),
             requests,
             taints: p.taints.clone(),
             startup_taints: p.startup_taints.clone(),

@@ -25,7 +25,7 @@ fn benchmark_output_invariants_at_2000() {
         }
         assert_eq!(sum[CPU], c.requests[CPU]);
         let mut last_price = 0.0;
-        for name in &c.instance_types {
+        for name in c.instance_types() {
             let t = types[name.as_str()];
             for (k, v) in &sum {
                 let alloc = t.capacity.get(k).copied().unwrap_or(0)
@@ -36,7 +36,7 @@ fn benchmark_output_invariants_at_2000() {
             assert!(price >= last_price, "instance types not in price order");
             last_price = price;
         }
-        assert_eq!(c.cheapest.instance_type, c.instance_types[0]);
+        assert_eq!(c.cheapest.instance_type, c.instance_types()[0]);
     }
     for u in &out.unschedulable {
         assert!(seen.insert(u.pod.name.clone()));

@@ -65,7 +65,7 @@ fn limit_filters_out_bigger_types() {
     // claim must not keep candidates above the limit.
     let out = solve(&input(vec![np], vec![pod("p", 1500, 256)]));
     assert_eq!(
-        out.new_node_claims[0].instance_types,
+        out.new_node_claims[0].instance_types(),
         vec!["small", "medium"]
     );
 }

@@ -8,7 +8,7 @@ fn single_pod_gets_cheapest_type_that_fits() {
     assert_eq!(out.new_node_claims.len(), 1);
     let c = &out.new_node_claims[0];
     assert_eq!(c.cheapest.instance_type, "medium");
-    assert_eq!(c.instance_types, vec!["medium", "large", "xlarge"]);
+    assert_eq!(c.instance_types(), vec!["medium", "large", "xlarge"]);
     assert_eq!(c.node_pool, "default");
 }
 
@@ -54,7 +54,7 @@ fn arm64_only_pod_gets_an_arm64_type() {
     let out = solve(&input(vec![np], vec![p]));
     let c = &out.new_node_claims[0];
     assert_eq!(c.cheapest.instance_type, "arm-small");
-    assert_eq!(c.instance_types, vec!["arm-small", "arm-big"]);
+    assert_eq!(c.instance_types(), vec!["arm-small", "arm-big"]);
     assert_eq!(
         req_values(c, LABEL_ARCH),
         Some((Operator::In, vec!["arm64".into()]))
@@ -167,7 +167,10 @@ fn gt_on_numeric_label_selects_newer_generations() {
         &["3"],
     )]];
     let out = solve(&input(vec![generations()], vec![p]));
-    assert_eq!(out.new_node_claims[0].instance_types, vec!["gen4", "gen5"]);
+    assert_eq!(
+        out.new_node_claims[0].instance_types(),
+        vec!["gen4", "gen5"]
+    );
 }
 
 #[test]
@@ -178,7 +181,10 @@ fn lt_and_gte_bound_both_sides() {
         Requirement::new("example.com/gen", Operator::Lt, &["4"]),
     ]];
     let out = solve(&input(vec![generations()], vec![p]));
-    assert_eq!(out.new_node_claims[0].instance_types, vec!["gen2", "gen3"]);
+    assert_eq!(
+        out.new_node_claims[0].instance_types(),
+        vec!["gen2", "gen3"]
+    );
     let mut q = pod("q", 500, 256);
     q.required_node_affinity = vec![vec![Requirement::new(
         "example.com/gen",
@@ -186,7 +192,7 @@ fn lt_and_gte_bound_both_sides() {
         &["1"],
     )]];
     let out = solve(&input(vec![generations()], vec![q]));
-    assert_eq!(out.new_node_claims[0].instance_types, vec!["gen1"]);
+    assert_eq!(out.new_node_claims[0].instance_types(), vec!["gen1"]);
 }
 
 #[test]
@@ -235,7 +241,7 @@ fn min_values_keeps_enough_instance_types() {
         vec![Requirement::new(LABEL_INSTANCE_TYPE, Operator::Exists, &[]).with_min_values(3)];
     // 3.5 cpu leaves medium, large, xlarge: exactly 3.
     let out = solve(&input(vec![np.clone()], vec![pod("a", 3500, 256)]));
-    assert_eq!(out.new_node_claims[0].instance_types.len(), 3);
+    assert_eq!(out.new_node_claims[0].instance_types().len(), 3);
     let mins = out.new_node_claims[0]
         .requirements
         .iter()
@@ -364,7 +370,7 @@ fn extended_resource_needs_a_type_that_has_it() {
     p.requests.insert("nvidia.com/gpu".into(), 1);
     let out = solve(&input(vec![np], vec![p, pod("q", 500, 256)]));
     let gpu_claim = &out.new_node_claims[out.find("p").unwrap().unwrap()];
-    assert_eq!(gpu_claim.instance_types, vec!["gpu-large"]);
+    assert_eq!(gpu_claim.instance_types(), vec!["gpu-large"]);
     assert_eq!(gpu_claim.requests["nvidia.com/gpu"], 1);
 }
 
@@ -432,9 +438,9 @@ fn instance_type_list_capped_at_600_cheapest_first() {
         vec![pod("p", 500, 256)],
     ));
     let c = &out.new_node_claims[0];
-    assert_eq!(c.instance_types.len(), MAX_INSTANCE_TYPES);
-    assert_eq!(c.instance_types[0], "t000");
-    assert_eq!(c.instance_types[599], "t599");
+    assert_eq!(c.instance_types().len(), MAX_INSTANCE_TYPES);
+    assert_eq!(c.instance_types()[0], "t000");
+    assert_eq!(c.instance_types()[599], "t599");
     let it_req = req_values(c, LABEL_INSTANCE_TYPE).unwrap();
     assert_eq!(it_req.1.len(), 600);
 }
@@ -476,5 +482,5 @@ fn unavailable_and_capacity_type_offerings() {
         (LABEL_ZONE, "test-zone-3"),
     ]);
     let out = solve(&input(vec![np], vec![p]));
-    assert_eq!(out.new_node_claims[0].instance_types, vec!["medium"]);
+    assert_eq!(out.new_node_claims[0].instance_types(), vec!["medium"]);
 }
