@@ -54,20 +54,6 @@ impl Interner {
         }
     }
 
-    /// The symbol of an already interned string (a fresh non-numeric one otherwise).
-    pub fn sym_of(&self, s: &str) -> Sym {
-        match self.map.get(s) {
-            Some(&id) => Sym {
-                id,
-                num: self.nums[id as usize],
-            },
-            None => Sym {
-                id: u32::MAX,
-                num: NOT_A_NUMBER,
-            },
-        }
-    }
-
     pub fn name(&self, id: u32) -> &str {
         self.names.get(id as usize).map_or("", String::as_str)
     }
