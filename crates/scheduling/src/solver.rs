@@ -3,8 +3,8 @@
 //! Setup interns every label key and value, turns resources into dense vectors, precomputes per
 //! NodePool the compatible instance types (as bitsets), their allocatable minus daemonset
 //! overhead, and the topology groups of every spread / (anti-)affinity term. The solve then pops
-//! pods in Karpenter's queue order and tries existing nodes, planned NodeClaims (first fit, in
-//! creation order) and finally a new NodeClaim per NodePool (by weight); a pod that fits nowhere
+//! pods in Karpenter's queue order and tries existing nodes, planned NodeClaims (fewest pods
+//! first, as Karpenter sorts them) and finally a new NodeClaim per NodePool (by weight); a pod that fits nowhere
 //! is relaxed one preference at a time and requeued.
 
 use std::collections::{BTreeMap, HashMap};
@@ -251,6 +251,8 @@ struct Solver {
     pools: Vec<PoolData>,
     nodes: Vec<NodeData>,
     claims: Vec<Claim>,
+    /// Planned claims ordered by pod count ascending (Karpenter tries the emptiest first).
+    by_count: CountOrder,
     groups: Vec<Group>,
     /// Per non-hostname key: every known domain, in name order.
     universe: HashMap<Key, Vec<Sym>>,
@@ -401,6 +403,7 @@ fn build(input: &Input) -> Solver {
         pools: Vec::new(),
         nodes: Vec::new(),
         claims: Vec::new(),
+        by_count: CountOrder::default(),
         groups: Vec::new(),
         universe: HashMap::new(),
         pods: Vec::new(),
@@ -1084,6 +1087,56 @@ impl Solver {
     }
 }
 
+/// Claim indices kept sorted by pod count ascending in O(1) per change: `order[end[k-1]..end[k]]`
+/// holds the claims with exactly `k` pods.
+#[derive(Default)]
+struct CountOrder {
+    order: Vec<usize>,
+    pos: Vec<usize>,
+    end: Vec<usize>,
+}
+
+impl CountOrder {
+    fn swap(&mut self, a: usize, b: usize) {
+        self.order.swap(a, b);
+        self.pos[self.order[a]] = a;
+        self.pos[self.order[b]] = b;
+    }
+
+    /// Adds claim `claim` (the next index) with one pod.
+    fn push(&mut self, claim: usize) {
+        if self.end.is_empty() {
+            self.end = vec![0, 0];
+        }
+        let n = self.order.len();
+        self.order.push(claim);
+        if self.pos.len() <= claim {
+            self.pos.resize(claim + 1, 0);
+        }
+        self.pos[claim] = n;
+        let mut p = n;
+        for k in (2..self.end.len()).rev() {
+            let first = self.end[k - 1];
+            if first < self.end[k] {
+                self.swap(p, first);
+                p = first;
+            }
+            self.end[k] += 1;
+        }
+        self.end[1] += 1;
+    }
+
+    /// Claim `claim` goes from `from` pods to `from + 1`.
+    fn increment(&mut self, claim: usize, from: usize) {
+        if from + 1 >= self.end.len() {
+            self.end.push(self.order.len());
+        }
+        let last = self.end[from] - 1;
+        self.swap(self.pos[claim], last);
+        self.end[from] -= 1;
+    }
+}
+
 /// Result of a successful tentative add to a claim.
 struct ClaimUpdate {
     reqs: Option<IReqs>,
@@ -1238,12 +1291,13 @@ impl Solver {
                 return Ok(());
             }
         }
-        // 2. Planned NodeClaims, first fit in creation order.
+        // 2. Planned NodeClaims, fewest pods first.
         let pool_ok: Vec<Result<(), Failure>> = (0..self.pools.len())
             .map(|p| self.pool_check(p, &self.pods[pi]))
             .collect();
         let base = self.nodes.len();
-        for ci in 0..self.claims.len() {
+        for oi in 0..self.by_count.order.len() {
+            let ci = self.by_count.order[oi];
             let c = &self.claims[ci];
             if !fits(&self.pods[pi].requests, &c.max_free) || pool_ok[c.pool].is_err() {
                 continue;
@@ -1327,6 +1381,7 @@ impl Solver {
             ports: Vec::new(),
         });
         let ci = self.claims.len() - 1;
+        self.by_count.push(ci);
         self.commit(pi, ci, u);
         // Limits: subtract the largest candidate capacity.
         let p = &mut self.pools[pool];
@@ -1349,6 +1404,10 @@ impl Solver {
 
     fn commit(&mut self, pi: usize, ci: usize, u: ClaimUpdate) {
         let slot = self.nodes.len() + ci;
+        let before = self.claims[ci].pods.len();
+        if before > 0 {
+            self.by_count.increment(ci, before);
+        }
         let ports = self.pods[pi].host_ports();
         let c = &mut self.claims[ci];
         if let Some(r) = u.reqs {
@@ -1561,4 +1620,37 @@ fn output(
         });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CountOrder;
+
+    #[test]
+    fn count_order_stays_sorted() {
+        let mut o = CountOrder::default();
+        let mut counts: Vec<usize> = Vec::new();
+        let mut x: u64 = 7;
+        for step in 0..2000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            if counts.is_empty() || step % 7 == 0 {
+                o.push(counts.len());
+                counts.push(1);
+            } else {
+                let c = (x >> 33) as usize % counts.len();
+                o.increment(c, counts[c]);
+                counts[c] += 1;
+            }
+            let seen: Vec<usize> = o.order.iter().map(|c| counts[*c]).collect();
+            assert!(
+                seen.windows(2).all(|w| w[0] <= w[1]),
+                "step {step}: {seen:?}"
+            );
+            for (p, c) in o.order.iter().enumerate() {
+                assert_eq!(o.pos[*c], p);
+            }
+        }
+    }
 }

@@ -558,3 +558,19 @@ fn benchmark_workload_places_every_pod_at_1000() {
         assert!(nginx.count() <= 1);
     }
 }
+
+#[test]
+fn planned_claims_are_tried_emptiest_first() {
+    let mut a = pod("a", 2000, 256);
+    let mut b = pod("b", 1500, 256);
+    a.host_ports = vec![HostPort::tcp(80)];
+    b.host_ports = vec![HostPort::tcp(80)];
+    let ps = vec![a, b, pod("c", 1000, 256), pod("d", 900, 256)];
+    let out = solve(&input(vec![pool("default")], ps));
+    assert_eq!(out.new_node_claims.len(), 2);
+    assert_ne!(
+        out.find("c"),
+        out.find("d"),
+        "d goes to the claim with fewer pods"
+    );
+}
