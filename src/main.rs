@@ -18,6 +18,12 @@ enum Command {
     InstanceTypes(InstanceTypesArgs),
     /// Run the operator (controllers, metrics, health, leader election).
     Run(Box<RunArgs>),
+    /// Write the CRDs we install (NodePool, NodeClaim, ClusterAPINodeClass) as YAML.
+    Crds {
+        /// Output directory (one file per CRD).
+        #[arg(long, default_value = "crds")]
+        out: PathBuf,
+    },
 }
 
 #[derive(clap::Args)]
@@ -162,6 +168,11 @@ fn main() -> anyhow::Result<()> {
         Command::Version => println!("karpenter-capi {}", env!("CARGO_PKG_VERSION")),
         Command::InstanceTypes(args) => instance_types(args)?,
         Command::Run(args) => run(*args)?,
+        Command::Crds { out } => {
+            for path in api::crds::write_all(&out)? {
+                println!("{}", path.display());
+            }
+        }
     }
     Ok(())
 }

@@ -1,1 +1,37 @@
-//! CRD types: karpenter.sh/v1, ClusterAPINodeClass, the CAPI kinds we touch.
+//! The API every controller codes against.
+//!
+//! - [`karpenter`]: `karpenter.sh/v1` [`NodePool`] and [`NodeClaim`], field for field as
+//!   Karpenter defines them (defaults, enums, patterns and CEL rules included), so a user's
+//!   existing NodePool YAML applies unchanged.
+//! - [`nodeclass`]: `karpenter.cluster.x-k8s.io/v1alpha1` [`ClusterAPINodeClass`].
+//! - [`capi`]: typed clients for the Cluster API kinds we read and create (`Machine`,
+//!   `Cluster`, `cluster.x-k8s.io/v1beta2`). Cluster API installs those CRDs, never us.
+//! - [`consts`]: every label, annotation, taint, finalizer and condition name.
+//! - [`conditions`]: metav1 `Condition` helpers.
+//! - [`crds`]: the CRDs we install, rendered as YAML (`karpenter-capi crds`).
+
+pub mod capi;
+pub mod conditions;
+pub mod consts;
+pub mod crds;
+pub mod karpenter;
+pub mod nodeclass;
+mod schema;
+
+pub use capi::{Cluster, Machine};
+pub use karpenter::{NodeClaim, NodePool};
+pub use nodeclass::ClusterAPINodeClass;
+
+/// Errors of this crate.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("rendering CRD {name} as YAML: {message}")]
+    Render { name: String, message: String },
+    #[error("{what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}

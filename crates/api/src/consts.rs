@@ -1,0 +1,250 @@
+//! Every label, annotation, taint, finalizer, condition type and reason the project uses.
+//! Code elsewhere refers to these constants, never to the string literals.
+
+/// API groups and versions.
+pub mod groups {
+    /// Karpenter's API group (NodePool, NodeClaim).
+    pub const KARPENTER: &str = "karpenter.sh";
+    pub const KARPENTER_VERSION: &str = "v1";
+    /// Our API group (ClusterAPINodeClass) and the prefix of our labels and annotations.
+    pub const NODECLASS: &str = "karpenter.cluster.x-k8s.io";
+    pub const NODECLASS_VERSION: &str = "v1alpha1";
+    pub const NODECLASS_KIND: &str = "ClusterAPINodeClass";
+    /// Cluster API core (Machine, Cluster).
+    pub const CLUSTER_API: &str = "cluster.x-k8s.io";
+    pub const CLUSTER_API_VERSION: &str = "v1beta2";
+    /// Infrastructure providers' group (InfrastructureMachineTemplates).
+    pub const INFRASTRUCTURE: &str = "infrastructure.cluster.x-k8s.io";
+    /// Bootstrap providers' group (KubeadmConfigTemplate, KubeadmConfig).
+    pub const BOOTSTRAP: &str = "bootstrap.cluster.x-k8s.io";
+}
+
+/// Labels.
+pub mod labels {
+    // Karpenter (karpenter.sh).
+    pub const NODEPOOL: &str = "karpenter.sh/nodepool";
+    pub const INITIALIZED: &str = "karpenter.sh/initialized";
+    pub const REGISTERED: &str = "karpenter.sh/registered";
+    pub const DO_NOT_SYNC_TAINTS: &str = "karpenter.sh/do-not-sync-taints";
+    pub const CAPACITY_TYPE: &str = "karpenter.sh/capacity-type";
+    /// Values of [`CAPACITY_TYPE`].
+    pub const CAPACITY_TYPE_SPOT: &str = "spot";
+    pub const CAPACITY_TYPE_ON_DEMAND: &str = "on-demand";
+    pub const CAPACITY_TYPE_RESERVED: &str = "reserved";
+
+    // Kubernetes well-known labels.
+    pub const HOSTNAME: &str = "kubernetes.io/hostname";
+    pub const ARCH: &str = "kubernetes.io/arch";
+    pub const OS: &str = "kubernetes.io/os";
+    pub const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
+    pub const ZONE: &str = "topology.kubernetes.io/zone";
+    pub const REGION: &str = "topology.kubernetes.io/region";
+    pub const WINDOWS_BUILD: &str = "node.kubernetes.io/windows-build";
+
+    // Ours (karpenter.cluster.x-k8s.io): instance-type labels derived from templates.
+    pub const INSTANCE_CPU: &str = "karpenter.cluster.x-k8s.io/instance-cpu";
+    pub const INSTANCE_MEMORY: &str = "karpenter.cluster.x-k8s.io/instance-memory";
+    pub const INSTANCE_GPU_COUNT: &str = "karpenter.cluster.x-k8s.io/instance-gpu-count";
+    pub const INSTANCE_TEMPLATE: &str = "karpenter.cluster.x-k8s.io/instance-template";
+    /// On Machines and their clones: the NodeClaim they were created for.
+    pub const NODECLAIM: &str = "karpenter.cluster.x-k8s.io/nodeclaim";
+    /// The node-class label `<group>/<lower(kind)>` = NodeClass name.
+    pub const NODECLASS: &str = "karpenter.cluster.x-k8s.io/clusterapinodeclass";
+
+    // Cluster API.
+    /// Opt-in label: only InfrastructureMachineTemplates carrying it are offered.
+    pub const KARPENTER_MEMBER: &str = "node.cluster.x-k8s.io/karpenter-member";
+    pub const CLUSTER_NAME: &str = "cluster.x-k8s.io/cluster-name";
+    /// Never copied onto our Machines (a MachineSet would adopt them).
+    pub const SET_NAME: &str = "cluster.x-k8s.io/set-name";
+    pub const DEPLOYMENT_NAME: &str = "cluster.x-k8s.io/deployment-name";
+    /// Label key prefixes Cluster API syncs from Machines onto Nodes.
+    pub const CAPI_SYNCED_PREFIXES: &[&str] = &[
+        "node-role.kubernetes.io",
+        "node-restriction.kubernetes.io",
+        "node.cluster.x-k8s.io",
+    ];
+    /// CRD contract labels (value: versions joined by `_`).
+    pub const CONTRACT_V1BETA2: &str = "cluster.x-k8s.io/v1beta2";
+    pub const CONTRACT_V1BETA1: &str = "cluster.x-k8s.io/v1beta1";
+
+    /// Label keys Karpenter restricts on NodePools (besides the `karpenter.sh` domain).
+    pub const RESTRICTED: &[&str] = &[HOSTNAME, NODEPOOL];
+    /// Well-known labels a requirement may name.
+    pub const WELL_KNOWN: &[&str] = &[
+        NODEPOOL,
+        ZONE,
+        REGION,
+        INSTANCE_TYPE,
+        ARCH,
+        OS,
+        CAPACITY_TYPE,
+        WINDOWS_BUILD,
+        INSTANCE_CPU,
+        INSTANCE_MEMORY,
+        INSTANCE_GPU_COUNT,
+        INSTANCE_TEMPLATE,
+    ];
+}
+
+/// Annotations.
+pub mod annotations {
+    // Karpenter.
+    pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+    pub const NODEPOOL_HASH: &str = "karpenter.sh/nodepool-hash";
+    pub const NODEPOOL_HASH_VERSION: &str = "karpenter.sh/nodepool-hash-version";
+    pub const NODECLAIM_TERMINATION_TIMESTAMP: &str =
+        "karpenter.sh/nodeclaim-termination-timestamp";
+
+    // Ours.
+    /// On templates: hourly price of an instance (decimal).
+    pub const PRICE: &str = "karpenter.cluster.x-k8s.io/price";
+    /// On a NodeClaim: the launch plan (JSON), written before anything is created.
+    pub const LAUNCH_PLAN: &str = "karpenter.cluster.x-k8s.io/launch";
+    /// On the Machine and its clones: the UID of the NodeClaim they were created for.
+    pub const NODECLAIM_UID: &str = "karpenter.cluster.x-k8s.io/nodeclaim-uid";
+    /// On a NodeClaim: `<namespace>/<name>` of its Machine.
+    pub const MACHINE: &str = "cluster.x-k8s.io/machine";
+
+    // Cluster API.
+    pub const CLONED_FROM_NAME: &str = "cluster.x-k8s.io/cloned-from-name";
+    pub const CLONED_FROM_GROUPKIND: &str = "cluster.x-k8s.io/cloned-from-groupkind";
+    pub const PRE_DRAIN_HOOK_PREFIX: &str = "pre-drain.delete.hook.machine.cluster.x-k8s.io";
+    pub const PRE_TERMINATE_HOOK_PREFIX: &str =
+        "pre-terminate.delete.hook.machine.cluster.x-k8s.io";
+    pub const EXCLUDE_NODE_DRAINING: &str = "machine.cluster.x-k8s.io/exclude-node-draining";
+
+    // cluster-autoscaler scale-from-zero capacity annotations on InfrastructureMachineTemplates.
+    pub const CA_PREFIX: &str = "capacity.cluster-autoscaler.kubernetes.io/";
+    pub const CA_CPU: &str = "capacity.cluster-autoscaler.kubernetes.io/cpu";
+    pub const CA_MEMORY: &str = "capacity.cluster-autoscaler.kubernetes.io/memory";
+    pub const CA_EPHEMERAL_DISK: &str = "capacity.cluster-autoscaler.kubernetes.io/ephemeral-disk";
+    pub const CA_MAX_PODS: &str = "capacity.cluster-autoscaler.kubernetes.io/maxPods";
+    pub const CA_GPU_COUNT: &str = "capacity.cluster-autoscaler.kubernetes.io/gpu-count";
+    pub const CA_GPU_TYPE: &str = "capacity.cluster-autoscaler.kubernetes.io/gpu-type";
+    pub const CA_LABELS: &str = "capacity.cluster-autoscaler.kubernetes.io/labels";
+    pub const CA_TAINTS: &str = "capacity.cluster-autoscaler.kubernetes.io/taints";
+}
+
+/// Taint keys.
+pub mod taints {
+    /// Nodes register with it (`NoExecute`); removed at registration.
+    pub const UNREGISTERED: &str = "karpenter.sh/unregistered";
+    /// Candidates being disrupted (`NoSchedule`).
+    pub const DISRUPTED: &str = "karpenter.sh/disrupted";
+    /// Removed by Cluster API once the Machine's Node is linked.
+    pub const CAPI_UNINITIALIZED: &str = "node.cluster.x-k8s.io/uninitialized";
+    /// Taints that do not block initialization (they go away on their own).
+    pub const EPHEMERAL: &[&str] = &[
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+        "node.cloudprovider.kubernetes.io/uninitialized",
+        UNREGISTERED,
+    ];
+    /// Prefix of readiness taints, also ephemeral.
+    pub const READINESS_PREFIX: &str = "readiness.k8s.io/";
+}
+
+/// Finalizers.
+pub mod finalizers {
+    /// On NodeClaims and Nodes.
+    pub const TERMINATION: &str = "karpenter.sh/termination";
+    /// Cluster API's own, on Machines.
+    pub const MACHINE: &str = "machine.cluster.x-k8s.io";
+}
+
+/// Condition types.
+pub mod conditions {
+    // Shared.
+    pub const READY: &str = "Ready";
+
+    // NodeClaim.
+    pub const LAUNCHED: &str = "Launched";
+    pub const REGISTERED: &str = "Registered";
+    pub const INITIALIZED: &str = "Initialized";
+    pub const CONSOLIDATABLE: &str = "Consolidatable";
+    pub const DRIFTED: &str = "Drifted";
+    pub const DRAINED: &str = "Drained";
+    pub const VOLUMES_DETACHED: &str = "VolumesDetached";
+    pub const INSTANCE_TERMINATING: &str = "InstanceTerminating";
+    pub const CONSISTENT_STATE_FOUND: &str = "ConsistentStateFound";
+    pub const DISRUPTION_REASON: &str = "DisruptionReason";
+    /// NodeClaim `Ready` = all of these True.
+    pub const NODECLAIM_READY_PARTS: &[&str] = &[LAUNCHED, REGISTERED, INITIALIZED];
+
+    // NodePool.
+    pub const VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
+    pub const NODECLASS_READY: &str = "NodeClassReady";
+    pub const NODE_REGISTRATION_HEALTHY: &str = "NodeRegistrationHealthy";
+    /// NodePool `Ready` = all of these True.
+    pub const NODEPOOL_READY_PARTS: &[&str] = &[VALIDATION_SUCCEEDED, NODECLASS_READY];
+
+    // ClusterAPINodeClass.
+    pub const CLUSTER_READY: &str = "ClusterReady";
+    pub const TEMPLATES_READY: &str = "TemplatesReady";
+    pub const BOOTSTRAP_READY: &str = "BootstrapReady";
+    /// NodeClass `Ready` = all of these True.
+    pub const NODECLASS_READY_PARTS: &[&str] = &[CLUSTER_READY, TEMPLATES_READY, BOOTSTRAP_READY];
+
+    // Cluster API Machine.
+    pub const MACHINE_AVAILABLE: &str = "Available";
+    pub const MACHINE_BOOTSTRAP_CONFIG_READY: &str = "BootstrapConfigReady";
+    pub const MACHINE_INFRASTRUCTURE_READY: &str = "InfrastructureReady";
+    pub const MACHINE_NODE_READY: &str = "NodeReady";
+    pub const MACHINE_NODE_HEALTHY: &str = "NodeHealthy";
+    pub const MACHINE_DELETING: &str = "Deleting";
+    // Cluster API Cluster.
+    pub const CLUSTER_INFRASTRUCTURE_READY: &str = "InfrastructureReady";
+    pub const CLUSTER_CONTROL_PLANE_INITIALIZED: &str = "ControlPlaneInitialized";
+    pub const CLUSTER_AVAILABLE: &str = "Available";
+}
+
+/// Condition reasons.
+pub mod reasons {
+    // NodeClaim lifecycle.
+    pub const LAUNCHED: &str = "Launched";
+    pub const LAUNCH_FAILED: &str = "LaunchFailed";
+    pub const NODE_NOT_FOUND: &str = "NodeNotFound";
+    pub const MULTIPLE_NODES_FOUND: &str = "MultipleNodesFound";
+    pub const REGISTERED: &str = "Registered";
+    pub const INITIALIZED: &str = "Initialized";
+    pub const NOT_READY: &str = "NotReady";
+    pub const INSTANCE_TERMINATING: &str = "InstanceTerminating";
+    // Drift.
+    pub const NODEPOOL_DRIFTED: &str = "NodePoolDrifted";
+    pub const REQUIREMENTS_DRIFTED: &str = "RequirementsDrifted";
+    pub const INSTANCE_TYPE_NOT_FOUND: &str = "InstanceTypeNotFound";
+    pub const NODECLASS_DRIFTED: &str = "NodeClassDrifted";
+    // Disruption reasons (also budget `reasons`).
+    pub const UNDERUTILIZED: &str = "Underutilized";
+    pub const EMPTY: &str = "Empty";
+    pub const DRIFTED: &str = "Drifted";
+    pub const EXPIRED: &str = "Expired";
+    // NodeClass.
+    pub const TEMPLATES_READY: &str = "TemplatesReady";
+    pub const TEMPLATES_EXCLUDED: &str = "TemplatesExcluded";
+    pub const NO_TEMPLATES: &str = "NoTemplates";
+    pub const NO_VALID_TEMPLATES: &str = "NoValidTemplates";
+    pub const INVALID_KUBELET_CONFIGURATION: &str = "InvalidKubeletConfiguration";
+    pub const BOOTSTRAP_READY: &str = "BootstrapReady";
+    pub const CLUSTER_READY: &str = "ClusterReady";
+    pub const CLUSTER_NOT_FOUND: &str = "ClusterNotFound";
+    pub const READY: &str = "Ready";
+    pub const NOT_READY_DEPENDENCIES: &str = "DependenciesNotReady";
+}
+
+/// Event reasons (Karpenter's, so alerts carry over).
+pub mod events {
+    pub const FAILED_SCHEDULING: &str = "FailedScheduling";
+    pub const NO_COMPATIBLE_INSTANCE_TYPES: &str = "NoCompatibleInstanceTypes";
+    pub const NOMINATED: &str = "Nominated";
+    pub const INSUFFICIENT_CAPACITY_ERROR: &str = "InsufficientCapacityError";
+    pub const UNREGISTERED_TAINT_MISSING: &str = "UnregisteredTaintMissing";
+    pub const NODECLASS_NOT_READY: &str = "NodeClassNotReady";
+    pub const DISRUPTION_BLOCKED: &str = "DisruptionBlocked";
+    pub const DISRUPTION_LAUNCHING: &str = "DisruptionLaunching";
+    pub const DISRUPTION_TERMINATING: &str = "DisruptionTerminating";
+    pub const EVICTED: &str = "Evicted";
+    pub const FAILED_DRAINING: &str = "FailedDraining";
+    pub const TERMINATION_GRACE_PERIOD_EXPIRING: &str = "TerminationGracePeriodExpiring";
+}

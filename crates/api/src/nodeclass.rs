@@ -1,0 +1,219 @@
+//! `karpenter.cluster.x-k8s.io/v1alpha1` ClusterAPINodeClass: which Cluster API templates
+//! Karpenter may launch standalone Machines from, and how to bootstrap them.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::schema;
+
+fn default_launch_timeout() -> String {
+    "10m".into()
+}
+
+fn default_registration_timeout() -> String {
+    "15m".into()
+}
+
+/// ClusterAPINodeClass: the Cluster API side of a NodePool. Machines are created in the
+/// Cluster's namespace, one per NodeClaim, from templates carrying the opt-in label
+/// `node.cluster.x-k8s.io/karpenter-member`.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "karpenter.cluster.x-k8s.io",
+    version = "v1alpha1",
+    kind = "ClusterAPINodeClass",
+    plural = "clusterapinodeclasses",
+    shortname = "capinc",
+    category = "karpenter",
+    status = "ClusterAPINodeClassStatus",
+    derive = "PartialEq",
+    doc = "ClusterAPINodeClass is the Schema for the ClusterAPINodeClasses API",
+    printcolumn = r#"{"name":"Cluster","type":"string","jsonPath":".spec.clusterRef.name"}"#,
+    printcolumn = r#"{"name":"Types","type":"string","jsonPath":".status.instanceTypes[*].name"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterAPINodeClassSpec {
+    /// The Cluster API Cluster the Machines join. Machines, templates and bootstrap objects
+    /// live in its namespace.
+    pub cluster_ref: ClusterReference,
+    /// Selects among the InfrastructureMachineTemplates in the Cluster's namespace that carry
+    /// the label `node.cluster.x-k8s.io/karpenter-member` (all of them when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_template_selector: Option<LabelSelector>,
+    /// Restricts the template kinds considered (all contract-labelled kinds when empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub machine_template_kinds: Vec<GroupKind>,
+    /// Where each Machine's bootstrap data comes from.
+    pub bootstrap: Bootstrap,
+    /// Kubernetes version of the Machines; defaults to the Cluster's (topology or control
+    /// plane).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = schema::VERSION))]
+    pub version: Option<String>,
+    /// Kubelet reservations used to compute allocatable (they must match what the bootstrap
+    /// configuration passes to the kubelet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubelet: Option<KubeletConfiguration>,
+    /// Settings copied onto every Machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<MachineSettings>,
+    /// A Machine without a providerID after this long is deleted and its NodeClaim retried.
+    #[serde(default = "default_launch_timeout")]
+    #[schemars(regex(pattern = schema::TIMEOUT))]
+    pub launch_timeout: String,
+    /// A launched Machine whose Node has not registered after this long is deleted.
+    #[serde(default = "default_registration_timeout")]
+    #[schemars(regex(pattern = schema::TIMEOUT))]
+    pub registration_timeout: String,
+}
+
+/// A namespaced reference to a Cluster API Cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterReference {
+    #[schemars(length(min = 1, max = 63))]
+    pub namespace: String,
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+/// An API group and kind.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupKind {
+    #[schemars(length(min = 1, max = 253))]
+    pub api_group: String,
+    #[schemars(length(min = 1, max = 63))]
+    pub kind: String,
+}
+
+/// A reference to an object in the Cluster's namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateReference {
+    #[schemars(length(min = 1, max = 253))]
+    pub api_group: String,
+    #[schemars(length(min = 1, max = 63))]
+    pub kind: String,
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+/// Bootstrap source: exactly one of a config template (cloned per Machine) or a Secret.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.configTemplateRef) != has(self.dataSecretName)").message("exactly one of configTemplateRef or dataSecretName must be set"))]
+pub struct Bootstrap {
+    /// A bootstrap config template (e.g. KubeadmConfigTemplate) cloned for each Machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_template_ref: Option<TemplateReference>,
+    /// A Secret (key `value`) with ready-made bootstrap data, used by every Machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub data_secret_name: Option<String>,
+    /// Add `karpenter.sh/unregistered:NoExecute` to the cloned KubeadmConfig's join taints
+    /// (default true), so Nodes register with it as Karpenter expects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inject_unregistered_taint: Option<bool>,
+}
+
+/// Kubelet settings that affect allocatable.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeletConfiguration {
+    /// Resources reserved for Kubernetes system daemons.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "schema::reserved_resources")]
+    pub kube_reserved: BTreeMap<String, Quantity>,
+    /// Resources reserved for OS system daemons.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "schema::reserved_resources")]
+    pub system_reserved: BTreeMap<String, Quantity>,
+    /// Hard eviction thresholds.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "schema::eviction_thresholds")]
+    pub eviction_hard: BTreeMap<String, String>,
+    /// Maximum pods per node (otherwise the template's, or 110).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub max_pods: Option<i32>,
+}
+
+/// Settings copied onto every Machine (labels and annotations also let users add Cluster
+/// API pre-drain / pre-terminate hooks).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineSettings {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "schema::string_map")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "schema::string_map")]
+    pub annotations: BTreeMap<String, String>,
+    /// Machine `spec.deletion.nodeDrainTimeoutSeconds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = schema::TIMEOUT))]
+    pub node_drain_timeout: Option<String>,
+    /// Machine `spec.deletion.nodeVolumeDetachTimeoutSeconds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = schema::TIMEOUT))]
+    pub node_volume_detach_timeout: Option<String>,
+    /// Machine `spec.deletion.nodeDeletionTimeoutSeconds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = schema::TIMEOUT))]
+    pub node_deletion_timeout: Option<String>,
+}
+
+/// Observed state of a ClusterAPINodeClass.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterAPINodeClassStatus {
+    /// Ready, ClusterReady, TemplatesReady, BootstrapReady.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "schema::conditions")]
+    pub conditions: Vec<Condition>,
+    /// The instance types offered, cheapest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instance_types: Vec<InstanceTypeSummary>,
+}
+
+/// One instance type of a NodeClass.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceTypeSummary {
+    pub name: String,
+    #[serde(default)]
+    pub cpu: String,
+    #[serde(default)]
+    pub memory: String,
+    #[serde(default)]
+    pub pods: i64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gpus: i64,
+    #[serde(default)]
+    pub arch: String,
+    #[serde(default)]
+    pub os: String,
+    /// Zones of the offerings (empty when zone-less).
+    #[serde(default)]
+    pub zones: Vec<String>,
+    #[serde(default)]
+    pub capacity_types: Vec<String>,
+    /// Cheapest offering, per hour, as a decimal string.
+    #[serde(default)]
+    pub price: String,
+    /// Names of the templates providing this instance type.
+    #[serde(default)]
+    pub templates: Vec<String>,
+}
+
+fn is_zero(v: &i64) -> bool {
+    *v == 0
+}

@@ -1,0 +1,179 @@
+//! Schema fragments schemars cannot derive: quantity maps, constrained label maps,
+//! requirement values. Patterns are Karpenter's own, so the same objects are accepted and
+//! rejected as upstream.
+
+use schemars::{Schema, SchemaGenerator, json_schema};
+
+/// resource.Quantity.
+pub const QUANTITY: &str = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
+/// A label value (may be empty).
+pub const LABEL_VALUE: &str = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
+/// A qualified name (label key, taint key).
+pub const QUALIFIED_NAME: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*(\/))?([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$";
+/// A duration in s/m/h, or `Never`.
+pub const DURATION_OR_NEVER: &str = r"^(([0-9]+(s|m|h))+|Never)$";
+/// A duration in s/m/h.
+pub const DURATION: &str = r"^([0-9]+(s|m|h))+$";
+/// A duration in ms/s/m/h (our own timeouts).
+pub const TIMEOUT: &str = r"^([0-9]+(ms|s|m|h))+$";
+/// Budget `nodes`: a count or a percentage.
+pub const BUDGET_NODES: &str = r"^((100|[0-9]{1,2})%|[0-9]+)$";
+/// Budget `duration`: minutes and hours only (cron has no seconds).
+pub const BUDGET_DURATION: &str = r"^((([0-9]+(h|m))|([0-9]+h[0-9]+m))(0s)?)$";
+/// Budget `schedule`: a cron expression or macro.
+pub const BUDGET_SCHEDULE: &str =
+    r"^(@(annually|yearly|monthly|weekly|daily|midnight|hourly))|((.+)\s(.+)\s(.+)\s(.+)\s(.+))$";
+/// A Kubernetes version (`v` optional; the operator adds it).
+pub const VERSION: &str =
+    r"^v?(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)([-+][0-9A-Za-z.+-]*)?$";
+
+/// The domain of a label key (`x.find(...)` in CEL).
+const DOMAIN: &str = r#"find("^([^/]+)")"#;
+
+/// `map[string]resource.Quantity`.
+pub fn quantity_map(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "additionalProperties": {
+            "x-kubernetes-int-or-string": true,
+            "pattern": QUANTITY,
+        },
+    })
+}
+
+/// `map[string]string`.
+pub fn string_map(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "additionalProperties": {"type": "string"},
+    })
+}
+
+/// CEL rules restricting a label key (`key` is the CEL expression of the key), as Karpenter
+/// restricts requirement keys and template labels: the `kubernetes.io`, `k8s.io` and
+/// `karpenter.sh` domains and our own are reserved except for their well-known labels, and
+/// `kubernetes.io/hostname` is never allowed. One deliberate difference from Karpenter:
+/// `*.x-k8s.io` domains are not part of the reserved `k8s.io` domain (Cluster API's
+/// `node.cluster.x-k8s.io` labels and our own well-known labels live there).
+fn label_key_rules(key: &str, all: bool) -> Vec<serde_json::Value> {
+    let wrap = |rule: String| {
+        if all {
+            format!("self.all(x, {rule})")
+        } else {
+            rule
+        }
+    };
+    let kubernetes_io = r#"["beta.kubernetes.io/instance-type", "failure-domain.beta.kubernetes.io/region", "beta.kubernetes.io/os", "beta.kubernetes.io/arch", "failure-domain.beta.kubernetes.io/zone", "topology.kubernetes.io/zone", "topology.kubernetes.io/region", "node.kubernetes.io/instance-type", "kubernetes.io/arch", "kubernetes.io/os", "node.kubernetes.io/windows-build"]"#;
+    let ours = r#"["karpenter.cluster.x-k8s.io/instance-cpu", "karpenter.cluster.x-k8s.io/instance-memory", "karpenter.cluster.x-k8s.io/instance-gpu-count", "karpenter.cluster.x-k8s.io/instance-template"]"#;
+    vec![
+        serde_json::json!({
+            "message": "label domain \"kubernetes.io\" is restricted",
+            "rule": wrap(format!(
+                "{key} in {kubernetes_io} || {key}.{DOMAIN}.endsWith(\"node.kubernetes.io\") || {key}.{DOMAIN}.endsWith(\"node-restriction.kubernetes.io\") || !{key}.{DOMAIN}.endsWith(\"kubernetes.io\")"
+            )),
+        }),
+        serde_json::json!({
+            "message": "label domain \"k8s.io\" is restricted",
+            "rule": wrap(format!(
+                "{key}.{DOMAIN}.endsWith(\"kops.k8s.io\") || {key}.{DOMAIN}.endsWith(\"x-k8s.io\") || !{key}.{DOMAIN}.endsWith(\"k8s.io\")"
+            )),
+        }),
+        serde_json::json!({
+            "message": "label domain \"karpenter.sh\" is restricted",
+            "rule": wrap(format!(
+                "{key} in [\"karpenter.sh/capacity-type\", \"karpenter.sh/nodepool\"] || !{key}.{DOMAIN}.endsWith(\"karpenter.sh\")"
+            )),
+        }),
+        serde_json::json!({
+            "message": "label domain \"karpenter.cluster.x-k8s.io\" is restricted",
+            "rule": wrap(format!(
+                "{key} in {ours} || !{key}.{DOMAIN}.endsWith(\"karpenter.cluster.x-k8s.io\")"
+            )),
+        }),
+        serde_json::json!({
+            "message": "label \"kubernetes.io/hostname\" is restricted",
+            "rule": wrap(format!("{key} != \"kubernetes.io/hostname\"")),
+        }),
+    ]
+}
+
+/// A requirement `key`.
+pub fn requirement_key(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "description": "The label key that the selector applies to.",
+        "type": "string",
+        "maxLength": 316,
+        "pattern": QUALIFIED_NAME,
+        "x-kubernetes-validations": label_key_rules("self", false),
+    })
+}
+
+/// Requirement `values`.
+pub fn requirement_values(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "description": "An array of string values. If the operator is In or NotIn, the values array must be non-empty. If the operator is Exists or DoesNotExist, the values array must be empty. If the operator is Gt, Lt, Gte or Lte, the values array must have a single element, which will be interpreted as an integer.",
+        "type": "array",
+        "items": {"type": "string", "maxLength": 63, "pattern": LABEL_VALUE},
+        "x-kubernetes-list-type": "atomic",
+    })
+}
+
+/// NodePool `template.metadata.labels`.
+pub fn template_labels(_: &mut SchemaGenerator) -> Schema {
+    let mut rules = label_key_rules("x", true);
+    rules.push(serde_json::json!({
+        "message": "label \"karpenter.sh/nodepool\" is restricted",
+        "rule": "self.all(x, x != \"karpenter.sh/nodepool\")",
+    }));
+    json_schema!({
+        "description": "Labels applied to every NodeClaim and Node launched from this NodePool.",
+        "type": "object",
+        "maxProperties": 100,
+        "additionalProperties": {"type": "string", "maxLength": 63, "pattern": LABEL_VALUE},
+        "x-kubernetes-validations": rules,
+    })
+}
+
+/// ClusterAPINodeClass `kubelet.kubeReserved` / `systemReserved`.
+pub fn reserved_resources(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "additionalProperties": {
+            "x-kubernetes-int-or-string": true,
+            "pattern": QUANTITY,
+        },
+        "x-kubernetes-validations": [{
+            "message": "valid keys are ['cpu','memory','ephemeral-storage','pid']",
+            "rule": "self.all(x, x in ['cpu', 'memory', 'ephemeral-storage', 'pid'])",
+        }],
+    })
+}
+
+/// ClusterAPINodeClass `kubelet.evictionHard`.
+pub fn eviction_thresholds(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "description": "Hard eviction thresholds (quantity or percentage), as the kubelet's --eviction-hard.",
+        "type": "object",
+        "additionalProperties": {
+            "type": "string",
+            "pattern": r"^((\d{1,2}(\.\d{1,2})?|100(\.0{1,2})?)%|(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?)$",
+        },
+        "x-kubernetes-validations": [{
+            "message": "valid keys are ['memory.available','nodefs.available','nodefs.inodesFree','imagefs.available','imagefs.inodesFree','pid.available']",
+            "rule": "self.all(x, x in ['memory.available', 'nodefs.available', 'nodefs.inodesFree', 'imagefs.available', 'imagefs.inodesFree', 'pid.available'])",
+        }],
+    })
+}
+
+/// metav1 `Condition` list (status).
+pub fn conditions(generator: &mut SchemaGenerator) -> Schema {
+    let item =
+        generator.subschema_for::<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>();
+    json_schema!({
+        "description": "Conditions contains signals for health and readiness.",
+        "type": "array",
+        "items": item,
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["type"],
+    })
+}
