@@ -1267,11 +1267,15 @@ impl Solver {
         if self.host_ok(plan, ni).is_err() {
             return false;
         }
-        let mut reqs = IReqs::new();
-        for (k, v) in &n.labels {
-            reqs.add(*k, ISet::in_values(vec![*v]));
-        }
-        self.apply_rules(plan, &mut reqs).is_ok()
+        // The node's domain is its label; a node without the label is no domain of the
+        // constraint (only an exclusion can hold there).
+        plan.rules.iter().all(|r| match lookup(&n.labels, r.key) {
+            None => matches!(&r.rule, DomainRule::Narrow(set) if set.complement),
+            Some(d) => match &r.rule {
+                DomainRule::Pick(order) | DomainRule::Bootstrap(order) => order.contains(&d),
+                DomainRule::Narrow(set) => set.has(&d),
+            },
+        })
     }
 
     /// Schedules one pod; Err carries the per-pool failures.

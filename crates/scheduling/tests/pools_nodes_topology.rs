@@ -574,3 +574,45 @@ fn planned_claims_are_tried_emptiest_first() {
         "d goes to the claim with fewer pods"
     );
 }
+
+#[test]
+fn existing_node_without_the_topology_label_is_not_a_spread_domain() {
+    let mut ps = pods("p", 1, 500, 256);
+    with_spread(&mut ps, LABEL_ZONE, WhenUnsatisfiable::DoNotSchedule);
+    let mut inp = input(vec![pool("default")], ps);
+    let mut n = node("zoneless", "test-zone-1", 4000, 8);
+    n.labels.remove(LABEL_ZONE);
+    inp.nodes = vec![n];
+    let out = solve(&inp);
+    assert!(out.existing.is_empty());
+    assert_eq!(out.new_node_claims.len(), 1);
+}
+
+#[test]
+fn zonal_spread_onto_existing_nodes_respects_skew() {
+    let mut ps = pods("p", 4, 500, 256);
+    with_spread(&mut ps, LABEL_ZONE, WhenUnsatisfiable::DoNotSchedule);
+    let mut np = pool("default");
+    np.requirements = vec![Requirement::new(
+        LABEL_ZONE,
+        Operator::In,
+        &["test-zone-1", "test-zone-2"],
+    )];
+    let mut inp = input(vec![np], ps);
+    inp.nodes = vec![node("n1", "test-zone-1", 16000, 32)];
+    let out = solve(&inp);
+    // zone-1 (existing node) and zone-2 (new claims) alternate: 2 on n1, 2 in zone-2.
+    assert_eq!(out.existing.len(), 2);
+    assert_eq!(
+        out.new_node_claims
+            .iter()
+            .map(|c| c.pods.len())
+            .sum::<usize>(),
+        2
+    );
+    assert!(
+        out.new_node_claims
+            .iter()
+            .all(|c| zone_of(c) == "test-zone-2")
+    );
+}
