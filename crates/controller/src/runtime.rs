@@ -200,7 +200,7 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
     ));
     caches.ready().await;
     let _ = clusters.wait_until_ready().await;
-    index.ready().await;
+    warm_templates(&ctx.management, &index).await;
     ctx.readiness.set_ready();
     tracing::info!("caches synced");
 
@@ -248,6 +248,7 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         catalogs: Arc::new(catalogs.clone()),
         unavailable: Arc::default(),
         settings: Settings::default(),
+        kinds: Arc::default(),
     };
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
@@ -306,4 +307,38 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
     }
     let _ = endpoints.await;
     result
+}
+
+/// Waits until the template index watches every template kind that exists now and has
+/// listed them: a restarted operator must not judge a NodeClass by an empty catalog.
+async fn warm_templates(management: &Client, index: &templates::watch::TemplateIndex) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(management.clone());
+    let expected: Vec<templates::watch::TemplateKind> = match crds.list(&Default::default()).await {
+        Ok(list) => list
+            .items
+            .iter()
+            .filter_map(templates::watch::template_kind_from_crd)
+            .collect(),
+        Err(e) => {
+            tracing::warn!(error = %e, "listing CRDs for template discovery failed");
+            Vec::new()
+        }
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let have = index.kinds();
+        if expected
+            .iter()
+            .all(|k| have.iter().any(|h| h.group == k.group && h.kind == k.kind))
+        {
+            break;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            tracing::warn!("template kinds not all discovered after 60s; starting anyway");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    index.ready().await;
 }

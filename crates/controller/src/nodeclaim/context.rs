@@ -90,6 +90,27 @@ impl Default for Settings {
     }
 }
 
+/// Discovered API resources, by `apiVersion/kind` (or `group//kind` for the preferred
+/// version): one discovery request per kind per process instead of one per launch.
+#[derive(Debug, Default)]
+pub struct Kinds(std::sync::Mutex<std::collections::HashMap<String, (String, ApiResource)>>);
+
+impl Kinds {
+    fn get(&self, key: &str) -> Option<(String, ApiResource)> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .cloned()
+    }
+    fn put(&self, key: String, value: (String, ApiResource)) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key, value);
+    }
+}
+
 /// Shared by the NodeClaim loops.
 #[derive(Clone)]
 pub struct Ctx {
@@ -104,11 +125,48 @@ pub struct Ctx {
     pub catalogs: Arc<dyn Catalogs>,
     pub unavailable: Arc<UnavailableOfferings>,
     pub settings: Settings,
+    pub kinds: Arc<Kinds>,
 }
 
 pub const FIELD_MANAGER: &str = "karpenter-capi";
 
 impl Ctx {
+    /// The API resource of `apiVersion` + `kind` in the management cluster.
+    pub async fn resource(
+        &self,
+        api_version: &str,
+        kind: &str,
+    ) -> Result<ApiResource, kube::Error> {
+        let key = format!("{api_version}/{kind}");
+        if let Some((_, ar)) = self.kinds.get(&key) {
+            return Ok(ar);
+        }
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let (ar, _) = kube::discovery::pinned_kind(&self.management, &gvk).await?;
+        self.kinds.put(key, (api_version.to_string(), ar.clone()));
+        Ok(ar)
+    }
+
+    /// The preferred served version of `group` + `kind`: (apiVersion, resource).
+    pub async fn preferred(&self, group: &str, kind: &str) -> Result<(String, ApiResource), Error> {
+        let key = format!("{group}//{kind}");
+        if let Some(v) = self.kinds.get(&key) {
+            return Ok(v);
+        }
+        let apigroup = kube::discovery::oneshot::group(&self.management, group).await?;
+        for (ar, _) in apigroup.versioned_resources(apigroup.preferred_version_or_latest()) {
+            if ar.kind == kind {
+                let v = (ar.api_version.clone(), ar);
+                self.kinds.put(key, v.clone());
+                return Ok(v);
+            }
+        }
+        Err(Error::Launch(format!(
+            "kind {kind} is not served in group {group}"
+        )))
+    }
+
     pub fn nodeclaims_api(&self) -> Api<DynamicObject> {
         Api::all_with(self.workload.clone(), &nodeclaim_resource())
     }

@@ -283,32 +283,6 @@ async fn refuse(
     Ok(Launch::Deleted)
 }
 
-/// API resource of a kind, discovered once (`plural` from the server).
-async fn resource(ctx: &Ctx, api_version: &str, kind: &str) -> Result<ApiResource, Error> {
-    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-    let gvk = GroupVersionKind::gvk(group, version, kind);
-    let (ar, _) = kube::discovery::pinned_kind(&ctx.management, &gvk).await?;
-    Ok(ar)
-}
-
-/// Resolves the served version of a group/kind (the bootstrap template may be given by
-/// group only): the preferred version.
-async fn preferred_api_version(
-    ctx: &Ctx,
-    group: &str,
-    kind: &str,
-) -> Result<(String, ApiResource), Error> {
-    let apigroup = kube::discovery::oneshot::group(&ctx.management, group).await?;
-    for (ar, _) in apigroup.versioned_resources(apigroup.preferred_version_or_latest()) {
-        if ar.kind == kind {
-            return Ok((ar.api_version.clone(), ar));
-        }
-    }
-    Err(Error::Launch(format!(
-        "kind {kind} is not served in group {group}"
-    )))
-}
-
 /// Creates `object` unless it exists; an existing one must belong to this NodeClaim.
 async fn create_or_adopt(
     api: &Api<DynamicObject>,
@@ -389,7 +363,7 @@ async fn create(ctx: &Ctx, claim: &Claim, mut plan: Plan) -> Result<Launch, Erro
     let mut created: Vec<(Api<DynamicObject>, String)> = Vec::new();
     let mut bootstrap = plan.data_secret_name.clone().map(Bootstrap::DataSecretName);
     if let Some(bt) = plan.bootstrap_template.clone() {
-        let (api_version, ar) = preferred_api_version(ctx, &bt.api_version, &bt.kind).await?;
+        let (api_version, ar) = ctx.preferred(&bt.api_version, &bt.kind).await?;
         let templates: Api<DynamicObject> = Api::namespaced_with(ctx.management.clone(), &ns, &ar);
         let template = templates.get(&bt.name).await?;
         let mut config =
@@ -400,7 +374,9 @@ async fn create(ctx: &Ctx, claim: &Claim, mut plan: Plan) -> Result<Launch, Erro
         {
             inject_unregistered_taint(&mut config);
         }
-        let config_ar = resource(ctx, &api_version, &kind_without_template(&bt.kind)).await?;
+        let config_ar = ctx
+            .resource(&api_version, &kind_without_template(&bt.kind))
+            .await?;
         let configs: Api<DynamicObject> =
             Api::namespaced_with(ctx.management.clone(), &ns, &config_ar);
         create_or_adopt(&configs, &config, &claim.uid).await?;
@@ -422,7 +398,7 @@ async fn create(ctx: &Ctx, claim: &Claim, mut plan: Plan) -> Result<Launch, Erro
 
     // InfraMachine from the InfrastructureMachineTemplate.
     let it = &plan.infrastructure_template;
-    let template_ar = resource(ctx, &it.api_version, &it.kind).await?;
+    let template_ar = ctx.resource(&it.api_version, &it.kind).await?;
     let templates: Api<DynamicObject> =
         Api::namespaced_with(ctx.management.clone(), &ns, &template_ar);
     let infra_result = async {
@@ -430,12 +406,9 @@ async fn create(ctx: &Ctx, claim: &Claim, mut plan: Plan) -> Result<Launch, Erro
         let mut infra =
             clone_template(&template, &target).map_err(|e| Error::Launch(e.to_string()))?;
         uid_annotation(&mut infra);
-        let infra_ar = resource(
-            ctx,
-            &plan.infrastructure.api_version,
-            &plan.infrastructure.kind,
-        )
-        .await?;
+        let infra_ar = ctx
+            .resource(&plan.infrastructure.api_version, &plan.infrastructure.kind)
+            .await?;
         let infras: Api<DynamicObject> =
             Api::namespaced_with(ctx.management.clone(), &ns, &infra_ar);
         create_or_adopt(&infras, &infra, &claim.uid).await?;
@@ -586,7 +559,7 @@ async fn cluster_version(ctx: &Ctx, ns: &str, cluster: &str) -> Option<String> {
     let group = cp.get("apiGroup")?.as_str()?;
     let kind = cp.get("kind")?.as_str()?;
     let name = cp.get("name")?.as_str()?;
-    let (_, ar) = preferred_api_version(ctx, group, kind).await.ok()?;
+    let (_, ar) = ctx.preferred(group, kind).await.ok()?;
     let cps: Api<DynamicObject> = Api::namespaced_with(ctx.management.clone(), ns, &ar);
     let obj = cps.get(name).await.ok()?;
     obj.data

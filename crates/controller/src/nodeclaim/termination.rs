@@ -8,7 +8,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use serde_json::json;
 
@@ -26,13 +26,8 @@ pub enum Termination {
 }
 
 async fn delete_typed(ctx: &Ctx, ns: &str, r: &TypedRef) -> Result<bool, Error> {
-    let (group, version) = r
-        .api_version
-        .rsplit_once('/')
-        .unwrap_or(("", r.api_version.as_str()));
-    let gvk = GroupVersionKind::gvk(group, version, &r.kind);
-    let ar = match kube::discovery::pinned_kind(&ctx.management, &gvk).await {
-        Ok((ar, _)) => ar,
+    let ar = match ctx.resource(&r.api_version, &r.kind).await {
+        Ok(ar) => ar,
         // The kind is no longer served: nothing of it can be left.
         Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
         Err(e) => return Err(e.into()),
