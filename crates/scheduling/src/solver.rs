@@ -409,7 +409,12 @@ fn build(input: &Input) -> Solver {
         pods: Vec::new(),
         placements: Vec::new(),
     };
-    s.well_known = WELL_KNOWN_LABELS.iter().map(|k| s.names.id(k)).collect();
+    // A new node's hostname is unknown: a pod requiring a specific hostname cannot get one.
+    s.well_known = WELL_KNOWN_LABELS
+        .iter()
+        .filter(|k| **k != LABEL_HOSTNAME)
+        .map(|k| s.names.id(k))
+        .collect();
     s.zone_key = s.names.id(LABEL_ZONE);
     s.ct_key = s.names.id(LABEL_CAPACITY_TYPE);
     s.it_key = s.names.id(LABEL_INSTANCE_TYPE);

@@ -616,3 +616,27 @@ fn zonal_spread_onto_existing_nodes_respects_skew() {
             .all(|c| zone_of(c) == "test-zone-2")
     );
 }
+
+#[test]
+fn pod_pinned_to_a_hostname_only_fits_that_node() {
+    let mut ps = pods("p", 2, 3000, 256);
+    for p in &mut ps {
+        p.node_selector = labels(&[(LABEL_HOSTNAME, "n1")]);
+    }
+    let mut inp = input(vec![pool("default")], ps);
+    inp.nodes = vec![
+        node("n1", "test-zone-1", 4000, 8),
+        node("n2", "test-zone-1", 8000, 16),
+    ];
+    let out = solve(&inp);
+    assert_eq!(out.existing.len(), 1);
+    assert_eq!(out.existing[0].node, "n1");
+    assert!(out.new_node_claims.is_empty());
+    assert_eq!(
+        out.unschedulable[0].failures,
+        vec![(
+            "default".to_string(),
+            Failure::Requirements(LABEL_HOSTNAME.into())
+        )]
+    );
+}
