@@ -1,0 +1,74 @@
+//! The committed CRD YAML (`crds/`, and the copy kustomize installs from `deploy/base/crds/`)
+//! is exactly what `karpenter-capi crds` generates from crates/api.
+//! Regenerate with `cargo run -- crds && cargo run -- crds --out deploy/base/crds`.
+
+use std::path::Path;
+
+fn check_dir(dir: &Path) -> Vec<String> {
+    let mut problems = Vec::new();
+    let rendered = api::crds::rendered().expect("CRDs render");
+    for (name, yaml) in &rendered {
+        match std::fs::read_to_string(dir.join(name)) {
+            Ok(committed) if committed == *yaml => {}
+            Ok(_) => problems.push(format!(
+                "{} differs from the generated CRD",
+                dir.join(name).display()
+            )),
+            Err(e) => problems.push(format!("{}: {e}", dir.join(name).display())),
+        }
+    }
+    // No stale files: every YAML file in the directory is a generated one.
+    for entry in std::fs::read_dir(dir).expect("CRD directory exists") {
+        let name = entry
+            .expect("dir entry")
+            .file_name()
+            .to_string_lossy()
+            .into_owned();
+        if name.ends_with(".yaml") && !rendered.iter().any(|(n, _)| *n == name) {
+            problems.push(format!(
+                "{} is not generated any more",
+                dir.join(&name).display()
+            ));
+        }
+    }
+    problems
+}
+
+#[test]
+fn committed_crds_match_generated() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut problems = check_dir(&root.join("crds"));
+    problems.extend(check_dir(&root.join("deploy/base/crds")));
+    assert!(
+        problems.is_empty(),
+        "CRD YAML is stale; run `cargo run -- crds && cargo run -- crds --out deploy/base/crds`:\n{}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn kustomization_lists_every_crd() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let kustomization = std::fs::read_to_string(root.join("deploy/base/kustomization.yaml"))
+        .expect("kustomization");
+    for (name, _) in api::crds::rendered().expect("CRDs render") {
+        assert!(
+            kustomization.contains(&format!("crds/{name}")),
+            "deploy/base/kustomization.yaml does not list crds/{name}"
+        );
+    }
+}
+
+#[test]
+fn crds_command_writes_the_same_files() {
+    let out = tempfile::tempdir().expect("tempdir");
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_karpenter-capi"))
+        .arg("crds")
+        .arg("--out")
+        .arg(out.path())
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("karpenter-capi runs");
+    assert!(status.success());
+    assert!(check_dir(out.path()).is_empty());
+}
