@@ -1,0 +1,594 @@
+//! The API on a real kube-apiserver (testbed): the CRDs install, Karpenter-style documents
+//! are accepted unchanged, invalid ones are rejected naming the field, and the rendered
+//! `deploy/base` applies and grants the operator exactly what it needs.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::Value;
+use testbed::{Component, Options, Testbed, wait_for};
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn fixtures(kind: &str) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(root().join("tests/fixtures/api").join(kind))
+        .expect("fixture directory")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn docs(text: &str) -> Vec<Value> {
+    let docs: Vec<Value> = serde_saphyr::from_multiple(text).expect("YAML");
+    docs.into_iter().filter(|d| !d.is_null()).collect()
+}
+
+fn to_yaml(doc: &Value) -> String {
+    serde_saphyr::to_string(doc).expect("YAML")
+}
+
+/// Whether every field of `part` is in `whole` with the same value.
+fn is_subset(part: &Value, whole: &Value) -> bool {
+    match (part, whole) {
+        (Value::Object(p), Value::Object(w)) => p
+            .iter()
+            .all(|(k, v)| w.get(k).is_some_and(|wv| is_subset(v, wv))),
+        (Value::Array(p), Value::Array(w)) => {
+            p.len() == w.len() && p.iter().zip(w).all(|(a, b)| is_subset(a, b))
+        }
+        (Value::Number(n), Value::String(s)) | (Value::String(s), Value::Number(n)) => {
+            n.to_string() == *s
+        }
+        _ => part == whole,
+    }
+}
+
+fn api_for(client: &Client, doc: &Value) -> Api<DynamicObject> {
+    let (group, version) = doc["apiVersion"]
+        .as_str()
+        .and_then(|v| v.split_once('/'))
+        .expect("apiVersion group/version");
+    let kind = doc["kind"].as_str().expect("kind");
+    let plural = match kind {
+        "NodePool" => "nodepools",
+        "NodeClaim" => "nodeclaims",
+        "ClusterAPINodeClass" => "clusterapinodeclasses",
+        other => panic!("unexpected kind {other}"),
+    };
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+    Api::all_with(client.clone(), &ar)
+}
+
+#[tokio::test]
+async fn crds_install_and_become_established() {
+    let tb = Testbed::start(Options::default()).await.expect("testbed");
+    let crds = api::crds::crds();
+    tb.install_crds(&crds).await.expect("CRDs installed");
+    let api: Api<CustomResourceDefinition> = Api::all(tb.client());
+    for crd in &crds {
+        let got = api.get(&crd.name_any()).await.expect("CRD exists");
+        let conditions = got.status.and_then(|s| s.conditions).unwrap_or_default();
+        let status = |t: &str| {
+            conditions
+                .iter()
+                .find(|c| c.type_ == t)
+                .map(|c| c.status.clone())
+        };
+        assert_eq!(
+            status("Established").as_deref(),
+            Some("True"),
+            "{}",
+            crd.name_any()
+        );
+        assert_eq!(
+            status("NamesAccepted").as_deref(),
+            Some("True"),
+            "{}",
+            crd.name_any()
+        );
+        assert_ne!(
+            status("NonStructuralSchema").as_deref(),
+            Some("True"),
+            "{}",
+            crd.name_any()
+        );
+    }
+}
+
+#[tokio::test]
+async fn karpenter_v1_documents_are_accepted_unchanged() {
+    let tb = Testbed::start(Options::default()).await.expect("testbed");
+    tb.install_crds(&api::crds::crds()).await.expect("CRDs");
+    let client = tb.client();
+    let files = fixtures("valid");
+    assert!(files.len() >= 12);
+    let mut count = 0;
+    for path in files {
+        let text = std::fs::read_to_string(&path).expect("fixture");
+        for doc in docs(&text) {
+            let applied = tb
+                .apply_yaml(&to_yaml(&doc), "default")
+                .await
+                .unwrap_or_else(|e| panic!("{} rejected: {e}", path.display()));
+            assert_eq!(applied.len(), 1);
+            let name = doc["metadata"]["name"].as_str().expect("name");
+            let stored = api_for(&client, &doc).get(name).await.expect("stored");
+            let stored = serde_json::to_value(&stored).expect("json");
+            assert!(
+                is_subset(&doc["spec"], &stored["spec"]),
+                "{}: the server changed the spec:\nsent   {}\nstored {}",
+                path.display(),
+                doc["spec"],
+                stored["spec"]
+            );
+            // And the typed clients read it back.
+            match doc["kind"].as_str() {
+                Some("NodePool") => {
+                    let _: api::NodePool = serde_json::from_value(stored).expect("NodePool");
+                }
+                Some("NodeClaim") => {
+                    let _: api::NodeClaim = serde_json::from_value(stored).expect("NodeClaim");
+                }
+                _ => {
+                    let _: api::ClusterAPINodeClass =
+                        serde_json::from_value(stored).expect("ClusterAPINodeClass");
+                }
+            }
+            count += 1;
+        }
+    }
+    assert!(count >= 12);
+    // Defaults are applied as Karpenter applies them.
+    let pool: Api<api::NodePool> = Api::all(client.clone());
+    let never = pool.get("balanced").await.expect("balanced");
+    assert_eq!(never.spec.template.spec.expire_after, "720h");
+    assert_eq!(never.spec.disruption.budgets[0].nodes, "10%");
+    let class: Api<api::ClusterAPINodeClass> = Api::all(client);
+    let c = class.get("default").await.expect("nodeclass");
+    assert_eq!(c.spec.launch_timeout, "10m");
+    assert_eq!(c.spec.registration_timeout, "15m");
+}
+
+fn expectation(text: &str, key: &str) -> String {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("# {key}: ")))
+        .unwrap_or_else(|| panic!("no `# {key}:` line"))
+        .trim()
+        .to_string()
+}
+
+#[tokio::test]
+async fn invalid_documents_are_rejected_naming_the_field() {
+    let tb = Testbed::start(Options::default()).await.expect("testbed");
+    tb.install_crds(&api::crds::crds()).await.expect("CRDs");
+    let files = fixtures("invalid");
+    assert!(files.len() >= 10);
+    let mut failures = Vec::new();
+    for path in files {
+        let text = std::fs::read_to_string(&path).expect("fixture");
+        let field = expectation(&text, "field");
+        let expect = expectation(&text, "expect");
+        let mut docs = docs(&text);
+        let last = docs.pop().expect("a document");
+        // Earlier documents set the stage (e.g. the object an update then mutates).
+        for doc in &docs {
+            tb.apply_yaml(&to_yaml(doc), "default")
+                .await
+                .unwrap_or_else(|e| panic!("{}: setup document rejected: {e}", path.display()));
+        }
+        match tb.apply_yaml(&to_yaml(&last), "default").await {
+            Ok(_) => failures.push(format!("{}: accepted", path.display())),
+            Err(e) => {
+                let message = match &e {
+                    testbed::Error::Kube(kube::Error::Api(status)) => status.message.clone(),
+                    other => other.to_string(),
+                };
+                if !message.contains(&field) || !message.contains(&expect) {
+                    failures.push(format!(
+                        "{}: expected field {field:?} and {expect:?} in: {message}",
+                        path.display()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+fn render(dir: &str) -> String {
+    let out = std::process::Command::new(testbed::bin_dir().join("kubectl"))
+        .arg("kustomize")
+        .arg(root().join(dir))
+        .output()
+        .expect("kubectl kustomize runs");
+    assert!(
+        out.status.success(),
+        "kubectl kustomize {dir}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8")
+}
+
+#[test]
+fn overlays_render() {
+    for dir in [
+        "deploy/base",
+        "deploy/overlays/split-clusters",
+        "deploy/overlays/split-clusters/management",
+    ] {
+        let yaml = render(dir);
+        let docs = docs(&yaml);
+        assert!(!docs.is_empty(), "{dir} renders objects");
+        // No wildcard anywhere in RBAC.
+        for d in &docs {
+            for rule in d["rules"].as_array().into_iter().flatten() {
+                for key in ["apiGroups", "resources", "verbs"] {
+                    assert!(
+                        !rule[key]
+                            .as_array()
+                            .is_some_and(|a| a.iter().any(|v| v == "*")),
+                        "{dir}: wildcard in {}: {rule}",
+                        d["metadata"]["name"]
+                    );
+                }
+            }
+        }
+    }
+    let split = render("deploy/overlays/split-clusters");
+    assert!(split.contains("--management-kubeconfig=/etc/karpenter-capi/management/kubeconfig"));
+    assert!(!split.contains("name: karpenter-capi-management\nroleRef"));
+}
+
+const SA: &str = "system:serviceaccount:karpenter:karpenter-capi";
+
+async fn can(
+    client: &Client,
+    verb: &str,
+    group: &str,
+    resource: &str,
+    subresource: Option<&str>,
+    namespace: Option<&str>,
+) -> bool {
+    let api: Api<SubjectAccessReview> = Api::all(client.clone());
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(SA.into()),
+            groups: Some(vec![
+                "system:serviceaccounts".into(),
+                "system:serviceaccounts:karpenter".into(),
+                "system:authenticated".into(),
+            ]),
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(verb.into()),
+                group: Some(group.into()),
+                resource: Some(resource.into()),
+                subresource: subresource.map(Into::into),
+                namespace: namespace.map(Into::into),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let result = api
+        .create(&PostParams::default(), &review)
+        .await
+        .expect("SubjectAccessReview");
+    result.status.is_some_and(|s| s.allowed)
+}
+
+#[tokio::test]
+async fn deploy_base_applies_and_grants_exactly_what_the_operator_needs() {
+    // The controller-manager aggregates the provider ClusterRoles.
+    let tb = Testbed::start(Options::default().with(Component::ControllerManager))
+        .await
+        .expect("testbed");
+    let client = tb.client();
+    let yaml = render("deploy/base");
+    // Server-side dry run of everything (the namespace must exist for namespaced objects).
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let mut ns = Namespace::default();
+    ns.metadata.name = Some("karpenter".into());
+    namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("namespace");
+    let mut dry = tb.kubectl();
+    dry.args(["apply", "--server-side", "--dry-run=server", "-f", "-"]);
+    let out = pipe(dry, &yaml);
+    assert!(out.0, "dry run failed:\n{}", out.1);
+    // Then apply for real (no kubelet runs the Deployment) to check the permissions.
+    let mut apply = tb.kubectl();
+    apply.args(["apply", "--server-side", "-f", "-"]);
+    let out = pipe(apply, &yaml);
+    assert!(out.0, "apply failed:\n{}", out.1);
+
+    let allowed: &[(&str, &str, &str, Option<&str>, Option<&str>)] = &[
+        ("watch", "karpenter.sh", "nodepools", None, None),
+        ("patch", "karpenter.sh", "nodepools", Some("status"), None),
+        ("create", "karpenter.sh", "nodeclaims", None, None),
+        ("delete", "karpenter.sh", "nodeclaims", None, None),
+        ("patch", "karpenter.sh", "nodeclaims", Some("status"), None),
+        (
+            "update",
+            "karpenter.sh",
+            "nodeclaims",
+            Some("finalizers"),
+            None,
+        ),
+        (
+            "list",
+            "karpenter.cluster.x-k8s.io",
+            "clusterapinodeclasses",
+            None,
+            None,
+        ),
+        (
+            "patch",
+            "karpenter.cluster.x-k8s.io",
+            "clusterapinodeclasses",
+            Some("status"),
+            None,
+        ),
+        ("watch", "", "nodes", None, None),
+        ("patch", "", "nodes", None, None),
+        ("update", "", "nodes", None, None),
+        ("delete", "", "nodes", None, None),
+        ("list", "", "pods", None, None),
+        ("watch", "", "pods", None, None),
+        ("create", "", "events", None, Some("default")),
+        ("create", "events.k8s.io", "events", None, Some("default")),
+        (
+            "create",
+            "coordination.k8s.io",
+            "leases",
+            None,
+            Some("karpenter"),
+        ),
+        (
+            "update",
+            "coordination.k8s.io",
+            "leases",
+            None,
+            Some("karpenter"),
+        ),
+        (
+            "create",
+            "cluster.x-k8s.io",
+            "machines",
+            None,
+            Some("capi-demo"),
+        ),
+        (
+            "delete",
+            "cluster.x-k8s.io",
+            "machines",
+            None,
+            Some("capi-demo"),
+        ),
+        ("watch", "cluster.x-k8s.io", "machines", None, None),
+        ("watch", "cluster.x-k8s.io", "clusters", None, None),
+        (
+            "list",
+            "bootstrap.cluster.x-k8s.io",
+            "kubeadmconfigtemplates",
+            None,
+            None,
+        ),
+        (
+            "create",
+            "bootstrap.cluster.x-k8s.io",
+            "kubeadmconfigs",
+            None,
+            Some("capi-demo"),
+        ),
+        (
+            "delete",
+            "bootstrap.cluster.x-k8s.io",
+            "kubeadmconfigs",
+            None,
+            Some("capi-demo"),
+        ),
+        (
+            "watch",
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            None,
+            None,
+        ),
+        ("get", "", "secrets", None, Some("capi-demo")),
+        (
+            "get",
+            "controlplane.cluster.x-k8s.io",
+            "kubeadmcontrolplanes",
+            None,
+            Some("capi-demo"),
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for &(verb, group, resource, sub, ns) in allowed {
+        if !can(&client, verb, group, resource, sub, ns).await {
+            wrong.push(format!(
+                "denied but needed: {verb} {group}/{resource} {sub:?} in {ns:?}"
+            ));
+        }
+    }
+    // Provider kinds arrive through aggregation (controller-manager), so wait for them.
+    for (verb, resource) in [
+        ("list", "dockermachinetemplates"),
+        ("create", "dockermachines"),
+        ("watch", "testmachinetemplates"),
+        ("delete", "testmachines"),
+        ("get", "awsmachinetemplates"),
+    ] {
+        let client = client.clone();
+        let ok = wait_for(
+            &format!("aggregated {verb} {resource}"),
+            Duration::from_secs(30),
+            || {
+                let client = client.clone();
+                async move {
+                    can(
+                        &client,
+                        verb,
+                        "infrastructure.cluster.x-k8s.io",
+                        resource,
+                        None,
+                        Some("capi-demo"),
+                    )
+                    .await
+                    .then_some(())
+                }
+            },
+        )
+        .await;
+        if ok.is_err() {
+            wrong.push(format!(
+                "denied but needed: {verb} infrastructure/{resource}"
+            ));
+        }
+    }
+    let denied: &[(&str, &str, &str, Option<&str>, Option<&str>)] = &[
+        ("list", "", "secrets", None, None),
+        ("watch", "", "secrets", None, None),
+        ("list", "", "secrets", None, Some("capi-demo")),
+        ("create", "", "secrets", None, Some("capi-demo")),
+        ("delete", "", "pods", None, Some("default")),
+        ("create", "", "pods", Some("eviction"), Some("default")),
+        ("create", "", "nodes", None, None),
+        ("get", "", "configmaps", None, Some("default")),
+        ("create", "apps", "deployments", None, Some("default")),
+        (
+            "update",
+            "cluster.x-k8s.io",
+            "machines",
+            None,
+            Some("capi-demo"),
+        ),
+        (
+            "create",
+            "cluster.x-k8s.io",
+            "clusters",
+            None,
+            Some("capi-demo"),
+        ),
+        (
+            "delete",
+            "cluster.x-k8s.io",
+            "clusters",
+            None,
+            Some("capi-demo"),
+        ),
+        (
+            "create",
+            "cluster.x-k8s.io",
+            "machinedeployments",
+            None,
+            Some("capi-demo"),
+        ),
+        ("create", "karpenter.sh", "nodepools", None, None),
+        ("delete", "karpenter.sh", "nodepools", None, None),
+        (
+            "create",
+            "karpenter.cluster.x-k8s.io",
+            "clusterapinodeclasses",
+            None,
+            None,
+        ),
+        (
+            "create",
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            None,
+            None,
+        ),
+        (
+            "update",
+            "coordination.k8s.io",
+            "leases",
+            None,
+            Some("kube-system"),
+        ),
+        (
+            "create",
+            "rbac.authorization.k8s.io",
+            "clusterroles",
+            None,
+            None,
+        ),
+        (
+            "escalate",
+            "rbac.authorization.k8s.io",
+            "clusterroles",
+            None,
+            None,
+        ),
+        (
+            "update",
+            "infrastructure.cluster.x-k8s.io",
+            "dockermachinetemplates",
+            None,
+            Some("capi-demo"),
+        ),
+        (
+            "create",
+            "infrastructure.cluster.x-k8s.io",
+            "dockerclusters",
+            None,
+            Some("capi-demo"),
+        ),
+        (
+            "create",
+            "",
+            "serviceaccounts",
+            Some("token"),
+            Some("karpenter"),
+        ),
+    ];
+    for &(verb, group, resource, sub, ns) in denied {
+        if can(&client, verb, group, resource, sub, ns).await {
+            wrong.push(format!(
+                "allowed but not needed: {verb} {group}/{resource} {sub:?} in {ns:?}"
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// Runs a command with `input` on stdin; returns (success, stdout + stderr).
+fn pipe(mut cmd: std::process::Command, input: &str) -> (bool, String) {
+    use std::io::Write;
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl runs");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.as_bytes())
+        .expect("write stdin");
+    let out = child.wait_with_output().expect("kubectl finishes");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
