@@ -1,0 +1,824 @@
+//! NodeClaim → orphan Machine lifecycle on the testbed, with the real Cluster API manager
+//! doing the Machine side, the test infrastructure provider, kwok and the operator itself
+//! (`karpenter-capi run`'s loops, in process).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use testbed::provider::{self, CapiCluster, ProviderConfig, TestProvider};
+use testbed::{Options, Testbed, wait_for};
+
+fn from_json<T: serde::de::DeserializeOwned>(value: Value) -> T {
+    serde_json::from_value(value).expect("test fixture is valid")
+}
+
+fn ar(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+fn nodeclaims(c: &Client) -> Api<DynamicObject> {
+    Api::all_with(
+        c.clone(),
+        &ar("karpenter.sh", "v1", "NodeClaim", "nodeclaims"),
+    )
+}
+
+fn nodeclasses(c: &Client) -> Api<DynamicObject> {
+    Api::all_with(
+        c.clone(),
+        &ar(
+            "karpenter.cluster.x-k8s.io",
+            "v1alpha1",
+            "ClusterAPINodeClass",
+            "clusterapinodeclasses",
+        ),
+    )
+}
+
+fn free_addr() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr")
+}
+
+fn condition(obj: &DynamicObject, type_: &str) -> Option<String> {
+    obj.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .and_then(|c| c["status"].as_str())
+        .map(str::to_string)
+}
+
+struct Env {
+    tb: Testbed,
+    _provider: TestProvider,
+    cluster: CapiCluster,
+    operator: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        self.operator.abort();
+    }
+}
+
+/// A TestMachineTemplate: name, cpu, memory, price, annotations for the cloned TestMachines.
+type Tpl = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    Value,
+);
+
+fn default_templates(annotations: Value) -> Vec<Tpl> {
+    vec![
+        ("small", "2", "4Gi", "0.10", annotations.clone()),
+        ("large", "8", "32Gi", "0.40", annotations),
+    ]
+}
+
+/// Testbed + CAPI + provider + a Cluster with two failure domains + templates + a
+/// NodeClass, and the operator running.
+async fn env(templates_spec: Vec<Tpl>) -> Env {
+    let tb = Testbed::start(Options::all())
+        .await
+        .expect("testbed starts");
+    let client = tb.client();
+    let provider = TestProvider::start(
+        client.clone(),
+        ProviderConfig {
+            provision_delay: Duration::from_millis(500),
+            ..ProviderConfig::default()
+        },
+    )
+    .await
+    .expect("provider starts");
+    let cluster = provider::setup_cluster(&tb, "c1", &["zone-a", "zone-b"])
+        .await
+        .expect("cluster ready");
+    let ns = cluster.namespace.clone();
+    // Bootstrap data (the provider reads nodeLabels/nodeTaints; the unregistered taint is
+    // what a real bootstrap would add).
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    secrets
+        .create(
+            &PostParams::default(),
+            &from_json(json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "bootstrap-data"},
+                "stringData": {"value": "nodeTaints:\n- {key: karpenter.sh/unregistered, effect: NoExecute}\n"}
+            })),
+        )
+        .await
+        .expect("secret");
+    let templates: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &provider::test_machine_template_resource(),
+    );
+    for (name, cpu, mem, price, template_annotations) in templates_spec {
+        let t: DynamicObject = from_json(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "TestMachineTemplate",
+            "metadata": {"name": name,
+                "labels": {"node.cluster.x-k8s.io/karpenter-member": ""},
+                "annotations": {"karpenter.cluster.x-k8s.io/price": price}},
+            "spec": {"template": {"metadata": {"annotations": template_annotations.clone()},
+                                  "spec": {"capacity": {"cpu": cpu, "memory": mem, "pods": "110"}}}}
+        }));
+        templates
+            .create(&PostParams::default(), &t)
+            .await
+            .expect("template");
+        templates
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"capacity": {"cpu": cpu, "memory": mem},
+                    "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux"}}})),
+            )
+            .await
+            .expect("template status");
+    }
+    let _ = &templates;
+    nodeclasses(&client)
+        .create(
+            &PostParams::default(),
+            &from_json(json!({
+                "apiVersion": "karpenter.cluster.x-k8s.io/v1alpha1", "kind": "ClusterAPINodeClass",
+                "metadata": {"name": "default"},
+                "spec": {"clusterRef": {"namespace": ns, "name": "c1"},
+                         "bootstrap": {"dataSecretName": "bootstrap-data"},
+                         "launchTimeout": "60s", "registrationTimeout": "60s"}
+            })),
+        )
+        .await
+        .expect("nodeclass");
+    let operator = start_operator(&tb);
+    wait_for("NodeClass Ready", Duration::from_secs(60), || async {
+        let nc = nodeclasses(&client).get("default").await.ok()?;
+        (condition(&nc, "Ready").as_deref() == Some("True")).then_some(())
+    })
+    .await
+    .expect("NodeClass Ready");
+    Env {
+        tb,
+        _provider: provider,
+        cluster,
+        operator,
+    }
+}
+
+fn operator_config(tb: &Testbed) -> controller::runtime::RunConfig {
+    controller::runtime::RunConfig {
+        kubeconfig: Some(tb.kubeconfig().to_path_buf()),
+        management_kubeconfig: None,
+        metrics_addr: free_addr(),
+        health_addr: free_addr(),
+        leader_election: None,
+        batch_idle: Duration::from_secs(1),
+        batch_max: Duration::from_secs(10),
+        gc_interval: Duration::from_secs(2),
+        gc_grace: Duration::from_secs(5),
+    }
+}
+
+/// Runs the operator's loops in this process (as `karpenter-capi run` does).
+fn start_operator(tb: &Testbed) -> tokio::task::JoinHandle<()> {
+    let config = operator_config(tb);
+    tokio::spawn(async move {
+        if let Err(e) = controller::runtime::run_operator(config).await {
+            panic!("operator failed: {e}");
+        }
+    })
+}
+
+fn nodeclaim(name: &str, requirements: Value) -> DynamicObject {
+    from_json(json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+        "metadata": {"name": name, "labels": {"karpenter.sh/nodepool": "default"}},
+        "spec": {
+            "nodeClassRef": {"group": "karpenter.cluster.x-k8s.io", "kind": "ClusterAPINodeClass", "name": "default"},
+            "requirements": requirements,
+            "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+            "taints": [{"key": "team", "value": "a", "effect": "NoSchedule"}]
+        }
+    }))
+}
+
+#[tokio::test]
+async fn nodeclaim_launches_registers_initializes_and_terminates() {
+    let env = env(default_templates(json!({}))).await;
+    let client = env.tb.client();
+    let ns = env.cluster.namespace.clone();
+    nodeclaims(&client)
+        .create(
+            &PostParams::default(),
+            &nodeclaim(
+                "default-abc12",
+                json!([
+                    {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-b"]}
+                ]),
+            ),
+        )
+        .await
+        .expect("nodeclaim");
+
+    let ready = wait_for("NodeClaim Ready", Duration::from_secs(90), || async {
+        let nc = nodeclaims(&client).get("default-abc12").await.ok()?;
+        (condition(&nc, "Ready").as_deref() == Some("True")).then_some(nc)
+    })
+    .await
+    .expect("NodeClaim becomes Ready");
+    for t in ["Launched", "Registered", "Initialized"] {
+        assert_eq!(condition(&ready, t).as_deref(), Some("True"), "{t}");
+    }
+    let labels = ready.labels();
+    assert_eq!(
+        labels["node.kubernetes.io/instance-type"], "small",
+        "cheapest type that fits"
+    );
+    assert_eq!(labels["topology.kubernetes.io/zone"], "zone-b");
+    assert_eq!(labels["karpenter.sh/capacity-type"], "on-demand");
+    assert_eq!(labels["kubernetes.io/arch"], "amd64");
+    assert_eq!(
+        ready.annotations()["cluster.x-k8s.io/machine"],
+        format!("{ns}/default-abc12")
+    );
+    let pid = ready.data["status"]["providerID"]
+        .as_str()
+        .expect("providerID")
+        .to_string();
+    assert_eq!(pid, provider::provider_id(&ns, "default-abc12"));
+    assert_eq!(ready.data["status"]["capacity"]["cpu"], "2");
+
+    // The Machine: an orphan with our labels, the zone as failure domain.
+    let machines: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns, &provider::machine_resource());
+    let m = machines.get("default-abc12").await.expect("machine");
+    let ml = m.labels();
+    assert_eq!(ml["karpenter.sh/nodepool"], "default");
+    assert_eq!(ml["karpenter.cluster.x-k8s.io/nodeclaim"], "default-abc12");
+    assert!(ml.contains_key("node.cluster.x-k8s.io/karpenter-member"));
+    assert_eq!(ml["cluster.x-k8s.io/cluster-name"], "c1");
+    assert!(!ml.contains_key("cluster.x-k8s.io/set-name"));
+    assert!(
+        m.owner_references()
+            .iter()
+            .all(|o| o.controller != Some(true)),
+        "no controller owner"
+    );
+    assert_eq!(m.data["spec"]["failureDomain"], "zone-b");
+    assert_eq!(m.data["spec"]["infrastructureRef"]["kind"], "TestMachine");
+    assert_eq!(m.data["spec"]["providerID"], pid.as_str());
+
+    // The Node: registered, synced, unregistered taint gone.
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node_name = ready.data["status"]["nodeName"]
+        .as_str()
+        .expect("nodeName")
+        .to_string();
+    let node = nodes.get(&node_name).await.expect("node");
+    let nl = node.labels();
+    assert_eq!(nl["karpenter.sh/registered"], "true");
+    assert_eq!(nl["karpenter.sh/initialized"], "true");
+    assert_eq!(nl["karpenter.sh/nodepool"], "default");
+    let taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    assert!(
+        taints.iter().any(|t| t.key == "team"),
+        "NodeClaim taints synced: {taints:?}"
+    );
+    assert!(
+        taints.iter().all(|t| t.key != "karpenter.sh/unregistered"),
+        "{taints:?}"
+    );
+    assert!(
+        node.finalizers()
+            .iter()
+            .any(|f| f == "karpenter.sh/termination")
+    );
+    assert!(
+        node.owner_references()
+            .iter()
+            .any(|o| o.kind == "NodeClaim" && o.name == "default-abc12")
+    );
+
+    // Termination: the Machine, the TestMachine and the Node go away, then the NodeClaim.
+    nodeclaims(&client)
+        .delete("default-abc12", &Default::default())
+        .await
+        .expect("delete");
+    let infra: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns, &provider::test_machine_resource());
+    wait_for("everything to be gone", Duration::from_secs(90), || async {
+        let gone = nodeclaims(&client)
+            .get_opt("default-abc12")
+            .await
+            .ok()?
+            .is_none()
+            && machines.get_opt("default-abc12").await.ok()?.is_none()
+            && infra.get_opt("default-abc12").await.ok()?.is_none()
+            && nodes.get_opt(&node_name).await.ok()?.is_none();
+        gone.then_some(())
+    })
+    .await
+    .expect("NodeClaim, Machine, TestMachine and Node deleted");
+}
+
+#[tokio::test]
+async fn launch_timeout_deletes_nodeclaim_and_machine() {
+    let env = env(default_templates(
+        json!({"testbed.cluster.x-k8s.io/no-provider-id": ""}),
+    ))
+    .await;
+    let client = env.tb.client();
+    let ns = env.cluster.namespace.clone();
+    nodeclaims(&client)
+        .create(
+            &PostParams::default(),
+            &nodeclaim("default-slow1", json!([])),
+        )
+        .await
+        .expect("nodeclaim");
+    let machines: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns, &provider::machine_resource());
+    wait_for("Machine created", Duration::from_secs(30), || async {
+        machines.get_opt("default-slow1").await.ok()?
+    })
+    .await
+    .expect("machine created");
+    // launchTimeout is 60s in this NodeClass.
+    wait_for(
+        "launch timeout cleans up",
+        Duration::from_secs(120),
+        || async {
+            let gone = nodeclaims(&client)
+                .get_opt("default-slow1")
+                .await
+                .ok()?
+                .is_none()
+                && machines.get_opt("default-slow1").await.ok()?.is_none();
+            gone.then_some(())
+        },
+    )
+    .await
+    .expect("NodeClaim and Machine deleted after the launch timeout");
+}
+
+async fn events_for(client: &Client, name: &str) -> Vec<(String, String)> {
+    let api: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
+    api.list(&Default::default())
+        .await
+        .map(|l| {
+            l.items
+                .into_iter()
+                .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+                .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn registration_timeout_deletes_nodeclaim_and_machine() {
+    let env = env(default_templates(
+        json!({"testbed.cluster.x-k8s.io/no-node": ""}),
+    ))
+    .await;
+    let client = env.tb.client();
+    let ns = env.cluster.namespace.clone();
+    nodeclaims(&client)
+        .create(
+            &PostParams::default(),
+            &nodeclaim("default-nonode", json!([])),
+        )
+        .await
+        .expect("nodeclaim");
+    wait_for(
+        "providerID without a Node",
+        Duration::from_secs(60),
+        || async {
+            let nc = nodeclaims(&client).get("default-nonode").await.ok()?;
+            nc.data["status"]["providerID"].as_str().map(|_| ())
+        },
+    )
+    .await
+    .expect("providerID set");
+    let machines: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns, &provider::machine_resource());
+    wait_for(
+        "registration timeout cleans up",
+        Duration::from_secs(120),
+        || async {
+            let gone = nodeclaims(&client)
+                .get_opt("default-nonode")
+                .await
+                .ok()?
+                .is_none()
+                && machines.get_opt("default-nonode").await.ok()?.is_none();
+            gone.then_some(())
+        },
+    )
+    .await
+    .expect("NodeClaim and Machine deleted after the registration timeout");
+    let events = events_for(&client, "default-nonode").await;
+    assert!(
+        events.iter().any(|(r, _)| r == "RegistrationTimeout"),
+        "{events:?}"
+    );
+}
+
+#[tokio::test]
+async fn infrastructure_failure_marks_offering_unavailable_and_replacement_uses_another() {
+    let env = env(vec![
+        (
+            "small",
+            "2",
+            "4Gi",
+            "0.10",
+            json!({"testbed.cluster.x-k8s.io/fail": "no capacity for small"}),
+        ),
+        ("large", "8", "32Gi", "0.40", json!({})),
+    ])
+    .await;
+    let client = env.tb.client();
+    // Offerings are per zone: pin both claims to one zone so the failed offering is the
+    // only "small" one.
+    let zone_a =
+        json!([{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-a"]}]);
+    nodeclaims(&client)
+        .create(
+            &PostParams::default(),
+            &nodeclaim("default-fail1", zone_a.clone()),
+        )
+        .await
+        .expect("nodeclaim");
+    let replaced = wait_for(
+        "failed launch to be replaced",
+        Duration::from_secs(90),
+        || async {
+            nodeclaims(&client)
+                .get_opt("default-fail1")
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    if replaced.is_err() {
+        let machines: Api<DynamicObject> = Api::namespaced_with(
+            client.clone(),
+            &env.cluster.namespace,
+            &provider::machine_resource(),
+        );
+        eprintln!(
+            "NODECLAIM {:#?}",
+            nodeclaims(&client)
+                .get_opt("default-fail1")
+                .await
+                .ok()
+                .flatten()
+                .map(|o| o.data)
+        );
+        eprintln!(
+            "MACHINE {:#?}",
+            machines
+                .get_opt("default-fail1")
+                .await
+                .ok()
+                .flatten()
+                .map(|o| (o.metadata, o.data))
+        );
+        panic!("failed NodeClaim not deleted");
+    }
+    let events = events_for(&client, "default-fail1").await;
+    assert!(
+        events
+            .iter()
+            .any(|(r, n)| r == "InsufficientCapacityError" && n.contains("small")),
+        "{events:?}"
+    );
+    // The replacement (what the provisioner creates next) avoids the failed offering.
+    nodeclaims(&client)
+        .create(&PostParams::default(), &nodeclaim("default-fail2", zone_a))
+        .await
+        .expect("nodeclaim");
+    let nc = wait_for("replacement Ready", Duration::from_secs(90), || async {
+        let nc = nodeclaims(&client).get("default-fail2").await.ok()?;
+        (condition(&nc, "Ready").as_deref() == Some("True")).then_some(nc)
+    })
+    .await
+    .expect("replacement Ready");
+    assert_eq!(nc.labels()["node.kubernetes.io/instance-type"], "large");
+    assert_eq!(nc.labels()["topology.kubernetes.io/zone"], "zone-a");
+}
+
+#[tokio::test]
+async fn nodeclass_not_ready_refuses_launch() {
+    let env = env(default_templates(json!({}))).await;
+    let client = env.tb.client();
+    let mut claim = nodeclaim("default-nonc", json!([]));
+    claim.data["spec"]["nodeClassRef"]["name"] = json!("missing");
+    nodeclaims(&client)
+        .create(&PostParams::default(), &claim)
+        .await
+        .expect("nodeclaim");
+    wait_for(
+        "refused NodeClaim deleted",
+        Duration::from_secs(30),
+        || async {
+            nodeclaims(&client)
+                .get_opt("default-nonc")
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await
+    .expect("deleted");
+    let events = events_for(&client, "default-nonc").await;
+    assert!(
+        events.iter().any(|(r, _)| r == "NodeClassNotReady"),
+        "{events:?}"
+    );
+    let machines: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &env.cluster.namespace,
+        &provider::machine_resource(),
+    );
+    assert!(
+        machines
+            .get_opt("default-nonc")
+            .await
+            .expect("get")
+            .is_none(),
+        "nothing launched"
+    );
+}
+
+#[tokio::test]
+async fn leaked_machine_is_garbage_collected() {
+    let env = env(default_templates(json!({}))).await;
+    let client = env.tb.client();
+    let ns = env.cluster.namespace.clone();
+    let machines: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns, &provider::machine_resource());
+    let leaked: DynamicObject = from_json(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+        "metadata": {"name": "ghost", "labels": {
+            "karpenter.cluster.x-k8s.io/nodeclaim": "ghost",
+            "cluster.x-k8s.io/cluster-name": "c1"}},
+        "spec": {"clusterName": "c1", "bootstrap": {"dataSecretName": "bootstrap-data"},
+                 "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "TestMachine", "name": "ghost"}}
+    }));
+    machines
+        .create(&PostParams::default(), &leaked)
+        .await
+        .expect("machine");
+    let untouched: DynamicObject = from_json(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+        "metadata": {"name": "not-ours", "labels": {"cluster.x-k8s.io/cluster-name": "c1"}},
+        "spec": {"clusterName": "c1", "bootstrap": {"dataSecretName": "bootstrap-data"},
+                 "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "TestMachine", "name": "not-ours"}}
+    }));
+    machines
+        .create(&PostParams::default(), &untouched)
+        .await
+        .expect("machine");
+    wait_for(
+        "leaked Machine collected",
+        Duration::from_secs(60),
+        || async {
+            machines
+                .get_opt("ghost")
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await
+    .expect("collected");
+    assert!(
+        machines.get_opt("not-ours").await.expect("get").is_some(),
+        "other Machines untouched"
+    );
+}
+
+#[tokio::test]
+async fn nodeclaim_deletion_drains_the_node() {
+    let env = env(default_templates(json!({}))).await;
+    let client = env.tb.client();
+    nodeclaims(&client)
+        .create(
+            &PostParams::default(),
+            &nodeclaim("default-drain", json!([])),
+        )
+        .await
+        .expect("nodeclaim");
+    let nc = wait_for("Ready", Duration::from_secs(90), || async {
+        let nc = nodeclaims(&client).get("default-drain").await.ok()?;
+        (condition(&nc, "Ready").as_deref() == Some("True")).then_some(nc)
+    })
+    .await
+    .expect("Ready");
+    let node = nc.data["status"]["nodeName"]
+        .as_str()
+        .expect("node")
+        .to_string();
+    let ns = env.tb.temp_namespace().await.expect("ns");
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), &ns);
+    pods.create(
+        &PostParams::default(),
+        &from_json(json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "work"},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "registry.invalid/x"}],
+                     "tolerations": [{"operator": "Exists"}]}
+        })),
+    )
+    .await
+    .expect("pod");
+    wait_for("pod Running", Duration::from_secs(60), || async {
+        let p = pods.get("work").await.ok()?;
+        (p.status?.phase.as_deref() == Some("Running")).then_some(())
+    })
+    .await
+    .expect("pod Running");
+    nodeclaims(&client)
+        .delete("default-drain", &Default::default())
+        .await
+        .expect("delete");
+    wait_for(
+        "pod evicted by the drain",
+        Duration::from_secs(90),
+        || async { pods.get_opt("work").await.ok()?.is_none().then_some(()) },
+    )
+    .await
+    .expect("pod evicted");
+    wait_for("NodeClaim gone", Duration::from_secs(90), || async {
+        nodeclaims(&client)
+            .get_opt("default-drain")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await
+    .expect("NodeClaim gone");
+}
+
+#[tokio::test]
+async fn fifty_launches_with_operator_restarts_make_exactly_one_machine_each() {
+    let mut env = env(default_templates(json!({}))).await;
+    let client = env.tb.client();
+    let ns = env.cluster.namespace.clone();
+    let machines: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns, &provider::machine_resource());
+    let infra: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns, &provider::test_machine_resource());
+    let names: Vec<String> = (0..50).map(|i| format!("default-r{i:02}")).collect();
+    let created_at = std::time::Instant::now();
+    let creates = names.iter().map(|n| {
+        let api = nodeclaims(&client);
+        let claim = nodeclaim(n, json!([]));
+        async move { api.create(&PostParams::default(), &claim).await }
+    });
+    for r in futures::future::join_all(creates).await {
+        r.expect("nodeclaim created");
+    }
+    // Kill the operator at pseudo-random points (fixed seed) while the launches run.
+    let mut seed: u64 = 0x9e3779b97f4a7c15;
+    for _ in 0..6 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let after = Duration::from_millis(200 + seed % 1500);
+        tokio::time::sleep(after).await;
+        env.operator.abort();
+        let _ = (&mut env.operator).await;
+        env.operator = start_operator(&env.tb);
+    }
+    let ready = wait_for("50 NodeClaims Ready", Duration::from_secs(240), || async {
+        let list = nodeclaims(&client).list(&Default::default()).await.ok()?;
+        let ready = list
+            .items
+            .iter()
+            .filter(|nc| condition(nc, "Ready").as_deref() == Some("True"))
+            .count();
+        (ready == 50).then_some(ready)
+    })
+    .await
+    .expect("all NodeClaims Ready after restarts");
+    assert_eq!(ready, 50);
+    eprintln!(
+        "50 NodeClaims Ready {:.1}s after creation (with 6 operator kills)",
+        created_at.elapsed().as_secs_f64()
+    );
+    let ms = machines
+        .list(&Default::default())
+        .await
+        .expect("machines")
+        .items;
+    let mut machine_names: Vec<String> = ms
+        .iter()
+        .filter(|m| {
+            m.labels()
+                .contains_key("karpenter.cluster.x-k8s.io/nodeclaim")
+        })
+        .map(|m| m.name_any())
+        .collect();
+    machine_names.sort();
+    assert_eq!(
+        machine_names, names,
+        "exactly one Machine per NodeClaim, no orphans"
+    );
+    let tms = infra.list(&Default::default()).await.expect("infra").items;
+    assert_eq!(tms.len(), 50, "exactly one InfraMachine per NodeClaim");
+    let nodes: Api<Node> = Api::all(client.clone());
+    let registered = nodes
+        .list(&Default::default())
+        .await
+        .expect("nodes")
+        .items
+        .into_iter()
+        .filter(|n| {
+            n.labels()
+                .get("karpenter.sh/registered")
+                .map(String::as_str)
+                == Some("true")
+        })
+        .count();
+    assert_eq!(registered, 50);
+}
+
+#[tokio::test]
+async fn launch_latency_median_over_fifty() {
+    let env = env(default_templates(json!({}))).await;
+    let client = env.tb.client();
+    let ns = env.cluster.namespace.clone();
+    let machines: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns, &provider::machine_resource());
+    // Watch Machines appear, recording when each is first seen.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::<
+        String,
+        std::time::Instant,
+    >::new()));
+    let watch = {
+        let seen = seen.clone();
+        let machines = machines.clone();
+        tokio::spawn(async move {
+            use futures::StreamExt;
+            let stream = kube::runtime::watcher(machines, Default::default());
+            let mut stream = std::pin::pin!(stream);
+            while let Some(Ok(ev)) = stream.next().await {
+                if let kube::runtime::watcher::Event::Apply(m)
+                | kube::runtime::watcher::Event::InitApply(m) = ev
+                {
+                    seen.lock()
+                        .expect("lock")
+                        .entry(m.name_any())
+                        .or_insert_with(std::time::Instant::now);
+                }
+            }
+        })
+    };
+    let mut created = Vec::new();
+    for i in 0..50 {
+        let name = format!("default-l{i:02}");
+        let t = std::time::Instant::now();
+        nodeclaims(&client)
+            .create(&PostParams::default(), &nodeclaim(&name, json!([])))
+            .await
+            .expect("nodeclaim");
+        created.push((name, t));
+    }
+    wait_for("50 Machines", Duration::from_secs(120), || async {
+        (seen.lock().ok()?.len() >= 50).then_some(())
+    })
+    .await
+    .expect("50 Machines created");
+    watch.abort();
+    let seen = seen.lock().expect("lock");
+    let mut latencies: Vec<f64> = created
+        .iter()
+        .map(|(n, t)| seen[n].duration_since(*t).as_secs_f64() * 1000.0)
+        .collect();
+    latencies.sort_by(|a, b| a.total_cmp(b));
+    let median = latencies[25];
+    eprintln!(
+        "NodeClaim creation -> Machine created: median {median:.0} ms, p90 {:.0} ms, max {:.0} ms (n=50)",
+        latencies[45], latencies[49]
+    );
+    assert!(latencies.iter().all(|l| *l >= 0.0));
+}
