@@ -253,6 +253,15 @@ fn overlays_render() {
 
 const SA: &str = "system:serviceaccount:karpenter:karpenter-capi";
 
+/// (verb, API group, resource, subresource, namespace; `None` = cluster-wide).
+type Access = (
+    &'static str,
+    &'static str,
+    &'static str,
+    Option<&'static str>,
+    Option<&'static str>,
+);
+
 async fn can(
     client: &Client,
     verb: &str,
@@ -315,7 +324,7 @@ async fn deploy_base_applies_and_grants_exactly_what_the_operator_needs() {
     let out = pipe(apply, &yaml);
     assert!(out.0, "apply failed:\n{}", out.1);
 
-    let allowed: &[(&str, &str, &str, Option<&str>, Option<&str>)] = &[
+    let allowed: &[Access] = &[
         ("watch", "karpenter.sh", "nodepools", None, None),
         ("patch", "karpenter.sh", "nodepools", Some("status"), None),
         ("create", "karpenter.sh", "nodeclaims", None, None),
@@ -460,7 +469,7 @@ async fn deploy_base_applies_and_grants_exactly_what_the_operator_needs() {
             ));
         }
     }
-    let denied: &[(&str, &str, &str, Option<&str>, Option<&str>)] = &[
+    let denied: &[Access] = &[
         ("list", "", "secrets", None, None),
         ("watch", "", "secrets", None, None),
         ("list", "", "secrets", None, Some("capi-demo")),
