@@ -64,7 +64,13 @@ fn label_key_rules(key: &str, all: bool) -> Vec<serde_json::Value> {
         }
     };
     let kubernetes_io = r#"["beta.kubernetes.io/instance-type", "failure-domain.beta.kubernetes.io/region", "beta.kubernetes.io/os", "beta.kubernetes.io/arch", "failure-domain.beta.kubernetes.io/zone", "topology.kubernetes.io/zone", "topology.kubernetes.io/region", "node.kubernetes.io/instance-type", "kubernetes.io/arch", "kubernetes.io/os", "node.kubernetes.io/windows-build"]"#;
-    let ours = r#"["karpenter.cluster.x-k8s.io/instance-cpu", "karpenter.cluster.x-k8s.io/instance-memory", "karpenter.cluster.x-k8s.io/instance-gpu-count", "karpenter.cluster.x-k8s.io/instance-template"]"#;
+    use crate::consts::labels;
+    let ours = cel_list(&[
+        labels::INSTANCE_CPU,
+        labels::INSTANCE_MEMORY,
+        labels::INSTANCE_GPU_COUNT,
+        labels::INSTANCE_TEMPLATE,
+    ]);
     vec![
         serde_json::json!({
             "message": "label domain \"kubernetes.io\" is restricted",
@@ -95,6 +101,12 @@ fn label_key_rules(key: &str, all: bool) -> Vec<serde_json::Value> {
             "rule": wrap(format!("{key} != \"kubernetes.io/hostname\"")),
         }),
     ]
+}
+
+/// A CEL list literal of strings.
+fn cel_list(items: &[&str]) -> String {
+    let quoted: Vec<String> = items.iter().map(|i| format!("\"{i}\"")).collect();
+    format!("[{}]", quoted.join(", "))
 }
 
 /// A requirement `key`.
