@@ -248,7 +248,33 @@ fn overlays_render() {
     }
     let split = render("deploy/overlays/split-clusters");
     assert!(split.contains("--management-kubeconfig=/etc/karpenter-capi/management/kubeconfig"));
-    assert!(!split.contains("name: karpenter-capi-management\nroleRef"));
+    let bindings: Vec<String> = docs(&split)
+        .iter()
+        .filter(|d| d["kind"] == "ClusterRoleBinding")
+        .filter_map(|d| d["metadata"]["name"].as_str().map(str::to_string))
+        .collect();
+    // In the workload cluster the operator gets no Cluster API permissions.
+    assert_eq!(bindings, ["karpenter-capi-workload"]);
+    let management = docs(&render("deploy/overlays/split-clusters/management"));
+    assert!(management.iter().any(|d| d["kind"] == "ClusterRoleBinding"
+        && d["metadata"]["name"] == "karpenter-capi-management"));
+    let deployment = docs(&render("deploy/base"))
+        .into_iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("Deployment");
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    let c = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["args"][0], "run");
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(c["securityContext"]["runAsNonRoot"], true);
+    assert!(c["resources"]["limits"].is_object() && c["resources"]["requests"].is_object());
+    assert!(
+        c["ports"]
+            .as_array()
+            .is_some_and(|p| p.iter().any(|p| p["name"] == "metrics"))
+    );
 }
 
 const SA: &str = "system:serviceaccount:karpenter:karpenter-capi";
