@@ -189,8 +189,15 @@ apply_args=()
 for f in "${crd_files[@]}"; do apply_args+=(-f "$f"); done
 "$bin/kubectl" "${kc[@]}" apply --server-side --force-conflicts -o name "${apply_args[@]}" > "$dir/logs/crds.log" 2>&1 \
   || die "installing CRDs failed" crds
-"$bin/kubectl" "${kc[@]}" wait --for condition=established --timeout=60s crd --all >> "$dir/logs/crds.log" 2>&1 \
-  || die "CRDs not Established" crds
+# `kubectl wait` errors (instead of waiting) on a CRD whose status is not written yet: retry.
+established=
+for _ in $(seq 1 60); do
+  if "$bin/kubectl" "${kc[@]}" wait --for condition=established --timeout=30s crd --all >> "$dir/logs/crds.log" 2>&1; then
+    established=1; break
+  fi
+  sleep 0.5
+done
+[ -n "$established" ] || die "CRDs not Established" crds
 say "CRDs installed: $(grep -c customresourcedefinition "$dir/logs/crds.log") ($(elapsed))"
 
 # --- optional components --------------------------------------------------------------
