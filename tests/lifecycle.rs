@@ -822,3 +822,172 @@ async fn launch_latency_median_over_fifty() {
     );
     assert!(latencies.iter().all(|l| *l >= 0.0));
 }
+
+#[tokio::test]
+async fn split_management_and_workload_clusters() {
+    use testbed::Component;
+    use testbed::provider::ClusterSetup;
+    let (mgmt, work) = tokio::join!(
+        Testbed::start(Options::default().with(Component::ClusterApi)),
+        // The controller-manager lifts the not-ready taint that admission puts on new Nodes.
+        Testbed::start(
+            Options::default()
+                .with(Component::Kwok)
+                .with(Component::ControllerManager)
+        ),
+    );
+    let mgmt = mgmt.expect("management testbed starts");
+    let work = work.expect("workload testbed starts");
+    let _provider = TestProvider::start(
+        mgmt.client(),
+        ProviderConfig {
+            provision_delay: Duration::from_millis(300),
+            workload: Some(work.client()),
+            ..ProviderConfig::default()
+        },
+    )
+    .await
+    .expect("provider");
+    let ns = mgmt.temp_namespace().await.expect("namespace");
+    provider::create_cluster(
+        &mgmt.client(),
+        &ClusterSetup::new(&ns, "work", work.kubeconfig()),
+    )
+    .await
+    .expect("cluster");
+    let m = mgmt.client();
+    let secrets: Api<Secret> = Api::namespaced(m.clone(), &ns);
+    secrets
+        .create(
+            &PostParams::default(),
+            &from_json(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "bootstrap-data"},
+                "stringData": {"value": "nodeTaints:\n- {key: karpenter.sh/unregistered, effect: NoExecute}\n"}})),
+        )
+        .await
+        .expect("secret");
+    let templates: Api<DynamicObject> =
+        Api::namespaced_with(m.clone(), &ns, &provider::test_machine_template_resource());
+    templates
+        .create(
+            &PostParams::default(),
+            &from_json(json!({
+                "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "TestMachineTemplate",
+                "metadata": {"name": "medium", "labels": {"node.cluster.x-k8s.io/karpenter-member": ""}},
+                "spec": {"template": {"spec": {"capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"}}}}
+            })),
+        )
+        .await
+        .expect("template");
+    templates
+        .patch_status(
+            "medium",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"capacity": {"cpu": "4", "memory": "8Gi"}}})),
+        )
+        .await
+        .expect("status");
+    // Karpenter objects live in the workload cluster.
+    let w = work.client();
+    nodeclasses(&w)
+        .create(
+            &PostParams::default(),
+            &from_json(json!({
+                "apiVersion": "karpenter.cluster.x-k8s.io/v1alpha1", "kind": "ClusterAPINodeClass",
+                "metadata": {"name": "default"},
+                "spec": {"clusterRef": {"namespace": ns, "name": "work"},
+                         "bootstrap": {"dataSecretName": "bootstrap-data"}}
+            })),
+        )
+        .await
+        .expect("nodeclass");
+    let mut config = operator_config(&work);
+    config.management_kubeconfig = Some(mgmt.kubeconfig().to_path_buf());
+    let operator = tokio::spawn(async move {
+        if let Err(e) = controller::runtime::run_operator(config).await {
+            panic!("operator failed: {e}");
+        }
+    });
+    nodeclaims(&w)
+        .create(
+            &PostParams::default(),
+            &nodeclaim("default-split", json!([])),
+        )
+        .await
+        .expect("nodeclaim");
+    let nc = wait_for(
+        "NodeClaim Ready across clusters",
+        Duration::from_secs(90),
+        || async {
+            let nc = nodeclaims(&w).get("default-split").await.ok()?;
+            (condition(&nc, "Ready").as_deref() == Some("True")).then_some(nc)
+        },
+    )
+    .await;
+    let Ok(nc) = nc else {
+        let claim = nodeclaims(&w)
+            .get_opt("default-split")
+            .await
+            .ok()
+            .flatten()
+            .map(|o| o.data);
+        let class = nodeclasses(&w)
+            .get_opt("default")
+            .await
+            .ok()
+            .flatten()
+            .map(|o| o.data["status"].clone());
+        let events = events_for(&w, "default-split").await;
+        panic!("not Ready: claim {claim:#?}\nnodeclass {class:#?}\nevents {events:?}");
+    };
+    let node = nc.data["status"]["nodeName"]
+        .as_str()
+        .expect("node")
+        .to_string();
+    assert!(
+        Api::<Node>::all(w.clone())
+            .get_opt(&node)
+            .await
+            .expect("get")
+            .is_some(),
+        "Node in the workload cluster"
+    );
+    assert!(
+        Api::<Node>::all(m.clone())
+            .get_opt(&node)
+            .await
+            .expect("get")
+            .is_none(),
+        "not in management"
+    );
+    let machines: Api<DynamicObject> =
+        Api::namespaced_with(m.clone(), &ns, &provider::machine_resource());
+    assert!(
+        machines
+            .get_opt("default-split")
+            .await
+            .expect("get")
+            .is_some(),
+        "Machine in management"
+    );
+    nodeclaims(&w)
+        .delete("default-split", &Default::default())
+        .await
+        .expect("delete");
+    wait_for("all gone", Duration::from_secs(90), || async {
+        let gone = nodeclaims(&w)
+            .get_opt("default-split")
+            .await
+            .ok()?
+            .is_none()
+            && machines.get_opt("default-split").await.ok()?.is_none()
+            && Api::<Node>::all(w.clone())
+                .get_opt(&node)
+                .await
+                .ok()?
+                .is_none();
+        gone.then_some(())
+    })
+    .await
+    .expect("NodeClaim, Machine and workload Node deleted");
+    operator.abort();
+}

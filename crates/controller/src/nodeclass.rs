@@ -130,6 +130,13 @@ impl NodeClass {
         })
     }
 
+    /// Whether the status controller has written a `Ready` condition for this generation.
+    pub fn readiness_reported(&self) -> bool {
+        self.conditions.iter().any(|c| {
+            c.type_ == "Ready" && c.observed_generation.is_none_or(|g| g >= self.generation)
+        })
+    }
+
     /// `Ready` condition: (is ready, message when not).
     pub fn readiness(&self) -> (bool, String) {
         match self.conditions.iter().find(|c| c.type_ == "Ready") {

@@ -137,6 +137,13 @@ pub async fn reconcile(ctx: &Ctx, obj: &DynamicObject, claim: &Claim) -> Result<
             what: format!("ClusterAPINodeClass {}", claim.node_class),
             source,
         })?;
+    if !nodeclass.readiness_reported() {
+        // A new NodeClass whose status controller has not spoken yet: wait, don't refuse.
+        return Err(Error::Launch(format!(
+            "ClusterAPINodeClass {} has not reported readiness yet; retrying",
+            nodeclass.name
+        )));
+    }
     let (ready, why) = nodeclass.readiness();
     if !ready {
         return refuse(
@@ -148,13 +155,12 @@ pub async fn reconcile(ctx: &Ctx, obj: &DynamicObject, claim: &Claim) -> Result<
         .await;
     }
     let Some(catalog) = ctx.catalogs.catalog(&nodeclass.name) else {
-        return refuse(
-            ctx,
-            obj,
-            "NodeClassNotReady",
-            format!("ClusterAPINodeClass {} has no catalog yet", nodeclass.name),
-        )
-        .await;
+        // The NodeClass says Ready but this replica's template caches disagree (still
+        // filling, or a template just changed): retry rather than give up the claim.
+        return Err(Error::Launch(format!(
+            "ClusterAPINodeClass {} is Ready but its catalog is empty here; retrying",
+            nodeclass.name
+        )));
     };
     let requests =
         match requests_from_quantities(claim.requests.iter().map(|(k, v)| (k, v.as_str()))) {
