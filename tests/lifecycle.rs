@@ -991,3 +991,105 @@ async fn split_management_and_workload_clusters() {
     .expect("NodeClaim, Machine and workload Node deleted");
     operator.abort();
 }
+
+#[tokio::test]
+async fn nodeclass_status_follows_templates() {
+    let env = env(default_templates(json!({}))).await;
+    let client = env.tb.client();
+    let ns = env.cluster.namespace.clone();
+    let types = |nc: &DynamicObject| -> Vec<(String, String, Vec<String>)> {
+        nc.data["status"]["instanceTypes"]
+            .as_array()
+            .map(|l| {
+                l.iter()
+                    .map(|t| {
+                        let zones = t["zones"]
+                            .as_array()
+                            .map(|z| {
+                                z.iter()
+                                    .filter_map(|v| v.as_str().map(str::to_string))
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                        (
+                            t["name"].as_str().unwrap_or_default().to_string(),
+                            t["price"].as_str().unwrap_or_default().to_string(),
+                            zones,
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let nc = nodeclasses(&client)
+        .get("default")
+        .await
+        .expect("nodeclass");
+    let mut listed = types(&nc);
+    listed.sort();
+    let zones = vec!["zone-a".to_string(), "zone-b".to_string()];
+    assert_eq!(
+        listed,
+        vec![
+            ("large".to_string(), "0.4000".to_string(), zones.clone()),
+            ("small".to_string(), "0.1000".to_string(), zones.clone()),
+        ],
+        "both templates, one offering per Cluster failure domain"
+    );
+    // Editing a template's price annotation shows up in the status.
+    let templates: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &provider::test_machine_template_resource(),
+    );
+    templates
+        .patch(
+            "small",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"karpenter.cluster.x-k8s.io/price": "0.05"}}}),
+            ),
+        )
+        .await
+        .expect("edit");
+    wait_for(
+        "status follows the price edit",
+        Duration::from_secs(30),
+        || async {
+            let nc = nodeclasses(&client).get("default").await.ok()?;
+            types(&nc)
+                .iter()
+                .any(|(n, p, _)| n == "small" && p == "0.0500")
+                .then_some(())
+        },
+    )
+    .await
+    .expect("price updated");
+    // A broken template is named; the good ones stay listed and the NodeClass stays Ready.
+    templates
+        .create(
+            &PostParams::default(),
+            &from_json(json!({
+                "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "TestMachineTemplate",
+                "metadata": {"name": "broken", "labels": {"node.cluster.x-k8s.io/karpenter-member": ""},
+                    "annotations": {"capacity.cluster-autoscaler.kubernetes.io/cpu": "lots",
+                                    "capacity.cluster-autoscaler.kubernetes.io/memory": "4Gi"}},
+                "spec": {"template": {"spec": {}}}
+            })),
+        )
+        .await
+        .expect("broken template");
+    let nc = wait_for("broken template named", Duration::from_secs(30), || async {
+        let nc = nodeclasses(&client).get("default").await.ok()?;
+        let c = nc.data["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "TemplatesReady")?
+            .clone();
+        c["message"].as_str()?.contains("broken").then_some(nc)
+    })
+    .await
+    .expect("TemplatesReady names the broken template");
+    assert_eq!(condition(&nc, "Ready").as_deref(), Some("True"));
+    assert_eq!(types(&nc).len(), 2, "good templates keep serving");
+}
