@@ -1,0 +1,89 @@
+//! Runs the test infrastructure provider against a cluster until interrupted; used by the
+//! local demo (`hack/demo.sh`).
+//!
+//!   testbed-provider --kubeconfig PATH [--cluster NAMESPACE/NAME] [--failure-domains a,b]
+//!
+//! With `--cluster`, also creates that Cluster API Cluster (namespace, kubeconfig Secret,
+//! TestCluster, TestControlPlane, Cluster) and waits until it is provisioned, then prints
+//! `cluster ready`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use testbed::provider::{ClusterSetup, ProviderConfig, TestProvider, create_cluster};
+
+struct Args {
+    kubeconfig: PathBuf,
+    cluster: Option<(String, String)>,
+    failure_domains: Vec<String>,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut kubeconfig = None;
+    let mut cluster = None;
+    let mut failure_domains = Vec::new();
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        let mut value = || it.next().ok_or_else(|| format!("{a} needs a value"));
+        match a.as_str() {
+            "--kubeconfig" => kubeconfig = Some(PathBuf::from(value()?)),
+            "--cluster" => {
+                let v = value()?;
+                let (ns, name) = v
+                    .split_once('/')
+                    .ok_or_else(|| format!("--cluster {v:?}: expected NAMESPACE/NAME"))?;
+                cluster = Some((ns.to_string(), name.to_string()));
+            }
+            "--failure-domains" => {
+                failure_domains = value()?
+                    .split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            }
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    Ok(Args {
+        kubeconfig: kubeconfig.ok_or("--kubeconfig is required")?,
+        cluster,
+        failure_domains,
+    })
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = match parse() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("testbed-provider: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let client = match testbed::client_for(&args.kubeconfig).await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("testbed-provider: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let _provider = match TestProvider::start(client.clone(), ProviderConfig::default()).await {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("testbed-provider: starting: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("provider running");
+    if let Some((ns, name)) = &args.cluster {
+        let setup = ClusterSetup::new(ns, name, &args.kubeconfig)
+            .failure_domains(args.failure_domains.clone());
+        if let Err(e) = create_cluster(&client, &setup).await {
+            eprintln!("testbed-provider: creating Cluster {ns}/{name}: {e}");
+            return ExitCode::FAILURE;
+        }
+        println!("cluster ready");
+    }
+    let _ = tokio::signal::ctrl_c().await;
+    ExitCode::SUCCESS
+}
