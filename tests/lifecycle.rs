@@ -1093,3 +1093,74 @@ async fn nodeclass_status_follows_templates() {
     assert_eq!(condition(&nc, "Ready").as_deref(), Some("True"));
     assert_eq!(types(&nc).len(), 2, "good templates keep serving");
 }
+
+async fn ready_claim(client: &Client, name: &str) -> DynamicObject {
+    nodeclaims(client)
+        .create(&PostParams::default(), &nodeclaim(name, json!([])))
+        .await
+        .expect("nodeclaim");
+    wait_for("NodeClaim Ready", Duration::from_secs(90), || async {
+        let nc = nodeclaims(client).get(name).await.ok()?;
+        (condition(&nc, "Ready").as_deref() == Some("True")).then_some(nc)
+    })
+    .await
+    .expect("Ready")
+}
+
+#[tokio::test]
+async fn deleting_the_node_or_the_machine_deletes_the_nodeclaim() {
+    let env = env(default_templates(json!({}))).await;
+    let client = env.tb.client();
+    let ns = env.cluster.namespace.clone();
+    // A user deletes the Node.
+    let nc = ready_claim(&client, "default-usr01").await;
+    let node = nc.data["status"]["nodeName"]
+        .as_str()
+        .expect("node")
+        .to_string();
+    Api::<Node>::all(client.clone())
+        .delete(&node, &Default::default())
+        .await
+        .expect("delete node");
+    wait_for(
+        "NodeClaim follows its Node",
+        Duration::from_secs(90),
+        || async {
+            let gone = nodeclaims(&client)
+                .get_opt("default-usr01")
+                .await
+                .ok()?
+                .is_none()
+                && Api::<Node>::all(client.clone())
+                    .get_opt(&node)
+                    .await
+                    .ok()?
+                    .is_none();
+            gone.then_some(())
+        },
+    )
+    .await
+    .expect("NodeClaim and Node gone");
+    // Someone deletes the Machine behind our back.
+    ready_claim(&client, "default-usr02").await;
+    let machines: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns, &provider::machine_resource());
+    machines
+        .delete("default-usr02", &Default::default())
+        .await
+        .expect("delete machine");
+    wait_for(
+        "NodeClaim follows its Machine",
+        Duration::from_secs(90),
+        || async {
+            nodeclaims(&client)
+                .get_opt("default-usr02")
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await
+    .expect("NodeClaim gone");
+}
