@@ -1,5 +1,5 @@
 # The two commands a newcomer needs are in README.md: `make demo` and `make test`.
-.PHONY: demo test testbed testbed-down bench fmt lint crds
+.PHONY: demo test testbed testbed-up testbed-down bench fmt lint crds
 
 demo:
 	bash hack/demo.sh
@@ -25,3 +25,7 @@ fmt:
 
 lint:
 	cargo clippy --workspace --all-targets -- -D warnings
+
+crds:
+	cargo run -q --bin karpenter-capi -- crds
+	cargo run -q --bin karpenter-capi -- crds --out deploy/base/crds
