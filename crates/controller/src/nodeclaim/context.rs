@@ -221,16 +221,7 @@ impl Ctx {
             uid: claim.uid(),
             ..ObjectReference::default()
         };
-        let event = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(truncate(&note, 1024)),
-            action: reason.into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&event, &reference).await {
-            tracing::warn!(nodeclaim = %claim.name_any(), reason, error = %e, "publishing event failed");
-        }
+        self.publish(reference, type_, reason, note).await;
     }
 
     /// Publishes an event about any object (Node, Machine).
@@ -241,7 +232,16 @@ impl Ctx {
         reason: &str,
         note: String,
     ) {
-        let reference = obj.object_ref(&());
+        self.publish(obj.object_ref(&()), type_, reason, note).await;
+    }
+
+    async fn publish(
+        &self,
+        reference: ObjectReference,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
         let event = Event {
             type_,
             reason: reason.into(),
@@ -250,7 +250,7 @@ impl Ctx {
             secondary: None,
         };
         if let Err(e) = self.recorder.publish(&event, &reference).await {
-            tracing::warn!(reason, error = %e, "publishing event failed");
+            tracing::warn!(object = ?reference.name, reason, error = %e, "publishing event failed");
         }
     }
 }
