@@ -66,8 +66,28 @@ status_line() {
   [ "$r" -eq "$1" ]
 }
 
-say "scaling the Deployment from 0 to $pods pods (1 cpu, 1Gi each)"
+say "scaling the Deployment from 0 to $pods pods (500m cpu, 512Mi each): they are Pending, no node fits"
 k scale deployment inflate -n default --replicas "$pods" >/dev/null
+# The provisioner (pending pods -> NodeClaims) is not built yet: create the NodeClaims it
+# would, 3 cpu each (7 pods of 500m on the cheapest shape that fits, "medium").
+claims=$(( (pods + 5) / 6 ))
+say "creating $claims NodeClaims of 3 cpu each (what the provisioner will do on its own)"
+for i in $(seq 1 "$claims"); do
+  cat <<EOF
+apiVersion: karpenter.sh/v1
+kind: NodeClaim
+metadata:
+  name: default-demo$i
+  labels: {karpenter.sh/nodepool: default}
+spec:
+  nodeClassRef: {group: karpenter.cluster.x-k8s.io, kind: ClusterAPINodeClass, name: default}
+  requirements:
+  - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
+  resources:
+    requests: {cpu: "3", memory: 3Gi}
+---
+EOF
+done | k apply -f - >/dev/null
 deadline=$((SECONDS + 240))
 until line=$(status_line "$pods"); do
   say "$line"
@@ -93,6 +113,8 @@ done
 say "all Machines and their Nodes are gone"
 echo
 echo "Summary: $pods pods -> NodeClaims -> Cluster API Machines -> Nodes -> Running, then back to 0, in $((SECONDS - t0))s."
-echo "Metrics: curl -s 127.0.0.1:$metrics_port/metrics | grep karpenter_ (while the operator runs)"
+echo "Operator metrics (Karpenter names):"
+curl -s "127.0.0.1:$metrics_port/metrics" | grep -E '^karpenter_(capi_machines_launched|nodes_created|nodeclaims_terminated|nodes_terminated)_total' | sed 's/^/  /'
+echo "Operator log: $run_dir/operator.log"
 echo "Explore: export KUBECONFIG=$KUBECONFIG; $kubectl get nodepools,nodeclaims,clusterapinodeclasses; $kubectl get machines -A"
 echo "Stop:    bash hack/testbed/down.sh   (logs: $run_dir/)"
