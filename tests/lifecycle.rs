@@ -94,6 +94,8 @@ async fn env(templates_spec: Vec<Tpl>) -> Env {
         client.clone(),
         ProviderConfig {
             provision_delay: Duration::from_millis(500),
+            // Also answers KubeadmConfigs (no kubeadm bootstrap controller on the testbed).
+            kubeadm_bootstrap: true,
             ..ProviderConfig::default()
         },
     )
@@ -1163,4 +1165,105 @@ async fn deleting_the_node_or_the_machine_deletes_the_nodeclaim() {
     )
     .await
     .expect("NodeClaim gone");
+}
+
+#[tokio::test]
+async fn kubeadm_config_template_is_cloned_with_the_unregistered_taint() {
+    let env = env(default_templates(json!({}))).await;
+    let client = env.tb.client();
+    let ns = env.cluster.namespace.clone();
+    let kct = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(
+            "bootstrap.cluster.x-k8s.io",
+            "v1beta2",
+            "KubeadmConfigTemplate",
+        ),
+        "kubeadmconfigtemplates",
+    );
+    Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &kct)
+        .create(
+            &PostParams::default(),
+            &from_json(json!({
+                "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "KubeadmConfigTemplate",
+                "metadata": {"name": "workers"},
+                "spec": {"template": {"spec": {"joinConfiguration": {"nodeRegistration": {
+                    "kubeletExtraArgs": [{"name": "node-labels", "value": "example.com/pool=workers"}]
+                }}}}}
+            })),
+        )
+        .await
+        .expect("KubeadmConfigTemplate");
+    nodeclasses(&client)
+        .create(
+            &PostParams::default(),
+            &from_json(json!({
+                "apiVersion": "karpenter.cluster.x-k8s.io/v1alpha1", "kind": "ClusterAPINodeClass",
+                "metadata": {"name": "kubeadm"},
+                "spec": {"clusterRef": {"namespace": ns, "name": "c1"},
+                         "bootstrap": {"configTemplateRef": {"apiGroup": "bootstrap.cluster.x-k8s.io",
+                                        "kind": "KubeadmConfigTemplate", "name": "workers"}}}
+            })),
+        )
+        .await
+        .expect("nodeclass");
+    let mut claim = nodeclaim("kubeadm-abc01", json!([]));
+    claim.data["spec"]["nodeClassRef"]["name"] = json!("kubeadm");
+    nodeclaims(&client)
+        .create(&PostParams::default(), &claim)
+        .await
+        .expect("nodeclaim");
+    let nc = wait_for(
+        "NodeClaim Ready with kubeadm bootstrap",
+        Duration::from_secs(90),
+        || async {
+            let nc = nodeclaims(&client).get("kubeadm-abc01").await.ok()?;
+            (condition(&nc, "Ready").as_deref() == Some("True")).then_some(nc)
+        },
+    )
+    .await
+    .expect("Ready");
+    // The clone: a KubeadmConfig named like the Machine, with the join taint injected.
+    let kc = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("bootstrap.cluster.x-k8s.io", "v1beta2", "KubeadmConfig"),
+        "kubeadmconfigs",
+    );
+    let config = Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &kc)
+        .get("kubeadm-abc01")
+        .await
+        .expect("cloned KubeadmConfig");
+    let taints = &config.data["spec"]["joinConfiguration"]["nodeRegistration"]["taints"];
+    assert_eq!(taints[0]["key"], "karpenter.sh/unregistered", "{taints}");
+    assert_eq!(taints[0]["effect"], "NoExecute");
+    assert_eq!(
+        config.annotations()["cluster.x-k8s.io/cloned-from-name"],
+        "workers"
+    );
+    let machines: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns, &provider::machine_resource());
+    let m = machines.get("kubeadm-abc01").await.expect("machine");
+    assert_eq!(
+        m.data["spec"]["bootstrap"]["configRef"]["kind"],
+        "KubeadmConfig"
+    );
+    // The Node joined with the bootstrap's labels; registration removed the taint.
+    let node = Api::<Node>::all(client.clone())
+        .get(nc.data["status"]["nodeName"].as_str().expect("node"))
+        .await
+        .expect("node");
+    assert_eq!(
+        node.labels().get("example.com/pool").map(String::as_str),
+        Some("workers")
+    );
+    let node_taints = node.spec.and_then(|s| s.taints).unwrap_or_default();
+    assert!(
+        node_taints
+            .iter()
+            .all(|t| t.key != "karpenter.sh/unregistered"),
+        "{node_taints:?}"
+    );
+    let events = events_for(&client, &node.metadata.name.clone().unwrap_or_default()).await;
+    assert!(
+        events.iter().all(|(r, _)| r != "UnregisteredTaintMissing"),
+        "the node registered with the taint: {events:?}"
+    );
 }

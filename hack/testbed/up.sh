@@ -93,15 +93,20 @@ for _ in range(int(sys.argv[1])):
 print(" ".join(str(s.getsockname()[1]) for s in socks))
 PY
 }
+soft=
+fail() { # fail MESSAGE COMPONENT: dies, or returns 1 while $soft is set (a retried start)
+  if [ -n "$soft" ]; then say "$1"; return 1; fi
+  die "$1" "$2"
+}
 wait_http() { # wait_http NAME URL SECONDS PATTERN [curl args...] -> until the body matches
   local name=$1 url=$2 limit=$3 pattern=$4; shift 4
   local deadline=$((SECONDS + limit))
   while [ $SECONDS -lt $deadline ]; do
-    running "$name" >/dev/null || die "$name exited during start-up" "$name"
+    running "$name" >/dev/null || { fail "$name exited during start-up" "$name"; return 1; }
     curl -s --max-time 2 "$@" "$url" 2>/dev/null | grep -qE "$pattern" && return 0
     sleep 0.2
   done
-  die "$name not healthy at $url after ${limit}s" "$name"
+  fail "$name not healthy at $url after ${limit}s" "$name"
 }
 
 # --- certificates (generated once per dir) --------------------------------------------
@@ -131,12 +136,8 @@ if [ ! -s "$pki/admin.crt" ]; then
 fi
 
 # --- etcd + kube-apiserver ------------------------------------------------------------
-if api_pid=$(running kube-apiserver) && [ -s "$dir/ports" ]; then
-  # shellcheck source=/dev/null
-  source "$dir/ports"
-  say "kube-apiserver already running (pid $api_pid) at https://127.0.0.1:$API_PORT"
-else
-  [ -f "$pids" ] && "$here/down.sh" --dir "$dir" --quiet || true
+curl_api=(--cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key")
+start_core() { # etcd + kube-apiserver on fresh free ports, until /readyz
   read -r ETCD_PORT PEER_PORT API_PORT KCM_PORT SCHED_PORT KWOK_PORT CAPI_HEALTH CAPI_WEBHOOK CAPI_METRICS <<< "$(free_ports 9)"
   declare -p ETCD_PORT PEER_PORT API_PORT KCM_PORT SCHED_PORT KWOK_PORT CAPI_HEALTH CAPI_WEBHOOK CAPI_METRICS \
     | sed 's/^declare -- //' > "$dir/ports"
@@ -144,7 +145,7 @@ else
     --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
     --listen-peer-urls "http://127.0.0.1:$PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$PEER_PORT" \
     --initial-cluster "testbed=http://127.0.0.1:$PEER_PORT" --unsafe-no-fsync --log-level warn
-  wait_http etcd "http://127.0.0.1:$ETCD_PORT/health" 30 '"health":"true"'
+  wait_http etcd "http://127.0.0.1:$ETCD_PORT/health" 30 '"health":"true"' || return 1
   start kube-apiserver "$bin/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$ETCD_PORT" --bind-address 127.0.0.1 --advertise-address 127.0.0.1 \
     --secure-port "$API_PORT" --cert-dir "$dir/apiserver" \
@@ -153,9 +154,26 @@ else
     --service-account-signing-key-file "$pki/sa.key" --service-cluster-ip-range 10.96.0.0/16 \
     --authorization-mode RBAC --allow-privileged=true --disable-admission-plugins ServiceAccount \
     --enable-priority-and-fairness=false --profiling=false --storage-backend etcd3 --v 0
+  wait_http kube-apiserver "https://127.0.0.1:$API_PORT/readyz" 90 '^ok$' "${curl_api[@]}"
+}
+if api_pid=$(running kube-apiserver) && [ -s "$dir/ports" ]; then
+  # shellcheck source=/dev/null
+  source "$dir/ports"
+  say "kube-apiserver already running (pid $api_pid) at https://127.0.0.1:$API_PORT"
+  wait_http kube-apiserver "https://127.0.0.1:$API_PORT/readyz" 90 '^ok$' "${curl_api[@]}"
+else
+  # A free port can be taken by another process between the pick and the bind (parallel
+  # testbeds): start again on other ports, up to three times.
+  for attempt in 1 2 3; do
+    [ -f "$pids" ] && { "$here/down.sh" --dir "$dir" --quiet || true; }
+    soft=1
+    if start_core; then soft=; break; fi
+    soft=
+    [ "$attempt" -lt 3 ] || die "kube-apiserver did not start in 3 attempts" kube-apiserver
+    say "start-up attempt $attempt failed; retrying on other ports"
+    rm -rf "$dir/etcd"
+  done
 fi
-curl_api=(--cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key")
-wait_http kube-apiserver "https://127.0.0.1:$API_PORT/readyz" 90 '^ok$' "${curl_api[@]}"
 
 b64() { base64 -w0 < "$1"; }
 cat > "$kubeconfig.tmp" <<EOF
