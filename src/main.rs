@@ -47,6 +47,10 @@ struct RunArgs {
     /// Provisioning batch: maximum window.
     #[arg(long, env = "BATCH_MAX_DURATION", default_value = "10s", value_parser = parse_duration)]
     batch_max_duration: std::time::Duration,
+    /// Replace a Node that has been NotReady/Unknown this long (CAPI's MachineHealthCheck
+    /// does not remediate standalone Machines).
+    #[arg(long, env = "NODE_REPAIR_AFTER", default_value = "10m", value_parser = parse_duration)]
+    node_repair_after: std::time::Duration,
     /// Disable leader election (a single replica only).
     #[arg(long, env = "DISABLE_LEADER_ELECTION")]
     disable_leader_election: bool,
@@ -114,6 +118,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         batch_max: args.batch_max_duration,
         gc_interval: std::time::Duration::from_secs(30),
         gc_grace: controller::garbagecollection::MACHINE_GRACE,
+        node_repair_after: args.node_repair_after,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

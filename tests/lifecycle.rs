@@ -187,6 +187,7 @@ fn operator_config(tb: &Testbed) -> controller::runtime::RunConfig {
         batch_max: Duration::from_secs(10),
         gc_interval: Duration::from_secs(2),
         gc_grace: Duration::from_secs(5),
+        node_repair_after: Duration::from_secs(600),
     }
 }
 

@@ -50,6 +50,8 @@ pub struct RunConfig {
     /// How often garbage collection runs, and how old an orphaned Machine must be.
     pub gc_interval: Duration,
     pub gc_grace: Duration,
+    /// A Node NotReady/Unknown this long is replaced.
+    pub node_repair_after: Duration,
 }
 
 /// Shared by every control loop.
@@ -247,7 +249,10 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
             .as_reader(),
         catalogs: Arc::new(catalogs.clone()),
         unavailable: Arc::default(),
-        settings: Settings::default(),
+        settings: Settings {
+            node_repair_after: ctx.config.node_repair_after,
+            ..Settings::default()
+        },
         kinds: Arc::default(),
     };
     let stopped = |mut rx: watch::Receiver<bool>| async move {
