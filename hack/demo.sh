@@ -100,6 +100,9 @@ k get nodeclaims -o wide
 echo
 k get machines -n demo
 echo
+say "karpenter-capi inspect (NodePool -> NodeClaim -> Machine -> Node):"
+"$target/karpenter-capi" inspect --kubeconfig "$KUBECONFIG"
+echo
 
 say "scaling to 0 and deleting the NodeClaims (disruption/consolidation is not built yet)"
 k scale deployment inflate -n default --replicas 0 >/dev/null
@@ -116,5 +119,5 @@ echo "Summary: $pods pods -> NodeClaims -> Cluster API Machines -> Nodes -> Runn
 echo "Operator metrics (Karpenter names):"
 curl -s "127.0.0.1:$metrics_port/metrics" | grep -E '^karpenter_(capi_machines_launched|nodes_created|nodeclaims_terminated|nodes_terminated)_total' | sed 's/^/  /'
 echo "Operator log: $run_dir/operator.log"
-echo "Explore: export KUBECONFIG=$KUBECONFIG; $kubectl get nodepools,nodeclaims,clusterapinodeclasses; $kubectl get machines -A"
+echo "Explore: export KUBECONFIG=$KUBECONFIG; $kubectl get nodepools,nodeclaims,clusterapinodeclasses; $kubectl get machines -A; $target/karpenter-capi inspect"
 echo "Stop:    bash hack/testbed/down.sh   (logs: $run_dir/)"

@@ -24,6 +24,51 @@ enum Command {
         #[arg(long, default_value = "crds")]
         out: PathBuf,
     },
+    /// One view of NodePool -> NodeClaim -> Machine -> Node, flagging what is stuck and why.
+    Inspect(InspectArgs),
+}
+
+#[derive(clap::Args)]
+struct InspectArgs {
+    /// Workload cluster kubeconfig; default: $KUBECONFIG or in-cluster.
+    #[arg(long, env = "KUBECONFIG_WORKLOAD")]
+    kubeconfig: Option<PathBuf>,
+    /// Management cluster kubeconfig (Cluster API objects); default: the workload cluster.
+    #[arg(long, env = "MANAGEMENT_KUBECONFIG")]
+    management_kubeconfig: Option<PathBuf>,
+    /// Only this NodePool.
+    #[arg(long)]
+    nodepool: Option<String>,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
+    output: InspectFormat,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum InspectFormat {
+    Table,
+    Json,
+}
+
+fn inspect(args: InspectArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let rows = runtime.block_on(async {
+        let workload = controller::runtime::client(args.kubeconfig.as_ref()).await?;
+        let management = match &args.management_kubeconfig {
+            Some(p) => controller::runtime::client(Some(p)).await?,
+            None => workload.clone(),
+        };
+        anyhow::Ok(
+            controller::inspect::collect(&workload, &management, args.nodepool.as_deref()).await?,
+        )
+    })?;
+    match args.output {
+        InspectFormat::Table => print!("{}", controller::inspect::render_table(&rows)),
+        InspectFormat::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
+    }
+    Ok(())
 }
 
 #[derive(clap::Args)]
@@ -173,6 +218,7 @@ fn main() -> anyhow::Result<()> {
         Command::Version => println!("karpenter-capi {}", env!("CARGO_PKG_VERSION")),
         Command::InstanceTypes(args) => instance_types(args)?,
         Command::Run(args) => run(*args)?,
+        Command::Inspect(args) => inspect(args)?,
         Command::Crds { out } => {
             for path in api::crds::write_all(&out)? {
                 println!("{}", path.display());

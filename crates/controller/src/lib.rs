@@ -2,6 +2,7 @@
 
 pub mod clone;
 pub mod garbagecollection;
+pub mod inspect;
 pub mod leader;
 pub mod machine;
 pub mod metrics;

@@ -1,0 +1,316 @@
+//! `karpenter-capi inspect`: one view of NodePool → NodeClaim → Machine → Node, with what is
+//! stuck and why. The view is computed from listed objects by a pure function.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::machine;
+use crate::names;
+
+/// One NodeClaim and what hangs off it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Row {
+    pub nodepool: String,
+    pub nodeclaim: String,
+    pub instance_type: String,
+    pub zone: String,
+    pub machine: String,
+    pub machine_phase: String,
+    pub provider_id: String,
+    pub node: String,
+    pub ready: String,
+    pub age_seconds: i64,
+    /// Why it is not Ready yet, when it has been waiting long enough to look stuck.
+    pub stuck: Option<String>,
+}
+
+fn cond<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
+    obj.pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+fn s(v: Option<&Value>) -> String {
+    v.and_then(Value::as_str).unwrap_or_default().to_string()
+}
+
+fn age(obj: &Value, now: Timestamp) -> i64 {
+    obj.pointer("/metadata/creationTimestamp")
+        .and_then(Value::as_str)
+        .and_then(|t| t.parse::<Timestamp>().ok())
+        .map(|t| now.duration_since(t).as_secs())
+        .unwrap_or(0)
+}
+
+/// Formats seconds as Kubernetes does in `AGE` (`45s`, `12m`, `3h`, `2d`).
+pub fn human(secs: i64) -> String {
+    match secs {
+        s if s < 120 => format!("{s}s"),
+        s if s < 7200 => format!("{}m", s / 60),
+        s if s < 172_800 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86400),
+    }
+}
+
+/// A NodeClaim not Ready after this long is reported as stuck.
+pub const STUCK_AFTER_SECS: i64 = 120;
+
+/// Builds the rows, sorted by NodePool then NodeClaim.
+pub fn rows(
+    nodeclaims: &[DynamicObject],
+    machines: &[DynamicObject],
+    nodes: &[Node],
+    now: Timestamp,
+) -> Vec<Row> {
+    let machines: BTreeMap<String, &DynamicObject> = machines
+        .iter()
+        .map(|m| {
+            (
+                format!("{}/{}", m.namespace().unwrap_or_default(), m.name_any()),
+                m,
+            )
+        })
+        .collect();
+    let mut out: Vec<Row> = nodeclaims
+        .iter()
+        .map(|nc| {
+            let v = serde_json::to_value(nc).unwrap_or(Value::Null);
+            let labels = nc.labels();
+            let machine_key = nc
+                .annotations()
+                .get(names::CAPI_MACHINE_ANNOTATION)
+                .cloned()
+                .unwrap_or_default();
+            let m = machines.get(&machine_key);
+            let node_name = s(v.pointer("/status/nodeName"));
+            let node = nodes
+                .iter()
+                .find(|n| n.metadata.name.as_deref() == Some(node_name.as_str()));
+            let ready = s(cond(&v, "Ready").and_then(|c| c.get("status")));
+            let age_seconds = age(&v, now);
+            let mut stuck = None;
+            if ready != "True" && age_seconds >= STUCK_AFTER_SECS {
+                let wait = human(age_seconds);
+                stuck = Some(
+                    if let Some(c) = cond(&v, "Launched").filter(|c| c["status"] != "True") {
+                        format!(
+                            "not launched for {wait}: {} {}",
+                            s(c.get("reason")),
+                            s(c.get("message"))
+                        )
+                    } else if let Some(m) = m {
+                        let phase = machine::phase(m).unwrap_or("Unknown");
+                        let why = ["InfrastructureReady", "BootstrapConfigReady", "NodeReady"]
+                            .iter()
+                            .find_map(|t| match machine::condition(m, t) {
+                                Some((status, reason, message)) if status != "True" => {
+                                    Some(format!(
+                                        "{t}={status} ({reason}{}{message})",
+                                        if message.is_empty() { "" } else { ": " }
+                                    ))
+                                }
+                                _ => None,
+                            })
+                            .unwrap_or_else(|| "waiting for the Node to register".into());
+                        format!("Machine {phase} for {wait}: {why}")
+                    } else if !machine_key.is_empty() {
+                        format!("Machine {machine_key} not found")
+                    } else {
+                        let c = cond(&v, "Initialized").or_else(|| cond(&v, "Registered"));
+                        format!(
+                            "not ready for {wait}: {}",
+                            c.map(|c| s(c.get("message"))).unwrap_or_default()
+                        )
+                    },
+                );
+            }
+            Row {
+                nodepool: labels
+                    .get(names::NODEPOOL_LABEL)
+                    .cloned()
+                    .unwrap_or_default(),
+                nodeclaim: nc.name_any(),
+                instance_type: labels
+                    .get("node.kubernetes.io/instance-type")
+                    .cloned()
+                    .unwrap_or_default(),
+                zone: labels
+                    .get("topology.kubernetes.io/zone")
+                    .cloned()
+                    .unwrap_or_default(),
+                machine: machine_key.clone(),
+                machine_phase: m
+                    .and_then(|m| machine::phase(m))
+                    .unwrap_or_default()
+                    .to_string(),
+                provider_id: s(v.pointer("/status/providerID")),
+                node: node.map(|_| node_name.clone()).unwrap_or_default(),
+                ready: if ready.is_empty() {
+                    "Unknown".into()
+                } else {
+                    ready
+                },
+                age_seconds,
+                stuck,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| (&a.nodepool, &a.nodeclaim).cmp(&(&b.nodepool, &b.nodeclaim)));
+    out
+}
+
+/// A fixed-width table, one line per NodeClaim, stuck reasons under it.
+pub fn render_table(rows: &[Row]) -> String {
+    let header = [
+        "NODEPOOL",
+        "NODECLAIM",
+        "TYPE",
+        "ZONE",
+        "MACHINE",
+        "PHASE",
+        "NODE",
+        "READY",
+        "AGE",
+        "PROVIDERID",
+    ];
+    let cells: Vec<[String; 10]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.nodepool.clone(),
+                r.nodeclaim.clone(),
+                r.instance_type.clone(),
+                r.zone.clone(),
+                r.machine.clone(),
+                r.machine_phase.clone(),
+                r.node.clone(),
+                r.ready.clone(),
+                human(r.age_seconds),
+                r.provider_id.clone(),
+            ]
+        })
+        .collect();
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in &cells {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(c.len().max(1));
+        }
+    }
+    let line = |cols: Vec<&str>| -> String {
+        let mut l = cols
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{:<w$}", if c.is_empty() { "-" } else { c }, w = *w))
+            .collect::<Vec<_>>()
+            .join("  ");
+        l.truncate(l.trim_end().len());
+        l + "\n"
+    };
+    let mut out = line(header.to_vec());
+    for (row, r) in cells.iter().zip(rows) {
+        out += &line(row.iter().map(String::as_str).collect());
+        if let Some(why) = &r.stuck {
+            out += &format!("  ! {}: {why}\n", r.nodeclaim);
+        }
+    }
+    if rows.is_empty() {
+        out += "(no NodeClaims)\n";
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(v: Value) -> DynamicObject {
+        serde_json::from_value(v).expect("fixture")
+    }
+
+    #[test]
+    fn flags_a_machine_stuck_provisioning() {
+        let now: Timestamp = "2026-11-22T10:12:00Z".parse().expect("t");
+        let ncs = [
+            obj(json!({"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+                "metadata": {"name": "default-a", "creationTimestamp": "2026-11-22T10:00:00Z",
+                    "labels": {"karpenter.sh/nodepool": "default", "node.kubernetes.io/instance-type": "m5.large",
+                               "topology.kubernetes.io/zone": "a"},
+                    "annotations": {"cluster.x-k8s.io/machine": "prod/default-a"}},
+                "status": {"conditions": [
+                    {"type": "Launched", "status": "True", "reason": "Launched", "message": "", "lastTransitionTime": "2026-11-22T10:00:01Z"},
+                    {"type": "Ready", "status": "False", "reason": "NotReady", "message": "", "lastTransitionTime": "2026-11-22T10:00:01Z"}]}})),
+            obj(json!({"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+                "metadata": {"name": "default-b", "creationTimestamp": "2026-11-22T10:11:30Z",
+                    "labels": {"karpenter.sh/nodepool": "default"}},
+                "status": {"providerID": "test://x", "nodeName": "n1", "conditions": [
+                    {"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": "2026-11-22T10:11:40Z"}]}})),
+        ];
+        let machines = [obj(
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": "default-a", "namespace": "prod"},
+            "status": {"phase": "Provisioning", "conditions": [
+                {"type": "InfrastructureReady", "status": "False", "reason": "WaitingForCapacity", "message": "no m5.large in a"}]}}),
+        )];
+        let nodes: Vec<Node> =
+            vec![serde_json::from_value(json!({"metadata": {"name": "n1"}})).expect("node")];
+        let r = rows(&ncs, &machines, &nodes, now);
+        assert_eq!(r.len(), 2);
+        assert_eq!(r[0].nodeclaim, "default-a");
+        assert_eq!(r[0].machine_phase, "Provisioning");
+        assert_eq!(
+            r[0].stuck.as_deref(),
+            Some(
+                "Machine Provisioning for 12m: InfrastructureReady=False (WaitingForCapacity: no m5.large in a)"
+            )
+        );
+        assert_eq!(
+            (r[1].node.as_str(), r[1].ready.as_str(), r[1].stuck.as_ref()),
+            ("n1", "True", None)
+        );
+        let table = render_table(&r);
+        assert!(table.starts_with("NODEPOOL"), "{table}");
+        assert!(
+            table.contains("! default-a: Machine Provisioning for 12m"),
+            "{table}"
+        );
+        assert!(table.contains("m5.large"), "{table}");
+    }
+}
+
+/// Lists what the view needs (a one-shot CLI; the operator itself reads watch caches).
+pub async fn collect(
+    workload: &kube::Client,
+    management: &kube::Client,
+    nodepool: Option<&str>,
+) -> Result<Vec<Row>, kube::Error> {
+    use kube::api::{Api, ListParams};
+    let claims_api: Api<DynamicObject> = Api::all_with(
+        workload.clone(),
+        &crate::nodeclaim::context::nodeclaim_resource(),
+    );
+    let lp = match nodepool {
+        Some(p) => ListParams::default().labels(&format!("{}={p}", names::NODEPOOL_LABEL)),
+        None => ListParams::default(),
+    };
+    let claims = claims_api.list(&lp).await?.items;
+    let machines: Api<DynamicObject> =
+        Api::all_with(management.clone(), &machine::machine_resource());
+    let machines = machines
+        .list(&ListParams::default().labels(names::NODECLAIM_LABEL))
+        .await?
+        .items;
+    let nodes = Api::<Node>::all(workload.clone())
+        .list(&ListParams::default())
+        .await?
+        .items;
+    Ok(rows(&claims, &machines, &nodes, Timestamp::now()))
+}
