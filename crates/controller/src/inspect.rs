@@ -227,6 +227,35 @@ pub fn render_table(rows: &[Row]) -> String {
     out
 }
 
+/// Lists what the view needs (a one-shot CLI; the operator itself reads watch caches).
+pub async fn collect(
+    workload: &kube::Client,
+    management: &kube::Client,
+    nodepool: Option<&str>,
+) -> Result<Vec<Row>, kube::Error> {
+    use kube::api::{Api, ListParams};
+    let claims_api: Api<DynamicObject> = Api::all_with(
+        workload.clone(),
+        &crate::nodeclaim::context::nodeclaim_resource(),
+    );
+    let lp = match nodepool {
+        Some(p) => ListParams::default().labels(&format!("{}={p}", names::NODEPOOL_LABEL)),
+        None => ListParams::default(),
+    };
+    let claims = claims_api.list(&lp).await?.items;
+    let machines: Api<DynamicObject> =
+        Api::all_with(management.clone(), &machine::machine_resource());
+    let machines = machines
+        .list(&ListParams::default().labels(names::NODECLAIM_LABEL))
+        .await?
+        .items;
+    let nodes = Api::<Node>::all(workload.clone())
+        .list(&ListParams::default())
+        .await?
+        .items;
+    Ok(rows(&claims, &machines, &nodes, Timestamp::now()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -284,33 +313,4 @@ mod tests {
         );
         assert!(table.contains("m5.large"), "{table}");
     }
-}
-
-/// Lists what the view needs (a one-shot CLI; the operator itself reads watch caches).
-pub async fn collect(
-    workload: &kube::Client,
-    management: &kube::Client,
-    nodepool: Option<&str>,
-) -> Result<Vec<Row>, kube::Error> {
-    use kube::api::{Api, ListParams};
-    let claims_api: Api<DynamicObject> = Api::all_with(
-        workload.clone(),
-        &crate::nodeclaim::context::nodeclaim_resource(),
-    );
-    let lp = match nodepool {
-        Some(p) => ListParams::default().labels(&format!("{}={p}", names::NODEPOOL_LABEL)),
-        None => ListParams::default(),
-    };
-    let claims = claims_api.list(&lp).await?.items;
-    let machines: Api<DynamicObject> =
-        Api::all_with(management.clone(), &machine::machine_resource());
-    let machines = machines
-        .list(&ListParams::default().labels(names::NODECLAIM_LABEL))
-        .await?
-        .items;
-    let nodes = Api::<Node>::all(workload.clone())
-        .list(&ListParams::default())
-        .await?
-        .items;
-    Ok(rows(&claims, &machines, &nodes, Timestamp::now()))
 }
