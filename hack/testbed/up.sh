@@ -65,11 +65,24 @@ kubeconfig=$dir/kubeconfig
 pki=$dir/pki
 
 # --- process bookkeeping -------------------------------------------------------------
+ours() { # ours PID: alive and running one of our binaries for this dir
+  # (During exec /proc/PID/cmdline can read empty, and before exec it is this script's:
+  # look a few times before saying no.)
+  local pid=$1 i cmd
+  for i in 1 2 3 4 5 6 7 8 9 10; do
+    kill -0 "$pid" 2>/dev/null || return 1
+    cmd=$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null || true)
+    case $cmd in "$bin"/*"$dir"*) return 0 ;; esac
+    [ -n "$cmd" ] && [ "${cmd#*up.sh}" = "$cmd" ] && return 1
+    sleep 0.05
+  done
+  return 1
+}
 running() { # running NAME -> prints pid when NAME (started by us, for this dir) is alive
   local name=$1 pid
   [ -f "$pids" ] || return 1
   pid=$(awk -v n="$name" '$1 == n { print $2 }' "$pids" | tail -n 1)
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF "$dir" && echo "$pid"
+  [ -n "$pid" ] && ours "$pid" && echo "$pid"
 }
 start() { # start NAME CMD... : run detached in its own session, log to logs/NAME.log
   local name=$1; shift
@@ -77,9 +90,9 @@ start() { # start NAME CMD... : run detached in its own session, log to logs/NAM
   setsid "$@" > "$dir/logs/$name.log" 2>&1 < /dev/null &
   local pid=$! i
   echo "$name $pid" >> "$pids"
-  # Until the child has exec'd, its command line is this script's: wait for that.
-  for i in $(seq 1 50); do
-    tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF "$dir" && return 0
+  # Wait until the child has exec'd the binary (before that its command line is ours).
+  for i in $(seq 1 250); do
+    case $(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null || true) in "$1"*) return 0 ;; esac
     kill -0 "$pid" 2>/dev/null || return 0
     sleep 0.02
   done
