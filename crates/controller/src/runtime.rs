@@ -200,8 +200,41 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         index.clone(),
         templates::watch::WatchConfig::default(),
     ));
+    // Provisioner caches: Pods, DaemonSets, NodePools (NodeClaims are watched below).
+    let (pods, w) = reflector::store::<k8s_openapi::api::core::v1::Pod>();
+    tasks.spawn(lifecycle::reflect(
+        w,
+        watcher::watcher(
+            kube::Api::all(ctx.workload.clone()),
+            watcher::Config::default(),
+        ),
+    ));
+    let (daemonsets, w) = reflector::store::<k8s_openapi::api::apps::v1::DaemonSet>();
+    tasks.spawn(lifecycle::reflect(
+        w,
+        watcher::watcher(
+            kube::Api::all(ctx.workload.clone()),
+            watcher::Config::default(),
+        ),
+    ));
+    let nodepools = {
+        let ar = crate::provisioning::nodepool_resource();
+        let writer = reflector::store::Writer::new(ar.clone());
+        let store = writer.as_reader();
+        tasks.spawn(lifecycle::reflect(
+            writer,
+            watcher::watcher(
+                kube::Api::<kube::api::DynamicObject>::all_with(ctx.workload.clone(), &ar),
+                watcher::Config::default(),
+            ),
+        ));
+        store
+    };
     caches.ready().await;
     let _ = clusters.wait_until_ready().await;
+    let _ = pods.wait_until_ready().await;
+    let _ = daemonsets.wait_until_ready().await;
+    let _ = nodepools.wait_until_ready().await;
     warm_templates(&ctx.management, &index).await;
     ctx.readiness.set_ready();
     tracing::info!("caches synced");
@@ -237,6 +270,7 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
             instance: Some(identity),
         },
     );
+    let unavailable: Arc<crate::unavailable::UnavailableOfferings> = Arc::default();
     let lifecycle_ctx = Ctx {
         workload: ctx.workload.clone(),
         management: ctx.management.clone(),
@@ -248,7 +282,7 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         nodeclaims: reflector::store::Writer::new(crate::nodeclaim::context::nodeclaim_resource())
             .as_reader(),
         catalogs: Arc::new(catalogs.clone()),
-        unavailable: Arc::default(),
+        unavailable: unavailable.clone(),
         settings: Settings {
             node_repair_after: ctx.config.node_repair_after,
             ..Settings::default()
@@ -272,8 +306,26 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         ));
         store
     };
+    let provisioner = crate::provisioning::Provisioner {
+        client: ctx.workload.clone(),
+        recorder: lifecycle_ctx.recorder.clone(),
+        metrics: ctx.metrics.clone(),
+        pods,
+        nodes: caches.nodes.clone(),
+        daemonsets,
+        nodeclaims: nodeclaims_store.clone(),
+        nodepools,
+        catalogs: Arc::new(catalogs.clone()),
+        unavailable,
+        batch_idle: ctx.config.batch_idle,
+        batch_max: ctx.config.batch_max,
+    };
     let loops = vec![
         tasks.spawn(lifecycle::run(lifecycle_ctx, stopped(stop_rx.clone()))),
+        tasks.spawn(crate::provisioning::run(
+            provisioner,
+            stopped(stop_rx.clone()),
+        )),
         tasks.spawn(nodeclass_status::run(
             StatusCtx {
                 workload: ctx.workload.clone(),

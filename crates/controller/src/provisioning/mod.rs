@@ -1,0 +1,417 @@
+//! The provisioner loop: batches provisionable pods, snapshots the cluster from watch
+//! caches, runs the scheduling simulation and creates one NodeClaim per planned claim.
+
+pub mod convert;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::Store;
+use kube::{Client, Resource, ResourceExt};
+use serde_json::Value;
+
+use crate::metrics::{ControllerLabels, CreatedLabels, Metrics};
+use crate::nodeclaim::context::{Catalogs, nodeclaim_resource};
+use crate::unavailable::{OfferingKey, UnavailableOfferings};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("encoding NodeClaim: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// `karpenter.sh/v1` NodePool.
+pub fn nodepool_resource() -> kube::api::ApiResource {
+    kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("karpenter.sh", "v1", "NodePool"),
+        "nodepools",
+    )
+}
+
+/// What the provisioner reads and writes.
+#[derive(Clone)]
+pub struct Provisioner {
+    pub client: Client,
+    pub recorder: Recorder,
+    pub metrics: Metrics,
+    pub pods: Store<Pod>,
+    pub nodes: Store<Node>,
+    pub daemonsets: Store<DaemonSet>,
+    pub nodeclaims: Store<DynamicObject>,
+    pub nodepools: Store<DynamicObject>,
+    pub catalogs: Arc<dyn Catalogs>,
+    pub unavailable: Arc<UnavailableOfferings>,
+    pub batch_idle: Duration,
+    pub batch_max: Duration,
+}
+
+fn to_value<T: serde::Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+fn node_ready(n: &Node) -> bool {
+    n.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn add(into: &mut scheduling::Resources, r: &scheduling::Resources) {
+    for (k, v) in r {
+        *into.entry(k.clone()).or_insert(0) += v;
+    }
+}
+
+/// Result of one snapshot: the solver input and the NodePool objects by name.
+pub struct Snapshot {
+    pub input: scheduling::Input,
+    pub pools: BTreeMap<String, Value>,
+}
+
+impl Provisioner {
+    /// Provisionable pods in the cache (uid → JSON).
+    fn provisionable(&self) -> Vec<Value> {
+        self.pods
+            .state()
+            .iter()
+            .map(|p| to_value(p.as_ref()))
+            .filter(convert::provisionable)
+            .collect()
+    }
+
+    /// Builds the solver input from the caches.
+    pub fn snapshot(&self, pods: &[Value]) -> Snapshot {
+        let now = Instant::now();
+        let nodeclaims: Vec<Value> = self
+            .nodeclaims
+            .state()
+            .iter()
+            .map(|c| to_value(c.as_ref()))
+            .collect();
+        // Requests and bound pods per node.
+        let mut bound: HashMap<String, (scheduling::Resources, Vec<scheduling::BoundPod>)> =
+            HashMap::new();
+        for p in self.pods.state() {
+            let v = to_value(p.as_ref());
+            let Some(node) = v["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) else {
+                continue;
+            };
+            let phase = v["status"]["phase"].as_str().unwrap_or_default();
+            if phase == "Succeeded" || phase == "Failed" {
+                continue;
+            }
+            let sp = convert::pod(&v);
+            let e = bound.entry(node.to_string()).or_default();
+            add(&mut e.0, &sp.requests);
+            e.1.push(scheduling::BoundPod {
+                namespace: sp.namespace,
+                labels: sp.labels,
+                host_ports: sp.host_ports,
+                pod_anti_affinity: sp.pod_anti_affinity,
+            });
+        }
+        let mut nodes = Vec::new();
+        let mut ready_nodes = HashSet::new();
+        for n in self.nodes.state() {
+            if !node_ready(&n) || n.meta().deletion_timestamp.is_some() {
+                continue;
+            }
+            let name = n.name_any();
+            ready_nodes.insert(name.clone());
+            let v = to_value(n.as_ref());
+            let (requested, pods) = bound.remove(&name).unwrap_or_default();
+            nodes.push(scheduling::ExistingNode {
+                name,
+                state: scheduling::NodeState::Ready,
+                labels: n.labels().clone(),
+                taints: convert::taints(&v["spec"]["taints"]),
+                startup_taints: Vec::new(),
+                allocatable: convert::resources(&v["status"]["allocatable"]),
+                requested,
+                pods,
+            });
+        }
+        let mut usage: HashMap<String, scheduling::Resources> = HashMap::new();
+        for c in &nodeclaims {
+            let Some(pool) = c["metadata"]["labels"][scheduling::LABEL_NODEPOOL].as_str() else {
+                continue;
+            };
+            let capacity = convert::resources(&c["status"]["capacity"]);
+            let requests = convert::resources(&c["spec"]["resources"]["requests"]);
+            let u = usage.entry(pool.to_string()).or_default();
+            add(
+                u,
+                if capacity.is_empty() {
+                    &requests
+                } else {
+                    &capacity
+                },
+            );
+            *u.entry("nodes".into()).or_insert(0) += 1;
+            if !c["metadata"]["deletionTimestamp"].is_null() {
+                continue;
+            }
+            let node_name = c["status"]["nodeName"].as_str().unwrap_or_default();
+            if !node_name.is_empty() && ready_nodes.contains(node_name) {
+                continue; // represented by its Node
+            }
+            let mut labels: BTreeMap<String, String> = c["metadata"]["labels"]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                        .collect()
+                })
+                .unwrap_or_default();
+            for r in convert::requirements(&c["spec"]["requirements"]) {
+                if r.operator == scheduling::Operator::In && r.values.len() == 1 {
+                    labels.entry(r.key).or_insert_with(|| r.values[0].clone());
+                }
+            }
+            let name = c["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            labels
+                .entry(scheduling::LABEL_HOSTNAME.into())
+                .or_insert_with(|| name.clone());
+            let allocatable = convert::resources(&c["status"]["allocatable"]);
+            let (requested, pods) = bound.remove(node_name).unwrap_or_default();
+            nodes.push(scheduling::ExistingNode {
+                name,
+                state: scheduling::NodeState::InFlight,
+                labels,
+                taints: convert::taints(&c["spec"]["taints"]),
+                startup_taints: convert::taints(&c["spec"]["startupTaints"]),
+                allocatable: if allocatable.is_empty() {
+                    requests
+                } else {
+                    allocatable
+                },
+                requested,
+                pods,
+            });
+        }
+        let mut node_pools = Vec::new();
+        let mut pools = BTreeMap::new();
+        for np in self.nodepools.state() {
+            let v = to_value(np.as_ref());
+            if !v["metadata"]["deletionTimestamp"].is_null() {
+                continue;
+            }
+            let mut pool = convert::node_pool(&v);
+            pool.usage = usage.remove(&pool.name).unwrap_or_default();
+            let nodeclass = v["spec"]["template"]["spec"]["nodeClassRef"]["name"]
+                .as_str()
+                .unwrap_or_default();
+            if let Some(catalog) = self.catalogs.catalog(nodeclass) {
+                pool.instance_types = catalog
+                    .instance_types
+                    .iter()
+                    .map(|it| {
+                        convert::instance_type(it, |name, zone, ct| {
+                            !self.unavailable.is_unavailable(
+                                &OfferingKey {
+                                    instance_type: name.to_string(),
+                                    zone: zone.map(str::to_string),
+                                    capacity_type: ct.to_string(),
+                                },
+                                now,
+                            )
+                        })
+                    })
+                    .collect();
+            }
+            pools.insert(pool.name.clone(), v);
+            node_pools.push(pool);
+        }
+        let daemonsets = self
+            .daemonsets
+            .state()
+            .iter()
+            .map(|d| convert::daemonset(&to_value(d.as_ref())))
+            .collect();
+        Snapshot {
+            input: scheduling::Input {
+                node_pools,
+                nodes,
+                daemonsets,
+                pods: pods.iter().map(convert::pod).collect(),
+            },
+            pools,
+        }
+    }
+
+    /// One batch: solve and create the NodeClaims. Returns the names created.
+    pub async fn provision(&self, pods: &[Value]) -> Result<Vec<String>, Error> {
+        let snapshot = self.snapshot(pods);
+        let start = Instant::now();
+        let output = scheduling::solve(&snapshot.input);
+        self.metrics
+            .scheduling_duration
+            .get_or_create(&ControllerLabels {
+                controller: "provisioner".into(),
+            })
+            .observe(start.elapsed().as_secs_f64());
+        let by_uid: HashMap<&str, &Value> = pods
+            .iter()
+            .filter_map(|p| Some((p["metadata"]["uid"].as_str()?, p)))
+            .collect();
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &nodeclaim_resource());
+        let mut created = Vec::new();
+        let mut first_error = None;
+        for claim in &output.new_node_claims {
+            let Some(pool) = snapshot.pools.get(&claim.node_pool) else {
+                continue;
+            };
+            let obj: DynamicObject = serde_json::from_value(convert::nodeclaim(pool, claim))?;
+            let nc = match api.create(&PostParams::default(), &obj).await {
+                Ok(nc) => nc,
+                Err(e) => {
+                    tracing::warn!(nodepool = %claim.node_pool, error = %e, "creating NodeClaim failed");
+                    first_error.get_or_insert(e);
+                    continue;
+                }
+            };
+            let name = nc.name_any();
+            tracing::info!(nodeclaim = %name, nodepool = %claim.node_pool, pods = claim.pods.len(),
+                instance_types = claim.instance_types().len(), cheapest = %claim.cheapest.instance_type,
+                "created NodeClaim");
+            self.metrics
+                .nodeclaims_created
+                .get_or_create(&CreatedLabels {
+                    reason: "provisioning".into(),
+                    nodepool: claim.node_pool.clone(),
+                })
+                .inc();
+            for p in &claim.pods {
+                if let Some(v) = by_uid.get(p.uid.as_str()) {
+                    self.event(
+                        v,
+                        EventType::Normal,
+                        "Nominated",
+                        format!("Pod should schedule on: nodeclaim/{name}"),
+                    )
+                    .await;
+                }
+            }
+            created.push(name);
+        }
+        for u in &output.unschedulable {
+            if let Some(v) = by_uid.get(u.pod.uid.as_str()) {
+                self.event(
+                    v,
+                    EventType::Warning,
+                    "FailedScheduling",
+                    format!("Failed to schedule pod, {}", u.reason),
+                )
+                .await;
+            }
+        }
+        match first_error {
+            Some(e) => Err(e.into()),
+            None => Ok(created),
+        }
+    }
+
+    async fn event(&self, pod: &Value, type_: EventType, reason: &str, note: String) {
+        let Ok(p) = serde_json::from_value::<Pod>(pod.clone()) else {
+            return;
+        };
+        let reference = p.object_ref(&());
+        let mut note = note;
+        if note.len() > 1024 {
+            let mut cut = 1024;
+            while !note.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            note.truncate(cut);
+        }
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: reason.into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &reference).await {
+            tracing::warn!(pod = ?reference.name, reason, error = %e, "publishing event failed");
+        }
+    }
+}
+
+/// How often the pod cache is checked for new provisionable pods.
+const TICK: Duration = Duration::from_millis(100);
+/// A pod handled in a batch is not a reason to open a new window again before this.
+const RECONSIDER: Duration = Duration::from_secs(10);
+
+/// Runs until `shutdown`: batches provisionable pods (window opens on the first new one,
+/// extends while more arrive within `batch_idle`, closes at `batch_max`) and provisions.
+pub async fn run(p: Provisioner, shutdown: impl std::future::Future<Output = ()> + Send) {
+    tokio::pin!(shutdown);
+    let mut handled: HashMap<String, Instant> = HashMap::new();
+    let mut window: Option<(Instant, Instant, HashSet<String>)> = None;
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => return,
+            _ = tokio::time::sleep(TICK) => {}
+        }
+        let now = Instant::now();
+        handled.retain(|_, t| now.duration_since(*t) < RECONSIDER);
+        let pods = p.provisionable();
+        let uids: HashSet<String> = pods
+            .iter()
+            .filter_map(|v| v["metadata"]["uid"].as_str().map(str::to_string))
+            .collect();
+        let fresh: HashSet<String> = uids
+            .iter()
+            .filter(|u| !handled.contains_key(*u))
+            .cloned()
+            .collect();
+        match &mut window {
+            None => {
+                if !fresh.is_empty() {
+                    window = Some((now, now, fresh));
+                }
+                continue;
+            }
+            Some((_, last, seen)) => {
+                if fresh.iter().any(|u| !seen.contains(u)) {
+                    *last = now;
+                    seen.extend(fresh);
+                }
+            }
+        }
+        let Some((opened, last, _)) = &window else {
+            continue;
+        };
+        if now.duration_since(*last) < p.batch_idle && now.duration_since(*opened) < p.batch_max {
+            continue;
+        }
+        window = None;
+        if pods.is_empty() {
+            continue;
+        }
+        match p.provision(&pods).await {
+            Ok(created) => {
+                tracing::debug!(
+                    pods = pods.len(),
+                    created = created.len(),
+                    "provisioned batch"
+                )
+            }
+            Err(e) => tracing::warn!(error = %e, "provisioning batch failed"),
+        }
+        let done = Instant::now();
+        for u in uids {
+            handled.insert(u, done);
+        }
+    }
+}
