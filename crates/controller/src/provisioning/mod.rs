@@ -2,8 +2,11 @@
 //! caches, runs the scheduling simulation and creates one NodeClaim per planned claim.
 
 pub mod convert;
+pub mod snapshot;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+pub use snapshot::Snapshot;
+
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -56,25 +59,6 @@ fn to_value<T: serde::Serialize>(v: &T) -> Value {
     serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
-fn node_ready(n: &Node) -> bool {
-    n.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-fn add(into: &mut scheduling::Resources, r: &scheduling::Resources) {
-    for (k, v) in r {
-        *into.entry(k.clone()).or_insert(0) += v;
-    }
-}
-
-/// Result of one snapshot: the solver input and the NodePool objects by name.
-pub struct Snapshot {
-    pub input: scheduling::Input,
-    pub pools: BTreeMap<String, Value>,
-}
-
 impl Provisioner {
     /// Provisionable pods in the cache (uid → JSON).
     fn provisionable(&self) -> Vec<Value> {
@@ -86,167 +70,41 @@ impl Provisioner {
             .collect()
     }
 
+    /// The cluster as the caches see it now.
+    pub fn state(&self) -> snapshot::State {
+        fn all<K: serde::Serialize + Clone + kube::Resource + 'static>(s: &Store<K>) -> Vec<Value>
+        where
+            K::DynamicType: Eq + std::hash::Hash + Clone,
+        {
+            s.state().iter().map(|o| to_value(o.as_ref())).collect()
+        }
+        snapshot::State {
+            pods: all(&self.pods),
+            nodes: all(&self.nodes),
+            nodeclaims: all(&self.nodeclaims),
+            nodepools: all(&self.nodepools),
+            daemonsets: all(&self.daemonsets),
+        }
+    }
+
     /// Builds the solver input from the caches.
     pub fn snapshot(&self, pods: &[Value]) -> Snapshot {
         let now = Instant::now();
-        let nodeclaims: Vec<Value> = self
-            .nodeclaims
-            .state()
-            .iter()
-            .map(|c| to_value(c.as_ref()))
-            .collect();
-        // Requests and bound pods per node.
-        let mut bound: HashMap<String, (scheduling::Resources, Vec<scheduling::BoundPod>)> =
-            HashMap::new();
-        for p in self.pods.state() {
-            let v = to_value(p.as_ref());
-            let Some(node) = v["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) else {
-                continue;
-            };
-            let phase = v["status"]["phase"].as_str().unwrap_or_default();
-            if phase == "Succeeded" || phase == "Failed" {
-                continue;
-            }
-            let sp = convert::pod(&v);
-            let e = bound.entry(node.to_string()).or_default();
-            add(&mut e.0, &sp.requests);
-            e.1.push(scheduling::BoundPod {
-                namespace: sp.namespace,
-                labels: sp.labels,
-                host_ports: sp.host_ports,
-                pod_anti_affinity: sp.pod_anti_affinity,
-            });
-        }
-        let mut nodes = Vec::new();
-        let mut ready_nodes = HashSet::new();
-        for n in self.nodes.state() {
-            if !node_ready(&n) || n.meta().deletion_timestamp.is_some() {
-                continue;
-            }
-            let name = n.name_any();
-            ready_nodes.insert(name.clone());
-            let v = to_value(n.as_ref());
-            let (requested, pods) = bound.remove(&name).unwrap_or_default();
-            nodes.push(scheduling::ExistingNode {
-                name,
-                state: scheduling::NodeState::Ready,
-                labels: n.labels().clone(),
-                taints: convert::taints(&v["spec"]["taints"]),
-                startup_taints: Vec::new(),
-                allocatable: convert::resources(&v["status"]["allocatable"]),
-                requested,
-                pods,
-            });
-        }
-        let mut usage: HashMap<String, scheduling::Resources> = HashMap::new();
-        for c in &nodeclaims {
-            let Some(pool) = c["metadata"]["labels"][scheduling::LABEL_NODEPOOL].as_str() else {
-                continue;
-            };
-            let capacity = convert::resources(&c["status"]["capacity"]);
-            let requests = convert::resources(&c["spec"]["resources"]["requests"]);
-            let u = usage.entry(pool.to_string()).or_default();
-            add(
-                u,
-                if capacity.is_empty() {
-                    &requests
-                } else {
-                    &capacity
-                },
-            );
-            *u.entry("nodes".into()).or_insert(0) += 1;
-            if !c["metadata"]["deletionTimestamp"].is_null() {
-                continue;
-            }
-            let node_name = c["status"]["nodeName"].as_str().unwrap_or_default();
-            if !node_name.is_empty() && ready_nodes.contains(node_name) {
-                continue; // represented by its Node
-            }
-            let mut labels: BTreeMap<String, String> = c["metadata"]["labels"]
-                .as_object()
-                .map(|m| {
-                    m.iter()
-                        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                        .collect()
-                })
-                .unwrap_or_default();
-            for r in convert::requirements(&c["spec"]["requirements"]) {
-                if r.operator == scheduling::Operator::In && r.values.len() == 1 {
-                    labels.entry(r.key).or_insert_with(|| r.values[0].clone());
-                }
-            }
-            let name = c["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            labels
-                .entry(scheduling::LABEL_HOSTNAME.into())
-                .or_insert_with(|| name.clone());
-            let allocatable = convert::resources(&c["status"]["allocatable"]);
-            let (requested, pods) = bound.remove(node_name).unwrap_or_default();
-            nodes.push(scheduling::ExistingNode {
-                name,
-                state: scheduling::NodeState::InFlight,
-                labels,
-                taints: convert::taints(&c["spec"]["taints"]),
-                startup_taints: convert::taints(&c["spec"]["startupTaints"]),
-                allocatable: if allocatable.is_empty() {
-                    requests
-                } else {
-                    allocatable
-                },
-                requested,
-                pods,
-            });
-        }
-        let mut node_pools = Vec::new();
-        let mut pools = BTreeMap::new();
-        for np in self.nodepools.state() {
-            let v = to_value(np.as_ref());
-            if !v["metadata"]["deletionTimestamp"].is_null() {
-                continue;
-            }
-            let mut pool = convert::node_pool(&v);
-            pool.usage = usage.remove(&pool.name).unwrap_or_default();
-            let nodeclass = v["spec"]["template"]["spec"]["nodeClassRef"]["name"]
-                .as_str()
-                .unwrap_or_default();
-            if let Some(catalog) = self.catalogs.catalog(nodeclass) {
-                pool.instance_types = catalog
-                    .instance_types
-                    .iter()
-                    .map(|it| {
-                        convert::instance_type(it, |name, zone, ct| {
-                            !self.unavailable.is_unavailable(
-                                &OfferingKey {
-                                    instance_type: name.to_string(),
-                                    zone: zone.map(str::to_string),
-                                    capacity_type: ct.to_string(),
-                                },
-                                now,
-                            )
-                        })
-                    })
-                    .collect();
-            }
-            pools.insert(pool.name.clone(), v);
-            node_pools.push(pool);
-        }
-        let daemonsets = self
-            .daemonsets
-            .state()
-            .iter()
-            .map(|d| convert::daemonset(&to_value(d.as_ref())))
-            .collect();
-        Snapshot {
-            input: scheduling::Input {
-                node_pools,
-                nodes,
-                daemonsets,
-                pods: pods.iter().map(convert::pod).collect(),
+        snapshot::build(
+            &self.state(),
+            pods,
+            &|nodeclass| self.catalogs.catalog(nodeclass),
+            &|name, zone, ct| {
+                !self.unavailable.is_unavailable(
+                    &OfferingKey {
+                        instance_type: name.to_string(),
+                        zone: zone.map(str::to_string),
+                        capacity_type: ct.to_string(),
+                    },
+                    now,
+                )
             },
-            pools,
-        }
+        )
     }
 
     /// One batch: solve and create the NodeClaims. Returns the names created.
