@@ -10,6 +10,7 @@ pub mod names;
 pub mod nodeclaim;
 pub mod nodeclass;
 pub mod nodeclass_status;
+pub mod nodepool_status;
 pub mod provisioning;
 pub mod runtime;
 pub mod server;

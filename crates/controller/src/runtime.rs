@@ -306,6 +306,13 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         ));
         store
     };
+    let nodepool_status = crate::nodepool_status::NodePoolStatus {
+        client: ctx.workload.clone(),
+        metrics: ctx.metrics.clone(),
+        nodepools: nodepools.clone(),
+        nodeclaims: nodeclaims_store.clone(),
+        nodeclasses: caches.nodeclasses.clone(),
+    };
     let provisioner = crate::provisioning::Provisioner {
         client: ctx.workload.clone(),
         recorder: lifecycle_ctx.recorder.clone(),
@@ -324,6 +331,10 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         tasks.spawn(lifecycle::run(lifecycle_ctx, stopped(stop_rx.clone()))),
         tasks.spawn(crate::provisioning::run(
             provisioner,
+            stopped(stop_rx.clone()),
+        )),
+        tasks.spawn(crate::nodepool_status::run(
+            nodepool_status,
             stopped(stop_rx.clone()),
         )),
         tasks.spawn(nodeclass_status::run(

@@ -47,6 +47,20 @@ pub fn resources(v: &Value) -> Resources {
     out
 }
 
+/// Bytes with the largest binary suffix that divides them exactly (`16Gi`, `1536Mi`).
+fn binary(v: i64) -> String {
+    const SUFFIXES: [(&str, i64); 4] = [
+        ("Ti", 1 << 40),
+        ("Gi", 1 << 30),
+        ("Mi", 1 << 20),
+        ("Ki", 1 << 10),
+    ];
+    SUFFIXES
+        .iter()
+        .find(|(_, unit)| v != 0 && v % unit == 0)
+        .map_or_else(|| v.to_string(), |(s, unit)| format!("{}{s}", v / unit))
+}
+
 /// Resources → quantity strings.
 pub fn quantities(r: &Resources) -> Value {
     let m: serde_json::Map<String, Value> = r
@@ -58,6 +72,8 @@ pub fn quantities(r: &Resources) -> Value {
                 } else {
                     format!("{v}m")
                 }
+            } else if k == "memory" || k == "ephemeral-storage" || k.starts_with("hugepages-") {
+                binary(*v)
             } else {
                 v.to_string()
             };
@@ -588,6 +604,7 @@ mod tests {
             json!(nodepool_hash(&pool))
         );
         assert_eq!(nc["spec"]["resources"]["requests"]["cpu"], "1500m");
+        assert_eq!(nc["spec"]["resources"]["requests"]["memory"], "1Ki");
         assert_eq!(
             nc["spec"]["requirements"][0]["values"],
             json!(["small", "large"])

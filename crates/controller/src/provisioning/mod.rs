@@ -14,7 +14,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder};
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::Value;
 
@@ -82,7 +82,16 @@ impl Provisioner {
             pods: all(&self.pods),
             nodes: all(&self.nodes),
             nodeclaims: all(&self.nodeclaims),
-            nodepools: all(&self.nodepools),
+            // Karpenter provisions only for Ready NodePools (valid, NodeClass Ready).
+            nodepools: all(&self.nodepools)
+                .into_iter()
+                .filter(|p| {
+                    p["status"]["conditions"].as_array().is_some_and(|cs| {
+                        cs.iter()
+                            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                    })
+                })
+                .collect(),
             daemonsets: all(&self.daemonsets),
         }
     }
@@ -173,9 +182,29 @@ impl Provisioner {
                 .await;
             }
         }
+        self.await_cached(&created).await;
         match first_error {
             Some(e) => Err(e.into()),
             None => Ok(created),
+        }
+    }
+
+    /// Waits (bounded) until the NodeClaim cache holds the claims just created, so the next
+    /// batch counts them against limits and packs onto them instead of launching again.
+    async fn await_cached(&self, names: &[String]) {
+        let deadline = Instant::now() + CACHE_WAIT;
+        let refs: Vec<ObjectRef<DynamicObject>> = names
+            .iter()
+            .map(|n| ObjectRef::new_with(n, nodeclaim_resource()))
+            .collect();
+        while refs.iter().any(|r| self.nodeclaims.get(r).is_none()) {
+            if Instant::now() >= deadline {
+                tracing::warn!(
+                    "NodeClaim cache has not caught up after {CACHE_WAIT:?}; the next batch may not see them"
+                );
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
@@ -205,6 +234,8 @@ impl Provisioner {
     }
 }
 
+/// Longest wait for the NodeClaim cache to show the claims a batch created.
+const CACHE_WAIT: Duration = Duration::from_secs(5);
 /// How often the pod cache is checked for new provisionable pods.
 const TICK: Duration = Duration::from_millis(100);
 /// A pod handled in a batch is not a reason to open a new window again before this.

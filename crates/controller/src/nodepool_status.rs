@@ -1,0 +1,389 @@
+//! NodePool status: `resources` (capacity of the pool's NodeClaims), `nodes`,
+//! `nodeClassObservedGeneration` and the conditions ValidationSucceeded, NodeClassReady,
+//! NodeRegistrationHealthy and Ready (= ValidationSucceeded ∧ NodeClassReady), as Karpenter
+//! writes them. Also the `karpenter_nodepools_usage` / `_limit` gauges.
+//!
+//! The status is a pure function of cached objects; the loop recomputes it every tick and
+//! writes only what changed, so it is idempotent and safe to restart anywhere.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use api::conditions::{self as cond, FALSE, TRUE, UNKNOWN};
+use api::consts::{conditions as types, groups};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::runtime::reflector::{ObjectRef, Store};
+use serde_json::{Value, json};
+
+use crate::metrics::{Metrics, ResourceLabels};
+use crate::nodeclaim::context::nodeclass_resource;
+use crate::provisioning::{convert, nodepool_resource, snapshot};
+
+/// How often the status is recomputed from the caches.
+const TICK: Duration = Duration::from_secs(1);
+
+const VALIDATION_FAILED: &str = "NodeClassRefInvalid";
+const NODECLASS_NOT_FOUND: &str = "NodeClassNotFound";
+const NODECLASS_NOT_READY: &str = "NodeClassNotReady";
+
+fn conditions_of(v: &Value) -> Vec<Condition> {
+    serde_json::from_value(v["status"]["conditions"].clone()).unwrap_or_default()
+}
+
+/// The status `pool` should have, given its NodeClaims and its NodeClass (if found).
+pub fn desired(
+    pool: &Value,
+    claims: &[&Value],
+    nodeclass: Option<&Value>,
+    now: Timestamp,
+) -> Value {
+    let generation = pool["metadata"]["generation"].as_i64();
+    let mut conditions = conditions_of(pool);
+    let class_ref = &pool["spec"]["template"]["spec"]["nodeClassRef"];
+    let (group, kind) = (
+        class_ref["group"].as_str().unwrap_or_default(),
+        class_ref["kind"].as_str().unwrap_or_default(),
+    );
+    if group == groups::NODECLASS && kind == groups::NODECLASS_KIND {
+        cond::set(
+            &mut conditions,
+            types::VALIDATION_SUCCEEDED,
+            TRUE,
+            types::VALIDATION_SUCCEEDED,
+            "",
+            generation,
+            now,
+        );
+    } else {
+        cond::set(
+            &mut conditions,
+            types::VALIDATION_SUCCEEDED,
+            FALSE,
+            VALIDATION_FAILED,
+            &format!(
+                "nodeClassRef {kind}.{group} is not served by this operator; use {}.{}",
+                groups::NODECLASS_KIND,
+                groups::NODECLASS
+            ),
+            generation,
+            now,
+        );
+    }
+    let class_name = class_ref["name"].as_str().unwrap_or_default();
+    match nodeclass {
+        None => cond::set(
+            &mut conditions,
+            types::NODECLASS_READY,
+            FALSE,
+            NODECLASS_NOT_FOUND,
+            &format!("{} {class_name:?} not found", groups::NODECLASS_KIND),
+            generation,
+            now,
+        ),
+        Some(nc) => {
+            let nc_conditions = conditions_of(nc);
+            let ready = cond::get(&nc_conditions, types::READY);
+            match ready.map(|c| c.status.as_str()) {
+                Some(TRUE) => cond::set(
+                    &mut conditions,
+                    types::NODECLASS_READY,
+                    TRUE,
+                    types::NODECLASS_READY,
+                    "",
+                    generation,
+                    now,
+                ),
+                status => cond::set(
+                    &mut conditions,
+                    types::NODECLASS_READY,
+                    if status == Some(FALSE) {
+                        FALSE
+                    } else {
+                        UNKNOWN
+                    },
+                    NODECLASS_NOT_READY,
+                    &format!(
+                        "{} {class_name:?}: {}",
+                        groups::NODECLASS_KIND,
+                        ready.map_or("status not reported yet", |c| c.message.as_str())
+                    ),
+                    generation,
+                    now,
+                ),
+            }
+        }
+    };
+    // Karpenter turns this True on a successful registration (and False on a registration
+    // timeout, which the liveness loop reports); until then Unknown.
+    if claims
+        .iter()
+        .any(|c| cond::is_true(&conditions_of(c), types::REGISTERED))
+    {
+        cond::set(
+            &mut conditions,
+            types::NODE_REGISTRATION_HEALTHY,
+            TRUE,
+            types::NODE_REGISTRATION_HEALTHY,
+            "",
+            generation,
+            now,
+        );
+    } else if cond::get(&conditions, types::NODE_REGISTRATION_HEALTHY).is_none() {
+        cond::set(
+            &mut conditions,
+            types::NODE_REGISTRATION_HEALTHY,
+            UNKNOWN,
+            "AwaitingReconciliation",
+            "no NodeClaim of this NodePool has registered yet",
+            generation,
+            now,
+        );
+    }
+    cond::set_ready_from(
+        &mut conditions,
+        types::NODEPOOL_READY_PARTS,
+        generation,
+        now,
+    );
+
+    let mut resources = scheduling::Resources::new();
+    for c in claims {
+        for (k, v) in snapshot::claim_usage(c) {
+            if k != "nodes" {
+                *resources.entry(k).or_insert(0) += v;
+            }
+        }
+    }
+    let mut status = json!({
+        "resources": convert::quantities(&resources),
+        "nodes": claims.len(),
+        "conditions": conditions,
+    });
+    if let Some(g) = nodeclass.and_then(|nc| nc["metadata"]["generation"].as_i64()) {
+        status["nodeClassObservedGeneration"] = json!(g);
+    }
+    status
+}
+
+/// Whether `pool`'s current status differs from `status` in anything we write.
+fn differs(pool: &Value, status: &Value) -> bool {
+    let current = &pool["status"];
+    [
+        "resources",
+        "nodes",
+        "nodeClassObservedGeneration",
+        "conditions",
+    ]
+    .iter()
+    .any(|k| current[k] != status[k])
+}
+
+/// What the loop reads and writes.
+#[derive(Clone)]
+pub struct NodePoolStatus {
+    pub client: kube::Client,
+    pub metrics: Metrics,
+    pub nodepools: Store<DynamicObject>,
+    pub nodeclaims: Store<DynamicObject>,
+    pub nodeclasses: Store<DynamicObject>,
+}
+
+fn to_value<T: serde::Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+impl NodePoolStatus {
+    /// One pass over every NodePool; returns how many statuses were written.
+    pub async fn reconcile_all(&self) -> usize {
+        let claims: Vec<Value> = self
+            .nodeclaims
+            .state()
+            .iter()
+            .map(|c| to_value(c.as_ref()))
+            .collect();
+        let mut by_pool: BTreeMap<&str, Vec<&Value>> = BTreeMap::new();
+        for c in &claims {
+            if let Some(p) = c["metadata"]["labels"][scheduling::LABEL_NODEPOOL].as_str() {
+                by_pool.entry(p).or_default().push(c);
+            }
+        }
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &nodepool_resource());
+        let mut written = 0;
+        for pool in self.nodepools.state() {
+            let v = to_value(pool.as_ref());
+            let name = v["metadata"]["name"].as_str().unwrap_or_default();
+            let class_name = v["spec"]["template"]["spec"]["nodeClassRef"]["name"]
+                .as_str()
+                .unwrap_or_default();
+            let nodeclass = self
+                .nodeclasses
+                .get(&ObjectRef::new_with(class_name, nodeclass_resource()))
+                .map(|nc| to_value(nc.as_ref()));
+            let pool_claims = by_pool.get(name).map(Vec::as_slice).unwrap_or_default();
+            let status = desired(&v, pool_claims, nodeclass.as_ref(), Timestamp::now());
+            self.record_metrics(name, &v, &status);
+            if !differs(&v, &status) {
+                continue;
+            }
+            let patch = Patch::Merge(json!({"status": status}));
+            match api
+                .patch_status(name, &PatchParams::default(), &patch)
+                .await
+            {
+                Ok(_) => written += 1,
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => {
+                    tracing::warn!(nodepool = name, error = %e, "writing NodePool status failed")
+                }
+            }
+        }
+        written
+    }
+
+    fn record_metrics(&self, pool: &str, v: &Value, status: &Value) {
+        let gauge = |family: &prometheus_client::metrics::family::Family<ResourceLabels, _>,
+                     resources: &scheduling::Resources| {
+            for (k, n) in resources {
+                let value = if k == "cpu" {
+                    *n as f64 / 1000.0
+                } else {
+                    *n as f64
+                };
+                let g: &prometheus_client::metrics::gauge::Gauge<
+                    f64,
+                    std::sync::atomic::AtomicU64,
+                > = &family.get_or_create(&ResourceLabels {
+                    nodepool: pool.to_string(),
+                    resource_type: k.clone(),
+                });
+                g.set(value);
+            }
+        };
+        let mut usage = convert::resources(&status["resources"]);
+        usage.insert("nodes".into(), status["nodes"].as_i64().unwrap_or(0));
+        gauge(&self.metrics.nodepools_usage, &usage);
+        gauge(
+            &self.metrics.nodepools_limit,
+            &convert::resources(&v["spec"]["limits"]),
+        );
+    }
+}
+
+/// Runs until `shutdown`.
+pub async fn run(s: NodePoolStatus, shutdown: impl std::future::Future<Output = ()> + Send) {
+    tokio::pin!(shutdown);
+    loop {
+        s.reconcile_all().await;
+        tokio::select! {
+            _ = &mut shutdown => return,
+            _ = tokio::time::sleep(TICK) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(kind: &str) -> Value {
+        json!({
+            "metadata": {"name": "default", "generation": 3},
+            "spec": {"template": {"spec": {"nodeClassRef": {
+                "group": "karpenter.cluster.x-k8s.io", "kind": kind, "name": "default"}}}}
+        })
+    }
+
+    fn claim(cpu: &str, registered: bool) -> Value {
+        json!({
+            "metadata": {"name": "c", "labels": {"karpenter.sh/nodepool": "default"}},
+            "spec": {"resources": {"requests": {"cpu": "1"}}},
+            "status": {"capacity": {"cpu": cpu, "memory": "8Gi", "pods": "110"},
+                       "conditions": [{"type": "Registered", "status": if registered {"True"} else {"Unknown"},
+                                       "reason": "x", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+        })
+    }
+
+    fn nodeclass(ready: &str) -> Value {
+        json!({"metadata": {"name": "default", "generation": 7}, "status": {"conditions": [
+            {"type": "Ready", "status": ready, "reason": "r", "message": "TemplatesReady=False",
+             "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})
+    }
+
+    fn condition<'a>(status: &'a Value, t: &str) -> &'a Value {
+        status["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == t))
+            .unwrap_or(&Value::Null)
+    }
+
+    #[test]
+    fn ready_pool_sums_claims_capacity() {
+        let (a, b) = (claim("4", true), claim("2500m", false));
+        let s = desired(
+            &pool("ClusterAPINodeClass"),
+            &[&a, &b],
+            Some(&nodeclass("True")),
+            Timestamp::now(),
+        );
+        assert_eq!(s["nodes"], 2);
+        assert_eq!(s["resources"]["cpu"], "6500m");
+        assert_eq!(s["resources"]["memory"], "16Gi");
+        assert_eq!(s["resources"]["pods"], "220");
+        assert_eq!(s["nodeClassObservedGeneration"], 7);
+        assert_eq!(condition(&s, "Ready")["status"], "True");
+        assert_eq!(condition(&s, "Ready")["observedGeneration"], 3);
+        assert_eq!(condition(&s, "NodeRegistrationHealthy")["status"], "True");
+    }
+
+    #[test]
+    fn missing_or_unready_nodeclass_and_foreign_kind_make_the_pool_not_ready() {
+        let s = desired(&pool("ClusterAPINodeClass"), &[], None, Timestamp::now());
+        assert_eq!(
+            condition(&s, "NodeClassReady")["reason"],
+            NODECLASS_NOT_FOUND
+        );
+        assert_eq!(condition(&s, "Ready")["status"], "False");
+        assert_eq!(
+            condition(&s, "NodeRegistrationHealthy")["status"],
+            "Unknown"
+        );
+        assert_eq!(s["nodes"], 0);
+
+        let s = desired(
+            &pool("ClusterAPINodeClass"),
+            &[],
+            Some(&nodeclass("False")),
+            Timestamp::now(),
+        );
+        let c = condition(&s, "NodeClassReady");
+        assert_eq!(c["status"], "False");
+        assert!(
+            c["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("TemplatesReady=False")),
+            "{c}"
+        );
+
+        let s = desired(
+            &pool("EC2NodeClass"),
+            &[],
+            Some(&nodeclass("True")),
+            Timestamp::now(),
+        );
+        assert_eq!(condition(&s, "ValidationSucceeded")["status"], "False");
+        assert_eq!(condition(&s, "Ready")["status"], "False");
+    }
+
+    #[test]
+    fn unchanged_status_is_not_rewritten() {
+        let mut p = pool("ClusterAPINodeClass");
+        let nc = nodeclass("True");
+        let s = desired(&p, &[], Some(&nc), Timestamp::now());
+        assert!(differs(&p, &s));
+        p["status"] = s;
+        let again = desired(&p, &[], Some(&nc), Timestamp::now());
+        assert!(!differs(&p, &again), "{again}");
+    }
+}
