@@ -87,6 +87,22 @@ pub fn choose<'a>(
     let mut too_small = None;
     let mut last_unavailable = None;
     let mut best: Option<Choice<'a>> = None;
+    // As in Karpenter (undefined well-known labels allowed), a requirement on a label no
+    // instance type defines (the NodePool's own labels, `karpenter.sh/nodepool`) constrains
+    // the Node's labels, not the choice.
+    let known: std::collections::HashSet<String> = catalog
+        .instance_types
+        .iter()
+        .flat_map(|it| {
+            it.offerings
+                .iter()
+                .flat_map(|o| it.node_labels(o).into_keys())
+        })
+        .collect();
+    let requirements: Vec<&Requirement> = requirements
+        .iter()
+        .filter(|r| known.contains(&r.key))
+        .collect();
     for it in &catalog.instance_types {
         let fits = requests
             .0
@@ -218,6 +234,25 @@ mod tests {
 
     fn cpu(milli: i64) -> Resources {
         Resources(BTreeMap::from([("cpu".into(), milli)]))
+    }
+
+    #[test]
+    fn requirements_on_labels_no_type_defines_do_not_restrict_the_choice() {
+        let c = catalog();
+        let u = UnavailableOfferings::default();
+        let reqs = [
+            req("karpenter.sh/nodepool", "In", &["default"]),
+            req("team", "In", &["web"]),
+            req("node.kubernetes.io/instance-type", "In", &["large"]),
+        ];
+        let choice = choose(&c, &reqs, &cpu(1000), &u, Instant::now()).expect("choice");
+        assert_eq!(choice.instance_type.name, "large");
+        // A defined label still has to match.
+        let reqs = [req("node.kubernetes.io/instance-type", "In", &["huge"])];
+        assert!(matches!(
+            choose(&c, &reqs, &cpu(1000), &u, Instant::now()),
+            Err(NoOffering::Incompatible(_))
+        ));
     }
 
     #[test]

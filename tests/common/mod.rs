@@ -1,0 +1,229 @@
+//! Shared set-up of the end-to-end tests: the testbed with the Cluster API manager, the test
+//! infrastructure provider, kwok, a Cluster, templates, a NodeClass and the operator.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::Client;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value, json};
+use testbed::provider::{self, CapiCluster, ProviderConfig, TestProvider};
+use testbed::{Options, Testbed, wait_for};
+
+pub fn from_json<T: serde::de::DeserializeOwned>(value: Value) -> T {
+    serde_json::from_value(value).expect("test fixture is valid")
+}
+
+pub fn ar(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+pub fn nodeclaims(c: &Client) -> Api<DynamicObject> {
+    Api::all_with(
+        c.clone(),
+        &ar("karpenter.sh", "v1", "NodeClaim", "nodeclaims"),
+    )
+}
+
+pub fn nodeclasses(c: &Client) -> Api<DynamicObject> {
+    Api::all_with(
+        c.clone(),
+        &ar(
+            "karpenter.cluster.x-k8s.io",
+            "v1alpha1",
+            "ClusterAPINodeClass",
+            "clusterapinodeclasses",
+        ),
+    )
+}
+
+pub fn free_addr() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr")
+}
+
+pub fn condition(obj: &DynamicObject, type_: &str) -> Option<String> {
+    obj.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .and_then(|c| c["status"].as_str())
+        .map(str::to_string)
+}
+
+pub struct Env {
+    pub tb: Testbed,
+    pub _provider: TestProvider,
+    pub cluster: CapiCluster,
+    pub operator: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        self.operator.abort();
+    }
+}
+
+/// A TestMachineTemplate: name, cpu, memory, price, annotations for the cloned TestMachines.
+pub type Tpl = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    Value,
+);
+
+pub fn default_templates(annotations: Value) -> Vec<Tpl> {
+    vec![
+        ("small", "2", "4Gi", "0.10", annotations.clone()),
+        ("large", "8", "32Gi", "0.40", annotations),
+    ]
+}
+
+/// Testbed + CAPI + provider + a Cluster with two failure domains + templates + a
+/// NodeClass, and the operator running.
+pub async fn env(templates_spec: Vec<Tpl>) -> Env {
+    let tb = Testbed::start(Options::all())
+        .await
+        .expect("testbed starts");
+    let client = tb.client();
+    let provider = TestProvider::start(
+        client.clone(),
+        ProviderConfig {
+            provision_delay: Duration::from_millis(500),
+            // Also answers KubeadmConfigs (no kubeadm bootstrap controller on the testbed).
+            kubeadm_bootstrap: true,
+            ..ProviderConfig::default()
+        },
+    )
+    .await
+    .expect("provider starts");
+    let cluster = provider::setup_cluster(&tb, "c1", &["zone-a", "zone-b"])
+        .await
+        .expect("cluster ready");
+    let ns = cluster.namespace.clone();
+    // Bootstrap data (the provider reads nodeLabels/nodeTaints; the unregistered taint is
+    // what a real bootstrap would add).
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    secrets
+        .create(
+            &PostParams::default(),
+            &from_json(json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "bootstrap-data"},
+                "stringData": {"value": "nodeTaints:\n- {key: karpenter.sh/unregistered, effect: NoExecute}\n"}
+            })),
+        )
+        .await
+        .expect("secret");
+    let templates: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &provider::test_machine_template_resource(),
+    );
+    for (name, cpu, mem, price, template_annotations) in templates_spec {
+        let t: DynamicObject = from_json(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "TestMachineTemplate",
+            "metadata": {"name": name,
+                "labels": {"node.cluster.x-k8s.io/karpenter-member": ""},
+                "annotations": {"karpenter.cluster.x-k8s.io/price": price}},
+            "spec": {"template": {"metadata": {"annotations": template_annotations.clone()},
+                                  "spec": {"capacity": {"cpu": cpu, "memory": mem, "pods": "110"}}}}
+        }));
+        templates
+            .create(&PostParams::default(), &t)
+            .await
+            .expect("template");
+        templates
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"capacity": {"cpu": cpu, "memory": mem},
+                    "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux"}}})),
+            )
+            .await
+            .expect("template status");
+    }
+    let _ = &templates;
+    nodeclasses(&client)
+        .create(
+            &PostParams::default(),
+            &from_json(json!({
+                "apiVersion": "karpenter.cluster.x-k8s.io/v1alpha1", "kind": "ClusterAPINodeClass",
+                "metadata": {"name": "default"},
+                "spec": {"clusterRef": {"namespace": ns, "name": "c1"},
+                         "bootstrap": {"dataSecretName": "bootstrap-data"},
+                         "launchTimeout": "60s", "registrationTimeout": "60s"}
+            })),
+        )
+        .await
+        .expect("nodeclass");
+    let operator = start_operator(&tb);
+    wait_for("NodeClass Ready", Duration::from_secs(60), || async {
+        let nc = nodeclasses(&client).get("default").await.ok()?;
+        (condition(&nc, "Ready").as_deref() == Some("True")).then_some(())
+    })
+    .await
+    .expect("NodeClass Ready");
+    Env {
+        tb,
+        _provider: provider,
+        cluster,
+        operator,
+    }
+}
+
+pub fn operator_config(tb: &Testbed) -> controller::runtime::RunConfig {
+    controller::runtime::RunConfig {
+        kubeconfig: Some(tb.kubeconfig().to_path_buf()),
+        management_kubeconfig: None,
+        metrics_addr: free_addr(),
+        health_addr: free_addr(),
+        leader_election: None,
+        batch_idle: Duration::from_secs(1),
+        batch_max: Duration::from_secs(10),
+        gc_interval: Duration::from_secs(2),
+        gc_grace: Duration::from_secs(5),
+        node_repair_after: Duration::from_secs(600),
+    }
+}
+
+/// Runs the operator's loops in this process (as `karpenter-capi run` does).
+pub fn start_operator(tb: &Testbed) -> tokio::task::JoinHandle<()> {
+    let config = operator_config(tb);
+    tokio::spawn(async move {
+        if let Err(e) = controller::runtime::run_operator(config).await {
+            panic!("operator failed: {e}");
+        }
+    })
+}
+
+pub fn nodeclaim(name: &str, requirements: Value) -> DynamicObject {
+    from_json(json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+        "metadata": {"name": name, "labels": {"karpenter.sh/nodepool": "default"}},
+        "spec": {
+            "nodeClassRef": {"group": "karpenter.cluster.x-k8s.io", "kind": "ClusterAPINodeClass", "name": "default"},
+            "requirements": requirements,
+            "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+            "taints": [{"key": "team", "value": "a", "effect": "NoSchedule"}]
+        }
+    }))
+}
+
+pub async fn events_for(client: &Client, name: &str) -> Vec<(String, String)> {
+    let api: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
+    api.list(&Default::default())
+        .await
+        .map(|l| {
+            l.items
+                .into_iter()
+                .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+                .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+                .collect()
+        })
+        .unwrap_or_default()
+}

@@ -1,0 +1,390 @@
+//! Provisioning end to end on the testbed: Deployments go Pending → the provisioner creates
+//! NodeClaims → orphan Machines (the real Cluster API manager + the test provider) → kwok
+//! Nodes → kube-scheduler binds → pods Running. Also NodePool status, events and limits.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use testbed::wait_for;
+
+fn nodepools(c: &Client) -> Api<DynamicObject> {
+    Api::all_with(
+        c.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("karpenter.sh", "v1", "NodePool"),
+            "nodepools",
+        ),
+    )
+}
+
+async fn create_nodepool(client: &Client, limits: Value) -> DynamicObject {
+    nodepools(client)
+        .create(
+            &PostParams::default(),
+            &from_json(json!({
+                "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+                "metadata": {"name": "default"},
+                "spec": {
+                    "template": {
+                        "metadata": {"labels": {"team": "web"}},
+                        "spec": {
+                            "nodeClassRef": {"group": "karpenter.cluster.x-k8s.io",
+                                             "kind": "ClusterAPINodeClass", "name": "default"},
+                            "requirements": [{"key": "karpenter.sh/capacity-type",
+                                              "operator": "In", "values": ["on-demand"]}]
+                        }
+                    },
+                    "limits": limits
+                }
+            })),
+        )
+        .await
+        .expect("nodepool");
+    wait_for("NodePool Ready", Duration::from_secs(30), || async {
+        let np = nodepools(client).get("default").await.ok()?;
+        (condition(&np, "Ready").as_deref() == Some("True")).then_some(np)
+    })
+    .await
+    .expect("NodePool becomes Ready")
+}
+
+fn deployment(name: &str, replicas: i32, cpu: &str, memory: &str, extra: Value) -> Deployment {
+    let mut spec = json!({
+        "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"requests": {"cpu": cpu, "memory": memory}}}],
+        "terminationGracePeriodSeconds": 0
+    });
+    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+        s.extend(e.clone());
+    }
+    from_json(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": spec}
+        }
+    }))
+}
+
+fn running(p: &Pod) -> bool {
+    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+}
+
+async fn pods_of(api: &Api<Pod>, app: &str) -> Vec<Pod> {
+    api.list(&ListParams::default().labels(&format!("app={app}")))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+}
+
+fn node_of(p: &Pod) -> String {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn thirty_mixed_pods_get_nodes_of_the_right_shapes_and_run() {
+    let env = env(default_templates(json!({}))).await;
+    let client = env.tb.client();
+    create_nodepool(&client, json!({"cpu": "200"})).await;
+    let ns = env.tb.temp_namespace().await.expect("namespace");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let spread = json!({"topologySpreadConstraints": [{
+        "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+        "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}}]});
+    let anti = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+        "topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "db"}}}]}}});
+    // 20 × 500m spread over both zones, 4 × 1 cpu one per node, 6 × 3 cpu (only `large`, 8
+    // cpu, holds one: `small` has 2 cpu).
+    for d in [
+        deployment("web", 20, "500m", "512Mi", spread),
+        deployment("db", 4, "1", "1Gi", anti),
+        deployment("batch", 6, "3", "2Gi", json!({})),
+    ] {
+        deployments
+            .create(&PostParams::default(), &d)
+            .await
+            .expect("deployment");
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let all = wait_for("30 pods Running", Duration::from_secs(180), || async {
+        let l = pods.list(&ListParams::default()).await.ok()?.items;
+        (l.len() == 30 && l.iter().all(running)).then_some(l)
+    })
+    .await;
+    let Ok(all) = all else {
+        panic!("30 pods not Running: {}", diagnose(&client, &ns).await);
+    };
+
+    let nodes: BTreeMap<String, Node> = Api::<Node>::all(client.clone())
+        .list(&ListParams::default().labels("karpenter.sh/nodepool=default"))
+        .await
+        .expect("nodes")
+        .items
+        .into_iter()
+        .map(|n| (n.name_any(), n))
+        .collect();
+    let label = |node: &str, key: &str| -> String {
+        nodes
+            .get(node)
+            .and_then(|n| n.labels().get(key).cloned())
+            .unwrap_or_default()
+    };
+    for p in &all {
+        let n = node_of(p);
+        assert!(
+            nodes.contains_key(&n),
+            "{} on {n}, not one of ours",
+            p.name_any()
+        );
+        assert_eq!(label(&n, "karpenter.sh/initialized"), "true");
+        assert_eq!(
+            label(&n, "team"),
+            "web",
+            "NodePool template labels on the Node"
+        );
+    }
+    // Shapes: every 3-cpu pod is on a `large`.
+    for p in pods_of(&pods, "batch").await {
+        assert_eq!(
+            label(&node_of(&p), "node.kubernetes.io/instance-type"),
+            "large"
+        );
+    }
+    // One db per node.
+    let db_nodes: BTreeSet<String> = pods_of(&pods, "db").await.iter().map(node_of).collect();
+    assert_eq!(db_nodes.len(), 4, "{db_nodes:?}");
+    // web spread over both zones within skew 1.
+    let mut per_zone: BTreeMap<String, usize> = BTreeMap::new();
+    for p in pods_of(&pods, "web").await {
+        *per_zone
+            .entry(label(&node_of(&p), "topology.kubernetes.io/zone"))
+            .or_default() += 1;
+    }
+    let counts: Vec<usize> = per_zone.values().copied().collect();
+    assert_eq!(
+        per_zone.keys().cloned().collect::<Vec<_>>(),
+        vec!["zone-a", "zone-b"]
+    );
+    assert!(
+        counts.iter().max().unwrap_or(&0) - counts.iter().min().unwrap_or(&0) <= 1,
+        "{per_zone:?}"
+    );
+
+    // NodeClaims: one per Node, written as Karpenter writes them.
+    let claims = nodeclaims(&client)
+        .list(&ListParams::default())
+        .await
+        .expect("claims")
+        .items;
+    assert_eq!(claims.len(), nodes.len(), "one NodeClaim per Node");
+    // 32 cpu requested: at least 5 nodes (large ≈ 7.8 cpu allocatable), and packing must
+    // not degrade to a node per pod or so.
+    let shapes: BTreeMap<String, usize> = nodes.keys().fold(BTreeMap::new(), |mut m, n| {
+        *m.entry(label(n, "node.kubernetes.io/instance-type"))
+            .or_default() += 1;
+        m
+    });
+    eprintln!("nodes: {} {shapes:?}", nodes.len());
+    assert!(
+        (5..=10).contains(&nodes.len()),
+        "{} nodes {shapes:?}",
+        nodes.len()
+    );
+    assert!(shapes.get("large").copied().unwrap_or(0) >= 3, "{shapes:?}");
+    let mut total_cpu = 0i64;
+    for c in &claims {
+        assert!(c.name_any().starts_with("default-"));
+        assert_eq!(condition(c, "Ready").as_deref(), Some("True"));
+        let owner = &c.owner_references()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str()),
+            ("NodePool", "default")
+        );
+        assert!(c.annotations().contains_key("karpenter.sh/nodepool-hash"));
+        let reqs = c.data["spec"]["requirements"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            reqs.iter()
+                .any(|r| r["key"] == "node.kubernetes.io/instance-type" && r["operator"] == "In"),
+            "{reqs:?}"
+        );
+        total_cpu += c.data["status"]["capacity"]["cpu"]
+            .as_str()
+            .and_then(|q| q.parse::<i64>().ok())
+            .expect("integer cpu capacity");
+    }
+    // NodePool status follows.
+    let np = wait_for("NodePool status", Duration::from_secs(10), || async {
+        let np = nodepools(&client).get("default").await.ok()?;
+        (np.data["status"]["nodes"] == json!(claims.len())).then_some(np)
+    })
+    .await
+    .expect("NodePool status.nodes");
+    assert_eq!(
+        np.data["status"]["resources"]["cpu"],
+        json!(total_cpu.to_string())
+    );
+    assert_eq!(
+        condition(&np, "NodeRegistrationHealthy").as_deref(),
+        Some("True")
+    );
+    // Events: pods were nominated to NodeClaims.
+    let nominated = events_for_reason(&client, "Nominated").await;
+    assert!(nominated >= 30, "{nominated} Nominated events");
+    // Nothing more is launched once everything runs.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let after = nodeclaims(&client)
+        .list(&ListParams::default())
+        .await
+        .expect("claims")
+        .items
+        .len();
+    assert_eq!(after, claims.len());
+}
+
+/// What the cluster looks like, for a failure message.
+async fn diagnose(client: &Client, ns: &str) -> String {
+    let mut out = String::new();
+    if let Ok(np) = nodepools(client).get("default").await {
+        out += &format!("\nNodePool status: {}", np.data["status"]);
+    }
+    for c in nodeclaims(client)
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+    {
+        out += &format!(
+            "\nNodeClaim {} {:?} conditions {}",
+            c.name_any(),
+            c.labels().get("node.kubernetes.io/instance-type"),
+            c.data["status"]["conditions"]
+        );
+    }
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
+    for e in events
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+    {
+        let Some(r) = e
+            .regarding
+            .as_ref()
+            .filter(|r| r.kind.as_deref() != Some("Pod"))
+        else {
+            continue;
+        };
+        out += &format!(
+            "\nEvent {:?}/{:?}: {:?} {:?}",
+            r.kind, r.name, e.reason, e.note
+        );
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    for p in pods
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+    {
+        out += &format!(
+            "\nPod {} node={} phase={:?} events={:?}",
+            p.name_any(),
+            node_of(&p),
+            p.status.as_ref().and_then(|s| s.phase.clone()),
+            events_for(client, &p.name_any()).await
+        );
+    }
+    out
+}
+
+async fn events_for_reason(client: &Client, reason: &str) -> usize {
+    let api: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
+    api.list(&ListParams::default())
+        .await
+        .map(|l| {
+            l.items
+                .iter()
+                .filter(|e| e.reason.as_deref() == Some(reason))
+                .count()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn limits_stop_provisioning_and_pending_pods_say_why() {
+    let env = env(default_templates(json!({}))).await;
+    let client = env.tb.client();
+    // One `large` (8 cpu) fits under 10 cpu; a second does not.
+    create_nodepool(&client, json!({"cpu": "10"})).await;
+    let ns = env.tb.temp_namespace().await.expect("namespace");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("batch", 4, "3", "1Gi", json!({})),
+        )
+        .await
+        .expect("deployment");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let all = wait_for("2 pods Running", Duration::from_secs(120), || async {
+        let l = pods.list(&ListParams::default()).await.ok()?.items;
+        (l.len() == 4 && l.iter().filter(|p| running(p)).count() == 2).then_some(l)
+    })
+    .await;
+    let Ok(all) = all else {
+        panic!("2 of 4 pods not Running: {}", diagnose(&client, &ns).await);
+    };
+    let pending: Vec<String> = all
+        .iter()
+        .filter(|p| !running(p))
+        .map(ResourceExt::name_any)
+        .collect();
+    let claims = nodeclaims(&client)
+        .list(&ListParams::default())
+        .await
+        .expect("claims")
+        .items;
+    assert_eq!(claims.len(), 1);
+    for name in &pending {
+        let reasons = wait_for("FailedScheduling", Duration::from_secs(30), || async {
+            let ev = events_for(&client, name).await;
+            ev.iter()
+                .any(|(r, note)| r == "FailedScheduling" && note.contains("limit"))
+                .then_some(ev)
+        })
+        .await
+        .expect("pending pod has a FailedScheduling event naming the limit");
+        assert!(
+            reasons
+                .iter()
+                .any(|(_, note)| note.contains("nodepool limit on cpu")),
+            "{reasons:?}"
+        );
+    }
+    // Still one claim after further batches.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let after = nodeclaims(&client)
+        .list(&ListParams::default())
+        .await
+        .expect("claims");
+    assert_eq!(after.items.len(), 1);
+    let np = nodepools(&client).get("default").await.expect("nodepool");
+    assert_eq!(np.data["status"]["resources"]["cpu"], "8");
+}
