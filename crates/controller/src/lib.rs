@@ -13,5 +13,6 @@ pub mod nodeclass_status;
 pub mod provisioning;
 pub mod runtime;
 pub mod server;
+pub mod simulate;
 pub mod tasks;
 pub mod unavailable;
