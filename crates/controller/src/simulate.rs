@@ -480,6 +480,8 @@ pub struct PlannedNodeClaim {
     pub node_pool: String,
     /// The cheapest compatible offering: what the operator launches.
     pub instance_type: String,
+    /// `kubernetes.io/arch` of the instance type.
+    pub arch: String,
     pub zone: String,
     pub capacity_type: String,
     pub price_per_hour: f64,
@@ -673,6 +675,17 @@ pub fn plan(loaded: &Loaded) -> Plan {
         .map(|c| PlannedNodeClaim {
             node_pool: c.node_pool.clone(),
             instance_type: c.cheapest.instance_type.clone(),
+            arch: loaded
+                .state
+                .nodepools
+                .iter()
+                .find(|p| str_at(p, "/metadata/name") == Some(c.node_pool.as_str()))
+                .and_then(|p| str_at(p, "/spec/template/spec/nodeClassRef/name"))
+                .and_then(|nc| catalogs.get(nc))
+                .and_then(|cat| cat.get(&c.cheapest.instance_type))
+                .and_then(|it| it.labels.get(scheduling::LABEL_ARCH))
+                .cloned()
+                .unwrap_or_default(),
             zone: c.cheapest.zone.clone(),
             capacity_type: c.cheapest.capacity_type.clone(),
             price_per_hour: c.cheapest.price,
@@ -862,6 +875,7 @@ pub fn render_table(plan: &Plan) -> String {
         let mut rows = vec![cells(&[
             "NODEPOOL",
             "INSTANCE-TYPE",
+            "ARCH",
             "ZONE",
             "CAPACITY-TYPE",
             "PRICE/H",
@@ -872,6 +886,7 @@ pub fn render_table(plan: &Plan) -> String {
             rows.push(vec![
                 c.node_pool.clone(),
                 c.instance_type.clone(),
+                c.arch.clone(),
                 if c.zone.is_empty() {
                     "-".into()
                 } else {
