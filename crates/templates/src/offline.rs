@@ -546,3 +546,26 @@ pub fn render_yaml(reports: &[CatalogReport]) -> Result<String, serde_saphyr::Se
 pub fn is_infrastructure_group(group: &str) -> bool {
     group == INFRASTRUCTURE_GROUP
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_errors_name_the_document() {
+        // A leading separator and a comment-only document do not count, as in the parser.
+        let text =
+            "# header\n---\nkind: A\n---\n# only a comment\n---\nkind: B\nmetadata: {name: [x\n";
+        assert_eq!(document_of_line(text, 3), 1);
+        assert_eq!(document_of_line(text, 8), 2);
+        let mut inputs = Inputs::default();
+        let err = inputs
+            .add_yaml(Path::new("f.yaml"), text)
+            .expect_err("unclosed bracket");
+        assert!(
+            err.to_string()
+                .starts_with("f.yaml: document 2: invalid YAML: "),
+            "{err}"
+        );
+    }
+}
