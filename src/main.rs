@@ -26,6 +26,34 @@ enum Command {
     },
     /// One view of NodePool -> NodeClaim -> Machine -> Node, flagging what is stuck and why.
     Inspect(InspectArgs),
+    /// Offline: the NodeClaims the provisioner would create for a snapshot read from YAML.
+    Simulate(SimulateArgs),
+}
+
+#[derive(clap::Args)]
+struct SimulateArgs {
+    /// YAML/JSON file, directory (recursive, *.yaml/*.yml/*.json in name order) or `-` for
+    /// stdin: Pods, Deployments, ReplicaSets, StatefulSets, Jobs, DaemonSets, Nodes,
+    /// NodeClaims, NodePools, ClusterAPINodeClasses, *MachineTemplates, Clusters. Repeatable.
+    #[arg(short = 'f', long = "filename", required = true)]
+    files: Vec<PathBuf>,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
+    output: InspectFormat,
+}
+
+fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
+    use controller::simulate;
+    let loaded = simulate::load(&args.files)?;
+    for i in &loaded.ignored {
+        eprintln!("warning: ignored {i}: not read by the simulation");
+    }
+    let plan = simulate::plan(&loaded);
+    match args.output {
+        InspectFormat::Table => print!("{}", simulate::render_table(&plan)),
+        InspectFormat::Json => println!("{}", serde_json::to_string_pretty(&plan)?),
+    }
+    Ok(())
 }
 
 #[derive(clap::Args)]
@@ -219,6 +247,7 @@ fn main() -> anyhow::Result<()> {
         Command::InstanceTypes(args) => instance_types(args)?,
         Command::Run(args) => run(*args)?,
         Command::Inspect(args) => inspect(args)?,
+        Command::Simulate(args) => simulate(args)?,
         Command::Crds { out } => {
             for path in api::crds::write_all(&out)? {
                 println!("{}", path.display());

@@ -14,5 +14,6 @@ pub mod nodepool_status;
 pub mod provisioning;
 pub mod runtime;
 pub mod server;
+pub mod simulate;
 pub mod tasks;
 pub mod unavailable;

@@ -30,8 +30,13 @@ pub enum LoadError {
         path: PathBuf,
         error: std::io::Error,
     },
-    #[error("{path}: invalid YAML: {message}")]
-    Yaml { path: PathBuf, message: String },
+    #[error("{path}: {}invalid YAML: {message}", document.map(|d| format!("document {d}: ")).unwrap_or_default())]
+    Yaml {
+        path: PathBuf,
+        /// 1-based index of the document the error is in, when the parser says where.
+        document: Option<usize>,
+        message: String,
+    },
     #[error("{path}: document {index}: {message}")]
     Object {
         path: PathBuf,
@@ -51,6 +56,36 @@ pub struct Inputs {
     pub node_classes: Vec<DynamicObject>,
     /// Other objects, ignored (`kind name` per entry).
     pub ignored: Vec<String>,
+    /// The ignored objects themselves, for callers that read more kinds (`simulate`).
+    pub others: Vec<Document>,
+}
+
+/// One object of a kind the catalog does not read, with where it came from.
+#[derive(Debug, Clone)]
+pub struct Document {
+    pub path: PathBuf,
+    /// 1-based index of the document in its file.
+    pub index: usize,
+    pub object: Value,
+}
+
+/// Which document (1-based, counting the non-empty ones as the parser does) holds `line`
+/// (1-based): documents are separated by `---` lines.
+fn document_of_line(text: &str, line: usize) -> usize {
+    let mut document = 0;
+    let mut has_content = false;
+    for l in text.lines().take(line) {
+        let separator = l == "---" || l.starts_with("--- ") || l.starts_with("---\t");
+        if separator {
+            if has_content {
+                document += 1;
+            }
+            has_content = l.len() > 3 && !l[3..].trim_start().starts_with('#');
+        } else if !l.trim().is_empty() && !l.trim_start().starts_with('#') {
+            has_content = true;
+        }
+    }
+    document + 1
 }
 
 fn group_of(api_version: &str) -> &str {
@@ -62,6 +97,9 @@ impl Inputs {
     pub fn add_yaml(&mut self, path: &Path, text: &str) -> Result<(), LoadError> {
         let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| LoadError::Yaml {
             path: path.to_path_buf(),
+            document: e
+                .location()
+                .map(|l| document_of_line(text, usize::try_from(l.line()).unwrap_or(usize::MAX))),
             message: e.to_string(),
         })?;
         for (index, doc) in docs.into_iter().enumerate() {
@@ -115,15 +153,32 @@ impl Inputs {
             self.node_classes.push(to_obj(doc)?);
         } else {
             self.ignored.push(format!("{kind} {name}"));
+            self.others.push(Document {
+                path: path.to_path_buf(),
+                index,
+                object: doc,
+            });
         }
         Ok(())
     }
 
-    /// Reads files and directories (recursively: `*.yaml`, `*.yml`, `*.json`, in name order).
+    /// Reads files and directories (recursively: `*.yaml`, `*.yml`, `*.json`, in name order);
+    /// `-` is standard input.
     pub fn load(paths: &[PathBuf]) -> Result<Self, LoadError> {
         let mut me = Self::default();
         for p in paths {
-            me.load_path(p, true)?;
+            if p.as_os_str() == "-" {
+                let mut text = String::new();
+                std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).map_err(
+                    |error| LoadError::Io {
+                        path: p.clone(),
+                        error,
+                    },
+                )?;
+                me.add_yaml(Path::new("<stdin>"), &text)?;
+            } else {
+                me.load_path(p, true)?;
+            }
         }
         Ok(me)
     }
@@ -422,20 +477,7 @@ pub fn render_table(reports: &[CatalogReport]) -> String {
                 templates,
             ]);
         }
-        let widths: Vec<usize> = (0..header.len())
-            .map(|col| rows.iter().map(|r| r[col].len()).max().unwrap_or(0))
-            .collect();
-        for row in &rows {
-            let mut line = String::new();
-            for (col, cell) in row.iter().enumerate() {
-                if col + 1 == row.len() {
-                    line.push_str(cell);
-                } else {
-                    let _ = write!(line, "{cell:<w$}  ", w = widths[col]);
-                }
-            }
-            let _ = writeln!(out, "{}", line.trim_end());
-        }
+        out.push_str(&columns(&rows));
         if c.instance_types.is_empty() {
             let _ = writeln!(out, "(no instance types)");
         }
@@ -463,6 +505,33 @@ pub fn render_table(reports: &[CatalogReport]) -> String {
     out
 }
 
+/// Left-aligned columns two spaces apart, one line per row (the first row is the header).
+pub fn columns(rows: &[Vec<String>]) -> String {
+    let ncols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..ncols)
+        .map(|col| {
+            rows.iter()
+                .filter_map(|r| r.get(col))
+                .map(|c| c.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (col, cell) in row.iter().enumerate() {
+            if col + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                let _ = write!(line, "{cell:<w$}  ", w = widths[col]);
+            }
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
+    out
+}
+
 /// Renders reports as pretty JSON.
 pub fn render_json(reports: &[CatalogReport]) -> Result<String, serde_json::Error> {
     serde_json::to_string_pretty(reports)
@@ -476,4 +545,27 @@ pub fn render_yaml(reports: &[CatalogReport]) -> Result<String, serde_saphyr::Se
 /// Whether `group` is the infrastructure group (helper for callers filtering CRDs).
 pub fn is_infrastructure_group(group: &str) -> bool {
     group == INFRASTRUCTURE_GROUP
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_errors_name_the_document() {
+        // A leading separator and a comment-only document do not count, as in the parser.
+        let text =
+            "# header\n---\nkind: A\n---\n# only a comment\n---\nkind: B\nmetadata: {name: [x\n";
+        assert_eq!(document_of_line(text, 3), 1);
+        assert_eq!(document_of_line(text, 8), 2);
+        let mut inputs = Inputs::default();
+        let err = inputs
+            .add_yaml(Path::new("f.yaml"), text)
+            .expect_err("unclosed bracket");
+        assert!(
+            err.to_string()
+                .starts_with("f.yaml: document 2: invalid YAML: "),
+            "{err}"
+        );
+    }
 }

@@ -1,0 +1,222 @@
+//! `karpenter-capi simulate` on `examples/snapshot/`: the plan the example README describes,
+//! in table and JSON output, plus stdin and error handling. Runs the built binary, offline.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write as _;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+fn simulate(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_karpenter-capi"))
+        .arg("simulate")
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run karpenter-capi");
+    let mut pipe = child.stdin.take().expect("stdin");
+    pipe.write_all(stdin.unwrap_or_default().as_bytes())
+        .expect("write stdin");
+    drop(pipe);
+    child.wait_with_output().expect("wait")
+}
+
+fn stdout(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "exit {:?}: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout.clone()).expect("utf-8")
+}
+
+fn strs(v: &Value) -> Vec<&str> {
+    v.as_array()
+        .expect("array")
+        .iter()
+        .map(|x| x.as_str().expect("string"))
+        .collect()
+}
+
+#[test]
+fn example_snapshot_json_plan() {
+    let out = simulate(&["-f", "examples/snapshot/", "-o", "json"], None);
+    let plan: Value = serde_json::from_str(&stdout(&out)).expect("JSON plan");
+    assert_eq!(plan["warnings"], serde_json::json!([]), "{plan:#}");
+    assert_eq!(plan["podsPending"], 16);
+    let claims = plan["nodeClaims"].as_array().expect("nodeClaims");
+    assert_eq!(claims.len(), 5, "{plan:#}");
+    // Where each pod went: zone and host (claim index or Node name).
+    let mut placed: BTreeMap<String, (String, String)> = BTreeMap::new();
+    for (i, c) in claims.iter().enumerate() {
+        for p in strs(&c["pods"]) {
+            let zone = c["zone"].as_str().expect("zone").to_string();
+            placed.insert(p.to_string(), (zone, format!("claim-{i}")));
+        }
+        let pods = strs(&c["pods"]);
+        // arm64-only pods are on an arm64 instance type of the arm64-spot pool, and nothing
+        // else is.
+        let api = pods
+            .iter()
+            .filter(|p| p.starts_with("default/api-"))
+            .count();
+        if api > 0 {
+            assert_eq!(api, pods.len(), "{c:#}");
+            assert_eq!(c["nodePool"], "arm64-spot");
+            assert_eq!(c["arch"], "arm64");
+            assert_eq!(c["instanceType"], "arm-4c16g-spot");
+            assert_eq!(c["capacityType"], "spot");
+        } else {
+            assert_eq!(c["arch"], "amd64", "{c:#}");
+        }
+        // GPU pods: one per GPU machine of the tainted pool.
+        if pods.iter().any(|p| p.starts_with("default/train-")) {
+            assert_eq!(c["nodePool"], "gpu");
+            assert_eq!(c["instanceType"], "gpu-8c32g-1x");
+            assert_eq!(pods.len(), 1);
+            assert_eq!(c["requests"]["nvidia.com/gpu"], "1");
+        } else {
+            assert_ne!(c["nodePool"], "gpu", "{c:#}");
+        }
+        // The cheapest type is the first candidate.
+        assert_eq!(c["instanceTypes"][0], c["instanceType"]);
+    }
+    for e in plan["existing"].as_array().expect("existing") {
+        assert_eq!(e["node"], "shop-md-0-x7k2p");
+        assert_eq!(e["state"], "node");
+        for p in strs(&e["pods"]) {
+            placed.insert(p.to_string(), ("zone-a".into(), "node".into()));
+        }
+    }
+    let api: Vec<&String> = placed.keys().filter(|p| p.contains("/api-")).collect();
+    assert_eq!(api.len(), 4);
+    // web: 6 replicas, maxSkew 1 over three zones: two per zone.
+    let mut per_zone: BTreeMap<&str, usize> = BTreeMap::new();
+    for (p, (zone, _)) in &placed {
+        if p.starts_with("default/web-") {
+            *per_zone.entry(zone.as_str()).or_default() += 1;
+        }
+    }
+    assert_eq!(
+        per_zone,
+        BTreeMap::from([("zone-a", 2), ("zone-b", 2), ("zone-c", 2)])
+    );
+    // redis: hostname anti-affinity, three different hosts (one of them the existing Node).
+    let redis_hosts: BTreeSet<&str> = placed
+        .iter()
+        .filter(|(p, _)| p.starts_with("default/redis-"))
+        .map(|(_, (_, host))| host.as_str())
+        .collect();
+    assert_eq!(redis_hosts.len(), 3, "{placed:?}");
+    assert!(redis_hosts.contains("node"));
+    // The oversized pod, with the solver's reason per pool.
+    let unplaceable = plan["unplaceable"].as_array().expect("unplaceable");
+    assert_eq!(unplaceable.len(), 1);
+    assert_eq!(unplaceable[0]["pod"], "default/analytics-warehouse");
+    let reason = unplaceable[0]["reason"].as_str().expect("reason");
+    assert!(
+        reason.contains("nodepool \"general\": no instance type has enough cpu"),
+        "{reason}"
+    );
+    assert_eq!(plan["total"]["nodeClaims"], 5);
+    assert_eq!(plan["total"]["podsPlaced"], 15);
+    assert_eq!(plan["total"]["podsUnplaceable"], 1);
+    let price = plan["total"]["pricePerHour"].as_f64().expect("price");
+    assert!(
+        (price - (2.0 * 1.212 + 2.0 * 0.192 + 0.062)).abs() < 1e-9,
+        "{price}"
+    );
+}
+
+#[test]
+fn example_snapshot_table() {
+    let out = simulate(&["-f", "examples/snapshot/"], None);
+    let text = stdout(&out);
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.starts_with(
+            "Snapshot: pods pending 16, bound 2; Nodes 1, in-flight NodeClaims 0, DaemonSets 1\n"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("NodeClass default: 5 instance types, zones zone-a,zone-b,zone-c (Cluster capi-shop/shop)"), "{text}");
+    let claim_lines: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("NODEPOOL "))
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .collect();
+    assert_eq!(claim_lines.len(), 5, "{text}");
+    let arm = claim_lines
+        .iter()
+        .find(|l| l.starts_with("arm64-spot "))
+        .expect("an arm64-spot NodeClaim");
+    assert!(
+        arm.contains(" arm-4c16g-spot ")
+            && arm.contains(" arm64 ")
+            && arm.ends_with("4: api-0, api-1, api-2, api-3"),
+        "{arm}"
+    );
+    for zone in ["zone-b", "zone-c"] {
+        assert!(
+            claim_lines
+                .iter()
+                .any(|l| l.starts_with("general ") && l.contains(zone)),
+            "{text}"
+        );
+    }
+    assert!(text.contains("shop-md-0-x7k2p  node   3: "), "{text}");
+    assert!(
+        text.contains("analytics-warehouse  nodepool \"general\": no instance type has enough cpu"),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("Total: 5 NodeClaims, 2.8700/h; 15 pods placed (12 on new NodeClaims, 3 on existing capacity), 1 cannot be placed\n"),
+        "{text}"
+    );
+}
+
+#[test]
+fn stdin_ignored_kinds_and_invalid_input() {
+    // Only a pod and a Namespace on stdin: no NodePool, the pod cannot be placed; still exit 0.
+    let yaml = "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: shop}\nspec: {containers: [{name: c}]}\n";
+    let out = simulate(&["-f", "-", "-o", "json"], Some(yaml));
+    let plan: Value = serde_json::from_str(&stdout(&out)).expect("JSON plan");
+    assert_eq!(plan["unplaceable"][0]["pod"], "shop/p");
+    assert_eq!(
+        plan["unplaceable"][0]["reason"],
+        "no existing node has room and no NodePool is defined"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "warning: ignored Namespace shop: not read by the simulation\n"
+    );
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "kind: Pod\nmetadata: {name: a}\nspec: {containers: []}\n---\nkind: Pod\nmetadata: {name: [oops\n").expect("write");
+    let out = simulate(
+        &[
+            "-f",
+            "examples/snapshot/",
+            "-f",
+            bad.to_str().expect("path"),
+        ],
+        None,
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.yaml: document 2: invalid YAML"), "{err}");
+    assert!(out.stdout.is_empty());
+    let out = simulate(&["-f", "examples/no-such-dir"], None);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("examples/no-such-dir"));
+}
