@@ -54,6 +54,7 @@ say "starting karpenter-capi run (metrics on 127.0.0.1:$metrics_port)"
   > "$run_dir/operator.log" 2>&1 &
 pids+=($!)
 k wait --for=condition=Ready clusterapinodeclass/default --timeout=120s >/dev/null
+k wait --for=condition=Ready nodepool/default --timeout=60s >/dev/null
 say "NodeClass ready: $(k get clusterapinodeclass default -o jsonpath='{.status.instanceTypes[*].name}')"
 
 status_line() {
@@ -68,26 +69,8 @@ status_line() {
 
 say "scaling the Deployment from 0 to $pods pods (500m cpu, 512Mi each): they are Pending, no node fits"
 k scale deployment inflate -n default --replicas "$pods" >/dev/null
-# The provisioner (pending pods -> NodeClaims) is not built yet: create the NodeClaims it
-# would, 3 cpu each (7 pods of 500m on the cheapest shape that fits, "medium").
-claims=$(( (pods + 5) / 6 ))
-say "creating $claims NodeClaims of 3 cpu each (what the provisioner will do on its own)"
-for i in $(seq 1 "$claims"); do
-  cat <<EOF
-apiVersion: karpenter.sh/v1
-kind: NodeClaim
-metadata:
-  name: default-demo$i
-  labels: {karpenter.sh/nodepool: default}
-spec:
-  nodeClassRef: {group: karpenter.cluster.x-k8s.io, kind: ClusterAPINodeClass, name: default}
-  requirements:
-  - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
-  resources:
-    requests: {cpu: "3", memory: 3Gi}
----
-EOF
-done | k apply -f - >/dev/null
+# From here on it is the operator's job: the provisioner batches the pending pods, bin-packs
+# them onto the cheapest templates and creates NodeClaims; each becomes an orphan Machine.
 deadline=$((SECONDS + 240))
 until line=$(status_line "$pods"); do
   say "$line"
@@ -99,6 +82,8 @@ echo
 k get nodeclaims -o wide
 echo
 k get machines -n demo
+echo
+k get nodepool default
 echo
 say "karpenter-capi inspect (NodePool -> NodeClaim -> Machine -> Node):"
 "$target/karpenter-capi" inspect --kubeconfig "$KUBECONFIG"

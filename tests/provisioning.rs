@@ -129,6 +129,19 @@ async fn thirty_mixed_pods_get_nodes_of_the_right_shapes_and_run() {
         panic!("30 pods not Running: {}", diagnose(&client, &ns).await);
     };
 
+    // Pods may run once the Node is registered; initialization follows.
+    wait_for("NodeClaims Ready", Duration::from_secs(30), || async {
+        let l = nodeclaims(&client)
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items;
+        l.iter()
+            .all(|c| condition(c, "Ready").as_deref() == Some("True"))
+            .then_some(())
+    })
+    .await
+    .expect("every NodeClaim Ready");
     let nodes: BTreeMap<String, Node> = Api::<Node>::all(client.clone())
         .list(&ListParams::default().labels("karpenter.sh/nodepool=default"))
         .await
@@ -387,4 +400,9 @@ async fn limits_stop_provisioning_and_pending_pods_say_why() {
     assert_eq!(after.items.len(), 1);
     let np = nodepools(&client).get("default").await.expect("nodepool");
     assert_eq!(np.data["status"]["resources"]["cpu"], "8");
+    assert_eq!(np.data["status"]["resources"]["nodes"], "1");
+    // A settled status is not rewritten (the loop recomputes it every second).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let again = nodepools(&client).get("default").await.expect("nodepool");
+    assert_eq!(again.resource_version(), np.resource_version());
 }

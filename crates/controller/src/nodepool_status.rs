@@ -148,12 +148,11 @@ pub fn desired(
         now,
     );
 
-    let mut resources = scheduling::Resources::new();
+    let mut resources = scheduling::Resources::from([("nodes".to_string(), 0)]);
     for c in claims {
+        // `nodes` included, as Karpenter does (`kubectl get nodepools` shows it).
         for (k, v) in snapshot::claim_usage(c) {
-            if k != "nodes" {
-                *resources.entry(k).or_insert(0) += v;
-            }
+            *resources.entry(k).or_insert(0) += v;
         }
     }
     let mut status = json!({
@@ -261,9 +260,10 @@ impl NodePoolStatus {
                 g.set(value);
             }
         };
-        let mut usage = convert::resources(&status["resources"]);
-        usage.insert("nodes".into(), status["nodes"].as_i64().unwrap_or(0));
-        gauge(&self.metrics.nodepools_usage, &usage);
+        gauge(
+            &self.metrics.nodepools_usage,
+            &convert::resources(&status["resources"]),
+        );
         gauge(
             &self.metrics.nodepools_limit,
             &convert::resources(&v["spec"]["limits"]),
@@ -331,6 +331,7 @@ mod tests {
         assert_eq!(s["resources"]["cpu"], "6500m");
         assert_eq!(s["resources"]["memory"], "16Gi");
         assert_eq!(s["resources"]["pods"], "220");
+        assert_eq!(s["resources"]["nodes"], "2");
         assert_eq!(s["nodeClassObservedGeneration"], 7);
         assert_eq!(condition(&s, "Ready")["status"], "True");
         assert_eq!(condition(&s, "Ready")["observedGeneration"], 3);
