@@ -69,6 +69,7 @@ pub fn instance_types(count: usize) -> Vec<InstanceType> {
                     (PODS.to_string(), 10 * n),
                 ]),
                 overhead: BTreeMap::from([(CPU.to_string(), 100), (MEMORY.to_string(), 10 * MI)]),
+                taints: Vec::new(),
                 offerings: vec![
                     offering("test-zone-1", "spot"),
                     offering("test-zone-2", "spot"),

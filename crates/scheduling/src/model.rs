@@ -297,6 +297,9 @@ pub struct InstanceType {
     /// kube-reserved + system-reserved + eviction threshold; allocatable = capacity − overhead.
     pub overhead: Resources,
     pub offerings: Vec<Offering>,
+    /// Taints every Node of this shape gets (e.g. from the template's cluster-autoscaler
+    /// taints annotation): a pod lands on the shape only if it tolerates them.
+    pub taints: Vec<Taint>,
 }
 
 /// A pod of a DaemonSet: it lands on every new node whose taints and labels it accepts, so

@@ -31,6 +31,7 @@ struct TypeData {
     overhead_ds: Vec<i64>,
     /// Sorted by price.
     offerings: Vec<(Sym, Sym, f64, bool)>,
+    taints: Vec<Taint>,
 }
 
 struct PoolData {
@@ -502,7 +503,10 @@ fn build(input: &Input) -> Solver {
             let overhead = dense(&s.res_names, &it.overhead);
             let mut overhead_ds = vec![0; nres];
             for (i, (r, _, req)) in ds.iter().enumerate() {
-                if ds_ok[i] && treqs.intersects(r).is_ok() {
+                if ds_ok[i]
+                    && untolerated(&it.taints, &ds[i].1).is_none()
+                    && treqs.intersects(r).is_ok()
+                {
                     for (o, q) in overhead_ds.iter_mut().zip(req) {
                         *o += q;
                     }
@@ -531,6 +535,7 @@ fn build(input: &Input) -> Solver {
                 capacity,
                 overhead_ds,
                 offerings,
+                taints: it.taints.clone(),
             });
         }
         let mut base = BitSet::new(types.len());
@@ -823,9 +828,16 @@ fn incompat_key(e: crate::requirements::Incompatibility<Key>) -> Key {
 #[derive(Clone, Copy, Debug)]
 enum Why {
     Requirements(Key),
+    /// Every otherwise compatible shape has a taint the pod does not tolerate: pool, type
+    /// and taint index.
+    Taint(usize, usize, usize),
     NoCompatibleInstanceType,
     InsufficientResources(usize),
-    MinValues { key: Key, want: u32, got: u32 },
+    MinValues {
+        key: Key,
+        want: u32,
+        got: u32,
+    },
     TopologySpread(Key),
     PodAffinity(Key),
     PodAntiAffinity(Key),
@@ -939,6 +951,10 @@ impl Solver {
         match w {
             Why::Requirements(k) => Failure::Requirements(self.key_name(k)),
             Why::NoCompatibleInstanceType => Failure::NoCompatibleInstanceType,
+            Why::Taint(pool, t, i) => match self.pools[pool].types[t].taints.get(i) {
+                Some(taint) => taint_failure(taint),
+                None => Failure::NoCompatibleInstanceType,
+            },
             Why::InsufficientResources(r) => {
                 Failure::InsufficientResources(self.res_names.get(r).cloned().unwrap_or_default())
             }
@@ -1142,6 +1158,10 @@ impl CountOrder {
     }
 }
 
+fn taint_failure(t: &Taint) -> Failure {
+    Failure::Taint(format!("{}={}:{:?}", t.key, t.value, t.effect))
+}
+
 /// Result of a successful tentative add to a claim.
 struct ClaimUpdate {
     reqs: Option<IReqs>,
@@ -1154,10 +1174,7 @@ impl Solver {
     fn pool_check(&self, pool: usize, pod: &PodData) -> Result<(), Failure> {
         let p = &self.pools[pool];
         if let Some(t) = untolerated(&p.taints, &pod.tolerations) {
-            return Err(Failure::Taint(format!(
-                "{}={}:{:?}",
-                t.key, t.value, t.effect
-            )));
+            return Err(taint_failure(t));
         }
         p.reqs
             .compatible(&pod.reqs, |k| self.allow_undefined(k))
@@ -1198,11 +1215,20 @@ impl Solver {
         let mut max_free = vec![i64::MIN; new_used.len()];
         let mut any_req_ok = false;
         let mut best_short: Option<usize> = None;
+        let mut untolerated_taint: Option<(usize, usize)> = None;
         for t in cands.iter() {
             let td = &p.types[t];
             if let Some(r) = &new_reqs
                 && !self.type_ok(td, r)
             {
+                continue;
+            }
+            if let Some(i) = td
+                .taints
+                .iter()
+                .position(|t| !pod.tolerations.iter().any(|tol| tol.tolerates(t)))
+            {
+                untolerated_taint.get_or_insert((t, i));
                 continue;
             }
             any_req_ok = true;
@@ -1218,6 +1244,9 @@ impl Solver {
             }
         }
         if out.is_empty() {
+            if let (false, Some((t, i))) = (any_req_ok, untolerated_taint) {
+                return Err(Why::Taint(pool, t, i));
+            }
             if !any_req_ok {
                 return Err(Why::NoCompatibleInstanceType);
             }

@@ -308,6 +308,38 @@ fn prefer_no_schedule_is_tolerated_only_after_relaxation() {
 }
 
 #[test]
+fn tainted_instance_types_only_take_pods_that_tolerate_them() {
+    // The cheap shape carries a taint (its template's cluster-autoscaler taints annotation).
+    let mut gpu = it("gpu", 8000, 32);
+    gpu.offerings.iter_mut().for_each(|o| o.price = 0.01);
+    gpu.taints = vec![Taint::new(
+        "nvidia.com/gpu",
+        "true",
+        TaintEffect::NoSchedule,
+    )];
+    let mut np = pool("default");
+    np.instance_types = vec![gpu.clone(), it("plain", 8000, 32)];
+    let out = solve(&input(vec![np.clone()], vec![pod("p", 500, 256)]));
+    assert_eq!(out.new_node_claims[0].instance_types(), ["plain"]);
+    // A tolerating pod may use both and prefers the cheaper tainted one.
+    let mut tolerant = pod("t", 500, 256);
+    tolerant
+        .tolerations
+        .push(Toleration::exists(Some("nvidia.com/gpu"), None));
+    let out = solve(&input(vec![np], vec![tolerant]));
+    assert_eq!(out.new_node_claims[0].instance_types(), ["gpu", "plain"]);
+    // Only tainted shapes: the reason names the taint.
+    let mut only = pool("gpu-only");
+    only.instance_types = vec![gpu];
+    let out = solve(&input(vec![only], vec![pod("p", 500, 256)]));
+    assert!(
+        matches!(&out.unschedulable[0].failures[0].1, Failure::Taint(t) if t.contains("nvidia.com/gpu")),
+        "{:?}",
+        out.unschedulable
+    );
+}
+
+#[test]
 fn startup_taints_do_not_block_scheduling() {
     let mut np = pool("default");
     np.startup_taints = vec![Taint::new("cni-not-ready", "", TaintEffect::NoSchedule)];

@@ -401,6 +401,17 @@ pub fn instance_type(
                 available: available(&it.name, o.zone.as_deref(), &o.capacity_type),
             })
             .collect(),
+        taints: it
+            .taints
+            .iter()
+            .filter_map(|t| {
+                Some(Taint {
+                    key: t.key.clone(),
+                    value: t.value.clone().unwrap_or_default(),
+                    effect: effect(&t.effect)?,
+                })
+            })
+            .collect(),
     }
 }
 

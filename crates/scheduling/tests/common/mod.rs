@@ -54,6 +54,7 @@ pub fn it_with(
                 available: true,
             })
             .collect(),
+        taints: Vec::new(),
     }
 }
 
