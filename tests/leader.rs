@@ -16,7 +16,6 @@ fn free_addr() -> std::net::SocketAddr {
 fn replica(tb: &Testbed, identity: &str) -> tokio::task::JoinHandle<()> {
     let config = controller::runtime::RunConfig {
         kubeconfig: Some(tb.kubeconfig().to_path_buf()),
-        management_kubeconfig: None,
         metrics_addr: free_addr(),
         health_addr: free_addr(),
         leader_election: Some(controller::leader::LeaderConfig {
@@ -26,11 +25,7 @@ fn replica(tb: &Testbed, identity: &str) -> tokio::task::JoinHandle<()> {
             duration: Duration::from_secs(4),
             grace: Duration::from_secs(1),
         }),
-        batch_idle: Duration::from_secs(1),
-        batch_max: Duration::from_secs(10),
-        gc_interval: Duration::from_secs(30),
-        gc_grace: Duration::from_secs(60),
-        node_repair_after: Duration::from_secs(600),
+        ..Default::default()
     };
     tokio::spawn(async move {
         let _ = controller::runtime::run_operator(config).await;
