@@ -83,9 +83,10 @@ fn inspect(args: InspectArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     let rows = runtime.block_on(async {
-        let workload = controller::runtime::client(args.kubeconfig.as_ref()).await?;
+        let options = controller::runtime::ClientOptions::default();
+        let workload = controller::runtime::client(args.kubeconfig.as_ref(), &options).await?;
         let management = match &args.management_kubeconfig {
-            Some(p) => controller::runtime::client(Some(p)).await?,
+            Some(p) => controller::runtime::client(Some(p), &options).await?,
             None => workload.clone(),
         };
         anyhow::Ok(
@@ -124,6 +125,13 @@ struct RunArgs {
     /// does not remediate standalone Machines).
     #[arg(long, env = "NODE_REPAIR_AFTER", default_value = "10m", value_parser = parse_duration)]
     node_repair_after: std::time::Duration,
+    /// Client-side rate limit of each Kubernetes client (workload, management): requests
+    /// per second once the burst is spent.
+    #[arg(long, env = "KUBE_CLIENT_QPS", default_value_t = controller::ratelimit::DEFAULT_QPS)]
+    kube_client_qps: std::num::NonZeroU32,
+    /// Client-side rate limit: requests sent at once before the QPS limit applies.
+    #[arg(long, env = "KUBE_CLIENT_BURST", default_value_t = controller::ratelimit::DEFAULT_BURST)]
+    kube_client_burst: std::num::NonZeroU32,
     /// Disable leader election (a single replica only).
     #[arg(long, env = "DISABLE_LEADER_ELECTION")]
     disable_leader_election: bool,
@@ -189,9 +197,13 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         }),
         batch_idle: args.batch_idle_duration,
         batch_max: args.batch_max_duration,
-        gc_interval: std::time::Duration::from_secs(30),
-        gc_grace: controller::garbagecollection::MACHINE_GRACE,
         node_repair_after: args.node_repair_after,
+        client_rate: controller::ratelimit::ClientRate {
+            qps: args.kube_client_qps,
+            burst: args.kube_client_burst,
+        },
+        // GC interval and grace.
+        ..Default::default()
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -255,4 +267,34 @@ fn main() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_args(args: &[&str]) -> Result<RunArgs, clap::Error> {
+        let argv = ["karpenter-capi", "run"].iter().chain(args);
+        match Cli::try_parse_from(argv)?.command {
+            Command::Run(args) => Ok(*args),
+            _ => unreachable!("parsed the run subcommand"),
+        }
+    }
+
+    #[test]
+    fn client_rate_defaults_are_karpenters() {
+        let args = run_args(&[]).expect("parses");
+        assert_eq!(args.kube_client_qps.get(), 200);
+        assert_eq!(args.kube_client_burst.get(), 300);
+        let args =
+            run_args(&["--kube-client-qps", "50", "--kube-client-burst", "75"]).expect("parses");
+        assert_eq!(args.kube_client_qps.get(), 50);
+        assert_eq!(args.kube_client_burst.get(), 75);
+    }
+
+    #[test]
+    fn zero_client_rate_is_rejected() {
+        assert!(run_args(&["--kube-client-qps", "0"]).is_err());
+        assert!(run_args(&["--kube-client-burst", "0"]).is_err());
+    }
 }

@@ -1,11 +1,14 @@
 //! Leader election between two operator replicas on the testbed: exactly one holds the
-//! Lease; when it dies the other takes over.
+//! Lease and only that one writes (proved with the API server's audit log, each replica
+//! sending its own User-Agent); when it dies the other takes over and writes.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use testbed::audit::AuditEvent;
 use testbed::{Options, Testbed, wait_for};
 
 fn free_addr() -> std::net::SocketAddr {
@@ -13,10 +16,34 @@ fn free_addr() -> std::net::SocketAddr {
     l.local_addr().expect("addr")
 }
 
-fn replica(tb: &Testbed, identity: &str) -> tokio::task::JoinHandle<()> {
+/// An operator replica on its own runtime and thread, as if in its own process.
+struct Replica {
+    kill: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Replica {
+    /// Stops the replica as a crash would: its runtime drops every task at once, so it
+    /// neither releases the Lease nor sends anything else.
+    fn kill(&mut self) {
+        if let Some(kill) = self.kill.take() {
+            let _ = kill.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn replica(tb: &Testbed, identity: &str) -> Replica {
     let config = controller::runtime::RunConfig {
         kubeconfig: Some(tb.kubeconfig().to_path_buf()),
-        management_kubeconfig: None,
         metrics_addr: free_addr(),
         health_addr: free_addr(),
         leader_election: Some(controller::leader::LeaderConfig {
@@ -26,15 +53,23 @@ fn replica(tb: &Testbed, identity: &str) -> tokio::task::JoinHandle<()> {
             duration: Duration::from_secs(4),
             grace: Duration::from_secs(1),
         }),
-        batch_idle: Duration::from_secs(1),
-        batch_max: Duration::from_secs(10),
-        gc_interval: Duration::from_secs(30),
-        gc_grace: Duration::from_secs(60),
-        node_repair_after: Duration::from_secs(600),
+        ..Default::default()
     };
-    tokio::spawn(async move {
-        let _ = controller::runtime::run_operator(config).await;
-    })
+    let (kill, killed) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("replica runtime");
+        runtime.spawn(controller::runtime::run_operator(config));
+        let _ = runtime.block_on(killed);
+        runtime.shutdown_background();
+    });
+    Replica {
+        kill: Some(kill),
+        thread: Some(thread),
+    }
 }
 
 async fn holder(leases: &Api<Lease>) -> Option<String> {
@@ -46,9 +81,101 @@ async fn holder(leases: &Api<Lease>) -> Option<String> {
         .holder_identity
 }
 
+fn nodeclasses(tb: &Testbed) -> Api<DynamicObject> {
+    Api::all_with(
+        tb.client(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(
+                "karpenter.cluster.x-k8s.io",
+                "v1alpha1",
+                "ClusterAPINodeClass",
+            ),
+            "clusterapinodeclasses",
+        ),
+    )
+}
+
+/// A NodeClass whose Cluster does not exist: the leader's status controller writes
+/// `ClusterReady=False` into its status.
+async fn create_nodeclass(tb: &Testbed, name: &str) {
+    let nc: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "karpenter.cluster.x-k8s.io/v1alpha1", "kind": "ClusterAPINodeClass",
+        "metadata": {"name": name},
+        "spec": {"clusterRef": {"namespace": "nowhere", "name": "missing"},
+                 "bootstrap": {"dataSecretName": "bootstrap-data"}}
+    }))
+    .expect("nodeclass fixture");
+    nodeclasses(tb)
+        .create(&PostParams::default(), &nc)
+        .await
+        .expect("nodeclass");
+}
+
+async fn wait_for_status(tb: &Testbed, name: &str) {
+    wait_for(
+        &format!("status of NodeClass {name}"),
+        Duration::from_secs(60),
+        || async {
+            let nc = nodeclasses(tb).get(name).await.ok()?;
+            nc.data["status"]["conditions"].as_array().map(|_| ())
+        },
+    )
+    .await
+    .expect("the leader writes the NodeClass status");
+}
+
+fn agent(identity: &str) -> String {
+    controller::runtime::user_agent(Some(identity))
+}
+
+/// What one replica's client did, by kind of request.
+#[derive(Debug, Default)]
+struct Requests {
+    all: usize,
+    lease_writes: usize,
+    /// Writes other than to the Lease, as "verb resource[/subresource]" -> count.
+    other_writes: BTreeMap<String, usize>,
+}
+
+impl Requests {
+    fn of(events: &[AuditEvent], identity: &str) -> Self {
+        let agent = agent(identity);
+        let mut r = Requests::default();
+        for e in events
+            .iter()
+            .filter(|e| e.user_agent == agent && e.is_complete())
+        {
+            r.all += 1;
+            if !e.is_write() {
+                continue;
+            }
+            if e.resource() == "leases" {
+                r.lease_writes += 1;
+            } else {
+                let sub = e
+                    .object_ref
+                    .as_ref()
+                    .and_then(|o| o.subresource.as_deref())
+                    .map(|s| format!("/{s}"))
+                    .unwrap_or_default();
+                *r.other_writes
+                    .entry(format!("{} {}{sub}", e.verb, e.resource()))
+                    .or_default() += 1;
+            }
+        }
+        r
+    }
+
+    fn other_write_count(&self) -> usize {
+        self.other_writes.values().sum()
+    }
+}
+
 #[tokio::test]
-async fn one_leader_and_failover() {
-    let tb = Testbed::start(Options::default()).await.expect("testbed");
+async fn one_leader_writes_and_fails_over() {
+    let tb = Testbed::start(Options::default().audit_log())
+        .await
+        .expect("testbed");
     let client = tb.client();
     Api::<Namespace>::all(client.clone())
         .create(
@@ -58,6 +185,7 @@ async fn one_leader_and_failover() {
         )
         .await
         .expect("namespace");
+    create_nodeclass(&tb, "first").await;
     let leases: Api<Lease> = Api::namespaced(client.clone(), "karpenter");
     let mut a = replica(&tb, "replica-a");
     let mut b = replica(&tb, "replica-b");
@@ -67,31 +195,87 @@ async fn one_leader_and_failover() {
     .await
     .expect("one replica holds the Lease");
     assert!(first == "replica-a" || first == "replica-b", "{first}");
-    // It stays with that one while both run.
+    let standby = if first == "replica-a" {
+        "replica-b"
+    } else {
+        "replica-a"
+    };
+    wait_for_status(&tb, "first").await;
+    // Both replicas run their caches for a while; the Lease stays with the first one.
     tokio::time::sleep(Duration::from_secs(6)).await;
     assert_eq!(
         holder(&leases).await.as_deref(),
         Some(first.as_str()),
         "no flapping"
     );
-    // Kill the leader (no release): the other replica takes over once the Lease expires.
+
+    // Before the leader dies: only it wrote, the standby only read (and maybe tried the
+    // Lease).
+    let before = tb.audit_events().expect("audit log");
+    let leader_before = Requests::of(&before, &first);
+    let standby_before = Requests::of(&before, standby);
+    eprintln!("while {first} led: {first}: {leader_before:?}; {standby}: {standby_before:?}");
+    assert!(
+        leader_before
+            .other_writes
+            .contains_key("patch clusterapinodeclasses/status"),
+        "the leader wrote the NodeClass status: {leader_before:?}"
+    );
+    assert!(
+        leader_before.lease_writes > 0,
+        "the leader took and renewed the Lease: {leader_before:?}"
+    );
+    assert!(
+        standby_before.all > 0,
+        "the standby's requests are in the log (it watches): {standby_before:?}"
+    );
+    assert_eq!(
+        standby_before.other_write_count(),
+        0,
+        "the standby wrote nothing but the Lease: {standby_before:?}"
+    );
+
+    // Kill the leader (a crash: no release): the other replica takes over once the Lease
+    // expires, and its loops write again.
     let killed = Instant::now();
     if first == "replica-a" {
-        a.abort();
-        let _ = (&mut a).await;
+        a.kill();
     } else {
-        b.abort();
-        let _ = (&mut b).await;
+        b.kill();
     }
+    create_nodeclass(&tb, "second").await;
     let second = wait_for("failover", Duration::from_secs(60), || async {
         holder(&leases).await.filter(|h| *h != first)
     })
     .await
     .expect("the other replica takes over");
+    let took_over = killed.elapsed();
+    assert_eq!(second, standby);
+    wait_for_status(&tb, "second").await;
+    let writing = killed.elapsed();
     eprintln!(
-        "leader {first} killed; {second} took over after {:.1}s (lease duration 4s)",
-        killed.elapsed().as_secs_f64()
+        "leader {first} killed; {second} took over after {:.1}s and wrote the new NodeClass's \
+         status {:.1}s after the kill (lease duration 4s)",
+        took_over.as_secs_f64(),
+        writing.as_secs_f64()
     );
-    a.abort();
-    b.abort();
+
+    let after = tb.audit_events().expect("audit log");
+    let new_leader = Requests::of(&after[before.len()..], &second);
+    let old_leader = Requests::of(&after[before.len()..], &first);
+    eprintln!("after the kill: {second}: {new_leader:?}; {first}: {old_leader:?}");
+    assert!(
+        new_leader
+            .other_writes
+            .contains_key("patch clusterapinodeclasses/status"),
+        "the new leader writes: {new_leader:?}"
+    );
+    assert!(new_leader.lease_writes > 0, "{new_leader:?}");
+    assert_eq!(
+        old_leader.other_write_count(),
+        0,
+        "the killed leader writes no more: {old_leader:?}"
+    );
+    a.kill();
+    b.kill();
 }

@@ -4,13 +4,15 @@
 # Cluster API core manager. Installs the Cluster API CRDs and this project's CRDs (crds/).
 # Returns when every started component reports healthy and prints `export KUBECONFIG=...`.
 #
-#   hack/testbed/up.sh [--dir DIR] [--components LIST] [--crds PATH]... [--watch-pid PID] [--quiet]
+#   hack/testbed/up.sh [--dir DIR] [--components LIST] [--crds PATH]... [--audit-log] [--watch-pid PID] [--quiet]
 #
 #   --dir DIR          state, logs, certs and kubeconfig (default: .cache/testbed/run;
 #                      the default instance also copies its kubeconfig to .cache/testbed/kubeconfig)
 #   --components LIST  comma-separated, from: controller-manager, scheduler, kwok, capi, none
 #                      (default: controller-manager,scheduler,kwok; "all" adds capi)
 #   --crds PATH        extra CRD file or directory to install (repeatable)
+#   --audit-log        kube-apiserver writes an audit log of every request (Metadata level,
+#                      JSON lines) to DIR/logs/audit.log (also TESTBED_AUDIT_LOG=1)
 #   --watch-pid PID    stop this testbed when process PID exits (used by the Rust testbed)
 #
 # Running it again on a live testbed is safe: it reports the running instance and starts the
@@ -24,15 +26,18 @@ components=controller-manager,scheduler,kwok
 extra_crds=()
 watch_pid=
 quiet=
+audit_log=${TESTBED_AUDIT_LOG:-}
+[ "$audit_log" = 0 ] && audit_log=
 
 while [ $# -gt 0 ]; do
   case $1 in
     --dir) dir=$2; shift 2 ;;
     --components) components=$2; shift 2 ;;
     --crds) extra_crds+=("$2"); shift 2 ;;
+    --audit-log) audit_log=1; shift ;;
     --watch-pid) watch_pid=$2; shift 2 ;;
     --quiet) quiet=1; shift ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "up.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -150,6 +155,20 @@ fi
 
 # --- etcd + kube-apiserver ------------------------------------------------------------
 curl_api=(--cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key")
+audit_args=()
+if [ -n "$audit_log" ]; then
+  # Who did what: verb, resource, user, userAgent, response code; no bodies. Blocking mode
+  # (the log backend's default): an event is in the file when its response is sent.
+  cat > "$dir/audit-policy.yaml" <<'EOF'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+EOF
+  audit_args=(--audit-policy-file "$dir/audit-policy.yaml" --audit-log-path "$dir/logs/audit.log"
+    --audit-log-format json --audit-log-mode blocking)
+fi
 start_core() { # etcd + kube-apiserver on fresh free ports, until /readyz
   read -r ETCD_PORT PEER_PORT API_PORT KCM_PORT SCHED_PORT KWOK_PORT CAPI_HEALTH CAPI_WEBHOOK CAPI_METRICS <<< "$(free_ports 9)"
   declare -p ETCD_PORT PEER_PORT API_PORT KCM_PORT SCHED_PORT KWOK_PORT CAPI_HEALTH CAPI_WEBHOOK CAPI_METRICS \
@@ -166,7 +185,8 @@ start_core() { # etcd + kube-apiserver on fresh free ports, until /readyz
     --service-account-issuer https://kubernetes.default.svc --service-account-key-file "$pki/sa.pub" \
     --service-account-signing-key-file "$pki/sa.key" --service-cluster-ip-range 10.96.0.0/16 \
     --authorization-mode RBAC --allow-privileged=true --disable-admission-plugins ServiceAccount \
-    --enable-priority-and-fairness=false --profiling=false --storage-backend etcd3 --v 0
+    --enable-priority-and-fairness=false --profiling=false --storage-backend etcd3 --v 0 \
+    ${audit_args[@]+"${audit_args[@]}"}
   wait_http kube-apiserver "https://127.0.0.1:$API_PORT/readyz" 90 '^ok$' "${curl_api[@]}"
 }
 if api_pid=$(running kube-apiserver) && [ -s "$dir/ports" ]; then

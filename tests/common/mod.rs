@@ -179,15 +179,11 @@ pub async fn env(templates_spec: Vec<Tpl>) -> Env {
 pub fn operator_config(tb: &Testbed) -> controller::runtime::RunConfig {
     controller::runtime::RunConfig {
         kubeconfig: Some(tb.kubeconfig().to_path_buf()),
-        management_kubeconfig: None,
         metrics_addr: free_addr(),
         health_addr: free_addr(),
-        leader_election: None,
-        batch_idle: Duration::from_secs(1),
-        batch_max: Duration::from_secs(10),
         gc_interval: Duration::from_secs(2),
         gc_grace: Duration::from_secs(5),
-        node_repair_after: Duration::from_secs(600),
+        ..Default::default()
     }
 }
 

@@ -12,6 +12,7 @@ pub mod nodeclass;
 pub mod nodeclass_status;
 pub mod nodepool_status;
 pub mod provisioning;
+pub mod ratelimit;
 pub mod runtime;
 pub mod server;
 pub mod simulate;

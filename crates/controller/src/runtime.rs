@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kube::client::ClientBuilder;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use prometheus_client::registry::Registry;
@@ -14,6 +15,7 @@ use tokio::sync::watch;
 
 use crate::leader::{Election, LeaderConfig, LeaderError};
 use crate::metrics::Metrics;
+use crate::ratelimit::{ClientRate, RateLimitLayer};
 use crate::server::{self, Readiness};
 
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +34,8 @@ pub enum RuntimeError {
     Leader(#[from] LeaderError),
     #[error("lost leadership; exiting so that exactly one replica writes")]
     LostLeadership,
+    #[error("user agent {0:?} is not a valid HTTP header value")]
+    UserAgent(String),
 }
 
 /// Everything `run` needs, parsed from flags/env by the binary.
@@ -52,6 +56,72 @@ pub struct RunConfig {
     pub gc_grace: Duration,
     /// A Node NotReady/Unknown this long is replaced.
     pub node_repair_after: Duration,
+    /// Client-side rate limit of each client (workload, management).
+    pub client_rate: ClientRate,
+}
+
+impl Default for RunConfig {
+    /// The defaults of `karpenter-capi run` without leader election; tests override the
+    /// addresses and what they need.
+    fn default() -> Self {
+        Self {
+            kubeconfig: None,
+            management_kubeconfig: None,
+            metrics_addr: SocketAddr::from(([0, 0, 0, 0], 8080)),
+            health_addr: SocketAddr::from(([0, 0, 0, 0], 8081)),
+            leader_election: None,
+            batch_idle: Duration::from_secs(1),
+            batch_max: Duration::from_secs(10),
+            gc_interval: Duration::from_secs(30),
+            gc_grace: crate::garbagecollection::MACHINE_GRACE,
+            node_repair_after: Duration::from_secs(600),
+            client_rate: ClientRate::default(),
+        }
+    }
+}
+
+impl RunConfig {
+    /// This replica's name: its Lease identity, or `karpenter-capi` without election.
+    pub fn identity(&self) -> String {
+        self.leader_election
+            .as_ref()
+            .map(|l| l.identity.clone())
+            .unwrap_or_else(|| "karpenter-capi".into())
+    }
+
+    /// How this replica's clients talk to the API servers.
+    pub fn client_options(&self) -> ClientOptions {
+        ClientOptions {
+            rate: self.client_rate,
+            user_agent: user_agent(self.leader_election.as_ref().map(|l| l.identity.as_str())),
+        }
+    }
+}
+
+/// `karpenter-capi/<version>`, with the replica in parentheses when given: the API
+/// server's audit log and metrics then tell the replicas apart.
+pub fn user_agent(identity: Option<&str>) -> String {
+    let base = concat!("karpenter-capi/", env!("CARGO_PKG_VERSION"));
+    match identity {
+        Some(id) => format!("{base} ({id})"),
+        None => base.to_string(),
+    }
+}
+
+/// Rate limit and User-Agent of a client.
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    pub rate: ClientRate,
+    pub user_agent: String,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self {
+            rate: ClientRate::default(),
+            user_agent: user_agent(None),
+        }
+    }
 }
 
 /// Shared by every control loop.
@@ -67,8 +137,12 @@ pub struct Context {
 }
 
 /// Builds a client from a kubeconfig path, or the environment's default configuration.
-pub async fn client(path: Option<&PathBuf>) -> Result<Client, RuntimeError> {
-    let config = match path {
+/// Every request it sends carries the User-Agent and waits for the client's rate limit.
+pub async fn client(
+    path: Option<&PathBuf>,
+    options: &ClientOptions,
+) -> Result<Client, RuntimeError> {
+    let mut config = match path {
         Some(path) => {
             let bad = |message: String| RuntimeError::Kubeconfig {
                 path: path.display().to_string(),
@@ -86,14 +160,21 @@ pub async fn client(path: Option<&PathBuf>) -> Result<Client, RuntimeError> {
                 message: e.to_string(),
             })?,
     };
-    Ok(Client::try_from(config)?)
+    let agent = http::HeaderValue::from_str(&options.user_agent)
+        .map_err(|_| RuntimeError::UserAgent(options.user_agent.clone()))?;
+    config.headers.push((http::header::USER_AGENT, agent));
+    Ok(ClientBuilder::try_from(config)?
+        .with_layer(&RateLimitLayer::new(options.rate))
+        .build())
 }
 
 /// Builds the shared context: clients, metrics registry, readiness flag.
 pub async fn context(config: RunConfig) -> Result<(Context, Registry), RuntimeError> {
-    let workload = client(config.kubeconfig.as_ref()).await?;
+    let options = config.client_options();
+    let workload = client(config.kubeconfig.as_ref(), &options).await?;
     let management = match &config.management_kubeconfig {
-        Some(path) => client(Some(path)).await?,
+        // Its own bucket: client-go gives every rest.Config its own limiter too.
+        Some(path) => client(Some(path), &options).await?,
         None => workload.clone(),
     };
     let mut registry = Registry::default();
@@ -167,11 +248,7 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
     use kube::runtime::reflector;
     use kube::runtime::watcher;
 
-    let identity = config
-        .leader_election
-        .as_ref()
-        .map(|l| l.identity.clone())
-        .unwrap_or_else(|| "karpenter-capi".into());
+    let identity = config.identity();
     let (ctx, registry) = context(config).await?;
     // Everything spawned here is aborted if this future is dropped (a killed operator).
     let mut tasks = crate::tasks::Tasks::default();
@@ -409,4 +486,36 @@ async fn warm_templates(management: &Client, index: &templates::watch::TemplateI
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     index.ready().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::leader::LeaderConfig;
+
+    #[test]
+    fn user_agent_names_the_replica() {
+        let version = env!("CARGO_PKG_VERSION");
+        assert_eq!(user_agent(None), format!("karpenter-capi/{version}"));
+        let config = RunConfig {
+            leader_election: Some(LeaderConfig {
+                namespace: "karpenter".into(),
+                name: "lease".into(),
+                identity: "replica-a".into(),
+                duration: Duration::from_secs(15),
+                grace: Duration::from_secs(5),
+            }),
+            ..RunConfig::default()
+        };
+        let options = config.client_options();
+        assert_eq!(
+            options.user_agent,
+            format!("karpenter-capi/{version} (replica-a)")
+        );
+        assert_eq!(options.rate, ClientRate::default());
+        assert_eq!(
+            RunConfig::default().client_options().user_agent,
+            user_agent(None)
+        );
+    }
 }

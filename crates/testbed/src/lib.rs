@@ -15,6 +15,7 @@
 //! Dropping the handle stops its processes; a watchdog stops them too if the test process
 //! is killed.
 
+pub mod audit;
 pub mod provider;
 
 use std::future::Future;
@@ -54,6 +55,8 @@ pub enum Error {
     Untyped(String),
     #[error("timed out after {timeout:?} waiting for {what}")]
     Timeout { what: String, timeout: Duration },
+    #[error("audit log {path}: {message}")]
+    Audit { path: PathBuf, message: String },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -86,6 +89,7 @@ impl Component {
 pub struct Options {
     components: Vec<Component>,
     crds: Vec<PathBuf>,
+    audit_log: bool,
 }
 
 impl Options {
@@ -106,6 +110,13 @@ impl Options {
             .with(Component::ClusterApi)
     }
 
+    /// kube-apiserver writes an audit log of every request (Metadata level: verb,
+    /// resource, user agent, response code); read it with [`Testbed::audit_events`].
+    pub fn audit_log(mut self) -> Self {
+        self.audit_log = true;
+        self
+    }
+
     /// Installs extra CRDs from a YAML file or directory at start-up.
     pub fn crds(mut self, path: impl Into<PathBuf>) -> Self {
         self.crds.push(path.into());
@@ -118,10 +129,14 @@ pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// Directory of the testbed binaries (`TESTBED_BIN_DIR`, else the build cache).
+/// Directory of the testbed binaries (`TESTBED_BIN_DIR`, else `bin/` of the build cache:
+/// `TESTBED_CACHE` or `.cache/testbed`, as in `hack/testbed/build.sh`).
 pub fn bin_dir() -> PathBuf {
-    match std::env::var_os("TESTBED_BIN_DIR") {
-        Some(dir) => PathBuf::from(dir),
+    if let Some(dir) = std::env::var_os("TESTBED_BIN_DIR") {
+        return PathBuf::from(dir);
+    }
+    match std::env::var_os("TESTBED_CACHE") {
+        Some(cache) => PathBuf::from(cache).join("bin"),
         None => repo_root().join(".cache/testbed/bin"),
     }
 }
@@ -160,6 +175,9 @@ impl Testbed {
             .arg("--quiet");
         for crd in &options.crds {
             cmd.arg("--crds").arg(crd);
+        }
+        if options.audit_log {
+            cmd.arg("--audit-log");
         }
         let output = cmd.output().await.map_err(|source| Error::Io {
             what: "hack/testbed/up.sh".into(),
@@ -213,6 +231,19 @@ impl Testbed {
             .path()
             .join("logs")
             .join(format!("{component}.log"))
+    }
+
+    /// The audit log so far (started with [`Options::audit_log`]).
+    pub fn audit_events(&self) -> Result<Vec<audit::AuditEvent>> {
+        let path = self.log("audit");
+        let text = std::fs::read_to_string(&path).map_err(|e| Error::Audit {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        audit::parse(&text).map_err(|e| Error::Audit {
+            path,
+            message: e.to_string(),
+        })
     }
 
     /// A `kubectl` command (the testbed's own build) pointed at this testbed.

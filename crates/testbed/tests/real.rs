@@ -267,3 +267,58 @@ async fn capi_manager_is_healthy_and_reconciles() {
         "manager log shows controllers starting"
     );
 }
+
+#[tokio::test]
+async fn audit_log_records_each_request_with_its_user_agent() {
+    let tb = Testbed::start(Options::default().audit_log())
+        .await
+        .expect("testbed starts");
+    let kubeconfig = kube::config::Kubeconfig::read_from(tb.kubeconfig()).expect("kubeconfig");
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .expect("config");
+    config.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_static("audit-probe/1"),
+    ));
+    let client = kube::Client::try_from(config).expect("client");
+    let ns = tb.temp_namespace().await.expect("namespace");
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client, &ns);
+    cms.create(
+        &PostParams::default(),
+        &from_json(json!({"metadata": {"name": "probe"}})),
+    )
+    .await
+    .expect("create");
+    cms.get("probe").await.expect("get");
+    let events = tb.audit_events().expect("audit log");
+    let probe: Vec<_> = events
+        .iter()
+        .filter(|e| e.user_agent == "audit-probe/1" && e.is_complete())
+        .map(|e| (e.verb.as_str(), e.resource(), e.response_status.clone()))
+        .collect();
+    let ok = Some(testbed::audit::AuditStatus { code: Some(201) });
+    let got = Some(testbed::audit::AuditStatus { code: Some(200) });
+    assert_eq!(
+        probe,
+        vec![("create", "configmaps", ok), ("get", "configmaps", got)],
+        "exactly the probe's two requests, in order"
+    );
+    // Other clients are in the log too: the testbed's own made the namespace.
+    assert!(
+        events
+            .iter()
+            .any(|e| e.verb == "create" && e.resource() == "namespaces"),
+        "{events:?}"
+    );
+}
+
+#[tokio::test]
+async fn no_audit_log_by_default() {
+    let tb = Testbed::start(Options::default())
+        .await
+        .expect("testbed starts");
+    tb.temp_namespace().await.expect("namespace");
+    assert!(!tb.log("audit").exists());
+    assert!(tb.audit_events().is_err());
+}
