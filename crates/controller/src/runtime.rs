@@ -261,57 +261,42 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
 
     // Caches (every replica): Nodes, our Machines, NodeClasses, Clusters, templates.
     let caches = Caches::start(&ctx.workload, &ctx.management);
-    let cluster_ar = nodeclass_status::cluster_resource();
-    let writer = reflector::store::Writer::new(cluster_ar.clone());
-    let clusters = writer.as_reader();
-    tasks.spawn(lifecycle::reflect(
-        writer,
-        watcher::watcher(
-            kube::Api::<kube::api::DynamicObject>::all_with(ctx.management.clone(), &cluster_ar),
-            watcher::Config::default(),
-        ),
-    ));
+    let clusters = lifecycle::dynamic_cache(
+        &mut tasks,
+        &ctx.management,
+        &nodeclass_status::cluster_resource(),
+        watcher::Config::default(),
+    );
     let index = templates::watch::TemplateIndex::new();
     tasks.spawn(templates::watch::run(
         ctx.management.clone(),
         index.clone(),
         templates::watch::WatchConfig::default(),
     ));
-    // Provisioner caches: Pods, DaemonSets, NodePools (NodeClaims are watched below).
-    let (pods, w) = reflector::store::<k8s_openapi::api::core::v1::Pod>();
-    tasks.spawn(lifecycle::reflect(
-        w,
-        watcher::watcher(
-            kube::Api::all(ctx.workload.clone()),
-            watcher::Config::default(),
-        ),
-    ));
-    let (daemonsets, w) = reflector::store::<k8s_openapi::api::apps::v1::DaemonSet>();
-    tasks.spawn(lifecycle::reflect(
-        w,
-        watcher::watcher(
-            kube::Api::all(ctx.workload.clone()),
-            watcher::Config::default(),
-        ),
-    ));
-    let nodepools = {
-        let ar = crate::provisioning::nodepool_resource();
-        let writer = reflector::store::Writer::new(ar.clone());
-        let store = writer.as_reader();
-        tasks.spawn(lifecycle::reflect(
-            writer,
-            watcher::watcher(
-                kube::Api::<kube::api::DynamicObject>::all_with(ctx.workload.clone(), &ar),
-                watcher::Config::default(),
-            ),
-        ));
-        store
-    };
+    // Provisioner and NodePool status caches: Pods, DaemonSets, NodePools, NodeClaims.
+    let pods = lifecycle::typed_cache::<k8s_openapi::api::core::v1::Pod>(&mut tasks, &ctx.workload);
+    let daemonsets =
+        lifecycle::typed_cache::<k8s_openapi::api::apps::v1::DaemonSet>(&mut tasks, &ctx.workload);
+    let nodepools = lifecycle::dynamic_cache(
+        &mut tasks,
+        &ctx.workload,
+        &crate::provisioning::nodepool_resource(),
+        watcher::Config::default(),
+    );
+    // The lifecycle controller keeps its own private NodeClaim store; GC, provisioning and
+    // NodePool status read this one.
+    let nodeclaims_store = lifecycle::dynamic_cache(
+        &mut tasks,
+        &ctx.workload,
+        &crate::nodeclaim::context::nodeclaim_resource(),
+        watcher::Config::default(),
+    );
     caches.ready().await;
     let _ = clusters.wait_until_ready().await;
     let _ = pods.wait_until_ready().await;
     let _ = daemonsets.wait_until_ready().await;
     let _ = nodepools.wait_until_ready().await;
+    let _ = nodeclaims_store.wait_until_ready().await;
     warm_templates(&ctx.management, &index).await;
     ctx.readiness.set_ready();
     tracing::info!("caches synced");
@@ -368,20 +353,6 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
     };
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
-    };
-    let nodeclaims_store = {
-        // GC reads the NodeClaims through its own watch (the controller's store is private).
-        let ar = crate::nodeclaim::context::nodeclaim_resource();
-        let writer = reflector::store::Writer::new(ar.clone());
-        let store = writer.as_reader();
-        tasks.spawn(lifecycle::reflect(
-            writer,
-            watcher::watcher(
-                kube::Api::<kube::api::DynamicObject>::all_with(ctx.workload.clone(), &ar),
-                watcher::Config::default(),
-            ),
-        ));
-        store
     };
     let nodepool_status = crate::nodepool_status::NodePoolStatus {
         client: ctx.workload.clone(),

@@ -159,6 +159,42 @@ where
         })
 }
 
+/// A cache of the `ar` objects `client` sees (filtered by `config`), fed by a watch on a
+/// task owned by `tasks`.
+pub fn dynamic_cache(
+    tasks: &mut crate::tasks::Tasks,
+    client: &kube::Client,
+    ar: &kube::api::ApiResource,
+    config: watcher::Config,
+) -> Store<DynamicObject> {
+    let writer = reflector::store::Writer::new(ar.clone());
+    let store = writer.as_reader();
+    tasks.spawn(reflect(
+        writer,
+        watcher(Api::<DynamicObject>::all_with(client.clone(), ar), config),
+    ));
+    store
+}
+
+/// A cache of every `K` in the cluster (all namespaces), fed by a watch on a task owned by `tasks`.
+pub fn typed_cache<K>(tasks: &mut crate::tasks::Tasks, client: &kube::Client) -> Store<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + Send
+        + Sync
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + 'static,
+{
+    let (store, writer) = reflector::store::<K>();
+    tasks.spawn(reflect(
+        writer,
+        watcher(Api::<K>::all(client.clone()), watcher::Config::default()),
+    ));
+    store
+}
+
 /// The caches the lifecycle reads (Nodes, our Machines, NodeClasses), each fed by a watch
 /// on a spawned task.
 pub struct Caches {
@@ -171,34 +207,19 @@ pub struct Caches {
 impl Caches {
     pub fn start(workload: &kube::Client, management: &kube::Client) -> Caches {
         let mut tasks = crate::tasks::Tasks::default();
-        let (nodes, w) = reflector::store::<Node>();
-        tasks.spawn(reflect(
-            w,
-            watcher(
-                Api::<Node>::all(workload.clone()),
-                watcher::Config::default(),
-            ),
-        ));
-        let mar = machine::machine_resource();
-        let w = reflector::store::Writer::new(mar.clone());
-        let machines = w.as_reader();
-        tasks.spawn(reflect(
-            w,
-            watcher(
-                Api::<DynamicObject>::all_with(management.clone(), &mar),
-                watcher::Config::default().labels(names::NODECLAIM_LABEL),
-            ),
-        ));
-        let ncr = nodeclass_resource();
-        let w = reflector::store::Writer::new(ncr.clone());
-        let nodeclasses = w.as_reader();
-        tasks.spawn(reflect(
-            w,
-            watcher(
-                Api::<DynamicObject>::all_with(workload.clone(), &ncr),
-                watcher::Config::default(),
-            ),
-        ));
+        let nodes = typed_cache::<Node>(&mut tasks, workload);
+        let machines = dynamic_cache(
+            &mut tasks,
+            management,
+            &machine::machine_resource(),
+            watcher::Config::default().labels(names::NODECLAIM_LABEL),
+        );
+        let nodeclasses = dynamic_cache(
+            &mut tasks,
+            workload,
+            &nodeclass_resource(),
+            watcher::Config::default(),
+        );
         Caches {
             nodes,
             machines,
