@@ -193,6 +193,7 @@ async fn registration_timeout_deletes_nodeclaim_and_machine() {
         )
         .await
         .expect("nodeclaim");
+    create_nodepool(&client, json!({})).await;
     wait_for(
         "providerID without a Node",
         Duration::from_secs(60),
@@ -225,6 +226,22 @@ async fn registration_timeout_deletes_nodeclaim_and_machine() {
         events.iter().any(|(r, _)| r == "RegistrationTimeout"),
         "{events:?}"
     );
+    // The NodePool reports it.
+    wait_for(
+        "NodeRegistrationHealthy=False",
+        Duration::from_secs(10),
+        || async {
+            let np = nodepools(&client).get("default").await.ok()?;
+            let c = np.data["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == "NodeRegistrationHealthy")?
+                .clone();
+            (c["status"] == "False" && c["reason"] == "RegistrationFailed").then_some(())
+        },
+    )
+    .await
+    .expect("NodePool NodeRegistrationHealthy=False after a registration timeout");
 }
 
 #[tokio::test]

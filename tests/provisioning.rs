@@ -10,52 +10,10 @@ use std::time::Duration;
 use common::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DynamicObject, ListParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::api::{Api, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use testbed::wait_for;
-
-fn nodepools(c: &Client) -> Api<DynamicObject> {
-    Api::all_with(
-        c.clone(),
-        &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("karpenter.sh", "v1", "NodePool"),
-            "nodepools",
-        ),
-    )
-}
-
-async fn create_nodepool(client: &Client, limits: Value) -> DynamicObject {
-    nodepools(client)
-        .create(
-            &PostParams::default(),
-            &from_json(json!({
-                "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
-                "metadata": {"name": "default"},
-                "spec": {
-                    "template": {
-                        "metadata": {"labels": {"team": "web"}},
-                        "spec": {
-                            "nodeClassRef": {"group": "karpenter.cluster.x-k8s.io",
-                                             "kind": "ClusterAPINodeClass", "name": "default"},
-                            "requirements": [{"key": "karpenter.sh/capacity-type",
-                                              "operator": "In", "values": ["on-demand"]}]
-                        }
-                    },
-                    "limits": limits
-                }
-            })),
-        )
-        .await
-        .expect("nodepool");
-    wait_for("NodePool Ready", Duration::from_secs(30), || async {
-        let np = nodepools(client).get("default").await.ok()?;
-        (condition(&np, "Ready").as_deref() == Some("True")).then_some(np)
-    })
-    .await
-    .expect("NodePool becomes Ready")
-}
 
 fn deployment(name: &str, replicas: i32, cpu: &str, memory: &str, extra: Value) -> Deployment {
     let mut spec = json!({

@@ -223,3 +223,45 @@ pub async fn events_for(client: &Client, name: &str) -> Vec<(String, String)> {
         })
         .unwrap_or_default()
 }
+
+/// `karpenter.sh/v1` NodePools.
+pub fn nodepools(c: &Client) -> Api<DynamicObject> {
+    Api::all_with(
+        c.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("karpenter.sh", "v1", "NodePool"),
+            "nodepools",
+        ),
+    )
+}
+
+pub async fn create_nodepool(client: &Client, limits: Value) -> DynamicObject {
+    nodepools(client)
+        .create(
+            &PostParams::default(),
+            &from_json(json!({
+                "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+                "metadata": {"name": "default"},
+                "spec": {
+                    "template": {
+                        "metadata": {"labels": {"team": "web"}},
+                        "spec": {
+                            "nodeClassRef": {"group": "karpenter.cluster.x-k8s.io",
+                                             "kind": "ClusterAPINodeClass", "name": "default"},
+                            "requirements": [{"key": "karpenter.sh/capacity-type",
+                                              "operator": "In", "values": ["on-demand"]}]
+                        }
+                    },
+                    "limits": limits
+                }
+            })),
+        )
+        .await
+        .expect("nodepool");
+    wait_for("NodePool Ready", Duration::from_secs(30), || async {
+        let np = nodepools(client).get("default").await.ok()?;
+        (condition(&np, "Ready").as_deref() == Some("True")).then_some(np)
+    })
+    .await
+    .expect("NodePool becomes Ready")
+}

@@ -21,12 +21,30 @@ use crate::metrics::{Metrics, ResourceLabels};
 use crate::nodeclaim::context::nodeclass_resource;
 use crate::provisioning::{convert, nodepool_resource, snapshot};
 
+/// The last registration timeout per NodePool (reported by the liveness loop, read by the
+/// status loop, which stays the only writer of NodePool status).
+#[derive(Debug, Default)]
+pub struct RegistrationFailures(std::sync::Mutex<BTreeMap<String, (Timestamp, String)>>);
+
+impl RegistrationFailures {
+    pub fn record(&self, nodepool: &str, at: Timestamp, message: String) {
+        if let Ok(mut m) = self.0.lock() {
+            m.insert(nodepool.to_string(), (at, message));
+        }
+    }
+
+    pub fn last(&self, nodepool: &str) -> Option<(Timestamp, String)> {
+        self.0.lock().ok()?.get(nodepool).cloned()
+    }
+}
+
 /// How often the status is recomputed from the caches.
 const TICK: Duration = Duration::from_secs(1);
 
 const VALIDATION_FAILED: &str = "NodeClassRefInvalid";
 const NODECLASS_NOT_FOUND: &str = "NodeClassNotFound";
 const NODECLASS_NOT_READY: &str = "NodeClassNotReady";
+const REGISTRATION_FAILED: &str = "RegistrationFailed";
 
 fn conditions_of(v: &Value) -> Vec<Condition> {
     serde_json::from_value(v["status"]["conditions"].clone()).unwrap_or_default()
@@ -37,6 +55,7 @@ pub fn desired(
     pool: &Value,
     claims: &[&Value],
     nodeclass: Option<&Value>,
+    last_failure: Option<&(Timestamp, String)>,
     now: Timestamp,
 ) -> Value {
     let generation = pool["metadata"]["generation"].as_i64();
@@ -115,31 +134,51 @@ pub fn desired(
             }
         }
     };
-    // Karpenter turns this True on a successful registration (and False on a registration
-    // timeout, which the liveness loop reports); until then Unknown.
-    if claims
+    // Karpenter: True after a NodeClaim registers, False after a registration timeout,
+    // whichever happened last; Unknown before either.
+    let last_registration = claims
         .iter()
-        .any(|c| cond::is_true(&conditions_of(c), types::REGISTERED))
-    {
-        cond::set(
-            &mut conditions,
-            types::NODE_REGISTRATION_HEALTHY,
-            TRUE,
-            types::NODE_REGISTRATION_HEALTHY,
-            "",
-            generation,
-            now,
-        );
-    } else if cond::get(&conditions, types::NODE_REGISTRATION_HEALTHY).is_none() {
-        cond::set(
-            &mut conditions,
-            types::NODE_REGISTRATION_HEALTHY,
-            UNKNOWN,
-            "AwaitingReconciliation",
-            "no NodeClaim of this NodePool has registered yet",
-            generation,
-            now,
-        );
+        .filter_map(|c| {
+            let cs = conditions_of(c);
+            let r = cond::get(&cs, types::REGISTERED)?;
+            (r.status == TRUE).then_some(r.last_transition_time.0)
+        })
+        .max();
+    match (last_registration, last_failure) {
+        (registered, Some((failed, message))) if registered.is_none_or(|r| r < *failed) => {
+            cond::set(
+                &mut conditions,
+                types::NODE_REGISTRATION_HEALTHY,
+                FALSE,
+                REGISTRATION_FAILED,
+                message,
+                generation,
+                now,
+            );
+        }
+        (Some(_), _) => {
+            cond::set(
+                &mut conditions,
+                types::NODE_REGISTRATION_HEALTHY,
+                TRUE,
+                types::NODE_REGISTRATION_HEALTHY,
+                "",
+                generation,
+                now,
+            );
+        }
+        _ if cond::get(&conditions, types::NODE_REGISTRATION_HEALTHY).is_none() => {
+            cond::set(
+                &mut conditions,
+                types::NODE_REGISTRATION_HEALTHY,
+                UNKNOWN,
+                "AwaitingReconciliation",
+                "no NodeClaim of this NodePool has registered yet",
+                generation,
+                now,
+            );
+        }
+        _ => {}
     }
     cond::set_ready_from(
         &mut conditions,
@@ -187,6 +226,7 @@ pub struct NodePoolStatus {
     pub nodepools: Store<DynamicObject>,
     pub nodeclaims: Store<DynamicObject>,
     pub nodeclasses: Store<DynamicObject>,
+    pub registration_failures: std::sync::Arc<RegistrationFailures>,
 }
 
 fn to_value<T: serde::Serialize>(v: &T) -> Value {
@@ -221,7 +261,14 @@ impl NodePoolStatus {
                 .get(&ObjectRef::new_with(class_name, nodeclass_resource()))
                 .map(|nc| to_value(nc.as_ref()));
             let pool_claims = by_pool.get(name).map(Vec::as_slice).unwrap_or_default();
-            let status = desired(&v, pool_claims, nodeclass.as_ref(), Timestamp::now());
+            let failure = self.registration_failures.last(name);
+            let status = desired(
+                &v,
+                pool_claims,
+                nodeclass.as_ref(),
+                failure.as_ref(),
+                Timestamp::now(),
+            );
             self.record_metrics(name, &v, &status);
             if !differs(&v, &status) {
                 continue;
@@ -325,6 +372,7 @@ mod tests {
             &pool("ClusterAPINodeClass"),
             &[&a, &b],
             Some(&nodeclass("True")),
+            None,
             Timestamp::now(),
         );
         assert_eq!(s["nodes"], 2);
@@ -340,7 +388,13 @@ mod tests {
 
     #[test]
     fn missing_or_unready_nodeclass_and_foreign_kind_make_the_pool_not_ready() {
-        let s = desired(&pool("ClusterAPINodeClass"), &[], None, Timestamp::now());
+        let s = desired(
+            &pool("ClusterAPINodeClass"),
+            &[],
+            None,
+            None,
+            Timestamp::now(),
+        );
         assert_eq!(
             condition(&s, "NodeClassReady")["reason"],
             NODECLASS_NOT_FOUND
@@ -356,6 +410,7 @@ mod tests {
             &pool("ClusterAPINodeClass"),
             &[],
             Some(&nodeclass("False")),
+            None,
             Timestamp::now(),
         );
         let c = condition(&s, "NodeClassReady");
@@ -371,6 +426,7 @@ mod tests {
             &pool("EC2NodeClass"),
             &[],
             Some(&nodeclass("True")),
+            None,
             Timestamp::now(),
         );
         assert_eq!(condition(&s, "ValidationSucceeded")["status"], "False");
@@ -378,13 +434,44 @@ mod tests {
     }
 
     #[test]
+    fn registration_health_follows_the_latest_registration_or_timeout() {
+        let p = pool("ClusterAPINodeClass");
+        let nc = nodeclass("True");
+        let registered = claim("4", true); // Registered since 2026-01-01
+        let at = |s: &str| s.parse::<Timestamp>().expect("time");
+        let failure = (at("2026-02-01T00:00:00Z"), "no Node registered".to_string());
+        let s = desired(
+            &p,
+            &[&registered],
+            Some(&nc),
+            Some(&failure),
+            Timestamp::now(),
+        );
+        let c = condition(&s, "NodeRegistrationHealthy");
+        assert_eq!(c["status"], "False");
+        assert_eq!(c["reason"], REGISTRATION_FAILED);
+        assert_eq!(c["message"], "no Node registered");
+        // Ready does not depend on it.
+        assert_eq!(condition(&s, "Ready")["status"], "True");
+        let old_failure = (at("2025-12-01T00:00:00Z"), "old".to_string());
+        let s = desired(
+            &p,
+            &[&registered],
+            Some(&nc),
+            Some(&old_failure),
+            Timestamp::now(),
+        );
+        assert_eq!(condition(&s, "NodeRegistrationHealthy")["status"], "True");
+    }
+
+    #[test]
     fn unchanged_status_is_not_rewritten() {
         let mut p = pool("ClusterAPINodeClass");
         let nc = nodeclass("True");
-        let s = desired(&p, &[], Some(&nc), Timestamp::now());
+        let s = desired(&p, &[], Some(&nc), None, Timestamp::now());
         assert!(differs(&p, &s));
         p["status"] = s;
-        let again = desired(&p, &[], Some(&nc), Timestamp::now());
+        let again = desired(&p, &[], Some(&nc), None, Timestamp::now());
         assert!(!differs(&p, &again), "{again}");
     }
 }

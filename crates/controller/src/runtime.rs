@@ -333,6 +333,7 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         },
     );
     let unavailable: Arc<crate::unavailable::UnavailableOfferings> = Arc::default();
+    let registration_failures: Arc<crate::nodepool_status::RegistrationFailures> = Arc::default();
     let lifecycle_ctx = Ctx {
         workload: ctx.workload.clone(),
         management: ctx.management.clone(),
@@ -350,6 +351,7 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
             ..Settings::default()
         },
         kinds: Arc::default(),
+        registration_failures: registration_failures.clone(),
     };
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
@@ -360,6 +362,7 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         nodepools: nodepools.clone(),
         nodeclaims: nodeclaims_store.clone(),
         nodeclasses: caches.nodeclasses.clone(),
+        registration_failures,
     };
     let provisioner = crate::provisioning::Provisioner {
         client: ctx.workload.clone(),

@@ -126,6 +126,7 @@ pub struct Ctx {
     pub unavailable: Arc<UnavailableOfferings>,
     pub settings: Settings,
     pub kinds: Arc<Kinds>,
+    pub registration_failures: Arc<crate::nodepool_status::RegistrationFailures>,
 }
 
 pub const FIELD_MANAGER: &str = "karpenter-capi";

@@ -194,6 +194,7 @@ pub async fn reconcile(
     ) {
         Ok(next) => Ok(Verdict::Alive(next)),
         Err(missed) => {
+            let registration = missed == Missed::Registration;
             let (reason, message) = match missed {
                 Missed::Launch => (
                     "LaunchTimeout",
@@ -218,6 +219,9 @@ pub async fn reconcile(
                     ),
                 ),
             };
+            if registration && let Some(pool) = claim.labels.get(api::consts::labels::NODEPOOL) {
+                ctx.registration_failures.record(pool, now, message.clone());
+            }
             tracing::info!(nodeclaim = %claim.name, reason, %message, "deleting nodeclaim");
             ctx.event(obj, EventType::Warning, reason, message).await;
             ctx.delete_claim(&claim.name).await?;
