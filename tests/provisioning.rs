@@ -364,3 +364,40 @@ async fn limits_stop_provisioning_and_pending_pods_say_why() {
     let again = nodepools(&client).get("default").await.expect("nodepool");
     assert_eq!(again.resource_version(), np.resource_version());
 }
+
+#[tokio::test]
+async fn the_operator_needs_nothing_beyond_the_deploy_base_rbac() {
+    // Every cache, launch, status write and event below goes through the ServiceAccount.
+    let env = env_as(default_templates(json!({})), true).await;
+    let client = env.tb.client();
+    create_nodepool(&client, json!({"cpu": "100"})).await;
+    let ns = env.tb.temp_namespace().await.expect("namespace");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("web", 3, "500m", "256Mi", json!({})),
+        )
+        .await
+        .expect("deployment");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let running_pods = wait_for("3 pods Running", Duration::from_secs(120), || async {
+        let l = pods.list(&ListParams::default()).await.ok()?.items;
+        (l.len() == 3 && l.iter().all(running)).then_some(l)
+    })
+    .await;
+    let Ok(running_pods) = running_pods else {
+        panic!("3 pods not Running: {}", diagnose(&client, &ns).await);
+    };
+    let nominated = events_for(&client, &running_pods[0].name_any()).await;
+    assert!(
+        nominated.iter().any(|(r, _)| r == "Nominated"),
+        "{nominated:?}"
+    );
+    wait_for("NodePool status.nodes", Duration::from_secs(10), || async {
+        let np = nodepools(&client).get("default").await.ok()?;
+        (np.data["status"]["nodes"] == json!(1)).then_some(())
+    })
+    .await
+    .expect("NodePool status written by the ServiceAccount");
+}

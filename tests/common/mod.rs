@@ -86,6 +86,12 @@ pub fn default_templates(annotations: Value) -> Vec<Tpl> {
 /// Testbed + CAPI + provider + a Cluster with two failure domains + templates + a
 /// NodeClass, and the operator running.
 pub async fn env(templates_spec: Vec<Tpl>) -> Env {
+    env_as(templates_spec, false).await
+}
+
+/// As `env`; with `least_privilege` the operator runs as the ServiceAccount of
+/// `deploy/base` with exactly the RBAC it installs (impersonated), not as cluster admin.
+pub async fn env_as(templates_spec: Vec<Tpl>, least_privilege: bool) -> Env {
     let tb = Testbed::start(Options::all())
         .await
         .expect("testbed starts");
@@ -161,7 +167,15 @@ pub async fn env(templates_spec: Vec<Tpl>) -> Env {
         )
         .await
         .expect("nodeclass");
-    let operator = start_operator(&tb);
+    let operator = if least_privilege {
+        let config = controller::runtime::RunConfig {
+            kubeconfig: Some(as_deploy_base_service_account(&tb).await),
+            ..operator_config(&tb)
+        };
+        spawn_operator(config)
+    } else {
+        start_operator(&tb)
+    };
     wait_for("NodeClass Ready", Duration::from_secs(60), || async {
         let nc = nodeclasses(&client).get("default").await.ok()?;
         (condition(&nc, "Ready").as_deref() == Some("True")).then_some(())
@@ -189,7 +203,10 @@ pub fn operator_config(tb: &Testbed) -> controller::runtime::RunConfig {
 
 /// Runs the operator's loops in this process (as `karpenter-capi run` does).
 pub fn start_operator(tb: &Testbed) -> tokio::task::JoinHandle<()> {
-    let config = operator_config(tb);
+    spawn_operator(operator_config(tb))
+}
+
+pub fn spawn_operator(config: controller::runtime::RunConfig) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         if let Err(e) = controller::runtime::run_operator(config).await {
             panic!("operator failed: {e}");
@@ -264,4 +281,54 @@ pub async fn create_nodepool(client: &Client, limits: Value) -> DynamicObject {
     })
     .await
     .expect("NodePool becomes Ready")
+}
+
+/// Installs `deploy/base` without the Deployment and Service (the operator runs in this
+/// process) and returns a kubeconfig that impersonates its ServiceAccount.
+pub async fn as_deploy_base_service_account(tb: &Testbed) -> std::path::PathBuf {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = tb
+        .kubectl()
+        .arg("kustomize")
+        .arg(root.join("deploy/base"))
+        .output()
+        .expect("kubectl kustomize runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(&String::from_utf8_lossy(&out.stdout)).expect("rendered YAML");
+    let mut service_account = None;
+    for d in docs {
+        match d["kind"].as_str() {
+            Some("Deployment" | "Service") => continue,
+            Some("ServiceAccount") => {
+                service_account = Some(format!(
+                    "system:serviceaccount:{}:{}",
+                    d["metadata"]["namespace"].as_str().unwrap_or_default(),
+                    d["metadata"]["name"].as_str().unwrap_or_default()
+                ));
+            }
+            _ => {}
+        }
+        tb.apply_yaml(&d.to_string(), "default")
+            .await
+            .expect("deploy/base object applies");
+    }
+    let mut kubeconfig =
+        kube::config::Kubeconfig::read_from(tb.kubeconfig()).expect("testbed kubeconfig");
+    for a in &mut kubeconfig.auth_infos {
+        if let Some(info) = a.auth_info.as_mut() {
+            info.impersonate = service_account.clone();
+        }
+    }
+    let path = tb.kubeconfig().with_extension("operator-sa");
+    std::fs::write(
+        &path,
+        serde_json::to_string(&kubeconfig).expect("kubeconfig JSON"),
+    )
+    .expect("write kubeconfig");
+    path
 }
