@@ -337,7 +337,8 @@ pub fn pod(v: &Value) -> scheduling::Pod {
 }
 
 /// Karpenter's provisionable pod: PodScheduled=False reason Unschedulable, no nodeName, not
-/// owned by a DaemonSet or Node, not terminating.
+/// preempting (no `status.nominatedNodeName`), not owned by a DaemonSet or Node, not
+/// terminating.
 pub fn provisionable(v: &Value) -> bool {
     let unschedulable = arr(&v["status"]["conditions"]).iter().any(|c| {
         c["type"] == "PodScheduled" && c["status"] == "False" && c["reason"] == "Unschedulable"
@@ -349,7 +350,10 @@ pub fn provisionable(v: &Value) -> bool {
         .iter()
         .any(|o| o["kind"] == "DaemonSet" || o["kind"] == "Node");
     let terminating = !v["metadata"]["deletionTimestamp"].is_null();
-    unschedulable && !bound && !owned_by_node && !terminating
+    let preempting = v["status"]["nominatedNodeName"]
+        .as_str()
+        .is_some_and(|n| !n.is_empty());
+    unschedulable && !bound && !owned_by_node && !terminating && !preempting
 }
 
 /// A DaemonSet's JSON → its per-node overhead.
@@ -572,6 +576,9 @@ mod tests {
         let mut term = base.clone();
         term["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
         assert!(!provisionable(&term));
+        let mut preempting = base.clone();
+        preempting["status"]["nominatedNodeName"] = json!("n");
+        assert!(!provisionable(&preempting));
         let pending = json!({"metadata": {"name": "p"}, "spec": {}, "status": {}});
         assert!(!provisionable(&pending));
     }
