@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use testbed::wait_for;
@@ -400,4 +400,130 @@ async fn the_operator_needs_nothing_beyond_the_deploy_base_rbac() {
     })
     .await
     .expect("NodePool status written by the ServiceAccount");
+}
+
+#[tokio::test]
+async fn empty_nodes_are_removed_within_the_budget_and_do_not_disrupt_is_kept() {
+    let env = env(default_templates(json!({}))).await;
+    let client = env.tb.client();
+    create_nodepool_with(
+        &client,
+        json!({}),
+        json!({"consolidateAfter": "0s", "budgets": [{"nodes": "1"}]}),
+    )
+    .await;
+    let ns = env.tb.temp_namespace().await.expect("namespace");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let anti = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+        "topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "db"}}}]}}});
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("db", 3, "500m", "256Mi", anti),
+        )
+        .await
+        .expect("deployment");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let ok = wait_for("3 pods Running", Duration::from_secs(120), || async {
+        let l = pods.list(&ListParams::default()).await.ok()?.items;
+        (l.len() == 3 && l.iter().all(running)).then_some(())
+    })
+    .await;
+    if ok.is_err() {
+        panic!("3 pods not Running: {}", diagnose(&client, &ns).await);
+    }
+    let claims = nodeclaims(&client)
+        .list(&ListParams::default())
+        .await
+        .expect("claims")
+        .items;
+    assert_eq!(claims.len(), 3);
+    // Nodes with pods are not empty: nothing is disrupted while the pods run.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert_eq!(
+        nodeclaims(&client)
+            .list(&ListParams::default())
+            .await
+            .expect("claims")
+            .items
+            .len(),
+        3
+    );
+    let keep = claims[0].name_any();
+    nodeclaims(&client)
+        .patch(
+            &keep,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "true"}}}),
+            ),
+        )
+        .await
+        .expect("annotate");
+    let scale = json!({"spec": {"replicas": 0}});
+    deployments
+        .patch(
+            "db",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&scale),
+        )
+        .await
+        .expect("scale to 0");
+    // The two others go, one at a time (budget 1); the annotated one stays.
+    let most_deleting = std::sync::atomic::AtomicUsize::new(0);
+    let (most, c) = (&most_deleting, &client);
+    let left = wait_for(
+        "empty NodeClaims removed",
+        Duration::from_secs(150),
+        || async move {
+            let l = nodeclaims(c).list(&ListParams::default()).await.ok()?.items;
+            let deleting = l
+                .iter()
+                .filter(|c| c.metadata.deletion_timestamp.is_some())
+                .count();
+            most.fetch_max(deleting, std::sync::atomic::Ordering::Relaxed);
+            (l.len() == 1).then_some(l)
+        },
+    )
+    .await;
+    let Ok(left) = left else {
+        panic!(
+            "empty NodeClaims not removed: {}",
+            diagnose(&client, &ns).await
+        );
+    };
+    assert_eq!(left[0].name_any(), keep);
+    let most = most_deleting.into_inner();
+    assert!(most <= 1, "{most} disrupted at once with a budget of 1");
+    let events = events_for(&client, &claims[1].name_any()).await;
+    let events2 = events_for(&client, &claims[2].name_any()).await;
+    let disrupted = events
+        .iter()
+        .chain(&events2)
+        .filter(|(r, note)| {
+            r == "DisruptionTerminating" && note.starts_with("Disrupting NodeClaim: empty")
+        })
+        .count();
+    assert_eq!(disrupted, 2, "{events:?} {events2:?}");
+    let machines: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &env.cluster.namespace,
+        &testbed::provider::machine_resource(),
+    );
+    wait_for(
+        "Machines of the removed claims gone",
+        Duration::from_secs(60),
+        || async {
+            (machines
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .len()
+                == 1)
+                .then_some(())
+        },
+    )
+    .await
+    .expect("one Machine left");
 }

@@ -253,6 +253,16 @@ pub fn nodepools(c: &Client) -> Api<DynamicObject> {
 }
 
 pub async fn create_nodepool(client: &Client, limits: Value) -> DynamicObject {
+    create_nodepool_with(client, limits, json!({"consolidateAfter": "Never"})).await
+}
+
+/// NodePool `default` (template label team=web, on-demand only) with `limits` and
+/// `disruption`, once Ready.
+pub async fn create_nodepool_with(
+    client: &Client,
+    limits: Value,
+    disruption: Value,
+) -> DynamicObject {
     nodepools(client)
         .create(
             &PostParams::default(),
@@ -269,7 +279,8 @@ pub async fn create_nodepool(client: &Client, limits: Value) -> DynamicObject {
                                               "operator": "In", "values": ["on-demand"]}]
                         }
                     },
-                    "limits": limits
+                    "limits": limits,
+                    "disruption": disruption
                 }
             })),
         )

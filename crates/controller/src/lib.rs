@@ -1,6 +1,7 @@
 //! Control loops, one module per loop, and the runtime pieces they share.
 
 pub mod clone;
+pub mod disruption;
 pub mod garbagecollection;
 pub mod inspect;
 pub mod leader;

@@ -72,6 +72,7 @@ fn launch_histogram() -> Histogram {
 pub struct Metrics {
     pub nodeclaims_created: Family<CreatedLabels, Counter>,
     pub nodeclaims_terminated: Family<TerminatedLabels, Counter>,
+    pub nodeclaims_disrupted: Family<CreatedLabels, Counter>,
     pub nodes_created: Family<NodePoolLabels, Counter>,
     pub nodes_terminated: Family<NodePoolLabels, Counter>,
     pub scheduling_duration: Family<ControllerLabels, Histogram, fn() -> Histogram>,
@@ -90,6 +91,7 @@ impl Metrics {
         let m = Metrics {
             nodeclaims_created: Family::default(),
             nodeclaims_terminated: Family::default(),
+            nodeclaims_disrupted: Family::default(),
             nodes_created: Family::default(),
             nodes_terminated: Family::default(),
             scheduling_duration: Family::new_with_constructor(duration_histogram),
@@ -111,6 +113,11 @@ impl Metrics {
             "nodeclaims_terminated",
             "Number of nodeclaims terminated, by nodepool and capacity type.",
             m.nodeclaims_terminated.clone(),
+        );
+        k.register(
+            "nodeclaims_disrupted",
+            "Number of nodeclaims disrupted, by reason (empty, expired) and nodepool.",
+            m.nodeclaims_disrupted.clone(),
         );
         k.register(
             "nodes_created",

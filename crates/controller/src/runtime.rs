@@ -364,6 +364,15 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         nodeclasses: caches.nodeclasses.clone(),
         registration_failures,
     };
+    let disruption = crate::disruption::Disruption {
+        client: ctx.workload.clone(),
+        recorder: lifecycle_ctx.recorder.clone(),
+        metrics: ctx.metrics.clone(),
+        nodepools: nodepools.clone(),
+        nodeclaims: nodeclaims_store.clone(),
+        nodes: caches.nodes.clone(),
+        pods: pods.clone(),
+    };
     let provisioner = crate::provisioning::Provisioner {
         client: ctx.workload.clone(),
         recorder: lifecycle_ctx.recorder.clone(),
@@ -384,6 +393,7 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
             provisioner,
             stopped(stop_rx.clone()),
         )),
+        tasks.spawn(crate::disruption::run(disruption, stopped(stop_rx.clone()))),
         tasks.spawn(crate::nodepool_status::run(
             nodepool_status,
             stopped(stop_rx.clone()),
