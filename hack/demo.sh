@@ -3,7 +3,7 @@
 # kube-controller-manager, kube-scheduler, kwok, the Cluster API core manager), the test
 # infrastructure provider and the karpenter-capi operator. A Deployment scales from 0 to
 # DEMO_PODS (default 20): pending pods become NodeClaims, NodeClaims become Cluster API
-# Machines, Machines become (kwok) Nodes, and the pods run. Then it scales back to 0.
+# Machines, Machines become (kwok) Nodes, and the pods run. Then it scales back to 0 and disruption removes the empty nodes.
 #
 #   hack/demo.sh            # DEMO_PODS=20
 #   DEMO_PODS=5 hack/demo.sh
@@ -75,7 +75,7 @@ deadline=$((SECONDS + 240))
 until line=$(status_line "$pods"); do
   say "$line"
   [ $SECONDS -lt $deadline ] || { say "timed out; operator log: $run_dir/operator.log"; exit 1; }
-  sleep 2
+  sleep 3
 done
 say "$line"
 echo
@@ -89,20 +89,19 @@ say "karpenter-capi inspect (NodePool -> NodeClaim -> Machine -> Node):"
 "$target/karpenter-capi" inspect --kubeconfig "$KUBECONFIG"
 echo
 
-say "scaling to 0 and deleting the NodeClaims (disruption/consolidation is not built yet)"
+say "scaling to 0: the nodes are empty; disruption removes them after consolidateAfter (10s) + 15s validation, 50% at a time"
 k scale deployment inflate -n default --replicas 0 >/dev/null
-k delete nodeclaims --all --wait=false >/dev/null
-deadline=$((SECONDS + 180))
+deadline=$((SECONDS + 240))
 until [ "$(k get machines -n demo --no-headers 2>/dev/null | wc -l)" -eq 0 ]; do
-  say "machines left: $(k get machines -n demo --no-headers 2>/dev/null | wc -l)"
+  say "nodeclaims=$(k get nodeclaims --no-headers 2>/dev/null | wc -l) machines=$(k get machines -n demo --no-headers 2>/dev/null | wc -l)"
   [ $SECONDS -lt $deadline ] || { say "timed out waiting for Machines to go"; exit 1; }
-  sleep 2
+  sleep 3
 done
 say "all Machines and their Nodes are gone"
 echo
 echo "Summary: $pods pods -> NodeClaims -> Cluster API Machines -> Nodes -> Running, then back to 0, in $((SECONDS - t0))s."
 echo "Operator metrics (Karpenter names):"
-curl -s "127.0.0.1:$metrics_port/metrics" | grep -E '^karpenter_(capi_machines_launched|nodes_created|nodeclaims_terminated|nodes_terminated)_total' | sed 's/^/  /'
+curl -s "127.0.0.1:$metrics_port/metrics" | grep -E '^karpenter_(nodeclaims_created|capi_machines_launched|nodes_created|nodeclaims_disrupted|nodeclaims_terminated|nodes_terminated)_total' | sed 's/^/  /'
 echo "Operator log: $run_dir/operator.log"
 echo "Explore: export KUBECONFIG=$KUBECONFIG; $kubectl get nodepools,nodeclaims,clusterapinodeclasses; $kubectl get machines -A; $target/karpenter-capi inspect"
 echo "Stop:    bash hack/testbed/down.sh   (logs: $run_dir/)"
