@@ -62,9 +62,26 @@ fn to_value<T: serde::Serialize>(v: &T) -> Value {
 impl Provisioner {
     /// Provisionable pods in the cache (uid → JSON).
     fn provisionable(&self) -> Vec<Value> {
+        // Runs every tick over every pod: a cheap typed pre-check (unbound and marked
+        // unschedulable) before the full test on JSON.
+        let unschedulable = |p: &Pod| {
+            p.spec
+                .as_ref()
+                .is_none_or(|s| s.node_name.as_deref().is_none_or(str::is_empty))
+                && p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| {
+                        cs.iter().any(|c| {
+                            c.type_ == "PodScheduled"
+                                && c.reason.as_deref() == Some("Unschedulable")
+                        })
+                    })
+        };
         self.pods
             .state()
             .iter()
+            .filter(|p| unschedulable(p))
             .map(|p| to_value(p.as_ref()))
             .filter(convert::provisionable)
             .collect()
