@@ -527,3 +527,76 @@ async fn empty_nodes_are_removed_within_the_budget_and_do_not_disrupt_is_kept() 
     .await
     .expect("one Machine left");
 }
+
+#[tokio::test]
+async fn an_underutilized_node_is_consolidated_onto_free_room_elsewhere() {
+    let env = env(default_templates(json!({}))).await;
+    let client = env.tb.client();
+    create_nodepool_with(
+        &client,
+        json!({}),
+        json!({"consolidateAfter": "0s", "consolidationPolicy": "WhenEmptyOrUnderutilized"}),
+    )
+    .await;
+    let ns = env.tb.temp_namespace().await.expect("namespace");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    // First a small pod (→ a `small` node), then a 3-cpu one (→ a `large` node, which has
+    // room for the small pod as well).
+    for (name, cpu, count) in [("little", "500m", 1), ("big", "3", 2)] {
+        deployments
+            .create(
+                &PostParams::default(),
+                &deployment(name, 1, cpu, "256Mi", json!({})),
+            )
+            .await
+            .expect("deployment");
+        let ok = wait_for("pods Running", Duration::from_secs(120), || async {
+            let l = pods.list(&ListParams::default()).await.ok()?.items;
+            (l.len() == count && l.iter().all(running)).then_some(())
+        })
+        .await;
+        if ok.is_err() {
+            panic!("{name} not Running: {}", diagnose(&client, &ns).await);
+        }
+    }
+    let claims = nodeclaims(&client)
+        .list(&ListParams::default())
+        .await
+        .expect("claims")
+        .items;
+    assert_eq!(claims.len(), 2, "one node per deployment");
+    let small = claims
+        .iter()
+        .find(|c| {
+            c.labels()
+                .get("node.kubernetes.io/instance-type")
+                .map(String::as_str)
+                == Some("small")
+        })
+        .expect("a small NodeClaim")
+        .name_any();
+    // The small node goes; its pod runs on the large one.
+    let done = wait_for("consolidated", Duration::from_secs(150), || async {
+        let l = nodeclaims(&client)
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items;
+        let p = pods.list(&ListParams::default()).await.ok()?.items;
+        let one_node: BTreeSet<String> = p.iter().map(node_of).collect();
+        (l.len() == 1 && p.len() == 2 && p.iter().all(running) && one_node.len() == 1).then_some(l)
+    })
+    .await;
+    let Ok(left) = done else {
+        panic!("not consolidated: {}", diagnose(&client, &ns).await);
+    };
+    assert_ne!(left[0].name_any(), small);
+    let events = events_for(&client, &small).await;
+    assert!(
+        events
+            .iter()
+            .any(|(r, note)| r == "DisruptionTerminating" && note.contains("underutilized")),
+        "{events:?}"
+    );
+}

@@ -1,11 +1,13 @@
 //! Disruption, the parts Karpenter applies without a replacement: expiration (a NodeClaim
-//! older than `expireAfter` is deleted, budgets do not apply) and emptiness (a NodeClaim
-//! whose Node has had no reschedulable pod for `consolidateAfter` is deleted, within the
-//! NodePool's disruption budgets). Deleting the NodeClaim runs the usual termination: the
-//! Machine is deleted, Cluster API drains and removes the Node.
+//! older than `expireAfter` is deleted, budgets do not apply), emptiness (a NodeClaim whose
+//! Node has had no reschedulable pod for `consolidateAfter` is deleted) and single-node
+//! delete consolidation (under `WhenEmptyOrUnderutilized`: a NodeClaim whose pods have not
+//! changed for `consolidateAfter` and would all fit on the other nodes' free capacity, by
+//! the same scheduling simulation the provisioner runs, is deleted, one per pass), both
+//! within the NodePool's disruption budgets. Deleting the NodeClaim runs the usual
+//! termination: the Machine is deleted, Cluster API drains and removes the Node.
 //!
-//! Not built: consolidation of underutilized nodes (replace / delete with rescheduling) and
-//! drift.
+//! Not built: replace consolidation (a cheaper node for the pods) and drift.
 //!
 //! The decisions are pure functions of cached objects; the loop only deletes NodeClaims, so
 //! a restart anywhere is safe (emptiness timers restart from zero, which only delays).
@@ -95,6 +97,55 @@ pub fn reschedulable(pod: &Value) -> bool {
     !(owned_by_node || mirror || phase == "Succeeded" || phase == "Failed" || terminating)
 }
 
+/// Whether a pod may be moved by consolidation: owned by a controller (a bare pod would be
+/// gone for good) and not annotated `karpenter.sh/do-not-disrupt`.
+fn movable(pod: &Value) -> bool {
+    let controlled = pod["metadata"]["ownerReferences"]
+        .as_array()
+        .is_some_and(|os| os.iter().any(|o| o["controller"] == true));
+    controlled && !annotated_do_not_disrupt(pod)
+}
+
+/// Whether every reschedulable pod on `node` fits on the other Ready nodes (and in-flight
+/// NodeClaims), by the provisioner's scheduling simulation with no NodePool to launch from.
+fn fits_elsewhere(view: &View, node: &str, claim: &Value) -> bool {
+    let claim_name = claim["metadata"]["name"].as_str().unwrap_or_default();
+    let (moving, staying): (Vec<Value>, Vec<Value>) = view
+        .pods
+        .iter()
+        .filter(|p| {
+            p["spec"]["nodeName"]
+                .as_str()
+                .is_some_and(|n| !n.is_empty())
+        })
+        .cloned()
+        .partition(|p| p["spec"]["nodeName"] == node);
+    let moving: Vec<Value> = moving.into_iter().filter(reschedulable).collect();
+    let state = crate::provisioning::snapshot::State {
+        pods: staying,
+        nodes: view
+            .nodes
+            .iter()
+            .filter(|n| n["metadata"]["name"] != node)
+            .cloned()
+            .collect(),
+        nodeclaims: view
+            .nodeclaims
+            .iter()
+            .filter(|c| {
+                c["metadata"]["name"] != claim_name && c["metadata"]["deletionTimestamp"].is_null()
+            })
+            .cloned()
+            .collect(),
+        nodepools: Vec::new(),
+        daemonsets: Vec::new(),
+    };
+    let snapshot =
+        crate::provisioning::snapshot::build(&state, &moving, &|_| None, &|_, _, _| true);
+    let out = scheduling::solve(&snapshot.input);
+    out.unschedulable.is_empty() && out.new_node_claims.is_empty()
+}
+
 fn annotated_do_not_disrupt(obj: &Value) -> bool {
     obj["metadata"]["annotations"][DO_NOT_DISRUPT] == "true"
 }
@@ -128,9 +179,13 @@ pub struct View<'a> {
     pub pods: &'a [Value],
 }
 
-/// Emptiness timers: since when each NodeClaim (by name) has been seen empty.
+/// Timers per NodeClaim (by name): since when it has been seen empty, and since when its
+/// set of reschedulable pods has been unchanged (Karpenter's last pod event).
 #[derive(Debug, Default)]
-pub struct EmptySince(HashMap<String, Instant>);
+pub struct EmptySince(
+    HashMap<String, Instant>,
+    HashMap<String, (Vec<String>, Instant)>,
+);
 
 /// Decides which NodeClaims to delete. `empty_since` is updated (claims no longer empty or
 /// gone are forgotten).
@@ -140,12 +195,12 @@ pub fn decide(
     now: Timestamp,
     instant: Instant,
 ) -> Vec<Decision> {
-    let mut pods_on: HashMap<&str, usize> = HashMap::new();
+    let mut pods_on: HashMap<&str, Vec<&Value>> = HashMap::new();
     for p in view.pods {
         if let Some(n) = p["spec"]["nodeName"].as_str()
             && reschedulable(p)
         {
-            *pods_on.entry(n).or_default() += 1;
+            pods_on.entry(n).or_default().push(p);
         }
     }
     let nodes: HashMap<&str, &Value> = view
@@ -161,6 +216,8 @@ pub fn decide(
     }
     let mut seen = HashSet::new();
     let mut out = Vec::new();
+    // One consolidation per pass across pools: two would plan onto the same free capacity.
+    let mut consolidated = false;
     for pool in view.nodepools {
         let Some(name) = pool["metadata"]["name"].as_str() else {
             continue;
@@ -184,6 +241,11 @@ pub fn decide(
                 | ConsolidationPolicy::Balanced
         );
         let mut candidates: Vec<(Instant, &str)> = Vec::new();
+        let mut consolidatable: Vec<(usize, &str, &str, &Value)> = Vec::new();
+        let underutilized = matches!(
+            spec.disruption.consolidation_policy,
+            ConsolidationPolicy::WhenEmptyOrUnderutilized | ConsolidationPolicy::Balanced
+        );
         for c in claims {
             let Some(claim) = c["metadata"]["name"].as_str() else {
                 continue;
@@ -226,8 +288,42 @@ pub fn decide(
                 });
             if !empty {
                 empty_since.0.remove(claim);
+                if let (true, Some(after), Some(n)) = (underutilized, consolidate_after, node)
+                    && condition_true(c, "Initialized")
+                    && !annotated_do_not_disrupt(c)
+                    && !annotated_do_not_disrupt(n)
+                    && let Some(node_name) = n["metadata"]["name"].as_str()
+                {
+                    let pods = pods_on
+                        .get(node_name)
+                        .map(Vec::as_slice)
+                        .unwrap_or_default();
+                    let mut names: Vec<String> = pods
+                        .iter()
+                        .map(|p| {
+                            format!(
+                                "{}/{}",
+                                p["metadata"]["namespace"].as_str().unwrap_or_default(),
+                                p["metadata"]["name"].as_str().unwrap_or_default()
+                            )
+                        })
+                        .collect();
+                    names.sort();
+                    let entry = empty_since
+                        .1
+                        .entry(claim.to_string())
+                        .or_insert_with(|| (names.clone(), instant));
+                    if entry.0 != names {
+                        *entry = (names, instant);
+                    }
+                    let movable = pods.iter().all(|p| movable(p));
+                    if movable && instant.duration_since(entry.1) >= after + VALIDATION {
+                        consolidatable.push((pods.len(), claim, node_name, *c));
+                    }
+                }
                 continue;
             }
+            empty_since.1.remove(claim);
             let since = *empty_since.0.entry(claim.to_string()).or_insert(instant);
             let wait = consolidate_after.unwrap_or_default() + VALIDATION;
             if instant.duration_since(since) >= wait {
@@ -242,6 +338,32 @@ pub fn decide(
         )
         .saturating_sub(disrupting);
         candidates.sort();
+        let emptied = candidates.len().min(budget);
+        // One underutilized node per pass (Karpenter: one consolidation decision per loop),
+        // the one with the fewest pods first, and only if nothing else is in flight.
+        let underutilized_budget = allowed(
+            &spec.disruption.budgets,
+            DisruptionReason::Underutilized,
+            claims.len(),
+            now,
+        )
+        .saturating_sub(disrupting + emptied);
+        if !consolidated && underutilized_budget > 0 && emptied == 0 && disrupting == 0 {
+            consolidatable.sort_by_key(|(n, claim, _, _)| (*n, *claim));
+            if let Some((n, claim, _, _)) = consolidatable
+                .iter()
+                .find(|(_, _, node, c)| fits_elsewhere(view, node, c))
+            {
+                out.push(Decision {
+                    nodeclaim: claim.to_string(),
+                    nodepool: name.to_string(),
+                    reason: DisruptionReason::Underutilized,
+                    expired: false,
+                    message: format!("underutilized: its {n} pod(s) fit on other nodes"),
+                });
+                consolidated = true;
+            }
+        }
         for (_, claim) in candidates.into_iter().take(budget) {
             out.push(Decision {
                 nodeclaim: claim.to_string(),
@@ -257,6 +379,7 @@ pub fn decide(
         }
     }
     empty_since.0.retain(|k, _| seen.contains(k));
+    empty_since.1.retain(|k, _| seen.contains(k));
     out
 }
 
@@ -293,7 +416,12 @@ impl Disruption {
                 return;
             }
         };
-        let reason = if d.expired { "expired" } else { "empty" };
+        let reason = match (d.expired, d.reason) {
+            (true, _) => "expired",
+            (false, DisruptionReason::Underutilized) => "underutilized",
+            (false, DisruptionReason::Drifted) => "drifted",
+            (false, DisruptionReason::Empty) => "empty",
+        };
         tracing::info!(nodeclaim = %d.nodeclaim, nodepool = %d.nodepool, reason, message = %d.message, "disrupting");
         let note = format!("Disrupting NodeClaim: {} ({})", reason, d.message);
         let event = Event {
@@ -512,6 +640,82 @@ mod tests {
             decide(&view, &mut timers, now, t0);
             assert!(decide(&view, &mut timers, now, later).is_empty());
         }
+    }
+
+    fn ready_node(name: &str, cpu: &str) -> Value {
+        json!({"metadata": {"name": format!("node-{name}")},
+               "status": {"allocatable": {"cpu": cpu, "memory": "16Gi", "pods": "110"},
+                          "conditions": [{"type": "Ready", "status": "True"}]}})
+    }
+
+    fn pod_on(name: &str, node: &str, cpu: &str, controlled: bool) -> Value {
+        let owners = if controlled {
+            json!([{"kind": "ReplicaSet", "name": "rs", "controller": true}])
+        } else {
+            json!([])
+        };
+        json!({"metadata": {"name": name, "namespace": "d", "ownerReferences": owners},
+               "spec": {"nodeName": format!("node-{node}"),
+                        "containers": [{"resources": {"requests": {"cpu": cpu}}}]},
+               "status": {"phase": "Running"}})
+    }
+
+    #[test]
+    fn an_underutilized_node_whose_pods_fit_elsewhere_is_consolidated_one_at_a_time() {
+        let pools = [json!({"metadata": {"name": "default"}, "spec": {
+            "template": {"spec": {"nodeClassRef": {"group": "g", "kind": "K", "name": "n"}, "requirements": []}},
+            "disruption": {"consolidateAfter": "30s", "consolidationPolicy": "WhenEmptyOrUnderutilized",
+                           "budgets": [{"nodes": "100%"}]}}})];
+        let claims = [
+            claim("a", "2026-11-22T10:00:00Z", "Never"),
+            claim("b", "2026-11-22T10:00:00Z", "Never"),
+            claim("c", "2026-11-22T10:00:00Z", "Never"),
+        ];
+        let nodes = [
+            ready_node("a", "4"),
+            ready_node("b", "4"),
+            ready_node("c", "4"),
+        ];
+        let now = at("2026-11-22T11:00:00Z");
+        let t0 = Instant::now();
+        let after = t0 + Duration::from_secs(45);
+        let run = |pods: &[Value], timers: &mut EmptySince| {
+            let view = View {
+                nodepools: &pools,
+                nodeclaims: &claims,
+                nodes: &nodes,
+                pods,
+            };
+            decide(&view, timers, now, t0);
+            decide(&view, timers, now, after)
+        };
+        // a: 1 cpu, b: 2 cpu, c: 3.5 cpu. a fits on b (or c); only one goes per pass.
+        let pods = [
+            pod_on("p1", "a", "1", true),
+            pod_on("p2", "b", "2", true),
+            pod_on("p3", "c", "3500m", true),
+        ];
+        let d = run(&pods, &mut EmptySince::default());
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert_eq!(d[0].nodeclaim, "a");
+        assert_eq!(d[0].reason, DisruptionReason::Underutilized);
+        // Not before consolidateAfter + validation.
+        let view = View {
+            nodepools: &pools,
+            nodeclaims: &claims,
+            nodes: &nodes,
+            pods: &pods,
+        };
+        let mut timers = EmptySince::default();
+        decide(&view, &mut timers, now, t0);
+        assert!(decide(&view, &mut timers, now, t0 + Duration::from_secs(44)).is_empty());
+        // A bare pod (no controller) is never moved; a pod that fits nowhere blocks too.
+        let pods = [
+            pod_on("p1", "a", "1", false),
+            pod_on("p2", "b", "3500m", true),
+            pod_on("p3", "c", "3500m", true),
+        ];
+        assert!(run(&pods, &mut EmptySince::default()).is_empty());
     }
 
     #[test]
