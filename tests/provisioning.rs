@@ -600,3 +600,72 @@ async fn an_underutilized_node_is_consolidated_onto_free_room_elsewhere() {
         "{events:?}"
     );
 }
+
+#[tokio::test]
+async fn pods_arriving_while_a_nodeclaim_launches_are_packed_onto_it() {
+    // Machines take 8 s to provision, so the first NodeClaim is still in flight.
+    let env = env(default_templates(
+        json!({"testbed.cluster.x-k8s.io/provision-delay": "8s"}),
+    ))
+    .await;
+    let client = env.tb.client();
+    create_nodepool(&client, json!({})).await;
+    let ns = env.tb.temp_namespace().await.expect("namespace");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("web", 1, "500m", "256Mi", json!({})),
+        )
+        .await
+        .expect("deployment");
+    let first = wait_for("a NodeClaim", Duration::from_secs(30), || async {
+        let l = nodeclaims(&client)
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items;
+        l.first().map(ResourceExt::name_any)
+    })
+    .await
+    .expect("first NodeClaim");
+    let scale = json!({"spec": {"replicas": 2}});
+    deployments
+        .patch(
+            "web",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&scale),
+        )
+        .await
+        .expect("scale to 2");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let ok = wait_for("2 pods Running", Duration::from_secs(90), || async {
+        let l = pods.list(&ListParams::default()).await.ok()?.items;
+        (l.len() == 2 && l.iter().all(running)).then_some(l)
+    })
+    .await;
+    let Ok(l) = ok else {
+        panic!("2 pods not Running: {}", diagnose(&client, &ns).await);
+    };
+    let claims = nodeclaims(&client)
+        .list(&ListParams::default())
+        .await
+        .expect("claims")
+        .items;
+    assert_eq!(claims.len(), 1, "the second pod did not need a second node");
+    let mut nominated = Vec::new();
+    for p in &l {
+        nominated.extend(
+            events_for(&client, &p.name_any())
+                .await
+                .into_iter()
+                .filter(|(r, _)| r == "Nominated")
+                .map(|(_, note)| note),
+        );
+    }
+    let expected = format!("Pod should schedule on: nodeclaim/{first}");
+    assert!(
+        nominated.iter().filter(|n| **n == expected).count() >= 2,
+        "{nominated:?}"
+    );
+}

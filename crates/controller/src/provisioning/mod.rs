@@ -188,6 +188,37 @@ impl Provisioner {
             }
             created.push(name);
         }
+        // Pods packed onto NodeClaims still launching are nominated to them too.
+        let in_flight: HashSet<&str> = snapshot
+            .input
+            .nodes
+            .iter()
+            .filter(|n| n.state == scheduling::NodeState::InFlight)
+            .map(|n| n.name.as_str())
+            .collect();
+        for placement in &output.existing {
+            if !in_flight.contains(placement.node.as_str()) {
+                continue;
+            }
+            let target = if self
+                .nodeclaims
+                .get(&ObjectRef::new_with(&placement.node, nodeclaim_resource()))
+                .is_some()
+            {
+                format!("nodeclaim/{}", placement.node)
+            } else {
+                format!("node/{}", placement.node)
+            };
+            if let Some(v) = by_uid.get(placement.pod.uid.as_str()) {
+                self.event(
+                    v,
+                    EventType::Normal,
+                    "Nominated",
+                    format!("Pod should schedule on: {target}"),
+                )
+                .await;
+            }
+        }
         for u in &output.unschedulable {
             if let Some(v) = by_uid.get(u.pod.uid.as_str()) {
                 self.event(
