@@ -3,9 +3,10 @@
 //! Node has had no reschedulable pod for `consolidateAfter` is deleted) and single-node
 //! delete consolidation (under `WhenEmptyOrUnderutilized`: a NodeClaim whose pods have not
 //! changed for `consolidateAfter` and would all fit on the other nodes' free capacity, by
-//! the same scheduling simulation the provisioner runs, is deleted, one per pass), both
-//! within the NodePool's disruption budgets. Deleting the NodeClaim runs the usual
-//! termination: the Machine is deleted, Cluster API drains and removes the Node.
+//! the same scheduling simulation the provisioner runs, is deleted, one per pass and not
+//! while pods are pending), both within the NodePool's disruption budgets. Deleting the
+//! NodeClaim runs the usual termination: the Machine is deleted, Cluster API drains and
+//! removes the Node.
 //!
 //! Not built: replace consolidation (a cheaper node for the pods) and drift.
 //!
@@ -217,7 +218,11 @@ pub fn decide(
     let mut seen = HashSet::new();
     let mut out = Vec::new();
     // One consolidation per pass across pools: two would plan onto the same free capacity.
-    let mut consolidated = false;
+    // None while pods wait for capacity: the room a move would take may be what they need.
+    let mut consolidated = view
+        .pods
+        .iter()
+        .any(crate::provisioning::convert::provisionable);
     for pool in view.nodepools {
         let Some(name) = pool["metadata"]["name"].as_str() else {
             continue;
@@ -699,6 +704,11 @@ mod tests {
         assert_eq!(d.len(), 1, "{d:?}");
         assert_eq!(d[0].nodeclaim, "a");
         assert_eq!(d[0].reason, DisruptionReason::Underutilized);
+        // Not while a pod is pending for capacity.
+        let mut with_pending = pods.to_vec();
+        with_pending.push(json!({"metadata": {"name": "pending", "namespace": "d"}, "spec": {},
+            "status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}}));
+        assert!(run(&with_pending, &mut EmptySince::default()).is_empty());
         // Not before consolidateAfter + validation.
         let view = View {
             nodepools: &pools,
