@@ -78,14 +78,7 @@ async fn thirty_mixed_pods_get_nodes_of_the_right_shapes_and_run() {
             .expect("deployment");
     }
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let all = wait_for("30 pods Running", Duration::from_secs(180), || async {
-        let l = pods.list(&ListParams::default()).await.ok()?.items;
-        (l.len() == 30 && l.iter().all(running)).then_some(l)
-    })
-    .await;
-    let Ok(all) = all else {
-        panic!("30 pods not Running: {}", diagnose(&client, &ns).await);
-    };
+    let all = all_running(&client, &ns, 30, 180).await;
 
     // Pods may run once the Node is registered; initialization follows.
     wait_for("NodeClaims Ready", Duration::from_secs(30), || async {
@@ -227,6 +220,24 @@ async fn thirty_mixed_pods_get_nodes_of_the_right_shapes_and_run() {
         .items
         .len();
     assert_eq!(after, claims.len());
+}
+
+/// Waits until `ns` has exactly `n` pods, all Running; panics with the cluster's state.
+async fn all_running(client: &Client, ns: &str, n: usize, timeout_secs: u64) -> Vec<Pod> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let l = wait_for(
+        &format!("{n} pods Running"),
+        Duration::from_secs(timeout_secs),
+        || async {
+            let l = pods.list(&ListParams::default()).await.ok()?.items;
+            (l.len() == n && l.iter().all(running)).then_some(l)
+        },
+    )
+    .await;
+    match l {
+        Ok(l) => l,
+        Err(_) => panic!("{n} pods not Running: {}", diagnose(client, ns).await),
+    }
 }
 
 /// What the cluster looks like, for a failure message.
@@ -380,15 +391,7 @@ async fn the_operator_needs_nothing_beyond_the_deploy_base_rbac() {
         )
         .await
         .expect("deployment");
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let running_pods = wait_for("3 pods Running", Duration::from_secs(120), || async {
-        let l = pods.list(&ListParams::default()).await.ok()?.items;
-        (l.len() == 3 && l.iter().all(running)).then_some(l)
-    })
-    .await;
-    let Ok(running_pods) = running_pods else {
-        panic!("3 pods not Running: {}", diagnose(&client, &ns).await);
-    };
+    let running_pods = all_running(&client, &ns, 3, 120).await;
     let nominated = events_for(&client, &running_pods[0].name_any()).await;
     assert!(
         nominated.iter().any(|(r, _)| r == "Nominated"),
@@ -423,15 +426,7 @@ async fn empty_nodes_are_removed_within_the_budget_and_do_not_disrupt_is_kept() 
         )
         .await
         .expect("deployment");
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let ok = wait_for("3 pods Running", Duration::from_secs(120), || async {
-        let l = pods.list(&ListParams::default()).await.ok()?.items;
-        (l.len() == 3 && l.iter().all(running)).then_some(())
-    })
-    .await;
-    if ok.is_err() {
-        panic!("3 pods not Running: {}", diagnose(&client, &ns).await);
-    }
+    all_running(&client, &ns, 3, 120).await;
     let claims = nodeclaims(&client)
         .list(&ListParams::default())
         .await
@@ -551,14 +546,7 @@ async fn an_underutilized_node_is_consolidated_onto_free_room_elsewhere() {
             )
             .await
             .expect("deployment");
-        let ok = wait_for("pods Running", Duration::from_secs(120), || async {
-            let l = pods.list(&ListParams::default()).await.ok()?.items;
-            (l.len() == count && l.iter().all(running)).then_some(())
-        })
-        .await;
-        if ok.is_err() {
-            panic!("{name} not Running: {}", diagnose(&client, &ns).await);
-        }
+        all_running(&client, &ns, count, 120).await;
     }
     let claims = nodeclaims(&client)
         .list(&ListParams::default())
@@ -638,15 +626,7 @@ async fn pods_arriving_while_a_nodeclaim_launches_are_packed_onto_it() {
         )
         .await
         .expect("scale to 2");
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let ok = wait_for("2 pods Running", Duration::from_secs(90), || async {
-        let l = pods.list(&ListParams::default()).await.ok()?.items;
-        (l.len() == 2 && l.iter().all(running)).then_some(l)
-    })
-    .await;
-    let Ok(l) = ok else {
-        panic!("2 pods not Running: {}", diagnose(&client, &ns).await);
-    };
+    let l = all_running(&client, &ns, 2, 90).await;
     let claims = nodeclaims(&client)
         .list(&ListParams::default())
         .await
