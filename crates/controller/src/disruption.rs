@@ -26,7 +26,9 @@ use serde_json::Value;
 
 use crate::metrics::{CreatedLabels, Metrics};
 use crate::nodeclaim::context::nodeclaim_resource;
+use crate::nodeclaim::lifecycle::values;
 use crate::nodeclass::parse_duration;
+use crate::provisioning::snapshot::{condition_true, deleting};
 
 /// How often candidates are evaluated (Karpenter: 10 s).
 const TICK: Duration = Duration::from_secs(5);
@@ -94,7 +96,7 @@ pub fn reschedulable(pod: &Value) -> bool {
         });
     let mirror = !pod["metadata"]["annotations"]["kubernetes.io/config.mirror"].is_null();
     let phase = pod["status"]["phase"].as_str().unwrap_or_default();
-    let terminating = !pod["metadata"]["deletionTimestamp"].is_null();
+    let terminating = deleting(pod);
     !(owned_by_node || mirror || phase == "Succeeded" || phase == "Failed" || terminating)
 }
 
@@ -133,9 +135,7 @@ fn fits_elsewhere(view: &View, node: &str, claim: &Value) -> bool {
         nodeclaims: view
             .nodeclaims
             .iter()
-            .filter(|c| {
-                c["metadata"]["name"] != claim_name && c["metadata"]["deletionTimestamp"].is_null()
-            })
+            .filter(|c| c["metadata"]["name"] != claim_name && !deleting(c))
             .cloned()
             .collect(),
         nodepools: Vec::new(),
@@ -149,12 +149,6 @@ fn fits_elsewhere(view: &View, node: &str, claim: &Value) -> bool {
 
 fn annotated_do_not_disrupt(obj: &Value) -> bool {
     obj["metadata"]["annotations"][DO_NOT_DISRUPT] == "true"
-}
-
-fn condition_true(obj: &Value, t: &str) -> bool {
-    obj["status"]["conditions"]
-        .as_array()
-        .is_some_and(|cs| cs.iter().any(|c| c["type"] == t && c["status"] == "True"))
 }
 
 fn created(obj: &Value) -> Option<Timestamp> {
@@ -231,10 +225,7 @@ pub fn decide(
             continue;
         };
         let claims = by_pool.get(name).map(Vec::as_slice).unwrap_or_default();
-        let disrupting = claims
-            .iter()
-            .filter(|c| !c["metadata"]["deletionTimestamp"].is_null())
-            .count();
+        let disrupting = claims.iter().filter(|c| deleting(c)).count();
         let consolidate_after = match spec.disruption.consolidate_after.as_str() {
             "Never" => None,
             d => parse_duration(d),
@@ -256,7 +247,7 @@ pub fn decide(
                 continue;
             };
             seen.insert(claim.to_string());
-            if !c["metadata"]["deletionTimestamp"].is_null() {
+            if deleting(c) {
                 continue;
             }
             // Expiration (no budget).
@@ -398,16 +389,6 @@ pub struct Disruption {
     pub nodeclaims: Store<DynamicObject>,
     pub nodes: Store<k8s_openapi::api::core::v1::Node>,
     pub pods: Store<k8s_openapi::api::core::v1::Pod>,
-}
-
-fn values<K: serde::Serialize + Clone + kube::Resource + 'static>(s: &Store<K>) -> Vec<Value>
-where
-    K::DynamicType: Eq + std::hash::Hash + Clone,
-{
-    s.state()
-        .iter()
-        .map(|o| serde_json::to_value(o.as_ref()).unwrap_or(Value::Null))
-        .collect()
 }
 
 impl Disruption {

@@ -19,7 +19,9 @@ use serde_json::{Value, json};
 
 use crate::metrics::{Metrics, ResourceLabels};
 use crate::nodeclaim::context::nodeclass_resource;
-use crate::provisioning::{convert, nodepool_resource, snapshot};
+use crate::nodeclaim::context::nodepool_resource;
+use crate::nodeclaim::lifecycle::{to_json, values};
+use crate::provisioning::{convert, snapshot};
 
 /// The last registration timeout per NodePool (reported by the liveness loop, read by the
 /// status loop, which stays the only writer of NodePool status).
@@ -229,19 +231,10 @@ pub struct NodePoolStatus {
     pub registration_failures: std::sync::Arc<RegistrationFailures>,
 }
 
-fn to_value<T: serde::Serialize>(v: &T) -> Value {
-    serde_json::to_value(v).unwrap_or(Value::Null)
-}
-
 impl NodePoolStatus {
     /// One pass over every NodePool; returns how many statuses were written.
     pub async fn reconcile_all(&self) -> usize {
-        let claims: Vec<Value> = self
-            .nodeclaims
-            .state()
-            .iter()
-            .map(|c| to_value(c.as_ref()))
-            .collect();
+        let claims = values(&self.nodeclaims);
         let mut by_pool: BTreeMap<&str, Vec<&Value>> = BTreeMap::new();
         for c in &claims {
             if let Some(p) = c["metadata"]["labels"][scheduling::LABEL_NODEPOOL].as_str() {
@@ -251,7 +244,7 @@ impl NodePoolStatus {
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &nodepool_resource());
         let mut written = 0;
         for pool in self.nodepools.state() {
-            let v = to_value(pool.as_ref());
+            let v = to_json(pool.as_ref());
             let name = v["metadata"]["name"].as_str().unwrap_or_default();
             let class_name = v["spec"]["template"]["spec"]["nodeClassRef"]["name"]
                 .as_str()
@@ -259,7 +252,7 @@ impl NodePoolStatus {
             let nodeclass = self
                 .nodeclasses
                 .get(&ObjectRef::new_with(class_name, nodeclass_resource()))
-                .map(|nc| to_value(nc.as_ref()));
+                .map(|nc| to_json(nc.as_ref()));
             let pool_claims = by_pool.get(name).map(Vec::as_slice).unwrap_or_default();
             let failure = self.registration_failures.last(name);
             let status = desired(

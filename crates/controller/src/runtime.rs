@@ -280,7 +280,7 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
     let nodepools = lifecycle::dynamic_cache(
         &mut tasks,
         &ctx.workload,
-        &crate::provisioning::nodepool_resource(),
+        &crate::nodeclaim::context::nodepool_resource(),
         watcher::Config::default(),
     );
     // The lifecycle controller keeps its own private NodeClaim store; GC, provisioning and

@@ -17,6 +17,14 @@ use crate::metrics::Metrics;
 use crate::unavailable::UnavailableOfferings;
 use templates::model::Catalog;
 
+/// `karpenter.sh/v1` NodePool.
+pub fn nodepool_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("karpenter.sh", "v1", "NodePool"),
+        "nodepools",
+    )
+}
+
 /// `karpenter.sh/v1` NodeClaim.
 pub fn nodeclaim_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(

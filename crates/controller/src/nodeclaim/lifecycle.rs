@@ -159,6 +159,20 @@ where
         })
 }
 
+/// An object as JSON (what the pure decision code reads).
+pub fn to_json<T: serde::Serialize>(v: &T) -> serde_json::Value {
+    serde_json::to_value(v).unwrap_or(serde_json::Value::Null)
+}
+
+/// Everything in a cache, as JSON.
+pub fn values<K>(store: &Store<K>) -> Vec<serde_json::Value>
+where
+    K: kube::Resource + serde::Serialize + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    store.state().iter().map(|o| to_json(o.as_ref())).collect()
+}
+
 /// A cache of the `ar` objects `client` sees (filtered by `config`), fed by a watch on a
 /// task owned by `tasks`.
 pub fn dynamic_cache(

@@ -19,7 +19,8 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::Value;
 
 use crate::metrics::{ControllerLabels, CreatedLabels, Metrics};
-use crate::nodeclaim::context::{Catalogs, nodeclaim_resource};
+use crate::nodeclaim::context::{Catalogs, nodeclaim_resource, truncate};
+use crate::nodeclaim::lifecycle::{to_json, values};
 use crate::unavailable::{OfferingKey, UnavailableOfferings};
 
 #[derive(Debug, thiserror::Error)]
@@ -28,14 +29,6 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("encoding NodeClaim: {0}")]
     Json(#[from] serde_json::Error),
-}
-
-/// `karpenter.sh/v1` NodePool.
-pub fn nodepool_resource() -> kube::api::ApiResource {
-    kube::api::ApiResource::from_gvk_with_plural(
-        &kube::api::GroupVersionKind::gvk("karpenter.sh", "v1", "NodePool"),
-        "nodepools",
-    )
 }
 
 /// What the provisioner reads and writes.
@@ -53,10 +46,6 @@ pub struct Provisioner {
     pub unavailable: Arc<UnavailableOfferings>,
     pub batch_idle: Duration,
     pub batch_max: Duration,
-}
-
-fn to_value<T: serde::Serialize>(v: &T) -> Value {
-    serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
 impl Provisioner {
@@ -82,34 +71,23 @@ impl Provisioner {
             .state()
             .iter()
             .filter(|p| unschedulable(p))
-            .map(|p| to_value(p.as_ref()))
+            .map(|p| to_json(p.as_ref()))
             .filter(convert::provisionable)
             .collect()
     }
 
     /// The cluster as the caches see it now.
     pub fn state(&self) -> snapshot::State {
-        fn all<K: serde::Serialize + Clone + kube::Resource + 'static>(s: &Store<K>) -> Vec<Value>
-        where
-            K::DynamicType: Eq + std::hash::Hash + Clone,
-        {
-            s.state().iter().map(|o| to_value(o.as_ref())).collect()
-        }
         snapshot::State {
-            pods: all(&self.pods),
-            nodes: all(&self.nodes),
-            nodeclaims: all(&self.nodeclaims),
+            pods: values(&self.pods),
+            nodes: values(&self.nodes),
+            nodeclaims: values(&self.nodeclaims),
             // Karpenter provisions only for Ready NodePools (valid, NodeClass Ready).
-            nodepools: all(&self.nodepools)
+            nodepools: values(&self.nodepools)
                 .into_iter()
-                .filter(|p| {
-                    p["status"]["conditions"].as_array().is_some_and(|cs| {
-                        cs.iter()
-                            .any(|c| c["type"] == "Ready" && c["status"] == "True")
-                    })
-                })
+                .filter(|p| snapshot::condition_true(p, "Ready"))
                 .collect(),
-            daemonsets: all(&self.daemonsets),
+            daemonsets: values(&self.daemonsets),
         }
     }
 
@@ -261,18 +239,10 @@ impl Provisioner {
             return;
         };
         let reference = p.object_ref(&());
-        let mut note = note;
-        if note.len() > 1024 {
-            let mut cut = 1024;
-            while !note.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            note.truncate(cut);
-        }
         let event = Event {
             type_,
             reason: reason.into(),
-            note: Some(note),
+            note: Some(truncate(&note, 1024)),
             action: reason.into(),
             secondary: None,
         };

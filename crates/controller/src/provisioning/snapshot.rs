@@ -32,7 +32,8 @@ fn add(into: &mut scheduling::Resources, r: &scheduling::Resources) {
     }
 }
 
-fn condition_true(obj: &Value, type_: &str) -> bool {
+/// Whether `obj` has condition `type_` with status True.
+pub fn condition_true(obj: &Value, type_: &str) -> bool {
     obj["status"]["conditions"].as_array().is_some_and(|cs| {
         cs.iter()
             .any(|c| c["type"] == type_ && c["status"] == "True")
@@ -53,7 +54,8 @@ fn name(v: &Value) -> &str {
     v["metadata"]["name"].as_str().unwrap_or_default()
 }
 
-fn deleting(v: &Value) -> bool {
+/// Whether `v` has a deletionTimestamp.
+pub fn deleting(v: &Value) -> bool {
     !v["metadata"]["deletionTimestamp"].is_null()
 }
 
