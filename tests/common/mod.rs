@@ -92,9 +92,12 @@ pub async fn env(templates_spec: Vec<Tpl>) -> Env {
 /// As `env`; with `least_privilege` the operator runs as the ServiceAccount of
 /// `deploy/base` with exactly the RBAC it installs (impersonated), not as cluster admin.
 pub async fn env_as(templates_spec: Vec<Tpl>, least_privilege: bool) -> Env {
-    let tb = Testbed::start(Options::all())
-        .await
-        .expect("testbed starts");
+    env_with(templates_spec, least_privilege, Options::all()).await
+}
+
+/// As `env_as`, on a testbed started with `options` (e.g. with the audit log).
+pub async fn env_with(templates_spec: Vec<Tpl>, least_privilege: bool, options: Options) -> Env {
+    let tb = Testbed::start(options).await.expect("testbed starts");
     let client = tb.client();
     let provider = TestProvider::start(
         client.clone(),
