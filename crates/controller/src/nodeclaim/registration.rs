@@ -289,7 +289,7 @@ pub fn node_patch(
             }
         }
     }
-    (!ops.is_empty()).then(|| serde_json::Value::Array(ops))
+    (!ops.is_empty()).then_some(serde_json::Value::Array(ops))
 }
 
 /// Writes `want` onto the Node in one JSON patch, only when something differs.
