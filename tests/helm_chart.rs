@@ -424,8 +424,75 @@ fn chart_and_operator_share_the_workspace_version() {
     assert_eq!(chart["appVersion"], env!("CARGO_PKG_VERSION"));
 }
 
-/// The rendered chart on a real kube-apiserver: server-side dry run in every mode, then
-/// the default install for real.
+fn example() -> Vec<Value> {
+    let path = root().join("examples/helm/helmchartproxy.yaml");
+    docs(&std::fs::read_to_string(path).expect("example"))
+}
+
+#[test]
+fn the_helmchartproxy_example_installs_this_chart_in_workload_mode() {
+    let example = example();
+    let proxy = one(&example, "HelmChartProxy");
+    let text = std::fs::read_to_string(root().join(CHART).join("Chart.yaml")).expect("Chart");
+    let chart: Value = serde_saphyr::from_str(&text).expect("Chart.yaml parses");
+    assert_eq!(proxy["spec"]["chartName"], chart["name"]);
+    assert_eq!(proxy["spec"]["version"], chart["version"]);
+    assert_eq!(proxy["spec"]["namespace"], NAMESPACE);
+    // CAAPH renders the values as a Go template over the Cluster.
+    let values = proxy["spec"]["valuesTemplate"]
+        .as_str()
+        .expect("valuesTemplate")
+        .replace("{{ .Cluster.metadata.name }}", "demo");
+    assert!(
+        !values.contains("{{"),
+        "only .Cluster.metadata.name is templated"
+    );
+    let file = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(file.path(), values).expect("write values");
+    let rendered = docs(&helm_template(&["-f", &file.path().to_string_lossy()]));
+    assert!(
+        args(&rendered)
+            .iter()
+            .any(|a| a == "--management-kubeconfig=/etc/karpenter-capi/management/value")
+    );
+    let pod = &one(&rendered, "Deployment")["spec"]["template"];
+    assert_eq!(
+        pod["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"],
+        "demo"
+    );
+    let volume = &pod["spec"]["volumes"][0]["secret"];
+    // The ClusterResourceSet delivers exactly the Secret the chart mounts.
+    let set = one(&example, "ClusterResourceSet");
+    assert_eq!(
+        set["spec"]["clusterSelector"],
+        proxy["spec"]["clusterSelector"]
+    );
+    let resource_set = one(&example, "Secret");
+    assert_eq!(resource_set["type"], "addons.cluster.x-k8s.io/resource-set");
+    assert_eq!(
+        set["spec"]["resources"],
+        json!([{"kind": "Secret", "name": resource_set["metadata"]["name"]}])
+    );
+    let delivered = docs(
+        resource_set["stringData"]["objects.yaml"]
+            .as_str()
+            .expect("objects.yaml"),
+    );
+    let secret = one(&delivered, "Secret");
+    assert_eq!(secret["metadata"]["name"], volume["secretName"]);
+    assert_eq!(secret["metadata"]["namespace"], NAMESPACE);
+    let key = volume["items"][0]["key"].as_str().expect("key");
+    let kubeconfig: Value = serde_saphyr::from_str(
+        secret["stringData"][key]
+            .as_str()
+            .expect("kubeconfig under the mounted key"),
+    )
+    .expect("kubeconfig parses");
+    assert_eq!(kubeconfig["kind"], "Config");
+}
+
+/// The rendered chart on a real kube-apiserver: server-side dry run in every mode (and of the
+/// example's ClusterResourceSet against the Cluster API CRDs), then the default install.
 #[tokio::test]
 async fn chart_applies_server_side_to_a_real_api_server() {
     let tb = testbed::Testbed::start(testbed::Options::default())
@@ -448,6 +515,15 @@ async fn chart_applies_server_side_to_a_real_api_server() {
             &["--dry-run=server"],
         );
     }
+    let delivery: Vec<String> = example()
+        .into_iter()
+        .filter(|d| d["kind"] != "HelmChartProxy")
+        .map(|d| d.to_string())
+        .collect();
+    apply(
+        delivery.join("\n---\n"),
+        &["-n", "default", "--dry-run=server"],
+    );
     let applied = apply(helm_template(&["--include-crds"]), &[]);
     for object in [
         "customresourcedefinition.apiextensions.k8s.io/nodepools.karpenter.sh serverside-applied",
