@@ -6,7 +6,9 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use common::manifests::{CHART, NAMESPACE, docs, helm, helm_template, kustomize, output, root};
+use common::manifests::{
+    CHART, NAMESPACE, docs, helm, helm_template, kustomize, output, pipe, root, wildcards,
+};
 use serde_json::{Value, json};
 
 /// The chart's modes with the kustomize tree granting the same permissions.
@@ -377,23 +379,6 @@ fn grants(docs: &[Value]) -> BTreeMap<String, Value> {
     out
 }
 
-fn wildcards(docs: &[Value]) -> Vec<String> {
-    let mut found = Vec::new();
-    for d in docs {
-        for rule in d["rules"].as_array().into_iter().flatten() {
-            for key in ["apiGroups", "resources", "verbs"] {
-                if rule[key]
-                    .as_array()
-                    .is_some_and(|a| a.iter().any(|v| v == "*"))
-                {
-                    found.push(format!("{}: {rule}", d["metadata"]["name"]));
-                }
-            }
-        }
-    }
-    found
-}
-
 #[test]
 fn chart_rbac_equals_deploys_in_every_mode() {
     for (mode, dir) in MODES {
@@ -408,9 +393,12 @@ fn chart_rbac_equals_deploys_in_every_mode() {
         let keys = |g: &BTreeMap<String, Value>| g.keys().cloned().collect::<Vec<_>>();
         assert_eq!(keys(&chart), keys(&deploy), "{mode} vs {dir}: bindings");
         for (binding, granted) in &chart {
-            assert_eq!(
-                granted, &deploy[binding],
-                "{mode} vs {dir}: {binding} grants differently"
+            let pretty = |v: &Value| serde_json::to_string_pretty(v).unwrap_or_default();
+            assert!(
+                *granted == deploy[binding],
+                "{mode} vs {dir}: {binding} grants differently\nchart: {}\ndeploy: {}",
+                pretty(granted),
+                pretty(&deploy[binding])
             );
         }
     }
@@ -501,7 +489,9 @@ async fn chart_applies_server_side_to_a_real_api_server() {
     let apply = |yaml: String, extra: &[&str]| {
         let mut cmd = tb.kubectl();
         cmd.args(["apply", "--server-side", "-f", "-"]).args(extra);
-        pipe(cmd, &yaml)
+        let (ok, out) = pipe(cmd, &yaml);
+        assert!(ok, "kubectl apply {extra:?}:\n{out}");
+        out
     };
     apply(
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
@@ -533,29 +523,4 @@ async fn chart_applies_server_side_to_a_real_api_server() {
     ] {
         assert!(applied.contains(object), "{object} in:\n{applied}");
     }
-}
-
-/// Runs a command with `input` on stdin; its stdout, or a panic with its output.
-fn pipe(mut cmd: std::process::Command, input: &str) -> String {
-    use std::io::Write;
-    let mut child = cmd
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("kubectl runs");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(input.as_bytes())
-        .expect("write stdin");
-    let out = child.wait_with_output().expect("kubectl finishes");
-    assert!(
-        out.status.success(),
-        "{cmd:?}:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }

@@ -61,3 +61,47 @@ pub fn docs(yaml: &str) -> Vec<Value> {
     let docs: Vec<Value> = serde_saphyr::from_multiple(yaml).expect("rendered YAML parses");
     docs.into_iter().filter(|d| !d.is_null()).collect()
 }
+
+/// Runs a command with `input` on stdin; returns (success, stdout + stderr).
+pub fn pipe(mut cmd: Command, input: &str) -> (bool, String) {
+    use std::io::Write;
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{cmd:?} does not start: {e}"));
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.as_bytes())
+        .expect("write stdin");
+    let out = child.wait_with_output().expect("command finishes");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// The RBAC rules with a `*` in apiGroups, resources or verbs (there must be none).
+pub fn wildcards(docs: &[Value]) -> Vec<String> {
+    let mut found = Vec::new();
+    for d in docs {
+        for rule in d["rules"].as_array().into_iter().flatten() {
+            for key in ["apiGroups", "resources", "verbs"] {
+                if rule[key]
+                    .as_array()
+                    .is_some_and(|a| a.iter().any(|v| v == "*"))
+                {
+                    found.push(format!("{}: {rule}", d["metadata"]["name"]));
+                }
+            }
+        }
+    }
+    found
+}
