@@ -256,8 +256,61 @@ proptest! {
     }
 }
 
+/// NodeClass `spec.kubelet` settings: reservations, eviction thresholds, maxPods.
+fn settings() -> impl Strategy<Value = CatalogSettings> {
+    let resource = prop::sample::select(vec!["cpu", "memory", "ephemeral-storage", "pods"]);
+    let reserved = prop::collection::btree_map(
+        resource.prop_map(str::to_string),
+        prop_oneof![cpu_text(), memory_text(), "-[0-9]{1,3}"],
+        0..3,
+    );
+    let signal = prop::sample::select(vec![
+        "memory.available",
+        "nodefs.available",
+        "imagefs.available",
+    ]);
+    let threshold = prop_oneof![
+        "[0-9]{1,3}(\\.[0-9]{1,3})?%",
+        "[ -]?[0-9.]{0,5}%|NaN%|inf%",
+        memory_text(),
+    ];
+    let eviction = prop::collection::btree_map(signal.prop_map(str::to_string), threshold, 0..3);
+    (
+        reserved.clone(),
+        reserved,
+        eviction,
+        prop::option::of(any::<i32>()),
+    )
+        .prop_map(
+            |(kube_reserved, system_reserved, eviction_hard, max_pods)| CatalogSettings {
+                kube_reserved,
+                system_reserved,
+                eviction_hard,
+                max_pods,
+                failure_domains: Vec::new(),
+            },
+        )
+}
+
 proptest! {
     #![proptest_config(prop_cases::config(256, 50_000))]
+
+    #[test]
+    fn kubelet_settings_never_panic_and_leave_allocatable_within_capacity(
+        t in template(),
+        settings in settings(),
+    ) {
+        let obj: kube::api::DynamicObject = serde_json::from_value(t).expect("object");
+        if let Ok(Ok(shape)) = template_shape(&obj, &settings) {
+            for (res, cap) in &shape.capacity.0 {
+                let alloc = shape.allocatable.get(res);
+                prop_assert!((0..=*cap).contains(&alloc), "{} {} {}", res, cap, alloc);
+            }
+            if let Some(p) = settings.max_pods {
+                prop_assert_eq!(shape.capacity.pods(), i64::from(p));
+            }
+        }
+    }
 
     #[test]
     fn scale_from_zero_annotations_never_panic_and_are_read_exactly(t in template()) {
