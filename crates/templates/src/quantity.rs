@@ -147,7 +147,7 @@ fn scaled(input: &str, scale: i64) -> Result<i64, QuantityError> {
         // n < 2^127 < 10^39: more than 38 places below the unit is a value in (0, 1).
         let places = u32::try_from(-e).map_err(|_| overflow())?;
         let up = |n: u128| match 10u128.checked_pow(places) {
-            Some(d) => n / d + u128::from(n % d != 0),
+            Some(d) => n / d + u128::from(!n.is_multiple_of(d)),
             None => u128::from(n != 0),
         };
         if p.sticky {
