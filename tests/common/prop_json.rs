@@ -3,8 +3,27 @@
 //! scalars those readers look at, and mutations of real example documents (a subtree
 //! replaced, a field removed).
 
+use std::path::Path;
+
 use proptest::prelude::*;
 use serde_json::{Map, Value};
+
+/// The documents of the `*.yaml` files of `dir`, in name order.
+pub fn read_examples(dir: &Path) -> Vec<Value> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .expect("examples directory")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .flat_map(|f| {
+            let text = std::fs::read_to_string(f).expect("read example");
+            serde_saphyr::from_multiple::<Value>(&text).expect("example YAML")
+        })
+        .collect()
+}
 
 /// Field names the readers look at, and a few they do not.
 const KEYS: &[&str] = &[

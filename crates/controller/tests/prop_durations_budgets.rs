@@ -8,6 +8,7 @@
 #[path = "../../../tests/common/prop_cases.rs"]
 mod prop_cases;
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use api::karpenter::Budget;
@@ -15,8 +16,30 @@ use controller::disruption::{budget_active, budget_nodes};
 use controller::nodeclass::parse_duration;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use proptest::prelude::*;
+use regex::Regex;
 
 const NS_PER_SECOND: u128 = 1_000_000_000;
+
+/// Nanoseconds per Go duration unit.
+const UNITS: [(&str, u128); 8] = [
+    ("ns", 1),
+    ("us", 1_000),
+    ("\u{b5}s", 1_000),
+    ("\u{3bc}s", 1_000),
+    ("ms", 1_000_000),
+    ("s", NS_PER_SECOND),
+    ("m", 60 * NS_PER_SECOND),
+    ("h", 3600 * NS_PER_SECOND),
+];
+
+/// Go's grammar for an unsigned duration: components `digits[.digits]unit`.
+static GRAMMAR: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:ns|us|\x{b5}s|\x{3bc}s|ms|s|m|h))+$")
+        .expect("regex")
+});
+static COMPONENT: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"([0-9]*)(?:\.([0-9]*))?(ns|us|\x{b5}s|\x{3bc}s|ms|s|m|h)").expect("regex")
+});
 
 /// Go's `time.ParseDuration` for unsigned input, exact: nanoseconds, or `None` when Go
 /// refuses the text (including more than `i64::MAX` nanoseconds). Surrounding whitespace is
@@ -26,50 +49,27 @@ fn go_duration(s: &str) -> Option<u128> {
     if s == "0" {
         return Some(0);
     }
-    if s.is_empty() {
+    if !GRAMMAR.is_match(s) {
         return None;
     }
-    let digits = |t: &str| t.bytes().take_while(u8::is_ascii_digit).count();
-    let (mut rest, mut total) = (s, 0u128);
-    while !rest.is_empty() {
-        let (int, r) = rest.split_at(digits(rest));
-        let (frac, r) = match r.strip_prefix('.') {
-            Some(r) => r.split_at(digits(r)),
-            None => ("", r),
-        };
-        if int.is_empty() && frac.is_empty() {
+    let mut total = 0u128;
+    for c in COMPONENT.captures_iter(s) {
+        let per = UNITS.iter().find(|(u, _)| *u == &c[3]).map(|(_, n)| *n)?;
+        // whole.fraction × per, truncated to the nanosecond; 18 fraction digits suffice and
+        // keep every valid duration within a u128.
+        let whole = c[1].trim_start_matches('0');
+        let frac: String = c
+            .get(2)
+            .map_or("", |m| m.as_str())
+            .chars()
+            .take(18)
+            .collect();
+        if whole.len() > 20 {
             return None;
         }
-        let unit_len = r
-            .find(|c: char| c == '.' || c.is_ascii_digit())
-            .unwrap_or(r.len());
-        let (unit, r) = r.split_at(unit_len);
-        let per: u128 = match unit {
-            "ns" => 1,
-            "us" | "\u{b5}s" | "\u{3bc}s" => 1_000,
-            "ms" => 1_000_000,
-            "s" => NS_PER_SECOND,
-            "m" => 60 * NS_PER_SECOND,
-            "h" => 3600 * NS_PER_SECOND,
-            _ => return None,
-        };
-        let int: u128 = match int.trim_start_matches('0') {
-            "" => 0,
-            i if i.len() > 30 => return None,
-            i => i.parse().ok()?,
-        };
-        // The fraction, to the nanosecond (digits beyond do not matter below 1 ns × per).
-        let frac = &frac[..frac.len().min(20)];
-        let scale = 10u128.pow(u32::try_from(frac.len()).ok()?);
-        let f: u128 = if frac.is_empty() {
-            0
-        } else {
-            frac.parse().ok()?
-        };
-        total = total
-            .checked_add(int.checked_mul(per)?)?
-            .checked_add(f * per / scale)?;
-        rest = r;
+        let digits: u128 = format!("0{whole}{frac}").parse().ok()?;
+        let scale = 10u128.pow(frac.len() as u32);
+        total = total.checked_add(digits.checked_mul(per)? / scale)?;
     }
     (total <= i64::MAX as u128).then_some(total)
 }

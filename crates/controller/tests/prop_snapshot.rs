@@ -17,20 +17,7 @@ use serde_json::Value;
 
 /// The documents of `examples/snapshot/`.
 fn examples() -> Vec<Value> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/snapshot");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .expect("examples/snapshot")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .collect();
-    files.sort();
-    files
-        .iter()
-        .flat_map(|f| {
-            let text = std::fs::read_to_string(f).expect("read example");
-            serde_saphyr::from_multiple::<Value>(&text).expect("example YAML")
-        })
-        .collect()
+    prop_json::read_examples(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/snapshot"))
 }
 
 /// Reads `text` and, when it reads, plans and renders.

@@ -16,20 +16,9 @@ use templates::offline::{Inputs, render_json, render_table, render_yaml, reports
 
 /// The documents of `examples/templates/`.
 fn examples() -> Vec<Value> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/templates");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .expect("examples/templates")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .collect();
-    files.sort();
-    files
-        .iter()
-        .flat_map(|f| {
-            let text = std::fs::read_to_string(f).expect("read example");
-            serde_saphyr::from_multiple::<Value>(&text).expect("example YAML")
-        })
-        .collect()
+    prop_json::read_examples(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/templates"),
+    )
 }
 
 /// Reads `text` and, when it reads, renders every report.
