@@ -141,8 +141,11 @@ fn scaled(input: &str, scale: i64) -> Result<i64, QuantityError> {
             return Err(overflow());
         }
         let pow = 10u128.checked_pow(u32::try_from(e).map_err(|_| overflow())?);
-        pow.and_then(|pow| n.checked_mul(pow))
-            .ok_or_else(overflow)?
+        match pow {
+            _ if n == 0 => 0,
+            Some(pow) => n.checked_mul(pow).ok_or_else(overflow)?,
+            None => return Err(overflow()),
+        }
     } else {
         // n < 2^127 < 10^39: more than 38 places below the unit is a value in (0, 1).
         let places = u32::try_from(-e).map_err(|_| overflow())?;
@@ -259,6 +262,8 @@ mod tests {
             (".1000000000000000000000000000000", 1),
             ("1.000000000000000000000000000000000000000001", 2),
             ("12345678901234567890123e-20", 124),
+            ("0e60", 0),
+            ("-0.0E+60", 0),
         ];
         for (input, want) in cases {
             assert_eq!(parse_value(input), Ok(*want), "{input}");

@@ -101,12 +101,20 @@ impl Parts {
             }
             Suffix::Si(d) | Suffix::Exp(d, _) => d,
         } + scale;
-        if d >= 0 {
-            num = num.checked_mul(10i128.pow(d.unsigned_abs()))?;
+        let pow = 10i128.checked_pow(d.unsigned_abs());
+        let magnitude = if num == 0 {
+            0
+        } else if d >= 0 {
+            // num ≥ 1: a power beyond i128 is out of range.
+            let n = num.checked_mul(pow?)?;
+            n / den + i128::from(n % den != 0)
         } else {
-            den = den.checked_mul(10i128.pow(d.unsigned_abs()))?;
-        }
-        let magnitude = num / den + i128::from(num % den != 0);
+            match pow.and_then(|p| den.checked_mul(p)) {
+                Some(den) => num / den + i128::from(num % den != 0),
+                // num < 10^22 and den > 10^38: a value in (0, 1).
+                None => 1,
+            }
+        };
         let v = if self.negative == Some(true) {
             -magnitude
         } else {
@@ -121,7 +129,7 @@ fn suffix() -> impl Strategy<Value = Suffix> {
         Just(Suffix::None),
         (1u32..=6).prop_map(Suffix::Binary),
         prop::sample::select(SI.to_vec()).prop_map(|(_, d)| Suffix::Si(d)),
-        (-20i32..=20, any::<bool>()).prop_map(|(d, u)| Suffix::Exp(d, u)),
+        (-60i32..=60, any::<bool>()).prop_map(|(d, u)| Suffix::Exp(d, u)),
     ]
 }
 
