@@ -123,6 +123,27 @@ pub struct MachineStatus {
     pub observed_generation: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_updated: Option<Time>,
+    /// v1beta1 fields kept for compatibility (`failureReason`, `failureMessage`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deprecated: Option<MachineDeprecatedStatus>,
+}
+
+/// `status.deprecated` of a v1beta2 Machine.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineDeprecatedStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub v1beta1: Option<MachineV1Beta1Status>,
+}
+
+/// The v1beta1 failure fields of a Machine.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineV1Beta1Status {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_message: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]

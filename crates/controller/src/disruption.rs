@@ -19,14 +19,13 @@ use std::time::{Duration, Instant};
 use api::consts::annotations::DO_NOT_DISRUPT;
 use api::karpenter::{Budget, ConsolidationPolicy, DisruptionReason, NodePoolSpec};
 use k8s_openapi::jiff::{Timestamp, tz::TimeZone};
-use kube::api::{Api, DeleteParams, DynamicObject};
+use kube::api::{Api, DeleteParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::Store;
 use serde_json::Value;
 
+use crate::cache::values;
 use crate::metrics::{CreatedLabels, Metrics};
-use crate::nodeclaim::context::nodeclaim_resource;
-use crate::nodeclaim::lifecycle::values;
 use crate::nodeclass::parse_duration;
 use crate::provisioning::snapshot::{condition_true, deleting};
 
@@ -385,15 +384,15 @@ pub struct Disruption {
     pub client: kube::Client,
     pub recorder: Recorder,
     pub metrics: Metrics,
-    pub nodepools: Store<DynamicObject>,
-    pub nodeclaims: Store<DynamicObject>,
+    pub nodepools: Store<api::NodePool>,
+    pub nodeclaims: Store<api::NodeClaim>,
     pub nodes: Store<k8s_openapi::api::core::v1::Node>,
     pub pods: Store<k8s_openapi::api::core::v1::Pod>,
 }
 
 impl Disruption {
     async fn act(&self, d: &Decision) {
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &nodeclaim_resource());
+        let api: Api<api::NodeClaim> = Api::all(self.client.clone());
         let obj = match api.get_opt(&d.nodeclaim).await {
             Ok(Some(o)) => o,
             Ok(None) => return,
@@ -418,11 +417,7 @@ impl Disruption {
             secondary: None,
         };
         use kube::Resource;
-        if let Err(e) = self
-            .recorder
-            .publish(&event, &obj.object_ref(&nodeclaim_resource()))
-            .await
-        {
+        if let Err(e) = self.recorder.publish(&event, &obj.object_ref(&())).await {
             tracing::debug!(error = %e, "publishing event failed");
         }
         // Preconditioned on the uid we decided about: a recreated claim of the same name is

@@ -4,15 +4,15 @@
 
 use std::time::Duration;
 
+use api::{Machine, NodeClaim};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::DynamicObject;
 
 /// Default grace before a Machine without its NodeClaim is deleted.
 pub const MACHINE_GRACE: Duration = Duration::from_secs(60);
 
 /// The NodeClaim a Machine belongs to (its label value), if it is one of ours.
-pub fn owning_claim<'a>(machine: &'a DynamicObject, label: &str) -> Option<&'a str> {
+pub fn owning_claim<'a>(machine: &'a Machine, label: &str) -> Option<&'a str> {
     machine
         .metadata
         .labels
@@ -24,12 +24,12 @@ pub fn owning_claim<'a>(machine: &'a DynamicObject, label: &str) -> Option<&'a s
 
 /// Machines of ours, older than `grace`, not being deleted, whose NodeClaim is gone.
 pub fn orphaned_machines<'a>(
-    machines: impl IntoIterator<Item = &'a DynamicObject>,
+    machines: impl IntoIterator<Item = &'a Machine>,
     label: &str,
     claim_exists: impl Fn(&str) -> bool,
     now: Timestamp,
     grace: Duration,
-) -> Vec<&'a DynamicObject> {
+) -> Vec<&'a Machine> {
     machines
         .into_iter()
         .filter(|m| m.metadata.deletion_timestamp.is_none())
@@ -44,7 +44,7 @@ pub fn orphaned_machines<'a>(
 }
 
 /// Sorted names, for logs and events.
-pub fn names(objects: &[&DynamicObject]) -> Vec<String> {
+pub fn names(objects: &[&Machine]) -> Vec<String> {
     let mut n: Vec<String> = objects.iter().map(|o| o.name_any()).collect();
     n.sort();
     n
@@ -53,8 +53,8 @@ pub fn names(objects: &[&DynamicObject]) -> Vec<String> {
 /// Every `interval`, deletes Machines of ours whose NodeClaim is gone (after `grace`).
 pub async fn run(
     management: kube::Client,
-    machines: kube::runtime::reflector::Store<DynamicObject>,
-    nodeclaims: kube::runtime::reflector::Store<DynamicObject>,
+    machines: kube::runtime::reflector::Store<Machine>,
+    nodeclaims: kube::runtime::reflector::Store<NodeClaim>,
     interval: Duration,
     grace: Duration,
 ) {
@@ -78,11 +78,7 @@ pub async fn run(
         );
         for m in orphans {
             let ns = m.namespace().unwrap_or_default();
-            let api: kube::Api<DynamicObject> = kube::Api::namespaced_with(
-                management.clone(),
-                &ns,
-                &crate::machine::machine_resource(),
-            );
+            let api: kube::Api<Machine> = kube::Api::namespaced(management.clone(), &ns);
             match api.delete(&m.name_any(), &Default::default()).await {
                 Ok(_) => {
                     tracing::info!(machine = %format!("{ns}/{}", m.name_any()), "garbage-collected machine without nodeclaim")
@@ -103,7 +99,7 @@ mod tests {
 
     const LABEL: &str = "karpenter.cluster.x-k8s.io/nodeclaim";
 
-    fn machine(name: &str, claim: Option<&str>, created: &str, deleting: bool) -> DynamicObject {
+    fn machine(name: &str, claim: Option<&str>, created: &str, deleting: bool) -> Machine {
         let mut labels = serde_json::Map::new();
         if let Some(c) = claim {
             labels.insert(LABEL.into(), json!(c));
@@ -113,7 +109,8 @@ mod tests {
             meta["deletionTimestamp"] = json!("2026-11-22T10:00:00Z");
         }
         serde_json::from_value(json!({
-            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "metadata": meta
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "metadata": meta,
+            "spec": {"clusterName": "c", "infrastructureRef": {"apiGroup": "g", "kind": "K", "name": name}}
         }))
         .expect("fixture")
     }

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use api::Machine;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -66,11 +67,11 @@ pub const STUCK_AFTER_SECS: i64 = 120;
 /// Builds the rows, sorted by NodePool then NodeClaim.
 pub fn rows(
     nodeclaims: &[DynamicObject],
-    machines: &[DynamicObject],
+    machines: &[Machine],
     nodes: &[Node],
     now: Timestamp,
 ) -> Vec<Row> {
-    let machines: BTreeMap<String, &DynamicObject> = machines
+    let machines: BTreeMap<String, &Machine> = machines
         .iter()
         .map(|m| {
             (
@@ -243,8 +244,7 @@ pub async fn collect(
         None => ListParams::default(),
     };
     let claims = claims_api.list(&lp).await?.items;
-    let machines: Api<DynamicObject> =
-        Api::all_with(management.clone(), &machine::machine_resource());
+    let machines: Api<Machine> = Api::all(management.clone());
     let machines = machines
         .list(&ListParams::default().labels(names::NODECLAIM_LABEL))
         .await?
@@ -283,12 +283,15 @@ mod tests {
                 "status": {"providerID": "test://x", "nodeName": "n1", "conditions": [
                     {"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": "2026-11-22T10:11:40Z"}]}})),
         ];
-        let machines = [obj(
+        let machines: [Machine; 1] = [serde_json::from_value(
             json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
             "metadata": {"name": "default-a", "namespace": "prod"},
+            "spec": {"clusterName": "c", "infrastructureRef": {"apiGroup": "g", "kind": "K", "name": "default-a"}},
             "status": {"phase": "Provisioning", "conditions": [
-                {"type": "InfrastructureReady", "status": "False", "reason": "WaitingForCapacity", "message": "no m5.large in a"}]}}),
-        )];
+                {"type": "InfrastructureReady", "status": "False", "reason": "WaitingForCapacity", "message": "no m5.large in a",
+                 "lastTransitionTime": "2026-11-22T10:00:01Z"}]}}),
+        )
+        .expect("fixture")];
         let nodes: Vec<Node> =
             vec![serde_json::from_value(json!({"metadata": {"name": "n1"}})).expect("node")];
         let r = rows(&ncs, &machines, &nodes, now);

@@ -1,5 +1,6 @@
 //! Control loops, one module per loop, and the runtime pieces they share.
 
+pub mod cache;
 pub mod clone;
 pub mod disruption;
 pub mod garbagecollection;

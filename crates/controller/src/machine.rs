@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::names as consts;
+use api::Machine;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::{Value, json};
 
@@ -128,49 +129,43 @@ pub fn build_machine(p: &MachineParams) -> Result<DynamicObject, serde_json::Err
     }))
 }
 
-fn str_at<'a>(m: &'a DynamicObject, path: &[&str]) -> Option<&'a str> {
-    let mut v = &m.data;
-    for p in path {
-        v = v.get(p)?;
-    }
-    v.as_str().filter(|s| !s.is_empty())
+/// `spec.providerID`, when set.
+pub fn provider_id(m: &Machine) -> Option<&str> {
+    m.spec.provider_id.as_deref().filter(|s| !s.is_empty())
 }
 
-/// `spec.providerID`, once the infrastructure provider set it and CAPI copied it.
-pub fn provider_id(m: &DynamicObject) -> Option<&str> {
-    str_at(m, &["spec", "providerID"])
+/// `status.nodeRef.name`, when set.
+pub fn node_name(m: &Machine) -> Option<&str> {
+    m.node_name().filter(|s| !s.is_empty())
 }
 
-/// `status.nodeRef.name`.
-pub fn node_name(m: &DynamicObject) -> Option<&str> {
-    str_at(m, &["status", "nodeRef", "name"])
+/// `status.phase`, when set.
+pub fn phase(m: &Machine) -> Option<&str> {
+    m.status
+        .as_ref()?
+        .phase
+        .as_deref()
+        .filter(|s| !s.is_empty())
 }
 
-/// `status.phase` (Pending, Provisioning, Provisioned, Running, Deleting, Failed...).
-pub fn phase(m: &DynamicObject) -> Option<&str> {
-    str_at(m, &["status", "phase"])
+/// A condition's (status, reason, message).
+pub fn condition<'a>(m: &'a Machine, type_: &str) -> Option<(&'a str, &'a str, &'a str)> {
+    let c = api::conditions::get(&m.status.as_ref()?.conditions, type_)?;
+    Some((c.status.as_str(), c.reason.as_str(), c.message.as_str()))
 }
 
-/// A `status.conditions[]` entry: (status, reason, message).
-pub fn condition<'a>(m: &'a DynamicObject, type_: &str) -> Option<(&'a str, &'a str, &'a str)> {
-    let conditions = m.data.get("status")?.get("conditions")?.as_array()?;
-    let c = conditions
-        .iter()
-        .find(|c| c.get("type").and_then(Value::as_str) == Some(type_))?;
-    let field = |k: &str| c.get(k).and_then(Value::as_str).unwrap_or_default();
-    Some((field("status"), field("reason"), field("message")))
-}
-
-/// The infrastructure failure a Machine reports, if any: phase Failed, or the
-/// InfrastructureReady condition False with a reason that names a failure.
-pub fn infrastructure_failure(m: &DynamicObject) -> Option<String> {
+/// Why the Machine's infrastructure failed, if it did: phase Failed (with the v1beta1
+/// failure message), or `InfrastructureReady=False` with a failure reason.
+pub fn infrastructure_failure(m: &Machine) -> Option<String> {
     if phase(m) == Some("Failed") {
-        return Some(
-            str_at(m, &["status", "failureMessage"])
-                .or_else(|| str_at(m, &["status", "deprecated", "v1beta1", "failureMessage"]))
-                .unwrap_or("Machine phase Failed")
-                .to_string(),
-        );
+        let message = m
+            .status
+            .as_ref()
+            .and_then(|s| s.deprecated.as_ref())
+            .and_then(|d| d.v1beta1.as_ref())
+            .and_then(|v| v.failure_message.as_deref())
+            .filter(|s| !s.is_empty());
+        return Some(message.unwrap_or("Machine phase Failed").to_string());
     }
     match condition(m, "InfrastructureReady") {
         Some(("False", reason, message)) if reason.contains("Fail") || reason.contains("Error") => {
@@ -222,13 +217,15 @@ mod tests {
 
     #[test]
     fn reads_status() {
-        let m: DynamicObject = serde_json::from_value(json!({
+        let m: Machine = serde_json::from_value(json!({
             "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
             "metadata": {"name": "m"},
-            "spec": {"providerID": "test://ns/m"},
+            "spec": {"clusterName": "c", "providerID": "test://ns/m",
+                     "infrastructureRef": {"apiGroup": "g", "kind": "K", "name": "m"}},
             "status": {"phase": "Running", "nodeRef": {"name": "n1"},
                 "conditions": [{"type": "InfrastructureReady", "status": "False",
-                                "reason": "ProvisioningFailed", "message": "no capacity"}]}
+                                "reason": "ProvisioningFailed", "message": "no capacity",
+                                "lastTransitionTime": "2026-11-22T10:00:00Z"}]}
         }))
         .expect("fixture");
         assert_eq!(provider_id(&m), Some("test://ns/m"));
@@ -237,6 +234,17 @@ mod tests {
         assert_eq!(
             infrastructure_failure(&m).as_deref(),
             Some("ProvisioningFailed: no capacity")
+        );
+        let failed: Machine = serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": "m"},
+            "spec": {"clusterName": "c", "infrastructureRef": {"apiGroup": "g", "kind": "K", "name": "m"}},
+            "status": {"phase": "Failed", "deprecated": {"v1beta1": {"failureMessage": "quota exceeded"}}}
+        }))
+        .expect("fixture");
+        assert_eq!(
+            infrastructure_failure(&failed).as_deref(),
+            Some("quota exceeded")
         );
     }
 }

@@ -131,6 +131,47 @@ impl NodeClass {
     }
 
     /// Whether the status controller has written a `Ready` condition for this generation.
+    /// The launch view of a typed ClusterAPINodeClass.
+    pub fn from_typed(nc: &api::ClusterAPINodeClass) -> NodeClass {
+        let spec = &nc.spec;
+        let machine = spec.machine.clone().unwrap_or_default();
+        NodeClass {
+            name: nc.metadata.name.clone().unwrap_or_default(),
+            generation: nc.metadata.generation.unwrap_or_default(),
+            cluster: ClusterRef {
+                namespace: spec.cluster_ref.namespace.clone(),
+                name: spec.cluster_ref.name.clone(),
+            },
+            bootstrap: BootstrapJson {
+                config_template_ref: spec.bootstrap.config_template_ref.as_ref().map(|r| {
+                    TemplateRefJson {
+                        api_group: r.api_group.clone(),
+                        kind: r.kind.clone(),
+                        name: r.name.clone(),
+                    }
+                }),
+                data_secret_name: spec.bootstrap.data_secret_name.clone(),
+                inject_unregistered_taint: spec.bootstrap.inject_unregistered_taint,
+            },
+            version: spec.version.clone(),
+            machine: MachineJson {
+                labels: machine.labels,
+                annotations: machine.annotations,
+                node_drain_timeout: machine.node_drain_timeout,
+                node_volume_detach_timeout: machine.node_volume_detach_timeout,
+                node_deletion_timeout: machine.node_deletion_timeout,
+            },
+            launch_timeout: parse_duration(&spec.launch_timeout).unwrap_or(DEFAULT_LAUNCH_TIMEOUT),
+            registration_timeout: parse_duration(&spec.registration_timeout)
+                .unwrap_or(DEFAULT_REGISTRATION_TIMEOUT),
+            conditions: nc
+                .status
+                .as_ref()
+                .map(|s| s.conditions.clone())
+                .unwrap_or_default(),
+        }
+    }
+
     pub fn readiness_reported(&self) -> bool {
         self.conditions.iter().any(|c| {
             c.type_ == "Ready" && c.observed_generation.is_none_or(|g| g >= self.generation)

@@ -14,7 +14,6 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use templates::model::Catalog;
@@ -22,8 +21,25 @@ use templates::selection::Selection;
 use templates::settings::CatalogSettings;
 use templates::watch::TemplateIndex;
 
+use crate::cache::Cache;
 use crate::names;
-use crate::nodeclaim::context::{Catalogs, nodeclass_resource, set_condition};
+use crate::nodeclaim::context::{Catalogs, nodeclass_resource};
+use api::{Cluster, ClusterAPINodeClass};
+
+/// `conditions` with `type_` set (the shared helper, on a copy).
+fn set_condition(
+    conditions: &[Condition],
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Vec<Condition> {
+    let mut out = conditions.to_vec();
+    api::conditions::set(&mut out, type_, status, reason, message, generation, now);
+    out
+}
 
 /// `cluster.x-k8s.io/v1beta2` Cluster.
 pub fn cluster_resource() -> ApiResource {
@@ -37,16 +53,15 @@ pub fn cluster_resource() -> ApiResource {
 #[derive(Clone)]
 pub struct IndexCatalogs {
     pub index: TemplateIndex,
-    pub nodeclasses: Store<DynamicObject>,
-    pub clusters: Store<DynamicObject>,
+    pub nodeclasses: Store<ClusterAPINodeClass>,
+    pub clusters: Store<Cluster>,
 }
 
 impl IndexCatalogs {
-    fn cluster_of(&self, nc: &Value) -> Option<Arc<DynamicObject>> {
+    fn cluster_of(&self, nc: &Value) -> Option<Arc<Cluster>> {
         let ns = nc.pointer("/spec/clusterRef/namespace")?.as_str()?;
         let name = nc.pointer("/spec/clusterRef/name")?.as_str()?;
-        self.clusters
-            .get(&ObjectRef::new_with(name, cluster_resource()).within(ns))
+        self.clusters.get(&ObjectRef::new(name).within(ns))
     }
 
     /// The catalog of a NodeClass given as JSON.
@@ -63,9 +78,7 @@ impl IndexCatalogs {
 
 impl Catalogs for IndexCatalogs {
     fn catalog(&self, nodeclass: &str) -> Option<Arc<Catalog>> {
-        let nc = self
-            .nodeclasses
-            .get(&ObjectRef::new_with(nodeclass, nodeclass_resource()))?;
+        let nc = self.nodeclasses.get(&ObjectRef::new(nodeclass))?;
         let value = serde_json::to_value(&*nc).ok()?;
         match &*self.catalog_for(&value) {
             Ok(c) if !c.instance_types.is_empty() => Some(Arc::new(c.clone())),
@@ -271,7 +284,10 @@ async fn bootstrap_exists(ctx: &StatusCtx, nc: &Value) -> Result<(), String> {
     Err("spec.bootstrap has neither configTemplateRef nor dataSecretName".into())
 }
 
-async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<StatusCtx>) -> Result<Action, StatusError> {
+async fn reconcile(
+    obj: Arc<ClusterAPINodeClass>,
+    ctx: Arc<StatusCtx>,
+) -> Result<Action, StatusError> {
     let nc = serde_json::to_value(&*obj).unwrap_or(Value::Null);
     let conditions: Vec<Condition> = nc
         .pointer("/status/conditions")
@@ -331,7 +347,11 @@ fn strip_times(conditions: Option<&Value>) -> Value {
     v
 }
 
-fn error_policy(obj: Arc<DynamicObject>, error: &StatusError, _ctx: Arc<StatusCtx>) -> Action {
+fn error_policy(
+    obj: Arc<ClusterAPINodeClass>,
+    error: &StatusError,
+    _ctx: Arc<StatusCtx>,
+) -> Action {
     tracing::warn!(nodeclass = %obj.name_any(), %error, "nodeclass status failed");
     Action::requeue(Duration::from_secs(5))
 }
@@ -340,9 +360,9 @@ fn error_policy(obj: Arc<DynamicObject>, error: &StatusError, _ctx: Arc<StatusCt
 /// every template change.
 pub async fn run(
     ctx: StatusCtx,
+    nodeclasses: Cache<ClusterAPINodeClass>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let ar = nodeclass_resource();
     let mut changes = ctx.catalogs.index.subscribe();
     let (tx, rx) = futures::channel::mpsc::channel::<()>(1);
     let mut tasks = crate::tasks::Tasks::default();
@@ -354,16 +374,12 @@ pub async fn run(
             let _ = tx.try_send(());
         }
     });
-    Controller::new_with(
-        Api::<DynamicObject>::all_with(ctx.workload.clone(), &ar),
-        watcher::Config::default(),
-        ar.clone(),
-    )
-    .reconcile_all_on(rx)
-    .graceful_shutdown_on(shutdown)
-    .run(reconcile, error_policy, Arc::new(ctx))
-    .for_each(|_| futures::future::ready(()))
-    .await;
+    Controller::for_shared_stream(nodeclasses.subscribe(), nodeclasses.store())
+        .reconcile_all_on(futures::stream::once(futures::future::ready(())).chain(rx))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, Arc::new(ctx))
+        .for_each(|_| futures::future::ready(()))
+        .await;
 }
 
 #[cfg(test)]

@@ -13,14 +13,12 @@ use api::conditions::{self as cond, FALSE, TRUE, UNKNOWN};
 use api::consts::{conditions as types, groups};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::{Value, json};
 
+use crate::cache::{to_json, values};
 use crate::metrics::{Metrics, ResourceLabels};
-use crate::nodeclaim::context::nodeclass_resource;
-use crate::nodeclaim::context::nodepool_resource;
-use crate::nodeclaim::lifecycle::{to_json, values};
 use crate::provisioning::{convert, snapshot};
 
 /// The last registration timeout per NodePool (reported by the liveness loop, read by the
@@ -225,9 +223,9 @@ fn differs(pool: &Value, status: &Value) -> bool {
 pub struct NodePoolStatus {
     pub client: kube::Client,
     pub metrics: Metrics,
-    pub nodepools: Store<DynamicObject>,
-    pub nodeclaims: Store<DynamicObject>,
-    pub nodeclasses: Store<DynamicObject>,
+    pub nodepools: Store<api::NodePool>,
+    pub nodeclaims: Store<api::NodeClaim>,
+    pub nodeclasses: Store<api::ClusterAPINodeClass>,
     pub registration_failures: std::sync::Arc<RegistrationFailures>,
 }
 
@@ -241,7 +239,7 @@ impl NodePoolStatus {
                 by_pool.entry(p).or_default().push(c);
             }
         }
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &nodepool_resource());
+        let api: Api<api::NodePool> = Api::all(self.client.clone());
         let mut written = 0;
         for pool in self.nodepools.state() {
             let v = to_json(pool.as_ref());
@@ -251,7 +249,7 @@ impl NodePoolStatus {
                 .unwrap_or_default();
             let nodeclass = self
                 .nodeclasses
-                .get(&ObjectRef::new_with(class_name, nodeclass_resource()))
+                .get(&ObjectRef::new(class_name))
                 .map(|nc| to_json(nc.as_ref()));
             let pool_claims = by_pool.get(name).map(Vec::as_slice).unwrap_or_default();
             let failure = self.registration_failures.last(name);

@@ -242,11 +242,9 @@ pub async fn lead(ctx: &Context) -> Result<Option<Election>, RuntimeError> {
 /// Runs the operator until SIGTERM/SIGINT: caches on every replica, loops on the leader.
 pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
     use crate::nodeclaim::context::{Ctx, Settings};
-    use crate::nodeclaim::lifecycle::{self, Caches};
+    use crate::nodeclaim::lifecycle;
     use crate::nodeclass_status::{self, IndexCatalogs, StatusCtx};
     use kube::runtime::events::{Recorder, Reporter};
-    use kube::runtime::reflector;
-    use kube::runtime::watcher;
 
     let identity = config.identity();
     let (ctx, registry) = context(config).await?;
@@ -259,44 +257,15 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         tasks.spawn(async move { serve_endpoints(&ctx, registry, stop).await })
     };
 
-    // Caches (every replica): Nodes, our Machines, NodeClasses, Clusters, templates.
-    let caches = Caches::start(&ctx.workload, &ctx.management);
-    let clusters = lifecycle::dynamic_cache(
-        &mut tasks,
-        &ctx.management,
-        &nodeclass_status::cluster_resource(),
-        watcher::Config::default(),
-    );
+    // One cache per kind (every replica, so failover is warm), and the templates.
+    let caches = crate::cache::Caches::start(&mut tasks, &ctx.workload, &ctx.management);
     let index = templates::watch::TemplateIndex::new();
     tasks.spawn(templates::watch::run(
         ctx.management.clone(),
         index.clone(),
         templates::watch::WatchConfig::default(),
     ));
-    // Provisioner and NodePool status caches: Pods, DaemonSets, NodePools, NodeClaims.
-    let pods = lifecycle::typed_cache::<k8s_openapi::api::core::v1::Pod>(&mut tasks, &ctx.workload);
-    let daemonsets =
-        lifecycle::typed_cache::<k8s_openapi::api::apps::v1::DaemonSet>(&mut tasks, &ctx.workload);
-    let nodepools = lifecycle::dynamic_cache(
-        &mut tasks,
-        &ctx.workload,
-        &crate::nodeclaim::context::nodepool_resource(),
-        watcher::Config::default(),
-    );
-    // The lifecycle controller keeps its own private NodeClaim store; GC, provisioning and
-    // NodePool status read this one.
-    let nodeclaims_store = lifecycle::dynamic_cache(
-        &mut tasks,
-        &ctx.workload,
-        &crate::nodeclaim::context::nodeclaim_resource(),
-        watcher::Config::default(),
-    );
     caches.ready().await;
-    let _ = clusters.wait_until_ready().await;
-    let _ = pods.wait_until_ready().await;
-    let _ = daemonsets.wait_until_ready().await;
-    let _ = nodepools.wait_until_ready().await;
-    let _ = nodeclaims_store.wait_until_ready().await;
     warm_templates(&ctx.management, &index).await;
     ctx.readiness.set_ready();
     tracing::info!("caches synced");
@@ -322,8 +291,8 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
 
     let catalogs = IndexCatalogs {
         index,
-        nodeclasses: caches.nodeclasses.clone(),
-        clusters,
+        nodeclasses: caches.nodeclasses.store(),
+        clusters: caches.clusters.store(),
     };
     let recorder = Recorder::new(
         ctx.workload.clone(),
@@ -340,10 +309,10 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         recorder,
         metrics: ctx.metrics.clone(),
         nodes: caches.nodes.clone(),
-        machines: caches.machines.clone(),
-        nodeclasses: caches.nodeclasses.clone(),
-        nodeclaims: reflector::store::Writer::new(crate::nodeclaim::context::nodeclaim_resource())
-            .as_reader(),
+        machines: caches.machines.store(),
+        nodeclasses: caches.nodeclasses.store(),
+        nodeclaims: caches.nodeclaims.store(),
+        clusters: caches.clusters.store(),
         catalogs: Arc::new(catalogs.clone()),
         unavailable: unavailable.clone(),
         settings: Settings {
@@ -351,6 +320,8 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
             ..Settings::default()
         },
         kinds: Arc::default(),
+        expectations: Arc::default(),
+        backoff: Arc::default(),
         registration_failures: registration_failures.clone(),
     };
     let stopped = |mut rx: watch::Receiver<bool>| async move {
@@ -359,36 +330,46 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
     let nodepool_status = crate::nodepool_status::NodePoolStatus {
         client: ctx.workload.clone(),
         metrics: ctx.metrics.clone(),
-        nodepools: nodepools.clone(),
-        nodeclaims: nodeclaims_store.clone(),
-        nodeclasses: caches.nodeclasses.clone(),
+        nodepools: caches.nodepools.store(),
+        nodeclaims: caches.nodeclaims.store(),
+        nodeclasses: caches.nodeclasses.store(),
         registration_failures,
     };
     let disruption = crate::disruption::Disruption {
         client: ctx.workload.clone(),
         recorder: lifecycle_ctx.recorder.clone(),
         metrics: ctx.metrics.clone(),
-        nodepools: nodepools.clone(),
-        nodeclaims: nodeclaims_store.clone(),
-        nodes: caches.nodes.clone(),
-        pods: pods.clone(),
+        nodepools: caches.nodepools.store(),
+        nodeclaims: caches.nodeclaims.store(),
+        nodes: caches.nodes.store(),
+        pods: caches.pods.store(),
     };
     let provisioner = crate::provisioning::Provisioner {
         client: ctx.workload.clone(),
         recorder: lifecycle_ctx.recorder.clone(),
         metrics: ctx.metrics.clone(),
-        pods,
-        nodes: caches.nodes.clone(),
-        daemonsets,
-        nodeclaims: nodeclaims_store.clone(),
-        nodepools,
+        pods: caches.pods.store(),
+        nodes: caches.nodes.store(),
+        daemonsets: caches.daemonsets.store(),
+        nodeclaims: caches.nodeclaims.store(),
+        nodepools: caches.nodepools.store(),
         catalogs: Arc::new(catalogs.clone()),
         unavailable,
         batch_idle: ctx.config.batch_idle,
         batch_max: ctx.config.batch_max,
     };
+    let triggers = lifecycle::Triggers {
+        nodeclaims: caches.nodeclaims.clone(),
+        nodes: caches.nodes.clone(),
+        machines: caches.machines.clone(),
+        nodeclasses: caches.nodeclasses.clone(),
+    };
     let loops = vec![
-        tasks.spawn(lifecycle::run(lifecycle_ctx, stopped(stop_rx.clone()))),
+        tasks.spawn(lifecycle::run(
+            lifecycle_ctx,
+            triggers,
+            stopped(stop_rx.clone()),
+        )),
         tasks.spawn(crate::provisioning::run(
             provisioner,
             stopped(stop_rx.clone()),
@@ -404,13 +385,14 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
                 management: ctx.management.clone(),
                 catalogs,
             },
+            caches.nodeclasses.clone(),
             stopped(stop_rx.clone()),
         )),
     ];
     let gc = tasks.spawn(crate::garbagecollection::run(
         ctx.management.clone(),
-        caches.machines.clone(),
-        nodeclaims_store,
+        caches.machines.store(),
+        caches.nodeclaims.store(),
         ctx.config.gc_interval,
         ctx.config.gc_grace,
     ));

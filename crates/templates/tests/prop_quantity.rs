@@ -92,7 +92,7 @@ impl Parts {
         };
         let int = i128::from(self.int.unwrap_or(0));
         let mut num = int.checked_mul(10i128.pow(f))?.checked_add(frac_value)?;
-        let mut den = 10i128.pow(f);
+        let den = 10i128.pow(f);
         let d = match self.suffix {
             Suffix::None => 0,
             Suffix::Binary(k) => {

@@ -1,48 +1,42 @@
-//! What the NodeClaim loops share: clients, caches, the catalog, events, metrics, and the
-//! small write helpers every sub-reconciler uses (so each write is done one way only).
+//! What the NodeClaim loops share: clients, the shared caches, the catalog, events, metrics,
+//! and the write helpers every step uses, so that each write is done one way only: carrying
+//! the resourceVersion it was computed from, once per reconcile, and only when something
+//! changed. [`Expectations`] remembers our own last writes so that no decision re-runs on a
+//! cache that has not seen them yet.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use api::{ClusterAPINodeClass, Machine, NodeClaim};
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
+    Preconditions,
+};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 
+use crate::cache::Cache;
 use crate::metrics::Metrics;
 use crate::unavailable::UnavailableOfferings;
 use templates::model::Catalog;
 
 /// `karpenter.sh/v1` NodePool.
 pub fn nodepool_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("karpenter.sh", "v1", "NodePool"),
-        "nodepools",
-    )
+    ApiResource::erase::<api::NodePool>(&())
 }
 
 /// `karpenter.sh/v1` NodeClaim.
 pub fn nodeclaim_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("karpenter.sh", "v1", "NodeClaim"),
-        "nodeclaims",
-    )
+    ApiResource::erase::<NodeClaim>(&())
 }
 
 /// `karpenter.cluster.x-k8s.io/v1alpha1` ClusterAPINodeClass.
 pub fn nodeclass_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(
-            "karpenter.cluster.x-k8s.io",
-            "v1alpha1",
-            "ClusterAPINodeClass",
-        ),
-        "clusterapinodeclasses",
-    )
+    ApiResource::erase::<ClusterAPINodeClass>(&())
 }
 
 /// The current catalog of each NodeClass (fed by the template watcher).
@@ -74,6 +68,13 @@ impl Error {
             Error::Launch(_) => "launch",
         }
     }
+
+    /// A write computed from a stale read (409): retry at once from the fresh object.
+    pub fn is_conflict(&self) -> bool {
+        // 422 with a failed `test` op: a JSON patch guarded by the value it was computed from.
+        matches!(self, Error::Kube(kube::Error::Api(s))
+            if s.code == 409 || (s.code == 422 && s.message.contains("test")))
+    }
 }
 
 /// Timing knobs (defaults follow Karpenter).
@@ -82,7 +83,7 @@ pub struct Settings {
     /// A Node NotReady/Unknown this long is replaced (CAPI's MachineHealthCheck does not
     /// remediate orphan Machines).
     pub node_repair_after: Duration,
-    /// Requeue while waiting for CAPI or the Node.
+    /// Requeue while waiting on a deadline nothing else triggers on.
     pub poll: Duration,
     /// Grace before an orphaned Machine is collected.
     pub gc_grace: Duration,
@@ -92,7 +93,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             node_repair_after: Duration::from_secs(600),
-            poll: Duration::from_secs(2),
+            poll: Duration::from_secs(30),
             gc_grace: crate::garbagecollection::MACHINE_GRACE,
         }
     }
@@ -101,7 +102,7 @@ impl Default for Settings {
 /// Discovered API resources, by `apiVersion/kind` (or `group//kind` for the preferred
 /// version): one discovery request per kind per process instead of one per launch.
 #[derive(Debug, Default)]
-pub struct Kinds(std::sync::Mutex<std::collections::HashMap<String, (String, ApiResource)>>);
+pub struct Kinds(Mutex<HashMap<String, (String, ApiResource)>>);
 
 impl Kinds {
     fn get(&self, key: &str) -> Option<(String, ApiResource)> {
@@ -119,6 +120,113 @@ impl Kinds {
     }
 }
 
+/// Our own writes to NodeClaims (and the Machines we created), by NodeClaim UID, until the
+/// cache shows them: read-your-writes for a controller whose cache lags.
+#[derive(Debug, Default)]
+pub struct Expectations(Mutex<HashMap<String, Expected>>);
+
+#[derive(Clone, Debug, Default)]
+struct Expected {
+    /// resourceVersion we wrote over, and the one our write produced.
+    written: Option<(String, String)>,
+    /// The Machine of this claim was created (or adopted) by this process.
+    machine: bool,
+    /// Since when a progress-only status change has been held back.
+    held_since: Option<std::time::Instant>,
+}
+
+impl Expectations {
+    fn with<T>(&self, f: impl FnOnce(&mut HashMap<String, Expected>) -> T) -> T {
+        f(&mut self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Whether the cached object (`uid`, `resource_version`) predates our last write to it.
+    /// Once the cache has caught up, the expectation is dropped.
+    pub fn stale(&self, uid: &str, resource_version: &str) -> bool {
+        self.with(|m| {
+            let Some(e) = m.get_mut(uid) else {
+                return false;
+            };
+            let Some((from, to)) = &e.written else {
+                return false;
+            };
+            let older = match (resource_version.parse::<u64>(), to.parse::<u64>()) {
+                (Ok(have), Ok(want)) => have < want,
+                _ => false,
+            };
+            if resource_version == from || older {
+                return true;
+            }
+            e.written = None;
+            false
+        })
+    }
+
+    /// Records a write to `uid` that turned `from` into `to`.
+    pub fn wrote(&self, uid: &str, from: &str, to: &str) {
+        self.with(|m| {
+            m.entry(uid.to_string()).or_default().written = Some((from.to_string(), to.to_string()))
+        });
+    }
+
+    /// Whether this process already created (or adopted) the Machine of `uid`.
+    pub fn machine_created(&self, uid: &str) -> bool {
+        self.with(|m| m.get(uid).is_some_and(|e| e.machine))
+    }
+
+    pub fn set_machine_created(&self, uid: &str) {
+        self.with(|m| m.entry(uid.to_string()).or_default().machine = true);
+    }
+
+    /// Holds back a progress-only status write of `uid` for at most `max` (so that it can
+    /// fold into the next one): how long to wait still, or None when it is time to write.
+    pub fn hold(&self, uid: &str, now: std::time::Instant, max: Duration) -> Option<Duration> {
+        self.with(|m| {
+            let e = m.entry(uid.to_string()).or_default();
+            let since = *e.held_since.get_or_insert(now);
+            let waited = now.saturating_duration_since(since);
+            (waited < max).then(|| max - waited)
+        })
+    }
+
+    /// A status write happened: nothing is held back any more.
+    pub fn release(&self, uid: &str) {
+        self.with(|m| {
+            if let Some(e) = m.get_mut(uid) {
+                e.held_since = None;
+            }
+        });
+    }
+
+    /// The claim is gone: nothing more to expect.
+    pub fn forget(&self, uid: &str) {
+        self.with(|m| m.remove(uid));
+    }
+}
+
+/// Per-object exponential backoff of failed reconciles: 1 s, 2 s, 4 s, … capped at 1 min,
+/// reset by a reconcile that succeeds.
+#[derive(Debug, Default)]
+pub struct Backoff(Mutex<HashMap<String, u32>>);
+
+impl Backoff {
+    pub const FIRST: Duration = Duration::from_secs(1);
+    pub const MAX: Duration = Duration::from_secs(60);
+
+    /// Records a failure of `key`; returns how long to wait before the next try.
+    pub fn failed(&self, key: &str) -> Duration {
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let n = m.entry(key.to_string()).or_default();
+        let wait = Self::FIRST.saturating_mul(1u32 << (*n).min(6));
+        *n = n.saturating_add(1);
+        wait.min(Self::MAX)
+    }
+
+    pub fn succeeded(&self, key: &str) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+    }
+}
+
 /// Shared by the NodeClaim loops.
 #[derive(Clone)]
 pub struct Ctx {
@@ -126,18 +234,26 @@ pub struct Ctx {
     pub management: Client,
     pub recorder: Recorder,
     pub metrics: Metrics,
-    pub nodes: Store<Node>,
-    pub machines: Store<DynamicObject>,
-    pub nodeclasses: Store<DynamicObject>,
-    pub nodeclaims: Store<DynamicObject>,
+    pub nodes: Cache<Node>,
+    pub machines: Store<Machine>,
+    pub nodeclasses: Store<ClusterAPINodeClass>,
+    pub nodeclaims: Store<NodeClaim>,
+    pub clusters: Store<api::Cluster>,
     pub catalogs: Arc<dyn Catalogs>,
     pub unavailable: Arc<UnavailableOfferings>,
     pub settings: Settings,
     pub kinds: Arc<Kinds>,
+    pub expectations: Arc<Expectations>,
+    pub backoff: Arc<Backoff>,
     pub registration_failures: Arc<crate::nodepool_status::RegistrationFailures>,
 }
 
 pub const FIELD_MANAGER: &str = "karpenter-capi";
+
+/// The UID of an object (empty when the API server did not set one).
+pub fn uid_of<K: Resource>(obj: &K) -> String {
+    obj.meta().uid.clone().unwrap_or_default()
+}
 
 impl Ctx {
     /// The API resource of `apiVersion` + `kind` in the management cluster.
@@ -176,11 +292,13 @@ impl Ctx {
         )))
     }
 
-    pub fn nodeclaims_api(&self) -> Api<DynamicObject> {
-        Api::all_with(self.workload.clone(), &nodeclaim_resource())
+    pub fn nodeclaims_api(&self) -> Api<NodeClaim> {
+        Api::all(self.workload.clone())
     }
 
-    pub fn machines_api(&self, namespace: &str) -> Api<DynamicObject> {
+    /// Machines in `namespace` as we create them (the object is built as JSON so that the
+    /// fields a newer Cluster API adds survive).
+    pub fn machines_dynamic(&self, namespace: &str) -> Api<DynamicObject> {
         Api::namespaced_with(
             self.management.clone(),
             namespace,
@@ -188,49 +306,91 @@ impl Ctx {
         )
     }
 
-    /// Merge-patches the NodeClaim's metadata (labels, annotations, finalizers).
-    pub async fn patch_claim(&self, name: &str, patch: Value) -> Result<DynamicObject, Error> {
-        Ok(self
-            .nodeclaims_api()
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await?)
+    pub fn machines_api(&self, namespace: &str) -> Api<Machine> {
+        Api::namespaced(self.management.clone(), namespace)
     }
 
-    /// Merge-patches the NodeClaim's status (conditions are written whole).
-    pub async fn patch_claim_status(&self, name: &str, status: Value) -> Result<(), Error> {
-        self.nodeclaims_api()
-            .patch_status(
-                name,
+    /// Merge-patches the NodeClaim's metadata, conditional on the resourceVersion it was
+    /// computed from; returns the written object (read-your-writes).
+    pub async fn patch_claim(
+        &self,
+        claim: &NodeClaim,
+        metadata: Value,
+    ) -> Result<NodeClaim, Error> {
+        let mut metadata = metadata;
+        if let Some(m) = metadata.as_object_mut() {
+            m.insert("resourceVersion".into(), json!(claim.resource_version()));
+        }
+        let written = self
+            .nodeclaims_api()
+            .patch(
+                &claim.name_any(),
                 &PatchParams::default(),
-                &Patch::Merge(&json!({ "status": status })),
+                &Patch::Merge(json!({ "metadata": metadata })),
             )
             .await?;
-        Ok(())
+        self.remember(claim, &written);
+        Ok(written)
     }
 
-    /// Deletes the NodeClaim (its finalizer then runs termination).
-    pub async fn delete_claim(&self, name: &str) -> Result<(), Error> {
+    /// Writes the NodeClaim's status when it differs from the cached one (conditional on the
+    /// cached resourceVersion). Returns whether it wrote.
+    pub async fn write_status(
+        &self,
+        claim: &NodeClaim,
+        status: &api::karpenter::NodeClaimStatus,
+    ) -> Result<bool, Error> {
+        if claim.status.as_ref() == Some(status)
+            || (claim.status.is_none() && *status == Default::default())
+        {
+            return Ok(false);
+        }
+        let written = self
+            .nodeclaims_api()
+            .patch_status(
+                &claim.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({
+                    "metadata": {"resourceVersion": claim.resource_version()},
+                    "status": status,
+                })),
+            )
+            .await?;
+        self.remember(claim, &written);
+        Ok(true)
+    }
+
+    fn remember(&self, before: &NodeClaim, after: &NodeClaim) {
+        if let (Some(from), Some(to)) = (before.resource_version(), after.resource_version()) {
+            self.expectations.wrote(&uid_of(before), &from, &to);
+        }
+    }
+
+    /// Deletes the NodeClaim (its finalizer then runs termination); only the object we
+    /// decided on (same UID) is deleted.
+    pub async fn delete_claim(&self, claim: &NodeClaim) -> Result<(), Error> {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: claim.meta().uid.clone(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
         match self
             .nodeclaims_api()
-            .delete(name, &Default::default())
+            .delete(&claim.name_any(), &params)
             .await
         {
             Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
             Err(e) => Err(e.into()),
         }
     }
 
     /// Publishes an event about a NodeClaim (best effort: a failed event never fails a loop).
-    pub async fn event(&self, claim: &DynamicObject, type_: EventType, reason: &str, note: String) {
-        let reference = ObjectReference {
-            api_version: Some("karpenter.sh/v1".into()),
-            kind: Some("NodeClaim".into()),
-            name: Some(claim.name_any()),
-            uid: claim.uid(),
-            ..ObjectReference::default()
-        };
-        self.publish(reference, type_, reason, note).await;
+    pub async fn event(&self, claim: &NodeClaim, type_: EventType, reason: &str, note: String) {
+        self.publish(claim.object_ref(&()), type_, reason, note)
+            .await;
     }
 
     /// Publishes an event about any object (Node, Machine).
@@ -251,90 +411,49 @@ impl Ctx {
         reason: &str,
         note: String,
     ) {
-        let event = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(truncate(&note, 1024)),
-            action: reason.into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&event, &reference).await {
-            tracing::warn!(object = ?reference.name, reason, error = %e, "publishing event failed");
-        }
+        publish(&self.recorder, reference, type_, reason, note).await;
     }
 }
 
-/// Cuts a message to at most `max` bytes on a character boundary.
-pub fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s[..end].to_string()
-}
-
-/// Returns `conditions` with `type_` set; lastTransitionTime changes only with the status.
-pub fn set_condition(
-    conditions: &[Condition],
-    type_: &str,
-    status: &str,
+/// Publishes an event (best effort: a failed event never fails a loop).
+pub async fn publish(
+    recorder: &Recorder,
+    reference: ObjectReference,
+    type_: EventType,
     reason: &str,
-    message: &str,
-    generation: Option<i64>,
-    now: Timestamp,
-) -> Vec<Condition> {
-    let mut out: Vec<Condition> = conditions.to_vec();
-    let message = truncate(message, 300);
-    match out.iter_mut().find(|c| c.type_ == type_) {
-        Some(c) => {
-            if c.status != status {
-                c.last_transition_time = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now);
-            }
-            c.status = status.into();
-            c.reason = reason.into();
-            c.message = message;
-            c.observed_generation = generation;
-        }
-        None => out.push(Condition {
-            type_: type_.into(),
-            status: status.into(),
-            reason: reason.into(),
-            message,
-            observed_generation: generation,
-            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
-        }),
+    note: String,
+) {
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(api::conditions::truncate(
+            &note,
+            api::conditions::MAX_MESSAGE,
+        )),
+        action: reason.into(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&event, &reference).await {
+        tracing::warn!(object = ?reference.name, reason, error = %e, "publishing event failed");
     }
-    out
 }
 
-/// Karpenter's `Ready` = Launched ∧ Registered ∧ Initialized.
-pub fn with_ready(conditions: Vec<Condition>, now: Timestamp) -> Vec<Condition> {
-    let get = |t: &str| {
-        conditions
-            .iter()
-            .find(|c| c.type_ == t)
-            .map(|c| c.status.as_str())
-    };
-    let parts = ["Launched", "Registered", "Initialized"];
-    let all_true = parts.iter().all(|t| get(t) == Some("True"));
-    let (status, reason, message) = if all_true {
-        ("True", "Ready", String::new())
-    } else {
-        let waiting: Vec<&str> = parts
-            .iter()
-            .copied()
-            .filter(|t| get(t) != Some("True"))
-            .collect();
-        (
-            "False",
-            "NotReady",
-            format!("waiting for {}", waiting.join(", ")),
-        )
-    };
-    set_condition(&conditions, "Ready", status, reason, &message, None, now)
+/// Karpenter's `Ready` = Launched ∧ Registered ∧ Initialized (once any of them is known:
+/// a NodeClaim whose launch has not reported anything yet gets no status write for it).
+pub fn set_ready(conditions: &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>) {
+    use api::consts::conditions as types;
+    if !api::consts::conditions::NODECLAIM_READY_PARTS
+        .iter()
+        .any(|p| api::conditions::get(conditions, p).is_some())
+    {
+        return;
+    }
+    api::conditions::set_ready_from(
+        conditions,
+        &[types::LAUNCHED, types::REGISTERED, types::INITIALIZED],
+        None,
+        k8s_openapi::jiff::Timestamp::now(),
+    );
 }
 
 #[cfg(test)]
@@ -342,50 +461,55 @@ mod tests {
     use super::*;
 
     #[test]
-    fn condition_transition_time_moves_only_on_status_change() {
-        let t0: Timestamp = "2026-11-22T10:00:00Z".parse().expect("time");
-        let t1: Timestamp = "2026-11-22T10:05:00Z".parse().expect("time");
-        let c = set_condition(&[], "Launched", "Unknown", "LaunchFailed", "boom", None, t0);
-        let c = set_condition(
-            &c,
-            "Launched",
-            "Unknown",
-            "LaunchFailed",
-            "boom again",
-            None,
-            t1,
+    fn expectations_hold_until_the_cache_catches_up() {
+        let e = Expectations::default();
+        assert!(!e.stale("u", "5"), "nothing written yet");
+        e.wrote("u", "5", "9");
+        assert!(e.stale("u", "5"), "the version we wrote over");
+        assert!(e.stale("u", "7"), "older than our write");
+        assert!(!e.stale("u", "9"), "our write is cached");
+        assert!(!e.stale("u", "5"), "the expectation is dropped once met");
+        e.wrote("u", "a", "b");
+        assert!(
+            e.stale("u", "a"),
+            "opaque versions: the one we wrote over is stale"
         );
-        assert_eq!(c[0].last_transition_time.0, t0);
-        assert_eq!(c[0].message, "boom again");
-        let c = set_condition(&c, "Launched", "True", "Launched", "", None, t1);
-        assert_eq!(c[0].last_transition_time.0, t1);
-        let long = "x".repeat(400);
-        let c = set_condition(&c, "Launched", "False", "LaunchFailed", &long, None, t1);
+        assert!(
+            !e.stale("u", "c"),
+            "any other opaque version is taken as fresh"
+        );
+        assert!(!e.machine_created("u"));
+        e.set_machine_created("u");
+        assert!(e.machine_created("u") && !e.machine_created("v"));
+        e.forget("u");
+        assert!(!e.machine_created("u"));
+        let t0 = std::time::Instant::now();
+        let max = Duration::from_secs(3);
+        assert_eq!(e.hold("u", t0, max), Some(max));
         assert_eq!(
-            c[0].message.len(),
-            300,
-            "messages are cut to 300 characters"
+            e.hold("u", t0 + Duration::from_secs(1), max),
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(
+            e.hold("u", t0 + Duration::from_secs(3), max),
+            None,
+            "held long enough"
+        );
+        e.release("u");
+        assert_eq!(
+            e.hold("u", t0 + Duration::from_secs(4), max),
+            Some(max),
+            "a new hold"
         );
     }
 
     #[test]
-    fn ready_is_the_conjunction() {
-        let now: Timestamp = "2026-11-22T10:00:00Z".parse().expect("time");
-        let mut c = set_condition(&[], "Launched", "True", "Launched", "", None, now);
-        c = set_condition(&c, "Registered", "True", "Registered", "", None, now);
-        let r = with_ready(c.clone(), now);
-        let ready = r.iter().find(|c| c.type_ == "Ready").expect("ready");
-        assert_eq!(
-            (ready.status.as_str(), ready.message.as_str()),
-            ("False", "waiting for Initialized")
-        );
-        c = set_condition(&c, "Initialized", "True", "Initialized", "", None, now);
-        let r = with_ready(c, now);
-        assert_eq!(
-            r.iter()
-                .find(|c| c.type_ == "Ready")
-                .map(|c| c.status.as_str()),
-            Some("True")
-        );
+    fn backoff_doubles_to_a_minute_and_resets() {
+        let b = Backoff::default();
+        let waits: Vec<u64> = (0..9).map(|_| b.failed("x").as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
+        assert_eq!(b.failed("y").as_secs(), 1, "per object");
+        b.succeeded("x");
+        assert_eq!(b.failed("x").as_secs(), 1);
     }
 }

@@ -1,28 +1,31 @@
 //! Launch: one Cluster API Machine per NodeClaim, exactly once.
 //!
-//! 1. Choose the cheapest available compatible offering and record the plan on the NodeClaim
-//!    (annotation `karpenter.cluster.x-k8s.io/launch`) before anything is created, so a
-//!    restart at any line resumes the same plan instead of choosing again.
+//! 1. Choose the cheapest available compatible offering and record the whole plan on the
+//!    NodeClaim (annotation `karpenter.cluster.x-k8s.io/launch`, with the deterministic names
+//!    of every object it will create), together with the offering's labels and our finalizer,
+//!    in one write, before anything is created: a restart at any line resumes the same plan.
 //! 2. Clone the bootstrap template (or use `dataSecretName`) and the infrastructure template
 //!    under the Machine's deterministic name (the NodeClaim's), then create the Machine.
 //!    AlreadyExists means a previous attempt got that far: the object is adopted when it
 //!    carries this NodeClaim's UID. If the Machine cannot be created, the clones are removed.
-//! 3. Write the chosen labels and the Machine annotation, then `Launched=True`.
+//! 3. `Launched=True` is written by the lifecycle once the Machine has a providerID (the
+//!    infrastructure exists), in the same status write as whatever else changed.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
-use k8s_openapi::jiff::Timestamp;
+use api::NodeClaim;
+use api::consts::{conditions as types, reasons};
 use kube::ResourceExt;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use kube::api::{Api, DynamicObject, PostParams};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::claim::Claim;
-use super::context::{Ctx, Error, nodeclass_resource, set_condition, with_ready};
-use super::offering::{choose, requests_from_quantities};
+use super::context::{Ctx, Error, set_ready, uid_of};
+use super::offering::{Requirement, choose, requests_from_quantities};
 use crate::clone::{CloneTarget, clone_template, inject_unregistered_taint};
 use crate::machine::{Bootstrap, MachineParams, ObjectRef as CapiRef, build_machine};
 use crate::metrics::NodePoolLabels;
@@ -91,12 +94,18 @@ impl Plan {
             .get(names::LAUNCH_PLAN_ANNOTATION)
             .and_then(|s| serde_json::from_str(s).ok())
     }
+
+    /// The recorded plan of a NodeClaim.
+    pub fn of(claim: &NodeClaim) -> Option<Plan> {
+        Self::from_annotations(claim.annotations())
+    }
 }
 
 /// What the lifecycle does after launch.
 pub enum Launch {
-    /// Launched: go on with registration.
-    Launched(Box<Plan>),
+    /// Planned and the Machine exists (or was just created): go on with registration. The
+    /// NodeClaim is the freshest copy (the response of our own write when we wrote).
+    Launched(Arc<NodeClaim>, Box<Plan>),
     /// The NodeClaim was deleted (nothing can be launched for it).
     Deleted,
 }
@@ -105,38 +114,103 @@ fn kind_without_template(kind: &str) -> String {
     kind.strip_suffix("Template").unwrap_or(kind).to_string()
 }
 
-/// Runs launch for a NodeClaim that is not Launched yet, or returns its recorded plan.
-pub async fn reconcile(ctx: &Ctx, obj: &DynamicObject, claim: &Claim) -> Result<Launch, Error> {
-    if let Some(plan) = Plan::from_annotations(&claim.annotations) {
-        if claim.is_true("Launched") {
-            return Ok(Launch::Launched(Box::new(plan)));
+/// The requirements of a NodeClaim in the form offering selection reads.
+pub fn requirements(claim: &NodeClaim) -> Vec<Requirement> {
+    claim
+        .spec
+        .requirements
+        .iter()
+        .map(|r| Requirement {
+            key: r.key.clone(),
+            operator: format!("{:?}", r.operator),
+            values: r.values.clone(),
+        })
+        .collect()
+}
+
+/// The NodeClass a claim refers to, from the cache.
+pub fn nodeclass_of(ctx: &Ctx, claim: &NodeClaim) -> Option<NodeClass> {
+    ctx.nodeclasses
+        .get(&ObjectRef::new(&claim.spec.node_class_ref.name))
+        .map(|nc| NodeClass::from_typed(&nc))
+}
+
+/// Runs launch for a NodeClaim: plans it (once), then makes sure its Machine exists.
+pub async fn reconcile(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Launch, Error> {
+    let uid = uid_of(claim.as_ref());
+    if let Some(plan) = Plan::of(&claim) {
+        let cached = ctx
+            .machines
+            .get(&ObjectRef::new(&plan.machine).within(&plan.namespace));
+        let has_finalizer = claim
+            .finalizers()
+            .iter()
+            .any(|f| f == names::TERMINATION_FINALIZER);
+        if !has_finalizer {
+            // A claim launched by an older version, or whose finalizer was removed by hand.
+            let mut finalizers = claim.finalizers().to_vec();
+            finalizers.push(names::TERMINATION_FINALIZER.into());
+            ctx.patch_claim(&claim, json!({"finalizers": finalizers}))
+                .await?;
         }
-        return create(ctx, claim, plan).await;
+        if cached.is_some() || ctx.expectations.machine_created(&uid) {
+            return Ok(Launch::Launched(claim, Box::new(plan)));
+        }
+        create(ctx, &claim, &plan).await?;
+        return Ok(Launch::Launched(claim, Box::new(plan)));
     }
-    // NodeClass must exist and be Ready (Karpenter deletes the NodeClaim otherwise).
-    let Some(nc_obj) = ctx.nodeclasses.get(&ObjectRef::new_with(
-        &claim.node_class,
-        nodeclass_resource(),
-    )) else {
-        return refuse(
-            ctx,
-            obj,
-            "NodeClassNotReady",
-            format!("ClusterAPINodeClass {:?} not found", claim.node_class),
-        )
-        .await;
+    let plan = match plan(ctx, &claim).await? {
+        Planned::Plan(p) => *p,
+        Planned::Refused(reason, message) => {
+            refuse(ctx, &claim, reason, message).await?;
+            return Ok(Launch::Deleted);
+        }
     };
-    let nodeclass =
-        NodeClass::from_json(
-            &serde_json::to_value(&*nc_obj).map_err(|source| Error::Decode {
-                what: "ClusterAPINodeClass".into(),
-                source,
-            })?,
+    // Record the plan first: from here on every restart resumes exactly this launch.
+    let plan_json = serde_json::to_string(&plan).map_err(|source| Error::Decode {
+        what: "launch plan".into(),
+        source,
+    })?;
+    let mut finalizers = claim.finalizers().to_vec();
+    if !finalizers.iter().any(|f| f == names::TERMINATION_FINALIZER) {
+        finalizers.push(names::TERMINATION_FINALIZER.into());
+    }
+    let written = ctx
+        .patch_claim(
+            &claim,
+            json!({
+                "finalizers": finalizers,
+                "labels": plan.labels,
+                "annotations": {
+                    names::LAUNCH_PLAN_ANNOTATION: plan_json,
+                    names::CAPI_MACHINE_ANNOTATION: format!("{}/{}", plan.namespace, plan.machine),
+                },
+            }),
         )
-        .map_err(|source| Error::Decode {
-            what: format!("ClusterAPINodeClass {}", claim.node_class),
-            source,
-        })?;
+        .await?;
+    create(ctx, &written, &plan).await?;
+    Ok(Launch::Launched(Arc::new(written), Box::new(plan)))
+}
+
+enum Planned {
+    Plan(Box<Plan>),
+    /// Nothing can be launched: (event reason, message).
+    Refused(&'static str, String),
+}
+
+/// Chooses the offering and names everything launch will create.
+async fn plan(ctx: &Ctx, claim: &NodeClaim) -> Result<Planned, Error> {
+    let name = claim.name_any();
+    // NodeClass must exist and be Ready (Karpenter deletes the NodeClaim otherwise).
+    let Some(nodeclass) = nodeclass_of(ctx, claim) else {
+        return Ok(Planned::Refused(
+            api::consts::events::NODECLASS_NOT_READY,
+            format!(
+                "ClusterAPINodeClass {:?} not found",
+                claim.spec.node_class_ref.name
+            ),
+        ));
+    };
     if !nodeclass.readiness_reported() {
         // A new NodeClass whose status controller has not spoken yet: wait, don't refuse.
         return Err(Error::Launch(format!(
@@ -146,13 +220,10 @@ pub async fn reconcile(ctx: &Ctx, obj: &DynamicObject, claim: &Claim) -> Result<
     }
     let (ready, why) = nodeclass.readiness();
     if !ready {
-        return refuse(
-            ctx,
-            obj,
-            "NodeClassNotReady",
+        return Ok(Planned::Refused(
+            api::consts::events::NODECLASS_NOT_READY,
             format!("ClusterAPINodeClass {} is not ready: {why}", nodeclass.name),
-        )
-        .await;
+        ));
     }
     let Some(catalog) = ctx.catalogs.catalog(&nodeclass.name) else {
         // The NodeClass says Ready but this replica's template caches disagree (still
@@ -162,40 +233,66 @@ pub async fn reconcile(ctx: &Ctx, obj: &DynamicObject, claim: &Claim) -> Result<
             nodeclass.name
         )));
     };
-    let requests =
-        match requests_from_quantities(claim.requests.iter().map(|(k, v)| (k, v.as_str()))) {
-            Ok(r) => r,
-            Err(e) => return refuse(ctx, obj, "LaunchFailed", e).await,
-        };
+    let requests: Vec<(String, String)> = claim
+        .spec
+        .resources
+        .as_ref()
+        .map(|r| {
+            r.requests
+                .iter()
+                .map(|(k, v)| (k.clone(), v.0.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let requests = match requests_from_quantities(requests.iter().map(|(k, v)| (k, v.as_str()))) {
+        Ok(r) => r,
+        Err(e) => return Ok(Planned::Refused(reasons::LAUNCH_FAILED, e)),
+    };
     let choice = match choose(
         &catalog,
-        &claim.requirements,
+        &requirements(claim),
         &requests,
         &ctx.unavailable,
         Instant::now(),
     ) {
         Ok(c) => c,
-        Err(e) => return refuse(ctx, obj, "InsufficientCapacityError", e.to_string()).await,
+        Err(e) => {
+            return Ok(Planned::Refused(
+                api::consts::events::INSUFFICIENT_CAPACITY_ERROR,
+                e.to_string(),
+            ));
+        }
     };
     let ns = nodeclass.cluster.namespace.clone();
     let template = &choice.offering.template;
-    let bootstrap_template = nodeclass
-        .bootstrap
-        .config_template_ref
-        .as_ref()
-        .map(|r| TypedRef {
-            api_version: String::new(), // resolved at creation (the template's served version)
-            kind: r.kind.clone(),
-            name: r.name.clone(),
-        });
-    let bootstrap_group = nodeclass
-        .bootstrap
-        .config_template_ref
-        .as_ref()
-        .map(|r| r.api_group.clone());
-    let plan = Plan {
-        namespace: ns.clone(),
-        machine: claim.name.clone(),
+    // The bootstrap clone's served version is resolved now, so the plan names it.
+    let (bootstrap_template, bootstrap) = match &nodeclass.bootstrap.config_template_ref {
+        Some(r) => {
+            let (api_version, _) = ctx.preferred(&r.api_group, &r.kind).await?;
+            (
+                Some(TypedRef {
+                    api_version: api_version.clone(),
+                    kind: r.kind.clone(),
+                    name: r.name.clone(),
+                }),
+                Some(TypedRef {
+                    api_version,
+                    kind: kind_without_template(&r.kind),
+                    name: name.clone(),
+                }),
+            )
+        }
+        None => (None, None),
+    };
+    let resource_list = |r: &templates::model::Resources| {
+        r.to_resource_list()
+            .into_iter()
+            .map(|(k, v)| (k, v.0))
+            .collect()
+    };
+    Ok(Planned::Plan(Box::new(Plan {
+        namespace: ns,
+        machine: name.clone(),
         cluster: nodeclass.cluster.name.clone(),
         instance_type: choice.instance_type.name.clone(),
         zone: choice.offering.zone.clone(),
@@ -209,94 +306,47 @@ pub async fn reconcile(ctx: &Ctx, obj: &DynamicObject, claim: &Claim) -> Result<
         infrastructure: TypedRef {
             api_version: template.api_version.clone(),
             kind: kind_without_template(&template.kind),
-            name: claim.name.clone(),
+            name,
         },
-        bootstrap_template: bootstrap_template.map(|mut t| {
-            t.api_version = bootstrap_group.clone().unwrap_or_default();
-            t
-        }),
-        bootstrap: None,
+        bootstrap_template,
+        bootstrap,
         data_secret_name: nodeclass.bootstrap.data_secret_name.clone(),
         failure_domain: choice.offering.zone.clone(),
         labels: choice.labels.clone(),
-        capacity: choice
-            .instance_type
-            .capacity
-            .to_resource_list()
-            .into_iter()
-            .map(|(k, v)| (k, v.0))
-            .collect(),
-        allocatable: choice
-            .instance_type
-            .allocatable
-            .to_resource_list()
-            .into_iter()
-            .map(|(k, v)| (k, v.0))
-            .collect(),
-    };
-    // Record the plan first: from here on every restart resumes exactly this launch.
-    let plan_json = serde_json::to_string(&plan).map_err(|source| Error::Decode {
-        what: "launch plan".into(),
-        source,
-    })?;
-    ctx.patch_claim(
-        &claim.name,
-        json!({"metadata": {
-            "resourceVersion": obj.resource_version(),
-            "annotations": {
-                names::LAUNCH_PLAN_ANNOTATION: plan_json,
-                names::CAPI_MACHINE_ANNOTATION: format!("{ns}/{}", claim.name),
-            }
-        }}),
-    )
-    .await?;
-    create(ctx, claim, plan).await
+        capacity: resource_list(&choice.instance_type.capacity),
+        allocatable: resource_list(&choice.instance_type.allocatable),
+    })))
 }
 
 /// Deletes a NodeClaim that cannot be launched, with the Karpenter event reason.
-async fn refuse(
-    ctx: &Ctx,
-    obj: &DynamicObject,
-    reason: &str,
-    message: String,
-) -> Result<Launch, Error> {
-    tracing::info!(nodeclaim = %obj.name_any(), reason, %message, "launch refused; deleting nodeclaim");
-    ctx.event(obj, EventType::Warning, reason, message.clone())
+async fn refuse(ctx: &Ctx, claim: &NodeClaim, reason: &str, message: String) -> Result<(), Error> {
+    tracing::info!(nodeclaim = %claim.name_any(), reason, %message, "launch refused; deleting nodeclaim");
+    ctx.event(claim, EventType::Warning, reason, message.clone())
         .await;
-    let claim = Claim::from_json(&serde_json::to_value(obj).map_err(|source| Error::Decode {
-        what: "NodeClaim".into(),
-        source,
-    })?)
-    .map_err(|source| Error::Decode {
-        what: "NodeClaim".into(),
-        source,
-    })?;
-    let conditions = set_condition(
-        &claim.conditions,
-        "Launched",
-        "False",
+    let mut status = claim.status.clone().unwrap_or_default();
+    api::conditions::set(
+        &mut status.conditions,
+        types::LAUNCHED,
+        api::conditions::FALSE,
         reason,
         &message,
         None,
-        Timestamp::now(),
+        k8s_openapi::jiff::Timestamp::now(),
     );
-    ctx.patch_claim_status(
-        &claim.name,
-        json!({"conditions": with_ready(conditions, Timestamp::now())}),
-    )
-    .await?;
-    ctx.delete_claim(&claim.name).await?;
-    Ok(Launch::Deleted)
+    set_ready(&mut status.conditions);
+    ctx.write_status(claim, &status).await?;
+    ctx.delete_claim(claim).await
 }
 
 /// Creates `object` unless it exists; an existing one must belong to this NodeClaim.
+/// Returns whether it was created (false: adopted).
 async fn create_or_adopt(
     api: &Api<DynamicObject>,
     object: &DynamicObject,
     uid: &str,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     match api.create(&PostParams::default(), object).await {
-        Ok(_) => Ok(()),
+        Ok(_) => Ok(true),
         Err(kube::Error::Api(s)) if s.code == 409 => {
             let existing = api.get(&object.name_any()).await?;
             let owner = existing
@@ -304,17 +354,17 @@ async fn create_or_adopt(
                 .get(names::NODECLAIM_UID_ANNOTATION)
                 .cloned();
             if owner.as_deref() == Some(uid) {
-                Ok(())
+                Ok(false)
             } else {
                 Err(Error::Launch(format!(
-                    "{} {} exists and belongs to another NodeClaim (uid {:?})",
+                    "{} {} exists and belongs to another NodeClaim (uid {})",
                     object
                         .types
                         .as_ref()
                         .map(|t| t.kind.as_str())
                         .unwrap_or("object"),
                     object.name_any(),
-                    owner
+                    owner.as_deref().unwrap_or("unknown")
                 )))
             }
         }
@@ -332,27 +382,80 @@ async fn delete_quietly(api: &Api<DynamicObject>, name: &str) {
     }
 }
 
-/// Creates (or adopts) the clones and the Machine of a recorded plan, then writes status.
-async fn create(ctx: &Ctx, claim: &Claim, mut plan: Plan) -> Result<Launch, Error> {
+/// Creates (or adopts) the clones and the Machine of a recorded plan.
+async fn create(ctx: &Ctx, claim: &NodeClaim, plan: &Plan) -> Result<(), Error> {
     let started = Instant::now();
-    let nodeclass = ctx
-        .nodeclasses
-        .get(&ObjectRef::new_with(
-            &claim.node_class,
-            nodeclass_resource(),
-        ))
-        .and_then(|o| serde_json::to_value(&*o).ok())
-        .and_then(|v| NodeClass::from_json(&v).ok())
-        .unwrap_or_default();
-    let ns = plan.namespace.clone();
-    let nodepool = claim
-        .labels
+    let result = create_objects(ctx, claim, plan).await;
+    let uid = uid_of(claim);
+    match result {
+        Ok(created) => {
+            ctx.expectations.set_machine_created(&uid);
+            ctx.metrics
+                .cloudprovider_duration
+                .get_or_create(&crate::metrics::MethodLabels {
+                    controller: "nodeclaim.lifecycle".into(),
+                    method: "Create".into(),
+                    provider: "clusterapi".into(),
+                })
+                .observe(started.elapsed().as_secs_f64());
+            if created {
+                ctx.metrics
+                    .machines_launched
+                    .get_or_create(&NodePoolLabels {
+                        nodepool: nodepool_of(claim),
+                    })
+                    .inc();
+                tracing::info!(nodeclaim = %claim.name_any(), machine = %format!("{}/{}", plan.namespace, plan.machine),
+                    instance_type = %plan.instance_type, zone = plan.zone.as_deref().unwrap_or("-"), "launched machine");
+            }
+            Ok(())
+        }
+        Err(e) => {
+            let mut status = claim.status.clone().unwrap_or_default();
+            api::conditions::set(
+                &mut status.conditions,
+                types::LAUNCHED,
+                api::conditions::UNKNOWN,
+                reasons::LAUNCH_FAILED,
+                &api::conditions::truncate(&e.to_string(), 300),
+                None,
+                k8s_openapi::jiff::Timestamp::now(),
+            );
+            set_ready(&mut status.conditions);
+            if let Err(write) = ctx.write_status(claim, &status).await {
+                tracing::debug!(nodeclaim = %claim.name_any(), error = %write, "recording LaunchFailed failed");
+            }
+            ctx.metrics
+                .cloudprovider_errors
+                .get_or_create(&crate::metrics::ErrorLabels {
+                    controller: "nodeclaim.lifecycle".into(),
+                    method: "Create".into(),
+                    provider: "clusterapi".into(),
+                    error: e.metric_label().into(),
+                })
+                .inc();
+            Err(e)
+        }
+    }
+}
+
+/// The NodePool label of a claim (empty for a hand-made claim without one).
+pub fn nodepool_of(claim: &NodeClaim) -> String {
+    claim
+        .labels()
         .get(names::NODEPOOL_LABEL)
         .cloned()
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// The objects of a plan; returns whether the Machine was created by this call.
+async fn create_objects(ctx: &Ctx, claim: &NodeClaim, plan: &Plan) -> Result<bool, Error> {
+    let nodeclass = nodeclass_of(ctx, claim).unwrap_or_default();
+    let ns = plan.namespace.clone();
+    let uid = uid_of(claim);
     let mut labels: BTreeMap<String, String> = nodeclass.machine.labels.clone();
-    labels.insert(names::NODEPOOL_LABEL.into(), nodepool.clone());
-    labels.insert(names::NODECLAIM_LABEL.into(), claim.name.clone());
+    labels.insert(names::NODEPOOL_LABEL.into(), nodepool_of(claim));
+    labels.insert(names::NODECLAIM_LABEL.into(), claim.name_any());
     labels.insert(names::KARPENTER_MEMBER_LABEL.into(), String::new());
     let target = CloneTarget {
         name: &plan.machine,
@@ -362,15 +465,22 @@ async fn create(ctx: &Ctx, claim: &Claim, mut plan: Plan) -> Result<Launch, Erro
     };
     let uid_annotation = |o: &mut DynamicObject| {
         o.annotations_mut()
-            .insert(names::NODECLAIM_UID_ANNOTATION.into(), claim.uid.clone());
+            .insert(names::NODECLAIM_UID_ANNOTATION.into(), uid.clone());
+    };
+    // The Machine's version is known before anything is created: an unreadable Cluster is
+    // retried, never turned into a Machine without a version.
+    let version = match nodeclass.version.clone() {
+        Some(v) => Some(v),
+        None => cluster_version(ctx, &ns, &plan.cluster).await?,
     };
 
     // Bootstrap config from its template, if one is used.
     let mut created: Vec<(Api<DynamicObject>, String)> = Vec::new();
     let mut bootstrap = plan.data_secret_name.clone().map(Bootstrap::DataSecretName);
-    if let Some(bt) = plan.bootstrap_template.clone() {
-        let (api_version, ar) = ctx.preferred(&bt.api_version, &bt.kind).await?;
-        let templates: Api<DynamicObject> = Api::namespaced_with(ctx.management.clone(), &ns, &ar);
+    if let (Some(bt), Some(clone)) = (&plan.bootstrap_template, &plan.bootstrap) {
+        let template_ar = ctx.resource(&bt.api_version, &bt.kind).await?;
+        let templates: Api<DynamicObject> =
+            Api::namespaced_with(ctx.management.clone(), &ns, &template_ar);
         let template = templates.get(&bt.name).await?;
         let mut config =
             clone_template(&template, &target).map_err(|e| Error::Launch(e.to_string()))?;
@@ -380,34 +490,31 @@ async fn create(ctx: &Ctx, claim: &Claim, mut plan: Plan) -> Result<Launch, Erro
         {
             inject_unregistered_taint(&mut config);
         }
-        let config_ar = ctx
-            .resource(&api_version, &kind_without_template(&bt.kind))
-            .await?;
+        let config_ar = ctx.resource(&clone.api_version, &clone.kind).await?;
         let configs: Api<DynamicObject> =
             Api::namespaced_with(ctx.management.clone(), &ns, &config_ar);
-        create_or_adopt(&configs, &config, &claim.uid).await?;
-        created.push((configs, plan.machine.clone()));
-        let r = TypedRef {
-            api_version,
-            kind: kind_without_template(&bt.kind),
-            name: plan.machine.clone(),
-        };
-        bootstrap = Some(Bootstrap::ConfigRef(r.capi_ref()));
-        plan.bootstrap = Some(r);
+        create_or_adopt(&configs, &config, &uid).await?;
+        created.push((configs, clone.name.clone()));
+        bootstrap = Some(Bootstrap::ConfigRef(clone.capi_ref()));
     }
     let Some(bootstrap) = bootstrap else {
         return Err(Error::Launch(format!(
             "ClusterAPINodeClass {} has no bootstrap source (configTemplateRef or dataSecretName)",
-            claim.node_class
+            claim.spec.node_class_ref.name
         )));
+    };
+    let rollback = |created: Vec<(Api<DynamicObject>, String)>| async move {
+        for (api, name) in &created {
+            delete_quietly(api, name).await;
+        }
     };
 
     // InfraMachine from the InfrastructureMachineTemplate.
     let it = &plan.infrastructure_template;
-    let template_ar = ctx.resource(&it.api_version, &it.kind).await?;
-    let templates: Api<DynamicObject> =
-        Api::namespaced_with(ctx.management.clone(), &ns, &template_ar);
     let infra_result = async {
+        let template_ar = ctx.resource(&it.api_version, &it.kind).await?;
+        let templates: Api<DynamicObject> =
+            Api::namespaced_with(ctx.management.clone(), &ns, &template_ar);
         let template = templates.get(&it.name).await?;
         let mut infra =
             clone_template(&template, &target).map_err(|e| Error::Launch(e.to_string()))?;
@@ -417,20 +524,17 @@ async fn create(ctx: &Ctx, claim: &Claim, mut plan: Plan) -> Result<Launch, Erro
             .await?;
         let infras: Api<DynamicObject> =
             Api::namespaced_with(ctx.management.clone(), &ns, &infra_ar);
-        create_or_adopt(&infras, &infra, &claim.uid).await?;
+        create_or_adopt(&infras, &infra, &uid).await?;
         Ok::<_, Error>(infras)
     }
     .await;
-    let infras = match infra_result {
-        Ok(api) => api,
+    match infra_result {
+        Ok(api) => created.push((api, plan.infrastructure.name.clone())),
         Err(e) => {
-            for (api, name) in &created {
-                delete_quietly(api, name).await;
-            }
+            rollback(created).await;
             return Err(e);
         }
-    };
-    created.push((infras, plan.machine.clone()));
+    }
 
     // The Machine.
     let d = |s: &Option<String>| {
@@ -439,15 +543,12 @@ async fn create(ctx: &Ctx, claim: &Claim, mut plan: Plan) -> Result<Launch, Erro
             .map(|d| d.as_secs() as i64)
     };
     let mut annotations = nodeclass.machine.annotations.clone();
-    annotations.insert(names::NODECLAIM_UID_ANNOTATION.into(), claim.uid.clone());
+    annotations.insert(names::NODECLAIM_UID_ANNOTATION.into(), uid.clone());
     let machine = build_machine(&MachineParams {
         name: plan.machine.clone(),
         namespace: ns.clone(),
         cluster_name: plan.cluster.clone(),
-        version: match nodeclass.version.clone() {
-            Some(v) => Some(v),
-            None => cluster_version(ctx, &ns, &plan.cluster).await,
-        },
+        version,
         failure_domain: plan.failure_domain.clone(),
         bootstrap: Some(bootstrap),
         infrastructure: Some(plan.infrastructure.capi_ref()),
@@ -461,115 +562,37 @@ async fn create(ctx: &Ctx, claim: &Claim, mut plan: Plan) -> Result<Launch, Erro
         what: "Machine".into(),
         source,
     })?;
-    if let Err(e) = create_or_adopt(&ctx.machines_api(&ns), &machine, &claim.uid).await {
-        for (api, name) in &created {
-            delete_quietly(api, name).await;
+    match create_or_adopt(&ctx.machines_dynamic(&ns), &machine, &uid).await {
+        Ok(created) => Ok(created),
+        Err(e) => {
+            rollback(created).await;
+            Err(e)
         }
-        let now = Timestamp::now();
-        let conditions = set_condition(
-            &claim.conditions,
-            "Launched",
-            "Unknown",
-            "LaunchFailed",
-            &e.to_string(),
-            None,
-            now,
-        );
-        let _ = ctx
-            .patch_claim_status(
-                &claim.name,
-                json!({"conditions": with_ready(conditions, now)}),
-            )
-            .await;
-        ctx.metrics
-            .cloudprovider_errors
-            .get_or_create(&crate::metrics::ErrorLabels {
-                controller: "nodeclaim.lifecycle".into(),
-                method: "Create".into(),
-                provider: "clusterapi".into(),
-                error: e.metric_label().into(),
-            })
-            .inc();
-        return Err(e);
     }
-    ctx.metrics
-        .cloudprovider_duration
-        .get_or_create(&crate::metrics::MethodLabels {
-            controller: "nodeclaim.lifecycle".into(),
-            method: "Create".into(),
-            provider: "clusterapi".into(),
-        })
-        .observe(started.elapsed().as_secs_f64());
-
-    // Labels and the final plan (with the resolved bootstrap clone), then status.
-    let plan_json = serde_json::to_string(&plan).map_err(|source| Error::Decode {
-        what: "launch plan".into(),
-        source,
-    })?;
-    ctx.patch_claim(
-        &claim.name,
-        json!({"metadata": {
-            "labels": plan.labels,
-            "annotations": {names::LAUNCH_PLAN_ANNOTATION: plan_json},
-        }}),
-    )
-    .await?;
-    let now = Timestamp::now();
-    let conditions = set_condition(
-        &claim.conditions,
-        "Launched",
-        "True",
-        "Launched",
-        "",
-        None,
-        now,
-    );
-    ctx.patch_claim_status(
-        &claim.name,
-        json!({
-            "capacity": plan.capacity,
-            "allocatable": plan.allocatable,
-            "conditions": with_ready(conditions, now),
-        }),
-    )
-    .await?;
-    ctx.metrics
-        .machines_launched
-        .get_or_create(&NodePoolLabels { nodepool })
-        .inc();
-    tracing::info!(nodeclaim = %claim.name, machine = %format!("{ns}/{}", plan.machine), instance_type = %plan.instance_type,
-        zone = ?plan.zone, "launched machine");
-    Ok(Launch::Launched(Box::new(plan)))
 }
 
 /// The Kubernetes version of a Cluster: `spec.topology.version`, else its control plane's
-/// `spec.version`; `None` when neither is known (the Machine then has no version).
-async fn cluster_version(ctx: &Ctx, ns: &str, cluster: &str) -> Option<String> {
-    let clusters: Api<DynamicObject> = Api::namespaced_with(
-        ctx.management.clone(),
-        ns,
-        &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk(names::CAPI_GROUP, names::CAPI_VERSION, "Cluster"),
-            "clusters",
-        ),
-    );
-    let c = clusters.get(cluster).await.ok()?;
-    if let Some(v) = c
-        .data
-        .pointer("/spec/topology/version")
-        .and_then(|v| v.as_str())
-    {
-        return Some(v.to_string());
+/// `spec.version`; `None` when neither is set. Errors (Cluster not cached yet, control plane
+/// unreadable) are returned so that launch retries.
+async fn cluster_version(ctx: &Ctx, ns: &str, cluster: &str) -> Result<Option<String>, Error> {
+    let Some(c) = ctx.clusters.get(&ObjectRef::new(cluster).within(ns)) else {
+        return Err(Error::Launch(format!(
+            "Cluster {ns}/{cluster} not found; its Kubernetes version is needed for the Machine"
+        )));
+    };
+    if let Some(v) = c.topology_version() {
+        return Ok(Some(v.to_string()));
     }
-    let cp = c.data.pointer("/spec/controlPlaneRef")?;
-    let group = cp.get("apiGroup")?.as_str()?;
-    let kind = cp.get("kind")?.as_str()?;
-    let name = cp.get("name")?.as_str()?;
-    let (_, ar) = ctx.preferred(group, kind).await.ok()?;
+    let Some(cp) = c.spec.control_plane_ref.as_ref() else {
+        return Ok(None);
+    };
+    let (_, ar) = ctx.preferred(&cp.api_group, &cp.kind).await?;
     let cps: Api<DynamicObject> = Api::namespaced_with(ctx.management.clone(), ns, &ar);
-    let obj = cps.get(name).await.ok()?;
-    obj.data
-        .pointer("/spec/version")
+    let obj = cps.get(&cp.name).await?;
+    Ok(obj
+        .data
+        .get("spec")
+        .and_then(|s| s.get("version"))
         .and_then(|v| v.as_str())
-        .map(str::to_string)
+        .map(str::to_string))
 }

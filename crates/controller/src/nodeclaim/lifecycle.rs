@@ -1,295 +1,266 @@
-//! The NodeClaim lifecycle controller: composes finalizer → launch → providerID →
-//! registration/initialization → liveness, or termination when the NodeClaim is deleted.
-//! Every step is idempotent and writes status after its action, so a restart at any line
-//! resumes where it stopped.
+//! The NodeClaim lifecycle controller: composes launch → providerID → registration and
+//! initialization → liveness, or termination when the NodeClaim is deleted. Each reconcile
+//! computes the status from the cached object plus what it observed and writes it once, at
+//! the end, only if it changed. A reconcile never decides on a cached NodeClaim older than
+//! our own last write to it. Triggers: NodeClaim changes, Node changes mapped by providerID
+//! (or owner reference), Machine changes mapped by our label, NodeClass changes; deadlines
+//! nothing else triggers on are requeues.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use api::consts::{conditions as types, reasons};
+use api::karpenter::NodeClaimStatus;
+use api::{ClusterAPINodeClass, Machine, NodeClaim};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, DynamicObject};
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Resource, ResourceExt};
-use serde_json::json;
+use kube::runtime::reflector::ObjectRef;
 
-use super::claim::Claim;
-use super::context::{Ctx, Error, nodeclaim_resource, nodeclass_resource};
-use super::launch::{self, Launch};
+use super::context::{Ctx, Error, set_ready, uid_of};
+use super::launch::{self, Launch, Plan, nodepool_of};
 use super::liveness::{self, Verdict};
 use super::registration::{self, Progress};
 use super::termination::{self, Termination};
+use crate::cache::Cache;
 use crate::machine;
+use crate::metrics::NodePoolLabels;
 use crate::names;
-use crate::nodeclass::{DEFAULT_LAUNCH_TIMEOUT, DEFAULT_REGISTRATION_TIMEOUT, NodeClass};
+use crate::nodeclass::{DEFAULT_LAUNCH_TIMEOUT, DEFAULT_REGISTRATION_TIMEOUT};
 
-fn decode(obj: &DynamicObject) -> Result<Claim, Error> {
-    let value = serde_json::to_value(obj).map_err(|source| Error::Decode {
-        what: format!("NodeClaim {}", obj.name_any()),
-        source,
-    })?;
-    Claim::from_json(&value).map_err(|source| Error::Decode {
-        what: format!("NodeClaim {}", obj.name_any()),
-        source,
-    })
-}
+/// How soon a reconcile that found the cache behind our own write looks again (the watch
+/// event of that write triggers it too).
+const STALE_RETRY: Duration = Duration::from_millis(200);
+/// How long a progress-only status change (Launched, waiting for the Node) may wait to be
+/// written together with the registration that usually follows.
+const COALESCE: Duration = Duration::from_secs(10);
+/// How often an initialized NodeClaim is looked at without any trigger.
+const SETTLED: Duration = Duration::from_secs(300);
 
 /// One reconcile of one NodeClaim.
-pub async fn reconcile(obj: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let mut claim = decode(&obj)?;
-    let has_finalizer = obj
+pub async fn reconcile(claim: Arc<NodeClaim>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let uid = uid_of(claim.as_ref());
+    if ctx
+        .expectations
+        .stale(&uid, &claim.resource_version().unwrap_or_default())
+    {
+        return Ok(Action::requeue(STALE_RETRY));
+    }
+    let action = reconcile_fresh(&ctx, claim).await?;
+    ctx.backoff.succeeded(&uid);
+    Ok(action)
+}
+
+async fn reconcile_fresh(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Action, Error> {
+    let has_finalizer = claim
         .finalizers()
         .iter()
         .any(|f| f == names::TERMINATION_FINALIZER);
-    if obj.meta().deletion_timestamp.is_some() {
+    if claim.metadata.deletion_timestamp.is_some() {
         if !has_finalizer {
+            ctx.expectations.forget(&uid_of(claim.as_ref()));
             return Ok(Action::await_change());
         }
-        return Ok(match termination::reconcile(&ctx, &obj, &claim).await? {
+        return Ok(match termination::reconcile(ctx, &claim).await? {
             Termination::Done => Action::await_change(),
             Termination::Waiting(d) => Action::requeue(d),
         });
     }
-    // Finalizer before any side effect.
-    if !has_finalizer {
-        let mut finalizers = obj.finalizers().to_vec();
-        finalizers.push(names::TERMINATION_FINALIZER.into());
-        ctx.patch_claim(
-            &claim.name,
-            json!({"metadata": {"resourceVersion": obj.resource_version(), "finalizers": finalizers}}),
-        )
-        .await?;
-        return Ok(Action::await_change());
-    }
+    let original = claim.status.clone().unwrap_or_default();
     // A Node deleted by a user takes its NodeClaim with it.
-    if let Some(node) = claim
+    if let Some(node) = original
         .node_name
         .as_ref()
-        .and_then(|n| ctx.nodes.get(&ObjectRef::new(n)))
+        .and_then(|n| ctx.nodes.store().get(&ObjectRef::new(n)))
         && node.metadata.deletion_timestamp.is_some()
     {
         ctx.event(
-            &obj,
+            &claim,
             EventType::Normal,
             "NodeDeleted",
             format!("Node {} is being deleted", node.name_any()),
         )
         .await;
-        ctx.delete_claim(&claim.name).await?;
+        ctx.delete_claim(&claim).await?;
         return Ok(Action::await_change());
     }
-    let plan = match launch::reconcile(&ctx, &obj, &claim).await? {
-        Launch::Launched(plan) => *plan,
+    let (claim, plan) = match launch::reconcile(ctx, claim).await? {
+        Launch::Launched(claim, plan) => (claim, *plan),
         Launch::Deleted => return Ok(Action::await_change()),
     };
-    if !claim.is_true("Launched") {
-        // Status was just written; the watch brings the fresh object.
-        return Ok(Action::requeue(ctx.settings.poll));
-    }
-    registration::sync_provider_id(&ctx, &mut claim, &plan).await?;
-    let progress = if claim.provider_id.is_some() {
-        registration::reconcile(&ctx, &obj, &mut claim).await?
-    } else {
-        Progress::Waiting
-    };
-    let nodeclass = ctx
-        .nodeclasses
-        .get(&ObjectRef::new_with(
-            &claim.node_class,
-            nodeclass_resource(),
-        ))
-        .and_then(|o| serde_json::to_value(&*o).ok())
-        .and_then(|v| NodeClass::from_json(&v).ok());
-    let (launch_timeout, registration_timeout) = nodeclass
+    let mut status = claim.status.clone().unwrap_or_default();
+    observe_machine(ctx, &claim, &plan, &mut status);
+    let progress = registration::reconcile(ctx, &claim, &mut status).await?;
+    let (launch_timeout, registration_timeout) = launch::nodeclass_of(ctx, &claim)
         .map(|n| (n.launch_timeout, n.registration_timeout))
         .unwrap_or((DEFAULT_LAUNCH_TIMEOUT, DEFAULT_REGISTRATION_TIMEOUT));
-    match liveness::reconcile(
-        &ctx,
-        &obj,
+    let verdict = liveness::reconcile(
+        ctx,
         &claim,
+        &status,
         &plan,
         launch_timeout,
         registration_timeout,
     )
-    .await?
+    .await?;
+    if verdict == Verdict::Deleted {
+        return Ok(Action::await_change());
+    }
+    set_ready(&mut status.conditions);
+    let Verdict::Alive(next) = verdict else {
+        return Ok(Action::await_change());
+    };
+    let uid = uid_of(claim.as_ref());
+    if progress_only(&original, &status)
+        && let Some(wait) = ctx
+            .expectations
+            .hold(&uid, std::time::Instant::now(), COALESCE)
     {
-        Verdict::Deleted => Ok(Action::await_change()),
-        Verdict::Alive(next) => {
-            let poll = match progress {
-                Progress::Initialized => Duration::from_secs(300),
-                _ => ctx.settings.poll,
-            };
-            Ok(Action::requeue(next.map_or(poll, |n| n.min(poll))))
-        }
+        // Launched, with the Node about to join: one status write for both.
+        return Ok(Action::requeue(next.map_or(wait, |n| n.min(wait))));
+    }
+    if ctx.write_status(&claim, &status).await? {
+        ctx.expectations.release(&uid);
+    }
+    let quiet = match progress {
+        Progress::Initialized => SETTLED,
+        _ => ctx.settings.poll,
+    };
+    Ok(Action::requeue(next.map_or(quiet, |n| n.min(quiet))))
+}
+
+/// Whether the only news in `next` is progress that the registration usually follows
+/// within seconds: Launched (providerID, capacity) while the Node is not registered, with
+/// no condition False (failures are written at once).
+fn progress_only(before: &NodeClaimStatus, next: &NodeClaimStatus) -> bool {
+    let launched_now = api::conditions::is_true(&next.conditions, types::LAUNCHED)
+        && !api::conditions::is_true(&before.conditions, types::LAUNCHED);
+    launched_now
+        && !api::conditions::is_true(&next.conditions, types::REGISTERED)
+        && !next
+            .conditions
+            .iter()
+            .any(|c| c.status == api::conditions::FALSE && c.type_ != types::READY)
+}
+
+/// What the Machine says: once it has a providerID the instance exists — `Launched=True`
+/// with the providerID, capacity and allocatable of the plan.
+fn observe_machine(ctx: &Ctx, claim: &NodeClaim, plan: &Plan, status: &mut NodeClaimStatus) {
+    if status.provider_id.is_some() {
+        return;
+    }
+    let Some(m) = ctx
+        .machines
+        .get(&ObjectRef::new(&plan.machine).within(&plan.namespace))
+    else {
+        return;
+    };
+    let Some(pid) = machine::provider_id(&m) else {
+        return;
+    };
+    status.provider_id = Some(pid.to_string());
+    let quantities = |m: &std::collections::BTreeMap<String, String>| {
+        m.iter()
+            .map(|(k, v)| {
+                (
+                    k.clone(),
+                    k8s_openapi::apimachinery::pkg::api::resource::Quantity(v.clone()),
+                )
+            })
+            .collect()
+    };
+    status.capacity = quantities(&plan.capacity);
+    status.allocatable = quantities(&plan.allocatable);
+    let now = Timestamp::now();
+    api::conditions::set(
+        &mut status.conditions,
+        types::LAUNCHED,
+        api::conditions::TRUE,
+        reasons::LAUNCHED,
+        "",
+        None,
+        now,
+    );
+    if let Some(created) = claim.metadata.creation_timestamp.as_ref() {
+        ctx.metrics
+            .launch_duration
+            .get_or_create(&NodePoolLabels {
+                nodepool: nodepool_of(claim),
+            })
+            .observe(now.duration_since(created.0).as_secs_f64().max(0.0));
     }
 }
 
-/// Backoff on errors; the message is logged (and LaunchFailed is in the status).
-pub fn error_policy(obj: Arc<DynamicObject>, error: &Error, _ctx: Arc<Ctx>) -> Action {
-    tracing::warn!(nodeclaim = %obj.name_any(), error = %error, "reconcile failed");
-    Action::requeue(Duration::from_secs(5))
-}
-
-/// Drives a reflector into `writer` until the stream ends.
-pub fn reflect<K>(
-    writer: reflector::store::Writer<K>,
-    stream: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
-) -> impl std::future::Future<Output = ()> + Send + 'static
-where
-    K: kube::Resource
-        + Clone
-        + Send
-        + Sync
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
-{
-    reflector::reflector(writer, stream)
-        .default_backoff()
-        .touched_objects()
-        .for_each(|r| {
-            if let Err(e) = r {
-                tracing::debug!(error = %e, "watch error (retrying)");
-            }
-            futures::future::ready(())
-        })
-}
-
-/// An object as JSON (what the pure decision code reads).
-pub fn to_json<T: serde::Serialize>(v: &T) -> serde_json::Value {
-    serde_json::to_value(v).unwrap_or(serde_json::Value::Null)
-}
-
-/// Everything in a cache, as JSON.
-pub fn values<K>(store: &Store<K>) -> Vec<serde_json::Value>
-where
-    K: kube::Resource + serde::Serialize + Clone + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone,
-{
-    store.state().iter().map(|o| to_json(o.as_ref())).collect()
-}
-
-/// A cache of the `ar` objects `client` sees (filtered by `config`), fed by a watch on a
-/// task owned by `tasks`.
-pub fn dynamic_cache(
-    tasks: &mut crate::tasks::Tasks,
-    client: &kube::Client,
-    ar: &kube::api::ApiResource,
-    config: watcher::Config,
-) -> Store<DynamicObject> {
-    let writer = reflector::store::Writer::new(ar.clone());
-    let store = writer.as_reader();
-    tasks.spawn(reflect(
-        writer,
-        watcher(Api::<DynamicObject>::all_with(client.clone(), ar), config),
-    ));
-    store
-}
-
-/// A cache of every `K` in the cluster (all namespaces), fed by a watch on a task owned by `tasks`.
-pub fn typed_cache<K>(tasks: &mut crate::tasks::Tasks, client: &kube::Client) -> Store<K>
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + Send
-        + Sync
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + 'static,
-{
-    let (store, writer) = reflector::store::<K>();
-    tasks.spawn(reflect(
-        writer,
-        watcher(Api::<K>::all(client.clone()), watcher::Config::default()),
-    ));
-    store
-}
-
-/// The caches the lifecycle reads (Nodes, our Machines, NodeClasses), each fed by a watch
-/// on a spawned task.
-pub struct Caches {
-    pub nodes: Store<Node>,
-    pub machines: Store<DynamicObject>,
-    pub nodeclasses: Store<DynamicObject>,
-    _tasks: crate::tasks::Tasks,
-}
-
-impl Caches {
-    pub fn start(workload: &kube::Client, management: &kube::Client) -> Caches {
-        let mut tasks = crate::tasks::Tasks::default();
-        let nodes = typed_cache::<Node>(&mut tasks, workload);
-        let machines = dynamic_cache(
-            &mut tasks,
-            management,
-            &machine::machine_resource(),
-            watcher::Config::default().labels(names::NODECLAIM_LABEL),
-        );
-        let nodeclasses = dynamic_cache(
-            &mut tasks,
-            workload,
-            &nodeclass_resource(),
-            watcher::Config::default(),
-        );
-        Caches {
-            nodes,
-            machines,
-            nodeclasses,
-            _tasks: tasks,
-        }
+/// A conflict (our read was stale) is retried at once; other errors back off per object.
+pub fn error_policy(claim: Arc<NodeClaim>, error: &Error, ctx: Arc<Ctx>) -> Action {
+    if error.is_conflict() {
+        tracing::debug!(nodeclaim = %claim.name_any(), "conflict; retrying from the fresh object");
+        return Action::requeue(STALE_RETRY);
     }
-
-    /// Waits until every cache has its first full list.
-    pub async fn ready(&self) {
-        let _ = self.nodes.wait_until_ready().await;
-        let _ = self.machines.wait_until_ready().await;
-        let _ = self.nodeclasses.wait_until_ready().await;
-    }
+    let wait = ctx.backoff.failed(&uid_of(claim.as_ref()));
+    tracing::warn!(nodeclaim = %claim.name_any(), error = %error, retry_in = ?wait, "reconcile failed");
+    Action::requeue(wait)
 }
 
-/// Runs the lifecycle controller until `shutdown` resolves. `ctx.nodeclaims` is replaced by
-/// the controller's own NodeClaim cache.
+/// The shared caches the lifecycle is triggered by.
+pub struct Triggers {
+    pub nodeclaims: Cache<NodeClaim>,
+    pub nodes: Cache<Node>,
+    pub machines: Cache<Machine>,
+    pub nodeclasses: Cache<ClusterAPINodeClass>,
+}
+
+/// Runs the lifecycle controller until `shutdown` resolves.
 pub async fn run(
-    mut ctx: Ctx,
+    ctx: Ctx,
+    triggers: Triggers,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let ar = nodeclaim_resource();
-    let controller = Controller::new_with(
-        Api::<DynamicObject>::all_with(ctx.workload.clone(), &ar),
-        watcher::Config::default(),
-        ar.clone(),
-    );
-    ctx.nodeclaims = controller.store();
-    let mar = machine::machine_resource();
-    let by_label = ar.clone();
-    let by_owner = ar.clone();
-    let controller = controller
-        .watches_with(
-            Api::<DynamicObject>::all_with(ctx.management.clone(), &mar),
-            mar.clone(),
-            watcher::Config::default().labels(names::NODECLAIM_LABEL),
-            move |m| {
-                m.labels()
-                    .get(names::NODECLAIM_LABEL)
-                    .map(|n| ObjectRef::new_with(n, by_label.clone()))
-            },
-        )
-        .watches(
-            Api::<Node>::all(ctx.workload.clone()),
-            watcher::Config::default(),
-            move |n| {
-                n.owner_references()
+    let claims = triggers.nodeclaims.clone();
+    let by_node = move |node: Arc<Node>| {
+        // Registered Nodes point at their NodeClaim; a Node that just joined is found by
+        // its providerID.
+        let mut refs: Vec<ObjectRef<NodeClaim>> = node
+            .owner_references()
+            .iter()
+            .filter(|o| o.kind == "NodeClaim" && o.api_version.starts_with("karpenter.sh/"))
+            .map(|o| ObjectRef::new(&o.name))
+            .collect();
+        if let Some(pid) = crate::cache::node_provider_id(&node) {
+            refs.extend(
+                claims
+                    .by_index(&pid)
                     .iter()
-                    .filter(|o| o.kind == "NodeClaim" && o.api_version.starts_with("karpenter.sh/"))
-                    .map(|o| ObjectRef::new_with(&o.name, by_owner.clone()))
-                    .collect::<Vec<_>>()
-            },
-        )
-        .graceful_shutdown_on(shutdown);
-    controller
+                    .map(|c| ObjectRef::from_obj(c.as_ref())),
+            );
+        }
+        refs
+    };
+    let by_machine = |m: Arc<Machine>| {
+        m.labels()
+            .get(names::NODECLAIM_LABEL)
+            .map(|n| ObjectRef::new(n))
+    };
+    let claims = triggers.nodeclaims.store();
+    let by_nodeclass = move |nc: Arc<ClusterAPINodeClass>| {
+        // Claims waiting for their NodeClass (not planned yet).
+        let name = nc.name_any();
+        claims
+            .state()
+            .iter()
+            .filter(|c| c.spec.node_class_ref.name == name && Plan::of(c).is_none())
+            .map(|c| ObjectRef::from_obj(c.as_ref()))
+            .collect::<Vec<_>>()
+    };
+    Controller::for_shared_stream(triggers.nodeclaims.subscribe(), triggers.nodeclaims.store())
+        .watches_shared_stream(triggers.nodes.subscribe(), by_node)
+        .watches_shared_stream(triggers.machines.subscribe(), by_machine)
+        .watches_shared_stream(triggers.nodeclasses.subscribe(), by_nodeclass)
+        .reconcile_all_on(futures::stream::once(futures::future::ready(())))
+        .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, Arc::new(ctx))
         .for_each(|r| {
             if let Err(e) = r {
@@ -298,4 +269,9 @@ pub async fn run(
             futures::future::ready(())
         })
         .await;
+}
+
+/// The NodeClaim index key: `status.providerID`.
+pub fn claim_provider_id(claim: &NodeClaim) -> Option<String> {
+    claim.status.as_ref()?.provider_id.clone()
 }

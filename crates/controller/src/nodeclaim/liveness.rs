@@ -7,12 +7,14 @@
 
 use std::time::{Duration, Instant};
 
+use api::NodeClaim;
+use api::consts::conditions as types;
+use api::karpenter::NodeClaimStatus;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::DynamicObject;
+use kube::ResourceExt;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 
-use super::claim::Claim;
 use super::context::{Ctx, Error};
 use super::launch::Plan;
 use crate::machine;
@@ -91,19 +93,21 @@ pub fn missed_deadline(
     Ok(None)
 }
 
-/// Runs liveness for a launched NodeClaim.
+/// Runs liveness for a planned NodeClaim; `status` is the status the lifecycle is about to
+/// write (providerID and Registered as of this reconcile).
 pub async fn reconcile(
     ctx: &Ctx,
-    obj: &DynamicObject,
-    claim: &Claim,
+    claim: &NodeClaim,
+    status: &NodeClaimStatus,
     plan: &Plan,
     launch_timeout: Duration,
     registration_timeout: Duration,
 ) -> Result<Verdict, Error> {
     let now = Timestamp::now();
-    let machine = ctx.machines.get(
-        &ObjectRef::new_with(&plan.machine, machine::machine_resource()).within(&plan.namespace),
-    );
+    let name = claim.name_any();
+    let machine = ctx
+        .machines
+        .get(&ObjectRef::new(&plan.machine).within(&plan.namespace));
 
     // Infrastructure failure: this offering is unavailable for a while; replace the claim.
     if let Some(failure) = machine.as_deref().and_then(machine::infrastructure_failure) {
@@ -117,9 +121,9 @@ pub async fn reconcile(
             Instant::now(),
         );
         ctx.event(
-            obj,
+            claim,
             EventType::Warning,
-            "InsufficientCapacityError",
+            api::consts::events::INSUFFICIENT_CAPACITY_ERROR,
             format!(
                 "Machine {}/{} failed ({failure}); offering {} {} {} marked unavailable",
                 plan.namespace,
@@ -130,19 +134,21 @@ pub async fn reconcile(
             ),
         )
         .await;
-        ctx.delete_claim(&claim.name).await?;
+        ctx.delete_claim(claim).await?;
         return Ok(Verdict::Deleted);
     }
 
-    // The Machine is gone although we launched it (deleted behind our back).
-    if machine.is_none() && claim.is_true("Launched") {
+    // The Machine is gone although we launched it (deleted behind our back). The cache
+    // may lag behind our own create: ask the API server before concluding.
+    let launched = api::conditions::is_true(&status.conditions, types::LAUNCHED);
+    if machine.is_none() && launched {
         let still_there = ctx
             .machines_api(&plan.namespace)
             .get_opt(&plan.machine)
             .await?;
         if still_there.is_none() {
             ctx.event(
-                obj,
+                claim,
                 EventType::Warning,
                 "MachineDeleted",
                 format!(
@@ -151,21 +157,21 @@ pub async fn reconcile(
                 ),
             )
             .await;
-            ctx.delete_claim(&claim.name).await?;
+            ctx.delete_claim(claim).await?;
             return Ok(Verdict::Deleted);
         }
     }
 
-    let created = obj
+    let created = claim
         .metadata
         .creation_timestamp
         .as_ref()
         .map(|t| t.0)
         .unwrap_or(now);
-    let node_not_ready_since = claim
+    let node_not_ready_since = status
         .node_name
         .as_ref()
-        .and_then(|n| ctx.nodes.get(&ObjectRef::new(n)))
+        .and_then(|n| ctx.nodes.store().get(&ObjectRef::new(n)))
         .and_then(|node| {
             let cond = node
                 .status
@@ -183,8 +189,8 @@ pub async fn reconcile(
     match missed_deadline(
         created,
         now,
-        claim.provider_id.is_some(),
-        claim.is_true("Registered"),
+        status.provider_id.is_some(),
+        api::conditions::is_true(&status.conditions, types::REGISTERED),
         node_not_ready_since,
         Deadlines {
             launch_timeout,
@@ -206,25 +212,25 @@ pub async fn reconcile(
                 Missed::Registration => (
                     "RegistrationTimeout",
                     format!(
-                        "no Node registered with providerID {:?} within {registration_timeout:?}",
-                        claim.provider_id
+                        "no Node registered with providerID {} within {registration_timeout:?}",
+                        status.provider_id.as_deref().unwrap_or("(none)")
                     ),
                 ),
-                Missed::NodeUnhealthy(status) => (
+                Missed::NodeUnhealthy(node_status) => (
                     "NodeRepair",
                     format!(
-                        "Node {} has been {status} for more than {:?}; replacing it",
-                        claim.node_name.as_deref().unwrap_or("?"),
+                        "Node {} has been {node_status} for more than {:?}; replacing it",
+                        status.node_name.as_deref().unwrap_or("(unknown)"),
                         ctx.settings.node_repair_after
                     ),
                 ),
             };
-            if registration && let Some(pool) = claim.labels.get(api::consts::labels::NODEPOOL) {
+            if registration && let Some(pool) = claim.labels().get(api::consts::labels::NODEPOOL) {
                 ctx.registration_failures.record(pool, now, message.clone());
             }
-            tracing::info!(nodeclaim = %claim.name, reason, %message, "deleting nodeclaim");
-            ctx.event(obj, EventType::Warning, reason, message).await;
-            ctx.delete_claim(&claim.name).await?;
+            tracing::info!(nodeclaim = %name, reason, %message, "deleting nodeclaim");
+            ctx.event(claim, EventType::Warning, reason, message).await;
+            ctx.delete_claim(claim).await?;
             Ok(Verdict::Deleted)
         }
     }

@@ -1,7 +1,6 @@
 //! The NodeClaim lifecycle: launch → registration → initialization → liveness, and
 //! termination (one Cluster API Machine per NodeClaim).
 
-pub mod claim;
 pub mod context;
 pub mod launch;
 pub mod lifecycle;

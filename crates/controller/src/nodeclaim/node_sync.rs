@@ -22,6 +22,39 @@ pub struct ClaimView {
 }
 
 /// The outcome of looking for the NodeClaim's Node.
+impl ClaimView {
+    /// The view of a typed NodeClaim whose instance has `provider_id`.
+    pub fn of(claim: &api::NodeClaim, provider_id: Option<String>) -> ClaimView {
+        use kube::ResourceExt;
+        let taints = |ts: &[api::karpenter::Taint]| ts.iter().map(Taint::from).collect();
+        ClaimView {
+            name: claim.name_any(),
+            uid: claim.uid().unwrap_or_default(),
+            provider_id,
+            labels: claim.labels().clone(),
+            annotations: claim
+                .annotations()
+                .iter()
+                .filter(|(k, _)| {
+                    !k.starts_with("kubectl.kubernetes.io/")
+                        && k.as_str() != consts::LAUNCH_PLAN_ANNOTATION
+                })
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            taints: taints(&claim.spec.taints),
+            startup_taints: taints(&claim.spec.startup_taints),
+            extended_resources: claim
+                .spec
+                .resources
+                .iter()
+                .flat_map(|r| r.requests.keys())
+                .filter(|k| k.contains('/'))
+                .cloned()
+                .collect(),
+        }
+    }
+}
+
 #[derive(Debug, PartialEq)]
 pub enum NodeMatch<'a> {
     /// No providerID yet, or no Node carries it.

@@ -1,137 +1,146 @@
-//! ProviderID, registration and initialization: the Machine's providerID is copied into the
-//! NodeClaim status; the Node with that providerID is adopted (finalizer, ownerRef, labels,
-//! taints, unregistered taint removed); once it is Ready with its startup and ephemeral taints
-//! gone and requested resources present, the NodeClaim is Initialized.
+//! Registration and initialization: find the Node whose `spec.providerID` is the NodeClaim's
+//! (an index lookup, not a scan), sync it in one patch (finalizer, owner reference, the
+//! NodeClaim's labels, annotations, taints and startup taints, the unregistered taint
+//! removed, `karpenter.sh/registered`, and `karpenter.sh/initialized` when it already is),
+//! then record `Registered`/`Initialized` in the status the lifecycle writes once.
 
+use api::NodeClaim;
+use api::consts::{conditions as types, reasons};
+use api::karpenter::NodeClaimStatus;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
-use super::claim::Claim;
-use super::context::{Ctx, Error, set_condition, with_ready};
-use super::launch::Plan;
-use super::node_sync::{
-    NodeMatch, check_initialized, is_registered_in_sync, match_node, registered_node,
-};
-use crate::machine;
+use super::context::{Ctx, Error};
+use super::launch::nodepool_of;
+use super::node_sync::{ClaimView, NotInitialized, check_initialized, registered_node};
 use crate::metrics::NodePoolLabels;
 use crate::names;
 
-/// Where the NodeClaim stands after this step.
+/// How far registration got.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Progress {
-    /// Waiting for CAPI / the provider / the Node.
     Waiting,
     Registered,
     Initialized,
 }
 
-/// Copies the Machine's providerID into the NodeClaim status, once.
-pub async fn sync_provider_id(ctx: &Ctx, claim: &mut Claim, plan: &Plan) -> Result<(), Error> {
-    if claim.provider_id.is_some() {
-        return Ok(());
-    }
-    let Some(m) = ctx.machines.get(
-        &ObjectRef::new_with(&plan.machine, machine::machine_resource()).within(&plan.namespace),
-    ) else {
-        return Ok(());
-    };
-    if let Some(pid) = machine::provider_id(&m) {
-        ctx.patch_claim_status(&claim.name, json!({"providerID": pid}))
-            .await?;
-        claim.provider_id = Some(pid.to_string());
-        if let Some(created) = claim_created(ctx, &claim.name) {
-            let elapsed = Timestamp::now().duration_since(created).as_secs_f64();
-            let nodepool = claim
-                .labels
-                .get(names::NODEPOOL_LABEL)
-                .cloned()
-                .unwrap_or_default();
-            ctx.metrics
-                .launch_duration
-                .get_or_create(&NodePoolLabels { nodepool })
-                .observe(elapsed.max(0.0));
-        }
-    }
-    Ok(())
+fn set(status: &mut NodeClaimStatus, type_: &str, value: &str, reason: &str, message: &str) {
+    api::conditions::set(
+        &mut status.conditions,
+        type_,
+        value,
+        reason,
+        message,
+        None,
+        Timestamp::now(),
+    );
 }
 
-fn claim_created(ctx: &Ctx, name: &str) -> Option<Timestamp> {
-    ctx.nodeclaims
-        .get(&ObjectRef::new_with(
-            name,
-            super::context::nodeclaim_resource(),
-        ))
-        .and_then(|o| o.metadata.creation_timestamp.clone())
-        .map(|t| t.0)
-}
-
-/// Registration and initialization for a NodeClaim with a providerID.
+/// Registration and initialization of a launched NodeClaim whose providerID is known.
 pub async fn reconcile(
     ctx: &Ctx,
-    obj: &DynamicObject,
-    claim: &mut Claim,
+    claim: &NodeClaim,
+    status: &mut NodeClaimStatus,
 ) -> Result<Progress, Error> {
-    let view = claim.view();
-    let nodes = ctx.nodes.state();
-    let now = Timestamp::now();
-    let node = match match_node(&view, nodes.iter().map(|n| n.as_ref())) {
-        NodeMatch::NotFound => {
-            if claim
-                .condition("Registered")
-                .is_none_or(|c| c.reason != "NodeNotFound")
-            {
-                let c = set_condition(
-                    &claim.conditions,
-                    "Registered",
-                    "Unknown",
-                    "NodeNotFound",
+    let Some(pid) = status.provider_id.clone() else {
+        return Ok(Progress::Waiting);
+    };
+    let registered = api::conditions::is_true(&status.conditions, types::REGISTERED);
+    let initialized = api::conditions::is_true(&status.conditions, types::INITIALIZED);
+    let nodes = ctx.nodes.by_index(&pid);
+    let node = match nodes.as_slice() {
+        [] => {
+            if !registered {
+                set(
+                    status,
+                    types::REGISTERED,
+                    api::conditions::UNKNOWN,
+                    reasons::NODE_NOT_FOUND,
                     "Node not registered with cluster",
-                    None,
-                    now,
                 );
-                ctx.patch_claim_status(
-                    &claim.name,
-                    json!({"conditions": with_ready(c.clone(), now)}),
-                )
-                .await?;
-                claim.conditions = c;
             }
             return Ok(Progress::Waiting);
         }
-        NodeMatch::Multiple(names) => {
-            let msg = format!(
-                "expected a single node with providerID {:?}, found {}",
-                view.provider_id,
-                names.join(", ")
+        [one] => one.clone(),
+        many => {
+            let names: Vec<String> = many.iter().map(|n| n.name_any()).collect();
+            set(
+                status,
+                types::REGISTERED,
+                api::conditions::FALSE,
+                reasons::MULTIPLE_NODES_FOUND,
+                &format!(
+                    "expected a single node with providerID {pid}, found {}",
+                    names.join(", ")
+                ),
             );
-            let c = set_condition(
-                &claim.conditions,
-                "Registered",
-                "False",
-                "MultipleNodesFound",
-                &msg,
-                None,
-                now,
-            );
-            ctx.patch_claim_status(
-                &claim.name,
-                json!({"conditions": with_ready(c.clone(), now)}),
-            )
-            .await?;
-            claim.conditions = c;
             return Ok(Progress::Waiting);
         }
-        NodeMatch::One(node) => node.clone(),
     };
     let node_name = node.name_any();
-    let nodes_api: Api<Node> = Api::all(ctx.workload.clone());
+    let view = ClaimView::of(claim, Some(pid));
+    // A Node is synced once the sync would also initialize it (Ready, no known ephemeral
+    // taint left but ours): the unregistered taint keeps pods off it until then anyway, and
+    // registration and initialization become one Node write and one status write. Startup
+    // taints cannot wait (they must be on the Node before the daemons that remove them
+    // start), nor can requested extended resources (their device plugins run as pods).
+    // A Node that never gets there is deleted at the registration timeout.
+    if !registered && view.startup_taints.is_empty() {
+        let mut synced: Node = (*node).clone();
+        let preview = registered_node(&node, &view);
+        synced.metadata.labels = Some(preview.labels);
+        if let Some(spec) = synced.spec.as_mut() {
+            spec.taints = Some(preview.taints);
+        }
+        if let Err(why @ (NotInitialized::NodeNotReady | NotInitialized::EphemeralTaint(_))) =
+            check_initialized(&synced, &view)
+        {
+            set(
+                status,
+                types::REGISTERED,
+                api::conditions::UNKNOWN,
+                reasons::NODE_NOT_FOUND,
+                &format!("Node {node_name} joined; waiting until {why}"),
+            );
+            return Ok(Progress::Waiting);
+        }
+    }
+    // What the Node must look like; initialization is judged on the Node as it will be
+    // after this sync, so a Node that is already Ready is initialized in the same write.
+    let mut want = if registered {
+        // Karpenter syncs once, at registration; afterwards daemons own the taints (a
+        // startup taint removed by its daemon must not come back).
+        let mut labels = node.labels().clone();
+        labels.insert(names::NODE_REGISTERED_LABEL.into(), "true".into());
+        super::node_sync::RegisteredNode {
+            labels,
+            annotations: node.annotations().clone(),
+            taints: node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.clone())
+                .unwrap_or_default(),
+            finalizers: node.finalizers().to_vec(),
+        }
+    } else {
+        registered_node(&node, &view)
+    };
+    let mut after: Node = (*node).clone();
+    after.metadata.labels = Some(want.labels.clone());
+    if let Some(spec) = after.spec.as_mut() {
+        spec.taints = Some(want.taints.clone());
+    }
+    let init = check_initialized(&after, &view);
+    if init.is_ok() || initialized {
+        want.labels
+            .insert(names::NODE_INITIALIZED_LABEL.into(), "true".into());
+    }
 
-    if !claim.is_true("Registered") {
+    if !registered {
         let had_unregistered_taint = node
             .spec
             .as_ref()
@@ -139,9 +148,9 @@ pub async fn reconcile(
             .is_some_and(|ts| ts.iter().any(|t| t.key == names::UNREGISTERED_TAINT_KEY));
         if !had_unregistered_taint && !node.labels().contains_key(names::NODE_REGISTERED_LABEL) {
             ctx.event_for(
-                &node,
+                node.as_ref(),
                 EventType::Warning,
-                "UnregisteredTaintMissing",
+                api::consts::events::UNREGISTERED_TAINT_MISSING,
                 format!(
                     "Node {node_name} registered without the {}:NoExecute taint; pods may have been scheduled before Karpenter synced it",
                     names::UNREGISTERED_TAINT_KEY
@@ -150,147 +159,165 @@ pub async fn reconcile(
             .await;
         }
     }
-    if !is_registered_in_sync(&node, &view) {
-        let want = registered_node(&node, &view);
-        let owner = json!([{
-            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
-            "name": claim.name, "uid": claim.uid, "blockOwnerDeletion": true
-        }]);
-        let mut owners = node.metadata.owner_references.clone().unwrap_or_default();
-        let owner_refs = if owners.iter().any(|o| o.uid == claim.uid) {
-            serde_json::to_value(&owners).unwrap_or(owner)
-        } else {
-            owners.push(serde_json::from_value(owner[0].clone()).map_err(|source| {
-                Error::Decode {
-                    what: "ownerReference".into(),
-                    source,
-                }
-            })?);
-            serde_json::to_value(&owners).unwrap_or_default()
-        };
-        nodes_api
-            .patch(
-                &node_name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({
-                    "metadata": {
-                        "resourceVersion": node.resource_version(),
-                        "labels": want.labels,
-                        "annotations": want.annotations,
-                        "finalizers": want.finalizers,
-                        "ownerReferences": owner_refs,
-                    },
-                    "spec": {"taints": want.taints},
-                })),
-            )
-            .await?;
-    }
-    if !claim.is_true("Registered") || claim.node_name.as_deref() != Some(&node_name) {
-        let c = set_condition(
-            &claim.conditions,
-            "Registered",
-            "True",
-            "Registered",
-            "",
-            None,
-            now,
-        );
-        ctx.patch_claim_status(
-            &claim.name,
-            json!({"nodeName": node_name, "conditions": with_ready(c.clone(), now)}),
-        )
-        .await?;
-        ctx.patch_claim(
-            &claim.name,
-            json!({"metadata": {"labels": {names::NODE_REGISTERED_LABEL: "true"}}}),
-        )
-        .await?;
-        claim.conditions = c;
-        claim.node_name = Some(node_name.clone());
-        let nodepool = claim
-            .labels
-            .get(names::NODEPOOL_LABEL)
-            .cloned()
-            .unwrap_or_default();
-        ctx.metrics
-            .nodes_created
-            .get_or_create(&NodePoolLabels { nodepool })
-            .inc();
-        ctx.event(
-            obj,
-            EventType::Normal,
-            "Registered",
-            format!("Node {node_name} registered"),
-        )
-        .await;
-    }
+    sync_node(ctx, claim, &node, &want).await?;
 
-    // Initialization: evaluate the Node as it is after our sync.
-    let synced = ctx
-        .nodes
-        .get(&ObjectRef::new(&node_name))
-        .map(|n| (*n).clone())
-        .unwrap_or(node);
-    match check_initialized(&synced, &view) {
+    if !registered || status.node_name.as_deref() != Some(&node_name) {
+        set(
+            status,
+            types::REGISTERED,
+            api::conditions::TRUE,
+            reasons::REGISTERED,
+            "",
+        );
+        status.node_name = Some(node_name.clone());
+        if !registered {
+            ctx.metrics
+                .nodes_created
+                .get_or_create(&NodePoolLabels {
+                    nodepool: nodepool_of(claim),
+                })
+                .inc();
+            ctx.event(
+                claim,
+                EventType::Normal,
+                reasons::REGISTERED,
+                format!("Node {node_name} registered"),
+            )
+            .await;
+        }
+    }
+    if initialized {
+        return Ok(Progress::Initialized);
+    }
+    match init {
         Ok(()) => {
-            if !claim.is_true("Initialized") {
-                nodes_api
-                    .patch(
-                        &node_name,
-                        &PatchParams::default(),
-                        &Patch::Merge(json!({"metadata": {"labels": {names::NODE_INITIALIZED_LABEL: "true"}}})),
-                    )
-                    .await?;
-                let c = set_condition(
-                    &claim.conditions,
-                    "Initialized",
-                    "True",
-                    "Initialized",
-                    "",
-                    None,
-                    now,
-                );
-                ctx.patch_claim_status(
-                    &claim.name,
-                    json!({"conditions": with_ready(c.clone(), now)}),
-                )
-                .await?;
-                ctx.patch_claim(
-                    &claim.name,
-                    json!({"metadata": {"labels": {names::NODE_INITIALIZED_LABEL: "true"}}}),
-                )
-                .await?;
-                claim.conditions = c;
-            }
+            set(
+                status,
+                types::INITIALIZED,
+                api::conditions::TRUE,
+                reasons::INITIALIZED,
+                "",
+            );
             Ok(Progress::Initialized)
         }
         Err(why) => {
-            let message = why.to_string();
-            let current = claim.condition("Initialized");
-            if current.is_none_or(|c| c.status == "True" || c.message != message)
-                && !claim.is_true("Initialized")
-            {
-                let c = set_condition(
-                    &claim.conditions,
-                    "Initialized",
-                    "Unknown",
-                    why.reason(),
-                    &message,
-                    None,
-                    now,
-                );
-                ctx.patch_claim_status(
-                    &claim.name,
-                    json!({"conditions": with_ready(c.clone(), now)}),
-                )
-                .await?;
-                claim.conditions = c;
-            }
-            Ok(if claim.is_true("Initialized") {
-                Progress::Initialized
-            } else {
-                Progress::Registered
-            })
+            set(
+                status,
+                types::INITIALIZED,
+                api::conditions::UNKNOWN,
+                why.reason(),
+                &why.to_string(),
+            );
+            Ok(Progress::Registered)
         }
     }
+}
+
+/// `~` and `/` escaped for a JSON pointer segment.
+fn pointer_segment(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+/// The JSON patch that brings `node` to `want`, or None when nothing differs. Labels,
+/// annotations, our finalizer and owner reference are added key by key (whatever others
+/// wrote stays); the taint list is atomic, so replacing it is guarded by a `test` of the
+/// list it was computed from: a concurrent taint change fails the patch (retried from the
+/// fresh Node), while the Node's status heartbeats never do — no resourceVersion needed.
+pub fn node_patch(
+    node: &Node,
+    want: &super::node_sync::RegisteredNode,
+    owner: &serde_json::Value,
+    owner_uid: &str,
+) -> Option<serde_json::Value> {
+    let mut ops = Vec::new();
+    let mut add_map = |path: &str,
+                       have: Option<&std::collections::BTreeMap<String, String>>,
+                       want: &std::collections::BTreeMap<String, String>| {
+        let missing: std::collections::BTreeMap<&String, &String> = want
+            .iter()
+            .filter(|(k, v)| have.and_then(|h| h.get(*k)) != Some(*v))
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        match have {
+            None => ops.push(json!({"op": "add", "path": path, "value": missing})),
+            Some(_) => {
+                for (k, v) in missing {
+                    ops.push(json!({"op": "add", "path": format!("{path}/{}", pointer_segment(k)), "value": v}));
+                }
+            }
+        }
+    };
+    add_map(
+        "/metadata/labels",
+        node.metadata.labels.as_ref(),
+        &want.labels,
+    );
+    add_map(
+        "/metadata/annotations",
+        node.metadata.annotations.as_ref(),
+        &want.annotations,
+    );
+    if !node
+        .finalizers()
+        .iter()
+        .any(|f| f == names::TERMINATION_FINALIZER)
+    {
+        ops.push(match node.metadata.finalizers.as_ref() {
+            Some(_) => json!({"op": "add", "path": "/metadata/finalizers/-", "value": names::TERMINATION_FINALIZER}),
+            None => json!({"op": "add", "path": "/metadata/finalizers", "value": [names::TERMINATION_FINALIZER]}),
+        });
+    }
+    if !node.owner_references().iter().any(|o| o.uid == owner_uid) {
+        ops.push(match node.metadata.owner_references.as_ref() {
+            Some(_) => json!({"op": "add", "path": "/metadata/ownerReferences/-", "value": owner}),
+            None => json!({"op": "add", "path": "/metadata/ownerReferences", "value": [owner]}),
+        });
+    }
+    let current = node.spec.as_ref().and_then(|s| s.taints.clone());
+    if current.clone().unwrap_or_default() != want.taints {
+        match current {
+            Some(list) => {
+                ops.push(json!({"op": "test", "path": "/spec/taints", "value": list}));
+                ops.push(json!({"op": "replace", "path": "/spec/taints", "value": want.taints}));
+            }
+            None => {
+                // No taints yet: `add` fails if someone added a list meanwhile.
+                ops.push(json!({"op": "test", "path": "/spec/providerID", "value": node.spec.as_ref().and_then(|s| s.provider_id.clone())}));
+                ops.push(json!({"op": "add", "path": "/spec/taints", "value": want.taints}));
+            }
+        }
+    }
+    (!ops.is_empty()).then_some(serde_json::Value::Array(ops))
+}
+
+/// Writes `want` onto the Node in one JSON patch, only when something differs.
+async fn sync_node(
+    ctx: &Ctx,
+    claim: &NodeClaim,
+    node: &Node,
+    want: &super::node_sync::RegisteredNode,
+) -> Result<(), Error> {
+    let uid = claim.uid().unwrap_or_default();
+    let owner = json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+        "name": claim.name_any(), "uid": uid, "blockOwnerDeletion": true
+    });
+    let Some(ops) = node_patch(node, want, &owner, &uid) else {
+        return Ok(());
+    };
+    let patch: json_patch::Patch = serde_json::from_value(ops).map_err(|source| Error::Decode {
+        what: "Node patch".into(),
+        source,
+    })?;
+    let nodes: Api<Node> = Api::all(ctx.workload.clone());
+    nodes
+        .patch(
+            &node.name_any(),
+            &PatchParams::default(),
+            &Patch::Json::<()>(patch),
+        )
+        .await?;
+    Ok(())
 }

@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use api::NodeClaim;
+use api::consts::{conditions as types, reasons};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -12,9 +14,8 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use serde_json::json;
 
-use super::claim::Claim;
-use super::context::{Ctx, Error, set_condition, with_ready};
-use super::launch::{Plan, TypedRef};
+use super::context::{Ctx, Error, set_ready, uid_of};
+use super::launch::{Plan, TypedRef, nodepool_of};
 use crate::metrics::TerminatedLabels;
 use crate::names;
 
@@ -71,36 +72,34 @@ async fn release_node(ctx: &Ctx, name: &str) -> Result<(), Error> {
     Ok(())
 }
 
-pub async fn reconcile(
-    ctx: &Ctx,
-    obj: &DynamicObject,
-    claim: &Claim,
-) -> Result<Termination, Error> {
-    let now = Timestamp::now();
-    if !claim.is_true("InstanceTerminating") {
-        let c = set_condition(
-            &claim.conditions,
-            "InstanceTerminating",
-            "True",
-            "InstanceTerminating",
+pub async fn reconcile(ctx: &Ctx, claim: &NodeClaim) -> Result<Termination, Error> {
+    let name = claim.name_any();
+    let uid = uid_of(claim);
+    let mut status = claim.status.clone().unwrap_or_default();
+    if !api::conditions::is_true(&status.conditions, types::INSTANCE_TERMINATING) {
+        api::conditions::set(
+            &mut status.conditions,
+            types::INSTANCE_TERMINATING,
+            api::conditions::TRUE,
+            reasons::INSTANCE_TERMINATING,
             "",
             None,
-            now,
+            Timestamp::now(),
         );
-        ctx.patch_claim_status(&claim.name, json!({"conditions": with_ready(c, now)}))
-            .await?;
+        set_ready(&mut status.conditions);
+        ctx.write_status(claim, &status).await?;
     }
-    if let Some(plan) = Plan::from_annotations(&claim.annotations) {
+    if let Some(plan) = Plan::of(claim) {
         let machines = ctx.machines_api(&plan.namespace);
         if let Some(m) = machines.get_opt(&plan.machine).await? {
-            let ours = m.annotations().get(names::NODECLAIM_UID_ANNOTATION) == Some(&claim.uid);
+            let ours = m.annotations().get(names::NODECLAIM_UID_ANNOTATION) == Some(&uid);
             if ours {
                 if m.metadata.deletion_timestamp.is_none() {
                     machines.delete(&plan.machine, &Default::default()).await?;
                     ctx.event(
-                        obj,
+                        claim,
                         EventType::Normal,
-                        "DisruptionTerminating",
+                        api::consts::events::DISRUPTION_TERMINATING,
                         format!(
                             "Deleting Machine {}/{}; Cluster API drains and removes the node",
                             plan.namespace, plan.machine
@@ -108,6 +107,7 @@ pub async fn reconcile(
                     )
                     .await;
                 }
+                // The Machine watch brings the deletion; the poll is a safety net.
                 return Ok(Termination::Waiting(ctx.settings.poll));
             }
         }
@@ -118,48 +118,37 @@ pub async fn reconcile(
             delete_typed(ctx, &plan.namespace, b).await?;
         }
     }
-    if let Some(node) = &claim.node_name {
+    if let Some(node) = &status.node_name {
         release_node(ctx, node).await?;
     }
-    // Release the NodeClaim's finalizer (merge patch with the resourceVersion we read).
-    let finalizers: Vec<String> = obj
+    // Release the NodeClaim's finalizer (conditional on the version we read).
+    let finalizers: Vec<String> = claim
         .finalizers()
         .iter()
         .filter(|f| *f != names::TERMINATION_FINALIZER)
         .cloned()
         .collect();
-    ctx.patch_claim(
-        &claim.name,
-        json!({"metadata": {"resourceVersion": obj.resource_version(), "finalizers": finalizers}}),
-    )
-    .await?;
+    ctx.patch_claim(claim, json!({"finalizers": finalizers}))
+        .await?;
+    ctx.expectations.forget(&uid);
+    let nodepool = nodepool_of(claim);
     ctx.metrics
         .nodeclaims_terminated
         .get_or_create(&TerminatedLabels {
-            nodepool: claim
-                .labels
-                .get(names::NODEPOOL_LABEL)
-                .cloned()
-                .unwrap_or_default(),
+            nodepool: nodepool.clone(),
             capacity_type: claim
-                .labels
-                .get("karpenter.sh/capacity-type")
+                .labels()
+                .get(api::consts::labels::CAPACITY_TYPE)
                 .cloned()
                 .unwrap_or_default(),
         })
         .inc();
-    if claim.node_name.is_some() {
+    if status.node_name.is_some() {
         ctx.metrics
             .nodes_terminated
-            .get_or_create(&crate::metrics::NodePoolLabels {
-                nodepool: claim
-                    .labels
-                    .get(names::NODEPOOL_LABEL)
-                    .cloned()
-                    .unwrap_or_default(),
-            })
+            .get_or_create(&crate::metrics::NodePoolLabels { nodepool })
             .inc();
     }
-    tracing::info!(nodeclaim = %claim.name, "terminated");
+    tracing::info!(nodeclaim = %name, "terminated");
     Ok(Termination::Done)
 }

@@ -495,6 +495,8 @@ pub fn nodeclaim(pool: &Value, claim: &scheduling::NewNodeClaim) -> Value {
         "kind": "NodeClaim",
         "metadata": {
             "generateName": format!("{name}-"),
+            // The lifecycle's finalizer comes with the object: one write less per claim.
+            "finalizers": [api::consts::finalizers::TERMINATION],
             "labels": labels,
             "annotations": annotations,
             "ownerReferences": [{

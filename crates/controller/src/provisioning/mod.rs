@@ -12,16 +12,17 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DynamicObject, PostParams};
+use kube::api::{Api, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::Value;
 
+use crate::cache::{to_json, values};
 use crate::metrics::{ControllerLabels, CreatedLabels, Metrics};
-use crate::nodeclaim::context::{Catalogs, nodeclaim_resource, truncate};
-use crate::nodeclaim::lifecycle::{to_json, values};
+use crate::nodeclaim::context::Catalogs;
 use crate::unavailable::{OfferingKey, UnavailableOfferings};
+use api::{NodeClaim, NodePool};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -29,6 +30,8 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("encoding NodeClaim: {0}")]
     Json(#[from] serde_json::Error),
+    #[error("scheduling simulation: {0}")]
+    Solve(String),
 }
 
 /// What the provisioner reads and writes.
@@ -40,8 +43,8 @@ pub struct Provisioner {
     pub pods: Store<Pod>,
     pub nodes: Store<Node>,
     pub daemonsets: Store<DaemonSet>,
-    pub nodeclaims: Store<DynamicObject>,
-    pub nodepools: Store<DynamicObject>,
+    pub nodeclaims: Store<NodeClaim>,
+    pub nodepools: Store<NodePool>,
     pub catalogs: Arc<dyn Catalogs>,
     pub unavailable: Arc<UnavailableOfferings>,
     pub batch_idle: Duration,
@@ -113,27 +116,36 @@ impl Provisioner {
 
     /// One batch: solve and create the NodeClaims. Returns the names created.
     pub async fn provision(&self, pods: &[Value]) -> Result<Vec<String>, Error> {
-        let snapshot = self.snapshot(pods);
-        let start = Instant::now();
-        let output = scheduling::solve(&snapshot.input);
+        // Snapshot and solve are CPU work: off the async workers, so a long solve never
+        // delays Lease renewal or the other loops.
+        let this = self.clone();
+        let batch = pods.to_vec();
+        let (snapshot, output, elapsed) = tokio::task::spawn_blocking(move || {
+            let snapshot = this.snapshot(&batch);
+            let start = Instant::now();
+            let output = scheduling::solve(&snapshot.input);
+            (snapshot, output, start.elapsed())
+        })
+        .await
+        .map_err(|e| Error::Solve(e.to_string()))?;
         self.metrics
             .scheduling_duration
             .get_or_create(&ControllerLabels {
                 controller: "provisioner".into(),
             })
-            .observe(start.elapsed().as_secs_f64());
+            .observe(elapsed.as_secs_f64());
         let by_uid: HashMap<&str, &Value> = pods
             .iter()
             .filter_map(|p| Some((p["metadata"]["uid"].as_str()?, p)))
             .collect();
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &nodeclaim_resource());
+        let api: Api<NodeClaim> = Api::all(self.client.clone());
         let mut created = Vec::new();
         let mut first_error = None;
         for claim in &output.new_node_claims {
             let Some(pool) = snapshot.pools.get(&claim.node_pool) else {
                 continue;
             };
-            let obj: DynamicObject = serde_json::from_value(convert::nodeclaim(pool, claim))?;
+            let obj: NodeClaim = serde_json::from_value(convert::nodeclaim(pool, claim))?;
             let nc = match api.create(&PostParams::default(), &obj).await {
                 Ok(nc) => nc,
                 Err(e) => {
@@ -180,7 +192,7 @@ impl Provisioner {
             }
             let target = if self
                 .nodeclaims
-                .get(&ObjectRef::new_with(&placement.node, nodeclaim_resource()))
+                .get(&ObjectRef::new(&placement.node))
                 .is_some()
             {
                 format!("nodeclaim/{}", placement.node)
@@ -219,10 +231,7 @@ impl Provisioner {
     /// batch counts them against limits and packs onto them instead of launching again.
     async fn await_cached(&self, names: &[String]) {
         let deadline = Instant::now() + CACHE_WAIT;
-        let refs: Vec<ObjectRef<DynamicObject>> = names
-            .iter()
-            .map(|n| ObjectRef::new_with(n, nodeclaim_resource()))
-            .collect();
+        let refs: Vec<ObjectRef<NodeClaim>> = names.iter().map(|n| ObjectRef::new(n)).collect();
         while refs.iter().any(|r| self.nodeclaims.get(r).is_none()) {
             if Instant::now() >= deadline {
                 tracing::warn!(
@@ -242,7 +251,7 @@ impl Provisioner {
         let event = Event {
             type_,
             reason: reason.into(),
-            note: Some(truncate(&note, 1024)),
+            note: Some(api::conditions::truncate(&note, 1024)),
             action: reason.into(),
             secondary: None,
         };

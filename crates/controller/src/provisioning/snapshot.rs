@@ -149,7 +149,6 @@ pub fn build(
         labels
             .entry(scheduling::LABEL_HOSTNAME.into())
             .or_insert_with(|| claim_name.clone());
-        let allocatable = convert::resources(&c["status"]["allocatable"]);
         let (requested, pods) = bound.remove(node_name).unwrap_or_default();
         nodes.push(scheduling::ExistingNode {
             name: claim_name,
@@ -157,11 +156,7 @@ pub fn build(
             labels,
             taints: convert::taints(&c["spec"]["taints"]),
             startup_taints: convert::taints(&c["spec"]["startupTaints"]),
-            allocatable: if allocatable.is_empty() {
-                convert::resources(&c["spec"]["resources"]["requests"])
-            } else {
-                allocatable
-            },
+            allocatable: claim_resources(c, "allocatable"),
             requested,
             pods,
         });
@@ -201,14 +196,28 @@ pub fn build(
 /// What one NodeClaim counts against its NodePool's limits: its capacity once known, its
 /// requests before, plus `nodes: 1`.
 pub fn claim_usage(c: &Value) -> scheduling::Resources {
-    let capacity = convert::resources(&c["status"]["capacity"]);
-    let mut u = if capacity.is_empty() {
-        convert::resources(&c["spec"]["resources"]["requests"])
-    } else {
-        capacity
-    };
+    let mut u = claim_resources(c, "capacity");
     u.insert("nodes".into(), 1);
     u
+}
+
+/// A NodeClaim's `capacity` or `allocatable`: from its status once launched, else from its
+/// launch plan (the instance type is chosen before anything is created), else what it
+/// requests.
+pub fn claim_resources(c: &Value, which: &str) -> scheduling::Resources {
+    let from_status = convert::resources(&c["status"][which]);
+    if !from_status.is_empty() {
+        return from_status;
+    }
+    let planned = c["metadata"]["annotations"][api::consts::annotations::LAUNCH_PLAN]
+        .as_str()
+        .and_then(|p| serde_json::from_str::<Value>(p).ok())
+        .map(|p| convert::resources(&p[which]))
+        .unwrap_or_default();
+    if !planned.is_empty() {
+        return planned;
+    }
+    convert::resources(&c["spec"]["resources"]["requests"])
 }
 
 #[cfg(test)]

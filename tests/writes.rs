@@ -1,0 +1,292 @@
+//! The control layer's write discipline, measured on the testbed: what the operator writes
+//! per launched NodeClaim (from the kube-apiserver's audit log), that it never writes from a
+//! stale read (no 409), and that a launch happens once per NodeClaim UID even when the
+//! NodeClaim cache lags behind the operator's own writes.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use api::{Machine, NodeClaim};
+use controller::cache::Caches;
+use controller::metrics::{Metrics, NodePoolLabels};
+use controller::nodeclaim::context::{Catalogs, Ctx, Settings};
+use controller::nodeclaim::lifecycle;
+use controller::nodeclass_status::IndexCatalogs;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, PostParams};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::store::Writer;
+use serde_json::json;
+use testbed::{Options, wait_for};
+
+const OPERATOR: &str = "karpenter-capi/";
+
+/// A Deployment of `replicas` pods that each need a node of their own.
+fn spread(replicas: i32) -> Deployment {
+    common::from_json(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "spread", "namespace": "default"},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": "spread"}},
+            "template": {
+                "metadata": {"labels": {"app": "spread"}},
+                "spec": {
+                    "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}],
+                    "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"labelSelector": {"matchLabels": {"app": "spread"}},
+                         "topologyKey": "kubernetes.io/hostname"}]}}
+                }
+            }
+        }
+    }))
+}
+
+#[tokio::test]
+async fn a_scale_out_costs_at_most_six_writes_per_nodeclaim_and_no_conflict() {
+    let env = common::env_with(
+        common::default_templates(json!({})),
+        common::Identity::Admin,
+        Options::all().audit_log(),
+    )
+    .await;
+    let client = env.tb.client();
+    common::create_nodepool(&client, json!({})).await;
+    const PODS: i32 = 20;
+    Api::<Deployment>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &spread(PODS))
+        .await
+        .expect("deployment");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    wait_for("all pods Running", Duration::from_secs(240), || async {
+        let list = pods
+            .list(&ListParams::default().labels("app=spread"))
+            .await
+            .ok()?;
+        let running = list
+            .items
+            .iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .count();
+        (running == PODS as usize).then_some(())
+    })
+    .await
+    .expect("pods Running");
+    let claims = common::nodeclaims(&client);
+    wait_for("every NodeClaim Ready", Duration::from_secs(60), || async {
+        let list = claims.list(&ListParams::default()).await.ok()?;
+        (list.items.len() == PODS as usize
+            && list
+                .items
+                .iter()
+                .all(|c| common::condition(c, "Ready").as_deref() == Some("True")))
+        .then_some(())
+    })
+    .await
+    .expect("claims Ready");
+
+    let events = env.tb.audit_events().expect("audit log");
+    let ours: Vec<_> = events
+        .iter()
+        .filter(|e| e.is_complete() && e.user_agent.starts_with(OPERATOR))
+        .collect();
+    let mut writes: BTreeMap<String, usize> = BTreeMap::new();
+    let mut conflicts = Vec::new();
+    for e in ours.iter().filter(|e| e.is_write()) {
+        let code = e.response_status.as_ref().and_then(|s| s.code);
+        if code == Some(409) {
+            conflicts.push(e.request_uri.clone());
+        }
+        let resource = e.resource();
+        if matches!(resource, "events" | "leases") {
+            continue;
+        }
+        let sub = e
+            .object_ref
+            .as_ref()
+            .and_then(|r| r.subresource.clone())
+            .map(|s| format!("/{s}"))
+            .unwrap_or_default();
+        *writes
+            .entry(format!("{} {resource}{sub}", e.verb))
+            .or_default() += 1;
+    }
+    // The sequence of one NodeClaim's writes, for the test output.
+    if let Some(first) = ours
+        .iter()
+        .find(|e| e.verb == "create" && e.resource() == "machines")
+        .and_then(|e| e.object_ref.as_ref()?.name.clone())
+    {
+        for e in ours.iter().filter(|e| {
+            e.is_write() && e.object_ref.as_ref().and_then(|r| r.name.as_deref()) == Some(&first)
+        }) {
+            println!(
+                "  {first}: {} {} {:?}",
+                e.verb,
+                e.request_uri,
+                e.response_status.as_ref().and_then(|s| s.code)
+            );
+        }
+    }
+    let created = writes.get("create nodeclaims").copied().unwrap_or_default();
+    let machines = writes.get("create machines").copied().unwrap_or_default();
+    // Writes to the objects of a NodeClaim (itself, its Machine and clones, its Node) versus
+    // the per-pool and per-class status, which does not grow with the number of claims.
+    let (shared, per_claim): (Vec<_>, Vec<_>) = writes
+        .iter()
+        .partition(|(k, _)| k.contains("nodepools/status") || k.contains("clusterapinodeclasses"));
+    let per_claim: usize = per_claim.iter().map(|(_, n)| **n).sum();
+    let shared: usize = shared.iter().map(|(_, n)| **n).sum();
+    println!("operator writes (events and leases excluded) for {created} NodeClaims: {writes:?}");
+    println!(
+        "per NodeClaim: {:.2} to its own objects, {:.2} with NodePool/NodeClass status",
+        per_claim as f64 / created.max(1) as f64,
+        (per_claim + shared) as f64 / created.max(1) as f64
+    );
+    assert_eq!(created, PODS as usize, "one NodeClaim per pod: {writes:?}");
+    assert_eq!(
+        machines, created,
+        "exactly one Machine create per NodeClaim: {writes:?}"
+    );
+    assert!(conflicts.is_empty(), "409 conflicts: {conflicts:?}");
+    assert!(
+        per_claim <= 6 * created,
+        "{per_claim} writes for {created} NodeClaims (> 6 each): {writes:?}"
+    );
+    assert!(
+        shared <= created,
+        "NodePool/NodeClass status written {shared} times for {created} NodeClaims: {writes:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_launch_happens_once_per_uid_when_the_cache_lags() {
+    let env = common::env(common::default_templates(json!({}))).await;
+    let client = env.tb.client();
+    // The NodeClass is Ready (the operator said so); from here on this test is the only
+    // controller, and its NodeClaim cache is never fed: every reconcile sees the NodeClaim
+    // as it was created, before any of the operator's own writes.
+    env.operator.abort();
+    wait_for("operator stopped", Duration::from_secs(10), || async {
+        env.operator.is_finished().then_some(())
+    })
+    .await
+    .expect("operator stops");
+    let mut tasks = controller::tasks::Tasks::default();
+    let caches = Caches::start(&mut tasks, &client, &client);
+    caches.ready().await;
+    let index = templates::watch::TemplateIndex::new();
+    tasks.spawn(templates::watch::run(
+        client.clone(),
+        index.clone(),
+        templates::watch::WatchConfig::default(),
+    ));
+    let catalogs = IndexCatalogs {
+        index,
+        nodeclasses: caches.nodeclasses.store(),
+        clusters: caches.clusters.store(),
+    };
+    wait_for("catalog", Duration::from_secs(30), || async {
+        catalogs.catalog("default").map(|_| ())
+    })
+    .await
+    .expect("catalog of the NodeClass");
+    let delayed: Writer<NodeClaim> = Writer::default();
+    let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
+    let ctx = Ctx {
+        workload: client.clone(),
+        management: client.clone(),
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "test".into(),
+                instance: None,
+            },
+        ),
+        metrics: metrics.clone(),
+        nodes: caches.nodes.clone(),
+        machines: caches.machines.store(),
+        nodeclasses: caches.nodeclasses.store(),
+        nodeclaims: delayed.as_reader(),
+        clusters: caches.clusters.store(),
+        catalogs: Arc::new(catalogs),
+        unavailable: Arc::default(),
+        settings: Settings::default(),
+        kinds: Arc::default(),
+        expectations: Arc::default(),
+        backoff: Arc::default(),
+        registration_failures: Arc::default(),
+    };
+    let api: Api<NodeClaim> = Api::all(client.clone());
+    let stale: Arc<NodeClaim> = Arc::new(
+        api.create(
+            &PostParams::default(),
+            &common::from_json(
+                serde_json::to_value(common::nodeclaim("delayed", json!([]))).expect("json"),
+            ),
+        )
+        .await
+        .expect("nodeclaim"),
+    );
+    let launched = || {
+        metrics
+            .machines_launched
+            .get_or_create(&NodePoolLabels {
+                nodepool: "default".into(),
+            })
+            .get()
+    };
+    let machines: Api<Machine> = Api::namespaced(client.clone(), &env.cluster.namespace);
+    let count_machines = || async {
+        machines
+            .list(&ListParams::default().labels("karpenter.cluster.x-k8s.io/nodeclaim=delayed"))
+            .await
+            .expect("machines")
+            .items
+            .len()
+    };
+
+    // First reconcile: plans (one write) and creates the Machine.
+    let ctx = Arc::new(ctx);
+    lifecycle::reconcile(stale.clone(), ctx.clone())
+        .await
+        .expect("first reconcile launches");
+    assert_eq!(launched(), 1);
+    assert_eq!(count_machines().await, 1);
+
+    // The same stale object again: the operator knows it has not seen its own write yet.
+    let action = lifecycle::reconcile(stale.clone(), ctx.clone())
+        .await
+        .expect("second reconcile waits");
+    println!("second reconcile on the stale object: {action:?}");
+    assert_eq!(launched(), 1, "no second launch from a stale cache");
+
+    // A process that lost its memory (a restart) with the same stale object: the plan write
+    // is conditional on the resourceVersion it was computed from, so it is refused (409)
+    // instead of planning and launching again.
+    let restarted = Arc::new(Ctx {
+        expectations: Arc::default(),
+        ..(*ctx).clone()
+    });
+    let err = lifecycle::reconcile(stale.clone(), restarted.clone())
+        .await
+        .expect_err("a decision from the stale object is refused");
+    assert!(err.is_conflict(), "{err}");
+    // With the fresh object it resumes the recorded plan and adopts the Machine.
+    let fresh = Arc::new(api.get("delayed").await.expect("fresh"));
+    wait_for("Machine cached", Duration::from_secs(10), || async {
+        (caches.machines.store().state().len() == 1).then_some(())
+    })
+    .await
+    .expect("machine in cache");
+    lifecycle::reconcile(fresh, restarted)
+        .await
+        .expect("resumes the plan");
+    assert_eq!(launched(), 1, "adopting is not launching");
+    assert_eq!(count_machines().await, 1, "exactly one Machine for the UID");
+}
