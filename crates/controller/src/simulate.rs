@@ -42,6 +42,10 @@ const WORKLOADS: &[(&str, &str)] = &[
     ("batch", "Job"),
 ];
 
+/// The most pods one workload is expanded into: a slip such as `replicas: 4000000000` is an
+/// error, not minutes of work and gigabytes of pods.
+pub const MAX_WORKLOAD_PODS: u64 = 100_000;
+
 /// The snapshot read from files.
 #[derive(Debug, Default)]
 pub struct Loaded {
@@ -197,9 +201,18 @@ fn normalize_pod_spec(spec: &mut Value, field: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn require_name(doc: &Doc) -> Result<(), Error> {
+/// Checks what every object read needs: a name, and maps (or nothing) where the reader
+/// writes defaults (`metadata`, `spec`, `spec.template`, `status`).
+fn require_object(doc: &Doc) -> Result<(), Error> {
     if doc.name.is_empty() {
         return Err(doc.err("metadata.name is required"));
+    }
+    for field in ["metadata", "spec", "spec.template", "status"] {
+        let at = format!("/{}", field.replace('.', "/"));
+        match doc.d.object.pointer(&at) {
+            None | Some(Value::Null | Value::Object(_)) => {}
+            Some(other) => return Err(doc.err(format!("{field}: expected a map, got {other}"))),
+        }
     }
     Ok(())
 }
@@ -231,7 +244,7 @@ pub fn from_inputs(mut inputs: Inputs) -> Result<Loaded, Error> {
         let mut obj = d.object.clone();
         match (group, doc.kind) {
             ("", "Pod") => {
-                require_name(&doc)?;
+                require_object(&doc)?;
                 normalize_pod_spec(&mut obj["spec"], "spec").map_err(|e| doc.err(e))?;
                 obj["metadata"]["namespace"] = json!(doc.ns());
                 if obj["metadata"]["uid"].as_str().is_none_or(str::is_empty) {
@@ -240,7 +253,7 @@ pub fn from_inputs(mut inputs: Inputs) -> Result<Loaded, Error> {
                 out.state.pods.push(obj);
             }
             ("", "Node") => {
-                require_name(&doc)?;
+                require_object(&doc)?;
                 for f in ["capacity", "allocatable"] {
                     check_quantities(&obj["status"][f], &format!("status.{f}"))
                         .map_err(|e| doc.err(e))?;
@@ -265,12 +278,12 @@ pub fn from_inputs(mut inputs: Inputs) -> Result<Loaded, Error> {
                 out.state.nodes.push(obj);
             }
             ("karpenter.sh", "NodePool") => {
-                require_name(&doc)?;
+                require_object(&doc)?;
                 check_node_pool(&obj).map_err(|e| doc.err(e))?;
                 out.state.nodepools.push(obj);
             }
             ("karpenter.sh", "NodeClaim") => {
-                require_name(&doc)?;
+                require_object(&doc)?;
                 for (v, f) in [
                     (
                         &obj["spec"]["resources"]["requests"],
@@ -284,14 +297,14 @@ pub fn from_inputs(mut inputs: Inputs) -> Result<Loaded, Error> {
                 out.state.nodeclaims.push(obj);
             }
             ("apps", "DaemonSet") => {
-                require_name(&doc)?;
+                require_object(&doc)?;
                 normalize_pod_spec(&mut obj["spec"]["template"]["spec"], "spec.template.spec")
                     .map_err(|e| doc.err(e))?;
                 obj["metadata"]["namespace"] = json!(doc.ns());
                 out.state.daemonsets.push(obj);
             }
             (g, k) if WORKLOADS.contains(&(g, k)) => {
-                require_name(&doc)?;
+                require_object(&doc)?;
                 workloads.push((doc, obj));
             }
             _ => out.ignored.push(doc.what()),
@@ -384,6 +397,11 @@ fn expand(doc: &Doc, obj: &Value, pods: &[Value]) -> Result<Vec<Value>, Error> {
             .map_err(field_err)?
             .unwrap_or(1)
     };
+    if wanted > MAX_WORKLOAD_PODS {
+        return Err(doc.err(format!(
+            "{wanted} pods (replicas, or a Job's parallelism) is more than a simulation expands ({MAX_WORKLOAD_PODS})"
+        )));
+    }
     let template = &obj["spec"]["template"];
     if !template.is_object() {
         return Err(doc.err("spec.template: expected a pod template"));
@@ -1157,6 +1175,35 @@ status:
             err.contains("spec.template.spec.nodeClassRef.name is required"),
             "{err}"
         );
+    }
+
+    /// Found by tests/prop_snapshot.rs: a scalar or list where the reader writes defaults
+    /// panicked (serde_json cannot index into it), and a huge replica count ran out of memory.
+    #[test]
+    fn misshapen_objects_and_huge_workloads_are_errors() {
+        for (text, want) in [
+            (
+                "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: ds}\nspec: [1]\n",
+                "DaemonSet ds: spec: expected a map, got [1]",
+            ),
+            (
+                "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: ds}\nspec: {template: 7}\n",
+                "DaemonSet ds: spec.template: expected a map, got 7",
+            ),
+            (
+                "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nstatus: x\n",
+                "Node n1: status: expected a map, got \"x\"",
+            ),
+            (
+                "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  replicas: 4000000000\n  template: {spec: {containers: []}}\n",
+                "Deployment web: 4000000000 pods (replicas, or a Job's parallelism) is more than a simulation expands (100000)",
+            ),
+        ] {
+            let err = load_yaml(Path::new("s.yaml"), text)
+                .expect_err("refused")
+                .to_string();
+            assert_eq!(err, format!("s.yaml: document 1: {want}"));
+        }
     }
 
     #[test]
