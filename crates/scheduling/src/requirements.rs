@@ -311,10 +311,11 @@ impl<V: LabelValue> ValueSet<V> {
                 ],
             };
         }
-        // Bounds come with presence (only numeric operators make them).
+        // Bounds come with presence (only numeric operators make them). `Gte 0`, not `Gt -1`:
+        // NodeClaim validation wants non-negative bounds.
         let mut out = Vec::new();
         match self.at_least {
-            Some(l) if l > i64::MIN => out.push(req(Operator::Gt, vec![(l - 1).to_string()])),
+            Some(l) if l >= 1 => out.push(req(Operator::Gt, vec![(l - 1).to_string()])),
             Some(l) => out.push(req(Operator::Gte, vec![l.to_string()])),
             None => {}
         }

@@ -154,4 +154,14 @@ fn rendering_keeps_both_bounds_and_exclusions() {
     for (v, want) in [("3", true), ("5", false), ("9", false), ("1", false)] {
         assert_eq!(back.allows(&labels(&[("k", v)])), want, "{v}");
     }
+    // A lower bound of 0 stays non-negative (NodeClaim validation).
+    let gte0 = reqs(&[("k", Operator::Gte, &["0"])]).to_requirements(String::clone);
+    assert_eq!(
+        (gte0[0].operator, gte0[0].values.clone()),
+        (Operator::Gte, vec!["0".to_string()])
+    );
+    let back = Requirements::from_list(&gte0);
+    for (v, want) in [("0", true), ("-1", false)] {
+        assert_eq!(back.allows(&labels(&[("k", v)])), want, "{v}");
+    }
 }
