@@ -4,6 +4,9 @@
 #   hack/bench/e2e.sh                 # 1000 pods, both
 #   hack/bench/e2e.sh --pods 5000     # (or --large)
 #   hack/bench/e2e.sh --only ours     # or --only karpenter; E2E_LABEL=after names the run
+#   hack/bench/e2e.sh --kube-api-qps 200   # kube-controller-manager and kube-scheduler client
+#                                     # rate limit (default theirs, 20 / 50 QPS: the ReplicaSet
+#                                     # then creates about 20 pods/s on both sides)
 #
 # karpenter-capi: a testbed with every component (Cluster API included) and the kube-apiserver
 # audit log, the test infrastructure provider, the demo's templates (small/medium/large) and
@@ -20,12 +23,14 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 pods=${E2E_PODS:-1000}
 only=
+qps=()
 while [ $# -gt 0 ]; do
   case $1 in
     --pods) pods=$2; shift 2 ;;
     --large) pods=5000; shift ;;
     --only) only=$2; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --kube-api-qps) qps=(--kube-api-qps "$2"); shift 2 ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "e2e.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -57,7 +62,7 @@ up() { # up NAME ARGS... : a fresh testbed in $out/NAME with the audit log
   local d=$out/$1; shift
   bash "$repo/hack/testbed/down.sh" --dir "$d" --purge --quiet || true
   dirs+=("$d")
-  bash "$repo/hack/testbed/up.sh" --dir "$d" --audit-log --quiet "$@" >/dev/null
+  bash "$repo/hack/testbed/up.sh" --dir "$d" --audit-log --quiet ${qps[@]+"${qps[@]}"} "$@" >/dev/null
   export KUBECONFIG=$d/kubeconfig
 }
 wait_for() { # wait_for SECONDS WHAT COMMAND...

@@ -249,11 +249,7 @@ pub fn metric_sums(text: &str, names: &[&str]) -> BTreeMap<String, f64> {
         if !names.contains(&name) {
             continue;
         }
-        if let Some(v) = line
-            .rsplit(' ')
-            .next()
-            .and_then(|v| v.parse::<f64>().ok())
-        {
+        if let Some(v) = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) {
             *out.entry(name.to_string()).or_default() += v;
         }
     }
@@ -278,21 +274,86 @@ pub fn compare(a: &Summary, b: &Summary) -> String {
     };
     let count = |x: u64| Some(x as f64);
     let rows: Vec<(&str, Option<f64>, Option<f64>, bool)> = vec![
-        ("first NodeClaim (s)", a.first_nodeclaim, b.first_nodeclaim, true),
-        ("all NodeClaims (s)", a.all_nodeclaims, b.all_nodeclaims, true),
-        ("all Nodes Ready (s)", a.all_nodes_ready, b.all_nodes_ready, true),
+        (
+            "first NodeClaim (s)",
+            a.first_nodeclaim,
+            b.first_nodeclaim,
+            true,
+        ),
+        (
+            "all NodeClaims (s)",
+            a.all_nodeclaims,
+            b.all_nodeclaims,
+            true,
+        ),
+        (
+            "all Nodes Ready (s)",
+            a.all_nodes_ready,
+            b.all_nodes_ready,
+            true,
+        ),
         ("all pods Running (s)", a.all_running, b.all_running, true),
-        ("NodeClaims", Some(a.nodeclaims as f64), Some(b.nodeclaims as f64), false),
-        ("peak RSS (MiB)", Some(a.process.peak_rss_mib), Some(b.process.peak_rss_mib), true),
-        ("CPU s, scale-out", Some(a.process.cpu_scale_out), Some(b.process.cpu_scale_out), true),
-        ("API writes, scale-out (no events/leases)", count(a.writes_scale_out.objects()), count(b.writes_scale_out.objects()), false),
+        (
+            "NodeClaims",
+            Some(a.nodeclaims as f64),
+            Some(b.nodeclaims as f64),
+            false,
+        ),
+        (
+            "peak RSS (MiB)",
+            Some(a.process.peak_rss_mib),
+            Some(b.process.peak_rss_mib),
+            true,
+        ),
+        (
+            "CPU s, scale-out",
+            Some(a.process.cpu_scale_out),
+            Some(b.process.cpu_scale_out),
+            true,
+        ),
+        (
+            "API writes, scale-out (no events/leases)",
+            count(a.writes_scale_out.objects()),
+            count(b.writes_scale_out.objects()),
+            false,
+        ),
         ("  per NodeClaim", per_claim(a), per_claim(b), true),
-        ("  events", count(a.writes_scale_out.events), count(b.writes_scale_out.events), false),
-        ("  leases", count(a.writes_scale_out.leases), count(b.writes_scale_out.leases), false),
-        ("  409 conflicts", count(a.writes_scale_out.conflicts), count(b.writes_scale_out.conflicts), false),
-        ("API reads, scale-out", count(a.writes_scale_out.reads), count(b.writes_scale_out.reads), false),
-        ("scale to 0: NodeClaims gone (s)", a.nodeclaims_gone, b.nodeclaims_gone, true),
-        ("API writes, scale-in (no events/leases)", count(a.writes_scale_in.objects()), count(b.writes_scale_in.objects()), false),
+        (
+            "  events",
+            count(a.writes_scale_out.events),
+            count(b.writes_scale_out.events),
+            false,
+        ),
+        (
+            "  leases",
+            count(a.writes_scale_out.leases),
+            count(b.writes_scale_out.leases),
+            false,
+        ),
+        (
+            "  409 conflicts",
+            count(a.writes_scale_out.conflicts),
+            count(b.writes_scale_out.conflicts),
+            false,
+        ),
+        (
+            "API reads, scale-out",
+            count(a.writes_scale_out.reads),
+            count(b.writes_scale_out.reads),
+            false,
+        ),
+        (
+            "scale to 0: NodeClaims gone (s)",
+            a.nodeclaims_gone,
+            b.nodeclaims_gone,
+            true,
+        ),
+        (
+            "API writes, scale-in (no events/leases)",
+            count(a.writes_scale_in.objects()),
+            count(b.writes_scale_in.objects()),
+            false,
+        ),
     ];
     let mut out = format!(
         "| {} pods | {} | {} | {}/{} |\n|---|---:|---:|---:|\n",
@@ -347,7 +408,12 @@ pub fn report(s: &Summary) -> String {
     ] {
         out += &format!(
             "API writes, {phase}: {} ({} objects, {} events, {} leases, {} 409 conflicts; {} reads)\n",
-            w.total, w.objects(), w.events, w.leases, w.conflicts, w.reads
+            w.total,
+            w.objects(),
+            w.events,
+            w.leases,
+            w.conflicts,
+            w.reads
         );
         for (k, v) in &w.by_verb_resource {
             out += &format!("  {v:>6}  {k}\n");
@@ -372,7 +438,10 @@ mod tests {
     #[test]
     fn percentiles_are_nearest_rank() {
         let p = Percentiles::of((1..=100).map(f64::from).collect()).expect("some");
-        assert_eq!((p.n, p.p50, p.p90, p.p99, p.max), (100, 50.0, 90.0, 99.0, 100.0));
+        assert_eq!(
+            (p.n, p.p50, p.p90, p.p99, p.max),
+            (100, 50.0, 90.0, 99.0, 100.0)
+        );
         assert_eq!(Percentiles::of(vec![]), None);
         let one = Percentiles::of(vec![3.0]).expect("one");
         assert_eq!((one.p50, one.max), (3.0, 3.0));
@@ -433,13 +502,62 @@ mod tests {
         };
         let sub = r#","subresource":"status""#;
         let text = [
-            line("karpenter-capi/0.1.0 (a)", "create", "nodeclaims", "", 201, "2026-01-01T00:00:01.000000Z"),
-            line("karpenter-capi/0.1.0 (a)", "patch", "nodeclaims", sub, 409, "2026-01-01T00:00:02.000000Z"),
-            line("karpenter-capi/0.1.0 (a)", "create", "events", "", 201, "2026-01-01T00:00:02.500000Z"),
-            line("karpenter-capi/0.1.0 (a)", "update", "leases", "", 200, "2026-01-01T00:00:03.000000Z"),
-            line("karpenter-capi/0.1.0 (a)", "get", "nodes", "", 200, "2026-01-01T00:00:03.000000Z"),
-            line("karpenter-capi/0.1.0 (a)", "create", "nodeclaims", "", 201, "2026-01-01T00:01:00.000000Z"),
-            line("kube-scheduler/v1.36.3", "create", "pods", r#","subresource":"binding""#, 201, "2026-01-01T00:00:02.000000Z"),
+            line(
+                "karpenter-capi/0.1.0 (a)",
+                "create",
+                "nodeclaims",
+                "",
+                201,
+                "2026-01-01T00:00:01.000000Z",
+            ),
+            line(
+                "karpenter-capi/0.1.0 (a)",
+                "patch",
+                "nodeclaims",
+                sub,
+                409,
+                "2026-01-01T00:00:02.000000Z",
+            ),
+            line(
+                "karpenter-capi/0.1.0 (a)",
+                "create",
+                "events",
+                "",
+                201,
+                "2026-01-01T00:00:02.500000Z",
+            ),
+            line(
+                "karpenter-capi/0.1.0 (a)",
+                "update",
+                "leases",
+                "",
+                200,
+                "2026-01-01T00:00:03.000000Z",
+            ),
+            line(
+                "karpenter-capi/0.1.0 (a)",
+                "get",
+                "nodes",
+                "",
+                200,
+                "2026-01-01T00:00:03.000000Z",
+            ),
+            line(
+                "karpenter-capi/0.1.0 (a)",
+                "create",
+                "nodeclaims",
+                "",
+                201,
+                "2026-01-01T00:01:00.000000Z",
+            ),
+            line(
+                "kube-scheduler/v1.36.3",
+                "create",
+                "pods",
+                r#","subresource":"binding""#,
+                201,
+                "2026-01-01T00:00:02.000000Z",
+            ),
         ]
         .join("\n")
             + "\n";

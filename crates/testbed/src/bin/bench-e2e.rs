@@ -214,7 +214,12 @@ fn proc_stats(pid: u32) -> (f64, f64) {
         .rsplit_once(')')
         .map(|(_, rest)| rest.split_whitespace().collect())
         .unwrap_or_default();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
     let hz = std::process::Command::new("getconf")
         .arg("CLK_TCK")
         .output()
@@ -242,9 +247,13 @@ async fn scale(client: &Client, a: &Args, replicas: usize) -> Result<(), kube::E
         &resource("apps", "v1", "Deployment", "deployments"),
     );
     let patch = json!({"spec": {"replicas": replicas}});
-    api.patch(&a.deployment.1, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map(|_| ())
+    api.patch(
+        &a.deployment.1,
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map(|_| ())
 }
 
 fn shifted(t: &Timeline, by: f64) -> Timeline {
@@ -303,11 +312,26 @@ async fn run(a: Args) -> Result<Summary, String> {
     let events = Api::namespaced_with(client.clone(), ns, &resource("", "v1", "Event", "events"));
     let all = |r: ApiResource| Api::<DynamicObject>::all_with(client.clone(), &r);
     let cfg = watcher::Config::default;
-    watch(w.clone(), pods, cfg().labels(&format!("app={name}")), Kind::Pod);
-    watch(w.clone(), events, cfg().fields("reason=Nominated"), Kind::Nominated);
+    watch(
+        w.clone(),
+        pods,
+        cfg().labels(&format!("app={name}")),
+        Kind::Pod,
+    );
+    watch(
+        w.clone(),
+        events,
+        cfg().fields("reason=Nominated"),
+        Kind::Nominated,
+    );
     let nc = resource("karpenter.sh", "v1", "NodeClaim", "nodeclaims");
     watch(w.clone(), all(nc), cfg(), Kind::NodeClaim);
-    watch(w.clone(), all(resource("", "v1", "Node", "nodes")), cfg(), Kind::Node);
+    watch(
+        w.clone(),
+        all(resource("", "v1", "Node", "nodes")),
+        cfg(),
+        Kind::Node,
+    );
     let mut watches = 4;
     if a.machines {
         let m = resource("cluster.x-k8s.io", "v1beta2", "Machine", "machines");
@@ -321,7 +345,9 @@ async fn run(a: Args) -> Result<Summary, String> {
 
     let (_, cpu0) = proc_stats(a.pid);
     let t_up = at(&w);
-    scale(&client, &a, a.pods).await.map_err(|e| e.to_string())?;
+    scale(&client, &a, a.pods)
+        .await
+        .map_err(|e| e.to_string())?;
     eprintln!("bench-e2e: {}: scaled {ns}/{name} to {}", a.label, a.pods);
     let deadline = Instant::now() + Duration::from_secs(a.timeout);
     let running = || {
@@ -334,13 +360,21 @@ async fn run(a: Args) -> Result<Summary, String> {
     let t_running = at(&w);
     let (_, cpu1) = proc_stats(a.pid);
     if !ok {
-        eprintln!("bench-e2e: {}: timed out with {} of {} pods running", a.label, running(), a.pods);
+        eprintln!(
+            "bench-e2e: {}: timed out with {} of {} pods running",
+            a.label,
+            running(),
+            a.pods
+        );
     }
     let out_timeline = w.timeline.lock().map(|t| t.clone()).unwrap_or_default();
 
     scale(&client, &a, 0).await.map_err(|e| e.to_string())?;
     let t_down = at(&w);
-    eprintln!("bench-e2e: {}: scaled to 0, waiting for NodeClaims, Machines, Nodes to go", a.label);
+    eprintln!(
+        "bench-e2e: {}: scaled to 0, waiting for NodeClaims, Machines, Nodes to go",
+        a.label
+    );
     let alive = || {
         w.timeline
             .lock()
@@ -356,7 +390,12 @@ async fn run(a: Args) -> Result<Summary, String> {
     };
     let deadline = Instant::now() + Duration::from_secs(a.timeout);
     if !until(deadline, || alive() == 0).await {
-        eprintln!("bench-e2e: {}: {} objects still there after {} s", a.label, alive(), a.timeout);
+        eprintln!(
+            "bench-e2e: {}: {} objects still there after {} s",
+            a.label,
+            alive(),
+            a.timeout
+        );
     }
     let t_gone = at(&w);
     let (hwm, cpu2) = proc_stats(a.pid);
@@ -365,13 +404,21 @@ async fn run(a: Args) -> Result<Summary, String> {
     let t = shifted(&out_timeline, t_up);
     let gone = |m: &HashMap<String, ObjectTimes>| {
         let mut any = false;
-        let x = last(m.values().filter(|o| o.created.is_some_and(|c| c >= t_up)).map(|o| {
-            any = true;
-            o.gone.map(|g| g - t_down)
-        }));
+        let x = last(
+            m.values()
+                .filter(|o| o.created.is_some_and(|c| c >= t_up))
+                .map(|o| {
+                    any = true;
+                    o.gone.map(|g| g - t_down)
+                }),
+        );
         if any { x } else { None }
     };
-    let fresh = |m: &HashMap<String, ObjectTimes>| m.values().filter(|o| o.created.is_some_and(|c| c >= 0.0)).count();
+    let fresh = |m: &HashMap<String, ObjectTimes>| {
+        m.values()
+            .filter(|o| o.created.is_some_and(|c| c >= 0.0))
+            .count()
+    };
     let audit_text = std::fs::read_to_string(&a.audit_log)
         .map_err(|e| format!("{}: {e}", a.audit_log.display()))?;
     let audit = testbed::audit::parse(&audit_text).map_err(|e| e.to_string())?;
@@ -422,7 +469,9 @@ async fn main() -> ExitCode {
                     println!("{}", bench::report(&s));
                     let json = serde_json::to_string_pretty(&s).map_err(|e| e.to_string())?;
                     match out {
-                        Some(p) => std::fs::write(&p, json).map_err(|e| format!("{}: {e}", p.display())),
+                        Some(p) => {
+                            std::fs::write(&p, json).map_err(|e| format!("{}: {e}", p.display()))
+                        }
                         None => Ok(()),
                     }
                 })
@@ -435,7 +484,9 @@ async fn main() -> ExitCode {
                 .map(|(a, b)| print!("{}", bench::compare(&a, &b))),
             _ => Err("compare needs two summary files".into()),
         },
-        _ => Err("usage: bench-e2e run ... | bench-e2e compare A.json B.json (see the source)".into()),
+        _ => Err(
+            "usage: bench-e2e run ... | bench-e2e compare A.json B.json (see the source)".into(),
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
