@@ -30,7 +30,7 @@ while [ $# -gt 0 ]; do
     --large) pods=5000; shift ;;
     --only) only=$2; shift 2 ;;
     --kube-api-qps) qps=(--kube-api-qps "$2"); shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "e2e.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
