@@ -267,103 +267,57 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> String {
     }
 }
 
+/// The figures `compare` shows, each read from a summary.
+type Figure = (&'static str, fn(&Summary) -> Option<f64>);
+
+const FIGURES: &[Figure] = &[
+    ("first NodeClaim (s)", |s| s.first_nodeclaim),
+    ("all NodeClaims (s)", |s| s.all_nodeclaims),
+    ("all Nodes Ready (s)", |s| s.all_nodes_ready),
+    ("all pods Running (s)", |s| s.all_running),
+    ("NodeClaims", |s| Some(s.nodeclaims as f64)),
+    (
+        "Machines launched (karpenter_capi_machines_launched_total)",
+        |s| {
+            s.metrics
+                .get("karpenter_capi_machines_launched_total")
+                .copied()
+        },
+    ),
+    ("peak RSS (MiB)", |s| Some(s.process.peak_rss_mib)),
+    ("CPU s, scale-out", |s| Some(s.process.cpu_scale_out)),
+    ("API writes, scale-out (no events/leases)", |s| {
+        Some(s.writes_scale_out.objects() as f64)
+    }),
+    ("  per NodeClaim", |s| {
+        (s.nodeclaims > 0).then(|| s.writes_scale_out.objects() as f64 / s.nodeclaims as f64)
+    }),
+    ("  events", |s| Some(s.writes_scale_out.events as f64)),
+    ("  leases", |s| Some(s.writes_scale_out.leases as f64)),
+    ("  409 conflicts", |s| {
+        Some(s.writes_scale_out.conflicts as f64)
+    }),
+    ("API reads, scale-out", |s| {
+        Some(s.writes_scale_out.reads as f64)
+    }),
+    ("scale to 0: NodeClaims gone (s)", |s| s.nodeclaims_gone),
+    ("API writes, scale-in (no events/leases)", |s| {
+        Some(s.writes_scale_in.objects() as f64)
+    }),
+];
+
 /// Markdown table: `a` and `b` side by side, with `b/a` ratios.
 pub fn compare(a: &Summary, b: &Summary) -> String {
-    let per_claim = |s: &Summary| {
-        (s.nodeclaims > 0).then(|| s.writes_scale_out.objects() as f64 / s.nodeclaims as f64)
-    };
-    let count = |x: u64| Some(x as f64);
-    let rows: Vec<(&str, Option<f64>, Option<f64>, bool)> = vec![
-        (
-            "first NodeClaim (s)",
-            a.first_nodeclaim,
-            b.first_nodeclaim,
-            true,
-        ),
-        (
-            "all NodeClaims (s)",
-            a.all_nodeclaims,
-            b.all_nodeclaims,
-            true,
-        ),
-        (
-            "all Nodes Ready (s)",
-            a.all_nodes_ready,
-            b.all_nodes_ready,
-            true,
-        ),
-        ("all pods Running (s)", a.all_running, b.all_running, true),
-        (
-            "NodeClaims",
-            Some(a.nodeclaims as f64),
-            Some(b.nodeclaims as f64),
-            false,
-        ),
-        (
-            "peak RSS (MiB)",
-            Some(a.process.peak_rss_mib),
-            Some(b.process.peak_rss_mib),
-            true,
-        ),
-        (
-            "CPU s, scale-out",
-            Some(a.process.cpu_scale_out),
-            Some(b.process.cpu_scale_out),
-            true,
-        ),
-        (
-            "API writes, scale-out (no events/leases)",
-            count(a.writes_scale_out.objects()),
-            count(b.writes_scale_out.objects()),
-            false,
-        ),
-        ("  per NodeClaim", per_claim(a), per_claim(b), true),
-        (
-            "  events",
-            count(a.writes_scale_out.events),
-            count(b.writes_scale_out.events),
-            false,
-        ),
-        (
-            "  leases",
-            count(a.writes_scale_out.leases),
-            count(b.writes_scale_out.leases),
-            false,
-        ),
-        (
-            "  409 conflicts",
-            count(a.writes_scale_out.conflicts),
-            count(b.writes_scale_out.conflicts),
-            false,
-        ),
-        (
-            "API reads, scale-out",
-            count(a.writes_scale_out.reads),
-            count(b.writes_scale_out.reads),
-            false,
-        ),
-        (
-            "scale to 0: NodeClaims gone (s)",
-            a.nodeclaims_gone,
-            b.nodeclaims_gone,
-            true,
-        ),
-        (
-            "API writes, scale-in (no events/leases)",
-            count(a.writes_scale_in.objects()),
-            count(b.writes_scale_in.objects()),
-            false,
-        ),
-    ];
     let mut out = format!(
         "| {} pods | {} | {} | {}/{} |\n|---|---:|---:|---:|\n",
         a.pods, a.label, b.label, b.label, a.label
     );
-    for (name, x, y, _) in rows {
-        let fmt = |v: Option<f64>| match v {
-            Some(v) if v.fract() == 0.0 && v.abs() < 1e12 => format!("{v:.0}"),
-            v => secs(v),
-        };
+    let fmt = |v: Option<f64>| match v {
+        Some(v) if v.fract() == 0.0 && v.abs() < 1e12 => format!("{v:.0}"),
+        v => secs(v),
+    };
+    for (name, figure) in FIGURES {
+        let (x, y) = (figure(a), figure(b));
         out += &format!("| {name} | {} | {} | {} |\n", fmt(x), fmt(y), ratio(x, y));
     }
     out
