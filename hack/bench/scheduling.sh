@@ -14,11 +14,15 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cd "$here/../.."
 sizes=${BENCH_SIZES:-1000,5000,20000}
-[ "${BENCH_QUICK:-}" = 1 ] || [ "${1:-}" = --quick ] && sizes=1000
+# Quick mode (make test, after `cargo test --workspace`) uses the dev build of the example: the
+# solver crate is optimised in dev builds too (Cargo.toml), the conversion is not timed.
+profile=release
+[ "${BENCH_QUICK:-}" = 1 ] || [ "${1:-}" = --quick ] && sizes=1000 profile=dev
 out=$(bash "$here/build.sh" schedbench)
 run=.cache/bench/scheduling
 rm -rf "$run" && mkdir -p "$run"
-cargo build --quiet --release --locked -p controller --example vs_karpenter
-echo "Karpenter $(basename "$out" | sed 's/karpenter-/v/') scheduler vs ours, one Solve each, on $(nproc) cores ($(date -u +%F)):"
+cargo build --quiet --profile "$profile" --locked -p controller --example vs_karpenter
+dir=$profile; [ "$profile" = dev ] && dir=debug
+echo "Karpenter $(basename "$out" | sed 's/karpenter-/v/') scheduler vs ours ($profile build), one Solve each, on $(nproc) cores ($(date -u +%F)):"
 "$out/schedbench" -sizes "$sizes" -out "$run"
-"${CARGO_TARGET_DIR:-target}/release/examples/vs_karpenter" "$run" ${sizes//,/ }
+"${CARGO_TARGET_DIR:-target}/$dir/examples/vs_karpenter" "$run" ${sizes//,/ }
