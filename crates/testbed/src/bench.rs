@@ -205,6 +205,23 @@ pub fn writes(events: &[AuditEvent], agent: &str, from: f64, to: f64) -> Writes 
     w
 }
 
+/// Unix times of the patches of Deployment `name` in the audit log (the bench's scale-up and
+/// scale-down), in order: they bound the scale-out and scale-in windows.
+pub fn scale_patches(events: &[AuditEvent], name: &str) -> Vec<f64> {
+    let mut out: Vec<f64> = events
+        .iter()
+        .filter(|e| e.is_complete() && e.verb == "patch" && e.resource() == "deployments")
+        .filter(|e| {
+            e.object_ref
+                .as_ref()
+                .is_some_and(|r| r.name.as_deref() == Some(name))
+        })
+        .filter_map(received)
+        .collect();
+    out.sort_by(f64::total_cmp);
+    out
+}
+
 /// Peak memory and CPU of the autoscaler process.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Process {

@@ -4,6 +4,7 @@
 //!                 --audit-log PATH [--machines] [--deployment NS/NAME] [--metrics-url URL]
 //!                 [--metric NAME]... [--timeout SECS] [--out FILE]
 //!   bench-e2e compare A.json B.json
+//!   bench-e2e recount --audit-log PATH --agent UA_PREFIX SUMMARY.json   # API requests again
 //!
 //! `run` watches Pods (of the Deployment, label app=<name>), Nominated events, NodeClaims
 //! (karpenter.sh/v1), Nodes and, with `--machines`, Cluster API Machines; scales the Deployment
@@ -419,9 +420,7 @@ async fn run(a: Args) -> Result<Summary, String> {
             .filter(|o| o.created.is_some_and(|c| c >= 0.0))
             .count()
     };
-    let audit_text = std::fs::read_to_string(&a.audit_log)
-        .map_err(|e| format!("{}: {e}", a.audit_log.display()))?;
-    let audit = testbed::audit::parse(&audit_text).map_err(|e| e.to_string())?;
+    let audit = read_audit(&a.audit_log)?;
     let mut metrics = Default::default();
     if let Some(url) = &a.metrics_url {
         let names: Vec<&str> = a.metrics.iter().map(String::as_str).collect();
@@ -453,6 +452,53 @@ async fn run(a: Args) -> Result<Summary, String> {
     })
 }
 
+/// The audit log and the files kube-apiserver rotated it into (`audit-<time>.log`, 100 MB each).
+fn read_audit(path: &std::path::Path) -> Result<Vec<testbed::audit::AuditEvent>, String> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(path.parent().unwrap_or(".".as_ref()))
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("audit-") && n.ends_with(".log"))
+        })
+        .collect();
+    files.sort();
+    files.push(path.to_path_buf());
+    let mut events = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).map_err(|e| format!("{}: {e}", f.display()))?;
+        events.extend(testbed::audit::parse(&text).map_err(|e| format!("{}: {e}", f.display()))?);
+    }
+    Ok(events)
+}
+
+/// Recounts a summary's API requests from the audit log, the windows bounded by the
+/// Deployment's scale patches (for runs whose log rotated before the count read it).
+fn recount(mut it: impl Iterator<Item = String>) -> Result<(), String> {
+    let (mut audit, mut agent, mut file) = (None, None, None);
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--audit-log" => audit = it.next().map(PathBuf::from),
+            "--agent" => agent = it.next(),
+            _ => file = Some(flag),
+        }
+    }
+    let (Some(audit), Some(agent), Some(file)) = (audit, agent, file) else {
+        return Err("recount --audit-log PATH --agent PREFIX SUMMARY.json".into());
+    };
+    let mut s = read_summary(&file)?;
+    let events = read_audit(&audit)?;
+    let [up, down] = bench::scale_patches(&events, "inflate")[..] else {
+        return Err("expected two patches of deployment inflate in the audit log".into());
+    };
+    s.writes_scale_out = bench::writes(&events, &agent, up, down);
+    s.writes_scale_in = bench::writes(&events, &agent, down, f64::MAX);
+    println!("{}", bench::report(&s));
+    let json = serde_json::to_string_pretty(&s).map_err(|e| e.to_string())?;
+    std::fs::write(&file, json).map_err(|e| format!("{file}: {e}"))
+}
+
 fn read_summary(path: &str) -> Result<Summary, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
     serde_json::from_str(&text).map_err(|e| format!("{path}: {e}"))
@@ -478,6 +524,7 @@ async fn main() -> ExitCode {
             }
             Err(e) => Err(e),
         },
+        Some("recount") => recount(args),
         Some("compare") => match (args.next(), args.next()) {
             (Some(x), Some(y)) => read_summary(&x)
                 .and_then(|a| Ok((a, read_summary(&y)?)))
