@@ -22,8 +22,12 @@ testbed-up:
 testbed-down:
 	bash hack/testbed/down.sh
 
-bench:
+# Karpenter side by side: the scheduler on identical pods, then the end-to-end scale-out on
+# the testbed (1000 pods; hack/bench/e2e.sh --pods 5000 for more). Not part of `make test`
+# beyond the quick scheduler row.
+bench: testbed
 	bash hack/bench/scheduling.sh
+	bash hack/bench/e2e.sh
 
 fmt:
 	cargo fmt --all

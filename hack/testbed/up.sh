@@ -4,7 +4,7 @@
 # Cluster API core manager. Installs the Cluster API CRDs and this project's CRDs (crds/).
 # Returns when every started component reports healthy and prints `export KUBECONFIG=...`.
 #
-#   hack/testbed/up.sh [--dir DIR] [--components LIST] [--crds PATH]... [--audit-log] [--watch-pid PID] [--quiet]
+#   hack/testbed/up.sh [--dir DIR] [--components LIST] [--crds PATH]... [--audit-log] [--kube-api-qps N] [--watch-pid PID] [--quiet]
 #
 #   --dir DIR          state, logs, certs and kubeconfig (default: .cache/testbed/run;
 #                      the default instance also copies its kubeconfig to .cache/testbed/kubeconfig)
@@ -13,6 +13,9 @@
 #   --crds PATH        extra CRD file or directory to install (repeatable)
 #   --audit-log        kube-apiserver writes an audit log of every request (Metadata level,
 #                      JSON lines) to DIR/logs/audit.log (also TESTBED_AUDIT_LOG=1)
+#   --kube-api-qps N   client rate limit of kube-controller-manager and kube-scheduler (burst
+#                      2N; default theirs: 20 and 50 QPS), e.g. so a ReplicaSet of thousands of
+#                      pods is created faster than 20 pods/s (also TESTBED_KUBE_API_QPS)
 #   --watch-pid PID    stop this testbed when process PID exits (used by the Rust testbed)
 #
 # Running it again on a live testbed is safe: it reports the running instance and starts the
@@ -27,6 +30,7 @@ extra_crds=()
 watch_pid=
 quiet=
 audit_log=${TESTBED_AUDIT_LOG:-}
+kube_api_qps=${TESTBED_KUBE_API_QPS:-}
 [ "$audit_log" = 0 ] && audit_log=
 
 while [ $# -gt 0 ]; do
@@ -35,9 +39,10 @@ while [ $# -gt 0 ]; do
     --components) components=$2; shift 2 ;;
     --crds) extra_crds+=("$2"); shift 2 ;;
     --audit-log) audit_log=1; shift ;;
+    --kube-api-qps) kube_api_qps=$2; shift 2 ;;
     --watch-pid) watch_pid=$2; shift 2 ;;
     --quiet) quiet=1; shift ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "up.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -253,17 +258,21 @@ say "CRDs installed: $(grep -c customresourcedefinition "$dir/logs/crds.log") ($
 
 # --- optional components --------------------------------------------------------------
 has() { local c; for c in "${want[@]}"; do [ "$c" = "$1" ] && return 0; done; return 1; }
+qps=()
+[ -n "$kube_api_qps" ] && qps=(--kube-api-qps "$kube_api_qps" --kube-api-burst "$((kube_api_qps * 2))")
 if has controller-manager; then
   start kube-controller-manager "$bin/kube-controller-manager" "${kc[@]}" \
     --authentication-kubeconfig "$kubeconfig" --authorization-kubeconfig "$kubeconfig" \
     --bind-address 127.0.0.1 --secure-port "$KCM_PORT" --leader-elect=false \
     --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
-    --use-service-account-credentials=false --controllers '*,-csrsigning,-nodeipam' --v 0
+    --use-service-account-credentials=false --controllers '*,-csrsigning,-nodeipam' --v 0 \
+    ${qps[@]+"${qps[@]}"}
 fi
 if has scheduler; then
   start kube-scheduler "$bin/kube-scheduler" "${kc[@]}" \
     --authentication-kubeconfig "$kubeconfig" --authorization-kubeconfig "$kubeconfig" \
-    --bind-address 127.0.0.1 --secure-port "$SCHED_PORT" --leader-elect=false --v 0
+    --bind-address 127.0.0.1 --secure-port "$SCHED_PORT" --leader-elect=false --v 0 \
+    ${qps[@]+"${qps[@]}"}
 fi
 if has kwok; then
   start kwok "$bin/kwok" "${kc[@]}" --config "$here/kwok-stages.yaml" \

@@ -20,6 +20,9 @@ pub struct AuditEvent {
     pub object_ref: Option<AuditObjectRef>,
     #[serde(default)]
     pub response_status: Option<AuditStatus>,
+    /// RFC 3339 with microseconds.
+    #[serde(default)]
+    pub request_received_timestamp: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]

@@ -16,6 +16,7 @@
 //! is killed.
 
 pub mod audit;
+pub mod bench;
 pub mod provider;
 
 use std::future::Future;

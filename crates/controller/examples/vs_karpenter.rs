@@ -1,0 +1,94 @@
+//! Our solver on exactly the input Karpenter's scheduler was timed on, side by side.
+//!
+//!     vs_karpenter DIR SIZE...
+//!
+//! DIR holds, per size, what `hack/bench/go/schedbench` wrote: `input-<n>.json` (Karpenter's
+//! fake instance types and the pods of its scheduling benchmark, as Kubernetes JSON) and
+//! `karpenter-<n>.json` (its Solve time, NodeClaims, total price, pod errors). The pods go
+//! through the operator's own conversion (`provisioning::convert::pod`), then one `solve` is
+//! timed. Price: per NodeClaim, the cheapest available compatible offering, summed (Karpenter's
+//! fake price, 0.1×cpu + 0.1×memory bytes/1e9). `hack/bench/scheduling.sh` drives this.
+
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use controller::provisioning::convert;
+use scheduling::{Input, InstanceType, NodePool, Offering};
+use serde_json::Value;
+
+fn read(path: &std::path::Path) -> Result<Value> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+fn instance_type(v: &Value) -> InstanceType {
+    InstanceType {
+        name: v["name"].as_str().unwrap_or_default().to_string(),
+        requirements: convert::requirements(&v["requirements"]),
+        capacity: convert::resources(&v["capacity"]),
+        overhead: convert::resources(&v["overhead"]),
+        offerings: v["offerings"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .map(|o| Offering {
+                zone: o["zone"].as_str().unwrap_or_default().to_string(),
+                capacity_type: o["capacityType"].as_str().unwrap_or_default().to_string(),
+                price: o["price"].as_f64().unwrap_or(f64::MAX),
+                available: o["available"].as_bool().unwrap_or(false),
+            })
+            .collect(),
+        taints: Vec::new(),
+    }
+}
+
+fn input(v: &Value) -> Input {
+    let list = |k: &str| v[k].as_array().cloned().unwrap_or_default();
+    let types = list("instanceTypes").iter().map(instance_type).collect();
+    Input {
+        node_pools: vec![NodePool::new("default", types)],
+        nodes: Vec::new(),
+        daemonsets: Vec::new(),
+        pods: list("pods").iter().map(convert::pod).collect(),
+    }
+}
+
+fn main() -> Result<()> {
+    let mut args = std::env::args().skip(1);
+    let Some(dir) = args.next() else {
+        bail!("usage: vs_karpenter DIR SIZE...")
+    };
+    let dir = std::path::PathBuf::from(dir);
+    let sizes: Vec<usize> = args
+        .map(|a| a.parse().with_context(|| format!("size {a}")))
+        .collect::<Result<_>>()?;
+    println!(
+        "| pods | Karpenter s | ours s | Karpenter/ours | NodeClaims K / ours | price K / ours | unschedulable K / ours |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    for n in sizes {
+        let k = read(&dir.join(format!("karpenter-{n}.json")))?;
+        let inp = input(&read(&dir.join(format!("input-{n}.json")))?);
+        if inp.pods.len() != n {
+            bail!("input-{n}.json holds {} pods", inp.pods.len());
+        }
+        let t = Instant::now();
+        let out = scheduling::solve(&inp);
+        let ours = t.elapsed().as_secs_f64();
+        let price: f64 = out.new_node_claims.iter().map(|c| c.cheapest.price).sum();
+        let ks = k["seconds"].as_f64().unwrap_or(f64::NAN);
+        println!(
+            "| {n} | {ks:.3} | {ours:.4} | {:.0}× | {} / {} | {:.2} / {:.2} | {} / {} |",
+            ks / ours,
+            k["nodeClaims"],
+            out.new_node_claims.len(),
+            k["price"].as_f64().unwrap_or(f64::NAN),
+            price,
+            k["podErrors"],
+            out.unschedulable.len(),
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# End-to-end scale-out, karpenter-capi and Karpenter side by side, in one run.
+#
+#   hack/bench/e2e.sh                 # 1000 pods, both
+#   hack/bench/e2e.sh --pods 5000     # (or --large)
+#   hack/bench/e2e.sh --only ours     # or --only karpenter; E2E_LABEL=after names the run
+#   hack/bench/e2e.sh --kube-api-qps 200   # kube-controller-manager and kube-scheduler client
+#                                     # rate limit (default theirs, 20 / 50 QPS: the ReplicaSet
+#                                     # then creates about 20 pods/s on both sides)
+#
+# karpenter-capi: a testbed with every component (Cluster API included) and the kube-apiserver
+# audit log, the test infrastructure provider, the demo's templates (small/medium/large) and
+# the release operator. Karpenter: its kwok provider (sigs.k8s.io/karpenter/kwok, pinned in
+# hack/bench/go/go.mod, built once by hack/bench/build.sh) on a fresh testbed (no Cluster API)
+# with Karpenter's CRDs and instance types of the same shapes, prices and zones. On each, the
+# demo's Deployment (500m / 512Mi per pod) goes from 0 to N pods and back to 0 while
+# bench-e2e (crates/testbed/src/bin/bench-e2e.rs) watches; it reports times, the per-pod
+# breakdown, the autoscaler's peak RSS and CPU, and its API requests from the audit log
+# (by User-Agent prefix: karpenter-capi/ and karpenter/). Results: .cache/bench/e2e/.
+# Figures are reported, not asserted.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+pods=${E2E_PODS:-1000}
+only=
+qps=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --pods) pods=$2; shift 2 ;;
+    --large) pods=5000; shift ;;
+    --only) only=$2; shift 2 ;;
+    --kube-api-qps) qps=(--kube-api-qps "$2"); shift 2 ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "e2e.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+t0=$SECONDS
+say() { printf '[%4ss] %s\n' "$((SECONDS - t0))" "$*" >&2; }
+out=$repo/.cache/bench/e2e
+mkdir -p "$out"
+
+say "building (release) karpenter-capi, testbed-provider, bench-e2e; testbed and Karpenter binaries (cached)"
+(cd "$repo" && cargo build -q --release --locked -p karpenter-capi -p testbed --bins)
+target=${CARGO_TARGET_DIR:-$repo/target}/release
+tb=$(bash "$repo/hack/testbed/build.sh")
+kubectl=$tb/bin/kubectl
+kb=$(bash "$here/build.sh" karpenter-kwok)
+
+pids=()
+dirs=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for d in "${dirs[@]}"; do bash "$repo/hack/testbed/down.sh" --dir "$d" --quiet || true; done
+}
+trap cleanup EXIT INT TERM
+
+ports() { python3 -c 'import socket
+s=[socket.socket() for _ in range(2)]
+[x.bind(("127.0.0.1",0)) for x in s]
+print(" ".join(str(x.getsockname()[1]) for x in s))'; }
+up() { # up NAME ARGS... : a fresh testbed in $out/NAME with the audit log
+  local d=$out/$1; shift
+  bash "$repo/hack/testbed/down.sh" --dir "$d" --purge --quiet || true
+  dirs+=("$d")
+  bash "$repo/hack/testbed/up.sh" --dir "$d" --audit-log --quiet ${qps[@]+"${qps[@]}"} "$@" >/dev/null
+  export KUBECONFIG=$d/kubeconfig
+}
+wait_for() { # wait_for SECONDS WHAT COMMAND...
+  local deadline=$((SECONDS + $1)) what=$2; shift 2
+  until "$@" >/dev/null 2>&1; do
+    [ $SECONDS -lt $deadline ] || { say "timed out waiting for $what"; return 1; }
+    sleep 1
+  done
+}
+bench() { # bench LABEL PID AGENT METRICS_PORT ARGS...
+  local label=$1 pid=$2 agent=$3 mport=$4; shift 4
+  say "$label: scaling inflate 0 -> $pods -> 0"
+  "$target/bench-e2e" run --kubeconfig "$KUBECONFIG" --pods "$pods" --label "$label" \
+    --agent "$agent" --pid "$pid" --audit-log "$out/$label/logs/audit.log" \
+    --metrics-url "http://127.0.0.1:$mport/metrics" --metric karpenter_nodeclaims_created_total \
+    --out "$out/$label-$pods.json" "$@" | tee "$out/$label-$pods.txt"
+}
+
+run_ours() {
+  local label=${E2E_LABEL:-karpenter-capi}
+  say "$label: testbed (all components, audit log), test provider, Cluster demo/demo"
+  up "$label" --components all
+  "$target/testbed-provider" --kubeconfig "$KUBECONFIG" --cluster demo/demo --failure-domains zone-a,zone-b \
+    > "$out/$label/logs/provider.log" 2>&1 &
+  pids+=($!)
+  wait_for 120 "the Cluster" grep -q 'cluster ready' "$out/$label/logs/provider.log"
+  "$kubectl" apply -f "$repo/examples/demo/templates.yaml" -f "$here/e2e/capi.yaml" \
+    -f "$repo/examples/demo/workload.yaml" >/dev/null
+  local mport hport; read -r mport hport <<< "$(ports)"
+  "$target/karpenter-capi" run --kubeconfig "$KUBECONFIG" --disable-leader-election \
+    --metrics-addr "127.0.0.1:$mport" --health-addr "127.0.0.1:$hport" > "$out/$label/logs/operator.log" 2>&1 &
+  local op=$!; pids+=("$op")
+  "$kubectl" wait --for=condition=Ready clusterapinodeclass/default nodepool/default --timeout=120s >/dev/null
+  bench "$label" "$op" karpenter-capi/ "$mport" --machines --metric karpenter_capi_machines_launched_total
+  kill "$op" 2>/dev/null || true
+}
+
+run_karpenter() {
+  local label=karpenter
+  say "$label: testbed (no Cluster API, audit log) with Karpenter's CRDs, its kwok provider"
+  up "$label" --components controller-manager,scheduler,kwok --crds "$kb/crds/karpenter.yaml" --crds "$kb/crds/kwok.yaml"
+  "$kubectl" apply -f "$here/e2e/karpenter.yaml" -f "$repo/examples/demo/workload.yaml" >/dev/null
+  local mport hport; read -r mport hport <<< "$(ports)"
+  KUBECONFIG=$KUBECONFIG DISABLE_LEADER_ELECTION=true METRICS_PORT=$mport HEALTH_PROBE_PORT=$hport \
+    INSTANCE_TYPES_FILE_PATH=$here/e2e/kwok-instance-types.json LOG_LEVEL=info \
+    "$kb/karpenter-kwok" > "$out/$label/logs/karpenter.log" 2>&1 &
+  local op=$!; pids+=("$op")
+  wait_for 120 "Karpenter's NodePool Ready" "$kubectl" wait --for=condition=Ready nodepool/default --timeout=5s
+  bench "$label" "$op" karpenter/ "$mport"
+  kill "$op" 2>/dev/null || true
+}
+
+case $only in
+  "") run_ours; run_karpenter ;;
+  ours) run_ours ;;
+  karpenter) run_karpenter ;;
+  *) echo "e2e.sh: --only ours|karpenter" >&2; exit 2 ;;
+esac
+if [ -z "$only" ]; then
+  echo
+  echo "Side by side, $pods pods, $(nproc) cores, $(date -u +%F) (hack/bench/e2e.sh --pods $pods):"
+  "$target/bench-e2e" compare "$out/${E2E_LABEL:-karpenter-capi}-$pods.json" "$out/karpenter-$pods.json" | tee "$out/compare-$pods.md"
+fi
+say "done; logs and JSON in $out"

@@ -1,0 +1,267 @@
+// schedbench runs Karpenter's provisioning scheduler (sigs.k8s.io/karpenter, the version pinned
+// in ../go.mod) on the workload of Karpenter's own scheduling benchmark
+// (pkg/controllers/provisioning/scheduling/scheduling_benchmark_test.go, build tag
+// test_performance): fake.InstanceTypes(400), one NodePool, and makeDiversePods(n) (five equal
+// groups: generic, zonal spread, hostname spread, zonal self-affinity, hostname anti-affinity;
+// cpu and memory drawn from math/rand seeded with 42). The scheduler is set up as the benchmark
+// sets it up (no API server: a fake controller-runtime client) and one Solve is timed.
+//
+// For each size it writes into -out:
+//
+//	input-<n>.json      the instance types and the pods exactly as Karpenter saw them, for our
+//	                    solver to read (hack/bench/scheduling.sh)
+//	karpenter-<n>.json  {"pods", "seconds", "nodeClaims", "price", "podErrors"}: price sums,
+//	                    per NodeClaim, the cheapest available offering compatible with its
+//	                    requirements among its instance type options
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+	fakecr "sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	v1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+	"sigs.k8s.io/karpenter/pkg/cloudprovider"
+	"sigs.k8s.io/karpenter/pkg/cloudprovider/fake"
+	"sigs.k8s.io/karpenter/pkg/controllers/provisioning/scheduling"
+	"sigs.k8s.io/karpenter/pkg/controllers/state"
+	"sigs.k8s.io/karpenter/pkg/events"
+	"sigs.k8s.io/karpenter/pkg/operator/injection"
+	"sigs.k8s.io/karpenter/pkg/operator/logging"
+	"sigs.k8s.io/karpenter/pkg/operator/options"
+	"sigs.k8s.io/karpenter/pkg/test"
+)
+
+func main() {
+	sizes := flag.String("sizes", "1000", "comma-separated pod counts")
+	out := flag.String("out", ".", "directory for input-<n>.json and karpenter-<n>.json")
+	flag.Parse()
+	log.SetLogger(logging.NopLogger)
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		fail(err)
+	}
+	for _, s := range strings.Split(*sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil {
+			fail(fmt.Errorf("size %q: %w", s, err))
+		}
+		if err := run(n, *out); err != nil {
+			fail(err)
+		}
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "schedbench:", err)
+	os.Exit(1)
+}
+
+type result struct {
+	Pods       int     `json:"pods"`
+	Seconds    float64 `json:"seconds"`
+	NodeClaims int     `json:"nodeClaims"`
+	Price      float64 `json:"price"`
+	PodErrors  int     `json:"podErrors"`
+}
+
+func run(n int, out string) error {
+	pods := diversePods(n)
+	instanceTypes := fake.InstanceTypes(400)
+	if err := writeJSON(filepath.Join(out, fmt.Sprintf("input-%d.json", n)), input(instanceTypes, pods)); err != nil {
+		return err
+	}
+	ctx := options.ToContext(injection.WithControllerName(context.Background(), "provisioner"), test.Options())
+	scheduler, err := newScheduler(ctx, instanceTypes, pods)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	results, err := scheduler.Solve(ctx, pods)
+	if err != nil {
+		return fmt.Errorf("solve %d pods: %w", n, err)
+	}
+	r := result{Pods: n, Seconds: time.Since(start).Seconds(), NodeClaims: len(results.NewNodeClaims), PodErrors: len(results.PodErrors)}
+	for _, nc := range results.NewNodeClaims {
+		r.Price += cheapest(nc)
+	}
+	fmt.Fprintf(os.Stderr, "schedbench: karpenter %d pods: %.3fs, %d NodeClaims, %d pod errors\n", n, r.Seconds, r.NodeClaims, r.PodErrors)
+	return writeJSON(filepath.Join(out, fmt.Sprintf("karpenter-%d.json", n)), r)
+}
+
+// newScheduler is the benchmark's setupScheduler: one NodePool with huge limits, the fake
+// cloud provider's instance types, a fake client, five concurrent reconciles.
+func newScheduler(ctx context.Context, instanceTypes []*cloudprovider.InstanceType, pods []*corev1.Pod) (*scheduling.Scheduler, error) {
+	nodePool := test.NodePool(v1.NodePool{Spec: v1.NodePoolSpec{Limits: v1.Limits{
+		corev1.ResourceCPU:    resource.MustParse("10000000"),
+		corev1.ResourceMemory: resource.MustParse("10000000Gi"),
+	}}})
+	cloudProvider := fake.NewCloudProvider()
+	cloudProvider.InstanceTypes = instanceTypes
+	client := fakecr.NewFakeClient()
+	clk := &clock.RealClock{}
+	cluster := state.NewCluster(clk, client, cloudProvider)
+	byPool := map[string][]*cloudprovider.InstanceType{nodePool.Name: instanceTypes}
+	opts := []scheduling.Options{scheduling.NumConcurrentReconciles(5)}
+	topology, err := scheduling.NewTopology(ctx, client, cluster, nil, []*v1.NodePool{nodePool}, byPool, pods, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("creating topology: %w", err)
+	}
+	return scheduling.NewScheduler(ctx, client, []*v1.NodePool{nodePool}, cluster, nil, topology, byPool, nil,
+		events.NewRecorder(&record.FakeRecorder{}), clk, nil, nil, opts...), nil
+}
+
+// cheapest is the price of the cheapest available offering compatible with the NodeClaim's
+// requirements among its instance type options (what a launch would pick).
+func cheapest(nc *scheduling.NodeClaim) float64 {
+	best := math.Inf(1)
+	for _, it := range nc.InstanceTypeOptions {
+		if o := it.Offerings.Available().Compatible(nc.Requirements).Cheapest(); o != nil && o.Price < best {
+			best = o.Price
+		}
+	}
+	return best
+}
+
+// --- the benchmark's workload (makeDiversePods), drawn in the same order -----------------
+
+type workload struct{ r *rand.Rand }
+
+func (w workload) pick(values []string) string { return values[w.r.Intn(len(values))] }
+func (w workload) label(key string) map[string]string {
+	return map[string]string{key: w.pick([]string{"a", "b", "c", "d", "e", "f", "g"})}
+}
+func (w workload) requests() corev1.ResourceRequirements {
+	cpu := w.pick([]string{"100m", "250m", "500m", "1000m", "1500m"})
+	mem := w.pick([]string{"100Mi", "256Mi", "512Mi", "1024Mi", "2048Mi", "4096Mi"})
+	return corev1.ResourceRequirements{Requests: corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(mem)}}
+}
+
+// diversePods is makeDiversePods(n) with a generator seeded with 42 for each size. Names and
+// UIDs are deterministic (pod-<i>); the benchmark's are random, which changes nothing else.
+func diversePods(n int) []*corev1.Pod {
+	w := workload{r: rand.New(rand.NewSource(42))} //nolint:gosec // a benchmark workload
+	per := n / 5
+	var pods []*corev1.Pod
+	add := func(o test.PodOptions) {
+		o.Name = fmt.Sprintf("pod-%d", len(pods))
+		o.Namespace = "default"
+		o.UID = types.UID(fmt.Sprintf("uid-%06d", len(pods)))
+		pods = append(pods, test.Pod(o))
+	}
+	generic := func() {
+		labels := w.label("my-label")
+		add(test.PodOptions{ObjectMeta: metav1.ObjectMeta{Labels: labels}, ResourceRequirements: w.requests()})
+	}
+	for range per {
+		generic()
+	}
+	for _, key := range []string{corev1.LabelTopologyZone, corev1.LabelHostname} {
+		for range per {
+			labels := w.label("my-label")
+			selector := w.label("my-label")
+			add(test.PodOptions{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
+					MaxSkew: 1, TopologyKey: key, WhenUnsatisfiable: corev1.DoNotSchedule,
+					LabelSelector: &metav1.LabelSelector{MatchLabels: selector},
+				}},
+				ResourceRequirements: w.requests(),
+			})
+		}
+	}
+	for range per { // zonal self-affinity (the label key is spelled as in the benchmark)
+		labels := w.label("my-affininity")
+		add(test.PodOptions{
+			ObjectMeta: metav1.ObjectMeta{Labels: labels},
+			PodRequirements: []corev1.PodAffinityTerm{{
+				LabelSelector: &metav1.LabelSelector{MatchLabels: labels}, TopologyKey: corev1.LabelTopologyZone,
+			}},
+			ResourceRequirements: w.requests(),
+		})
+	}
+	nginx := map[string]string{"app": "nginx"}
+	for range per {
+		add(test.PodOptions{
+			ObjectMeta: metav1.ObjectMeta{Labels: nginx},
+			PodAntiRequirements: []corev1.PodAffinityTerm{{
+				LabelSelector: &metav1.LabelSelector{MatchLabels: nginx}, TopologyKey: corev1.LabelHostname,
+			}},
+			ResourceRequirements: w.requests(),
+		})
+	}
+	for len(pods) < n {
+		generic()
+	}
+	return pods
+}
+
+// --- the input file ------------------------------------------------------------------------
+
+type offering struct {
+	Zone         string  `json:"zone"`
+	CapacityType string  `json:"capacityType"`
+	Price        float64 `json:"price"`
+	Available    bool    `json:"available"`
+}
+
+type instanceType struct {
+	Name string `json:"name"`
+	// Requirements other than instance type, zone and capacity type (derived from the
+	// name and the offerings), as NodeSelectorRequirements.
+	Requirements []v1.NodeSelectorRequirementWithMinValues `json:"requirements"`
+	Capacity     corev1.ResourceList                       `json:"capacity"`
+	Overhead     corev1.ResourceList                       `json:"overhead"`
+	Offerings    []offering                                `json:"offerings"`
+}
+
+func input(its []*cloudprovider.InstanceType, pods []*corev1.Pod) map[string]any {
+	var out []instanceType
+	for _, it := range its {
+		t := instanceType{Name: it.Name, Capacity: it.Capacity, Overhead: it.Overhead.Total()}
+		for _, key := range sets.List(sets.KeySet(it.Requirements)) {
+			r := it.Requirements[key]
+			switch key {
+			case corev1.LabelInstanceTypeStable, corev1.LabelTopologyZone, v1.CapacityTypeLabelKey:
+				continue
+			}
+			t.Requirements = append(t.Requirements, r.NodeSelectorRequirement())
+		}
+		for _, o := range it.Offerings {
+			t.Offerings = append(t.Offerings, offering{
+				Zone:         o.Requirements.Get(corev1.LabelTopologyZone).Any(),
+				CapacityType: o.Requirements.Get(v1.CapacityTypeLabelKey).Any(),
+				Price:        o.Price,
+				Available:    o.Available,
+			})
+		}
+		out = append(out, t)
+	}
+	return map[string]any{"instanceTypes": out, "pods": pods}
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
