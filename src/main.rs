@@ -1,5 +1,8 @@
 //! `karpenter-capi`: Karpenter for Cluster API. CLI and wiring only.
 
+mod inspect;
+mod simulate;
+
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
@@ -43,7 +46,6 @@ struct SimulateArgs {
 }
 
 fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
-    use controller::simulate;
     let loaded = simulate::load(&args.files)?;
     for i in &loaded.ignored {
         eprintln!("warning: ignored {i}: not read by the simulation");
@@ -89,12 +91,10 @@ fn inspect(args: InspectArgs) -> anyhow::Result<()> {
             Some(p) => controller::runtime::client(Some(p), &options).await?,
             None => workload.clone(),
         };
-        anyhow::Ok(
-            controller::inspect::collect(&workload, &management, args.nodepool.as_deref()).await?,
-        )
+        anyhow::Ok(inspect::collect(&workload, &management, args.nodepool.as_deref()).await?)
     })?;
     match args.output {
-        InspectFormat::Table => print!("{}", controller::inspect::render_table(&rows)),
+        InspectFormat::Table => print!("{}", inspect::render_table(&rows)),
         InspectFormat::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
     }
     Ok(())
