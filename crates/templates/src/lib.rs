@@ -6,6 +6,8 @@
 //! settings and the Cluster's failure domains) into Karpenter instance types with offerings.
 //!
 //! - [`catalog`]: the pure part ([`build_catalog`]); semantics documented there.
+//! - [`shape`]: one template read on its own ([`TemplateShape`]).
+//! - [`labels`]: label and taint syntax (keys, values, the `…/labels` and `…/taints` annotations).
 //! - [`settings`]: NodeClass/Cluster inputs and the allocatable defaults.
 //! - [`quantity`]: exact Kubernetes quantity parsing.
 //! - [`selection`]: which templates a NodeClass selects.
@@ -17,12 +19,14 @@
 
 pub mod catalog;
 pub mod error;
+pub mod labels;
 pub mod model;
 pub mod names;
 pub mod offline;
 pub mod quantity;
 pub mod selection;
 pub mod settings;
+pub mod shape;
 pub mod status;
 pub mod watch;
 
