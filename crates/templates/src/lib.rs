@@ -13,7 +13,8 @@
 //! - [`selection`]: which templates a NodeClass selects.
 //! - [`watch`]: CRD discovery of template kinds, reflector caches, [`watch::TemplateIndex`]
 //!   serving each NodeClass's catalog.
-//! - [`status`]: the NodeClass status view of a catalog (summary, `TemplatesReady`).
+//! - [`status`]: the NodeClass status of a catalog (`status.instanceTypes`, `ClusterReady`,
+//!   `TemplatesReady`, `BootstrapReady`).
 //! - [`offline`]: reading YAML files into objects and rendering catalogs (the
 //!   `karpenter-capi instance-types` command).
 
