@@ -163,7 +163,7 @@ enum LogFormat {
 }
 
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    controller::nodeclass::parse_duration(s)
+    api::duration::parse_duration(s)
         .ok_or_else(|| format!("{s:?} is not a duration (e.g. 1s, 500ms, 1m)"))
 }
 

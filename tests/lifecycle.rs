@@ -845,7 +845,11 @@ async fn nodeclass_status_follows_templates() {
     );
     // Each instance type carries its node facts: arch, os (the test provider's templates
     // report status.nodeInfo or get the amd64/linux defaults) and the pods the kubelet allows.
-    for t in nc.data["status"]["instanceTypes"].as_array().into_iter().flatten() {
+    for t in nc.data["status"]["instanceTypes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
         assert!(
             t["arch"].as_str().is_some_and(|a| !a.is_empty())
                 && t["os"].as_str().is_some_and(|o| !o.is_empty())

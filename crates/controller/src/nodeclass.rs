@@ -188,57 +188,12 @@ impl NodeClass {
     }
 }
 
-/// Parses a Go-style duration (`90s`, `10m`, `1h30m`, `1.5h`); `None` when malformed.
-pub fn parse_duration(s: &str) -> Option<Duration> {
-    let s = s.trim();
-    if s.is_empty() {
-        return None;
-    }
-    if s == "0" {
-        return Some(Duration::ZERO);
-    }
-    let mut total = 0f64;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let num_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
-        if num_end == 0 {
-            return None;
-        }
-        let n: f64 = rest[..num_end].parse().ok()?;
-        rest = &rest[num_end..];
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let unit = match &rest[..unit_end] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return None,
-        };
-        total += n * unit;
-        rest = &rest[unit_end..];
-    }
-    Duration::try_from_secs_f64(total).ok()
-}
+pub use api::duration::parse_duration;
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("10m"), Some(Duration::from_secs(600)));
-        assert_eq!(parse_duration("1h30m"), Some(Duration::from_secs(5400)));
-        assert_eq!(parse_duration("1.5s"), Some(Duration::from_millis(1500)));
-        assert_eq!(parse_duration("0"), Some(Duration::ZERO));
-        assert_eq!(parse_duration("ten"), None);
-        assert_eq!(parse_duration("5d"), None);
-        assert_eq!(parse_duration(""), None);
-    }
 
     #[test]
     fn reads_nodeclass_json() {

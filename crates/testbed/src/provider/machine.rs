@@ -1,23 +1,9 @@
 //! The TestMachine controller: provisioning, the workload Node, deletion; and the KubeadmConfig
 //! stand-in.
 
-use super::*;
+use api::duration::parse_duration;
 
-pub(super) fn parse_duration(s: &str) -> Option<Duration> {
-    let s = s.trim();
-    let (num, unit) = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .map(|i| s.split_at(i))
-        .unwrap_or((s, "s"));
-    let n: f64 = num.parse().ok()?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        _ => return None,
-    };
-    Duration::try_from_secs_f64(secs).ok()
-}
+use super::*;
 
 pub(super) fn elapsed_since(ts: Option<&Timestamp>) -> Duration {
     ts.and_then(|t| Duration::try_from(Timestamp::now().duration_since(*t)).ok())
@@ -449,15 +435,6 @@ pub(super) async fn reconcile_kubeadm_config(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_parse() {
-        assert_eq!(parse_duration("2s"), Some(Duration::from_secs(2)));
-        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
-        assert_eq!(parse_duration("1m"), Some(Duration::from_secs(60)));
-        assert_eq!(parse_duration("3"), Some(Duration::from_secs(3)));
-        assert_eq!(parse_duration("x"), None);
-    }
 
     #[test]
     fn kubeadm_registration_is_read() {
