@@ -6,8 +6,6 @@ use std::collections::HashSet;
 use serde_json::{Value, json};
 use templates::offline::{Document, Inputs};
 
-use controller::provisioning::convert;
-
 use super::expand::expand;
 use super::{Error, Loaded, bound, str_at, terminal};
 
@@ -294,7 +292,7 @@ pub(super) fn check_node_pool(v: &Value) -> Result<(), String> {
         .enumerate()
     {
         let op = r["operator"].as_str().unwrap_or_default();
-        if convert::operator(op).is_none() {
+        if scheduling::Operator::parse(op).is_none() {
             return Err(format!(
                 "spec.template.spec.requirements[{i}].operator: {op:?} is not one of In, NotIn, Exists, DoesNotExist, Gt, Lt, Gte, Lte"
             ));
