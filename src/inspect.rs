@@ -237,7 +237,7 @@ pub async fn collect(
     use kube::api::{Api, ListParams};
     let claims_api: Api<DynamicObject> = Api::all_with(
         workload.clone(),
-        &controller::nodeclaim::context::nodeclaim_resource(),
+        &controller::resources::nodeclaim_resource(),
     );
     let lp = match nodepool {
         Some(p) => ListParams::default().labels(&format!("{}={p}", names::NODEPOOL_LABEL)),

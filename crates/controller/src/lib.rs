@@ -1,6 +1,7 @@
 //! Control loops, one module per loop, and the runtime pieces they share.
 
 pub mod cache;
+pub mod catalogs;
 pub mod clone;
 pub mod disruption;
 pub mod garbagecollection;
@@ -14,6 +15,8 @@ pub mod nodeclass_status;
 pub mod nodepool_status;
 pub mod provisioning;
 pub mod ratelimit;
+pub mod reports;
+pub mod resources;
 pub mod runtime;
 pub mod server;
 pub mod tasks;

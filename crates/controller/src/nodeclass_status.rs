@@ -1,5 +1,5 @@
-//! The ClusterAPINodeClass status controller and the per-NodeClass catalog the other loops
-//! read. Conditions (computed by [`templates::status`]): ClusterReady (the Cluster exists,
+//! The ClusterAPINodeClass status controller (the catalog it summarises is
+//! [`crate::catalogs`]). Conditions (computed by [`templates::status`]): ClusterReady (the Cluster exists,
 //! its infrastructure is provisioned and its control plane initialized), TemplatesReady (at
 //! least one instance type; broken templates are named but do not block the good ones),
 //! BootstrapReady (the bootstrap template or data Secret exists), Ready (all three).
@@ -14,21 +14,18 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use templates::SettingsError;
 use templates::model::Catalog;
-use templates::selection::Selection;
-use templates::settings::CatalogSettings;
 use templates::status::{self, BootstrapState, ConditionValue};
-use templates::watch::TemplateIndex;
 
 use crate::cache::Cache;
+pub use crate::catalogs::IndexCatalogs;
 use crate::names;
-use crate::nodeclaim::context::{Catalogs, nodeclass_resource};
+use crate::resources::nodeclass_resource;
+use api::ClusterAPINodeClass;
 use api::consts::conditions::NODECLASS_READY_PARTS;
-use api::{Cluster, ClusterAPINodeClass};
 
 /// `cluster.x-k8s.io/v1beta2` Cluster.
 pub fn cluster_resource() -> ApiResource {
@@ -36,44 +33,6 @@ pub fn cluster_resource() -> ApiResource {
         &GroupVersionKind::gvk(names::CAPI_GROUP, names::CAPI_VERSION, "Cluster"),
         "clusters",
     )
-}
-
-/// Catalogs built from the template caches, the NodeClass and its Cluster (all cached).
-#[derive(Clone)]
-pub struct IndexCatalogs {
-    pub index: TemplateIndex,
-    pub nodeclasses: Store<ClusterAPINodeClass>,
-    pub clusters: Store<Cluster>,
-}
-
-impl IndexCatalogs {
-    fn cluster_of(&self, nc: &Value) -> Option<Arc<Cluster>> {
-        let ns = nc.pointer("/spec/clusterRef/namespace")?.as_str()?;
-        let name = nc.pointer("/spec/clusterRef/name")?.as_str()?;
-        self.clusters.get(&ObjectRef::new(name).within(ns))
-    }
-
-    /// The catalog of a NodeClass given as JSON.
-    pub fn catalog_for(&self, nc: &Value) -> Arc<Result<Catalog, templates::SettingsError>> {
-        let selection = Selection::from_node_class_json(nc);
-        let mut settings = CatalogSettings::from_node_class_json(nc);
-        if let Some(cluster) = self.cluster_of(nc) {
-            settings =
-                settings.with_cluster_json(&serde_json::to_value(&*cluster).unwrap_or(Value::Null));
-        }
-        self.index.catalog_cached(&selection, &settings)
-    }
-}
-
-impl Catalogs for IndexCatalogs {
-    fn catalog(&self, nodeclass: &str) -> Option<Arc<Catalog>> {
-        let nc = self.nodeclasses.get(&ObjectRef::new(nodeclass))?;
-        let value = serde_json::to_value(&*nc).ok()?;
-        match &*self.catalog_for(&value) {
-            Ok(c) if !c.instance_types.is_empty() => Some(Arc::new(c.clone())),
-            _ => None,
-        }
-    }
 }
 
 /// The status the controller computes for one NodeClass (pure, given what was looked up):
@@ -259,6 +218,7 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use api::Cluster;
     use templates::CatalogSettings;
 
     fn template(name: &str, cpu: &str, node_info: Value) -> DynamicObject {
