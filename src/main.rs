@@ -1,9 +1,7 @@
 //! `karpenter-capi`: Karpenter for Cluster API. CLI and wiring only.
 
-mod inspect;
-mod simulate;
-
 use clap::{Parser, Subcommand};
+use karpenter_capi::{inspect, simulate};
 use std::path::PathBuf;
 
 #[derive(Parser)]

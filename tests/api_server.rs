@@ -2,9 +2,12 @@
 //! are accepted unchanged, invalid ones are rejected naming the field, and the rendered
 //! `deploy/base` applies and grants the operator exactly what it needs.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::PathBuf;
 use std::time::Duration;
 
+use common::manifests::{docs, kustomize, pipe, root, wildcards};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
@@ -15,10 +18,6 @@ use kube::{Client, ResourceExt};
 use serde_json::Value;
 use testbed::{Component, Options, Testbed, wait_for};
 
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
 fn fixtures(kind: &str) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(root().join("tests/fixtures/api").join(kind))
         .expect("fixture directory")
@@ -27,11 +26,6 @@ fn fixtures(kind: &str) -> Vec<PathBuf> {
         .collect();
     files.sort();
     files
-}
-
-fn docs(text: &str) -> Vec<Value> {
-    let docs: Vec<Value> = serde_saphyr::from_multiple(text).expect("YAML");
-    docs.into_iter().filter(|d| !d.is_null()).collect()
 }
 
 fn to_yaml(doc: &Value) -> String {
@@ -207,20 +201,6 @@ async fn invalid_documents_are_rejected_naming_the_field() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-fn render(dir: &str) -> String {
-    let out = std::process::Command::new(testbed::bin_dir().join("kubectl"))
-        .arg("kustomize")
-        .arg(root().join(dir))
-        .output()
-        .expect("kubectl kustomize runs");
-    assert!(
-        out.status.success(),
-        "kubectl kustomize {dir}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("UTF-8")
-}
-
 #[test]
 fn overlays_render() {
     for dir in [
@@ -228,25 +208,12 @@ fn overlays_render() {
         "deploy/overlays/split-clusters",
         "deploy/overlays/split-clusters/management",
     ] {
-        let yaml = render(dir);
+        let yaml = kustomize(dir);
         let docs = docs(&yaml);
         assert!(!docs.is_empty(), "{dir} renders objects");
-        // No wildcard anywhere in RBAC.
-        for d in &docs {
-            for rule in d["rules"].as_array().into_iter().flatten() {
-                for key in ["apiGroups", "resources", "verbs"] {
-                    assert!(
-                        !rule[key]
-                            .as_array()
-                            .is_some_and(|a| a.iter().any(|v| v == "*")),
-                        "{dir}: wildcard in {}: {rule}",
-                        d["metadata"]["name"]
-                    );
-                }
-            }
-        }
+        assert!(wildcards(&docs).is_empty(), "{dir}: {:?}", wildcards(&docs));
     }
-    let split = render("deploy/overlays/split-clusters");
+    let split = kustomize("deploy/overlays/split-clusters");
     assert!(split.contains("--management-kubeconfig=/etc/karpenter-capi/management/kubeconfig"));
     let bindings: Vec<String> = docs(&split)
         .iter()
@@ -255,10 +222,10 @@ fn overlays_render() {
         .collect();
     // In the workload cluster the operator gets no Cluster API permissions.
     assert_eq!(bindings, ["karpenter-capi-workload"]);
-    let management = docs(&render("deploy/overlays/split-clusters/management"));
+    let management = docs(&kustomize("deploy/overlays/split-clusters/management"));
     assert!(management.iter().any(|d| d["kind"] == "ClusterRoleBinding"
         && d["metadata"]["name"] == "karpenter-capi-management"));
-    let deployment = docs(&render("deploy/base"))
+    let deployment = docs(&kustomize("deploy/base"))
         .into_iter()
         .find(|d| d["kind"] == "Deployment")
         .expect("Deployment");
@@ -331,7 +298,7 @@ async fn deploy_base_applies_and_grants_exactly_what_the_operator_needs() {
         .await
         .expect("testbed");
     let client = tb.client();
-    let yaml = render("deploy/base");
+    let yaml = kustomize("deploy/base");
     // Server-side dry run of everything (the namespace must exist for namespaced objects).
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let mut ns = Namespace::default();
@@ -602,30 +569,4 @@ async fn deploy_base_applies_and_grants_exactly_what_the_operator_needs() {
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
-}
-
-/// Runs a command with `input` on stdin; returns (success, stdout + stderr).
-fn pipe(mut cmd: std::process::Command, input: &str) -> (bool, String) {
-    use std::io::Write;
-    let mut child = cmd
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("kubectl runs");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(input.as_bytes())
-        .expect("write stdin");
-    let out = child.wait_with_output().expect("kubectl finishes");
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
 }

@@ -1,6 +1,6 @@
-//! The committed CRD YAML (`crds/`, and the copy kustomize installs from `deploy/base/crds/`)
-//! is exactly what `karpenter-capi crds` generates from crates/api.
-//! Regenerate with `cargo run -- crds && cargo run -- crds --out deploy/base/crds`.
+//! The committed CRD YAML (`crds/`, and the copies kustomize installs from `deploy/base/crds/`
+//! and helm from `charts/karpenter-capi/crds/`) is exactly what `karpenter-capi crds`
+//! generates from crates/api. Regenerate with `make crds`.
 
 use std::path::Path;
 
@@ -39,9 +39,10 @@ fn committed_crds_match_generated() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut problems = check_dir(&root.join("crds"));
     problems.extend(check_dir(&root.join("deploy/base/crds")));
+    problems.extend(check_dir(&root.join("charts/karpenter-capi/crds")));
     assert!(
         problems.is_empty(),
-        "CRD YAML is stale; run `cargo run -- crds && cargo run -- crds --out deploy/base/crds`:\n{}",
+        "CRD YAML is stale; run `make crds`:\n{}",
         problems.join("\n")
     );
 }

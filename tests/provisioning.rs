@@ -378,8 +378,18 @@ async fn limits_stop_provisioning_and_pending_pods_say_why() {
 
 #[tokio::test]
 async fn the_operator_needs_nothing_beyond_the_deploy_base_rbac() {
-    // Every cache, launch, status write and event below goes through the ServiceAccount.
-    let env = env_as(default_templates(json!({})), true).await;
+    provisions_as(Identity::DeployBase).await;
+}
+
+#[tokio::test]
+async fn the_operator_needs_nothing_beyond_the_helm_chart_rbac() {
+    provisions_as(Identity::HelmChart).await;
+}
+
+/// Pending pods get nodes and the NodePool's status is written with the operator running as
+/// `identity`: every cache, launch, status write and event goes through its ServiceAccount.
+async fn provisions_as(identity: Identity) {
+    let env = env_as(default_templates(json!({})), identity).await;
     let client = env.tb.client();
     create_nodepool(&client, json!({"cpu": "100"})).await;
     let ns = env.tb.temp_namespace().await.expect("namespace");

@@ -51,7 +51,7 @@ fn spread(replicas: i32) -> Deployment {
 async fn a_scale_out_costs_at_most_six_writes_per_nodeclaim_and_no_conflict() {
     let env = common::env_with(
         common::default_templates(json!({})),
-        false,
+        common::Identity::Admin,
         Options::all().audit_log(),
     )
     .await;

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use templates::offline::selector_matches;
 
 use super::load::{Doc, count, normalize_pod_spec};
-use super::{Error, str_at, terminal};
+use super::{Error, MAX_WORKLOAD_PODS, str_at, terminal};
 
 /// The pods a workload's controller would create: replicas (Job: parallelism, at most
 /// completions) minus the pods of the snapshot its selector already matches.
@@ -24,6 +24,11 @@ pub(super) fn expand(doc: &Doc, obj: &Value, pods: &[Value]) -> Result<Vec<Value
             .map_err(field_err)?
             .unwrap_or(1)
     };
+    if wanted > MAX_WORKLOAD_PODS {
+        return Err(doc.err(format!(
+            "{wanted} pods (replicas, or a Job's parallelism) is more than a simulation expands ({MAX_WORKLOAD_PODS})"
+        )));
+    }
     let template = &obj["spec"]["template"];
     if !template.is_object() {
         return Err(doc.err("spec.template: expected a pod template"));

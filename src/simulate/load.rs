@@ -141,9 +141,18 @@ pub(super) fn normalize_pod_spec(spec: &mut Value, field: &str) -> Result<(), St
     Ok(())
 }
 
-pub(super) fn require_name(doc: &Doc) -> Result<(), Error> {
+/// Checks what every object read needs: a name, and maps (or nothing) where the reader
+/// writes defaults (`metadata`, `spec`, `spec.template`, `status`).
+pub(super) fn require_object(doc: &Doc) -> Result<(), Error> {
     if doc.name.is_empty() {
         return Err(doc.err("metadata.name is required"));
+    }
+    for field in ["metadata", "spec", "spec.template", "status"] {
+        let at = format!("/{}", field.replace('.', "/"));
+        match doc.d.object.pointer(&at) {
+            None | Some(Value::Null | Value::Object(_)) => {}
+            Some(other) => return Err(doc.err(format!("{field}: expected a map, got {other}"))),
+        }
     }
     Ok(())
 }
@@ -167,7 +176,7 @@ pub fn from_inputs(mut inputs: Inputs) -> Result<Loaded, Error> {
         let mut obj = d.object.clone();
         match (group, doc.kind) {
             ("", "Pod") => {
-                require_name(&doc)?;
+                require_object(&doc)?;
                 normalize_pod_spec(&mut obj["spec"], "spec").map_err(|e| doc.err(e))?;
                 obj["metadata"]["namespace"] = json!(doc.ns());
                 if obj["metadata"]["uid"].as_str().is_none_or(str::is_empty) {
@@ -176,7 +185,7 @@ pub fn from_inputs(mut inputs: Inputs) -> Result<Loaded, Error> {
                 out.state.pods.push(obj);
             }
             ("", "Node") => {
-                require_name(&doc)?;
+                require_object(&doc)?;
                 for f in ["capacity", "allocatable"] {
                     check_quantities(&obj["status"][f], &format!("status.{f}"))
                         .map_err(|e| doc.err(e))?;
@@ -201,12 +210,12 @@ pub fn from_inputs(mut inputs: Inputs) -> Result<Loaded, Error> {
                 out.state.nodes.push(obj);
             }
             ("karpenter.sh", "NodePool") => {
-                require_name(&doc)?;
+                require_object(&doc)?;
                 check_node_pool(&obj).map_err(|e| doc.err(e))?;
                 out.state.nodepools.push(obj);
             }
             ("karpenter.sh", "NodeClaim") => {
-                require_name(&doc)?;
+                require_object(&doc)?;
                 for (v, f) in [
                     (
                         &obj["spec"]["resources"]["requests"],
@@ -220,14 +229,14 @@ pub fn from_inputs(mut inputs: Inputs) -> Result<Loaded, Error> {
                 out.state.nodeclaims.push(obj);
             }
             ("apps", "DaemonSet") => {
-                require_name(&doc)?;
+                require_object(&doc)?;
                 normalize_pod_spec(&mut obj["spec"]["template"]["spec"], "spec.template.spec")
                     .map_err(|e| doc.err(e))?;
                 obj["metadata"]["namespace"] = json!(doc.ns());
                 out.state.daemonsets.push(obj);
             }
             (g, k) if WORKLOADS.contains(&(g, k)) => {
-                require_name(&doc)?;
+                require_object(&doc)?;
                 workloads.push((doc, obj));
             }
             _ => out.ignored.push(doc.what()),

@@ -11,7 +11,7 @@ mod load;
 mod plan;
 mod render;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use templates::offline::{Inputs, LoadError};
@@ -37,6 +37,10 @@ pub enum Error {
     },
 }
 
+/// The most pods one workload is expanded into: a slip such as `replicas: 4000000000` is an
+/// error, not minutes of work and gigabytes of pods.
+pub const MAX_WORKLOAD_PODS: u64 = 100_000;
+
 /// The snapshot read from files.
 #[derive(Debug, Default)]
 pub struct Loaded {
@@ -50,6 +54,13 @@ pub struct Loaded {
     pub ignored: Vec<String>,
     /// Problems with the snapshot that do not stop the simulation.
     pub warnings: Vec<String>,
+}
+
+/// Reads one YAML text; `path` names it in errors.
+pub fn load_yaml(path: &Path, text: &str) -> Result<Loaded, Error> {
+    let mut inputs = Inputs::default();
+    inputs.add_yaml(path, text)?;
+    from_inputs(inputs)
 }
 
 /// Reads files, directories (`*.yaml`, `*.yml`, `*.json`, sorted) and `-` (stdin).
@@ -74,14 +85,6 @@ mod tests {
     use super::render::{POD_LIST_WIDTH, pod_list};
     use super::*;
     use controller::provisioning::convert;
-    use std::path::Path;
-
-    /// Reads one YAML text; `path` names it in errors.
-    fn load_yaml(path: &Path, text: &str) -> Result<Loaded, Error> {
-        let mut inputs = Inputs::default();
-        inputs.add_yaml(path, text)?;
-        from_inputs(inputs)
-    }
 
     const CATALOG: &str = r#"
 apiVersion: cluster.x-k8s.io/v1beta2
@@ -302,6 +305,35 @@ status:
             err.contains("spec.template.spec.nodeClassRef.name is required"),
             "{err}"
         );
+    }
+
+    /// Found by tests/prop_snapshot.rs: a scalar or list where the reader writes defaults
+    /// panicked (serde_json cannot index into it), and a huge replica count ran out of memory.
+    #[test]
+    fn misshapen_objects_and_huge_workloads_are_errors() {
+        for (text, want) in [
+            (
+                "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: ds}\nspec: [1]\n",
+                "DaemonSet ds: spec: expected a map, got [1]",
+            ),
+            (
+                "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: ds}\nspec: {template: 7}\n",
+                "DaemonSet ds: spec.template: expected a map, got 7",
+            ),
+            (
+                "apiVersion: v1\nkind: Node\nmetadata: {name: n1}\nstatus: x\n",
+                "Node n1: status: expected a map, got \"x\"",
+            ),
+            (
+                "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  replicas: 4000000000\n  template: {spec: {containers: []}}\n",
+                "Deployment web: 4000000000 pods (replicas, or a Job's parallelism) is more than a simulation expands (100000)",
+            ),
+        ] {
+            let err = load_yaml(Path::new("s.yaml"), text)
+                .expect_err("refused")
+                .to_string();
+            assert_eq!(err, format!("s.yaml: document 1: {want}"));
+        }
     }
 
     #[test]

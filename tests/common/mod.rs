@@ -2,6 +2,8 @@
 //! infrastructure provider, kwok, a Cluster, templates, a NodeClass and the operator.
 #![allow(dead_code)]
 
+pub mod manifests;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -86,17 +88,28 @@ pub fn default_templates(annotations: Value) -> Vec<Tpl> {
 /// Testbed + CAPI + provider + a Cluster with two failure domains + templates + a
 /// NodeClass, and the operator running.
 pub async fn env(templates_spec: Vec<Tpl>) -> Env {
-    env_as(templates_spec, false).await
+    env_as(templates_spec, Identity::Admin).await
 }
 
-/// As `env`; with `least_privilege` the operator runs as the ServiceAccount of
-/// `deploy/base` with exactly the RBAC it installs (impersonated), not as cluster admin.
-pub async fn env_as(templates_spec: Vec<Tpl>, least_privilege: bool) -> Env {
-    env_with(templates_spec, least_privilege, Options::all()).await
+/// Who the operator runs as.
+#[derive(Clone, Copy, Debug)]
+pub enum Identity {
+    /// The testbed's cluster admin.
+    Admin,
+    /// The ServiceAccount of `deploy/base` with exactly the RBAC it installs (impersonated).
+    DeployBase,
+    /// The ServiceAccount of the Helm chart (default values) with exactly its RBAC
+    /// (impersonated).
+    HelmChart,
+}
+
+/// As `env`, with the operator running as `identity`.
+pub async fn env_as(templates_spec: Vec<Tpl>, identity: Identity) -> Env {
+    env_with(templates_spec, identity, Options::all()).await
 }
 
 /// As `env_as`, on a testbed started with `options` (e.g. with the audit log).
-pub async fn env_with(templates_spec: Vec<Tpl>, least_privilege: bool, options: Options) -> Env {
+pub async fn env_with(templates_spec: Vec<Tpl>, identity: Identity, options: Options) -> Env {
     let tb = Testbed::start(options).await.expect("testbed starts");
     let client = tb.client();
     let provider = TestProvider::start(
@@ -170,14 +183,17 @@ pub async fn env_with(templates_spec: Vec<Tpl>, least_privilege: bool, options: 
         )
         .await
         .expect("nodeclass");
-    let operator = if least_privilege {
-        let config = controller::runtime::RunConfig {
-            kubeconfig: Some(as_deploy_base_service_account(&tb).await),
+    let installed = match identity {
+        Identity::Admin => None,
+        Identity::DeployBase => Some(manifests::kustomize("deploy/base")),
+        Identity::HelmChart => Some(manifests::helm_template(&["--include-crds"])),
+    };
+    let operator = match installed {
+        Some(yaml) => spawn_operator(controller::runtime::RunConfig {
+            kubeconfig: Some(as_service_account_of(&tb, &yaml).await),
             ..operator_config(&tb)
-        };
-        spawn_operator(config)
-    } else {
-        start_operator(&tb)
+        }),
+        None => start_operator(&tb),
     };
     wait_for("NodeClass Ready", Duration::from_secs(60), || async {
         let nc = nodeclasses(&client).get("default").await.ok()?;
@@ -297,27 +313,26 @@ pub async fn create_nodepool_with(
     .expect("NodePool becomes Ready")
 }
 
-/// Installs `deploy/base` without the Deployment and Service (the operator runs in this
-/// process) and returns a kubeconfig that impersonates its ServiceAccount.
-pub async fn as_deploy_base_service_account(tb: &Testbed) -> std::path::PathBuf {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = tb
-        .kubectl()
-        .arg("kustomize")
-        .arg(root.join("deploy/base"))
-        .output()
-        .expect("kubectl kustomize runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let docs: Vec<Value> =
-        serde_saphyr::from_multiple(&String::from_utf8_lossy(&out.stdout)).expect("rendered YAML");
+/// Applies rendered install manifests (`deploy/base`, the Helm chart) with server-side apply,
+/// all but the Deployment (the operator runs in this process; its pods would be pending
+/// pods), and returns a kubeconfig that impersonates their ServiceAccount.
+pub async fn as_service_account_of(tb: &Testbed, yaml: &str) -> std::path::PathBuf {
+    let docs = manifests::docs(yaml);
+    // helm renders no Namespace (`--create-namespace` makes it).
+    let namespaces: std::collections::BTreeSet<&str> = docs
+        .iter()
+        .filter_map(|d| d["metadata"]["namespace"].as_str())
+        .collect();
+    for ns in namespaces {
+        let doc = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+        tb.apply_yaml(&doc.to_string(), "default")
+            .await
+            .expect("namespace applies");
+    }
     let mut service_account = None;
     for d in docs {
         match d["kind"].as_str() {
-            Some("Deployment" | "Service") => continue,
+            Some("Deployment") => continue,
             Some("ServiceAccount") => {
                 service_account = Some(format!(
                     "system:serviceaccount:{}:{}",
@@ -329,8 +344,12 @@ pub async fn as_deploy_base_service_account(tb: &Testbed) -> std::path::PathBuf 
         }
         tb.apply_yaml(&d.to_string(), "default")
             .await
-            .expect("deploy/base object applies");
+            .unwrap_or_else(|e| panic!("{} {} applies: {e}", d["kind"], d["metadata"]["name"]));
     }
+    assert!(
+        service_account.is_some(),
+        "the manifests hold a ServiceAccount"
+    );
     let mut kubeconfig =
         kube::config::Kubeconfig::read_from(tb.kubeconfig()).expect("testbed kubeconfig");
     for a in &mut kubeconfig.auth_infos {

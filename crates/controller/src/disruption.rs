@@ -460,19 +460,38 @@ pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> 
             _ = &mut shutdown => return,
             _ = tokio::time::sleep(TICK) => {}
         }
-        let (nodepools, nodeclaims, nodes, pods) = (
-            values(&d.nodepools),
-            values(&d.nodeclaims),
-            values(&d.nodes),
-            values(&d.pods),
-        );
-        let view = View {
-            nodepools: &nodepools,
-            nodeclaims: &nodeclaims,
-            nodes: &nodes,
-            pods: &pods,
+        // The pass (a snapshot and possibly a scheduling simulation) is CPU work: off the
+        // async workers.
+        let stores = d.clone();
+        let pass = tokio::task::spawn_blocking(move || {
+            let (nodepools, nodeclaims, nodes, pods) = (
+                values(&stores.nodepools),
+                values(&stores.nodeclaims),
+                values(&stores.nodes),
+                values(&stores.pods),
+            );
+            let view = View {
+                nodepools: &nodepools,
+                nodeclaims: &nodeclaims,
+                nodes: &nodes,
+                pods: &pods,
+            };
+            let decisions = decide(&view, &mut empty_since, Timestamp::now(), Instant::now());
+            (decisions, empty_since)
+        })
+        .await;
+        let decisions = match pass {
+            Ok((decisions, timers)) => {
+                empty_since = timers;
+                decisions
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "disruption pass failed; timers restart");
+                empty_since = EmptySince::default();
+                continue;
+            }
         };
-        for decision in decide(&view, &mut empty_since, Timestamp::now(), Instant::now()) {
+        for decision in decisions {
             d.act(&decision).await;
         }
     }

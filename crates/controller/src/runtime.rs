@@ -406,9 +406,16 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         _ = &mut shutdown_signal => Ok(()),
         _ = lost => Err(RuntimeError::LostLeadership),
     };
-    tracing::info!("shutting down: finishing in-flight reconciles");
     let _ = stop_tx.send(true);
     gc.abort();
+    if result.is_err() {
+        // Another replica may already lead: not one more write from this one.
+        tracing::warn!("lost leadership: aborting in-flight work");
+        loops.abort_all();
+        drop(tasks);
+        return result;
+    }
+    tracing::info!("shutting down: finishing in-flight reconciles");
     while loops.join_next().await.is_some() {}
     if let Some(e) = election {
         e.release().await;

@@ -8,14 +8,15 @@ use crate::requirements::LabelValue;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct Sym {
     pub id: u32,
+    /// Whether the value is an integer (then `num`); a flag, not a sentinel value, so
+    /// every i64 is a number (same size: it sits in the padding).
+    numeric: bool,
     num: i64,
 }
 
-const NOT_A_NUMBER: i64 = i64::MIN;
-
 impl LabelValue for Sym {
     fn as_int(&self) -> Option<i64> {
-        (self.num != NOT_A_NUMBER).then_some(self.num)
+        self.numeric.then_some(self.num)
     }
 }
 
@@ -26,7 +27,7 @@ pub(crate) type Key = u32;
 pub(crate) struct Interner {
     map: HashMap<String, u32>,
     names: Vec<String>,
-    nums: Vec<i64>,
+    nums: Vec<Option<i64>>,
 }
 
 impl Interner {
@@ -37,20 +38,17 @@ impl Interner {
         let i = self.names.len() as u32;
         self.map.insert(s.to_string(), i);
         self.names.push(s.to_string());
-        self.nums.push(
-            s.parse::<i64>()
-                .ok()
-                .filter(|n| *n != NOT_A_NUMBER)
-                .unwrap_or(NOT_A_NUMBER),
-        );
+        self.nums.push(s.parse::<i64>().ok());
         i
     }
 
     pub fn sym(&mut self, s: &str) -> Sym {
         let id = self.id(s);
+        let num = self.nums[id as usize];
         Sym {
             id,
-            num: self.nums[id as usize],
+            numeric: num.is_some(),
+            num: num.unwrap_or_default(),
         }
     }
 

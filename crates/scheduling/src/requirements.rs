@@ -2,7 +2,9 @@
 //!
 //! A requirement on one label key is a [`ValueSet`]: either a finite set of allowed values or
 //! the complement of a finite set (everything except), optionally bounded numerically
-//! (`Gt`/`Lt`/`Gte`/`Lte`), with an optional `minValues`. [`Reqs`] is a set of those keyed by label
+//! (`Gt`/`Lt`/`Gte`/`Lte`), with an optional `minValues`, plus whether a node without the
+//! label satisfies it (only `NotIn`/`DoesNotExist` do, so `In [a]` and `NotIn [a]` together
+//! are satisfied by nothing, not by the absence of the label). [`Reqs`] is a set of those keyed by label
 //! key. The algebra is generic over the key and value types so the solver can run it on interned
 //! symbols while callers use plain strings ([`Requirements`]).
 
@@ -89,17 +91,20 @@ impl LabelValue for String {
     }
 }
 
-/// The allowed values of one key.
+/// The allowed values of one key, and whether a node without the key is allowed.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ValueSet<V> {
     /// `true`: every value except `values` is allowed.
     pub complement: bool,
     /// Sorted, deduplicated.
     pub values: Vec<V>,
-    /// Exclusive lower bound.
-    pub gt: Option<i64>,
-    /// Exclusive upper bound.
-    pub lt: Option<i64>,
+    /// Inclusive lower bound (`Gt n` is `n + 1`): values must then be integers.
+    pub at_least: Option<i64>,
+    /// Inclusive upper bound (`Lt n` is `n - 1`).
+    pub at_most: Option<i64>,
+    /// Whether a node without the label satisfies the set (`NotIn`, `DoesNotExist`, and
+    /// intersections of those only).
+    pub absent_ok: bool,
     pub min_values: Option<u32>,
 }
 
@@ -108,13 +113,24 @@ impl<V: LabelValue> ValueSet<V> {
         ValueSet {
             complement: true,
             values: Vec::new(),
-            gt: None,
-            lt: None,
+            at_least: None,
+            at_most: None,
+            absent_ok: false,
             min_values: None,
         }
     }
 
     pub fn does_not_exist() -> Self {
+        ValueSet {
+            complement: false,
+            absent_ok: true,
+            ..Self::exists()
+        }
+    }
+
+    /// Satisfied by nothing, not even the absence of the label (`Gt` of a non-integer,
+    /// `In [a]` and `In [b]`, `Exists` and `DoesNotExist`).
+    pub fn nothing() -> Self {
         ValueSet {
             complement: false,
             ..Self::exists()
@@ -126,7 +142,7 @@ impl<V: LabelValue> ValueSet<V> {
         values.dedup();
         ValueSet {
             values,
-            ..Self::does_not_exist()
+            ..Self::nothing()
         }
     }
 
@@ -135,12 +151,13 @@ impl<V: LabelValue> ValueSet<V> {
         values.dedup();
         ValueSet {
             values,
+            absent_ok: true,
             ..Self::exists()
         }
     }
 
-    /// Builds the set for an operator. Numeric operators with a non-numeric value produce the
-    /// empty set (nothing can satisfy them).
+    /// Builds the set for an operator. Numeric operators with a non-numeric value, or a
+    /// bound nothing can pass (`Gt` the largest integer), are satisfied by nothing.
     pub fn from_operator(op: Operator, values: Vec<V>, min_values: Option<u32>) -> Self {
         let first_int = values.first().and_then(V::as_int);
         let mut set = match op {
@@ -148,36 +165,45 @@ impl<V: LabelValue> ValueSet<V> {
             Operator::NotIn => Self::not_in(values),
             Operator::Exists => Self::exists(),
             Operator::DoesNotExist => Self::does_not_exist(),
-            Operator::Gt | Operator::Lt | Operator::Gte | Operator::Lte => match first_int {
-                None => Self::does_not_exist(),
-                Some(n) => {
-                    let mut s = Self::exists();
-                    match op {
-                        Operator::Gt => s.gt = Some(n),
-                        Operator::Gte => s.gt = Some(n.saturating_sub(1)),
-                        Operator::Lt => s.lt = Some(n),
-                        _ => s.lt = Some(n.saturating_add(1)),
+            Operator::Gt | Operator::Lt | Operator::Gte | Operator::Lte => {
+                let (at_least, at_most) = match (op, first_int) {
+                    (Operator::Gt, Some(n)) => (n.checked_add(1), None),
+                    (Operator::Gte, Some(n)) => (Some(n), None),
+                    (Operator::Lt, Some(n)) => (None, n.checked_sub(1)),
+                    (_, Some(n)) => (None, Some(n)),
+                    (_, None) => (None, None),
+                };
+                if at_least.is_none() && at_most.is_none() {
+                    Self::nothing()
+                } else {
+                    ValueSet {
+                        at_least,
+                        at_most,
+                        ..Self::exists()
                     }
-                    s
                 }
-            },
+            }
         };
         set.min_values = min_values;
         set
     }
 
+    fn bounded(&self) -> bool {
+        self.at_least.is_some() || self.at_most.is_some()
+    }
+
     fn within_bounds(&self, v: &V) -> bool {
-        if self.gt.is_none() && self.lt.is_none() {
+        if !self.bounded() {
             return true;
         }
         match v.as_int() {
             None => false,
-            Some(n) => self.gt.is_none_or(|g| n > g) && self.lt.is_none_or(|l| n < l),
+            Some(n) => self.at_least.is_none_or(|l| n >= l) && self.at_most.is_none_or(|h| n <= h),
         }
     }
 
     fn bounds_empty(&self) -> bool {
-        matches!((self.gt, self.lt), (Some(g), Some(l)) if g.saturating_add(1) >= l)
+        matches!((self.at_least, self.at_most), (Some(l), Some(h)) if l > h)
     }
 
     /// Whether `v` is allowed.
@@ -186,7 +212,7 @@ impl<V: LabelValue> ValueSet<V> {
         listed != self.complement && self.within_bounds(v)
     }
 
-    /// Whether no value at all is allowed.
+    /// Whether no value at all is allowed (a node without the label may still be).
     pub fn is_empty(&self) -> bool {
         if self.complement {
             self.bounds_empty()
@@ -211,16 +237,16 @@ impl<V: LabelValue> ValueSet<V> {
     }
 
     fn allows_absence(&self) -> bool {
-        matches!(self.operator(), Operator::NotIn | Operator::DoesNotExist)
+        self.absent_ok
     }
 
     /// Intersection of two sets on the same key.
     pub fn intersection(&self, other: &Self) -> Self {
-        let gt = match (self.gt, other.gt) {
+        let at_least = match (self.at_least, other.at_least) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
         };
-        let lt = match (self.lt, other.lt) {
+        let at_most = match (self.at_most, other.at_most) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
@@ -265,14 +291,18 @@ impl<V: LabelValue> ValueSet<V> {
         let mut out = ValueSet {
             complement,
             values: Vec::new(),
-            gt,
-            lt,
+            at_least,
+            at_most,
+            absent_ok: self.absent_ok && other.absent_ok,
             min_values,
         };
         if !complement {
             values.retain(|v| out.within_bounds(v));
+            // A finite set is already filtered by the bounds.
+            (out.at_least, out.at_most) = (None, None);
         } else if out.bounds_empty() {
             out.complement = false;
+            (out.at_least, out.at_most) = (None, None);
             values.clear();
         }
         out.values = values;
@@ -292,20 +322,46 @@ impl<V: LabelValue> ValueSet<V> {
         }
     }
 
-    fn to_requirement<K: fmt::Display>(&self, key: &K, show: impl Fn(&V) -> String) -> Requirement {
-        let (operator, values) = if let Some(g) = self.gt.filter(|_| self.complement) {
-            (Operator::Gt, vec![g.to_string()])
-        } else if let Some(l) = self.lt.filter(|_| self.complement) {
-            (Operator::Lt, vec![l.to_string()])
-        } else {
-            (self.operator(), self.values.iter().map(show).collect())
-        };
-        Requirement {
+    /// The requirements that mean this set (several when bounds, exclusions and presence
+    /// combine; none when anything goes), rendering values with `show`.
+    pub fn to_requirements(&self, key: &str, show: impl Fn(&V) -> String) -> Vec<Requirement> {
+        let req = |operator, values: Vec<String>| Requirement {
             key: key.to_string(),
             operator,
             values,
             min_values: self.min_values,
+        };
+        let listed = || self.values.iter().map(&show).collect::<Vec<_>>();
+        if !self.complement {
+            return match (self.values.is_empty(), self.absent_ok) {
+                (false, _) => vec![req(Operator::In, listed())],
+                (true, true) => vec![req(Operator::DoesNotExist, Vec::new())],
+                (true, false) => vec![
+                    req(Operator::Exists, Vec::new()),
+                    req(Operator::DoesNotExist, Vec::new()),
+                ],
+            };
         }
+        // Bounds come with presence (only numeric operators make them). `Gte 0`, not `Gt -1`:
+        // NodeClaim validation wants non-negative bounds.
+        let mut out = Vec::new();
+        match self.at_least {
+            Some(l) if l >= 1 => out.push(req(Operator::Gt, vec![(l - 1).to_string()])),
+            Some(l) => out.push(req(Operator::Gte, vec![l.to_string()])),
+            None => {}
+        }
+        match self.at_most {
+            Some(h) if h < i64::MAX => out.push(req(Operator::Lt, vec![(h + 1).to_string()])),
+            Some(h) => out.push(req(Operator::Lte, vec![h.to_string()])),
+            None => {}
+        }
+        if !self.absent_ok && !self.bounded() {
+            out.push(req(Operator::Exists, Vec::new()));
+        }
+        if !self.values.is_empty() {
+            out.push(req(Operator::NotIn, listed()));
+        }
+        out
     }
 }
 
@@ -427,14 +483,15 @@ impl<K: Ord + Clone, V: LabelValue> Reqs<K, V> {
         Ok(())
     }
 
-    /// Converts back to requirements, rendering keys and values with `show`.
+    /// Converts back to requirements (one or more per key, same meaning), rendering keys
+    /// and values with `show`.
     pub fn to_requirements(&self, show: impl Fn(&V) -> String) -> Vec<Requirement>
     where
         K: fmt::Display,
     {
         self.entries
             .iter()
-            .map(|(k, s)| s.to_requirement(k, &show))
+            .flat_map(|(k, s)| s.to_requirements(&k.to_string(), &show))
             .collect()
     }
 }

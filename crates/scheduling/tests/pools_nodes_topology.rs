@@ -159,6 +159,34 @@ fn existing_node_labels_must_match() {
     assert_eq!(out.existing[0].node, "n2");
 }
 
+/// Found by tests/prop_requirements.rs: a contradiction on a label the node lacks matched it.
+#[test]
+fn contradictory_node_affinity_does_not_match_a_node_without_the_label() {
+    let mut p = pod("p", 500, 256);
+    p.required_node_affinity = vec![vec![
+        Requirement::new("tier", Operator::In, &["a"]),
+        Requirement::new("tier", Operator::In, &["b"]),
+    ]];
+    let mut inp = input(vec![pool("default")], vec![p]);
+    inp.nodes = vec![node("n1", "test-zone-1", 4000, 8)];
+    let out = solve(&inp);
+    assert!(out.existing.is_empty());
+    assert!(out.new_node_claims.is_empty());
+}
+
+/// The smallest i64 is a number like any other (it was the interner's "not a number" mark).
+#[test]
+fn smallest_integer_label_satisfies_lt() {
+    let mut p = pod("p", 500, 256);
+    p.required_node_affinity = vec![vec![Requirement::new("rank", Operator::Lt, &["0"])]];
+    let mut inp = input(vec![pool("default")], vec![p]);
+    let mut n = node("n1", "test-zone-1", 4000, 8);
+    n.labels.insert("rank".into(), i64::MIN.to_string());
+    inp.nodes = vec![n];
+    let out = solve(&inp);
+    assert_eq!(out.existing.len(), 1);
+}
+
 #[test]
 fn in_flight_claim_is_packed_first_ignoring_startup_and_ephemeral_taints() {
     let mut inp = input(vec![pool("default")], pods("p", 2, 1000, 256));

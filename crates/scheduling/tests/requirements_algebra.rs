@@ -87,3 +87,81 @@ fn min_values_survive_intersection() {
     assert_eq!(c.min_values, Some(3));
     assert_eq!(c.operator(), Operator::In);
 }
+
+// Found by tests/prop_requirements.rs (each failed before absence was tracked explicitly and
+// bounds became inclusive).
+
+#[test]
+fn contradictions_are_not_satisfied_by_an_absent_label() {
+    let none = labels(&[]);
+    for contradiction in [
+        reqs(&[("k", Operator::In, &["a"]), ("k", Operator::In, &["b"])]),
+        reqs(&[("k", Operator::In, &["a"]), ("k", Operator::NotIn, &["a"])]),
+        reqs(&[
+            ("k", Operator::Exists, &[]),
+            ("k", Operator::DoesNotExist, &[]),
+        ]),
+        reqs(&[("k", Operator::Gt, &["5"]), ("k", Operator::Lt, &["3"])]),
+    ] {
+        assert!(!contradiction.allows(&none), "{contradiction:?}");
+        assert!(
+            reqs(&[("k", Operator::DoesNotExist, &[])])
+                .intersects(&contradiction)
+                .is_err()
+        );
+    }
+    // Still fine: both sides only exclude.
+    let excluded = reqs(&[
+        ("k", Operator::NotIn, &["a"]),
+        ("k", Operator::DoesNotExist, &[]),
+    ]);
+    assert!(excluded.allows(&none));
+}
+
+#[test]
+fn numeric_operators_need_the_label_even_with_exclusions_or_a_bad_value() {
+    let none = labels(&[]);
+    assert!(!reqs(&[("k", Operator::Gt, &[])]).allows(&none));
+    assert!(!reqs(&[("k", Operator::Gt, &["x"])]).allows(&none));
+    let r = reqs(&[
+        ("k", Operator::Gt, &["007"]),
+        ("k", Operator::NotIn, &["a"]),
+    ]);
+    assert!(!r.allows(&none));
+    assert!(r.allows(&labels(&[("k", "8")])));
+}
+
+#[test]
+fn bounds_at_the_ends_of_i64() {
+    let min = i64::MIN.to_string();
+    let max = i64::MAX.to_string();
+    assert!(reqs(&[("k", Operator::Gte, &[&min])]).allows(&labels(&[("k", &min)])));
+    assert!(reqs(&[("k", Operator::Lte, &[&max])]).allows(&labels(&[("k", &max)])));
+    assert!(!reqs(&[("k", Operator::Gt, &[&max])]).allows(&labels(&[("k", &max)])));
+}
+
+#[test]
+fn rendering_keeps_both_bounds_and_exclusions() {
+    let r = reqs(&[
+        ("k", Operator::Gt, &["2"]),
+        ("k", Operator::Lt, &["8"]),
+        ("k", Operator::NotIn, &["5"]),
+    ]);
+    let rendered = r.to_requirements(String::clone);
+    let ops: Vec<Operator> = rendered.iter().map(|q| q.operator).collect();
+    assert_eq!(ops, [Operator::Gt, Operator::Lt, Operator::NotIn]);
+    let back = Requirements::from_list(&rendered);
+    for (v, want) in [("3", true), ("5", false), ("9", false), ("1", false)] {
+        assert_eq!(back.allows(&labels(&[("k", v)])), want, "{v}");
+    }
+    // A lower bound of 0 stays non-negative (NodeClaim validation).
+    let gte0 = reqs(&[("k", Operator::Gte, &["0"])]).to_requirements(String::clone);
+    assert_eq!(
+        (gte0[0].operator, gte0[0].values.clone()),
+        (Operator::Gte, vec!["0".to_string()])
+    );
+    let back = Requirements::from_list(&gte0);
+    for (v, want) in [("0", true), ("-1", false)] {
+        assert_eq!(back.allows(&labels(&[("k", v)])), want, "{v}");
+    }
+}

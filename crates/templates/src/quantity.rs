@@ -9,8 +9,11 @@
 //! binary SI `Ki Mi Gi Ti Pi Ei`, decimal SI `n u m k M G T P E` (or none), or a decimal
 //! exponent `e<int>` / `E<int>`.
 //!
-//! Conversions round up (towards +∞) like `Quantity.Value()` / `MilliValue()` do, and fail
-//! on overflow instead of wrapping. Nothing here panics on input.
+//! Conversions round away from zero like `Quantity.Value()` / `MilliValue()` do
+//! (`1.5` → 2, `-1.5` → −2), and fail on overflow instead of wrapping. Up to 20 significant
+//! digits are exact (`i64::MAX` has 19); more are exact with a decimal suffix, and with a binary
+//! one whenever the dropped digits cannot change the result ([`QuantityError::Precision`]
+//! otherwise). Nothing here panics on input.
 
 use std::fmt;
 
@@ -23,17 +26,24 @@ pub enum QuantityError {
     Syntax(String),
     #[error("{0:?} is out of range")]
     Overflow(String),
+    #[error("{0:?} has too many significant digits to be read exactly")]
+    Precision(String),
 }
 
-/// A parsed quantity: `mantissa × 10^exp10 × 1024^exp1024`, exact.
+/// A parsed quantity: `(mantissa + sticky) × 10^exp10 × 1024^exp1024`, where `sticky` is
+/// some value in (0, 1) when significant digits beyond [`MAX_DIGITS`] were dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Parsed {
-    mantissa: i128,
-    exp10: i32,
+    negative: bool,
+    mantissa: u128,
+    sticky: bool,
+    exp10: i64,
     exp1024: u32,
 }
 
-const MAX_DIGITS: usize = 30;
+/// Significant digits kept exactly: `10^20 × 1024^6 < 2^127`, so a mantissa times any binary
+/// suffix fits in a `u128`.
+const MAX_DIGITS: usize = 20;
 
 fn parse(input: &str) -> Result<Parsed, QuantityError> {
     let s = input.trim();
@@ -61,20 +71,7 @@ fn parse(input: &str) -> Result<Parsed, QuantityError> {
     if frac_part.contains('.') {
         return Err(syntax());
     }
-    let digits: String = format!("{int_part}{frac_part}");
-    let digits = digits.trim_start_matches('0');
-    if digits.len() > MAX_DIGITS {
-        return Err(QuantityError::Overflow(input.to_string()));
-    }
-    let mut mantissa: i128 = 0;
-    for b in digits.bytes() {
-        mantissa = mantissa * 10 + i128::from(b - b'0');
-    }
-    if negative {
-        mantissa = -mantissa;
-    }
-    let frac_len = i32::try_from(frac_part.len()).map_err(|_| syntax())?;
-    let (exp10, exp1024): (i32, u32) = match suffix {
+    let (exp10, exp1024): (i64, u32) = match suffix {
         "" => (0, 0),
         "Ki" => (0, 1),
         "Mi" => (0, 2),
@@ -97,7 +94,7 @@ fn parse(input: &str) -> Result<Parsed, QuantityError> {
             if unsigned.is_empty() || !unsigned.bytes().all(|b| b.is_ascii_digit()) {
                 return Err(syntax());
             }
-            let e: i32 = exp
+            let e: i64 = exp
                 .parse()
                 .map_err(|_| QuantityError::Overflow(input.to_string()))?;
             if !(-60..=60).contains(&e) {
@@ -107,47 +104,77 @@ fn parse(input: &str) -> Result<Parsed, QuantityError> {
         }
         _ => return Err(syntax()),
     };
+    // Significant digits, without leading zeros; trailing zeros and the digits beyond
+    // MAX_DIGITS move into the exponent (the dropped non-zero ones leave `sticky`).
+    let significant: Vec<u8> = int_part
+        .bytes()
+        .chain(frac_part.bytes())
+        .skip_while(|&b| b == b'0')
+        .collect();
+    let nonzero = significant.len() - significant.iter().rev().take_while(|&&b| b == b'0').count();
+    let (digits, dropped) = significant[..nonzero].split_at(nonzero.min(MAX_DIGITS));
+    let mantissa = digits
+        .iter()
+        .fold(0u128, |m, b| m * 10 + u128::from(b - b'0'));
+    let too_long = |_| syntax();
+    let shift = i64::try_from(significant.len() - digits.len()).map_err(too_long)?;
+    let frac_len = i64::try_from(frac_part.len()).map_err(too_long)?;
     Ok(Parsed {
+        negative,
         mantissa,
-        exp10: exp10 - frac_len,
+        sticky: !dropped.is_empty(),
+        exp10: exp10 - frac_len + shift,
         exp1024,
     })
 }
 
-/// `value × 10^scale`, rounded up to an integer.
-fn scaled(input: &str, scale: i32) -> Result<i64, QuantityError> {
+/// `value × 10^scale`, rounded away from zero to an integer.
+fn scaled(input: &str, scale: i64) -> Result<i64, QuantityError> {
     let p = parse(input)?;
     let overflow = || QuantityError::Overflow(input.to_string());
-    let mut v = p.mantissa;
-    for _ in 0..p.exp1024 {
-        v = v.checked_mul(1024).ok_or_else(overflow)?;
-    }
+    // Exact: MAX_DIGITS digits times 1024^6 fit in a u128.
+    let n = p.mantissa << (10 * p.exp1024);
     let e = p.exp10 + scale;
-    if e >= 0 {
-        for _ in 0..e {
-            v = v.checked_mul(10).ok_or_else(overflow)?;
+    let magnitude = if e >= 0 {
+        // A dropped digit means at least MAX_DIGITS (20) digits before the unit: out of range.
+        if p.sticky {
+            return Err(overflow());
+        }
+        let pow = 10u128.checked_pow(u32::try_from(e).map_err(|_| overflow())?);
+        match pow {
+            _ if n == 0 => 0,
+            Some(pow) => n.checked_mul(pow).ok_or_else(overflow)?,
+            None => return Err(overflow()),
         }
     } else {
-        let neg = u32::try_from(-e).map_err(|_| overflow())?;
-        let div = if neg > 38 {
-            // More than 38 decimal places below the target unit: the value is in (-1, 1).
-            return Ok(i64::from(v > 0));
-        } else {
-            10_i128.pow(neg)
+        // n < 2^127 < 10^39: more than 38 places below the unit is a value in (0, 1).
+        let places = u32::try_from(-e).map_err(|_| overflow())?;
+        let up = |n: u128| match 10u128.checked_pow(places) {
+            Some(d) => n / d + u128::from(!n.is_multiple_of(d)),
+            None => u128::from(n != 0),
         };
-        // Ceiling division (towards +∞).
-        let q = v.div_euclid(div);
-        v = if v.rem_euclid(div) != 0 { q + 1 } else { q };
-    }
-    i64::try_from(v).map_err(|_| overflow())
+        if p.sticky {
+            // The true numerator is strictly between n and n + 1024^k: exact when both
+            // ends round to the same integer.
+            let (lo, hi) = (up(n + 1), up(n + (1u128 << (10 * p.exp1024))));
+            if lo != hi {
+                return Err(QuantityError::Precision(input.to_string()));
+            }
+            lo
+        } else {
+            up(n)
+        }
+    };
+    let magnitude = i128::try_from(magnitude).map_err(|_| overflow())?;
+    i64::try_from(if p.negative { -magnitude } else { magnitude }).map_err(|_| overflow())
 }
 
-/// Parses a quantity into its base unit (bytes, count), rounded up: `"1.5Gi"` → 1610612736.
+/// Parses a quantity into its base unit (bytes, count), rounded away from zero: `"1.5Gi"` → 1610612736.
 pub fn parse_value(input: &str) -> Result<i64, QuantityError> {
     scaled(input, 0)
 }
 
-/// Parses a quantity into thousandths, rounded up: `"250m"` → 250, `"2"` → 2000.
+/// Parses a quantity into thousandths, rounded away from zero: `"250m"` → 250, `"2"` → 2000.
 pub fn parse_milli(input: &str) -> Result<i64, QuantityError> {
     scaled(input, 3)
 }
@@ -230,7 +257,13 @@ mod tests {
             ("5.", 5),
             ("1000n", 1),
             ("0.000Mi", 0),
-            ("-1.5", -1),
+            ("-1.5", -2),
+            ("-100m", -1),
+            (".1000000000000000000000000000000", 1),
+            ("1.000000000000000000000000000000000000000001", 2),
+            ("12345678901234567890123e-20", 124),
+            ("0e60", 0),
+            ("-0.0E+60", 0),
         ];
         for (input, want) in cases {
             assert_eq!(parse_value(input), Ok(*want), "{input}");

@@ -232,17 +232,18 @@ pub(crate) fn scalar_string(v: &Value) -> Option<String> {
 pub fn default_kube_reserved_cpu_milli(cpu_milli: i64) -> i64 {
     let tiers: [(i64, i64); 4] = [(1000, 600), (1000, 100), (2000, 50), (i64::MAX, 25)];
     let mut left = cpu_milli.max(0);
-    let mut reserved_x10000 = 0i64; // millicores × 10000 / basis points
+    // millicores × basis points: at most 25 × i64::MAX, exact in an i128.
+    let mut reserved_x10000 = 0i128;
     for (width, basis_points) in tiers {
         let part = left.min(width);
-        reserved_x10000 = reserved_x10000.saturating_add(part.saturating_mul(basis_points));
+        reserved_x10000 += i128::from(part) * i128::from(basis_points);
         left -= part;
         if left == 0 {
             break;
         }
     }
-    // Round up to whole millicores.
-    (reserved_x10000 + 9999) / 10000
+    // Round up to whole millicores (always below i64::MAX: at most a quarter of the capacity).
+    i64::try_from((reserved_x10000 + 9999) / 10000).unwrap_or(i64::MAX)
 }
 
 /// Default kube-reserved memory in bytes: `11MiB × pods + 255MiB`.
@@ -297,6 +298,12 @@ mod tests {
     #[test]
     fn kube_reserved_cpu_curve() {
         assert_eq!(default_kube_reserved_cpu_milli(1000), 60);
+        // 4e14 cores: 25 basis points of it overflowed an i64 (a panic in debug builds).
+        assert_eq!(
+            default_kube_reserved_cpu_milli(400_000_000_000_000_000),
+            1_000_000_000_000_070
+        );
+        assert!(default_kube_reserved_cpu_milli(i64::MAX) > 0);
         assert_eq!(default_kube_reserved_cpu_milli(2000), 70);
         assert_eq!(default_kube_reserved_cpu_milli(4000), 80);
         assert_eq!(default_kube_reserved_cpu_milli(16000), 110);

@@ -319,7 +319,12 @@ async fn plan(ctx: &Ctx, claim: &NodeClaim) -> Result<Planned, Error> {
 }
 
 /// Deletes a NodeClaim that cannot be launched, with the Karpenter event reason.
-async fn refuse(ctx: &Ctx, claim: &NodeClaim, reason: &str, message: String) -> Result<(), Error> {
+pub(crate) async fn refuse(
+    ctx: &Ctx,
+    claim: &NodeClaim,
+    reason: &str,
+    message: String,
+) -> Result<(), Error> {
     tracing::info!(nodeclaim = %claim.name_any(), reason, %message, "launch refused; deleting nodeclaim");
     ctx.event(claim, EventType::Warning, reason, message.clone())
         .await;
@@ -345,8 +350,17 @@ async fn create_or_adopt(
     object: &DynamicObject,
     uid: &str,
 ) -> Result<bool, Error> {
+    let kind = object
+        .types
+        .as_ref()
+        .map(|t| t.kind.clone())
+        .unwrap_or_else(|| "object".into());
     match api.create(&PostParams::default(), object).await {
         Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 400 || s.code == 422 => Err(Error::permanent(
+            "MachineRejected",
+            format!("{kind} {} was rejected: {}", object.name_any(), s.message),
+        )),
         Err(kube::Error::Api(s)) if s.code == 409 => {
             let existing = api.get(&object.name_any()).await?;
             let owner = existing
@@ -356,16 +370,14 @@ async fn create_or_adopt(
             if owner.as_deref() == Some(uid) {
                 Ok(false)
             } else {
-                Err(Error::Launch(format!(
-                    "{} {} exists and belongs to another NodeClaim (uid {})",
-                    object
-                        .types
-                        .as_ref()
-                        .map(|t| t.kind.as_str())
-                        .unwrap_or("object"),
-                    object.name_any(),
-                    owner.as_deref().unwrap_or("unknown")
-                )))
+                Err(Error::permanent(
+                    "NameConflict",
+                    format!(
+                        "{kind} {} exists and belongs to another NodeClaim (uid {})",
+                        object.name_any(),
+                        owner.as_deref().unwrap_or("unknown")
+                    ),
+                ))
             }
         }
         Err(e) => Err(e.into()),
@@ -410,6 +422,7 @@ async fn create(ctx: &Ctx, claim: &NodeClaim, plan: &Plan) -> Result<(), Error> 
             }
             Ok(())
         }
+        Err(e) if matches!(e, Error::Permanent { .. }) => Err(e),
         Err(e) => {
             let mut status = claim.status.clone().unwrap_or_default();
             api::conditions::set(
@@ -436,6 +449,26 @@ async fn create(ctx: &Ctx, claim: &NodeClaim, plan: &Plan) -> Result<(), Error> 
                 .inc();
             Err(e)
         }
+    }
+}
+
+/// The served resource of `apiVersion` + `kind`; a kind that is not served (its CRD gone)
+/// is permanent for this launch.
+async fn served(ctx: &Ctx, api_version: &str, kind: &str) -> Result<kube::api::ApiResource, Error> {
+    ctx.resource(api_version, kind).await.map_err(|e| {
+        gone(e, "KindNotServed", || {
+            format!("{api_version} {kind} is not served by the management cluster")
+        })
+    })
+}
+
+/// A 404 as a permanent failure with `reason`; anything else as it is.
+fn gone(e: kube::Error, reason: &'static str, message: impl FnOnce() -> String) -> Error {
+    let e = Error::from(e);
+    if e.is_not_found() {
+        Error::permanent(reason, message())
+    } else {
+        e
     }
 }
 
@@ -478,19 +511,23 @@ async fn create_objects(ctx: &Ctx, claim: &NodeClaim, plan: &Plan) -> Result<boo
     let mut created: Vec<(Api<DynamicObject>, String)> = Vec::new();
     let mut bootstrap = plan.data_secret_name.clone().map(Bootstrap::DataSecretName);
     if let (Some(bt), Some(clone)) = (&plan.bootstrap_template, &plan.bootstrap) {
-        let template_ar = ctx.resource(&bt.api_version, &bt.kind).await?;
+        let template_ar = served(ctx, &bt.api_version, &bt.kind).await?;
         let templates: Api<DynamicObject> =
             Api::namespaced_with(ctx.management.clone(), &ns, &template_ar);
-        let template = templates.get(&bt.name).await?;
-        let mut config =
-            clone_template(&template, &target).map_err(|e| Error::Launch(e.to_string()))?;
+        let template = templates.get(&bt.name).await.map_err(|e| {
+            gone(e, "BootstrapTemplateNotFound", || {
+                format!("{} {ns}/{} not found", bt.kind, bt.name)
+            })
+        })?;
+        let mut config = clone_template(&template, &target)
+            .map_err(|e| Error::permanent("BootstrapTemplateInvalid", e.to_string()))?;
         uid_annotation(&mut config);
         if bt.kind == "KubeadmConfigTemplate"
             && nodeclass.bootstrap.inject_unregistered_taint != Some(false)
         {
             inject_unregistered_taint(&mut config);
         }
-        let config_ar = ctx.resource(&clone.api_version, &clone.kind).await?;
+        let config_ar = served(ctx, &clone.api_version, &clone.kind).await?;
         let configs: Api<DynamicObject> =
             Api::namespaced_with(ctx.management.clone(), &ns, &config_ar);
         create_or_adopt(&configs, &config, &uid).await?;
@@ -512,16 +549,23 @@ async fn create_objects(ctx: &Ctx, claim: &NodeClaim, plan: &Plan) -> Result<boo
     // InfraMachine from the InfrastructureMachineTemplate.
     let it = &plan.infrastructure_template;
     let infra_result = async {
-        let template_ar = ctx.resource(&it.api_version, &it.kind).await?;
+        let template_ar = served(ctx, &it.api_version, &it.kind).await?;
         let templates: Api<DynamicObject> =
             Api::namespaced_with(ctx.management.clone(), &ns, &template_ar);
-        let template = templates.get(&it.name).await?;
-        let mut infra =
-            clone_template(&template, &target).map_err(|e| Error::Launch(e.to_string()))?;
+        let template = templates.get(&it.name).await.map_err(|e| {
+            gone(e, "TemplateNotFound", || {
+                format!("{} {ns}/{} not found", it.kind, it.name)
+            })
+        })?;
+        let mut infra = clone_template(&template, &target)
+            .map_err(|e| Error::permanent("TemplateInvalid", e.to_string()))?;
         uid_annotation(&mut infra);
-        let infra_ar = ctx
-            .resource(&plan.infrastructure.api_version, &plan.infrastructure.kind)
-            .await?;
+        let infra_ar = served(
+            ctx,
+            &plan.infrastructure.api_version,
+            &plan.infrastructure.kind,
+        )
+        .await?;
         let infras: Api<DynamicObject> =
             Api::namespaced_with(ctx.management.clone(), &ns, &infra_ar);
         create_or_adopt(&infras, &infra, &uid).await?;

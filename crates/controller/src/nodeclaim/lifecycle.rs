@@ -87,9 +87,37 @@ async fn reconcile_fresh(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Action, Err
         ctx.delete_claim(&claim).await?;
         return Ok(Action::await_change());
     }
-    let (claim, plan) = match launch::reconcile(ctx, claim).await? {
-        Launch::Launched(claim, plan) => (claim, *plan),
-        Launch::Deleted => return Ok(Action::await_change()),
+    let (claim, plan) = match launch::reconcile(ctx, claim.clone()).await {
+        Ok(Launch::Launched(claim, plan)) => (claim, *plan),
+        Ok(Launch::Deleted) => return Ok(Action::await_change()),
+        Err(Error::Permanent { reason, message }) => {
+            launch::refuse(ctx, &claim, reason, message).await?;
+            return Ok(Action::await_change());
+        }
+        Err(e) => {
+            // A launch that keeps failing is still bound by the launch timeout.
+            let timeout = launch::nodeclass_of(ctx, &claim)
+                .map_or(DEFAULT_LAUNCH_TIMEOUT, |n| n.launch_timeout);
+            let age = claim
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| Timestamp::now().duration_since(t.0).as_secs_f64());
+            if age.is_some_and(|a| a >= timeout.as_secs_f64()) {
+                if let Some(plan) = Plan::of(&claim) {
+                    liveness::mark_unavailable(ctx, &plan, "launch timed out");
+                }
+                launch::refuse(
+                    ctx,
+                    &claim,
+                    "LaunchTimeout",
+                    format!("not launched within {timeout:?}: {e}"),
+                )
+                .await?;
+                return Ok(Action::await_change());
+            }
+            return Err(e);
+        }
     };
     let mut status = claim.status.clone().unwrap_or_default();
     observe_machine(ctx, &claim, &plan, &mut status);

@@ -93,6 +93,19 @@ pub fn missed_deadline(
     Ok(None)
 }
 
+/// Marks the offering of `plan` unavailable for a while (the next plan avoids it).
+pub fn mark_unavailable(ctx: &Ctx, plan: &Plan, why: &str) {
+    ctx.unavailable.mark(
+        OfferingKey {
+            instance_type: plan.instance_type.clone(),
+            zone: plan.zone.clone(),
+            capacity_type: plan.capacity_type.clone(),
+        },
+        why.to_string(),
+        Instant::now(),
+    );
+}
+
 /// Runs liveness for a planned NodeClaim; `status` is the status the lifecycle is about to
 /// write (providerID and Registered as of this reconcile).
 pub async fn reconcile(
@@ -111,15 +124,7 @@ pub async fn reconcile(
 
     // Infrastructure failure: this offering is unavailable for a while; replace the claim.
     if let Some(failure) = machine.as_deref().and_then(machine::infrastructure_failure) {
-        ctx.unavailable.mark(
-            OfferingKey {
-                instance_type: plan.instance_type.clone(),
-                zone: plan.zone.clone(),
-                capacity_type: plan.capacity_type.clone(),
-            },
-            failure.clone(),
-            Instant::now(),
-        );
+        mark_unavailable(ctx, plan, &failure);
         ctx.event(
             claim,
             EventType::Warning,
@@ -225,6 +230,10 @@ pub async fn reconcile(
                     ),
                 ),
             };
+            if reason == "LaunchTimeout" {
+                // The same offering would likely time out again: try another first.
+                mark_unavailable(ctx, plan, &message);
+            }
             if registration && let Some(pool) = claim.labels().get(api::consts::labels::NODEPOOL) {
                 ctx.registration_failures.record(pool, now, message.clone());
             }

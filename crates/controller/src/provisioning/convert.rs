@@ -20,6 +20,16 @@ fn str_map(v: &Value) -> BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
+/// Numbers out of the field's range keep their side (snapshots are not validated by an API
+/// server): `minValues: 4294967297` is unsatisfiable, not 1.
+fn saturate_u32(n: u64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+fn saturate_i32(n: i64) -> i32 {
+    i32::try_from(n).unwrap_or(if n < 0 { i32::MIN } else { i32::MAX })
+}
+
 fn arr(v: &Value) -> &[Value] {
     v.as_array().map(Vec::as_slice).unwrap_or_default()
 }
@@ -92,7 +102,7 @@ pub fn requirements(v: &Value) -> Vec<Requirement> {
                 key: s(&r["key"]),
                 operator: Operator::parse(r["operator"].as_str()?)?,
                 values: arr(&r["values"]).iter().map(s).collect(),
-                min_values: r["minValues"].as_u64().map(|n| n as u32),
+                min_values: r["minValues"].as_u64().map(saturate_u32),
             })
         })
         .collect()
@@ -225,11 +235,14 @@ fn host_ports(spec: &Value) -> Vec<HostPort> {
     let mut out = Vec::new();
     for c in arr(&spec["containers"]) {
         for p in arr(&c["ports"]) {
-            let Some(port) = p["hostPort"].as_u64().filter(|p| *p > 0) else {
+            let Some(port) = p["hostPort"].as_u64().and_then(|p| u16::try_from(p).ok()) else {
                 continue;
             };
+            if port == 0 {
+                continue;
+            }
             out.push(HostPort {
-                port: port as u16,
+                port,
                 protocol: match p["protocol"].as_str() {
                     Some("UDP") => Protocol::Udp,
                     Some("SCTP") => Protocol::Sctp,
@@ -261,7 +274,7 @@ pub fn pod(v: &Value) -> scheduling::Pod {
         arr(&x["preferredDuringSchedulingIgnoredDuringExecution"])
             .iter()
             .map(|t| Weighted {
-                weight: t["weight"].as_i64().unwrap_or(1) as i32,
+                weight: saturate_i32(t["weight"].as_i64().unwrap_or(1)),
                 term: affinity_term(&t["podAffinityTerm"], &namespace),
             })
             .collect()
@@ -283,7 +296,7 @@ pub fn pod(v: &Value) -> scheduling::Pod {
         preferred_node_affinity: arr(&na["preferredDuringSchedulingIgnoredDuringExecution"])
             .iter()
             .map(|t| Weighted {
-                weight: t["weight"].as_i64().unwrap_or(1) as i32,
+                weight: saturate_i32(t["weight"].as_i64().unwrap_or(1)),
                 term: requirements(&t["preference"]["matchExpressions"]),
             })
             .collect(),
@@ -293,7 +306,7 @@ pub fn pod(v: &Value) -> scheduling::Pod {
             .iter()
             .map(|t| TopologySpread {
                 topology_key: s(&t["topologyKey"]),
-                max_skew: t["maxSkew"].as_u64().unwrap_or(1) as u32,
+                max_skew: saturate_u32(t["maxSkew"].as_u64().unwrap_or(1)),
                 when_unsatisfiable: if t["whenUnsatisfiable"].as_str() == Some("ScheduleAnyway") {
                     WhenUnsatisfiable::ScheduleAnyway
                 } else {
@@ -396,7 +409,7 @@ pub fn instance_type(
 pub fn node_pool(v: &Value) -> scheduling::NodePool {
     let tpl = &v["spec"]["template"];
     let mut p = scheduling::NodePool::new(&s(&v["metadata"]["name"]), Vec::new());
-    p.weight = v["spec"]["weight"].as_i64().unwrap_or(0) as i32;
+    p.weight = saturate_i32(v["spec"]["weight"].as_i64().unwrap_or(0));
     p.requirements = requirements(&tpl["spec"]["requirements"]);
     p.labels = str_map(&tpl["metadata"]["labels"]);
     p.taints = taints(&tpl["spec"]["taints"]);
@@ -532,6 +545,26 @@ mod tests {
             WhenUnsatisfiable::ScheduleAnyway
         );
         assert_eq!(p.host_ports[0].port, 8080);
+    }
+
+    /// Found reading tests/prop_snapshot.rs inputs: casts wrapped out-of-range numbers.
+    #[test]
+    fn out_of_range_numbers_do_not_wrap() {
+        let reqs = requirements(
+            &json!([{"key": "k", "operator": "Exists", "minValues": 4_294_967_297u64}]),
+        );
+        assert_eq!(reqs[0].min_values, Some(u32::MAX));
+        let p = pod(&json!({"metadata": {"name": "p"}, "spec": {
+            "containers": [{"ports": [{"hostPort": 65_616}, {"hostPort": 8080}]}],
+            "topologySpreadConstraints": [{"topologyKey": "z", "maxSkew": 4_294_967_296u64}]}}));
+        assert_eq!(
+            p.host_ports.iter().map(|h| h.port).collect::<Vec<_>>(),
+            [8080]
+        );
+        assert_eq!(p.topology_spread[0].max_skew, u32::MAX);
+        let pool =
+            node_pool(&json!({"metadata": {"name": "p"}, "spec": {"weight": 4_294_967_396u64}}));
+        assert_eq!(pool.weight, i32::MAX);
     }
 
     #[test]

@@ -52,30 +52,14 @@ pub struct Provisioner {
 }
 
 impl Provisioner {
-    /// Provisionable pods in the cache (uid → JSON).
-    fn provisionable(&self) -> Vec<Value> {
-        // Runs every tick over every pod: a cheap typed pre-check (unbound and marked
-        // unschedulable) before the full test on JSON.
-        let unschedulable = |p: &Pod| {
-            p.spec
-                .as_ref()
-                .is_none_or(|s| s.node_name.as_deref().is_none_or(str::is_empty))
-                && p.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|cs| {
-                        cs.iter().any(|c| {
-                            c.type_ == "PodScheduled"
-                                && c.reason.as_deref() == Some("Unschedulable")
-                        })
-                    })
-        };
+    /// Provisionable pods in the cache, as Karpenter defines them: marked Unschedulable by
+    /// kube-scheduler, not bound, not preempting, not owned by a DaemonSet or a Node, not
+    /// terminating. Typed and cheap: it runs every tick over every pod.
+    fn provisionable(&self) -> Vec<Arc<Pod>> {
         self.pods
             .state()
-            .iter()
-            .filter(|p| unschedulable(p))
-            .map(|p| to_json(p.as_ref()))
-            .filter(convert::provisionable)
+            .into_iter()
+            .filter(|p| provisionable(p))
             .collect()
     }
 
@@ -261,6 +245,36 @@ impl Provisioner {
     }
 }
 
+/// Karpenter's provisionable pod (see [`convert::provisionable`], its JSON twin for
+/// snapshots).
+pub fn provisionable(p: &Pod) -> bool {
+    let spec = p.spec.as_ref();
+    let status = p.status.as_ref();
+    let unschedulable = status
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.type_ == "PodScheduled"
+                    && c.status == "False"
+                    && c.reason.as_deref() == Some("Unschedulable")
+            })
+        });
+    let bound = spec
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    let owned_by_node = p
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "DaemonSet" || o.kind == "Node");
+    let terminating = p.metadata.deletion_timestamp.is_some();
+    let preempting = status
+        .and_then(|s| s.nominated_node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    unschedulable && !bound && !owned_by_node && !terminating && !preempting
+}
+
 /// Longest wait for the NodeClaim cache to show the claims a batch created.
 const CACHE_WAIT: Duration = Duration::from_secs(5);
 /// How often the pod cache is checked for new provisionable pods.
@@ -282,10 +296,7 @@ pub async fn run(p: Provisioner, shutdown: impl std::future::Future<Output = ()>
         let now = Instant::now();
         handled.retain(|_, t| now.duration_since(*t) < RECONSIDER);
         let pods = p.provisionable();
-        let uids: HashSet<String> = pods
-            .iter()
-            .filter_map(|v| v["metadata"]["uid"].as_str().map(str::to_string))
-            .collect();
+        let uids: HashSet<String> = pods.iter().filter_map(|p| p.metadata.uid.clone()).collect();
         let fresh: HashSet<String> = uids
             .iter()
             .filter(|u| !handled.contains_key(*u))
@@ -315,6 +326,7 @@ pub async fn run(p: Provisioner, shutdown: impl std::future::Future<Output = ()>
         if pods.is_empty() {
             continue;
         }
+        let pods: Vec<Value> = pods.iter().map(|p| to_json(p.as_ref())).collect();
         match p.provision(&pods).await {
             Ok(created) => {
                 tracing::debug!(
@@ -328,6 +340,49 @@ pub async fn run(p: Provisioner, shutdown: impl std::future::Future<Output = ()>
         let done = Instant::now();
         for u in uids {
             handled.insert(u, done);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn typed_and_json_provisionable_agree() {
+        let unschedulable = json!({"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]});
+        let cases = [
+            (
+                json!({"metadata": {"name": "a"}, "status": unschedulable}),
+                true,
+            ),
+            (
+                json!({"metadata": {"name": "b"}, "spec": {"containers": [], "nodeName": "n1"}, "status": unschedulable}),
+                false,
+            ),
+            (
+                json!({"metadata": {"name": "c", "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "u"}]}, "status": unschedulable}),
+                false,
+            ),
+            (
+                json!({"metadata": {"name": "d", "deletionTimestamp": "2026-11-22T10:00:00Z"}, "status": unschedulable}),
+                false,
+            ),
+            (
+                json!({"metadata": {"name": "e"}, "status": {"nominatedNodeName": "n2", "conditions": unschedulable["conditions"]}}),
+                false,
+            ),
+            (
+                json!({"metadata": {"name": "f"}, "status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}]}}),
+                false,
+            ),
+            (json!({"metadata": {"name": "g"}}), false),
+        ];
+        for (v, want) in cases {
+            let pod: Pod = serde_json::from_value(v.clone()).expect("fixture");
+            assert_eq!(provisionable(&pod), want, "{v}");
+            assert_eq!(convert::provisionable(&v), want, "{v}");
         }
     }
 }

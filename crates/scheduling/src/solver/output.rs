@@ -33,25 +33,7 @@ pub(super) fn output(
             continue;
         };
         let render = |k: Key, set: &ISet| {
-            let (operator, values) = if set.complement && set.gt.is_some() {
-                (Operator::Gt, vec![set.gt.unwrap_or(0).to_string()])
-            } else if set.complement && set.lt.is_some() {
-                (Operator::Lt, vec![set.lt.unwrap_or(0).to_string()])
-            } else {
-                (
-                    set.operator(),
-                    set.values
-                        .iter()
-                        .map(|v| s.names.name(v.id).to_string())
-                        .collect(),
-                )
-            };
-            Requirement {
-                key: s.names.name(k).to_string(),
-                operator,
-                values,
-                min_values: set.min_values,
-            }
+            set.to_requirements(s.names.name(k), |v| s.names.name(v.id).to_string())
         };
         let ct_set = c.reqs.get(&s.ct_key);
         let mut requirements: Vec<Requirement> = c
@@ -59,7 +41,7 @@ pub(super) fn output(
             .entries()
             .iter()
             .filter(|(k, set)| *k != s.it_key && !(*k == s.ct_key && set.complement))
-            .map(|(k, set)| render(*k, set))
+            .flat_map(|(k, set)| render(*k, set))
             .collect();
         if ct_set.is_none_or(|set| set.complement) {
             let zones = c.reqs.get(&s.zone_key);
@@ -74,7 +56,7 @@ pub(super) fn output(
                     }
                 }
             }
-            requirements.push(render(s.ct_key, &ISet::in_values(cts)));
+            requirements.extend(render(s.ct_key, &ISet::in_values(cts)));
         }
         requirements.push(Requirement {
             key: LABEL_INSTANCE_TYPE.to_string(),
