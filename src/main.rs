@@ -1,6 +1,7 @@
 //! `karpenter-capi`: Karpenter for Cluster API. CLI and wiring only.
 
 use clap::{Parser, Subcommand};
+use karpenter_capi::{inspect, simulate};
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -43,7 +44,6 @@ struct SimulateArgs {
 }
 
 fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
-    use controller::simulate;
     let loaded = simulate::load(&args.files)?;
     for i in &loaded.ignored {
         eprintln!("warning: ignored {i}: not read by the simulation");
@@ -89,12 +89,10 @@ fn inspect(args: InspectArgs) -> anyhow::Result<()> {
             Some(p) => controller::runtime::client(Some(p), &options).await?,
             None => workload.clone(),
         };
-        anyhow::Ok(
-            controller::inspect::collect(&workload, &management, args.nodepool.as_deref()).await?,
-        )
+        anyhow::Ok(inspect::collect(&workload, &management, args.nodepool.as_deref()).await?)
     })?;
     match args.output {
-        InspectFormat::Table => print!("{}", controller::inspect::render_table(&rows)),
+        InspectFormat::Table => print!("{}", inspect::render_table(&rows)),
         InspectFormat::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
     }
     Ok(())
@@ -163,7 +161,7 @@ enum LogFormat {
 }
 
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    controller::nodeclass::parse_duration(s)
+    api::duration::parse_duration(s)
         .ok_or_else(|| format!("{s:?} is not a duration (e.g. 1s, 500ms, 1m)"))
 }
 

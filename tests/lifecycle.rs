@@ -843,6 +843,20 @@ async fn nodeclass_status_follows_templates() {
         ],
         "both templates, one offering per Cluster failure domain"
     );
+    // Each instance type carries its node facts: arch, os (the test provider's templates
+    // report status.nodeInfo or get the amd64/linux defaults) and the pods the kubelet allows.
+    for t in nc.data["status"]["instanceTypes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        assert!(
+            t["arch"].as_str().is_some_and(|a| !a.is_empty())
+                && t["os"].as_str().is_some_and(|o| !o.is_empty())
+                && t["pods"].as_i64().is_some_and(|p| p > 0),
+            "instance type without arch/os/pods: {t}"
+        );
+    }
     // Editing a template's price annotation shows up in the status.
     let templates: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),

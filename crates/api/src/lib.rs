@@ -9,11 +9,13 @@
 //! - [`consts`]: every label, annotation, taint, finalizer and condition name.
 //! - [`conditions`]: metav1 `Condition` helpers.
 //! - [`crds`]: the CRDs we install, rendered as YAML (`karpenter-capi crds`).
+//! - [`duration`]: Go durations as the API writes them.
 
 pub mod capi;
 pub mod conditions;
 pub mod consts;
 pub mod crds;
+pub mod duration;
 pub mod karpenter;
 pub mod nodeclass;
 mod schema;

@@ -287,7 +287,7 @@ impl Caches {
                 Api::all(workload.clone()),
                 all(),
                 keep,
-                Some(crate::nodeclaim::lifecycle::claim_provider_id),
+                Some(claim_provider_id),
             ),
             nodepools: Cache::start(tasks, Api::all(workload.clone()), all(), keep, None),
             nodeclasses: Cache::start(tasks, Api::all(workload.clone()), all(), keep, None),
@@ -378,6 +378,11 @@ pub fn trim_pod(pod: &mut k8s_openapi::api::core::v1::Pod) {
         status.resource_claim_statuses = None;
         status.message = None;
     }
+}
+
+/// The NodeClaim index key: `status.providerID`.
+pub fn claim_provider_id(claim: &api::NodeClaim) -> Option<String> {
+    claim.status.as_ref()?.provider_id.clone()
 }
 
 /// A Node's `spec.providerID` (the registration index).

@@ -1,10 +1,10 @@
 //! Control loops, one module per loop, and the runtime pieces they share.
 
 pub mod cache;
+pub mod catalogs;
 pub mod clone;
 pub mod disruption;
 pub mod garbagecollection;
-pub mod inspect;
 pub mod leader;
 pub mod machine;
 pub mod metrics;
@@ -15,8 +15,9 @@ pub mod nodeclass_status;
 pub mod nodepool_status;
 pub mod provisioning;
 pub mod ratelimit;
+pub mod reports;
+pub mod resources;
 pub mod runtime;
 pub mod server;
-pub mod simulate;
 pub mod tasks;
 pub mod unavailable;

@@ -1,8 +1,9 @@
-//! The ClusterAPINodeClass status controller and the per-NodeClass catalog the other loops
-//! read. Conditions: ClusterReady (the Cluster exists), TemplatesReady (at least one
-//! instance type; broken templates are named but do not block the good ones),
+//! The ClusterAPINodeClass status controller (the catalog it summarises is
+//! [`crate::catalogs`]). Conditions (computed by [`templates::status`]): ClusterReady (the Cluster exists,
+//! its infrastructure is provisioned and its control plane initialized), TemplatesReady (at
+//! least one instance type; broken templates are named but do not block the good ones),
 //! BootstrapReady (the bootstrap template or data Secret exists), Ready (all three).
-//! `status.instanceTypes` summarises the catalog.
+//! `status.instanceTypes` summarises the catalog ([`templates::status::summarize`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,33 +14,18 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
+use templates::SettingsError;
 use templates::model::Catalog;
-use templates::selection::Selection;
-use templates::settings::CatalogSettings;
-use templates::watch::TemplateIndex;
+use templates::status::{self, BootstrapState, ConditionValue};
 
 use crate::cache::Cache;
+pub use crate::catalogs::IndexCatalogs;
 use crate::names;
-use crate::nodeclaim::context::{Catalogs, nodeclass_resource};
-use api::{Cluster, ClusterAPINodeClass};
-
-/// `conditions` with `type_` set (the shared helper, on a copy).
-fn set_condition(
-    conditions: &[Condition],
-    type_: &str,
-    status: &str,
-    reason: &str,
-    message: &str,
-    generation: Option<i64>,
-    now: Timestamp,
-) -> Vec<Condition> {
-    let mut out = conditions.to_vec();
-    api::conditions::set(&mut out, type_, status, reason, message, generation, now);
-    out
-}
+use crate::resources::nodeclass_resource;
+use api::ClusterAPINodeClass;
+use api::consts::conditions::NODECLASS_READY_PARTS;
 
 /// `cluster.x-k8s.io/v1beta2` Cluster.
 pub fn cluster_resource() -> ApiResource {
@@ -49,184 +35,28 @@ pub fn cluster_resource() -> ApiResource {
     )
 }
 
-/// Catalogs built from the template caches, the NodeClass and its Cluster (all cached).
-#[derive(Clone)]
-pub struct IndexCatalogs {
-    pub index: TemplateIndex,
-    pub nodeclasses: Store<ClusterAPINodeClass>,
-    pub clusters: Store<Cluster>,
-}
-
-impl IndexCatalogs {
-    fn cluster_of(&self, nc: &Value) -> Option<Arc<Cluster>> {
-        let ns = nc.pointer("/spec/clusterRef/namespace")?.as_str()?;
-        let name = nc.pointer("/spec/clusterRef/name")?.as_str()?;
-        self.clusters.get(&ObjectRef::new(name).within(ns))
-    }
-
-    /// The catalog of a NodeClass given as JSON.
-    pub fn catalog_for(&self, nc: &Value) -> Arc<Result<Catalog, templates::SettingsError>> {
-        let selection = Selection::from_node_class_json(nc);
-        let mut settings = CatalogSettings::from_node_class_json(nc);
-        if let Some(cluster) = self.cluster_of(nc) {
-            settings =
-                settings.with_cluster_json(&serde_json::to_value(&*cluster).unwrap_or(Value::Null));
-        }
-        self.index.catalog_cached(&selection, &settings)
-    }
-}
-
-impl Catalogs for IndexCatalogs {
-    fn catalog(&self, nodeclass: &str) -> Option<Arc<Catalog>> {
-        let nc = self.nodeclasses.get(&ObjectRef::new(nodeclass))?;
-        let value = serde_json::to_value(&*nc).ok()?;
-        match &*self.catalog_for(&value) {
-            Ok(c) if !c.instance_types.is_empty() => Some(Arc::new(c.clone())),
-            _ => None,
-        }
-    }
-}
-
-/// The status the controller computes for one NodeClass (pure, given what was looked up).
+/// The status the controller computes for one NodeClass (pure, given what was looked up):
+/// `parts` (ClusterReady, TemplatesReady, BootstrapReady) set on `current`, Ready from them,
+/// and the catalog's instance types.
 pub fn compute_status(
     current: &[Condition],
     generation: Option<i64>,
-    cluster: Result<(), String>,
-    catalog: &Result<Catalog, String>,
-    bootstrap: Result<(), String>,
+    parts: &[ConditionValue],
+    catalog: &Result<Catalog, SettingsError>,
     now: Timestamp,
 ) -> Value {
     let mut c = current.to_vec();
-    let set = |c: &mut Vec<Condition>,
-               t: &str,
-               r: &Result<(), String>,
-               ok_reason: &str,
-               bad_reason: &str| {
-        *c = match r {
-            Ok(()) => set_condition(c, t, "True", ok_reason, "", generation, now),
-            Err(m) => set_condition(c, t, "False", bad_reason, m, generation, now),
-        };
-    };
-    set(
-        &mut c,
-        "ClusterReady",
-        &cluster,
-        "ClusterFound",
-        "ClusterNotFound",
-    );
-    let templates: Result<(), String> = match catalog {
-        Ok(cat) if cat.instance_types.is_empty() => Err(if cat.excluded.is_empty() {
-            "no opted-in template matches machineTemplateSelector".to_string()
-        } else {
-            format!(
-                "no usable template; excluded: {}",
-                cat.excluded
-                    .iter()
-                    .map(|e| e.error.to_string())
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            )
-        }),
-        Ok(_) => Ok(()),
-        Err(e) => Err(e.clone()),
-    };
-    set(
-        &mut c,
-        "TemplatesReady",
-        &templates,
-        "TemplatesFound",
-        "NoInstanceTypes",
-    );
-    // Broken templates are named in the message even when others serve.
-    if let (Ok(cat), Ok(())) = (catalog, &templates)
-        && !cat.excluded.is_empty()
-    {
-        let msg = format!(
-            "{} instance types; excluded: {}",
-            cat.instance_types.len(),
-            cat.excluded
-                .iter()
-                .map(|e| e.error.to_string())
-                .collect::<Vec<_>>()
-                .join("; ")
-        );
-        c = set_condition(
-            &c,
-            "TemplatesReady",
-            "True",
-            "SomeTemplatesExcluded",
-            &msg,
-            generation,
-            now,
+    for p in parts {
+        api::conditions::set(
+            &mut c, p.type_, p.status, p.reason, &p.message, generation, now,
         );
     }
-    set(
-        &mut c,
-        "BootstrapReady",
-        &bootstrap,
-        "BootstrapFound",
-        "BootstrapNotFound",
-    );
-    let not_ready: Vec<String> = ["ClusterReady", "TemplatesReady", "BootstrapReady"]
-        .iter()
-        .filter_map(|t| {
-            c.iter()
-                .find(|x| x.type_ == *t)
-                .filter(|x| x.status != "True")
-                .map(|x| format!("{t}: {}", x.message))
-        })
-        .collect();
-    c = if not_ready.is_empty() {
-        set_condition(&c, "Ready", "True", "Ready", "", generation, now)
-    } else {
-        set_condition(
-            &c,
-            "Ready",
-            "False",
-            "NotReady",
-            &not_ready.join("; "),
-            generation,
-            now,
-        )
-    };
-    let summary: Vec<Value> = match catalog {
-        Ok(cat) => cat
-            .instance_types
-            .iter()
-            .map(|it| {
-                let mut zones: Vec<&str> = it
-                    .offerings
-                    .iter()
-                    .filter_map(|o| o.zone.as_deref())
-                    .collect();
-                zones.sort();
-                zones.dedup();
-                let mut cts: Vec<&str> = it
-                    .offerings
-                    .iter()
-                    .map(|o| o.capacity_type.as_str())
-                    .collect();
-                cts.sort();
-                cts.dedup();
-                let price = it
-                    .offerings
-                    .iter()
-                    .map(|o| o.price)
-                    .fold(f64::INFINITY, f64::min);
-                json!({
-                    "name": it.name,
-                    "templates": it.templates.iter().map(|t| t.name.clone()).collect::<Vec<_>>(),
-                    "zones": zones,
-                    "capacityTypes": cts,
-                    "cpu": it.capacity.quantity("cpu"),
-                    "memory": it.capacity.quantity("memory"),
-                    "price": if price.is_finite() { format!("{price:.4}") } else { String::new() },
-                })
-            })
-            .collect(),
-        Err(_) => Vec::new(),
-    };
-    json!({"conditions": c, "instanceTypes": summary})
+    api::conditions::set_ready_from(&mut c, NODECLASS_READY_PARTS, generation, now);
+    let instance_types = catalog
+        .as_ref()
+        .map(templates::status::summarize)
+        .unwrap_or_default();
+    json!({"conditions": c, "instanceTypes": instance_types})
 }
 
 #[derive(Clone)]
@@ -242,46 +72,54 @@ pub enum StatusError {
     Kube(#[from] kube::Error),
 }
 
-async fn bootstrap_exists(ctx: &StatusCtx, nc: &Value) -> Result<(), String> {
+/// Where the NodeClass's bootstrap data comes from, looked up in the Cluster's namespace.
+/// API errors are returned (the reconcile retries); an unserved kind counts as missing.
+async fn bootstrap_state(ctx: &StatusCtx, nc: &Value) -> Result<BootstrapState, kube::Error> {
     let ns = nc
         .pointer("/spec/clusterRef/namespace")
         .and_then(Value::as_str)
         .unwrap_or_default();
     if let Some(r) = nc.pointer("/spec/bootstrap/configTemplateRef") {
-        let group = r
-            .get("apiGroup")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let kind = r.get("kind").and_then(Value::as_str).unwrap_or_default();
-        let name = r.get("name").and_then(Value::as_str).unwrap_or_default();
-        let g = kube::discovery::oneshot::group(&ctx.management, group)
-            .await
-            .map_err(|e| format!("group {group} is not served: {e}"))?;
-        let ar = g
+        let field = |f: &str| r.get(f).and_then(Value::as_str).unwrap_or_default();
+        let (group, kind, name) = (field("apiGroup"), field("kind"), field("name"));
+        let missing = || BootstrapState::TemplateMissing {
+            kind: kind.to_string(),
+            name: name.to_string(),
+        };
+        let Ok(g) = kube::discovery::oneshot::group(&ctx.management, group).await else {
+            return Ok(missing());
+        };
+        let Some(ar) = g
             .versioned_resources(g.preferred_version_or_latest())
             .into_iter()
             .map(|(ar, _)| ar)
             .find(|ar| ar.kind == kind)
-            .ok_or_else(|| format!("kind {kind} is not served in group {group}"))?;
-        let api: Api<DynamicObject> = Api::namespaced_with(ctx.management.clone(), ns, &ar);
-        return match api.get_opt(name).await {
-            Ok(Some(_)) => Ok(()),
-            Ok(None) => Err(format!("{kind} {ns}/{name} not found")),
-            Err(e) => Err(format!("reading {kind} {ns}/{name}: {e}")),
+        else {
+            return Ok(missing());
         };
+        let api: Api<DynamicObject> = Api::namespaced_with(ctx.management.clone(), ns, &ar);
+        return Ok(match api.get_metadata_opt(name).await? {
+            Some(_) => BootstrapState::TemplateFound {
+                kind: kind.to_string(),
+                name: name.to_string(),
+            },
+            None => missing(),
+        });
     }
     if let Some(name) = nc
         .pointer("/spec/bootstrap/dataSecretName")
         .and_then(Value::as_str)
     {
         let api: Api<Secret> = Api::namespaced(ctx.management.clone(), ns);
-        return match api.get_metadata_opt(name).await {
-            Ok(Some(_)) => Ok(()),
-            Ok(None) => Err(format!("Secret {ns}/{name} not found")),
-            Err(e) => Err(format!("reading Secret {ns}/{name}: {e}")),
-        };
+        let name = name.to_string();
+        return Ok(match api.get_metadata_opt(&name).await? {
+            Some(_) => BootstrapState::SecretFound { name },
+            None => BootstrapState::SecretMissing { name },
+        });
     }
-    Err("spec.bootstrap has neither configTemplateRef nor dataSecretName".into())
+    Ok(BootstrapState::Invalid(
+        "spec.bootstrap has neither configTemplateRef nor dataSecretName".into(),
+    ))
 }
 
 async fn reconcile(
@@ -294,29 +132,24 @@ async fn reconcile(
         .cloned()
         .and_then(|c| serde_json::from_value(c).ok())
         .unwrap_or_default();
-    let cluster = match ctx.catalogs.cluster_of(&nc) {
-        Some(_) => Ok(()),
-        None => Err(format!(
-            "Cluster {}/{} not found",
-            nc.pointer("/spec/clusterRef/namespace")
-                .and_then(Value::as_str)
-                .unwrap_or(""),
-            nc.pointer("/spec/clusterRef/name")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-        )),
-    };
-    let catalog = match &*ctx.catalogs.catalog_for(&nc) {
-        Ok(c) => Ok(c.clone()),
-        Err(e) => Err(e.to_string()),
-    };
-    let bootstrap = bootstrap_exists(&ctx, &nc).await;
+    let field = |p: &str| nc.pointer(p).and_then(Value::as_str).unwrap_or_default();
+    let (ns, cluster_name) = (
+        field("/spec/clusterRef/namespace"),
+        field("/spec/clusterRef/name"),
+    );
+    let cluster = ctx.catalogs.cluster_of(&nc);
+    let catalog = ctx.catalogs.catalog_for(&nc);
+    let bootstrap = bootstrap_state(&ctx, &nc).await?;
+    let parts = [
+        status::cluster_ready(cluster.as_deref(), ns, cluster_name),
+        status::templates_ready(&catalog),
+        status::bootstrap_ready(&bootstrap, ns),
+    ];
     let status = compute_status(
         &conditions,
         obj.metadata.generation,
-        cluster,
+        &parts,
         &catalog,
-        bootstrap,
         Timestamp::now(),
     );
     let unchanged = nc.get("status").is_some_and(|s| {
@@ -385,51 +218,124 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use api::Cluster;
+    use templates::CatalogSettings;
+
+    fn template(name: &str, cpu: &str, node_info: Value) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
+            "kind": "DockerMachineTemplate",
+            "metadata": {"name": name, "namespace": "ns", "annotations": {
+                "capacity.cluster-autoscaler.kubernetes.io/cpu": cpu,
+                "capacity.cluster-autoscaler.kubernetes.io/memory": "8Gi",
+                "capacity.cluster-autoscaler.kubernetes.io/gpu-count": "1"}},
+            "status": {"nodeInfo": node_info},
+        }))
+        .expect("template")
+    }
+
+    fn cond(s: &Value, t: &str) -> (String, String, String) {
+        let c = s["conditions"]
+            .as_array()
+            .expect("list")
+            .iter()
+            .find(|c| c["type"] == t)
+            .expect("cond");
+        let text = |f: &str| c[f].as_str().unwrap_or("").to_string();
+        (text("status"), text("reason"), text("message"))
+    }
+
+    #[test]
+    fn instance_types_carry_arch_os_pods_and_gpus() {
+        let now: Timestamp = "2026-11-22T10:00:00Z".parse().expect("time");
+        let settings = CatalogSettings {
+            failure_domains: vec!["z1".into()],
+            max_pods: Some(58),
+            ..Default::default()
+        };
+        let catalog = templates::build_catalog(
+            &[template(
+                "arm",
+                "4",
+                json!({"architecture": "arm64", "operatingSystem": "linux"}),
+            )],
+            &settings,
+        );
+        let parts = [status::templates_ready(&catalog)];
+        let s = compute_status(&[], Some(1), &parts, &catalog, now);
+        let list: Vec<api::nodeclass::InstanceTypeSummary> =
+            serde_json::from_value(s["instanceTypes"].clone()).expect("typed summary");
+        assert_eq!(list.len(), 1);
+        let it = &list[0];
+        assert_eq!(it.name, "arm");
+        assert_eq!((it.arch.as_str(), it.os.as_str()), ("arm64", "linux"));
+        assert_eq!(it.pods, 58);
+        assert_eq!(it.gpus, 1);
+        assert_eq!((it.cpu.as_str(), it.memory.as_str()), ("4", "8Gi"));
+        assert_eq!(it.zones, ["z1"]);
+        assert_eq!(it.templates, ["arm"]);
+        assert!(!it.price.is_empty());
+    }
 
     #[test]
     fn ready_needs_cluster_templates_and_bootstrap() {
         let now: Timestamp = "2026-11-22T10:00:00Z".parse().expect("time");
         let empty = Ok(Catalog::default());
-        let s = compute_status(&[], Some(1), Ok(()), &empty, Ok(()), now);
-        let cond = |s: &Value, t: &str| -> (String, String) {
-            let c = s["conditions"]
-                .as_array()
-                .expect("list")
-                .iter()
-                .find(|c| c["type"] == t)
-                .expect("cond");
-            (
-                c["status"].as_str().unwrap_or("").into(),
-                c["reason"].as_str().unwrap_or("").into(),
-            )
-        };
-        assert_eq!(
-            cond(&s, "TemplatesReady"),
-            ("False".into(), "NoInstanceTypes".into())
+        let found = status::bootstrap_ready(
+            &BootstrapState::SecretFound {
+                name: "data".into(),
+            },
+            "ns",
         );
-        assert_eq!(cond(&s, "Ready").0, "False");
-        let s = compute_status(
-            &[],
-            Some(1),
-            Err("Cluster a/b not found".into()),
-            &empty,
-            Err("x".into()),
-            now,
-        );
+        let parts = [
+            status::cluster_ready(None, "a", "b"),
+            status::templates_ready(&empty),
+            status::bootstrap_ready(
+                &BootstrapState::SecretMissing {
+                    name: "data".into(),
+                },
+                "a",
+            ),
+        ];
+        let s = compute_status(&[], Some(1), &parts, &empty, now);
+        assert_eq!(cond(&s, "ClusterReady").1, "ClusterNotFound");
+        assert_eq!(cond(&s, "TemplatesReady").1, "NoTemplates");
+        assert_eq!(cond(&s, "BootstrapReady").1, "BootstrapSecretNotFound");
+        let ready = cond(&s, "Ready");
         assert_eq!(
-            cond(&s, "ClusterReady"),
-            ("False".into(), "ClusterNotFound".into())
+            (ready.0.as_str(), ready.1.as_str()),
+            ("False", "DependenciesNotReady")
         );
         assert_eq!(
-            cond(&s, "BootstrapReady"),
-            ("False".into(), "BootstrapNotFound".into())
+            ready.2,
+            "ClusterReady=False, TemplatesReady=False, BootstrapReady=False"
         );
-        assert!(s["conditions"].as_array().expect("list").iter().any(|c| {
-            c["type"] == "Ready"
-                && c["message"]
-                    .as_str()
-                    .unwrap_or("")
-                    .contains("Cluster a/b not found")
-        }));
+        assert!(s["instanceTypes"].as_array().is_some_and(Vec::is_empty));
+
+        // Broken templates are named (message cut to the condition limit) and do not block.
+        let mut many: Vec<DynamicObject> = (0..200)
+            .map(|i| template(&format!("bad-{i}"), "x", json!({})))
+            .collect();
+        many.push(template("good", "2", json!({})));
+        let catalog = templates::build_catalog(&many, &CatalogSettings::default());
+        let cluster: Cluster = serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "b", "namespace": "a"}, "spec": {},
+            "status": {"initialization": {
+                "infrastructureProvisioned": true, "controlPlaneInitialized": true}}}))
+        .expect("cluster");
+        let parts = [
+            status::cluster_ready(Some(&cluster), "a", "b"),
+            status::templates_ready(&catalog),
+            found,
+        ];
+        let s = compute_status(&[], Some(1), &parts, &catalog, now);
+        let templates = cond(&s, "TemplatesReady");
+        assert_eq!(
+            (templates.0.as_str(), templates.1.as_str()),
+            ("True", "TemplatesExcluded")
+        );
+        assert!(templates.2.len() <= api::conditions::MAX_MESSAGE && templates.2.ends_with("..."));
+        assert_eq!(cond(&s, "Ready").0, "True");
     }
 }

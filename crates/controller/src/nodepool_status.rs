@@ -21,22 +21,7 @@ use crate::cache::{to_json, values};
 use crate::metrics::{Metrics, ResourceLabels};
 use crate::provisioning::{convert, snapshot};
 
-/// The last registration timeout per NodePool (reported by the liveness loop, read by the
-/// status loop, which stays the only writer of NodePool status).
-#[derive(Debug, Default)]
-pub struct RegistrationFailures(std::sync::Mutex<BTreeMap<String, (Timestamp, String)>>);
-
-impl RegistrationFailures {
-    pub fn record(&self, nodepool: &str, at: Timestamp, message: String) {
-        if let Ok(mut m) = self.0.lock() {
-            m.insert(nodepool.to_string(), (at, message));
-        }
-    }
-
-    pub fn last(&self, nodepool: &str) -> Option<(Timestamp, String)> {
-        self.0.lock().ok()?.get(nodepool).cloned()
-    }
-}
+pub use crate::reports::RegistrationFailures;
 
 /// How often the status is recomputed from the caches.
 const TICK: Duration = Duration::from_secs(1);

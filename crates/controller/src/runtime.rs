@@ -203,21 +203,20 @@ pub async fn serve_endpoints(
     if ctx.config.health_addr != ctx.config.metrics_addr {
         addrs.push(ctx.config.health_addr);
     }
-    let mut spawned = crate::tasks::Tasks::default();
-    let mut tasks = Vec::new();
+    let mut servers = tokio::task::JoinSet::new();
     for addr in addrs {
         let mut stop = shutdown.clone();
         let router = router.clone();
-        tasks.push(spawned.spawn(async move {
+        servers.spawn(async move {
             server::serve(addr, router, async move {
                 let _ = stop.wait_for(|s| *s).await;
             })
             .await
             .map_err(|source| RuntimeError::Serve { addr, source })
-        }));
+        });
     }
-    for task in tasks {
-        if let Ok(result) = task.await {
+    while let Some(joined) = servers.join_next().await {
+        if let Ok(result) = joined {
             result?;
         }
     }
@@ -251,11 +250,12 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
     // Everything spawned here is aborted if this future is dropped (a killed operator).
     let mut tasks = crate::tasks::Tasks::default();
     let (stop_tx, stop_rx) = watch::channel(false);
-    let endpoints = {
+    let mut endpoints = tokio::task::JoinSet::new();
+    {
         let ctx = ctx.clone();
         let stop = stop_rx.clone();
-        tasks.spawn(async move { serve_endpoints(&ctx, registry, stop).await })
-    };
+        endpoints.spawn(async move { serve_endpoints(&ctx, registry, stop).await });
+    }
 
     // One cache per kind (every replica, so failover is warm), and the templates.
     let caches = crate::cache::Caches::start(&mut tasks, &ctx.workload, &ctx.management);
@@ -284,7 +284,7 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         e = lead(&ctx) => e?,
         _ = &mut shutdown_signal => {
             let _ = stop_tx.send(true);
-            let _ = endpoints.await;
+            let _ = endpoints.join_next().await;
             return Ok(());
         }
     };
@@ -364,31 +364,30 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         machines: caches.machines.clone(),
         nodeclasses: caches.nodeclasses.clone(),
     };
-    let loops = vec![
-        tasks.spawn(lifecycle::run(
-            lifecycle_ctx,
-            triggers,
-            stopped(stop_rx.clone()),
-        )),
-        tasks.spawn(crate::provisioning::run(
-            provisioner,
-            stopped(stop_rx.clone()),
-        )),
-        tasks.spawn(crate::disruption::run(disruption, stopped(stop_rx.clone()))),
-        tasks.spawn(crate::nodepool_status::run(
-            nodepool_status,
-            stopped(stop_rx.clone()),
-        )),
-        tasks.spawn(nodeclass_status::run(
-            StatusCtx {
-                workload: ctx.workload.clone(),
-                management: ctx.management.clone(),
-                catalogs,
-            },
-            caches.nodeclasses.clone(),
-            stopped(stop_rx.clone()),
-        )),
-    ];
+    let mut loops = crate::tasks::Tasks::default();
+    loops.spawn(lifecycle::run(
+        lifecycle_ctx,
+        triggers,
+        stopped(stop_rx.clone()),
+    ));
+    loops.spawn(crate::provisioning::run(
+        provisioner,
+        stopped(stop_rx.clone()),
+    ));
+    loops.spawn(crate::disruption::run(disruption, stopped(stop_rx.clone())));
+    loops.spawn(crate::nodepool_status::run(
+        nodepool_status,
+        stopped(stop_rx.clone()),
+    ));
+    loops.spawn(nodeclass_status::run(
+        StatusCtx {
+            workload: ctx.workload.clone(),
+            management: ctx.management.clone(),
+            catalogs,
+        },
+        caches.nodeclasses.clone(),
+        stopped(stop_rx.clone()),
+    ));
     let gc = tasks.spawn(crate::garbagecollection::run(
         ctx.management.clone(),
         caches.machines.store(),
@@ -412,20 +411,16 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
     if result.is_err() {
         // Another replica may already lead: not one more write from this one.
         tracing::warn!("lost leadership: aborting in-flight work");
-        for l in &loops {
-            l.abort();
-        }
+        loops.abort_all();
         drop(tasks);
         return result;
     }
     tracing::info!("shutting down: finishing in-flight reconciles");
-    for l in loops {
-        let _ = l.await;
-    }
+    while loops.join_next().await.is_some() {}
     if let Some(e) = election {
         e.release().await;
     }
-    let _ = endpoints.await;
+    let _ = endpoints.join_next().await;
     result
 }
 

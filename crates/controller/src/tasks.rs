@@ -1,33 +1,10 @@
-//! Spawned tasks that end with their owner: dropping a [`Tasks`] aborts everything it
-//! spawned, so a stopped (or killed) operator leaves no watch or loop running behind it.
+//! Spawned tasks that end with their owner: tokio's [`JoinSet`] aborts everything it spawned
+//! when dropped, so a stopped (or killed) operator leaves no watch or loop running behind it.
 
-use std::future::Future;
+use tokio::task::JoinSet;
 
-use tokio::task::{AbortHandle, JoinHandle};
-
-#[derive(Debug, Default)]
-pub struct Tasks(Vec<AbortHandle>);
-
-impl Tasks {
-    /// Spawns `future` and ties its lifetime to this set.
-    pub fn spawn<F>(&mut self, future: F) -> JoinHandle<F::Output>
-    where
-        F: Future + Send + 'static,
-        F::Output: Send + 'static,
-    {
-        let handle = tokio::spawn(future);
-        self.0.push(handle.abort_handle());
-        handle
-    }
-}
-
-impl Drop for Tasks {
-    fn drop(&mut self) {
-        for h in &self.0 {
-            h.abort();
-        }
-    }
-}
+/// The operator's background tasks (watches, loops); dropping the set aborts them.
+pub type Tasks = JoinSet<()>;
 
 #[cfg(test)]
 mod tests {
@@ -36,9 +13,12 @@ mod tests {
     #[tokio::test]
     async fn dropping_aborts() {
         let mut tasks = Tasks::default();
-        let h = tasks.spawn(std::future::pending::<()>());
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tasks.spawn(async move {
+            let _tx = tx;
+            std::future::pending::<()>().await;
+        });
         drop(tasks);
-        let err = h.await.expect_err("aborted");
-        assert!(err.is_cancelled());
+        assert!(rx.await.is_err(), "the task (and its sender) is gone");
     }
 }

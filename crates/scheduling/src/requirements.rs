@@ -24,6 +24,37 @@ pub enum Operator {
     Lte,
 }
 
+impl Operator {
+    /// The operator named as in the Kubernetes API (`In`, `NotIn`, ..., `Lte`).
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name {
+            "In" => Operator::In,
+            "NotIn" => Operator::NotIn,
+            "Exists" => Operator::Exists,
+            "DoesNotExist" => Operator::DoesNotExist,
+            "Gt" => Operator::Gt,
+            "Lt" => Operator::Lt,
+            "Gte" => Operator::Gte,
+            "Lte" => Operator::Lte,
+            _ => return None,
+        })
+    }
+
+    /// Its name in the Kubernetes API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operator::In => "In",
+            Operator::NotIn => "NotIn",
+            Operator::Exists => "Exists",
+            Operator::DoesNotExist => "DoesNotExist",
+            Operator::Gt => "Gt",
+            Operator::Lt => "Lt",
+            Operator::Gte => "Gte",
+            Operator::Lte => "Lte",
+        }
+    }
+}
+
 /// One node-selector requirement as written in a NodePool or a pod spec.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Requirement {

@@ -6,23 +6,28 @@
 //! settings and the Cluster's failure domains) into Karpenter instance types with offerings.
 //!
 //! - [`catalog`]: the pure part ([`build_catalog`]); semantics documented there.
+//! - [`shape`]: one template read on its own ([`TemplateShape`]).
+//! - [`labels`]: label and taint syntax (keys, values, the `…/labels` and `…/taints` annotations).
 //! - [`settings`]: NodeClass/Cluster inputs and the allocatable defaults.
 //! - [`quantity`]: exact Kubernetes quantity parsing.
 //! - [`selection`]: which templates a NodeClass selects.
 //! - [`watch`]: CRD discovery of template kinds, reflector caches, [`watch::TemplateIndex`]
 //!   serving each NodeClass's catalog.
-//! - [`status`]: the NodeClass status view of a catalog (summary, `TemplatesReady`).
+//! - [`status`]: the NodeClass status of a catalog (`status.instanceTypes`, `ClusterReady`,
+//!   `TemplatesReady`, `BootstrapReady`).
 //! - [`offline`]: reading YAML files into objects and rendering catalogs (the
 //!   `karpenter-capi instance-types` command).
 
 pub mod catalog;
 pub mod error;
+pub mod labels;
 pub mod model;
 pub mod names;
 pub mod offline;
 pub mod quantity;
 pub mod selection;
 pub mod settings;
+pub mod shape;
 pub mod status;
 pub mod watch;
 

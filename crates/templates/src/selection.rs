@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::DynamicObject;
+use kube::core::{Selector, SelectorExt};
 use serde_json::Value;
 
 use crate::names::LABEL_KARPENTER_MEMBER;
@@ -102,25 +103,10 @@ pub fn is_opted_in(template: &DynamicObject) -> bool {
         .is_some_and(|l| l.contains_key(LABEL_KARPENTER_MEMBER))
 }
 
-/// Whether `labels` match a Kubernetes label selector (an empty selector matches everything;
-/// an unknown operator matches nothing).
+/// Whether `labels` match a Kubernetes label selector (kube's [`Selector`]: an empty selector
+/// matches everything; an invalid one, such as an unknown operator, matches nothing).
 pub fn selector_matches(sel: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    for (k, v) in sel.match_labels.iter().flatten() {
-        if labels.get(k) != Some(v) {
-            return false;
-        }
-    }
-    sel.match_expressions.iter().flatten().all(|req| {
-        let values = req.values.as_deref().unwrap_or_default();
-        let got = labels.get(&req.key);
-        match req.operator.as_str() {
-            "In" => got.is_some_and(|v| values.contains(v)),
-            "NotIn" => got.is_none_or(|v| !values.contains(v)),
-            "Exists" => got.is_some(),
-            "DoesNotExist" => got.is_none(),
-            _ => false,
-        }
-    })
+    Selector::try_from(sel.clone()).is_ok_and(|s| s.matches(labels))
 }
 
 #[cfg(test)]

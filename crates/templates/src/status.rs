@@ -1,42 +1,17 @@
-//! The NodeClass status, computed purely: the `instanceTypes` summary and the conditions
-//! `ClusterReady`, `TemplatesReady`, `BootstrapReady` and `Ready` with precise reasons and
-//! messages. The NodeClass status controller gathers the inputs (Cluster, bootstrap source,
-//! catalog from [`crate::watch::TemplateIndex`]) and writes the result.
+//! The NodeClass status, computed purely: the `status.instanceTypes` summary ([`summarize`])
+//! and the conditions `ClusterReady`, `TemplatesReady` and `BootstrapReady` with precise
+//! reasons and messages. The NodeClass status controller gathers the inputs (Cluster,
+//! bootstrap source, catalog from [`crate::watch::TemplateIndex`]), sets `Ready` from these
+//! three and writes the result.
 
-use serde::Serialize;
+use api::Cluster;
+use api::consts::{conditions as types, reasons};
+use api::nodeclass::InstanceTypeSummary;
 
 use crate::error::SettingsError;
 use crate::model::{Catalog, InstanceType};
 use crate::names::{LABEL_ARCH, LABEL_OS};
 use crate::quantity::{format_bytes, format_milli};
-
-/// Longest condition message we write (the API allows 32768; keep status readable).
-pub const MAX_MESSAGE: usize = 1024;
-
-/// One line of the NodeClass `status.instanceTypes`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct InstanceTypeSummary {
-    pub name: String,
-    pub cpu: String,
-    pub memory: String,
-    pub pods: i64,
-    #[serde(skip_serializing_if = "is_zero")]
-    pub gpus: i64,
-    pub arch: String,
-    pub os: String,
-    /// Zones of the offerings (empty when zone-less).
-    pub zones: Vec<String>,
-    pub capacity_types: Vec<String>,
-    /// Cheapest offering, per hour, as a decimal string.
-    pub price: String,
-    /// Template names.
-    pub templates: Vec<String>,
-}
-
-fn is_zero(v: &i64) -> bool {
-    *v == 0
-}
 
 fn sorted_unique(mut v: Vec<String>) -> Vec<String> {
     v.sort();
@@ -44,35 +19,34 @@ fn sorted_unique(mut v: Vec<String>) -> Vec<String> {
     v
 }
 
-impl From<&InstanceType> for InstanceTypeSummary {
-    fn from(it: &InstanceType) -> Self {
-        Self {
-            name: it.name.clone(),
-            cpu: format_milli(it.capacity.cpu_milli()),
-            memory: format_bytes(it.capacity.memory_bytes()),
-            pods: it.capacity.pods(),
-            gpus: it.capacity.gpu_count(),
-            arch: it.labels.get(LABEL_ARCH).cloned().unwrap_or_default(),
-            os: it.labels.get(LABEL_OS).cloned().unwrap_or_default(),
-            zones: sorted_unique(it.offerings.iter().filter_map(|o| o.zone.clone()).collect()),
-            capacity_types: sorted_unique(
-                it.offerings
-                    .iter()
-                    .map(|o| o.capacity_type.clone())
-                    .collect(),
-            ),
-            price: it
-                .cheapest()
-                .map(|o| format!("{}", o.price))
-                .unwrap_or_default(),
-            templates: it.templates.iter().map(|t| t.name.clone()).collect(),
-        }
+/// One line of the NodeClass `status.instanceTypes`.
+pub fn summary(it: &InstanceType) -> InstanceTypeSummary {
+    InstanceTypeSummary {
+        name: it.name.clone(),
+        cpu: format_milli(it.capacity.cpu_milli()),
+        memory: format_bytes(it.capacity.memory_bytes()),
+        pods: it.capacity.pods(),
+        gpus: it.capacity.gpu_count(),
+        arch: it.labels.get(LABEL_ARCH).cloned().unwrap_or_default(),
+        os: it.labels.get(LABEL_OS).cloned().unwrap_or_default(),
+        zones: sorted_unique(it.offerings.iter().filter_map(|o| o.zone.clone()).collect()),
+        capacity_types: sorted_unique(
+            it.offerings
+                .iter()
+                .map(|o| o.capacity_type.clone())
+                .collect(),
+        ),
+        price: it
+            .cheapest()
+            .map(|o| format!("{:.4}", o.price))
+            .unwrap_or_default(),
+        templates: it.templates.iter().map(|t| t.name.clone()).collect(),
     }
 }
 
 /// The instance-type summary of a catalog, in catalog order (cheapest first).
 pub fn summarize(catalog: &Catalog) -> Vec<InstanceTypeSummary> {
-    catalog.instance_types.iter().map(Into::into).collect()
+    catalog.instance_types.iter().map(summary).collect()
 }
 
 /// A condition to set (type, status, reason, message); the controller adds times and
@@ -85,45 +59,37 @@ pub struct ConditionValue {
     pub message: String,
 }
 
-fn truncate(mut s: String) -> String {
-    if s.len() > MAX_MESSAGE {
-        let mut cut = MAX_MESSAGE - 3;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-        s.push_str("...");
-    }
-    s
-}
-
 /// `TemplatesReady` for a NodeClass: True while at least one instance type is available
 /// (excluded templates are named in the message but do not block the good ones), False when
 /// no template is selected, none is valid, or the kubelet settings are invalid.
-pub fn templates_ready(
-    catalog: &Result<Catalog, SettingsError>,
-    selected_templates: usize,
-) -> ConditionValue {
+pub fn templates_ready(catalog: &Result<Catalog, SettingsError>) -> ConditionValue {
     let cond = |status, reason, message: String| ConditionValue {
-        type_: "TemplatesReady",
+        type_: types::TEMPLATES_READY,
         status,
         reason,
-        message: truncate(message),
+        message,
     };
     let catalog = match catalog {
         Err(e) => {
             return cond(
                 "False",
-                "InvalidKubeletConfiguration",
+                reasons::INVALID_KUBELET_CONFIGURATION,
                 format!("spec.kubelet is invalid: {e}"),
             );
         }
         Ok(c) => c,
     };
+    // Every selected template either serves an instance type or is excluded.
+    let selected_templates = catalog
+        .instance_types
+        .iter()
+        .map(|it| it.templates.len())
+        .sum::<usize>()
+        + catalog.excluded.len();
     if selected_templates == 0 {
         return cond(
             "False",
-            "NoTemplates",
+            reasons::NO_TEMPLATES,
             "no InfrastructureMachineTemplate in the Cluster's namespace matches spec.machineTemplateSelector".into(),
         );
     }
@@ -136,7 +102,7 @@ pub fn templates_ready(
     if n == 0 {
         return cond(
             "False",
-            "NoValidTemplates",
+            reasons::NO_VALID_TEMPLATES,
             format!(
                 "all {} selected templates are excluded: {}",
                 excluded.len(),
@@ -156,11 +122,11 @@ pub fn templates_ready(
         message.push_str(&format!("; defaults applied: {}", fields.join(", ")));
     }
     if excluded.is_empty() {
-        cond("True", "TemplatesReady", message)
+        cond("True", reasons::TEMPLATES_READY, message)
     } else {
         cond(
             "True",
-            "TemplatesExcluded",
+            reasons::TEMPLATES_EXCLUDED,
             format!(
                 "{message}; {} excluded: {}",
                 excluded.len(),
@@ -188,20 +154,20 @@ pub enum BootstrapState {
 /// `BootstrapReady`.
 pub fn bootstrap_ready(state: &BootstrapState, namespace: &str) -> ConditionValue {
     let cond = |status, reason, message: String| ConditionValue {
-        type_: "BootstrapReady",
+        type_: types::BOOTSTRAP_READY,
         status,
         reason,
-        message: truncate(message),
+        message,
     };
     match state {
         BootstrapState::TemplateFound { kind, name } => cond(
             "True",
-            "BootstrapReady",
+            reasons::BOOTSTRAP_READY,
             format!("{kind} {namespace}/{name} is cloned for each Machine"),
         ),
         BootstrapState::SecretFound { name } => cond(
             "True",
-            "BootstrapReady",
+            reasons::BOOTSTRAP_READY,
             format!("Machines use bootstrap data Secret {namespace}/{name}"),
         ),
         BootstrapState::TemplateMissing { kind, name } => cond(
@@ -218,60 +184,40 @@ pub fn bootstrap_ready(state: &BootstrapState, namespace: &str) -> ConditionValu
     }
 }
 
-fn truthy(v: Option<&serde_json::Value>) -> bool {
-    v.and_then(serde_json::Value::as_bool).unwrap_or(false)
-}
-
-fn condition_true(cluster: &serde_json::Value, type_: &str) -> bool {
-    cluster
-        .pointer("/status/conditions")
-        .and_then(serde_json::Value::as_array)
-        .is_some_and(|cs| {
-            cs.iter().any(|c| {
-                c.get("type").and_then(serde_json::Value::as_str) == Some(type_)
-                    && c.get("status").and_then(serde_json::Value::as_str) == Some("True")
-            })
-        })
-}
-
 /// `ClusterReady`: the Cluster exists, is not paused or deleting, its infrastructure is
-/// provisioned and its control plane initialized (v1beta2 `status.initialization`, or the
-/// v1beta1 `status.infrastructureReady` / `ControlPlaneInitialized` fallbacks), so Machines
-/// can join. `cluster` is the Cluster as JSON, `None` when not found.
-pub fn cluster_ready(
-    cluster: Option<&serde_json::Value>,
-    namespace: &str,
-    name: &str,
-) -> ConditionValue {
+/// provisioned and its control plane initialized (`status.initialization`, or the
+/// `ControlPlaneInitialized` condition), so Machines can join. `None` when not found.
+pub fn cluster_ready(cluster: Option<&Cluster>, namespace: &str, name: &str) -> ConditionValue {
     let cond = |status, reason, message: String| ConditionValue {
-        type_: "ClusterReady",
+        type_: types::CLUSTER_READY,
         status,
         reason,
-        message: truncate(message),
+        message,
     };
     let Some(c) = cluster else {
         return cond(
             "False",
-            "ClusterNotFound",
+            reasons::CLUSTER_NOT_FOUND,
             format!("Cluster {namespace}/{name} (spec.clusterRef) not found"),
         );
     };
-    if c.pointer("/metadata/deletionTimestamp").is_some() {
+    if c.metadata.deletion_timestamp.is_some() {
         return cond(
             "False",
             "ClusterDeleting",
             format!("Cluster {namespace}/{name} is being deleted"),
         );
     }
-    if truthy(c.pointer("/spec/paused")) {
+    if c.spec.paused == Some(true) {
         return cond(
             "False",
             "ClusterPaused",
             format!("Cluster {namespace}/{name} is paused"),
         );
     }
-    let infra = truthy(c.pointer("/status/initialization/infrastructureProvisioned"))
-        || truthy(c.pointer("/status/infrastructureReady"));
+    let status = c.status.as_ref();
+    let init = status.and_then(|s| s.initialization.as_ref());
+    let infra = init.is_some_and(|i| i.infrastructure_provisioned == Some(true));
     if !infra {
         return cond(
             "False",
@@ -279,9 +225,10 @@ pub fn cluster_ready(
             format!("Cluster {namespace}/{name}: infrastructure not provisioned yet"),
         );
     }
-    let cp = truthy(c.pointer("/status/initialization/controlPlaneInitialized"))
-        || condition_true(c, "ControlPlaneInitialized")
-        || truthy(c.pointer("/status/controlPlaneReady"));
+    let cp = init.is_some_and(|i| i.control_plane_initialized == Some(true))
+        || status.is_some_and(|s| {
+            api::conditions::is_true(&s.conditions, types::CLUSTER_CONTROL_PLANE_INITIALIZED)
+        });
     if !cp {
         return cond(
             "False",
@@ -291,31 +238,9 @@ pub fn cluster_ready(
     }
     cond(
         "True",
-        "ClusterReady",
+        reasons::CLUSTER_READY,
         format!("Cluster {namespace}/{name} is provisioned and its control plane initialized"),
     )
-}
-
-/// `Ready`: True when every other condition is True; otherwise False with the reason and
-/// message of the first one that is not.
-pub fn ready(conditions: &[ConditionValue]) -> ConditionValue {
-    match conditions
-        .iter()
-        .find(|c| c.type_ != "Ready" && c.status != "True")
-    {
-        Some(c) => ConditionValue {
-            type_: "Ready",
-            status: "False",
-            reason: c.reason,
-            message: truncate(format!("{}: {}", c.type_, c.message)),
-        },
-        None => ConditionValue {
-            type_: "Ready",
-            status: "True",
-            reason: "Ready",
-            message: String::new(),
-        },
-    }
 }
 
 #[cfg(test)]
@@ -343,7 +268,7 @@ mod tests {
             ..Default::default()
         };
         let good = build_catalog(&[tpl("a", "2")], &s);
-        let c = templates_ready(&good, 1);
+        let c = templates_ready(&good);
         assert_eq!((c.status, c.reason), ("True", "TemplatesReady"));
         assert!(
             c.message.starts_with(
@@ -356,63 +281,92 @@ mod tests {
         assert_eq!(summary[0].cpu, "2");
         assert_eq!(summary[0].memory, "4Gi");
         assert_eq!(summary[0].zones, ["fd-1"]);
-        assert_eq!(summary[0].price, "0.076");
+        assert_eq!(summary[0].price, "0.0760");
+        // The node facts of each instance type: arch and os (defaulted here, as the template
+        // reports no status.nodeInfo), pods (the kubelet default), no GPUs.
+        assert_eq!(summary[0].arch, "amd64");
+        assert_eq!(summary[0].os, "linux");
+        assert_eq!(summary[0].pods, 110);
+        assert_eq!(summary[0].gpus, 0);
+        assert_eq!(summary[0].templates, ["a"]);
 
         let mixed = build_catalog(&[tpl("a", "2"), tpl("b", "two")], &s);
-        let c = templates_ready(&mixed, 2);
+        let c = templates_ready(&mixed);
         assert_eq!((c.status, c.reason), ("True", "TemplatesExcluded"));
         assert!(c.message.contains("1 excluded: DockerMachineTemplate ns/b: metadata.annotations[capacity.cluster-autoscaler.kubernetes.io/cpu]"), "{}", c.message);
 
         let bad = build_catalog(&[tpl("b", "two")], &s);
-        let c = templates_ready(&bad, 1);
+        let c = templates_ready(&bad);
         assert_eq!((c.status, c.reason), ("False", "NoValidTemplates"));
 
-        let c = templates_ready(&build_catalog(&[], &s), 0);
+        let c = templates_ready(&build_catalog(&[], &s));
         assert_eq!((c.status, c.reason), ("False", "NoTemplates"));
 
         let invalid = CatalogSettings {
             max_pods: Some(-3),
             ..Default::default()
         };
-        let c = templates_ready(&build_catalog(&[tpl("a", "2")], &invalid), 1);
+        let c = templates_ready(&build_catalog(&[tpl("a", "2")], &invalid));
         assert_eq!(
             (c.status, c.reason),
             ("False", "InvalidKubeletConfiguration")
         );
         assert!(c.message.contains("spec.kubelet.maxPods"));
+    }
 
-        let many: Vec<DynamicObject> = (0..200).map(|i| tpl(&format!("bad-{i}"), "x")).collect();
-        let c = templates_ready(&build_catalog(&many, &s), 200);
-        assert!(c.message.len() <= MAX_MESSAGE && c.message.ends_with("..."));
+    fn cluster(v: serde_json::Value) -> Cluster {
+        let mut obj = json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "c1", "namespace": "ns"}, "spec": {}});
+        if let (Some(o), Some(extra)) = (obj.as_object_mut(), v.as_object()) {
+            for (k, x) in extra {
+                match (o.get_mut(k), x) {
+                    (Some(serde_json::Value::Object(m)), serde_json::Value::Object(e)) => {
+                        m.extend(e.clone())
+                    }
+                    _ => {
+                        o.insert(k.clone(), x.clone());
+                    }
+                }
+            }
+        }
+        serde_json::from_value(obj).expect("Cluster")
     }
 
     #[test]
-    fn cluster_bootstrap_and_ready() {
+    fn cluster_and_bootstrap() {
         let c = cluster_ready(None, "ns", "c1");
         assert_eq!((c.status, c.reason), ("False", "ClusterNotFound"));
         assert_eq!(c.message, "Cluster ns/c1 (spec.clusterRef) not found");
-        let v1beta2 = json!({"status": {"initialization": {
-            "infrastructureProvisioned": true, "controlPlaneInitialized": true}}});
+        let v1beta2 = cluster(json!({"status": {"initialization": {
+            "infrastructureProvisioned": true, "controlPlaneInitialized": true}}}));
         assert_eq!(cluster_ready(Some(&v1beta2), "ns", "c1").status, "True");
-        let v1beta1 = json!({"status": {"infrastructureReady": true, "conditions": [
-            {"type": "ControlPlaneInitialized", "status": "True"}]}});
-        assert_eq!(cluster_ready(Some(&v1beta1), "ns", "c1").status, "True");
-        let no_cp = json!({"status": {"initialization": {"infrastructureProvisioned": true}}});
+        let by_condition = cluster(json!({"status": {
+            "initialization": {"infrastructureProvisioned": true},
+            "conditions": [{"type": "ControlPlaneInitialized", "status": "True", "reason": "r",
+                            "message": "", "lastTransitionTime": "2026-11-22T10:00:00Z"}]}}));
+        assert_eq!(
+            cluster_ready(Some(&by_condition), "ns", "c1").status,
+            "True"
+        );
+        let no_cp =
+            cluster(json!({"status": {"initialization": {"infrastructureProvisioned": true}}}));
         assert_eq!(
             cluster_ready(Some(&no_cp), "ns", "c1").reason,
             "ControlPlaneNotInitialized"
         );
         assert_eq!(
-            cluster_ready(Some(&json!({})), "ns", "c1").reason,
+            cluster_ready(Some(&cluster(json!({}))), "ns", "c1").reason,
             "InfrastructureNotProvisioned"
         );
-        let paused = json!({"spec": {"paused": true}, "status": {"initialization": {
-            "infrastructureProvisioned": true, "controlPlaneInitialized": true}}});
+        let paused = cluster(
+            json!({"spec": {"paused": true}, "status": {"initialization": {
+            "infrastructureProvisioned": true, "controlPlaneInitialized": true}}}),
+        );
         assert_eq!(
             cluster_ready(Some(&paused), "ns", "c1").reason,
             "ClusterPaused"
         );
-        let deleting = json!({"metadata": {"deletionTimestamp": "2026-11-22T10:00:00Z"}});
+        let deleting = cluster(json!({"metadata": {"deletionTimestamp": "2026-11-22T10:00:00Z"}}));
         assert_eq!(
             cluster_ready(Some(&deleting), "ns", "c1").reason,
             "ClusterDeleting"
@@ -437,22 +391,5 @@ mod tests {
             "ns",
         );
         assert_eq!(ok_b.status, "True");
-
-        let s = CatalogSettings::default();
-        let t = templates_ready(&build_catalog(&[tpl("a", "2")], &s), 1);
-        let all = [
-            cluster_ready(Some(&v1beta2), "ns", "c1"),
-            t.clone(),
-            ok_b.clone(),
-        ];
-        let r = ready(&all);
-        assert_eq!((r.status, r.reason), ("True", "Ready"));
-        let some = [cluster_ready(Some(&v1beta2), "ns", "c1"), t, b];
-        let r = ready(&some);
-        assert_eq!((r.status, r.reason), ("False", "BootstrapTemplateNotFound"));
-        assert!(
-            r.message
-                .starts_with("BootstrapReady: KubeadmConfigTemplate ns/workers")
-        );
     }
 }

@@ -11,7 +11,6 @@
 //!   template event bumps [`TemplateIndex::subscribe`]'s counter so controllers can requeue
 //!   their NodeClasses at once (a template change is visible as soon as the watch delivers it).
 
-use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -19,6 +18,7 @@ use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject};
+use kube::core::Version;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store, store::Writer};
 use kube::runtime::watcher::{self, Event};
@@ -61,44 +61,6 @@ impl TemplateKind {
 
 type GroupKind = (String, String);
 
-#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Stability {
-    Alpha,
-    Beta,
-    Ga,
-}
-
-fn parse_version(v: &str) -> Option<(u32, Stability, u32)> {
-    let rest = v.strip_prefix('v')?;
-    let digits = rest
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(rest.len());
-    let major: u32 = rest[..digits].parse().ok()?;
-    let tail = &rest[digits..];
-    if tail.is_empty() {
-        return Some((major, Stability::Ga, 0));
-    }
-    let (stability, minor) = if let Some(m) = tail.strip_prefix("beta") {
-        (Stability::Beta, m)
-    } else if let Some(m) = tail.strip_prefix("alpha") {
-        (Stability::Alpha, m)
-    } else {
-        return None;
-    };
-    Some((major, stability, minor.parse().ok()?))
-}
-
-/// Kubernetes version priority: GA > beta > alpha, then higher major, then higher minor;
-/// versions not of that form sort below all others, alphabetically.
-pub fn compare_versions(a: &str, b: &str) -> Ordering {
-    match (parse_version(a), parse_version(b)) {
-        (Some((ma, sa, na)), Some((mb, sb, nb))) => sa.cmp(&sb).then(ma.cmp(&mb)).then(na.cmp(&nb)),
-        (Some(_), None) => Ordering::Greater,
-        (None, Some(_)) => Ordering::Less,
-        (None, None) => b.cmp(a),
-    }
-}
-
 /// The kind to watch for a CRD, if it is a contract-labelled namespaced infrastructure
 /// `*MachineTemplate` CRD serving a version named in its contract label.
 pub fn template_kind_from_crd(crd: &CustomResourceDefinition) -> Option<TemplateKind> {
@@ -121,7 +83,8 @@ pub fn template_kind_from_crd(crd: &CustomResourceDefinition) -> Option<Template
         .split('_')
         .map(str::trim)
         .filter(|v| served.contains(v))
-        .max_by(|a, b| compare_versions(a, b))?;
+        // Kubernetes version priority (GA > beta > alpha, then major, then minor).
+        .max_by_key(|v| Version::parse(v).priority())?;
     Some(TemplateKind {
         group: spec.group.clone(),
         version: version.to_string(),
@@ -493,7 +456,7 @@ mod tests {
         let mut v = vec![
             "v1alpha3", "v1beta2", "v1", "v1beta1", "v2alpha1", "v1alpha4", "foo",
         ];
-        v.sort_by(|a, b| compare_versions(b, a));
+        v.sort_by_key(|s| std::cmp::Reverse(Version::parse(s).priority()));
         assert_eq!(
             v,
             [

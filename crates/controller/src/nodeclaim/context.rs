@@ -22,27 +22,9 @@ use serde_json::{Value, json};
 use crate::cache::Cache;
 use crate::metrics::Metrics;
 use crate::unavailable::UnavailableOfferings;
-use templates::model::Catalog;
 
-/// `karpenter.sh/v1` NodePool.
-pub fn nodepool_resource() -> ApiResource {
-    ApiResource::erase::<api::NodePool>(&())
-}
-
-/// `karpenter.sh/v1` NodeClaim.
-pub fn nodeclaim_resource() -> ApiResource {
-    ApiResource::erase::<NodeClaim>(&())
-}
-
-/// `karpenter.cluster.x-k8s.io/v1alpha1` ClusterAPINodeClass.
-pub fn nodeclass_resource() -> ApiResource {
-    ApiResource::erase::<ClusterAPINodeClass>(&())
-}
-
-/// The current catalog of each NodeClass (fed by the template watcher).
-pub trait Catalogs: Send + Sync {
-    fn catalog(&self, nodeclass: &str) -> Option<Arc<Catalog>>;
-}
+pub use crate::catalogs::Catalogs;
+pub use crate::resources::{nodeclaim_resource, nodeclass_resource, nodepool_resource};
 
 /// Errors of the NodeClaim loops. Each variant is retried with backoff.
 #[derive(Debug, thiserror::Error)]
@@ -274,7 +256,7 @@ pub struct Ctx {
     pub kinds: Arc<Kinds>,
     pub expectations: Arc<Expectations>,
     pub backoff: Arc<Backoff>,
-    pub registration_failures: Arc<crate::nodepool_status::RegistrationFailures>,
+    pub registration_failures: Arc<crate::reports::RegistrationFailures>,
 }
 
 pub const FIELD_MANAGER: &str = "karpenter-capi";

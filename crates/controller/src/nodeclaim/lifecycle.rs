@@ -299,7 +299,4 @@ pub async fn run(
         .await;
 }
 
-/// The NodeClaim index key: `status.providerID`.
-pub fn claim_provider_id(claim: &NodeClaim) -> Option<String> {
-    claim.status.as_ref()?.provider_id.clone()
-}
+pub use crate::cache::claim_provider_id;

@@ -1,5 +1,6 @@
 //! Choosing what to launch for a NodeClaim: the cheapest available offering, among the
-//! catalog's instance types, whose labels satisfy every requirement of the NodeClaim and
+//! catalog's instance types, whose labels satisfy every requirement of the NodeClaim (the
+//! scheduler's [`scheduling::Requirements`], so launch and scheduling never disagree) and
 //! whose allocatable fits its resource requests. Pure; launch calls it.
 
 use std::collections::BTreeMap;
@@ -18,23 +19,21 @@ pub struct Requirement {
     pub values: Vec<String>,
 }
 
-/// Whether a concrete label set satisfies one requirement (Karpenter/Kubernetes semantics:
-/// NotIn and DoesNotExist hold for an absent label; Gt/Lt/Gte/Lte compare integers).
-pub fn satisfies(labels: &BTreeMap<String, String>, r: &Requirement) -> bool {
-    let value = labels.get(&r.key);
-    let number = || value.and_then(|v| v.parse::<i64>().ok());
-    let bound = || r.values.first().and_then(|v| v.parse::<i64>().ok());
-    match r.operator.as_str() {
-        "In" => value.is_some_and(|v| r.values.contains(v)),
-        "NotIn" => value.is_none_or(|v| !r.values.contains(v)),
-        "Exists" => value.is_some(),
-        "DoesNotExist" => value.is_none(),
-        "Gt" => matches!((number(), bound()), (Some(v), Some(b)) if v > b),
-        "Lt" => matches!((number(), bound()), (Some(v), Some(b)) if v < b),
-        "Gte" => matches!((number(), bound()), (Some(v), Some(b)) if v >= b),
-        "Lte" => matches!((number(), bound()), (Some(v), Some(b)) if v <= b),
-        _ => false,
-    }
+/// The requirements in the scheduler's algebra, so launch and scheduling read them the same
+/// way; `None` when an operator is unknown (nothing satisfies it).
+fn scheduling_requirements(requirements: &[&Requirement]) -> Option<scheduling::Requirements> {
+    let list = requirements
+        .iter()
+        .map(|r| {
+            Some(scheduling::Requirement {
+                key: r.key.clone(),
+                operator: scheduling::Operator::parse(&r.operator)?,
+                values: r.values.clone(),
+                min_values: None,
+            })
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some(scheduling::Requirements::from_list(&list))
 }
 
 /// Resource requests in the catalog's units (cpu millicores, bytes, counts).
@@ -103,6 +102,7 @@ pub fn choose<'a>(
         .iter()
         .filter(|r| known.contains(&r.key))
         .collect();
+    let allowed = scheduling_requirements(&requirements);
     for it in &catalog.instance_types {
         let fits = requests
             .0
@@ -111,7 +111,7 @@ pub fn choose<'a>(
             .map(|(name, _)| name.clone());
         for offering in &it.offerings {
             let labels = it.node_labels(offering);
-            if !requirements.iter().all(|r| satisfies(&labels, r)) {
+            if !allowed.as_ref().is_some_and(|r| r.allows(&labels)) {
                 continue;
             }
             compatible += 1;
@@ -352,26 +352,39 @@ mod tests {
     }
 
     #[test]
-    fn operators() {
-        let labels = BTreeMap::from([("a".to_string(), "5".to_string())]);
-        assert!(satisfies(&labels, &req("a", "In", &["5", "6"])));
-        assert!(!satisfies(&labels, &req("a", "NotIn", &["5"])));
-        assert!(satisfies(&labels, &req("b", "NotIn", &["5"])));
-        assert!(satisfies(&labels, &req("a", "Exists", &[])));
-        assert!(satisfies(&labels, &req("b", "DoesNotExist", &[])));
-        assert!(
-            satisfies(&labels, &req("a", "Gte", &["5"]))
-                && !satisfies(&labels, &req("a", "Gt", &["5"]))
+    fn operators_are_the_schedulers() {
+        let c = catalog();
+        let u = UnavailableOfferings::default();
+        let chosen = |op: &str, values: &[&str]| {
+            let reqs = [req("karpenter.cluster.x-k8s.io/instance-cpu", op, values)];
+            choose(&c, &reqs, &cpu(1000), &u, Instant::now())
+                .map(|choice| choice.instance_type.name.clone())
+        };
+        // Catalog: small (2 cpu, 0.19), arm-medium (4, 0.3), large (8, 0.8).
+        assert_eq!(chosen("In", &["4", "8"]).as_deref(), Ok("arm-medium"));
+        assert_eq!(chosen("NotIn", &["2"]).as_deref(), Ok("arm-medium"));
+        assert_eq!(chosen("Exists", &[]).as_deref(), Ok("small"));
+        assert_eq!(chosen("Gte", &["4"]).as_deref(), Ok("arm-medium"));
+        assert_eq!(chosen("Gt", &["4"]).as_deref(), Ok("large"));
+        assert_eq!(chosen("Lte", &["4"]).as_deref(), Ok("small"));
+        assert_eq!(
+            chosen("Lt", &["2"]),
+            Err(NoOffering::Incompatible(
+                "karpenter.cluster.x-k8s.io/instance-cpu Lt [\"2\"]".into()
+            ))
         );
-        assert!(
-            satisfies(&labels, &req("a", "Lte", &["5"]))
-                && !satisfies(&labels, &req("a", "Lt", &["5"]))
-        );
-        assert!(
-            !satisfies(&labels, &req("b", "Gt", &["1"])),
-            "Gt needs the label"
-        );
-        assert!(!satisfies(&labels, &req("a", "Bogus", &[])));
+        assert!(matches!(
+            chosen("DoesNotExist", &[]),
+            Err(NoOffering::Incompatible(_))
+        ));
+        assert!(matches!(
+            chosen("Gt", &["x"]),
+            Err(NoOffering::Incompatible(_))
+        ));
+        assert!(matches!(
+            chosen("Bogus", &[]),
+            Err(NoOffering::Incompatible(_))
+        ));
     }
 
     #[test]

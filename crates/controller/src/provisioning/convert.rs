@@ -93,33 +93,6 @@ pub fn quantities(r: &Resources) -> Value {
     Value::Object(m)
 }
 
-pub fn operator(op: &str) -> Option<Operator> {
-    Some(match op {
-        "In" => Operator::In,
-        "NotIn" => Operator::NotIn,
-        "Exists" => Operator::Exists,
-        "DoesNotExist" => Operator::DoesNotExist,
-        "Gt" => Operator::Gt,
-        "Lt" => Operator::Lt,
-        "Gte" => Operator::Gte,
-        "Lte" => Operator::Lte,
-        _ => return None,
-    })
-}
-
-fn operator_name(op: Operator) -> &'static str {
-    match op {
-        Operator::In => "In",
-        Operator::NotIn => "NotIn",
-        Operator::Exists => "Exists",
-        Operator::DoesNotExist => "DoesNotExist",
-        Operator::Gt => "Gt",
-        Operator::Lt => "Lt",
-        Operator::Gte => "Gte",
-        Operator::Lte => "Lte",
-    }
-}
-
 /// `[{key, operator, values, minValues}]` → requirements (unknown operators skipped).
 pub fn requirements(v: &Value) -> Vec<Requirement> {
     arr(v)
@@ -127,7 +100,7 @@ pub fn requirements(v: &Value) -> Vec<Requirement> {
         .filter_map(|r| {
             Some(Requirement {
                 key: s(&r["key"]),
-                operator: operator(r["operator"].as_str()?)?,
+                operator: Operator::parse(r["operator"].as_str()?)?,
                 values: arr(&r["values"]).iter().map(s).collect(),
                 min_values: r["minValues"].as_u64().map(saturate_u32),
             })
@@ -139,7 +112,7 @@ pub fn requirements_json(reqs: &[Requirement]) -> Value {
     Value::Array(
         reqs.iter()
             .map(|r| {
-                let mut o = json!({"key": r.key, "operator": operator_name(r.operator)});
+                let mut o = json!({"key": r.key, "operator": r.operator.as_str()});
                 if !r.values.is_empty() {
                     o["values"] = json!(r.values);
                 }

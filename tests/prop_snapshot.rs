@@ -1,23 +1,23 @@
 //! Property tests of the snapshot reader of `karpenter-capi simulate`
-//! (`controller::simulate::load_yaml`, then `plan` and `render_table`): any text,
+//! (`karpenter_capi::simulate::load_yaml`, then `plan` and `render_table`): any text,
 //! YAML-like text, generated documents and the example snapshot with subtrees replaced or
 //! removed are read, planned and rendered without a panic. Case counts:
 //! `tests/common/prop_cases.rs` (`PROP_LONG=1` for the long run).
 
-#[path = "../../../tests/common/prop_cases.rs"]
+#[path = "common/prop_cases.rs"]
 mod prop_cases;
-#[path = "../../../tests/common/prop_json.rs"]
+#[path = "common/prop_json.rs"]
 mod prop_json;
 
 use std::path::Path;
 
-use controller::simulate::{load_yaml, plan, render_table};
+use karpenter_capi::simulate::{load_yaml, plan, render_table};
 use proptest::prelude::*;
 use serde_json::Value;
 
 /// The documents of `examples/snapshot/`.
 fn examples() -> Vec<Value> {
-    prop_json::read_examples(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/snapshot"))
+    prop_json::read_examples(&Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/snapshot"))
 }
 
 /// Reads `text` and, when it reads, plans and renders.

@@ -11,8 +11,8 @@ use kube::api::DynamicObject;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::machine;
-use crate::names;
+use controller::machine;
+use controller::names;
 
 /// One NodeClaim and what hangs off it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -237,7 +237,7 @@ pub async fn collect(
     use kube::api::{Api, ListParams};
     let claims_api: Api<DynamicObject> = Api::all_with(
         workload.clone(),
-        &crate::nodeclaim::context::nodeclaim_resource(),
+        &controller::resources::nodeclaim_resource(),
     );
     let lp = match nodepool {
         Some(p) => ListParams::default().labels(&format!("{}={p}", names::NODEPOOL_LABEL)),

@@ -1,0 +1,495 @@
+//! Setup: interning, dense resources, per-pool instance types, topology groups.
+
+use super::topology::{GroupKey, GroupKind, Selector, bump, lookup};
+use super::*;
+
+impl Solver {
+    pub(super) fn ireqs(&mut self, list: &[Requirement]) -> IReqs {
+        let mut r = IReqs::new();
+        for q in list {
+            let key = self.names.id(&q.key);
+            let vals = q.values.iter().map(|v| self.names.sym(v)).collect();
+            r.add(key, ValueSet::from_operator(q.operator, vals, q.min_values));
+        }
+        r
+    }
+
+    pub(super) fn ilabels(&mut self, labels: &BTreeMap<String, String>) -> Vec<(Key, Sym)> {
+        let mut v: Vec<(Key, Sym)> = labels
+            .iter()
+            .map(|(k, val)| (self.names.id(k), self.names.sym(val)))
+            .collect();
+        v.sort();
+        v
+    }
+
+    pub(super) fn label_reqs(&mut self, labels: &BTreeMap<String, String>) -> IReqs {
+        let mut r = IReqs::new();
+        for (k, v) in labels {
+            let key = self.names.id(k);
+            let val = self.names.sym(v);
+            r.add(key, ValueSet::in_values(vec![val]));
+        }
+        r
+    }
+
+    pub(super) fn selector(&mut self, s: &LabelSelector) -> Selector {
+        let labels = self.ilabels(&s.match_labels);
+        let exprs = self.ireqs(&s.match_expressions);
+        Selector { labels, exprs }
+    }
+
+    pub(super) fn group(
+        &mut self,
+        index: &mut HashMap<GroupKey, usize>,
+        kind: GroupKind,
+        topology_key: &str,
+        namespaces: &[String],
+        own_ns: u32,
+        selector: &LabelSelector,
+    ) -> usize {
+        let key = self.names.id(topology_key);
+        let mut namespaces: Vec<u32> = if namespaces.is_empty() {
+            vec![own_ns]
+        } else {
+            namespaces.iter().map(|n| self.names.id(n)).collect()
+        };
+        namespaces.sort();
+        namespaces.dedup();
+        let selector = self.selector(selector);
+        let gk = GroupKey {
+            kind,
+            key,
+            namespaces: namespaces.clone(),
+            selector: selector.clone(),
+        };
+        if let Some(&g) = index.get(&gk) {
+            return g;
+        }
+        let host = topology_key == LABEL_HOSTNAME;
+        self.groups.push(Group {
+            kind,
+            key,
+            host,
+            namespaces,
+            selector,
+            counts: HashMap::new(),
+            host_counts: Vec::new(),
+            total: 0,
+            owner_counts: HashMap::new(),
+            owner_host: Vec::new(),
+            owner_total: 0,
+        });
+        index.insert(gk, self.groups.len() - 1);
+        self.groups.len() - 1
+    }
+}
+
+pub(super) fn build(input: &Input) -> Solver {
+    let mut s = Solver {
+        names: Interner::default(),
+        res_names: vec![CPU.into(), MEMORY.into(), PODS.into()],
+        well_known: Vec::new(),
+        zone_key: 0,
+        ct_key: 0,
+        it_key: 0,
+        pools: Vec::new(),
+        nodes: Vec::new(),
+        claims: Vec::new(),
+        by_count: CountOrder::default(),
+        groups: Vec::new(),
+        universe: HashMap::new(),
+        pods: Vec::new(),
+        placements: Vec::new(),
+    };
+    // A new node's hostname is unknown: a pod requiring a specific hostname cannot get one.
+    s.well_known = WELL_KNOWN_LABELS
+        .iter()
+        .filter(|k| **k != LABEL_HOSTNAME)
+        .map(|k| s.names.id(k))
+        .collect();
+    s.zone_key = s.names.id(LABEL_ZONE);
+    s.ct_key = s.names.id(LABEL_CAPACITY_TYPE);
+    s.it_key = s.names.id(LABEL_INSTANCE_TYPE);
+    let nodepool_key = s.names.id(LABEL_NODEPOOL);
+    s.well_known.sort();
+
+    // Resource names.
+    let mut all_res: Vec<&Resources> = Vec::new();
+    for p in &input.pods {
+        all_res.push(&p.requests);
+    }
+    for np in &input.node_pools {
+        all_res.push(&np.limits);
+        for t in &np.instance_types {
+            all_res.push(&t.capacity);
+        }
+    }
+    for n in &input.nodes {
+        all_res.push(&n.allocatable);
+    }
+    for d in &input.daemonsets {
+        all_res.push(&d.requests);
+    }
+    for r in all_res {
+        for k in r.keys() {
+            if k != "nodes" {
+                res_index(&mut s.res_names, k);
+            }
+        }
+    }
+    let nres = s.res_names.len();
+
+    // Daemonsets: requirements and tolerations.
+    let ds: Vec<(IReqs, Vec<Toleration>, Vec<i64>)> = input
+        .daemonsets
+        .iter()
+        .map(|d| {
+            let mut r = s.label_reqs(&d.node_selector);
+            if let Some(t) = d.required_node_affinity.first() {
+                let t = s.ireqs(t);
+                r.intersect(&t);
+            }
+            (r, d.tolerations.clone(), dense(&s.res_names, &d.requests))
+        })
+        .collect();
+
+    // NodePools, by weight desc then name desc.
+    let mut order: Vec<&NodePool> = input.node_pools.iter().collect();
+    order.sort_by(|a, b| b.weight.cmp(&a.weight).then_with(|| b.name.cmp(&a.name)));
+    let mut universe: HashMap<Key, Vec<Sym>> = HashMap::new();
+    for np in order {
+        let mut reqs = s.ireqs(&np.requirements);
+        let labels = s.label_reqs(&np.labels);
+        reqs.intersect(&labels);
+        let pool_sym = s.names.sym(&np.name);
+        reqs.add(nodepool_key, ValueSet::in_values(vec![pool_sym]));
+        let ds_ok: Vec<bool> = ds
+            .iter()
+            .map(|(r, tol, _)| {
+                untolerated(&np.taints, tol).is_none()
+                    && reqs.compatible(r, |k| s.well_known.contains(k)).is_ok()
+            })
+            .collect();
+        let mut types = Vec::new();
+        for it in &np.instance_types {
+            let mut treqs = s.ireqs(&it.requirements);
+            // Labels the provider puts on its shapes are well known (Karpenter registers
+            // provider labels such as instance generation as well-known labels).
+            for (k, _) in treqs.entries() {
+                if let Err(i) = s.well_known.binary_search(k) {
+                    s.well_known.insert(i, *k);
+                }
+            }
+            let name = s.names.sym(&it.name);
+            treqs.add(s.it_key, ValueSet::in_values(vec![name]));
+            let zones = it.offerings.iter().map(|o| s.names.sym(&o.zone)).collect();
+            let cts = it
+                .offerings
+                .iter()
+                .map(|o| s.names.sym(&o.capacity_type))
+                .collect();
+            treqs.add(s.zone_key, ValueSet::in_values(zones));
+            treqs.add(s.ct_key, ValueSet::in_values(cts));
+            let capacity = dense(&s.res_names, &it.capacity);
+            let overhead = dense(&s.res_names, &it.overhead);
+            let mut overhead_ds = vec![0; nres];
+            for (i, (r, _, req)) in ds.iter().enumerate() {
+                if ds_ok[i]
+                    && untolerated(&it.taints, &ds[i].1).is_none()
+                    && treqs.intersects(r).is_ok()
+                {
+                    for (o, q) in overhead_ds.iter_mut().zip(req) {
+                        *o += q;
+                    }
+                }
+            }
+            let usable = (0..nres)
+                .map(|i| capacity[i] - overhead[i] - overhead_ds[i])
+                .collect();
+            let mut offerings: Vec<(Sym, Sym, f64, bool)> = it
+                .offerings
+                .iter()
+                .map(|o| {
+                    (
+                        s.names.sym(&o.zone),
+                        s.names.sym(&o.capacity_type),
+                        o.price,
+                        o.available,
+                    )
+                })
+                .collect();
+            offerings.sort_by(|a, b| a.2.total_cmp(&b.2));
+            types.push(TypeData {
+                name: it.name.clone(),
+                reqs: treqs,
+                usable,
+                capacity,
+                overhead_ds,
+                offerings,
+                taints: it.taints.clone(),
+            });
+        }
+        let mut base = BitSet::new(types.len());
+        for (i, t) in types.iter().enumerate() {
+            if s.type_ok(t, &reqs) {
+                base.insert(i);
+                for (k, set) in t.reqs.entries() {
+                    if !set.complement {
+                        let u = universe.entry(*k).or_default();
+                        u.extend(
+                            set.values
+                                .iter()
+                                .filter(|v| reqs.get(k).is_none_or(|r| r.has(v))),
+                        );
+                    }
+                }
+            }
+        }
+        for (k, set) in reqs.entries() {
+            if !set.complement {
+                universe
+                    .entry(*k)
+                    .or_default()
+                    .extend(set.values.iter().copied());
+            }
+        }
+        let remaining = (0..nres)
+            .map(|i| {
+                let n = &s.res_names[i];
+                np.limits
+                    .get(n)
+                    .map_or(i64::MAX, |l| l - np.usage.get(n).copied().unwrap_or(0))
+            })
+            .collect();
+        let nodes_remaining = np
+            .limits
+            .get("nodes")
+            .map(|l| l - np.usage.get("nodes").copied().unwrap_or(0));
+        s.pools.push(PoolData {
+            name: np.name.clone(),
+            taints: np.taints.clone(),
+            startup_taints: np.startup_taints.clone(),
+            reqs,
+            types,
+            base,
+            remaining,
+            nodes_remaining,
+        });
+    }
+
+    // Existing nodes.
+    for n in &input.nodes {
+        let labels = s.ilabels(&n.labels);
+        for (k, v) in &labels {
+            universe.entry(*k).or_default().push(*v);
+        }
+        let taints = n
+            .taints
+            .iter()
+            .filter(|t| {
+                n.state == NodeState::Ready
+                    || !(EPHEMERAL_TAINT_KEYS.contains(&t.key.as_str())
+                        || n.startup_taints.contains(t))
+            })
+            .cloned()
+            .collect();
+        let alloc = dense(&s.res_names, &n.allocatable);
+        let used = dense(&s.res_names, &n.requested);
+        s.nodes.push(NodeData {
+            name: n.name.clone(),
+            labels,
+            taints,
+            free: alloc.iter().zip(&used).map(|(a, u)| a - u).collect(),
+            ports: n.pods.iter().flat_map(|p| p.host_ports.clone()).collect(),
+        });
+    }
+    for v in universe.values_mut() {
+        v.sort_by(|a, b| s.names.name(a.id).cmp(s.names.name(b.id)));
+        v.dedup();
+    }
+    s.universe = universe;
+
+    // Pods and topology groups.
+    let mut gindex: HashMap<GroupKey, usize> = HashMap::new();
+    let pods_id = res_index(&mut s.res_names, PODS);
+    for (pi, p) in input.pods.iter().enumerate() {
+        let ns = s.names.id(&p.namespace);
+        let labels = s.ilabels(&p.labels);
+        let mut requests = dense(&s.res_names, &p.requests);
+        if requests[pods_id] == 0 {
+            requests[pods_id] = 1;
+        }
+        let selector_reqs = s.label_reqs(&p.node_selector);
+        let required_terms = p
+            .required_node_affinity
+            .iter()
+            .map(|t| s.ireqs(t))
+            .collect();
+        let mut pref: Vec<&Weighted<Vec<Requirement>>> = p.preferred_node_affinity.iter().collect();
+        pref.sort_by_key(|w| std::cmp::Reverse(w.weight));
+        let preferred_terms = pref.iter().map(|w| s.ireqs(&w.term)).collect();
+        let mut spreads = Vec::new();
+        for t in &p.topology_spread {
+            let g = s.group(
+                &mut gindex,
+                GroupKind::Spread(t.max_skew.max(1)),
+                &t.topology_key,
+                &[],
+                ns,
+                &t.selector,
+            );
+            spreads.push((g, t.when_unsatisfiable == WhenUnsatisfiable::DoNotSchedule));
+        }
+        let mut terms = |s: &mut Solver, kind, list: Vec<&PodAffinityTerm>| -> Vec<usize> {
+            list.into_iter()
+                .map(|t| {
+                    s.group(
+                        &mut gindex,
+                        kind,
+                        &t.topology_key,
+                        &t.namespaces,
+                        ns,
+                        &t.selector,
+                    )
+                })
+                .collect()
+        };
+        let affinity = terms(&mut s, GroupKind::Affinity, p.pod_affinity.iter().collect());
+        let anti = terms(
+            &mut s,
+            GroupKind::Anti,
+            p.pod_anti_affinity.iter().collect(),
+        );
+        let mut pa: Vec<&Weighted<PodAffinityTerm>> = p.preferred_pod_affinity.iter().collect();
+        pa.sort_by_key(|w| std::cmp::Reverse(w.weight));
+        let pref_affinity = terms(
+            &mut s,
+            GroupKind::Affinity,
+            pa.iter().map(|w| &w.term).collect(),
+        );
+        let mut pn: Vec<&Weighted<PodAffinityTerm>> =
+            p.preferred_pod_anti_affinity.iter().collect();
+        pn.sort_by_key(|w| std::cmp::Reverse(w.weight));
+        let pref_anti = terms(
+            &mut s,
+            GroupKind::Anti,
+            pn.iter().map(|w| &w.term).collect(),
+        );
+        let mut pd = PodData {
+            input: pi,
+            requests,
+            ns,
+            labels,
+            tolerations: p.tolerations.clone(),
+            ports: p.host_ports.clone(),
+            selector_reqs,
+            required_terms,
+            preferred_terms,
+            spreads,
+            affinity,
+            anti,
+            pref_affinity,
+            pref_anti,
+            matched: Vec::new(),
+            repelled: Vec::new(),
+            term: 0,
+            pref_node_removed: 0,
+            pref_aff_removed: 0,
+            pref_anti_removed: 0,
+            schedule_anyway_removed: false,
+            tolerate_prefer_no_schedule: false,
+            reqs: IReqs::new(),
+        };
+        pd.rebuild_reqs();
+        s.pods.push(pd);
+    }
+    // Bound pods' required anti-affinity creates groups too.
+    let mut bound_anti: Vec<(usize, usize)> = Vec::new();
+    for (ni, n) in input.nodes.iter().enumerate() {
+        for bp in &n.pods {
+            let ns = s.names.id(&bp.namespace);
+            for t in &bp.pod_anti_affinity {
+                let g = s.group(
+                    &mut gindex,
+                    GroupKind::Anti,
+                    &t.topology_key,
+                    &t.namespaces,
+                    ns,
+                    &t.selector,
+                );
+                bound_anti.push((ni, g));
+            }
+        }
+    }
+    // Which groups each pod matches (cached by namespace + labels).
+    let mut cache: HashMap<MatchKey, Vec<usize>> = HashMap::new();
+    for pi in 0..s.pods.len() {
+        let key = (s.pods[pi].ns, s.pods[pi].labels.clone());
+        let matched = cache
+            .entry(key)
+            .or_insert_with(|| {
+                (0..s.groups.len())
+                    .filter(|g| s.groups[*g].selects(s.pods[pi].ns, &s.pods[pi].labels))
+                    .collect()
+            })
+            .clone();
+        s.pods[pi].matched = matched;
+    }
+    // Required-anti owners among pending pods, so matched pods know to avoid them.
+    let mut required_anti = vec![false; s.groups.len()];
+    for p in &s.pods {
+        for g in &p.anti {
+            required_anti[*g] = true;
+        }
+    }
+    for (_, g) in &bound_anti {
+        required_anti[*g] = true;
+    }
+    for p in s.pods.iter_mut() {
+        p.repelled = p
+            .matched
+            .iter()
+            .copied()
+            .filter(|g| required_anti[*g] && s.groups[*g].kind == GroupKind::Anti)
+            .collect();
+    }
+    // Counts from bound pods.
+    for (ni, n) in input.nodes.iter().enumerate() {
+        for bp in &n.pods {
+            let ns = s.names.id(&bp.namespace);
+            let labels = s.ilabels(&bp.labels);
+            for g in 0..s.groups.len() {
+                if s.groups[g].selects(ns, &labels) {
+                    record_node(&mut s, g, ni, false);
+                }
+            }
+        }
+    }
+    for (ni, g) in bound_anti {
+        record_node(&mut s, g, ni, true);
+    }
+    s
+}
+
+/// Records a pod on existing node `ni` into group `g` (as owner or as matching pod).
+pub(super) fn record_node(s: &mut Solver, g: usize, ni: usize, owner: bool) {
+    let key = s.groups[g].key;
+    let dom = lookup(&s.nodes[ni].labels, key);
+    let grp = &mut s.groups[g];
+    if owner {
+        grp.owner_total += 1;
+        if grp.host {
+            bump(&mut grp.owner_host, ni);
+        } else if let Some(d) = dom {
+            *grp.owner_counts.entry(d).or_default() += 1;
+        }
+    } else {
+        grp.total += 1;
+        if grp.host {
+            bump(&mut grp.host_counts, ni);
+        } else if let Some(d) = dom {
+            *grp.counts.entry(d).or_default() += 1;
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! The scheduling simulation (Karpenter's `Scheduler.Solve`).
+//!
+//! Setup interns every label key and value, turns resources into dense vectors, precomputes per
+//! NodePool the compatible instance types (as bitsets), their allocatable minus daemonset
+//! overhead, and the topology groups of every spread / (anti-)affinity term. The solve then pops
+//! pods in Karpenter's queue order and tries existing nodes, planned NodeClaims (fewest pods
+//! first, as Karpenter sorts them) and finally a new NodeClaim per NodePool (by weight); a pod that fits nowhere
+//! is relaxed one preference at a time and requeued.
+
+mod build;
+mod output;
+mod pack;
+mod pod;
+mod topology;
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::Failure;
+use crate::intern::{BitSet, Interner, Key, Sym};
+use crate::model::*;
+use crate::requirements::{Operator, Reqs, Requirement, ValueSet};
+
+use pack::CountOrder;
+use pod::PodData;
+use topology::Group;
+
+type IReqs = Reqs<Key, Sym>;
+type ISet = ValueSet<Sym>;
+/// Namespace and labels of a pod.
+type MatchKey = (u32, Vec<(Key, Sym)>);
+
+/// Instance types kept on a NodeClaim, cheapest first.
+pub const MAX_INSTANCE_TYPES: usize = 600;
+
+struct TypeData {
+    name: String,
+    reqs: IReqs,
+    /// Allocatable minus the pool's daemonset overhead for this type.
+    usable: Vec<i64>,
+    capacity: Vec<i64>,
+    overhead_ds: Vec<i64>,
+    /// Sorted by price.
+    offerings: Vec<(Sym, Sym, f64, bool)>,
+    taints: Vec<Taint>,
+}
+
+struct PoolData {
+    name: String,
+    taints: Vec<Taint>,
+    startup_taints: Vec<Taint>,
+    reqs: IReqs,
+    types: Vec<TypeData>,
+    base: BitSet,
+    remaining: Vec<i64>,
+    nodes_remaining: Option<i64>,
+}
+
+struct NodeData {
+    name: String,
+    labels: Vec<(Key, Sym)>,
+    taints: Vec<Taint>,
+    free: Vec<i64>,
+    ports: Vec<HostPort>,
+}
+
+struct Claim {
+    pool: usize,
+    reqs: IReqs,
+    cands: BitSet,
+    used: Vec<i64>,
+    max_free: Vec<i64>,
+    pods: Vec<usize>,
+    ports: Vec<HostPort>,
+}
+
+struct Solver {
+    names: Interner,
+    res_names: Vec<String>,
+    well_known: Vec<Key>,
+    zone_key: Key,
+    ct_key: Key,
+    it_key: Key,
+    pools: Vec<PoolData>,
+    nodes: Vec<NodeData>,
+    claims: Vec<Claim>,
+    /// Planned claims ordered by pod count ascending (Karpenter tries the emptiest first).
+    by_count: CountOrder,
+    groups: Vec<Group>,
+    /// Per non-hostname key: every known domain, in name order.
+    universe: HashMap<Key, Vec<Sym>>,
+    pods: Vec<PodData>,
+    placements: Vec<(usize, usize)>,
+}
+
+fn res_index(res_names: &mut Vec<String>, name: &str) -> usize {
+    if let Some(i) = res_names.iter().position(|n| n == name) {
+        return i;
+    }
+    res_names.push(name.to_string());
+    res_names.len() - 1
+}
+
+fn dense(res_names: &[String], r: &Resources) -> Vec<i64> {
+    res_names
+        .iter()
+        .map(|n| r.get(n).copied().unwrap_or(0))
+        .collect()
+}
+
+fn fits(req: &[i64], avail: &[i64]) -> bool {
+    req.iter().zip(avail).all(|(r, a)| r <= a)
+}
+
+impl Solver {
+    fn allow_undefined(&self, k: &Key) -> bool {
+        self.well_known.contains(k)
+    }
+
+    fn offering_ok(&self, t: &TypeData, reqs: &IReqs) -> bool {
+        let z = reqs.get(&self.zone_key);
+        let c = reqs.get(&self.ct_key);
+        t.offerings.iter().any(|(zone, ct, _, avail)| {
+            *avail && z.is_none_or(|s| s.has(zone)) && c.is_none_or(|s| s.has(ct))
+        })
+    }
+
+    fn cheapest_offering(&self, t: &TypeData, reqs: &IReqs) -> Option<(Sym, Sym, f64)> {
+        let z = reqs.get(&self.zone_key);
+        let c = reqs.get(&self.ct_key);
+        t.offerings
+            .iter()
+            .find(|(zone, ct, _, avail)| {
+                *avail && z.is_none_or(|s| s.has(zone)) && c.is_none_or(|s| s.has(ct))
+            })
+            .map(|(z, c, p, _)| (*z, *c, *p))
+    }
+
+    fn type_ok(&self, t: &TypeData, reqs: &IReqs) -> bool {
+        t.reqs.intersects(reqs).is_ok() && self.offering_ok(t, reqs)
+    }
+
+    fn key_name(&self, k: Key) -> String {
+        self.names.name(k).to_string()
+    }
+}
+
+fn incompat_key(e: crate::requirements::Incompatibility<Key>) -> Key {
+    match e {
+        crate::requirements::Incompatibility::NoCommonValue(k)
+        | crate::requirements::Incompatibility::Undefined(k) => k,
+    }
+}
+
+/// A failure without allocation (ids instead of names); see [`Solver::expand`].
+#[derive(Clone, Copy, Debug)]
+enum Why {
+    Requirements(Key),
+    /// Every otherwise compatible shape has a taint the pod does not tolerate: pool, type
+    /// and taint index.
+    Taint(usize, usize, usize),
+    NoCompatibleInstanceType,
+    InsufficientResources(usize),
+    MinValues {
+        key: Key,
+        want: u32,
+        got: u32,
+    },
+    TopologySpread(Key),
+    PodAffinity(Key),
+    PodAntiAffinity(Key),
+    HostPort(u16),
+}
+
+fn taint_failure(t: &Taint) -> Failure {
+    Failure::Taint(format!("{}={}:{:?}", t.key, t.value, t.effect))
+}
+
+impl Solver {
+    fn expand(&self, w: Why) -> Failure {
+        match w {
+            Why::Requirements(k) => Failure::Requirements(self.key_name(k)),
+            Why::NoCompatibleInstanceType => Failure::NoCompatibleInstanceType,
+            Why::Taint(pool, t, i) => match self.pools[pool].types[t].taints.get(i) {
+                Some(taint) => taint_failure(taint),
+                None => Failure::NoCompatibleInstanceType,
+            },
+            Why::InsufficientResources(r) => {
+                Failure::InsufficientResources(self.res_names.get(r).cloned().unwrap_or_default())
+            }
+            Why::MinValues { key, want, got } => Failure::MinValues {
+                key: self.key_name(key),
+                want,
+                got,
+            },
+            Why::TopologySpread(k) => Failure::TopologySpread(self.key_name(k)),
+            Why::PodAffinity(k) => Failure::PodAffinity(self.key_name(k)),
+            Why::PodAntiAffinity(k) => Failure::PodAntiAffinity(self.key_name(k)),
+            Why::HostPort(p) => Failure::HostPort(p),
+        }
+    }
+}
+
+/// Runs one scheduling simulation. Deterministic: the same input gives the same output.
+pub fn solve(input: &Input) -> Output {
+    let mut s = build::build(input);
+    let cpu = 0;
+    let mem = 1;
+    // Queue: cpu desc, memory desc, creation, uid.
+    let mut queue: Vec<usize> = (0..s.pods.len()).collect();
+    queue.sort_by(|&a, &b| {
+        let (pa, pb) = (&s.pods[a], &s.pods[b]);
+        let (ia, ib) = (&input.pods[pa.input], &input.pods[pb.input]);
+        pb.requests[cpu]
+            .cmp(&pa.requests[cpu])
+            .then(pb.requests[mem].cmp(&pa.requests[mem]))
+            .then(ia.creation.cmp(&ib.creation))
+            .then_with(|| ia.uid.cmp(&ib.uid))
+    });
+    let mut queue: std::collections::VecDeque<usize> = queue.into();
+    let mut last_len = vec![usize::MAX; s.pods.len()];
+    let mut errors: Vec<Vec<(usize, Failure)>> = vec![Vec::new(); s.pods.len()];
+    while let Some(&pi) = queue.front() {
+        if last_len[pi] == queue.len() {
+            break;
+        }
+        last_len[pi] = queue.len();
+        queue.pop_front();
+        match s.add(pi) {
+            Ok(()) => errors[pi].clear(),
+            Err(f) => {
+                errors[pi] = f;
+                let relaxed = s.pods[pi].relax();
+                queue.push_back(pi);
+                if relaxed {
+                    last_len.iter_mut().for_each(|l| *l = usize::MAX);
+                }
+            }
+        }
+    }
+    output::output(&s, input, queue.into_iter().collect(), errors)
+}

@@ -1,0 +1,396 @@
+//! Packing: existing nodes, planned NodeClaims (fewest pods first), new NodeClaims.
+
+use super::topology::{DomainRule, TopoPlan, lookup};
+use super::*;
+
+/// Claim indices kept sorted by pod count ascending in O(1) per change: `order[end[k-1]..end[k]]`
+/// holds the claims with exactly `k` pods.
+#[derive(Default)]
+pub(super) struct CountOrder {
+    pub(super) order: Vec<usize>,
+    pub(super) pos: Vec<usize>,
+    pub(super) end: Vec<usize>,
+}
+
+impl CountOrder {
+    pub(super) fn swap(&mut self, a: usize, b: usize) {
+        self.order.swap(a, b);
+        self.pos[self.order[a]] = a;
+        self.pos[self.order[b]] = b;
+    }
+
+    /// Adds claim `claim` (the next index) with one pod.
+    pub(super) fn push(&mut self, claim: usize) {
+        if self.end.is_empty() {
+            self.end = vec![0, 0];
+        }
+        let n = self.order.len();
+        self.order.push(claim);
+        if self.pos.len() <= claim {
+            self.pos.resize(claim + 1, 0);
+        }
+        self.pos[claim] = n;
+        let mut p = n;
+        for k in (2..self.end.len()).rev() {
+            let first = self.end[k - 1];
+            if first < self.end[k] {
+                self.swap(p, first);
+                p = first;
+            }
+            self.end[k] += 1;
+        }
+        self.end[1] += 1;
+    }
+
+    /// Claim `claim` goes from `from` pods to `from + 1`.
+    pub(super) fn increment(&mut self, claim: usize, from: usize) {
+        if from + 1 >= self.end.len() {
+            self.end.push(self.order.len());
+        }
+        let last = self.end[from] - 1;
+        self.swap(self.pos[claim], last);
+        self.end[from] -= 1;
+    }
+}
+
+/// Result of a successful tentative add to a claim.
+pub(super) struct ClaimUpdate {
+    pub(super) reqs: Option<IReqs>,
+    pub(super) cands: BitSet,
+    pub(super) used: Vec<i64>,
+    pub(super) max_free: Vec<i64>,
+}
+
+impl Solver {
+    pub(super) fn pool_check(&self, pool: usize, pod: &PodData) -> Result<(), Failure> {
+        let p = &self.pools[pool];
+        if let Some(t) = untolerated(&p.taints, &pod.tolerations) {
+            return Err(taint_failure(t));
+        }
+        p.reqs
+            .compatible(&pod.reqs, |k| self.allow_undefined(k))
+            .map_err(|e| Failure::Requirements(self.key_name(incompat_key(e))))
+    }
+
+    /// Tries to add pod to a claim state (existing claim or a fresh one).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn try_claim(
+        &self,
+        pool: usize,
+        reqs: &IReqs,
+        cands: &BitSet,
+        used: &[i64],
+        ports: &[HostPort],
+        slot: usize,
+        pod: &PodData,
+        plan: &TopoPlan,
+    ) -> Result<ClaimUpdate, Why> {
+        if let Some(hp) = pod.host_ports_conflict(ports) {
+            return Err(Why::HostPort(hp));
+        }
+        self.host_ok(plan, slot)?;
+        reqs.compatible(&pod.reqs, |k| self.allow_undefined(k))
+            .map_err(|e| Why::Requirements(incompat_key(e)))?;
+        self.rules_possible(plan, reqs, &pod.reqs)?;
+        let new_reqs = if pod.reqs.is_empty() && plan.rules.is_empty() {
+            None
+        } else {
+            let mut r = reqs.clone();
+            r.intersect(&pod.reqs);
+            self.apply_rules(plan, &mut r)?;
+            if r == *reqs { None } else { Some(r) }
+        };
+        let new_used: Vec<i64> = used.iter().zip(&pod.requests).map(|(a, b)| a + b).collect();
+        let p = &self.pools[pool];
+        let mut out = BitSet::new(p.types.len());
+        let mut max_free = vec![i64::MIN; new_used.len()];
+        let mut any_req_ok = false;
+        let mut best_short: Option<usize> = None;
+        let mut untolerated_taint: Option<(usize, usize)> = None;
+        for t in cands.iter() {
+            let td = &p.types[t];
+            if let Some(r) = &new_reqs
+                && !self.type_ok(td, r)
+            {
+                continue;
+            }
+            if let Some(i) = td
+                .taints
+                .iter()
+                .position(|t| !pod.tolerations.iter().any(|tol| tol.tolerates(t)))
+            {
+                untolerated_taint.get_or_insert((t, i));
+                continue;
+            }
+            any_req_ok = true;
+            if !fits(&new_used, &td.usable) {
+                if best_short.is_none() {
+                    best_short = new_used.iter().zip(&td.usable).position(|(u, a)| u > a);
+                }
+                continue;
+            }
+            out.insert(t);
+            for (m, (a, u)) in max_free.iter_mut().zip(td.usable.iter().zip(&new_used)) {
+                *m = (*m).max(a - u);
+            }
+        }
+        if out.is_empty() {
+            if let (false, Some((t, i))) = (any_req_ok, untolerated_taint) {
+                return Err(Why::Taint(pool, t, i));
+            }
+            if !any_req_ok {
+                return Err(Why::NoCompatibleInstanceType);
+            }
+            return Err(Why::InsufficientResources(best_short.unwrap_or(0)));
+        }
+        let final_reqs = new_reqs.as_ref().unwrap_or(reqs);
+        self.check_min_values(pool, final_reqs, &out)?;
+        Ok(ClaimUpdate {
+            reqs: new_reqs,
+            cands: out,
+            used: new_used,
+            max_free,
+        })
+    }
+
+    pub(super) fn check_min_values(
+        &self,
+        pool: usize,
+        reqs: &IReqs,
+        cands: &BitSet,
+    ) -> Result<(), Why> {
+        for (k, set) in reqs.entries() {
+            let Some(min) = set.min_values else { continue };
+            let mut vals: Vec<Sym> = Vec::new();
+            for t in cands.iter() {
+                if let Some(ts) = self.pools[pool].types[t].reqs.get(k) {
+                    vals.extend(ts.values.iter().filter(|v| set.has(v)));
+                }
+            }
+            vals.sort();
+            vals.dedup();
+            if vals.len() < min as usize {
+                return Err(Why::MinValues {
+                    key: *k,
+                    want: min,
+                    got: vals.len() as u32,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn try_existing(&self, ni: usize, pod: &PodData, plan: &TopoPlan) -> bool {
+        let n = &self.nodes[ni];
+        if !fits(&pod.requests, &n.free) {
+            return false;
+        }
+        if untolerated(&n.taints, &pod.tolerations).is_some() {
+            return false;
+        }
+        if pod.reqs.matches_labels(|k| lookup(&n.labels, *k)).is_err() {
+            return false;
+        }
+        if pod.host_ports_conflict(&n.ports).is_some() {
+            return false;
+        }
+        if self.host_ok(plan, ni).is_err() {
+            return false;
+        }
+        // The node's domain is its label; a node without the label is no domain of the
+        // constraint (only an exclusion can hold there).
+        plan.rules.iter().all(|r| match lookup(&n.labels, r.key) {
+            None => matches!(&r.rule, DomainRule::Narrow(set) if set.complement),
+            Some(d) => match &r.rule {
+                DomainRule::Pick(order) | DomainRule::Bootstrap(order) => order.contains(&d),
+                DomainRule::Narrow(set) => set.has(&d),
+            },
+        })
+    }
+
+    /// Schedules one pod; Err carries the per-pool failures.
+    pub(super) fn add(&mut self, pi: usize) -> Result<(), Vec<(usize, Failure)>> {
+        let plan = self.plan(&self.pods[pi]);
+        // 1. Existing and in-flight nodes.
+        for ni in 0..self.nodes.len() {
+            if self.try_existing(ni, &self.pods[pi], &plan) {
+                let req = self.pods[pi].requests.clone();
+                let n = &mut self.nodes[ni];
+                for (f, r) in n.free.iter_mut().zip(&req) {
+                    *f -= r;
+                }
+                n.ports.extend(self.pods[pi].host_ports());
+                self.record(pi, ni, None);
+                self.placements.push((pi, ni));
+                return Ok(());
+            }
+        }
+        // 2. Planned NodeClaims, fewest pods first.
+        let pool_ok: Vec<Result<(), Failure>> = (0..self.pools.len())
+            .map(|p| self.pool_check(p, &self.pods[pi]))
+            .collect();
+        let base = self.nodes.len();
+        for oi in 0..self.by_count.order.len() {
+            let ci = self.by_count.order[oi];
+            let c = &self.claims[ci];
+            if !fits(&self.pods[pi].requests, &c.max_free) || pool_ok[c.pool].is_err() {
+                continue;
+            }
+            if let Ok(u) = self.try_claim(
+                c.pool,
+                &c.reqs,
+                &c.cands,
+                &c.used,
+                &c.ports,
+                base + ci,
+                &self.pods[pi],
+                &plan,
+            ) {
+                self.commit(pi, ci, u);
+                return Ok(());
+            }
+        }
+        // 3. A new NodeClaim, pools by weight.
+        let mut failures = Vec::new();
+        for (pool, ok) in pool_ok.into_iter().enumerate() {
+            if let Err(f) = ok {
+                failures.push((pool, f));
+                continue;
+            }
+            match self.new_claim(pool, pi, &plan) {
+                Ok(()) => return Ok(()),
+                Err(f) => failures.push((pool, f)),
+            }
+        }
+        Err(failures)
+    }
+
+    pub(super) fn new_claim(
+        &mut self,
+        pool: usize,
+        pi: usize,
+        plan: &TopoPlan,
+    ) -> Result<(), Failure> {
+        let p = &self.pools[pool];
+        if p.nodes_remaining.is_some_and(|n| n <= 0) {
+            return Err(Failure::Limits("nodes".into()));
+        }
+        let mut cands = BitSet::new(p.types.len());
+        let mut limited: Option<usize> = None;
+        for t in p.base.iter() {
+            let cap = &p.types[t].capacity;
+            match cap.iter().zip(&p.remaining).position(|(c, r)| c > r) {
+                None => cands.insert(t),
+                Some(r) => limited = limited.or(Some(r)),
+            }
+        }
+        if cands.is_empty() {
+            return Err(match limited {
+                Some(r) => Failure::Limits(self.res_names[r].clone()),
+                None => Failure::NoCompatibleInstanceType,
+            });
+        }
+        let used = vec![0; self.res_names.len()];
+        let slot = self.nodes.len() + self.claims.len();
+        let u = match self.try_claim(
+            pool,
+            &p.reqs,
+            &cands,
+            &used,
+            &[],
+            slot,
+            &self.pods[pi],
+            plan,
+        ) {
+            Ok(u) => u,
+            // A type above the limit would have fitted: the limit is what failed.
+            Err(Why::InsufficientResources(_)) if let Some(r) = limited => {
+                return Err(Failure::Limits(self.res_names[r].clone()));
+            }
+            Err(e) => return Err(self.expand(e)),
+        };
+        let reqs = self.pools[pool].reqs.clone();
+        self.claims.push(Claim {
+            pool,
+            reqs,
+            cands: BitSet::new(0),
+            used,
+            max_free: Vec::new(),
+            pods: Vec::new(),
+            ports: Vec::new(),
+        });
+        let ci = self.claims.len() - 1;
+        self.by_count.push(ci);
+        self.commit(pi, ci, u);
+        // Limits: subtract the largest candidate capacity.
+        let p = &mut self.pools[pool];
+        let mut maxcap = vec![0i64; p.remaining.len()];
+        for t in self.claims[ci].cands.iter() {
+            for (m, c) in maxcap.iter_mut().zip(&p.types[t].capacity) {
+                *m = (*m).max(*c);
+            }
+        }
+        for (r, m) in p.remaining.iter_mut().zip(&maxcap) {
+            if *r != i64::MAX {
+                *r -= m;
+            }
+        }
+        if let Some(n) = p.nodes_remaining.as_mut() {
+            *n -= 1;
+        }
+        Ok(())
+    }
+
+    pub(super) fn commit(&mut self, pi: usize, ci: usize, u: ClaimUpdate) {
+        let slot = self.nodes.len() + ci;
+        let before = self.claims[ci].pods.len();
+        if before > 0 {
+            self.by_count.increment(ci, before);
+        }
+        let ports = self.pods[pi].host_ports();
+        let c = &mut self.claims[ci];
+        if let Some(r) = u.reqs {
+            c.reqs = r;
+        }
+        c.cands = u.cands;
+        c.used = u.used;
+        c.max_free = u.max_free;
+        c.pods.push(pi);
+        c.ports.extend(ports);
+        let reqs = c.reqs.clone();
+        self.record(pi, slot, Some(&reqs));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CountOrder;
+
+    #[test]
+    pub(super) fn count_order_stays_sorted() {
+        let mut o = CountOrder::default();
+        let mut counts: Vec<usize> = Vec::new();
+        let mut x: u64 = 7;
+        for step in 0..2000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            if counts.is_empty() || step % 7 == 0 {
+                o.push(counts.len());
+                counts.push(1);
+            } else {
+                let c = (x >> 33) as usize % counts.len();
+                o.increment(c, counts[c]);
+                counts[c] += 1;
+            }
+            let seen: Vec<usize> = o.order.iter().map(|c| counts[*c]).collect();
+            assert!(
+                seen.windows(2).all(|w| w[0] <= w[1]),
+                "step {step}: {seen:?}"
+            );
+            for (p, c) in o.order.iter().enumerate() {
+                assert_eq!(o.pos[*c], p);
+            }
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! One pending pod's scheduling state and Karpenter's relaxation order.
+
+use super::*;
+
+pub(super) struct PodData {
+    pub(super) input: usize,
+    pub(super) requests: Vec<i64>,
+    pub(super) ns: u32,
+    pub(super) labels: Vec<(Key, Sym)>,
+    pub(super) tolerations: Vec<Toleration>,
+    pub(super) ports: Vec<HostPort>,
+    /// nodeSelector requirements.
+    pub(super) selector_reqs: IReqs,
+    pub(super) required_terms: Vec<IReqs>,
+    /// Sorted by weight descending.
+    pub(super) preferred_terms: Vec<IReqs>,
+    pub(super) spreads: Vec<(usize, bool)>,
+    pub(super) affinity: Vec<usize>,
+    pub(super) anti: Vec<usize>,
+    pub(super) pref_affinity: Vec<usize>,
+    pub(super) pref_anti: Vec<usize>,
+    /// Groups whose selector matches this pod.
+    pub(super) matched: Vec<usize>,
+    /// Required anti-affinity groups whose selector matches this pod (it must avoid their owners).
+    pub(super) repelled: Vec<usize>,
+    // Relaxation state.
+    pub(super) term: usize,
+    pub(super) pref_node_removed: usize,
+    pub(super) pref_aff_removed: usize,
+    pub(super) pref_anti_removed: usize,
+    pub(super) schedule_anyway_removed: bool,
+    pub(super) tolerate_prefer_no_schedule: bool,
+    pub(super) reqs: IReqs,
+}
+
+impl PodData {
+    pub(super) fn rebuild_reqs(&mut self) {
+        let mut r = self.selector_reqs.clone();
+        if let Some(t) = self.required_terms.get(self.term) {
+            r.intersect(t);
+        }
+        if let Some(t) = self.preferred_terms.get(self.pref_node_removed) {
+            r.intersect(t);
+        }
+        self.reqs = r;
+    }
+
+    /// Active owned topology groups (gid, is-required-anti).
+    pub(super) fn owned(&self) -> impl Iterator<Item = (usize, bool)> + '_ {
+        let spreads = self
+            .spreads
+            .iter()
+            .filter(|(_, hard)| *hard || !self.schedule_anyway_removed)
+            .map(|(g, _)| (*g, false));
+        spreads
+            .chain(self.affinity.iter().map(|g| (*g, false)))
+            .chain(self.anti.iter().map(|g| (*g, true)))
+            .chain(
+                self.pref_affinity
+                    .iter()
+                    .skip(self.pref_aff_removed)
+                    .map(|g| (*g, false)),
+            )
+            .chain(
+                self.pref_anti
+                    .iter()
+                    .skip(self.pref_anti_removed)
+                    .map(|g| (*g, false)),
+            )
+    }
+
+    /// Karpenter's relaxation order; false when nothing is left to relax.
+    pub(super) fn relax(&mut self) -> bool {
+        if self.term + 1 < self.required_terms.len() {
+            self.term += 1;
+        } else if self.pref_aff_removed < self.pref_affinity.len() {
+            self.pref_aff_removed += 1;
+        } else if self.pref_anti_removed < self.pref_anti.len() {
+            self.pref_anti_removed += 1;
+        } else if self.pref_node_removed < self.preferred_terms.len() {
+            self.pref_node_removed += 1;
+        } else if !self.schedule_anyway_removed && self.spreads.iter().any(|(_, hard)| !hard) {
+            self.schedule_anyway_removed = true;
+        } else if !self.tolerate_prefer_no_schedule {
+            self.tolerate_prefer_no_schedule = true;
+            self.tolerations.push(Toleration::exists(
+                None,
+                Some(TaintEffect::PreferNoSchedule),
+            ));
+        } else {
+            return false;
+        }
+        self.rebuild_reqs();
+        true
+    }
+}
+
+impl PodData {
+    pub(super) fn host_ports_conflict(&self, ports: &[HostPort]) -> Option<u16> {
+        self.host_ports_ref()
+            .iter()
+            .find(|hp| ports.iter().any(|o| o.conflicts(hp)))
+            .map(|hp| hp.port)
+    }
+}
+
+impl PodData {
+    pub(super) fn host_ports_ref(&self) -> &[HostPort] {
+        &self.ports
+    }
+    pub(super) fn host_ports(&self) -> Vec<HostPort> {
+        self.ports.clone()
+    }
+}

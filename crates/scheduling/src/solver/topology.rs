@@ -1,0 +1,350 @@
+//! Topology groups (spread, pod affinity and anti-affinity) and the per-attempt domain rules.
+
+use super::*;
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub(super) enum GroupKind {
+    Spread(u32),
+    Affinity,
+    Anti,
+}
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(super) struct Selector {
+    pub(super) labels: Vec<(Key, Sym)>,
+    pub(super) exprs: IReqs,
+}
+
+impl Selector {
+    pub(super) fn matches(&self, labels: &[(Key, Sym)]) -> bool {
+        self.labels
+            .iter()
+            .all(|(k, v)| lookup(labels, *k) == Some(*v))
+            && self.exprs.matches_labels(|k| lookup(labels, *k)).is_ok()
+    }
+}
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(super) struct GroupKey {
+    pub(super) kind: GroupKind,
+    pub(super) key: Key,
+    pub(super) namespaces: Vec<u32>,
+    pub(super) selector: Selector,
+}
+
+pub(super) struct Group {
+    pub(super) kind: GroupKind,
+    pub(super) key: Key,
+    pub(super) host: bool,
+    pub(super) namespaces: Vec<u32>,
+    pub(super) selector: Selector,
+    pub(super) counts: HashMap<Sym, u32>,
+    pub(super) host_counts: Vec<u32>,
+    pub(super) total: u32,
+    pub(super) owner_counts: HashMap<Sym, u32>,
+    pub(super) owner_host: Vec<u32>,
+    pub(super) owner_total: u32,
+}
+
+impl Group {
+    pub(super) fn selects(&self, ns: u32, labels: &[(Key, Sym)]) -> bool {
+        self.namespaces.contains(&ns) && self.selector.matches(labels)
+    }
+    pub(super) fn host_count(&self, slot: usize) -> u32 {
+        self.host_counts.get(slot).copied().unwrap_or(0)
+    }
+    pub(super) fn owner_host_count(&self, slot: usize) -> u32 {
+        self.owner_host.get(slot).copied().unwrap_or(0)
+    }
+}
+
+pub(super) fn bump(v: &mut Vec<u32>, slot: usize) {
+    if v.len() <= slot {
+        v.resize(slot + 1, 0);
+    }
+    v[slot] += 1;
+}
+
+pub(super) fn lookup(labels: &[(Key, Sym)], k: Key) -> Option<Sym> {
+    labels
+        .binary_search_by(|(kk, _)| kk.cmp(&k))
+        .ok()
+        .map(|i| labels[i].1)
+}
+
+/// A per-attempt rule on a non-hostname topology key.
+pub(super) enum DomainRule {
+    /// Pick the first domain (cheapest count first) the node allows.
+    Pick(Vec<Sym>),
+    /// Narrow to this set.
+    Narrow(ISet),
+    /// Self-affinity bootstrap: first pod domain the node allows, else the first pod domain.
+    Bootstrap(Vec<Sym>),
+}
+
+pub(super) struct Rule {
+    pub(super) key: Key,
+    pub(super) rule: DomainRule,
+    pub(super) failure: fn(Key) -> Why,
+}
+
+/// Per-attempt view of one pod's topology: cheap host checks and domain rules.
+pub(super) struct TopoPlan {
+    /// (group, kind) checks on the hostname key.
+    pub(super) host: Vec<(usize, HostCheck)>,
+    pub(super) rules: Vec<Rule>,
+}
+
+#[derive(Clone, Copy)]
+pub(super) enum HostCheck {
+    Spread { max: u32, selfsel: u32 },
+    Affinity { bootstrap: bool },
+    Anti,
+    Repelled,
+}
+
+use Why::PodAffinity as affinity_failure;
+use Why::PodAntiAffinity as anti_failure;
+use Why::TopologySpread as spread_failure;
+
+impl Solver {
+    pub(super) fn pod_domains(&self, pod: &PodData, key: Key) -> Vec<Sym> {
+        let empty = Vec::new();
+        let u = self.universe.get(&key).unwrap_or(&empty);
+        match pod.reqs.get(&key) {
+            None => u.clone(),
+            Some(r) => u.iter().copied().filter(|d| r.has(d)).collect(),
+        }
+    }
+
+    pub(super) fn plan(&self, pod: &PodData) -> TopoPlan {
+        let mut plan = TopoPlan {
+            host: Vec::new(),
+            rules: Vec::new(),
+        };
+        for (g, _) in pod.owned() {
+            let grp = &self.groups[g];
+            let selfsel = u32::from(grp.selects(pod.ns, &pod.labels));
+            if grp.host {
+                let check = match grp.kind {
+                    GroupKind::Spread(max) => HostCheck::Spread { max, selfsel },
+                    GroupKind::Affinity => HostCheck::Affinity {
+                        bootstrap: grp.total == 0 && selfsel == 1,
+                    },
+                    GroupKind::Anti => HostCheck::Anti,
+                };
+                plan.host.push((g, check));
+                continue;
+            }
+            let pd = self.pod_domains(pod, grp.key);
+            let count = |d: &Sym| grp.counts.get(d).copied().unwrap_or(0);
+            let rule = match grp.kind {
+                GroupKind::Spread(max) => {
+                    let min = pd.iter().map(count).min().unwrap_or(0);
+                    let mut allowed: Vec<(u32, usize, Sym)> = pd
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, d)| count(d) + selfsel <= min + max)
+                        .map(|(i, d)| (count(d), i, *d))
+                        .collect();
+                    allowed.sort();
+                    Rule {
+                        key: grp.key,
+                        rule: DomainRule::Pick(allowed.into_iter().map(|x| x.2).collect()),
+                        failure: spread_failure,
+                    }
+                }
+                GroupKind::Affinity => {
+                    let options: Vec<Sym> = pd.iter().copied().filter(|d| count(d) > 0).collect();
+                    if options.is_empty() && selfsel == 1 {
+                        Rule {
+                            key: grp.key,
+                            rule: DomainRule::Bootstrap(pd),
+                            failure: affinity_failure,
+                        }
+                    } else {
+                        Rule {
+                            key: grp.key,
+                            rule: DomainRule::Narrow(ISet::in_values(options)),
+                            failure: affinity_failure,
+                        }
+                    }
+                }
+                GroupKind::Anti => {
+                    let options: Vec<Sym> = pd.iter().copied().filter(|d| count(d) == 0).collect();
+                    // Like Karpenter, land in one empty domain (so only that one is blocked).
+                    Rule {
+                        key: grp.key,
+                        rule: DomainRule::Pick(options),
+                        failure: anti_failure,
+                    }
+                }
+            };
+            plan.rules.push(rule);
+        }
+        for &g in &pod.repelled {
+            let grp = &self.groups[g];
+            if grp.owner_total == 0 {
+                continue;
+            }
+            if grp.host {
+                plan.host.push((g, HostCheck::Repelled));
+            } else {
+                let blocked: Vec<Sym> = grp
+                    .owner_counts
+                    .iter()
+                    .filter(|(_, c)| **c > 0)
+                    .map(|(d, _)| *d)
+                    .collect();
+                plan.rules.push(Rule {
+                    key: grp.key,
+                    rule: DomainRule::Narrow(ISet::not_in(blocked)),
+                    failure: anti_failure,
+                });
+            }
+        }
+        plan
+    }
+
+    pub(super) fn host_ok(&self, plan: &TopoPlan, slot: usize) -> Result<(), Why> {
+        for &(g, check) in &plan.host {
+            let grp = &self.groups[g];
+            let ok = match check {
+                HostCheck::Spread { max, selfsel } => grp.host_count(slot) + selfsel <= max,
+                HostCheck::Affinity { bootstrap } => bootstrap || grp.host_count(slot) > 0,
+                HostCheck::Anti => grp.host_count(slot) == 0,
+                HostCheck::Repelled => grp.owner_host_count(slot) == 0,
+            };
+            if !ok {
+                let k = grp.key;
+                return Err(match grp.kind {
+                    GroupKind::Spread(_) => Why::TopologySpread(k),
+                    GroupKind::Affinity => Why::PodAffinity(k),
+                    GroupKind::Anti => Why::PodAntiAffinity(k),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies the domain rules to `reqs` (a node's or claim's requirements, already intersected
+    /// with the pod's).
+    pub(super) fn apply_rules(&self, plan: &TopoPlan, reqs: &mut IReqs) -> Result<(), Why> {
+        for r in &plan.rules {
+            let nd = reqs.get(&r.key);
+            let narrowed = match &r.rule {
+                DomainRule::Pick(order) => order
+                    .iter()
+                    .find(|d| nd.is_none_or(|s| s.has(d)))
+                    .map(|d| ISet::in_values(vec![*d])),
+                DomainRule::Narrow(set) => {
+                    let n = nd.map_or_else(|| set.clone(), |s| s.intersection(set));
+                    (!n.is_empty()).then_some(n)
+                }
+                DomainRule::Bootstrap(pd) => pd
+                    .iter()
+                    .find(|d| nd.is_none_or(|s| s.has(d)))
+                    .or(pd.first())
+                    .filter(|d| nd.is_none_or(|s| s.has(d)))
+                    .map(|d| ISet::in_values(vec![*d])),
+            };
+            match narrowed {
+                Some(n) => reqs.add(r.key, n),
+                None => return Err((r.failure)(r.key)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Cheap pre-check of the domain rules against fixed node domains (no allocation).
+    pub(super) fn rules_possible(
+        &self,
+        plan: &TopoPlan,
+        node: &IReqs,
+        pod: &IReqs,
+    ) -> Result<(), Why> {
+        for r in &plan.rules {
+            let a = node.get(&r.key);
+            let b = pod.get(&r.key);
+            let allowed = |d: &Sym| a.is_none_or(|s| s.has(d)) && b.is_none_or(|s| s.has(d));
+            let ok = match &r.rule {
+                DomainRule::Pick(order) | DomainRule::Bootstrap(order) => order.iter().any(allowed),
+                DomainRule::Narrow(set) => {
+                    if set.complement {
+                        true
+                    } else {
+                        set.values.iter().any(allowed)
+                    }
+                }
+            };
+            if !ok {
+                return Err((r.failure)(r.key));
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn record(&mut self, pod: usize, slot: usize, reqs: Option<&IReqs>) {
+        let labels = if slot < self.nodes.len() {
+            Some(self.nodes[slot].labels.clone())
+        } else {
+            None
+        };
+        let domains = |s: &Solver, key: Key, all: bool| -> Vec<Sym> {
+            if let Some(l) = &labels {
+                return lookup(l, key).into_iter().collect();
+            }
+            match reqs.and_then(|r| r.get(&key)) {
+                Some(set) if !set.complement && (all || set.values.len() == 1) => {
+                    set.values.clone()
+                }
+                Some(set) if all => s
+                    .universe
+                    .get(&key)
+                    .map(|u| u.iter().copied().filter(|d| set.has(d)).collect())
+                    .unwrap_or_default(),
+                None if all => s.universe.get(&key).cloned().unwrap_or_default(),
+                _ => Vec::new(),
+            }
+        };
+        let matched = self.pods[pod].matched.clone();
+        for g in matched {
+            let (host, key, anti) = {
+                let grp = &self.groups[g];
+                (grp.host, grp.key, grp.kind == GroupKind::Anti)
+            };
+            let doms = if host {
+                Vec::new()
+            } else {
+                domains(self, key, anti)
+            };
+            let grp = &mut self.groups[g];
+            grp.total += 1;
+            if host {
+                bump(&mut grp.host_counts, slot);
+            } else {
+                for d in doms {
+                    *grp.counts.entry(d).or_default() += 1;
+                }
+            }
+        }
+        let owners = self.pods[pod].anti.clone();
+        for g in owners {
+            let (host, key) = (self.groups[g].host, self.groups[g].key);
+            let doms = if host {
+                Vec::new()
+            } else {
+                domains(self, key, true)
+            };
+            let grp = &mut self.groups[g];
+            grp.owner_total += 1;
+            if host {
+                bump(&mut grp.owner_host, slot);
+            } else {
+                for d in doms {
+                    *grp.owner_counts.entry(d).or_default() += 1;
+                }
+            }
+        }
+    }
+}

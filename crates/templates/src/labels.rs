@@ -1,0 +1,161 @@
+//! Label and taint syntax: Kubernetes' rules for label keys and values, and the
+//! cluster-autoscaler `…/labels` and `…/taints` annotation formats.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Taint;
+
+use crate::names::{DOMAIN, LABEL_CAPACITY_TYPE};
+
+/// Checks a label value: ≤ 63 characters, alphanumerics with `-_.` inside.
+pub fn validate_label_value(v: &str) -> Result<(), String> {
+    if v.len() > 63 {
+        return Err("longer than 63 characters".into());
+    }
+    if v.is_empty() {
+        return Ok(());
+    }
+    let ok_inner = v
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    let bytes = v.as_bytes();
+    let ends = bytes[0].is_ascii_alphanumeric() && bytes[bytes.len() - 1].is_ascii_alphanumeric();
+    if ok_inner && ends {
+        Ok(())
+    } else {
+        Err(
+            "must be alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric"
+                .into(),
+        )
+    }
+}
+
+/// Checks a label (or taint) key: `[prefix/]name`, prefix a DNS subdomain.
+pub fn validate_label_key(k: &str) -> Result<(), String> {
+    let (prefix, name) = match k.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, k),
+    };
+    if name.is_empty() {
+        return Err("empty name".into());
+    }
+    validate_label_value(name).map_err(|e| format!("name {e}"))?;
+    if let Some(p) = prefix {
+        let ok = !p.is_empty()
+            && p.len() <= 253
+            && p.split('.').all(|part| {
+                !part.is_empty()
+                    && part
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                    && !part.starts_with('-')
+                    && !part.ends_with('-')
+            });
+        if !ok {
+            return Err(format!("prefix {p:?} is not a DNS subdomain"));
+        }
+    }
+    Ok(())
+}
+
+/// Labels a template may not set through the labels annotation: the `karpenter.sh` domain
+/// (except `karpenter.sh/capacity-type`), `kubernetes.io/hostname`, and our own domain
+/// (its well-known labels are computed from the template).
+pub fn is_restricted_label(key: &str) -> bool {
+    let domain = key.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
+    let in_domain = |d: &str| domain == d || domain.ends_with(&format!(".{d}"));
+    (in_domain("karpenter.sh") && key != LABEL_CAPACITY_TYPE)
+        || key == "kubernetes.io/hostname"
+        || in_domain(DOMAIN)
+}
+
+/// Parses `k1=v1,k2=v2` (the cluster-autoscaler labels annotation).
+pub fn parse_labels(s: &str) -> Result<BTreeMap<String, String>, (String, String)> {
+    let mut out = BTreeMap::new();
+    for entry in s.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let Some((k, v)) = entry.split_once('=') else {
+            return Err((entry.to_string(), "expected key=value".into()));
+        };
+        let (k, v) = (k.trim(), v.trim());
+        validate_label_key(k).map_err(|e| (entry.to_string(), format!("key: {e}")))?;
+        validate_label_value(v).map_err(|e| (entry.to_string(), format!("value: {e}")))?;
+        out.insert(k.to_string(), v.to_string());
+    }
+    Ok(out)
+}
+
+/// Parses `key=value:Effect,key:Effect` (the cluster-autoscaler taints annotation).
+pub fn parse_taints(s: &str) -> Result<Vec<Taint>, (String, String)> {
+    let mut out: Vec<Taint> = Vec::new();
+    for entry in s.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let err = |reason: &str| (entry.to_string(), reason.to_string());
+        let Some((kv, effect)) = entry.rsplit_once(':') else {
+            return Err(err("missing :Effect"));
+        };
+        if !matches!(effect, "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
+            return Err(err(
+                "effect must be NoSchedule, PreferNoSchedule or NoExecute",
+            ));
+        }
+        let (key, value) = match kv.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (kv, None),
+        };
+        validate_label_key(key).map_err(|e| err(&format!("key: {e}")))?;
+        if let Some(v) = value {
+            validate_label_value(v).map_err(|e| err(&format!("value: {e}")))?;
+        }
+        if out.iter().any(|t| t.key == key && t.effect == effect) {
+            return Err(err("duplicate key and effect"));
+        }
+        out.push(Taint {
+            key: key.to_string(),
+            value: value.filter(|v| !v.is_empty()).map(str::to_string),
+            effect: effect.to_string(),
+            time_added: None,
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn taints() {
+        let t = parse_taints("a=b:NoSchedule, gpu:NoExecute ,").expect("valid");
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[0].key, "a");
+        assert_eq!(t[0].value.as_deref(), Some("b"));
+        assert_eq!(t[1].value, None);
+        assert_eq!(t[1].effect, "NoExecute");
+        let ex = parse_taints("example.com/x=y:NoSchedule").expect("prefixed key");
+        assert_eq!(ex[0].key, "example.com/x");
+        for bad in [
+            "a=b",
+            "a=b:Never",
+            "=b:NoSchedule",
+            "a b=c:NoSchedule",
+            "a=b c:NoSchedule",
+            "a:NoSchedule,a=x:NoSchedule",
+        ] {
+            assert!(parse_taints(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn labels() {
+        let l = parse_labels("a=b, example.com/c=d,e=").expect("valid");
+        assert_eq!(l.len(), 3);
+        assert_eq!(l["e"], "");
+        for bad in [
+            "a",
+            "Bad_Prefix/x=y",
+            "a=-b",
+            &format!("a={}", "x".repeat(64)),
+        ] {
+            assert!(parse_labels(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,5 @@
+//! The CLI's own commands, as a library so tests reach them: `simulate` (offline, the plan the
+//! provisioner would make for a snapshot) and `inspect` (NodePool → NodeClaim → Machine → Node).
+
+pub mod inspect;
+pub mod simulate;

@@ -1,0 +1,96 @@
+//! Workloads into the pods their controllers would create.
+
+use std::collections::{BTreeMap, HashSet};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use serde_json::{Value, json};
+use templates::offline::selector_matches;
+
+use super::load::{Doc, count, normalize_pod_spec};
+use super::{Error, MAX_WORKLOAD_PODS, str_at, terminal};
+
+/// The pods a workload's controller would create: replicas (Job: parallelism, at most
+/// completions) minus the pods of the snapshot its selector already matches.
+pub(super) fn expand(doc: &Doc, obj: &Value, pods: &[Value]) -> Result<Vec<Value>, Error> {
+    let field_err = |e: String| doc.err(e);
+    let wanted = if doc.kind == "Job" {
+        let parallelism = count(obj, "/spec/parallelism", "spec.parallelism")
+            .map_err(field_err)?
+            .unwrap_or(1);
+        let completions = count(obj, "/spec/completions", "spec.completions").map_err(field_err)?;
+        completions.map_or(parallelism, |c| c.min(parallelism))
+    } else {
+        count(obj, "/spec/replicas", "spec.replicas")
+            .map_err(field_err)?
+            .unwrap_or(1)
+    };
+    if wanted > MAX_WORKLOAD_PODS {
+        return Err(doc.err(format!(
+            "{wanted} pods (replicas, or a Job's parallelism) is more than a simulation expands ({MAX_WORKLOAD_PODS})"
+        )));
+    }
+    let template = &obj["spec"]["template"];
+    if !template.is_object() {
+        return Err(doc.err("spec.template: expected a pod template"));
+    }
+    let mut spec = template["spec"].clone();
+    normalize_pod_spec(&mut spec, "spec.template.spec").map_err(field_err)?;
+    let selector: LabelSelector = match &obj["spec"]["selector"] {
+        Value::Null => LabelSelector {
+            match_labels: serde_json::from_value(template["metadata"]["labels"].clone()).ok(),
+            ..LabelSelector::default()
+        },
+        s => serde_json::from_value(s.clone())
+            .map_err(|e| doc.err(format!("spec.selector: not a label selector: {e}")))?,
+    };
+    let selects_something = selector
+        .match_labels
+        .as_ref()
+        .is_some_and(|m| !m.is_empty())
+        || selector
+            .match_expressions
+            .as_ref()
+            .is_some_and(|m| !m.is_empty());
+    let ns = doc.ns();
+    let in_ns: Vec<&Value> = pods
+        .iter()
+        .filter(|p| p["metadata"]["namespace"] == ns)
+        .collect();
+    let existing = in_ns
+        .iter()
+        .filter(|p| {
+            let labels: BTreeMap<String, String> =
+                serde_json::from_value(p["metadata"]["labels"].clone()).unwrap_or_default();
+            selects_something && !terminal(p) && selector_matches(&selector, &labels)
+        })
+        .count() as u64;
+    let taken: HashSet<&str> = in_ns
+        .iter()
+        .filter_map(|p| str_at(p, "/metadata/name"))
+        .collect();
+    let api_version = obj["apiVersion"].clone();
+    let mut out = Vec::new();
+    let mut i = 0u64;
+    while (out.len() as u64) < wanted.saturating_sub(existing) {
+        let name = format!("{}-{i}", doc.name);
+        i += 1;
+        if taken.contains(name.as_str()) {
+            continue;
+        }
+        out.push(json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": ns,
+                "uid": format!("sim-{ns}-{name}"),
+                "labels": template["metadata"]["labels"],
+                "annotations": template["metadata"]["annotations"],
+                "ownerReferences": [{"apiVersion": api_version, "kind": doc.kind,
+                                     "name": doc.name, "controller": true}],
+            },
+            "spec": spec,
+        }));
+    }
+    Ok(out)
+}

@@ -1,0 +1,357 @@
+//! The provisioner's plan for a loaded snapshot: catalogs, the scheduling simulation, totals.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use serde::Serialize;
+use templates::model::Catalog;
+
+use controller::provisioning::{convert, snapshot};
+
+use super::{Loaded, bound, str_at, terminal};
+
+/// One NodeClass's catalog, as `instance-types` shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeClassSummary {
+    pub name: String,
+    pub cluster: Option<String>,
+    pub instance_types: usize,
+    pub zones: Vec<String>,
+    /// Templates left out of the catalog (`kind ns/name: reason`).
+    pub excluded: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodePoolSummary {
+    pub name: String,
+    pub node_class: String,
+    pub weight: i64,
+    /// Instance types of its NodeClass with an offering the pool's requirements allow.
+    pub instance_types: usize,
+    pub taints: Vec<String>,
+}
+
+/// A NodeClaim the provisioner would create.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedNodeClaim {
+    pub node_pool: String,
+    /// The cheapest compatible offering: what the operator launches.
+    pub instance_type: String,
+    /// `kubernetes.io/arch` of the instance type.
+    pub arch: String,
+    pub zone: String,
+    pub capacity_type: String,
+    pub price_per_hour: f64,
+    /// All candidate instance types, cheapest first (the NodeClaim's requirement).
+    pub instance_types: Vec<String>,
+    /// Pods' requests plus DaemonSet overhead.
+    pub requests: BTreeMap<String, String>,
+    /// `namespace/name`.
+    pub pods: Vec<String>,
+}
+
+/// Pods the solver put on a Node or an in-flight NodeClaim of the snapshot.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExistingPlacement {
+    pub node: String,
+    /// `node` (Ready, initialized) or `in-flight` (a NodeClaim or its uninitialized Node).
+    pub state: String,
+    pub pods: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnplaceablePod {
+    pub pod: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Total {
+    pub node_claims: usize,
+    pub price_per_hour: f64,
+    pub pods_placed: usize,
+    pub pods_on_new_node_claims: usize,
+    pub pods_on_existing: usize,
+    pub pods_unplaceable: usize,
+}
+
+/// The provisioner's plan for a snapshot.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Plan {
+    pub pods_pending: usize,
+    pub pods_bound: usize,
+    pub nodes: usize,
+    pub in_flight_node_claims: usize,
+    pub daemon_sets: usize,
+    pub node_classes: Vec<NodeClassSummary>,
+    pub node_pools: Vec<NodePoolSummary>,
+    pub warnings: Vec<String>,
+    /// Objects of kinds the simulation does not read.
+    pub ignored: Vec<String>,
+    pub node_claims: Vec<PlannedNodeClaim>,
+    pub existing: Vec<ExistingPlacement>,
+    pub unplaceable: Vec<UnplaceablePod>,
+    pub total: Total,
+}
+
+pub(super) fn pod_ref(p: &scheduling::PodRef) -> String {
+    format!("{}/{}", p.namespace, p.name)
+}
+
+/// Builds the catalogs, runs the provisioner's scheduling simulation and collects the plan.
+pub fn plan(loaded: &Loaded) -> Plan {
+    let mut warnings = loaded.warnings.clone();
+    let mut node_classes = Vec::new();
+    let mut catalogs: HashMap<String, Arc<Catalog>> = HashMap::new();
+    let mut names = HashSet::new();
+    for nc in &loaded.inputs.node_classes {
+        let name = nc.metadata.name.clone().unwrap_or_default();
+        if !names.insert(name.clone()) {
+            warnings.push(format!(
+                "NodeClass {name}: defined more than once, the last one is used"
+            ));
+        }
+    }
+    if !loaded.inputs.node_classes.is_empty() {
+        for r in templates::offline::reports(&loaded.inputs) {
+            let name = r.node_class.clone().unwrap_or_default();
+            for w in &r.warnings {
+                warnings.push(format!("NodeClass {name}: {w}"));
+            }
+            if let Some(e) = &r.error {
+                warnings.push(format!(
+                    "NodeClass {name}: {e}: its NodePools get no instance types"
+                ));
+            }
+            let Some(c) = r.catalog else {
+                continue;
+            };
+            let excluded: Vec<String> = c
+                .excluded
+                .iter()
+                .map(|e| format!("{}: {}: {}", e.template, e.error.reason(), e.error.detail()))
+                .collect();
+            for e in &excluded {
+                warnings.push(format!("NodeClass {name}: template excluded: {e}"));
+            }
+            let mut zones: Vec<String> = c
+                .instance_types
+                .iter()
+                .flat_map(|it| it.offerings.iter().filter_map(|o| o.zone.clone()))
+                .collect();
+            zones.sort();
+            zones.dedup();
+            node_classes.push(NodeClassSummary {
+                name: name.clone(),
+                cluster: r.cluster.clone(),
+                instance_types: c.instance_types.len(),
+                zones,
+                excluded,
+            });
+            catalogs.insert(name, Arc::new(c));
+        }
+    }
+    let mut node_pools = Vec::new();
+    for p in &loaded.state.nodepools {
+        let pool = str_at(p, "/metadata/name").unwrap_or_default();
+        let reference = &p["spec"]["template"]["spec"]["nodeClassRef"];
+        let nc = reference["name"].as_str().unwrap_or_default();
+        let kind = reference["kind"].as_str().unwrap_or_default();
+        if kind != templates::offline::NODE_CLASS_KIND {
+            warnings.push(format!(
+                "NodePool {pool}: nodeClassRef.kind is {kind:?}, expected {}",
+                templates::offline::NODE_CLASS_KIND
+            ));
+        }
+        if !loaded
+            .inputs
+            .node_classes
+            .iter()
+            .any(|c| c.metadata.name.as_deref() == Some(nc))
+        {
+            warnings.push(format!(
+                "NodePool {pool}: ClusterAPINodeClass {nc:?} (nodeClassRef) is not in the snapshot: no instance types"
+            ));
+        } else if catalogs
+            .get(nc)
+            .is_some_and(|c| c.instance_types.is_empty())
+        {
+            warnings.push(format!(
+                "NodePool {pool}: NodeClass {nc} selects no usable template: no instance types"
+            ));
+        }
+        node_pools.push(NodePoolSummary {
+            name: pool.to_string(),
+            node_class: nc.to_string(),
+            weight: p["spec"]["weight"].as_i64().unwrap_or(0),
+            instance_types: 0,
+            taints: convert::taints(&p["spec"]["template"]["spec"]["taints"])
+                .iter()
+                .map(taint_text)
+                .collect(),
+        });
+    }
+    let snap = snapshot::build(
+        &loaded.state,
+        &loaded.pending,
+        &|nc| catalogs.get(nc).cloned(),
+        &|_, _, _| true,
+    );
+    for summary in &mut node_pools {
+        if let Some(p) = snap
+            .input
+            .node_pools
+            .iter()
+            .find(|p| p.name == summary.name)
+        {
+            summary.instance_types = compatible_instance_types(p);
+        }
+    }
+    for p in &loaded.state.pods {
+        let Some(node) = str_at(p, "/spec/nodeName").filter(|n| !n.is_empty()) else {
+            continue;
+        };
+        if !snap.input.nodes.iter().any(|n| n.name == node) && !terminal(p) {
+            warnings.push(format!(
+                "Pod {}/{}: bound to {node}, which is not a Ready Node or NodeClaim of the snapshot",
+                str_at(p, "/metadata/namespace").unwrap_or_default(),
+                str_at(p, "/metadata/name").unwrap_or_default()
+            ));
+        }
+    }
+    let mut seen = HashSet::new();
+    warnings.retain(|w| seen.insert(w.clone()));
+    let output = scheduling::solve(&snap.input);
+    let node_claims: Vec<PlannedNodeClaim> = output
+        .new_node_claims
+        .iter()
+        .map(|c| PlannedNodeClaim {
+            node_pool: c.node_pool.clone(),
+            instance_type: c.cheapest.instance_type.clone(),
+            arch: loaded
+                .state
+                .nodepools
+                .iter()
+                .find(|p| str_at(p, "/metadata/name") == Some(c.node_pool.as_str()))
+                .and_then(|p| str_at(p, "/spec/template/spec/nodeClassRef/name"))
+                .and_then(|nc| catalogs.get(nc))
+                .and_then(|cat| cat.get(&c.cheapest.instance_type))
+                .and_then(|it| it.labels.get(scheduling::LABEL_ARCH))
+                .cloned()
+                .unwrap_or_default(),
+            zone: c.cheapest.zone.clone(),
+            capacity_type: c.cheapest.capacity_type.clone(),
+            price_per_hour: c.cheapest.price,
+            instance_types: c.instance_types().to_vec(),
+            requests: convert::quantities(&c.requests)
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                .collect(),
+            pods: c.pods.iter().map(pod_ref).collect(),
+        })
+        .collect();
+    let mut existing: Vec<ExistingPlacement> = Vec::new();
+    for p in &output.existing {
+        match existing.iter_mut().find(|e| e.node == p.node) {
+            Some(e) => e.pods.push(pod_ref(&p.pod)),
+            None => {
+                let in_flight = snap
+                    .input
+                    .nodes
+                    .iter()
+                    .any(|n| n.name == p.node && n.state == scheduling::NodeState::InFlight);
+                existing.push(ExistingPlacement {
+                    node: p.node.clone(),
+                    state: if in_flight { "in-flight" } else { "node" }.into(),
+                    pods: vec![pod_ref(&p.pod)],
+                });
+            }
+        }
+    }
+    let unplaceable: Vec<UnplaceablePod> = output
+        .unschedulable
+        .iter()
+        .map(|u| UnplaceablePod {
+            pod: pod_ref(&u.pod),
+            reason: u.reason.clone(),
+        })
+        .collect();
+    let on_new: usize = node_claims.iter().map(|c| c.pods.len()).sum();
+    let on_existing = output.existing.len();
+    let total = Total {
+        node_claims: node_claims.len(),
+        price_per_hour: node_claims
+            .iter()
+            .fold(0.0, |sum, c| sum + c.price_per_hour),
+        pods_placed: on_new + on_existing,
+        pods_on_new_node_claims: on_new,
+        pods_on_existing: on_existing,
+        pods_unplaceable: unplaceable.len(),
+    };
+    Plan {
+        pods_pending: loaded.pending.len(),
+        pods_bound: loaded.state.pods.iter().filter(|p| bound(p)).count(),
+        nodes: snap
+            .input
+            .nodes
+            .iter()
+            .filter(|n| n.state == scheduling::NodeState::Ready)
+            .count(),
+        in_flight_node_claims: snap
+            .input
+            .nodes
+            .iter()
+            .filter(|n| n.state == scheduling::NodeState::InFlight)
+            .count(),
+        daemon_sets: loaded.state.daemonsets.len(),
+        node_classes,
+        node_pools,
+        warnings,
+        ignored: loaded.ignored.clone(),
+        node_claims,
+        existing,
+        unplaceable,
+        total,
+    }
+}
+
+/// How many of a pool's instance types its requirements allow (labels and an offering).
+pub(super) fn compatible_instance_types(pool: &scheduling::NodePool) -> usize {
+    let reqs = scheduling::Requirements::from_list(&pool.requirements);
+    let allows = |key: &str, value: &str| {
+        reqs.get(&key.to_string())
+            .is_none_or(|set| set.has(&value.to_string()))
+    };
+    pool.instance_types
+        .iter()
+        .filter(|it| {
+            reqs.intersects(&scheduling::Requirements::from_list(&it.requirements))
+                .is_ok()
+                && it.offerings.iter().any(|o| {
+                    allows(scheduling::LABEL_ZONE, &o.zone)
+                        && allows(scheduling::LABEL_CAPACITY_TYPE, &o.capacity_type)
+                })
+        })
+        .count()
+}
+
+pub(super) fn taint_text(t: &scheduling::Taint) -> String {
+    let effect = convert::taints_json(std::slice::from_ref(t))[0]["effect"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    if t.value.is_empty() {
+        format!("{}:{effect}", t.key)
+    } else {
+        format!("{}={}:{effect}", t.key, t.value)
+    }
+}

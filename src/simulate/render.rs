@@ -1,0 +1,145 @@
+//! The plan as text.
+
+use std::fmt::Write as _;
+
+use templates::offline::columns;
+
+use super::Plan;
+
+/// `name` for pods of the `default` namespace, `namespace/name` otherwise.
+pub(super) fn short_pod(p: &str) -> &str {
+    p.strip_prefix("default/").unwrap_or(p)
+}
+
+/// `n: a, b, c, … (+k)` within about `budget` characters.
+pub(super) fn pod_list(pods: &[String], budget: usize) -> String {
+    let mut out = format!("{}:", pods.len());
+    for (i, p) in pods.iter().enumerate() {
+        let p = short_pod(p);
+        let rest = pods.len() - i - 1;
+        let reserve = if rest > 0 { 10 } else { 0 };
+        if i > 0 && out.len() + p.len() + 2 + reserve > budget {
+            let _ = write!(out, " … (+{})", pods.len() - i);
+            return out;
+        }
+        let _ = write!(out, "{}{p}", if i == 0 { " " } else { ", " });
+    }
+    out
+}
+
+pub(super) const POD_LIST_WIDTH: usize = 72;
+
+pub(super) fn cells(row: &[&str]) -> Vec<String> {
+    row.iter().map(|c| c.to_string()).collect()
+}
+
+/// Renders the plan as text: summary, NodeClaims to create, pods on existing capacity,
+/// unplaceable pods, total.
+pub fn render_table(plan: &Plan) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Snapshot: pods pending {}, bound {}; Nodes {}, in-flight NodeClaims {}, DaemonSets {}",
+        plan.pods_pending,
+        plan.pods_bound,
+        plan.nodes,
+        plan.in_flight_node_claims,
+        plan.daemon_sets
+    );
+    for c in &plan.node_classes {
+        let _ = writeln!(
+            out,
+            "NodeClass {}: {} instance types, zones {} (Cluster {})",
+            c.name,
+            c.instance_types,
+            if c.zones.is_empty() {
+                "-".to_string()
+            } else {
+                c.zones.join(",")
+            },
+            c.cluster.as_deref().unwrap_or("-")
+        );
+    }
+    for p in &plan.node_pools {
+        let _ = writeln!(
+            out,
+            "NodePool {}: NodeClass {}, weight {}, {} compatible instance types{}",
+            p.name,
+            p.node_class,
+            p.weight,
+            p.instance_types,
+            if p.taints.is_empty() {
+                String::new()
+            } else {
+                format!(", taints {}", p.taints.join(","))
+            }
+        );
+    }
+    for w in &plan.warnings {
+        let _ = writeln!(out, "warning: {w}");
+    }
+    let _ = writeln!(out, "\nNodeClaims to create:");
+    if plan.node_claims.is_empty() {
+        let _ = writeln!(out, "(none)");
+    } else {
+        let mut rows = vec![cells(&[
+            "NODEPOOL",
+            "INSTANCE-TYPE",
+            "ARCH",
+            "ZONE",
+            "CAPACITY-TYPE",
+            "PRICE/H",
+            "CANDIDATES",
+            "PODS",
+        ])];
+        for c in &plan.node_claims {
+            rows.push(vec![
+                c.node_pool.clone(),
+                c.instance_type.clone(),
+                c.arch.clone(),
+                if c.zone.is_empty() {
+                    "-".into()
+                } else {
+                    c.zone.clone()
+                },
+                c.capacity_type.clone(),
+                format!("{:.4}", c.price_per_hour),
+                c.instance_types.len().to_string(),
+                pod_list(&c.pods, POD_LIST_WIDTH),
+            ]);
+        }
+        out.push_str(&columns(&rows));
+    }
+    if !plan.existing.is_empty() {
+        let _ = writeln!(out, "\nPods on existing Nodes / in-flight NodeClaims:");
+        let mut rows = vec![cells(&["NODE", "STATE", "PODS"])];
+        for e in &plan.existing {
+            rows.push(vec![
+                e.node.clone(),
+                e.state.clone(),
+                pod_list(&e.pods, POD_LIST_WIDTH),
+            ]);
+        }
+        out.push_str(&columns(&rows));
+    }
+    if !plan.unplaceable.is_empty() {
+        let _ = writeln!(out, "\nPods that cannot be placed:");
+        let mut rows = vec![cells(&["POD", "REASON"])];
+        for u in &plan.unplaceable {
+            rows.push(vec![short_pod(&u.pod).to_string(), u.reason.clone()]);
+        }
+        out.push_str(&columns(&rows));
+    }
+    let t = &plan.total;
+    let _ = writeln!(
+        out,
+        "\nTotal: {} NodeClaims, {:.4}/h; {} pods placed ({} on new NodeClaims, {} on existing capacity), {} cannot be placed",
+        t.node_claims,
+        t.price_per_hour,
+        t.pods_placed,
+        t.pods_on_new_node_claims,
+        t.pods_on_existing,
+        t.pods_unplaceable
+    );
+    out
+}
