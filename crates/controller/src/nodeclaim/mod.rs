@@ -6,6 +6,7 @@ pub mod launch;
 pub mod lifecycle;
 pub mod liveness;
 pub mod node_sync;
+pub mod objects;
 pub mod offering;
 pub mod registration;
 pub mod termination;

@@ -1,0 +1,254 @@
+//! Creating the objects of a recorded launch plan: the bootstrap config and the
+//! InfraMachine cloned from their templates, then the Machine, all under the plan's
+//! deterministic names. AlreadyExists adopts the object when it carries this NodeClaim's UID;
+//! what cannot ever succeed (a template or kind gone, an object rejected, a name taken by
+//! another NodeClaim) is a permanent error; a failed Machine create rolls the clones back.
+
+use std::collections::BTreeMap;
+
+use api::NodeClaim;
+use kube::ResourceExt;
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::runtime::reflector::ObjectRef;
+
+use super::context::{Ctx, Error, uid_of};
+use super::launch::{Plan, nodeclass_of, nodepool_of};
+use crate::clone::{CloneTarget, clone_template, inject_unregistered_taint};
+use crate::machine::{Bootstrap, MachineParams, build_machine};
+use crate::names;
+use crate::nodeclass::parse_duration;
+
+/// Creates `object` unless it exists; an existing one must belong to this NodeClaim.
+/// Returns whether it was created (false: adopted).
+async fn create_or_adopt(
+    api: &Api<DynamicObject>,
+    object: &DynamicObject,
+    uid: &str,
+) -> Result<bool, Error> {
+    let kind = object
+        .types
+        .as_ref()
+        .map(|t| t.kind.clone())
+        .unwrap_or_else(|| "object".into());
+    match api.create(&PostParams::default(), object).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 400 || s.code == 422 => Err(Error::permanent(
+            "MachineRejected",
+            format!("{kind} {} was rejected: {}", object.name_any(), s.message),
+        )),
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            let existing = api.get(&object.name_any()).await?;
+            let owner = existing
+                .annotations()
+                .get(names::NODECLAIM_UID_ANNOTATION)
+                .cloned();
+            if owner.as_deref() == Some(uid) {
+                Ok(false)
+            } else {
+                Err(Error::permanent(
+                    "NameConflict",
+                    format!(
+                        "{kind} {} exists and belongs to another NodeClaim (uid {})",
+                        object.name_any(),
+                        owner.as_deref().unwrap_or("unknown")
+                    ),
+                ))
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn delete_quietly(api: &Api<DynamicObject>, name: &str) {
+    match api.delete(name, &Default::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => {
+            tracing::warn!(name, error = %e, "rolling back a clone failed; garbage collection will retry")
+        }
+    }
+}
+
+/// The served resource of `apiVersion` + `kind`; a kind that is not served (its CRD gone)
+/// is permanent for this launch.
+async fn served(ctx: &Ctx, api_version: &str, kind: &str) -> Result<kube::api::ApiResource, Error> {
+    ctx.resource(api_version, kind).await.map_err(|e| {
+        gone(e, "KindNotServed", || {
+            format!("{api_version} {kind} is not served by the management cluster")
+        })
+    })
+}
+
+/// A 404 as a permanent failure with `reason`; anything else as it is.
+fn gone(e: kube::Error, reason: &'static str, message: impl FnOnce() -> String) -> Error {
+    let e = Error::from(e);
+    if e.is_not_found() {
+        Error::permanent(reason, message())
+    } else {
+        e
+    }
+}
+
+/// The objects of a plan; returns whether the Machine was created by this call.
+pub(super) async fn create_objects(
+    ctx: &Ctx,
+    claim: &NodeClaim,
+    plan: &Plan,
+) -> Result<bool, Error> {
+    let nodeclass = nodeclass_of(ctx, claim).unwrap_or_default();
+    let ns = plan.namespace.clone();
+    let uid = uid_of(claim);
+    let mut labels: BTreeMap<String, String> = nodeclass.machine.labels.clone();
+    labels.insert(names::NODEPOOL_LABEL.into(), nodepool_of(claim));
+    labels.insert(names::NODECLAIM_LABEL.into(), claim.name_any());
+    labels.insert(names::KARPENTER_MEMBER_LABEL.into(), String::new());
+    let target = CloneTarget {
+        name: &plan.machine,
+        namespace: &ns,
+        cluster_name: &plan.cluster,
+        labels: &labels,
+    };
+    let uid_annotation = |o: &mut DynamicObject| {
+        o.annotations_mut()
+            .insert(names::NODECLAIM_UID_ANNOTATION.into(), uid.clone());
+    };
+    // The Machine's version is known before anything is created: an unreadable Cluster is
+    // retried, never turned into a Machine without a version.
+    let version = match nodeclass.version.clone() {
+        Some(v) => Some(v),
+        None => cluster_version(ctx, &ns, &plan.cluster).await?,
+    };
+
+    // Bootstrap config from its template, if one is used.
+    let mut created: Vec<(Api<DynamicObject>, String)> = Vec::new();
+    let mut bootstrap = plan.data_secret_name.clone().map(Bootstrap::DataSecretName);
+    if let (Some(bt), Some(clone)) = (&plan.bootstrap_template, &plan.bootstrap) {
+        let template_ar = served(ctx, &bt.api_version, &bt.kind).await?;
+        let templates: Api<DynamicObject> =
+            Api::namespaced_with(ctx.management.clone(), &ns, &template_ar);
+        let template = templates.get(&bt.name).await.map_err(|e| {
+            gone(e, "BootstrapTemplateNotFound", || {
+                format!("{} {ns}/{} not found", bt.kind, bt.name)
+            })
+        })?;
+        let mut config = clone_template(&template, &target)
+            .map_err(|e| Error::permanent("BootstrapTemplateInvalid", e.to_string()))?;
+        uid_annotation(&mut config);
+        if bt.kind == "KubeadmConfigTemplate"
+            && nodeclass.bootstrap.inject_unregistered_taint != Some(false)
+        {
+            inject_unregistered_taint(&mut config);
+        }
+        let config_ar = served(ctx, &clone.api_version, &clone.kind).await?;
+        let configs: Api<DynamicObject> =
+            Api::namespaced_with(ctx.management.clone(), &ns, &config_ar);
+        create_or_adopt(&configs, &config, &uid).await?;
+        created.push((configs, clone.name.clone()));
+        bootstrap = Some(Bootstrap::ConfigRef(clone.capi_ref()));
+    }
+    let Some(bootstrap) = bootstrap else {
+        return Err(Error::Launch(format!(
+            "ClusterAPINodeClass {} has no bootstrap source (configTemplateRef or dataSecretName)",
+            claim.spec.node_class_ref.name
+        )));
+    };
+    let rollback = |created: Vec<(Api<DynamicObject>, String)>| async move {
+        for (api, name) in &created {
+            delete_quietly(api, name).await;
+        }
+    };
+
+    // InfraMachine from the InfrastructureMachineTemplate.
+    let it = &plan.infrastructure_template;
+    let infra_result = async {
+        let template_ar = served(ctx, &it.api_version, &it.kind).await?;
+        let templates: Api<DynamicObject> =
+            Api::namespaced_with(ctx.management.clone(), &ns, &template_ar);
+        let template = templates.get(&it.name).await.map_err(|e| {
+            gone(e, "TemplateNotFound", || {
+                format!("{} {ns}/{} not found", it.kind, it.name)
+            })
+        })?;
+        let mut infra = clone_template(&template, &target)
+            .map_err(|e| Error::permanent("TemplateInvalid", e.to_string()))?;
+        uid_annotation(&mut infra);
+        let infra_ar = served(
+            ctx,
+            &plan.infrastructure.api_version,
+            &plan.infrastructure.kind,
+        )
+        .await?;
+        let infras: Api<DynamicObject> =
+            Api::namespaced_with(ctx.management.clone(), &ns, &infra_ar);
+        create_or_adopt(&infras, &infra, &uid).await?;
+        Ok::<_, Error>(infras)
+    }
+    .await;
+    match infra_result {
+        Ok(api) => created.push((api, plan.infrastructure.name.clone())),
+        Err(e) => {
+            rollback(created).await;
+            return Err(e);
+        }
+    }
+
+    // The Machine.
+    let d = |s: &Option<String>| {
+        s.as_deref()
+            .and_then(parse_duration)
+            .map(|d| d.as_secs() as i64)
+    };
+    let mut annotations = nodeclass.machine.annotations.clone();
+    annotations.insert(names::NODECLAIM_UID_ANNOTATION.into(), uid.clone());
+    let machine = build_machine(&MachineParams {
+        name: plan.machine.clone(),
+        namespace: ns.clone(),
+        cluster_name: plan.cluster.clone(),
+        version,
+        failure_domain: plan.failure_domain.clone(),
+        bootstrap: Some(bootstrap),
+        infrastructure: Some(plan.infrastructure.capi_ref()),
+        labels,
+        annotations,
+        node_drain_timeout_seconds: d(&nodeclass.machine.node_drain_timeout),
+        node_volume_detach_timeout_seconds: d(&nodeclass.machine.node_volume_detach_timeout),
+        node_deletion_timeout_seconds: d(&nodeclass.machine.node_deletion_timeout),
+    })
+    .map_err(|source| Error::Decode {
+        what: "Machine".into(),
+        source,
+    })?;
+    match create_or_adopt(&ctx.machines_dynamic(&ns), &machine, &uid).await {
+        Ok(created) => Ok(created),
+        Err(e) => {
+            rollback(created).await;
+            Err(e)
+        }
+    }
+}
+
+/// The Kubernetes version of a Cluster: `spec.topology.version`, else its control plane's
+/// `spec.version`; `None` when neither is set. Errors (Cluster not cached yet, control plane
+/// unreadable) are returned so that launch retries.
+async fn cluster_version(ctx: &Ctx, ns: &str, cluster: &str) -> Result<Option<String>, Error> {
+    let Some(c) = ctx.clusters.get(&ObjectRef::new(cluster).within(ns)) else {
+        return Err(Error::Launch(format!(
+            "Cluster {ns}/{cluster} not found; its Kubernetes version is needed for the Machine"
+        )));
+    };
+    if let Some(v) = c.topology_version() {
+        return Ok(Some(v.to_string()));
+    }
+    let Some(cp) = c.spec.control_plane_ref.as_ref() else {
+        return Ok(None);
+    };
+    let (_, ar) = ctx.preferred(&cp.api_group, &cp.kind).await?;
+    let cps: Api<DynamicObject> = Api::namespaced_with(ctx.management.clone(), ns, &ar);
+    let obj = cps.get(&cp.name).await?;
+    Ok(obj
+        .data
+        .get("spec")
+        .and_then(|s| s.get("version"))
+        .and_then(|v| v.as_str())
+        .map(str::to_string))
+}
