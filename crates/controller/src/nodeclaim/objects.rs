@@ -12,7 +12,7 @@ use kube::api::{Api, DynamicObject, PostParams};
 use kube::runtime::reflector::ObjectRef;
 
 use super::context::{Ctx, Error, uid_of};
-use super::launch::{Plan, nodeclass_of, nodepool_of};
+use super::launch::{Plan, TypedRef, nodeclass_of, nodepool_of};
 use crate::clone::{CloneTarget, clone_template, inject_unregistered_taint};
 use crate::machine::{Bootstrap, MachineParams, build_machine};
 use crate::names;
@@ -69,6 +69,25 @@ async fn delete_quietly(api: &Api<DynamicObject>, name: &str) {
     }
 }
 
+/// The object `template` describes, for `target`; a template that is gone or malformed is
+/// permanent (`reasons`: not found, invalid).
+async fn cloned(
+    ctx: &Ctx,
+    ns: &str,
+    template: &TypedRef,
+    target: &CloneTarget<'_>,
+    reasons: (&'static str, &'static str),
+) -> Result<DynamicObject, Error> {
+    let ar = served(ctx, &template.api_version, &template.kind).await?;
+    let templates: Api<DynamicObject> = Api::namespaced_with(ctx.management.clone(), ns, &ar);
+    let found = templates.get(&template.name).await.map_err(|e| {
+        gone(e, reasons.0, || {
+            format!("{} {ns}/{} not found", template.kind, template.name)
+        })
+    })?;
+    clone_template(&found, target).map_err(|e| Error::permanent(reasons.1, e.to_string()))
+}
+
 /// The served resource of `apiVersion` + `kind`; a kind that is not served (its CRD gone)
 /// is permanent for this launch.
 async fn served(ctx: &Ctx, api_version: &str, kind: &str) -> Result<kube::api::ApiResource, Error> {
@@ -123,16 +142,14 @@ pub(super) async fn create_objects(
     let mut created: Vec<(Api<DynamicObject>, String)> = Vec::new();
     let mut bootstrap = plan.data_secret_name.clone().map(Bootstrap::DataSecretName);
     if let (Some(bt), Some(clone)) = (&plan.bootstrap_template, &plan.bootstrap) {
-        let template_ar = served(ctx, &bt.api_version, &bt.kind).await?;
-        let templates: Api<DynamicObject> =
-            Api::namespaced_with(ctx.management.clone(), &ns, &template_ar);
-        let template = templates.get(&bt.name).await.map_err(|e| {
-            gone(e, "BootstrapTemplateNotFound", || {
-                format!("{} {ns}/{} not found", bt.kind, bt.name)
-            })
-        })?;
-        let mut config = clone_template(&template, &target)
-            .map_err(|e| Error::permanent("BootstrapTemplateInvalid", e.to_string()))?;
+        let mut config = cloned(
+            ctx,
+            &ns,
+            bt,
+            &target,
+            ("BootstrapTemplateNotFound", "BootstrapTemplateInvalid"),
+        )
+        .await?;
         uid_annotation(&mut config);
         if bt.kind == "KubeadmConfigTemplate"
             && nodeclass.bootstrap.inject_unregistered_taint != Some(false)
@@ -161,16 +178,14 @@ pub(super) async fn create_objects(
     // InfraMachine from the InfrastructureMachineTemplate.
     let it = &plan.infrastructure_template;
     let infra_result = async {
-        let template_ar = served(ctx, &it.api_version, &it.kind).await?;
-        let templates: Api<DynamicObject> =
-            Api::namespaced_with(ctx.management.clone(), &ns, &template_ar);
-        let template = templates.get(&it.name).await.map_err(|e| {
-            gone(e, "TemplateNotFound", || {
-                format!("{} {ns}/{} not found", it.kind, it.name)
-            })
-        })?;
-        let mut infra = clone_template(&template, &target)
-            .map_err(|e| Error::permanent("TemplateInvalid", e.to_string()))?;
+        let mut infra = cloned(
+            ctx,
+            &ns,
+            it,
+            &target,
+            ("TemplateNotFound", "TemplateInvalid"),
+        )
+        .await?;
         uid_annotation(&mut infra);
         let infra_ar = served(
             ctx,
