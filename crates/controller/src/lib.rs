@@ -13,6 +13,7 @@ pub mod nodeclaim;
 pub mod nodeclass;
 pub mod nodeclass_status;
 pub mod nodepool_status;
+pub mod objects;
 pub mod provisioning;
 pub mod ratelimit;
 pub mod reports;
