@@ -4,11 +4,11 @@
 
 use std::time::{Duration, Instant};
 
+use crate::events::{Event, EventType, Recorder};
 use api::karpenter::DisruptionReason;
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
 use kube::api::{Api, DeleteParams};
-use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::Store;
 
 use super::{Decision, Timers, View, decide};
