@@ -2,6 +2,7 @@
 //! caches, runs the scheduling simulation and creates one NodeClaim per planned claim.
 
 pub mod convert;
+pub mod nodeclaim;
 pub mod snapshot;
 
 pub use snapshot::Snapshot;
@@ -128,7 +129,7 @@ impl Provisioner {
             let Some(pool) = snapshot.pools.get(&claim.node_pool) else {
                 continue;
             };
-            let obj = convert::nodeclaim(pool, claim);
+            let obj = nodeclaim::nodeclaim(pool, claim);
             let nc = match api.create(&PostParams::default(), &obj).await {
                 Ok(nc) => nc,
                 Err(e) => {
