@@ -20,7 +20,7 @@ use kube::{Client, Resource, ResourceExt};
 
 use crate::metrics::{ControllerLabels, CreatedLabels, Metrics};
 use crate::nodeclaim::context::Catalogs;
-use crate::objects::pool_condition;
+use crate::objects::{claim_node_name, name, pool_condition};
 use crate::unavailable::{OfferingKey, UnavailableOfferings};
 use api::{NodeClaim, NodePool};
 
@@ -170,18 +170,29 @@ impl Provisioner {
             .filter(|n| n.state == scheduling::NodeState::InFlight)
             .map(|n| n.name.as_str())
             .collect();
+        let claims = self.nodeclaims.state();
+        let claim_of_node: HashMap<&str, &str> = claims
+            .iter()
+            .filter_map(|c| Some((claim_node_name(c)?, name(c.as_ref()))))
+            .collect();
         for placement in &output.existing {
             if !in_flight.contains(placement.node.as_str()) {
                 continue;
             }
-            let target = if self
+            // The NodeClaim (also when the solver saw its Node): one nomination message per
+            // pod and NodeClaim, so repeats are one Event series.
+            let claim = if self
                 .nodeclaims
                 .get(&ObjectRef::new(&placement.node))
                 .is_some()
             {
-                format!("nodeclaim/{}", placement.node)
+                Some(placement.node.as_str())
             } else {
-                format!("node/{}", placement.node)
+                claim_of_node.get(placement.node.as_str()).copied()
+            };
+            let target = match claim {
+                Some(c) => format!("nodeclaim/{c}"),
+                None => format!("node/{}", placement.node),
             };
             if let Some(v) = by_uid.get(placement.pod.uid.as_str()) {
                 self.event(
