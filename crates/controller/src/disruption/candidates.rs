@@ -1,5 +1,6 @@
 //! What every method starts from: per NodePool, its NodeClaims that may be disrupted (not
-//! being deleted already), each with its Node and the reschedulable pods on it.
+//! being deleted already, nor in a surge-first command), each with its Node and the
+//! reschedulable pods on it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -89,9 +90,9 @@ pub struct Pool<'a> {
     pub consolidate_after: Option<Duration>,
     /// All its NodeClaims, those being deleted included.
     pub total: usize,
-    /// Its NodeClaims being deleted.
+    /// Its NodeClaims being deleted or in a surge-first command.
     pub disrupting: usize,
-    /// Its NodeClaims not being deleted, in name order.
+    /// Its NodeClaims neither being deleted nor in a command, in name order.
     pub candidates: Vec<Candidate<'a>>,
 }
 
@@ -116,6 +117,11 @@ pub fn pods_by_node(pods: &[Arc<Pod>]) -> HashMap<&str, Vec<&Pod>> {
         }
     }
     out
+}
+
+/// Being deleted, or a candidate of a surge-first command.
+fn busy(claim: &NodeClaim) -> bool {
+    deleting(claim) || super::orchestrate::in_command(claim)
 }
 
 /// The NodePools of `view` with their candidates.
@@ -151,10 +157,10 @@ pub fn pools<'a>(view: &'a View, pods_on: &'a HashMap<&'a str, Vec<&'a Pod>>) ->
                 spec: &p.spec,
                 consolidate_after,
                 total: claims.len(),
-                disrupting: claims.iter().filter(|c| deleting(**c)).count(),
+                disrupting: claims.iter().filter(|c| busy(c)).count(),
                 candidates: claims
                     .iter()
-                    .filter(|c| !deleting(**c))
+                    .filter(|c| !busy(c))
                     .map(|c| {
                         let node = claim_node_name(c).and_then(|n| nodes.get(n).copied());
                         Candidate {

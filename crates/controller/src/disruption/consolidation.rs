@@ -6,17 +6,15 @@
 //! being disrupted and no pod is waiting for capacity.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 use std::time::Instant;
 
 use api::karpenter::DisruptionReason;
-use k8s_openapi::api::core::v1::Pod;
 
 use super::budgets::PoolBudget;
-use super::candidates::{Pool, movable, reschedulable};
-use super::{Clock, Decision, Method, Pass, VALIDATION, View};
-use crate::objects::{deleting, name, pod_node_name};
-use crate::provisioning::snapshot;
+use super::candidates::{Pool, movable};
+use super::simulate::fits_elsewhere;
+use super::{Clock, Decision, Method, Pass, VALIDATION};
+use crate::objects::name;
 
 /// Per NodeClaim (by name): its reschedulable pods, and since when they have been those.
 #[derive(Debug, Default)]
@@ -75,6 +73,7 @@ impl Method for Consolidation {
         pass.consolidated = true;
         budget.take(1);
         vec![Decision {
+            surge: None,
             nodeclaim: c.name.to_string(),
             nodepool: pool.name.to_string(),
             reason: DisruptionReason::Underutilized,
@@ -89,36 +88,4 @@ impl Method for Consolidation {
     fn forget(&mut self, keep: &HashSet<String>) {
         self.stable.retain(|k, _| keep.contains(k));
     }
-}
-
-/// Whether every reschedulable pod on `node` fits on the other Ready nodes (and in-flight
-/// NodeClaims), by the provisioner's scheduling simulation with no NodePool to launch from.
-fn fits_elsewhere(view: &View, node: &str, claim: &str) -> bool {
-    let (moving, staying): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) = view
-        .pods
-        .iter()
-        .filter(|p| pod_node_name(p).is_some())
-        .cloned()
-        .partition(|p| pod_node_name(p) == Some(node));
-    let moving: Vec<Arc<Pod>> = moving.into_iter().filter(|p| reschedulable(p)).collect();
-    let state = snapshot::State {
-        pods: staying,
-        nodes: view
-            .nodes
-            .iter()
-            .filter(|n| name(n.as_ref()) != node)
-            .cloned()
-            .collect(),
-        nodeclaims: view
-            .nodeclaims
-            .iter()
-            .filter(|c| name(c.as_ref()) != claim && !deleting(c.as_ref()))
-            .cloned()
-            .collect(),
-        nodepools: Vec::new(),
-        daemonsets: Vec::new(),
-    };
-    let snapshot = snapshot::build(&state, &moving, &|_| None, &|_, _, _| true);
-    let out = scheduling::solve(&snapshot.input);
-    out.unschedulable.is_empty() && out.new_node_claims.is_empty()
 }

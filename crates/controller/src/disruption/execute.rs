@@ -1,18 +1,25 @@
-//! Executing decisions: the loop that runs a pass on the shared caches every [`TICK`] and
-//! deletes the NodeClaims decided on (an event first, the delete preconditioned on the uid
-//! decided about).
+//! Executing decisions: the loop that, every [`TICK`], moves the surge-first commands in
+//! flight on ([`Orchestrator::progress`]), runs a pass on the shared caches, and carries out
+//! its decisions: a surge-first one becomes a command ([`Orchestrator::start`]), any other
+//! deletes its NodeClaim at once (an event first, the delete preconditioned on the uid).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::events::{Event, EventType, Recorder};
 use api::karpenter::DisruptionReason;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
-use kube::Resource;
-use kube::api::{Api, DeleteParams};
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 
+use super::orchestrate::{Command, Orchestrator, delete_disrupted, reason_label};
+use super::simulate::Simulator;
 use super::{Decision, Timers, View, decide};
-use crate::metrics::{CreatedLabels, Metrics};
+use crate::events::Recorder;
+use crate::metrics::{DecisionLabels, Metrics};
+use crate::nodeclaim::context::Catalogs;
+use crate::unavailable::{OfferingKey, UnavailableOfferings};
 
 /// How often candidates are evaluated (Karpenter: 10 s).
 const TICK: Duration = Duration::from_secs(5);
@@ -25,83 +32,106 @@ pub struct Disruption {
     pub metrics: Metrics,
     pub nodepools: Store<api::NodePool>,
     pub nodeclaims: Store<api::NodeClaim>,
-    pub nodes: Store<k8s_openapi::api::core::v1::Node>,
-    pub pods: Store<k8s_openapi::api::core::v1::Pod>,
+    pub nodes: Store<Node>,
+    pub pods: Store<Pod>,
+    pub pdbs: Store<PodDisruptionBudget>,
+    pub nodeclasses: Store<api::ClusterAPINodeClass>,
+    pub daemonsets: Store<DaemonSet>,
+    /// The provisioner's catalogs and launch failures: replacements are planned as the
+    /// provisioner would plan them.
+    pub catalogs: Arc<dyn Catalogs>,
+    pub unavailable: Arc<UnavailableOfferings>,
+    /// How long a surge-first command may wait for its replacements to initialize.
+    pub command_timeout: Duration,
 }
 
 impl Disruption {
     /// One pass over the caches as they are now (shared objects, no copies).
     pub fn pass(&self, timers: &mut Timers) -> Vec<Decision> {
-        let (nodepools, nodeclaims, nodes, pods) = (
+        let (nodepools, nodeclaims, nodes, pods, pdbs, nodeclasses) = (
             self.nodepools.state(),
             self.nodeclaims.state(),
             self.nodes.state(),
             self.pods.state(),
+            self.pdbs.state(),
+            self.nodeclasses.state(),
         );
         let view = View {
             nodepools: &nodepools,
             nodeclaims: &nodeclaims,
             nodes: &nodes,
             pods: &pods,
+            pdbs: &pdbs,
+            nodeclasses: &nodeclasses,
         };
-        decide(&view, timers, Timestamp::now(), Instant::now())
+        let instant = Instant::now();
+        let simulator = Simulator {
+            catalog: &|nodeclass| self.catalogs.catalog(nodeclass),
+            available: &|name, zone, ct| {
+                !self.unavailable.is_unavailable(
+                    &OfferingKey {
+                        instance_type: name.to_string(),
+                        zone: zone.map(str::to_string),
+                        capacity_type: ct.to_string(),
+                    },
+                    instant,
+                )
+            },
+            daemonsets: self.daemonsets.state(),
+        };
+        decide(&view, timers, &simulator, Timestamp::now(), instant)
     }
 
-    async fn act(&self, d: &Decision) {
-        let api: Api<api::NodeClaim> = Api::all(self.client.clone());
-        let obj = match api.get_opt(&d.nodeclaim).await {
-            Ok(Some(o)) => o,
-            Ok(None) => return,
-            Err(e) => {
-                tracing::warn!(nodeclaim = %d.nodeclaim, error = %e, "reading NodeClaim failed");
-                return;
-            }
-        };
+    async fn act(&self, orchestrator: &Orchestrator, d: &Decision) {
         let reason = match (d.expired, d.reason) {
             (true, _) => "expired",
-            (false, DisruptionReason::Underutilized) => "underutilized",
-            (false, DisruptionReason::Drifted) => "drifted",
-            (false, DisruptionReason::Empty) => "empty",
+            (false, r) => reason_label(r),
         };
-        tracing::info!(nodeclaim = %d.nodeclaim, nodepool = %d.nodepool, reason, message = %d.message, "disrupting");
-        let note = format!("Disrupting NodeClaim: {} ({})", reason, d.message);
-        let event = Event {
-            type_: EventType::Normal,
-            reason: "DisruptionTerminating".into(),
-            note: Some(note),
-            action: "Disrupt".into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&event, &obj.object_ref(&())).await {
-            tracing::debug!(error = %e, "publishing event failed");
+        if let Some(surge) = &d.surge {
+            let mut candidates = vec![d.nodeclaim.clone()];
+            candidates.extend(surge.with.iter().cloned());
+            let command = Command {
+                reason: d.reason,
+                nodepool: d.nodepool.clone(),
+                candidates,
+                replacements: surge.replacements.clone(),
+                message: d.message.clone(),
+                consolidation_type: surge.consolidation_type.clone(),
+            };
+            if let Err(e) = orchestrator.start(&command).await {
+                tracing::warn!(nodeclaim = %d.nodeclaim, error = %e, "starting disruption failed; the next pass cleans up");
+            }
+            return;
         }
-        // Preconditioned on the uid we decided about: a recreated claim of the same name is
-        // not deleted by mistake.
-        let params = DeleteParams {
-            preconditions: obj
-                .metadata
-                .uid
-                .clone()
-                .map(|uid| kube::api::Preconditions {
-                    uid: Some(uid),
-                    resource_version: None,
-                }),
-            ..DeleteParams::default()
+        let Some(claim) = self.nodeclaims.get(&ObjectRef::new(&d.nodeclaim)) else {
+            return;
         };
-        match api.delete(&d.nodeclaim, &params).await {
-            Ok(_) => {
-                self.metrics
-                    .nodeclaims_disrupted
-                    .get_or_create(&CreatedLabels {
-                        reason: reason.into(),
-                        nodepool: d.nodepool.clone(),
-                    })
-                    .inc();
-            }
-            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-            Err(e) => {
-                tracing::warn!(nodeclaim = %d.nodeclaim, error = %e, "deleting NodeClaim failed")
-            }
+        if !d.expired {
+            self.metrics
+                .disruption_decisions
+                .get_or_create(&DecisionLabels {
+                    decision: "delete".into(),
+                    reason: reason.into(),
+                    consolidation_type: match d.reason {
+                        DisruptionReason::Empty => "empty".into(),
+                        DisruptionReason::Underutilized => "single".into(),
+                        DisruptionReason::Drifted => String::new(),
+                    },
+                })
+                .inc();
+        }
+        if let Err(e) = delete_disrupted(
+            &self.client,
+            &self.recorder,
+            &self.metrics,
+            &claim,
+            reason,
+            &d.nodepool,
+            &d.message,
+        )
+        .await
+        {
+            tracing::warn!(nodeclaim = %d.nodeclaim, error = %e, "deleting NodeClaim failed");
         }
     }
 }
@@ -109,12 +139,21 @@ impl Disruption {
 /// Runs until `shutdown`.
 pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> + Send) {
     tokio::pin!(shutdown);
+    let orchestrator = Orchestrator::new(
+        d.client.clone(),
+        d.recorder.clone(),
+        d.metrics.clone(),
+        d.nodeclaims.clone(),
+        d.nodes.clone(),
+        d.command_timeout,
+    );
     let mut timers = Timers::default();
     loop {
         tokio::select! {
             _ = &mut shutdown => return,
             _ = tokio::time::sleep(TICK) => {}
         }
+        orchestrator.progress().await;
         // The pass (a snapshot and possibly a scheduling simulation) is CPU work: off the
         // async workers.
         let this = d.clone();
@@ -135,7 +174,7 @@ pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> 
             }
         };
         for decision in decisions {
-            d.act(&decision).await;
+            d.act(&orchestrator, &decision).await;
         }
     }
 }

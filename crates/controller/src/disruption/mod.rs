@@ -5,7 +5,8 @@
 //! NodePool's disruption budgets. Deleting the NodeClaim runs the usual termination: the
 //! Machine is deleted, Cluster API drains and removes the Node.
 //!
-//! Not built: replace consolidation (a cheaper node for the pods) and drift.
+//! Surge-first commands (replacements initialized before the candidates go) run through
+//! [`orchestrate`]; replacements are planned by [`simulate`].
 //!
 //! Layout: [`candidates`] (per pool, the NodeClaims that may be disrupted, with their Node
 //! and pods), [`budgets`], one file per [`Method`] ([`expiration`], [`emptiness`],
@@ -13,8 +14,9 @@
 //! filter and a decision with its own timers; the budget and the execution are shared, so a
 //! new method (drift, replace consolidation) is one file and one line in [`Timers::methods`].
 //!
-//! The decisions are pure functions of cached objects; the loop only deletes NodeClaims, so
-//! a restart anywhere is safe (timers restart from zero, which only delays).
+//! The decisions are pure functions of cached objects; a command's state is on the objects
+//! (see [`orchestrate`]), so a restart anywhere is safe (timers restart from zero, which
+//! only delays; commands in flight resume or roll back).
 
 pub mod budgets;
 pub mod candidates;
@@ -22,6 +24,8 @@ pub mod consolidation;
 pub mod emptiness;
 pub mod execute;
 pub mod expiration;
+pub mod orchestrate;
+pub mod simulate;
 #[cfg(test)]
 mod tests;
 
@@ -32,6 +36,7 @@ use std::time::{Duration, Instant};
 use api::karpenter::DisruptionReason;
 use api::{NodeClaim, NodePool};
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 
 pub use budgets::{PoolBudget, allowed, budget_active, budget_nodes};
@@ -44,8 +49,8 @@ use crate::objects::name;
 /// a node whose pods are about to be bound is not taken (Karpenter validates for 15 s).
 pub const VALIDATION: Duration = Duration::from_secs(15);
 
-/// What to delete now, and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What to disrupt now, and why.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
     pub nodeclaim: String,
     pub nodepool: String,
@@ -53,6 +58,20 @@ pub struct Decision {
     /// `Expired` is not a budgeted reason in Karpenter; we report it apart.
     pub expired: bool,
     pub message: String,
+    /// Surge-first through [`orchestrate`] (taint, replacements initialized, then delete);
+    /// `None` deletes at once.
+    pub surge: Option<Surge>,
+}
+
+/// The rest of a surge-first [`Decision`]'s command.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Surge {
+    /// The NodeClaims to create first (none when the pods fit elsewhere).
+    pub replacements: Vec<NodeClaim>,
+    /// Further candidates disrupted by the same command (multi-node).
+    pub with: Vec<String>,
+    /// `single`, `multi` for consolidation, empty for drift (metrics).
+    pub consolidation_type: String,
 }
 
 /// The cluster as the caches see it (shared objects).
@@ -62,6 +81,8 @@ pub struct View<'a> {
     pub nodeclaims: &'a [Arc<NodeClaim>],
     pub nodes: &'a [Arc<Node>],
     pub pods: &'a [Arc<Pod>],
+    pub pdbs: &'a [Arc<PodDisruptionBudget>],
+    pub nodeclasses: &'a [Arc<api::ClusterAPINodeClass>],
 }
 
 /// The time of a pass: wall clock (ages, budget schedules) and monotonic (timers).
@@ -77,6 +98,8 @@ pub struct Pass<'a> {
     /// A consolidation was decided in this pass, or pods wait for capacity (the room a move
     /// would take may be what they need): no (further) consolidation.
     pub consolidated: bool,
+    /// Plans replacements for surge-first methods.
+    pub simulate: &'a dyn simulate::Simulate,
 }
 
 /// A disruption method: which of a pool's candidates it takes, and why.
@@ -115,12 +138,19 @@ impl Timers {
     }
 }
 
-/// Decides which NodeClaims to delete. `timers` are updated (claims gone are forgotten).
-pub fn decide(view: &View, timers: &mut Timers, now: Timestamp, instant: Instant) -> Vec<Decision> {
+/// Decides which NodeClaims to disrupt. `timers` are updated (claims gone are forgotten).
+pub fn decide(
+    view: &View,
+    timers: &mut Timers,
+    simulate: &dyn simulate::Simulate,
+    now: Timestamp,
+    instant: Instant,
+) -> Vec<Decision> {
     let clock = Clock { now, instant };
     let pods_on = candidates::pods_by_node(view.pods);
     let mut pass = Pass {
         view,
+        simulate,
         consolidated: view
             .pods
             .iter()
