@@ -213,6 +213,7 @@ async fn a_launch_happens_once_per_uid_when_the_cache_lags() {
         machines: caches.machines.store(),
         nodeclasses: caches.nodeclasses.store(),
         nodeclaims: delayed.as_reader(),
+        nodepools: caches.nodepools.store(),
         clusters: caches.clusters.store(),
         catalogs: Arc::new(catalogs),
         unavailable: Arc::default(),
@@ -221,6 +222,7 @@ async fn a_launch_happens_once_per_uid_when_the_cache_lags() {
         expectations: Arc::default(),
         backoff: Arc::default(),
         registration_failures: Arc::default(),
+        lookups: Arc::default(),
     };
     let api: Api<NodeClaim> = Api::all(client.clone());
     let stale: Arc<NodeClaim> = Arc::new(

@@ -72,6 +72,28 @@ pub struct ClusterAPINodeClassSpec {
     #[serde(default = "default_registration_timeout")]
     #[schemars(regex(pattern = schema::TIMEOUT))]
     pub registration_timeout: String,
+    /// What happens to drifted nodes (Kubernetes version, templates, NodePool changed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<Drift>,
+}
+
+/// Drift handling of a NodeClass's nodes.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Drift {
+    /// `Replace` (default): drifted nodes are replaced, surge-first, within the NodePool's
+    /// `Drifted` budgets. `Manual`: the `Drifted` condition and events only; a node is
+    /// rolled when its NodeClaim is deleted (e.g. by the platform's upgrade process).
+    #[serde(default)]
+    pub policy: DriftPolicy,
+}
+
+/// See [`Drift::policy`].
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum DriftPolicy {
+    #[default]
+    Replace,
+    Manual,
 }
 
 /// A namespaced reference to a Cluster API Cluster.

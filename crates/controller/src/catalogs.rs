@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use api::{Cluster, ClusterAPINodeClass};
+use kube::api::DynamicObject;
 use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::Value;
 use templates::model::Catalog;
@@ -15,6 +16,18 @@ use templates::watch::TemplateIndex;
 /// The current catalog of each NodeClass (fed by the template watcher).
 pub trait Catalogs: Send + Sync {
     fn catalog(&self, nodeclass: &str) -> Option<Arc<Catalog>>;
+
+    /// A cached InfrastructureMachineTemplate (`group`, `kind`, `namespace`, `name`); `None`
+    /// when it is not cached (gone, or this implementation has no template caches).
+    fn template(
+        &self,
+        _group: &str,
+        _kind: &str,
+        _ns: &str,
+        _name: &str,
+    ) -> Option<Arc<DynamicObject>> {
+        None
+    }
 }
 
 /// Catalogs built from the template caches, the NodeClass and its Cluster (all cached).
@@ -52,5 +65,15 @@ impl Catalogs for IndexCatalogs {
             Ok(c) if !c.instance_types.is_empty() => Some(Arc::new(c.clone())),
             _ => None,
         }
+    }
+
+    fn template(
+        &self,
+        group: &str,
+        kind: &str,
+        ns: &str,
+        name: &str,
+    ) -> Option<Arc<DynamicObject>> {
+        self.index.get(group, kind, ns, name)
     }
 }

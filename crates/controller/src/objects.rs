@@ -104,3 +104,34 @@ pub fn namespaced_name<K: Resource>(obj: &K) -> String {
 pub fn name<K: Resource>(obj: &K) -> &str {
     obj.meta().name.as_deref().unwrap_or_default()
 }
+
+/// FNV-1a 64 of `text`: a hash that is stable across processes and versions.
+pub fn fnv64(text: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// `v` without nulls, empty objects and empty arrays (at any depth), so that an absent
+/// field and an empty one hash alike.
+pub fn pruned(v: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    let empty = |v: &Value| {
+        v.is_null()
+            || v.as_object().is_some_and(|o| o.is_empty())
+            || v.as_array().is_some_and(|a| a.is_empty())
+    };
+    match v {
+        Value::Object(o) => Value::Object(
+            o.into_iter()
+                .map(|(k, v)| (k, pruned(v)))
+                .filter(|(_, v)| !empty(v))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.into_iter().map(pruned).collect()),
+        other => other,
+    }
+}

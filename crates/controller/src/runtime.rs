@@ -316,6 +316,7 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         machines: caches.machines.store(),
         nodeclasses: caches.nodeclasses.store(),
         nodeclaims: caches.nodeclaims.store(),
+        nodepools: caches.nodepools.store(),
         clusters: caches.clusters.store(),
         catalogs: Arc::new(catalogs.clone()),
         unavailable: unavailable.clone(),
@@ -327,6 +328,7 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         expectations: Arc::default(),
         backoff: Arc::default(),
         registration_failures: registration_failures.clone(),
+        lookups: Arc::default(),
     };
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
@@ -373,6 +375,9 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         nodes: caches.nodes.clone(),
         machines: caches.machines.clone(),
         nodeclasses: caches.nodeclasses.clone(),
+        nodepools: caches.nodepools.clone(),
+        clusters: caches.clusters.clone(),
+        templates: Some(catalogs.index.subscribe()),
     };
     let mut loops = crate::tasks::Tasks::default();
     loops.spawn(lifecycle::run(

@@ -283,6 +283,22 @@ impl TemplateIndex {
         }
     }
 
+    /// One cached template: `group`/`kind` `namespace`/`name` (any served version).
+    pub fn get(
+        &self,
+        group: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Arc<DynamicObject>> {
+        let kinds = self.inner.kinds.read().unwrap_or_else(|e| e.into_inner());
+        let w = kinds.get(&(group.to_string(), kind.to_string()))?;
+        w.store.get(
+            &kube::runtime::reflector::ObjectRef::new_with(name, w.kind.api_resource())
+                .within(namespace),
+        )
+    }
+
     /// The templates a NodeClass selects, from the caches (sorted by namespace/name/kind).
     pub fn templates(&self, selection: &Selection) -> Vec<DynamicObject> {
         let kinds = self.inner.kinds.read().unwrap_or_else(|e| e.into_inner());

@@ -252,13 +252,8 @@ fn names(claims: &[&Arc<NodeClaim>]) -> Vec<String> {
 
 /// A command id: short, a valid label value, unique per candidate set and start time.
 pub fn command_id(candidates: &[String], now: Timestamp) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let text = format!("{}@{}", candidates.join(","), now.as_nanosecond());
-    for b in text.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("d{h:016x}")
+    format!("d{:016x}", crate::objects::fnv64(&text))
 }
 
 /// Runs commands: starts them and moves them on (see the module documentation).

@@ -249,6 +249,7 @@ pub struct Ctx {
     pub machines: Store<Machine>,
     pub nodeclasses: Store<ClusterAPINodeClass>,
     pub nodeclaims: Store<NodeClaim>,
+    pub nodepools: Store<api::NodePool>,
     pub clusters: Store<api::Cluster>,
     pub catalogs: Arc<dyn Catalogs>,
     pub unavailable: Arc<UnavailableOfferings>,
@@ -257,6 +258,8 @@ pub struct Ctx {
     pub expectations: Arc<Expectations>,
     pub backoff: Arc<Backoff>,
     pub registration_failures: Arc<crate::reports::RegistrationFailures>,
+    /// API reads drift detection reuses for a few seconds.
+    pub lookups: Arc<super::drift::Lookups>,
 }
 
 pub const FIELD_MANAGER: &str = "karpenter-capi";

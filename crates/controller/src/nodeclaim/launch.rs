@@ -75,9 +75,16 @@ pub struct Plan {
     /// The InfrastructureMachineTemplate, and the InfraMachine cloned from it.
     pub infrastructure_template: TypedRef,
     pub infrastructure: TypedRef,
+    /// Hash of the InfrastructureMachineTemplate's `spec` when planned (drift detection);
+    /// absent on plans of older versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub infrastructure_template_hash: Option<String>,
     /// The bootstrap config template and its clone, when a template is used.
     pub bootstrap_template: Option<TypedRef>,
     pub bootstrap: Option<TypedRef>,
+    /// Hash of the bootstrap config template's `spec` when planned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap_template_hash: Option<String>,
     pub data_secret_name: Option<String>,
     pub failure_domain: Option<String>,
     /// Labels the NodeClaim (and then its Node) gets from the chosen offering.
@@ -282,6 +289,16 @@ async fn plan(ctx: &Ctx, claim: &NodeClaim) -> Result<Planned, Error> {
         }
         None => (None, None),
     };
+    // What is cloned, for drift detection: a hash of each template's spec. (A template
+    // edited between now and the clone shows as drift once: replaced, never missed.)
+    let infrastructure_template_hash = ctx
+        .catalogs
+        .template(template.group(), &template.kind, &ns, &template.name)
+        .map(|t| super::drift::spec_hash(&t));
+    let bootstrap_template_hash = match &bootstrap_template {
+        Some(bt) => super::drift::bootstrap_template_hash(ctx, &ns, bt).await?,
+        None => None,
+    };
     let resource_list = |r: &templates::model::Resources| {
         r.to_resource_list()
             .into_iter()
@@ -306,8 +323,10 @@ async fn plan(ctx: &Ctx, claim: &NodeClaim) -> Result<Planned, Error> {
             kind: kind_without_template(&template.kind),
             name,
         },
+        infrastructure_template_hash,
         bootstrap_template,
         bootstrap,
+        bootstrap_template_hash,
         data_secret_name: nodeclass.bootstrap.data_secret_name.clone(),
         failure_domain: choice.offering.zone.clone(),
         labels: choice.labels.clone(),

@@ -3,8 +3,9 @@
 //! computes the status from the cached object plus what it observed and writes it once, at
 //! the end, only if it changed. A reconcile never decides on a cached NodeClaim older than
 //! our own last write to it. Triggers: NodeClaim changes, Node changes mapped by providerID
-//! (or owner reference), Machine changes mapped by our label, NodeClass changes; deadlines
-//! nothing else triggers on are requeues.
+//! (or owner reference), Machine changes mapped by our label, NodeClass, NodePool and
+//! Cluster changes mapped to their NodeClaims, template changes (drift); deadlines nothing
+//! else triggers on are requeues.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -87,7 +88,7 @@ async fn reconcile_fresh(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Action, Err
         ctx.delete_claim(&claim).await?;
         return Ok(Action::await_change());
     }
-    let (claim, plan) = match launch::reconcile(ctx, claim.clone()).await {
+    let (mut claim, plan) = match launch::reconcile(ctx, claim.clone()).await {
         Ok(Launch::Launched(claim, plan)) => (claim, *plan),
         Ok(Launch::Deleted) => return Ok(Action::await_change()),
         Err(Error::Permanent { reason, message }) => {
@@ -137,6 +138,7 @@ async fn reconcile_fresh(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Action, Err
     if verdict == Verdict::Deleted {
         return Ok(Action::await_change());
     }
+    super::drift::reconcile(ctx, &mut claim, &plan, &mut status).await?;
     set_ready(&mut status.conditions);
     let Verdict::Alive(next) = verdict else {
         return Ok(Action::await_change());
@@ -239,6 +241,10 @@ pub struct Triggers {
     pub nodes: Cache<Node>,
     pub machines: Cache<Machine>,
     pub nodeclasses: Cache<ClusterAPINodeClass>,
+    pub nodepools: Cache<api::NodePool>,
+    pub clusters: Cache<api::Cluster>,
+    /// Bumped on every template change (drift re-check of every NodeClaim).
+    pub templates: Option<tokio::sync::watch::Receiver<u64>>,
 }
 
 /// Runs the lifecycle controller until `shutdown` resolves.
@@ -272,22 +278,31 @@ pub async fn run(
             .get(names::NODECLAIM_LABEL)
             .map(|n| ObjectRef::new(n))
     };
-    let claims = triggers.nodeclaims.store();
-    let by_nodeclass = move |nc: Arc<ClusterAPINodeClass>| {
-        // Claims waiting for their NodeClass (not planned yet).
-        let name = nc.name_any();
-        claims
-            .state()
-            .iter()
-            .filter(|c| c.spec.node_class_ref.name == name && Plan::of(c).is_none())
-            .map(|c| ObjectRef::from_obj(c.as_ref()))
-            .collect::<Vec<_>>()
-    };
+    // Claims waiting for their NodeClass (not planned yet), and every claim of it (drift:
+    // version, bootstrap source, selection).
+    let by_nodeclass = claims_where(&triggers.nodeclaims, |c, nc: &ClusterAPINodeClass| {
+        c.spec.node_class_ref.name == nc.name_any()
+    });
+    let by_nodepool = claims_where(&triggers.nodeclaims, |c, np: &api::NodePool| {
+        launch::nodepool_of(c) == np.name_any()
+    });
+    let by_cluster = claims_where(&triggers.nodeclaims, |c, cl: &api::Cluster| {
+        Plan::of(c).is_some_and(|p| {
+            p.cluster == cl.name_any() && Some(p.namespace.as_str()) == cl.namespace().as_deref()
+        })
+    });
+    let templates = futures::stream::unfold(triggers.templates, |rx| async move {
+        let mut rx = rx?;
+        rx.changed().await.ok()?;
+        Some(((), Some(rx)))
+    });
     Controller::for_shared_stream(triggers.nodeclaims.subscribe(), triggers.nodeclaims.store())
         .watches_shared_stream(triggers.nodes.subscribe(), by_node)
         .watches_shared_stream(triggers.machines.subscribe(), by_machine)
         .watches_shared_stream(triggers.nodeclasses.subscribe(), by_nodeclass)
-        .reconcile_all_on(futures::stream::once(futures::future::ready(())))
+        .watches_shared_stream(triggers.nodepools.subscribe(), by_nodepool)
+        .watches_shared_stream(triggers.clusters.subscribe(), by_cluster)
+        .reconcile_all_on(futures::stream::once(futures::future::ready(())).chain(templates))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, Arc::new(ctx))
         .for_each(|r| {
@@ -297,6 +312,22 @@ pub async fn run(
             futures::future::ready(())
         })
         .await;
+}
+
+/// Maps an object to the cached NodeClaims `related` to it.
+fn claims_where<K: 'static>(
+    claims: &Cache<NodeClaim>,
+    related: impl Fn(&NodeClaim, &K) -> bool + Send + Sync + 'static,
+) -> impl Fn(Arc<K>) -> Vec<ObjectRef<NodeClaim>> + Send + Sync + 'static {
+    let claims = claims.store();
+    move |obj: Arc<K>| {
+        claims
+            .state()
+            .iter()
+            .filter(|c| related(c, &obj))
+            .map(|c| ObjectRef::from_obj(c.as_ref()))
+            .collect()
+    }
 }
 
 pub use crate::cache::claim_provider_id;

@@ -2,6 +2,7 @@
 //! termination (one Cluster API Machine per NodeClaim).
 
 pub mod context;
+pub mod drift;
 pub mod launch;
 pub mod lifecycle;
 pub mod liveness;

@@ -245,7 +245,11 @@ pub(super) async fn create_objects(
 /// The Kubernetes version of a Cluster: `spec.topology.version`, else its control plane's
 /// `spec.version`; `None` when neither is set. Errors (Cluster not cached yet, control plane
 /// unreadable) are returned so that launch retries.
-async fn cluster_version(ctx: &Ctx, ns: &str, cluster: &str) -> Result<Option<String>, Error> {
+pub(super) async fn cluster_version(
+    ctx: &Ctx,
+    ns: &str,
+    cluster: &str,
+) -> Result<Option<String>, Error> {
     let Some(c) = ctx.clusters.get(&ObjectRef::new(cluster).within(ns)) else {
         return Err(Error::Launch(format!(
             "Cluster {ns}/{cluster} not found; its Kubernetes version is needed for the Machine"

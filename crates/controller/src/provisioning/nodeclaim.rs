@@ -1,6 +1,7 @@
 //! The solver's output back into the API: the NodeClaim to create for a planned claim of a
 //! NodePool, and the NodePool hash it carries.
 
+use api::consts::annotations::{NODEPOOL_HASH, NODEPOOL_HASH_VERSION as NODEPOOL_HASH_VERSION_KEY};
 use api::karpenter::{self as k, NodeSelectorRequirementWithMinValues};
 use api::{NodeClaim, NodePool};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
@@ -52,18 +53,26 @@ pub fn api_taints(taints: &[Taint]) -> Vec<k::Taint> {
         .collect()
 }
 
-/// FNV-1a 64 of the canonical JSON (keys sorted) of the pool's `spec.template` (stable
-/// across processes).
+/// The `karpenter.sh/nodepool-hash-version` of [`nodepool_hash`]. Ours, not Karpenter's
+/// (`v3`): the hash is not Karpenter's hashstructure. A NodeClaim stamped with another
+/// version is re-stamped, never rolled, when the scheme changes.
+pub const NODEPOOL_HASH_VERSION: &str = "capi-1";
+
+/// The NodePool hash Karpenter's drift compares: FNV-1a 64 of the canonical JSON (keys
+/// sorted, empty values dropped, taint lists as sets) of the pool's `spec.template` without
+/// its requirements: labels, annotations, taints, startupTaints, nodeClassRef,
+/// terminationGracePeriod, expireAfter. Limits, weight, disruption are outside the template.
 pub fn nodepool_hash(pool: &NodePool) -> String {
-    let text = serde_json::to_value(&pool.spec.template)
-        .unwrap_or(serde_json::Value::Null)
-        .to_string();
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    let mut v = serde_json::to_value(&pool.spec.template).unwrap_or(serde_json::Value::Null);
+    if let Some(spec) = v.get_mut("spec").and_then(|s| s.as_object_mut()) {
+        spec.remove("requirements");
+        for key in ["taints", "startupTaints"] {
+            if let Some(list) = spec.get_mut(key).and_then(|l| l.as_array_mut()) {
+                list.sort_by_key(|t| t.to_string());
+            }
+        }
     }
-    h.to_string()
+    crate::objects::fnv64(&crate::objects::pruned(v).to_string()).to_string()
 }
 
 /// The NodeClaim to create for one planned claim of `pool`.
@@ -73,8 +82,11 @@ pub fn nodeclaim(pool: &NodePool, claim: &scheduling::NewNodeClaim) -> NodeClaim
     let mut labels = tpl.metadata.labels.clone();
     labels.insert(scheduling::LABEL_NODEPOOL.into(), name.clone());
     let mut annotations = tpl.metadata.annotations.clone();
-    annotations.insert("karpenter.sh/nodepool-hash".into(), nodepool_hash(pool));
-    annotations.insert("karpenter.sh/nodepool-hash-version".into(), "v3".into());
+    annotations.insert(NODEPOOL_HASH.into(), nodepool_hash(pool));
+    annotations.insert(
+        NODEPOOL_HASH_VERSION_KEY.into(),
+        NODEPOOL_HASH_VERSION.into(),
+    );
     NodeClaim {
         metadata: ObjectMeta {
             generate_name: Some(format!("{name}-")),
@@ -169,21 +181,51 @@ mod tests {
         assert_eq!(p.labels["team"], "a");
     }
 
-    /// The hash written on NodeClaims is the one earlier versions wrote (JSON of the
-    /// template with sorted keys): changing it would mark every claim as drifted.
+    /// Karpenter's hash semantics: requirements, limits, weight and disruption are not in
+    /// it; labels, taints (as a set) and the rest of the template are.
     #[test]
-    fn nodepool_hash_is_stable() {
-        let pool: NodePool = typed(json!({
+    fn nodepool_hash_covers_the_template_without_requirements() {
+        let base = json!({
             "metadata": {"name": "default"},
-            "spec": {"template": {"spec": {"nodeClassRef": {"group": "g", "kind": "K", "name": "nc"},
-                                            "requirements": []}}}
-        }));
-        let text = r#"{"spec":{"expireAfter":"720h","nodeClassRef":{"group":"g","kind":"K","name":"nc"},"requirements":[]}}"#;
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for b in text.bytes() {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        assert_eq!(nodepool_hash(&pool), h.to_string());
+            "spec": {"template": {"metadata": {"labels": {"team": "a"}},
+                "spec": {"nodeClassRef": {"group": "g", "kind": "K", "name": "nc"},
+                         "taints": [{"key": "a", "effect": "NoSchedule"}, {"key": "b", "effect": "NoSchedule"}],
+                         "requirements": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z1"]}]}}}
+        });
+        let hash = |edit: &dyn Fn(&mut serde_json::Value)| {
+            let mut v = base.clone();
+            edit(&mut v);
+            nodepool_hash(&typed::<NodePool>(v))
+        };
+        let h = hash(&|_| {});
+        assert_eq!(
+            h,
+            hash(&|v| v["spec"]["template"]["spec"]["requirements"] = json!([]))
+        );
+        assert_eq!(h, hash(&|v| v["spec"]["limits"] = json!({"cpu": "10"})));
+        assert_eq!(h, hash(&|v| v["spec"]["weight"] = json!(5)));
+        assert_eq!(
+            h,
+            hash(&|v| v["spec"]["disruption"] =
+                json!({"consolidateAfter": "1m", "budgets": [{"nodes": "0"}]}))
+        );
+        assert_eq!(
+            h,
+            hash(&|v| v["spec"]["template"]["spec"]["taints"] = json!([
+                {"key": "b", "effect": "NoSchedule"}, {"key": "a", "effect": "NoSchedule"}])),
+            "taints are a set"
+        );
+        assert_ne!(
+            h,
+            hash(&|v| v["spec"]["template"]["metadata"]["labels"]["team"] = json!("b"))
+        );
+        assert_ne!(
+            h,
+            hash(&|v| v["spec"]["template"]["spec"]["expireAfter"] = json!("24h"))
+        );
+        assert_ne!(
+            h,
+            hash(&|v| v["spec"]["template"]["spec"]["nodeClassRef"]["name"] = json!("other"))
+        );
     }
 }
