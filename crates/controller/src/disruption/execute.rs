@@ -3,6 +3,7 @@
 //! its decisions: a surge-first one becomes a command ([`Orchestrator::start`]), any other
 //! deletes its NodeClaim at once (an event first, the delete preconditioned on the uid).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,6 +12,8 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
+use kube::Resource;
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::orchestrate::{Command, Orchestrator, delete_disrupted, reason_label};
@@ -18,7 +21,7 @@ use super::simulate::Simulator;
 use super::{Decision, Timers, View, decide};
 use crate::events::Recorder;
 use crate::metrics::{DecisionLabels, Metrics};
-use crate::nodeclaim::context::Catalogs;
+use crate::nodeclaim::context::{Catalogs, publish};
 use crate::unavailable::{OfferingKey, UnavailableOfferings};
 
 /// How often candidates are evaluated (Karpenter: 10 s).
@@ -80,6 +83,21 @@ impl Disruption {
             daemonsets: self.daemonsets.state(),
         };
         decide(&view, timers, &simulator, Timestamp::now(), instant)
+    }
+
+    async fn blocked(&self, claim: &str, message: &str) {
+        let Some(obj) = self.nodeclaims.get(&ObjectRef::new(claim)) else {
+            return;
+        };
+        tracing::info!(nodeclaim = claim, message, "disruption blocked");
+        publish(
+            &self.recorder,
+            obj.object_ref(&()),
+            EventType::Normal,
+            api::consts::events::DISRUPTION_BLOCKED,
+            message.to_string(),
+        )
+        .await;
     }
 
     async fn act(&self, orchestrator: &Orchestrator, d: &Decision) {
@@ -148,6 +166,8 @@ pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> 
         d.command_timeout,
     );
     let mut timers = Timers::default();
+    // The last DisruptionBlocked message per NodeClaim: an event only when it changes.
+    let mut blocked: HashMap<String, String> = HashMap::new();
     loop {
         tokio::select! {
             _ = &mut shutdown => return,
@@ -173,6 +193,17 @@ pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> 
                 continue;
             }
         };
+        let now_blocked: HashMap<String, String> = timers
+            .blocked()
+            .into_iter()
+            .map(|b| (b.nodeclaim, b.message))
+            .collect();
+        for (claim, message) in &now_blocked {
+            if blocked.get(claim) != Some(message) {
+                d.blocked(claim, message).await;
+            }
+        }
+        blocked = now_blocked;
         for decision in decisions {
             d.act(&orchestrator, &decision).await;
         }

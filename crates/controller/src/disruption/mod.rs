@@ -10,7 +10,7 @@
 //!
 //! Layout: [`candidates`] (per pool, the NodeClaims that may be disrupted, with their Node
 //! and pods), [`budgets`], one file per [`Method`] ([`expiration`], [`emptiness`],
-//! [`consolidation`]), and [`execute`] (the loop and the delete). A method is a candidate
+//! [`drift`], [`consolidation`]), and [`execute`] (the loop and the delete). A method is a candidate
 //! filter and a decision with its own timers; the budget and the execution are shared, so a
 //! new method (drift, replace consolidation) is one file and one line in [`Timers::methods`].
 //!
@@ -21,6 +21,7 @@
 pub mod budgets;
 pub mod candidates;
 pub mod consolidation;
+pub mod drift;
 pub mod emptiness;
 pub mod execute;
 pub mod expiration;
@@ -123,18 +124,25 @@ pub trait Method {
 pub struct Timers {
     expiration: expiration::Expiration,
     emptiness: emptiness::Emptiness,
+    drift: drift::Drift,
     consolidation: consolidation::Consolidation,
 }
 
 impl Timers {
     /// The methods, in the order they choose: a candidate one takes is not offered to the
     /// next.
-    fn methods(&mut self) -> [&mut dyn Method; 3] {
+    fn methods(&mut self) -> [&mut dyn Method; 4] {
         [
             &mut self.expiration,
             &mut self.emptiness,
+            &mut self.drift,
             &mut self.consolidation,
         ]
+    }
+
+    /// The candidates the passes since the last call found blocked.
+    pub fn blocked(&mut self) -> Vec<drift::Blocked> {
+        std::mem::take(&mut self.drift.blocked)
     }
 }
 

@@ -246,3 +246,166 @@ fn expired_claims_go_regardless_of_budgets() {
     assert_eq!(d.len(), 1);
     assert_eq!((d[0].nodeclaim.as_str(), d[0].expired), ("old", true));
 }
+
+/// One replacement per candidate, except for `misfit` whose pods fit nowhere.
+struct OneEach {
+    misfit: &'static str,
+}
+
+impl Simulate for OneEach {
+    fn replacements(&self, _: &View, cs: &[&Candidate]) -> Result<Vec<NodeClaim>, String> {
+        if cs.iter().any(|c| c.name == self.misfit) {
+            return Err("no room".into());
+        }
+        Ok(cs
+            .iter()
+            .map(|c| (*claim(&format!("{}-new", c.name), "2026-11-22T11:00:00Z", "Never")).clone())
+            .collect())
+    }
+}
+
+fn drifted_claim(name: &str, created: &str) -> Value {
+    let mut c = claim_json(name, created, "Never");
+    c["status"]["conditions"]
+        .as_array_mut()
+        .expect("conditions")
+        .push(
+            json!({"type": "Drifted", "status": "True", "reason": "NodeClassDrifted",
+                     "message": "Kubernetes version v1.35.0 -> v1.36.0",
+                     "lastTransitionTime": "2026-11-22T10:00:00Z"}),
+        );
+    c
+}
+
+#[test]
+fn drift_replaces_the_oldest_empty_first_one_per_pass_within_budget() {
+    let pools = [pool("Never", json!([{"nodes": "2"}]))];
+    let claims = [
+        typed(drifted_claim("young-empty", "2026-11-22T10:30:00Z")),
+        typed(drifted_claim("old-busy", "2026-11-22T09:00:00Z")),
+        typed(drifted_claim("old-empty", "2026-11-22T10:00:00Z")),
+        claim("fresh", "2026-11-22T10:00:00Z", "Never"),
+    ];
+    let nodes = [
+        node("young-empty"),
+        node("old-busy"),
+        node("old-empty"),
+        node("fresh"),
+    ];
+    let pods = [pod_on("p", "old-busy", "1", true)];
+    let v = view(&pools, &claims, &nodes, &pods);
+    let now = at("2026-11-22T11:00:00Z");
+    let sim = OneEach { misfit: "" };
+    let d = decide(&v, &mut Timers::default(), &sim, now, Instant::now());
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(d[0].nodeclaim, "old-empty");
+    assert_eq!(d[0].reason, DisruptionReason::Drifted);
+    assert!(
+        d[0].message.contains("NodeClassDrifted"),
+        "{}",
+        d[0].message
+    );
+    let surge = d[0].surge.as_ref().expect("surge-first");
+    assert_eq!(surge.replacements.len(), 1);
+    // With old-empty in a command (budget 2, one used), young-empty goes next; then the
+    // budget is spent.
+    let mut in_command = drifted_claim("old-empty", "2026-11-22T10:00:00Z");
+    in_command["metadata"]["annotations"] = json!({super::orchestrate::COMMAND: "{\"id\":\"d1\",\"reason\":\"Drifted\",\"started\":\"2026-11-22T11:00:00Z\",\"replacements\":1}"});
+    let claims2 = [
+        claims[0].clone(),
+        claims[1].clone(),
+        typed(in_command),
+        claims[3].clone(),
+    ];
+    let v = view(&pools, &claims2, &nodes, &pods);
+    let mut timers = Timers::default();
+    let d = decide(&v, &mut timers, &sim, now, Instant::now());
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(d[0].nodeclaim, "young-empty");
+    let mut both = claims2.clone();
+    both[0] = typed({
+        let mut c = drifted_claim("young-empty", "2026-11-22T10:30:00Z");
+        c["metadata"]["deletionTimestamp"] = json!("2026-11-22T11:00:00Z");
+        c
+    });
+    let v = view(&pools, &both, &nodes, &pods);
+    assert!(decide(&v, &mut timers, &sim, now, Instant::now()).is_empty());
+    let blocked = timers.blocked();
+    assert!(
+        blocked
+            .iter()
+            .any(|b| b.nodeclaim == "old-busy" && b.message.contains("allows no more Drifted")),
+        "{blocked:?}"
+    );
+}
+
+#[test]
+fn drift_is_blocked_by_pdbs_do_not_disrupt_misfits_and_manual_policy() {
+    let pools = [pool("Never", json!([{"nodes": "10"}]))];
+    let claims = [typed(drifted_claim("a", "2026-11-22T10:00:00Z"))];
+    let nodes = [node("a")];
+    let now = at("2026-11-22T11:00:00Z");
+    let mut labelled = (*pod_on("p", "a", "1", true)).clone();
+    labelled.metadata.labels = Some([("app".to_string(), "web".to_string())].into());
+    let pods = [Arc::new(labelled)];
+    let pdb = |allowed: i32| -> Arc<k8s_openapi::api::policy::v1::PodDisruptionBudget> {
+        typed(json!({"metadata": {"name": "web", "namespace": "d"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}, "maxUnavailable": 1},
+            "status": {"disruptionsAllowed": allowed, "currentHealthy": 1, "desiredHealthy": 1,
+                       "expectedPods": 1}}))
+    };
+    let run = |claims: &[Arc<NodeClaim>],
+               pods: &[Arc<Pod>],
+               pdbs: &[Arc<_>],
+               nodeclasses: &[Arc<_>],
+               sim: &OneEach| {
+        let v = View {
+            pdbs,
+            nodeclasses,
+            ..view(&pools, claims, &nodes, pods)
+        };
+        let mut timers = Timers::default();
+        let d = decide(&v, &mut timers, sim, now, Instant::now());
+        (
+            d.len(),
+            timers
+                .blocked()
+                .into_iter()
+                .map(|b| b.message)
+                .collect::<Vec<_>>(),
+        )
+    };
+    let fits = OneEach { misfit: "" };
+    assert_eq!(
+        run(&claims, &pods, &[pdb(1)], &[], &fits).0,
+        1,
+        "PDB allows one"
+    );
+    let (n, why) = run(&claims, &pods, &[pdb(0)], &[], &fits);
+    assert_eq!(n, 0);
+    assert!(why[0].contains("pdb d/web prevents"), "{why:?}");
+    // A terminationGracePeriod lets drift go ahead (the drain is bounded).
+    let mut tgp = drifted_claim("a", "2026-11-22T10:00:00Z");
+    tgp["spec"]["terminationGracePeriod"] = json!("1h");
+    assert_eq!(run(&[typed(tgp)], &pods, &[pdb(0)], &[], &fits).0, 1);
+    let mut keep = (*pods[0]).clone();
+    keep.metadata.annotations = Some(
+        [(
+            "karpenter.sh/do-not-disrupt".to_string(),
+            "true".to_string(),
+        )]
+        .into(),
+    );
+    let (n, why) = run(&claims, &[Arc::new(keep)], &[], &[], &fits);
+    assert_eq!(n, 0);
+    assert!(why[0].contains("do-not-disrupt"), "{why:?}");
+    let (n, why) = run(&claims, &pods, &[], &[], &OneEach { misfit: "a" });
+    assert_eq!(n, 0);
+    assert!(why[0].contains("cannot be placed"), "{why:?}");
+    let manual: Arc<api::ClusterAPINodeClass> = typed(json!({"metadata": {"name": "n"},
+        "spec": {"clusterRef": {"namespace": "ns", "name": "c"}, "bootstrap": {"dataSecretName": "s"},
+                 "drift": {"policy": "Manual"}}}));
+    let (n, why) = run(&claims, &pods, &[], &[manual], &fits);
+    assert_eq!(n, 0);
+    assert!(why[0].contains("Manual"), "{why:?}");
+}

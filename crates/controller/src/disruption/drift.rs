@@ -1,0 +1,175 @@
+//! Drift: a NodeClaim with `Drifted=True` (see [`crate::nodeclaim::drift`]) is replaced
+//! surge-first within the pool's `Drifted` budget: the oldest first, empty ones before
+//! those with pods, one command per pool and pass. Its replacements are what the
+//! provisioner's simulation of its pods asks for (none when they fit elsewhere); a pod that
+//! fits nowhere, a `karpenter.sh/do-not-disrupt` pod or a PDB that allows no eviction
+//! blocks it (unless the NodeClaim has a `terminationGracePeriod`, as in Karpenter), as
+//! does the NodeClass's drift policy `Manual`. Each block is reported once
+//! ([`Timers::blocked`](super::Timers::blocked)).
+
+use std::collections::BTreeMap;
+
+use api::consts::conditions as types;
+use api::karpenter::DisruptionReason;
+use api::nodeclass::DriftPolicy;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::ResourceExt;
+
+use super::budgets::PoolBudget;
+use super::candidates::{Candidate, Pool, do_not_disrupt};
+use super::{Clock, Decision, Method, Pass, Surge, View};
+use crate::objects::namespaced_name;
+
+/// A candidate that may not be disrupted now, and why (a `DisruptionBlocked` event).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Blocked {
+    pub nodeclaim: String,
+    pub message: String,
+}
+
+/// What the last passes found blocked (drained by the loop).
+#[derive(Debug, Default)]
+pub struct Drift {
+    pub(super) blocked: Vec<Blocked>,
+}
+
+/// The `Drifted` condition of a candidate: (reason, message).
+fn condition<'a>(c: &'a Candidate) -> Option<(&'a str, &'a str)> {
+    let s = c.claim.status.as_ref()?;
+    let d = api::conditions::get(&s.conditions, types::DRIFTED)?;
+    (d.status == api::conditions::TRUE).then_some((d.reason.as_str(), d.message.as_str()))
+}
+
+/// Whether the candidate's NodeClass leaves drift to the user (policy `Manual`).
+fn manual(view: &View, c: &Candidate) -> bool {
+    view.nodeclasses
+        .iter()
+        .find(|nc| nc.name_any() == c.claim.spec.node_class_ref.name)
+        .and_then(|nc| nc.spec.drift.as_ref())
+        .is_some_and(|d| d.policy == DriftPolicy::Manual)
+}
+
+/// The PDBs of `pod`'s namespace that select it.
+fn pdbs_of<'a>(
+    pdbs: &'a [std::sync::Arc<PodDisruptionBudget>],
+    pod: &Pod,
+) -> Vec<&'a PodDisruptionBudget> {
+    let empty = BTreeMap::new();
+    let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
+    pdbs.iter()
+        .filter(|p| p.namespace() == pod.namespace())
+        .filter(|p| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.selector.as_ref())
+                .is_some_and(|sel| templates::selection::selector_matches(sel, labels))
+        })
+        .map(|p| p.as_ref())
+        .collect()
+}
+
+/// The first pod that blocks a graceful disruption of `c`: do-not-disrupt, more than one
+/// PDB, or a PDB that allows no disruption now.
+pub fn pod_blocker(view: &View, c: &Candidate) -> Option<String> {
+    for pod in c.pods {
+        let name = namespaced_name(*pod);
+        if do_not_disrupt(*pod) {
+            return Some(format!("pod {name} has karpenter.sh/do-not-disrupt"));
+        }
+        match pdbs_of(view.pdbs, pod)[..] {
+            [] => {}
+            [pdb] => {
+                let allowed = pdb
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.disruptions_allowed)
+                    .unwrap_or(0);
+                if allowed <= 0 {
+                    return Some(format!(
+                        "pdb {} prevents pod evictions (pod {name})",
+                        namespaced_name(pdb)
+                    ));
+                }
+            }
+            _ => return Some(format!("pod {name} is selected by more than one PDB")),
+        }
+    }
+    None
+}
+
+impl Method for Drift {
+    fn decide(
+        &mut self,
+        pool: &Pool,
+        budget: &mut PoolBudget,
+        pass: &mut Pass,
+        _clock: Clock,
+    ) -> Vec<Decision> {
+        let mut drifted: Vec<&Candidate> = pool
+            .candidates
+            .iter()
+            .filter(|c| c.disruptable() && condition(c).is_some())
+            .collect();
+        drifted.sort_by_key(|c| {
+            (
+                !c.pods.is_empty(),
+                c.claim.metadata.creation_timestamp.clone(),
+                c.name,
+            )
+        });
+        let mut block = |c: &Candidate, message: String| {
+            self.blocked.push(Blocked {
+                nodeclaim: c.name.to_string(),
+                message,
+            })
+        };
+        let view = pass.view;
+        for c in drifted {
+            if manual(view, c) {
+                block(
+                    c,
+                    "drifted, but its NodeClass's drift policy is Manual: delete the NodeClaim to replace it".into(),
+                );
+                continue;
+            }
+            if budget.remaining(DisruptionReason::Drifted) == 0 {
+                block(
+                    c,
+                    format!(
+                        "drifted, but NodePool {} allows no more Drifted disruptions now",
+                        pool.name
+                    ),
+                );
+                continue;
+            }
+            if c.claim.spec.termination_grace_period.is_none()
+                && let Some(why) = pod_blocker(view, c)
+            {
+                block(c, why);
+                continue;
+            }
+            let replacements = match pass.simulate.replacements(view, &[c]) {
+                Ok(r) => r,
+                Err(why) => {
+                    block(c, format!("its pods cannot be placed: {why}"));
+                    continue;
+                }
+            };
+            let (reason, message) = condition(c).unwrap_or_default();
+            budget.take(1);
+            return vec![Decision {
+                surge: Some(Surge {
+                    replacements,
+                    ..Surge::default()
+                }),
+                nodeclaim: c.name.to_string(),
+                nodepool: pool.name.to_string(),
+                reason: DisruptionReason::Drifted,
+                expired: false,
+                message: format!("drifted ({reason}): {message}"),
+            }];
+        }
+        Vec::new()
+    }
+}
