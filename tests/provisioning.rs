@@ -12,46 +12,8 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::{Client, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::json;
 use testbed::wait_for;
-
-fn deployment(name: &str, replicas: i32, cpu: &str, memory: &str, extra: Value) -> Deployment {
-    let mut spec = json!({
-        "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
-                        "resources": {"requests": {"cpu": cpu, "memory": memory}}}],
-        "terminationGracePeriodSeconds": 0
-    });
-    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
-        s.extend(e.clone());
-    }
-    from_json(json!({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {"metadata": {"labels": {"app": name}}, "spec": spec}
-        }
-    }))
-}
-
-fn running(p: &Pod) -> bool {
-    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-}
-
-async fn pods_of(api: &Api<Pod>, app: &str) -> Vec<Pod> {
-    api.list(&ListParams::default().labels(&format!("app={app}")))
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default()
-}
-
-fn node_of(p: &Pod) -> String {
-    p.spec
-        .as_ref()
-        .and_then(|s| s.node_name.clone())
-        .unwrap_or_default()
-}
 
 #[tokio::test]
 async fn thirty_mixed_pods_get_nodes_of_the_right_shapes_and_run() {

@@ -110,6 +110,16 @@ pub async fn env_as(templates_spec: Vec<Tpl>, identity: Identity) -> Env {
 
 /// As `env_as`, on a testbed started with `options` (e.g. with the audit log).
 pub async fn env_with(templates_spec: Vec<Tpl>, identity: Identity, options: Options) -> Env {
+    env_tuned(templates_spec, identity, options, |_| {}).await
+}
+
+/// As `env_with`, with the operator's configuration adjusted by `tune`.
+pub async fn env_tuned(
+    templates_spec: Vec<Tpl>,
+    identity: Identity,
+    options: Options,
+    tune: impl FnOnce(&mut controller::runtime::RunConfig),
+) -> Env {
     let tb = Testbed::start(options).await.expect("testbed starts");
     let client = tb.client();
     let provider = TestProvider::start(
@@ -188,13 +198,12 @@ pub async fn env_with(templates_spec: Vec<Tpl>, identity: Identity, options: Opt
         Identity::DeployBase => Some(manifests::kustomize("deploy/base")),
         Identity::HelmChart => Some(manifests::helm_template(&["--include-crds"])),
     };
-    let operator = match installed {
-        Some(yaml) => spawn_operator(controller::runtime::RunConfig {
-            kubeconfig: Some(as_service_account_of(&tb, &yaml).await),
-            ..operator_config(&tb)
-        }),
-        None => start_operator(&tb),
-    };
+    let mut config = operator_config(&tb);
+    if let Some(yaml) = installed {
+        config.kubeconfig = Some(as_service_account_of(&tb, &yaml).await);
+    }
+    tune(&mut config);
+    let operator = spawn_operator(config);
     wait_for("NodeClass Ready", Duration::from_secs(60), || async {
         let nc = nodeclasses(&client).get("default").await.ok()?;
         (condition(&nc, "Ready").as_deref() == Some("True")).then_some(())
@@ -364,4 +373,53 @@ pub async fn as_service_account_of(tb: &Testbed, yaml: &str) -> std::path::PathB
     )
     .expect("write kubeconfig");
     path
+}
+
+/// A Deployment of `replicas` pause pods requesting `cpu`/`memory`; `extra` is merged into
+/// the pod spec.
+pub fn deployment(
+    name: &str,
+    replicas: i32,
+    cpu: &str,
+    memory: &str,
+    extra: Value,
+) -> k8s_openapi::api::apps::v1::Deployment {
+    let mut spec = json!({
+        "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"requests": {"cpu": cpu, "memory": memory}}}],
+        "terminationGracePeriodSeconds": 0
+    });
+    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+        s.extend(e.clone());
+    }
+    from_json(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": spec}
+        }
+    }))
+}
+
+pub fn running(p: &k8s_openapi::api::core::v1::Pod) -> bool {
+    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+}
+
+pub async fn pods_of(
+    api: &Api<k8s_openapi::api::core::v1::Pod>,
+    app: &str,
+) -> Vec<k8s_openapi::api::core::v1::Pod> {
+    api.list(&kube::api::ListParams::default().labels(&format!("app={app}")))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+}
+
+pub fn node_of(p: &k8s_openapi::api::core::v1::Pod) -> String {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default()
 }

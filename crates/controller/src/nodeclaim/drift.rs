@@ -346,12 +346,18 @@ pub async fn reconcile(
         Some(v) => Some(v),
         None => {
             let key = format!("cluster/{}/{}", plan.namespace, plan.cluster);
+            // Unknown (Cluster not cached, control plane unreadable): no version drift now,
+            // and the rest of the lifecycle goes on.
             ctx.lookups
                 .get(
                     key,
                     super::objects::cluster_version(ctx, &plan.namespace, &plan.cluster),
                 )
-                .await?
+                .await
+                .unwrap_or_else(|e| {
+                    tracing::debug!(nodeclaim = %claim.name_any(), error = %e, "cluster version unknown");
+                    None
+                })
         }
     };
     let it = &plan.infrastructure_template;
@@ -360,14 +366,15 @@ pub async fn reconcile(
         .template(it.group(), &it.kind, &plan.namespace, &it.name)
         .map(|t| spec_hash(&t));
     let bootstrap = match &plan.bootstrap_template {
-        Some(bt) => Some(
-            ctx.lookups
-                .get(
-                    format!("bootstrap/{}/{}/{}", plan.namespace, bt.kind, bt.name),
-                    bootstrap_template_hash(ctx, &plan.namespace, bt),
-                )
-                .await?,
-        ),
+        Some(bt) => ctx
+            .lookups
+            .get(
+                format!("bootstrap/{}/{}/{}", plan.namespace, bt.kind, bt.name),
+                bootstrap_template_hash(ctx, &plan.namespace, bt),
+            )
+            .await
+            .inspect_err(|e| tracing::debug!(error = %e, "bootstrap template unknown"))
+            .ok(),
         None => None,
     };
     let found = drifted(&Observed {

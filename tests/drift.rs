@@ -1,0 +1,533 @@
+//! Drift end to end on the testbed (the real Cluster API manager, the test provider, kwok):
+//! a NodeClass version change rolls every node surge-first, one at a time, within the PDB;
+//! a template edit drifts only its nodes, and a replacement that never initializes is rolled
+//! back; NodePool changes drift what they should and nothing else; budgets and the `Manual`
+//! policy keep drifted nodes.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use common::*;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use testbed::provider;
+use testbed::{Options, wait_for};
+
+const COMMAND: &str = "karpenter.cluster.x-k8s.io/disruption-command";
+
+async fn claims(client: &Client) -> Vec<DynamicObject> {
+    nodeclaims(client)
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+}
+
+/// `(status, reason)` of condition `type_`.
+fn cond(obj: &DynamicObject, type_: &str) -> Option<(String, String)> {
+    obj.data["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap_or_default().to_string(),
+                c["reason"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+}
+
+fn drift_reason(obj: &DynamicObject) -> Option<String> {
+    cond(obj, "Drifted")
+        .filter(|(s, _)| s == "True")
+        .map(|(_, r)| r)
+}
+
+fn deleting(obj: &DynamicObject) -> bool {
+    obj.metadata.deletion_timestamp.is_some()
+}
+
+fn label(obj: &DynamicObject, key: &str) -> String {
+    obj.labels().get(key).cloned().unwrap_or_default()
+}
+
+async fn patch(api: &Api<DynamicObject>, name: &str, body: Value) {
+    api.patch(name, &PatchParams::default(), &Patch::Merge(body))
+        .await
+        .unwrap_or_else(|e| panic!("patch {name}: {e}"));
+}
+
+/// `n` pods of `app` Running, each on its own node: their NodeClaims, once all Ready.
+async fn running_apart(client: &Client, pods: &Api<Pod>, app: &str, n: usize) -> Vec<String> {
+    wait_for(
+        &format!("{n} {app} pods Running"),
+        Duration::from_secs(120),
+        || async {
+            let p = pods_of(pods, app).await;
+            (p.iter().filter(|p| running(p)).count() == n).then_some(())
+        },
+    )
+    .await
+    .expect("pods Running");
+    let nodes: BTreeSet<String> = pods_of(pods, app).await.iter().map(node_of).collect();
+    wait_for(
+        "their NodeClaims Ready",
+        Duration::from_secs(60),
+        || async {
+            let mine: Vec<DynamicObject> = claims(client)
+                .await
+                .into_iter()
+                .filter(|c| nodes.contains(c.data["status"]["nodeName"].as_str().unwrap_or("")))
+                .collect();
+            (mine.len() == n
+                && mine
+                    .iter()
+                    .all(|c| condition(c, "Ready").as_deref() == Some("True")))
+            .then(|| mine.iter().map(|c| c.name_any()).collect())
+        },
+    )
+    .await
+    .expect("NodeClaims Ready")
+}
+
+fn one_per_node(app: &str) -> Value {
+    json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+        "topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": app}}}]}}})
+}
+
+/// (a) a NodeClass version change rolls 3 nodes surge-first, one at a time, never below the
+/// PDB; (b) a template edit drifts only that template's nodes; (e) a replacement that never
+/// initializes is rolled back after the timeout and the old node keeps serving.
+#[tokio::test]
+async fn drift_rolls_nodes_surge_first_and_rolls_back_a_failed_replacement() {
+    let env = env_tuned(
+        default_templates(json!({})),
+        Identity::Admin,
+        Options::all(),
+        |c| c.disruption_timeout = Duration::from_secs(20),
+    )
+    .await;
+    let client = env.tb.client();
+    create_nodepool_with(
+        &client,
+        json!({}),
+        json!({"consolidateAfter": "Never", "budgets": [{"nodes": "1"}]}),
+    )
+    .await;
+    let ns = env.tb.temp_namespace().await.expect("namespace");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("web", 3, "1500m", "1Gi", one_per_node("web")),
+        )
+        .await
+        .expect("deployment");
+    Api::<PodDisruptionBudget>::namespaced(client.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &from_json(
+                json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                "metadata": {"name": "web"},
+                "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}}),
+            ),
+        )
+        .await
+        .expect("pdb");
+    let originals: BTreeSet<String> = running_apart(&client, &pods, "web", 3)
+        .await
+        .into_iter()
+        .collect();
+
+    // (a) The Kubernetes version of the NodeClass changes: every node is rolled.
+    let started = Instant::now();
+    patch(
+        &nodeclasses(&client),
+        "default",
+        json!({"spec": {"version": "v1.36.0"}}),
+    )
+    .await;
+    let mut checked: BTreeSet<String> = BTreeSet::new();
+    let mut min_running = usize::MAX;
+    let mut most_busy = 0;
+    let deadline = started + Duration::from_secs(180);
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "not rolled in time; checked {checked:?}"
+        );
+        let all = claims(&client).await;
+        let by_name: BTreeMap<String, &DynamicObject> =
+            all.iter().map(|c| (c.name_any(), c)).collect();
+        let old: Vec<&DynamicObject> = all
+            .iter()
+            .filter(|c| originals.contains(&c.name_any()))
+            .collect();
+        let busy = old
+            .iter()
+            .filter(|c| deleting(c) || c.annotations().contains_key(COMMAND))
+            .count();
+        most_busy = most_busy.max(busy);
+        assert!(busy <= 1, "budget nodes=1: {busy} disrupted at once");
+        for c in old.iter().filter(|c| deleting(c)) {
+            if !checked.insert(c.name_any()) {
+                continue;
+            }
+            let record: Value =
+                serde_json::from_str(c.annotations().get(COMMAND).expect("command record"))
+                    .expect("record JSON");
+            let id = record["id"].as_str().expect("id");
+            let replacements: Vec<&&DynamicObject> = by_name
+                .values()
+                .filter(|r| label(r, COMMAND) == id)
+                .collect();
+            assert_eq!(
+                replacements.len(),
+                1,
+                "{} replaced by one node",
+                c.name_any()
+            );
+            for r in replacements {
+                assert_eq!(
+                    cond(r, "Initialized").map(|(s, _)| s).as_deref(),
+                    Some("True"),
+                    "{} deleted before its replacement {} initialized",
+                    c.name_any(),
+                    r.name_any()
+                );
+            }
+        }
+        let running_now = pods_of(&pods, "web")
+            .await
+            .iter()
+            .filter(|p| running(p) && p.metadata.deletion_timestamp.is_none())
+            .count();
+        min_running = min_running.min(running_now);
+        assert!(
+            running_now >= 2,
+            "PDB maxUnavailable 1: {running_now} of 3 running"
+        );
+        let done = old.is_empty()
+            && all.len() == 3
+            && all.iter().all(|c| {
+                condition(c, "Ready").as_deref() == Some("True") && drift_reason(c).is_none()
+            })
+            && running_now == 3;
+        if done {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    eprintln!(
+        "rolled 3 nodes in {:?}; at most {most_busy} disrupted at once; at least {min_running} of 3 pods running",
+        started.elapsed()
+    );
+    assert_eq!(checked.len(), 3, "every original was replaced first");
+    let machines: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &env.cluster.namespace,
+        &provider::machine_resource(),
+    );
+    wait_for(
+        "every Machine on the new version",
+        Duration::from_secs(30),
+        || async {
+            let versions: Vec<String> = machines
+                .list(&ListParams::default().labels("karpenter.sh/nodepool=default"))
+                .await
+                .ok()?
+                .items
+                .iter()
+                .map(|m| m.data["spec"]["version"].as_str().unwrap_or("").to_string())
+                .collect();
+            (versions == vec!["v1.36.0"; 3]).then_some(())
+        },
+    )
+    .await
+    .expect("3 Machines, all v1.36.0");
+    let first = checked.iter().next().expect("one").clone();
+    let reasons: BTreeSet<String> = events_for(&client, &first)
+        .await
+        .into_iter()
+        .map(|(r, _)| r)
+        .collect();
+    for want in [
+        "DisruptionLaunching",
+        "DisruptionWaitingReadiness",
+        "DisruptionTerminating",
+    ] {
+        assert!(reasons.contains(want), "{want} missing: {reasons:?}");
+    }
+
+    // (b) A node of another template, then an edit of `small`'s spec: only `small` nodes
+    // drift. (e) The edit makes replacements that never get a Node: rolled back.
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment(
+                "solo",
+                1,
+                "3",
+                "1Gi",
+                json!({"nodeSelector": {"node.kubernetes.io/instance-type": "large"}}),
+            ),
+        )
+        .await
+        .expect("deployment");
+    let solo = running_apart(&client, &pods, "solo", 1).await;
+    let templates: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &env.cluster.namespace,
+        &provider::test_machine_template_resource(),
+    );
+    let small: Vec<String> = claims(&client)
+        .await
+        .iter()
+        .filter(|c| label(c, "node.kubernetes.io/instance-type") == "small")
+        .map(|c| c.name_any())
+        .collect();
+    assert_eq!(small.len(), 3, "web runs on 3 small nodes");
+    patch(
+        &templates,
+        "small",
+        json!({"spec": {"template": {"metadata": {"annotations": {"testbed.cluster.x-k8s.io/no-node": ""}}}}}),
+    )
+    .await;
+    wait_for(
+        "small nodes TemplateDrifted",
+        Duration::from_secs(30),
+        || async {
+            let all = claims(&client).await;
+            all.iter()
+                .filter(|c| small.contains(&c.name_any()))
+                .all(|c| drift_reason(c).as_deref() == Some("TemplateDrifted"))
+                .then_some(())
+        },
+    )
+    .await
+    .expect("the 3 small nodes drift");
+    let all = claims(&client).await;
+    let large = all
+        .iter()
+        .find(|c| c.name_any() == solo[0])
+        .expect("solo's claim");
+    assert_eq!(drift_reason(large), None, "the large node did not drift");
+    let rolled_back = wait_for(
+        "a failed replacement rolled back",
+        Duration::from_secs(90),
+        || async {
+            for name in &small {
+                if events_for(&client, name)
+                    .await
+                    .iter()
+                    .any(|(r, _)| r == "DisruptionRolledBack")
+                {
+                    return Some(name.clone());
+                }
+            }
+            None
+        },
+    )
+    .await
+    .expect("rollback after the 20 s timeout");
+    // Restored: no record, no reason, the Node untainted and still running its pod (the
+    // next pass may try again: look for the restored state, briefly).
+    let claim = nodeclaims(&client).get(&rolled_back).await.expect("kept");
+    assert!(!deleting(&claim), "the old node is not deleted");
+    let node = claim.data["status"]["nodeName"]
+        .as_str()
+        .expect("node")
+        .to_string();
+    wait_for("restored", Duration::from_secs(10), || async {
+        let c = nodeclaims(&client).get(&rolled_back).await.ok()?;
+        let n = Api::<Node>::all(client.clone()).get(&node).await.ok()?;
+        let tainted = n
+            .spec
+            .and_then(|s| s.taints)
+            .unwrap_or_default()
+            .iter()
+            .any(|t| t.key == "karpenter.sh/disrupted");
+        (!tainted
+            && !c.annotations().contains_key(COMMAND)
+            && cond(&c, "DisruptionReason").is_none())
+        .then_some(())
+    })
+    .await
+    .expect("taint, record and DisruptionReason removed");
+    assert!(
+        pods_of(&pods, "web")
+            .await
+            .iter()
+            .any(|p| node_of(p) == node && running(p)),
+        "the old node keeps serving"
+    );
+}
+
+/// (c) A NodePool label change drifts every node; a requirement narrowed to zone-a drifts
+/// only zone-b nodes; limits, weight and budgets drift nothing. (d) A `Drifted` budget of 0,
+/// or the NodeClass policy `Manual`, keeps drifted nodes (condition and events only).
+#[tokio::test]
+async fn nodepool_changes_drift_what_they_change_and_budgets_or_manual_keep_nodes() {
+    let env = env(default_templates(json!({}))).await;
+    let client = env.tb.client();
+    create_nodepool_with(
+        &client,
+        json!({}),
+        json!({"consolidateAfter": "Never",
+               "budgets": [{"nodes": "0", "reasons": ["Drifted"]}, {"nodes": "10"}]}),
+    )
+    .await;
+    let ns = env.tb.temp_namespace().await.expect("namespace");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let mut spec = one_per_node("web");
+    spec["topologySpreadConstraints"] = json!([{
+        "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+        "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}}]);
+    Api::<Deployment>::namespaced(client.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &deployment("web", 4, "1500m", "1Gi", spec),
+        )
+        .await
+        .expect("deployment");
+    let names: BTreeSet<String> = running_apart(&client, &pods, "web", 4)
+        .await
+        .into_iter()
+        .collect();
+    let zone = |c: &DynamicObject| label(c, "topology.kubernetes.io/zone");
+    let pools = nodepools(&client);
+    let requirements = |zones: Value| {
+        json!({"spec": {"template": {"spec": {"requirements": [
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+            {"key": "topology.kubernetes.io/zone", "operator": "In", "values": zones}]}}}})
+    };
+    patch(&pools, "default", requirements(json!(["zone-a", "zone-b"]))).await;
+
+    // Limits, weight and budgets are outside the hash; then the zone requirement narrows.
+    patch(
+        &pools,
+        "default",
+        json!({"spec": {"limits": {"cpu": "100"}, "weight": 5, "disruption": {"budgets": [
+            {"nodes": "0", "reasons": ["Drifted"]}, {"nodes": "9"}]}}}),
+    )
+    .await;
+    patch(&pools, "default", requirements(json!(["zone-a"]))).await;
+    let by_zone = wait_for("zone-b nodes drift", Duration::from_secs(30), || async {
+        let all = claims(&client).await;
+        all.iter()
+            .filter(|c| zone(c) == "zone-b")
+            .all(|c| drift_reason(c).as_deref() == Some("RequirementsDrifted"))
+            .then_some(all)
+    })
+    .await
+    .expect("RequirementsDrifted on zone-b");
+    for c in &by_zone {
+        if zone(c) == "zone-a" {
+            assert_eq!(drift_reason(c), None, "{} in zone-a drifted", c.name_any());
+        }
+    }
+    assert_eq!(by_zone.len(), 4);
+    assert_eq!(by_zone.iter().filter(|c| zone(c) == "zone-b").count(), 2);
+
+    // (d) Budget 0 for Drifted: blocked (an event says so), nothing replaced.
+    let zone_b: Vec<String> = by_zone
+        .iter()
+        .filter(|c| zone(c) == "zone-b")
+        .map(|c| c.name_any())
+        .collect();
+    let blocked_with = |what: &'static str| {
+        let (client, zone_b) = (client.clone(), zone_b.clone());
+        async move {
+            wait_for(what, Duration::from_secs(30), || async {
+                for n in &zone_b {
+                    let seen = events_for(&client, n)
+                        .await
+                        .iter()
+                        .any(|(r, note)| r == "DisruptionBlocked" && note.contains(what));
+                    if !seen {
+                        return None;
+                    }
+                }
+                Some(())
+            })
+            .await
+            .unwrap_or_else(|e| panic!("DisruptionBlocked ({what}): {e}"));
+        }
+    };
+    blocked_with("allows no more Drifted").await;
+    let untouched = |all: &[DynamicObject]| {
+        all.len() == 4
+            && all.iter().all(|c| {
+                names.contains(&c.name_any())
+                    && !deleting(c)
+                    && cond(c, "DisruptionReason").is_none()
+            })
+    };
+    assert!(
+        untouched(&claims(&client).await),
+        "nothing replaced under budget 0"
+    );
+
+    // Policy Manual, budget open: still nothing replaced.
+    patch(
+        &nodeclasses(&client),
+        "default",
+        json!({"spec": {"drift": {"policy": "Manual"}}}),
+    )
+    .await;
+    patch(
+        &pools,
+        "default",
+        json!({"spec": {"disruption": {"budgets": [{"nodes": "10"}]}}}),
+    )
+    .await;
+    blocked_with("Manual").await;
+    assert!(
+        untouched(&claims(&client).await),
+        "nothing replaced under Manual"
+    );
+
+    // A template label change drifts every node (NodePoolDrifted comes first); undoing both
+    // changes clears the condition everywhere.
+    patch(
+        &pools,
+        "default",
+        json!({"spec": {"template": {"metadata": {"labels": {"team": "api"}}}}}),
+    )
+    .await;
+    wait_for(
+        "every node NodePoolDrifted",
+        Duration::from_secs(30),
+        || async {
+            let all = claims(&client).await;
+            all.iter()
+                .all(|c| drift_reason(c).as_deref() == Some("NodePoolDrifted"))
+                .then_some(())
+        },
+    )
+    .await
+    .expect("NodePoolDrifted");
+    patch(
+        &pools,
+        "default",
+        json!({"spec": {"template": {"metadata": {"labels": {"team": "web"}}}}}),
+    )
+    .await;
+    patch(&pools, "default", requirements(json!(["zone-a", "zone-b"]))).await;
+    wait_for("no drift left", Duration::from_secs(30), || async {
+        let all = claims(&client).await;
+        all.iter()
+            .all(|c| cond(c, "Drifted").is_none())
+            .then_some(())
+    })
+    .await
+    .expect("Drifted removed when nothing holds");
+    assert!(untouched(&claims(&client).await));
+}
