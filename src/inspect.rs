@@ -29,6 +29,12 @@ pub struct Row {
     pub age_seconds: i64,
     /// Why it is not Ready yet, when it has been waiting long enough to look stuck.
     pub stuck: Option<String>,
+    /// `Drifted=True`: the reason (`NodeClassDrifted`, …).
+    pub drifted: Option<String>,
+    /// What drifted (the condition's message).
+    pub drift_message: Option<String>,
+    /// `DisruptionReason=True`: being replaced or removed for this reason.
+    pub disruption: Option<String>,
 }
 
 fn cond<'a>(nc: &'a NodeClaim, type_: &str) -> Option<&'a Condition> {
@@ -123,7 +129,13 @@ pub fn rows(
                     },
                 );
             }
+            let drift = cond(nc, "Drifted").filter(|c| c.status == "True");
             Row {
+                drifted: drift.map(|c| c.reason.clone()),
+                drift_message: drift.map(|c| c.message.clone()),
+                disruption: cond(nc, "DisruptionReason")
+                    .filter(|c| c.status == "True")
+                    .map(|c| c.reason.clone()),
                 nodepool: labels
                     .get(names::NODEPOOL_LABEL)
                     .cloned()
@@ -169,10 +181,11 @@ pub fn render_table(rows: &[Row]) -> String {
         "PHASE",
         "NODE",
         "READY",
+        "DRIFTED",
         "AGE",
         "PROVIDERID",
     ];
-    let cells: Vec<[String; 10]> = rows
+    let cells: Vec<[String; 11]> = rows
         .iter()
         .map(|r| {
             [
@@ -184,6 +197,7 @@ pub fn render_table(rows: &[Row]) -> String {
                 r.machine_phase.clone(),
                 r.node.clone(),
                 r.ready.clone(),
+                r.drifted.clone().unwrap_or_default(),
                 human(r.age_seconds),
                 r.provider_id.clone(),
             ]
@@ -210,6 +224,16 @@ pub fn render_table(rows: &[Row]) -> String {
         out += &line(row.iter().map(String::as_str).collect());
         if let Some(why) = &r.stuck {
             out += &format!("  ! {}: {why}\n", r.nodeclaim);
+        }
+        if let Some(reason) = &r.drifted {
+            out += &format!(
+                "  ~ {}: drifted ({reason}): {}\n",
+                r.nodeclaim,
+                r.drift_message.as_deref().unwrap_or_default()
+            );
+        }
+        if let Some(reason) = &r.disruption {
+            out += &format!("  > {}: being disrupted ({reason})\n", r.nodeclaim);
         }
     }
     if rows.is_empty() {
@@ -270,7 +294,11 @@ mod tests {
                 "metadata": {"name": "default-b", "creationTimestamp": "2026-11-22T10:11:30Z",
                     "labels": {"karpenter.sh/nodepool": "default"}},
                 "status": {"providerID": "test://x", "nodeName": "n1", "conditions": [
-                    {"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": "2026-11-22T10:11:40Z"}]}})),
+                    {"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": "2026-11-22T10:11:40Z"},
+                    {"type": "Drifted", "status": "True", "reason": "NodeClassDrifted",
+                     "message": "Kubernetes version v1.35.0 -> v1.36.0", "lastTransitionTime": "2026-11-22T10:11:50Z"},
+                    {"type": "DisruptionReason", "status": "True", "reason": "Drifted", "message": "",
+                     "lastTransitionTime": "2026-11-22T10:11:55Z"}]}})),
         ];
         let machines: [Machine; 1] = [serde_json::from_value(
             json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
@@ -304,5 +332,16 @@ mod tests {
             "{table}"
         );
         assert!(table.contains("m5.large"), "{table}");
+        assert_eq!(r[1].drifted.as_deref(), Some("NodeClassDrifted"));
+        assert!(
+            table.contains(
+                "~ default-b: drifted (NodeClassDrifted): Kubernetes version v1.35.0 -> v1.36.0"
+            ),
+            "{table}"
+        );
+        assert!(
+            table.contains("> default-b: being disrupted (Drifted)"),
+            "{table}"
+        );
     }
 }

@@ -220,3 +220,67 @@ fn stdin_ignored_kinds_and_invalid_input() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("examples/no-such-dir"));
 }
+
+#[test]
+fn drifted_nodeclaims_are_listed_with_their_replacements() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let drifted = dir.path().join("drifted.yaml");
+    std::fs::write(
+        &drifted,
+        r#"apiVersion: karpenter.sh/v1
+kind: NodeClaim
+metadata:
+  name: general-old
+  labels: {karpenter.sh/nodepool: general, node.kubernetes.io/instance-type: general-4c16g}
+spec:
+  nodeClassRef: {group: karpenter.cluster.x-k8s.io, kind: ClusterAPINodeClass, name: default}
+  requirements: []
+status:
+  nodeName: general-old
+  providerID: docker:////general-old
+  conditions:
+    - {type: Drifted, status: "True", reason: NodeClassDrifted, message: "Kubernetes version v1.35.0 -> v1.36.0", lastTransitionTime: "2026-11-22T10:00:00Z"}
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: general-old
+  labels: {kubernetes.io/hostname: general-old, karpenter.sh/nodepool: general, karpenter.sh/initialized: "true"}
+spec: {providerID: docker:////general-old}
+status:
+  capacity: {cpu: "8", memory: 32Gi, pods: "110"}
+  allocatable: {cpu: "8", memory: 32Gi, pods: "110"}
+  conditions: [{type: Ready, status: "True"}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: big, namespace: shop, ownerReferences: [{apiVersion: apps/v1, kind: ReplicaSet, name: big-1, uid: u1, controller: true}]}
+spec:
+  nodeName: general-old
+  containers: [{name: c, resources: {requests: {cpu: "6", memory: 1Gi}}}]
+status: {phase: Running}
+"#,
+    )
+    .expect("write");
+    let args = [
+        "-f",
+        "examples/snapshot/",
+        "-f",
+        drifted.to_str().expect("path"),
+    ];
+    let out = simulate(&[&args[..], &["-o", "json"]].concat(), None);
+    let plan: Value = serde_json::from_str(&stdout(&out)).expect("JSON plan");
+    let d = &plan["drifted"];
+    assert_eq!(d.as_array().map(Vec::len), Some(1), "{d:#}");
+    assert_eq!(d[0]["nodeClaim"], "general-old");
+    assert_eq!(d[0]["reason"], "NodeClassDrifted");
+    assert_eq!(
+        d[0]["replacements"].as_array().map(Vec::len),
+        Some(1),
+        "{d:#}"
+    );
+    assert_eq!(d[0]["blocked"], serde_json::json!([]));
+    let table = stdout(&simulate(&args, None));
+    assert!(table.contains("Drifted NodeClaims"), "{table}");
+    assert!(table.contains("general-old"), "{table}");
+}

@@ -6,6 +6,7 @@
 //! provisioner's own [`snapshot::build`] and [`scheduling::solve`], and returns a [`Plan`];
 //! [`render_table`] prints it.
 
+mod drift;
 mod expand;
 mod load;
 mod plan;
@@ -20,6 +21,7 @@ use templates::offline::{Inputs, LoadError};
 
 use controller::provisioning::snapshot;
 
+pub use drift::DriftedNodeClaim;
 pub use load::from_inputs;
 pub use plan::{Plan, plan};
 pub use render::render_table;

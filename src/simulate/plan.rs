@@ -100,6 +100,9 @@ pub struct Plan {
     pub existing: Vec<ExistingPlacement>,
     pub unplaceable: Vec<UnplaceablePod>,
     pub total: Total,
+    /// NodeClaims of the snapshot with `Drifted=True`, and their replacements.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub drifted: Vec<super::DriftedNodeClaim>,
 }
 
 pub(super) fn pod_ref(p: &scheduling::PodRef) -> String {
@@ -323,6 +326,7 @@ pub fn plan(loaded: &Loaded) -> Plan {
         existing,
         unplaceable,
         total,
+        drifted: super::drift::drifted(loaded, &catalogs),
     }
 }
 

@@ -130,6 +130,24 @@ pub fn render_table(plan: &Plan) -> String {
         }
         out.push_str(&columns(&rows));
     }
+    if !plan.drifted.is_empty() {
+        let _ = writeln!(out, "\nDrifted NodeClaims (replaced surge-first):");
+        let mut rows = vec![cells(&["NODECLAIM", "DRIFTED", "REPLACEMENTS", "WHY"])];
+        for d in &plan.drifted {
+            let replacements = match (d.blocked.is_empty(), d.replacements.is_empty()) {
+                (false, _) => format!("blocked: {} pod(s) fit nowhere", d.blocked.len()),
+                (true, true) => "none (pods fit elsewhere)".to_string(),
+                (true, false) => d.replacements.join(","),
+            };
+            rows.push(vec![
+                d.node_claim.clone(),
+                d.reason.clone(),
+                replacements,
+                d.message.clone(),
+            ]);
+        }
+        out.push_str(&columns(&rows));
+    }
     let t = &plan.total;
     let _ = writeln!(
         out,
