@@ -6,6 +6,7 @@ mod common;
 
 use std::time::Duration;
 
+use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 use testbed::wait_for;
@@ -120,4 +121,49 @@ async fn launches_that_cannot_succeed_are_given_up_with_a_reason() {
     })
     .await
     .expect("no TestMachine left");
+
+    // A NodeClaim re-applied under another name (its launch plan copied, a new UID): the
+    // plan's Machine is another's, so the copy is refused, and its termination deletes
+    // nothing of the original's.
+    claims
+        .create(
+            &PostParams::default(),
+            &common::nodeclaim("original", json!([])),
+        )
+        .await
+        .expect("claim");
+    let original = wait_for("original launched", Duration::from_secs(60), || async {
+        let c = claims.get_opt("original").await.ok()??;
+        (common::condition(&c, "Launched").as_deref() == Some("True")).then_some(c)
+    })
+    .await
+    .expect("original launched");
+    let mut copy = common::nodeclaim("duplicate", json!([]));
+    copy.metadata.annotations = Some(original.annotations().clone());
+    claims
+        .create(&PostParams::default(), &copy)
+        .await
+        .expect("duplicate");
+    wait_for("duplicate refused", Duration::from_secs(60), || async {
+        let gone = claims.get_opt("duplicate").await.ok()?.is_none();
+        let said = common::events_for(&client, "duplicate")
+            .await
+            .iter()
+            .any(|(r, _)| r == "NameConflict");
+        (gone && said).then_some(())
+    })
+    .await
+    .expect("the duplicate is refused with NameConflict and removed");
+    let machines: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns, &testbed::provider::machine_resource());
+    let name = common::machine_name("original");
+    for (what, api) in [("Machine", &machines), ("TestMachine", &infra)] {
+        let o = api.get_opt(&name).await.expect("get");
+        assert!(
+            o.is_some_and(|o| o.metadata.deletion_timestamp.is_none()),
+            "the original's {what} survives the duplicate's termination"
+        );
+    }
+    let still = claims.get("original").await.expect("original");
+    assert!(still.metadata.deletion_timestamp.is_none());
 }

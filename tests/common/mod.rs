@@ -191,6 +191,8 @@ pub async fn env_with(templates_spec: Vec<Tpl>, identity: Identity, options: Opt
     let operator = match installed {
         Some(yaml) => spawn_operator(controller::runtime::RunConfig {
             kubeconfig: Some(as_service_account_of(&tb, &yaml).await),
+            // The default: the kube-system namespace's UID (proves the RBAC to read it).
+            cluster_id: None,
             ..operator_config(&tb)
         }),
         None => start_operator(&tb),
@@ -209,8 +211,18 @@ pub async fn env_with(templates_spec: Vec<Tpl>, identity: Identity, options: Opt
     }
 }
 
+/// The `--cluster-id` of the operator the tests start (see [`machine_name`]).
+pub const CLUSTER_ID: &str = "testbed";
+
+/// The name of the Machine (and its clones) of NodeClaim `claim` launched by the tests'
+/// operator.
+pub fn machine_name(claim: &str) -> String {
+    controller::names::object_name(claim, CLUSTER_ID)
+}
+
 pub fn operator_config(tb: &Testbed) -> controller::runtime::RunConfig {
     controller::runtime::RunConfig {
+        cluster_id: Some(CLUSTER_ID.into()),
         kubeconfig: Some(tb.kubeconfig().to_path_buf()),
         metrics_addr: free_addr(),
         health_addr: free_addr(),

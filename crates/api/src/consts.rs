@@ -48,6 +48,9 @@ pub mod labels {
     pub const INSTANCE_TEMPLATE: &str = "karpenter.cluster.x-k8s.io/instance-template";
     /// On Machines and their clones: the NodeClaim they were created for.
     pub const NODECLAIM: &str = "karpenter.cluster.x-k8s.io/nodeclaim";
+    /// On Machines and their clones: the identity of the workload cluster whose operator
+    /// created them (`--cluster-id`, default its kube-system namespace UID).
+    pub const CLUSTER_ID: &str = "karpenter.cluster.x-k8s.io/cluster-id";
     /// The node-class label `<group>/<lower(kind)>` = NodeClass name.
     pub const NODECLASS: &str = "karpenter.cluster.x-k8s.io/clusterapinodeclass";
 
@@ -247,4 +250,5 @@ pub mod events {
     pub const EVICTED: &str = "Evicted";
     pub const FAILED_DRAINING: &str = "FailedDraining";
     pub const TERMINATION_GRACE_PERIOD_EXPIRING: &str = "TerminationGracePeriodExpiring";
+    pub const NODE_REPAIR_BLOCKED: &str = "NodeRepairBlocked";
 }

@@ -4,6 +4,7 @@ pub mod cache;
 pub mod catalogs;
 pub mod clone;
 pub mod disruption;
+pub mod fence;
 pub mod garbagecollection;
 pub mod leader;
 pub mod machine;

@@ -26,6 +26,14 @@ pub struct TerminatedLabels {
     pub capacity_type: String,
 }
 
+/// Karpenter's labels of `karpenter_nodeclaims_unhealthy_disrupted_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UnhealthyLabels {
+    pub condition: String,
+    pub nodepool: String,
+    pub capacity_type: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct MethodLabels {
     pub controller: String,
@@ -73,6 +81,7 @@ pub struct Metrics {
     pub nodeclaims_created: Family<CreatedLabels, Counter>,
     pub nodeclaims_terminated: Family<TerminatedLabels, Counter>,
     pub nodeclaims_disrupted: Family<CreatedLabels, Counter>,
+    pub nodeclaims_unhealthy_disrupted: Family<UnhealthyLabels, Counter>,
     pub nodes_created: Family<NodePoolLabels, Counter>,
     pub nodes_terminated: Family<NodePoolLabels, Counter>,
     pub scheduling_duration: Family<ControllerLabels, Histogram, fn() -> Histogram>,
@@ -92,6 +101,7 @@ impl Metrics {
             nodeclaims_created: Family::default(),
             nodeclaims_terminated: Family::default(),
             nodeclaims_disrupted: Family::default(),
+            nodeclaims_unhealthy_disrupted: Family::default(),
             nodes_created: Family::default(),
             nodes_terminated: Family::default(),
             scheduling_duration: Family::new_with_constructor(duration_histogram),
@@ -113,6 +123,11 @@ impl Metrics {
             "nodeclaims_terminated",
             "Number of nodeclaims terminated, by nodepool and capacity type.",
             m.nodeclaims_terminated.clone(),
+        );
+        k.register(
+            "nodeclaims_unhealthy_disrupted",
+            "Number of nodeclaims repaired (deleted) for an unhealthy node, by the condition that failed, nodepool and capacity type.",
+            m.nodeclaims_unhealthy_disrupted.clone(),
         );
         k.register(
             "nodeclaims_disrupted",

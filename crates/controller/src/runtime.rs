@@ -36,6 +36,8 @@ pub enum RuntimeError {
     LostLeadership,
     #[error("user agent {0:?} is not a valid HTTP header value")]
     UserAgent(String),
+    #[error(transparent)]
+    Fence(#[from] crate::fence::FenceError),
 }
 
 /// Everything `run` needs, parsed from flags/env by the binary.
@@ -58,6 +60,9 @@ pub struct RunConfig {
     pub node_repair_after: Duration,
     /// Client-side rate limit of each client (workload, management).
     pub client_rate: ClientRate,
+    /// The identity of the workload cluster on everything we create in the management
+    /// cluster; None = the UID of the workload cluster's kube-system namespace.
+    pub cluster_id: Option<String>,
 }
 
 impl Default for RunConfig {
@@ -76,6 +81,7 @@ impl Default for RunConfig {
             gc_grace: crate::garbagecollection::MACHINE_GRACE,
             node_repair_after: Duration::from_secs(600),
             client_rate: ClientRate::default(),
+            cluster_id: None,
         }
     }
 }
@@ -258,7 +264,11 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
     }
 
     // One cache per kind (every replica, so failover is warm), and the templates.
-    let caches = crate::cache::Caches::start(&mut tasks, &ctx.workload, &ctx.management);
+    let cluster_id =
+        crate::fence::cluster_id(&ctx.workload, ctx.config.cluster_id.as_deref()).await?;
+    tracing::info!(cluster_id = %cluster_id, "fencing our Cluster API objects by cluster id");
+    let caches =
+        crate::cache::Caches::start(&mut tasks, &ctx.workload, &ctx.management, &cluster_id);
     let index = templates::watch::TemplateIndex::new();
     tasks.spawn(templates::watch::run(
         ctx.management.clone(),
@@ -289,6 +299,7 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         }
     };
 
+    let index_for_gc = index.clone();
     let catalogs = IndexCatalogs {
         index,
         nodeclasses: caches.nodeclasses.store(),
@@ -312,6 +323,7 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         machines: caches.machines.store(),
         nodeclasses: caches.nodeclasses.store(),
         nodeclaims: caches.nodeclaims.store(),
+        nodepools: caches.nodepools.store(),
         clusters: caches.clusters.store(),
         catalogs: Arc::new(catalogs.clone()),
         unavailable: unavailable.clone(),
@@ -323,6 +335,8 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         expectations: Arc::default(),
         backoff: Arc::default(),
         registration_failures: registration_failures.clone(),
+        cluster_id,
+        repairs: Arc::default(),
     };
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
@@ -358,6 +372,7 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         batch_idle: ctx.config.batch_idle,
         batch_max: ctx.config.batch_max,
     };
+    let gc_ctx = lifecycle_ctx.clone();
     let triggers = lifecycle::Triggers {
         nodeclaims: caches.nodeclaims.clone(),
         nodes: caches.nodes.clone(),
@@ -389,9 +404,8 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         stopped(stop_rx.clone()),
     ));
     let gc = tasks.spawn(crate::garbagecollection::run(
-        ctx.management.clone(),
-        caches.machines.store(),
-        caches.nodeclaims.store(),
+        gc_ctx,
+        index_for_gc,
         ctx.config.gc_interval,
         ctx.config.gc_grace,
     ));
