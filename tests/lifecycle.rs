@@ -985,6 +985,96 @@ async fn nodeclass_status_follows_templates() {
     .expect("TemplatesReady names the broken template");
     assert_eq!(condition(&nc, "Ready").as_deref(), Some("True"));
     assert_eq!(types(&nc).len(), 2, "good templates keep serving");
+
+    // A bootstrap Secret created after its NodeClass is noticed within seconds (not at the
+    // next 60 s resync).
+    nodeclasses(&client)
+        .create(
+            &PostParams::default(),
+            &from_json(json!({
+                "apiVersion": "karpenter.cluster.x-k8s.io/v1alpha1", "kind": "ClusterAPINodeClass",
+                "metadata": {"name": "late"},
+                "spec": {"clusterRef": {"namespace": ns, "name": "c1"},
+                         "bootstrap": {"dataSecretName": "late-data"}}
+            })),
+        )
+        .await
+        .expect("nodeclass");
+    wait_for("BootstrapReady=False", Duration::from_secs(30), || async {
+        let nc = nodeclasses(&client).get("late").await.ok()?;
+        (condition(&nc, "BootstrapReady").as_deref() == Some("False")).then_some(())
+    })
+    .await
+    .expect("the missing Secret is reported");
+    let created = std::time::Instant::now();
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &from_json(json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "late-data"}, "stringData": {"value": ""}})),
+        )
+        .await
+        .expect("secret");
+    wait_for("NodeClass Ready", Duration::from_secs(15), || async {
+        let nc = nodeclasses(&client).get("late").await.ok()?;
+        (condition(&nc, "Ready").as_deref() == Some("True")).then_some(())
+    })
+    .await
+    .expect("the Secret is noticed within 15 s");
+    println!("bootstrap Secret noticed after {:?}", created.elapsed());
+
+    // A deleted NodeClass waits for its NodeClaims (its finalizer), then goes.
+    let mut claim = nodeclaim("late-claim", json!([]));
+    claim.data["spec"]["nodeClassRef"]["name"] = json!("late");
+    nodeclaims(&client)
+        .create(&PostParams::default(), &claim)
+        .await
+        .expect("claim");
+    wait_for(
+        "finalizer on the NodeClass",
+        Duration::from_secs(15),
+        || async {
+            let nc = nodeclasses(&client).get("late").await.ok()?;
+            nc.finalizers()
+                .iter()
+                .any(|f| f == "karpenter.cluster.x-k8s.io/termination")
+                .then_some(())
+        },
+    )
+    .await
+    .expect("finalizer added");
+    nodeclasses(&client)
+        .delete("late", &Default::default())
+        .await
+        .expect("delete nodeclass");
+    wait_for("NodeClass waits", Duration::from_secs(30), || async {
+        events_for(&client, "late")
+            .await
+            .iter()
+            .any(|(r, m)| r == "WaitingOnNodeClaimTermination" && m.contains("late-claim"))
+            .then_some(())
+    })
+    .await
+    .expect("WaitingOnNodeClaimTermination");
+    let waiting = nodeclasses(&client).get_opt("late").await.expect("get");
+    assert!(
+        waiting.is_some_and(|nc| nc.metadata.deletion_timestamp.is_some()),
+        "the NodeClass stays while its NodeClaim exists"
+    );
+    nodeclaims(&client)
+        .delete("late-claim", &Default::default())
+        .await
+        .expect("delete claim");
+    wait_for("NodeClass gone", Duration::from_secs(90), || async {
+        nodeclasses(&client)
+            .get_opt("late")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await
+    .expect("the NodeClass goes once its NodeClaims are gone");
 }
 
 async fn ready_claim(client: &Client, name: &str) -> DynamicObject {

@@ -152,6 +152,8 @@ pub mod taints {
 pub mod finalizers {
     /// On NodeClaims and Nodes.
     pub const TERMINATION: &str = "karpenter.sh/termination";
+    /// On ClusterAPINodeClasses: held until no NodeClaim refers to the NodeClass.
+    pub const NODECLASS: &str = "karpenter.cluster.x-k8s.io/termination";
     /// Cluster API's own, on Machines.
     pub const MACHINE: &str = "machine.cluster.x-k8s.io";
 }
@@ -251,4 +253,5 @@ pub mod events {
     pub const FAILED_DRAINING: &str = "FailedDraining";
     pub const TERMINATION_GRACE_PERIOD_EXPIRING: &str = "TerminationGracePeriodExpiring";
     pub const NODE_REPAIR_BLOCKED: &str = "NodeRepairBlocked";
+    pub const WAITING_ON_NODECLAIM_TERMINATION: &str = "WaitingOnNodeClaimTermination";
 }

@@ -22,7 +22,7 @@ use crate::names;
 #[derive(Debug, thiserror::Error)]
 pub enum FenceError {
     #[error(
-        "--cluster-id {0:?} is not a valid label value (at most 63 characters: letters, digits, '-', '_', '.', starting and ending with a letter or digit)"
+        "--cluster-id '{0}' is not a valid label value (at most 63 characters: letters, digits, '-', '_', '.', starting and ending with a letter or digit)"
     )]
     Invalid(String),
     #[error(

@@ -39,7 +39,11 @@ pub fn object_name(claim: &str, cluster_id: &str) -> String {
     let suffix = format!("{:08x}", fnv1a(cluster_id.as_bytes()));
     // Object names are DNS subdomains (at most 253 characters).
     let keep = claim.len().min(253 - 1 - suffix.len());
-    let mut stem = claim[..claim.floor_char_boundary(keep)].to_string();
+    let mut stem: String = claim
+        .char_indices()
+        .take_while(|(i, c)| i + c.len_utf8() <= keep)
+        .map(|(_, c)| c)
+        .collect();
     while stem.ends_with(['-', '.']) {
         stem.pop();
     }

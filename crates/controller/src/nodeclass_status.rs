@@ -4,6 +4,9 @@
 //! least one instance type; broken templates are named but do not block the good ones),
 //! BootstrapReady (the bootstrap template or data Secret exists), Ready (all three).
 //! `status.instanceTypes` summarises the catalog ([`templates::status::summarize`]).
+//! Termination (as Karpenter's NodeClass termination controller): every NodeClass carries the
+//! finalizer `karpenter.cluster.x-k8s.io/termination`; a deleted NodeClass keeps it, with a
+//! `WaitingOnNodeClaimTermination` event, until none of its NodeClaims is left.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -64,6 +67,93 @@ pub struct StatusCtx {
     pub workload: Client,
     pub management: Client,
     pub catalogs: IndexCatalogs,
+    pub nodeclaims: kube::runtime::reflector::Store<api::NodeClaim>,
+    pub recorder: kube::runtime::events::Recorder,
+}
+
+/// How often a deleted NodeClass looks for its NodeClaims again.
+const TERMINATION_RECHECK: Duration = Duration::from_secs(2);
+
+/// The finalizer step: adds ours to a live NodeClass; on a deleted one, releases it once no
+/// NodeClaim refers to the NodeClass. `Some(action)` when the reconcile ends here.
+async fn finalize(
+    obj: &ClusterAPINodeClass,
+    ctx: &StatusCtx,
+) -> Result<Option<Action>, StatusError> {
+    let finalizer = api::consts::finalizers::NODECLASS;
+    let has = obj.finalizers().iter().any(|f| f == finalizer);
+    let api: Api<DynamicObject> = Api::all_with(ctx.workload.clone(), &nodeclass_resource());
+    let write = |finalizers: Vec<String>| {
+        let api = api.clone();
+        let name = obj.name_any();
+        let rv = obj.resource_version();
+        async move {
+            api.patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"metadata": {"resourceVersion": rv, "finalizers": finalizers}}),
+                ),
+            )
+            .await
+        }
+    };
+    if obj.metadata.deletion_timestamp.is_none() {
+        if !has {
+            let mut finalizers = obj.finalizers().to_vec();
+            finalizers.push(finalizer.to_string());
+            write(finalizers).await?;
+        }
+        return Ok(None);
+    }
+    if !has {
+        return Ok(Some(Action::await_change()));
+    }
+    let name = obj.name_any();
+    let mut claims: Vec<String> = ctx
+        .nodeclaims
+        .state()
+        .iter()
+        .filter(|c| {
+            let r = &c.spec.node_class_ref;
+            r.name == name
+                && r.group == api::consts::groups::NODECLASS
+                && r.kind == api::consts::groups::NODECLASS_KIND
+        })
+        .map(|c| c.name_any())
+        .collect();
+    if !claims.is_empty() {
+        claims.sort();
+        let shown: Vec<&str> = claims.iter().take(5).map(String::as_str).collect();
+        let more = claims.len().saturating_sub(shown.len());
+        let note = format!(
+            "waiting on {} NodeClaim(s) to terminate: {}{}",
+            claims.len(),
+            shown.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        );
+        crate::nodeclaim::context::publish(
+            &ctx.recorder,
+            kube::Resource::object_ref(obj, &()),
+            kube::runtime::events::EventType::Normal,
+            api::consts::events::WAITING_ON_NODECLAIM_TERMINATION,
+            note,
+        )
+        .await;
+        return Ok(Some(Action::requeue(TERMINATION_RECHECK)));
+    }
+    let finalizers: Vec<String> = obj
+        .finalizers()
+        .iter()
+        .filter(|f| *f != finalizer)
+        .cloned()
+        .collect();
+    write(finalizers).await?;
+    Ok(Some(Action::await_change()))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -126,6 +216,9 @@ async fn reconcile(
     obj: Arc<ClusterAPINodeClass>,
     ctx: Arc<StatusCtx>,
 ) -> Result<Action, StatusError> {
+    if let Some(action) = finalize(&obj, &ctx).await? {
+        return Ok(action);
+    }
     let nc = serde_json::to_value(&*obj).unwrap_or(Value::Null);
     let conditions: Vec<Condition> = nc
         .pointer("/status/conditions")
@@ -165,8 +258,26 @@ async fn reconcile(
         )
         .await?;
     }
-    Ok(Action::requeue(Duration::from_secs(60)))
+    Ok(Action::requeue(next_look(&parts)))
 }
+
+/// How soon a NodeClass is looked at again without a trigger. The bootstrap source (a
+/// Secret, a config template) has no watch — watching Secrets would take list/watch on every
+/// Secret of the management cluster — so while it is missing it is looked up every few
+/// seconds: a Secret created after its NodeClass is noticed within [`BOOTSTRAP_RECHECK`].
+fn next_look(parts: &[ConditionValue]) -> Duration {
+    let bootstrap_missing = parts
+        .iter()
+        .any(|p| p.type_ == api::consts::conditions::BOOTSTRAP_READY && p.status != "True");
+    if bootstrap_missing {
+        BOOTSTRAP_RECHECK
+    } else {
+        Duration::from_secs(60)
+    }
+}
+
+/// How often a missing bootstrap source is looked up again.
+pub const BOOTSTRAP_RECHECK: Duration = Duration::from_secs(3);
 
 fn strip_times(conditions: Option<&Value>) -> Value {
     let mut v = conditions.cloned().unwrap_or(Value::Null);
@@ -312,7 +423,7 @@ mod tests {
         );
         assert!(s["instanceTypes"].as_array().is_some_and(Vec::is_empty));
 
-        // Broken templates are named (message cut to the condition limit) and do not block.
+        // Broken templates are counted, the first few named in full; they do not block.
         let mut many: Vec<DynamicObject> = (0..200)
             .map(|i| template(&format!("bad-{i}"), "x", json!({})))
             .collect();
@@ -335,7 +446,25 @@ mod tests {
             (templates.0.as_str(), templates.1.as_str()),
             ("True", "TemplatesExcluded")
         );
-        assert!(templates.2.len() <= api::conditions::MAX_MESSAGE && templates.2.ends_with("..."));
+        assert!(
+            templates.2.len() <= api::conditions::MAX_MESSAGE,
+            "{}",
+            templates.2
+        );
+        assert!(
+            templates
+                .2
+                .contains("200 excluded: DockerMachineTemplate ns/bad-0: "),
+            "{}",
+            templates.2
+        );
+        assert!(
+            templates
+                .2
+                .ends_with("and 197 more (`karpenter-capi instance-types` lists them all)"),
+            "{}",
+            templates.2
+        );
         assert_eq!(cond(&s, "Ready").0, "True");
     }
 }

@@ -50,7 +50,8 @@ pub fn desired(
         class_ref["group"].as_str().unwrap_or_default(),
         class_ref["kind"].as_str().unwrap_or_default(),
     );
-    if group == groups::NODECLASS && kind == groups::NODECLASS_KIND {
+    let served = group == groups::NODECLASS && kind == groups::NODECLASS_KIND;
+    if served {
         cond::set(
             &mut conditions,
             types::VALIDATION_SUCCEEDED,
@@ -76,13 +77,24 @@ pub fn desired(
         );
     }
     let class_name = class_ref["name"].as_str().unwrap_or_default();
+    // A ClusterAPINodeClass of the same name does not make another kind's reference ready.
+    let nodeclass = if served { nodeclass } else { None };
     match nodeclass {
+        None if !served => cond::set(
+            &mut conditions,
+            types::NODECLASS_READY,
+            FALSE,
+            VALIDATION_FAILED,
+            &format!("nodeClassRef {kind}.{group} {class_name} is not a ClusterAPINodeClass"),
+            generation,
+            now,
+        ),
         None => cond::set(
             &mut conditions,
             types::NODECLASS_READY,
             FALSE,
             NODECLASS_NOT_FOUND,
-            &format!("{} {class_name:?} not found", groups::NODECLASS_KIND),
+            &format!("{} {class_name} not found", groups::NODECLASS_KIND),
             generation,
             now,
         ),
@@ -109,7 +121,7 @@ pub fn desired(
                     },
                     NODECLASS_NOT_READY,
                     &format!(
-                        "{} {class_name:?}: {}",
+                        "{} {class_name}: {}",
                         groups::NODECLASS_KIND,
                         ready.map_or("status not reported yet", |c| c.message.as_str())
                     ),
@@ -407,6 +419,12 @@ mod tests {
         );
         assert_eq!(condition(&s, "ValidationSucceeded")["status"], "False");
         assert_eq!(condition(&s, "Ready")["status"], "False");
+        let c = condition(&s, "NodeClassReady");
+        assert_eq!(
+            (&c["status"], &c["reason"]),
+            (&json!("False"), &json!(VALIDATION_FAILED)),
+            "a ClusterAPINodeClass of the same name does not make another kind ready: {c}"
+        );
     }
 
     #[test]

@@ -373,6 +373,7 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         batch_max: ctx.config.batch_max,
     };
     let gc_ctx = lifecycle_ctx.clone();
+    let lifecycle_ctx_recorder = lifecycle_ctx.recorder.clone();
     let triggers = lifecycle::Triggers {
         nodeclaims: caches.nodeclaims.clone(),
         nodes: caches.nodes.clone(),
@@ -399,6 +400,8 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
             workload: ctx.workload.clone(),
             management: ctx.management.clone(),
             catalogs,
+            nodeclaims: caches.nodeclaims.store(),
+            recorder: lifecycle_ctx_recorder,
         },
         caches.nodeclasses.clone(),
         stopped(stop_rx.clone()),

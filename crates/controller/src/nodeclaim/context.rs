@@ -460,7 +460,7 @@ pub async fn publish(
         secondary: None,
     };
     if let Err(e) = recorder.publish(&event, &reference).await {
-        tracing::warn!(object = ?reference.name, reason, error = %e, "publishing event failed");
+        tracing::warn!(object = reference.name.as_deref().unwrap_or_default(), reason, error = %e, "publishing event failed");
     }
 }
 

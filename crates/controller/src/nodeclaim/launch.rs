@@ -121,7 +121,10 @@ pub fn requirements(claim: &NodeClaim) -> Vec<Requirement> {
         .iter()
         .map(|r| Requirement {
             key: r.key.clone(),
-            operator: format!("{:?}", r.operator),
+            operator: serde_json::to_value(r.operator)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default(),
             values: r.values.clone(),
         })
         .collect()
@@ -225,7 +228,7 @@ async fn plan(ctx: &Ctx, claim: &NodeClaim) -> Result<Planned, Error> {
         return Ok(Planned::Refused(
             api::consts::events::NODECLASS_NOT_READY,
             format!(
-                "ClusterAPINodeClass {:?} not found",
+                "ClusterAPINodeClass {} not found",
                 claim.spec.node_class_ref.name
             ),
         ));

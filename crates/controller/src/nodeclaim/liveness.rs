@@ -20,6 +20,7 @@ use super::launch::{Plan, nodepool_of};
 use super::repair::{self, Blocked, Unhealthy};
 use crate::machine;
 use crate::unavailable::OfferingKey;
+use api::duration::format_duration;
 
 /// What liveness decided.
 #[derive(Debug, PartialEq)]
@@ -208,15 +209,18 @@ pub async fn reconcile(
                 Missed::Launch => (
                     "LaunchTimeout",
                     format!(
-                        "Machine {}/{} got no providerID within {launch_timeout:?}",
-                        plan.namespace, plan.machine
+                        "Machine {}/{} got no providerID within {}",
+                        plan.namespace,
+                        plan.machine,
+                        format_duration(launch_timeout)
                     ),
                 ),
                 Missed::Registration => (
                     "RegistrationTimeout",
                     format!(
-                        "no Node registered with providerID {} within {registration_timeout:?}",
-                        status.provider_id.as_deref().unwrap_or("(none)")
+                        "no Node registered with providerID {} within {}",
+                        status.provider_id.as_deref().unwrap_or("(none)"),
+                        format_duration(registration_timeout)
                     ),
                 ),
                 Missed::NodeUnhealthy => return Ok(Verdict::Alive(None)),
@@ -259,7 +263,7 @@ async fn repair(
     );
     let node = status.node_name.as_deref().unwrap_or("(unknown)");
     if let Err(Blocked {
-        repairing,
+        unhealthy,
         allowed,
         nodes,
     }) = ctx.repairs.reserve(&uid, &pool, &view)
@@ -270,11 +274,11 @@ async fn repair(
             format!("NodePool {pool}")
         };
         let message = format!(
-            "Node {node} is unhealthy ({}) but {repairing} of the {nodes} nodes of {scope} are being repaired, the most allowed at once ({}%, {allowed}); not repairing",
+            "Node {node} is unhealthy ({}) but so are {unhealthy} of the {nodes} nodes of {scope}, more than the {}% ({allowed}) repair replaces; not repairing",
             u.detail,
             repair::MAX_UNHEALTHY_PERCENT
         );
-        tracing::info!(nodeclaim = %claim.name_any(), nodepool = %pool, repairing, allowed, "node repair blocked");
+        tracing::info!(nodeclaim = %claim.name_any(), nodepool = %pool, unhealthy, allowed, "node repair blocked");
         ctx.event(
             claim,
             EventType::Warning,
@@ -294,8 +298,9 @@ async fn repair(
         return Ok(Verdict::Alive(Some(ctx.settings.poll)));
     }
     let message = format!(
-        "Node {node} has been unhealthy ({}) for more than {:?}; replacing it",
-        u.detail, ctx.settings.node_repair_after
+        "Node {node} has been unhealthy ({}) for more than {}; replacing it",
+        u.detail,
+        format_duration(ctx.settings.node_repair_after)
     );
     tracing::info!(nodeclaim = %claim.name_any(), condition = u.condition, %message, "repairing node");
     ctx.event(claim, EventType::Warning, "NodeRepair", message)
@@ -367,14 +372,7 @@ mod tests {
         let created = t("2026-11-22T10:00:00Z");
         let since = Some(t("2026-11-22T11:00:00Z"));
         assert_eq!(
-            missed_deadline(
-                created,
-                t("2026-11-22T11:05:00Z"),
-                true,
-                true,
-                since.clone(),
-                D
-            ),
+            missed_deadline(created, t("2026-11-22T11:05:00Z"), true, true, since, D),
             Ok(Some(Duration::from_secs(300)))
         );
         assert_eq!(

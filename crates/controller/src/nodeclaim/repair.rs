@@ -7,14 +7,15 @@
 //! - the Machine's infrastructure failed (phase Failed, `InfrastructureReady=False` with a
 //!   failure reason) after the Node registered (before that it is a launch failure).
 //!
-//! The cap: at most ceil(20 %) of a NodePool's Nodes are under repair at once — those whose
-//! NodeClaim is being deleted while a policy still matches, plus the repairs this process has
-//! started and the cache does not show yet — cluster-wide for NodeClaims without a pool.
-//! Over the cap nothing is repaired: a `NodeRepairBlocked` event on the NodeClaim and its
-//! NodePool, and a look again later. Unlike Karpenter, which repairs nothing while more than
-//! 20 % of a pool is unhealthy, repairs proceed one slot at a time: a partition of half a pool
-//! has at most 20 % of the pool replaced at once, each replacement finishing (its Machine
-//! gone) before the next one starts.
+//! The cap (Karpenter's, and CAPI MachineHealthCheck's `maxUnhealthy`): a NodeClaim is
+//! repaired only while the unhealthy Nodes of its NodePool — every Node a policy matches,
+//! still inside its toleration or already being repaired, plus the repairs this process has
+//! started that the cache does not show yet — are at most ceil(20 %) of the pool's Nodes;
+//! cluster-wide for NodeClaims without a pool. More unhealthy than that looks like a
+//! partition or a bad rollout, not a broken machine: nothing of the pool is repaired, a
+//! `NodeRepairBlocked` event goes to the NodeClaim and its NodePool, and it is looked at
+//! again later. A partition of half a pool therefore repairs nothing; a pool of 5 with one
+//! broken Node repairs it; a pool of 10 repairs up to 2 at once.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -86,10 +87,10 @@ pub fn allowed(nodes: usize) -> usize {
     (nodes * MAX_UNHEALTHY_PERCENT).div_ceil(100)
 }
 
-/// Repair refused: (under repair now, allowed, the pool's Nodes).
+/// Repair refused: unhealthy Nodes of the pool, how many may be, the pool's Nodes.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Blocked {
-    pub repairing: usize,
+    pub unhealthy: usize,
     pub allowed: usize,
     pub nodes: usize,
 }
@@ -103,29 +104,30 @@ pub struct Repairs(Mutex<HashMap<String, String>>);
 pub struct PoolView {
     /// NodeClaims of the pool with a Node.
     pub nodes: usize,
-    /// UIDs of the pool's NodeClaims being deleted whose Node still matches a policy.
-    pub repairing: HashSet<String>,
+    /// UIDs of the pool's NodeClaims whose Node matches a policy (tolerated or not, being
+    /// deleted or not).
+    pub unhealthy: HashSet<String>,
     /// UIDs of every NodeClaim the cache holds.
     pub existing: HashSet<String>,
 }
 
 impl Repairs {
-    /// Takes a repair slot of `pool` for `uid`, or says why not. Atomic: two reconciles of
-    /// the same pool never both take the last slot.
+    /// Records the repair of `uid` (unhealthy, in `pool`) if the pool is within the cap,
+    /// or says why not. Atomic: two reconciles of one pool decide one after the other.
     pub fn reserve(&self, uid: &str, pool: &str, view: &PoolView) -> Result<(), Blocked> {
         let mut held = self.0.lock().unwrap_or_else(|p| p.into_inner());
         held.retain(|u, _| view.existing.contains(u));
-        let mut repairing = view.repairing.clone();
-        repairing.extend(
+        let mut unhealthy = view.unhealthy.clone();
+        unhealthy.extend(
             held.iter()
                 .filter(|(_, p)| p.as_str() == pool)
                 .map(|(u, _)| u.clone()),
         );
-        repairing.remove(uid);
+        unhealthy.insert(uid.to_string());
         let allowed = allowed(view.nodes);
-        if repairing.len() >= allowed {
+        if unhealthy.len() > allowed {
             return Err(Blocked {
-                repairing: repairing.len(),
+                unhealthy: unhealthy.len(),
                 allowed,
                 nodes: view.nodes,
             });
@@ -151,7 +153,7 @@ pub fn pool_view(
     let in_pool = |c: &NodeClaim| pool.is_empty() || super::launch::nodepool_of(c) == pool;
     let mut view = PoolView {
         nodes: 0,
-        repairing: HashSet::new(),
+        unhealthy: HashSet::new(),
         existing: HashSet::new(),
     };
     for c in claims {
@@ -164,10 +166,8 @@ pub fn pool_view(
             continue;
         };
         view.nodes += 1;
-        if c.metadata.deletion_timestamp.is_some()
-            && unhealthy(node(n).as_deref(), machine(c).as_deref()).is_some()
-        {
-            view.repairing.insert(uid);
+        if unhealthy(node(n).as_deref(), machine(c).as_deref()).is_some() {
+            view.unhealthy.insert(uid);
         }
     }
     view
@@ -195,43 +195,63 @@ mod tests {
         }
     }
 
-    fn view(nodes: usize, repairing: &[&str], existing: &[&str]) -> PoolView {
+    fn view(nodes: usize, unhealthy: &[&str], existing: &[&str]) -> PoolView {
         PoolView {
             nodes,
-            repairing: repairing.iter().map(|s| s.to_string()).collect(),
+            unhealthy: unhealthy.iter().map(|s| s.to_string()).collect(),
             existing: existing.iter().map(|s| s.to_string()).collect(),
         }
     }
 
+    const FIVE: [&str; 5] = ["a", "b", "c", "d", "e"];
+
     #[test]
-    fn a_pool_of_five_repairs_one_at_a_time() {
+    fn one_broken_node_of_five_is_repaired() {
         let r = Repairs::default();
-        let all = ["a", "b", "c", "d", "e"];
-        // Three Nodes NotReady at once: the first takes the only slot.
-        assert_eq!(r.reserve("a", "p", &view(5, &[], &all)), Ok(()));
-        // The cache does not show a's deletion yet: the reservation counts.
+        assert_eq!(r.reserve("a", "p", &view(5, &["a"], &FIVE)), Ok(()));
+        // Reconciling it again (the deletion not cached yet) still decides the same.
+        assert_eq!(r.reserve("a", "p", &view(5, &["a"], &FIVE)), Ok(()));
+    }
+
+    #[test]
+    fn three_of_five_unhealthy_is_a_partition_and_repairs_none() {
+        let r = Repairs::default();
+        for uid in ["a", "b", "c"] {
+            assert_eq!(
+                r.reserve(uid, "p", &view(5, &["a", "b", "c"], &FIVE)),
+                Err(Blocked {
+                    unhealthy: 3,
+                    allowed: 1,
+                    nodes: 5
+                })
+            );
+        }
+    }
+
+    #[test]
+    fn a_repair_not_yet_cached_counts() {
+        let r = Repairs::default();
+        assert_eq!(r.reserve("a", "p", &view(5, &["a"], &FIVE)), Ok(()));
+        // b turns unhealthy; the cache no longer shows a's Node (deleted) but a's NodeClaim
+        // is still there: a still counts, so b waits.
         assert_eq!(
-            r.reserve("b", "p", &view(5, &[], &all)),
+            r.reserve("b", "p", &view(5, &["b"], &FIVE)),
             Err(Blocked {
-                repairing: 1,
+                unhealthy: 2,
                 allowed: 1,
                 nodes: 5
             })
         );
-        // The cache shows it now (being deleted, still unhealthy): still one under repair.
-        assert!(r.reserve("c", "p", &view(5, &["a"], &all)).is_err());
-        // Reconciling a itself again never blocks it.
-        assert_eq!(r.reserve("a", "p", &view(5, &["a"], &all)), Ok(()));
-        // Another pool has its own slots.
-        assert_eq!(r.reserve("x", "q", &view(5, &[], &["x"])), Ok(()));
-        // a is gone: the next one may go.
+        // Another pool has its own cap.
+        assert_eq!(r.reserve("x", "q", &view(5, &["x"], &["x"])), Ok(()));
+        // a is gone from the cache: b may go.
         assert_eq!(
-            r.reserve("b", "p", &view(4, &[], &["b", "c", "d", "e"])),
+            r.reserve("b", "p", &view(4, &["b"], &["b", "c", "d", "e"])),
             Ok(())
         );
         r.release("b");
         assert_eq!(
-            r.reserve("c", "p", &view(4, &[], &["b", "c", "d", "e"])),
+            r.reserve("c", "p", &view(4, &["c"], &["b", "c", "d", "e"])),
             Ok(())
         );
     }
@@ -241,12 +261,12 @@ mod tests {
         let r = Repairs::default();
         let all: Vec<String> = (0..10).map(|i| i.to_string()).collect();
         let all: Vec<&str> = all.iter().map(String::as_str).collect();
-        assert!(r.reserve("0", "p", &view(10, &[], &all)).is_ok());
-        assert!(r.reserve("1", "p", &view(10, &[], &all)).is_ok());
+        assert!(r.reserve("0", "p", &view(10, &["0", "1"], &all)).is_ok());
+        assert!(r.reserve("1", "p", &view(10, &["0", "1"], &all)).is_ok());
         assert_eq!(
-            r.reserve("2", "p", &view(10, &[], &all)),
+            r.reserve("2", "p", &view(10, &["0", "1", "2"], &all)),
             Err(Blocked {
-                repairing: 2,
+                unhealthy: 3,
                 allowed: 2,
                 nodes: 10
             })

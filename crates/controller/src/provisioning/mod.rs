@@ -219,7 +219,8 @@ impl Provisioner {
         while refs.iter().any(|r| self.nodeclaims.get(r).is_none()) {
             if Instant::now() >= deadline {
                 tracing::warn!(
-                    "NodeClaim cache has not caught up after {CACHE_WAIT:?}; the next batch may not see them"
+                    "NodeClaim cache has not caught up after {}; the next batch may not see them",
+                    api::duration::format_duration(CACHE_WAIT)
                 );
                 return;
             }
@@ -240,7 +241,7 @@ impl Provisioner {
             secondary: None,
         };
         if let Err(e) = self.recorder.publish(&event, &reference).await {
-            tracing::warn!(pod = ?reference.name, reason, error = %e, "publishing event failed");
+            tracing::warn!(pod = reference.name.as_deref().unwrap_or_default(), reason, error = %e, "publishing event failed");
         }
     }
 }
