@@ -614,8 +614,9 @@ async fn fifty_launches_with_operator_restarts_make_exactly_one_machine_each() {
         .map(|m| m.name_any())
         .collect();
     machine_names.sort();
+    let expected: Vec<String> = names.iter().map(|n| machine_name(n)).collect();
     assert_eq!(
-        machine_names, names,
+        machine_names, expected,
         "exactly one Machine per NodeClaim, no orphans"
     );
     let tms = infra.list(&Default::default()).await.expect("infra").items;
@@ -687,7 +688,7 @@ async fn launch_latency_median_over_fifty() {
     let seen = seen.lock().expect("lock");
     let mut latencies: Vec<f64> = created
         .iter()
-        .map(|(n, t)| seen[n].duration_since(*t).as_secs_f64() * 1000.0)
+        .map(|(n, t)| seen[&machine_name(n)].duration_since(*t).as_secs_f64() * 1000.0)
         .collect();
     latencies.sort_by(|a, b| a.total_cmp(b));
     let median = latencies[25];
@@ -1129,7 +1130,7 @@ async fn deleting_the_node_or_the_machine_deletes_the_nodeclaim() {
     let machines: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), &ns, &provider::machine_resource());
     machines
-        .delete("default-usr02", &Default::default())
+        .delete(&machine_name("default-usr02"), &Default::default())
         .await
         .expect("delete machine");
     wait_for(

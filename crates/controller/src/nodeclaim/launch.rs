@@ -425,6 +425,15 @@ async fn create(ctx: &Ctx, claim: &NodeClaim, plan: &Plan) -> Result<(), Error> 
     }
 }
 
+/// The capacity-type label of a claim (empty before launch).
+pub fn capacity_type_of(claim: &NodeClaim) -> String {
+    claim
+        .labels()
+        .get(api::consts::labels::CAPACITY_TYPE)
+        .cloned()
+        .unwrap_or_default()
+}
+
 /// The NodePool label of a claim (empty for a hand-made claim without one).
 pub fn nodepool_of(claim: &NodeClaim) -> String {
     claim

@@ -314,11 +314,7 @@ async fn repair(
         .get_or_create(&crate::metrics::UnhealthyLabels {
             condition: u.condition.to_string(),
             nodepool: pool,
-            capacity_type: claim
-                .labels()
-                .get(api::consts::labels::CAPACITY_TYPE)
-                .cloned()
-                .unwrap_or_default(),
+            capacity_type: super::launch::capacity_type_of(claim),
         })
         .inc();
     Ok(Verdict::Deleted)

@@ -159,11 +159,7 @@ pub async fn reconcile(ctx: &Ctx, claim: &NodeClaim) -> Result<Termination, Erro
         .nodeclaims_terminated
         .get_or_create(&TerminatedLabels {
             nodepool: nodepool.clone(),
-            capacity_type: claim
-                .labels()
-                .get(api::consts::labels::CAPACITY_TYPE)
-                .cloned()
-                .unwrap_or_default(),
+            capacity_type: super::launch::capacity_type_of(claim),
         })
         .inc();
     if status.node_name.is_some() {
