@@ -59,7 +59,7 @@ pub fn compute_status(
         .as_ref()
         .map(templates::status::summarize)
         .unwrap_or_default();
-    json!({"conditions": c, "instanceTypes": instance_types})
+    json!({"conditions": c, "instanceTypes": instance_types, "instanceTypeCount": instance_types.len()})
 }
 
 #[derive(Clone)]
@@ -68,7 +68,7 @@ pub struct StatusCtx {
     pub management: Client,
     pub catalogs: IndexCatalogs,
     pub nodeclaims: kube::runtime::reflector::Store<api::NodeClaim>,
-    pub recorder: kube::runtime::events::Recorder,
+    pub recorder: crate::events::Recorder,
 }
 
 /// How often a deleted NodeClass looks for its NodeClaims again.
@@ -247,6 +247,7 @@ async fn reconcile(
     );
     let unchanged = nc.get("status").is_some_and(|s| {
         s.get("instanceTypes") == status.get("instanceTypes")
+            && s.get("instanceTypeCount") == status.get("instanceTypeCount")
             && strip_times(s.get("conditions")) == strip_times(status.get("conditions"))
     });
     if !unchanged {
@@ -377,6 +378,7 @@ mod tests {
         let list: Vec<api::nodeclass::InstanceTypeSummary> =
             serde_json::from_value(s["instanceTypes"].clone()).expect("typed summary");
         assert_eq!(list.len(), 1);
+        assert_eq!(s["instanceTypeCount"], 1);
         let it = &list[0];
         assert_eq!(it.name, "arm");
         assert_eq!((it.arch.as_str(), it.os.as_str()), ("arm64", "linux"));

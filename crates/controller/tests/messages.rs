@@ -14,7 +14,9 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
         let p = e.path();
         if p.is_dir() {
             rust_files(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
+        } else if p.extension().is_some_and(|x| x == "rs")
+            && p.file_name().is_some_and(|n| n != "tests.rs")
+        {
             out.push(p);
         }
     }
