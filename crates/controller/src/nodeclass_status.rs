@@ -245,12 +245,7 @@ async fn reconcile(
         &catalog,
         Timestamp::now(),
     );
-    let unchanged = nc.get("status").is_some_and(|s| {
-        s.get("instanceTypes") == status.get("instanceTypes")
-            && s.get("instanceTypeCount") == status.get("instanceTypeCount")
-            && strip_times(s.get("conditions")) == strip_times(status.get("conditions"))
-    });
-    if !unchanged {
+    if !unchanged(nc.get("status"), &status) {
         let api: Api<DynamicObject> = Api::all_with(ctx.workload.clone(), &nodeclass_resource());
         api.patch_status(
             &obj.name_any(),
@@ -279,6 +274,23 @@ fn next_look(parts: &[ConditionValue]) -> Duration {
 
 /// How often a missing bootstrap source is looked up again.
 pub const BOOTSTRAP_RECHECK: Duration = Duration::from_secs(3);
+
+/// Whether the stored status already says what `next` says (transition times aside; an
+/// empty list the stored object omits equals an empty one).
+fn unchanged(stored: Option<&Value>, next: &Value) -> bool {
+    let list = |s: &Value, k: &str| s.get(k).cloned().unwrap_or_else(|| json!([]));
+    stored.is_some_and(|s| {
+        list(s, "instanceTypes") == list(next, "instanceTypes")
+            && s.get("instanceTypeCount")
+                .and_then(Value::as_i64)
+                .unwrap_or(0)
+                == next
+                    .get("instanceTypeCount")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0)
+            && strip_times(s.get("conditions")) == strip_times(next.get("conditions"))
+    })
+}
 
 fn strip_times(conditions: Option<&Value>) -> Value {
     let mut v = conditions.cloned().unwrap_or(Value::Null);
@@ -388,6 +400,29 @@ mod tests {
         assert_eq!(it.zones, ["z1"]);
         assert_eq!(it.templates, ["arm"]);
         assert!(!it.price.is_empty());
+    }
+
+    #[test]
+    fn a_status_without_instance_types_is_not_rewritten() {
+        let now: Timestamp = "2026-11-22T10:00:00Z".parse().expect("time");
+        let empty = Ok(Catalog::default());
+        let parts = [status::templates_ready(&empty)];
+        let next = compute_status(&[], Some(1), &parts, &empty, now);
+        // As the API server stores it and the typed cache serialises it back: the empty
+        // list omitted.
+        let stored: api::nodeclass::ClusterAPINodeClassStatus =
+            serde_json::from_value(next.clone()).expect("typed status");
+        let stored = serde_json::to_value(&stored).expect("json");
+        assert!(stored.get("instanceTypes").is_none());
+        let later = compute_status(
+            &serde_json::from_value::<Vec<Condition>>(stored["conditions"].clone())
+                .expect("conditions"),
+            Some(1),
+            &parts,
+            &empty,
+            "2026-11-22T10:05:00Z".parse().expect("time"),
+        );
+        assert!(unchanged(Some(&stored), &later), "{stored} vs {later}");
     }
 
     #[test]
