@@ -32,6 +32,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
+use common::is_subset;
 use common::manifests::{docs, helm, pipe, root};
 use doc_blocks::{Block, Corpus, DocCommand, blocks, commands, normalize, simple_commands};
 use serde_json::Value;
@@ -305,23 +306,6 @@ fn every_documented_command_is_run() {
         .filter_map(|c| check(c, &corpus).err())
         .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
-}
-
-/// `part` ⊆ `whole`: every field shown has the same value (numbers and strings compare as
-/// text, as YAML writes quantities either way).
-fn is_subset(part: &Value, whole: &Value) -> bool {
-    match (part, whole) {
-        (Value::Object(p), Value::Object(w)) => p
-            .iter()
-            .all(|(k, v)| w.get(k).is_some_and(|wv| is_subset(v, wv))),
-        (Value::Array(p), Value::Array(w)) => {
-            p.len() == w.len() && p.iter().zip(w).all(|(a, b)| is_subset(a, b))
-        }
-        (Value::Number(n), Value::String(s)) | (Value::String(s), Value::Number(n)) => {
-            n.to_string() == *s
-        }
-        _ => part == whole,
-    }
 }
 
 fn template_fixtures() -> Vec<Value> {
