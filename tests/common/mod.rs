@@ -19,6 +19,23 @@ pub fn from_json<T: serde::de::DeserializeOwned>(value: Value) -> T {
     serde_json::from_value(value).expect("test fixture is valid")
 }
 
+/// `part` ⊆ `whole`: every field of `part` is in `whole` with the same value (YAML numbers
+/// and strings for quantities compare as text).
+pub fn is_subset(part: &Value, whole: &Value) -> bool {
+    match (part, whole) {
+        (Value::Object(p), Value::Object(w)) => p
+            .iter()
+            .all(|(k, v)| w.get(k).is_some_and(|wv| is_subset(v, wv))),
+        (Value::Array(p), Value::Array(w)) => {
+            p.len() == w.len() && p.iter().zip(w).all(|(a, b)| is_subset(a, b))
+        }
+        (Value::Number(n), Value::String(s)) | (Value::String(s), Value::Number(n)) => {
+            n.to_string() == *s
+        }
+        _ => part == whole,
+    }
+}
+
 pub fn ar(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
 }
