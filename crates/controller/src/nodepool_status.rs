@@ -214,6 +214,9 @@ pub struct NodePoolStatus {
     pub nodeclaims: Store<api::NodeClaim>,
     pub nodeclasses: Store<api::ClusterAPINodeClass>,
     pub registration_failures: std::sync::Arc<RegistrationFailures>,
+    /// Per NodePool, the resourceVersion our last status write was computed from: while the
+    /// cache still shows it, the cache has not seen that write and the pool is not decided again.
+    pub written: std::sync::Arc<std::sync::Mutex<BTreeMap<String, String>>>,
 }
 
 impl NodePoolStatus {
@@ -230,6 +233,10 @@ impl NodePoolStatus {
         let mut written = 0;
         for pool in self.nodepools.state() {
             let pool_name = name(pool.as_ref());
+            let rv = pool.metadata.resource_version.clone().unwrap_or_default();
+            if self.cache_behind(pool_name, &rv) {
+                continue;
+            }
             let nodeclass = self.nodeclasses.get(&ObjectRef::new(
                 &pool.spec.template.spec.node_class_ref.name,
             ));
@@ -249,19 +256,37 @@ impl NodePoolStatus {
             if !differs(&pool, &status) {
                 continue;
             }
-            let patch = Patch::Merge(json!({ "status": status }));
+            // Conditional on the version it was computed from: a 409 means a newer pool, which
+            // the next pass decides on.
+            let patch = Patch::Merge(json!({
+                "metadata": {"resourceVersion": rv},
+                "status": status,
+            }));
             match api
                 .patch_status(pool_name, &PatchParams::default(), &patch)
                 .await
             {
-                Ok(_) => written += 1,
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Ok(_) => {
+                    written += 1;
+                    self.remember(pool_name, rv);
+                }
+                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
                 Err(e) => {
                     tracing::warn!(nodepool = pool_name, error = %e, "writing NodePool status failed")
                 }
             }
         }
         written
+    }
+
+    fn cache_behind(&self, pool: &str, cached_rv: &str) -> bool {
+        let written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        written.get(pool).is_some_and(|sent| sent == cached_rv)
+    }
+
+    fn remember(&self, pool: &str, sent_rv: String) {
+        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        written.insert(pool.to_string(), sent_rv);
     }
 
     fn record_metrics(&self, pool: &NodePool, status: &Status) {

@@ -348,6 +348,7 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         nodeclaims: caches.nodeclaims.store(),
         nodeclasses: caches.nodeclasses.store(),
         registration_failures,
+        written: Default::default(),
     };
     let disruption = crate::disruption::Disruption {
         client: ctx.workload.clone(),
