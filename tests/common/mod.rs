@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod manifests;
+pub mod process;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -110,19 +111,55 @@ pub async fn env_as(templates_spec: Vec<Tpl>, identity: Identity) -> Env {
 
 /// As `env_as`, on a testbed started with `options` (e.g. with the audit log).
 pub async fn env_with(templates_spec: Vec<Tpl>, identity: Identity, options: Options) -> Env {
+    let (tb, provider, cluster) = prepare(templates_spec, options).await;
+    let client = tb.client();
+    let installed = match identity {
+        Identity::Admin => None,
+        Identity::DeployBase => Some(manifests::kustomize("deploy/base")),
+        Identity::HelmChart => Some(manifests::helm_template(&["--include-crds"])),
+    };
+    let operator = match installed {
+        Some(yaml) => spawn_operator(controller::runtime::RunConfig {
+            kubeconfig: Some(as_service_account_of(&tb, &yaml).await),
+            ..operator_config(&tb)
+        }),
+        None => start_operator(&tb),
+    };
+    wait_for("NodeClass Ready", Duration::from_secs(60), || async {
+        let nc = nodeclasses(&client).get("default").await.ok()?;
+        (condition(&nc, "Ready").as_deref() == Some("True")).then_some(())
+    })
+    .await
+    .expect("NodeClass Ready");
+    Env {
+        tb,
+        _provider: provider,
+        cluster,
+        operator,
+    }
+}
+
+/// How the tests' infrastructure provider behaves (also to start it again).
+pub fn provider_config() -> ProviderConfig {
+    ProviderConfig {
+        provision_delay: Duration::from_millis(500),
+        // Also answers KubeadmConfigs (no kubeadm bootstrap controller on the testbed).
+        kubeadm_bootstrap: true,
+        ..ProviderConfig::default()
+    }
+}
+
+/// Testbed + CAPI + provider + a Cluster `c1` with two failure domains + templates + the
+/// NodeClass `default`, without the operator.
+pub async fn prepare(
+    templates_spec: Vec<Tpl>,
+    options: Options,
+) -> (Testbed, TestProvider, CapiCluster) {
     let tb = Testbed::start(options).await.expect("testbed starts");
     let client = tb.client();
-    let provider = TestProvider::start(
-        client.clone(),
-        ProviderConfig {
-            provision_delay: Duration::from_millis(500),
-            // Also answers KubeadmConfigs (no kubeadm bootstrap controller on the testbed).
-            kubeadm_bootstrap: true,
-            ..ProviderConfig::default()
-        },
-    )
-    .await
-    .expect("provider starts");
+    let provider = TestProvider::start(client.clone(), provider_config())
+        .await
+        .expect("provider starts");
     let cluster = provider::setup_cluster(&tb, "c1", &["zone-a", "zone-b"])
         .await
         .expect("cluster ready");
@@ -183,30 +220,7 @@ pub async fn env_with(templates_spec: Vec<Tpl>, identity: Identity, options: Opt
         )
         .await
         .expect("nodeclass");
-    let installed = match identity {
-        Identity::Admin => None,
-        Identity::DeployBase => Some(manifests::kustomize("deploy/base")),
-        Identity::HelmChart => Some(manifests::helm_template(&["--include-crds"])),
-    };
-    let operator = match installed {
-        Some(yaml) => spawn_operator(controller::runtime::RunConfig {
-            kubeconfig: Some(as_service_account_of(&tb, &yaml).await),
-            ..operator_config(&tb)
-        }),
-        None => start_operator(&tb),
-    };
-    wait_for("NodeClass Ready", Duration::from_secs(60), || async {
-        let nc = nodeclasses(&client).get("default").await.ok()?;
-        (condition(&nc, "Ready").as_deref() == Some("True")).then_some(())
-    })
-    .await
-    .expect("NodeClass Ready");
-    Env {
-        tb,
-        _provider: provider,
-        cluster,
-        operator,
-    }
+    (tb, provider, cluster)
 }
 
 pub fn operator_config(tb: &Testbed) -> controller::runtime::RunConfig {
