@@ -52,13 +52,19 @@ struct Row {
     name: &'static str,
     objects: Vec<Value>,
     expect: Expect,
+    /// A known defect fixed on branch `fence`: reported, not failed, until [`FENCE_MERGED`].
+    needs_fence: bool,
 }
+
+/// Set to true once branch `fence` is merged: its rows then fail like the others.
+const FENCE_MERGED: bool = false;
 
 fn row(name: &'static str, objects: Vec<Value>, expect: Expect) -> Row {
     Row {
         name,
         objects,
         expect,
+        needs_fence: false,
     }
 }
 
@@ -214,7 +220,15 @@ async fn condition_of(
 
 /// Waits for a row's expectation; Err describes what was seen instead.
 async fn check(client: &Client, ns: &str, expect: &Expect) -> Result<String, String> {
-    let deadline = Duration::from_secs(90);
+    check_within(client, ns, expect, Duration::from_secs(90)).await
+}
+
+async fn check_within(
+    client: &Client,
+    ns: &str,
+    expect: &Expect,
+    deadline: Duration,
+) -> Result<String, String> {
     let result = match expect {
         Expect::Rejected(_) => unreachable!("checked at apply time"),
         Expect::Condition {
@@ -489,6 +503,20 @@ async fn bad_inputs_get_precise_reasons_and_never_stall_a_healthy_pool() {
                 "NodeClassRefInvalid",
             ),
         ),
+        Row {
+            // Its name is that of a Ready ClusterAPINodeClass, but the kind is another's.
+            needs_fence: true,
+            ..row(
+                "pool: unknown nodeClassRef kind is not NodeClassReady",
+                vec![],
+                cond(
+                    "NodePool",
+                    "bad-kind",
+                    "NodeClassReady",
+                    "NodeClassRefInvalid",
+                ),
+            )
+        },
         row(
             "pool: nodeClassRef to a missing NodeClass",
             vec![pool("missing-class", "absent", json!({}))],
@@ -873,16 +901,28 @@ async fn bad_inputs_get_precise_reasons_and_never_stall_a_healthy_pool() {
     let checks = futures::future::join_all(pending.iter().map(|r| {
         let client = client.clone();
         let apps = apps.clone();
-        async move { (r.name, check(&client, &apps, &r.expect).await) }
+        // A known-defect row is given the time the others take anyway.
+        let deadline = Duration::from_secs(if r.needs_fence && !FENCE_MERGED {
+            20
+        } else {
+            90
+        });
+        async move {
+            let result = check_within(&client, &apps, &r.expect, deadline).await;
+            (r.name, r.needs_fence, result)
+        }
     }));
     let (healthy, results) = tokio::join!(healthy, checks);
     match healthy {
         Ok(note) => eprintln!("ok   healthy pool provisions meanwhile: {note}"),
         Err(e) => fail(&mut failures, format!("healthy pool stalled: {e}")),
     }
-    for (name, result) in results {
+    for (name, needs_fence, result) in results {
         match result {
             Ok(m) => eprintln!("ok   {name:<48} {m}"),
+            Err(e) if needs_fence && !FENCE_MERGED => {
+                eprintln!("KNOWN DEFECT (fixed on branch fence) {name}: {e}")
+            }
             Err(e) => fail(&mut failures, format!("{name}: {e}")),
         }
     }
@@ -1048,8 +1088,25 @@ async fn bad_inputs_get_precise_reasons_and_never_stall_a_healthy_pool() {
             ),
         );
     }
+    // Event notes are for people: no Rust debug output (`Some("…")`, `None`) in them.
+    let debug_notes: Vec<String> = Api::<Event>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.reporting_controller.as_deref() == Some("karpenter"))
+        .filter_map(|e| e.note)
+        .filter(|n| n.contains("Some(") || n.contains("None"))
+        .collect();
+    if !debug_notes.is_empty() {
+        fail(
+            &mut failures,
+            format!("event notes with Rust debug output: {debug_notes:?}"),
+        );
+    }
     operator.assert_healthy();
-    let total = rows.len() + behind.len() + 1;
+    let total = rows.len() + behind.len() + 2;
     eprintln!(
         "{total} rows checked {:.1}s after the first was applied",
         started.elapsed().as_secs_f64()
@@ -1060,5 +1117,5 @@ async fn bad_inputs_get_precise_reasons_and_never_stall_a_healthy_pool() {
         failures.len(),
         failures.join("\n")
     );
-    eprintln!("{total} bad inputs handled; the healthy pool kept provisioning; no panic");
+    eprintln!("{total} rows: bad inputs handled; the healthy pool kept provisioning; no panic");
 }
