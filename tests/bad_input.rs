@@ -12,8 +12,8 @@ use common::process::Operator;
 use common::{condition, from_json, nodeclaims, nodeclasses, nodepools};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event;
-use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use testbed::provider::{self, NO_NODE_ANNOTATION};
 use testbed::{Options, Testbed, wait_for};
@@ -945,9 +945,17 @@ async fn bad_inputs_get_precise_reasons_and_never_stall_a_healthy_pool() {
             .expect("victim Ready")
         }
     };
-    ready("victim-machine").await;
+    // The Machine's name is the plan's (with fencing it is not the NodeClaim's).
+    let machine_of = |c: &DynamicObject| {
+        c.annotations()
+            .get("cluster.x-k8s.io/machine")
+            .and_then(|m| m.rsplit('/').next())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let victim = ready("victim-machine").await;
     machines
-        .delete("victim-machine", &Default::default())
+        .delete(&machine_of(&victim), &Default::default())
         .await
         .expect("delete Machine");
     let node_victim = ready("victim-node").await;
@@ -959,10 +967,10 @@ async fn bad_inputs_get_precise_reasons_and_never_stall_a_healthy_pool() {
         .delete(&node, &Default::default())
         .await
         .expect("delete Node");
-    ready("victim-labels").await;
+    let relabelled_machine = machine_of(&ready("victim-labels").await);
     machines
         .patch(
-            "victim-labels",
+            &relabelled_machine,
             &PatchParams::default(),
             &Patch::Merge(
                 json!({"metadata": {"labels": {"karpenter.cluster.x-k8s.io/nodeclaim": null,
@@ -972,7 +980,6 @@ async fn bad_inputs_get_precise_reasons_and_never_stall_a_healthy_pool() {
         .await
         .expect("edit Machine labels");
     // Two Nodes claim the providerID of a launched claim whose own Node never comes.
-    let pid = provider::provider_id(&ns, "shared-pid");
     apply(
         &tb,
         &claim("shared-pid", "ghost", "tpl-nonode", json!([]), "100m"),
@@ -982,21 +989,24 @@ async fn bad_inputs_get_precise_reasons_and_never_stall_a_healthy_pool() {
     .expect("shared-pid claim");
     let launched = wait_for("shared-pid launched", Duration::from_secs(90), || async {
         let c = nodeclaims(&client).get("shared-pid").await.ok()?;
-        (c.data["status"]["providerID"].as_str() == Some(pid.as_str())).then_some(())
+        c.data["status"]["providerID"].as_str().map(str::to_string)
     })
     .await;
-    if let Err(e) = launched {
-        let events = operator_events(&client, "shared-pid").await;
-        let c = nodeclaims(&client)
-            .get_opt("shared-pid")
-            .await
-            .ok()
-            .flatten();
-        panic!(
-            "{e}: events {events:?}, claim {:?}",
-            c.map(|c| c.data["status"].clone())
-        );
-    }
+    let pid = match launched {
+        Ok(pid) => pid,
+        Err(e) => {
+            let events = operator_events(&client, "shared-pid").await;
+            let c = nodeclaims(&client)
+                .get_opt("shared-pid")
+                .await
+                .ok()
+                .flatten();
+            panic!(
+                "{e}: events {events:?}, claim {:?}",
+                c.map(|c| c.data["status"].clone())
+            );
+        }
+    };
     for n in ["shared-a", "shared-b"] {
         Api::<Node>::all(client.clone())
             .create(
@@ -1071,7 +1081,7 @@ async fn bad_inputs_get_precise_reasons_and_never_stall_a_healthy_pool() {
         .await
         .ok()
         .flatten();
-    let machine_left = machines.get_opt("victim-labels").await.ok().flatten();
+    let machine_left = machines.get_opt(&relabelled_machine).await.ok().flatten();
     if relabelled
         .as_ref()
         .and_then(|c| condition(c, "Ready"))
