@@ -70,17 +70,6 @@ fn kubeadm_configs() -> ApiResource {
     )
 }
 
-fn kubeadm_config_templates() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(
-            "bootstrap.cluster.x-k8s.io",
-            "v1beta2",
-            "KubeadmConfigTemplate",
-        ),
-        "kubeadmconfigtemplates",
-    )
-}
-
 /// Machines, InfraMachines (TestMachines) and KubeadmConfigs of `ns` carrying our label.
 fn our_kinds(client: &Client, ns: &str) -> [(&'static str, Api<DynamicObject>); 3] {
     [
@@ -243,31 +232,7 @@ async fn operator_and_control_plane_crashes_during_bursts_leave_one_of_each_and_
     let mut provider = Some(provider);
     let client = tb.client();
     let ns = cluster.namespace.clone();
-    Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &kubeadm_config_templates())
-        .create(
-            &PostParams::default(),
-            &from_json(json!({
-                "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "KubeadmConfigTemplate",
-                "metadata": {"name": "workers"},
-                "spec": {"template": {"spec": {"joinConfiguration": {"nodeRegistration": {
-                    "kubeletExtraArgs": [{"name": "node-labels", "value": "example.com/pool=chaos"}]}}}}}
-            })),
-        )
-        .await
-        .expect("KubeadmConfigTemplate");
-    nodeclasses(&client)
-        .create(
-            &PostParams::default(),
-            &from_json(json!({
-                "apiVersion": "karpenter.cluster.x-k8s.io/v1alpha1", "kind": "ClusterAPINodeClass",
-                "metadata": {"name": "kubeadm"},
-                "spec": {"clusterRef": {"namespace": ns, "name": "c1"},
-                         "bootstrap": {"configTemplateRef": {"apiGroup": "bootstrap.cluster.x-k8s.io",
-                                        "kind": "KubeadmConfigTemplate", "name": "workers"}}}
-            })),
-        )
-        .await
-        .expect("nodeclass");
+    common::create_kubeadm_nodeclass(&client, &ns, "kubeadm", POOL).await;
     nodepools(&client)
         .create(
             &PostParams::default(),

@@ -274,6 +274,43 @@ pub async fn events_for(client: &Client, name: &str) -> Vec<(String, String)> {
         .unwrap_or_default()
 }
 
+/// A KubeadmConfigTemplate `workers` (its Nodes join with label `example.com/pool=<pool>`)
+/// in `ns` and the ClusterAPINodeClass `name` that clones it for Cluster `ns/c1`.
+pub async fn create_kubeadm_nodeclass(client: &Client, ns: &str, name: &str, pool: &str) {
+    let kct = ar(
+        "bootstrap.cluster.x-k8s.io",
+        "v1beta2",
+        "KubeadmConfigTemplate",
+        "kubeadmconfigtemplates",
+    );
+    Api::<DynamicObject>::namespaced_with(client.clone(), ns, &kct)
+        .create(
+            &PostParams::default(),
+            &from_json(json!({
+                "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "KubeadmConfigTemplate",
+                "metadata": {"name": "workers"},
+                "spec": {"template": {"spec": {"joinConfiguration": {"nodeRegistration": {
+                    "kubeletExtraArgs": [{"name": "node-labels", "value": format!("example.com/pool={pool}")}]
+                }}}}}
+            })),
+        )
+        .await
+        .expect("KubeadmConfigTemplate");
+    nodeclasses(client)
+        .create(
+            &PostParams::default(),
+            &from_json(json!({
+                "apiVersion": "karpenter.cluster.x-k8s.io/v1alpha1", "kind": "ClusterAPINodeClass",
+                "metadata": {"name": name},
+                "spec": {"clusterRef": {"namespace": ns, "name": "c1"},
+                         "bootstrap": {"configTemplateRef": {"apiGroup": "bootstrap.cluster.x-k8s.io",
+                                        "kind": "KubeadmConfigTemplate", "name": "workers"}}}
+            })),
+        )
+        .await
+        .expect("nodeclass");
+}
+
 /// `karpenter.sh/v1` NodePools.
 pub fn nodepools(c: &Client) -> Api<DynamicObject> {
     Api::all_with(
