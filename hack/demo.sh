@@ -56,6 +56,7 @@ pids+=($!)
 k wait --for=condition=Ready clusterapinodeclass/default --timeout=120s >/dev/null
 k wait --for=condition=Ready nodepool/default --timeout=60s >/dev/null
 say "NodeClass ready: $(k get clusterapinodeclass default -o jsonpath='{.status.instanceTypes[*].name}')"
+k get clusterapinodeclass default
 
 status_line() {
   local nc m n r

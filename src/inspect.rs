@@ -3,13 +3,12 @@
 
 use std::collections::BTreeMap;
 
-use api::Machine;
+use api::{Machine, NodeClaim};
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::DynamicObject;
 use serde::Serialize;
-use serde_json::Value;
 
 use controller::machine;
 use controller::names;
@@ -32,22 +31,15 @@ pub struct Row {
     pub stuck: Option<String>,
 }
 
-fn cond<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
-    obj.pointer("/status/conditions")?
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
+fn cond<'a>(nc: &'a NodeClaim, type_: &str) -> Option<&'a Condition> {
+    api::conditions::get(&nc.status.as_ref()?.conditions, type_)
 }
 
-fn s(v: Option<&Value>) -> String {
-    v.and_then(Value::as_str).unwrap_or_default().to_string()
-}
-
-fn age(obj: &Value, now: Timestamp) -> i64 {
-    obj.pointer("/metadata/creationTimestamp")
-        .and_then(Value::as_str)
-        .and_then(|t| t.parse::<Timestamp>().ok())
-        .map(|t| now.duration_since(t).as_secs())
+fn age(nc: &NodeClaim, now: Timestamp) -> i64 {
+    nc.metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| now.duration_since(t.0).as_secs())
         .unwrap_or(0)
 }
 
@@ -66,7 +58,7 @@ pub const STUCK_AFTER_SECS: i64 = 120;
 
 /// Builds the rows, sorted by NodePool then NodeClaim.
 pub fn rows(
-    nodeclaims: &[DynamicObject],
+    nodeclaims: &[NodeClaim],
     machines: &[Machine],
     nodes: &[Node],
     now: Timestamp,
@@ -83,7 +75,7 @@ pub fn rows(
     let mut out: Vec<Row> = nodeclaims
         .iter()
         .map(|nc| {
-            let v = serde_json::to_value(nc).unwrap_or(Value::Null);
+            let status = nc.status.clone().unwrap_or_default();
             let labels = nc.labels();
             let machine_key = nc
                 .annotations()
@@ -91,22 +83,20 @@ pub fn rows(
                 .cloned()
                 .unwrap_or_default();
             let m = machines.get(&machine_key);
-            let node_name = s(v.pointer("/status/nodeName"));
+            let node_name = status.node_name.clone().unwrap_or_default();
             let node = nodes
                 .iter()
                 .find(|n| n.metadata.name.as_deref() == Some(node_name.as_str()));
-            let ready = s(cond(&v, "Ready").and_then(|c| c.get("status")));
-            let age_seconds = age(&v, now);
+            let ready = cond(nc, "Ready")
+                .map(|c| c.status.clone())
+                .unwrap_or_default();
+            let age_seconds = age(nc, now);
             let mut stuck = None;
             if ready != "True" && age_seconds >= STUCK_AFTER_SECS {
                 let wait = human(age_seconds);
                 stuck = Some(
-                    if let Some(c) = cond(&v, "Launched").filter(|c| c["status"] != "True") {
-                        format!(
-                            "not launched for {wait}: {} {}",
-                            s(c.get("reason")),
-                            s(c.get("message"))
-                        )
+                    if let Some(c) = cond(nc, "Launched").filter(|c| c.status != "True") {
+                        format!("not launched for {wait}: {} {}", c.reason, c.message)
                     } else if let Some(m) = m {
                         let phase = machine::phase(m).unwrap_or("Unknown");
                         let why = ["InfrastructureReady", "BootstrapConfigReady", "NodeReady"]
@@ -125,10 +115,10 @@ pub fn rows(
                     } else if !machine_key.is_empty() {
                         format!("Machine {machine_key} not found")
                     } else {
-                        let c = cond(&v, "Initialized").or_else(|| cond(&v, "Registered"));
+                        let c = cond(nc, "Initialized").or_else(|| cond(nc, "Registered"));
                         format!(
                             "not ready for {wait}: {}",
-                            c.map(|c| s(c.get("message"))).unwrap_or_default()
+                            c.map(|c| c.message.as_str()).unwrap_or_default()
                         )
                     },
                 );
@@ -152,7 +142,7 @@ pub fn rows(
                     .and_then(|m| machine::phase(m))
                     .unwrap_or_default()
                     .to_string(),
-                provider_id: s(v.pointer("/status/providerID")),
+                provider_id: status.provider_id.clone().unwrap_or_default(),
                 node: node.map(|_| node_name.clone()).unwrap_or_default(),
                 ready: if ready.is_empty() {
                     "Unknown".into()
@@ -235,10 +225,7 @@ pub async fn collect(
     nodepool: Option<&str>,
 ) -> Result<Vec<Row>, kube::Error> {
     use kube::api::{Api, ListParams};
-    let claims_api: Api<DynamicObject> = Api::all_with(
-        workload.clone(),
-        &controller::resources::nodeclaim_resource(),
-    );
+    let claims_api: Api<NodeClaim> = Api::all(workload.clone());
     let lp = match nodepool {
         Some(p) => ListParams::default().labels(&format!("{}={p}", names::NODEPOOL_LABEL)),
         None => ListParams::default(),
@@ -259,9 +246,11 @@ pub async fn collect(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
-    fn obj(v: Value) -> DynamicObject {
+    fn obj(mut v: Value) -> NodeClaim {
+        v["spec"] = json!({"requirements": [],
+            "nodeClassRef": {"group": "karpenter.cluster.x-k8s.io", "kind": "ClusterAPINodeClass", "name": "default"}});
         serde_json::from_value(v).expect("fixture")
     }
 

@@ -149,10 +149,75 @@ async fn karpenter_v1_documents_are_accepted_unchanged() {
     let never = pool.get("balanced").await.expect("balanced");
     assert_eq!(never.spec.template.spec.expire_after, "720h");
     assert_eq!(never.spec.disruption.budgets[0].nodes, "10%");
-    let class: Api<api::ClusterAPINodeClass> = Api::all(client);
+    let class: Api<api::ClusterAPINodeClass> = Api::all(client.clone());
     let c = class.get("default").await.expect("nodeclass");
     assert_eq!(c.spec.launch_timeout, "10m");
     assert_eq!(c.spec.registration_timeout, "15m");
+
+    // The printer columns a user scans: the NodeClass's count of instance types, the
+    // NodeClaim's drift and disruption reason.
+    let patch = |status: Value| kube::api::Patch::Merge(serde_json::json!({ "status": status }));
+    let pp = kube::api::PatchParams::default();
+    class
+        .patch_status(
+            "default",
+            &pp,
+            &patch(serde_json::json!({
+                "instanceTypeCount": 3,
+                "instanceTypes": [{"name": "small"}, {"name": "medium"}, {"name": "large"}],
+            })),
+        )
+        .await
+        .expect("NodeClass status");
+    let claims: Api<api::NodeClaim> = Api::all(client);
+    let condition = |type_: &str, reason: &str| {
+        serde_json::json!({"type": type_, "status": "True", "reason": reason, "message": "",
+            "lastTransitionTime": "2026-11-23T00:00:00Z"})
+    };
+    claims
+        .patch_status(
+            "default-x7k2p",
+            &pp,
+            &patch(serde_json::json!({"conditions": [
+                condition("Drifted", "NodeClassDrifted"),
+                condition("DisruptionReason", "Drifted"),
+            ]})),
+        )
+        .await
+        .expect("NodeClaim status");
+    let table = |args: &[&str]| {
+        let out = tb.kubectl().args(args).output().expect("kubectl");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).expect("utf-8");
+        // Columns start where their header does (a value may be empty).
+        let mut lines = text.lines();
+        let header = lines.next().expect("header");
+        let row = lines.next().expect("row");
+        let starts: Vec<(usize, &str)> = header
+            .split_whitespace()
+            .scan(0, |from, h| {
+                let at = *from + header[*from..].find(h).expect("in header");
+                *from = at + h.len();
+                Some((at, h))
+            })
+            .collect();
+        let cell = |i: usize| {
+            let end = starts.get(i + 1).map_or(row.len(), |s| s.0.min(row.len()));
+            row.get(starts[i].0..end).unwrap_or("").trim().to_string()
+        };
+        (0..starts.len())
+            .map(|i| (starts[i].1.to_string(), cell(i)))
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    let nc = table(&["get", "clusterapinodeclass", "default"]);
+    assert_eq!(nc["TYPES"], "3", "{nc:?}");
+    let claim = table(&["get", "nodeclaim", "default-x7k2p"]);
+    assert_eq!(claim["DRIFTED"], "True", "{claim:?}");
+    assert_eq!(claim["DISRUPTION"], "Drifted", "{claim:?}");
 }
 
 fn expectation(text: &str, key: &str) -> String {

@@ -601,9 +601,11 @@ async fn an_underutilized_node_is_consolidated_onto_free_room_elsewhere() {
 
 #[tokio::test]
 async fn pods_arriving_while_a_nodeclaim_launches_are_packed_onto_it() {
-    // Machines take 8 s to provision, so the first NodeClaim is still in flight.
+    // Machines take 25 s to provision, so the first NodeClaim is still in flight when the
+    // second pod comes, and both pods wait through several provisioning batches (a pod is
+    // reconsidered every 10 s): each batch nominates them to the same NodeClaim again.
     let env = env(default_templates(
-        json!({"testbed.cluster.x-k8s.io/provision-delay": "8s"}),
+        json!({"testbed.cluster.x-k8s.io/provision-delay": "25s"}),
     ))
     .await;
     let client = env.tb.client();
@@ -657,5 +659,25 @@ async fn pods_arriving_while_a_nodeclaim_launches_are_packed_onto_it() {
     assert!(
         nominated.iter().filter(|n| **n == expected).count() >= 2,
         "{nominated:?}"
+    );
+    // Re-nominations to the same NodeClaim are one Event object per pod, a series.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
+    let all = events.list(&ListParams::default()).await.expect("events");
+    let mut counts = Vec::new();
+    for p in &l {
+        let of_pod: Vec<_> = all
+            .items
+            .iter()
+            .filter(|e| {
+                e.reason.as_deref() == Some("Nominated")
+                    && e.regarding.as_ref().and_then(|r| r.uid.as_deref()) == p.uid().as_deref()
+            })
+            .collect();
+        assert_eq!(of_pod.len(), 1, "{}: {of_pod:#?}", p.name_any());
+        counts.push(of_pod[0].series.as_ref().map_or(1, |s| s.count));
+    }
+    assert!(
+        counts.iter().any(|c| *c >= 2),
+        "no pod was nominated twice (the batches did not run again?): {counts:?}"
     );
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use api::{Machine, NodeClaim};
 use controller::cache::Caches;
+use controller::events::{Recorder, Reporter};
 use controller::metrics::{Metrics, NodePoolLabels};
 use controller::nodeclaim::context::{Catalogs, Ctx, Settings};
 use controller::nodeclaim::lifecycle;
@@ -18,7 +19,6 @@ use controller::nodeclass_status::IndexCatalogs;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::store::Writer;
 use serde_json::json;
 use testbed::{Options, wait_for};

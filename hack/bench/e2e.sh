@@ -7,6 +7,8 @@
 #   hack/bench/e2e.sh --kube-api-qps 200   # kube-controller-manager and kube-scheduler client
 #                                     # rate limit (default theirs, 20 / 50 QPS: the ReplicaSet
 #                                     # then creates about 20 pods/s on both sides)
+#   E2E_WRAP="heaptrack -o /tmp/op" hack/bench/e2e.sh --only ours   # run our operator under a
+#                                     # profiler (its RSS/CPU figures then include the wrapper)
 #
 # karpenter-capi: a testbed with every component (Cluster API included) and the kube-apiserver
 # audit log, the test infrastructure provider, the demo's templates (small/medium/large) and
@@ -92,7 +94,7 @@ run_ours() {
   "$kubectl" apply -f "$repo/examples/demo/templates.yaml" -f "$here/e2e/capi.yaml" \
     -f "$repo/examples/demo/workload.yaml" >/dev/null
   local mport hport; read -r mport hport <<< "$(ports)"
-  "$target/karpenter-capi" run --kubeconfig "$KUBECONFIG" --disable-leader-election \
+  ${E2E_WRAP:-} "$target/karpenter-capi" run --kubeconfig "$KUBECONFIG" --disable-leader-election \
     --metrics-addr "127.0.0.1:$mport" --health-addr "127.0.0.1:$hport" > "$out/$label/logs/operator.log" 2>&1 &
   local op=$!; pids+=("$op")
   "$kubectl" wait --for=condition=Ready clusterapinodeclass/default nodepool/default --timeout=120s >/dev/null

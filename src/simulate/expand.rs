@@ -1,17 +1,20 @@
 //! Workloads into the pods their controllers would create.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
+use std::sync::Arc;
 
+use controller::objects::terminal;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::{Value, json};
 use templates::offline::selector_matches;
 
 use super::load::{Doc, count, normalize_pod_spec};
-use super::{Error, MAX_WORKLOAD_PODS, str_at, terminal};
+use super::{Error, MAX_WORKLOAD_PODS};
 
 /// The pods a workload's controller would create: replicas (Job: parallelism, at most
 /// completions) minus the pods of the snapshot its selector already matches.
-pub(super) fn expand(doc: &Doc, obj: &Value, pods: &[Value]) -> Result<Vec<Value>, Error> {
+pub(super) fn expand(doc: &Doc, obj: &Value, pods: &[Arc<Pod>]) -> Result<Vec<Value>, Error> {
     let field_err = |e: String| doc.err(e);
     let wanted = if doc.kind == "Job" {
         let parallelism = count(obj, "/spec/parallelism", "spec.parallelism")
@@ -52,21 +55,21 @@ pub(super) fn expand(doc: &Doc, obj: &Value, pods: &[Value]) -> Result<Vec<Value
             .as_ref()
             .is_some_and(|m| !m.is_empty());
     let ns = doc.ns();
-    let in_ns: Vec<&Value> = pods
+    let in_ns: Vec<&Pod> = pods
         .iter()
-        .filter(|p| p["metadata"]["namespace"] == ns)
+        .map(Arc::as_ref)
+        .filter(|p| p.metadata.namespace.as_deref() == Some(ns))
         .collect();
     let existing = in_ns
         .iter()
         .filter(|p| {
-            let labels: BTreeMap<String, String> =
-                serde_json::from_value(p["metadata"]["labels"].clone()).unwrap_or_default();
+            let labels = p.metadata.labels.clone().unwrap_or_default();
             selects_something && !terminal(p) && selector_matches(&selector, &labels)
         })
         .count() as u64;
     let taken: HashSet<&str> = in_ns
         .iter()
-        .filter_map(|p| str_at(p, "/metadata/name"))
+        .filter_map(|p| p.metadata.name.as_deref())
         .collect();
     let api_version = obj["apiVersion"].clone();
     let mut out = Vec::new();

@@ -1,13 +1,17 @@
-//! Reading a snapshot: objects sorted by role, checked where the scheduler reads them, workloads
-//! expanded.
+//! Reading a snapshot: objects sorted by role, checked where the scheduler reads them,
+//! defaulted where the API server would, workloads expanded, then read into the typed objects
+//! the provisioner decides on (an error names the file, the document and the field).
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
+use controller::objects::{deleting, owned_by, pod_node_name, terminal};
+use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 use templates::offline::{Document, Inputs};
 
 use super::expand::expand;
-use super::{Error, Loaded, bound, str_at, terminal};
+use super::{Error, Loaded, str_at};
 
 /// Workload kinds whose replicas become pending pods: (API group, kind).
 pub(super) const WORKLOADS: &[(&str, &str)] = &[
@@ -141,6 +145,37 @@ pub(super) fn normalize_pod_spec(spec: &mut Value, field: &str) -> Result<(), St
     Ok(())
 }
 
+/// `doc`'s object (checked and defaulted) as the typed object `K`; an error names the field.
+pub(super) fn typed<K: serde::de::DeserializeOwned>(doc: &Doc, v: Value) -> Result<K, Error> {
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let path = e.path().to_string();
+        if path == "." {
+            doc.err(e.inner().to_string())
+        } else {
+            doc.err(format!("{path}: {}", e.inner()))
+        }
+    })
+}
+
+/// What the API server would have defaulted or a snapshot may leave out: requirements
+/// (NodePool template, NodeClaim) are an empty list, owner references without a uid have an
+/// empty one.
+fn default_fields(obj: &mut Value, kind: &str) {
+    let spec = match kind {
+        "NodePool" => obj.pointer_mut("/spec/template/spec"),
+        "NodeClaim" => obj.pointer_mut("/spec"),
+        _ => None,
+    };
+    if let Some(Value::Object(spec)) = spec {
+        spec.entry("requirements").or_insert_with(|| json!([]));
+    }
+    if let Some(Value::Array(owners)) = obj.pointer_mut("/metadata/ownerReferences") {
+        for o in owners.iter_mut().filter_map(Value::as_object_mut) {
+            o.entry("uid").or_insert_with(|| json!(""));
+        }
+    }
+}
+
 /// Checks what every object read needs: a name, and maps (or nothing) where the reader
 /// writes defaults (`metadata`, `spec`, `spec.template`, `status`).
 pub(super) fn require_object(doc: &Doc) -> Result<(), Error> {
@@ -182,7 +217,8 @@ pub fn from_inputs(mut inputs: Inputs) -> Result<Loaded, Error> {
                 if obj["metadata"]["uid"].as_str().is_none_or(str::is_empty) {
                     obj["metadata"]["uid"] = json!(format!("sim-{}-{}", doc.ns(), doc.name));
                 }
-                out.state.pods.push(obj);
+                default_fields(&mut obj, doc.kind);
+                out.state.pods.push(Arc::new(typed(&doc, obj)?));
             }
             ("", "Node") => {
                 require_object(&doc)?;
@@ -207,12 +243,13 @@ pub fn from_inputs(mut inputs: Inputs) -> Result<Loaded, Error> {
                         doc.name
                     ));
                 }
-                out.state.nodes.push(obj);
+                out.state.nodes.push(Arc::new(typed(&doc, obj)?));
             }
             ("karpenter.sh", "NodePool") => {
                 require_object(&doc)?;
                 check_node_pool(&obj).map_err(|e| doc.err(e))?;
-                out.state.nodepools.push(obj);
+                default_fields(&mut obj, doc.kind);
+                out.state.nodepools.push(Arc::new(typed(&doc, obj)?));
             }
             ("karpenter.sh", "NodeClaim") => {
                 require_object(&doc)?;
@@ -226,14 +263,16 @@ pub fn from_inputs(mut inputs: Inputs) -> Result<Loaded, Error> {
                 ] {
                     check_quantities(v, f).map_err(|e| doc.err(e))?;
                 }
-                out.state.nodeclaims.push(obj);
+                default_fields(&mut obj, doc.kind);
+                out.state.nodeclaims.push(Arc::new(typed(&doc, obj)?));
             }
             ("apps", "DaemonSet") => {
                 require_object(&doc)?;
                 normalize_pod_spec(&mut obj["spec"]["template"]["spec"], "spec.template.spec")
                     .map_err(|e| doc.err(e))?;
                 obj["metadata"]["namespace"] = json!(doc.ns());
-                out.state.daemonsets.push(obj);
+                default_fields(&mut obj, doc.kind);
+                out.state.daemonsets.push(Arc::new(typed(&doc, obj)?));
             }
             (g, k) if WORKLOADS.contains(&(g, k)) => {
                 require_object(&doc)?;
@@ -244,16 +283,13 @@ pub fn from_inputs(mut inputs: Inputs) -> Result<Loaded, Error> {
     }
     // Pending Pods given as such.
     for p in &out.state.pods {
-        if bound(p) || terminal(p) || !p["metadata"]["deletionTimestamp"].is_null() {
+        if pod_node_name(p).is_some() || terminal(p) || deleting(p.as_ref()) {
             continue;
         }
-        let by_daemonset = p["metadata"]["ownerReferences"]
-            .as_array()
-            .is_some_and(|os| os.iter().any(|o| o["kind"] == "DaemonSet"));
-        if by_daemonset {
+        if owned_by(p.as_ref(), &["DaemonSet"]) {
             continue; // counted as DaemonSet overhead
         }
-        out.pending.push(p.clone());
+        out.pending.push(Arc::clone(p));
     }
     // Workloads: a ReplicaSet owned by a Deployment of the snapshot (or a Job by a CronJob
     // of it) is its owner's business.
@@ -283,8 +319,10 @@ pub fn from_inputs(mut inputs: Inputs) -> Result<Loaded, Error> {
             ));
             continue;
         }
-        let pods = expand(doc, obj, &out.state.pods)?;
-        out.pending.extend(pods);
+        for mut pod in expand(doc, obj, &out.state.pods)? {
+            default_fields(&mut pod, "Pod");
+            out.pending.push(Arc::new(typed::<Pod>(doc, pod)?));
+        }
     }
     Ok(out)
 }

@@ -12,7 +12,9 @@ mod plan;
 mod render;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 use templates::offline::{Inputs, LoadError};
 
@@ -46,10 +48,10 @@ pub const MAX_WORKLOAD_PODS: u64 = 100_000;
 pub struct Loaded {
     /// Templates, Clusters and NodeClasses (the catalog's inputs).
     pub inputs: Inputs,
-    /// Nodes, NodeClaims, NodePools, DaemonSets and all pods (bound and pending).
+    /// Nodes, NodeClaims, NodePools, DaemonSets and all pods (bound and pending), typed.
     pub state: snapshot::State,
     /// Pods to place: pending Pods and the replicas of workloads.
-    pub pending: Vec<Value>,
+    pub pending: Vec<Arc<Pod>>,
     /// `Kind namespace/name` of the objects the simulation does not read.
     pub ignored: Vec<String>,
     /// Problems with the snapshot that do not stop the simulation.
@@ -68,16 +70,9 @@ pub fn load(paths: &[PathBuf]) -> Result<Loaded, Error> {
     from_inputs(Inputs::load(paths)?)
 }
 
+/// A string of a document being read (the reader checks documents before they are typed).
 fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
     v.pointer(pointer).and_then(Value::as_str)
-}
-
-fn terminal(pod: &Value) -> bool {
-    matches!(str_at(pod, "/status/phase"), Some("Succeeded" | "Failed"))
-}
-
-fn bound(pod: &Value) -> bool {
-    str_at(pod, "/spec/nodeName").is_some_and(|n| !n.is_empty())
 }
 
 #[cfg(test)]
@@ -121,9 +116,9 @@ metadata:
         load_yaml(Path::new("snap.yaml"), &docs.join("\n---\n")).expect("valid snapshot")
     }
 
-    fn names(pods: &[Value]) -> Vec<&str> {
+    fn names(pods: &[Arc<Pod>]) -> Vec<&str> {
         pods.iter()
-            .filter_map(|p| str_at(p, "/metadata/name"))
+            .filter_map(|p| p.metadata.name.as_deref())
             .collect()
     }
 
@@ -177,14 +172,20 @@ spec:
             names(&loaded.pending),
             ["web-0", "web-1", "web-2", "db-0", "j-0", "j-1", "api-1"]
         );
-        let web = &loaded.pending[0];
-        assert_eq!(web["metadata"]["namespace"], "shop");
-        assert_eq!(web["metadata"]["uid"], "sim-shop-web-0");
-        assert_eq!(web["metadata"]["labels"]["app"], "web");
-        assert_eq!(web["metadata"]["ownerReferences"][0]["kind"], "Deployment");
-        assert_eq!(loaded.pending[3]["metadata"]["namespace"], "default");
+        let web = &loaded.pending[0].metadata;
+        assert_eq!(web.namespace.as_deref(), Some("shop"));
+        assert_eq!(web.uid.as_deref(), Some("sim-shop-web-0"));
+        assert_eq!(web.labels.as_ref().map(|l| l["app"].as_str()), Some("web"));
+        assert_eq!(
+            web.owner_references.as_ref().map(|o| o[0].kind.as_str()),
+            Some("Deployment")
+        );
+        assert_eq!(
+            loaded.pending[3].metadata.namespace.as_deref(),
+            Some("default")
+        );
         // Requests defaulted from limits, as the API server does.
-        let requests = convert::pod(web).requests;
+        let requests = convert::pod(&loaded.pending[0]).requests;
         assert_eq!(requests["cpu"], 250);
         assert_eq!(requests["memory"], 1 << 30);
         assert!(
@@ -296,6 +297,23 @@ status:
                 "p.yaml: document 1: Pod x/p: spec.containers[0].resources.requests.cpu: \"lots\" is not a quantity"
             ),
             "{err}"
+        );
+        // Read into the typed objects the provisioner decides on: the field is named.
+        let tolerations = "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: p, namespace: x}\n  spec:\n    containers: [{name: c}]\n    tolerations: 5\n";
+        let err = load_yaml(Path::new("l.yaml"), tolerations)
+            .expect_err("tolerations must be a list")
+            .to_string();
+        assert!(
+            err.starts_with("l.yaml: document 1: Pod x/p: spec.tolerations: invalid type: integer `5`, expected a sequence"),
+            "{err}"
+        );
+        let group = "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: p}\nspec: {template: {spec: {nodeClassRef: {name: nc}}}}\n";
+        let err = load_yaml(Path::new("p.yaml"), group)
+            .expect_err("nodeClassRef.group required")
+            .to_string();
+        assert_eq!(
+            err,
+            "p.yaml: document 1: NodePool p: spec.template.spec.nodeClassRef: missing field `group`"
         );
         let pool = "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: p}\nspec: {template: {spec: {}}}\n";
         let err = load_yaml(Path::new("p.yaml"), pool)

@@ -6,9 +6,10 @@ use std::sync::Arc;
 use serde::Serialize;
 use templates::model::Catalog;
 
+use controller::objects::{name, namespaced_name, pod_node_name, terminal};
 use controller::provisioning::{convert, snapshot};
 
-use super::{Loaded, bound, str_at, terminal};
+use super::Loaded;
 
 /// One NodeClass's catalog, as `instance-types` shows it.
 #[derive(Debug, Clone, Serialize)]
@@ -160,10 +161,10 @@ pub fn plan(loaded: &Loaded) -> Plan {
     }
     let mut node_pools = Vec::new();
     for p in &loaded.state.nodepools {
-        let pool = str_at(p, "/metadata/name").unwrap_or_default();
-        let reference = &p["spec"]["template"]["spec"]["nodeClassRef"];
-        let nc = reference["name"].as_str().unwrap_or_default();
-        let kind = reference["kind"].as_str().unwrap_or_default();
+        let pool = name(p.as_ref());
+        let reference = &p.spec.template.spec.node_class_ref;
+        let nc = reference.name.as_str();
+        let kind = reference.kind.as_str();
         if kind != templates::offline::NODE_CLASS_KIND {
             warnings.push(format!(
                 "NodePool {pool}: nodeClassRef.kind is {kind:?}, expected {}",
@@ -190,9 +191,9 @@ pub fn plan(loaded: &Loaded) -> Plan {
         node_pools.push(NodePoolSummary {
             name: pool.to_string(),
             node_class: nc.to_string(),
-            weight: p["spec"]["weight"].as_i64().unwrap_or(0),
+            weight: i64::from(p.spec.weight.unwrap_or(0)),
             instance_types: 0,
-            taints: convert::taints(&p["spec"]["template"]["spec"]["taints"])
+            taints: convert::taints(&p.spec.template.spec.taints)
                 .iter()
                 .map(taint_text)
                 .collect(),
@@ -215,14 +216,13 @@ pub fn plan(loaded: &Loaded) -> Plan {
         }
     }
     for p in &loaded.state.pods {
-        let Some(node) = str_at(p, "/spec/nodeName").filter(|n| !n.is_empty()) else {
+        let Some(node) = pod_node_name(p) else {
             continue;
         };
         if !snap.input.nodes.iter().any(|n| n.name == node) && !terminal(p) {
             warnings.push(format!(
-                "Pod {}/{}: bound to {node}, which is not a Ready Node or NodeClaim of the snapshot",
-                str_at(p, "/metadata/namespace").unwrap_or_default(),
-                str_at(p, "/metadata/name").unwrap_or_default()
+                "Pod {}: bound to {node}, which is not a Ready Node or NodeClaim of the snapshot",
+                namespaced_name(p.as_ref())
             ));
         }
     }
@@ -239,9 +239,8 @@ pub fn plan(loaded: &Loaded) -> Plan {
                 .state
                 .nodepools
                 .iter()
-                .find(|p| str_at(p, "/metadata/name") == Some(c.node_pool.as_str()))
-                .and_then(|p| str_at(p, "/spec/template/spec/nodeClassRef/name"))
-                .and_then(|nc| catalogs.get(nc))
+                .find(|p| name(p.as_ref()) == c.node_pool)
+                .and_then(|p| catalogs.get(&p.spec.template.spec.node_class_ref.name))
                 .and_then(|cat| cat.get(&c.cheapest.instance_type))
                 .and_then(|it| it.labels.get(scheduling::LABEL_ARCH))
                 .cloned()
@@ -251,10 +250,8 @@ pub fn plan(loaded: &Loaded) -> Plan {
             price_per_hour: c.cheapest.price,
             instance_types: c.instance_types().to_vec(),
             requests: convert::quantities(&c.requests)
-                .as_object()
                 .into_iter()
-                .flatten()
-                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                .map(|(k, q)| (k, q.0))
                 .collect(),
             pods: c.pods.iter().map(pod_ref).collect(),
         })
@@ -299,7 +296,12 @@ pub fn plan(loaded: &Loaded) -> Plan {
     };
     Plan {
         pods_pending: loaded.pending.len(),
-        pods_bound: loaded.state.pods.iter().filter(|p| bound(p)).count(),
+        pods_bound: loaded
+            .state
+            .pods
+            .iter()
+            .filter(|p| pod_node_name(p).is_some())
+            .count(),
         nodes: snap
             .input
             .nodes
@@ -345,10 +347,7 @@ pub(super) fn compatible_instance_types(pool: &scheduling::NodePool) -> usize {
 }
 
 pub(super) fn taint_text(t: &scheduling::Taint) -> String {
-    let effect = convert::taints_json(std::slice::from_ref(t))[0]["effect"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let effect = convert::effect_name(t.effect);
     if t.value.is_empty() {
         format!("{}:{effect}", t.key)
     } else {

@@ -152,6 +152,8 @@ pub struct ResourceRequirements {
     printcolumn = r#"{"name":"Zone","type":"string","jsonPath":".metadata.labels.topology\\.kubernetes\\.io/zone"}"#,
     printcolumn = r#"{"name":"Node","type":"string","jsonPath":".status.nodeName"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Drifted","type":"string","jsonPath":".status.conditions[?(@.type==\"Drifted\")].status"}"#,
+    printcolumn = r#"{"name":"Disruption","type":"string","jsonPath":".status.conditions[?(@.type==\"DisruptionReason\")].reason"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     printcolumn = r#"{"name":"Machine","type":"string","priority":1,"jsonPath":".metadata.annotations.cluster\\.x-k8s\\.io/machine"}"#,
     printcolumn = r#"{"name":"ProviderID","type":"string","priority":1,"jsonPath":".status.providerID"}"#,

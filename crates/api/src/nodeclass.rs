@@ -34,7 +34,7 @@ fn default_registration_timeout() -> String {
     derive = "PartialEq",
     doc = "ClusterAPINodeClass is the Schema for the ClusterAPINodeClasses API",
     printcolumn = r#"{"name":"Cluster","type":"string","jsonPath":".spec.clusterRef.name"}"#,
-    printcolumn = r#"{"name":"Types","type":"string","jsonPath":".status.instanceTypes[*].name"}"#,
+    printcolumn = r#"{"name":"Types","type":"integer","jsonPath":".status.instanceTypeCount"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
@@ -182,6 +182,9 @@ pub struct ClusterAPINodeClassStatus {
     /// The instance types offered, cheapest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub instance_types: Vec<InstanceTypeSummary>,
+    /// How many instance types are offered (the `Types` printer column).
+    #[serde(default)]
+    pub instance_type_count: i64,
 }
 
 /// One instance type of a NodeClass.
@@ -209,6 +212,9 @@ pub struct InstanceTypeSummary {
     /// Cheapest offering, per hour, as a decimal string.
     #[serde(default)]
     pub price: String,
+    /// Dearest offering, per hour, as a decimal string: with `price`, the price range.
+    #[serde(default)]
+    pub max_price: String,
     /// Names of the templates providing this instance type.
     #[serde(default)]
     pub templates: Vec<String>,

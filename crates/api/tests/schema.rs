@@ -230,6 +230,7 @@ fn nodeclass_exactly_one_bootstrap_source() {
         "zones",
         "capacityTypes",
         "price",
+        "maxPrice",
         "templates",
     ] {
         assert!(
@@ -249,7 +250,16 @@ fn printer_columns() {
     };
     assert_eq!(
         names(columns("nodeclaims.karpenter.sh"), 0),
-        ["TYPE", "CAPACITY", "ZONE", "NODE", "READY", "AGE"]
+        [
+            "TYPE",
+            "CAPACITY",
+            "ZONE",
+            "NODE",
+            "READY",
+            "DRIFTED",
+            "DISRUPTION",
+            "AGE"
+        ]
     );
     let wide = names(columns("nodeclaims.karpenter.sh"), 1);
     for c in ["MACHINE", "PROVIDERID", "NODEPOOL"] {

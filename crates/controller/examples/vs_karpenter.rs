@@ -11,8 +11,13 @@
 
 use std::time::Instant;
 
+use std::collections::BTreeMap;
+
 use anyhow::{Context, Result, bail};
+use api::karpenter::NodeSelectorRequirementWithMinValues;
 use controller::provisioning::convert;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use scheduling::{Input, InstanceType, NodePool, Offering};
 use serde_json::Value;
 
@@ -22,12 +27,27 @@ fn read(path: &std::path::Path) -> Result<Value> {
     serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
 }
 
-fn instance_type(v: &Value) -> InstanceType {
-    InstanceType {
+/// `v` as a typed object (`null` is the default).
+fn typed<T: serde::de::DeserializeOwned + Default>(v: &Value, what: &str) -> Result<T> {
+    if v.is_null() {
+        return Ok(T::default());
+    }
+    serde_json::from_value(v.clone()).with_context(|| format!("reading {what}"))
+}
+
+fn instance_type(v: &Value) -> Result<InstanceType> {
+    let requirements: Vec<NodeSelectorRequirementWithMinValues> =
+        typed(&v["requirements"], "requirements")?;
+    let resources = |k: &str| -> Result<scheduling::Resources> {
+        Ok(convert::resources(&typed::<BTreeMap<String, Quantity>>(
+            &v[k], k,
+        )?))
+    };
+    Ok(InstanceType {
         name: v["name"].as_str().unwrap_or_default().to_string(),
-        requirements: convert::requirements(&v["requirements"]),
-        capacity: convert::resources(&v["capacity"]),
-        overhead: convert::resources(&v["overhead"]),
+        requirements: convert::requirements(&requirements),
+        capacity: resources("capacity")?,
+        overhead: resources("overhead")?,
         offerings: v["offerings"]
             .as_array()
             .map(Vec::as_slice)
@@ -41,18 +61,25 @@ fn instance_type(v: &Value) -> InstanceType {
             })
             .collect(),
         taints: Vec::new(),
-    }
+    })
 }
 
-fn input(v: &Value) -> Input {
+fn input(v: &Value) -> Result<Input> {
     let list = |k: &str| v[k].as_array().cloned().unwrap_or_default();
-    let types = list("instanceTypes").iter().map(instance_type).collect();
-    Input {
+    let types = list("instanceTypes")
+        .iter()
+        .map(instance_type)
+        .collect::<Result<_>>()?;
+    let pods = list("pods")
+        .iter()
+        .map(|p| Ok(convert::pod(&typed::<Pod>(p, "pod")?)))
+        .collect::<Result<_>>()?;
+    Ok(Input {
         node_pools: vec![NodePool::new("default", types)],
         nodes: Vec::new(),
         daemonsets: Vec::new(),
-        pods: list("pods").iter().map(convert::pod).collect(),
-    }
+        pods,
+    })
 }
 
 fn main() -> Result<()> {
@@ -70,7 +97,7 @@ fn main() -> Result<()> {
     println!("|---:|---:|---:|---:|---:|---:|---:|");
     for n in sizes {
         let k = read(&dir.join(format!("karpenter-{n}.json")))?;
-        let inp = input(&read(&dir.join(format!("input-{n}.json")))?);
+        let inp = input(&read(&dir.join(format!("input-{n}.json")))?)?;
         if inp.pods.len() != n {
             bail!("input-{n}.json holds {} pods", inp.pods.len());
         }

@@ -315,20 +315,6 @@ impl Caches {
     }
 }
 
-/// An object as JSON (what the snapshot and disruption code still read).
-pub fn to_json<T: serde::Serialize>(v: &T) -> serde_json::Value {
-    serde_json::to_value(v).unwrap_or(serde_json::Value::Null)
-}
-
-/// Everything in a store, as JSON.
-pub fn values<K>(store: &Store<K>) -> Vec<serde_json::Value>
-where
-    K: Resource + serde::Serialize + Clone + 'static,
-    K::DynamicType: Eq + Hash + Clone,
-{
-    store.state().iter().map(|o| to_json(o.as_ref())).collect()
-}
-
 /// What no loop reads and every object carries: server-side apply bookkeeping and the
 /// `kubectl apply` copy of the object.
 pub fn strip_metadata<K: Resource>(obj: &mut K) {

@@ -56,7 +56,7 @@ pub fn compute_status(
         .as_ref()
         .map(templates::status::summarize)
         .unwrap_or_default();
-    json!({"conditions": c, "instanceTypes": instance_types})
+    json!({"conditions": c, "instanceTypes": instance_types, "instanceTypeCount": instance_types.len()})
 }
 
 #[derive(Clone)]
@@ -154,6 +154,7 @@ async fn reconcile(
     );
     let unchanged = nc.get("status").is_some_and(|s| {
         s.get("instanceTypes") == status.get("instanceTypes")
+            && s.get("instanceTypeCount") == status.get("instanceTypeCount")
             && strip_times(s.get("conditions")) == strip_times(status.get("conditions"))
     });
     if !unchanged {
@@ -266,6 +267,7 @@ mod tests {
         let list: Vec<api::nodeclass::InstanceTypeSummary> =
             serde_json::from_value(s["instanceTypes"].clone()).expect("typed summary");
         assert_eq!(list.len(), 1);
+        assert_eq!(s["instanceTypeCount"], 1);
         let it = &list[0];
         assert_eq!(it.name, "arm");
         assert_eq!((it.arch.as_str(), it.os.as_str()), ("arm64", "linux"));

@@ -11,14 +11,15 @@ use std::time::Duration;
 
 use api::conditions::{self as cond, FALSE, TRUE, UNKNOWN};
 use api::consts::{conditions as types, groups};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use api::karpenter::NodePoolStatus as Status;
+use api::{ClusterAPINodeClass, NodeClaim, NodePool};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::cache::{to_json, values};
 use crate::metrics::{Metrics, ResourceLabels};
+use crate::objects::{name, nodepool_of};
 use crate::provisioning::{convert, snapshot};
 
 pub use crate::reports::RegistrationFailures;
@@ -31,25 +32,22 @@ const NODECLASS_NOT_FOUND: &str = "NodeClassNotFound";
 const NODECLASS_NOT_READY: &str = "NodeClassNotReady";
 const REGISTRATION_FAILED: &str = "RegistrationFailed";
 
-fn conditions_of(v: &Value) -> Vec<Condition> {
-    serde_json::from_value(v["status"]["conditions"].clone()).unwrap_or_default()
-}
-
 /// The status `pool` should have, given its NodeClaims and its NodeClass (if found).
 pub fn desired(
-    pool: &Value,
-    claims: &[&Value],
-    nodeclass: Option<&Value>,
+    pool: &NodePool,
+    claims: &[&NodeClaim],
+    nodeclass: Option<&ClusterAPINodeClass>,
     last_failure: Option<&(Timestamp, String)>,
     now: Timestamp,
-) -> Value {
-    let generation = pool["metadata"]["generation"].as_i64();
-    let mut conditions = conditions_of(pool);
-    let class_ref = &pool["spec"]["template"]["spec"]["nodeClassRef"];
-    let (group, kind) = (
-        class_ref["group"].as_str().unwrap_or_default(),
-        class_ref["kind"].as_str().unwrap_or_default(),
-    );
+) -> Status {
+    let generation = pool.metadata.generation;
+    let mut conditions = pool
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let class_ref = &pool.spec.template.spec.node_class_ref;
+    let (group, kind) = (class_ref.group.as_str(), class_ref.kind.as_str());
     if group == groups::NODECLASS && kind == groups::NODECLASS_KIND {
         cond::set(
             &mut conditions,
@@ -75,7 +73,7 @@ pub fn desired(
             now,
         );
     }
-    let class_name = class_ref["name"].as_str().unwrap_or_default();
+    let class_name = class_ref.name.as_str();
     match nodeclass {
         None => cond::set(
             &mut conditions,
@@ -87,8 +85,12 @@ pub fn desired(
             now,
         ),
         Some(nc) => {
-            let nc_conditions = conditions_of(nc);
-            let ready = cond::get(&nc_conditions, types::READY);
+            let nc_conditions = nc
+                .status
+                .as_ref()
+                .map(|s| s.conditions.as_slice())
+                .unwrap_or_default();
+            let ready = cond::get(nc_conditions, types::READY);
             match ready.map(|c| c.status.as_str()) {
                 Some(TRUE) => cond::set(
                     &mut conditions,
@@ -124,8 +126,7 @@ pub fn desired(
     let last_registration = claims
         .iter()
         .filter_map(|c| {
-            let cs = conditions_of(c);
-            let r = cond::get(&cs, types::REGISTERED)?;
+            let r = cond::get(&c.status.as_ref()?.conditions, types::REGISTERED)?;
             (r.status == TRUE).then_some(r.last_transition_time.0)
         })
         .max();
@@ -179,28 +180,17 @@ pub fn desired(
             *resources.entry(k).or_insert(0) += v;
         }
     }
-    let mut status = json!({
-        "resources": convert::quantities(&resources),
-        "nodes": claims.len(),
-        "conditions": conditions,
-    });
-    if let Some(g) = nodeclass.and_then(|nc| nc["metadata"]["generation"].as_i64()) {
-        status["nodeClassObservedGeneration"] = json!(g);
+    Status {
+        resources: convert::quantities(&resources),
+        nodes: Some(i64::try_from(claims.len()).unwrap_or(i64::MAX)),
+        node_class_observed_generation: nodeclass.and_then(|nc| nc.metadata.generation),
+        conditions,
     }
-    status
 }
 
-/// Whether `pool`'s current status differs from `status` in anything we write.
-fn differs(pool: &Value, status: &Value) -> bool {
-    let current = &pool["status"];
-    [
-        "resources",
-        "nodes",
-        "nodeClassObservedGeneration",
-        "conditions",
-    ]
-    .iter()
-    .any(|k| current[k] != status[k])
+/// Whether `pool`'s current status differs from `status` (every field of it is ours).
+fn differs(pool: &NodePool, status: &Status) -> bool {
+    pool.status.as_ref() != Some(status)
 }
 
 /// What the loop reads and writes.
@@ -217,54 +207,52 @@ pub struct NodePoolStatus {
 impl NodePoolStatus {
     /// One pass over every NodePool; returns how many statuses were written.
     pub async fn reconcile_all(&self) -> usize {
-        let claims = values(&self.nodeclaims);
-        let mut by_pool: BTreeMap<&str, Vec<&Value>> = BTreeMap::new();
+        let claims = self.nodeclaims.state();
+        let mut by_pool: BTreeMap<&str, Vec<&NodeClaim>> = BTreeMap::new();
         for c in &claims {
-            if let Some(p) = c["metadata"]["labels"][scheduling::LABEL_NODEPOOL].as_str() {
+            if let Some(p) = nodepool_of(c) {
                 by_pool.entry(p).or_default().push(c);
             }
         }
         let api: Api<api::NodePool> = Api::all(self.client.clone());
         let mut written = 0;
         for pool in self.nodepools.state() {
-            let v = to_json(pool.as_ref());
-            let name = v["metadata"]["name"].as_str().unwrap_or_default();
-            let class_name = v["spec"]["template"]["spec"]["nodeClassRef"]["name"]
-                .as_str()
+            let pool_name = name(pool.as_ref());
+            let nodeclass = self.nodeclasses.get(&ObjectRef::new(
+                &pool.spec.template.spec.node_class_ref.name,
+            ));
+            let pool_claims = by_pool
+                .get(pool_name)
+                .map(Vec::as_slice)
                 .unwrap_or_default();
-            let nodeclass = self
-                .nodeclasses
-                .get(&ObjectRef::new(class_name))
-                .map(|nc| to_json(nc.as_ref()));
-            let pool_claims = by_pool.get(name).map(Vec::as_slice).unwrap_or_default();
-            let failure = self.registration_failures.last(name);
+            let failure = self.registration_failures.last(pool_name);
             let status = desired(
-                &v,
+                &pool,
                 pool_claims,
-                nodeclass.as_ref(),
+                nodeclass.as_deref(),
                 failure.as_ref(),
                 Timestamp::now(),
             );
-            self.record_metrics(name, &v, &status);
-            if !differs(&v, &status) {
+            self.record_metrics(&pool, &status);
+            if !differs(&pool, &status) {
                 continue;
             }
-            let patch = Patch::Merge(json!({"status": status}));
+            let patch = Patch::Merge(json!({ "status": status }));
             match api
-                .patch_status(name, &PatchParams::default(), &patch)
+                .patch_status(pool_name, &PatchParams::default(), &patch)
                 .await
             {
                 Ok(_) => written += 1,
                 Err(kube::Error::Api(e)) if e.code == 404 => {}
                 Err(e) => {
-                    tracing::warn!(nodepool = name, error = %e, "writing NodePool status failed")
+                    tracing::warn!(nodepool = pool_name, error = %e, "writing NodePool status failed")
                 }
             }
         }
         written
     }
 
-    fn record_metrics(&self, pool: &str, v: &Value, status: &Value) {
+    fn record_metrics(&self, pool: &NodePool, status: &Status) {
         let gauge = |family: &prometheus_client::metrics::family::Family<ResourceLabels, _>,
                      resources: &scheduling::Resources| {
             for (k, n) in resources {
@@ -277,7 +265,7 @@ impl NodePoolStatus {
                     f64,
                     std::sync::atomic::AtomicU64,
                 > = &family.get_or_create(&ResourceLabels {
-                    nodepool: pool.to_string(),
+                    nodepool: name(pool).to_string(),
                     resource_type: k.clone(),
                 });
                 g.set(value);
@@ -285,11 +273,11 @@ impl NodePoolStatus {
         };
         gauge(
             &self.metrics.nodepools_usage,
-            &convert::resources(&status["resources"]),
+            &convert::resources(&status.resources),
         );
         gauge(
             &self.metrics.nodepools_limit,
-            &convert::resources(&v["spec"]["limits"]),
+            &convert::resources(&pool.spec.limits),
         );
     }
 }
@@ -309,36 +297,42 @@ pub async fn run(s: NodePoolStatus, shutdown: impl std::future::Future<Output = 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+    use serde_json::Value;
 
-    fn pool(kind: &str) -> Value {
-        json!({
-            "metadata": {"name": "default", "generation": 3},
-            "spec": {"template": {"spec": {"nodeClassRef": {
-                "group": "karpenter.cluster.x-k8s.io", "kind": kind, "name": "default"}}}}
-        })
+    fn typed<T: serde::de::DeserializeOwned>(v: Value) -> T {
+        serde_json::from_value(v).expect("fixture")
     }
 
-    fn claim(cpu: &str, registered: bool) -> Value {
-        json!({
+    fn pool(kind: &str) -> NodePool {
+        typed(json!({
+            "metadata": {"name": "default", "generation": 3},
+            "spec": {"template": {"spec": {"requirements": [], "nodeClassRef": {
+                "group": "karpenter.cluster.x-k8s.io", "kind": kind, "name": "default"}}}}
+        }))
+    }
+
+    fn claim(cpu: &str, registered: bool) -> NodeClaim {
+        typed(json!({
             "metadata": {"name": "c", "labels": {"karpenter.sh/nodepool": "default"}},
-            "spec": {"resources": {"requests": {"cpu": "1"}}},
+            "spec": {"resources": {"requests": {"cpu": "1"}}, "requirements": [],
+                     "nodeClassRef": {"group": "g", "kind": "K", "name": "n"}},
             "status": {"capacity": {"cpu": cpu, "memory": "8Gi", "pods": "110"},
                        "conditions": [{"type": "Registered", "status": if registered {"True"} else {"Unknown"},
                                        "reason": "x", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
-        })
+        }))
     }
 
-    fn nodeclass(ready: &str) -> Value {
-        json!({"metadata": {"name": "default", "generation": 7}, "status": {"conditions": [
+    fn nodeclass(ready: &str) -> ClusterAPINodeClass {
+        typed(json!({"metadata": {"name": "default", "generation": 7},
+            "spec": {"clusterRef": {"name": "c", "namespace": "capi"}, "bootstrap": {"dataSecretName": "s"}},
+            "status": {"conditions": [
             {"type": "Ready", "status": ready, "reason": "r", "message": "TemplatesReady=False",
-             "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})
+             "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}))
     }
 
-    fn condition<'a>(status: &'a Value, t: &str) -> &'a Value {
-        status["conditions"]
-            .as_array()
-            .and_then(|cs| cs.iter().find(|c| c["type"] == t))
-            .unwrap_or(&Value::Null)
+    fn condition<'a>(status: &'a Status, t: &str) -> &'a Condition {
+        cond::get(&status.conditions, t).expect("condition")
     }
 
     #[test]
@@ -351,15 +345,15 @@ mod tests {
             None,
             Timestamp::now(),
         );
-        assert_eq!(s["nodes"], 2);
-        assert_eq!(s["resources"]["cpu"], "6500m");
-        assert_eq!(s["resources"]["memory"], "16Gi");
-        assert_eq!(s["resources"]["pods"], "220");
-        assert_eq!(s["resources"]["nodes"], "2");
-        assert_eq!(s["nodeClassObservedGeneration"], 7);
-        assert_eq!(condition(&s, "Ready")["status"], "True");
-        assert_eq!(condition(&s, "Ready")["observedGeneration"], 3);
-        assert_eq!(condition(&s, "NodeRegistrationHealthy")["status"], "True");
+        assert_eq!(s.nodes, Some(2));
+        assert_eq!(s.resources["cpu"].0, "6500m");
+        assert_eq!(s.resources["memory"].0, "16Gi");
+        assert_eq!(s.resources["pods"].0, "220");
+        assert_eq!(s.resources["nodes"].0, "2");
+        assert_eq!(s.node_class_observed_generation, Some(7));
+        assert_eq!(condition(&s, "Ready").status, "True");
+        assert_eq!(condition(&s, "Ready").observed_generation, Some(3));
+        assert_eq!(condition(&s, "NodeRegistrationHealthy").status, "True");
     }
 
     #[test]
@@ -371,16 +365,10 @@ mod tests {
             None,
             Timestamp::now(),
         );
-        assert_eq!(
-            condition(&s, "NodeClassReady")["reason"],
-            NODECLASS_NOT_FOUND
-        );
-        assert_eq!(condition(&s, "Ready")["status"], "False");
-        assert_eq!(
-            condition(&s, "NodeRegistrationHealthy")["status"],
-            "Unknown"
-        );
-        assert_eq!(s["nodes"], 0);
+        assert_eq!(condition(&s, "NodeClassReady").reason, NODECLASS_NOT_FOUND);
+        assert_eq!(condition(&s, "Ready").status, "False");
+        assert_eq!(condition(&s, "NodeRegistrationHealthy").status, "Unknown");
+        assert_eq!(s.nodes, Some(0));
 
         let s = desired(
             &pool("ClusterAPINodeClass"),
@@ -390,13 +378,8 @@ mod tests {
             Timestamp::now(),
         );
         let c = condition(&s, "NodeClassReady");
-        assert_eq!(c["status"], "False");
-        assert!(
-            c["message"]
-                .as_str()
-                .is_some_and(|m| m.contains("TemplatesReady=False")),
-            "{c}"
-        );
+        assert_eq!(c.status, "False");
+        assert!(c.message.contains("TemplatesReady=False"), "{c:?}");
 
         let s = desired(
             &pool("EC2NodeClass"),
@@ -405,8 +388,8 @@ mod tests {
             None,
             Timestamp::now(),
         );
-        assert_eq!(condition(&s, "ValidationSucceeded")["status"], "False");
-        assert_eq!(condition(&s, "Ready")["status"], "False");
+        assert_eq!(condition(&s, "ValidationSucceeded").status, "False");
+        assert_eq!(condition(&s, "Ready").status, "False");
     }
 
     #[test]
@@ -424,11 +407,11 @@ mod tests {
             Timestamp::now(),
         );
         let c = condition(&s, "NodeRegistrationHealthy");
-        assert_eq!(c["status"], "False");
-        assert_eq!(c["reason"], REGISTRATION_FAILED);
-        assert_eq!(c["message"], "no Node registered");
+        assert_eq!(c.status, "False");
+        assert_eq!(c.reason, REGISTRATION_FAILED);
+        assert_eq!(c.message, "no Node registered");
         // Ready does not depend on it.
-        assert_eq!(condition(&s, "Ready")["status"], "True");
+        assert_eq!(condition(&s, "Ready").status, "True");
         let old_failure = (at("2025-12-01T00:00:00Z"), "old".to_string());
         let s = desired(
             &p,
@@ -437,7 +420,7 @@ mod tests {
             Some(&old_failure),
             Timestamp::now(),
         );
-        assert_eq!(condition(&s, "NodeRegistrationHealthy")["status"], "True");
+        assert_eq!(condition(&s, "NodeRegistrationHealthy").status, "True");
     }
 
     #[test]
@@ -446,8 +429,8 @@ mod tests {
         let nc = nodeclass("True");
         let s = desired(&p, &[], Some(&nc), None, Timestamp::now());
         assert!(differs(&p, &s));
-        p["status"] = s;
+        p.status = Some(s);
         let again = desired(&p, &[], Some(&nc), None, Timestamp::now());
-        assert!(!differs(&p, &again), "{again}");
+        assert!(!differs(&p, &again), "{again:?}");
     }
 }

@@ -240,10 +240,10 @@ pub async fn lead(ctx: &Context) -> Result<Option<Election>, RuntimeError> {
 
 /// Runs the operator until SIGTERM/SIGINT: caches on every replica, loops on the leader.
 pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
+    use crate::events::{Recorder, Reporter};
     use crate::nodeclaim::context::{Ctx, Settings};
     use crate::nodeclaim::lifecycle;
     use crate::nodeclass_status::{self, IndexCatalogs, StatusCtx};
-    use kube::runtime::events::{Recorder, Reporter};
 
     let identity = config.identity();
     let (ctx, registry) = context(config).await?;

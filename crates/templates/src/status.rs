@@ -40,6 +40,13 @@ pub fn summary(it: &InstanceType) -> InstanceTypeSummary {
             .cheapest()
             .map(|o| format!("{:.4}", o.price))
             .unwrap_or_default(),
+        max_price: it
+            .offerings
+            .iter()
+            .map(|o| o.price)
+            .reduce(f64::max)
+            .map(|p| format!("{p:.4}"))
+            .unwrap_or_default(),
         templates: it.templates.iter().map(|t| t.name.clone()).collect(),
     }
 }
@@ -282,6 +289,7 @@ mod tests {
         assert_eq!(summary[0].memory, "4Gi");
         assert_eq!(summary[0].zones, ["fd-1"]);
         assert_eq!(summary[0].price, "0.0760");
+        assert_eq!(summary[0].max_price, "0.0760");
         // The node facts of each instance type: arch and os (defaulted here, as the template
         // reports no status.nodeInfo), pods (the kubelet default), no GPUs.
         assert_eq!(summary[0].arch, "amd64");

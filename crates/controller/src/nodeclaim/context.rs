@@ -8,13 +8,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::events::{Event, EventType, Recorder};
 use api::{ClusterAPINodeClass, Machine, NodeClaim};
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
     Preconditions,
 };
-use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};

@@ -1,60 +1,37 @@
-//! Pure mapping of Kubernetes JSON (pods, daemonsets, NodePools, catalogs) into the
-//! scheduling model, and of the solver's output back into NodeClaim JSON.
+//! Pure mapping of typed Kubernetes objects (pods, daemonsets, NodePools, NodeClaims,
+//! catalogs) into the scheduling model ([`super::nodeclaim`] maps the solver's output back).
 
 use std::collections::BTreeMap;
 
+use api::NodePool;
+use api::karpenter::{self as k, NodeSelectorRequirementWithMinValues};
+use k8s_openapi::api::apps::v1::DaemonSet as K8sDaemonSet;
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use scheduling::{
     DaemonSet, HostPort, InstanceType, LabelSelector, Offering, Operator, PodAffinityTerm,
     Protocol, Requirement, Resources, Taint, TaintEffect, Toleration, TolerationOperator,
     TopologySpread, Weighted, WhenUnsatisfiable,
 };
-use serde_json::{Value, json};
 
-fn s(v: &Value) -> String {
-    v.as_str().unwrap_or_default().to_string()
-}
-
-fn str_map(v: &Value) -> BTreeMap<String, String> {
-    v.as_object()
-        .map(|m| m.iter().map(|(k, v)| (k.clone(), s(v))).collect())
-        .unwrap_or_default()
-}
-
-/// Numbers out of the field's range keep their side (snapshots are not validated by an API
-/// server): `minValues: 4294967297` is unsatisfiable, not 1.
-fn saturate_u32(n: u64) -> u32 {
-    u32::try_from(n).unwrap_or(u32::MAX)
-}
-
-fn saturate_i32(n: i64) -> i32 {
-    i32::try_from(n).unwrap_or(if n < 0 { i32::MIN } else { i32::MAX })
-}
-
-fn arr(v: &Value) -> &[Value] {
-    v.as_array().map(Vec::as_slice).unwrap_or_default()
-}
-
-/// Quantity map (`{"cpu": "500m", ...}`) → resources (cpu/memory-like in millicores for cpu).
-pub fn resources(v: &Value) -> Resources {
-    let mut out = Resources::new();
-    if let Some(m) = v.as_object() {
-        for (k, q) in m {
-            let q = match q {
-                Value::String(q) => q.clone(),
-                Value::Number(n) => n.to_string(),
-                _ => continue,
-            };
+/// Quantity map (`{"cpu": "500m", ...}`) → resources (cpu in millicores); unparsable
+/// quantities are left out.
+pub fn resources(q: &BTreeMap<String, Quantity>) -> Resources {
+    q.iter()
+        .filter_map(|(k, q)| {
             let parsed = if k == "cpu" {
-                templates::quantity::parse_milli(&q)
+                templates::quantity::parse_milli(&q.0)
             } else {
-                templates::quantity::parse_value(&q)
+                templates::quantity::parse_value(&q.0)
             };
-            if let Ok(n) = parsed {
-                out.insert(k.clone(), n);
-            }
-        }
-    }
-    out
+            parsed.ok().map(|n| (k.clone(), n))
+        })
+        .collect()
+}
+
+fn opt_resources(q: Option<&BTreeMap<String, Quantity>>) -> Resources {
+    q.map(resources).unwrap_or_default()
 }
 
 /// Bytes with the largest binary suffix that divides them exactly (`16Gi`, `1536Mi`).
@@ -71,57 +48,81 @@ fn binary(v: i64) -> String {
         .map_or_else(|| v.to_string(), |(s, unit)| format!("{}{s}", v / unit))
 }
 
-/// Resources → quantity strings.
-pub fn quantities(r: &Resources) -> Value {
-    let m: serde_json::Map<String, Value> = r
-        .iter()
-        .map(|(k, v)| {
-            let q = if k == "cpu" {
-                if v % 1000 == 0 {
-                    format!("{}", v / 1000)
-                } else {
-                    format!("{v}m")
-                }
-            } else if k == "memory" || k == "ephemeral-storage" || k.starts_with("hugepages-") {
-                binary(*v)
-            } else {
-                v.to_string()
-            };
-            (k.clone(), Value::String(q))
-        })
-        .collect();
-    Value::Object(m)
+/// One amount as a quantity string (`1500m`, `16Gi`, `110`).
+pub fn quantity(resource: &str, v: i64) -> Quantity {
+    Quantity(if resource == "cpu" {
+        if v % 1000 == 0 {
+            format!("{}", v / 1000)
+        } else {
+            format!("{v}m")
+        }
+    } else if resource == "memory"
+        || resource == "ephemeral-storage"
+        || resource.starts_with("hugepages-")
+    {
+        binary(v)
+    } else {
+        v.to_string()
+    })
 }
 
-/// `[{key, operator, values, minValues}]` → requirements (unknown operators skipped).
-pub fn requirements(v: &Value) -> Vec<Requirement> {
-    arr(v)
-        .iter()
-        .filter_map(|r| {
+/// Resources → quantities.
+pub fn quantities(r: &Resources) -> BTreeMap<String, Quantity> {
+    r.iter()
+        .map(|(k, v)| (k.clone(), quantity(k, *v)))
+        .collect()
+}
+
+/// The scheduler's operator for the API's.
+pub fn operator(op: k::Operator) -> Operator {
+    match op {
+        k::Operator::In => Operator::In,
+        k::Operator::NotIn => Operator::NotIn,
+        k::Operator::Exists => Operator::Exists,
+        k::Operator::DoesNotExist => Operator::DoesNotExist,
+        k::Operator::Gt => Operator::Gt,
+        k::Operator::Lt => Operator::Lt,
+        k::Operator::Gte => Operator::Gte,
+        k::Operator::Lte => Operator::Lte,
+    }
+}
+
+/// Karpenter requirements (NodePool, NodeClaim) → the scheduler's.
+pub fn requirements(reqs: &[NodeSelectorRequirementWithMinValues]) -> Vec<Requirement> {
+    reqs.iter()
+        .map(|r| Requirement {
+            key: r.key.clone(),
+            operator: operator(r.operator),
+            values: r.values.clone(),
+            // A negative count (snapshots are not validated) is no minimum.
+            min_values: r.min_values.and_then(|m| u32::try_from(m).ok()),
+        })
+        .collect()
+}
+
+/// Core requirements (`key`, string `operator`, `values`): unknown operators are skipped.
+fn core_requirements<'a>(
+    reqs: impl IntoIterator<Item = (&'a str, &'a str, Option<&'a Vec<String>>)>,
+) -> Vec<Requirement> {
+    reqs.into_iter()
+        .filter_map(|(key, op, values)| {
             Some(Requirement {
-                key: s(&r["key"]),
-                operator: Operator::parse(r["operator"].as_str()?)?,
-                values: arr(&r["values"]).iter().map(s).collect(),
-                min_values: r["minValues"].as_u64().map(saturate_u32),
+                key: key.to_string(),
+                operator: Operator::parse(op)?,
+                values: values.cloned().unwrap_or_default(),
+                min_values: None,
             })
         })
         .collect()
 }
 
-pub fn requirements_json(reqs: &[Requirement]) -> Value {
-    Value::Array(
-        reqs.iter()
-            .map(|r| {
-                let mut o = json!({"key": r.key, "operator": r.operator.as_str()});
-                if !r.values.is_empty() {
-                    o["values"] = json!(r.values);
-                }
-                if let Some(m) = r.min_values {
-                    o["minValues"] = json!(m);
-                }
-                o
-            })
-            .collect(),
+fn node_selector_requirements(
+    reqs: Option<&Vec<core::NodeSelectorRequirement>>,
+) -> Vec<Requirement> {
+    core_requirements(
+        reqs.into_iter()
+            .flatten()
+            .map(|r| (r.key.as_str(), r.operator.as_str(), r.values.as_ref())),
     )
 }
 
@@ -134,7 +135,16 @@ fn effect(v: &str) -> Option<TaintEffect> {
     })
 }
 
-fn effect_name(e: TaintEffect) -> &'static str {
+fn api_effect(e: k::TaintEffect) -> TaintEffect {
+    match e {
+        k::TaintEffect::NoSchedule => TaintEffect::NoSchedule,
+        k::TaintEffect::PreferNoSchedule => TaintEffect::PreferNoSchedule,
+        k::TaintEffect::NoExecute => TaintEffect::NoExecute,
+    }
+}
+
+/// The API name of a taint effect.
+pub fn effect_name(e: TaintEffect) -> &'static str {
     match e {
         TaintEffect::NoSchedule => "NoSchedule",
         TaintEffect::PreferNoSchedule => "PreferNoSchedule",
@@ -142,221 +152,280 @@ fn effect_name(e: TaintEffect) -> &'static str {
     }
 }
 
-pub fn taints(v: &Value) -> Vec<Taint> {
-    arr(v)
+/// Karpenter taints (NodePool, NodeClaim) → the scheduler's.
+pub fn taints(taints: &[k::Taint]) -> Vec<Taint> {
+    taints
         .iter()
+        .map(|t| Taint {
+            key: t.key.clone(),
+            value: t.value.clone().unwrap_or_default(),
+            effect: api_effect(t.effect),
+        })
+        .collect()
+}
+
+/// A Node's taints → the scheduler's (unknown effects skipped).
+pub fn node_taints(taints: Option<&Vec<core::Taint>>) -> Vec<Taint> {
+    taints
+        .into_iter()
+        .flatten()
         .filter_map(|t| {
             Some(Taint {
-                key: s(&t["key"]),
-                value: s(&t["value"]),
-                effect: effect(t["effect"].as_str()?)?,
+                key: t.key.clone(),
+                value: t.value.clone().unwrap_or_default(),
+                effect: effect(&t.effect)?,
             })
         })
         .collect()
 }
 
-pub fn taints_json(taints: &[Taint]) -> Value {
-    Value::Array(
-        taints
-            .iter()
-            .map(|t| {
-                let mut o = json!({"key": t.key, "effect": effect_name(t.effect)});
-                if !t.value.is_empty() {
-                    o["value"] = json!(t.value);
-                }
-                o
-            })
-            .collect(),
-    )
-}
-
-pub fn tolerations(v: &Value) -> Vec<Toleration> {
-    arr(v)
-        .iter()
+pub fn tolerations(tolerations: Option<&Vec<core::Toleration>>) -> Vec<Toleration> {
+    tolerations
+        .into_iter()
+        .flatten()
         .map(|t| Toleration {
-            key: t["key"]
-                .as_str()
-                .filter(|k| !k.is_empty())
-                .map(str::to_string),
-            operator: if t["operator"].as_str() == Some("Exists") {
+            key: t.key.clone().filter(|k| !k.is_empty()),
+            operator: if t.operator.as_deref() == Some("Exists") {
                 TolerationOperator::Exists
             } else {
                 TolerationOperator::Equal
             },
-            value: s(&t["value"]),
-            effect: t["effect"].as_str().and_then(effect),
+            value: t.value.clone().unwrap_or_default(),
+            effect: t.effect.as_deref().and_then(effect),
         })
         .collect()
 }
 
-fn selector(v: &Value) -> LabelSelector {
+fn selector(s: Option<&meta::LabelSelector>) -> LabelSelector {
+    let Some(s) = s else {
+        return LabelSelector::default();
+    };
     LabelSelector {
-        match_labels: str_map(&v["matchLabels"]),
-        match_expressions: requirements(&v["matchExpressions"]),
+        match_labels: s.match_labels.clone().unwrap_or_default(),
+        match_expressions: core_requirements(
+            s.match_expressions
+                .iter()
+                .flatten()
+                .map(|r| (r.key.as_str(), r.operator.as_str(), r.values.as_ref())),
+        ),
     }
 }
 
-fn affinity_term(v: &Value, namespace: &str) -> PodAffinityTerm {
-    let mut namespaces: Vec<String> = arr(&v["namespaces"]).iter().map(s).collect();
+fn affinity_term(t: &core::PodAffinityTerm, namespace: &str) -> PodAffinityTerm {
+    let mut namespaces = t.namespaces.clone().unwrap_or_default();
     if namespaces.is_empty() {
         namespaces.push(namespace.to_string());
     }
     PodAffinityTerm {
-        topology_key: s(&v["topologyKey"]),
-        selector: selector(&v["labelSelector"]),
+        topology_key: t.topology_key.clone(),
+        selector: selector(t.label_selector.as_ref()),
         namespaces,
     }
 }
 
-fn node_selector_terms(v: &Value) -> Vec<Vec<Requirement>> {
-    arr(&v["nodeSelectorTerms"])
-        .iter()
-        .map(|t| requirements(&t["matchExpressions"]))
-        .collect()
+fn node_selector_terms(s: Option<&core::NodeSelector>) -> Vec<Vec<Requirement>> {
+    s.map(|s| {
+        s.node_selector_terms
+            .iter()
+            .map(|t| node_selector_requirements(t.match_expressions.as_ref()))
+            .collect()
+    })
+    .unwrap_or_default()
 }
 
-fn container_requests(v: &Value) -> Vec<Resources> {
-    arr(v)
-        .iter()
-        .map(|c| resources(&c["resources"]["requests"]))
+fn container_requests(cs: &[core::Container]) -> Vec<Resources> {
+    cs.iter()
+        .map(|c| opt_resources(c.resources.as_ref().and_then(|r| r.requests.as_ref())))
         .collect()
 }
 
 /// Total requests of a pod spec (containers, init containers, overhead, `pods: 1`).
-pub fn spec_requests(spec: &Value) -> Resources {
+pub fn spec_requests(spec: Option<&core::PodSpec>) -> Resources {
+    let Some(spec) = spec else {
+        return scheduling::pod_requests(&[], &[], &Resources::new());
+    };
     scheduling::pod_requests(
-        &container_requests(&spec["containers"]),
-        &container_requests(&spec["initContainers"]),
-        &resources(&spec["overhead"]),
+        &container_requests(&spec.containers),
+        &container_requests(spec.init_containers.as_deref().unwrap_or_default()),
+        &opt_resources(spec.overhead.as_ref()),
     )
 }
 
-fn host_ports(spec: &Value) -> Vec<HostPort> {
-    let mut out = Vec::new();
-    for c in arr(&spec["containers"]) {
-        for p in arr(&c["ports"]) {
-            let Some(port) = p["hostPort"].as_u64().and_then(|p| u16::try_from(p).ok()) else {
-                continue;
-            };
-            if port == 0 {
-                continue;
-            }
-            out.push(HostPort {
+fn host_ports(spec: Option<&core::PodSpec>) -> Vec<HostPort> {
+    let ports = spec
+        .into_iter()
+        .flat_map(|s| &s.containers)
+        .flat_map(|c| c.ports.iter().flatten());
+    ports
+        .filter_map(|p| {
+            let port = u16::try_from(p.host_port?).ok().filter(|p| *p != 0)?;
+            Some(HostPort {
                 port,
-                protocol: match p["protocol"].as_str() {
+                protocol: match p.protocol.as_deref() {
                     Some("UDP") => Protocol::Udp,
                     Some("SCTP") => Protocol::Sctp,
                     _ => Protocol::Tcp,
                 },
-                host_ip: s(&p["hostIP"]),
-            });
-        }
-    }
-    out
+                host_ip: p.host_ip.clone().unwrap_or_default(),
+            })
+        })
+        .collect()
 }
 
-/// A pod's JSON (`metadata`, `spec`) → the solver's pod.
-pub fn pod(v: &Value) -> scheduling::Pod {
-    let meta = &v["metadata"];
-    let spec = &v["spec"];
-    let namespace = s(&meta["namespace"]);
-    let aff = &spec["affinity"];
-    let na = &aff["nodeAffinity"];
-    let pa = &aff["podAffinity"];
-    let paa = &aff["podAntiAffinity"];
-    let required = |x: &Value| -> Vec<PodAffinityTerm> {
-        arr(&x["requiredDuringSchedulingIgnoredDuringExecution"])
-            .iter()
-            .map(|t| affinity_term(t, &namespace))
-            .collect()
-    };
-    let preferred = |x: &Value| -> Vec<Weighted<PodAffinityTerm>> {
-        arr(&x["preferredDuringSchedulingIgnoredDuringExecution"])
-            .iter()
-            .map(|t| Weighted {
-                weight: saturate_i32(t["weight"].as_i64().unwrap_or(1)),
-                term: affinity_term(&t["podAffinityTerm"], &namespace),
-            })
-            .collect()
-    };
+fn required_terms(terms: Option<&Vec<core::PodAffinityTerm>>, ns: &str) -> Vec<PodAffinityTerm> {
+    terms
+        .into_iter()
+        .flatten()
+        .map(|t| affinity_term(t, ns))
+        .collect()
+}
+
+fn preferred_terms(
+    terms: Option<&Vec<core::WeightedPodAffinityTerm>>,
+    ns: &str,
+) -> Vec<Weighted<PodAffinityTerm>> {
+    terms
+        .into_iter()
+        .flatten()
+        .map(|t| Weighted {
+            weight: t.weight,
+            term: affinity_term(&t.pod_affinity_term, ns),
+        })
+        .collect()
+}
+
+fn str_map(m: Option<&BTreeMap<String, String>>) -> BTreeMap<String, String> {
+    m.cloned().unwrap_or_default()
+}
+
+/// A pod → the solver's pod.
+pub fn pod(p: &core::Pod) -> scheduling::Pod {
+    let meta = &p.metadata;
+    let spec = p.spec.as_ref();
+    let namespace = meta.namespace.clone().unwrap_or_default();
+    let aff = spec.and_then(|s| s.affinity.as_ref());
+    let na = aff.and_then(|a| a.node_affinity.as_ref());
+    let pa = aff.and_then(|a| a.pod_affinity.as_ref());
+    let paa = aff.and_then(|a| a.pod_anti_affinity.as_ref());
     scheduling::Pod {
         namespace: namespace.clone(),
-        name: s(&meta["name"]),
-        uid: s(&meta["uid"]),
-        creation: meta["creationTimestamp"]
-            .as_str()
-            .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
-            .map_or(0, |t| t.as_millisecond()),
-        labels: str_map(&meta["labels"]),
+        name: meta.name.clone().unwrap_or_default(),
+        uid: meta.uid.clone().unwrap_or_default(),
+        creation: meta
+            .creation_timestamp
+            .as_ref()
+            .map_or(0, |t| t.0.as_millisecond()),
+        labels: str_map(meta.labels.as_ref()),
         requests: spec_requests(spec),
-        node_selector: str_map(&spec["nodeSelector"]),
-        required_node_affinity: node_selector_terms(
-            &na["requiredDuringSchedulingIgnoredDuringExecution"],
-        ),
-        preferred_node_affinity: arr(&na["preferredDuringSchedulingIgnoredDuringExecution"])
-            .iter()
+        node_selector: str_map(spec.and_then(|s| s.node_selector.as_ref())),
+        required_node_affinity: node_selector_terms(na.and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })),
+        preferred_node_affinity: na
+            .and_then(|a| {
+                a.preferred_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
+            .into_iter()
+            .flatten()
             .map(|t| Weighted {
-                weight: saturate_i32(t["weight"].as_i64().unwrap_or(1)),
-                term: requirements(&t["preference"]["matchExpressions"]),
+                weight: t.weight,
+                term: node_selector_requirements(t.preference.match_expressions.as_ref()),
             })
             .collect(),
-        tolerations: tolerations(&spec["tolerations"]),
+        tolerations: tolerations(spec.and_then(|s| s.tolerations.as_ref())),
         host_ports: host_ports(spec),
-        topology_spread: arr(&spec["topologySpreadConstraints"])
-            .iter()
+        topology_spread: spec
+            .and_then(|s| s.topology_spread_constraints.as_ref())
+            .into_iter()
+            .flatten()
             .map(|t| TopologySpread {
-                topology_key: s(&t["topologyKey"]),
-                max_skew: saturate_u32(t["maxSkew"].as_u64().unwrap_or(1)),
-                when_unsatisfiable: if t["whenUnsatisfiable"].as_str() == Some("ScheduleAnyway") {
+                topology_key: t.topology_key.clone(),
+                // A negative skew (snapshots are not validated) is the default, 1.
+                max_skew: u32::try_from(t.max_skew).unwrap_or(1),
+                when_unsatisfiable: if t.when_unsatisfiable == "ScheduleAnyway" {
                     WhenUnsatisfiable::ScheduleAnyway
                 } else {
                     WhenUnsatisfiable::DoNotSchedule
                 },
-                selector: selector(&t["labelSelector"]),
+                selector: selector(t.label_selector.as_ref()),
             })
             .collect(),
-        pod_affinity: required(pa),
-        pod_anti_affinity: required(paa),
-        preferred_pod_affinity: preferred(pa),
-        preferred_pod_anti_affinity: preferred(paa),
+        pod_affinity: required_terms(
+            pa.and_then(|a| {
+                a.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            }),
+            &namespace,
+        ),
+        pod_anti_affinity: required_terms(
+            paa.and_then(|a| {
+                a.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            }),
+            &namespace,
+        ),
+        preferred_pod_affinity: preferred_terms(
+            pa.and_then(|a| {
+                a.preferred_during_scheduling_ignored_during_execution
+                    .as_ref()
+            }),
+            &namespace,
+        ),
+        preferred_pod_anti_affinity: preferred_terms(
+            paa.and_then(|a| {
+                a.preferred_during_scheduling_ignored_during_execution
+                    .as_ref()
+            }),
+            &namespace,
+        ),
     }
 }
 
-/// Karpenter's provisionable pod: PodScheduled=False reason Unschedulable, no nodeName, not
-/// preempting (no `status.nominatedNodeName`), not owned by a DaemonSet or Node, not
-/// terminating.
-pub fn provisionable(v: &Value) -> bool {
-    let unschedulable = arr(&v["status"]["conditions"]).iter().any(|c| {
-        c["type"] == "PodScheduled" && c["status"] == "False" && c["reason"] == "Unschedulable"
-    });
-    let bound = v["spec"]["nodeName"]
-        .as_str()
-        .is_some_and(|n| !n.is_empty());
-    let owned_by_node = arr(&v["metadata"]["ownerReferences"])
-        .iter()
-        .any(|o| o["kind"] == "DaemonSet" || o["kind"] == "Node");
-    let terminating = !v["metadata"]["deletionTimestamp"].is_null();
-    let preempting = v["status"]["nominatedNodeName"]
-        .as_str()
-        .is_some_and(|n| !n.is_empty());
-    unschedulable && !bound && !owned_by_node && !terminating && !preempting
+/// A pod bound to a node → its requests and what the solver keeps of it (no full pod
+/// conversion: this runs for every bound pod of the cluster).
+pub fn bound_pod(p: &core::Pod) -> (Resources, scheduling::BoundPod) {
+    let spec = p.spec.as_ref();
+    let namespace = p.metadata.namespace.clone().unwrap_or_default();
+    let anti = spec
+        .and_then(|s| s.affinity.as_ref())
+        .and_then(|a| a.pod_anti_affinity.as_ref())
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        });
+    (
+        spec_requests(spec),
+        scheduling::BoundPod {
+            pod_anti_affinity: required_terms(anti, &namespace),
+            namespace,
+            labels: str_map(p.metadata.labels.as_ref()),
+            host_ports: host_ports(spec),
+        },
+    )
 }
 
-/// A DaemonSet's JSON → its per-node overhead.
-pub fn daemonset(v: &Value) -> DaemonSet {
-    let spec = &v["spec"]["template"]["spec"];
+/// A DaemonSet → its per-node overhead.
+pub fn daemonset(ds: &K8sDaemonSet) -> DaemonSet {
+    let spec = ds.spec.as_ref().and_then(|s| s.template.spec.as_ref());
     DaemonSet {
         name: format!(
             "{}/{}",
-            s(&v["metadata"]["namespace"]),
-            s(&v["metadata"]["name"])
+            ds.metadata.namespace.as_deref().unwrap_or_default(),
+            ds.metadata.name.as_deref().unwrap_or_default()
         ),
         requests: spec_requests(spec),
-        node_selector: str_map(&spec["nodeSelector"]),
+        node_selector: str_map(spec.and_then(|s| s.node_selector.as_ref())),
         required_node_affinity: node_selector_terms(
-            &spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"],
+            spec.and_then(|s| s.affinity.as_ref())
+                .and_then(|a| a.node_affinity.as_ref())
+                .and_then(|a| {
+                    a.required_during_scheduling_ignored_during_execution
+                        .as_ref()
+                }),
         ),
-        tolerations: tolerations(&spec["tolerations"]),
+        tolerations: tolerations(spec.and_then(|s| s.tolerations.as_ref())),
     }
 }
 
@@ -405,101 +474,43 @@ pub fn instance_type(
     }
 }
 
-/// A NodePool's JSON (without instance types and usage).
-pub fn node_pool(v: &Value) -> scheduling::NodePool {
-    let tpl = &v["spec"]["template"];
-    let mut p = scheduling::NodePool::new(&s(&v["metadata"]["name"]), Vec::new());
-    p.weight = saturate_i32(v["spec"]["weight"].as_i64().unwrap_or(0));
-    p.requirements = requirements(&tpl["spec"]["requirements"]);
-    p.labels = str_map(&tpl["metadata"]["labels"]);
-    p.taints = taints(&tpl["spec"]["taints"]);
-    p.startup_taints = taints(&tpl["spec"]["startupTaints"]);
-    p.limits = resources(&v["spec"]["limits"]);
-    p
-}
-
-/// FNV-1a 64 of the canonical JSON of the pool's `spec.template` (stable across processes).
-pub fn nodepool_hash(v: &Value) -> String {
-    let text = v["spec"]["template"].to_string();
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h.to_string()
-}
-
-/// The NodeClaim to create for one planned claim of `pool` (the NodePool JSON).
-pub fn nodeclaim(pool: &Value, claim: &scheduling::NewNodeClaim) -> Value {
-    let name = s(&pool["metadata"]["name"]);
-    let tpl = &pool["spec"]["template"];
-    let mut labels = tpl["metadata"]["labels"]
-        .as_object()
-        .cloned()
-        .unwrap_or_default();
-    labels.insert(scheduling::LABEL_NODEPOOL.into(), json!(name));
-    let mut annotations = tpl["metadata"]["annotations"]
-        .as_object()
-        .cloned()
-        .unwrap_or_default();
-    annotations.insert(
-        "karpenter.sh/nodepool-hash".into(),
-        json!(nodepool_hash(pool)),
+/// A NodePool (without instance types and usage).
+pub fn node_pool(pool: &NodePool) -> scheduling::NodePool {
+    let tpl = &pool.spec.template;
+    let mut p = scheduling::NodePool::new(
+        pool.metadata.name.as_deref().unwrap_or_default(),
+        Vec::new(),
     );
-    annotations.insert("karpenter.sh/nodepool-hash-version".into(), json!("v3"));
-    let mut spec = json!({
-        "nodeClassRef": tpl["spec"]["nodeClassRef"],
-        "requirements": requirements_json(&claim.requirements),
-        "resources": {"requests": quantities(&claim.requests)},
-    });
-    if !claim.taints.is_empty() {
-        spec["taints"] = taints_json(&claim.taints);
-    }
-    if !claim.startup_taints.is_empty() {
-        spec["startupTaints"] = taints_json(&claim.startup_taints);
-    }
-    for k in ["expireAfter", "terminationGracePeriod"] {
-        if !tpl["spec"][k].is_null() {
-            spec[k] = tpl["spec"][k].clone();
-        }
-    }
-    json!({
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodeClaim",
-        "metadata": {
-            "generateName": format!("{name}-"),
-            // The lifecycle's finalizer comes with the object: one write less per claim.
-            "finalizers": [api::consts::finalizers::TERMINATION],
-            "labels": labels,
-            "annotations": annotations,
-            "ownerReferences": [{
-                "apiVersion": "karpenter.sh/v1",
-                "kind": "NodePool",
-                "name": name,
-                "uid": pool["metadata"]["uid"],
-                "blockOwnerDeletion": true,
-            }],
-        },
-        "spec": spec,
-    })
+    p.weight = pool.spec.weight.unwrap_or(0);
+    p.requirements = requirements(&tpl.spec.requirements);
+    p.labels = tpl.metadata.labels.clone();
+    p.taints = taints(&tpl.spec.taints);
+    p.startup_taints = taints(&tpl.spec.startup_taints);
+    p.limits = resources(&pool.spec.limits);
+    p
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    fn typed<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
+        serde_json::from_value(v).expect("fixture")
+    }
 
     #[test]
-    fn pod_json_maps_requests_tolerations_selectors_affinity_and_spread() {
+    fn pod_maps_requests_tolerations_selectors_affinity_and_spread() {
         let v = json!({
             "metadata": {"namespace": "ns", "name": "p", "uid": "u", "labels": {"app": "a"},
                          "creationTimestamp": "2026-01-01T00:00:00Z"},
             "spec": {
                 "containers": [
-                    {"resources": {"requests": {"cpu": "500m", "memory": "1Gi"}},
+                    {"name": "a", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}},
                      "ports": [{"containerPort": 80, "hostPort": 8080}]},
-                    {"resources": {"requests": {"cpu": "1"}}}
+                    {"name": "b", "resources": {"requests": {"cpu": "1"}}}
                 ],
-                "initContainers": [{"resources": {"requests": {"cpu": "2"}}}],
+                "initContainers": [{"name": "i", "resources": {"requests": {"cpu": "2"}}}],
                 "overhead": {"cpu": "100m"},
                 "nodeSelector": {"kubernetes.io/arch": "arm64"},
                 "tolerations": [{"key": "team", "operator": "Equal", "value": "a", "effect": "NoSchedule"},
@@ -522,7 +533,7 @@ mod tests {
                     "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": {"app": "a"}}}]
             }
         });
-        let p = pod(&v);
+        let p = pod(&typed(v));
         assert_eq!(p.uid, "u");
         assert_eq!(p.creation, 1_767_225_600_000);
         // max(500m + 1, 2) + 100m
@@ -545,101 +556,29 @@ mod tests {
             WhenUnsatisfiable::ScheduleAnyway
         );
         assert_eq!(p.host_ports[0].port, 8080);
+        let (requests, bound) = bound_pod(&typed(json!({
+            "metadata": {"namespace": "ns", "name": "p", "labels": {"app": "a"}},
+            "spec": {"containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}}]}
+        })));
+        assert_eq!(requests["cpu"], 1000);
+        assert_eq!(bound.labels["app"], "a");
     }
 
     /// Found reading tests/prop_snapshot.rs inputs: casts wrapped out-of-range numbers.
     #[test]
     fn out_of_range_numbers_do_not_wrap() {
-        let reqs = requirements(
-            &json!([{"key": "k", "operator": "Exists", "minValues": 4_294_967_297u64}]),
-        );
-        assert_eq!(reqs[0].min_values, Some(u32::MAX));
-        let p = pod(&json!({"metadata": {"name": "p"}, "spec": {
-            "containers": [{"ports": [{"hostPort": 65_616}, {"hostPort": 8080}]}],
-            "topologySpreadConstraints": [{"topologyKey": "z", "maxSkew": 4_294_967_296u64}]}}));
+        let reqs = requirements(&[typed(
+            json!({"key": "k", "operator": "Exists", "minValues": -3}),
+        )]);
+        assert_eq!(reqs[0].min_values, None);
+        let p = pod(&typed(json!({"metadata": {"name": "p"}, "spec": {
+            "containers": [{"name": "c", "ports": [{"containerPort": 1, "hostPort": 65_616},
+                                                   {"containerPort": 2, "hostPort": 8080}]}],
+            "topologySpreadConstraints": [{"topologyKey": "z", "maxSkew": -4, "whenUnsatisfiable": "DoNotSchedule"}]}})));
         assert_eq!(
             p.host_ports.iter().map(|h| h.port).collect::<Vec<_>>(),
             [8080]
         );
-        assert_eq!(p.topology_spread[0].max_skew, u32::MAX);
-        let pool =
-            node_pool(&json!({"metadata": {"name": "p"}, "spec": {"weight": 4_294_967_396u64}}));
-        assert_eq!(pool.weight, i32::MAX);
-    }
-
-    #[test]
-    fn provisionable_follows_karpenter() {
-        let base = json!({
-            "metadata": {"name": "p"},
-            "spec": {},
-            "status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
-        });
-        assert!(provisionable(&base));
-        let mut bound = base.clone();
-        bound["spec"]["nodeName"] = json!("n");
-        assert!(!provisionable(&bound));
-        let mut ds = base.clone();
-        ds["metadata"]["ownerReferences"] = json!([{"kind": "DaemonSet", "name": "d"}]);
-        assert!(!provisionable(&ds));
-        let mut term = base.clone();
-        term["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
-        assert!(!provisionable(&term));
-        let mut preempting = base.clone();
-        preempting["status"]["nominatedNodeName"] = json!("n");
-        assert!(!provisionable(&preempting));
-        let pending = json!({"metadata": {"name": "p"}, "spec": {}, "status": {}});
-        assert!(!provisionable(&pending));
-    }
-
-    #[test]
-    fn nodeclaim_json_from_pool_and_plan() {
-        let pool = json!({
-            "metadata": {"name": "default", "uid": "pu"},
-            "spec": {"template": {
-                "metadata": {"labels": {"team": "a"}},
-                "spec": {"nodeClassRef": {"group": "g", "kind": "K", "name": "nc"},
-                         "expireAfter": "720h",
-                         "requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}
-            }}
-        });
-        let claim = scheduling::NewNodeClaim {
-            node_pool: "default".into(),
-            requirements: vec![Requirement::new(
-                scheduling::LABEL_INSTANCE_TYPE,
-                Operator::In,
-                &["small", "large"],
-            )],
-            requests: [("cpu".to_string(), 1500), ("memory".to_string(), 1024)].into(),
-            taints: vec![],
-            startup_taints: vec![Taint::new("s", "", TaintEffect::NoSchedule)],
-            pods: vec![],
-            cheapest: scheduling::Cheapest {
-                instance_type: "small".into(),
-                zone: String::new(),
-                capacity_type: "on-demand".into(),
-                price: 0.1,
-            },
-        };
-        let nc = nodeclaim(&pool, &claim);
-        assert_eq!(nc["metadata"]["generateName"], "default-");
-        assert_eq!(nc["metadata"]["labels"]["karpenter.sh/nodepool"], "default");
-        assert_eq!(nc["metadata"]["labels"]["team"], "a");
-        assert_eq!(nc["metadata"]["ownerReferences"][0]["uid"], "pu");
-        assert_eq!(
-            nc["metadata"]["annotations"]["karpenter.sh/nodepool-hash"],
-            json!(nodepool_hash(&pool))
-        );
-        assert_eq!(nc["spec"]["resources"]["requests"]["cpu"], "1500m");
-        assert_eq!(nc["spec"]["resources"]["requests"]["memory"], "1Ki");
-        assert_eq!(
-            nc["spec"]["requirements"][0]["values"],
-            json!(["small", "large"])
-        );
-        assert_eq!(nc["spec"]["startupTaints"][0]["key"], "s");
-        assert_eq!(nc["spec"]["expireAfter"], "720h");
-        assert_eq!(nc["spec"]["nodeClassRef"]["name"], "nc");
-        let p = node_pool(&pool);
-        assert_eq!(p.requirements[0].key, "kubernetes.io/arch");
-        assert_eq!(p.labels["team"], "a");
+        assert_eq!(p.topology_spread[0].max_skew, 1);
     }
 }

@@ -2,6 +2,7 @@
 //! caches, runs the scheduling simulation and creates one NodeClaim per planned claim.
 
 pub mod convert;
+pub mod nodeclaim;
 pub mod snapshot;
 
 pub use snapshot::Snapshot;
@@ -10,17 +11,16 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::events::{Event, EventType, Recorder};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, PostParams};
-use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
-use serde_json::Value;
 
-use crate::cache::{to_json, values};
 use crate::metrics::{ControllerLabels, CreatedLabels, Metrics};
 use crate::nodeclaim::context::Catalogs;
+use crate::objects::{claim_node_name, name, pool_condition};
 use crate::unavailable::{OfferingKey, UnavailableOfferings};
 use api::{NodeClaim, NodePool};
 
@@ -28,8 +28,6 @@ use api::{NodeClaim, NodePool};
 pub enum Error {
     #[error("kubernetes API: {0}")]
     Kube(#[from] kube::Error),
-    #[error("encoding NodeClaim: {0}")]
-    Json(#[from] serde_json::Error),
     #[error("scheduling simulation: {0}")]
     Solve(String),
 }
@@ -63,23 +61,25 @@ impl Provisioner {
             .collect()
     }
 
-    /// The cluster as the caches see it now.
+    /// The cluster as the caches see it now (shared objects, no copies).
     pub fn state(&self) -> snapshot::State {
         snapshot::State {
-            pods: values(&self.pods),
-            nodes: values(&self.nodes),
-            nodeclaims: values(&self.nodeclaims),
+            pods: self.pods.state(),
+            nodes: self.nodes.state(),
+            nodeclaims: self.nodeclaims.state(),
             // Karpenter provisions only for Ready NodePools (valid, NodeClass Ready).
-            nodepools: values(&self.nodepools)
+            nodepools: self
+                .nodepools
+                .state()
                 .into_iter()
-                .filter(|p| snapshot::condition_true(p, "Ready"))
+                .filter(|p| pool_condition(p, api::consts::conditions::READY))
                 .collect(),
-            daemonsets: values(&self.daemonsets),
+            daemonsets: self.daemonsets.state(),
         }
     }
 
     /// Builds the solver input from the caches.
-    pub fn snapshot(&self, pods: &[Value]) -> Snapshot {
+    pub fn snapshot(&self, pods: &[Arc<Pod>]) -> Snapshot {
         let now = Instant::now();
         snapshot::build(
             &self.state(),
@@ -99,7 +99,7 @@ impl Provisioner {
     }
 
     /// One batch: solve and create the NodeClaims. Returns the names created.
-    pub async fn provision(&self, pods: &[Value]) -> Result<Vec<String>, Error> {
+    pub async fn provision(&self, pods: &[Arc<Pod>]) -> Result<Vec<String>, Error> {
         // Snapshot and solve are CPU work: off the async workers, so a long solve never
         // delays Lease renewal or the other loops.
         let this = self.clone();
@@ -118,9 +118,9 @@ impl Provisioner {
                 controller: "provisioner".into(),
             })
             .observe(elapsed.as_secs_f64());
-        let by_uid: HashMap<&str, &Value> = pods
+        let by_uid: HashMap<&str, &Pod> = pods
             .iter()
-            .filter_map(|p| Some((p["metadata"]["uid"].as_str()?, p)))
+            .filter_map(|p| Some((p.metadata.uid.as_deref()?, p.as_ref())))
             .collect();
         let api: Api<NodeClaim> = Api::all(self.client.clone());
         let mut created = Vec::new();
@@ -129,7 +129,7 @@ impl Provisioner {
             let Some(pool) = snapshot.pools.get(&claim.node_pool) else {
                 continue;
             };
-            let obj: NodeClaim = serde_json::from_value(convert::nodeclaim(pool, claim))?;
+            let obj = nodeclaim::nodeclaim(pool, claim);
             let nc = match api.create(&PostParams::default(), &obj).await {
                 Ok(nc) => nc,
                 Err(e) => {
@@ -170,18 +170,29 @@ impl Provisioner {
             .filter(|n| n.state == scheduling::NodeState::InFlight)
             .map(|n| n.name.as_str())
             .collect();
+        let claims = self.nodeclaims.state();
+        let claim_of_node: HashMap<&str, &str> = claims
+            .iter()
+            .filter_map(|c| Some((claim_node_name(c)?, name(c.as_ref()))))
+            .collect();
         for placement in &output.existing {
             if !in_flight.contains(placement.node.as_str()) {
                 continue;
             }
-            let target = if self
+            // The NodeClaim (also when the solver saw its Node): one nomination message per
+            // pod and NodeClaim, so repeats are one Event series.
+            let claim = if self
                 .nodeclaims
                 .get(&ObjectRef::new(&placement.node))
                 .is_some()
             {
-                format!("nodeclaim/{}", placement.node)
+                Some(placement.node.as_str())
             } else {
-                format!("node/{}", placement.node)
+                claim_of_node.get(placement.node.as_str()).copied()
+            };
+            let target = match claim {
+                Some(c) => format!("nodeclaim/{c}"),
+                None => format!("node/{}", placement.node),
             };
             if let Some(v) = by_uid.get(placement.pod.uid.as_str()) {
                 self.event(
@@ -227,11 +238,8 @@ impl Provisioner {
         }
     }
 
-    async fn event(&self, pod: &Value, type_: EventType, reason: &str, note: String) {
-        let Ok(p) = serde_json::from_value::<Pod>(pod.clone()) else {
-            return;
-        };
-        let reference = p.object_ref(&());
+    async fn event(&self, pod: &Pod, type_: EventType, reason: &str, note: String) {
+        let reference = pod.object_ref(&());
         let event = Event {
             type_,
             reason: reason.into(),
@@ -245,8 +253,7 @@ impl Provisioner {
     }
 }
 
-/// Karpenter's provisionable pod (see [`convert::provisionable`], its JSON twin for
-/// snapshots).
+/// Karpenter's provisionable pod.
 pub fn provisionable(p: &Pod) -> bool {
     let spec = p.spec.as_ref();
     let status = p.status.as_ref();
@@ -326,7 +333,6 @@ pub async fn run(p: Provisioner, shutdown: impl std::future::Future<Output = ()>
         if pods.is_empty() {
             continue;
         }
-        let pods: Vec<Value> = pods.iter().map(|p| to_json(p.as_ref())).collect();
         match p.provision(&pods).await {
             Ok(created) => {
                 tracing::debug!(
@@ -350,7 +356,7 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn typed_and_json_provisionable_agree() {
+    fn provisionable_follows_karpenter() {
         let unschedulable = json!({"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]});
         let cases = [
             (
@@ -382,7 +388,6 @@ mod tests {
         for (v, want) in cases {
             let pod: Pod = serde_json::from_value(v.clone()).expect("fixture");
             assert_eq!(provisionable(&pod), want, "{v}");
-            assert_eq!(convert::provisionable(&v), want, "{v}");
         }
     }
 }

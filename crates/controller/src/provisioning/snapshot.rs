@@ -1,29 +1,39 @@
-//! Pure: the cluster as JSON objects (what the watch caches hold, or what `simulate` reads
-//! from files) → the solver's input. Shared by the provisioner loop and `simulate`.
+//! Pure: the cluster as typed objects (what the shared caches hold, or what `simulate` reads
+//! from files) → the solver's input. Shared by the provisioner loop, disruption and
+//! `simulate`. Objects are shared (`Arc`), never copied: a snapshot of 1000 pods costs 1000
+//! pointers.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use serde_json::Value;
+use api::consts::conditions as types;
+use api::{NodeClaim, NodePool};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use templates::model::Catalog;
 
 use super::convert;
+use crate::objects::{
+    claim_condition, claim_node_name, deleting, name, node_ready, nodepool_of, pod_node_name,
+    terminal,
+};
 
-/// The objects a scheduling decision depends on, as JSON.
+/// The objects a scheduling decision depends on.
 #[derive(Debug, Default, Clone)]
 pub struct State {
     /// All pods: bound ones count against their node, pending ones are not read from here.
-    pub pods: Vec<Value>,
-    pub nodes: Vec<Value>,
-    pub nodeclaims: Vec<Value>,
-    pub nodepools: Vec<Value>,
-    pub daemonsets: Vec<Value>,
+    pub pods: Vec<Arc<Pod>>,
+    pub nodes: Vec<Arc<Node>>,
+    pub nodeclaims: Vec<Arc<NodeClaim>>,
+    pub nodepools: Vec<Arc<NodePool>>,
+    pub daemonsets: Vec<Arc<DaemonSet>>,
 }
 
 /// Result of one snapshot: the solver input and the NodePool objects by name.
 pub struct Snapshot {
     pub input: scheduling::Input,
-    pub pools: BTreeMap<String, Value>,
+    pub pools: BTreeMap<String, Arc<NodePool>>,
 }
 
 fn add(into: &mut scheduling::Resources, r: &scheduling::Resources) {
@@ -32,83 +42,49 @@ fn add(into: &mut scheduling::Resources, r: &scheduling::Resources) {
     }
 }
 
-/// Whether `obj` has condition `type_` with status True.
-pub fn condition_true(obj: &Value, type_: &str) -> bool {
-    obj["status"]["conditions"].as_array().is_some_and(|cs| {
-        cs.iter()
-            .any(|c| c["type"] == type_ && c["status"] == "True")
-    })
-}
-
-fn str_map(v: &Value) -> BTreeMap<String, String> {
-    v.as_object()
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn name(v: &Value) -> &str {
-    v["metadata"]["name"].as_str().unwrap_or_default()
-}
-
-/// Whether `v` has a deletionTimestamp.
-pub fn deleting(v: &Value) -> bool {
-    !v["metadata"]["deletionTimestamp"].is_null()
-}
-
 /// Builds the solver input. `catalog(nodeclass)` gives a NodeClass's instance types;
 /// `available(instance_type, zone, capacity_type)` filters offerings (e.g. ones that just
 /// failed to launch).
 pub fn build(
     state: &State,
-    pending: &[Value],
+    pending: &[Arc<Pod>],
     catalog: &dyn Fn(&str) -> Option<Arc<Catalog>>,
     available: &dyn Fn(&str, Option<&str>, &str) -> bool,
 ) -> Snapshot {
     // Requests and bound pods per node.
     let mut bound: HashMap<&str, (scheduling::Resources, Vec<scheduling::BoundPod>)> =
         HashMap::new();
-    for v in &state.pods {
-        let Some(node) = v["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) else {
+    for p in &state.pods {
+        let Some(node) = pod_node_name(p) else {
             continue;
         };
-        let phase = v["status"]["phase"].as_str().unwrap_or_default();
-        if phase == "Succeeded" || phase == "Failed" {
+        if terminal(p) {
             continue;
         }
-        let sp = convert::pod(v);
+        let (requests, bp) = convert::bound_pod(p);
         let e = bound.entry(node).or_default();
-        add(&mut e.0, &sp.requests);
-        e.1.push(scheduling::BoundPod {
-            namespace: sp.namespace,
-            labels: sp.labels,
-            host_ports: sp.host_ports,
-            pod_anti_affinity: sp.pod_anti_affinity,
-        });
+        add(&mut e.0, &requests);
+        e.1.push(bp);
     }
     // NodeClaims by the Node they registered as.
-    let claim_of_node: HashMap<&str, &Value> = state
+    let claim_of_node: HashMap<&str, &NodeClaim> = state
         .nodeclaims
         .iter()
-        .filter_map(|c| Some((c["status"]["nodeName"].as_str()?, c)))
-        .filter(|(n, _)| !n.is_empty())
+        .filter_map(|c| Some((claim_node_name(c)?, c.as_ref())))
         .collect();
     let mut nodes = Vec::new();
     let mut ready_nodes = HashSet::new();
     for n in &state.nodes {
-        if !condition_true(n, "Ready") || deleting(n) {
+        if !node_ready(n) || deleting(n.as_ref()) {
             continue;
         }
-        let node_name = name(n);
+        let node_name = name(n.as_ref());
         ready_nodes.insert(node_name);
         let (requested, pods) = bound.remove(node_name).unwrap_or_default();
         // A Node whose NodeClaim is not initialized yet still carries ephemeral and startup
         // taints that will go away: Karpenter schedules onto it as in flight.
         let claim = claim_of_node.get(node_name);
-        let initialized = claim.is_none_or(|c| condition_true(c, "Initialized"));
+        let initialized = claim.is_none_or(|c| claim_condition(c, types::INITIALIZED));
         nodes.push(scheduling::ExistingNode {
             name: node_name.to_string(),
             state: if initialized {
@@ -116,36 +92,41 @@ pub fn build(
             } else {
                 scheduling::NodeState::InFlight
             },
-            labels: str_map(&n["metadata"]["labels"]),
-            taints: convert::taints(&n["spec"]["taints"]),
+            labels: n.metadata.labels.clone().unwrap_or_default(),
+            taints: convert::node_taints(n.spec.as_ref().and_then(|s| s.taints.as_ref())),
             startup_taints: claim
-                .map(|c| convert::taints(&c["spec"]["startupTaints"]))
+                .map(|c| convert::taints(&c.spec.startup_taints))
                 .unwrap_or_default(),
-            allocatable: convert::resources(&n["status"]["allocatable"]),
+            allocatable: n
+                .status
+                .as_ref()
+                .and_then(|s| s.allocatable.as_ref())
+                .map(convert::resources)
+                .unwrap_or_default(),
             requested,
             pods,
         });
     }
     let mut usage: HashMap<String, scheduling::Resources> = HashMap::new();
     for c in &state.nodeclaims {
-        let Some(pool) = c["metadata"]["labels"][scheduling::LABEL_NODEPOOL].as_str() else {
+        let Some(pool) = nodepool_of(c) else {
             continue;
         };
         add(usage.entry(pool.to_string()).or_default(), &claim_usage(c));
-        if deleting(c) {
+        if deleting(c.as_ref()) {
             continue;
         }
-        let node_name = c["status"]["nodeName"].as_str().unwrap_or_default();
+        let node_name = claim_node_name(c).unwrap_or_default();
         if !node_name.is_empty() && ready_nodes.contains(node_name) {
             continue; // represented by its Node
         }
-        let mut labels = str_map(&c["metadata"]["labels"]);
-        for r in convert::requirements(&c["spec"]["requirements"]) {
+        let mut labels = c.metadata.labels.clone().unwrap_or_default();
+        for r in convert::requirements(&c.spec.requirements) {
             if r.operator == scheduling::Operator::In && r.values.len() == 1 {
                 labels.entry(r.key).or_insert_with(|| r.values[0].clone());
             }
         }
-        let claim_name = name(c).to_string();
+        let claim_name = name(c.as_ref()).to_string();
         labels
             .entry(scheduling::LABEL_HOSTNAME.into())
             .or_insert_with(|| claim_name.clone());
@@ -154,40 +135,41 @@ pub fn build(
             name: claim_name,
             state: scheduling::NodeState::InFlight,
             labels,
-            taints: convert::taints(&c["spec"]["taints"]),
-            startup_taints: convert::taints(&c["spec"]["startupTaints"]),
-            allocatable: claim_resources(c, "allocatable"),
+            taints: convert::taints(&c.spec.taints),
+            startup_taints: convert::taints(&c.spec.startup_taints),
+            allocatable: claim_resources(c, Which::Allocatable),
             requested,
             pods,
         });
     }
     let mut node_pools = Vec::new();
     let mut pools = BTreeMap::new();
-    for v in &state.nodepools {
-        if deleting(v) {
+    for p in &state.nodepools {
+        if deleting(p.as_ref()) {
             continue;
         }
-        let mut pool = convert::node_pool(v);
+        let mut pool = convert::node_pool(p);
         pool.usage = usage.remove(&pool.name).unwrap_or_default();
-        let nodeclass = v["spec"]["template"]["spec"]["nodeClassRef"]["name"]
-            .as_str()
-            .unwrap_or_default();
-        if let Some(catalog) = catalog(nodeclass) {
+        if let Some(catalog) = catalog(&p.spec.template.spec.node_class_ref.name) {
             pool.instance_types = catalog
                 .instance_types
                 .iter()
                 .map(|it| convert::instance_type(it, available))
                 .collect();
         }
-        pools.insert(pool.name.clone(), v.clone());
+        pools.insert(pool.name.clone(), Arc::clone(p));
         node_pools.push(pool);
     }
     Snapshot {
         input: scheduling::Input {
             node_pools,
             nodes,
-            daemonsets: state.daemonsets.iter().map(convert::daemonset).collect(),
-            pods: pending.iter().map(convert::pod).collect(),
+            daemonsets: state
+                .daemonsets
+                .iter()
+                .map(|d| convert::daemonset(d))
+                .collect(),
+            pods: pending.iter().map(|p| convert::pod(p)).collect(),
         },
         pools,
     }
@@ -195,54 +177,87 @@ pub fn build(
 
 /// What one NodeClaim counts against its NodePool's limits: its capacity once known, its
 /// requests before, plus `nodes: 1`.
-pub fn claim_usage(c: &Value) -> scheduling::Resources {
-    let mut u = claim_resources(c, "capacity");
+pub fn claim_usage(c: &NodeClaim) -> scheduling::Resources {
+    let mut u = claim_resources(c, Which::Capacity);
     u.insert("nodes".into(), 1);
     u
+}
+
+/// A NodeClaim's capacity or allocatable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Which {
+    Capacity,
+    Allocatable,
+}
+
+/// The resources of a launch plan (the annotation launch records; other fields ignored).
+#[derive(serde::Deserialize, Default)]
+struct PlannedResources {
+    #[serde(default)]
+    capacity: BTreeMap<String, Quantity>,
+    #[serde(default)]
+    allocatable: BTreeMap<String, Quantity>,
 }
 
 /// A NodeClaim's `capacity` or `allocatable`: from its status once launched, else from its
 /// launch plan (the instance type is chosen before anything is created), else what it
 /// requests.
-pub fn claim_resources(c: &Value, which: &str) -> scheduling::Resources {
-    let from_status = convert::resources(&c["status"][which]);
-    if !from_status.is_empty() {
-        return from_status;
+pub fn claim_resources(c: &NodeClaim, which: Which) -> scheduling::Resources {
+    fn pick<'a, T>(which: Which, capacity: &'a T, allocatable: &'a T) -> &'a T {
+        match which {
+            Which::Capacity => capacity,
+            Which::Allocatable => allocatable,
+        }
     }
-    let planned = c["metadata"]["annotations"][api::consts::annotations::LAUNCH_PLAN]
-        .as_str()
-        .and_then(|p| serde_json::from_str::<Value>(p).ok())
-        .map(|p| convert::resources(&p[which]))
+    if let Some(s) = &c.status {
+        let from_status = convert::resources(pick(which, &s.capacity, &s.allocatable));
+        if !from_status.is_empty() {
+            return from_status;
+        }
+    }
+    let planned = crate::objects::annotation(c, api::consts::annotations::LAUNCH_PLAN)
+        .and_then(|p| serde_json::from_str::<PlannedResources>(p).ok())
+        .map(|p| convert::resources(pick(which, &p.capacity, &p.allocatable)))
         .unwrap_or_default();
     if !planned.is_empty() {
         return planned;
     }
-    convert::resources(&c["spec"]["resources"]["requests"])
+    c.spec
+        .resources
+        .as_ref()
+        .map(|r| convert::resources(&r.requests))
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
-    fn ready_node(name: &str, taints: Value) -> Value {
-        json!({
+    fn typed<T: serde::de::DeserializeOwned>(v: Value) -> Arc<T> {
+        Arc::new(serde_json::from_value(v).expect("fixture"))
+    }
+
+    fn ready_node(name: &str, taints: Value) -> Arc<Node> {
+        typed(json!({
             "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
             "spec": {"taints": taints},
             "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
                        "conditions": [{"type": "Ready", "status": "True"}]}
-        })
+        }))
     }
 
-    fn claim(name: &str, node: &str, initialized: bool) -> Value {
-        json!({
+    fn claim(name: &str, node: &str, initialized: bool) -> Arc<NodeClaim> {
+        typed(json!({
             "metadata": {"name": name, "labels": {"karpenter.sh/nodepool": "default"}},
             "spec": {"resources": {"requests": {"cpu": "1"}},
+                     "nodeClassRef": {"group": "g", "kind": "K", "name": "n"},
                      "startupTaints": [{"key": "s", "effect": "NoSchedule"}],
                      "requirements": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z1"]}]},
             "status": {"nodeName": node, "capacity": {"cpu": "4", "memory": "8Gi"},
-                       "conditions": [{"type": "Initialized", "status": if initialized {"True"} else {"False"}}]}
-        })
+                       "conditions": [{"type": "Initialized", "status": if initialized {"True"} else {"False"},
+                                       "reason": "r", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+        }))
     }
 
     fn no_catalog(_: &str) -> Option<Arc<Catalog>> {
@@ -253,11 +268,11 @@ mod tests {
     fn nodes_of_uninitialized_claims_are_in_flight_and_claims_count_towards_usage() {
         let unregistered = json!([{"key": "karpenter.sh/unregistered", "effect": "NoExecute"}]);
         let state = State {
-            pods: vec![json!({
+            pods: vec![typed(json!({
                 "metadata": {"name": "bound", "namespace": "d"},
-                "spec": {"nodeName": "n1", "containers": [{"resources": {"requests": {"cpu": "1500m"}}}]},
+                "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {"requests": {"cpu": "1500m"}}}]},
                 "status": {"phase": "Running"}
-            })],
+            }))],
             nodes: vec![
                 ready_node("n1", json!([])),
                 ready_node("n2", unregistered),
@@ -268,9 +283,10 @@ mod tests {
                 claim("c2", "n2", false),
                 claim("c4", "", false),
             ],
-            nodepools: vec![
-                json!({"metadata": {"name": "default"}, "spec": {"template": {"spec": {}}}}),
-            ],
+            nodepools: vec![typed(
+                json!({"metadata": {"name": "default"}, "spec": {"template": {"spec": {
+                "nodeClassRef": {"group": "g", "kind": "K", "name": "n"}, "requirements": []}}}}),
+            )],
             daemonsets: vec![],
         };
         let s = build(&state, &[], &no_catalog, &|_, _, _| true);
@@ -290,5 +306,20 @@ mod tests {
         let usage = &s.input.node_pools[0].usage;
         assert_eq!(usage["nodes"], 3);
         assert_eq!(usage["cpu"], 12_000);
+    }
+
+    #[test]
+    fn claim_resources_come_from_status_then_launch_plan_then_requests() {
+        let mut c = (*claim("c", "", false)).clone();
+        assert_eq!(claim_resources(&c, Which::Capacity)["cpu"], 4000);
+        c.status = None;
+        assert_eq!(claim_resources(&c, Which::Capacity)["cpu"], 1000);
+        c.metadata.annotations = Some(BTreeMap::from([(
+            api::consts::annotations::LAUNCH_PLAN.to_string(),
+            r#"{"machine": "m", "capacity": {"cpu": "8"}, "allocatable": {"cpu": "7"}}"#
+                .to_string(),
+        )]));
+        assert_eq!(claim_resources(&c, Which::Capacity)["cpu"], 8000);
+        assert_eq!(claim_resources(&c, Which::Allocatable)["cpu"], 7000);
     }
 }

@@ -1,0 +1,174 @@
+//! What every method starts from: per NodePool, its NodeClaims that may be disrupted (not
+//! being deleted already), each with its Node and the reschedulable pods on it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use api::consts::annotations::DO_NOT_DISRUPT;
+use api::consts::conditions as types;
+use api::karpenter::{ConsolidationPolicy, NodePoolSpec};
+use api::{NodeClaim, NodePool};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Resource;
+
+use super::View;
+use crate::nodeclass::parse_duration;
+use crate::objects::{
+    annotation, claim_condition, claim_node_name, deleting, name, nodepool_of, owned_by,
+    pod_node_name, terminal,
+};
+
+/// Whether a pod keeps its node from being empty: not owned by a DaemonSet or the Node
+/// (static), not a mirror pod, not finished, not terminating.
+pub fn reschedulable(pod: &Pod) -> bool {
+    let mirror = annotation(pod, "kubernetes.io/config.mirror").is_some();
+    !(owned_by(pod, &["DaemonSet", "Node"]) || mirror || terminal(pod) || deleting(pod))
+}
+
+/// Whether a pod may be moved by consolidation: owned by a controller (a bare pod would be
+/// gone for good) and not annotated `karpenter.sh/do-not-disrupt`.
+pub fn movable(pod: &Pod) -> bool {
+    let controlled = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true));
+    controlled && !do_not_disrupt(pod)
+}
+
+/// Whether `obj` is annotated `karpenter.sh/do-not-disrupt: "true"`.
+pub fn do_not_disrupt<K: Resource>(obj: &K) -> bool {
+    annotation(obj, DO_NOT_DISRUPT) == Some("true")
+}
+
+/// One NodeClaim a method may disrupt.
+#[derive(Debug)]
+pub struct Candidate<'a> {
+    pub claim: &'a NodeClaim,
+    pub name: &'a str,
+    /// Its Node, once registered and cached.
+    pub node: Option<&'a Node>,
+    /// The reschedulable pods on its Node.
+    pub pods: &'a [&'a Pod],
+}
+
+impl Candidate<'_> {
+    /// Initialized, with a Node, and neither annotated do-not-disrupt: what emptiness and
+    /// consolidation both require.
+    pub fn disruptable(&self) -> bool {
+        claim_condition(self.claim, types::INITIALIZED)
+            && !do_not_disrupt(self.claim)
+            && self.node.is_some_and(|n| !do_not_disrupt(n))
+    }
+
+    /// Disruptable and without a reschedulable pod.
+    pub fn empty(&self) -> bool {
+        self.disruptable() && self.pods.is_empty()
+    }
+
+    /// `namespace/name` of its pods, sorted.
+    pub fn pod_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .pods
+            .iter()
+            .map(|p| crate::objects::namespaced_name(*p))
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+/// One NodePool and its candidates.
+#[derive(Debug)]
+pub struct Pool<'a> {
+    pub name: &'a str,
+    pub spec: &'a NodePoolSpec,
+    /// `consolidateAfter`; `None` for `Never` (or unparsable).
+    pub consolidate_after: Option<Duration>,
+    /// All its NodeClaims, those being deleted included.
+    pub total: usize,
+    /// Its NodeClaims being deleted.
+    pub disrupting: usize,
+    /// Its NodeClaims not being deleted, in name order.
+    pub candidates: Vec<Candidate<'a>>,
+}
+
+impl Pool<'_> {
+    /// Whether the pool's policy consolidates nodes that still run pods.
+    pub fn consolidates_underutilized(&self) -> bool {
+        matches!(
+            self.spec.disruption.consolidation_policy,
+            ConsolidationPolicy::WhenEmptyOrUnderutilized | ConsolidationPolicy::Balanced
+        )
+    }
+}
+
+/// Reschedulable pods by the Node they are bound to.
+pub fn pods_by_node(pods: &[Arc<Pod>]) -> HashMap<&str, Vec<&Pod>> {
+    let mut out: HashMap<&str, Vec<&Pod>> = HashMap::new();
+    for p in pods {
+        if let Some(n) = pod_node_name(p)
+            && reschedulable(p)
+        {
+            out.entry(n).or_default().push(p);
+        }
+    }
+    out
+}
+
+/// The NodePools of `view` with their candidates.
+pub fn pools<'a>(view: &'a View, pods_on: &'a HashMap<&'a str, Vec<&'a Pod>>) -> Vec<Pool<'a>> {
+    let nodes: HashMap<&str, &Node> = view
+        .nodes
+        .iter()
+        .map(|n| (name(n.as_ref()), n.as_ref()))
+        .collect();
+    let mut by_pool: BTreeMap<&str, Vec<&NodeClaim>> = BTreeMap::new();
+    for c in view.nodeclaims {
+        if let Some(p) = nodepool_of(c) {
+            by_pool.entry(p).or_default().push(c);
+        }
+    }
+    for claims in by_pool.values_mut() {
+        claims.sort_by_key(|c| name(*c));
+    }
+    view.nodepools
+        .iter()
+        .map(|p: &Arc<NodePool>| {
+            let pool_name = name(p.as_ref());
+            let claims = by_pool
+                .get(pool_name)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            let consolidate_after = match p.spec.disruption.consolidate_after.as_str() {
+                "Never" => None,
+                d => parse_duration(d),
+            };
+            Pool {
+                name: pool_name,
+                spec: &p.spec,
+                consolidate_after,
+                total: claims.len(),
+                disrupting: claims.iter().filter(|c| deleting(**c)).count(),
+                candidates: claims
+                    .iter()
+                    .filter(|c| !deleting(**c))
+                    .map(|c| {
+                        let node = claim_node_name(c).and_then(|n| nodes.get(n).copied());
+                        Candidate {
+                            claim: c,
+                            name: name(*c),
+                            node,
+                            pods: node
+                                .and_then(|n| pods_on.get(name(n)))
+                                .map(Vec::as_slice)
+                                .unwrap_or_default(),
+                        }
+                    })
+                    .collect(),
+            }
+        })
+        .collect()
+}

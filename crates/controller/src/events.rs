@@ -1,0 +1,376 @@
+//! Events as client-go's recorder (`k8s.io/client-go/tools/events`) writes them: an event
+//! identical to one published in the last [`FINISH`] (same object, type, reason, action,
+//! note, related object, reporter) is no new Event object. The second occurrence turns the
+//! first object into a series (`series.count`, `series.lastObservedTime`, one patch); later
+//! ones only count, and the count is written when the series is older than [`REFRESH`] or
+//! ends (no repeat for [`FINISH`]). A pod nominated to the same NodeClaim batch after batch
+//! is one `Nominated` Event with a count, at most two writes per [`REFRESH`].
+//!
+//! kube-runtime's `Recorder` (kube 5) also makes series, but keys them without the note (a
+//! pod nominated to another NodeClaim would patch the old "should schedule on" message) and
+//! writes on every repeat.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::{Event as K8sEvent, EventSeries};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::Timestamp;
+use kube::Client;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+pub use kube::runtime::events::{Event, EventType, Reporter};
+
+/// A series that saw no repeat for this long is finished (client-go: 6 minutes).
+pub const FINISH: Duration = Duration::from_secs(6 * 60);
+/// A running series' count is written at most this often (client-go: 30 minutes).
+pub const REFRESH: Duration = Duration::from_secs(30 * 60);
+
+/// What makes two events the same (client-go's `getKey`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Key {
+    regarding: ObjectKey,
+    related: Option<ObjectKey>,
+    type_: &'static str,
+    reason: String,
+    action: String,
+    note: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct ObjectKey {
+    api_version: Option<String>,
+    kind: Option<String>,
+    namespace: Option<String>,
+    name: Option<String>,
+    uid: Option<String>,
+}
+
+impl From<&ObjectReference> for ObjectKey {
+    fn from(r: &ObjectReference) -> Self {
+        ObjectKey {
+            api_version: r.api_version.clone(),
+            kind: r.kind.clone(),
+            namespace: r.namespace.clone(),
+            name: r.name.clone(),
+            uid: r.uid.clone(),
+        }
+    }
+}
+
+/// The Event object written for a key, and what of its series is not written yet.
+#[derive(Debug, Clone)]
+struct Entry {
+    namespace: String,
+    name: String,
+    /// Occurrences (1 before it is a series).
+    count: i32,
+    /// `count` as last written.
+    written: i32,
+    /// Set once the Event object exists (a repeat before that only counts).
+    created: bool,
+    last_observed: Timestamp,
+    last_seen: Instant,
+    last_write: Instant,
+}
+
+/// What one `publish` writes.
+enum Write {
+    Create(Box<K8sEvent>),
+    Series(Entry),
+    Nothing,
+}
+
+/// Publishes events, aggregating repeats into series. Clones share one cache.
+#[derive(Clone)]
+pub struct Recorder {
+    client: Client,
+    reporter: Reporter,
+    cache: Arc<Mutex<HashMap<Key, Entry>>>,
+}
+
+fn type_name(t: EventType) -> &'static str {
+    match t {
+        EventType::Normal => "Normal",
+        EventType::Warning => "Warning",
+    }
+}
+
+impl Recorder {
+    pub fn new(client: Client, reporter: Reporter) -> Self {
+        Recorder {
+            client,
+            reporter,
+            cache: Arc::default(),
+        }
+    }
+
+    fn key(ev: &Event, regarding: &ObjectReference) -> Key {
+        Key {
+            regarding: regarding.into(),
+            related: ev.secondary.as_ref().map(Into::into),
+            type_: type_name(ev.type_),
+            reason: ev.reason.clone(),
+            action: ev.action.clone(),
+            note: ev.note.clone(),
+        }
+    }
+
+    fn event(&self, ev: &Event, regarding: &ObjectReference, now: Timestamp) -> K8sEvent {
+        K8sEvent {
+            action: Some(ev.action.clone()),
+            reason: Some(ev.reason.clone()),
+            event_time: Some(MicroTime(now)),
+            regarding: Some(regarding.clone()),
+            related: ev.secondary.clone(),
+            note: ev.note.clone(),
+            type_: Some(type_name(ev.type_).into()),
+            reporting_controller: Some(self.reporter.controller.clone()),
+            reporting_instance: Some(
+                self.reporter
+                    .instance
+                    .clone()
+                    .unwrap_or_else(|| self.reporter.controller.clone()),
+            ),
+            metadata: ObjectMeta {
+                namespace: Some(namespace_of(regarding)),
+                name: Some(format!(
+                    "{}.{:x}",
+                    regarding
+                        .name
+                        .as_deref()
+                        .unwrap_or(&self.reporter.controller),
+                    now.as_nanosecond()
+                )),
+                ..ObjectMeta::default()
+            },
+            ..K8sEvent::default()
+        }
+    }
+
+    /// Decides what to write for one occurrence, and drops finished series (returned, to
+    /// write their final count).
+    fn observe(&self, ev: &Event, regarding: &ObjectReference) -> (Write, Vec<Entry>) {
+        let (now, instant) = (Timestamp::now(), Instant::now());
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let mut finished = Vec::new();
+        cache.retain(|_, e| {
+            let live = instant.duration_since(e.last_seen) < FINISH;
+            if !live && e.created && e.count > e.written {
+                finished.push(e.clone());
+            }
+            live
+        });
+        let key = Self::key(ev, regarding);
+        let write = match cache.get_mut(&key) {
+            Some(e) => {
+                e.count += 1;
+                e.last_observed = now;
+                e.last_seen = instant;
+                // The second occurrence makes the series; then the count is refreshed.
+                let due = e.written < 2 || instant.duration_since(e.last_write) >= REFRESH;
+                if e.created && due {
+                    e.written = e.count;
+                    e.last_write = instant;
+                    Write::Series(e.clone())
+                } else {
+                    Write::Nothing
+                }
+            }
+            None => {
+                let event = self.event(ev, regarding, now);
+                cache.insert(
+                    key,
+                    Entry {
+                        namespace: namespace_of(regarding),
+                        name: event.metadata.name.clone().unwrap_or_default(),
+                        count: 1,
+                        written: 1,
+                        created: false,
+                        last_observed: now,
+                        last_seen: instant,
+                        last_write: instant,
+                    },
+                );
+                Write::Create(Box::new(event))
+            }
+        };
+        (write, finished)
+    }
+
+    fn mark_created(&self, ev: &Event, regarding: &ObjectReference, ok: bool) {
+        let key = Self::key(ev, regarding);
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if ok {
+            if let Some(e) = cache.get_mut(&key) {
+                e.created = true;
+            }
+        } else {
+            // Not written: the next occurrence tries again.
+            cache.remove(&key);
+        }
+    }
+
+    async fn patch_series(&self, e: &Entry) -> Result<(), kube::Error> {
+        let api: Api<K8sEvent> = Api::namespaced(self.client.clone(), &e.namespace);
+        let series = EventSeries {
+            count: e.count,
+            last_observed_time: MicroTime(e.last_observed),
+        };
+        let patch = serde_json::json!({ "series": series });
+        api.patch(&e.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(|_| ())
+    }
+
+    /// Publishes one occurrence of `ev` about `regarding` (see the module doc for when that
+    /// writes).
+    pub async fn publish(
+        &self,
+        ev: &Event,
+        regarding: &ObjectReference,
+    ) -> Result<(), kube::Error> {
+        let (write, finished) = self.observe(ev, regarding);
+        for e in &finished {
+            if let Err(err) = self.patch_series(e).await {
+                tracing::debug!(event = %e.name, error = %err, "finishing event series failed");
+            }
+        }
+        match write {
+            Write::Create(event) => {
+                let api: Api<K8sEvent> =
+                    Api::namespaced(self.client.clone(), &namespace_of(regarding));
+                let created = api.create(&PostParams::default(), &event).await;
+                self.mark_created(ev, regarding, created.is_ok());
+                created.map(|_| ())
+            }
+            Write::Series(e) => match self.patch_series(&e).await {
+                // The Event expired on the server (1 h TTL): start over.
+                Err(kube::Error::Api(status)) if status.code == 404 => {
+                    self.mark_created(ev, regarding, false);
+                    Box::pin(self.publish(ev, regarding)).await
+                }
+                other => other,
+            },
+            Write::Nothing => Ok(()),
+        }
+    }
+}
+
+/// Events of cluster-scoped objects go to `default`, as client-go does.
+fn namespace_of(r: &ObjectReference) -> String {
+    r.namespace.clone().unwrap_or_else(|| "default".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::{Request, Response};
+    use kube::client::Body;
+
+    /// (method, path) of each request.
+    type Log = Arc<Mutex<Vec<(String, String)>>>;
+
+    /// A client whose API server records each request (method, path) and answers with the
+    /// request's own body (what create and patch return is not read).
+    fn recording_client() -> (Client, Log) {
+        let seen: Log = Arc::default();
+        let log = seen.clone();
+        let service = tower::service_fn(move |req: Request<Body>| {
+            let log = log.clone();
+            async move {
+                log.lock()
+                    .expect("log")
+                    .push((req.method().to_string(), req.uri().path().to_string()));
+                let event = K8sEvent {
+                    metadata: ObjectMeta {
+                        name: Some("e".into()),
+                        ..ObjectMeta::default()
+                    },
+                    ..K8sEvent::default()
+                };
+                let body = serde_json::to_vec(&event).expect("json");
+                Ok::<_, std::convert::Infallible>(Response::new(Body::from(body)))
+            }
+        });
+        (Client::new(service, "default"), seen)
+    }
+
+    fn pod_ref(uid: &str) -> ObjectReference {
+        ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            namespace: Some("shop".into()),
+            name: Some("web-0".into()),
+            uid: Some(uid.into()),
+            ..ObjectReference::default()
+        }
+    }
+
+    fn nominated(claim: &str) -> Event {
+        Event {
+            type_: EventType::Normal,
+            reason: "Nominated".into(),
+            note: Some(format!("Pod should schedule on: nodeclaim/{claim}")),
+            action: "Nominated".into(),
+            secondary: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_pod_renominated_to_the_same_nodeclaim_is_one_event_with_a_count() {
+        let (client, seen) = recording_client();
+        let recorder = Recorder::new(
+            client,
+            Reporter {
+                controller: "karpenter-capi".into(),
+                instance: None,
+            },
+        );
+        // Five batches nominate the pod to the same NodeClaim.
+        for _ in 0..5 {
+            recorder
+                .publish(&nominated("default-abc"), &pod_ref("u1"))
+                .await
+                .expect("publish");
+        }
+        let writes = seen.lock().expect("log").clone();
+        let posts: Vec<_> = writes.iter().filter(|(m, _)| m == "POST").collect();
+        let patches: Vec<_> = writes.iter().filter(|(m, _)| m == "PATCH").collect();
+        assert_eq!(posts.len(), 1, "one Event object: {writes:?}");
+        assert_eq!(posts[0].1, "/apis/events.k8s.io/v1/namespaces/shop/events");
+        assert_eq!(
+            patches.len(),
+            1,
+            "the second occurrence makes it a series: {writes:?}"
+        );
+        let entry = recorder
+            .cache
+            .lock()
+            .expect("cache")
+            .values()
+            .next()
+            .cloned()
+            .expect("entry");
+        assert_eq!(entry.count, 5);
+        assert!(patches[0].1.ends_with(&format!("/events/{}", entry.name)));
+
+        // Another NodeClaim, or another pod (a new uid), is another Event.
+        recorder
+            .publish(&nominated("default-xyz"), &pod_ref("u1"))
+            .await
+            .expect("publish");
+        recorder
+            .publish(&nominated("default-abc"), &pod_ref("u2"))
+            .await
+            .expect("publish");
+        let posts = seen
+            .lock()
+            .expect("log")
+            .iter()
+            .filter(|(m, _)| m == "POST")
+            .count();
+        assert_eq!(posts, 3);
+    }
+}

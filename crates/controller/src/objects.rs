@@ -1,0 +1,106 @@
+//! Typed reads shared by the loops that decide from cached objects (provisioning,
+//! disruption, NodePool status): conditions, deletion, where a pod runs, which NodePool a
+//! NodeClaim belongs to.
+
+use api::conditions as cond;
+use api::{NodeClaim, NodePool};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Resource;
+
+/// Whether `obj` has a deletionTimestamp.
+pub fn deleting<K: Resource>(obj: &K) -> bool {
+    obj.meta().deletion_timestamp.is_some()
+}
+
+/// Whether a Node's `Ready` condition is True.
+pub fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Whether a NodeClaim has condition `type_` True.
+pub fn claim_condition(claim: &NodeClaim, type_: &str) -> bool {
+    claim
+        .status
+        .as_ref()
+        .is_some_and(|s| cond::is_true(&s.conditions, type_))
+}
+
+/// Whether a NodePool has condition `type_` True.
+pub fn pool_condition(pool: &NodePool, type_: &str) -> bool {
+    pool.status
+        .as_ref()
+        .is_some_and(|s| cond::is_true(&s.conditions, type_))
+}
+
+/// The NodePool a NodeClaim belongs to (its `karpenter.sh/nodepool` label).
+pub fn nodepool_of(claim: &NodeClaim) -> Option<&str> {
+    claim
+        .metadata
+        .labels
+        .as_ref()?
+        .get(scheduling::LABEL_NODEPOOL)
+        .map(String::as_str)
+}
+
+/// The Node a NodeClaim registered as (empty names are none).
+pub fn claim_node_name(claim: &NodeClaim) -> Option<&str> {
+    claim
+        .status
+        .as_ref()?
+        .node_name
+        .as_deref()
+        .filter(|n| !n.is_empty())
+}
+
+/// The Node a pod is bound to (empty names are none).
+pub fn pod_node_name(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()?
+        .node_name
+        .as_deref()
+        .filter(|n| !n.is_empty())
+}
+
+/// Whether a pod has finished (`Succeeded` or `Failed`).
+pub fn terminal(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+/// Whether an owner reference of `obj` is of `kind`.
+pub fn owned_by<K: Resource>(obj: &K, kinds: &[&str]) -> bool {
+    obj.meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| kinds.contains(&o.kind.as_str()))
+}
+
+/// Annotation `key` of `obj`.
+pub fn annotation<'a, K: Resource>(obj: &'a K, key: &str) -> Option<&'a str> {
+    obj.meta()
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
+}
+
+/// `namespace/name` of a namespaced object.
+pub fn namespaced_name<K: Resource>(obj: &K) -> String {
+    let meta = obj.meta();
+    format!(
+        "{}/{}",
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// The name of `obj` (empty when unset).
+pub fn name<K: Resource>(obj: &K) -> &str {
+    obj.meta().name.as_deref().unwrap_or_default()
+}
