@@ -1154,40 +1154,7 @@ async fn kubeadm_config_template_is_cloned_with_the_unregistered_taint() {
     let env = env(default_templates(json!({}))).await;
     let client = env.tb.client();
     let ns = env.cluster.namespace.clone();
-    let kct = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(
-            "bootstrap.cluster.x-k8s.io",
-            "v1beta2",
-            "KubeadmConfigTemplate",
-        ),
-        "kubeadmconfigtemplates",
-    );
-    Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &kct)
-        .create(
-            &PostParams::default(),
-            &from_json(json!({
-                "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "KubeadmConfigTemplate",
-                "metadata": {"name": "workers"},
-                "spec": {"template": {"spec": {"joinConfiguration": {"nodeRegistration": {
-                    "kubeletExtraArgs": [{"name": "node-labels", "value": "example.com/pool=workers"}]
-                }}}}}
-            })),
-        )
-        .await
-        .expect("KubeadmConfigTemplate");
-    nodeclasses(&client)
-        .create(
-            &PostParams::default(),
-            &from_json(json!({
-                "apiVersion": "karpenter.cluster.x-k8s.io/v1alpha1", "kind": "ClusterAPINodeClass",
-                "metadata": {"name": "kubeadm"},
-                "spec": {"clusterRef": {"namespace": ns, "name": "c1"},
-                         "bootstrap": {"configTemplateRef": {"apiGroup": "bootstrap.cluster.x-k8s.io",
-                                        "kind": "KubeadmConfigTemplate", "name": "workers"}}}
-            })),
-        )
-        .await
-        .expect("nodeclass");
+    create_kubeadm_nodeclass(&client, &ns, "kubeadm", "workers").await;
     let mut claim = nodeclaim("kubeadm-abc01", json!([]));
     claim.data["spec"]["nodeClassRef"]["name"] = json!("kubeadm");
     nodeclaims(&client)
