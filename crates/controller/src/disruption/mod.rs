@@ -16,12 +16,14 @@
 //! The decisions are pure functions of cached objects; the loop only deletes NodeClaims, so
 //! a restart anywhere is safe (timers restart from zero, which only delays).
 
+pub mod blockers;
 pub mod budgets;
 pub mod candidates;
 pub mod consolidation;
 pub mod emptiness;
 pub mod execute;
 pub mod expiration;
+pub mod pricing;
 #[cfg(test)]
 mod tests;
 
