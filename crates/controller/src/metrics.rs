@@ -57,6 +57,24 @@ pub struct NodeClassLabels {
     pub nodeclass: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    pub decision: String,
+    pub reason: String,
+    pub consolidation_type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EligibleLabels {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolReasonLabels {
+    pub nodepool: String,
+    pub reason: String,
+}
+
 fn duration_histogram() -> Histogram {
     // 1 ms .. ~65 s
     Histogram::new(exponential_buckets(0.001, 2.0, 17))
@@ -83,6 +101,10 @@ pub struct Metrics {
     pub machines_launched: Family<NodePoolLabels, Counter>,
     pub launch_duration: Family<NodePoolLabels, Histogram, fn() -> Histogram>,
     pub catalog_instance_types: Family<NodeClassLabels, Gauge>,
+    pub voluntary_disruption_decisions: Family<DecisionLabels, Counter>,
+    pub voluntary_disruption_eligible_nodes: Family<EligibleLabels, Gauge>,
+    pub nodepools_allowed_disruptions: Family<PoolReasonLabels, Gauge>,
+    pub consolidation_score: Family<NodePoolLabels, Gauge<f64, AtomicU64>>,
 }
 
 impl Metrics {
@@ -102,6 +124,10 @@ impl Metrics {
             machines_launched: Family::default(),
             launch_duration: Family::new_with_constructor(launch_histogram),
             catalog_instance_types: Family::default(),
+            voluntary_disruption_decisions: Family::default(),
+            voluntary_disruption_eligible_nodes: Family::default(),
+            nodepools_allowed_disruptions: Family::default(),
+            consolidation_score: Family::default(),
         };
         let k = registry.sub_registry_with_prefix("karpenter");
         k.register(
@@ -153,6 +179,26 @@ impl Metrics {
             "nodepools_limit",
             "Resource limits of each nodepool.",
             m.nodepools_limit.clone(),
+        );
+        k.register(
+            "voluntary_disruption_decisions",
+            "Disruption decisions, by decision (delete, replace), reason and consolidation type.",
+            m.voluntary_disruption_decisions.clone(),
+        );
+        k.register(
+            "voluntary_disruption_eligible_nodes",
+            "Nodes that are part of a disruption move now, by reason.",
+            m.voluntary_disruption_eligible_nodes.clone(),
+        );
+        k.register(
+            "nodepools_allowed_disruptions",
+            "Disruptions each nodepool's budgets allow now, by reason.",
+            m.nodepools_allowed_disruptions.clone(),
+        );
+        k.register(
+            "consolidation_score",
+            "The Balanced consolidation policy's last score of a move, by nodepool.",
+            m.consolidation_score.clone(),
         );
         let ours = k.sub_registry_with_prefix("capi");
         ours.register(

@@ -343,6 +343,9 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         nodeclaims: caches.nodeclaims.store(),
         nodes: caches.nodes.store(),
         pods: caches.pods.store(),
+        daemonsets: caches.daemonsets.store(),
+        pdbs: caches.pdbs.store(),
+        catalogs: Arc::new(catalogs.clone()),
     };
     let provisioner = crate::provisioning::Provisioner {
         client: ctx.workload.clone(),

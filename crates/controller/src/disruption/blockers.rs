@@ -192,7 +192,7 @@ pub fn pdb_blocker(pod: &Pod, pdbs: &[&PodDisruptionBudget]) -> Option<Blocker> 
         .as_ref()
         .and_then(|s| s.unhealthy_pod_eviction_policy.as_deref())
         == Some("AlwaysAllow");
-    (allowed <= 0 && !(always_allow && !pod_ready(pod))).then(|| Blocker::PdbAllowsNone {
+    (allowed <= 0 && (!always_allow || pod_ready(pod))).then(|| Blocker::PdbAllowsNone {
         pod: pod_name,
         pdb: namespaced_name(*pdb),
     })

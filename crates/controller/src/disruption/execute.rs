@@ -11,7 +11,7 @@ use kube::Resource;
 use kube::api::{Api, DeleteParams};
 use kube::runtime::reflector::Store;
 
-use super::{Decision, Timers, View, decide};
+use super::{Decision, Note, Outcome, Timers, View, pass, status};
 use crate::metrics::{CreatedLabels, Metrics};
 
 /// How often candidates are evaluated (Karpenter: 10 s).
@@ -27,24 +27,82 @@ pub struct Disruption {
     pub nodeclaims: Store<api::NodeClaim>,
     pub nodes: Store<k8s_openapi::api::core::v1::Node>,
     pub pods: Store<k8s_openapi::api::core::v1::Pod>,
+    pub daemonsets: Store<k8s_openapi::api::apps::v1::DaemonSet>,
+    pub pdbs: Store<k8s_openapi::api::policy::v1::PodDisruptionBudget>,
+    pub catalogs: std::sync::Arc<dyn crate::catalogs::Catalogs>,
 }
 
 impl Disruption {
     /// One pass over the caches as they are now (shared objects, no copies).
-    pub fn pass(&self, timers: &mut Timers) -> Vec<Decision> {
-        let (nodepools, nodeclaims, nodes, pods) = (
+    pub fn pass(&self, timers: &mut Timers) -> Outcome {
+        let (nodepools, nodeclaims, nodes, pods, daemonsets, pdbs) = (
             self.nodepools.state(),
             self.nodeclaims.state(),
             self.nodes.state(),
             self.pods.state(),
+            self.daemonsets.state(),
+            self.pdbs.state(),
         );
+        let catalog = |nodeclass: &str| self.catalogs.catalog(nodeclass);
         let view = View {
             nodepools: &nodepools,
             nodeclaims: &nodeclaims,
             nodes: &nodes,
             pods: &pods,
+            daemonsets: &daemonsets,
+            pdbs: &pdbs,
+            catalog: &catalog,
         };
-        decide(&view, timers, Timestamp::now(), Instant::now())
+        pass(&view, timers, Timestamp::now(), Instant::now())
+    }
+
+    /// An Event on a NodePool.
+    async fn note(&self, note: &Note) {
+        let Some(pool) = self
+            .nodepools
+            .get(&kube::runtime::reflector::ObjectRef::new(&note.nodepool))
+        else {
+            return;
+        };
+        let event = Event {
+            type_: EventType::Normal,
+            reason: note.reason.into(),
+            note: Some(note.message.clone()),
+            action: "Consolidate".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &pool.object_ref(&())).await {
+            tracing::debug!(error = %e, "publishing event failed");
+        }
+    }
+
+    /// Carries out a pass's decisions: deletes directly; a replace launches its replacement
+    /// first (the shared orchestration).
+    async fn execute(&self, decisions: &[Decision]) {
+        let mut counted = std::collections::HashSet::new();
+        for decision in decisions {
+            let kind = match &decision.command {
+                Some(mv) if mv.candidates.len() > 1 => "multi",
+                Some(_) => "single",
+                None if decision.reason == DisruptionReason::Empty && !decision.expired => "empty",
+                None => "",
+            };
+            let action = decision.command.as_ref().map_or("delete", |m| m.kind());
+            let key = decision
+                .command
+                .as_ref()
+                .map_or(decision.nodeclaim.clone(), |m| m.candidates.join(","));
+            if counted.insert(key) {
+                status::count_decision(&self.metrics, action, decision.reason, kind);
+            }
+            if let Some(mv) = &decision.command
+                && matches!(mv.action, super::plan::Action::Replace(_))
+            {
+                tracing::info!(nodeclaim = %decision.nodeclaim, "replace awaits the orchestration");
+                continue;
+            }
+            self.act(decision).await;
+        }
     }
 
     async fn act(&self, d: &Decision) {
@@ -119,14 +177,14 @@ pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> 
         // async workers.
         let this = d.clone();
         let pass = tokio::task::spawn_blocking(move || {
-            let decisions = this.pass(&mut timers);
-            (decisions, timers)
+            let outcome = this.pass(&mut timers);
+            (outcome, timers)
         })
         .await;
-        let decisions = match pass {
-            Ok((decisions, kept)) => {
+        let outcome = match pass {
+            Ok((outcome, kept)) => {
                 timers = kept;
-                decisions
+                outcome
             }
             Err(e) => {
                 tracing::error!(error = %e, "disruption pass failed; timers restart");
@@ -134,8 +192,11 @@ pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> 
                 continue;
             }
         };
-        for decision in decisions {
-            d.act(&decision).await;
+        status::record(&d.metrics, &outcome);
+        for note in &outcome.notes {
+            d.note(note).await;
         }
+        status::write_conditions(&d.client, &d.nodeclaims.state(), &outcome.verdicts).await;
+        d.execute(&outcome.decisions).await;
     }
 }
