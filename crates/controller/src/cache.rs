@@ -260,7 +260,6 @@ pub struct Caches {
     pub nodes: Cache<k8s_openapi::api::core::v1::Node>,
     pub pods: Cache<k8s_openapi::api::core::v1::Pod>,
     pub daemonsets: Cache<k8s_openapi::api::apps::v1::DaemonSet>,
-    /// PodDisruptionBudgets: consolidation checks them per evictable pod.
     pub pdbs: Cache<k8s_openapi::api::policy::v1::PodDisruptionBudget>,
     pub nodeclaims: Cache<api::NodeClaim>,
     pub nodepools: Cache<api::NodePool>,

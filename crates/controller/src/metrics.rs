@@ -21,6 +21,21 @@ pub struct CreatedLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    /// `delete` or `replace`.
+    pub decision: String,
+    /// `drifted`, `empty`, `underutilized`.
+    pub reason: String,
+    /// `single`, `multi`, `empty`, or empty for drift.
+    pub consolidation_type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TypeLabels {
+    pub r#type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TerminatedLabels {
     pub nodepool: String,
     pub capacity_type: String,
@@ -58,13 +73,6 @@ pub struct NodeClassLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DecisionLabels {
-    pub decision: String,
-    pub reason: String,
-    pub consolidation_type: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EligibleLabels {
     pub reason: String,
 }
@@ -91,6 +99,9 @@ pub struct Metrics {
     pub nodeclaims_created: Family<CreatedLabels, Counter>,
     pub nodeclaims_terminated: Family<TerminatedLabels, Counter>,
     pub nodeclaims_disrupted: Family<CreatedLabels, Counter>,
+    pub nodeclaims_drifted: Family<TypeLabels, Counter>,
+    pub disruption_decisions: Family<DecisionLabels, Counter>,
+    pub disruption_queue_failures: Family<DecisionLabels, Counter>,
     pub nodes_created: Family<NodePoolLabels, Counter>,
     pub nodes_terminated: Family<NodePoolLabels, Counter>,
     pub scheduling_duration: Family<ControllerLabels, Histogram, fn() -> Histogram>,
@@ -101,7 +112,6 @@ pub struct Metrics {
     pub machines_launched: Family<NodePoolLabels, Counter>,
     pub launch_duration: Family<NodePoolLabels, Histogram, fn() -> Histogram>,
     pub catalog_instance_types: Family<NodeClassLabels, Gauge>,
-    pub voluntary_disruption_decisions: Family<DecisionLabels, Counter>,
     pub voluntary_disruption_eligible_nodes: Family<EligibleLabels, Gauge>,
     pub nodepools_allowed_disruptions: Family<PoolReasonLabels, Gauge>,
     pub consolidation_score: Family<NodePoolLabels, Gauge<f64, AtomicU64>>,
@@ -114,6 +124,9 @@ impl Metrics {
             nodeclaims_created: Family::default(),
             nodeclaims_terminated: Family::default(),
             nodeclaims_disrupted: Family::default(),
+            nodeclaims_drifted: Family::default(),
+            disruption_decisions: Family::default(),
+            disruption_queue_failures: Family::default(),
             nodes_created: Family::default(),
             nodes_terminated: Family::default(),
             scheduling_duration: Family::new_with_constructor(duration_histogram),
@@ -124,7 +137,6 @@ impl Metrics {
             machines_launched: Family::default(),
             launch_duration: Family::new_with_constructor(launch_histogram),
             catalog_instance_types: Family::default(),
-            voluntary_disruption_decisions: Family::default(),
             voluntary_disruption_eligible_nodes: Family::default(),
             nodepools_allowed_disruptions: Family::default(),
             consolidation_score: Family::default(),
@@ -144,6 +156,21 @@ impl Metrics {
             "nodeclaims_disrupted",
             "Number of nodeclaims disrupted, by reason (empty, expired) and nodepool.",
             m.nodeclaims_disrupted.clone(),
+        );
+        k.register(
+            "nodeclaims_drifted",
+            "Number of nodeclaims found drifted, by drift type (the Drifted reason).",
+            m.nodeclaims_drifted.clone(),
+        );
+        k.register(
+            "voluntary_disruption_decisions",
+            "Disruption decisions started, by decision, reason and consolidation type.",
+            m.disruption_decisions.clone(),
+        );
+        k.register(
+            "voluntary_disruption_queue_failures",
+            "Surge-first disruption commands rolled back, by decision, reason and consolidation type.",
+            m.disruption_queue_failures.clone(),
         );
         k.register(
             "nodes_created",
@@ -179,11 +206,6 @@ impl Metrics {
             "nodepools_limit",
             "Resource limits of each nodepool.",
             m.nodepools_limit.clone(),
-        );
-        k.register(
-            "voluntary_disruption_decisions",
-            "Disruption decisions, by decision (delete, replace), reason and consolidation type.",
-            m.voluntary_disruption_decisions.clone(),
         );
         k.register(
             "voluntary_disruption_eligible_nodes",
@@ -251,7 +273,16 @@ mod tests {
                 controller: "provisioner".into(),
             })
             .observe(0.02);
+        m.nodeclaims_drifted
+            .get_or_create(&TypeLabels {
+                r#type: "NodeClassDrifted".into(),
+            })
+            .inc();
         let text = encode(&registry).expect("encodes");
+        assert!(
+            text.contains(r#"karpenter_nodeclaims_drifted_total{type="NodeClassDrifted"} 1"#),
+            "{text}"
+        );
         assert!(
             text.contains(
                 r#"karpenter_nodeclaims_created_total{reason="provisioning",nodepool="default"} 1"#

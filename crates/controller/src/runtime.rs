@@ -58,6 +58,9 @@ pub struct RunConfig {
     pub node_repair_after: Duration,
     /// Client-side rate limit of each client (workload, management).
     pub client_rate: ClientRate,
+    /// How long a surge-first disruption waits for its replacements to initialize before
+    /// it is rolled back.
+    pub disruption_timeout: Duration,
 }
 
 impl Default for RunConfig {
@@ -76,6 +79,7 @@ impl Default for RunConfig {
             gc_grace: crate::garbagecollection::MACHINE_GRACE,
             node_repair_after: Duration::from_secs(600),
             client_rate: ClientRate::default(),
+            disruption_timeout: crate::disruption::orchestrate::TIMEOUT,
         }
     }
 }
@@ -343,9 +347,12 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         nodeclaims: caches.nodeclaims.store(),
         nodes: caches.nodes.store(),
         pods: caches.pods.store(),
-        daemonsets: caches.daemonsets.store(),
         pdbs: caches.pdbs.store(),
+        nodeclasses: caches.nodeclasses.store(),
+        daemonsets: caches.daemonsets.store(),
         catalogs: Arc::new(catalogs.clone()),
+        unavailable: unavailable.clone(),
+        command_timeout: ctx.config.disruption_timeout,
     };
     let provisioner = crate::provisioning::Provisioner {
         client: ctx.workload.clone(),

@@ -1,6 +1,7 @@
 //! What every method starts from: per NodePool, its NodeClaims that may be disrupted (not
-//! being deleted already), each with its Node, the pods bound to it, and when it becomes
-//! `Consolidatable` (`consolidateAfter` after its last pod event, or after it initialized).
+//! being deleted already, nor in a surge-first command), each with its Node, the pods bound
+//! to it, and when it becomes `Consolidatable` (`consolidateAfter` after its last pod event,
+//! or after it initialized).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -75,9 +76,9 @@ pub struct Pool<'a> {
     pub consolidate_after: Option<Duration>,
     /// All its NodeClaims, those being deleted included.
     pub total: usize,
-    /// Its NodeClaims being deleted.
+    /// Its NodeClaims being deleted or in a surge-first command.
     pub disrupting: usize,
-    /// Its NodeClaims not being deleted, in name order.
+    /// Its NodeClaims neither being deleted nor in a command, in name order.
     pub candidates: Vec<Candidate<'a>>,
 }
 
@@ -102,6 +103,11 @@ pub fn pods_by_node(pods: &[Arc<Pod>]) -> HashMap<&str, Vec<&Pod>> {
         }
     }
     out
+}
+
+/// Being deleted, or a candidate of a surge-first command.
+fn busy(claim: &NodeClaim) -> bool {
+    deleting(claim) || super::orchestrate::in_command(claim)
 }
 
 /// The NodePools of `view` with their candidates.
@@ -137,10 +143,10 @@ pub fn pools<'a>(view: &'a View, pods_on: &'a HashMap<&'a str, Vec<&'a Pod>>) ->
                 spec: &p.spec,
                 consolidate_after,
                 total: claims.len(),
-                disrupting: claims.iter().filter(|c| deleting(**c)).count(),
+                disrupting: claims.iter().filter(|c| busy(c)).count(),
                 candidates: claims
                     .iter()
-                    .filter(|c| !deleting(**c))
+                    .filter(|c| !busy(c))
                     .map(|c| {
                         let node = claim_node_name(c).and_then(|n| nodes.get(n).copied());
                         let bound: &[&Pod] = node

@@ -27,7 +27,7 @@ use super::candidates::{Candidate, Pool, consolidatable_at};
 use super::plan::{Action, Move, Priced, simulate};
 use super::pricing::{balanced_approves, balanced_score, largest_prefix};
 use super::verdict::Verdict;
-use super::{Clock, Decision, Method, Note, Pass, VALIDATION, View};
+use super::{Clock, Decision, Method, Note, Pass, Surge, VALIDATION, View};
 use crate::objects::{annotation, claim_condition, name};
 
 /// At most this many candidates in one multi-node move.
@@ -422,19 +422,33 @@ impl Method for Consolidation {
             }
             pass.consolidated = true;
             budget.take(mv.candidates.len());
-            let message = Self::verdict_of(&mv).to_string();
-            return mv
-                .candidates
-                .iter()
-                .map(|c| Decision {
-                    nodeclaim: c.clone(),
-                    nodepool: pool.name.to_string(),
-                    reason: DisruptionReason::Underutilized,
-                    expired: false,
-                    message: message.clone(),
-                    command: Some(Arc::clone(&mv)),
-                })
-                .collect();
+            let Some((first, with)) = mv.candidates.split_first() else {
+                return Vec::new();
+            };
+            // Surge-first through the shared orchestration: candidates tainted, the
+            // replacement initialized, then the candidates deleted.
+            let replacements = match &mv.action {
+                Action::Delete => Vec::new(),
+                Action::Replace(r) => {
+                    vec![crate::provisioning::nodeclaim::nodeclaim(
+                        &r.nodepool,
+                        &r.claim,
+                    )]
+                }
+            };
+            return vec![Decision {
+                nodeclaim: first.clone(),
+                nodepool: pool.name.to_string(),
+                reason: DisruptionReason::Underutilized,
+                expired: false,
+                message: Self::verdict_of(&mv).to_string(),
+                surge: Some(Surge {
+                    replacements,
+                    with: with.to_vec(),
+                    consolidation_type: if with.is_empty() { "single" } else { "multi" }.into(),
+                }),
+                command: Some(Arc::clone(&mv)),
+            }];
         }
         let remaining = budget.remaining(DisruptionReason::Underutilized);
         if eligible.is_empty() {

@@ -12,6 +12,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 use templates::model::{Catalog, InstanceType, Offering, PriceSource, Resources, TemplateRef};
 
+use super::tests::NoSim;
 use super::{Outcome, Timers, VALIDATION, View, pass};
 
 const TYPES: [(&str, i64, f64); 3] = [("small", 2, 0.1), ("medium", 4, 0.2), ("large", 8, 0.4)];
@@ -137,15 +138,17 @@ impl World {
             pods: &self.pods,
             daemonsets: &[],
             pdbs: &self.pdbs,
+            nodeclasses: &[],
             catalog: &lookup,
         };
         let now: Timestamp = now.parse().expect("ts");
         let mut timers = Timers::default();
         let t0 = Instant::now();
-        let first = pass(&view, &mut timers, now, t0);
+        let first = pass(&view, &mut timers, &NoSim, now, t0);
         let second = pass(
             &view,
             &mut timers,
+            &NoSim,
             now,
             t0 + VALIDATION + Duration::from_secs(1),
         );
@@ -213,7 +216,11 @@ fn three_half_empty_nodes_become_one() {
     let (first, second) = w.run(LATER);
     let v = &first.verdicts["a"];
     assert_eq!(v.nodes.len(), 3, "{v}");
-    assert_eq!(second.decisions.len(), 3, "{:?}", second.decisions);
+    // One surge-first command for the three.
+    assert_eq!(second.decisions.len(), 1, "{:?}", second.decisions);
+    let surge = second.decisions[0].surge.as_ref().expect("surge");
+    assert_eq!(surge.with, ["b", "c"]);
+    assert_eq!(surge.replacements.len(), 1);
     let mv = second.decisions[0].command.as_ref().expect("move");
     // 4.5 cpu: one large (0.4) for three mediums (0.6).
     assert_eq!(mv.replacement_type(), Some("large"));
@@ -350,9 +357,14 @@ fn validation_drops_a_move_whose_candidate_changed() {
         pods: &w.pods,
         daemonsets: &[],
         pdbs: &[],
+        nodeclasses: &[],
         catalog: &lookup,
     };
-    assert!(pass(&view, &mut timers, now, t0).decisions.is_empty());
+    assert!(
+        pass(&view, &mut timers, &NoSim, now, t0)
+            .decisions
+            .is_empty()
+    );
     // A do-not-disrupt pod arrives during validation.
     let mut pods = w.pods.clone();
     pods.push(pod(
@@ -365,7 +377,7 @@ fn validation_drops_a_move_whose_candidate_changed() {
         pods: &pods,
         ..view
     };
-    let out = pass(&view, &mut timers, now, t0 + VALIDATION);
+    let out = pass(&view, &mut timers, &NoSim, now, t0 + VALIDATION);
     assert!(out.decisions.is_empty());
     assert!(
         out.notes

@@ -66,6 +66,7 @@ impl Method for Emptiness {
             .into_iter()
             .take(n)
             .map(|(_, claim)| Decision {
+                surge: None,
                 nodeclaim: claim.to_string(),
                 nodepool: pool.name.to_string(),
                 reason: DisruptionReason::Empty,

@@ -5,6 +5,9 @@
 //! Deleting the NodeClaim runs the usual termination: the Machine is deleted, Cluster API
 //! drains and removes the Node.
 //!
+//! Surge-first commands (replacements initialized before the candidates go) run through
+//! [`orchestrate`]; replacements for drift are planned by [`simulate`].
+//!
 //! Layout: [`candidates`] (per pool, the NodeClaims that may be disrupted, with their Node
 //! and pods), [`blockers`], [`budgets`], [`pricing`] (price rules, Balanced, binary search),
 //! [`plan`] (the consolidation simulation), one file per [`Method`] ([`expiration`],
@@ -13,8 +16,9 @@
 //! timers; the budget and the execution are shared, so a new method is one file and one
 //! line in [`Timers::methods`].
 //!
-//! The decisions are pure functions of cached objects; the loop only deletes NodeClaims, so
-//! a restart anywhere is safe (timers restart from zero, which only delays).
+//! The decisions are pure functions of cached objects; a command's state is on the objects
+//! (see [`orchestrate`]), so a restart anywhere is safe (timers restart from zero, which
+//! only delays; commands in flight resume or roll back).
 
 pub mod blockers;
 pub mod budgets;
@@ -23,8 +27,10 @@ pub mod consolidation;
 pub mod emptiness;
 pub mod execute;
 pub mod expiration;
+pub mod orchestrate;
 pub mod plan;
 pub mod pricing;
+pub mod simulate;
 pub mod status;
 #[cfg(test)]
 mod tests;
@@ -53,7 +59,7 @@ use crate::objects::name;
 /// a node whose pods are about to be bound is not taken (Karpenter validates for 15 s).
 pub const VALIDATION: Duration = Duration::from_secs(15);
 
-/// What to delete now, and why.
+/// What to disrupt now, and why.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
     pub nodeclaim: String,
@@ -62,9 +68,22 @@ pub struct Decision {
     /// `Expired` is not a budgeted reason in Karpenter; we report it apart.
     pub expired: bool,
     pub message: String,
-    /// A consolidation: the move this NodeClaim is part of (all its candidates, and the
-    /// replacement to launch first).
+    /// Surge-first through [`orchestrate`] (taint, replacements initialized, then delete);
+    /// `None` deletes at once.
+    pub surge: Option<Surge>,
+    /// A consolidation: the move this NodeClaim is part of (for verdicts).
     pub command: Option<Arc<plan::Move>>,
+}
+
+/// The rest of a surge-first [`Decision`]'s command.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Surge {
+    /// The NodeClaims to create first (none when the pods fit elsewhere).
+    pub replacements: Vec<NodeClaim>,
+    /// Further candidates disrupted by the same command (multi-node).
+    pub with: Vec<String>,
+    /// `single`, `multi` for consolidation, empty for drift (metrics).
+    pub consolidation_type: String,
 }
 
 /// Something a pass wants said (an Event on the NodePool).
@@ -107,6 +126,7 @@ pub struct View<'a> {
     pub pods: &'a [Arc<Pod>],
     pub daemonsets: &'a [Arc<DaemonSet>],
     pub pdbs: &'a [Arc<PodDisruptionBudget>],
+    pub nodeclasses: &'a [Arc<api::ClusterAPINodeClass>],
     /// A NodeClass's instance types (prices for consolidation).
     pub catalog: &'a dyn Fn(&str) -> Option<Arc<Catalog>>,
 }
@@ -133,6 +153,8 @@ pub struct Pass<'a> {
     pub verdicts: BTreeMap<String, Verdict>,
     pub notes: Vec<Note>,
     pub scores: Vec<(String, f64)>,
+    /// Plans replacements for surge-first methods.
+    pub simulate: &'a dyn simulate::Simulate,
 }
 
 /// A disruption method: which of a pool's candidates it takes, and why.
@@ -171,17 +193,30 @@ impl Timers {
     }
 }
 
-/// Decides which NodeClaims to delete. `timers` are updated (claims gone are forgotten).
-pub fn decide(view: &View, timers: &mut Timers, now: Timestamp, instant: Instant) -> Vec<Decision> {
-    pass(view, timers, now, instant).decisions
+/// Decides which NodeClaims to disrupt. `timers` are updated (claims gone are forgotten).
+pub fn decide(
+    view: &View,
+    timers: &mut Timers,
+    simulate: &dyn simulate::Simulate,
+    now: Timestamp,
+    instant: Instant,
+) -> Vec<Decision> {
+    pass(view, timers, simulate, now, instant).decisions
 }
 
 /// One pass: the decisions, and every NodeClaim's verdict.
-pub fn pass(view: &View, timers: &mut Timers, now: Timestamp, instant: Instant) -> Outcome {
+pub fn pass(
+    view: &View,
+    timers: &mut Timers,
+    simulate: &dyn simulate::Simulate,
+    now: Timestamp,
+    instant: Instant,
+) -> Outcome {
     let clock = Clock { now, instant };
     let pods_on = candidates::pods_by_node(view.pods);
     let mut pass = Pass {
         view,
+        simulate,
         consolidated: view
             .pods
             .iter()
@@ -214,12 +249,34 @@ pub fn pass(view: &View, timers: &mut Timers, now: Timestamp, instant: Instant) 
         }
     }
     for d in &out {
-        let v = match &d.command {
-            Some(mv) => consolidation_verdict(mv),
-            None if d.expired => Verdict::blocked(format!("expired: {}", d.message)),
-            None => Verdict::candidate("delete", vec![d.nodeclaim.clone()], None, 0.0, d.reason),
-        };
-        pass.verdicts.insert(d.nodeclaim.clone(), v);
+        match &d.command {
+            Some(mv) => {
+                for c in &mv.candidates {
+                    pass.verdicts.insert(c.clone(), consolidation_verdict(mv));
+                }
+            }
+            None if d.expired => {
+                pass.verdicts.insert(
+                    d.nodeclaim.clone(),
+                    Verdict::blocked(format!("expired: {}", d.message)),
+                );
+            }
+            None => {
+                let mut nodes = vec![d.nodeclaim.clone()];
+                nodes.extend(d.surge.iter().flat_map(|s| s.with.iter().cloned()));
+                let action = if d.surge.as_ref().is_some_and(|s| !s.replacements.is_empty()) {
+                    "replace"
+                } else {
+                    "delete"
+                };
+                for n in &nodes {
+                    pass.verdicts.insert(
+                        n.clone(),
+                        Verdict::candidate(action, nodes.clone(), None, 0.0, d.reason),
+                    );
+                }
+            }
+        }
     }
     for c in view
         .nodeclaims

@@ -14,7 +14,7 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 use super::{Outcome, Verdict};
-use crate::metrics::{DecisionLabels, EligibleLabels, Metrics, NodePoolLabels, PoolReasonLabels};
+use crate::metrics::{EligibleLabels, Metrics, NodePoolLabels, PoolReasonLabels};
 use crate::objects::deleting;
 
 /// The `Consolidatable` condition a NodeClaim should carry: `None` when it does not apply
@@ -125,32 +125,8 @@ pub fn record(metrics: &Metrics, outcome: &Outcome) {
     }
 }
 
-/// Counts one decision (Karpenter's labels: `decision` delete/replace, `reason`,
-/// `consolidation_type` single/multi/empty or empty for other reasons).
-pub fn count_decision(
-    metrics: &Metrics,
-    decision: &str,
-    reason: api::karpenter::DisruptionReason,
-    consolidation_type: &str,
-) {
-    metrics
-        .voluntary_disruption_decisions
-        .get_or_create(&DecisionLabels {
-            decision: decision.into(),
-            reason: reason_label(reason).into(),
-            consolidation_type: consolidation_type.into(),
-        })
-        .inc();
-}
-
 /// Karpenter's lower-case reason label.
-pub fn reason_label(r: api::karpenter::DisruptionReason) -> &'static str {
-    match r {
-        api::karpenter::DisruptionReason::Underutilized => "underutilized",
-        api::karpenter::DisruptionReason::Empty => "empty",
-        api::karpenter::DisruptionReason::Drifted => "drifted",
-    }
-}
+pub use super::orchestrate::reason_label;
 
 #[cfg(test)]
 mod tests {

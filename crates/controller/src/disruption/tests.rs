@@ -8,7 +8,41 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
-use super::{Timers, View, decide, no_catalog};
+use super::candidates::Candidate;
+use super::simulate::Simulate;
+use super::{Timers, View, decide};
+
+/// A simulation in which every candidate's pods fit elsewhere (no replacements).
+pub(super) struct NoSim;
+
+impl Simulate for NoSim {
+    fn replacements(&self, _: &View, _: &[&Candidate]) -> Result<Vec<NodeClaim>, String> {
+        Ok(Vec::new())
+    }
+}
+
+fn view<'a>(
+    nodepools: &'a [Arc<NodePool>],
+    nodeclaims: &'a [Arc<NodeClaim>],
+    nodes: &'a [Arc<Node>],
+    pods: &'a [Arc<Pod>],
+) -> View<'a> {
+    View {
+        nodepools,
+        nodeclaims,
+        nodes,
+        pods,
+        daemonsets: &[],
+        pdbs: &[],
+        nodeclasses: &[],
+        catalog: &super::no_catalog,
+    }
+}
+
+/// One pass with [`NoSim`].
+fn pass(view: &View, timers: &mut Timers, now: Timestamp, at: Instant) -> Vec<super::Decision> {
+    decide(view, timers, &NoSim, now, at)
+}
 
 fn at(s: &str) -> Timestamp {
     s.parse().expect("timestamp")
@@ -72,21 +106,13 @@ fn empty_nodes_go_after_consolidate_after_plus_validation_within_budget() {
             json!({"metadata": {"name": "done"}, "spec": {"nodeName": "node-b"}, "status": {"phase": "Succeeded"}}),
         ),
     ];
-    let view = View {
-        nodepools: &pools,
-        nodeclaims: &claims,
-        nodes: &nodes,
-        pods: &pods,
-        daemonsets: &[],
-        pdbs: &[],
-        catalog: &no_catalog,
-    };
+    let view = view(&pools, &claims, &nodes, &pods);
     let mut timers = Timers::default();
     let t0 = Instant::now();
     let now = at("2026-11-22T11:00:00Z");
-    assert!(decide(&view, &mut timers, now, t0).is_empty());
-    assert!(decide(&view, &mut timers, now, t0 + Duration::from_secs(24)).is_empty());
-    let d = decide(&view, &mut timers, now, t0 + Duration::from_secs(25));
+    assert!(pass(&view, &mut timers, now, t0).is_empty());
+    assert!(pass(&view, &mut timers, now, t0 + Duration::from_secs(24)).is_empty());
+    let d = pass(&view, &mut timers, now, t0 + Duration::from_secs(25));
     // Budget 1: only one of a and b, never c.
     assert_eq!(d.len(), 1, "{d:?}");
     assert!(d[0].nodeclaim == "a" || d[0].nodeclaim == "b");
@@ -100,7 +126,7 @@ fn empty_nodes_go_after_consolidate_after_plus_validation_within_budget() {
         nodeclaims: &deleting,
         ..view
     };
-    assert!(decide(&view, &mut timers, now, t0 + Duration::from_secs(30)).is_empty());
+    assert!(pass(&view, &mut timers, now, t0 + Duration::from_secs(30)).is_empty());
 }
 
 #[test]
@@ -122,17 +148,9 @@ fn do_not_disrupt_never_and_uninitialized_claims_are_kept() {
         (pool("0s", json!([{"nodes": "0"}])), plain()),
     ] {
         let (pools, claims) = ([p], [c]);
-        let view = View {
-            nodepools: &pools,
-            nodeclaims: &claims,
-            nodes: &nodes,
-            pods: &[],
-            daemonsets: &[],
-            pdbs: &[],
-            catalog: &no_catalog,
-        };
-        decide(&view, &mut timers, now, t0);
-        assert!(decide(&view, &mut timers, now, later).is_empty());
+        let view = view(&pools, &claims, &nodes, &[]);
+        pass(&view, &mut timers, now, t0);
+        assert!(pass(&view, &mut timers, now, later).is_empty());
     }
 }
 
@@ -146,16 +164,9 @@ fn expired_claims_go_regardless_of_budgets() {
     let pods = [pod(
         json!({"metadata": {"name": "w"}, "spec": {"nodeName": "node-old"}, "status": {"phase": "Running"}}),
     )];
-    let view = View {
-        nodepools: &pools,
-        nodeclaims: &claims,
-        nodes: &[node("old"), node("young")],
-        pods: &pods,
-        daemonsets: &[],
-        pdbs: &[],
-        catalog: &no_catalog,
-    };
-    let d = decide(
+    let nodes = [node("old"), node("young")];
+    let view = view(&pools, &claims, &nodes, &pods);
+    let d = pass(
         &view,
         &mut Timers::default(),
         at("2026-11-22T11:00:00Z"),

@@ -110,5 +110,10 @@ impl fmt::Display for Verdict {
 /// pending validation): what the loop would consider now.
 pub fn verdicts(view: &View, now: Timestamp) -> BTreeMap<String, Verdict> {
     let mut timers = Timers::default();
-    super::pass(view, &mut timers, now, Instant::now()).verdicts
+    let simulator = super::simulate::Simulator {
+        catalog: view.catalog,
+        available: &|_, _, _| true,
+        daemonsets: view.daemonsets.to_vec(),
+    };
+    super::pass(view, &mut timers, &simulator, now, Instant::now()).verdicts
 }
