@@ -385,6 +385,12 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         stopped(stop_rx.clone()),
     ));
     loops.spawn(crate::disruption::run(disruption, stopped(stop_rx.clone())));
+    loops.spawn(crate::disruption::podevents::run(
+        ctx.workload.clone(),
+        caches.pods.clone(),
+        caches.nodeclaims.store(),
+        stopped(stop_rx.clone()),
+    ));
     loops.spawn(crate::nodepool_status::run(
         nodepool_status,
         stopped(stop_rx.clone()),

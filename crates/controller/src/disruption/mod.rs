@@ -29,6 +29,7 @@ pub mod execute;
 pub mod expiration;
 pub mod orchestrate;
 pub mod plan;
+pub mod podevents;
 pub mod pricing;
 pub mod simulate;
 pub mod status;
