@@ -67,6 +67,10 @@ struct InspectArgs {
     /// Only this NodePool.
     #[arg(long)]
     nodepool: Option<String>,
+    /// Also each NodeClaim's disruption verdict: the move it is part of, or what keeps it
+    /// (do-not-disrupt, a PDB, consolidateAfter, a budget, no cheaper option, ...).
+    #[arg(long)]
+    why: bool,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
     output: InspectFormat,
@@ -89,7 +93,9 @@ fn inspect(args: InspectArgs) -> anyhow::Result<()> {
             Some(p) => controller::runtime::client(Some(p), &options).await?,
             None => workload.clone(),
         };
-        anyhow::Ok(inspect::collect(&workload, &management, args.nodepool.as_deref()).await?)
+        anyhow::Ok(
+            inspect::collect(&workload, &management, args.nodepool.as_deref(), args.why).await?,
+        )
     })?;
     match args.output {
         InspectFormat::Table => print!("{}", inspect::render_table(&rows)),
