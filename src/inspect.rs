@@ -245,6 +245,16 @@ pub fn add_why(
     }
 }
 
+/// Every object of a kind, shared.
+async fn list_all<K>(client: &kube::Client) -> Result<Vec<std::sync::Arc<K>>, kube::Error>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let api: kube::api::Api<K> = kube::api::Api::all(client.clone());
+    let list = api.list(&kube::api::ListParams::default()).await?;
+    Ok(list.items.into_iter().map(std::sync::Arc::new).collect())
+}
+
 /// Lists what the view needs (a one-shot CLI; the operator itself reads watch caches);
 /// with `why`, also what the disruption verdicts read.
 pub async fn collect(
@@ -275,36 +285,10 @@ pub async fn collect(
         use std::sync::Arc;
         let all = |v: Vec<NodeClaim>| v.into_iter().map(Arc::new).collect::<Vec<_>>();
         let every_claim = all(claims_api.list(&ListParams::default()).await?.items);
-        let pools: Vec<Arc<api::NodePool>> = Api::<api::NodePool>::all(workload.clone())
-            .list(&ListParams::default())
-            .await?
-            .items
-            .into_iter()
-            .map(Arc::new)
-            .collect();
-        let pods: Vec<Arc<k8s_openapi::api::core::v1::Pod>> = Api::all(workload.clone())
-            .list(&ListParams::default())
-            .await?
-            .items
-            .into_iter()
-            .map(Arc::new)
-            .collect();
-        let pdbs: Vec<Arc<k8s_openapi::api::policy::v1::PodDisruptionBudget>> =
-            Api::all(workload.clone())
-                .list(&ListParams::default())
-                .await?
-                .items
-                .into_iter()
-                .map(Arc::new)
-                .collect();
-        let daemonsets: Vec<Arc<k8s_openapi::api::apps::v1::DaemonSet>> =
-            Api::all(workload.clone())
-                .list(&ListParams::default())
-                .await?
-                .items
-                .into_iter()
-                .map(Arc::new)
-                .collect();
+        let pools = list_all::<api::NodePool>(workload).await?;
+        let pods = list_all::<k8s_openapi::api::core::v1::Pod>(workload).await?;
+        let pdbs = list_all::<k8s_openapi::api::policy::v1::PodDisruptionBudget>(workload).await?;
+        let daemonsets = list_all::<k8s_openapi::api::apps::v1::DaemonSet>(workload).await?;
         let node_arcs: Vec<Arc<Node>> = nodes.iter().cloned().map(Arc::new).collect();
         let view = controller::disruption::View {
             nodepools: &pools,

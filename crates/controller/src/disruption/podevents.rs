@@ -11,8 +11,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::reflector::Store;
 use serde_json::json;
 
@@ -93,25 +92,13 @@ pub async fn run(
         let Some(next) = advance(recorded, at) else {
             continue;
         };
-        let patch = json!({
-            "metadata": {"resourceVersion": claim.resource_version()},
-            "status": {"lastPodEventTime": Time(next)},
-        });
-        match api
-            .patch_status(
-                &claim.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-        {
-            Ok(_) => {}
-            // A newer claim: its next pod event is judged on it.
-            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-            Err(e) => {
-                tracing::debug!(nodeclaim = %claim.name_any(), error = %e, "writing lastPodEventTime failed")
-            }
-        }
+        super::status::patch_status(
+            &api,
+            claim,
+            json!({"lastPodEventTime": Time(next)}),
+            "lastPodEventTime",
+        )
+        .await;
     }
 }
 

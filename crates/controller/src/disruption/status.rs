@@ -69,23 +69,40 @@ pub async fn write_conditions(
         let Some(status) = updated(c, verdicts.get(&c.name_any()), now) else {
             continue;
         };
-        let patch = json!({
-            "metadata": {"resourceVersion": c.resource_version()},
-            "status": {"conditions": status.conditions},
-        });
-        match api
-            .patch_status(
-                &c.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-            Err(e) => {
-                tracing::debug!(nodeclaim = %c.name_any(), error = %e, "writing Consolidatable failed")
-            }
+        patch_status(
+            &api,
+            c,
+            json!({"conditions": status.conditions}),
+            "Consolidatable",
+        )
+        .await;
+    }
+}
+
+/// Merge-patches part of a NodeClaim's status, conditional on the resourceVersion it was
+/// computed from (a 404 or 409 means a newer object: the next pass decides on it).
+pub async fn patch_status(
+    api: &Api<NodeClaim>,
+    c: &NodeClaim,
+    status: serde_json::Value,
+    what: &str,
+) {
+    let patch = json!({
+        "metadata": {"resourceVersion": c.resource_version()},
+        "status": status,
+    });
+    match api
+        .patch_status(
+            &c.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+        Err(e) => {
+            tracing::debug!(nodeclaim = %c.name_any(), error = %e, what, "writing NodeClaim status failed")
         }
     }
 }
