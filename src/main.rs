@@ -68,6 +68,10 @@ struct InspectArgs {
     /// Only this NodePool.
     #[arg(long)]
     nodepool: Option<String>,
+    /// Also each NodeClaim's disruption verdict: the move it is part of, or what keeps it
+    /// (do-not-disrupt, a PDB, consolidateAfter, a budget, no cheaper option, ...).
+    #[arg(long)]
+    why: bool,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
     output: InspectFormat,
@@ -90,7 +94,9 @@ fn inspect(args: InspectArgs) -> anyhow::Result<()> {
             Some(p) => controller::runtime::client(Some(p), &options).await?,
             None => workload.clone(),
         };
-        anyhow::Ok(inspect::collect(&workload, &management, args.nodepool.as_deref()).await?)
+        anyhow::Ok(
+            inspect::collect(&workload, &management, args.nodepool.as_deref(), args.why).await?,
+        )
     })?;
     match args.output {
         InspectFormat::Table => print!("{}", inspect::render_table(&rows)),
@@ -124,6 +130,10 @@ struct RunArgs {
     /// does not remediate standalone Machines).
     #[arg(long, env = "NODE_REPAIR_AFTER", default_value = "10m", value_parser = parse_duration)]
     node_repair_after: std::time::Duration,
+    /// How long a surge-first disruption (drift) waits for its replacement NodeClaims to
+    /// initialize before it is rolled back.
+    #[arg(long, env = "DISRUPTION_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
+    disruption_timeout: std::time::Duration,
     /// Client-side rate limit of each Kubernetes client (workload, management): requests
     /// per second once the burst is spent.
     #[arg(long, env = "KUBE_CLIENT_QPS", default_value_t = controller::ratelimit::DEFAULT_QPS)]
@@ -211,6 +221,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         batch_idle: args.batch_idle_duration,
         batch_max: args.batch_max_duration,
         node_repair_after: args.node_repair_after,
+        disruption_timeout: args.disruption_timeout,
         client_rate: controller::ratelimit::ClientRate {
             qps: args.kube_client_qps,
             burst: args.kube_client_burst,

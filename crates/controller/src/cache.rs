@@ -260,6 +260,7 @@ pub struct Caches {
     pub nodes: Cache<k8s_openapi::api::core::v1::Node>,
     pub pods: Cache<k8s_openapi::api::core::v1::Pod>,
     pub daemonsets: Cache<k8s_openapi::api::apps::v1::DaemonSet>,
+    pub pdbs: Cache<k8s_openapi::api::policy::v1::PodDisruptionBudget>,
     pub nodeclaims: Cache<api::NodeClaim>,
     pub nodepools: Cache<api::NodePool>,
     pub nodeclasses: Cache<api::ClusterAPINodeClass>,
@@ -287,6 +288,7 @@ impl Caches {
             ),
             pods: Cache::start(tasks, Api::all(workload.clone()), all(), trim_pod, None),
             daemonsets: Cache::start(tasks, Api::all(workload.clone()), all(), keep, None),
+            pdbs: Cache::start(tasks, Api::all(workload.clone()), all(), keep, None),
             nodeclaims: Cache::start(
                 tasks,
                 Api::all(workload.clone()),
@@ -312,6 +314,7 @@ impl Caches {
         self.nodes.ready().await;
         self.pods.ready().await;
         self.daemonsets.ready().await;
+        self.pdbs.ready().await;
         self.nodeclaims.ready().await;
         self.nodepools.ready().await;
         self.nodeclasses.ready().await;

@@ -21,6 +21,21 @@ pub struct CreatedLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    /// `delete` or `replace`.
+    pub decision: String,
+    /// `drifted`, `empty`, `underutilized`.
+    pub reason: String,
+    /// `single`, `multi`, `empty`, or empty for drift.
+    pub consolidation_type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TypeLabels {
+    pub r#type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TerminatedLabels {
     pub nodepool: String,
     pub capacity_type: String,
@@ -65,6 +80,17 @@ pub struct NodeClassLabels {
     pub nodeclass: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EligibleLabels {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolReasonLabels {
+    pub nodepool: String,
+    pub reason: String,
+}
+
 fn duration_histogram() -> Histogram {
     // 1 ms .. ~65 s
     Histogram::new(exponential_buckets(0.001, 2.0, 17))
@@ -82,6 +108,9 @@ pub struct Metrics {
     pub nodeclaims_terminated: Family<TerminatedLabels, Counter>,
     pub nodeclaims_disrupted: Family<CreatedLabels, Counter>,
     pub nodeclaims_unhealthy_disrupted: Family<UnhealthyLabels, Counter>,
+    pub nodeclaims_drifted: Family<TypeLabels, Counter>,
+    pub disruption_decisions: Family<DecisionLabels, Counter>,
+    pub disruption_queue_failures: Family<DecisionLabels, Counter>,
     pub nodes_created: Family<NodePoolLabels, Counter>,
     pub nodes_terminated: Family<NodePoolLabels, Counter>,
     pub scheduling_duration: Family<ControllerLabels, Histogram, fn() -> Histogram>,
@@ -92,6 +121,9 @@ pub struct Metrics {
     pub machines_launched: Family<NodePoolLabels, Counter>,
     pub launch_duration: Family<NodePoolLabels, Histogram, fn() -> Histogram>,
     pub catalog_instance_types: Family<NodeClassLabels, Gauge>,
+    pub voluntary_disruption_eligible_nodes: Family<EligibleLabels, Gauge>,
+    pub nodepools_allowed_disruptions: Family<PoolReasonLabels, Gauge>,
+    pub consolidation_score: Family<NodePoolLabels, Gauge<f64, AtomicU64>>,
 }
 
 impl Metrics {
@@ -102,6 +134,9 @@ impl Metrics {
             nodeclaims_terminated: Family::default(),
             nodeclaims_disrupted: Family::default(),
             nodeclaims_unhealthy_disrupted: Family::default(),
+            nodeclaims_drifted: Family::default(),
+            disruption_decisions: Family::default(),
+            disruption_queue_failures: Family::default(),
             nodes_created: Family::default(),
             nodes_terminated: Family::default(),
             scheduling_duration: Family::new_with_constructor(duration_histogram),
@@ -112,6 +147,9 @@ impl Metrics {
             machines_launched: Family::default(),
             launch_duration: Family::new_with_constructor(launch_histogram),
             catalog_instance_types: Family::default(),
+            voluntary_disruption_eligible_nodes: Family::default(),
+            nodepools_allowed_disruptions: Family::default(),
+            consolidation_score: Family::default(),
         };
         let k = registry.sub_registry_with_prefix("karpenter");
         k.register(
@@ -133,6 +171,21 @@ impl Metrics {
             "nodeclaims_disrupted",
             "Number of nodeclaims disrupted, by reason (empty, expired) and nodepool.",
             m.nodeclaims_disrupted.clone(),
+        );
+        k.register(
+            "nodeclaims_drifted",
+            "Number of nodeclaims found drifted, by drift type (the Drifted reason).",
+            m.nodeclaims_drifted.clone(),
+        );
+        k.register(
+            "voluntary_disruption_decisions",
+            "Disruption decisions started, by decision, reason and consolidation type.",
+            m.disruption_decisions.clone(),
+        );
+        k.register(
+            "voluntary_disruption_queue_failures",
+            "Surge-first disruption commands rolled back, by decision, reason and consolidation type.",
+            m.disruption_queue_failures.clone(),
         );
         k.register(
             "nodes_created",
@@ -168,6 +221,21 @@ impl Metrics {
             "nodepools_limit",
             "Resource limits of each nodepool.",
             m.nodepools_limit.clone(),
+        );
+        k.register(
+            "voluntary_disruption_eligible_nodes",
+            "Nodes that are part of a disruption move now, by reason.",
+            m.voluntary_disruption_eligible_nodes.clone(),
+        );
+        k.register(
+            "nodepools_allowed_disruptions",
+            "Disruptions each nodepool's budgets allow now, by reason.",
+            m.nodepools_allowed_disruptions.clone(),
+        );
+        k.register(
+            "consolidation_score",
+            "The Balanced consolidation policy's last score of a move, by nodepool.",
+            m.consolidation_score.clone(),
         );
         let ours = k.sub_registry_with_prefix("capi");
         ours.register(
@@ -220,7 +288,16 @@ mod tests {
                 controller: "provisioner".into(),
             })
             .observe(0.02);
+        m.nodeclaims_drifted
+            .get_or_create(&TypeLabels {
+                r#type: "NodeClassDrifted".into(),
+            })
+            .inc();
         let text = encode(&registry).expect("encodes");
+        assert!(
+            text.contains(r#"karpenter_nodeclaims_drifted_total{type="NodeClassDrifted"} 1"#),
+            "{text}"
+        );
         assert!(
             text.contains(
                 r#"karpenter_nodeclaims_created_total{reason="provisioning",nodepool="default"} 1"#

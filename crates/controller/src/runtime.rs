@@ -63,6 +63,9 @@ pub struct RunConfig {
     /// The identity of the workload cluster on everything we create in the management
     /// cluster; None = the UID of the workload cluster's kube-system namespace.
     pub cluster_id: Option<String>,
+    /// How long a surge-first disruption waits for its replacements to initialize before
+    /// it is rolled back.
+    pub disruption_timeout: Duration,
 }
 
 impl Default for RunConfig {
@@ -82,6 +85,7 @@ impl Default for RunConfig {
             node_repair_after: Duration::from_secs(600),
             client_rate: ClientRate::default(),
             cluster_id: None,
+            disruption_timeout: crate::disruption::orchestrate::TIMEOUT,
         }
     }
 }
@@ -358,6 +362,12 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         nodeclaims: caches.nodeclaims.store(),
         nodes: caches.nodes.store(),
         pods: caches.pods.store(),
+        pdbs: caches.pdbs.store(),
+        nodeclasses: caches.nodeclasses.store(),
+        daemonsets: caches.daemonsets.store(),
+        catalogs: Arc::new(catalogs.clone()),
+        unavailable: unavailable.clone(),
+        command_timeout: ctx.config.disruption_timeout,
     };
     let provisioner = crate::provisioning::Provisioner {
         client: ctx.workload.clone(),
@@ -392,6 +402,12 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         stopped(stop_rx.clone()),
     ));
     loops.spawn(crate::disruption::run(disruption, stopped(stop_rx.clone())));
+    loops.spawn(crate::disruption::podevents::run(
+        ctx.workload.clone(),
+        caches.pods.clone(),
+        caches.nodeclaims.store(),
+        stopped(stop_rx.clone()),
+    ));
     loops.spawn(crate::nodepool_status::run(
         nodepool_status,
         stopped(stop_rx.clone()),
