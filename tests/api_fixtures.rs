@@ -1,9 +1,12 @@
 //! The API fixtures (tests/fixtures/api) parse into the Rust types, and the Rust types
 //! serialize them back without losing a field: the types are field for field the API.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use api::{ClusterAPINodeClass, NodeClaim, NodePool};
+use common::is_subset;
 use serde_json::Value;
 
 fn fixtures(kind: &str) -> Vec<PathBuf> {
@@ -23,23 +26,6 @@ fn docs(path: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(path).expect("fixture readable");
     let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("fixture is YAML");
     docs.into_iter().filter(|d| !d.is_null()).collect()
-}
-
-/// Whether every field of `part` is in `whole` with the same value (YAML numbers and strings
-/// for quantities compare as strings).
-fn is_subset(part: &Value, whole: &Value) -> bool {
-    match (part, whole) {
-        (Value::Object(p), Value::Object(w)) => p
-            .iter()
-            .all(|(k, v)| w.get(k).is_some_and(|wv| is_subset(v, wv))),
-        (Value::Array(p), Value::Array(w)) => {
-            p.len() == w.len() && p.iter().zip(w).all(|(a, b)| is_subset(a, b))
-        }
-        (Value::Number(n), Value::String(s)) | (Value::String(s), Value::Number(n)) => {
-            n.to_string() == *s
-        }
-        _ => part == whole,
-    }
 }
 
 fn roundtrip<T: serde::de::DeserializeOwned + serde::Serialize>(doc: &Value, path: &Path) {

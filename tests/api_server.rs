@@ -7,6 +7,7 @@ mod common;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use common::is_subset;
 use common::manifests::{docs, kustomize, pipe, root, wildcards};
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
@@ -30,22 +31,6 @@ fn fixtures(kind: &str) -> Vec<PathBuf> {
 
 fn to_yaml(doc: &Value) -> String {
     serde_saphyr::to_string(doc).expect("YAML")
-}
-
-/// Whether every field of `part` is in `whole` with the same value.
-fn is_subset(part: &Value, whole: &Value) -> bool {
-    match (part, whole) {
-        (Value::Object(p), Value::Object(w)) => p
-            .iter()
-            .all(|(k, v)| w.get(k).is_some_and(|wv| is_subset(v, wv))),
-        (Value::Array(p), Value::Array(w)) => {
-            p.len() == w.len() && p.iter().zip(w).all(|(a, b)| is_subset(a, b))
-        }
-        (Value::Number(n), Value::String(s)) | (Value::String(s), Value::Number(n)) => {
-            n.to_string() == *s
-        }
-        _ => part == whole,
-    }
 }
 
 fn api_for(client: &Client, doc: &Value) -> Api<DynamicObject> {

@@ -178,7 +178,8 @@ async fn a_launch_happens_once_per_uid_when_the_cache_lags() {
     .await
     .expect("operator stops");
     let mut tasks = controller::tasks::Tasks::default();
-    let caches = Caches::start(&mut tasks, &client, &client);
+    const CLUSTER_ID: &str = "writes-test";
+    let caches = Caches::start(&mut tasks, &client, &client, CLUSTER_ID);
     caches.ready().await;
     let index = templates::watch::TemplateIndex::new();
     tasks.spawn(templates::watch::run(
@@ -223,6 +224,8 @@ async fn a_launch_happens_once_per_uid_when_the_cache_lags() {
         backoff: Arc::default(),
         registration_failures: Arc::default(),
         lookups: Arc::default(),
+        cluster_id: CLUSTER_ID.into(),
+        repairs: Arc::default(),
     };
     let api: Api<NodeClaim> = Api::all(client.clone());
     let stale: Arc<NodeClaim> = Arc::new(

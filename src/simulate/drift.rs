@@ -37,8 +37,10 @@ pub fn drifted(loaded: &Loaded, catalogs: &HashMap<String, Arc<Catalog>>) -> Vec
         nodeclaims: &state.nodeclaims,
         nodes: &state.nodes,
         pods: &state.pods,
+        daemonsets: &state.daemonsets,
         pdbs: &[],
         nodeclasses: &[],
+        catalog: &|nc| catalogs.get(nc).cloned(),
     };
     let mut out: Vec<DriftedNodeClaim> = state
         .nodeclaims

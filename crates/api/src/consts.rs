@@ -48,6 +48,9 @@ pub mod labels {
     pub const INSTANCE_TEMPLATE: &str = "karpenter.cluster.x-k8s.io/instance-template";
     /// On Machines and their clones: the NodeClaim they were created for.
     pub const NODECLAIM: &str = "karpenter.cluster.x-k8s.io/nodeclaim";
+    /// On Machines and their clones: the identity of the workload cluster whose operator
+    /// created them (`--cluster-id`, default its kube-system namespace UID).
+    pub const CLUSTER_ID: &str = "karpenter.cluster.x-k8s.io/cluster-id";
     /// On a replacement NodeClaim: the id of the disruption command that created it.
     pub const DISRUPTION_COMMAND: &str = "karpenter.cluster.x-k8s.io/disruption-command";
     /// The node-class label `<group>/<lower(kind)>` = NodeClass name.
@@ -155,6 +158,8 @@ pub mod taints {
 pub mod finalizers {
     /// On NodeClaims and Nodes.
     pub const TERMINATION: &str = "karpenter.sh/termination";
+    /// On ClusterAPINodeClasses: held until no NodeClaim refers to the NodeClass.
+    pub const NODECLASS: &str = "karpenter.cluster.x-k8s.io/termination";
     /// Cluster API's own, on Machines.
     pub const MACHINE: &str = "machine.cluster.x-k8s.io";
 }
@@ -257,4 +262,6 @@ pub mod events {
     pub const EVICTED: &str = "Evicted";
     pub const FAILED_DRAINING: &str = "FailedDraining";
     pub const TERMINATION_GRACE_PERIOD_EXPIRING: &str = "TerminationGracePeriodExpiring";
+    pub const NODE_REPAIR_BLOCKED: &str = "NodeRepairBlocked";
+    pub const WAITING_ON_NODECLAIM_TERMINATION: &str = "WaitingOnNodeClaimTermination";
 }

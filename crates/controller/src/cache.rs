@@ -264,14 +264,19 @@ pub struct Caches {
     pub nodeclaims: Cache<api::NodeClaim>,
     pub nodepools: Cache<api::NodePool>,
     pub nodeclasses: Cache<api::ClusterAPINodeClass>,
-    /// Only Machines carrying our NodeClaim label.
+    /// Only Machines carrying our NodeClaim label and our cluster id (see `fence`).
     pub machines: Cache<api::Machine>,
     pub clusters: Cache<api::Cluster>,
 }
 
 impl Caches {
-    /// Starts every watch on tasks owned by `tasks`.
-    pub fn start(tasks: &mut Tasks, workload: &kube::Client, management: &kube::Client) -> Caches {
+    /// Starts every watch on tasks owned by `tasks`; Machines are those of `cluster_id`.
+    pub fn start(
+        tasks: &mut Tasks,
+        workload: &kube::Client,
+        management: &kube::Client,
+        cluster_id: &str,
+    ) -> Caches {
         let all = watcher::Config::default;
         Caches {
             nodes: Cache::start(
@@ -296,7 +301,7 @@ impl Caches {
             machines: Cache::start(
                 tasks,
                 Api::all(management.clone()),
-                all().labels(crate::names::NODECLAIM_LABEL),
+                all().labels(&crate::fence::selector(cluster_id)),
                 keep,
                 None,
             ),

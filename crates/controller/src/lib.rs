@@ -5,6 +5,7 @@ pub mod catalogs;
 pub mod clone;
 pub mod disruption;
 pub mod events;
+pub mod fence;
 pub mod garbagecollection;
 pub mod leader;
 pub mod machine;

@@ -41,6 +41,14 @@ pub struct TerminatedLabels {
     pub capacity_type: String,
 }
 
+/// Karpenter's labels of `karpenter_nodeclaims_unhealthy_disrupted_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UnhealthyLabels {
+    pub condition: String,
+    pub nodepool: String,
+    pub capacity_type: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct MethodLabels {
     pub controller: String,
@@ -72,6 +80,17 @@ pub struct NodeClassLabels {
     pub nodeclass: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EligibleLabels {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolReasonLabels {
+    pub nodepool: String,
+    pub reason: String,
+}
+
 fn duration_histogram() -> Histogram {
     // 1 ms .. ~65 s
     Histogram::new(exponential_buckets(0.001, 2.0, 17))
@@ -88,6 +107,7 @@ pub struct Metrics {
     pub nodeclaims_created: Family<CreatedLabels, Counter>,
     pub nodeclaims_terminated: Family<TerminatedLabels, Counter>,
     pub nodeclaims_disrupted: Family<CreatedLabels, Counter>,
+    pub nodeclaims_unhealthy_disrupted: Family<UnhealthyLabels, Counter>,
     pub nodeclaims_drifted: Family<TypeLabels, Counter>,
     pub disruption_decisions: Family<DecisionLabels, Counter>,
     pub disruption_queue_failures: Family<DecisionLabels, Counter>,
@@ -101,6 +121,9 @@ pub struct Metrics {
     pub machines_launched: Family<NodePoolLabels, Counter>,
     pub launch_duration: Family<NodePoolLabels, Histogram, fn() -> Histogram>,
     pub catalog_instance_types: Family<NodeClassLabels, Gauge>,
+    pub voluntary_disruption_eligible_nodes: Family<EligibleLabels, Gauge>,
+    pub nodepools_allowed_disruptions: Family<PoolReasonLabels, Gauge>,
+    pub consolidation_score: Family<NodePoolLabels, Gauge<f64, AtomicU64>>,
 }
 
 impl Metrics {
@@ -110,6 +133,7 @@ impl Metrics {
             nodeclaims_created: Family::default(),
             nodeclaims_terminated: Family::default(),
             nodeclaims_disrupted: Family::default(),
+            nodeclaims_unhealthy_disrupted: Family::default(),
             nodeclaims_drifted: Family::default(),
             disruption_decisions: Family::default(),
             disruption_queue_failures: Family::default(),
@@ -123,6 +147,9 @@ impl Metrics {
             machines_launched: Family::default(),
             launch_duration: Family::new_with_constructor(launch_histogram),
             catalog_instance_types: Family::default(),
+            voluntary_disruption_eligible_nodes: Family::default(),
+            nodepools_allowed_disruptions: Family::default(),
+            consolidation_score: Family::default(),
         };
         let k = registry.sub_registry_with_prefix("karpenter");
         k.register(
@@ -134,6 +161,11 @@ impl Metrics {
             "nodeclaims_terminated",
             "Number of nodeclaims terminated, by nodepool and capacity type.",
             m.nodeclaims_terminated.clone(),
+        );
+        k.register(
+            "nodeclaims_unhealthy_disrupted",
+            "Number of nodeclaims repaired (deleted) for an unhealthy node, by the condition that failed, nodepool and capacity type.",
+            m.nodeclaims_unhealthy_disrupted.clone(),
         );
         k.register(
             "nodeclaims_disrupted",
@@ -189,6 +221,21 @@ impl Metrics {
             "nodepools_limit",
             "Resource limits of each nodepool.",
             m.nodepools_limit.clone(),
+        );
+        k.register(
+            "voluntary_disruption_eligible_nodes",
+            "Nodes that are part of a disruption move now, by reason.",
+            m.voluntary_disruption_eligible_nodes.clone(),
+        );
+        k.register(
+            "nodepools_allowed_disruptions",
+            "Disruptions each nodepool's budgets allow now, by reason.",
+            m.nodepools_allowed_disruptions.clone(),
+        );
+        k.register(
+            "consolidation_score",
+            "The Balanced consolidation policy's last score of a move, by nodepool.",
+            m.consolidation_score.clone(),
         );
         let ours = k.sub_registry_with_prefix("capi");
         ours.register(

@@ -7,19 +7,16 @@
 //! does the NodeClass's drift policy `Manual`. Each block is reported once
 //! ([`Timers::blocked`](super::Timers::blocked)).
 
-use std::collections::BTreeMap;
-
 use api::consts::conditions as types;
 use api::karpenter::DisruptionReason;
 use api::nodeclass::DriftPolicy;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 
+use super::blockers::{self, Blocker};
 use super::budgets::PoolBudget;
-use super::candidates::{Candidate, Pool, do_not_disrupt};
+use super::candidates::{Candidate, Pool};
 use super::{Clock, Decision, Method, Pass, Surge, View};
-use crate::objects::namespaced_name;
 
 /// A candidate that may not be disrupted now, and why (a `DisruptionBlocked` event).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,52 +47,18 @@ fn manual(view: &View, c: &Candidate) -> bool {
         .is_some_and(|d| d.policy == DriftPolicy::Manual)
 }
 
-/// The PDBs of `pod`'s namespace that select it.
-fn pdbs_of<'a>(
-    pdbs: &'a [std::sync::Arc<PodDisruptionBudget>],
-    pod: &Pod,
-) -> Vec<&'a PodDisruptionBudget> {
-    let empty = BTreeMap::new();
-    let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
-    pdbs.iter()
-        .filter(|p| p.namespace() == pod.namespace())
-        .filter(|p| {
-            p.spec
-                .as_ref()
-                .and_then(|s| s.selector.as_ref())
-                .is_some_and(|sel| templates::selection::selector_matches(sel, labels))
-        })
-        .map(|p| p.as_ref())
-        .collect()
-}
-
-/// The first pod that blocks a graceful disruption of `c`: do-not-disrupt, more than one
-/// PDB, or a PDB that allows no disruption now.
-pub fn pod_blocker(view: &View, c: &Candidate) -> Option<String> {
-    for pod in c.pods {
-        let name = namespaced_name(*pod);
-        if do_not_disrupt(*pod) {
-            return Some(format!("pod {name} has karpenter.sh/do-not-disrupt"));
-        }
-        match pdbs_of(view.pdbs, pod)[..] {
-            [] => {}
-            [pdb] => {
-                let allowed = pdb
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.disruptions_allowed)
-                    .unwrap_or(0);
-                if allowed <= 0 {
-                    return Some(format!(
-                        "pdb {} prevents pod evictions (pod {name})",
-                        namespaced_name(pdb)
-                    ));
-                }
-            }
-            _ => return Some(format!("pod {name} is selected by more than one PDB")),
-        }
+/// What keeps `c` from a graceful disruption: a do-not-disrupt pod or a PDB allowing no
+/// eviction (a pod no controller owns does not block drift, an eventual method).
+pub fn pod_blocker(
+    view: &View,
+    c: &Candidate,
+    now: k8s_openapi::jiff::Timestamp,
+) -> Option<String> {
+    let pdbs: Vec<&PodDisruptionBudget> = view.pdbs.iter().map(|p| p.as_ref()).collect();
+    match blockers::pod_blocker(c.bound, &pdbs, now)? {
+        Blocker::NotControllerOwned { .. } => None,
+        b => Some(b.to_string()),
     }
-    None
 }
 
 impl Method for Drift {
@@ -104,7 +67,7 @@ impl Method for Drift {
         pool: &Pool,
         budget: &mut PoolBudget,
         pass: &mut Pass,
-        _clock: Clock,
+        clock: Clock,
     ) -> Vec<Decision> {
         let mut drifted: Vec<&Candidate> = pool
             .candidates
@@ -144,7 +107,7 @@ impl Method for Drift {
                 continue;
             }
             if c.claim.spec.termination_grace_period.is_none()
-                && let Some(why) = pod_blocker(view, c)
+                && let Some(why) = pod_blocker(view, c, clock.now)
             {
                 block(c, why);
                 continue;
@@ -159,6 +122,7 @@ impl Method for Drift {
             let (reason, message) = condition(c).unwrap_or_default();
             budget.take(1);
             return vec![Decision {
+                command: None,
                 surge: Some(Surge {
                     replacements,
                     ..Surge::default()

@@ -18,7 +18,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::orchestrate::{Command, Orchestrator, delete_disrupted, reason_label};
 use super::simulate::Simulator;
-use super::{Decision, Timers, View, decide};
+use super::{Decision, Note, Outcome, Timers, View, pass, status};
 use crate::events::Recorder;
 use crate::metrics::{DecisionLabels, Metrics};
 use crate::nodeclaim::context::{Catalogs, publish};
@@ -50,22 +50,26 @@ pub struct Disruption {
 
 impl Disruption {
     /// One pass over the caches as they are now (shared objects, no copies).
-    pub fn pass(&self, timers: &mut Timers) -> Vec<Decision> {
-        let (nodepools, nodeclaims, nodes, pods, pdbs, nodeclasses) = (
+    pub fn pass(&self, timers: &mut Timers) -> Outcome {
+        let (nodepools, nodeclaims, nodes, pods, pdbs, nodeclasses, daemonsets) = (
             self.nodepools.state(),
             self.nodeclaims.state(),
             self.nodes.state(),
             self.pods.state(),
             self.pdbs.state(),
             self.nodeclasses.state(),
+            self.daemonsets.state(),
         );
+        let catalog = |nodeclass: &str| self.catalogs.catalog(nodeclass);
         let view = View {
             nodepools: &nodepools,
             nodeclaims: &nodeclaims,
             nodes: &nodes,
             pods: &pods,
+            daemonsets: &daemonsets,
             pdbs: &pdbs,
             nodeclasses: &nodeclasses,
+            catalog: &catalog,
         };
         let instant = Instant::now();
         let simulator = Simulator {
@@ -80,9 +84,31 @@ impl Disruption {
                     instant,
                 )
             },
-            daemonsets: self.daemonsets.state(),
+            daemonsets: daemonsets.clone(),
         };
-        decide(&view, timers, &simulator, Timestamp::now(), instant)
+        pass(&view, timers, &simulator, Timestamp::now(), instant)
+    }
+
+    /// An Event on a NodePool.
+    async fn note(&self, note: &Note) {
+        let Some(pool) = self.nodepools.get(&ObjectRef::new(&note.nodepool)) else {
+            return;
+        };
+        let event = crate::events::Event {
+            type_: if note.warning {
+                kube::runtime::events::EventType::Warning
+            } else {
+                kube::runtime::events::EventType::Normal
+            },
+            reason: note.reason.into(),
+            note: Some(note.message.clone()),
+            action: "Consolidate".into(),
+            secondary: None,
+        };
+        use kube::Resource;
+        if let Err(e) = self.recorder.publish(&event, &pool.object_ref(&())).await {
+            tracing::debug!(error = %e, "publishing event failed");
+        }
     }
 
     async fn blocked(&self, claim: &str, message: &str) {
@@ -178,14 +204,14 @@ pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> 
         // async workers.
         let this = d.clone();
         let pass = tokio::task::spawn_blocking(move || {
-            let decisions = this.pass(&mut timers);
-            (decisions, timers)
+            let outcome = this.pass(&mut timers);
+            (outcome, timers)
         })
         .await;
-        let decisions = match pass {
-            Ok((decisions, kept)) => {
+        let outcome = match pass {
+            Ok((outcome, kept)) => {
                 timers = kept;
-                decisions
+                outcome
             }
             Err(e) => {
                 tracing::error!(error = %e, "disruption pass failed; timers restart");
@@ -193,6 +219,11 @@ pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> 
                 continue;
             }
         };
+        status::record(&d.metrics, &outcome);
+        for note in &outcome.notes {
+            d.note(note).await;
+        }
+        status::write_conditions(&d.client, &d.nodeclaims.state(), &outcome.verdicts).await;
         let now_blocked: HashMap<String, String> = timers
             .blocked()
             .into_iter()
@@ -204,8 +235,8 @@ pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> 
             }
         }
         blocked = now_blocked;
-        for decision in decisions {
-            d.act(&orchestrator, &decision).await;
+        for decision in &outcome.decisions {
+            d.act(&orchestrator, decision).await;
         }
     }
 }

@@ -38,6 +38,7 @@ impl Method for Expiration {
                     reason: DisruptionReason::Empty,
                     expired: true,
                     message: format!("expired after {expire_after}"),
+                    command: None,
                 })
             })
             .collect()

@@ -260,6 +260,10 @@ pub struct Ctx {
     pub registration_failures: Arc<crate::reports::RegistrationFailures>,
     /// API reads drift detection reuses for a few seconds.
     pub lookups: Arc<super::drift::Lookups>,
+    /// The workload cluster's identity on our Cluster API objects (see `fence`).
+    pub cluster_id: String,
+    /// NodeClaims this process deleted for repair, until the cache shows them gone.
+    pub repairs: Arc<super::repair::Repairs>,
 }
 
 pub const FIELD_MANAGER: &str = "karpenter-capi";
@@ -304,6 +308,16 @@ impl Ctx {
         Err(Error::Launch(format!(
             "kind {kind} is not served in group {group}"
         )))
+    }
+
+    /// A NodePool from the cache ("" = none).
+    pub fn nodepool(&self, name: &str) -> Option<Arc<api::NodePool>> {
+        (!name.is_empty())
+            .then(|| {
+                self.nodepools
+                    .get(&kube::runtime::reflector::ObjectRef::new(name))
+            })
+            .flatten()
     }
 
     pub fn nodeclaims_api(&self) -> Api<NodeClaim> {
@@ -448,7 +462,7 @@ pub async fn publish(
         secondary: None,
     };
     if let Err(e) = recorder.publish(&event, &reference).await {
-        tracing::warn!(object = ?reference.name, reason, error = %e, "publishing event failed");
+        tracing::warn!(object = reference.name.as_deref().unwrap_or_default(), reason, error = %e, "publishing event failed");
     }
 }
 
