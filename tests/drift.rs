@@ -106,11 +106,15 @@ fn one_per_node(app: &str) -> Value {
 /// initializes is rolled back after the timeout and the old node keeps serving.
 #[tokio::test]
 async fn drift_rolls_nodes_surge_first_and_rolls_back_a_failed_replacement() {
+    let mut metrics_addr = None;
     let env = env_tuned(
         default_templates(json!({})),
         Identity::Admin,
         Options::all(),
-        |c| c.disruption_timeout = Duration::from_secs(20),
+        |c| {
+            c.disruption_timeout = Duration::from_secs(20);
+            metrics_addr = Some(c.metrics_addr);
+        },
     )
     .await;
     let client = env.tb.client();
@@ -264,6 +268,15 @@ async fn drift_rolls_nodes_surge_first_and_rolls_back_a_failed_replacement() {
         "DisruptionTerminating",
     ] {
         assert!(reasons.contains(want), "{want} missing: {reasons:?}");
+    }
+
+    let metrics = scrape(metrics_addr.expect("metrics address")).await;
+    for want in [
+        r#"karpenter_nodeclaims_drifted_total{type="NodeClassDrifted"} 3"#,
+        r#"karpenter_voluntary_disruption_decisions_total{decision="replace",reason="drifted",consolidation_type=""} 3"#,
+        r#"karpenter_nodeclaims_disrupted_total{reason="drifted",nodepool="default"} 3"#,
+    ] {
+        assert!(metrics.contains(want), "{want} missing:\n{metrics}");
     }
 
     // (b) A node of another template, then an edit of `small`'s spec: only `small` nodes

@@ -218,18 +218,6 @@ async fn break_node(client: &kube::Client, name: &str) {
     .expect("node stays NotReady");
 }
 
-/// The metrics page of an operator.
-async fn scrape(addr: std::net::SocketAddr) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-        .await
-        .expect("request");
-    let mut body = String::new();
-    s.read_to_string(&mut body).await.expect("response");
-    body
-}
-
 /// Node repair on a pool of 5: one broken Node is repaired; then two broken Nodes of the
 /// remaining 4 (more than ceil(20 %) = 1) are a partition: none is repaired, each says
 /// `NodeRepairBlocked`.
@@ -290,7 +278,7 @@ async fn repair_is_capped(env: &mut common::Env) {
     })
     .await
     .expect("repair-0 repaired");
-    let metrics = scrape(metrics_addr).await;
+    let metrics = common::scrape(metrics_addr).await;
     assert!(
         metrics.lines().any(
             |l| l.starts_with("karpenter_nodeclaims_unhealthy_disrupted_total{")

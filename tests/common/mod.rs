@@ -503,3 +503,15 @@ pub fn node_of(p: &k8s_openapi::api::core::v1::Pod) -> String {
         .and_then(|s| s.node_name.clone())
         .unwrap_or_default()
 }
+
+/// The metrics page of an operator.
+pub async fn scrape(addr: std::net::SocketAddr) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .await
+        .expect("request");
+    let mut body = String::new();
+    s.read_to_string(&mut body).await.expect("response");
+    body
+}

@@ -308,17 +308,31 @@ pub async fn bootstrap_template_hash(
     Ok(api.get_opt(&template.name).await?.map(|t| spec_hash(&t)))
 }
 
+/// Counts a NodeClaim that became drifted (`karpenter_nodeclaims_drifted_total{type}`), once
+/// the status saying so is written.
+pub fn count(ctx: &Ctx, newly: Option<&'static str>) {
+    if let Some(reason) = newly {
+        ctx.metrics
+            .nodeclaims_drifted
+            .get_or_create(&TypeLabels {
+                r#type: reason.into(),
+            })
+            .inc();
+    }
+}
+
 /// The drift step: re-stamps the hash version when due (a metadata write; `claim` becomes
-/// the written object) and sets or removes `Drifted` in `status`.
+/// the written object) and sets or removes `Drifted` in `status`. Returns the reason when
+/// the NodeClaim becomes drifted now (for [`count`] once written).
 pub async fn reconcile(
     ctx: &Ctx,
     claim: &mut std::sync::Arc<NodeClaim>,
     plan: &Plan,
     status: &mut NodeClaimStatus,
-) -> Result<(), Error> {
+) -> Result<Option<&'static str>, Error> {
     if !api::conditions::is_true(&status.conditions, types::LAUNCHED) {
         api::conditions::remove(&mut status.conditions, types::DRIFTED);
-        return Ok(());
+        return Ok(None);
     }
     let pool = super::launch::nodepool_of(claim);
     let pool = ctx.nodepools.get(&ObjectRef::new(&pool));
@@ -390,32 +404,24 @@ pub async fn reconcile(
         now: Timestamp::now(),
     });
     let was = api::conditions::is_true(&status.conditions, types::DRIFTED);
-    match found {
-        Some(d) => {
-            api::conditions::set(
-                &mut status.conditions,
-                types::DRIFTED,
-                api::conditions::TRUE,
-                d.reason,
-                &d.message,
-                None,
-                Timestamp::now(),
-            );
-            if !was {
-                tracing::info!(nodeclaim = %claim.name_any(), reason = d.reason, message = %d.message, "drifted");
-                ctx.metrics
-                    .nodeclaims_drifted
-                    .get_or_create(&TypeLabels {
-                        r#type: d.reason.into(),
-                    })
-                    .inc();
-            }
-        }
-        None => {
-            api::conditions::remove(&mut status.conditions, types::DRIFTED);
-        }
+    let Some(d) = found else {
+        api::conditions::remove(&mut status.conditions, types::DRIFTED);
+        return Ok(None);
+    };
+    api::conditions::set(
+        &mut status.conditions,
+        types::DRIFTED,
+        api::conditions::TRUE,
+        d.reason,
+        &d.message,
+        None,
+        Timestamp::now(),
+    );
+    if was {
+        return Ok(None);
     }
-    Ok(())
+    tracing::info!(nodeclaim = %claim.name_any(), reason = d.reason, message = %d.message, "drifted");
+    Ok(Some(d.reason))
 }
 
 #[cfg(test)]

@@ -141,7 +141,7 @@ async fn reconcile_fresh(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Action, Err
     if verdict == Verdict::Deleted {
         return Ok(Action::await_change());
     }
-    super::drift::reconcile(ctx, &mut claim, &plan, &mut status).await?;
+    let drifted = super::drift::reconcile(ctx, &mut claim, &plan, &mut status).await?;
     set_ready(&mut status.conditions);
     let Verdict::Alive(next) = verdict else {
         return Ok(Action::await_change());
@@ -157,6 +157,7 @@ async fn reconcile_fresh(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Action, Err
     }
     if ctx.write_status(&claim, &status).await? {
         ctx.expectations.release(&uid);
+        super::drift::count(ctx, drifted);
     }
     let quiet = match progress {
         Progress::Initialized => SETTLED,
