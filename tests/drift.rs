@@ -103,11 +103,12 @@ fn one_per_node(app: &str) -> Value {
 
 /// (a) a NodeClass version change rolls 3 nodes surge-first, one at a time, never below the
 /// PDB; (b) a template edit drifts only that template's nodes; (e) a replacement that never
-/// initializes is rolled back after the timeout and the old node keeps serving.
+/// initializes is rolled back after the timeout (by an operator restarted meanwhile) and the
+/// old node keeps serving.
 #[tokio::test]
 async fn drift_rolls_nodes_surge_first_and_rolls_back_a_failed_replacement() {
     let mut metrics_addr = None;
-    let env = env_tuned(
+    let mut env = env_tuned(
         default_templates(json!({})),
         Identity::Admin,
         Options::all(),
@@ -279,15 +280,15 @@ async fn drift_rolls_nodes_surge_first_and_rolls_back_a_failed_replacement() {
         assert!(metrics.contains(want), "{want} missing:\n{metrics}");
     }
 
-    // (b) A node of another template, then an edit of `small`'s spec: only `small` nodes
-    // drift. (e) The edit makes replacements that never get a Node: rolled back.
+    // (b) A node of another template (full: no web pod fits there, so every small node
+    // needs a replacement), then an edit of `small`'s spec: only `small` nodes drift. (e) The edit makes replacements that never get a Node: rolled back.
     deployments
         .create(
             &PostParams::default(),
             &deployment(
                 "solo",
                 1,
-                "3",
+                "7",
                 "1Gi",
                 json!({"nodeSelector": {"node.kubernetes.io/instance-type": "large"}}),
             ),
@@ -332,26 +333,41 @@ async fn drift_rolls_nodes_surge_first_and_rolls_back_a_failed_replacement() {
         .find(|c| c.name_any() == solo[0])
         .expect("solo's claim");
     assert_eq!(drift_reason(large), None, "the large node did not drift");
-    let rolled_back = wait_for(
-        "a failed replacement rolled back",
+    // The command is on the objects: an operator restarted while it waits for a replacement
+    // that never initializes finds it and rolls it back at the timeout.
+    let rolled_back = wait_for("a command in flight", Duration::from_secs(60), || async {
+        claims(&client)
+            .await
+            .iter()
+            .find(|c| small.contains(&c.name_any()) && c.annotations().contains_key(COMMAND))
+            .map(|c| c.name_any())
+    })
+    .await
+    .expect("a small node's replacement starts");
+    let old = std::mem::replace(&mut env.operator, tokio::spawn(async {}));
+    old.abort();
+    let _ = old.await;
+    env.operator = spawn_operator(controller::runtime::RunConfig {
+        disruption_timeout: Duration::from_secs(20),
+        ..operator_config(&env.tb)
+    });
+    wait_for(
+        "the restarted operator rolls the command back",
         Duration::from_secs(90),
         || async {
-            for name in &small {
-                if events_for(&client, name)
-                    .await
-                    .iter()
-                    .any(|(r, _)| r == "DisruptionRolledBack")
-                {
-                    return Some(name.clone());
-                }
-            }
-            None
+            events_for(&client, &rolled_back)
+                .await
+                .iter()
+                .any(|(r, _)| r == "DisruptionRolledBack")
+                .then_some(())
         },
     )
     .await
-    .expect("rollback after the 20 s timeout");
-    // Restored: no record, no reason, the Node untainted and still running its pod (the
-    // next pass may try again: look for the restored state, briefly).
+    .unwrap_or_else(|e| {
+        panic!("rollback after the 20 s timeout: {e}");
+    });
+    // Restored: no record, no reason, the Node untainted and still running its pod, the
+    // failure noted (no new try for 5 minutes).
     let claim = nodeclaims(&client).get(&rolled_back).await.expect("kept");
     assert!(!deleting(&claim), "the old node is not deleted");
     let node = claim.data["status"]["nodeName"]
@@ -369,6 +385,8 @@ async fn drift_rolls_nodes_surge_first_and_rolls_back_a_failed_replacement() {
             .any(|t| t.key == "karpenter.sh/disrupted");
         (!tainted
             && !c.annotations().contains_key(COMMAND)
+            && c.annotations()
+                .contains_key("karpenter.cluster.x-k8s.io/disruption-failed")
             && cond(&c, "DisruptionReason").is_none())
         .then_some(())
     })

@@ -112,6 +112,9 @@ pub mod annotations {
     pub const MACHINE: &str = "cluster.x-k8s.io/machine";
     /// On a disruption candidate: the surge-first command it is part of (JSON).
     pub const DISRUPTION_COMMAND: &str = "karpenter.cluster.x-k8s.io/disruption-command";
+    /// On a NodeClaim whose surge-first command was rolled back: when (RFC 3339); it is not
+    /// tried again for a while.
+    pub const DISRUPTION_FAILED: &str = "karpenter.cluster.x-k8s.io/disruption-failed";
     /// On a replacement NodeClaim: the NodeClaims it replaces (comma-separated names).
     pub const REPLACES: &str = "karpenter.cluster.x-k8s.io/replaces";
 

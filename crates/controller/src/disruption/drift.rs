@@ -4,7 +4,8 @@
 //! provisioner's simulation of its pods asks for (none when they fit elsewhere); a pod that
 //! fits nowhere, a `karpenter.sh/do-not-disrupt` pod or a PDB that allows no eviction
 //! blocks it (unless the NodeClaim has a `terminationGracePeriod`, as in Karpenter), as
-//! does the NodeClass's drift policy `Manual`. Each block is reported once
+//! does the NodeClass's drift policy `Manual`, and a command of it rolled back less than
+//! [`COOLDOWN`](super::orchestrate::COOLDOWN) ago. Each block is reported once
 //! ([`Timers::blocked`](super::Timers::blocked)).
 
 use api::consts::conditions as types;
@@ -93,6 +94,13 @@ impl Method for Drift {
                 block(
                     c,
                     "drifted, but its NodeClass's drift policy is Manual: delete the NodeClaim to replace it".into(),
+                );
+                continue;
+            }
+            if let Some(until) = super::orchestrate::retry_after(c.claim, clock.now) {
+                block(
+                    c,
+                    format!("drifted; a replacement failed, next try after {until}"),
                 );
                 continue;
             }

@@ -10,7 +10,8 @@
 //!    `Initialized`, delete the candidates (Cluster API drains them); when a replacement is
 //!    gone or the timeout passed, roll back: delete the replacements that never initialized,
 //!    untaint, clear the condition, and remove the record last (a crash mid-rollback rolls
-//!    back again).
+//!    back again), noting the failure ([`FAILED`]) so the candidate waits [`COOLDOWN`]
+//!    before it is tried again ([`retry_after`]).
 //!
 //! All state is on the objects, so a restarted process resumes or rolls back what it finds.
 //! Like Karpenter, each pass also strips `disrupted` taints and `DisruptionReason`
@@ -42,6 +43,11 @@ use crate::objects::{annotation, claim_condition, claim_node_name, deleting, nam
 pub const COMMAND: &str = annotations::DISRUPTION_COMMAND;
 /// Default bound on a command (Karpenter: 10 min at least).
 pub const TIMEOUT: Duration = Duration::from_secs(600);
+/// Annotation on a candidate whose command was rolled back: when.
+pub const FAILED: &str = annotations::DISRUPTION_FAILED;
+/// A candidate whose command was rolled back is not tried again for this long (a template
+/// whose Machines never join would otherwise churn a Machine per pass).
+pub const COOLDOWN: Duration = Duration::from_secs(300);
 /// A command this process started recently may not be in the caches yet: not judged on
 /// them (neither rolled back for missing replacements nor cleaned up) for this long.
 const CACHE_LAG: Duration = Duration::from_secs(30);
@@ -90,6 +96,16 @@ impl Record {
     pub fn of(claim: &NodeClaim) -> Option<Record> {
         serde_json::from_str(annotation(claim, COMMAND)?).ok()
     }
+}
+
+/// Until when a NodeClaim whose command was rolled back waits before it is tried again
+/// (`None`: it may be tried now).
+pub fn retry_after(claim: &NodeClaim, now: Timestamp) -> Option<Timestamp> {
+    let failed: Timestamp = annotation(claim, FAILED)?.parse().ok()?;
+    let until = failed
+        .checked_add(k8s_openapi::jiff::SignedDuration::try_from(COOLDOWN).ok()?)
+        .ok()?;
+    (until > now).then_some(until)
 }
 
 /// Whether a NodeClaim is a candidate of a command in flight.
@@ -450,7 +466,14 @@ impl Orchestrator {
                         self.taint(n, false).await?;
                     }
                     let c = self.set_reason(c, None, "").await?;
-                    self.annotate(&c, None).await?;
+                    let failed = Timestamp::now().to_string();
+                    let c = self
+                        .update(&c, false, |c| {
+                            annotation(c, COMMAND)
+                                .is_some()
+                                .then(|| json!({"annotations": {COMMAND: null, FAILED: failed}}))
+                        })
+                        .await?;
                     self.event(
                         &c,
                         EventType::Warning,

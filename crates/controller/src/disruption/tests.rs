@@ -348,3 +348,36 @@ fn drift_is_blocked_by_pdbs_do_not_disrupt_misfits_and_manual_policy() {
     assert_eq!(n, 0);
     assert!(why[0].contains("Manual"), "{why:?}");
 }
+
+#[test]
+fn a_rolled_back_candidate_waits_for_the_cooldown() {
+    let pools = [pool("Never", json!([{"nodes": "10"}]))];
+    let mut failed = drifted_claim("a", "2026-11-22T10:00:00Z");
+    failed["metadata"]["annotations"] = json!({super::orchestrate::FAILED: "2026-11-22T10:58:00Z"});
+    let claims = [typed(failed)];
+    let nodes = [node("a")];
+    let v = view(&pools, &claims, &nodes, &[]);
+    let sim = OneEach { misfit: "" };
+    let mut timers = Timers::default();
+    let d = decide(
+        &v,
+        &mut timers,
+        &sim,
+        at("2026-11-22T11:00:00Z"),
+        Instant::now(),
+    );
+    assert!(d.is_empty(), "{d:?}");
+    let blocked = timers.blocked();
+    assert!(
+        blocked[0].message.contains("a replacement failed"),
+        "{blocked:?}"
+    );
+    let d = decide(
+        &v,
+        &mut timers,
+        &sim,
+        at("2026-11-22T11:03:01Z"),
+        Instant::now(),
+    );
+    assert_eq!(d.len(), 1, "tried again after 5 min");
+}
