@@ -6,6 +6,7 @@
 //! provisioner's own [`snapshot::build`] and [`scheduling::solve`], and returns a [`Plan`];
 //! [`render_table`] prints it.
 
+mod disruption;
 mod expand;
 mod load;
 mod plan;
@@ -15,11 +16,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use serde_json::Value;
 use templates::offline::{Inputs, LoadError};
 
 use controller::provisioning::snapshot;
 
+pub use disruption::DisruptionVerdict;
 pub use load::from_inputs;
 pub use plan::{Plan, plan};
 pub use render::render_table;
@@ -50,6 +53,8 @@ pub struct Loaded {
     pub inputs: Inputs,
     /// Nodes, NodeClaims, NodePools, DaemonSets and all pods (bound and pending), typed.
     pub state: snapshot::State,
+    /// PodDisruptionBudgets (read by the disruption verdicts).
+    pub pdbs: Vec<Arc<PodDisruptionBudget>>,
     /// Pods to place: pending Pods and the replicas of workloads.
     pub pending: Vec<Arc<Pod>>,
     /// `Kind namespace/name` of the objects the simulation does not read.

@@ -10,6 +10,7 @@ use controller::objects::{name, namespaced_name, pod_node_name, terminal};
 use controller::provisioning::{convert, snapshot};
 
 use super::Loaded;
+use super::disruption::{DisruptionVerdict, disruption};
 
 /// One NodeClass's catalog, as `instance-types` shows it.
 #[derive(Debug, Clone, Serialize)]
@@ -100,6 +101,8 @@ pub struct Plan {
     pub existing: Vec<ExistingPlacement>,
     pub unplaceable: Vec<UnplaceablePod>,
     pub total: Total,
+    /// With existing NodeClaims: each one's disruption verdict now.
+    pub disruption: Vec<DisruptionVerdict>,
 }
 
 pub(super) fn pod_ref(p: &scheduling::PodRef) -> String {
@@ -323,6 +326,7 @@ pub fn plan(loaded: &Loaded) -> Plan {
         existing,
         unplaceable,
         total,
+        disruption: disruption(loaded, &catalogs, k8s_openapi::jiff::Timestamp::now()),
     }
 }
 
