@@ -1,8 +1,9 @@
 //! Consolidation end to end on the testbed (the real Cluster API manager, the test provider,
 //! kwok Nodes, kube-scheduler): a large node left with small pods is replaced by a small one
 //! (the replacement initialized before any pod stops), three under-used nodes become one, and
-//! a do-not-disrupt pod keeps its node with `inspect --why` saying so. One testbed, the cases
-//! one after the other (each starts from an empty cluster).
+//! a do-not-disrupt pod keeps its node with `inspect --why` saying so, and a replacement
+//! that never initializes is rolled back. One testbed, the cases one after the other (each
+//! starts from an empty cluster).
 //!
 //! Balanced (refuses a tiny saving against its disruption, accepts a large one) is covered by
 //! the unit tests over the pass in `crates/controller/src/disruption/consolidation_tests.rs`.
@@ -15,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use testbed::wait_for;
@@ -173,9 +174,53 @@ fn watch(
     })
 }
 
+/// How long a replace waits for its replacement to initialize (the default is 10 minutes).
+const DISRUPTION_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// `env` with the operator's disruption timeout set.
+async fn env_with_disruption_timeout(timeout: Duration) -> Env {
+    let (tb, provider, cluster) =
+        prepare(default_templates(json!({})), testbed::Options::all()).await;
+    let operator = spawn_operator(controller::runtime::RunConfig {
+        disruption_timeout: timeout,
+        ..operator_config(&tb)
+    });
+    let client = tb.client();
+    wait_for("NodeClass Ready", Duration::from_secs(60), || async {
+        let nc = nodeclasses(&client).get("default").await.ok()?;
+        (condition(&nc, "Ready").as_deref() == Some("True")).then_some(())
+    })
+    .await
+    .expect("NodeClass Ready");
+    Env {
+        tb,
+        _provider: provider,
+        cluster,
+        operator,
+    }
+}
+
+/// Creates `filler` (5 cpu) and `web` (3 × 300m), packed onto one `large`; returns its
+/// NodeClaim once all run.
+async fn large_with_web(client: &Client, ns: &str) -> String {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    for d in [
+        deployment("filler", 1, "5", json!({})),
+        deployment("web", 3, "300m", json!({})),
+    ] {
+        deployments
+            .create(&PostParams::default(), &d)
+            .await
+            .expect("deployment");
+    }
+    wait_running(client, ns, "filler", 1, 120).await;
+    wait_running(client, ns, "web", 3, 60).await;
+    wait_claims(client, &["large"], 30).await[0].name_any()
+}
+
 #[tokio::test]
-async fn consolidation_replaces_merges_and_explains_blocked_nodes() {
-    let env = env(default_templates(json!({}))).await;
+async fn consolidation_replaces_merges_explains_and_rolls_back() {
+    let env = env_with_disruption_timeout(DISRUPTION_TIMEOUT).await;
     let client = env.tb.client();
     create_nodepool_with(
         &client,
@@ -187,20 +232,9 @@ async fn consolidation_replaces_merges_and_explains_blocked_nodes() {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
     let started = Instant::now();
 
-    // (a) A large node left with three small pods is replaced by a small one. `filler` (5
+    // (a) A large node left with three small pods is replaced by a small one: `filler` (5
     // cpu) and `web` (3 × 300m) are packed onto one large; then `filler` goes.
-    for d in [
-        deployment("filler", 1, "5", json!({})),
-        deployment("web", 3, "300m", json!({})),
-    ] {
-        deployments
-            .create(&PostParams::default(), &d)
-            .await
-            .expect("deployment");
-    }
-    wait_running(&client, &ns, "filler", 1, 120).await;
-    wait_running(&client, &ns, "web", 3, 60).await;
-    let large = wait_claims(&client, &["large"], 30).await[0].name_any();
+    let large = large_with_web(&client, &ns).await;
     let stop = Arc::new(AtomicBool::new(false));
     let watcher = watch(client.clone(), ns.clone(), Arc::clone(&stop));
     delete_deployment(&client, &ns, "filler").await;
@@ -344,4 +378,83 @@ async fn consolidation_replaces_merges_and_explains_blocked_nodes() {
         .collect();
     assert!(on.iter().all(|n| *n == node), "{on:?} vs {node}");
     eprintln!("(b) three nodes became one in {:?}", t.elapsed());
+
+    delete_deployment(&client, &ns, "trio").await;
+    wait_claims(&client, &[], 120).await;
+
+    // (e) A replacement that never initializes is rolled back after the disruption timeout:
+    // `small` Machines now never get a Node.
+    let templates: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &env.cluster.namespace,
+        &testbed::provider::test_machine_template_resource(),
+    );
+    let no_node = json!({"spec": {"template": {"metadata": {"annotations": {
+        testbed::provider::NO_NODE_ANNOTATION: "true"}}}}});
+    templates
+        .patch("small", &PatchParams::default(), &Patch::Merge(&no_node))
+        .await
+        .expect("patch template");
+    let t = Instant::now();
+    let large = large_with_web(&client, &ns).await;
+    delete_deployment(&client, &ns, "filler").await;
+    let replacement = wait_for("a replacement", Duration::from_secs(60), || async {
+        claims(&client)
+            .await
+            .into_iter()
+            .find(|c| instance_type(c) == "small")
+            .map(|c| c.name_any())
+    })
+    .await
+    .expect("a small replacement launched");
+    let rolled_back = wait_for(
+        "rolled back",
+        DISRUPTION_TIMEOUT + Duration::from_secs(60),
+        || async {
+            let events = events_for(&client, &large).await;
+            events
+                .into_iter()
+                .find(|(r, _)| r == "DisruptionRolledBack")
+                .map(|(_, note)| note)
+        },
+    )
+    .await;
+    let Ok(note) = rolled_back else {
+        panic!("not rolled back: {}", diagnose(&client).await);
+    };
+    // The replacement goes, the candidate stays (not deleting), untainted, its pods running.
+    wait_for("replacement gone", Duration::from_secs(30), || async {
+        let l = claims(&client).await;
+        l.iter()
+            .find(|c| c.name_any() == replacement)
+            .is_none_or(|c| c.metadata.deletion_timestamp.is_some())
+            .then_some(())
+    })
+    .await
+    .expect("the replacement deleted");
+    let claim = nodeclaims(&client).get(&large).await.expect("large kept");
+    assert!(claim.metadata.deletion_timestamp.is_none(), "{claim:?}");
+    let node_name = claim.data["status"]["nodeName"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let node = Api::<Node>::all(client.clone())
+        .get(&node_name)
+        .await
+        .expect("large's Node");
+    let tainted = node
+        .spec
+        .and_then(|s| s.taints)
+        .unwrap_or_default()
+        .iter()
+        .any(|t| t.key == "karpenter.sh/disrupted");
+    assert!(!tainted, "candidate untainted after the rollback");
+    let on: Vec<String> = running_pods(&client, &ns, "web")
+        .await
+        .expect("pods")
+        .iter()
+        .map(node_of)
+        .collect();
+    assert_eq!(on, vec![node_name; 3], "web stays on the large node");
+    eprintln!("(e) rolled back in {:?}: {note}", t.elapsed());
 }
