@@ -185,13 +185,7 @@ async fn env_with_disruption_timeout(timeout: Duration) -> Env {
         disruption_timeout: timeout,
         ..operator_config(&tb)
     });
-    let client = tb.client();
-    wait_for("NodeClass Ready", Duration::from_secs(60), || async {
-        let nc = nodeclasses(&client).get("default").await.ok()?;
-        (condition(&nc, "Ready").as_deref() == Some("True")).then_some(())
-    })
-    .await
-    .expect("NodeClass Ready");
+    nodeclass_ready(&tb.client()).await;
     Env {
         tb,
         _provider: provider,
@@ -200,21 +194,47 @@ async fn env_with_disruption_timeout(timeout: Duration) -> Env {
     }
 }
 
-/// Creates `filler` (5 cpu) and `web` (3 × 300m), packed onto one `large`; returns its
-/// NodeClaim once all run.
-async fn large_with_web(client: &Client, ns: &str) -> String {
+/// Creates Deployments `(name, replicas, cpu)` in `ns` and waits until their pods run.
+async fn run_all(client: &Client, ns: &str, all: &[(&str, i32, &str)]) {
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
-    for d in [
-        deployment("filler", 1, "5", json!({})),
-        deployment("web", 3, "300m", json!({})),
-    ] {
+    for (name, replicas, cpu) in all {
         deployments
-            .create(&PostParams::default(), &d)
+            .create(
+                &PostParams::default(),
+                &deployment(name, *replicas, cpu, json!({})),
+            )
             .await
             .expect("deployment");
     }
-    wait_running(client, ns, "filler", 1, 120).await;
-    wait_running(client, ns, "web", 3, 60).await;
+    for (name, replicas, _) in all {
+        let n = usize::try_from(*replicas).unwrap_or_default();
+        wait_running(client, ns, name, n, 120).await;
+    }
+}
+
+/// The Nodes the Running pods of `app` are on.
+async fn hosts_of(client: &Client, ns: &str, app: &str) -> Vec<String> {
+    running_pods(client, ns, app)
+        .await
+        .expect("pods")
+        .iter()
+        .map(node_of)
+        .collect()
+}
+
+/// The Node of NodeClaim `claim`.
+async fn node_of_claim(client: &Client, claim: &str) -> String {
+    let c = nodeclaims(client).get(claim).await.expect("NodeClaim");
+    c.data["status"]["nodeName"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Creates `filler` (5 cpu) and `web` (3 × 300m), packed onto one `large`; returns its
+/// NodeClaim once all run.
+async fn large_with_web(client: &Client, ns: &str) -> String {
+    run_all(client, ns, &[("filler", 1, "5"), ("web", 3, "300m")]).await;
     wait_claims(client, &["large"], 30).await[0].name_any()
 }
 
@@ -222,12 +242,7 @@ async fn large_with_web(client: &Client, ns: &str) -> String {
 async fn consolidation_replaces_merges_explains_and_rolls_back() {
     let env = env_with_disruption_timeout(DISRUPTION_TIMEOUT).await;
     let client = env.tb.client();
-    create_nodepool_with(
-        &client,
-        json!({}),
-        json!({"consolidateAfter": "0s", "consolidationPolicy": "WhenEmptyOrUnderutilized"}),
-    )
-    .await;
+    create_consolidating_nodepool(&client).await;
     let ns = env.tb.temp_namespace().await.expect("namespace");
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
     let started = Instant::now();
@@ -242,24 +257,8 @@ async fn consolidation_replaces_merges_explains_and_rolls_back() {
     wait_running(&client, &ns, "web", 3, 60).await;
     stop.store(true, Ordering::Relaxed);
     let samples = watcher.await.expect("watcher");
-    let on: Vec<String> = running_pods(&client, &ns, "web")
-        .await
-        .expect("pods")
-        .iter()
-        .map(node_of)
-        .collect();
-    let small_node = nodeclaims(&client)
-        .get(&small)
-        .await
-        .expect("small claim")
-        .data["status"]["nodeName"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    assert!(
-        on.iter().all(|n| *n == small_node),
-        "{on:?} vs {small_node}"
-    );
+    let small_node = node_of_claim(&client, &small).await;
+    assert_eq!(hosts_of(&client, &ns, "web").await, vec![small_node; 3]);
     assert!(samples.len() > 10, "the watcher ran: {samples:?}");
     assert!(
         samples.iter().all(|s| s.running > 0),
@@ -351,33 +350,31 @@ async fn consolidation_replaces_merges_explains_and_rolls_back() {
     // (b) Three under-used large nodes become one: `fill` (3 × 5 cpu) needs a large each, a
     // `trio` pod (2 cpu) goes next to each; once `fill` goes, the three trio pods fit on one.
     let t = Instant::now();
-    for d in [
-        deployment("fill", 3, "5", json!({})),
-        deployment("trio", 3, "2", json!({})),
-    ] {
-        deployments
-            .create(&PostParams::default(), &d)
-            .await
-            .expect("deployment");
-    }
-    wait_running(&client, &ns, "fill", 3, 120).await;
-    wait_running(&client, &ns, "trio", 3, 60).await;
-    wait_claims(&client, &["large", "large", "large"], 30).await;
+    run_all(&client, &ns, &[("fill", 3, "5"), ("trio", 3, "2")]).await;
+    let three = wait_claims(&client, &["large", "large", "large"], 30).await;
     delete_deployment(&client, &ns, "fill").await;
     let left = wait_claims(&client, &["large"], 180).await;
     wait_running(&client, &ns, "trio", 3, 60).await;
-    let node = left[0].data["status"]["nodeName"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    let on: Vec<String> = running_pods(&client, &ns, "trio")
-        .await
-        .expect("pods")
-        .iter()
-        .map(node_of)
-        .collect();
-    assert!(on.iter().all(|n| *n == node), "{on:?} vs {node}");
-    eprintln!("(b) three nodes became one in {:?}", t.elapsed());
+    let node = node_of_claim(&client, &left[0].name_any()).await;
+    assert_eq!(hosts_of(&client, &ns, "trio").await, vec![node; 3]);
+    let mut moves = Vec::new();
+    for c in &three {
+        moves.extend(
+            events_for(&client, &c.name_any())
+                .await
+                .into_iter()
+                .filter(|(r, _)| r == "DisruptionTerminating")
+                .map(|(_, note)| note),
+        );
+    }
+    // One multi-node move ("delete 2 nodes" or "replace 3 nodes with large").
+    assert!(
+        moves
+            .iter()
+            .any(|m| m.contains("underutilized (candidate: ") && m.contains(" nodes")),
+        "{moves:?}"
+    );
+    eprintln!("(b) three nodes became one in {:?}: {moves:?}", t.elapsed());
 
     delete_deployment(&client, &ns, "trio").await;
     wait_claims(&client, &[], 120).await;
@@ -434,10 +431,7 @@ async fn consolidation_replaces_merges_explains_and_rolls_back() {
     .expect("the replacement deleted");
     let claim = nodeclaims(&client).get(&large).await.expect("large kept");
     assert!(claim.metadata.deletion_timestamp.is_none(), "{claim:?}");
-    let node_name = claim.data["status"]["nodeName"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let node_name = node_of_claim(&client, &large).await;
     let node = Api::<Node>::all(client.clone())
         .get(&node_name)
         .await
@@ -449,12 +443,10 @@ async fn consolidation_replaces_merges_explains_and_rolls_back() {
         .iter()
         .any(|t| t.key == "karpenter.sh/disrupted");
     assert!(!tainted, "candidate untainted after the rollback");
-    let on: Vec<String> = running_pods(&client, &ns, "web")
-        .await
-        .expect("pods")
-        .iter()
-        .map(node_of)
-        .collect();
-    assert_eq!(on, vec![node_name; 3], "web stays on the large node");
+    assert_eq!(
+        hosts_of(&client, &ns, "web").await,
+        vec![node_name; 3],
+        "web stays on the large node"
+    );
     eprintln!("(e) rolled back in {:?}: {note}", t.elapsed());
 }

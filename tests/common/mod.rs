@@ -144,18 +144,23 @@ pub async fn env_with(templates_spec: Vec<Tpl>, identity: Identity, options: Opt
         }),
         None => start_operator(&tb),
     };
-    wait_for("NodeClass Ready", Duration::from_secs(60), || async {
-        let nc = nodeclasses(&client).get("default").await.ok()?;
-        (condition(&nc, "Ready").as_deref() == Some("True")).then_some(())
-    })
-    .await
-    .expect("NodeClass Ready");
+    nodeclass_ready(&client).await;
     Env {
         tb,
         _provider: provider,
         cluster,
         operator,
     }
+}
+
+/// Waits until the NodeClass `default` is Ready.
+pub async fn nodeclass_ready(client: &Client) {
+    wait_for("NodeClass Ready", Duration::from_secs(60), || async {
+        let nc = nodeclasses(client).get("default").await.ok()?;
+        (condition(&nc, "Ready").as_deref() == Some("True")).then_some(())
+    })
+    .await
+    .expect("NodeClass Ready");
 }
 
 /// How the tests' infrastructure provider behaves (also to start it again).
@@ -353,6 +358,18 @@ pub fn nodepools(c: &Client) -> Api<DynamicObject> {
 
 pub async fn create_nodepool(client: &Client, limits: Value) -> DynamicObject {
     create_nodepool_with(client, limits, json!({"consolidateAfter": "Never"})).await
+}
+
+/// NodePool `default` consolidating underutilized nodes at once (`consolidateAfter: 0s`),
+/// any number at a time (the default budget, 10%, allows one node of a small pool).
+pub async fn create_consolidating_nodepool(client: &Client) -> DynamicObject {
+    create_nodepool_with(
+        client,
+        json!({}),
+        json!({"consolidateAfter": "0s", "consolidationPolicy": "WhenEmptyOrUnderutilized",
+               "budgets": [{"nodes": "100%"}]}),
+    )
+    .await
 }
 
 /// NodePool `default` (template label team=web, on-demand only) with `limits` and
