@@ -4,7 +4,8 @@
 //! [`load`] reads the objects (workloads are expanded into the pods their controllers would
 //! create), [`plan`] builds each NodeClass's catalog the way `instance-types` does, feeds the
 //! provisioner's own [`snapshot::build`] and [`scheduling::solve`], and returns a [`Plan`];
-//! [`render_table`] prints it.
+//! [`render_table`] prints it. With existing NodeClaims, the plan also carries each one's
+//! disruption verdict ([`DisruptionVerdict`], from the loop's own `verdicts`).
 
 mod disruption;
 mod expand;
