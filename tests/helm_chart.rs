@@ -288,7 +288,7 @@ fn split_cluster_values_read_the_management_kubeconfig_from_a_secret() {
     assert!(
         args(&rendered)
             .iter()
-            .any(|a| a == "--management-kubeconfig=/etc/karpenter-capi/management/value"),
+            .any(|a| a == "--management-kubeconfig=/etc/karpenter-capi/management/kubeconfig"),
         "{:?}",
         args(&rendered)
     );
@@ -297,7 +297,7 @@ fn split_cluster_values_read_the_management_kubeconfig_from_a_secret() {
         pod["volumes"],
         json!([{"name": "management-kubeconfig", "secret": {
             "secretName": "mgmt-kubeconfig", "defaultMode": 0o400,
-            "items": [{"key": "value", "path": "value"}]}}])
+            "items": [{"key": "kubeconfig", "path": "kubeconfig"}]}}])
     );
     assert_eq!(
         container(&rendered)["volumeMounts"],
@@ -441,7 +441,7 @@ fn the_helmchartproxy_example_installs_this_chart_in_workload_mode() {
     assert!(
         args(&rendered)
             .iter()
-            .any(|a| a == "--management-kubeconfig=/etc/karpenter-capi/management/value")
+            .any(|a| a == "--management-kubeconfig=/etc/karpenter-capi/management/kubeconfig")
     );
     let pod = &one(&rendered, "Deployment")["spec"]["template"];
     assert_eq!(
