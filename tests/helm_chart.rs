@@ -524,3 +524,44 @@ async fn chart_applies_server_side_to_a_real_api_server() {
         assert!(applied.contains(object), "{object} in:\n{applied}");
     }
 }
+
+#[test]
+fn the_grafana_dashboard_ships_in_the_chart_and_in_deploy() {
+    let deploy = std::fs::read_to_string(root().join("deploy/grafana/karpenter-capi.json"))
+        .expect("deploy/grafana/karpenter-capi.json");
+    let chart = std::fs::read_to_string(root().join(CHART).join("dashboards/karpenter-capi.json"))
+        .expect("the chart's dashboards/karpenter-capi.json");
+    assert_eq!(
+        chart, deploy,
+        "the chart ships the dashboard of deploy/grafana"
+    );
+    let dashboard: Value = serde_json::from_str(&deploy).expect("the dashboard is JSON");
+    assert_eq!(dashboard["uid"], "karpenter-capi");
+
+    assert!(
+        of_kind(&docs(&helm_template(&[])), "ConfigMap").is_empty(),
+        "off by default"
+    );
+    let rendered = docs(&helm_template(&["--set", "grafanaDashboard.enabled=true"]));
+    let chart_map = one(&rendered, "ConfigMap");
+    let kustomized = docs(&kustomize("deploy/grafana"));
+    let deploy_map = one(&kustomized, "ConfigMap");
+    for map in [chart_map, deploy_map] {
+        assert_eq!(map["metadata"]["name"], "karpenter-capi-dashboard");
+        assert_eq!(map["metadata"]["namespace"], NAMESPACE);
+        assert_eq!(map["metadata"]["labels"]["grafana_dashboard"], "1");
+        let data: Value = serde_json::from_str(
+            map["data"]["karpenter-capi.json"]
+                .as_str()
+                .expect("the dashboard in the ConfigMap"),
+        )
+        .expect("JSON");
+        assert_eq!(data, dashboard);
+    }
+    // No ConfigMap where no operator runs.
+    let management = docs(&helm_template(&[
+        "--set",
+        "mode=management,grafanaDashboard.enabled=true",
+    ]));
+    assert!(of_kind(&management, "ConfigMap").is_empty());
+}
