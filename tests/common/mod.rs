@@ -78,6 +78,8 @@ pub struct Env {
     pub _provider: TestProvider,
     pub cluster: CapiCluster,
     pub operator: tokio::task::JoinHandle<()>,
+    /// Where the operator serves `/metrics`.
+    pub metrics_addr: SocketAddr,
 }
 
 impl Drop for Env {
@@ -205,12 +207,14 @@ pub async fn env_with(templates_spec: Vec<Tpl>, identity: Identity, options: Opt
         Identity::DeployBase => Some(manifests::kustomize("deploy/base")),
         Identity::HelmChart => Some(manifests::helm_template(&["--include-crds"])),
     };
+    let config = operator_config(&tb);
+    let metrics_addr = config.metrics_addr;
     let operator = match installed {
         Some(yaml) => spawn_operator(controller::runtime::RunConfig {
             kubeconfig: Some(as_service_account_of(&tb, &yaml).await),
-            ..operator_config(&tb)
+            ..config
         }),
-        None => start_operator(&tb),
+        None => spawn_operator(config),
     };
     wait_for("NodeClass Ready", Duration::from_secs(60), || async {
         let nc = nodeclasses(&client).get("default").await.ok()?;
@@ -223,6 +227,7 @@ pub async fn env_with(templates_spec: Vec<Tpl>, identity: Identity, options: Opt
         _provider: provider,
         cluster,
         operator,
+        metrics_addr,
     }
 }
 
