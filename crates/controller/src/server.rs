@@ -45,8 +45,10 @@ pub fn router(exposition: Exposition, readiness: Readiness) -> Router {
 }
 
 async fn metrics(State(state): State<ServerState>) -> impl IntoResponse {
-    match state.exposition.encode() {
-        Ok(body) => (
+    // Off the async workers: the scrape-time gauges walk every cached pod and Node.
+    let exposition = state.exposition.clone();
+    match tokio::task::spawn_blocking(move || exposition.encode()).await {
+        Ok(Ok(body)) => (
             StatusCode::OK,
             [(
                 header::CONTENT_TYPE,
@@ -55,7 +57,7 @@ async fn metrics(State(state): State<ServerState>) -> impl IntoResponse {
             body,
         )
             .into_response(),
-        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+        Ok(Err(_)) | Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     }
 }
 
