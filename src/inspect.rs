@@ -29,6 +29,9 @@ pub struct Row {
     pub age_seconds: i64,
     /// Why it is not Ready yet, when it has been waiting long enough to look stuck.
     pub stuck: Option<String>,
+    /// With `--why`: its disruption verdict (the move it is part of, or what keeps it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
 }
 
 fn cond<'a>(nc: &'a NodeClaim, type_: &str) -> Option<&'a Condition> {
@@ -151,6 +154,7 @@ pub fn rows(
                 },
                 age_seconds,
                 stuck,
+                why: None,
             }
         })
         .collect();
@@ -211,6 +215,9 @@ pub fn render_table(rows: &[Row]) -> String {
         if let Some(why) = &r.stuck {
             out += &format!("  ! {}: {why}\n", r.nodeclaim);
         }
+        if let Some(why) = &r.why {
+            out += &format!("  > {}: {why}\n", r.nodeclaim);
+        }
     }
     if rows.is_empty() {
         out += "(no NodeClaims)\n";
@@ -218,11 +225,43 @@ pub fn render_table(rows: &[Row]) -> String {
     out
 }
 
-/// Lists what the view needs (a one-shot CLI; the operator itself reads watch caches).
+/// Fills each row's disruption verdict: the operator's (the `Consolidatable` condition's
+/// message, computed with the live catalog's prices) when it wrote one, else the same
+/// verdict function run here on the listed objects (prices from the launch plans).
+pub fn add_why(
+    rows: &mut [Row],
+    claims: &[NodeClaim],
+    view: &controller::disruption::View,
+    now: Timestamp,
+) {
+    let local = controller::disruption::verdicts(view, now);
+    for r in rows {
+        let written = claims
+            .iter()
+            .find(|c| c.name_any() == r.nodeclaim)
+            .and_then(|c| cond(c, api::consts::conditions::CONSOLIDATABLE))
+            .map(|c| c.message.clone());
+        r.why = written.or_else(|| local.get(&r.nodeclaim).map(ToString::to_string));
+    }
+}
+
+/// Every object of a kind, shared.
+async fn list_all<K>(client: &kube::Client) -> Result<Vec<std::sync::Arc<K>>, kube::Error>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let api: kube::api::Api<K> = kube::api::Api::all(client.clone());
+    let list = api.list(&kube::api::ListParams::default()).await?;
+    Ok(list.items.into_iter().map(std::sync::Arc::new).collect())
+}
+
+/// Lists what the view needs (a one-shot CLI; the operator itself reads watch caches);
+/// with `why`, also what the disruption verdicts read.
 pub async fn collect(
     workload: &kube::Client,
     management: &kube::Client,
     nodepool: Option<&str>,
+    why: bool,
 ) -> Result<Vec<Row>, kube::Error> {
     use kube::api::{Api, ListParams};
     let claims_api: Api<NodeClaim> = Api::all(workload.clone());
@@ -240,7 +279,30 @@ pub async fn collect(
         .list(&ListParams::default())
         .await?
         .items;
-    Ok(rows(&claims, &machines, &nodes, Timestamp::now()))
+    let now = Timestamp::now();
+    let mut out = rows(&claims, &machines, &nodes, now);
+    if why {
+        use std::sync::Arc;
+        let all = |v: Vec<NodeClaim>| v.into_iter().map(Arc::new).collect::<Vec<_>>();
+        let every_claim = all(claims_api.list(&ListParams::default()).await?.items);
+        let pools = list_all::<api::NodePool>(workload).await?;
+        let pods = list_all::<k8s_openapi::api::core::v1::Pod>(workload).await?;
+        let pdbs = list_all::<k8s_openapi::api::policy::v1::PodDisruptionBudget>(workload).await?;
+        let daemonsets = list_all::<k8s_openapi::api::apps::v1::DaemonSet>(workload).await?;
+        let node_arcs: Vec<Arc<Node>> = nodes.iter().cloned().map(Arc::new).collect();
+        let view = controller::disruption::View {
+            nodepools: &pools,
+            nodeclaims: &every_claim,
+            nodes: &node_arcs,
+            pods: &pods,
+            daemonsets: &daemonsets,
+            pdbs: &pdbs,
+            nodeclasses: &[],
+            catalog: &controller::disruption::no_catalog,
+        };
+        add_why(&mut out, &claims, &view, now);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -304,5 +366,70 @@ mod tests {
             "{table}"
         );
         assert!(table.contains("m5.large"), "{table}");
+    }
+
+    #[test]
+    fn why_names_the_blocker_or_the_operators_verdict() {
+        use std::sync::Arc;
+        let now: Timestamp = "2026-11-22T11:00:00Z".parse().expect("t");
+        let claim = |name: &str, consolidatable: Option<&str>| {
+            let mut conditions = vec![
+                json!({"type": "Initialized", "status": "True", "reason": "r", "message": "",
+                "lastTransitionTime": "2026-11-22T10:00:00Z"}),
+            ];
+            if let Some(m) = consolidatable {
+                conditions.push(
+                    json!({"type": "Consolidatable", "status": "True", "reason": "Candidate",
+                    "message": m, "lastTransitionTime": "2026-11-22T10:00:00Z"}),
+                );
+            }
+            obj(
+                json!({"metadata": {"name": name, "labels": {"karpenter.sh/nodepool": "default"}},
+                "status": {"nodeName": format!("n-{name}"), "conditions": conditions}}),
+            )
+        };
+        let claims = vec![
+            claim("a", None),
+            claim("b", Some("candidate: replace with small (saves 0.26/h)")),
+        ];
+        let pool: api::NodePool = serde_json::from_value(json!({"metadata": {"name": "default"}, "spec": {
+            "template": {"spec": {"nodeClassRef": {"group": "g", "kind": "K", "name": "n"}, "requirements": []}},
+            "disruption": {"consolidateAfter": "30s"}}})).expect("pool");
+        let node = |n: &str| {
+            Arc::new(
+                serde_json::from_value::<Node>(json!({"metadata": {"name": n}})).expect("node"),
+            )
+        };
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+            "metadata": {"name": "db-0", "namespace": "default", "annotations": {"karpenter.sh/do-not-disrupt": "true"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": "u", "controller": true}]},
+            "spec": {"nodeName": "n-a", "containers": []}, "status": {"phase": "Running"}})).expect("pod");
+        let (pools, arcs, nodes, pods) = (
+            vec![Arc::new(pool)],
+            claims.iter().cloned().map(Arc::new).collect::<Vec<_>>(),
+            vec![node("n-a"), node("n-b")],
+            vec![Arc::new(pod)],
+        );
+        let view = controller::disruption::View {
+            nodepools: &pools,
+            nodeclaims: &arcs,
+            nodes: &nodes,
+            pods: &pods,
+            daemonsets: &[],
+            pdbs: &[],
+            nodeclasses: &[],
+            catalog: &controller::disruption::no_catalog,
+        };
+        let mut r = rows(&claims, &[], &[], now);
+        add_why(&mut r, &claims, &view, now);
+        assert_eq!(
+            r[0].why.as_deref(),
+            Some("pod default/db-0 has do-not-disrupt")
+        );
+        assert_eq!(
+            r[1].why.as_deref(),
+            Some("candidate: replace with small (saves 0.26/h)")
+        );
+        assert!(render_table(&r).contains("> a: pod default/db-0 has do-not-disrupt"));
     }
 }

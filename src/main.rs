@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 use karpenter_capi::{inspect, simulate};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -67,6 +68,10 @@ struct InspectArgs {
     /// Only this NodePool.
     #[arg(long)]
     nodepool: Option<String>,
+    /// Also each NodeClaim's disruption verdict: the move it is part of, or what keeps it
+    /// (do-not-disrupt, a PDB, consolidateAfter, a budget, no cheaper option, ...).
+    #[arg(long)]
+    why: bool,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
     output: InspectFormat,
@@ -89,7 +94,9 @@ fn inspect(args: InspectArgs) -> anyhow::Result<()> {
             Some(p) => controller::runtime::client(Some(p), &options).await?,
             None => workload.clone(),
         };
-        anyhow::Ok(inspect::collect(&workload, &management, args.nodepool.as_deref()).await?)
+        anyhow::Ok(
+            inspect::collect(&workload, &management, args.nodepool.as_deref(), args.why).await?,
+        )
     })?;
     match args.output {
         InspectFormat::Table => print!("{}", inspect::render_table(&rows)),
@@ -123,6 +130,10 @@ struct RunArgs {
     /// does not remediate standalone Machines).
     #[arg(long, env = "NODE_REPAIR_AFTER", default_value = "10m", value_parser = parse_duration)]
     node_repair_after: std::time::Duration,
+    /// How long a surge-first disruption (drift) waits for its replacement NodeClaims to
+    /// initialize before it is rolled back.
+    #[arg(long, env = "DISRUPTION_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
+    disruption_timeout: std::time::Duration,
     /// Client-side rate limit of each Kubernetes client (workload, management): requests
     /// per second once the burst is spent.
     #[arg(long, env = "KUBE_CLIENT_QPS", default_value_t = controller::ratelimit::DEFAULT_QPS)]
@@ -143,6 +154,12 @@ struct RunArgs {
         default_value = "karpenter-capi-leader-election"
     )]
     leader_election_name: String,
+    /// Identity of this workload cluster, as label `karpenter.cluster.x-k8s.io/cluster-id` on
+    /// every Cluster API object the operator creates; it only touches objects with its own.
+    /// Must be unique among the workload clusters sharing a management cluster (default: the
+    /// UID of this cluster's kube-system namespace).
+    #[arg(long, env = "CLUSTER_ID")]
+    cluster_id: Option<String>,
     /// Identity of this replica in the Lease (default: $POD_NAME or the host name).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
@@ -172,8 +189,16 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             .json()
             .with_env_filter(filter)
             .init(),
-        LogFormat::Pretty => tracing_subscriber::fmt().with_env_filter(filter).init(),
+        // Colours only on a terminal: a log file or collector gets plain text.
+        LogFormat::Pretty => tracing_subscriber::fmt()
+            .with_ansi(std::io::stdout().is_terminal())
+            .with_env_filter(filter)
+            .init(),
     }
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        "starting karpenter-capi"
+    );
     let identity = args.identity.clone().unwrap_or_else(|| {
         std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_string())
@@ -196,10 +221,12 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         batch_idle: args.batch_idle_duration,
         batch_max: args.batch_max_duration,
         node_repair_after: args.node_repair_after,
+        disruption_timeout: args.disruption_timeout,
         client_rate: controller::ratelimit::ClientRate {
             qps: args.kube_client_qps,
             burst: args.kube_client_burst,
         },
+        cluster_id: args.cluster_id,
         // GC interval and grace.
         ..Default::default()
     };

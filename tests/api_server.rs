@@ -402,6 +402,7 @@ async fn deploy_base_applies_and_grants_exactly_what_the_operator_needs() {
         ("watch", "", "pods", None, None),
         ("list", "apps", "daemonsets", None, None),
         ("watch", "apps", "daemonsets", None, None),
+        ("watch", "policy", "poddisruptionbudgets", None, None),
         ("create", "", "events", None, Some("default")),
         ("create", "events.k8s.io", "events", None, Some("default")),
         (

@@ -1,12 +1,15 @@
 //! Failure paths that always make progress: a launch that can never succeed is given up
 //! (Launched=False with a precise reason, an event, the NodeClaim deleted so the provisioner
-//! plans its pods again) instead of being retried until `expireAfter`.
+//! plans its pods again) instead of being retried until `expireAfter`; a NodeClaim re-applied
+//! under another name never destroys its neighbour; node repair stops at 20 % of a pool.
 
 mod common;
 
 use std::time::Duration;
 
-use kube::api::{Api, ListParams, PostParams};
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use testbed::wait_for;
 
@@ -41,7 +44,7 @@ fn planned_claim(
 
 #[tokio::test]
 async fn launches_that_cannot_succeed_are_given_up_with_a_reason() {
-    let env = common::env(common::default_templates(json!({}))).await;
+    let mut env = common::env(common::default_templates(json!({}))).await;
     let client = env.tb.client();
     let ns = env.cluster.namespace.clone();
     let claims = common::nodeclaims(&client);
@@ -120,4 +123,214 @@ async fn launches_that_cannot_succeed_are_given_up_with_a_reason() {
     })
     .await
     .expect("no TestMachine left");
+
+    // A NodeClaim re-applied under another name (its launch plan copied, a new UID): the
+    // plan's Machine is another's, so the copy is refused, and its termination deletes
+    // nothing of the original's.
+    claims
+        .create(
+            &PostParams::default(),
+            &common::nodeclaim("original", json!([])),
+        )
+        .await
+        .expect("claim");
+    let original = wait_for("original launched", Duration::from_secs(60), || async {
+        let c = claims.get_opt("original").await.ok()??;
+        (common::condition(&c, "Launched").as_deref() == Some("True")).then_some(c)
+    })
+    .await
+    .expect("original launched");
+    let mut copy = common::nodeclaim("duplicate", json!([]));
+    copy.metadata.annotations = Some(original.annotations().clone());
+    claims
+        .create(&PostParams::default(), &copy)
+        .await
+        .expect("duplicate");
+    wait_for("duplicate refused", Duration::from_secs(60), || async {
+        let gone = claims.get_opt("duplicate").await.ok()?.is_none();
+        let said = common::events_for(&client, "duplicate")
+            .await
+            .iter()
+            .any(|(r, _)| r == "NameConflict");
+        (gone && said).then_some(())
+    })
+    .await
+    .expect("the duplicate is refused with NameConflict and removed");
+    let machines: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns, &testbed::provider::machine_resource());
+    let name = common::machine_name("original");
+    for (what, api) in [("Machine", &machines), ("TestMachine", &infra)] {
+        let o = api.get_opt(&name).await.expect("get");
+        assert!(
+            o.is_some_and(|o| o.metadata.deletion_timestamp.is_none()),
+            "the original's {what} survives the duplicate's termination"
+        );
+    }
+    let still = claims.get("original").await.expect("original");
+    assert!(still.metadata.deletion_timestamp.is_none());
+
+    repair_is_capped(&mut env).await;
+}
+
+/// Takes a Node away from kwok (no more heartbeats) and reports it NotReady.
+async fn break_node(client: &kube::Client, name: &str) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"kwok.x-k8s.io/node": null}}})),
+        )
+        .await
+        .expect("unmanage node");
+    // kwok may re-report Ready until it has seen the annotation go: report NotReady again
+    // until three polls in a row see it.
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    wait_for(&format!("{name} NotReady"), Duration::from_secs(30), || {
+        let seen = seen.clone();
+        let nodes = nodes.clone();
+        async move {
+            use std::sync::atomic::Ordering;
+            let n = nodes.get(name).await.ok()?;
+            let broken = n
+                .status
+                .and_then(|s| s.conditions)
+                .and_then(|cs| cs.into_iter().find(|c| c.type_ == "Ready"))
+                .is_some_and(|c| c.status != "True");
+            if broken {
+                return (seen.fetch_add(1, Ordering::SeqCst) >= 2).then_some(());
+            }
+            seen.store(0, Ordering::SeqCst);
+            let now = k8s_openapi::jiff::Timestamp::now().to_string();
+            let _ = nodes
+                .patch_status(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Strategic(json!({"status": {"conditions": [{"type": "Ready",
+                        "status": "False", "reason": "TestBroken", "message": "broken by the test",
+                        "lastTransitionTime": now, "lastHeartbeatTime": now}]}})),
+                )
+                .await;
+            None
+        }
+    })
+    .await
+    .expect("node stays NotReady");
+}
+
+/// The metrics page of an operator.
+async fn scrape(addr: std::net::SocketAddr) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .await
+        .expect("request");
+    let mut body = String::new();
+    s.read_to_string(&mut body).await.expect("response");
+    body
+}
+
+/// Node repair on a pool of 5: one broken Node is repaired; then two broken Nodes of the
+/// remaining 4 (more than ceil(20 %) = 1) are a partition: none is repaired, each says
+/// `NodeRepairBlocked`.
+async fn repair_is_capped(env: &mut common::Env) {
+    let client = env.tb.client();
+    let claims = common::nodeclaims(&client);
+    env.operator.abort();
+    let old = std::mem::replace(&mut env.operator, tokio::spawn(async {}));
+    let _ = old.await;
+    let metrics_addr = common::free_addr();
+    env.operator = common::spawn_operator(controller::runtime::RunConfig {
+        node_repair_after: Duration::from_secs(5),
+        metrics_addr,
+        ..common::operator_config(&env.tb)
+    });
+    let names: Vec<String> = (0..5).map(|i| format!("repair-{i}")).collect();
+    for name in &names {
+        let mut c = common::nodeclaim(name, json!([]));
+        c.metadata.labels =
+            Some([("karpenter.sh/nodepool".to_string(), "repair".to_string())].into());
+        claims
+            .create(&PostParams::default(), &c)
+            .await
+            .expect("claim");
+    }
+    let mut node_of = std::collections::BTreeMap::new();
+    for name in &names {
+        let c = wait_for(
+            &format!("{name} initialized"),
+            Duration::from_secs(120),
+            || async {
+                let c = claims.get_opt(name).await.ok()??;
+                (common::condition(&c, "Initialized").as_deref() == Some("True")).then_some(c)
+            },
+        )
+        .await
+        .expect("initialized");
+        let node = c.data["status"]["nodeName"]
+            .as_str()
+            .expect("nodeName")
+            .to_string();
+        node_of.insert(name.clone(), node);
+    }
+    let deleting = |c: &Option<kube::api::DynamicObject>| {
+        c.as_ref()
+            .is_none_or(|c| c.metadata.deletion_timestamp.is_some())
+    };
+
+    // One of five: repaired.
+    break_node(&client, &node_of["repair-0"]).await;
+    wait_for("repair-0 repaired", Duration::from_secs(60), || async {
+        let c = claims.get_opt("repair-0").await.ok()?;
+        let said = common::events_for(&client, "repair-0")
+            .await
+            .iter()
+            .any(|(r, _)| r == "NodeRepair");
+        (deleting(&c) && said).then_some(())
+    })
+    .await
+    .expect("repair-0 repaired");
+    let metrics = scrape(metrics_addr).await;
+    assert!(
+        metrics.lines().any(
+            |l| l.starts_with("karpenter_nodeclaims_unhealthy_disrupted_total{")
+                && l.contains("nodepool=\"repair\"")
+                && l.ends_with(" 1")
+        ),
+        "{metrics}"
+    );
+    wait_for("repair-0 gone", Duration::from_secs(90), || async {
+        claims
+            .get_opt("repair-0")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await
+    .expect("repair-0 terminated");
+
+    // Two of the remaining four: blocked, both.
+    for name in ["repair-1", "repair-2"] {
+        break_node(&client, &node_of[name]).await;
+    }
+    for name in ["repair-1", "repair-2"] {
+        wait_for(
+            &format!("{name} blocked"),
+            Duration::from_secs(60),
+            || async {
+                common::events_for(&client, name)
+                    .await
+                    .iter()
+                    .any(|(r, _)| r == "NodeRepairBlocked")
+                    .then_some(())
+            },
+        )
+        .await
+        .expect("NodeRepairBlocked");
+    }
+    for name in &names[1..] {
+        let c = claims.get_opt(name).await.expect("get");
+        assert!(!deleting(&c), "{name} must not be repaired over the cap");
+    }
 }

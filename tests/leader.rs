@@ -1,6 +1,7 @@
 //! Leader election between two operator replicas on the testbed: exactly one holds the
 //! Lease and only that one writes (proved with the API server's audit log, each replica
-//! sending its own User-Agent); when it dies the other takes over and writes.
+//! sending its own User-Agent); when it dies the other takes over and writes; when its Lease
+//! is taken away while it runs, it writes nothing more.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -276,6 +277,82 @@ async fn one_leader_writes_and_fails_over() {
         0,
         "the killed leader writes no more: {old_leader:?}"
     );
+
+    // The Lease is taken away from the running leader (another holder, valid for 5 s): once
+    // it has looked at the Lease again it writes nothing more, although work keeps coming.
+    let stolen_at = tb.audit_events().expect("audit log").len();
+    steal(&leases, "thief", 5).await;
+    let noticed = wait_for(
+        "the leader looks at the Lease",
+        Duration::from_secs(30),
+        || async {
+            let events = tb.audit_events().ok()?;
+            events[stolen_at..]
+                .iter()
+                .any(|e| {
+                    e.user_agent == agent(&second) && e.is_complete() && e.resource() == "leases"
+                })
+                .then_some(events.len())
+        },
+    )
+    .await
+    .expect("the leader renews (and finds the thief)");
+    create_nodeclass(&tb, "third").await;
+    let mut c = replica(&tb, "replica-c");
+    let third = wait_for("a new leader", Duration::from_secs(60), || async {
+        holder(&leases)
+            .await
+            .filter(|h| h != "thief" && h != second.as_str())
+    })
+    .await
+    .expect("a replica takes the Lease once the thief's expires");
+    assert_eq!(third, "replica-c", "the deposed leader does not come back");
+    wait_for_status(&tb, "third").await;
+    let after_theft = tb.audit_events().expect("audit log");
+    let deposed = Requests::of(&after_theft[noticed..], &second);
+    let successor = Requests::of(&after_theft[noticed..], "replica-c");
+    eprintln!("after the theft: {second}: {deposed:?}; replica-c: {successor:?}");
+    assert!(
+        successor
+            .other_writes
+            .contains_key("patch clusterapinodeclasses/status"),
+        "the work was there to be done: {successor:?}"
+    );
+    assert_eq!(
+        deposed.other_write_count(),
+        0,
+        "the deposed leader writes nothing once it saw the Lease taken: {deposed:?}"
+    );
+    assert_eq!(
+        deposed.lease_writes, 0,
+        "nor takes the Lease back: {deposed:?}"
+    );
+    c.kill();
     a.kill();
     b.kill();
+}
+
+/// Makes `thief` the holder of the Lease for `seconds` (as another replica would).
+async fn steal(leases: &Api<Lease>, thief: &str, seconds: i32) {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+    wait_for("the Lease stolen", Duration::from_secs(10), || async {
+        let lease = leases.get("karpenter-capi-leader-election").await.ok()?;
+        let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+        let patch = serde_json::json!({
+            "metadata": {"resourceVersion": lease.metadata.resource_version},
+            "spec": {"holderIdentity": thief, "leaseDurationSeconds": seconds,
+                     "acquireTime": now, "renewTime": now}
+        });
+        leases
+            .patch(
+                "karpenter-capi-leader-election",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(patch),
+            )
+            .await
+            .ok()
+            .map(|_| ())
+    })
+    .await
+    .expect("steal the Lease");
 }

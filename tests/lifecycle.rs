@@ -52,22 +52,33 @@ async fn nodeclaim_launches_registers_initializes_and_terminates() {
     assert_eq!(labels["kubernetes.io/arch"], "amd64");
     assert_eq!(
         ready.annotations()["cluster.x-k8s.io/machine"],
-        format!("{ns}/default-abc12")
+        format!("{ns}/{}", machine_name("default-abc12"))
     );
     let pid = ready.data["status"]["providerID"]
         .as_str()
         .expect("providerID")
         .to_string();
-    assert_eq!(pid, provider::provider_id(&ns, "default-abc12"));
+    assert_eq!(
+        pid,
+        provider::provider_id(&ns, &machine_name("default-abc12"))
+    );
     assert_eq!(ready.data["status"]["capacity"]["cpu"], "2");
 
     // The Machine: an orphan with our labels, the zone as failure domain.
     let machines: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), &ns, &provider::machine_resource());
-    let m = machines.get("default-abc12").await.expect("machine");
+    let m = machines
+        .get(&machine_name("default-abc12"))
+        .await
+        .expect("machine");
     let ml = m.labels();
     assert_eq!(ml["karpenter.sh/nodepool"], "default");
     assert_eq!(ml["karpenter.cluster.x-k8s.io/nodeclaim"], "default-abc12");
+    assert_eq!(ml["karpenter.cluster.x-k8s.io/cluster-id"], CLUSTER_ID);
+    assert_eq!(
+        m.annotations()["karpenter.cluster.x-k8s.io/nodeclaim-uid"],
+        ready.metadata.uid.clone().unwrap_or_default()
+    );
     assert!(ml.contains_key("node.cluster.x-k8s.io/karpenter-member"));
     assert_eq!(ml["cluster.x-k8s.io/cluster-name"], "c1");
     assert!(!ml.contains_key("cluster.x-k8s.io/set-name"));
@@ -129,8 +140,16 @@ async fn nodeclaim_launches_registers_initializes_and_terminates() {
             .await
             .ok()?
             .is_none()
-            && machines.get_opt("default-abc12").await.ok()?.is_none()
-            && infra.get_opt("default-abc12").await.ok()?.is_none()
+            && machines
+                .get_opt(&machine_name("default-abc12"))
+                .await
+                .ok()?
+                .is_none()
+            && infra
+                .get_opt(&machine_name("default-abc12"))
+                .await
+                .ok()?
+                .is_none()
             && nodes.get_opt(&node_name).await.ok()?.is_none();
         gone.then_some(())
     })
@@ -156,7 +175,10 @@ async fn launch_timeout_deletes_nodeclaim_and_machine() {
     let machines: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), &ns, &provider::machine_resource());
     wait_for("Machine created", Duration::from_secs(30), || async {
-        machines.get_opt("default-slow1").await.ok()?
+        machines
+            .get_opt(&machine_name("default-slow1"))
+            .await
+            .ok()?
     })
     .await
     .expect("machine created");
@@ -170,7 +192,11 @@ async fn launch_timeout_deletes_nodeclaim_and_machine() {
                 .await
                 .ok()?
                 .is_none()
-                && machines.get_opt("default-slow1").await.ok()?.is_none();
+                && machines
+                    .get_opt(&machine_name("default-slow1"))
+                    .await
+                    .ok()?
+                    .is_none();
             gone.then_some(())
         },
     )
@@ -215,7 +241,11 @@ async fn registration_timeout_deletes_nodeclaim_and_machine() {
                 .await
                 .ok()?
                 .is_none()
-                && machines.get_opt("default-nonode").await.ok()?.is_none();
+                && machines
+                    .get_opt(&machine_name("default-nonode"))
+                    .await
+                    .ok()?
+                    .is_none();
             gone.then_some(())
         },
     )
@@ -300,7 +330,7 @@ async fn infrastructure_failure_marks_offering_unavailable_and_replacement_uses_
         eprintln!(
             "MACHINE {:#?}",
             machines
-                .get_opt("default-fail1")
+                .get_opt(&machine_name("default-fail1"))
                 .await
                 .ok()
                 .flatten()
@@ -366,7 +396,7 @@ async fn nodeclass_not_ready_refuses_launch() {
     );
     assert!(
         machines
-            .get_opt("default-nonc")
+            .get_opt(&machine_name("default-nonc"))
             .await
             .expect("get")
             .is_none(),
@@ -374,53 +404,91 @@ async fn nodeclass_not_ready_refuses_launch() {
     );
 }
 
+/// Garbage collection is fenced: it deletes our Machines and clones whose NodeClaim UID no
+/// longer exists, and nothing of another workload cluster (another cluster id), of a
+/// Cluster none of our NodeClasses references, from before fencing (no cluster id), or not
+/// ours at all.
 #[tokio::test]
-async fn leaked_machine_is_garbage_collected() {
+async fn garbage_collection_takes_only_our_orphans() {
     let env = env(default_templates(json!({}))).await;
     let client = env.tb.client();
     let ns = env.cluster.namespace.clone();
     let machines: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), &ns, &provider::machine_resource());
-    let leaked: DynamicObject = from_json(json!({
-        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-        "metadata": {"name": "ghost", "labels": {
-            "karpenter.cluster.x-k8s.io/nodeclaim": "ghost",
-            "cluster.x-k8s.io/cluster-name": "c1"}},
-        "spec": {"clusterName": "c1", "bootstrap": {"dataSecretName": "bootstrap-data"},
-                 "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "TestMachine", "name": "ghost"}}
-    }));
-    machines
-        .create(&PostParams::default(), &leaked)
+    let infra: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns, &provider::test_machine_resource());
+    let machine = |name: &str, cluster: &str, cluster_id: Option<&str>, ours: bool| {
+        let mut labels = json!({"cluster.x-k8s.io/cluster-name": cluster});
+        if ours {
+            labels["karpenter.cluster.x-k8s.io/nodeclaim"] = json!("default-gone1");
+        }
+        if let Some(id) = cluster_id {
+            labels["karpenter.cluster.x-k8s.io/cluster-id"] = json!(id);
+        }
+        from_json::<DynamicObject>(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": name, "labels": labels,
+                "annotations": {"karpenter.cluster.x-k8s.io/nodeclaim-uid": "uid-of-a-deleted-claim"}},
+            "spec": {"clusterName": cluster, "bootstrap": {"dataSecretName": "bootstrap-data"},
+                     "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                           "kind": "TestMachine", "name": format!("{name}-infra")}}
+        }))
+    };
+    let kept = [
+        machine("other-workload-cluster", "c1", Some("someone-else"), true),
+        machine("unreferenced-cluster", "c9", Some(CLUSTER_ID), true),
+        machine("before-fencing", "c1", None, true),
+        machine("not-ours", "c1", None, false),
+    ];
+    for m in kept
+        .iter()
+        .chain([&machine("ghost", "c1", Some(CLUSTER_ID), true)])
+    {
+        machines
+            .create(&PostParams::default(), m)
+            .await
+            .expect("machine");
+    }
+    // An InfraMachine clone left by a launch that never got its Machine.
+    infra
+        .create(
+            &PostParams::default(),
+            &from_json(json!({
+                "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "TestMachine",
+                "metadata": {"name": "leaked-clone", "labels": {
+                    "karpenter.cluster.x-k8s.io/nodeclaim": "default-gone1",
+                    "karpenter.cluster.x-k8s.io/cluster-id": CLUSTER_ID,
+                    "cluster.x-k8s.io/cluster-name": "c1"},
+                    "annotations": {"karpenter.cluster.x-k8s.io/nodeclaim-uid": "uid-of-a-deleted-claim"}},
+                "spec": {}
+            })),
+        )
         .await
-        .expect("machine");
-    let untouched: DynamicObject = from_json(json!({
-        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-        "metadata": {"name": "not-ours", "labels": {"cluster.x-k8s.io/cluster-name": "c1"}},
-        "spec": {"clusterName": "c1", "bootstrap": {"dataSecretName": "bootstrap-data"},
-                 "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "TestMachine", "name": "not-ours"}}
-    }));
-    machines
-        .create(&PostParams::default(), &untouched)
-        .await
-        .expect("machine");
+        .expect("clone");
     wait_for(
-        "leaked Machine collected",
+        "our orphaned Machine and clone collected",
         Duration::from_secs(60),
         || async {
-            machines
-                .get_opt("ghost")
-                .await
-                .ok()?
-                .is_none()
-                .then_some(())
+            let ghost = machines.get_opt("ghost").await.ok()?;
+            let clone = infra.get_opt("leaked-clone").await.ok()?;
+            let gone = |o: &Option<DynamicObject>| {
+                o.as_ref()
+                    .is_none_or(|o| o.metadata.deletion_timestamp.is_some())
+            };
+            (gone(&ghost) && gone(&clone)).then_some(())
         },
     )
     .await
     .expect("collected");
-    assert!(
-        machines.get_opt("not-ours").await.expect("get").is_some(),
-        "other Machines untouched"
-    );
+    // The pass that collected them saw the others too.
+    for m in &kept {
+        let name = m.metadata.name.clone().unwrap_or_default();
+        let found = machines.get_opt(&name).await.expect("get");
+        assert!(
+            found.is_some_and(|f| f.metadata.deletion_timestamp.is_none()),
+            "{name} untouched"
+        );
+    }
 }
 
 #[tokio::test]
@@ -546,8 +614,9 @@ async fn fifty_launches_with_operator_restarts_make_exactly_one_machine_each() {
         .map(|m| m.name_any())
         .collect();
     machine_names.sort();
+    let expected: Vec<String> = names.iter().map(|n| machine_name(n)).collect();
     assert_eq!(
-        machine_names, names,
+        machine_names, expected,
         "exactly one Machine per NodeClaim, no orphans"
     );
     let tms = infra.list(&Default::default()).await.expect("infra").items;
@@ -619,7 +688,7 @@ async fn launch_latency_median_over_fifty() {
     let seen = seen.lock().expect("lock");
     let mut latencies: Vec<f64> = created
         .iter()
-        .map(|(n, t)| seen[n].duration_since(*t).as_secs_f64() * 1000.0)
+        .map(|(n, t)| seen[&machine_name(n)].duration_since(*t).as_secs_f64() * 1000.0)
         .collect();
     latencies.sort_by(|a, b| a.total_cmp(b));
     let median = latencies[25];
@@ -770,7 +839,7 @@ async fn split_management_and_workload_clusters() {
         Api::namespaced_with(m.clone(), &ns, &provider::machine_resource());
     assert!(
         machines
-            .get_opt("default-split")
+            .get_opt(&machine_name("default-split"))
             .await
             .expect("get")
             .is_some(),
@@ -786,7 +855,11 @@ async fn split_management_and_workload_clusters() {
             .await
             .ok()?
             .is_none()
-            && machines.get_opt("default-split").await.ok()?.is_none()
+            && machines
+                .get_opt(&machine_name("default-split"))
+                .await
+                .ok()?
+                .is_none()
             && Api::<Node>::all(w.clone())
                 .get_opt(&node)
                 .await
@@ -913,6 +986,96 @@ async fn nodeclass_status_follows_templates() {
     .expect("TemplatesReady names the broken template");
     assert_eq!(condition(&nc, "Ready").as_deref(), Some("True"));
     assert_eq!(types(&nc).len(), 2, "good templates keep serving");
+
+    // A bootstrap Secret created after its NodeClass is noticed within seconds (not at the
+    // next 60 s resync).
+    nodeclasses(&client)
+        .create(
+            &PostParams::default(),
+            &from_json(json!({
+                "apiVersion": "karpenter.cluster.x-k8s.io/v1alpha1", "kind": "ClusterAPINodeClass",
+                "metadata": {"name": "late"},
+                "spec": {"clusterRef": {"namespace": ns, "name": "c1"},
+                         "bootstrap": {"dataSecretName": "late-data"}}
+            })),
+        )
+        .await
+        .expect("nodeclass");
+    wait_for("BootstrapReady=False", Duration::from_secs(30), || async {
+        let nc = nodeclasses(&client).get("late").await.ok()?;
+        (condition(&nc, "BootstrapReady").as_deref() == Some("False")).then_some(())
+    })
+    .await
+    .expect("the missing Secret is reported");
+    let created = std::time::Instant::now();
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &from_json(json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "late-data"}, "stringData": {"value": ""}})),
+        )
+        .await
+        .expect("secret");
+    wait_for("NodeClass Ready", Duration::from_secs(15), || async {
+        let nc = nodeclasses(&client).get("late").await.ok()?;
+        (condition(&nc, "Ready").as_deref() == Some("True")).then_some(())
+    })
+    .await
+    .expect("the Secret is noticed within 15 s");
+    println!("bootstrap Secret noticed after {:?}", created.elapsed());
+
+    // A deleted NodeClass waits for its NodeClaims (its finalizer), then goes.
+    let mut claim = nodeclaim("late-claim", json!([]));
+    claim.data["spec"]["nodeClassRef"]["name"] = json!("late");
+    nodeclaims(&client)
+        .create(&PostParams::default(), &claim)
+        .await
+        .expect("claim");
+    wait_for(
+        "finalizer on the NodeClass",
+        Duration::from_secs(15),
+        || async {
+            let nc = nodeclasses(&client).get("late").await.ok()?;
+            nc.finalizers()
+                .iter()
+                .any(|f| f == "karpenter.cluster.x-k8s.io/termination")
+                .then_some(())
+        },
+    )
+    .await
+    .expect("finalizer added");
+    nodeclasses(&client)
+        .delete("late", &Default::default())
+        .await
+        .expect("delete nodeclass");
+    wait_for("NodeClass waits", Duration::from_secs(30), || async {
+        events_for(&client, "late")
+            .await
+            .iter()
+            .any(|(r, m)| r == "WaitingOnNodeClaimTermination" && m.contains("late-claim"))
+            .then_some(())
+    })
+    .await
+    .expect("WaitingOnNodeClaimTermination");
+    let waiting = nodeclasses(&client).get_opt("late").await.expect("get");
+    assert!(
+        waiting.is_some_and(|nc| nc.metadata.deletion_timestamp.is_some()),
+        "the NodeClass stays while its NodeClaim exists"
+    );
+    nodeclaims(&client)
+        .delete("late-claim", &Default::default())
+        .await
+        .expect("delete claim");
+    wait_for("NodeClass gone", Duration::from_secs(90), || async {
+        nodeclasses(&client)
+            .get_opt("late")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await
+    .expect("the NodeClass goes once its NodeClaims are gone");
 }
 
 async fn ready_claim(client: &Client, name: &str) -> DynamicObject {
@@ -967,7 +1130,7 @@ async fn deleting_the_node_or_the_machine_deletes_the_nodeclaim() {
     let machines: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), &ns, &provider::machine_resource());
     machines
-        .delete("default-usr02", &Default::default())
+        .delete(&machine_name("default-usr02"), &Default::default())
         .await
         .expect("delete machine");
     wait_for(
@@ -991,40 +1154,7 @@ async fn kubeadm_config_template_is_cloned_with_the_unregistered_taint() {
     let env = env(default_templates(json!({}))).await;
     let client = env.tb.client();
     let ns = env.cluster.namespace.clone();
-    let kct = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(
-            "bootstrap.cluster.x-k8s.io",
-            "v1beta2",
-            "KubeadmConfigTemplate",
-        ),
-        "kubeadmconfigtemplates",
-    );
-    Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &kct)
-        .create(
-            &PostParams::default(),
-            &from_json(json!({
-                "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "KubeadmConfigTemplate",
-                "metadata": {"name": "workers"},
-                "spec": {"template": {"spec": {"joinConfiguration": {"nodeRegistration": {
-                    "kubeletExtraArgs": [{"name": "node-labels", "value": "example.com/pool=workers"}]
-                }}}}}
-            })),
-        )
-        .await
-        .expect("KubeadmConfigTemplate");
-    nodeclasses(&client)
-        .create(
-            &PostParams::default(),
-            &from_json(json!({
-                "apiVersion": "karpenter.cluster.x-k8s.io/v1alpha1", "kind": "ClusterAPINodeClass",
-                "metadata": {"name": "kubeadm"},
-                "spec": {"clusterRef": {"namespace": ns, "name": "c1"},
-                         "bootstrap": {"configTemplateRef": {"apiGroup": "bootstrap.cluster.x-k8s.io",
-                                        "kind": "KubeadmConfigTemplate", "name": "workers"}}}
-            })),
-        )
-        .await
-        .expect("nodeclass");
+    create_kubeadm_nodeclass(&client, &ns, "kubeadm", "workers").await;
     let mut claim = nodeclaim("kubeadm-abc01", json!([]));
     claim.data["spec"]["nodeClassRef"]["name"] = json!("kubeadm");
     nodeclaims(&client)
@@ -1047,7 +1177,7 @@ async fn kubeadm_config_template_is_cloned_with_the_unregistered_taint() {
         "kubeadmconfigs",
     );
     let config = Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &kc)
-        .get("kubeadm-abc01")
+        .get(&machine_name("kubeadm-abc01"))
         .await
         .expect("cloned KubeadmConfig");
     let taints = &config.data["spec"]["joinConfiguration"]["nodeRegistration"]["taints"];
@@ -1059,7 +1189,10 @@ async fn kubeadm_config_template_is_cloned_with_the_unregistered_taint() {
     );
     let machines: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), &ns, &provider::machine_resource());
-    let m = machines.get("kubeadm-abc01").await.expect("machine");
+    let m = machines
+        .get(&machine_name("kubeadm-abc01"))
+        .await
+        .expect("machine");
     assert_eq!(
         m.data["spec"]["bootstrap"]["configRef"]["kind"],
         "KubeadmConfig"

@@ -374,6 +374,118 @@ async fn limits_stop_provisioning_and_pending_pods_say_why() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let again = nodepools(&client).get("default").await.expect("nodepool");
     assert_eq!(again.resource_version(), np.resource_version());
+
+    limits_hold_under_a_burst(&client).await;
+}
+
+/// The cpu a NodePool's NodeClaims take: their capacity (from the status, else the launch
+/// plan), in millicores.
+async fn pool_cpu_millis(client: &Client, pool: &str) -> (i64, usize) {
+    let claims = nodeclaims(client)
+        .list(&ListParams::default().labels(&format!("karpenter.sh/nodepool={pool}")))
+        .await
+        .expect("claims")
+        .items;
+    let cpu = |c: &DynamicObject| -> i64 {
+        let from_status = c.data["status"]["capacity"]["cpu"]
+            .as_str()
+            .map(str::to_string);
+        let from_plan = c
+            .annotations()
+            .get("karpenter.cluster.x-k8s.io/launch")
+            .and_then(|p| serde_json::from_str::<Value>(p).ok())
+            .and_then(|p| p["capacity"]["cpu"].as_str().map(str::to_string));
+        from_status
+            .or(from_plan)
+            .and_then(|q| q.parse::<i64>().ok())
+            .map_or(0, |c| c * 1000)
+    };
+    (claims.iter().map(cpu).sum(), claims.len())
+}
+
+/// 300 pods of 100m arrive at once for a NodePool whose cpu limit (10) fits about a third
+/// of them: the NodePool's NodeClaims never exceed the limit (the bound README.md
+/// documents), and the pods left over say why.
+async fn limits_hold_under_a_burst(client: &Client) {
+    const LIMIT_MILLIS: i64 = 10_000;
+    nodepools(client)
+        .create(
+            &PostParams::default(),
+            &from_json(json!({
+                "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+                "metadata": {"name": "burst"},
+                "spec": {
+                    "template": {"spec": {
+                        "nodeClassRef": {"group": "karpenter.cluster.x-k8s.io",
+                                         "kind": "ClusterAPINodeClass", "name": "default"},
+                        "requirements": []}},
+                    "limits": {"cpu": "10"},
+                    "disruption": {"consolidateAfter": "Never"}
+                }
+            })),
+        )
+        .await
+        .expect("nodepool");
+    let ns = "default";
+    Api::<Deployment>::namespaced(client.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &deployment(
+                "burst",
+                300,
+                "100m",
+                "64Mi",
+                json!({"nodeSelector": {"karpenter.sh/nodepool": "burst"}}),
+            ),
+        )
+        .await
+        .expect("deployment");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let started = std::time::Instant::now();
+    let peak = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(0));
+    // Until the pods that fit run and the rest are refused for the limit.
+    let settled = wait_for("burst settles", Duration::from_secs(180), || {
+        let pods = pods.clone();
+        let peak = peak.clone();
+        async move {
+            let (cpu, _) = pool_cpu_millis(client, "burst").await;
+            peak.fetch_max(cpu, std::sync::atomic::Ordering::SeqCst);
+            let l = pods_of(&pods, "burst").await;
+            let up = l.iter().filter(|p| running(p)).count();
+            let pending: Vec<&Pod> = l.iter().filter(|p| !running(p)).collect();
+            if l.len() != 300 || pending.is_empty() {
+                return None;
+            }
+            let refused = events_for(client, &pending[0].name_any())
+                .await
+                .iter()
+                .any(|(r, n)| r == "FailedScheduling" && n.contains("limit"));
+            let claims_done = nodeclaims(client)
+                .list(&ListParams::default().labels("karpenter.sh/nodepool=burst"))
+                .await
+                .ok()?
+                .items
+                .iter()
+                .all(|c| condition(c, "Initialized").as_deref() == Some("True"));
+            (refused && claims_done && up > 0).then_some(up)
+        }
+    })
+    .await;
+    let Ok(running_pods) = settled else {
+        panic!("burst did not settle: {}", diagnose(client, ns).await);
+    };
+    let (cpu, claims) = pool_cpu_millis(client, "burst").await;
+    let peak = peak.load(std::sync::atomic::Ordering::SeqCst);
+    println!(
+        "burst of 300 pods (100m) under a 10-cpu limit: {claims} NodeClaims, {cpu}m cpu \
+         (peak {peak}m), {running_pods} pods running, settled after {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        peak.max(cpu) <= LIMIT_MILLIS,
+        "limit overrun: {}m over",
+        peak.max(cpu) - LIMIT_MILLIS
+    );
 }
 
 #[tokio::test]

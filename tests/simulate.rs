@@ -220,3 +220,26 @@ fn stdin_ignored_kinds_and_invalid_input() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("examples/no-such-dir"));
 }
+
+/// `--log-format pretty` writes no colour codes when stdout is not a terminal (a log file,
+/// a collector): here stdout is a pipe.
+#[test]
+fn pretty_logs_are_plain_text_on_a_pipe() {
+    let out = Command::new(env!("CARGO_BIN_EXE_karpenter-capi"))
+        .args([
+            "run",
+            "--log-format",
+            "pretty",
+            "--kubeconfig",
+            "/nonexistent/kubeconfig",
+        ])
+        .output()
+        .expect("runs");
+    assert!(!out.status.success(), "no cluster to talk to");
+    let logs = String::from_utf8_lossy(&out.stdout);
+    assert!(logs.contains("starting karpenter-capi"), "{logs}");
+    assert!(
+        !logs.contains('\u{1b}'),
+        "ANSI escape codes on a pipe: {logs:?}"
+    );
+}

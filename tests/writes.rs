@@ -178,7 +178,8 @@ async fn a_launch_happens_once_per_uid_when_the_cache_lags() {
     .await
     .expect("operator stops");
     let mut tasks = controller::tasks::Tasks::default();
-    let caches = Caches::start(&mut tasks, &client, &client);
+    const CLUSTER_ID: &str = "writes-test";
+    let caches = Caches::start(&mut tasks, &client, &client, CLUSTER_ID);
     caches.ready().await;
     let index = templates::watch::TemplateIndex::new();
     tasks.spawn(templates::watch::run(
@@ -213,6 +214,7 @@ async fn a_launch_happens_once_per_uid_when_the_cache_lags() {
         machines: caches.machines.store(),
         nodeclasses: caches.nodeclasses.store(),
         nodeclaims: delayed.as_reader(),
+        nodepools: caches.nodepools.store(),
         clusters: caches.clusters.store(),
         catalogs: Arc::new(catalogs),
         unavailable: Arc::default(),
@@ -221,6 +223,8 @@ async fn a_launch_happens_once_per_uid_when_the_cache_lags() {
         expectations: Arc::default(),
         backoff: Arc::default(),
         registration_failures: Arc::default(),
+        cluster_id: CLUSTER_ID.into(),
+        repairs: Arc::default(),
     };
     let api: Api<NodeClaim> = Api::all(client.clone());
     let stale: Arc<NodeClaim> = Arc::new(

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod manifests;
+pub mod process;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -129,19 +130,60 @@ pub async fn env_as(templates_spec: Vec<Tpl>, identity: Identity) -> Env {
 
 /// As `env_as`, on a testbed started with `options` (e.g. with the audit log).
 pub async fn env_with(templates_spec: Vec<Tpl>, identity: Identity, options: Options) -> Env {
+    let (tb, provider, cluster) = prepare(templates_spec, options).await;
+    let client = tb.client();
+    let installed = match identity {
+        Identity::Admin => None,
+        Identity::DeployBase => Some(manifests::kustomize("deploy/base")),
+        Identity::HelmChart => Some(manifests::helm_template(&["--include-crds"])),
+    };
+    let config = operator_config(&tb);
+    let metrics_addr = config.metrics_addr;
+    let operator = match installed {
+        Some(yaml) => spawn_operator(controller::runtime::RunConfig {
+            kubeconfig: Some(as_service_account_of(&tb, &yaml).await),
+            // The default: the kube-system namespace's UID (proves the RBAC to read it).
+            cluster_id: None,
+            ..config
+        }),
+        None => spawn_operator(config),
+    };
+    wait_for("NodeClass Ready", Duration::from_secs(60), || async {
+        let nc = nodeclasses(&client).get("default").await.ok()?;
+        (condition(&nc, "Ready").as_deref() == Some("True")).then_some(())
+    })
+    .await
+    .expect("NodeClass Ready");
+    Env {
+        tb,
+        _provider: provider,
+        cluster,
+        operator,
+        metrics_addr,
+    }
+}
+
+/// How the tests' infrastructure provider behaves (also to start it again).
+pub fn provider_config() -> ProviderConfig {
+    ProviderConfig {
+        provision_delay: Duration::from_millis(500),
+        // Also answers KubeadmConfigs (no kubeadm bootstrap controller on the testbed).
+        kubeadm_bootstrap: true,
+        ..ProviderConfig::default()
+    }
+}
+
+/// Testbed + CAPI + provider + a Cluster `c1` with two failure domains + templates + the
+/// NodeClass `default`, without the operator.
+pub async fn prepare(
+    templates_spec: Vec<Tpl>,
+    options: Options,
+) -> (Testbed, TestProvider, CapiCluster) {
     let tb = Testbed::start(options).await.expect("testbed starts");
     let client = tb.client();
-    let provider = TestProvider::start(
-        client.clone(),
-        ProviderConfig {
-            provision_delay: Duration::from_millis(500),
-            // Also answers KubeadmConfigs (no kubeadm bootstrap controller on the testbed).
-            kubeadm_bootstrap: true,
-            ..ProviderConfig::default()
-        },
-    )
-    .await
-    .expect("provider starts");
+    let provider = TestProvider::start(client.clone(), provider_config())
+        .await
+        .expect("provider starts");
     let cluster = provider::setup_cluster(&tb, "c1", &["zone-a", "zone-b"])
         .await
         .expect("cluster ready");
@@ -202,37 +244,21 @@ pub async fn env_with(templates_spec: Vec<Tpl>, identity: Identity, options: Opt
         )
         .await
         .expect("nodeclass");
-    let installed = match identity {
-        Identity::Admin => None,
-        Identity::DeployBase => Some(manifests::kustomize("deploy/base")),
-        Identity::HelmChart => Some(manifests::helm_template(&["--include-crds"])),
-    };
-    let config = operator_config(&tb);
-    let metrics_addr = config.metrics_addr;
-    let operator = match installed {
-        Some(yaml) => spawn_operator(controller::runtime::RunConfig {
-            kubeconfig: Some(as_service_account_of(&tb, &yaml).await),
-            ..config
-        }),
-        None => spawn_operator(config),
-    };
-    wait_for("NodeClass Ready", Duration::from_secs(60), || async {
-        let nc = nodeclasses(&client).get("default").await.ok()?;
-        (condition(&nc, "Ready").as_deref() == Some("True")).then_some(())
-    })
-    .await
-    .expect("NodeClass Ready");
-    Env {
-        tb,
-        _provider: provider,
-        cluster,
-        operator,
-        metrics_addr,
-    }
+    (tb, provider, cluster)
+}
+
+/// The `--cluster-id` of the operator the tests start (see [`machine_name`]).
+pub const CLUSTER_ID: &str = "testbed";
+
+/// The name of the Machine (and its clones) of NodeClaim `claim` launched by the tests'
+/// operator.
+pub fn machine_name(claim: &str) -> String {
+    controller::names::object_name(claim, CLUSTER_ID)
 }
 
 pub fn operator_config(tb: &Testbed) -> controller::runtime::RunConfig {
     controller::runtime::RunConfig {
+        cluster_id: Some(CLUSTER_ID.into()),
         kubeconfig: Some(tb.kubeconfig().to_path_buf()),
         metrics_addr: free_addr(),
         health_addr: free_addr(),
@@ -280,6 +306,43 @@ pub async fn events_for(client: &Client, name: &str) -> Vec<(String, String)> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// A KubeadmConfigTemplate `workers` (its Nodes join with label `example.com/pool=<pool>`)
+/// in `ns` and the ClusterAPINodeClass `name` that clones it for Cluster `ns/c1`.
+pub async fn create_kubeadm_nodeclass(client: &Client, ns: &str, name: &str, pool: &str) {
+    let kct = ar(
+        "bootstrap.cluster.x-k8s.io",
+        "v1beta2",
+        "KubeadmConfigTemplate",
+        "kubeadmconfigtemplates",
+    );
+    Api::<DynamicObject>::namespaced_with(client.clone(), ns, &kct)
+        .create(
+            &PostParams::default(),
+            &from_json(json!({
+                "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "KubeadmConfigTemplate",
+                "metadata": {"name": "workers"},
+                "spec": {"template": {"spec": {"joinConfiguration": {"nodeRegistration": {
+                    "kubeletExtraArgs": [{"name": "node-labels", "value": format!("example.com/pool={pool}")}]
+                }}}}}
+            })),
+        )
+        .await
+        .expect("KubeadmConfigTemplate");
+    nodeclasses(client)
+        .create(
+            &PostParams::default(),
+            &from_json(json!({
+                "apiVersion": "karpenter.cluster.x-k8s.io/v1alpha1", "kind": "ClusterAPINodeClass",
+                "metadata": {"name": name},
+                "spec": {"clusterRef": {"namespace": ns, "name": "c1"},
+                         "bootstrap": {"configTemplateRef": {"apiGroup": "bootstrap.cluster.x-k8s.io",
+                                        "kind": "KubeadmConfigTemplate", "name": "workers"}}}
+            })),
+        )
+        .await
+        .expect("nodeclass");
 }
 
 /// `karpenter.sh/v1` NodePools.

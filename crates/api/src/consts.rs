@@ -48,6 +48,11 @@ pub mod labels {
     pub const INSTANCE_TEMPLATE: &str = "karpenter.cluster.x-k8s.io/instance-template";
     /// On Machines and their clones: the NodeClaim they were created for.
     pub const NODECLAIM: &str = "karpenter.cluster.x-k8s.io/nodeclaim";
+    /// On Machines and their clones: the identity of the workload cluster whose operator
+    /// created them (`--cluster-id`, default its kube-system namespace UID).
+    pub const CLUSTER_ID: &str = "karpenter.cluster.x-k8s.io/cluster-id";
+    /// On a replacement NodeClaim: the id of the disruption command that created it.
+    pub const DISRUPTION_COMMAND: &str = "karpenter.cluster.x-k8s.io/disruption-command";
     /// The node-class label `<group>/<lower(kind)>` = NodeClass name.
     pub const NODECLASS: &str = "karpenter.cluster.x-k8s.io/clusterapinodeclass";
 
@@ -105,6 +110,10 @@ pub mod annotations {
     pub const NODECLAIM_UID: &str = "karpenter.cluster.x-k8s.io/nodeclaim-uid";
     /// On a NodeClaim: `<namespace>/<name>` of its Machine.
     pub const MACHINE: &str = "cluster.x-k8s.io/machine";
+    /// On a disruption candidate: the surge-first command it is part of (JSON).
+    pub const DISRUPTION_COMMAND: &str = "karpenter.cluster.x-k8s.io/disruption-command";
+    /// On a replacement NodeClaim: the NodeClaims it replaces (comma-separated names).
+    pub const REPLACES: &str = "karpenter.cluster.x-k8s.io/replaces";
 
     // Cluster API.
     pub const CLONED_FROM_NAME: &str = "cluster.x-k8s.io/cloned-from-name";
@@ -149,6 +158,8 @@ pub mod taints {
 pub mod finalizers {
     /// On NodeClaims and Nodes.
     pub const TERMINATION: &str = "karpenter.sh/termination";
+    /// On ClusterAPINodeClasses: held until no NodeClaim refers to the NodeClass.
+    pub const NODECLASS: &str = "karpenter.cluster.x-k8s.io/termination";
     /// Cluster API's own, on Machines.
     pub const MACHINE: &str = "machine.cluster.x-k8s.io";
 }
@@ -215,6 +226,7 @@ pub mod reasons {
     pub const REQUIREMENTS_DRIFTED: &str = "RequirementsDrifted";
     pub const INSTANCE_TYPE_NOT_FOUND: &str = "InstanceTypeNotFound";
     pub const NODECLASS_DRIFTED: &str = "NodeClassDrifted";
+    pub const TEMPLATE_DRIFTED: &str = "TemplateDrifted";
     // Disruption reasons (also budget `reasons`).
     pub const UNDERUTILIZED: &str = "Underutilized";
     pub const EMPTY: &str = "Empty";
@@ -244,7 +256,12 @@ pub mod events {
     pub const DISRUPTION_BLOCKED: &str = "DisruptionBlocked";
     pub const DISRUPTION_LAUNCHING: &str = "DisruptionLaunching";
     pub const DISRUPTION_TERMINATING: &str = "DisruptionTerminating";
+    pub const DISRUPTION_WAITING_READINESS: &str = "DisruptionWaitingReadiness";
+    /// Ours: a surge-first command failed (a replacement never initialized) and was undone.
+    pub const DISRUPTION_ROLLED_BACK: &str = "DisruptionRolledBack";
     pub const EVICTED: &str = "Evicted";
     pub const FAILED_DRAINING: &str = "FailedDraining";
     pub const TERMINATION_GRACE_PERIOD_EXPIRING: &str = "TerminationGracePeriodExpiring";
+    pub const NODE_REPAIR_BLOCKED: &str = "NodeRepairBlocked";
+    pub const WAITING_ON_NODECLAIM_TERMINATION: &str = "WaitingOnNodeClaimTermination";
 }

@@ -9,6 +9,26 @@
 
 use std::time::Duration;
 
+/// A duration as Go's `Duration.String` writes it (`10m0s`, `1h0m0s`, `1.5s`, `250ms`), to the
+/// millisecond: for messages and logs, in the syntax the flags and fields accept.
+pub fn format_duration(d: Duration) -> String {
+    if d < Duration::from_secs(1) {
+        return format!("{}ms", d.as_millis());
+    }
+    let secs = d.as_secs();
+    let (h, m) = (secs / 3600, (secs % 3600) / 60);
+    let mut s = (secs % 60).to_string();
+    let ms = d.subsec_millis();
+    if ms > 0 {
+        s = format!("{s}.{ms:03}").trim_end_matches('0').to_string();
+    }
+    match (h, m) {
+        (0, 0) => format!("{s}s"),
+        (0, m) => format!("{m}m{s}s"),
+        (h, m) => format!("{h}h{m}m{s}s"),
+    }
+}
+
 /// Parses a Go duration as `time.ParseDuration` does, without a sign (`90s`, `1h30m`, `1.5h`,
 /// `300ms`, `2µs`, `0`), exactly to the nanosecond; `None` when malformed or beyond Go's range
 /// (`i64::MAX` nanoseconds, about 292 years). Surrounding whitespace is ignored.
@@ -77,6 +97,22 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn formats_as_go_does_and_parses_back() {
+        for (secs_ms, text) in [
+            (600_000, "10m0s"),
+            (90_000, "1m30s"),
+            (1_500, "1.5s"),
+            (250, "250ms"),
+            (3_600_000, "1h0m0s"),
+            (5_000, "5s"),
+        ] {
+            let d = Duration::from_millis(secs_ms);
+            assert_eq!(format_duration(d), text);
+            assert_eq!(parse_duration(text), Some(d));
+        }
+    }
 
     #[test]
     fn durations() {

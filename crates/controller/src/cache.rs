@@ -277,17 +277,23 @@ pub struct Caches {
     pub nodes: Cache<k8s_openapi::api::core::v1::Node>,
     pub pods: Cache<k8s_openapi::api::core::v1::Pod>,
     pub daemonsets: Cache<k8s_openapi::api::apps::v1::DaemonSet>,
+    pub pdbs: Cache<k8s_openapi::api::policy::v1::PodDisruptionBudget>,
     pub nodeclaims: Cache<api::NodeClaim>,
     pub nodepools: Cache<api::NodePool>,
     pub nodeclasses: Cache<api::ClusterAPINodeClass>,
-    /// Only Machines carrying our NodeClaim label.
+    /// Only Machines carrying our NodeClaim label and our cluster id (see `fence`).
     pub machines: Cache<api::Machine>,
     pub clusters: Cache<api::Cluster>,
 }
 
 impl Caches {
-    /// Starts every watch on tasks owned by `tasks`.
-    pub fn start(tasks: &mut Tasks, workload: &kube::Client, management: &kube::Client) -> Caches {
+    /// Starts every watch on tasks owned by `tasks`; Machines are those of `cluster_id`.
+    pub fn start(
+        tasks: &mut Tasks,
+        workload: &kube::Client,
+        management: &kube::Client,
+        cluster_id: &str,
+    ) -> Caches {
         let all = watcher::Config::default;
         Caches {
             nodes: Cache::start(
@@ -299,6 +305,7 @@ impl Caches {
             ),
             pods: Cache::start(tasks, Api::all(workload.clone()), all(), trim_pod, None),
             daemonsets: Cache::start(tasks, Api::all(workload.clone()), all(), keep, None),
+            pdbs: Cache::start(tasks, Api::all(workload.clone()), all(), keep, None),
             nodeclaims: Cache::start(
                 tasks,
                 Api::all(workload.clone()),
@@ -311,7 +318,7 @@ impl Caches {
             machines: Cache::start(
                 tasks,
                 Api::all(management.clone()),
-                all().labels(crate::names::NODECLAIM_LABEL),
+                all().labels(&crate::fence::selector(cluster_id)),
                 keep,
                 None,
             ),
@@ -324,6 +331,7 @@ impl Caches {
         self.nodes.ready().await;
         self.pods.ready().await;
         self.daemonsets.ready().await;
+        self.pdbs.ready().await;
         self.nodeclaims.ready().await;
         self.nodepools.ready().await;
         self.nodeclasses.ready().await;

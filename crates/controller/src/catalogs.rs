@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use api::{Cluster, ClusterAPINodeClass};
 use kube::runtime::reflector::{ObjectRef, Store};
-use serde_json::Value;
 use templates::model::Catalog;
 use templates::selection::Selection;
 use templates::settings::CatalogSettings;
@@ -26,20 +25,20 @@ pub struct IndexCatalogs {
 }
 
 impl IndexCatalogs {
-    pub(crate) fn cluster_of(&self, nc: &Value) -> Option<Arc<Cluster>> {
-        let ns = nc.pointer("/spec/clusterRef/namespace")?.as_str()?;
-        let name = nc.pointer("/spec/clusterRef/name")?.as_str()?;
-        self.clusters.get(&ObjectRef::new(name).within(ns))
+    pub(crate) fn cluster_of(&self, nc: &ClusterAPINodeClass) -> Option<Arc<Cluster>> {
+        let r = &nc.spec.cluster_ref;
+        self.clusters
+            .get(&ObjectRef::new(&r.name).within(&r.namespace))
     }
 
-    /// The catalog of a NodeClass given as JSON.
-    pub fn catalog_for(&self, nc: &Value) -> Arc<Result<Catalog, templates::SettingsError>> {
-        let selection = Selection::from_node_class_json(nc);
-        let mut settings = CatalogSettings::from_node_class_json(nc);
-        if let Some(cluster) = self.cluster_of(nc) {
-            settings =
-                settings.with_cluster_json(&serde_json::to_value(&*cluster).unwrap_or(Value::Null));
-        }
+    /// The catalog of a NodeClass.
+    pub fn catalog_for(
+        &self,
+        nc: &ClusterAPINodeClass,
+    ) -> Arc<Result<Catalog, templates::SettingsError>> {
+        let selection = Selection::from_node_class(nc);
+        let cluster = self.cluster_of(nc);
+        let settings = CatalogSettings::from_node_class(nc, cluster.as_deref());
         self.index.catalog_cached(&selection, &settings)
     }
 }
@@ -47,8 +46,7 @@ impl IndexCatalogs {
 impl Catalogs for IndexCatalogs {
     fn catalog(&self, nodeclass: &str) -> Option<Arc<Catalog>> {
         let nc = self.nodeclasses.get(&ObjectRef::new(nodeclass))?;
-        let value = serde_json::to_value(&*nc).ok()?;
-        match &*self.catalog_for(&value) {
+        match &*self.catalog_for(&nc) {
             Ok(c) if !c.instance_types.is_empty() => Some(Arc::new(c.clone())),
             _ => None,
         }

@@ -6,6 +6,7 @@ pub mod clone;
 pub mod cluster_metrics;
 pub mod disruption;
 pub mod events;
+pub mod fence;
 pub mod garbagecollection;
 pub mod latency;
 pub mod leader;

@@ -28,7 +28,33 @@ pub struct CreatedLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    /// `delete` or `replace`.
+    pub decision: String,
+    /// `drifted`, `empty`, `underutilized`.
+    pub reason: String,
+    /// `single`, `multi`, `empty`, or empty for drift.
+    pub consolidation_type: String,
+}
+
+/// `karpenter_nodeclaims_drifted_total`: the drift type (the Drifted condition's reason)
+/// and the nodepool, as Karpenter's.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TypeLabels {
+    pub r#type: String,
+    pub nodepool: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TerminatedLabels {
+    pub nodepool: String,
+    pub capacity_type: String,
+}
+
+/// Karpenter's labels of `karpenter_nodeclaims_unhealthy_disrupted_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UnhealthyLabels {
+    pub condition: String,
     pub nodepool: String,
     pub capacity_type: String,
 }
@@ -64,35 +90,15 @@ pub struct NodeClassLabels {
     pub nodeclass: String,
 }
 
-/// `karpenter_voluntary_disruption_decisions_total`: `decision` (delete, replace), `reason`
-/// (underutilized, empty, drifted), `consolidation_type` (single, multi, empty; empty for
-/// drift).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DecisionLabels {
-    pub decision: String,
-    pub reason: String,
-    pub consolidation_type: String,
-}
-
-/// `karpenter_voluntary_disruption_eligible_nodes`: the disruption reason.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EligibleLabels {
     pub reason: String,
 }
 
-/// `karpenter_nodepools_allowed_disruptions`: nodepool and disruption reason.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PoolReasonLabels {
     pub nodepool: String,
     pub reason: String,
-}
-
-/// `karpenter_nodeclaims_drifted_total`: the drift type (the Drifted condition's reason)
-/// and nodepool.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DriftedLabels {
-    pub r#type: String,
-    pub nodepool: String,
 }
 
 /// `karpenter_capi_launch_step_duration_seconds`: nodepool and step.
@@ -137,6 +143,10 @@ pub struct Metrics {
     pub nodeclaims_created: Family<CreatedLabels, Counter>,
     pub nodeclaims_terminated: Family<TerminatedLabels, Counter>,
     pub nodeclaims_disrupted: Family<CreatedLabels, Counter>,
+    pub nodeclaims_unhealthy_disrupted: Family<UnhealthyLabels, Counter>,
+    pub nodeclaims_drifted: Family<TypeLabels, Counter>,
+    pub disruption_decisions: Family<DecisionLabels, Counter>,
+    pub disruption_queue_failures: Family<DecisionLabels, Counter>,
     pub nodes_created: Family<NodePoolLabels, Counter>,
     pub nodes_terminated: Family<NodePoolLabels, Counter>,
     pub scheduling_duration: Family<ControllerLabels, Histogram, fn() -> Histogram>,
@@ -147,10 +157,9 @@ pub struct Metrics {
     pub machines_launched: Family<NodePoolLabels, Counter>,
     pub launch_duration: Family<NodePoolLabels, Histogram, fn() -> Histogram>,
     pub catalog_instance_types: Family<NodeClassLabels, Gauge>,
-    pub voluntary_disruption_decisions: Family<DecisionLabels, Counter>,
     pub voluntary_disruption_eligible_nodes: Family<EligibleLabels, Gauge>,
     pub nodepools_allowed_disruptions: Family<PoolReasonLabels, Gauge>,
-    pub nodeclaims_drifted: Family<DriftedLabels, Counter>,
+    pub consolidation_score: Family<NodePoolLabels, Gauge<f64, AtomicU64>>,
     /// Pod creation to Ready, for pods seen Pending (a summary, as Karpenter's).
     pub pod_startup: Summary,
     /// NodeClaim creation to each launch step.
@@ -166,6 +175,10 @@ impl Metrics {
             nodeclaims_created: Family::default(),
             nodeclaims_terminated: Family::default(),
             nodeclaims_disrupted: Family::default(),
+            nodeclaims_unhealthy_disrupted: Family::default(),
+            nodeclaims_drifted: Family::default(),
+            disruption_decisions: Family::default(),
+            disruption_queue_failures: Family::default(),
             nodes_created: Family::default(),
             nodes_terminated: Family::default(),
             scheduling_duration: Family::new_with_constructor(duration_histogram),
@@ -176,10 +189,9 @@ impl Metrics {
             machines_launched: Family::default(),
             launch_duration: Family::new_with_constructor(launch_histogram),
             catalog_instance_types: Family::default(),
-            voluntary_disruption_decisions: Family::default(),
             voluntary_disruption_eligible_nodes: Family::default(),
             nodepools_allowed_disruptions: Family::default(),
-            nodeclaims_drifted: Family::default(),
+            consolidation_score: Family::default(),
             pod_startup: Summary::default(),
             launch_steps: Family::new_with_constructor(launch_histogram),
             cluster: ClusterState::default(),
@@ -197,9 +209,29 @@ impl Metrics {
             Declared(m.nodeclaims_terminated.clone()),
         );
         k.register(
+            "nodeclaims_unhealthy_disrupted",
+            "Number of nodeclaims repaired (deleted) for an unhealthy node, by the condition that failed, nodepool and capacity type.",
+            Declared(m.nodeclaims_unhealthy_disrupted.clone()),
+        );
+        k.register(
             "nodeclaims_disrupted",
             "Number of nodeclaims disrupted, by reason (empty, expired) and nodepool.",
             Declared(m.nodeclaims_disrupted.clone()),
+        );
+        k.register(
+            "nodeclaims_drifted",
+            "Number of nodeclaims drifted reasons in total by Karpenter. Labeled by drift type of the nodeclaim and the owning nodepool.",
+            Declared(m.nodeclaims_drifted.clone()),
+        );
+        k.register(
+            "voluntary_disruption_decisions",
+            "Number of disruption decisions performed. Labeled by disruption decision, reason, and consolidation type.",
+            Declared(m.disruption_decisions.clone()),
+        );
+        k.register(
+            "voluntary_disruption_queue_failures",
+            "Surge-first disruption commands rolled back, by decision, reason and consolidation type.",
+            Declared(m.disruption_queue_failures.clone()),
         );
         k.register(
             "nodes_created",
@@ -236,12 +268,6 @@ impl Metrics {
             "Resource limits of each nodepool.",
             Declared(m.nodepools_limit.clone()),
         );
-        // Karpenter's disruption family: the disruption loops set and count them.
-        k.register(
-            "voluntary_disruption_decisions",
-            "Number of disruption decisions performed. Labeled by disruption decision, reason, and consolidation type.",
-            Declared(m.voluntary_disruption_decisions.clone()),
-        );
         k.register(
             "voluntary_disruption_eligible_nodes",
             "Number of nodes eligible for disruption by Karpenter. Labeled by disruption reason.",
@@ -253,9 +279,9 @@ impl Metrics {
             Declared(m.nodepools_allowed_disruptions.clone()),
         );
         k.register(
-            "nodeclaims_drifted",
-            "Number of nodeclaims drifted reasons in total by Karpenter. Labeled by drift type of the nodeclaim and the owning nodepool.",
-            Declared(m.nodeclaims_drifted.clone()),
+            "consolidation_score",
+            "The Balanced consolidation policy's last score of a move, by nodepool.",
+            Declared(m.consolidation_score.clone()),
         );
         let ours = k.sub_registry_with_prefix("capi");
         ours.register(
@@ -280,7 +306,6 @@ impl Metrics {
         );
         m
     }
-
     /// The summaries `/metrics` serves besides the registry (prometheus-client has no
     /// summary type): name, help, summary.
     pub fn summaries(&self) -> Vec<(&'static str, &'static str, Summary)> {
@@ -434,17 +459,28 @@ mod tests {
                 controller: "provisioner".into(),
             })
             .observe(0.02);
+        m.nodeclaims_drifted
+            .get_or_create(&TypeLabels {
+                r#type: "NodeClassDrifted".into(),
+                nodepool: "default".into(),
+            })
+            .inc();
         let text = encode(&registry).expect("encodes");
-        // Declared for the disruption loops: the dashboard finds them before any decision.
+        // Described before their first series: the dashboard finds them before any decision.
         for family in [
             "# TYPE karpenter_voluntary_disruption_decisions counter",
             "# TYPE karpenter_voluntary_disruption_eligible_nodes gauge",
             "# TYPE karpenter_nodepools_allowed_disruptions gauge",
-            "# TYPE karpenter_nodeclaims_drifted counter",
             "# TYPE karpenter_capi_launch_step_duration_seconds histogram",
         ] {
             assert!(text.contains(family), "{family}: {text}");
         }
+        assert!(
+            text.contains(
+                r#"karpenter_nodeclaims_drifted_total{type="NodeClassDrifted",nodepool="default"} 1"#
+            ),
+            "{text}"
+        );
         assert!(
             text.contains(
                 r#"karpenter_nodeclaims_created_total{reason="provisioning",nodepool="default"} 1"#
@@ -460,7 +496,6 @@ mod tests {
             "{text}"
         );
     }
-
     #[test]
     fn summaries_export_quantiles_sum_and_count() {
         let mut registry = Registry::default();

@@ -4,6 +4,9 @@
 //! least one instance type; broken templates are named but do not block the good ones),
 //! BootstrapReady (the bootstrap template or data Secret exists), Ready (all three).
 //! `status.instanceTypes` summarises the catalog ([`templates::status::summarize`]).
+//! Termination (as Karpenter's NodeClass termination controller): every NodeClass carries the
+//! finalizer `karpenter.cluster.x-k8s.io/termination`; a deleted NodeClass keeps it, with a
+//! `WaitingOnNodeClaimTermination` event, until none of its NodeClaims is left.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +18,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::{Client, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::json;
 use templates::SettingsError;
 use templates::model::Catalog;
 use templates::status::{self, BootstrapState, ConditionValue};
@@ -26,6 +29,7 @@ use crate::names;
 use crate::resources::nodeclass_resource;
 use api::ClusterAPINodeClass;
 use api::consts::conditions::NODECLASS_READY_PARTS;
+use api::nodeclass::ClusterAPINodeClassStatus;
 
 /// `cluster.x-k8s.io/v1beta2` Cluster.
 pub fn cluster_resource() -> ApiResource {
@@ -44,7 +48,7 @@ pub fn compute_status(
     parts: &[ConditionValue],
     catalog: &Result<Catalog, SettingsError>,
     now: Timestamp,
-) -> Value {
+) -> ClusterAPINodeClassStatus {
     let mut c = current.to_vec();
     for p in parts {
         api::conditions::set(
@@ -56,7 +60,11 @@ pub fn compute_status(
         .as_ref()
         .map(templates::status::summarize)
         .unwrap_or_default();
-    json!({"conditions": c, "instanceTypes": instance_types, "instanceTypeCount": instance_types.len()})
+    ClusterAPINodeClassStatus {
+        conditions: c,
+        instance_type_count: i64::try_from(instance_types.len()).unwrap_or(i64::MAX),
+        instance_types,
+    }
 }
 
 #[derive(Clone)]
@@ -64,6 +72,93 @@ pub struct StatusCtx {
     pub workload: Client,
     pub management: Client,
     pub catalogs: IndexCatalogs,
+    pub nodeclaims: kube::runtime::reflector::Store<api::NodeClaim>,
+    pub recorder: crate::events::Recorder,
+}
+
+/// How often a deleted NodeClass looks for its NodeClaims again.
+const TERMINATION_RECHECK: Duration = Duration::from_secs(2);
+
+/// The finalizer step: adds ours to a live NodeClass; on a deleted one, releases it once no
+/// NodeClaim refers to the NodeClass. `Some(action)` when the reconcile ends here.
+async fn finalize(
+    obj: &ClusterAPINodeClass,
+    ctx: &StatusCtx,
+) -> Result<Option<Action>, StatusError> {
+    let finalizer = api::consts::finalizers::NODECLASS;
+    let has = obj.finalizers().iter().any(|f| f == finalizer);
+    let api: Api<DynamicObject> = Api::all_with(ctx.workload.clone(), &nodeclass_resource());
+    let write = |finalizers: Vec<String>| {
+        let api = api.clone();
+        let name = obj.name_any();
+        let rv = obj.resource_version();
+        async move {
+            api.patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"metadata": {"resourceVersion": rv, "finalizers": finalizers}}),
+                ),
+            )
+            .await
+        }
+    };
+    if obj.metadata.deletion_timestamp.is_none() {
+        if !has {
+            let mut finalizers = obj.finalizers().to_vec();
+            finalizers.push(finalizer.to_string());
+            write(finalizers).await?;
+        }
+        return Ok(None);
+    }
+    if !has {
+        return Ok(Some(Action::await_change()));
+    }
+    let name = obj.name_any();
+    let mut claims: Vec<String> = ctx
+        .nodeclaims
+        .state()
+        .iter()
+        .filter(|c| {
+            let r = &c.spec.node_class_ref;
+            r.name == name
+                && r.group == api::consts::groups::NODECLASS
+                && r.kind == api::consts::groups::NODECLASS_KIND
+        })
+        .map(|c| c.name_any())
+        .collect();
+    if !claims.is_empty() {
+        claims.sort();
+        let shown: Vec<&str> = claims.iter().take(5).map(String::as_str).collect();
+        let more = claims.len().saturating_sub(shown.len());
+        let note = format!(
+            "waiting on {} NodeClaim(s) to terminate: {}{}",
+            claims.len(),
+            shown.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        );
+        crate::nodeclaim::context::publish(
+            &ctx.recorder,
+            kube::Resource::object_ref(obj, &()),
+            kube::runtime::events::EventType::Normal,
+            api::consts::events::WAITING_ON_NODECLAIM_TERMINATION,
+            note,
+        )
+        .await;
+        return Ok(Some(Action::requeue(TERMINATION_RECHECK)));
+    }
+    let finalizers: Vec<String> = obj
+        .finalizers()
+        .iter()
+        .filter(|f| *f != finalizer)
+        .cloned()
+        .collect();
+    write(finalizers).await?;
+    Ok(Some(Action::await_change()))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -74,14 +169,13 @@ pub enum StatusError {
 
 /// Where the NodeClass's bootstrap data comes from, looked up in the Cluster's namespace.
 /// API errors are returned (the reconcile retries); an unserved kind counts as missing.
-async fn bootstrap_state(ctx: &StatusCtx, nc: &Value) -> Result<BootstrapState, kube::Error> {
-    let ns = nc
-        .pointer("/spec/clusterRef/namespace")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    if let Some(r) = nc.pointer("/spec/bootstrap/configTemplateRef") {
-        let field = |f: &str| r.get(f).and_then(Value::as_str).unwrap_or_default();
-        let (group, kind, name) = (field("apiGroup"), field("kind"), field("name"));
+async fn bootstrap_state(
+    ctx: &StatusCtx,
+    nc: &ClusterAPINodeClass,
+) -> Result<BootstrapState, kube::Error> {
+    let ns = nc.spec.cluster_ref.namespace.as_str();
+    if let Some(r) = &nc.spec.bootstrap.config_template_ref {
+        let (group, kind, name) = (r.api_group.as_str(), r.kind.as_str(), r.name.as_str());
         let missing = || BootstrapState::TemplateMissing {
             kind: kind.to_string(),
             name: name.to_string(),
@@ -106,12 +200,9 @@ async fn bootstrap_state(ctx: &StatusCtx, nc: &Value) -> Result<BootstrapState, 
             None => missing(),
         });
     }
-    if let Some(name) = nc
-        .pointer("/spec/bootstrap/dataSecretName")
-        .and_then(Value::as_str)
-    {
+    if let Some(name) = &nc.spec.bootstrap.data_secret_name {
         let api: Api<Secret> = Api::namespaced(ctx.management.clone(), ns);
-        let name = name.to_string();
+        let name = name.clone();
         return Ok(match api.get_metadata_opt(&name).await? {
             Some(_) => BootstrapState::SecretFound { name },
             None => BootstrapState::SecretMissing { name },
@@ -126,59 +217,80 @@ async fn reconcile(
     obj: Arc<ClusterAPINodeClass>,
     ctx: Arc<StatusCtx>,
 ) -> Result<Action, StatusError> {
-    let nc = serde_json::to_value(&*obj).unwrap_or(Value::Null);
-    let conditions: Vec<Condition> = nc
-        .pointer("/status/conditions")
-        .cloned()
-        .and_then(|c| serde_json::from_value(c).ok())
-        .unwrap_or_default();
-    let field = |p: &str| nc.pointer(p).and_then(Value::as_str).unwrap_or_default();
-    let (ns, cluster_name) = (
-        field("/spec/clusterRef/namespace"),
-        field("/spec/clusterRef/name"),
-    );
-    let cluster = ctx.catalogs.cluster_of(&nc);
-    let catalog = ctx.catalogs.catalog_for(&nc);
-    let bootstrap = bootstrap_state(&ctx, &nc).await?;
+    if let Some(action) = finalize(&obj, &ctx).await? {
+        return Ok(action);
+    }
+    let stored = obj.status.clone().unwrap_or_default();
+    let r = &obj.spec.cluster_ref;
+    let cluster = ctx.catalogs.cluster_of(&obj);
+    let catalog = ctx.catalogs.catalog_for(&obj);
+    let bootstrap = bootstrap_state(&ctx, &obj).await?;
     let parts = [
-        status::cluster_ready(cluster.as_deref(), ns, cluster_name),
+        status::cluster_ready(cluster.as_deref(), &r.namespace, &r.name),
         status::templates_ready(&catalog),
-        status::bootstrap_ready(&bootstrap, ns),
+        status::bootstrap_ready(&bootstrap, &r.namespace),
     ];
     let status = compute_status(
-        &conditions,
+        &stored.conditions,
         obj.metadata.generation,
         &parts,
         &catalog,
         Timestamp::now(),
     );
-    let unchanged = nc.get("status").is_some_and(|s| {
-        s.get("instanceTypes") == status.get("instanceTypes")
-            && s.get("instanceTypeCount") == status.get("instanceTypeCount")
-            && strip_times(s.get("conditions")) == strip_times(status.get("conditions"))
-    });
-    if !unchanged {
-        let api: Api<DynamicObject> = Api::all_with(ctx.workload.clone(), &nodeclass_resource());
-        api.patch_status(
-            &obj.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "status": status })),
-        )
-        .await?;
-    }
-    Ok(Action::requeue(Duration::from_secs(60)))
-}
-
-fn strip_times(conditions: Option<&Value>) -> Value {
-    let mut v = conditions.cloned().unwrap_or(Value::Null);
-    if let Value::Array(list) = &mut v {
-        for c in list {
-            if let Value::Object(m) = c {
-                m.remove("lastTransitionTime");
+    if !unchanged(&stored, &status) {
+        // Conditional on the version it was computed from (a 409 requeues at once).
+        let api: Api<ClusterAPINodeClass> = Api::all(ctx.workload.clone());
+        let patch = json!({
+            "metadata": {"resourceVersion": obj.resource_version()},
+            "status": status,
+        });
+        match api
+            .patch_status(
+                &obj.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(patch),
+            )
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                return Ok(Action::requeue(Duration::ZERO));
             }
+            Err(e) => return Err(e.into()),
         }
     }
-    v
+    Ok(Action::requeue(next_look(&parts)))
+}
+
+/// How soon a NodeClass is looked at again without a trigger. The bootstrap source (a
+/// Secret, a config template) has no watch — watching Secrets would take list/watch on every
+/// Secret of the management cluster — so while it is missing it is looked up every few
+/// seconds: a Secret created after its NodeClass is noticed within [`BOOTSTRAP_RECHECK`].
+fn next_look(parts: &[ConditionValue]) -> Duration {
+    let bootstrap_missing = parts
+        .iter()
+        .any(|p| p.type_ == api::consts::conditions::BOOTSTRAP_READY && p.status != "True");
+    if bootstrap_missing {
+        BOOTSTRAP_RECHECK
+    } else {
+        Duration::from_secs(60)
+    }
+}
+
+/// How often a missing bootstrap source is looked up again.
+pub const BOOTSTRAP_RECHECK: Duration = Duration::from_secs(3);
+
+/// Whether the stored status already says what `next` says (transition times aside).
+fn unchanged(stored: &ClusterAPINodeClassStatus, next: &ClusterAPINodeClassStatus) -> bool {
+    let untimed = |s: &ClusterAPINodeClassStatus| {
+        let mut s = s.clone();
+        for c in &mut s.conditions {
+            c.last_transition_time =
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH);
+        }
+        s
+    };
+    untimed(stored) == untimed(next)
 }
 
 fn error_policy(
@@ -220,6 +332,7 @@ pub async fn run(
 mod tests {
     use super::*;
     use api::Cluster;
+    use serde_json::Value;
     use templates::CatalogSettings;
 
     fn template(name: &str, cpu: &str, node_info: Value) -> DynamicObject {
@@ -235,15 +348,9 @@ mod tests {
         .expect("template")
     }
 
-    fn cond(s: &Value, t: &str) -> (String, String, String) {
-        let c = s["conditions"]
-            .as_array()
-            .expect("list")
-            .iter()
-            .find(|c| c["type"] == t)
-            .expect("cond");
-        let text = |f: &str| c[f].as_str().unwrap_or("").to_string();
-        (text("status"), text("reason"), text("message"))
+    fn cond(s: &ClusterAPINodeClassStatus, t: &str) -> (String, String, String) {
+        let c = s.conditions.iter().find(|c| c.type_ == t).expect("cond");
+        (c.status.clone(), c.reason.clone(), c.message.clone())
     }
 
     #[test]
@@ -264,10 +371,9 @@ mod tests {
         );
         let parts = [status::templates_ready(&catalog)];
         let s = compute_status(&[], Some(1), &parts, &catalog, now);
-        let list: Vec<api::nodeclass::InstanceTypeSummary> =
-            serde_json::from_value(s["instanceTypes"].clone()).expect("typed summary");
+        let list = &s.instance_types;
         assert_eq!(list.len(), 1);
-        assert_eq!(s["instanceTypeCount"], 1);
+        assert_eq!(s.instance_type_count, 1);
         let it = &list[0];
         assert_eq!(it.name, "arm");
         assert_eq!((it.arch.as_str(), it.os.as_str()), ("arm64", "linux"));
@@ -277,6 +383,27 @@ mod tests {
         assert_eq!(it.zones, ["z1"]);
         assert_eq!(it.templates, ["arm"]);
         assert!(!it.price.is_empty());
+    }
+
+    #[test]
+    fn a_status_without_instance_types_is_not_rewritten() {
+        let now: Timestamp = "2026-11-22T10:00:00Z".parse().expect("time");
+        let empty = Ok(Catalog::default());
+        let parts = [status::templates_ready(&empty)];
+        let next = compute_status(&[], Some(1), &parts, &empty, now);
+        // As the API server stores it and the typed cache serialises it back: the empty
+        // list omitted.
+        let json = serde_json::to_value(&next).expect("json");
+        assert!(json.get("instanceTypes").is_none());
+        let stored: ClusterAPINodeClassStatus = serde_json::from_value(json).expect("typed status");
+        let later = compute_status(
+            &stored.conditions,
+            Some(1),
+            &parts,
+            &empty,
+            "2026-11-22T10:05:00Z".parse().expect("time"),
+        );
+        assert!(unchanged(&stored, &later), "{stored:?} vs {later:?}");
     }
 
     #[test]
@@ -312,9 +439,9 @@ mod tests {
             ready.2,
             "ClusterReady=False, TemplatesReady=False, BootstrapReady=False"
         );
-        assert!(s["instanceTypes"].as_array().is_some_and(Vec::is_empty));
+        assert!(s.instance_types.is_empty());
 
-        // Broken templates are named (message cut to the condition limit) and do not block.
+        // Broken templates are counted, the first few named in full; they do not block.
         let mut many: Vec<DynamicObject> = (0..200)
             .map(|i| template(&format!("bad-{i}"), "x", json!({})))
             .collect();
@@ -337,7 +464,25 @@ mod tests {
             (templates.0.as_str(), templates.1.as_str()),
             ("True", "TemplatesExcluded")
         );
-        assert!(templates.2.len() <= api::conditions::MAX_MESSAGE && templates.2.ends_with("..."));
+        assert!(
+            templates.2.len() <= api::conditions::MAX_MESSAGE,
+            "{}",
+            templates.2
+        );
+        assert!(
+            templates
+                .2
+                .contains("200 excluded: DockerMachineTemplate ns/bad-0: "),
+            "{}",
+            templates.2
+        );
+        assert!(
+            templates
+                .2
+                .ends_with("and 197 more (`karpenter-capi instance-types` lists them all)"),
+            "{}",
+            templates.2
+        );
         assert_eq!(cond(&s, "Ready").0, "True");
     }
 }

@@ -48,7 +48,8 @@ pub fn desired(
         .unwrap_or_default();
     let class_ref = &pool.spec.template.spec.node_class_ref;
     let (group, kind) = (class_ref.group.as_str(), class_ref.kind.as_str());
-    if group == groups::NODECLASS && kind == groups::NODECLASS_KIND {
+    let served = group == groups::NODECLASS && kind == groups::NODECLASS_KIND;
+    if served {
         cond::set(
             &mut conditions,
             types::VALIDATION_SUCCEEDED,
@@ -74,13 +75,24 @@ pub fn desired(
         );
     }
     let class_name = class_ref.name.as_str();
+    // A ClusterAPINodeClass of the same name does not make another kind's reference ready.
+    let nodeclass = if served { nodeclass } else { None };
     match nodeclass {
+        None if !served => cond::set(
+            &mut conditions,
+            types::NODECLASS_READY,
+            FALSE,
+            VALIDATION_FAILED,
+            &format!("nodeClassRef {kind}.{group} {class_name} is not a ClusterAPINodeClass"),
+            generation,
+            now,
+        ),
         None => cond::set(
             &mut conditions,
             types::NODECLASS_READY,
             FALSE,
             NODECLASS_NOT_FOUND,
-            &format!("{} {class_name:?} not found", groups::NODECLASS_KIND),
+            &format!("{} {class_name} not found", groups::NODECLASS_KIND),
             generation,
             now,
         ),
@@ -111,7 +123,7 @@ pub fn desired(
                     },
                     NODECLASS_NOT_READY,
                     &format!(
-                        "{} {class_name:?}: {}",
+                        "{} {class_name}: {}",
                         groups::NODECLASS_KIND,
                         ready.map_or("status not reported yet", |c| c.message.as_str())
                     ),
@@ -202,6 +214,9 @@ pub struct NodePoolStatus {
     pub nodeclaims: Store<api::NodeClaim>,
     pub nodeclasses: Store<api::ClusterAPINodeClass>,
     pub registration_failures: std::sync::Arc<RegistrationFailures>,
+    /// Per NodePool, the resourceVersion our last status write was computed from: while the
+    /// cache still shows it, the cache has not seen that write and the pool is not decided again.
+    pub written: std::sync::Arc<std::sync::Mutex<BTreeMap<String, String>>>,
 }
 
 impl NodePoolStatus {
@@ -218,6 +233,10 @@ impl NodePoolStatus {
         let mut written = 0;
         for pool in self.nodepools.state() {
             let pool_name = name(pool.as_ref());
+            let rv = pool.metadata.resource_version.clone().unwrap_or_default();
+            if self.cache_behind(pool_name, &rv) {
+                continue;
+            }
             let nodeclass = self.nodeclasses.get(&ObjectRef::new(
                 &pool.spec.template.spec.node_class_ref.name,
             ));
@@ -237,19 +256,37 @@ impl NodePoolStatus {
             if !differs(&pool, &status) {
                 continue;
             }
-            let patch = Patch::Merge(json!({ "status": status }));
+            // Conditional on the version it was computed from: a 409 means a newer pool, which
+            // the next pass decides on.
+            let patch = Patch::Merge(json!({
+                "metadata": {"resourceVersion": rv},
+                "status": status,
+            }));
             match api
                 .patch_status(pool_name, &PatchParams::default(), &patch)
                 .await
             {
-                Ok(_) => written += 1,
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Ok(_) => {
+                    written += 1;
+                    self.remember(pool_name, rv);
+                }
+                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
                 Err(e) => {
                     tracing::warn!(nodepool = pool_name, error = %e, "writing NodePool status failed")
                 }
             }
         }
         written
+    }
+
+    fn cache_behind(&self, pool: &str, cached_rv: &str) -> bool {
+        let written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        written.get(pool).is_some_and(|sent| sent == cached_rv)
+    }
+
+    fn remember(&self, pool: &str, sent_rv: String) {
+        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        written.insert(pool.to_string(), sent_rv);
     }
 
     fn record_metrics(&self, pool: &NodePool, status: &Status) {
@@ -390,6 +427,12 @@ mod tests {
         );
         assert_eq!(condition(&s, "ValidationSucceeded").status, "False");
         assert_eq!(condition(&s, "Ready").status, "False");
+        let c = condition(&s, "NodeClassReady");
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", VALIDATION_FAILED),
+            "a ClusterAPINodeClass of the same name does not make another kind ready: {c:?}"
+        );
     }
 
     #[test]

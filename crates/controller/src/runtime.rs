@@ -36,6 +36,8 @@ pub enum RuntimeError {
     LostLeadership,
     #[error("user agent {0:?} is not a valid HTTP header value")]
     UserAgent(String),
+    #[error(transparent)]
+    Fence(#[from] crate::fence::FenceError),
 }
 
 /// Everything `run` needs, parsed from flags/env by the binary.
@@ -58,6 +60,12 @@ pub struct RunConfig {
     pub node_repair_after: Duration,
     /// Client-side rate limit of each client (workload, management).
     pub client_rate: ClientRate,
+    /// The identity of the workload cluster on everything we create in the management
+    /// cluster; None = the UID of the workload cluster's kube-system namespace.
+    pub cluster_id: Option<String>,
+    /// How long a surge-first disruption waits for its replacements to initialize before
+    /// it is rolled back.
+    pub disruption_timeout: Duration,
 }
 
 impl Default for RunConfig {
@@ -76,6 +84,8 @@ impl Default for RunConfig {
             gc_grace: crate::garbagecollection::MACHINE_GRACE,
             node_repair_after: Duration::from_secs(600),
             client_rate: ClientRate::default(),
+            cluster_id: None,
+            disruption_timeout: crate::disruption::orchestrate::TIMEOUT,
         }
     }
 }
@@ -259,7 +269,11 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
     }
 
     // One cache per kind (every replica, so failover is warm), and the templates.
-    let caches = crate::cache::Caches::start(&mut tasks, &ctx.workload, &ctx.management);
+    let cluster_id =
+        crate::fence::cluster_id(&ctx.workload, ctx.config.cluster_id.as_deref()).await?;
+    tracing::info!(cluster_id = %cluster_id, "fencing our Cluster API objects by cluster id");
+    let caches =
+        crate::cache::Caches::start(&mut tasks, &ctx.workload, &ctx.management, &cluster_id);
     let index = templates::watch::TemplateIndex::new();
     tasks.spawn(templates::watch::run(
         ctx.management.clone(),
@@ -290,6 +304,7 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         }
     };
 
+    let index_for_gc = index.clone();
     let catalogs = IndexCatalogs {
         index,
         nodeclasses: caches.nodeclasses.store(),
@@ -313,6 +328,7 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         machines: caches.machines.store(),
         nodeclasses: caches.nodeclasses.store(),
         nodeclaims: caches.nodeclaims.store(),
+        nodepools: caches.nodepools.store(),
         clusters: caches.clusters.store(),
         catalogs: Arc::new(catalogs.clone()),
         unavailable: unavailable.clone(),
@@ -324,6 +340,8 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         expectations: Arc::default(),
         backoff: Arc::default(),
         registration_failures: registration_failures.clone(),
+        cluster_id,
+        repairs: Arc::default(),
     };
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
@@ -335,6 +353,7 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         nodeclaims: caches.nodeclaims.store(),
         nodeclasses: caches.nodeclasses.store(),
         registration_failures,
+        written: Default::default(),
     };
     let disruption = crate::disruption::Disruption {
         client: ctx.workload.clone(),
@@ -344,6 +363,12 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         nodeclaims: caches.nodeclaims.store(),
         nodes: caches.nodes.store(),
         pods: caches.pods.store(),
+        pdbs: caches.pdbs.store(),
+        nodeclasses: caches.nodeclasses.store(),
+        daemonsets: caches.daemonsets.store(),
+        catalogs: Arc::new(catalogs.clone()),
+        unavailable: unavailable.clone(),
+        command_timeout: ctx.config.disruption_timeout,
     };
     let provisioner = crate::provisioning::Provisioner {
         client: ctx.workload.clone(),
@@ -359,6 +384,8 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         batch_idle: ctx.config.batch_idle,
         batch_max: ctx.config.batch_max,
     };
+    let gc_ctx = lifecycle_ctx.clone();
+    let lifecycle_ctx_recorder = lifecycle_ctx.recorder.clone();
     let triggers = lifecycle::Triggers {
         nodeclaims: caches.nodeclaims.clone(),
         nodes: caches.nodes.clone(),
@@ -390,6 +417,12 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         stopped(stop_rx.clone()),
     ));
     loops.spawn(crate::disruption::run(disruption, stopped(stop_rx.clone())));
+    loops.spawn(crate::disruption::podevents::run(
+        ctx.workload.clone(),
+        caches.pods.clone(),
+        caches.nodeclaims.store(),
+        stopped(stop_rx.clone()),
+    ));
     loops.spawn(crate::nodepool_status::run(
         nodepool_status,
         stopped(stop_rx.clone()),
@@ -399,14 +432,15 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
             workload: ctx.workload.clone(),
             management: ctx.management.clone(),
             catalogs,
+            nodeclaims: caches.nodeclaims.store(),
+            recorder: lifecycle_ctx_recorder,
         },
         caches.nodeclasses.clone(),
         stopped(stop_rx.clone()),
     ));
     let gc = tasks.spawn(crate::garbagecollection::run(
-        ctx.management.clone(),
-        caches.machines.store(),
-        caches.nodeclaims.store(),
+        gc_ctx,
+        index_for_gc,
         ctx.config.gc_interval,
         ctx.config.gc_grace,
     ));

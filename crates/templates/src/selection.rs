@@ -25,6 +25,27 @@ pub struct Selection {
 }
 
 impl Selection {
+    /// The selection of a (typed) ClusterAPINodeClass: namespace from `spec.clusterRef`
+    /// (else the object's own), its selector and kinds.
+    pub fn from_node_class(nc: &api::ClusterAPINodeClass) -> Self {
+        let namespace = Some(nc.spec.cluster_ref.namespace.as_str())
+            .filter(|n| !n.is_empty())
+            .or(nc.metadata.namespace.as_deref())
+            .map(str::to_string);
+        let kinds = (!nc.spec.machine_template_kinds.is_empty()).then(|| {
+            nc.spec
+                .machine_template_kinds
+                .iter()
+                .map(|k| (k.api_group.clone(), k.kind.clone()))
+                .collect()
+        });
+        Self {
+            namespace,
+            selector: nc.spec.machine_template_selector.clone(),
+            kinds,
+        }
+    }
+
     /// Reads a ClusterAPINodeClass given as JSON: namespace from `spec.clusterRef.namespace`
     /// (else the object's own namespace), the selector, and the kinds (`{apiGroup, kind}`
     /// objects; plain strings are taken as kinds of any group).

@@ -165,6 +165,27 @@ impl CatalogSettings {
         })
     }
 
+    /// The settings of a (typed) ClusterAPINodeClass's `spec.kubelet` and its Cluster's
+    /// failure domains.
+    pub fn from_node_class(nc: &api::ClusterAPINodeClass, cluster: Option<&api::Cluster>) -> Self {
+        let kubelet = nc.spec.kubelet.as_ref();
+        let quantities = |m: Option<
+            &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+        >| {
+            m.map(|m| m.iter().map(|(k, q)| (k.clone(), q.0.clone())).collect())
+                .unwrap_or_default()
+        };
+        Self {
+            kube_reserved: quantities(kubelet.map(|k| &k.kube_reserved)),
+            system_reserved: quantities(kubelet.map(|k| &k.system_reserved)),
+            eviction_hard: kubelet.map(|k| k.eviction_hard.clone()).unwrap_or_default(),
+            max_pods: kubelet.and_then(|k| k.max_pods),
+            failure_domains: cluster
+                .map(api::Cluster::failure_domain_names)
+                .unwrap_or_default(),
+        }
+    }
+
     /// Reads `spec.kubelet` of a ClusterAPINodeClass given as JSON (any version of the type;
     /// missing fields are defaults). Non-string quantity values (YAML numbers) are accepted.
     pub fn from_node_class_json(node_class: &Value) -> Self {

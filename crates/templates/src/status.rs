@@ -69,6 +69,28 @@ pub struct ConditionValue {
 /// `TemplatesReady` for a NodeClass: True while at least one instance type is available
 /// (excluded templates are named in the message but do not block the good ones), False when
 /// no template is selected, none is valid, or the kubelet settings are invalid.
+/// How many excluded templates a condition message names (the rest are counted).
+pub const NAMED_EXCLUDED: usize = 3;
+/// At most this much of one excluded template's reason goes into a message.
+const EXCLUDED_DETAIL: usize = 200;
+
+/// The first [`NAMED_EXCLUDED`] of `excluded` in full (each reason cut at a whole-word
+/// length), then how many more: a message never stops in the middle of a name.
+pub fn name_first(excluded: &[String]) -> String {
+    let mut parts: Vec<String> = excluded
+        .iter()
+        .take(NAMED_EXCLUDED)
+        .map(|e| api::conditions::truncate(e, EXCLUDED_DETAIL))
+        .collect();
+    if excluded.len() > NAMED_EXCLUDED {
+        parts.push(format!(
+            "and {} more (`karpenter-capi instance-types` lists them all)",
+            excluded.len() - NAMED_EXCLUDED
+        ));
+    }
+    parts.join("; ")
+}
+
 pub fn templates_ready(catalog: &Result<Catalog, SettingsError>) -> ConditionValue {
     let cond = |status, reason, message: String| ConditionValue {
         type_: types::TEMPLATES_READY,
@@ -113,7 +135,7 @@ pub fn templates_ready(catalog: &Result<Catalog, SettingsError>) -> ConditionVal
             format!(
                 "all {} selected templates are excluded: {}",
                 excluded.len(),
-                excluded.join("; ")
+                name_first(&excluded)
             ),
         );
     }
@@ -137,7 +159,7 @@ pub fn templates_ready(catalog: &Result<Catalog, SettingsError>) -> ConditionVal
             format!(
                 "{message}; {} excluded: {}",
                 excluded.len(),
-                excluded.join("; ")
+                name_first(&excluded)
             ),
         )
     }

@@ -1,18 +1,20 @@
 //! What every method starts from: per NodePool, its NodeClaims that may be disrupted (not
-//! being deleted already), each with its Node and the reschedulable pods on it.
+//! being deleted already, nor in a surge-first command), each with its Node, the pods bound
+//! to it, and when it becomes `Consolidatable` (`consolidateAfter` after its last pod event,
+//! or after it initialized).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use api::consts::annotations::DO_NOT_DISRUPT;
 use api::consts::conditions as types;
 use api::karpenter::{ConsolidationPolicy, NodePoolSpec};
 use api::{NodeClaim, NodePool};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::Resource;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::View;
+pub use super::blockers::do_not_disrupt;
 use crate::nodeclass::parse_duration;
 use crate::objects::{
     annotation, claim_condition, claim_node_name, deleting, name, nodepool_of, owned_by,
@@ -26,23 +28,6 @@ pub fn reschedulable(pod: &Pod) -> bool {
     !(owned_by(pod, &["DaemonSet", "Node"]) || mirror || terminal(pod) || deleting(pod))
 }
 
-/// Whether a pod may be moved by consolidation: owned by a controller (a bare pod would be
-/// gone for good) and not annotated `karpenter.sh/do-not-disrupt`.
-pub fn movable(pod: &Pod) -> bool {
-    let controlled = pod
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.controller == Some(true));
-    controlled && !do_not_disrupt(pod)
-}
-
-/// Whether `obj` is annotated `karpenter.sh/do-not-disrupt: "true"`.
-pub fn do_not_disrupt<K: Resource>(obj: &K) -> bool {
-    annotation(obj, DO_NOT_DISRUPT) == Some("true")
-}
-
 /// One NodeClaim a method may disrupt.
 #[derive(Debug)]
 pub struct Candidate<'a> {
@@ -51,7 +36,9 @@ pub struct Candidate<'a> {
     /// Its Node, once registered and cached.
     pub node: Option<&'a Node>,
     /// The reschedulable pods on its Node.
-    pub pods: &'a [&'a Pod],
+    pub pods: Vec<&'a Pod>,
+    /// Every unfinished pod bound to its Node (DaemonSet and mirror pods included).
+    pub bound: &'a [&'a Pod],
 }
 
 impl Candidate<'_> {
@@ -89,9 +76,9 @@ pub struct Pool<'a> {
     pub consolidate_after: Option<Duration>,
     /// All its NodeClaims, those being deleted included.
     pub total: usize,
-    /// Its NodeClaims being deleted.
+    /// Its NodeClaims being deleted or in a surge-first command.
     pub disrupting: usize,
-    /// Its NodeClaims not being deleted, in name order.
+    /// Its NodeClaims neither being deleted nor in a command, in name order.
     pub candidates: Vec<Candidate<'a>>,
 }
 
@@ -105,17 +92,22 @@ impl Pool<'_> {
     }
 }
 
-/// Reschedulable pods by the Node they are bound to.
+/// Unfinished pods by the Node they are bound to.
 pub fn pods_by_node(pods: &[Arc<Pod>]) -> HashMap<&str, Vec<&Pod>> {
     let mut out: HashMap<&str, Vec<&Pod>> = HashMap::new();
     for p in pods {
         if let Some(n) = pod_node_name(p)
-            && reschedulable(p)
+            && !terminal(p)
         {
             out.entry(n).or_default().push(p);
         }
     }
     out
+}
+
+/// Being deleted, or a candidate of a surge-first command.
+fn busy(claim: &NodeClaim) -> bool {
+    deleting(claim) || super::orchestrate::in_command(claim)
 }
 
 /// The NodePools of `view` with their candidates.
@@ -151,24 +143,41 @@ pub fn pools<'a>(view: &'a View, pods_on: &'a HashMap<&'a str, Vec<&'a Pod>>) ->
                 spec: &p.spec,
                 consolidate_after,
                 total: claims.len(),
-                disrupting: claims.iter().filter(|c| deleting(**c)).count(),
+                disrupting: claims.iter().filter(|c| busy(c)).count(),
                 candidates: claims
                     .iter()
-                    .filter(|c| !deleting(**c))
+                    .filter(|c| !busy(c))
                     .map(|c| {
                         let node = claim_node_name(c).and_then(|n| nodes.get(n).copied());
+                        let bound: &[&Pod] = node
+                            .and_then(|n| pods_on.get(name(n)))
+                            .map(Vec::as_slice)
+                            .unwrap_or_default();
                         Candidate {
                             claim: c,
                             name: name(*c),
                             node,
-                            pods: node
-                                .and_then(|n| pods_on.get(name(n)))
-                                .map(Vec::as_slice)
-                                .unwrap_or_default(),
+                            pods: bound.iter().copied().filter(|p| reschedulable(p)).collect(),
+                            bound,
                         }
                     })
                     .collect(),
             }
         })
         .collect()
+}
+
+/// When a NodeClaim becomes `Consolidatable`: `consolidateAfter` after its last pod event
+/// (`status.lastPodEventTime`), or after it initialized. `None` when consolidation is off
+/// (`Never`) or it has not initialized: the condition is then absent.
+pub fn consolidatable_at(claim: &NodeClaim, after: Option<Duration>) -> Option<Timestamp> {
+    let after = SignedDuration::try_from(after?).ok()?;
+    let status = claim.status.as_ref()?;
+    let initialized = api::conditions::get(&status.conditions, types::INITIALIZED)
+        .filter(|c| c.status == api::conditions::TRUE)?;
+    let since = match &status.last_pod_event_time {
+        Some(t) if t.0 > initialized.last_transition_time.0 => t.0,
+        _ => initialized.last_transition_time.0,
+    };
+    since.checked_add(after).ok()
 }

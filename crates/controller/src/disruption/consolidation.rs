@@ -1,27 +1,340 @@
-//! Single-node delete consolidation (pools under `WhenEmptyOrUnderutilized` or `Balanced`):
-//! a NodeClaim whose pods have not changed for `consolidateAfter` (plus [`VALIDATION`]) and
-//! would all fit on the other nodes' free capacity, by the same scheduling simulation the
-//! provisioner runs, is deleted. One per pass across all pools (two would plan onto the same
-//! free capacity), the one with the fewest pods first, only when nothing else of its pool is
-//! being disrupted and no pod is waiting for capacity.
+//! Consolidation of nodes that still run pods (pools under `WhenEmptyOrUnderutilized` or
+//! `Balanced`), as Karpenter does it:
+//! - candidates: `Consolidatable` (`consolidateAfter` after their last pod event), no
+//!   blocker (see [`super::blockers`]), price known; sorted by price per disruption cost;
+//! - multi-node first: the largest prefix (≥ 2, ≤ 100, within the `Underutilized` budget)
+//!   whose pods fit elsewhere or on one strictly cheaper new node (binary search); then
+//!   single-node: the first candidate that can be deleted or replaced;
+//! - `Balanced` pools approve a move only if its score is ≥ 0.5;
+//! - a move found is validated [`VALIDATION`] later by the same simulation (candidates
+//!   still eligible, the move still possible) before it is decided.
+//!
+//! One move at a time across all pools (two would plan onto the same free room), none while
+//! pods wait for capacity. Every candidate gets a [`Verdict`].
 
-use std::collections::{HashMap, HashSet};
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use api::karpenter::DisruptionReason;
-use k8s_openapi::api::core::v1::Pod;
+use api::consts::conditions as types;
+use api::karpenter::{ConsolidationPolicy, DisruptionReason};
 
+use super::blockers::{Blocker, disruption_cost, do_not_disrupt, pod_blocker};
 use super::budgets::PoolBudget;
-use super::candidates::{Pool, movable, reschedulable};
-use super::{Clock, Decision, Method, Pass, VALIDATION, View};
-use crate::objects::{deleting, name, pod_node_name};
-use crate::provisioning::snapshot;
+use super::candidates::{Candidate, Pool, consolidatable_at};
+use super::plan::{Action, Move, Priced, simulate};
+use super::pricing::{balanced_approves, balanced_score, largest_prefix};
+use super::verdict::Verdict;
+use super::{Clock, Decision, Method, Note, Pass, Surge, VALIDATION, View};
+use crate::objects::{annotation, claim_condition, name};
 
-/// Per NodeClaim (by name): its reschedulable pods, and since when they have been those.
+/// At most this many candidates in one multi-node move.
+const MAX_MULTI: usize = 100;
+
+/// Without a change in the pool, a search is repeated this often at most.
+const RESEARCH: Duration = Duration::from_secs(300);
+
+/// A move found, waiting for its validation.
+#[derive(Debug)]
+struct Pending {
+    pool: String,
+    mv: Arc<Move>,
+    since: Instant,
+}
+
+/// The move under validation, and per pool the last search (state fingerprint, time,
+/// verdicts).
 #[derive(Debug, Default)]
 pub struct Consolidation {
-    stable: HashMap<String, (Vec<String>, Instant)>,
+    pending: Option<Pending>,
+    searched: HashMap<String, (u64, Instant, BTreeMap<String, Verdict>)>,
+}
+
+/// The offering a NodeClaim runs on, priced from its NodePool's current catalog (else its
+/// launch plan's price; 0 if neither is known).
+pub fn priced<'a>(view: &View, pool: &Pool, c: &'a Candidate<'a>) -> Option<Priced<'a>> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Plan {
+        instance_type: String,
+        zone: Option<String>,
+        capacity_type: String,
+        #[serde(default)]
+        price: f64,
+    }
+    let label = |k: &str| {
+        c.node
+            .and_then(|n| n.metadata.labels.as_ref()?.get(k).cloned())
+            .or_else(|| c.claim.metadata.labels.as_ref()?.get(k).cloned())
+    };
+    let plan = annotation(c.claim, api::consts::annotations::LAUNCH_PLAN)
+        .and_then(|p| serde_json::from_str::<Plan>(p).ok())
+        .or_else(|| {
+            Some(Plan {
+                instance_type: label(scheduling::LABEL_INSTANCE_TYPE)?,
+                zone: label(scheduling::LABEL_ZONE),
+                capacity_type: label(scheduling::LABEL_CAPACITY_TYPE)?,
+                price: 0.0,
+            })
+        })?;
+    let current = (view.catalog)(&pool.spec.template.spec.node_class_ref.name).and_then(|cat| {
+        let it = cat
+            .instance_types
+            .iter()
+            .find(|t| t.name == plan.instance_type)?;
+        it.offerings
+            .iter()
+            .find(|o| {
+                o.capacity_type == plan.capacity_type && (o.zone.is_none() || o.zone == plan.zone)
+            })
+            .map(|o| o.price)
+    });
+    Some(Priced {
+        candidate: c,
+        price: current.unwrap_or(plan.price),
+        instance_type: plan.instance_type,
+        capacity_type: plan.capacity_type,
+        cost: disruption_cost(&c.pods),
+    })
+}
+
+/// What keeps a non-empty candidate from consolidation, before any simulation.
+fn blocker(pool: &Pool, c: &Candidate, pass: &Pass, clock: Clock) -> Option<String> {
+    if pool.spec.disruption.consolidation_policy == ConsolidationPolicy::WhenEmpty {
+        return Some("policy WhenEmpty consolidates only empty nodes".into());
+    }
+    if pool.consolidate_after.is_none() {
+        return Some("consolidateAfter is Never".into());
+    }
+    if !claim_condition(c.claim, types::INITIALIZED) {
+        return Some("not initialized".into());
+    }
+    let Some(node) = c.node else {
+        return Some("no Node".into());
+    };
+    if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
+        return Some(format!("Node {} is cordoned", name(node)));
+    }
+    if do_not_disrupt(c.claim) {
+        return Some(
+            Blocker::NodeDoNotDisrupt {
+                kind: "NodeClaim",
+                name: c.name.into(),
+            }
+            .to_string(),
+        );
+    }
+    if do_not_disrupt(node) {
+        return Some(
+            Blocker::NodeDoNotDisrupt {
+                kind: "Node",
+                name: name(node).into(),
+            }
+            .to_string(),
+        );
+    }
+    if let Some(b) = pod_blocker(
+        c.bound,
+        &pass
+            .view
+            .pdbs
+            .iter()
+            .map(|p| p.as_ref())
+            .collect::<Vec<_>>(),
+        clock.now,
+    ) {
+        return Some(b.to_string());
+    }
+    let at = consolidatable_at(c.claim, pool.consolidate_after)?;
+    if at > clock.now {
+        let left = at.duration_since(clock.now).as_secs().max(0) as u64;
+        return Some(format!(
+            "consolidateAfter not elapsed ({} left)",
+            human(left)
+        ));
+    }
+    None
+}
+
+/// `4m`, `1h5m`, `30s`: rounded up to minutes past a minute.
+fn human(secs: u64) -> String {
+    if secs < 60 {
+        return format!("{secs}s");
+    }
+    let mins = secs.div_ceil(60);
+    if mins < 60 {
+        format!("{mins}m")
+    } else {
+        format!("{}h{}m", mins / 60, mins % 60)
+    }
+}
+
+/// A fingerprint of what a pool's search depends on: where every pod runs, the NodeClaims
+/// and Nodes (names, deletion), the pool's candidates.
+fn fingerprint(view: &View, eligible: &[Priced]) -> u64 {
+    let mut h = DefaultHasher::new();
+    for p in view.pods {
+        (
+            p.metadata.uid.as_deref(),
+            crate::objects::pod_node_name(p),
+            p.metadata.deletion_timestamp.is_some(),
+            crate::objects::terminal(p),
+        )
+            .hash(&mut h);
+    }
+    for c in view.nodeclaims {
+        (name(c.as_ref()), c.metadata.deletion_timestamp.is_some()).hash(&mut h);
+    }
+    for n in view.nodes {
+        (name(n.as_ref()), n.metadata.deletion_timestamp.is_some()).hash(&mut h);
+    }
+    for (p, d) in view.pdbs.iter().map(|p| {
+        (
+            name(p.as_ref()),
+            p.status.as_ref().and_then(|s| s.disruptions_allowed),
+        )
+    }) {
+        (p, d).hash(&mut h);
+    }
+    for e in eligible {
+        (e.candidate.name, e.price.to_bits()).hash(&mut h);
+    }
+    h.finish()
+}
+
+/// A pool's cost and disruption, for the Balanced score.
+struct PoolTotals {
+    cost: f64,
+    disruption: f64,
+}
+
+impl Consolidation {
+    /// The Balanced check of a move: `Err(why)` when the pool's policy refuses it.
+    fn balanced(
+        pool: &Pool,
+        totals: &PoolTotals,
+        mv: &Move,
+        pass: &mut Pass,
+    ) -> Result<(), String> {
+        if pool.spec.disruption.consolidation_policy != ConsolidationPolicy::Balanced {
+            return Ok(());
+        }
+        let score = balanced_score(mv.savings, totals.cost, mv.disruption, totals.disruption);
+        pass.scores.push((pool.name.to_string(), score));
+        if balanced_approves(score) {
+            Ok(())
+        } else {
+            Err(format!(
+                "Balanced: score {score:.2} < 0.5 (saves {:.2}/h of {:.2}/h)",
+                mv.savings, totals.cost
+            ))
+        }
+    }
+
+    fn verdict_of(mv: &Move) -> Verdict {
+        super::consolidation_verdict(mv)
+    }
+
+    /// Searches a move among `eligible` (sorted): multi-node, then single-node. Verdicts of
+    /// the candidates not in the move say why.
+    fn search(
+        pool: &Pool,
+        totals: &PoolTotals,
+        eligible: &[Priced],
+        budget: usize,
+        pass: &mut Pass,
+    ) -> (Option<Move>, BTreeMap<String, Verdict>) {
+        let mut verdicts = BTreeMap::new();
+        let view = pass.view;
+        let n = eligible.len().min(MAX_MULTI).min(budget);
+        let refs: Vec<&Priced> = eligible.iter().collect();
+        let mut refused = None;
+        let multi = largest_prefix(n, |len| {
+            let mv = simulate(view, &refs[..len]).ok()?;
+            match Self::balanced(pool, totals, &mv, pass) {
+                Ok(()) => Some(mv),
+                Err(why) => {
+                    refused = Some(why);
+                    None
+                }
+            }
+        });
+        let mut found = multi.map(|(_, mv)| mv);
+        if found.is_none() && budget > 0 {
+            for p in &refs {
+                match simulate(view, &[p]) {
+                    Ok(mv) => match Self::balanced(pool, totals, &mv, pass) {
+                        Ok(()) => {
+                            found = Some(mv);
+                            break;
+                        }
+                        Err(why) => {
+                            verdicts.insert(p.candidate.name.to_string(), Verdict::blocked(why));
+                        }
+                    },
+                    Err(why) => {
+                        verdicts.insert(p.candidate.name.to_string(), Verdict::blocked(why));
+                    }
+                }
+            }
+        }
+        let _ = refused;
+        if let Some(mv) = &found {
+            for c in &mv.candidates {
+                verdicts.insert(c.clone(), Self::verdict_of(mv));
+            }
+        }
+        for p in eligible {
+            verdicts
+                .entry(p.candidate.name.to_string())
+                .or_insert_with(|| {
+                    Verdict::blocked(
+                        "not considered in this pass (a move of other nodes goes first)",
+                    )
+                });
+        }
+        (found, verdicts)
+    }
+
+    /// Revalidates the pending move of `pool`: its candidates still eligible, the
+    /// simulation still finds a delete or a replace whose options include the ones chosen.
+    fn validate(
+        pool: &Pool,
+        totals: &PoolTotals,
+        eligible: &[Priced],
+        mv: &Move,
+        pass: &mut Pass,
+    ) -> Result<(), String> {
+        let again: Option<Vec<&Priced>> = mv
+            .candidates
+            .iter()
+            .map(|n| eligible.iter().find(|p| p.candidate.name == n))
+            .collect();
+        let again = again.ok_or("a candidate is no longer eligible")?;
+        let now = simulate(pass.view, &again).map_err(|e| e.to_string())?;
+        Self::balanced(pool, totals, &now, pass)?;
+        match (&mv.action, &now.action) {
+            (_, Action::Delete) => Ok(()),
+            (Action::Replace(before), Action::Replace(after)) => {
+                let opts = after.claim.instance_types();
+                if before
+                    .claim
+                    .instance_types()
+                    .iter()
+                    .all(|t| opts.contains(t))
+                {
+                    Ok(())
+                } else {
+                    Err("the replacement's options changed".into())
+                }
+            }
+            (Action::Delete, Action::Replace(_)) => {
+                Err("the pods no longer fit without a new node".into())
+            }
+        }
+    }
 }
 
 impl Method for Consolidation {
@@ -32,93 +345,173 @@ impl Method for Consolidation {
         pass: &mut Pass,
         clock: Clock,
     ) -> Vec<Decision> {
-        let Some(after) = pool.consolidate_after else {
-            return Vec::new();
-        };
-        let mut ready = Vec::new();
+        let view = pass.view;
+        let mut eligible = Vec::new();
+        let (mut cost, mut disruption) = (0.0, 0.0);
         for c in &pool.candidates {
-            if c.empty() {
-                // Emptiness's business.
-                self.stable.remove(c.name);
+            let p = priced(view, pool, c);
+            cost += p.as_ref().map_or(0.0, |p| p.price);
+            disruption += disruption_cost(&c.pods);
+            if c.empty() && pool.consolidate_after.is_some() {
+                continue; // emptiness's
+            }
+            let at = consolidatable_at(c.claim, pool.consolidate_after);
+            let state = at.map(|t| t <= clock.now);
+            if let Some(why) = blocker(pool, c, pass, clock) {
+                pass.verdicts.insert(
+                    c.name.to_string(),
+                    Verdict::blocked(why).consolidatable(state),
+                );
                 continue;
             }
-            if !pool.consolidates_underutilized() || !c.disruptable() {
-                continue;
-            }
-            let names = c.pod_names();
-            let entry = self
-                .stable
-                .entry(c.name.to_string())
-                .or_insert_with(|| (names.clone(), clock.instant));
-            if entry.0 != names {
-                *entry = (names, clock.instant);
-            }
-            if c.pods.iter().all(|p| movable(p))
-                && clock.instant.duration_since(entry.1) >= after + VALIDATION
-            {
-                ready.push(c);
+            match p {
+                Some(p) => eligible.push(p),
+                None => {
+                    pass.verdicts.insert(
+                        c.name.to_string(),
+                        Verdict::blocked("instance type, zone or capacity type unknown")
+                            .consolidatable(state),
+                    );
+                }
             }
         }
-        if pass.consolidated
-            || budget.remaining(DisruptionReason::Underutilized) == 0
-            || !budget.idle()
-        {
-            return Vec::new();
-        }
-        ready.sort_by_key(|c| (c.pods.len(), c.name));
-        let Some(c) = ready.into_iter().find(|c| {
-            c.node
-                .is_some_and(|n| fits_elsewhere(pass.view, name(n), c.name))
-        }) else {
-            return Vec::new();
+        let totals = PoolTotals { cost, disruption };
+        eligible.sort_by(|a, b| {
+            (b.price / b.cost)
+                .total_cmp(&(a.price / a.cost))
+                .then(a.candidate.name.cmp(b.candidate.name))
+        });
+        let wait = |pass: &mut Pass, why: &str| {
+            for p in &eligible {
+                pass.verdicts.insert(
+                    p.candidate.name.to_string(),
+                    Verdict::blocked(why).consolidatable(Some(true)),
+                );
+            }
         };
-        pass.consolidated = true;
-        budget.take(1);
-        vec![Decision {
-            nodeclaim: c.name.to_string(),
-            nodepool: pool.name.to_string(),
-            reason: DisruptionReason::Underutilized,
-            expired: false,
-            message: format!(
-                "underutilized: its {} pod(s) fit on other nodes",
-                c.pods.len()
-            ),
-        }]
+        // A move under validation.
+        if let Some(p) = &self.pending {
+            if p.pool != pool.name {
+                wait(
+                    pass,
+                    &format!("waiting: a move in NodePool {} is being validated", p.pool),
+                );
+                return Vec::new();
+            }
+            let mv = Arc::clone(&p.mv);
+            if clock.instant.duration_since(p.since) < VALIDATION {
+                wait(pass, "waiting: another move of the pool is being validated");
+                for c in &mv.candidates {
+                    pass.verdicts.insert(c.clone(), Self::verdict_of(&mv));
+                }
+                return Vec::new();
+            }
+            self.pending = None;
+            self.searched.remove(pool.name);
+            if let Err(why) = Self::validate(pool, &totals, &eligible, &mv, pass) {
+                pass.notes.push(Note::pool(
+                    pool.name,
+                    "ConsolidationRejected",
+                    format!("validation failed: {why}"),
+                ));
+                wait(
+                    pass,
+                    &format!("a move failed validation ({why}); searching again"),
+                );
+                return Vec::new();
+            }
+            pass.consolidated = true;
+            budget.take(mv.candidates.len());
+            let Some((first, with)) = mv.candidates.split_first() else {
+                return Vec::new();
+            };
+            // Surge-first through the shared orchestration: candidates tainted, the
+            // replacement initialized, then the candidates deleted.
+            let replacements = match &mv.action {
+                Action::Delete => Vec::new(),
+                Action::Replace(r) => {
+                    vec![crate::provisioning::nodeclaim::nodeclaim(
+                        &r.nodepool,
+                        &r.claim,
+                    )]
+                }
+            };
+            return vec![Decision {
+                nodeclaim: first.clone(),
+                nodepool: pool.name.to_string(),
+                reason: DisruptionReason::Underutilized,
+                expired: false,
+                message: Self::verdict_of(&mv).to_string(),
+                surge: Some(Surge {
+                    replacements,
+                    with: with.to_vec(),
+                    consolidation_type: if with.is_empty() { "single" } else { "multi" }.into(),
+                }),
+                command: Some(Arc::clone(&mv)),
+            }];
+        }
+        let remaining = budget.remaining(DisruptionReason::Underutilized);
+        if eligible.is_empty() {
+            return Vec::new();
+        }
+        if pass.consolidated {
+            wait(pass, "waiting: pods are pending or another move goes first");
+            return Vec::new();
+        }
+        if remaining == 0 {
+            wait(pass, "budget Underutilized: 0 allowed");
+            return Vec::new();
+        }
+        if !budget.idle() {
+            wait(pass, "waiting: other nodes of the pool are being disrupted");
+            return Vec::new();
+        }
+        let key = fingerprint(view, &eligible);
+        if let Some((k, at, verdicts)) = self.searched.get(pool.name)
+            && *k == key
+            && clock.instant.duration_since(*at) < RESEARCH
+        {
+            pass.verdicts.extend(verdicts.clone());
+            return Vec::new();
+        }
+        let (found, verdicts) = Self::search(pool, &totals, &eligible, remaining, pass);
+        pass.verdicts.extend(verdicts.clone());
+        match found {
+            Some(mv) => {
+                pass.consolidated = true;
+                let note = format!(
+                    "{} (validating for {}s)",
+                    Self::verdict_of(&mv),
+                    VALIDATION.as_secs()
+                );
+                let reason =
+                    if pool.spec.disruption.consolidation_policy == ConsolidationPolicy::Balanced {
+                        "ConsolidationApproved"
+                    } else {
+                        "ConsolidationCandidate"
+                    };
+                pass.notes.push(Note::pool(pool.name, reason, note));
+                self.pending = Some(Pending {
+                    pool: pool.name.to_string(),
+                    mv: Arc::new(mv),
+                    since: clock.instant,
+                });
+            }
+            None => {
+                self.searched
+                    .insert(pool.name.to_string(), (key, clock.instant, verdicts));
+            }
+        }
+        Vec::new()
     }
 
-    fn forget(&mut self, keep: &HashSet<String>) {
-        self.stable.retain(|k, _| keep.contains(k));
+    fn forget(&mut self, keep: &std::collections::HashSet<String>) {
+        if self
+            .pending
+            .as_ref()
+            .is_some_and(|p| p.mv.candidates.iter().any(|c| !keep.contains(c)))
+        {
+            self.pending = None;
+        }
     }
-}
-
-/// Whether every reschedulable pod on `node` fits on the other Ready nodes (and in-flight
-/// NodeClaims), by the provisioner's scheduling simulation with no NodePool to launch from.
-fn fits_elsewhere(view: &View, node: &str, claim: &str) -> bool {
-    let (moving, staying): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) = view
-        .pods
-        .iter()
-        .filter(|p| pod_node_name(p).is_some())
-        .cloned()
-        .partition(|p| pod_node_name(p) == Some(node));
-    let moving: Vec<Arc<Pod>> = moving.into_iter().filter(|p| reschedulable(p)).collect();
-    let state = snapshot::State {
-        pods: staying,
-        nodes: view
-            .nodes
-            .iter()
-            .filter(|n| name(n.as_ref()) != node)
-            .cloned()
-            .collect(),
-        nodeclaims: view
-            .nodeclaims
-            .iter()
-            .filter(|c| name(c.as_ref()) != claim && !deleting(c.as_ref()))
-            .cloned()
-            .collect(),
-        nodepools: Vec::new(),
-        daemonsets: Vec::new(),
-    };
-    let snapshot = snapshot::build(&state, &moving, &|_| None, &|_, _, _| true);
-    let out = scheduling::solve(&snapshot.input);
-    out.unschedulable.is_empty() && out.new_node_claims.is_empty()
 }

@@ -8,7 +8,7 @@ use api::karpenter::DisruptionReason;
 
 use super::budgets::PoolBudget;
 use super::candidates::Pool;
-use super::{Clock, Decision, Method, Pass, VALIDATION};
+use super::{Clock, Decision, Method, Pass, VALIDATION, Verdict};
 
 /// Since when each NodeClaim (by name) has been seen empty.
 #[derive(Debug, Default)]
@@ -43,19 +43,35 @@ impl Method for Emptiness {
                 .or_insert(clock.instant);
             if clock.instant.duration_since(since) >= wait {
                 ready.push((since, c.name));
+            } else {
+                _pass.verdicts.insert(
+                    c.name.to_string(),
+                    Verdict::blocked(format!(
+                        "empty; deleted {}s after its pods left",
+                        wait.as_secs()
+                    )),
+                );
             }
         }
         ready.sort();
         let n = ready.len().min(budget.remaining(DisruptionReason::Empty));
         budget.take(n);
+        for (_, claim) in ready.iter().skip(n) {
+            _pass.verdicts.insert(
+                claim.to_string(),
+                Verdict::blocked("empty; budget Empty: 0 allowed"),
+            );
+        }
         ready
             .into_iter()
             .take(n)
             .map(|(_, claim)| Decision {
+                surge: None,
                 nodeclaim: claim.to_string(),
                 nodepool: pool.name.to_string(),
                 reason: DisruptionReason::Empty,
                 expired: false,
+                command: None,
                 message: format!(
                     "empty for {}s (consolidateAfter {})",
                     wait.as_secs(),

@@ -1,18 +1,25 @@
-//! Executing decisions: the loop that runs a pass on the shared caches every [`TICK`] and
-//! deletes the NodeClaims decided on (an event first, the delete preconditioned on the uid
-//! decided about).
+//! Executing decisions: the loop that, every [`TICK`], moves the surge-first commands in
+//! flight on ([`Orchestrator::progress`]), runs a pass on the shared caches, and carries out
+//! its decisions: a surge-first one becomes a command ([`Orchestrator::start`]), any other
+//! deletes its NodeClaim at once (an event first, the delete preconditioned on the uid).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::events::{Event, EventType, Recorder};
 use api::karpenter::DisruptionReason;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
-use kube::Resource;
-use kube::api::{Api, DeleteParams};
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 
-use super::{Decision, Timers, View, decide};
-use crate::metrics::{CreatedLabels, Metrics};
+use super::orchestrate::{Command, Orchestrator, delete_disrupted, reason_label};
+use super::simulate::Simulator;
+use super::{Decision, Note, Outcome, Timers, View, pass, status};
+use crate::events::Recorder;
+use crate::metrics::{DecisionLabels, Metrics};
+use crate::nodeclaim::context::Catalogs;
+use crate::unavailable::{OfferingKey, UnavailableOfferings};
 
 /// How often candidates are evaluated (Karpenter: 10 s).
 const TICK: Duration = Duration::from_secs(5);
@@ -25,83 +32,132 @@ pub struct Disruption {
     pub metrics: Metrics,
     pub nodepools: Store<api::NodePool>,
     pub nodeclaims: Store<api::NodeClaim>,
-    pub nodes: Store<k8s_openapi::api::core::v1::Node>,
-    pub pods: Store<k8s_openapi::api::core::v1::Pod>,
+    pub nodes: Store<Node>,
+    pub pods: Store<Pod>,
+    pub pdbs: Store<PodDisruptionBudget>,
+    pub nodeclasses: Store<api::ClusterAPINodeClass>,
+    pub daemonsets: Store<DaemonSet>,
+    /// The provisioner's catalogs and launch failures: replacements are planned as the
+    /// provisioner would plan them.
+    pub catalogs: Arc<dyn Catalogs>,
+    pub unavailable: Arc<UnavailableOfferings>,
+    /// How long a surge-first command may wait for its replacements to initialize.
+    pub command_timeout: Duration,
 }
 
 impl Disruption {
     /// One pass over the caches as they are now (shared objects, no copies).
-    pub fn pass(&self, timers: &mut Timers) -> Vec<Decision> {
-        let (nodepools, nodeclaims, nodes, pods) = (
+    pub fn pass(&self, timers: &mut Timers) -> Outcome {
+        let (nodepools, nodeclaims, nodes, pods, pdbs, nodeclasses, daemonsets) = (
             self.nodepools.state(),
             self.nodeclaims.state(),
             self.nodes.state(),
             self.pods.state(),
+            self.pdbs.state(),
+            self.nodeclasses.state(),
+            self.daemonsets.state(),
         );
+        let catalog = |nodeclass: &str| self.catalogs.catalog(nodeclass);
         let view = View {
             nodepools: &nodepools,
             nodeclaims: &nodeclaims,
             nodes: &nodes,
             pods: &pods,
+            daemonsets: &daemonsets,
+            pdbs: &pdbs,
+            nodeclasses: &nodeclasses,
+            catalog: &catalog,
         };
-        decide(&view, timers, Timestamp::now(), Instant::now())
+        let instant = Instant::now();
+        let simulator = Simulator {
+            catalog: &|nodeclass| self.catalogs.catalog(nodeclass),
+            available: &|name, zone, ct| {
+                !self.unavailable.is_unavailable(
+                    &OfferingKey {
+                        instance_type: name.to_string(),
+                        zone: zone.map(str::to_string),
+                        capacity_type: ct.to_string(),
+                    },
+                    instant,
+                )
+            },
+            daemonsets: daemonsets.clone(),
+        };
+        pass(&view, timers, &simulator, Timestamp::now(), instant)
     }
 
-    async fn act(&self, d: &Decision) {
-        let api: Api<api::NodeClaim> = Api::all(self.client.clone());
-        let obj = match api.get_opt(&d.nodeclaim).await {
-            Ok(Some(o)) => o,
-            Ok(None) => return,
-            Err(e) => {
-                tracing::warn!(nodeclaim = %d.nodeclaim, error = %e, "reading NodeClaim failed");
-                return;
-            }
+    /// An Event on a NodePool.
+    async fn note(&self, note: &Note) {
+        let Some(pool) = self.nodepools.get(&ObjectRef::new(&note.nodepool)) else {
+            return;
         };
-        let reason = match (d.expired, d.reason) {
-            (true, _) => "expired",
-            (false, DisruptionReason::Underutilized) => "underutilized",
-            (false, DisruptionReason::Drifted) => "drifted",
-            (false, DisruptionReason::Empty) => "empty",
-        };
-        tracing::info!(nodeclaim = %d.nodeclaim, nodepool = %d.nodepool, reason, message = %d.message, "disrupting");
-        let note = format!("Disrupting NodeClaim: {} ({})", reason, d.message);
-        let event = Event {
-            type_: EventType::Normal,
-            reason: "DisruptionTerminating".into(),
-            note: Some(note),
-            action: "Disrupt".into(),
+        let event = crate::events::Event {
+            type_: if note.warning {
+                kube::runtime::events::EventType::Warning
+            } else {
+                kube::runtime::events::EventType::Normal
+            },
+            reason: note.reason.into(),
+            note: Some(note.message.clone()),
+            action: "Consolidate".into(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&event, &obj.object_ref(&())).await {
+        use kube::Resource;
+        if let Err(e) = self.recorder.publish(&event, &pool.object_ref(&())).await {
             tracing::debug!(error = %e, "publishing event failed");
         }
-        // Preconditioned on the uid we decided about: a recreated claim of the same name is
-        // not deleted by mistake.
-        let params = DeleteParams {
-            preconditions: obj
-                .metadata
-                .uid
-                .clone()
-                .map(|uid| kube::api::Preconditions {
-                    uid: Some(uid),
-                    resource_version: None,
-                }),
-            ..DeleteParams::default()
+    }
+
+    async fn act(&self, orchestrator: &Orchestrator, d: &Decision) {
+        let reason = match (d.expired, d.reason) {
+            (true, _) => "expired",
+            (false, r) => reason_label(r),
         };
-        match api.delete(&d.nodeclaim, &params).await {
-            Ok(_) => {
-                self.metrics
-                    .nodeclaims_disrupted
-                    .get_or_create(&CreatedLabels {
-                        reason: reason.into(),
-                        nodepool: d.nodepool.clone(),
-                    })
-                    .inc();
+        if let Some(surge) = &d.surge {
+            let mut candidates = vec![d.nodeclaim.clone()];
+            candidates.extend(surge.with.iter().cloned());
+            let command = Command {
+                reason: d.reason,
+                nodepool: d.nodepool.clone(),
+                candidates,
+                replacements: surge.replacements.clone(),
+                message: d.message.clone(),
+                consolidation_type: surge.consolidation_type.clone(),
+            };
+            if let Err(e) = orchestrator.start(&command).await {
+                tracing::warn!(nodeclaim = %d.nodeclaim, error = %e, "starting disruption failed; the next pass cleans up");
             }
-            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-            Err(e) => {
-                tracing::warn!(nodeclaim = %d.nodeclaim, error = %e, "deleting NodeClaim failed")
-            }
+            return;
+        }
+        let Some(claim) = self.nodeclaims.get(&ObjectRef::new(&d.nodeclaim)) else {
+            return;
+        };
+        if !d.expired {
+            self.metrics
+                .disruption_decisions
+                .get_or_create(&DecisionLabels {
+                    decision: "delete".into(),
+                    reason: reason.into(),
+                    consolidation_type: match d.reason {
+                        DisruptionReason::Empty => "empty".into(),
+                        DisruptionReason::Underutilized => "single".into(),
+                        DisruptionReason::Drifted => String::new(),
+                    },
+                })
+                .inc();
+        }
+        if let Err(e) = delete_disrupted(
+            &self.client,
+            &self.recorder,
+            &self.metrics,
+            &claim,
+            reason,
+            &d.nodepool,
+            &d.message,
+        )
+        .await
+        {
+            tracing::warn!(nodeclaim = %d.nodeclaim, error = %e, "deleting NodeClaim failed");
         }
     }
 }
@@ -109,24 +165,33 @@ impl Disruption {
 /// Runs until `shutdown`.
 pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> + Send) {
     tokio::pin!(shutdown);
+    let orchestrator = Orchestrator::new(
+        d.client.clone(),
+        d.recorder.clone(),
+        d.metrics.clone(),
+        d.nodeclaims.clone(),
+        d.nodes.clone(),
+        d.command_timeout,
+    );
     let mut timers = Timers::default();
     loop {
         tokio::select! {
             _ = &mut shutdown => return,
             _ = tokio::time::sleep(TICK) => {}
         }
+        orchestrator.progress().await;
         // The pass (a snapshot and possibly a scheduling simulation) is CPU work: off the
         // async workers.
         let this = d.clone();
         let pass = tokio::task::spawn_blocking(move || {
-            let decisions = this.pass(&mut timers);
-            (decisions, timers)
+            let outcome = this.pass(&mut timers);
+            (outcome, timers)
         })
         .await;
-        let decisions = match pass {
-            Ok((decisions, kept)) => {
+        let outcome = match pass {
+            Ok((outcome, kept)) => {
                 timers = kept;
-                decisions
+                outcome
             }
             Err(e) => {
                 tracing::error!(error = %e, "disruption pass failed; timers restart");
@@ -134,8 +199,13 @@ pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> 
                 continue;
             }
         };
-        for decision in decisions {
-            d.act(&decision).await;
+        status::record(&d.metrics, &outcome);
+        for note in &outcome.notes {
+            d.note(note).await;
+        }
+        status::write_conditions(&d.client, &d.nodeclaims.state(), &outcome.verdicts).await;
+        for decision in &outcome.decisions {
+            d.act(&orchestrator, decision).await;
         }
     }
 }

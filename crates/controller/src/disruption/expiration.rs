@@ -32,11 +32,13 @@ impl Method for Expiration {
                 let created = c.claim.metadata.creation_timestamp.as_ref()?.0;
                 let age = Duration::try_from(clock.now.duration_since(created)).ok()?;
                 (age >= ttl).then(|| Decision {
+                    surge: None,
                     nodeclaim: c.name.to_string(),
                     nodepool: pool.name.to_string(),
                     reason: DisruptionReason::Empty,
                     expired: true,
                     message: format!("expired after {expire_after}"),
+                    command: None,
                 })
             })
             .collect()

@@ -1,42 +1,58 @@
-//! Disruption, the parts Karpenter applies without a replacement: expiration (a NodeClaim
-//! older than `expireAfter` is deleted, budgets do not apply), emptiness (a NodeClaim whose
-//! Node has had no reschedulable pod for `consolidateAfter` is deleted) and single-node
-//! delete consolidation (a NodeClaim whose pods would all fit elsewhere), both within the
-//! NodePool's disruption budgets. Deleting the NodeClaim runs the usual termination: the
-//! Machine is deleted, Cluster API drains and removes the Node.
+//! Disruption: expiration (a NodeClaim older than `expireAfter` is deleted, budgets do not
+//! apply), emptiness (a NodeClaim whose Node has had no reschedulable pod for
+//! `consolidateAfter` is deleted) and consolidation (single- and multi-node, delete or
+//! replace by one cheaper node, Balanced), within the NodePool's disruption budgets.
+//! Deleting the NodeClaim runs the usual termination: the Machine is deleted, Cluster API
+//! drains and removes the Node.
 //!
-//! Not built: replace consolidation (a cheaper node for the pods) and drift.
+//! Surge-first commands (replacements initialized before the candidates go) run through
+//! [`orchestrate`]; replacements for drift are planned by [`simulate`].
 //!
 //! Layout: [`candidates`] (per pool, the NodeClaims that may be disrupted, with their Node
-//! and pods), [`budgets`], one file per [`Method`] ([`expiration`], [`emptiness`],
-//! [`consolidation`]), and [`execute`] (the loop and the delete). A method is a candidate
-//! filter and a decision with its own timers; the budget and the execution are shared, so a
-//! new method (drift, replace consolidation) is one file and one line in [`Timers::methods`].
+//! and pods), [`blockers`], [`budgets`], [`pricing`] (price rules, Balanced, binary search),
+//! [`plan`] (the consolidation simulation), one file per [`Method`] ([`expiration`],
+//! [`emptiness`], [`consolidation`]), [`verdict`] (why (not), per NodeClaim) and
+//! [`execute`] (the loop). A method is a candidate filter and a decision with its own
+//! timers; the budget and the execution are shared, so a new method is one file and one
+//! line in [`Timers::methods`].
 //!
-//! The decisions are pure functions of cached objects; the loop only deletes NodeClaims, so
-//! a restart anywhere is safe (timers restart from zero, which only delays).
+//! The decisions are pure functions of cached objects; a command's state is on the objects
+//! (see [`orchestrate`]), so a restart anywhere is safe (timers restart from zero, which
+//! only delays; commands in flight resume or roll back).
 
+pub mod blockers;
 pub mod budgets;
 pub mod candidates;
 pub mod consolidation;
 pub mod emptiness;
 pub mod execute;
 pub mod expiration;
+pub mod orchestrate;
+pub mod plan;
+pub mod podevents;
+pub mod pricing;
+pub mod simulate;
+pub mod status;
 #[cfg(test)]
 mod tests;
+pub mod verdict;
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use api::karpenter::DisruptionReason;
 use api::{NodeClaim, NodePool};
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
+use templates::model::Catalog;
 
 pub use budgets::{PoolBudget, allowed, budget_active, budget_nodes};
 pub use candidates::{Pool, reschedulable};
 pub use execute::{Disruption, run};
+pub use verdict::{Verdict, verdicts};
 
 use crate::objects::name;
 
@@ -44,8 +60,8 @@ use crate::objects::name;
 /// a node whose pods are about to be bound is not taken (Karpenter validates for 15 s).
 pub const VALIDATION: Duration = Duration::from_secs(15);
 
-/// What to delete now, and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What to disrupt now, and why.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
     pub nodeclaim: String,
     pub nodepool: String,
@@ -53,6 +69,59 @@ pub struct Decision {
     /// `Expired` is not a budgeted reason in Karpenter; we report it apart.
     pub expired: bool,
     pub message: String,
+    /// Surge-first through [`orchestrate`] (taint, replacements initialized, then delete);
+    /// `None` deletes at once.
+    pub surge: Option<Surge>,
+    /// A consolidation: the move this NodeClaim is part of (for verdicts).
+    pub command: Option<Arc<plan::Move>>,
+}
+
+/// The rest of a surge-first [`Decision`]'s command.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Surge {
+    /// The NodeClaims to create first (none when the pods fit elsewhere).
+    pub replacements: Vec<NodeClaim>,
+    /// Further candidates disrupted by the same command (multi-node).
+    pub with: Vec<String>,
+    /// `single`, `multi` for consolidation, empty for drift (metrics).
+    pub consolidation_type: String,
+}
+
+/// Event reason: a budget whose schedule or duration cannot be used (disruption fails closed).
+pub const INVALID_BUDGET: &str = "InvalidDisruptionBudget";
+
+/// Something a pass wants said (an Event on the NodePool).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Note {
+    pub nodepool: String,
+    pub reason: &'static str,
+    pub message: String,
+    /// A Warning (a user's mistake), else Normal.
+    pub warning: bool,
+}
+
+impl Note {
+    pub fn pool(nodepool: &str, reason: &'static str, message: String) -> Self {
+        Note {
+            nodepool: nodepool.to_string(),
+            reason,
+            message,
+            warning: false,
+        }
+    }
+}
+
+/// Everything a pass found.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub decisions: Vec<Decision>,
+    /// Per NodeClaim (not being deleted), why (not).
+    pub verdicts: BTreeMap<String, Verdict>,
+    pub notes: Vec<Note>,
+    /// Balanced scores computed, by NodePool.
+    pub scores: Vec<(String, f64)>,
+    /// Per NodePool and reason, the disruptions its budgets allow now.
+    pub allowed: Vec<(String, DisruptionReason, usize)>,
 }
 
 /// The cluster as the caches see it (shared objects).
@@ -62,6 +131,16 @@ pub struct View<'a> {
     pub nodeclaims: &'a [Arc<NodeClaim>],
     pub nodes: &'a [Arc<Node>],
     pub pods: &'a [Arc<Pod>],
+    pub daemonsets: &'a [Arc<DaemonSet>],
+    pub pdbs: &'a [Arc<PodDisruptionBudget>],
+    pub nodeclasses: &'a [Arc<api::ClusterAPINodeClass>],
+    /// A NodeClass's instance types (prices for consolidation).
+    pub catalog: &'a dyn Fn(&str) -> Option<Arc<Catalog>>,
+}
+
+/// A catalog lookup that knows no NodeClass.
+pub fn no_catalog(_: &str) -> Option<Arc<Catalog>> {
+    None
 }
 
 /// The time of a pass: wall clock (ages, budget schedules) and monotonic (timers).
@@ -77,6 +156,12 @@ pub struct Pass<'a> {
     /// A consolidation was decided in this pass, or pods wait for capacity (the room a move
     /// would take may be what they need): no (further) consolidation.
     pub consolidated: bool,
+    /// Verdicts so far, by NodeClaim.
+    pub verdicts: BTreeMap<String, Verdict>,
+    pub notes: Vec<Note>,
+    pub scores: Vec<(String, f64)>,
+    /// Plans replacements for surge-first methods.
+    pub simulate: &'a dyn simulate::Simulate,
 }
 
 /// A disruption method: which of a pool's candidates it takes, and why.
@@ -115,18 +200,40 @@ impl Timers {
     }
 }
 
-/// Decides which NodeClaims to delete. `timers` are updated (claims gone are forgotten).
-pub fn decide(view: &View, timers: &mut Timers, now: Timestamp, instant: Instant) -> Vec<Decision> {
+/// Decides which NodeClaims to disrupt. `timers` are updated (claims gone are forgotten).
+pub fn decide(
+    view: &View,
+    timers: &mut Timers,
+    simulate: &dyn simulate::Simulate,
+    now: Timestamp,
+    instant: Instant,
+) -> Vec<Decision> {
+    pass(view, timers, simulate, now, instant).decisions
+}
+
+/// One pass: the decisions, and every NodeClaim's verdict.
+pub fn pass(
+    view: &View,
+    timers: &mut Timers,
+    simulate: &dyn simulate::Simulate,
+    now: Timestamp,
+    instant: Instant,
+) -> Outcome {
     let clock = Clock { now, instant };
     let pods_on = candidates::pods_by_node(view.pods);
     let mut pass = Pass {
         view,
+        simulate,
         consolidated: view
             .pods
             .iter()
             .any(|p| crate::provisioning::provisionable(p)),
+        verdicts: BTreeMap::new(),
+        notes: Vec::new(),
+        scores: Vec::new(),
     };
     let mut out = Vec::new();
+    let mut allowed = Vec::new();
     for mut pool in candidates::pools(view, &pods_on) {
         let mut budget = PoolBudget::new(
             &pool.spec.disruption.budgets,
@@ -134,12 +241,69 @@ pub fn decide(view: &View, timers: &mut Timers, now: Timestamp, instant: Instant
             pool.disrupting,
             now,
         );
+        if let Some(why) = budgets::invalid(&pool.spec.disruption.budgets) {
+            pass.notes.push(Note {
+                warning: true,
+                ..Note::pool(
+                    pool.name,
+                    INVALID_BUDGET,
+                    format!("{why}; no node of this pool is disrupted until it is fixed"),
+                )
+            });
+        }
+        for reason in [
+            DisruptionReason::Underutilized,
+            DisruptionReason::Empty,
+            DisruptionReason::Drifted,
+        ] {
+            allowed.push((pool.name.to_string(), reason, budget.remaining(reason)));
+        }
         for method in timers.methods() {
             let decided = method.decide(&pool, &mut budget, &mut pass, clock);
             pool.candidates
                 .retain(|c| !decided.iter().any(|d| d.nodeclaim == c.name));
             out.extend(decided);
         }
+    }
+    for d in &out {
+        match &d.command {
+            Some(mv) => {
+                for c in &mv.candidates {
+                    pass.verdicts.insert(c.clone(), consolidation_verdict(mv));
+                }
+            }
+            None if d.expired => {
+                pass.verdicts.insert(
+                    d.nodeclaim.clone(),
+                    Verdict::blocked(format!("expired: {}", d.message)),
+                );
+            }
+            None => {
+                let mut nodes = vec![d.nodeclaim.clone()];
+                nodes.extend(d.surge.iter().flat_map(|s| s.with.iter().cloned()));
+                let action = if d.surge.as_ref().is_some_and(|s| !s.replacements.is_empty()) {
+                    "replace"
+                } else {
+                    "delete"
+                };
+                for n in &nodes {
+                    pass.verdicts.insert(
+                        n.clone(),
+                        Verdict::candidate(action, nodes.clone(), None, 0.0, d.reason),
+                    );
+                }
+            }
+        }
+    }
+    for c in view
+        .nodeclaims
+        .iter()
+        .filter(|c| crate::objects::deleting(c.as_ref()))
+    {
+        pass.verdicts.insert(
+            name(c.as_ref()).to_string(),
+            Verdict::blocked("being deleted"),
+        );
     }
     let keep: HashSet<String> = view
         .nodeclaims
@@ -149,5 +313,23 @@ pub fn decide(view: &View, timers: &mut Timers, now: Timestamp, instant: Instant
     for method in timers.methods() {
         method.forget(&keep);
     }
-    out
+    Outcome {
+        decisions: out,
+        verdicts: pass.verdicts,
+        notes: pass.notes,
+        scores: pass.scores,
+        allowed,
+    }
 }
+
+fn consolidation_verdict(mv: &plan::Move) -> Verdict {
+    Verdict::candidate(
+        mv.kind(),
+        mv.candidates.clone(),
+        mv.replacement_type().map(str::to_string),
+        mv.savings,
+        DisruptionReason::Underutilized,
+    )
+}
+#[cfg(test)]
+mod consolidation_tests;

@@ -3,13 +3,46 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use api::karpenter::DisruptionReason;
 use api::{NodeClaim, NodePool};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
+use super::candidates::Candidate;
+use super::simulate::Simulate;
 use super::{Timers, View, decide};
+
+/// A simulation in which every candidate's pods fit elsewhere (no replacements).
+pub(super) struct NoSim;
+
+impl Simulate for NoSim {
+    fn replacements(&self, _: &View, _: &[&Candidate]) -> Result<Vec<NodeClaim>, String> {
+        Ok(Vec::new())
+    }
+}
+
+fn view<'a>(
+    nodepools: &'a [Arc<NodePool>],
+    nodeclaims: &'a [Arc<NodeClaim>],
+    nodes: &'a [Arc<Node>],
+    pods: &'a [Arc<Pod>],
+) -> View<'a> {
+    View {
+        nodepools,
+        nodeclaims,
+        nodes,
+        pods,
+        daemonsets: &[],
+        pdbs: &[],
+        nodeclasses: &[],
+        catalog: &super::no_catalog,
+    }
+}
+
+/// One pass with [`NoSim`].
+fn pass(view: &View, timers: &mut Timers, now: Timestamp, at: Instant) -> Vec<super::Decision> {
+    decide(view, timers, &NoSim, now, at)
+}
 
 fn at(s: &str) -> Timestamp {
     s.parse().expect("timestamp")
@@ -73,18 +106,13 @@ fn empty_nodes_go_after_consolidate_after_plus_validation_within_budget() {
             json!({"metadata": {"name": "done"}, "spec": {"nodeName": "node-b"}, "status": {"phase": "Succeeded"}}),
         ),
     ];
-    let view = View {
-        nodepools: &pools,
-        nodeclaims: &claims,
-        nodes: &nodes,
-        pods: &pods,
-    };
+    let view = view(&pools, &claims, &nodes, &pods);
     let mut timers = Timers::default();
     let t0 = Instant::now();
     let now = at("2026-11-22T11:00:00Z");
-    assert!(decide(&view, &mut timers, now, t0).is_empty());
-    assert!(decide(&view, &mut timers, now, t0 + Duration::from_secs(24)).is_empty());
-    let d = decide(&view, &mut timers, now, t0 + Duration::from_secs(25));
+    assert!(pass(&view, &mut timers, now, t0).is_empty());
+    assert!(pass(&view, &mut timers, now, t0 + Duration::from_secs(24)).is_empty());
+    let d = pass(&view, &mut timers, now, t0 + Duration::from_secs(25));
     // Budget 1: only one of a and b, never c.
     assert_eq!(d.len(), 1, "{d:?}");
     assert!(d[0].nodeclaim == "a" || d[0].nodeclaim == "b");
@@ -98,7 +126,7 @@ fn empty_nodes_go_after_consolidate_after_plus_validation_within_budget() {
         nodeclaims: &deleting,
         ..view
     };
-    assert!(decide(&view, &mut timers, now, t0 + Duration::from_secs(30)).is_empty());
+    assert!(pass(&view, &mut timers, now, t0 + Duration::from_secs(30)).is_empty());
 }
 
 #[test]
@@ -120,97 +148,10 @@ fn do_not_disrupt_never_and_uninitialized_claims_are_kept() {
         (pool("0s", json!([{"nodes": "0"}])), plain()),
     ] {
         let (pools, claims) = ([p], [c]);
-        let view = View {
-            nodepools: &pools,
-            nodeclaims: &claims,
-            nodes: &nodes,
-            pods: &[],
-        };
-        decide(&view, &mut timers, now, t0);
-        assert!(decide(&view, &mut timers, now, later).is_empty());
+        let view = view(&pools, &claims, &nodes, &[]);
+        pass(&view, &mut timers, now, t0);
+        assert!(pass(&view, &mut timers, now, later).is_empty());
     }
-}
-
-fn ready_node(name: &str, cpu: &str) -> Arc<Node> {
-    typed(json!({"metadata": {"name": format!("node-{name}")},
-           "status": {"allocatable": {"cpu": cpu, "memory": "16Gi", "pods": "110"},
-                      "conditions": [{"type": "Ready", "status": "True"}]}}))
-}
-
-fn pod_on(name: &str, node: &str, cpu: &str, controlled: bool) -> Arc<Pod> {
-    let owners = if controlled {
-        json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u", "controller": true}])
-    } else {
-        json!([])
-    };
-    pod(
-        json!({"metadata": {"name": name, "namespace": "d", "ownerReferences": owners},
-           "spec": {"nodeName": format!("node-{node}"),
-                    "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]},
-           "status": {"phase": "Running"}}),
-    )
-}
-
-#[test]
-fn an_underutilized_node_whose_pods_fit_elsewhere_is_consolidated_one_at_a_time() {
-    let mut p = pool_json("30s", json!([{"nodes": "100%"}]));
-    p["spec"]["disruption"]["consolidationPolicy"] = json!("WhenEmptyOrUnderutilized");
-    let pools = [typed(p)];
-    let claims = [
-        claim("a", "2026-11-22T10:00:00Z", "Never"),
-        claim("b", "2026-11-22T10:00:00Z", "Never"),
-        claim("c", "2026-11-22T10:00:00Z", "Never"),
-    ];
-    let nodes = [
-        ready_node("a", "4"),
-        ready_node("b", "4"),
-        ready_node("c", "4"),
-    ];
-    let now = at("2026-11-22T11:00:00Z");
-    let t0 = Instant::now();
-    let after = t0 + Duration::from_secs(45);
-    let run = |pods: &[Arc<Pod>], timers: &mut Timers| {
-        let view = View {
-            nodepools: &pools,
-            nodeclaims: &claims,
-            nodes: &nodes,
-            pods,
-        };
-        decide(&view, timers, now, t0);
-        decide(&view, timers, now, after)
-    };
-    // a: 1 cpu, b: 2 cpu, c: 3.5 cpu. a fits on b (or c); only one goes per pass.
-    let pods = [
-        pod_on("p1", "a", "1", true),
-        pod_on("p2", "b", "2", true),
-        pod_on("p3", "c", "3500m", true),
-    ];
-    let d = run(&pods, &mut Timers::default());
-    assert_eq!(d.len(), 1, "{d:?}");
-    assert_eq!(d[0].nodeclaim, "a");
-    assert_eq!(d[0].reason, DisruptionReason::Underutilized);
-    // Not while a pod is pending for capacity.
-    let mut with_pending = pods.to_vec();
-    with_pending.push(pod(json!({"metadata": {"name": "pending", "namespace": "d"}, "spec": {},
-        "status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}})));
-    assert!(run(&with_pending, &mut Timers::default()).is_empty());
-    // Not before consolidateAfter + validation.
-    let view = View {
-        nodepools: &pools,
-        nodeclaims: &claims,
-        nodes: &nodes,
-        pods: &pods,
-    };
-    let mut timers = Timers::default();
-    decide(&view, &mut timers, now, t0);
-    assert!(decide(&view, &mut timers, now, t0 + Duration::from_secs(44)).is_empty());
-    // A bare pod (no controller) is never moved; a pod that fits nowhere blocks too.
-    let pods = [
-        pod_on("p1", "a", "1", false),
-        pod_on("p2", "b", "3500m", true),
-        pod_on("p3", "c", "3500m", true),
-    ];
-    assert!(run(&pods, &mut Timers::default()).is_empty());
 }
 
 #[test]
@@ -223,13 +164,9 @@ fn expired_claims_go_regardless_of_budgets() {
     let pods = [pod(
         json!({"metadata": {"name": "w"}, "spec": {"nodeName": "node-old"}, "status": {"phase": "Running"}}),
     )];
-    let view = View {
-        nodepools: &pools,
-        nodeclaims: &claims,
-        nodes: &[node("old"), node("young")],
-        pods: &pods,
-    };
-    let d = decide(
+    let nodes = [node("old"), node("young")];
+    let view = view(&pools, &claims, &nodes, &pods);
+    let d = pass(
         &view,
         &mut Timers::default(),
         at("2026-11-22T11:00:00Z"),

@@ -249,6 +249,7 @@ pub struct Ctx {
     pub machines: Store<Machine>,
     pub nodeclasses: Store<ClusterAPINodeClass>,
     pub nodeclaims: Store<NodeClaim>,
+    pub nodepools: Store<api::NodePool>,
     pub clusters: Store<api::Cluster>,
     pub catalogs: Arc<dyn Catalogs>,
     pub unavailable: Arc<UnavailableOfferings>,
@@ -257,6 +258,10 @@ pub struct Ctx {
     pub expectations: Arc<Expectations>,
     pub backoff: Arc<Backoff>,
     pub registration_failures: Arc<crate::reports::RegistrationFailures>,
+    /// The workload cluster's identity on our Cluster API objects (see `fence`).
+    pub cluster_id: String,
+    /// NodeClaims this process deleted for repair, until the cache shows them gone.
+    pub repairs: Arc<super::repair::Repairs>,
 }
 
 pub const FIELD_MANAGER: &str = "karpenter-capi";
@@ -301,6 +306,16 @@ impl Ctx {
         Err(Error::Launch(format!(
             "kind {kind} is not served in group {group}"
         )))
+    }
+
+    /// A NodePool from the cache ("" = none).
+    pub fn nodepool(&self, name: &str) -> Option<Arc<api::NodePool>> {
+        (!name.is_empty())
+            .then(|| {
+                self.nodepools
+                    .get(&kube::runtime::reflector::ObjectRef::new(name))
+            })
+            .flatten()
     }
 
     pub fn nodeclaims_api(&self) -> Api<NodeClaim> {
@@ -445,7 +460,7 @@ pub async fn publish(
         secondary: None,
     };
     if let Err(e) = recorder.publish(&event, &reference).await {
-        tracing::warn!(object = ?reference.name, reason, error = %e, "publishing event failed");
+        tracing::warn!(object = reference.name.as_deref().unwrap_or_default(), reason, error = %e, "publishing event failed");
     }
 }
 

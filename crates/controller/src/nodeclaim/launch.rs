@@ -5,9 +5,10 @@
 //!    of every object it will create), together with the offering's labels and our finalizer,
 //!    in one write, before anything is created: a restart at any line resumes the same plan.
 //! 2. Clone the bootstrap template (or use `dataSecretName`) and the infrastructure template
-//!    under the Machine's deterministic name (the NodeClaim's), then create the Machine.
-//!    AlreadyExists means a previous attempt got that far: the object is adopted when it
-//!    carries this NodeClaim's UID. If the Machine cannot be created, the clones are removed.
+//!    under the Machine's deterministic name (the NodeClaim's plus a hash of the cluster id,
+//!    see `names::object_name`), then create the Machine. AlreadyExists means a previous
+//!    attempt got that far: the object is adopted when it carries this NodeClaim's UID (see
+//!    `fence`). If the Machine cannot be created, the clones are removed.
 //! 3. `Launched=True` is written by the lifecycle once the Machine has a providerID (the
 //!    infrastructure exists), in the same status write as whatever else changed.
 
@@ -120,7 +121,10 @@ pub fn requirements(claim: &NodeClaim) -> Vec<Requirement> {
         .iter()
         .map(|r| Requirement {
             key: r.key.clone(),
-            operator: format!("{:?}", r.operator),
+            operator: serde_json::to_value(r.operator)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default(),
             values: r.values.clone(),
         })
         .collect()
@@ -151,7 +155,27 @@ pub async fn reconcile(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Launch, Error
             ctx.patch_claim(&claim, json!({"finalizers": finalizers}))
                 .await?;
         }
+        if let Some(m) = &cached
+            && crate::fence::ownership(m.as_ref(), &uid, &ctx.cluster_id)
+                == crate::fence::Ownership::Foreign
+        {
+            // A plan copied from another NodeClaim (re-applied under another name, or
+            // restored from a backup with a new UID): that Machine is not ours.
+            return Err(Error::permanent(
+                "NameConflict",
+                format!(
+                    "Machine {}/{} of the launch plan belongs to another NodeClaim (uid {})",
+                    plan.namespace,
+                    plan.machine,
+                    crate::fence::claim_uid(m.as_ref()).unwrap_or("none")
+                ),
+            ));
+        }
         if cached.is_some() || ctx.expectations.machine_created(&uid) {
+            return Ok(Launch::Launched(claim, Box::new(plan)));
+        }
+        if super::objects::adopt_existing(ctx, &plan, &uid).await? {
+            ctx.expectations.set_machine_created(&uid);
             return Ok(Launch::Launched(claim, Box::new(plan)));
         }
         create(ctx, &claim, &plan).await?;
@@ -204,7 +228,7 @@ async fn plan(ctx: &Ctx, claim: &NodeClaim) -> Result<Planned, Error> {
         return Ok(Planned::Refused(
             api::consts::events::NODECLASS_NOT_READY,
             format!(
-                "ClusterAPINodeClass {:?} not found",
+                "ClusterAPINodeClass {} not found",
                 claim.spec.node_class_ref.name
             ),
         ));
@@ -263,6 +287,8 @@ async fn plan(ctx: &Ctx, claim: &NodeClaim) -> Result<Planned, Error> {
     };
     let ns = nodeclass.cluster.namespace.clone();
     let template = &choice.offering.template;
+    // One name for the Machine and its clones, unique per workload cluster (see `fence`).
+    let object = names::object_name(&name, &ctx.cluster_id);
     // The bootstrap clone's served version is resolved now, so the plan names it.
     let (bootstrap_template, bootstrap) = match &nodeclass.bootstrap.config_template_ref {
         Some(r) => {
@@ -276,7 +302,7 @@ async fn plan(ctx: &Ctx, claim: &NodeClaim) -> Result<Planned, Error> {
                 Some(TypedRef {
                     api_version,
                     kind: kind_without_template(&r.kind),
-                    name: name.clone(),
+                    name: object.clone(),
                 }),
             )
         }
@@ -290,7 +316,7 @@ async fn plan(ctx: &Ctx, claim: &NodeClaim) -> Result<Planned, Error> {
     };
     Ok(Planned::Plan(Box::new(Plan {
         namespace: ns,
-        machine: name.clone(),
+        machine: object.clone(),
         cluster: nodeclass.cluster.name.clone(),
         instance_type: choice.instance_type.name.clone(),
         zone: choice.offering.zone.clone(),
@@ -304,7 +330,7 @@ async fn plan(ctx: &Ctx, claim: &NodeClaim) -> Result<Planned, Error> {
         infrastructure: TypedRef {
             api_version: template.api_version.clone(),
             kind: kind_without_template(&template.kind),
-            name,
+            name: object,
         },
         bootstrap_template,
         bootstrap,
@@ -397,6 +423,15 @@ async fn create(ctx: &Ctx, claim: &NodeClaim, plan: &Plan) -> Result<(), Error> 
             Err(e)
         }
     }
+}
+
+/// The capacity-type label of a claim (empty before launch).
+pub fn capacity_type_of(claim: &NodeClaim) -> String {
+    claim
+        .labels()
+        .get(api::consts::labels::CAPACITY_TYPE)
+        .cloned()
+        .unwrap_or_default()
 }
 
 /// The NodePool label of a claim (empty for a hand-made claim without one).

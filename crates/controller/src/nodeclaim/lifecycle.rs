@@ -111,7 +111,10 @@ async fn reconcile_fresh(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Action, Err
                     ctx,
                     &claim,
                     "LaunchTimeout",
-                    format!("not launched within {timeout:?}: {e}"),
+                    format!(
+                        "not launched within {}: {e}",
+                        api::duration::format_duration(timeout)
+                    ),
                 )
                 .await?;
                 return Ok(Action::await_change());
@@ -229,7 +232,7 @@ pub fn error_policy(claim: Arc<NodeClaim>, error: &Error, ctx: Arc<Ctx>) -> Acti
         return Action::requeue(STALE_RETRY);
     }
     let wait = ctx.backoff.failed(&uid_of(claim.as_ref()));
-    tracing::warn!(nodeclaim = %claim.name_any(), error = %error, retry_in = ?wait, "reconcile failed");
+    tracing::warn!(nodeclaim = %claim.name_any(), error = %error, retry_in = %api::duration::format_duration(wait), "reconcile failed");
     Action::requeue(wait)
 }
 

@@ -1,9 +1,9 @@
 //! Liveness and repair: a NodeClaim whose Machine gets no providerID within the NodeClass
 //! `launchTimeout`, or whose Node does not register within `registrationTimeout`, is deleted;
-//! a Machine whose infrastructure reports a failure marks its offering unavailable and is
-//! replaced; a Node NotReady/Unknown for longer than the repair period is replaced (CAPI's
-//! MachineHealthCheck does not remediate orphan Machines); a launched NodeClaim whose Machine
-//! has disappeared is deleted.
+//! a Machine whose infrastructure reports a failure before its Node registered marks its
+//! offering unavailable and is replaced; a registered NodeClaim that matches a repair policy
+//! for longer than the repair period is replaced within the repair cap (see `repair`); a
+//! launched NodeClaim whose Machine has disappeared is deleted.
 
 use std::time::{Duration, Instant};
 
@@ -16,9 +16,11 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 
 use super::context::{Ctx, Error};
-use super::launch::Plan;
+use super::launch::{Plan, nodepool_of};
+use super::repair::{self, Blocked, Unhealthy};
 use crate::machine;
 use crate::unavailable::OfferingKey;
+use api::duration::format_duration;
 
 /// What liveness decided.
 #[derive(Debug, PartialEq)]
@@ -34,7 +36,7 @@ pub enum Verdict {
 pub enum Missed {
     Launch,
     Registration,
-    NodeUnhealthy(String),
+    NodeUnhealthy,
 }
 
 /// Seconds between two timestamps (negative when `b` is before `a`).
@@ -50,14 +52,14 @@ pub struct Deadlines {
     pub repair_after: Duration,
 }
 
-/// Decides liveness from times alone. `node_not_ready_since` is when the Node's Ready
-/// condition last left True (None when Ready or not registered).
+/// Decides liveness from times alone. `unhealthy_since` is when a repair policy started to
+/// match (None when healthy or not registered).
 pub fn missed_deadline(
     created: Timestamp,
     now: Timestamp,
     has_provider_id: bool,
     registered: bool,
-    node_not_ready_since: Option<(Timestamp, String)>,
+    unhealthy_since: Option<Timestamp>,
     d: Deadlines,
 ) -> Result<Option<Duration>, Missed> {
     let Deadlines {
@@ -82,10 +84,10 @@ pub fn missed_deadline(
             Ok(Some(Duration::from_secs_f64(left)))
         };
     }
-    if let Some((since, status)) = node_not_ready_since {
+    if let Some(since) = unhealthy_since {
         let left = repair_after.as_secs_f64() - secs(since, now);
         return if left <= 0.0 {
-            Err(Missed::NodeUnhealthy(status))
+            Err(Missed::NodeUnhealthy)
         } else {
             Ok(Some(Duration::from_secs_f64(left)))
         };
@@ -122,8 +124,12 @@ pub async fn reconcile(
         .machines
         .get(&ObjectRef::new(&plan.machine).within(&plan.namespace));
 
-    // Infrastructure failure: this offering is unavailable for a while; replace the claim.
-    if let Some(failure) = machine.as_deref().and_then(machine::infrastructure_failure) {
+    // Infrastructure failure before the Node registered: this offering is unavailable for a
+    // while; replace the claim. (After registration it is a repair policy, capped.)
+    let registered = api::conditions::is_true(&status.conditions, types::REGISTERED);
+    if !registered
+        && let Some(failure) = machine.as_deref().and_then(machine::infrastructure_failure)
+    {
         mark_unavailable(ctx, plan, &failure);
         ctx.event(
             claim,
@@ -173,30 +179,19 @@ pub async fn reconcile(
         .as_ref()
         .map(|t| t.0)
         .unwrap_or(now);
-    let node_not_ready_since = status
+    let node = status
         .node_name
         .as_ref()
-        .and_then(|n| ctx.nodes.store().get(&ObjectRef::new(n)))
-        .and_then(|node| {
-            let cond = node
-                .status
-                .as_ref()?
-                .conditions
-                .as_ref()?
-                .iter()
-                .find(|c| c.type_ == "Ready")?
-                .clone();
-            (cond.status != "True").then(|| {
-                let since = cond.last_transition_time.map(|t| t.0).unwrap_or(now);
-                (since, format!("Ready={}", cond.status))
-            })
-        });
+        .and_then(|n| ctx.nodes.store().get(&ObjectRef::new(n)));
+    let unhealthy = registered
+        .then(|| repair::unhealthy(node.as_deref(), machine.as_deref()))
+        .flatten();
     match missed_deadline(
         created,
         now,
         status.provider_id.is_some(),
-        api::conditions::is_true(&status.conditions, types::REGISTERED),
-        node_not_ready_since,
+        registered,
+        unhealthy.as_ref().map(|u| u.since),
         Deadlines {
             launch_timeout,
             registration_timeout,
@@ -204,31 +199,31 @@ pub async fn reconcile(
         },
     ) {
         Ok(next) => Ok(Verdict::Alive(next)),
+        Err(Missed::NodeUnhealthy) => match unhealthy {
+            Some(u) => repair(ctx, claim, status, &u).await,
+            None => Ok(Verdict::Alive(None)),
+        },
         Err(missed) => {
             let registration = missed == Missed::Registration;
             let (reason, message) = match missed {
                 Missed::Launch => (
                     "LaunchTimeout",
                     format!(
-                        "Machine {}/{} got no providerID within {launch_timeout:?}",
-                        plan.namespace, plan.machine
+                        "Machine {}/{} got no providerID within {}",
+                        plan.namespace,
+                        plan.machine,
+                        format_duration(launch_timeout)
                     ),
                 ),
                 Missed::Registration => (
                     "RegistrationTimeout",
                     format!(
-                        "no Node registered with providerID {} within {registration_timeout:?}",
-                        status.provider_id.as_deref().unwrap_or("(none)")
+                        "no Node registered with providerID {} within {}",
+                        status.provider_id.as_deref().unwrap_or("(none)"),
+                        format_duration(registration_timeout)
                     ),
                 ),
-                Missed::NodeUnhealthy(node_status) => (
-                    "NodeRepair",
-                    format!(
-                        "Node {} has been {node_status} for more than {:?}; replacing it",
-                        status.node_name.as_deref().unwrap_or("(unknown)"),
-                        ctx.settings.node_repair_after
-                    ),
-                ),
+                Missed::NodeUnhealthy => return Ok(Verdict::Alive(None)),
             };
             if reason == "LaunchTimeout" {
                 // The same offering would likely time out again: try another first.
@@ -243,6 +238,86 @@ pub async fn reconcile(
             Ok(Verdict::Deleted)
         }
     }
+}
+
+/// Repairs (deletes) a NodeClaim matching a repair policy past its toleration, unless its
+/// pool is at the repair cap: then a `NodeRepairBlocked` event and a look again later.
+async fn repair(
+    ctx: &Ctx,
+    claim: &NodeClaim,
+    status: &NodeClaimStatus,
+    u: &Unhealthy,
+) -> Result<Verdict, Error> {
+    let uid = super::context::uid_of(claim);
+    let pool = nodepool_of(claim);
+    let claims = ctx.nodeclaims.state();
+    let view = repair::pool_view(
+        &claims,
+        &pool,
+        |n| ctx.nodes.store().get(&ObjectRef::new(n)),
+        |c| {
+            let plan = Plan::of(c)?;
+            ctx.machines
+                .get(&ObjectRef::new(&plan.machine).within(&plan.namespace))
+        },
+    );
+    let node = status.node_name.as_deref().unwrap_or("(unknown)");
+    if let Err(Blocked {
+        unhealthy,
+        allowed,
+        nodes,
+    }) = ctx.repairs.reserve(&uid, &pool, &view)
+    {
+        let scope = if pool.is_empty() {
+            "the cluster".to_string()
+        } else {
+            format!("NodePool {pool}")
+        };
+        let message = format!(
+            "Node {node} is unhealthy ({}) but so are {unhealthy} of the {nodes} nodes of {scope}, more than the {}% ({allowed}) repair replaces; not repairing",
+            u.detail,
+            repair::MAX_UNHEALTHY_PERCENT
+        );
+        tracing::info!(nodeclaim = %claim.name_any(), nodepool = %pool, unhealthy, allowed, "node repair blocked");
+        ctx.event(
+            claim,
+            EventType::Warning,
+            api::consts::events::NODE_REPAIR_BLOCKED,
+            message.clone(),
+        )
+        .await;
+        if let Some(np) = ctx.nodepool(&pool) {
+            ctx.event_for(
+                np.as_ref(),
+                EventType::Warning,
+                api::consts::events::NODE_REPAIR_BLOCKED,
+                message,
+            )
+            .await;
+        }
+        return Ok(Verdict::Alive(Some(ctx.settings.poll)));
+    }
+    let message = format!(
+        "Node {node} has been unhealthy ({}) for more than {}; replacing it",
+        u.detail,
+        format_duration(ctx.settings.node_repair_after)
+    );
+    tracing::info!(nodeclaim = %claim.name_any(), condition = u.condition, %message, "repairing node");
+    ctx.event(claim, EventType::Warning, "NodeRepair", message)
+        .await;
+    if let Err(e) = ctx.delete_claim(claim).await {
+        ctx.repairs.release(&uid);
+        return Err(e);
+    }
+    ctx.metrics
+        .nodeclaims_unhealthy_disrupted
+        .get_or_create(&crate::metrics::UnhealthyLabels {
+            condition: u.condition.to_string(),
+            nodepool: pool,
+            capacity_type: super::launch::capacity_type_of(claim),
+        })
+        .inc();
+    Ok(Verdict::Deleted)
 }
 
 #[cfg(test)]
@@ -291,21 +366,14 @@ mod tests {
     #[test]
     fn unhealthy_node_is_repaired_after_the_period() {
         let created = t("2026-11-22T10:00:00Z");
-        let since = Some((t("2026-11-22T11:00:00Z"), "Ready=Unknown".to_string()));
+        let since = Some(t("2026-11-22T11:00:00Z"));
         assert_eq!(
-            missed_deadline(
-                created,
-                t("2026-11-22T11:05:00Z"),
-                true,
-                true,
-                since.clone(),
-                D
-            ),
+            missed_deadline(created, t("2026-11-22T11:05:00Z"), true, true, since, D),
             Ok(Some(Duration::from_secs(300)))
         );
         assert_eq!(
             missed_deadline(created, t("2026-11-22T11:10:00Z"), true, true, since, D),
-            Err(Missed::NodeUnhealthy("Ready=Unknown".into()))
+            Err(Missed::NodeUnhealthy)
         );
     }
 }

@@ -9,4 +9,5 @@ pub mod node_sync;
 pub mod objects;
 pub mod offering;
 pub mod registration;
+pub mod repair;
 pub mod termination;

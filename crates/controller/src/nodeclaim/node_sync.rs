@@ -181,12 +181,12 @@ impl std::fmt::Display for NotInitialized {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             NotInitialized::NodeNotReady => write!(f, "Node not ready"),
-            NotInitialized::StartupTaint(t) => write!(f, "StartupTaint {t:?} still exists"),
+            NotInitialized::StartupTaint(t) => write!(f, "StartupTaint \"{t}\" still exists"),
             NotInitialized::EphemeralTaint(t) => {
-                write!(f, "KnownEphemeralTaint {t:?} still exists")
+                write!(f, "KnownEphemeralTaint \"{t}\" still exists")
             }
             NotInitialized::ResourceNotRegistered(r) => {
-                write!(f, "Resource {r:?} was requested but not registered")
+                write!(f, "Resource \"{r}\" was requested but not registered")
             }
         }
     }

@@ -1,22 +1,66 @@
 //! Creating the objects of a recorded launch plan: the bootstrap config and the
 //! InfraMachine cloned from their templates, then the Machine, all under the plan's
-//! deterministic names. AlreadyExists adopts the object when it carries this NodeClaim's UID;
-//! what cannot ever succeed (a template or kind gone, an object rejected, a name taken by
-//! another NodeClaim) is a permanent error; a failed Machine create rolls the clones back.
+//! deterministic names and marked with our cluster id and the NodeClaim's UID (see `fence`).
+//! AlreadyExists adopts the object when it carries this NodeClaim's UID (adding our cluster
+//! id to one made before fencing); what cannot ever succeed (a template or kind gone, an
+//! object rejected, a name taken by another NodeClaim or workload cluster) is a permanent
+//! error; a failed Machine create rolls the clones back.
 
 use std::collections::BTreeMap;
 
 use api::NodeClaim;
 use kube::ResourceExt;
-use kube::api::{Api, DynamicObject, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
+use serde_json::json;
 
 use super::context::{Ctx, Error, uid_of};
 use super::launch::{Plan, TypedRef, nodeclass_of, nodepool_of};
 use crate::clone::{CloneTarget, clone_template, inject_unregistered_taint};
+use crate::fence::{self, Ownership};
 use crate::machine::{Bootstrap, MachineParams, build_machine};
 use crate::names;
 use crate::nodeclass::parse_duration;
+
+/// Takes over `existing` for NodeClaim `uid`: ours as it is, or one made before fencing
+/// (our UID, no cluster id) once labelled with our cluster id; anything else is permanent.
+pub(super) async fn adopt(
+    api: &Api<DynamicObject>,
+    existing: &DynamicObject,
+    uid: &str,
+    cluster_id: &str,
+) -> Result<(), Error> {
+    let kind = existing
+        .types
+        .as_ref()
+        .map(|t| t.kind.clone())
+        .unwrap_or_else(|| "object".into());
+    match fence::ownership(existing, uid, cluster_id) {
+        Ownership::Ours => Ok(()),
+        Ownership::Adopt => {
+            api.patch(
+                &existing.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {
+                    "resourceVersion": existing.resource_version(),
+                    "labels": {names::CLUSTER_ID_LABEL: cluster_id},
+                }})),
+            )
+            .await?;
+            tracing::info!(object = %fence::key(existing), kind, "adopted an object made before fencing");
+            Ok(())
+        }
+        Ownership::Foreign => Err(Error::permanent(
+            "NameConflict",
+            format!(
+                "{kind} {} exists and belongs to another NodeClaim or workload cluster (nodeclaim uid {}, cluster id {})",
+                existing.name_any(),
+                fence::claim_uid(existing).unwrap_or("none"),
+                fence::cluster_of(existing).unwrap_or("none"),
+            ),
+        )),
+    }
+}
 
 /// Creates `object` unless it exists; an existing one must belong to this NodeClaim.
 /// Returns whether it was created (false: adopted).
@@ -24,6 +68,7 @@ async fn create_or_adopt(
     api: &Api<DynamicObject>,
     object: &DynamicObject,
     uid: &str,
+    cluster_id: &str,
 ) -> Result<bool, Error> {
     let kind = object
         .types
@@ -38,25 +83,40 @@ async fn create_or_adopt(
         )),
         Err(kube::Error::Api(s)) if s.code == 409 => {
             let existing = api.get(&object.name_any()).await?;
-            let owner = existing
-                .annotations()
-                .get(names::NODECLAIM_UID_ANNOTATION)
-                .cloned();
-            if owner.as_deref() == Some(uid) {
-                Ok(false)
-            } else {
-                Err(Error::permanent(
-                    "NameConflict",
-                    format!(
-                        "{kind} {} exists and belongs to another NodeClaim (uid {})",
-                        object.name_any(),
-                        owner.as_deref().unwrap_or("unknown")
-                    ),
-                ))
-            }
+            adopt(api, &existing, uid, cluster_id).await?;
+            Ok(false)
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// The Machine of a recorded plan, if it exists already (an earlier attempt, or a Machine
+/// made before fencing that our cache does not show): adopted with its clones. Returns
+/// whether it existed.
+pub(super) async fn adopt_existing(ctx: &Ctx, plan: &Plan, uid: &str) -> Result<bool, Error> {
+    let machines = ctx.machines_dynamic(&plan.namespace);
+    let Some(machine) = machines.get_opt(&plan.machine).await? else {
+        return Ok(false);
+    };
+    let unfenced = fence::ownership(&machine, uid, &ctx.cluster_id) == Ownership::Adopt;
+    adopt(&machines, &machine, uid, &ctx.cluster_id).await?;
+    if unfenced {
+        // Its clones were made before fencing too: mark them, so that garbage collection
+        // and termination recognise them.
+        for r in std::iter::once(&plan.infrastructure).chain(plan.bootstrap.as_ref()) {
+            let Ok(ar) = ctx.resource(&r.api_version, &r.kind).await else {
+                continue;
+            };
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(ctx.management.clone(), &plan.namespace, &ar);
+            if let Ok(Some(clone)) = api.get_opt(&r.name).await
+                && let Err(e) = adopt(&api, &clone, uid, &ctx.cluster_id).await
+            {
+                tracing::warn!(object = %fence::key(&clone), error = %e, "not adopting a clone");
+            }
+        }
+    }
+    Ok(true)
 }
 
 async fn delete_quietly(api: &Api<DynamicObject>, name: &str) {
@@ -121,6 +181,7 @@ pub(super) async fn create_objects(
     labels.insert(names::NODEPOOL_LABEL.into(), nodepool_of(claim));
     labels.insert(names::NODECLAIM_LABEL.into(), claim.name_any());
     labels.insert(names::KARPENTER_MEMBER_LABEL.into(), String::new());
+    labels.insert(names::CLUSTER_ID_LABEL.into(), ctx.cluster_id.clone());
     let target = CloneTarget {
         name: &plan.machine,
         namespace: &ns,
@@ -159,7 +220,7 @@ pub(super) async fn create_objects(
         let config_ar = served(ctx, &clone.api_version, &clone.kind).await?;
         let configs: Api<DynamicObject> =
             Api::namespaced_with(ctx.management.clone(), &ns, &config_ar);
-        create_or_adopt(&configs, &config, &uid).await?;
+        create_or_adopt(&configs, &config, &uid, &ctx.cluster_id).await?;
         created.push((configs, clone.name.clone()));
         bootstrap = Some(Bootstrap::ConfigRef(clone.capi_ref()));
     }
@@ -195,7 +256,7 @@ pub(super) async fn create_objects(
         .await?;
         let infras: Api<DynamicObject> =
             Api::namespaced_with(ctx.management.clone(), &ns, &infra_ar);
-        create_or_adopt(&infras, &infra, &uid).await?;
+        create_or_adopt(&infras, &infra, &uid, &ctx.cluster_id).await?;
         Ok::<_, Error>(infras)
     }
     .await;
@@ -233,7 +294,7 @@ pub(super) async fn create_objects(
         what: "Machine".into(),
         source,
     })?;
-    match create_or_adopt(&ctx.machines_dynamic(&ns), &machine, &uid).await {
+    match create_or_adopt(&ctx.machines_dynamic(&ns), &machine, &uid, &ctx.cluster_id).await {
         Ok(created) => Ok(created),
         Err(e) => {
             rollback(created).await;

@@ -151,7 +151,7 @@ pub fn choose<'a>(
         None if compatible == 0 => Err(NoOffering::Incompatible(
             requirements
                 .iter()
-                .map(|r| format!("{} {} {:?}", r.key, r.operator, r.values))
+                .map(|r| format!("{} {} [{}]", r.key, r.operator, r.values.join(", ")))
                 .collect::<Vec<_>>()
                 .join(", "),
         )),
@@ -370,7 +370,7 @@ mod tests {
         assert_eq!(
             chosen("Lt", &["2"]),
             Err(NoOffering::Incompatible(
-                "karpenter.cluster.x-k8s.io/instance-cpu Lt [\"2\"]".into()
+                "karpenter.cluster.x-k8s.io/instance-cpu Lt [2]".into()
             ))
         );
         assert!(matches!(

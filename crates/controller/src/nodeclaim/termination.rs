@@ -1,7 +1,9 @@
 //! Termination of a NodeClaim being deleted: `InstanceTerminating=True`, delete the Machine
 //! (Cluster API drains the Node, then deletes the InfraMachine, the bootstrap config and the
 //! Node), wait until it is gone, delete whatever of the plan is left (clones, Node), release
-//! our finalizer on the Node, then release the NodeClaim's finalizer.
+//! our finalizer on the Node, then release the NodeClaim's finalizer. Only objects marked
+//! with this NodeClaim's UID are deleted (see `fence`): a NodeClaim re-applied under another
+//! name, or restored from a backup with a new UID, never deletes its neighbour's objects.
 
 use std::time::Duration;
 
@@ -10,12 +12,13 @@ use api::consts::{conditions as types, reasons};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
 use kube::runtime::events::EventType;
 use serde_json::json;
 
 use super::context::{Ctx, Error, set_ready, uid_of};
 use super::launch::{Plan, TypedRef, nodepool_of};
+use crate::fence::{self, Ownership};
 use crate::metrics::TerminatedLabels;
 use crate::names;
 
@@ -26,7 +29,8 @@ pub enum Termination {
     Waiting(Duration),
 }
 
-async fn delete_typed(ctx: &Ctx, ns: &str, r: &TypedRef) -> Result<bool, Error> {
+/// Deletes the object `r` names if it is this NodeClaim's (`uid`); returns whether it did.
+async fn delete_ours(ctx: &Ctx, ns: &str, r: &TypedRef, uid: &str) -> Result<bool, Error> {
     let ar = match ctx.resource(&r.api_version, &r.kind).await {
         Ok(ar) => ar,
         // The kind is no longer served: nothing of it can be left.
@@ -34,9 +38,28 @@ async fn delete_typed(ctx: &Ctx, ns: &str, r: &TypedRef) -> Result<bool, Error> 
         Err(e) => return Err(e.into()),
     };
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.management.clone(), ns, &ar);
-    match api.delete(&r.name, &Default::default()).await {
+    let Some(found) = api.get_opt(&r.name).await? else {
+        return Ok(false);
+    };
+    if fence::ownership(&found, uid, &ctx.cluster_id) == Ownership::Foreign {
+        tracing::warn!(object = %fence::key(&found), kind = %r.kind,
+            owner = fence::claim_uid(&found).unwrap_or("none"),
+            "not deleting an object of the plan that belongs to another NodeClaim");
+        return Ok(false);
+    }
+    if found.metadata.deletion_timestamp.is_some() {
+        return Ok(false);
+    }
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: found.metadata.uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(&r.name, &params).await {
         Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
         Err(e) => Err(e.into()),
     }
 }
@@ -92,7 +115,7 @@ pub async fn reconcile(ctx: &Ctx, claim: &NodeClaim) -> Result<Termination, Erro
     if let Some(plan) = Plan::of(claim) {
         let machines = ctx.machines_api(&plan.namespace);
         if let Some(m) = machines.get_opt(&plan.machine).await? {
-            let ours = m.annotations().get(names::NODECLAIM_UID_ANNOTATION) == Some(&uid);
+            let ours = fence::ownership(&m, &uid, &ctx.cluster_id) != Ownership::Foreign;
             if ours {
                 if m.metadata.deletion_timestamp.is_none() {
                     machines.delete(&plan.machine, &Default::default()).await?;
@@ -113,9 +136,9 @@ pub async fn reconcile(ctx: &Ctx, claim: &NodeClaim) -> Result<Termination, Erro
         }
         // Machine gone: anything of the plan that is left (a launch interrupted before the
         // Machine existed, or a provider that did not clean up).
-        delete_typed(ctx, &plan.namespace, &plan.infrastructure).await?;
+        delete_ours(ctx, &plan.namespace, &plan.infrastructure, &uid).await?;
         if let Some(b) = &plan.bootstrap {
-            delete_typed(ctx, &plan.namespace, b).await?;
+            delete_ours(ctx, &plan.namespace, b, &uid).await?;
         }
     }
     if let Some(node) = &status.node_name {
@@ -136,11 +159,7 @@ pub async fn reconcile(ctx: &Ctx, claim: &NodeClaim) -> Result<Termination, Erro
         .nodeclaims_terminated
         .get_or_create(&TerminatedLabels {
             nodepool: nodepool.clone(),
-            capacity_type: claim
-                .labels()
-                .get(api::consts::labels::CAPACITY_TYPE)
-                .cloned()
-                .unwrap_or_default(),
+            capacity_type: super::launch::capacity_type_of(claim),
         })
         .inc();
     if status.node_name.is_some() {

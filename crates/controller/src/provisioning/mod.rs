@@ -222,15 +222,24 @@ impl Provisioner {
         }
     }
 
-    /// Waits (bounded) until the NodeClaim cache holds the claims just created, so the next
-    /// batch counts them against limits and packs onto them instead of launching again.
+    /// Waits (bounded) until the NodeClaim cache holds the claims just created, each charged
+    /// at its real size (see [`charged`]), so the next batch counts them against limits and
+    /// packs onto them instead of launching again. This is what bounds a NodePool's limit
+    /// under a burst: within a batch the solver charges every new NodeClaim its largest
+    /// candidate instance type; across batches a NodeClaim counts its chosen instance type
+    /// once planned — only one the lifecycle has not planned within [`CACHE_WAIT`] counts
+    /// its pods' requests, and can overrun the limit by the rest of its instance.
     async fn await_cached(&self, names: &[String]) {
         let deadline = Instant::now() + CACHE_WAIT;
         let refs: Vec<ObjectRef<NodeClaim>> = names.iter().map(|n| ObjectRef::new(n)).collect();
-        while refs.iter().any(|r| self.nodeclaims.get(r).is_none()) {
+        while refs
+            .iter()
+            .any(|r| !self.nodeclaims.get(r).is_some_and(|c| charged(&c)))
+        {
             if Instant::now() >= deadline {
                 tracing::warn!(
-                    "NodeClaim cache has not caught up after {CACHE_WAIT:?}; the next batch may not see them"
+                    "NodeClaim cache has not caught up after {}; the next batch may not see them",
+                    api::duration::format_duration(CACHE_WAIT)
                 );
                 return;
             }
@@ -248,9 +257,25 @@ impl Provisioner {
             secondary: None,
         };
         if let Err(e) = self.recorder.publish(&event, &reference).await {
-            tracing::warn!(pod = ?reference.name, reason, error = %e, "publishing event failed");
+            tracing::warn!(pod = reference.name.as_deref().unwrap_or_default(), reason, error = %e, "publishing event failed");
         }
     }
+}
+
+/// Whether a NodeClaim counts against its NodePool's limits at the size it will have: its
+/// capacity is known (status), or its launch plan names the instance type, or it will never
+/// launch (being deleted, `Launched=False`).
+pub fn charged(c: &NodeClaim) -> bool {
+    let planned = c
+        .annotations()
+        .contains_key(api::consts::annotations::LAUNCH_PLAN);
+    let status = c.status.as_ref();
+    let sized = status.is_some_and(|s| !s.capacity.is_empty());
+    let failed = status.is_some_and(|s| {
+        api::conditions::get(&s.conditions, api::consts::conditions::LAUNCHED)
+            .is_some_and(|l| l.status == api::conditions::FALSE)
+    });
+    planned || sized || failed || c.metadata.deletion_timestamp.is_some()
 }
 
 /// Karpenter's provisionable pod.
@@ -354,6 +379,35 @@ pub async fn run(p: Provisioner, shutdown: impl std::future::Future<Output = ()>
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_claim_is_charged_once_planned_sized_or_given_up() {
+        let claim = |extra: serde_json::Value| -> NodeClaim {
+            let mut v = json!({"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+                "metadata": {"name": "c"},
+                "spec": {"nodeClassRef": {"group": "g", "kind": "k", "name": "n"}, "requirements": []}});
+            json_patch::merge(&mut v, &extra);
+            serde_json::from_value(v).expect("fixture")
+        };
+        assert!(
+            !charged(&claim(json!({}))),
+            "just created: counts its requests only"
+        );
+        assert!(charged(&claim(
+            json!({"metadata": {"annotations": {"karpenter.cluster.x-k8s.io/launch": "{}"}}})
+        )));
+        assert!(charged(&claim(
+            json!({"status": {"capacity": {"cpu": "2"}}})
+        )));
+        assert!(charged(&claim(
+            json!({"status": {"conditions": [{"type": "Launched",
+            "status": "False", "reason": "LaunchFailed", "message": "",
+            "lastTransitionTime": "2026-11-22T10:00:00Z"}]}})
+        )));
+        assert!(charged(&claim(
+            json!({"metadata": {"deletionTimestamp": "2026-11-22T10:00:00Z", "finalizers": ["f"]}})
+        )));
+    }
 
     #[test]
     fn provisionable_follows_karpenter() {

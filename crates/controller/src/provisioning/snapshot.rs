@@ -72,10 +72,20 @@ pub fn build(
         .iter()
         .filter_map(|c| Some((claim_node_name(c)?, c.as_ref())))
         .collect();
+    // Nodes of NodeClaims being deleted, and cordoned Nodes, are never free room: their
+    // pods are leaving, nothing new may land there.
+    let leaving: HashSet<&str> = state
+        .nodeclaims
+        .iter()
+        .filter(|c| deleting(c.as_ref()))
+        .filter_map(|c| claim_node_name(c))
+        .collect();
     let mut nodes = Vec::new();
     let mut ready_nodes = HashSet::new();
     for n in &state.nodes {
-        if !node_ready(n) || deleting(n.as_ref()) {
+        let cordoned = n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
+        if !node_ready(n) || deleting(n.as_ref()) || cordoned || leaving.contains(name(n.as_ref()))
+        {
             continue;
         }
         let node_name = name(n.as_ref());
@@ -306,6 +316,29 @@ mod tests {
         let usage = &s.input.node_pools[0].usage;
         assert_eq!(usage["nodes"], 3);
         assert_eq!(usage["cpu"], 12_000);
+    }
+
+    #[test]
+    fn nodes_of_deleting_claims_and_cordoned_nodes_are_no_room() {
+        let mut gone = (*claim("c1", "n1", true)).clone();
+        gone.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2026-01-01T00:00:00Z".parse().expect("ts"),
+            ));
+        let mut cordoned = (*ready_node("n2", json!([]))).clone();
+        cordoned.spec.get_or_insert_default().unschedulable = Some(true);
+        let state = State {
+            nodes: vec![
+                ready_node("n1", json!([])),
+                Arc::new(cordoned),
+                ready_node("n3", json!([])),
+            ],
+            nodeclaims: vec![Arc::new(gone)],
+            ..State::default()
+        };
+        let s = build(&state, &[], &no_catalog, &|_, _, _| true);
+        let names: Vec<&str> = s.input.nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["n3"]);
     }
 
     #[test]

@@ -63,7 +63,7 @@ pub(super) async fn reconcile_machine(obj: Arc<DynamicObject>, ctx: Arc<Ctx>) ->
         if !has_finalizer(&obj) {
             return Ok(Action::await_change());
         }
-        delete_node(&ctx, &node_name(&obj), &pid).await?;
+        delete_node(&ctx.workload_of(&obj), &node_name(&obj), &pid).await?;
         let rest: Vec<String> = obj
             .finalizers()
             .iter()
@@ -170,7 +170,7 @@ pub(super) async fn reconcile_machine(obj: Arc<DynamicObject>, ctx: Arc<Ctx>) ->
     }
     let machine = owner_machine(&ctx, &obj).await?;
     let node = build_node(&ctx, &obj, machine.as_ref(), &pid).await?;
-    let nodes: Api<Node> = Api::all(ctx.workload.clone());
+    let nodes: Api<Node> = Api::all(ctx.workload_of(&obj));
     match nodes.create(&PostParams::default(), &node).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 409 => {
@@ -204,8 +204,8 @@ pub(super) fn internal_ip(ns: &str, name: &str) -> String {
     format!("10.200.{}.{}", (h >> 8) & 0xff, (h & 0xff).max(1))
 }
 
-pub(super) async fn delete_node(ctx: &Ctx, name: &str, pid: &str) -> Result<()> {
-    let nodes: Api<Node> = Api::all(ctx.workload.clone());
+pub(super) async fn delete_node(workload: &Client, name: &str, pid: &str) -> Result<()> {
+    let nodes: Api<Node> = Api::all(workload.clone());
     let Some(node) = nodes.get_opt(name).await? else {
         return Ok(());
     };

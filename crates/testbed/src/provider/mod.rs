@@ -164,6 +164,10 @@ pub struct ProviderConfig {
     pub default_capacity: BTreeMap<String, String>,
     /// Where Nodes are created; `None`: the management client (one cluster for both).
     pub workload: Option<Client>,
+    /// Per Cluster name (the TestMachine's `cluster.x-k8s.io/cluster-name` label): where that
+    /// Cluster's Nodes are created, overriding `workload` (several workload clusters sharing
+    /// one management cluster).
+    pub workloads: BTreeMap<String, Client>,
     /// Also act as a minimal kubeadm bootstrap provider: for each `KubeadmConfig`, write a
     /// data Secret (in the test format: `nodeLabels`/`nodeTaints` from its
     /// `joinConfiguration.nodeRegistration`) and report `dataSecretCreated`.
@@ -185,6 +189,7 @@ impl Default for ProviderConfig {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
             workload: None,
+            workloads: BTreeMap::new(),
             kubeadm_bootstrap: false,
         }
     }
@@ -197,6 +202,7 @@ impl std::fmt::Debug for ProviderConfig {
             .field("registration_delay", &self.registration_delay)
             .field("default_capacity", &self.default_capacity)
             .field("split_workload", &self.workload.is_some())
+            .field("workloads", &self.workloads.keys().collect::<Vec<_>>())
             .field("kubeadm_bootstrap", &self.kubeadm_bootstrap)
             .finish()
     }
@@ -226,6 +232,17 @@ struct Ctx {
     mgmt: Client,
     workload: Client,
     config: ProviderConfig,
+}
+
+impl Ctx {
+    /// The cluster where `obj`'s Node lives (by its Cluster name label).
+    fn workload_of(&self, obj: &DynamicObject) -> Client {
+        obj.labels()
+            .get(CLUSTER_NAME_LABEL)
+            .and_then(|c| self.config.workloads.get(c))
+            .cloned()
+            .unwrap_or_else(|| self.workload.clone())
+    }
 }
 
 impl TestProvider {

@@ -1,0 +1,854 @@
+//! Surge-first execution of a disruption [`Command`], shared by every method that replaces
+//! nodes (drift, replace and multi-node consolidation):
+//!
+//! 1. [`Orchestrator::start`] records the command on each candidate NodeClaim (annotation
+//!    [`COMMAND`], a JSON [`Record`]) and sets its `DisruptionReason` condition, taints the
+//!    candidates' Nodes `karpenter.sh/disrupted:NoSchedule`, then creates the replacement
+//!    NodeClaims, labelled [`COMMAND`] = the command id.
+//! 2. Every pass, [`Orchestrator::progress`] finds the commands on the cached objects and
+//!    takes one [`Step`] for each: wait while replacements initialize; once all are
+//!    `Initialized`, delete the candidates (Cluster API drains them); when a replacement is
+//!    gone or the timeout passed, roll back: delete the replacements that never initialized,
+//!    untaint, clear the condition, and remove the record last (a crash mid-rollback rolls
+//!    back again).
+//!
+//! All state is on the objects, so a restarted process resumes or rolls back what it finds.
+//! Like Karpenter, each pass also strips `disrupted` taints and `DisruptionReason`
+//! conditions that no command (and no deletion) accounts for.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use api::NodeClaim;
+use api::consts::{annotations, conditions as types, events, labels, taints};
+use api::karpenter::DisruptionReason;
+use k8s_openapi::api::core::v1::{Node, Taint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::events::Recorder;
+use crate::metrics::{CreatedLabels, DecisionLabels, Metrics};
+use crate::nodeclaim::context::publish;
+use crate::objects::{annotation, claim_condition, claim_node_name, deleting, name};
+
+/// Annotation on candidates (the [`Record`]) and label on replacements (the id).
+pub const COMMAND: &str = annotations::DISRUPTION_COMMAND;
+/// Default bound on a command (Karpenter: 10 min at least).
+pub const TIMEOUT: Duration = Duration::from_secs(600);
+/// A command this process started recently may not be in the caches yet: not judged on
+/// them (neither rolled back for missing replacements nor cleaned up) for this long.
+const CACHE_LAG: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("NodeClaim {0} is gone or already being deleted")]
+    Gone(String),
+}
+
+/// What a disruption method asks for: remove `candidates` (NodeClaim names), after
+/// `replacements` (NodeClaims to create, possibly none) have initialized.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Command {
+    pub reason: DisruptionReason,
+    pub nodepool: String,
+    pub candidates: Vec<String>,
+    pub replacements: Vec<NodeClaim>,
+    pub message: String,
+    /// `single`, `multi` for consolidation; empty otherwise (metrics label).
+    pub consolidation_type: String,
+}
+
+/// A command as recorded on each of its candidates.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Record {
+    pub id: String,
+    pub reason: DisruptionReason,
+    /// RFC 3339.
+    pub started: String,
+    /// How many replacements the command creates.
+    pub replacements: usize,
+    #[serde(default)]
+    pub candidates: Vec<String>,
+    #[serde(default)]
+    pub message: String,
+    #[serde(default)]
+    pub consolidation_type: String,
+}
+
+impl Record {
+    /// The record on a NodeClaim (an unreadable one is none: the claim is cleaned up).
+    pub fn of(claim: &NodeClaim) -> Option<Record> {
+        serde_json::from_str(annotation(claim, COMMAND)?).ok()
+    }
+}
+
+/// Whether a NodeClaim is a candidate of a command in flight.
+pub fn in_command(claim: &NodeClaim) -> bool {
+    annotation(claim, COMMAND).is_some()
+}
+
+/// The lowercase metric/event label of a reason.
+pub fn reason_label(reason: DisruptionReason) -> &'static str {
+    match reason {
+        DisruptionReason::Underutilized => "underutilized",
+        DisruptionReason::Drifted => "drifted",
+        DisruptionReason::Empty => "empty",
+    }
+}
+
+fn reason_name(reason: DisruptionReason) -> &'static str {
+    match reason {
+        DisruptionReason::Underutilized => api::consts::reasons::UNDERUTILIZED,
+        DisruptionReason::Drifted => api::consts::reasons::DRIFTED,
+        DisruptionReason::Empty => api::consts::reasons::EMPTY,
+    }
+}
+
+/// What to do next about the commands and leftovers found on the objects.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// Replacements still initializing.
+    Wait { id: String, pending: Vec<String> },
+    /// Every replacement initialized: delete the candidates.
+    Finish {
+        record: Record,
+        candidates: Vec<Arc<NodeClaim>>,
+    },
+    /// Undo: delete `delete` (replacements that never initialized), restore the candidates.
+    Rollback {
+        record: Record,
+        candidates: Vec<Arc<NodeClaim>>,
+        delete: Vec<Arc<NodeClaim>>,
+        why: String,
+    },
+    /// A `disrupted` taint no command accounts for.
+    Untaint(String),
+    /// A `DisruptionReason` condition no command accounts for.
+    ClearReason(Arc<NodeClaim>),
+}
+
+/// Whether a Node carries the `disrupted` taint.
+pub fn tainted(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|ts| ts.iter().any(|t| t.key == taints::DISRUPTED))
+}
+
+/// The steps for the cached objects at `now`. `recent` says whether a command id (or a
+/// candidate name) was started by this process within [`CACHE_LAG`].
+pub fn steps(
+    nodeclaims: &[Arc<NodeClaim>],
+    nodes: &[Arc<Node>],
+    now: Timestamp,
+    timeout: Duration,
+    recent: &dyn Fn(&str) -> bool,
+) -> Vec<Step> {
+    let mut commands: BTreeMap<String, (Record, Vec<Arc<NodeClaim>>)> = BTreeMap::new();
+    let mut replacements: HashMap<&str, Vec<&Arc<NodeClaim>>> = HashMap::new();
+    let mut accounted: HashSet<&str> = HashSet::new();
+    let mut out = Vec::new();
+    for c in nodeclaims {
+        if let Some(id) = c.labels().get(labels::DISRUPTION_COMMAND) {
+            replacements.entry(id.as_str()).or_default().push(c);
+        }
+        let Some(record) = Record::of(c) else {
+            if deleting(c.as_ref()) || recent(name(c.as_ref())) {
+                if let Some(n) = claim_node_name(c) {
+                    accounted.insert(n);
+                }
+            } else if c.status.as_ref().is_some_and(|s| {
+                api::conditions::get(&s.conditions, types::DISRUPTION_REASON).is_some()
+            }) {
+                out.push(Step::ClearReason(c.clone()));
+            }
+            continue;
+        };
+        if let Some(n) = claim_node_name(c) {
+            accounted.insert(n);
+        }
+        if !deleting(c.as_ref()) {
+            commands
+                .entry(record.id.clone())
+                .or_insert_with(|| (record, Vec::new()))
+                .1
+                .push(c.clone());
+        }
+    }
+    for n in nodes {
+        let node = name(n.as_ref());
+        if tainted(n) && !accounted.contains(node) && !recent(node) {
+            out.push(Step::Untaint(node.to_string()));
+        }
+    }
+    for (id, (record, candidates)) in commands {
+        let mine = replacements.remove(id.as_str()).unwrap_or_default();
+        let alive: Vec<&Arc<NodeClaim>> = mine
+            .iter()
+            .copied()
+            .filter(|r| !deleting(r.as_ref()))
+            .collect();
+        let pending: Vec<&Arc<NodeClaim>> = alive
+            .iter()
+            .copied()
+            .filter(|r| !claim_condition(r, types::INITIALIZED))
+            .collect();
+        let age = record
+            .started
+            .parse::<Timestamp>()
+            .ok()
+            .and_then(|t| Duration::try_from(now.duration_since(t)).ok())
+            .unwrap_or(Duration::MAX);
+        let why = if alive.len() < record.replacements && !recent(&id) {
+            Some(format!(
+                "{} of {} replacement(s) failed or vanished",
+                record.replacements - alive.len(),
+                record.replacements
+            ))
+        } else if age >= timeout && !pending.is_empty() {
+            Some(format!(
+                "replacement(s) {} not initialized within {}s",
+                names(&pending).join(", "),
+                timeout.as_secs()
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            out.push(Step::Rollback {
+                record,
+                candidates,
+                delete: pending.into_iter().cloned().collect(),
+                why,
+            });
+        } else if alive.len() >= record.replacements && pending.is_empty() {
+            out.push(Step::Finish { record, candidates });
+        } else {
+            out.push(Step::Wait {
+                id,
+                pending: names(&pending),
+            });
+        }
+    }
+    out
+}
+
+fn names(claims: &[&Arc<NodeClaim>]) -> Vec<String> {
+    claims
+        .iter()
+        .map(|c| name(c.as_ref()).to_string())
+        .collect()
+}
+
+/// A command id: short, a valid label value, unique per candidate set and start time.
+pub fn command_id(candidates: &[String], now: Timestamp) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let text = format!("{}@{}", candidates.join(","), now.as_nanosecond());
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("d{h:016x}")
+}
+
+/// Runs commands: starts them and moves them on (see the module documentation).
+pub struct Orchestrator {
+    pub client: kube::Client,
+    pub recorder: Recorder,
+    pub metrics: Metrics,
+    pub nodeclaims: Store<NodeClaim>,
+    pub nodes: Store<Node>,
+    pub timeout: Duration,
+    /// Commands (ids) and their candidates and Nodes, started by this process, and when.
+    recent: Mutex<HashMap<String, Instant>>,
+}
+
+impl Orchestrator {
+    pub fn new(
+        client: kube::Client,
+        recorder: Recorder,
+        metrics: Metrics,
+        nodeclaims: Store<NodeClaim>,
+        nodes: Store<Node>,
+        timeout: Duration,
+    ) -> Self {
+        Orchestrator {
+            client,
+            recorder,
+            metrics,
+            nodeclaims,
+            nodes,
+            timeout,
+            recent: Mutex::default(),
+        }
+    }
+
+    fn claims(&self) -> Api<NodeClaim> {
+        Api::all(self.client.clone())
+    }
+
+    fn remember(&self, keys: impl IntoIterator<Item = String>) {
+        let now = Instant::now();
+        let mut m = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        m.retain(|_, t| now.duration_since(*t) < CACHE_LAG);
+        for k in keys {
+            m.insert(k, now);
+        }
+    }
+
+    fn is_recent(&self, key: &str) -> bool {
+        let m = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        m.get(key).is_some_and(|t| t.elapsed() < CACHE_LAG)
+    }
+
+    /// Starts `cmd`; returns its id. On an error part of it may be written: the next
+    /// [`Self::progress`] rolls that back (replacements missing) or cleans it up.
+    pub async fn start(&self, cmd: &Command) -> Result<String, Error> {
+        let now = Timestamp::now();
+        let id = command_id(&cmd.candidates, now);
+        let record = Record {
+            id: id.clone(),
+            reason: cmd.reason,
+            started: now.to_string(),
+            replacements: cmd.replacements.len(),
+            candidates: cmd.candidates.clone(),
+            message: cmd.message.clone(),
+            consolidation_type: cmd.consolidation_type.clone(),
+        };
+        let text = serde_json::to_string(&record).unwrap_or_default();
+        let mut nodes = Vec::new();
+        for c in &cmd.candidates {
+            let cached = self
+                .nodeclaims
+                .get(&ObjectRef::new(c))
+                .filter(|c| !deleting(c.as_ref()))
+                .ok_or_else(|| Error::Gone(c.clone()))?;
+            self.remember([id.clone(), c.clone()]);
+            nodes.extend(claim_node_name(&cached).map(str::to_string));
+            self.remember(nodes.clone());
+            let written = self.annotate(&cached, Some(&text)).await?;
+            self.set_reason(&written, Some(cmd.reason), &cmd.message)
+                .await?;
+            self.event(
+                &written,
+                EventType::Normal,
+                events::DISRUPTION_LAUNCHING,
+                format!(
+                    "Launching {} replacement(s) ({}): {}",
+                    cmd.replacements.len(),
+                    reason_label(cmd.reason),
+                    cmd.message
+                ),
+            )
+            .await;
+        }
+        for n in &nodes {
+            self.taint(n, true).await?;
+        }
+        let mut created = Vec::new();
+        for r in &cmd.replacements {
+            let mut r = r.clone();
+            r.labels_mut()
+                .insert(labels::DISRUPTION_COMMAND.into(), id.clone());
+            r.annotations_mut()
+                .insert(annotations::REPLACES.into(), cmd.candidates.join(","));
+            let nc = self.claims().create(&PostParams::default(), &r).await?;
+            self.metrics
+                .nodeclaims_created
+                .get_or_create(&CreatedLabels {
+                    reason: reason_label(cmd.reason).into(),
+                    nodepool: cmd.nodepool.clone(),
+                })
+                .inc();
+            created.push(nc.name_any());
+        }
+        self.metrics
+            .disruption_decisions
+            .get_or_create(&DecisionLabels {
+                decision: if cmd.replacements.is_empty() {
+                    "delete".into()
+                } else {
+                    "replace".into()
+                },
+                reason: reason_label(cmd.reason).into(),
+                consolidation_type: cmd.consolidation_type.clone(),
+            })
+            .inc();
+        tracing::info!(command = %id, candidates = ?cmd.candidates, replacements = ?created,
+            reason = reason_label(cmd.reason), message = %cmd.message, "disruption command started");
+        if !created.is_empty() {
+            for c in &cmd.candidates {
+                if let Some(claim) = self.nodeclaims.get(&ObjectRef::new(c)) {
+                    self.event(
+                        &claim,
+                        EventType::Normal,
+                        events::DISRUPTION_WAITING_READINESS,
+                        format!(
+                            "Waiting on readiness to continue disruption: {}",
+                            created.join(", ")
+                        ),
+                    )
+                    .await;
+                }
+            }
+        }
+        Ok(id)
+    }
+
+    /// One step of every command found on the cached objects, plus leftover cleanup.
+    /// Failures are logged and retried on the next call.
+    pub async fn progress(&self) {
+        let (claims, nodes) = (self.nodeclaims.state(), self.nodes.state());
+        let steps = steps(&claims, &nodes, Timestamp::now(), self.timeout, &|k| {
+            self.is_recent(k)
+        });
+        for step in steps {
+            if let Err(e) = self.take(step).await {
+                tracing::warn!(error = %e, "disruption command step failed; retrying next pass");
+            }
+        }
+    }
+
+    async fn take(&self, step: Step) -> Result<(), Error> {
+        match step {
+            Step::Wait { .. } => Ok(()),
+            Step::Untaint(node) => self.taint(&node, false).await,
+            Step::ClearReason(claim) => self.set_reason(&claim, None, "").await.map(|_| ()),
+            Step::Finish { record, candidates } => {
+                for c in &candidates {
+                    let nodepool = crate::objects::nodepool_of(c).unwrap_or_default();
+                    delete_disrupted(
+                        &self.client,
+                        &self.recorder,
+                        &self.metrics,
+                        c,
+                        reason_label(record.reason),
+                        nodepool,
+                        &record.message,
+                    )
+                    .await?;
+                }
+                Ok(())
+            }
+            Step::Rollback {
+                record,
+                candidates,
+                delete,
+                why,
+            } => {
+                tracing::warn!(command = %record.id, %why, "disruption command failed; rolling back");
+                for r in &delete {
+                    delete_claim(&self.client, r).await?;
+                }
+                for c in &candidates {
+                    if let Some(n) = claim_node_name(c) {
+                        self.taint(n, false).await?;
+                    }
+                    let c = self.set_reason(c, None, "").await?;
+                    self.annotate(&c, None).await?;
+                    self.event(
+                        &c,
+                        EventType::Warning,
+                        events::DISRUPTION_ROLLED_BACK,
+                        format!("Disruption ({}) rolled back: {why}", record.message),
+                    )
+                    .await;
+                }
+                self.metrics
+                    .disruption_queue_failures
+                    .get_or_create(&DecisionLabels {
+                        decision: if record.replacements == 0 {
+                            "delete".into()
+                        } else {
+                            "replace".into()
+                        },
+                        reason: reason_label(record.reason).into(),
+                        consolidation_type: record.consolidation_type.clone(),
+                    })
+                    .inc();
+                Ok(())
+            }
+        }
+    }
+
+    /// Sets (or removes) the command annotation.
+    async fn annotate(&self, claim: &NodeClaim, value: Option<&str>) -> Result<NodeClaim, Error> {
+        self.update(claim, false, |c| {
+            (annotation(c, COMMAND) != value).then(|| json!({"annotations": {COMMAND: value}}))
+        })
+        .await
+    }
+
+    /// Sets `DisruptionReason=True` with `reason` (or removes the condition).
+    async fn set_reason(
+        &self,
+        claim: &NodeClaim,
+        reason: Option<DisruptionReason>,
+        message: &str,
+    ) -> Result<NodeClaim, Error> {
+        self.update(claim, true, |c| {
+            let mut status = c.status.clone().unwrap_or_default();
+            let changed = match reason {
+                Some(r) => api::conditions::set(
+                    &mut status.conditions,
+                    types::DISRUPTION_REASON,
+                    api::conditions::TRUE,
+                    reason_name(r),
+                    message,
+                    None,
+                    Timestamp::now(),
+                ),
+                None => api::conditions::remove(&mut status.conditions, types::DISRUPTION_REASON),
+            };
+            changed.then(|| json!({"conditions": status.conditions}))
+        })
+        .await
+    }
+
+    /// Merge-patches the claim's metadata (or status) with what `change` computes from it,
+    /// conditional on the resourceVersion it was computed from; on a conflict once more
+    /// from a fresh read. Nothing to change, or the claim gone: no write.
+    async fn update(
+        &self,
+        claim: &NodeClaim,
+        status: bool,
+        change: impl Fn(&NodeClaim) -> Option<serde_json::Value>,
+    ) -> Result<NodeClaim, Error> {
+        let mut claim = claim.clone();
+        for attempt in 0..2 {
+            let Some(body) = change(&claim) else {
+                return Ok(claim);
+            };
+            let rv = json!({"resourceVersion": claim.resource_version()});
+            let name = claim.name_any();
+            let params = PatchParams::default();
+            let written = if status {
+                let patch = Patch::Merge(json!({"metadata": rv, "status": body}));
+                self.claims().patch_status(&name, &params, &patch).await
+            } else {
+                let mut meta = body;
+                meta["resourceVersion"] = rv["resourceVersion"].clone();
+                let patch = Patch::Merge(json!({ "metadata": meta }));
+                self.claims().patch(&name, &params, &patch).await
+            };
+            match written {
+                Ok(written) => return Ok(written),
+                Err(kube::Error::Api(s)) if s.code == 409 && attempt == 0 => {
+                    claim = self.claims().get(&name).await?;
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(claim),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(claim)
+    }
+
+    /// Adds (or removes) the `disrupted:NoSchedule` taint of Node `name`, conditional on
+    /// the resourceVersion read; a Node that is gone needs nothing.
+    async fn taint(&self, node: &str, on: bool) -> Result<(), Error> {
+        let api: Api<Node> = Api::all(self.client.clone());
+        let mut current = self.nodes.get(&ObjectRef::new(node));
+        for attempt in 0..2 {
+            let n = match current.take() {
+                Some(n) => n,
+                None => match api.get_opt(node).await? {
+                    Some(n) => Arc::new(n),
+                    None => return Ok(()),
+                },
+            };
+            if tainted(&n) == on {
+                return Ok(());
+            }
+            let mut list: Vec<Taint> = n
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.clone())
+                .unwrap_or_default();
+            if on {
+                list.push(Taint {
+                    key: taints::DISRUPTED.into(),
+                    effect: "NoSchedule".into(),
+                    value: None,
+                    time_added: Some(Time(Timestamp::now())),
+                });
+            } else {
+                list.retain(|t| t.key != taints::DISRUPTED);
+            }
+            let patch = json!({
+                "metadata": {"resourceVersion": n.resource_version()},
+                "spec": {"taints": list},
+            });
+            match api
+                .patch(node, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 && attempt == 0 => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    async fn event(&self, claim: &NodeClaim, type_: EventType, reason: &str, note: String) {
+        publish(&self.recorder, claim.object_ref(&()), type_, reason, note).await;
+    }
+}
+
+/// Deletes a NodeClaim (only the object decided on: same uid); gone already is fine.
+pub async fn delete_claim(client: &kube::Client, claim: &NodeClaim) -> Result<bool, Error> {
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: claim.meta().uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    let api: Api<NodeClaim> = Api::all(client.clone());
+    match api.delete(&claim.name_any(), &params).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Deletes a disrupted NodeClaim with the `DisruptionTerminating` event and the
+/// `karpenter_nodeclaims_disrupted_total{reason}` count.
+pub async fn delete_disrupted(
+    client: &kube::Client,
+    recorder: &Recorder,
+    metrics: &Metrics,
+    claim: &NodeClaim,
+    reason: &str,
+    nodepool: &str,
+    message: &str,
+) -> Result<(), Error> {
+    tracing::info!(nodeclaim = %claim.name_any(), nodepool, reason, message, "disrupting");
+    publish(
+        recorder,
+        claim.object_ref(&()),
+        EventType::Normal,
+        events::DISRUPTION_TERMINATING,
+        format!("Disrupting NodeClaim: {reason} ({message})"),
+    )
+    .await;
+    if delete_claim(client, claim).await? {
+        metrics
+            .nodeclaims_disrupted
+            .get_or_create(&CreatedLabels {
+                reason: reason.into(),
+                nodepool: nodepool.into(),
+            })
+            .inc();
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    fn claim(v: Value) -> Arc<NodeClaim> {
+        Arc::new(serde_json::from_value(v).expect("fixture"))
+    }
+
+    fn node(name: &str, disrupted: bool) -> Arc<Node> {
+        let taints = if disrupted {
+            json!([{"key": taints::DISRUPTED, "effect": "NoSchedule"}])
+        } else {
+            json!([])
+        };
+        Arc::new(
+            serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"taints": taints}}))
+                .expect("node"),
+        )
+    }
+
+    fn record(replacements: usize, started: &str) -> String {
+        serde_json::to_string(&Record {
+            id: "d1".into(),
+            reason: DisruptionReason::Drifted,
+            started: started.into(),
+            replacements,
+            candidates: vec!["old".into()],
+            message: "m".into(),
+            consolidation_type: String::new(),
+        })
+        .expect("json")
+    }
+
+    fn candidate(rec: &str) -> Arc<NodeClaim> {
+        claim(json!({
+            "metadata": {"name": "old", "annotations": {COMMAND: rec}},
+            "spec": {"nodeClassRef": {"group": "g", "kind": "K", "name": "n"}, "requirements": []},
+            "status": {"nodeName": "n-old", "conditions": [
+                {"type": "DisruptionReason", "status": "True", "reason": "Drifted", "message": "",
+                 "lastTransitionTime": "2026-11-22T10:00:00Z"}]}
+        }))
+    }
+
+    fn replacement(name: &str, initialized: bool, deleting: bool) -> Arc<NodeClaim> {
+        let mut v = json!({
+            "metadata": {"name": name, "labels": {labels::DISRUPTION_COMMAND: "d1"}},
+            "spec": {"nodeClassRef": {"group": "g", "kind": "K", "name": "n"}, "requirements": []},
+            "status": {"conditions": [{"type": "Initialized",
+                "status": if initialized { "True" } else { "Unknown" }, "reason": "x", "message": "",
+                "lastTransitionTime": "2026-11-22T10:00:00Z"}]}
+        });
+        if deleting {
+            v["metadata"]["deletionTimestamp"] = json!("2026-11-22T10:01:00Z");
+        }
+        claim(v)
+    }
+
+    const START: &str = "2026-11-22T10:00:00Z";
+
+    fn at(s: &str) -> Timestamp {
+        s.parse().expect("ts")
+    }
+
+    fn run(claims: &[Arc<NodeClaim>], nodes: &[Arc<Node>], now: &str) -> Vec<Step> {
+        steps(claims, nodes, at(now), Duration::from_secs(300), &|_| false)
+    }
+
+    #[test]
+    fn waits_then_finishes_when_every_replacement_initialized() {
+        let old = candidate(&record(2, START));
+        let nodes = [node("n-old", true)];
+        let waiting = run(
+            &[
+                old.clone(),
+                replacement("r1", true, false),
+                replacement("r2", false, false),
+            ],
+            &nodes,
+            "2026-11-22T10:01:00Z",
+        );
+        assert_eq!(
+            waiting,
+            [Step::Wait {
+                id: "d1".into(),
+                pending: vec!["r2".into()]
+            }]
+        );
+        let done = run(
+            &[
+                old.clone(),
+                replacement("r1", true, false),
+                replacement("r2", true, false),
+            ],
+            &nodes,
+            "2026-11-22T10:01:00Z",
+        );
+        assert!(
+            matches!(&done[..], [Step::Finish { candidates, .. }] if candidates.len() == 1),
+            "{done:?}"
+        );
+    }
+
+    #[test]
+    fn a_command_without_replacements_finishes_at_once() {
+        let old = candidate(&record(0, START));
+        let out = run(&[old], &[node("n-old", true)], START);
+        assert!(matches!(&out[..], [Step::Finish { .. }]), "{out:?}");
+    }
+
+    #[test]
+    fn rolls_back_on_timeout_deleting_only_uninitialized_replacements() {
+        let old = candidate(&record(2, START));
+        let out = run(
+            &[
+                old,
+                replacement("r1", true, false),
+                replacement("r2", false, false),
+            ],
+            &[node("n-old", true)],
+            "2026-11-22T10:05:00Z",
+        );
+        match &out[..] {
+            [Step::Rollback { delete, why, .. }] => {
+                assert_eq!(delete.len(), 1);
+                assert_eq!(name(delete[0].as_ref()), "r2");
+                assert!(why.contains("not initialized within 300s"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn rolls_back_when_a_replacement_vanished_unless_just_started_here() {
+        let old = candidate(&record(2, START));
+        let claims = [
+            old,
+            replacement("r1", false, false),
+            replacement("r2", false, true),
+        ];
+        let out = run(&claims, &[], "2026-11-22T10:00:10Z");
+        assert!(
+            matches!(&out[..], [Step::Rollback { why, delete, .. }] if why.contains("1 of 2") && delete.len() == 1),
+            "{out:?}"
+        );
+        let lagging = steps(
+            &claims,
+            &[],
+            at("2026-11-22T10:00:10Z"),
+            Duration::from_secs(300),
+            &|k| k == "d1",
+        );
+        assert!(matches!(&lagging[..], [Step::Wait { .. }]), "{lagging:?}");
+    }
+
+    #[test]
+    fn stale_taints_and_reasons_are_cleaned_up_but_not_those_of_commands_or_deletions() {
+        let stale = claim(json!({
+            "metadata": {"name": "s"},
+            "spec": {"nodeClassRef": {"group": "g", "kind": "K", "name": "n"}, "requirements": []},
+            "status": {"nodeName": "n-s", "conditions": [
+                {"type": "DisruptionReason", "status": "True", "reason": "Drifted", "message": "",
+                 "lastTransitionTime": "2026-11-22T10:00:00Z"}]}
+        }));
+        let going = claim(json!({
+            "metadata": {"name": "g", "deletionTimestamp": START},
+            "spec": {"nodeClassRef": {"group": "g", "kind": "K", "name": "n"}, "requirements": []},
+            "status": {"nodeName": "n-g"}
+        }));
+        let old = candidate(&record(1, START));
+        let nodes = [
+            node("n-s", true),
+            node("n-g", true),
+            node("n-old", true),
+            node("n-free", false),
+        ];
+        let out = run(
+            &[stale.clone(), going, old, replacement("r1", false, false)],
+            &nodes,
+            "2026-11-22T10:00:30Z",
+        );
+        assert!(out.contains(&Step::ClearReason(stale)), "{out:?}");
+        assert!(out.contains(&Step::Untaint("n-s".into())), "{out:?}");
+        assert_eq!(
+            out.len(),
+            3,
+            "n-g (deleting) and n-old (command) kept: {out:?}"
+        );
+    }
+
+    #[test]
+    fn command_ids_are_label_values() {
+        let id = command_id(&["a".into(), "b".into()], at(START));
+        assert!(id.len() <= 63 && id.chars().all(|c| c.is_ascii_alphanumeric()));
+        assert_ne!(id, command_id(&["a".into()], at(START)));
+    }
+}

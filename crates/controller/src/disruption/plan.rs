@@ -1,0 +1,336 @@
+//! The consolidation simulation: would the pods of these candidates fit on the rest of the
+//! cluster (a delete), or on the rest plus exactly one new node strictly cheaper than the
+//! candidates (a replace)? The provisioner's own snapshot and solver, with the candidates
+//! taken out and their pods pending.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::Arc;
+
+use api::NodePool;
+use k8s_openapi::api::core::v1::Pod;
+use scheduling::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE, Operator};
+
+use super::View;
+use super::candidates::{Candidate, reschedulable};
+use super::pricing::{self, Choice, NoReplacement, Offer, Replaced};
+use crate::objects::{claim_node_name, deleting, name, pod_node_name, pool_condition};
+use crate::provisioning::snapshot;
+
+/// A candidate with what consolidation weighs: its price and the cost of disrupting it.
+#[derive(Debug)]
+pub struct Priced<'a> {
+    pub candidate: &'a Candidate<'a>,
+    pub instance_type: String,
+    pub capacity_type: String,
+    /// Hourly price of its offering (0 if unknown).
+    pub price: f64,
+    /// Its `RescheduleDisruptionCost`.
+    pub cost: f64,
+}
+
+/// What a move does with its candidates.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Their pods fit on the other nodes.
+    Delete,
+    /// Their pods fit on the other nodes plus this one new node.
+    Replace(Box<Replacement>),
+}
+
+/// The one new node a replace launches.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Replacement {
+    pub nodepool: Arc<NodePool>,
+    /// The solver's NodeClaim, its instance types cut to the cheaper ones (and to spot when
+    /// the rules say so).
+    pub claim: scheduling::NewNodeClaim,
+    /// The cheapest option and its price.
+    pub instance_type: String,
+    pub price: f64,
+}
+
+/// A consolidation the simulation found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Move {
+    /// The candidate NodeClaims, in the order they were considered.
+    pub candidates: Vec<String>,
+    pub action: Action,
+    /// Hourly: the candidates' price minus the replacement's.
+    pub savings: f64,
+    /// Σ of the candidates' disruption cost.
+    pub disruption: f64,
+}
+
+impl Move {
+    /// `delete` or `replace`.
+    pub fn kind(&self) -> &'static str {
+        match self.action {
+            Action::Delete => "delete",
+            Action::Replace(_) => "replace",
+        }
+    }
+
+    /// The replacement's cheapest instance type.
+    pub fn replacement_type(&self) -> Option<&str> {
+        match &self.action {
+            Action::Delete => None,
+            Action::Replace(r) => Some(&r.instance_type),
+        }
+    }
+}
+
+/// Why the simulation found no move.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NoMove {
+    /// A candidate pod fits nowhere (not even on a new node).
+    PodsDoNotFit(String),
+    /// A candidate pod would land on a node that has not initialized.
+    Uninitialized(String),
+    /// The pods need more than one new node.
+    MoreThanOneNode(usize),
+    NoReplacement(NoReplacement),
+}
+
+impl fmt::Display for NoMove {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NoMove::PodsDoNotFit(why) => write!(f, "pods do not fit elsewhere ({why})"),
+            NoMove::Uninitialized(node) => {
+                write!(f, "pods would land on uninitialized node {node}")
+            }
+            NoMove::MoreThanOneNode(n) => write!(f, "pods need {n} new nodes"),
+            NoMove::NoReplacement(r) => r.fmt(f),
+        }
+    }
+}
+
+/// Simulates removing `candidates` (one or more Nodes of `view`).
+pub fn simulate(view: &View, candidates: &[&Priced]) -> Result<Move, NoMove> {
+    let gone_claims: HashSet<&str> = candidates.iter().map(|p| p.candidate.name).collect();
+    let gone_nodes: HashSet<&str> = candidates
+        .iter()
+        .filter_map(|p| p.candidate.node.map(name))
+        .collect();
+    // Pods leaving: the candidates', and those of Nodes being deleted (they need room too).
+    let deleting_nodes: HashSet<&str> = view
+        .nodeclaims
+        .iter()
+        .filter(|c| deleting(c.as_ref()))
+        .filter_map(|c| claim_node_name(c))
+        .chain(
+            view.nodes
+                .iter()
+                .filter(|n| deleting(n.as_ref()))
+                .map(|n| name(n.as_ref())),
+        )
+        .collect();
+    let (moving, staying): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) =
+        view.pods.iter().cloned().partition(|p| {
+            pod_node_name(p).is_some_and(|n| gone_nodes.contains(n) || deleting_nodes.contains(n))
+        });
+    let moving: Vec<Arc<Pod>> = moving.into_iter().filter(|p| reschedulable(p)).collect();
+    let own: HashSet<&str> = candidates
+        .iter()
+        .flat_map(|c| c.candidate.pods.iter())
+        .filter_map(|p| p.metadata.uid.as_deref())
+        .collect();
+    let state = snapshot::State {
+        pods: staying,
+        nodes: view
+            .nodes
+            .iter()
+            .filter(|n| !gone_nodes.contains(name(n.as_ref())))
+            .cloned()
+            .collect(),
+        nodeclaims: view
+            .nodeclaims
+            .iter()
+            .filter(|c| !gone_claims.contains(name(c.as_ref())))
+            .cloned()
+            .collect(),
+        nodepools: view
+            .nodepools
+            .iter()
+            .filter(|p| pool_condition(p, api::consts::conditions::READY))
+            .cloned()
+            .collect(),
+        daemonsets: view.daemonsets.to_vec(),
+    };
+    let snap = snapshot::build(&state, &moving, view.catalog, &|_, _, _| true);
+    let out = scheduling::solve(&snap.input);
+    if let Some(u) = out
+        .unschedulable
+        .iter()
+        .find(|u| own.contains(u.pod.uid.as_str()))
+    {
+        return Err(NoMove::PodsDoNotFit(format!(
+            "{}/{}: {}",
+            u.pod.namespace, u.pod.name, u.reason
+        )));
+    }
+    let in_flight: HashSet<&str> = snap
+        .input
+        .nodes
+        .iter()
+        .filter(|n| n.state == scheduling::NodeState::InFlight)
+        .map(|n| n.name.as_str())
+        .collect();
+    if let Some(p) = out
+        .existing
+        .iter()
+        .find(|p| own.contains(p.pod.uid.as_str()) && in_flight.contains(p.node.as_str()))
+    {
+        return Err(NoMove::Uninitialized(p.node.clone()));
+    }
+    let price: f64 = candidates.iter().map(|c| c.price).sum();
+    let disruption: f64 = candidates.iter().map(|c| c.cost).sum();
+    let names = candidates
+        .iter()
+        .map(|c| c.candidate.name.to_string())
+        .collect();
+    match out.new_node_claims.as_slice() {
+        [] => Ok(Move {
+            candidates: names,
+            action: Action::Delete,
+            savings: price,
+            disruption,
+        }),
+        [claim] => {
+            let replacement =
+                replacement(&snap, claim, candidates).map_err(NoMove::NoReplacement)?;
+            Ok(Move {
+                candidates: names,
+                savings: pricing::savings(price, Some(replacement.price)),
+                action: Action::Replace(Box::new(replacement)),
+                disruption,
+            })
+        }
+        many => Err(NoMove::MoreThanOneNode(many.len())),
+    }
+}
+
+/// The values a claim's requirement on `key` allows (`None`: unconstrained).
+fn allowed<'a>(claim: &'a scheduling::NewNodeClaim, key: &str) -> Option<&'a [String]> {
+    claim
+        .requirements
+        .iter()
+        .find(|r| r.key == key && r.operator == Operator::In)
+        .map(|r| r.values.as_slice())
+}
+
+/// Applies the price rules to the solver's one new claim.
+fn replacement(
+    snap: &snapshot::Snapshot,
+    claim: &scheduling::NewNodeClaim,
+    candidates: &[&Priced],
+) -> Result<Replacement, NoReplacement> {
+    let pool = snap
+        .input
+        .node_pools
+        .iter()
+        .find(|p| p.name == claim.node_pool)
+        .ok_or(NoReplacement::NoCheaperOption)?;
+    let nodepool = snap
+        .pools
+        .get(&claim.node_pool)
+        .cloned()
+        .ok_or(NoReplacement::NoCheaperOption)?;
+    let zones = allowed(claim, LABEL_ZONE);
+    let capacity_types = allowed(claim, LABEL_CAPACITY_TYPE);
+    let ok = |set: Option<&[String]>, v: &str| set.is_none_or(|s| s.iter().any(|x| x == v));
+    let options: Vec<Choice> = claim
+        .instance_types()
+        .iter()
+        .filter_map(|t| pool.instance_types.iter().find(|it| &it.name == t))
+        .map(|it| Choice {
+            instance_type: it.name.clone(),
+            offers: it
+                .offerings
+                .iter()
+                .filter(|o| {
+                    o.available && ok(zones, &o.zone) && ok(capacity_types, &o.capacity_type)
+                })
+                .map(|o| Offer {
+                    capacity_type: o.capacity_type.clone(),
+                    price: o.price,
+                })
+                .collect(),
+        })
+        .collect();
+    let offered = |ct: &str| {
+        ok(capacity_types, ct)
+            && options
+                .iter()
+                .any(|o| o.offers.iter().any(|x| x.capacity_type == ct))
+    };
+    let replaced = Replaced {
+        types: candidates
+            .iter()
+            .map(|c| (c.instance_type.clone(), c.price))
+            .collect(),
+        all_spot: candidates.iter().all(|c| c.capacity_type == pricing::SPOT),
+    };
+    let min_values = claim
+        .requirements
+        .iter()
+        .find(|r| r.key == LABEL_INSTANCE_TYPE)
+        .and_then(|r| r.min_values);
+    let chosen = pricing::choose(
+        &replaced,
+        &options,
+        offered(pricing::SPOT),
+        offered(pricing::ON_DEMAND),
+        min_values,
+    )?;
+    let mut claim = claim.clone();
+    let names: Vec<String> = chosen
+        .options
+        .iter()
+        .map(|o| o.instance_type.clone())
+        .collect();
+    for r in &mut claim.requirements {
+        if r.key == LABEL_INSTANCE_TYPE {
+            r.values = names.clone();
+        }
+    }
+    if let Some(cts) = &chosen.capacity_types {
+        match claim
+            .requirements
+            .iter_mut()
+            .find(|r| r.key == LABEL_CAPACITY_TYPE)
+        {
+            Some(r) => {
+                r.operator = Operator::In;
+                r.values = cts.clone();
+            }
+            None => claim.requirements.push(scheduling::Requirement {
+                key: LABEL_CAPACITY_TYPE.into(),
+                operator: Operator::In,
+                values: cts.clone(),
+                min_values: None,
+            }),
+        }
+    }
+    let keep_ct = |o: &Offer| {
+        chosen
+            .capacity_types
+            .as_ref()
+            .is_none_or(|c| c.contains(&o.capacity_type))
+    };
+    let (instance_type, price) = chosen
+        .options
+        .iter()
+        .filter_map(|o| {
+            let offers: Vec<Offer> = o.offers.iter().filter(|x| keep_ct(x)).cloned().collect();
+            Some((o.instance_type.clone(), pricing::cheapest_price(&offers)?))
+        })
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .ok_or(NoReplacement::NoCheaperOption)?;
+    Ok(Replacement {
+        nodepool,
+        claim,
+        instance_type,
+        price,
+    })
+}

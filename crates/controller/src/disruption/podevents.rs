@@ -1,0 +1,145 @@
+//! `status.lastPodEventTime` of NodeClaims, as Karpenter keeps it: the last time a
+//! non-DaemonSet pod was bound to the claim's Node, finished, or started terminating. It is
+//! what `consolidateAfter` counts from. Times come from the pods (PodScheduled transition,
+//! deletionTimestamp, Ready transition), so replays and resyncs write nothing; a write moves
+//! the time forward by at least [`DEDUPE`], conditional on the resourceVersion it read.
+
+use std::time::Duration;
+
+use api::NodeClaim;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::Api;
+use kube::runtime::reflector::Store;
+use serde_json::json;
+
+use crate::cache::Cache;
+use crate::objects::{claim_node_name, deleting, owned_by, pod_node_name, terminal};
+
+/// Events closer than this to the recorded one are not written (Karpenter: 10 s).
+pub const DEDUPE: Duration = Duration::from_secs(10);
+
+fn transition(pod: &Pod, type_: &str, status: &str) -> Option<Timestamp> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)?
+        .last_transition_time
+        .as_ref()
+        .map(|t| t.0)
+}
+
+/// The time of a pod's last event that counts, and the Node it concerns: terminating
+/// (deletionTimestamp), finished (Ready turning False), else bound (PodScheduled True, else
+/// its start). DaemonSet and unbound pods have none.
+pub fn pod_event(pod: &Pod) -> Option<(&str, Timestamp)> {
+    let node = pod_node_name(pod)?;
+    if owned_by(pod, &["DaemonSet"]) {
+        return None;
+    }
+    let at = if deleting(pod) {
+        pod.metadata.deletion_timestamp.as_ref().map(|t| t.0)
+    } else if terminal(pod) {
+        transition(pod, "Ready", "False")
+    } else {
+        transition(pod, "PodScheduled", "True")
+            .or_else(|| pod.status.as_ref()?.start_time.as_ref().map(|t| t.0))
+    }?;
+    Some((node, at))
+}
+
+/// The new `lastPodEventTime` if `at` is at least [`DEDUPE`] after the recorded one.
+pub fn advance(recorded: Option<Timestamp>, at: Timestamp) -> Option<Timestamp> {
+    let dedupe = SignedDuration::try_from(DEDUPE).ok()?;
+    match recorded {
+        Some(r) if at.duration_since(r) < dedupe => None,
+        _ => Some(at),
+    }
+}
+
+/// Follows pod changes until `shutdown`.
+pub async fn run(
+    client: kube::Client,
+    pods: Cache<Pod>,
+    nodeclaims: Store<NodeClaim>,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) {
+    let api: Api<NodeClaim> = Api::all(client);
+    let events = pods.subscribe();
+    futures::pin_mut!(events);
+    tokio::pin!(shutdown);
+    loop {
+        let pod = tokio::select! {
+            _ = &mut shutdown => return,
+            p = events.next() => match p { Some(p) => p, None => return },
+        };
+        let Some((node, at)) = pod_event(&pod) else {
+            continue;
+        };
+        let claims = nodeclaims.state();
+        let Some(claim) = claims.iter().find(|c| claim_node_name(c) == Some(node)) else {
+            continue;
+        };
+        let recorded = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.last_pod_event_time.as_ref())
+            .map(|t| t.0);
+        let Some(next) = advance(recorded, at) else {
+            continue;
+        };
+        super::status::patch_status(
+            &api,
+            claim,
+            json!({"lastPodEventTime": Time(next)}),
+            "lastPodEventTime",
+        )
+        .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> Timestamp {
+        s.parse().expect("ts")
+    }
+
+    #[test]
+    fn pod_events_come_from_the_pod_and_advance_by_at_least_ten_seconds() {
+        let mut pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "d"},
+            "spec": {"nodeName": "n", "containers": []},
+            "status": {"phase": "Running", "startTime": "2026-11-22T10:00:05Z",
+                "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-22T10:00:00Z"}]}
+        }))
+        .expect("pod");
+        assert_eq!(pod_event(&pod), Some(("n", at("2026-11-22T10:00:00Z"))));
+        pod.metadata.deletion_timestamp = Some(Time(at("2026-11-22T10:05:00Z")));
+        assert_eq!(pod_event(&pod), Some(("n", at("2026-11-22T10:05:00Z"))));
+        pod.metadata.owner_references = Some(vec![
+            serde_json::from_value(
+                json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "u"}),
+            )
+            .expect("owner"),
+        ]);
+        assert_eq!(pod_event(&pod), None, "DaemonSet pods do not count");
+        let t = at("2026-11-22T10:00:00Z");
+        assert_eq!(advance(None, t), Some(t));
+        assert_eq!(advance(Some(t), at("2026-11-22T10:00:09Z")), None);
+        assert_eq!(
+            advance(Some(t), at("2026-11-22T09:00:00Z")),
+            None,
+            "never backwards"
+        );
+        assert_eq!(
+            advance(Some(t), at("2026-11-22T10:00:10Z")),
+            Some(at("2026-11-22T10:00:10Z"))
+        );
+    }
+}

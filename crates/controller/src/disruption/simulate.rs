@@ -1,0 +1,114 @@
+//! Where would the candidates' pods go: the provisioner's scheduling simulation of the
+//! cluster without the candidates, used to plan replacements (surge-first methods) and to
+//! check that pods fit elsewhere (delete consolidation).
+
+use std::sync::Arc;
+
+use api::NodeClaim;
+use api::consts::conditions as types;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::Pod;
+use templates::model::Catalog;
+
+use super::View;
+use super::candidates::{Candidate, reschedulable};
+use crate::objects::{deleting, name, pod_node_name, pool_condition};
+use crate::provisioning::{nodeclaim, snapshot};
+
+/// Plans replacements for candidates.
+pub trait Simulate {
+    /// The NodeClaims to create so that every reschedulable pod of `candidates` has a place
+    /// once they are gone (none when they all fit on other nodes); `Err(why)` when some pod
+    /// fits nowhere.
+    fn replacements(
+        &self,
+        view: &View,
+        candidates: &[&Candidate],
+    ) -> Result<Vec<NodeClaim>, String>;
+}
+
+/// The cluster without the Nodes and NodeClaims of `candidates`, and the reschedulable pods
+/// that were bound to them (to be placed again).
+pub fn without(
+    view: &View,
+    nodes: &[&str],
+    claims: &[&str],
+    nodepools: Vec<Arc<api::NodePool>>,
+    daemonsets: Vec<Arc<DaemonSet>>,
+) -> (snapshot::State, Vec<Arc<Pod>>) {
+    let (moving, staying): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) = view
+        .pods
+        .iter()
+        .filter(|p| pod_node_name(p).is_some())
+        .cloned()
+        .partition(|p| pod_node_name(p).is_some_and(|n| nodes.contains(&n)));
+    let moving = moving.into_iter().filter(|p| reschedulable(p)).collect();
+    let state = snapshot::State {
+        pods: staying,
+        nodes: view
+            .nodes
+            .iter()
+            .filter(|n| !nodes.contains(&name(n.as_ref())))
+            .cloned()
+            .collect(),
+        nodeclaims: view
+            .nodeclaims
+            .iter()
+            .filter(|c| !claims.contains(&name(c.as_ref())) && !deleting(c.as_ref()))
+            .cloned()
+            .collect(),
+        nodepools,
+        daemonsets,
+    };
+    (state, moving)
+}
+
+/// The real simulation: the provisioner's snapshot and solver, Ready NodePools only.
+pub struct Simulator<'a> {
+    pub catalog: &'a dyn Fn(&str) -> Option<Arc<Catalog>>,
+    pub available: &'a dyn Fn(&str, Option<&str>, &str) -> bool,
+    pub daemonsets: Vec<Arc<DaemonSet>>,
+}
+
+impl Simulate for Simulator<'_> {
+    fn replacements(
+        &self,
+        view: &View,
+        candidates: &[&Candidate],
+    ) -> Result<Vec<NodeClaim>, String> {
+        let nodes: Vec<&str> = candidates.iter().filter_map(|c| c.node.map(name)).collect();
+        let claims: Vec<&str> = candidates.iter().map(|c| c.name).collect();
+        let pools = view
+            .nodepools
+            .iter()
+            .filter(|p| pool_condition(p, types::READY))
+            .cloned()
+            .collect();
+        let (state, moving) = without(view, &nodes, &claims, pools, self.daemonsets.clone());
+        let snap = snapshot::build(&state, &moving, self.catalog, self.available);
+        let out = scheduling::solve(&snap.input);
+        if let Some(u) = out.unschedulable.first() {
+            return Err(format!(
+                "{} pod(s) would not schedule, e.g. {}/{}: {}",
+                out.unschedulable.len(),
+                u.pod.namespace,
+                u.pod.name,
+                u.reason
+            ));
+        }
+        Ok(out
+            .new_node_claims
+            .iter()
+            .filter_map(|c| Some(nodeclaim::nodeclaim(snap.pools.get(&c.node_pool)?, c)))
+            .collect())
+    }
+}
+
+/// Whether every reschedulable pod on `node` fits on the other nodes (and in-flight
+/// NodeClaims), with no NodePool to launch from.
+pub fn fits_elsewhere(view: &View, node: &str, claim: &str) -> bool {
+    let (state, moving) = without(view, &[node], &[claim], Vec::new(), Vec::new());
+    let snapshot = snapshot::build(&state, &moving, &|_| None, &|_, _, _| true);
+    let out = scheduling::solve(&snapshot.input);
+    out.unschedulable.is_empty() && out.new_node_claims.is_empty()
+}
