@@ -1,7 +1,8 @@
 //! The metrics Karpenter's dashboards read, scraped from a running operator: the gauges
 //! follow a pod from Pending to bound to deleted and describe the Node it landed on and the
-//! cluster state; and every metric the Grafana dashboard (deploy/grafana) queries is in
-//! `/metrics` (histograms as `_bucket`/`_sum`/`_count`, summaries with their quantiles).
+//! cluster state (and the disruption loop sets its budget gauges); and every metric the
+//! Grafana dashboard (deploy/grafana) queries is in `/metrics` (histograms as
+//! `_bucket`/`_sum`/`_count`, summaries with their quantiles).
 
 mod common;
 
@@ -415,14 +416,17 @@ async fn dashboard_metrics_follow_a_pod_and_its_node_and_are_all_exported() {
             &[("nodepool", "default"), ("step", "registered")],
         );
         let started = s.value("karpenter_pods_startup_duration_seconds_count", &[]);
+        // The disruption loop's pass over the pool (it sets the budget gauges).
+        let budgets = s.series("karpenter_nodepools_allowed_disruptions", &[("nodepool", "default")]);
         (bound
             && machines == Some(1.0)
             && registered == Some(1.0)
-            && started.is_some_and(|n| n >= 1.0))
+            && started.is_some_and(|n| n >= 1.0)
+            && !budgets.is_empty())
         .then_some(s)
     })
     .await
-    .expect("the pod's series moves to its node (one series), the Machine runs, launch and startup are timed");
+    .expect("the pod's series moves to its node (one series), the Machine runs, launch and startup are timed, the budgets are set");
 
     let mine = &s.series("karpenter_pods_state", &[("name", &name)])[0].labels;
     assert_eq!(mine["owner"], owner);
@@ -513,6 +517,31 @@ async fn dashboard_metrics_follow_a_pod_and_its_node_and_are_all_exported() {
             ),
             Some(1.0),
             "{step}"
+        );
+    }
+
+    // The disruption family the dashboard reads, as the disruption loop sets it: a budget
+    // per reason, and nothing eligible (consolidateAfter: Never, nothing drifted).
+    let reasons: BTreeSet<&str> = s
+        .series(
+            "karpenter_nodepools_allowed_disruptions",
+            &[("nodepool", "default")],
+        )
+        .iter()
+        .map(|x| x.labels["reason"].as_str())
+        .collect();
+    assert_eq!(
+        reasons,
+        BTreeSet::from(["drifted", "empty", "underutilized"])
+    );
+    for reason in ["drifted", "empty", "underutilized"] {
+        assert_eq!(
+            s.value(
+                "karpenter_voluntary_disruption_eligible_nodes",
+                &[("reason", reason)]
+            ),
+            Some(0.0),
+            "{reason}"
         );
     }
 
