@@ -572,6 +572,15 @@ async fn bad_inputs_get_precise_reasons_and_never_stall_a_healthy_pool() {
             },
         ),
         row(
+            // Disruption fails closed on it, and says so on the pool.
+            "pool: budget with an unparsable cron is reported",
+            vec![],
+            Expect::Event {
+                object: "bad-cron".into(),
+                reason: "InvalidDisruptionBudget",
+            },
+        ),
+        row(
             "pool: budget with a bad duration",
             vec![pool(
                 "bad-duration",

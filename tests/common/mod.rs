@@ -79,6 +79,8 @@ pub struct Env {
     pub _provider: TestProvider,
     pub cluster: CapiCluster,
     pub operator: tokio::task::JoinHandle<()>,
+    /// Where the operator serves `/metrics`.
+    pub metrics_addr: SocketAddr,
 }
 
 impl Drop for Env {
@@ -135,14 +137,16 @@ pub async fn env_with(templates_spec: Vec<Tpl>, identity: Identity, options: Opt
         Identity::DeployBase => Some(manifests::kustomize("deploy/base")),
         Identity::HelmChart => Some(manifests::helm_template(&["--include-crds"])),
     };
+    let config = operator_config(&tb);
+    let metrics_addr = config.metrics_addr;
     let operator = match installed {
         Some(yaml) => spawn_operator(controller::runtime::RunConfig {
             kubeconfig: Some(as_service_account_of(&tb, &yaml).await),
             // The default: the kube-system namespace's UID (proves the RBAC to read it).
             cluster_id: None,
-            ..operator_config(&tb)
+            ..config
         }),
-        None => start_operator(&tb),
+        None => spawn_operator(config),
     };
     nodeclass_ready(&client).await;
     Env {
@@ -150,6 +154,7 @@ pub async fn env_with(templates_spec: Vec<Tpl>, identity: Identity, options: Opt
         _provider: provider,
         cluster,
         operator,
+        metrics_addr,
     }
 }
 

@@ -6,9 +6,39 @@ use k8s_openapi::jiff::{Timestamp, tz::TimeZone};
 
 use crate::nodeclass::parse_duration;
 
+/// Why a budget's schedule and duration cannot be used, if they cannot: both or neither must
+/// be set, the schedule a cron expression, the duration a Go duration.
+pub fn budget_invalid(budget: &Budget) -> Option<String> {
+    match (&budget.schedule, &budget.duration) {
+        (None, None) => None,
+        (Some(_), None) | (None, Some(_)) => {
+            Some("schedule and duration must be set together".into())
+        }
+        (Some(schedule), Some(duration)) => {
+            if let Err(e) = schedule.parse::<croner::Cron>() {
+                return Some(format!(
+                    "schedule \"{schedule}\" is not a cron expression: {e}"
+                ));
+            }
+            parse_duration(duration)
+                .is_none()
+                .then(|| format!("duration \"{duration}\" is not a duration"))
+        }
+    }
+}
+
+/// The first invalid budget of a pool, named by its index: while there is one, the pool
+/// allows no disruption (Karpenter fails closed on a misconfigured budget).
+pub fn invalid(budgets: &[Budget]) -> Option<String> {
+    budgets
+        .iter()
+        .enumerate()
+        .find_map(|(i, b)| budget_invalid(b).map(|why| format!("budgets[{i}]: {why}")))
+}
+
 /// Whether `budget` is active at `now`: always without a schedule; with one, during
-/// `duration` after each schedule hit (UTC). An unparsable schedule or duration is active
-/// (so it can only restrict: fail closed).
+/// `duration` after each schedule hit (UTC). An unusable schedule or duration is active
+/// (and [`allowed`] allows nothing while one exists).
 pub fn budget_active(budget: &Budget, now: Timestamp) -> bool {
     let (Some(schedule), Some(duration)) = (&budget.schedule, &budget.duration) else {
         return true;
@@ -39,13 +69,17 @@ pub fn budget_nodes(budget: &Budget, total: usize) -> usize {
     }
 }
 
-/// The most restrictive active budget for `reason` (budgets without reasons apply to all).
+/// The most restrictive active budget for `reason` (budgets without reasons apply to all);
+/// none at all while any budget of the pool is invalid (fail closed).
 pub fn allowed(
     budgets: &[Budget],
     reason: DisruptionReason,
     total: usize,
     now: Timestamp,
 ) -> usize {
+    if invalid(budgets).is_some() {
+        return 0;
+    }
     budgets
         .iter()
         .filter(|b| b.reasons.as_ref().is_none_or(|r| r.contains(&reason)))
@@ -112,6 +146,43 @@ mod tests {
 
     fn at(s: &str) -> Timestamp {
         s.parse().expect("timestamp")
+    }
+
+    #[test]
+    fn an_invalid_budget_allows_no_disruption_and_says_why() {
+        let now = at("2026-11-22T10:30:00Z");
+        let all = budget("100%", None, None);
+        for (bad, why) in [
+            (
+                budget("1", Some("x y z w v"), Some("1h")),
+                "budgets[1]: schedule \"x y z w v\" is not a cron expression",
+            ),
+            (
+                budget("1", Some("0 9 * * *"), Some("soon")),
+                "budgets[1]: duration \"soon\" is not a duration",
+            ),
+            (
+                budget("1", Some("0 9 * * *"), None),
+                "budgets[1]: schedule and duration must be set together",
+            ),
+        ] {
+            let budgets = [all.clone(), bad];
+            let why_now = invalid(&budgets).expect("invalid");
+            assert!(why_now.starts_with(why), "{why_now}");
+            assert_eq!(allowed(&budgets, DisruptionReason::Empty, 10, now), 0);
+        }
+        let fine = [all, budget("0", Some("0 9 * * *"), Some("8h"))];
+        assert_eq!(invalid(&fine), None);
+        assert_eq!(allowed(&fine, DisruptionReason::Empty, 10, now), 0);
+        assert_eq!(
+            allowed(
+                &fine,
+                DisruptionReason::Empty,
+                10,
+                at("2026-11-22T08:30:00Z")
+            ),
+            10
+        );
     }
 
     #[test]

@@ -92,7 +92,11 @@ impl Disruption {
             return;
         };
         let event = crate::events::Event {
-            type_: kube::runtime::events::EventType::Normal,
+            type_: if note.warning {
+                kube::runtime::events::EventType::Warning
+            } else {
+                kube::runtime::events::EventType::Normal
+            },
             reason: note.reason.into(),
             note: Some(note.message.clone()),
             action: "Consolidate".into(),

@@ -87,12 +87,17 @@ pub struct Surge {
     pub consolidation_type: String,
 }
 
+/// Event reason: a budget whose schedule or duration cannot be used (disruption fails closed).
+pub const INVALID_BUDGET: &str = "InvalidDisruptionBudget";
+
 /// Something a pass wants said (an Event on the NodePool).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Note {
     pub nodepool: String,
     pub reason: &'static str,
     pub message: String,
+    /// A Warning (a user's mistake), else Normal.
+    pub warning: bool,
 }
 
 impl Note {
@@ -101,6 +106,7 @@ impl Note {
             nodepool: nodepool.to_string(),
             reason,
             message,
+            warning: false,
         }
     }
 }
@@ -235,6 +241,16 @@ pub fn pass(
             pool.disrupting,
             now,
         );
+        if let Some(why) = budgets::invalid(&pool.spec.disruption.budgets) {
+            pass.notes.push(Note {
+                warning: true,
+                ..Note::pool(
+                    pool.name,
+                    INVALID_BUDGET,
+                    format!("{why}; no node of this pool is disrupted until it is fixed"),
+                )
+            });
+        }
         for reason in [
             DisruptionReason::Underutilized,
             DisruptionReason::Empty,
