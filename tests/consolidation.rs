@@ -181,16 +181,19 @@ const DISRUPTION_TIMEOUT: Duration = Duration::from_secs(20);
 async fn env_with_disruption_timeout(timeout: Duration) -> Env {
     let (tb, provider, cluster) =
         prepare(default_templates(json!({})), testbed::Options::all()).await;
-    let operator = spawn_operator(controller::runtime::RunConfig {
+    let config = controller::runtime::RunConfig {
         disruption_timeout: timeout,
         ..operator_config(&tb)
-    });
+    };
+    let metrics_addr = config.metrics_addr;
+    let operator = spawn_operator(config);
     nodeclass_ready(&tb.client()).await;
     Env {
         tb,
         _provider: provider,
         cluster,
         operator,
+        metrics_addr,
     }
 }
 
