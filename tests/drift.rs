@@ -107,15 +107,11 @@ fn one_per_node(app: &str) -> Value {
 /// old node keeps serving.
 #[tokio::test]
 async fn drift_rolls_nodes_surge_first_and_rolls_back_a_failed_replacement() {
-    let mut metrics_addr = None;
     let mut env = env_tuned(
         default_templates(json!({})),
         Identity::Admin,
         Options::all(),
-        |c| {
-            c.disruption_timeout = Duration::from_secs(20);
-            metrics_addr = Some(c.metrics_addr);
-        },
+        |c| c.disruption_timeout = Duration::from_secs(20),
     )
     .await;
     let client = env.tb.client();
@@ -271,9 +267,9 @@ async fn drift_rolls_nodes_surge_first_and_rolls_back_a_failed_replacement() {
         assert!(reasons.contains(want), "{want} missing: {reasons:?}");
     }
 
-    let metrics = scrape(metrics_addr.expect("metrics address")).await;
+    let metrics = scrape(env.metrics_addr).await;
     for want in [
-        r#"karpenter_nodeclaims_drifted_total{type="NodeClassDrifted"} 3"#,
+        r#"karpenter_nodeclaims_drifted_total{type="NodeClassDrifted",nodepool="default"} 3"#,
         r#"karpenter_voluntary_disruption_decisions_total{decision="replace",reason="drifted",consolidation_type=""} 3"#,
         r#"karpenter_nodeclaims_disrupted_total{reason="drifted",nodepool="default"} 3"#,
     ] {

@@ -288,7 +288,7 @@ fn split_cluster_values_read_the_management_kubeconfig_from_a_secret() {
     assert!(
         args(&rendered)
             .iter()
-            .any(|a| a == "--management-kubeconfig=/etc/karpenter-capi/management/value"),
+            .any(|a| a == "--management-kubeconfig=/etc/karpenter-capi/management/kubeconfig"),
         "{:?}",
         args(&rendered)
     );
@@ -297,7 +297,7 @@ fn split_cluster_values_read_the_management_kubeconfig_from_a_secret() {
         pod["volumes"],
         json!([{"name": "management-kubeconfig", "secret": {
             "secretName": "mgmt-kubeconfig", "defaultMode": 0o400,
-            "items": [{"key": "value", "path": "value"}]}}])
+            "items": [{"key": "kubeconfig", "path": "kubeconfig"}]}}])
     );
     assert_eq!(
         container(&rendered)["volumeMounts"],
@@ -441,7 +441,7 @@ fn the_helmchartproxy_example_installs_this_chart_in_workload_mode() {
     assert!(
         args(&rendered)
             .iter()
-            .any(|a| a == "--management-kubeconfig=/etc/karpenter-capi/management/value")
+            .any(|a| a == "--management-kubeconfig=/etc/karpenter-capi/management/kubeconfig")
     );
     let pod = &one(&rendered, "Deployment")["spec"]["template"];
     assert_eq!(
@@ -523,4 +523,45 @@ async fn chart_applies_server_side_to_a_real_api_server() {
     ] {
         assert!(applied.contains(object), "{object} in:\n{applied}");
     }
+}
+
+#[test]
+fn the_grafana_dashboard_ships_in_the_chart_and_in_deploy() {
+    let deploy = std::fs::read_to_string(root().join("deploy/grafana/karpenter-capi.json"))
+        .expect("deploy/grafana/karpenter-capi.json");
+    let chart = std::fs::read_to_string(root().join(CHART).join("dashboards/karpenter-capi.json"))
+        .expect("the chart's dashboards/karpenter-capi.json");
+    assert_eq!(
+        chart, deploy,
+        "the chart ships the dashboard of deploy/grafana"
+    );
+    let dashboard: Value = serde_json::from_str(&deploy).expect("the dashboard is JSON");
+    assert_eq!(dashboard["uid"], "karpenter-capi");
+
+    assert!(
+        of_kind(&docs(&helm_template(&[])), "ConfigMap").is_empty(),
+        "off by default"
+    );
+    let rendered = docs(&helm_template(&["--set", "grafanaDashboard.enabled=true"]));
+    let chart_map = one(&rendered, "ConfigMap");
+    let kustomized = docs(&kustomize("deploy/grafana"));
+    let deploy_map = one(&kustomized, "ConfigMap");
+    for map in [chart_map, deploy_map] {
+        assert_eq!(map["metadata"]["name"], "karpenter-capi-dashboard");
+        assert_eq!(map["metadata"]["namespace"], NAMESPACE);
+        assert_eq!(map["metadata"]["labels"]["grafana_dashboard"], "1");
+        let data: Value = serde_json::from_str(
+            map["data"]["karpenter-capi.json"]
+                .as_str()
+                .expect("the dashboard in the ConfigMap"),
+        )
+        .expect("JSON");
+        assert_eq!(data, dashboard);
+    }
+    // No ConfigMap where no operator runs.
+    let management = docs(&helm_template(&[
+        "--set",
+        "mode=management,grafanaDashboard.enabled=true",
+    ]));
+    assert!(of_kind(&management, "ConfigMap").is_empty());
 }

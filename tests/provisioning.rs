@@ -611,12 +611,7 @@ async fn empty_nodes_are_removed_within_the_budget_and_do_not_disrupt_is_kept() 
 async fn an_underutilized_node_is_consolidated_onto_free_room_elsewhere() {
     let env = env(default_templates(json!({}))).await;
     let client = env.tb.client();
-    create_nodepool_with(
-        &client,
-        json!({}),
-        json!({"consolidateAfter": "0s", "consolidationPolicy": "WhenEmptyOrUnderutilized"}),
-    )
-    .await;
+    create_consolidating_nodepool(&client).await;
     let ns = env.tb.temp_namespace().await.expect("namespace");
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);

@@ -307,3 +307,80 @@ fn pretty_logs_are_plain_text_on_a_pipe() {
         "ANSI escape codes on a pipe: {logs:?}"
     );
 }
+
+/// `examples/consolidation/`: existing NodeClaims get the disruption loop's verdict — a large
+/// node holding small pods is to be replaced by a small one, a do-not-disrupt pod and a PDB
+/// allowing 0 keep theirs.
+#[test]
+fn existing_nodeclaims_get_a_disruption_verdict_in_the_table() {
+    let table = stdout(&simulate(&["-f", "examples/consolidation/"], None));
+    let section = table
+        .split_once("Disruption (existing NodeClaims):\n")
+        .map(|(_, s)| s)
+        .expect("a Disruption section");
+    let row = |claim: &str| {
+        section
+            .lines()
+            .find(|l| l.starts_with(&format!("{claim} ")))
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .unwrap_or_else(|| panic!("no row for {claim}: {table}"))
+    };
+    assert_eq!(
+        row("default-big"),
+        "default-big default large replace default-big small 0.3000 candidate: replace with small (saves 0.30/h)"
+    );
+    assert_eq!(
+        row("default-db"),
+        "default-db default small none - - - pod shop/db-0 has do-not-disrupt"
+    );
+    assert_eq!(
+        row("default-queue"),
+        "default-queue default small none - - - PDB shop/queue allows 0 (pod shop/queue-0)"
+    );
+}
+
+#[test]
+fn existing_nodeclaims_get_a_disruption_verdict_in_json() {
+    let out = simulate(&["-f", "examples/consolidation/", "-o", "json"], None);
+    let plan: Value = serde_json::from_str(&stdout(&out)).expect("JSON plan");
+    assert_eq!(plan["warnings"], serde_json::json!([]), "{plan:#}");
+    let by_claim: BTreeMap<&str, &Value> = plan["disruption"]
+        .as_array()
+        .expect("disruption")
+        .iter()
+        .map(|d| (d["nodeClaim"].as_str().expect("nodeClaim"), d))
+        .collect();
+    assert_eq!(
+        by_claim.keys().copied().collect::<Vec<_>>(),
+        ["default-big", "default-db", "default-queue"]
+    );
+    let big = by_claim["default-big"];
+    assert_eq!(big["action"], "replace");
+    assert_eq!(strs(&big["nodes"]), ["default-big"]);
+    assert_eq!(big["replacement"], "small");
+    assert_eq!(big["node"], "big");
+    assert_eq!(big["instanceType"], "large");
+    assert_eq!(big["nodePool"], "default");
+    let saves = big["savingsPerHour"].as_f64().expect("savingsPerHour");
+    assert!((saves - 0.3).abs() < 1e-9, "{saves}");
+    assert_eq!(big["blocker"], Value::Null);
+    let db = by_claim["default-db"];
+    assert_eq!(db["action"], "none");
+    assert_eq!(db["nodes"], serde_json::json!([]));
+    assert_eq!(db["replacement"], Value::Null);
+    assert_eq!(db["savingsPerHour"], Value::Null);
+    assert_eq!(db["blocker"], "pod shop/db-0 has do-not-disrupt");
+    assert_eq!(
+        by_claim["default-queue"]["blocker"],
+        "PDB shop/queue allows 0 (pod shop/queue-0)"
+    );
+}
+
+#[test]
+fn a_snapshot_without_nodeclaims_has_no_disruption_section() {
+    let table = stdout(&simulate(&["-f", "examples/snapshot/"], None));
+    assert!(!table.contains("Disruption"), "{table}");
+    let out = simulate(&["-f", "examples/snapshot/", "-o", "json"], None);
+    let plan: Value = serde_json::from_str(&stdout(&out)).expect("JSON plan");
+    assert_eq!(plan["disruption"], serde_json::json!([]));
+}

@@ -274,6 +274,11 @@ pub fn from_inputs(mut inputs: Inputs) -> Result<Loaded, Error> {
                 default_fields(&mut obj, doc.kind);
                 out.state.daemonsets.push(Arc::new(typed(&doc, obj)?));
             }
+            ("policy", "PodDisruptionBudget") => {
+                require_object(&doc)?;
+                obj["metadata"]["namespace"] = json!(doc.ns());
+                out.pdbs.push(Arc::new(typed(&doc, obj)?));
+            }
             (g, k) if WORKLOADS.contains(&(g, k)) => {
                 require_object(&doc)?;
                 workloads.push((doc, obj));

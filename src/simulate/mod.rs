@@ -4,8 +4,10 @@
 //! [`load`] reads the objects (workloads are expanded into the pods their controllers would
 //! create), [`plan`] builds each NodeClass's catalog the way `instance-types` does, feeds the
 //! provisioner's own [`snapshot::build`] and [`scheduling::solve`], and returns a [`Plan`];
-//! [`render_table`] prints it.
+//! [`render_table`] prints it. With existing NodeClaims, the plan also carries each one's
+//! disruption verdict ([`DisruptionVerdict`], from the loop's own `verdicts`).
 
+mod disruption;
 mod drift;
 mod expand;
 mod load;
@@ -16,11 +18,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use serde_json::Value;
 use templates::offline::{Inputs, LoadError};
 
 use controller::provisioning::snapshot;
 
+pub use disruption::DisruptionVerdict;
 pub use drift::DriftedNodeClaim;
 pub use load::from_inputs;
 pub use plan::{Plan, plan};
@@ -52,6 +56,8 @@ pub struct Loaded {
     pub inputs: Inputs,
     /// Nodes, NodeClaims, NodePools, DaemonSets and all pods (bound and pending), typed.
     pub state: snapshot::State,
+    /// PodDisruptionBudgets (read by the disruption verdicts).
+    pub pdbs: Vec<Arc<PodDisruptionBudget>>,
     /// Pods to place: pending Pods and the replicas of workloads.
     pub pending: Vec<Arc<Pod>>,
     /// `Kind namespace/name` of the objects the simulation does not read.

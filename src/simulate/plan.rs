@@ -10,6 +10,7 @@ use controller::objects::{name, namespaced_name, pod_node_name, terminal};
 use controller::provisioning::{convert, snapshot};
 
 use super::Loaded;
+use super::disruption::{DisruptionVerdict, disruption};
 
 /// One NodeClass's catalog, as `instance-types` shows it.
 #[derive(Debug, Clone, Serialize)]
@@ -100,6 +101,8 @@ pub struct Plan {
     pub existing: Vec<ExistingPlacement>,
     pub unplaceable: Vec<UnplaceablePod>,
     pub total: Total,
+    /// With existing NodeClaims: each one's disruption verdict now.
+    pub disruption: Vec<DisruptionVerdict>,
     /// NodeClaims of the snapshot with `Drifted=True`, and their replacements.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub drifted: Vec<super::DriftedNodeClaim>,
@@ -326,6 +329,7 @@ pub fn plan(loaded: &Loaded) -> Plan {
         existing,
         unplaceable,
         total,
+        disruption: disruption(loaded, &catalogs, k8s_openapi::jiff::Timestamp::now()),
         drifted: super::drift::drifted(loaded, &catalogs),
     }
 }

@@ -148,6 +148,37 @@ pub fn render_table(plan: &Plan) -> String {
         }
         out.push_str(&columns(&rows));
     }
+    if !plan.disruption.is_empty() {
+        let _ = writeln!(out, "\nDisruption (existing NodeClaims):");
+        let mut rows = vec![cells(&[
+            "NODECLAIM",
+            "NODEPOOL",
+            "INSTANCE-TYPE",
+            "ACTION",
+            "NODES",
+            "REPLACEMENT",
+            "SAVES/H",
+            "VERDICT",
+        ])];
+        for d in &plan.disruption {
+            rows.push(vec![
+                d.node_claim.clone(),
+                d.node_pool.clone(),
+                d.instance_type.clone(),
+                d.action.clone(),
+                if d.nodes.is_empty() {
+                    "-".into()
+                } else {
+                    d.nodes.join(",")
+                },
+                d.replacement.clone().unwrap_or_else(|| "-".into()),
+                d.savings_per_hour
+                    .map_or_else(|| "-".into(), |s| format!("{s:.4}")),
+                d.message.clone(),
+            ]);
+        }
+        out.push_str(&columns(&rows));
+    }
     let t = &plan.total;
     let _ = writeln!(
         out,

@@ -79,6 +79,8 @@ pub struct Env {
     pub _provider: TestProvider,
     pub cluster: CapiCluster,
     pub operator: tokio::task::JoinHandle<()>,
+    /// Where the operator serves `/metrics`.
+    pub metrics_addr: SocketAddr,
 }
 
 impl Drop for Env {
@@ -152,19 +154,26 @@ pub async fn env_tuned(
         config.cluster_id = None;
     }
     tune(&mut config);
+    let metrics_addr = config.metrics_addr;
     let operator = spawn_operator(config);
-    wait_for("NodeClass Ready", Duration::from_secs(60), || async {
-        let nc = nodeclasses(&client).get("default").await.ok()?;
-        (condition(&nc, "Ready").as_deref() == Some("True")).then_some(())
-    })
-    .await
-    .expect("NodeClass Ready");
+    nodeclass_ready(&client).await;
     Env {
         tb,
         _provider: provider,
         cluster,
         operator,
+        metrics_addr,
     }
+}
+
+/// Waits until the NodeClass `default` is Ready.
+pub async fn nodeclass_ready(client: &Client) {
+    wait_for("NodeClass Ready", Duration::from_secs(60), || async {
+        let nc = nodeclasses(client).get("default").await.ok()?;
+        (condition(&nc, "Ready").as_deref() == Some("True")).then_some(())
+    })
+    .await
+    .expect("NodeClass Ready");
 }
 
 /// How the tests' infrastructure provider behaves (also to start it again).
@@ -362,6 +371,18 @@ pub fn nodepools(c: &Client) -> Api<DynamicObject> {
 
 pub async fn create_nodepool(client: &Client, limits: Value) -> DynamicObject {
     create_nodepool_with(client, limits, json!({"consolidateAfter": "Never"})).await
+}
+
+/// NodePool `default` consolidating underutilized nodes at once (`consolidateAfter: 0s`),
+/// any number at a time (the default budget, 10%, allows one node of a small pool).
+pub async fn create_consolidating_nodepool(client: &Client) -> DynamicObject {
+    create_nodepool_with(
+        client,
+        json!({}),
+        json!({"consolidateAfter": "0s", "consolidationPolicy": "WhenEmptyOrUnderutilized",
+               "budgets": [{"nodes": "100%"}]}),
+    )
+    .await
 }
 
 /// NodePool `default` (template label team=web, on-demand only) with `limits` and

@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::hash::Hash;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 use futures::{Stream, StreamExt};
@@ -125,6 +126,8 @@ where
     store: Store<K>,
     touched: broadcast::Sender<Arc<K>>,
     index: Option<Arc<Index<K>>>,
+    /// True once a list has completed and no re-list is in progress.
+    synced: Arc<AtomicBool>,
 }
 
 impl<K> Clone for Cache<K>
@@ -137,6 +140,7 @@ where
             store: self.store.clone(),
             touched: self.touched.clone(),
             index: self.index.clone(),
+            synced: self.synced.clone(),
         }
     }
 }
@@ -164,10 +168,12 @@ where
         let store = writer.as_reader();
         let (touched, _) = broadcast::channel(BROADCAST_CAPACITY);
         let index = index.map(|key| Arc::new(Index::new(key)));
+        let synced = Arc::new(AtomicBool::new(false));
         let cache = Cache {
             store: store.clone(),
             touched: touched.clone(),
             index: index.clone(),
+            synced: synced.clone(),
         };
         let events = watcher(api, config).default_backoff().modify(move |obj| {
             strip_metadata(obj);
@@ -183,6 +189,11 @@ where
                         continue;
                     }
                 };
+                match &event {
+                    watcher::Event::Init => synced.store(false, Ordering::Release),
+                    watcher::Event::InitDone => synced.store(true, Ordering::Release),
+                    _ => {}
+                }
                 writer.apply_watcher_event(&event);
                 if let Some(index) = &index {
                     index.apply(&event);
@@ -247,6 +258,12 @@ where
             }
         })
         .flat_map(futures::stream::iter)
+    }
+
+    /// Whether the store holds a complete list (false before the first list completes and
+    /// while a re-list, after the watch lost its place, is in progress).
+    pub fn is_synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
     }
 
     /// Waits for the first complete list.

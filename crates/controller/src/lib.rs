@@ -3,10 +3,12 @@
 pub mod cache;
 pub mod catalogs;
 pub mod clone;
+pub mod cluster_metrics;
 pub mod disruption;
 pub mod events;
 pub mod fence;
 pub mod garbagecollection;
+pub mod latency;
 pub mod leader;
 pub mod machine;
 pub mod metrics;

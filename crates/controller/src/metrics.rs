@@ -1,13 +1,20 @@
 //! Prometheus metrics with Karpenter's names and labels where the meaning is the same, so
 //! dashboards built for Karpenter carry over, plus `karpenter_capi_*` metrics of our own.
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use std::collections::VecDeque;
+use std::fmt::Write as _;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub use crate::cluster_metrics::ClusterState;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NodePoolLabels {
@@ -30,9 +37,12 @@ pub struct DecisionLabels {
     pub consolidation_type: String,
 }
 
+/// `karpenter_nodeclaims_drifted_total`: the drift type (the Drifted condition's reason)
+/// and the nodepool, as Karpenter's.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TypeLabels {
     pub r#type: String,
+    pub nodepool: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -91,6 +101,13 @@ pub struct PoolReasonLabels {
     pub reason: String,
 }
 
+/// `karpenter_capi_launch_step_duration_seconds`: nodepool and step.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StepLabels {
+    pub nodepool: String,
+    pub step: String,
+}
+
 fn duration_histogram() -> Histogram {
     // 1 ms .. ~65 s
     Histogram::new(exponential_buckets(0.001, 2.0, 17))
@@ -99,6 +116,25 @@ fn duration_histogram() -> Histogram {
 fn launch_histogram() -> Histogram {
     // 0.5 s .. ~34 min
     Histogram::new(exponential_buckets(0.5, 2.0, 13))
+}
+
+/// A metric whose description is served before its first series too, so `/metrics` lists
+/// everything the operator exports (the dashboard's queries are checked against it).
+#[derive(Debug)]
+struct Declared<M>(M);
+
+impl<M: EncodeMetric> EncodeMetric for Declared<M> {
+    fn encode(&self, encoder: MetricEncoder) -> std::fmt::Result {
+        self.0.encode(encoder)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        self.0.metric_type()
+    }
+
+    fn is_empty(&self) -> bool {
+        false
+    }
 }
 
 /// Every metric the operator exports. Cheap to clone (all handles are shared).
@@ -124,6 +160,12 @@ pub struct Metrics {
     pub voluntary_disruption_eligible_nodes: Family<EligibleLabels, Gauge>,
     pub nodepools_allowed_disruptions: Family<PoolReasonLabels, Gauge>,
     pub consolidation_score: Family<NodePoolLabels, Gauge<f64, AtomicU64>>,
+    /// Pod creation to Ready, for pods seen Pending (a summary, as Karpenter's).
+    pub pod_startup: Summary,
+    /// NodeClaim creation to each launch step.
+    pub launch_steps: Family<StepLabels, Histogram, fn() -> Histogram>,
+    /// The gauges computed from the caches at scrape time (attached on the leader).
+    pub cluster: ClusterState,
 }
 
 impl Metrics {
@@ -150,110 +192,212 @@ impl Metrics {
             voluntary_disruption_eligible_nodes: Family::default(),
             nodepools_allowed_disruptions: Family::default(),
             consolidation_score: Family::default(),
+            pod_startup: Summary::default(),
+            launch_steps: Family::new_with_constructor(launch_histogram),
+            cluster: ClusterState::default(),
         };
+        registry.register_collector(Box::new(m.cluster.clone()));
         let k = registry.sub_registry_with_prefix("karpenter");
         k.register(
             "nodeclaims_created",
             "Number of nodeclaims created, by reason and nodepool.",
-            m.nodeclaims_created.clone(),
+            Declared(m.nodeclaims_created.clone()),
         );
         k.register(
             "nodeclaims_terminated",
             "Number of nodeclaims terminated, by nodepool and capacity type.",
-            m.nodeclaims_terminated.clone(),
+            Declared(m.nodeclaims_terminated.clone()),
         );
         k.register(
             "nodeclaims_unhealthy_disrupted",
             "Number of nodeclaims repaired (deleted) for an unhealthy node, by the condition that failed, nodepool and capacity type.",
-            m.nodeclaims_unhealthy_disrupted.clone(),
+            Declared(m.nodeclaims_unhealthy_disrupted.clone()),
         );
         k.register(
             "nodeclaims_disrupted",
             "Number of nodeclaims disrupted, by reason (empty, expired) and nodepool.",
-            m.nodeclaims_disrupted.clone(),
+            Declared(m.nodeclaims_disrupted.clone()),
         );
         k.register(
             "nodeclaims_drifted",
-            "Number of nodeclaims found drifted, by drift type (the Drifted reason).",
-            m.nodeclaims_drifted.clone(),
+            "Number of nodeclaims drifted reasons in total by Karpenter. Labeled by drift type of the nodeclaim and the owning nodepool.",
+            Declared(m.nodeclaims_drifted.clone()),
         );
         k.register(
             "voluntary_disruption_decisions",
-            "Disruption decisions started, by decision, reason and consolidation type.",
-            m.disruption_decisions.clone(),
+            "Number of disruption decisions performed. Labeled by disruption decision, reason, and consolidation type.",
+            Declared(m.disruption_decisions.clone()),
         );
         k.register(
             "voluntary_disruption_queue_failures",
             "Surge-first disruption commands rolled back, by decision, reason and consolidation type.",
-            m.disruption_queue_failures.clone(),
+            Declared(m.disruption_queue_failures.clone()),
         );
         k.register(
             "nodes_created",
             "Number of nodes registered, by nodepool.",
-            m.nodes_created.clone(),
+            Declared(m.nodes_created.clone()),
         );
         k.register(
             "nodes_terminated",
             "Number of nodes terminated, by nodepool.",
-            m.nodes_terminated.clone(),
+            Declared(m.nodes_terminated.clone()),
         );
         k.register(
             "scheduler_scheduling_duration_seconds",
             "Duration of one scheduling simulation.",
-            m.scheduling_duration.clone(),
+            Declared(m.scheduling_duration.clone()),
         );
         k.register(
             "cloudprovider_duration_seconds",
             "Duration of cloud provider (Cluster API) calls.",
-            m.cloudprovider_duration.clone(),
+            Declared(m.cloudprovider_duration.clone()),
         );
         k.register(
             "cloudprovider_errors",
             "Cloud provider (Cluster API) call errors.",
-            m.cloudprovider_errors.clone(),
+            Declared(m.cloudprovider_errors.clone()),
         );
         k.register(
             "nodepools_usage",
             "Resources used by each nodepool's nodes.",
-            m.nodepools_usage.clone(),
+            Declared(m.nodepools_usage.clone()),
         );
         k.register(
             "nodepools_limit",
             "Resource limits of each nodepool.",
-            m.nodepools_limit.clone(),
+            Declared(m.nodepools_limit.clone()),
         );
         k.register(
             "voluntary_disruption_eligible_nodes",
-            "Nodes that are part of a disruption move now, by reason.",
-            m.voluntary_disruption_eligible_nodes.clone(),
+            "Number of nodes eligible for disruption by Karpenter. Labeled by disruption reason.",
+            Declared(m.voluntary_disruption_eligible_nodes.clone()),
         );
         k.register(
             "nodepools_allowed_disruptions",
-            "Disruptions each nodepool's budgets allow now, by reason.",
-            m.nodepools_allowed_disruptions.clone(),
+            "The number of nodes for a given NodePool that can be concurrently disrupting at a point in time. Labeled by NodePool. Note that allowed disruptions can change very rapidly, as new nodes may be created and others may be deleted at any point.",
+            Declared(m.nodepools_allowed_disruptions.clone()),
         );
         k.register(
             "consolidation_score",
             "The Balanced consolidation policy's last score of a move, by nodepool.",
-            m.consolidation_score.clone(),
+            Declared(m.consolidation_score.clone()),
         );
         let ours = k.sub_registry_with_prefix("capi");
         ours.register(
             "machines_launched",
             "Cluster API Machines created for nodeclaims.",
-            m.machines_launched.clone(),
+            Declared(m.machines_launched.clone()),
         );
         ours.register(
             "launch_duration_seconds",
             "Time from nodeclaim creation to its Machine having a providerID.",
-            m.launch_duration.clone(),
+            Declared(m.launch_duration.clone()),
         );
         ours.register(
             "catalog_instance_types",
             "Instance types in each nodeclass's catalog.",
-            m.catalog_instance_types.clone(),
+            Declared(m.catalog_instance_types.clone()),
+        );
+        ours.register(
+            "launch_step_duration_seconds",
+            "Time from a nodeclaim's creation to each launch step: machine_created (its Cluster API Machine exists), launched (the Machine has a providerID), registered (its Node joined), initialized.",
+            Declared(m.launch_steps.clone()),
         );
         m
+    }
+    /// The summaries `/metrics` serves besides the registry (prometheus-client has no
+    /// summary type): name, help, summary.
+    pub fn summaries(&self) -> Vec<(&'static str, &'static str, Summary)> {
+        vec![(
+            "karpenter_pods_startup_duration_seconds",
+            "The time from pod creation until the pod is running.",
+            self.pod_startup.clone(),
+        )]
+    }
+}
+
+/// How long an observation counts towards a summary's quantiles (Prometheus' default).
+const SUMMARY_MAX_AGE: Duration = Duration::from_secs(600);
+/// At most this many observations are kept for the quantiles (the oldest go first).
+const SUMMARY_MAX_SAMPLES: usize = 2048;
+/// The quantiles Karpenter's summaries export.
+const SUMMARY_QUANTILES: [f64; 5] = [0.0, 0.5, 0.9, 0.99, 1.0];
+
+/// A Prometheus summary: quantiles over the last ten minutes of observations (bounded),
+/// sum and count over all time. Cheap to clone (shared).
+#[derive(Clone, Debug, Default)]
+pub struct Summary(Arc<Mutex<SummaryState>>);
+
+#[derive(Debug, Default)]
+struct SummaryState {
+    window: VecDeque<(Instant, f64)>,
+    sum: f64,
+    count: u64,
+}
+
+impl Summary {
+    pub fn observe(&self, v: f64) {
+        let mut s = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if s.window.len() >= SUMMARY_MAX_SAMPLES {
+            s.window.pop_front();
+        }
+        s.window.push_back((Instant::now(), v));
+        s.sum += v;
+        s.count += 1;
+    }
+
+    /// `(quantile, value)` for each exported quantile (NaN without recent observations),
+    /// the sum and the count.
+    pub fn snapshot(&self) -> (Vec<(f64, f64)>, f64, u64) {
+        let mut s = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        while s
+            .window
+            .front()
+            .is_some_and(|(t, _)| now.duration_since(*t) > SUMMARY_MAX_AGE)
+        {
+            s.window.pop_front();
+        }
+        let mut values: Vec<f64> = s.window.iter().map(|(_, v)| *v).collect();
+        values.sort_by(f64::total_cmp);
+        let quantiles = SUMMARY_QUANTILES
+            .iter()
+            .map(|q| (*q, nearest_rank(&values, *q)))
+            .collect();
+        (quantiles, s.sum, s.count)
+    }
+
+    /// The summary in the OpenMetrics text format.
+    fn encode(&self, name: &str, help: &str, out: &mut String) -> std::fmt::Result {
+        let (quantiles, sum, count) = self.snapshot();
+        writeln!(out, "# HELP {name} {help}")?;
+        writeln!(out, "# TYPE {name} summary")?;
+        for (q, v) in quantiles {
+            writeln!(out, "{name}{{quantile=\"{q}\"}} {}", float(v))?;
+        }
+        writeln!(out, "{name}_sum {}", float(sum))?;
+        writeln!(out, "{name}_count {count}")
+    }
+}
+
+/// The value at quantile `q` of sorted `values` (nearest rank); NaN when empty.
+fn nearest_rank(values: &[f64], q: f64) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (q * values.len() as f64).ceil() as usize;
+    values[rank.clamp(1, values.len()) - 1]
+}
+
+/// A float as OpenMetrics writes it.
+fn float(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{v:.1}")
+    } else {
+        format!("{v}")
     }
 }
 
@@ -262,6 +406,33 @@ pub fn encode(registry: &Registry) -> Result<String, std::fmt::Error> {
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, registry)?;
     Ok(out)
+}
+
+/// What `/metrics` serves: the registry and the summaries of [`Metrics::summaries`].
+#[derive(Clone)]
+pub struct Exposition {
+    registry: Arc<Registry>,
+    summaries: Vec<(&'static str, &'static str, Summary)>,
+}
+
+impl Exposition {
+    pub fn new(registry: Registry, metrics: &Metrics) -> Self {
+        Exposition {
+            registry: Arc::new(registry),
+            summaries: metrics.summaries(),
+        }
+    }
+
+    /// The OpenMetrics text of everything.
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode_registry(&mut out, &self.registry)?;
+        for (name, help, summary) in &self.summaries {
+            summary.encode(name, help, &mut out)?;
+        }
+        prometheus_client::encoding::text::encode_eof(&mut out)?;
+        Ok(out)
+    }
 }
 
 #[cfg(test)]
@@ -291,11 +462,23 @@ mod tests {
         m.nodeclaims_drifted
             .get_or_create(&TypeLabels {
                 r#type: "NodeClassDrifted".into(),
+                nodepool: "default".into(),
             })
             .inc();
         let text = encode(&registry).expect("encodes");
+        // Described before their first series: the dashboard finds them before any decision.
+        for family in [
+            "# TYPE karpenter_voluntary_disruption_decisions counter",
+            "# TYPE karpenter_voluntary_disruption_eligible_nodes gauge",
+            "# TYPE karpenter_nodepools_allowed_disruptions gauge",
+            "# TYPE karpenter_capi_launch_step_duration_seconds histogram",
+        ] {
+            assert!(text.contains(family), "{family}: {text}");
+        }
         assert!(
-            text.contains(r#"karpenter_nodeclaims_drifted_total{type="NodeClassDrifted"} 1"#),
+            text.contains(
+                r#"karpenter_nodeclaims_drifted_total{type="NodeClassDrifted",nodepool="default"} 1"#
+            ),
             "{text}"
         );
         assert!(
@@ -312,5 +495,32 @@ mod tests {
             text.contains("karpenter_scheduler_scheduling_duration_seconds_count{controller=\"provisioner\"} 1"),
             "{text}"
         );
+    }
+    #[test]
+    fn summaries_export_quantiles_sum_and_count() {
+        let mut registry = Registry::default();
+        let m = Metrics::register(&mut registry);
+        let exposition = Exposition::new(registry, &m);
+        let empty = exposition.encode().expect("encodes");
+        assert!(
+            empty.contains("karpenter_pods_startup_duration_seconds{quantile=\"0.5\"} NaN\n"),
+            "{empty}"
+        );
+        for v in 1..=10 {
+            m.pod_startup.observe(f64::from(v));
+        }
+        let text = exposition.encode().expect("encodes");
+        for line in [
+            "# TYPE karpenter_pods_startup_duration_seconds summary",
+            "karpenter_pods_startup_duration_seconds{quantile=\"0\"} 1.0",
+            "karpenter_pods_startup_duration_seconds{quantile=\"0.5\"} 5.0",
+            "karpenter_pods_startup_duration_seconds{quantile=\"0.9\"} 9.0",
+            "karpenter_pods_startup_duration_seconds{quantile=\"0.99\"} 10.0",
+            "karpenter_pods_startup_duration_seconds_sum 55.0",
+            "karpenter_pods_startup_duration_seconds_count 10",
+        ] {
+            assert!(text.contains(&format!("{line}\n")), "{line}: {text}");
+        }
+        assert!(text.ends_with("# EOF\n"), "{text}");
     }
 }

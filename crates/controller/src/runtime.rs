@@ -208,7 +208,8 @@ pub async fn serve_endpoints(
     registry: Registry,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), RuntimeError> {
-    let router = server::router(Arc::new(registry), ctx.readiness.clone());
+    let exposition = crate::metrics::Exposition::new(registry, &ctx.metrics);
+    let router = server::router(exposition, ctx.readiness.clone());
     let mut addrs = vec![ctx.config.metrics_addr];
     if ctx.config.health_addr != ctx.config.metrics_addr {
         addrs.push(ctx.config.health_addr);
@@ -395,7 +396,21 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         clusters: caches.clusters.clone(),
         templates: Some(catalogs.index.subscribe()),
     };
+    // The scrape-time gauges and the latencies: the leader's, as Karpenter's.
+    ctx.metrics.cluster.attach(crate::cluster_metrics::Sources {
+        pods: caches.pods.clone(),
+        nodes: caches.nodes.clone(),
+        nodeclaims: caches.nodeclaims.clone(),
+        machines: caches.machines.clone(),
+    });
+    let latency = crate::latency::Latency {
+        metrics: ctx.metrics.clone(),
+        pods: caches.pods.clone(),
+        nodeclaims: caches.nodeclaims.clone(),
+        machines: caches.machines.clone(),
+    };
     let mut loops = crate::tasks::Tasks::default();
+    loops.spawn(crate::latency::run(latency, stopped(stop_rx.clone())));
     loops.spawn(lifecycle::run(
         lifecycle_ctx,
         triggers,

@@ -10,7 +10,8 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
-use prometheus_client::registry::Registry;
+
+use crate::metrics::Exposition;
 
 /// Shared readiness flag, set once the caches are warm.
 #[derive(Clone, Debug, Default)]
@@ -27,25 +28,27 @@ impl Readiness {
 
 #[derive(Clone)]
 struct ServerState {
-    registry: Arc<Registry>,
+    exposition: Arc<Exposition>,
     readiness: Readiness,
 }
 
 /// The router with `/metrics`, `/healthz` and `/readyz`.
-pub fn router(registry: Arc<Registry>, readiness: Readiness) -> Router {
+pub fn router(exposition: Exposition, readiness: Readiness) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
         .with_state(ServerState {
-            registry,
+            exposition: Arc::new(exposition),
             readiness,
         })
 }
 
 async fn metrics(State(state): State<ServerState>) -> impl IntoResponse {
-    match crate::metrics::encode(&state.registry) {
-        Ok(body) => (
+    // Off the async workers: the scrape-time gauges walk every cached pod and Node.
+    let exposition = state.exposition.clone();
+    match tokio::task::spawn_blocking(move || exposition.encode()).await {
+        Ok(Ok(body)) => (
             StatusCode::OK,
             [(
                 header::CONTENT_TYPE,
@@ -54,7 +57,7 @@ async fn metrics(State(state): State<ServerState>) -> impl IntoResponse {
             body,
         )
             .into_response(),
-        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+        Ok(Err(_)) | Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     }
 }
 
@@ -97,7 +100,7 @@ mod tests {
 
     #[tokio::test]
     async fn endpoints_answer() {
-        let mut registry = Registry::default();
+        let mut registry = prometheus_client::registry::Registry::default();
         let metrics = crate::metrics::Metrics::register(&mut registry);
         metrics
             .nodes_created
@@ -110,7 +113,8 @@ mod tests {
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let app = router(Arc::new(registry), readiness.clone());
+        metrics.pod_startup.observe(2.0);
+        let app = router(Exposition::new(registry, &metrics), readiness.clone());
         let server = tokio::spawn(async move { axum::serve(listener, app).await });
 
         assert!(get(addr, "/healthz").await.ends_with("ok"));
@@ -120,6 +124,11 @@ mod tests {
         let body = get(addr, "/metrics").await;
         assert!(
             body.contains(r#"karpenter_nodes_created_total{nodepool="default"} 1"#),
+            "{body}"
+        );
+        assert!(
+            body.contains("karpenter_pods_startup_duration_seconds_count 1\n")
+                && body.trim_end().ends_with("# EOF"),
             "{body}"
         );
         server.abort();

@@ -15,7 +15,9 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
         if p.is_dir() {
             rust_files(&p, out);
         } else if p.extension().is_some_and(|x| x == "rs")
-            && p.file_name().is_some_and(|n| n != "tests.rs")
+            && p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n != "tests.rs" && !n.ends_with("_tests.rs"))
         {
             out.push(p);
         }

@@ -149,26 +149,14 @@ fn blocker(pool: &Pool, c: &Candidate, pass: &Pass, clock: Clock) -> Option<Stri
     }
     let at = consolidatable_at(c.claim, pool.consolidate_after)?;
     if at > clock.now {
-        let left = at.duration_since(clock.now).as_secs().max(0) as u64;
+        // No countdown in the text: it becomes the Consolidatable condition's message, which
+        // is written only when it changes.
         return Some(format!(
-            "consolidateAfter not elapsed ({} left)",
-            human(left)
+            "consolidateAfter {} not elapsed since the last pod event",
+            pool.spec.disruption.consolidate_after
         ));
     }
     None
-}
-
-/// `4m`, `1h5m`, `30s`: rounded up to minutes past a minute.
-fn human(secs: u64) -> String {
-    if secs < 60 {
-        return format!("{secs}s");
-    }
-    let mins = secs.div_ceil(60);
-    if mins < 60 {
-        format!("{mins}m")
-    } else {
-        format!("{}h{}m", mins / 60, mins % 60)
-    }
 }
 
 /// A fingerprint of what a pool's search depends on: where every pod runs, the NodeClaims

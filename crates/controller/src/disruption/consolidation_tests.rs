@@ -278,7 +278,10 @@ fn blockers_are_named() {
     // consolidateAfter counts from the last pod event.
     w.pdbs.clear();
     let (first, _) = w.run("2026-11-22T10:50:10Z");
-    assert_eq!(why(&first, "c"), "consolidateAfter not elapsed (20s left)");
+    assert_eq!(
+        why(&first, "c"),
+        "consolidateAfter 30s not elapsed since the last pod event"
+    );
 }
 
 #[test]

@@ -395,7 +395,7 @@ impl Orchestrator {
                 consolidation_type: cmd.consolidation_type.clone(),
             })
             .inc();
-        tracing::info!(command = %id, candidates = ?cmd.candidates, replacements = ?created,
+        tracing::info!(command = %id, candidates = %cmd.candidates.join(","), replacements = %created.join(","),
             reason = reason_label(cmd.reason), message = %cmd.message, "disruption command started");
         if !created.is_empty() {
             for c in &cmd.candidates {

@@ -310,12 +310,13 @@ pub async fn bootstrap_template_hash(
 
 /// Counts a NodeClaim that became drifted (`karpenter_nodeclaims_drifted_total{type}`), once
 /// the status saying so is written.
-pub fn count(ctx: &Ctx, newly: Option<&'static str>) {
+pub fn count(ctx: &Ctx, claim: &NodeClaim, newly: Option<&'static str>) {
     if let Some(reason) = newly {
         ctx.metrics
             .nodeclaims_drifted
             .get_or_create(&TypeLabels {
                 r#type: reason.into(),
+                nodepool: super::launch::nodepool_of(claim),
             })
             .inc();
     }

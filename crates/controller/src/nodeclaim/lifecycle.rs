@@ -157,7 +157,7 @@ async fn reconcile_fresh(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Action, Err
     }
     if ctx.write_status(&claim, &status).await? {
         ctx.expectations.release(&uid);
-        super::drift::count(ctx, drifted);
+        super::drift::count(ctx, &claim, drifted);
     }
     let quiet = match progress {
         Progress::Initialized => SETTLED,

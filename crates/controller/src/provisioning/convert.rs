@@ -233,22 +233,36 @@ fn node_selector_terms(s: Option<&core::NodeSelector>) -> Vec<Vec<Requirement>> 
     .unwrap_or_default()
 }
 
-fn container_requests(cs: &[core::Container]) -> Vec<Resources> {
+/// Which amounts of a container's resources: its requests or its limits.
+type Amounts = fn(&core::ResourceRequirements) -> Option<&BTreeMap<String, Quantity>>;
+
+fn container_amounts(cs: &[core::Container], amounts: Amounts) -> Vec<Resources> {
     cs.iter()
-        .map(|c| opt_resources(c.resources.as_ref().and_then(|r| r.requests.as_ref())))
+        .map(|c| opt_resources(c.resources.as_ref().and_then(amounts)))
         .collect()
 }
 
-/// Total requests of a pod spec (containers, init containers, overhead, `pods: 1`).
-pub fn spec_requests(spec: Option<&core::PodSpec>) -> Resources {
+/// Karpenter's formula over `amounts` of a pod spec: containers summed, init containers as a
+/// maximum, plus the overhead (and `pods: 1`).
+fn spec_amounts(spec: Option<&core::PodSpec>, amounts: Amounts) -> Resources {
     let Some(spec) = spec else {
         return scheduling::pod_requests(&[], &[], &Resources::new());
     };
     scheduling::pod_requests(
-        &container_requests(&spec.containers),
-        &container_requests(spec.init_containers.as_deref().unwrap_or_default()),
+        &container_amounts(&spec.containers, amounts),
+        &container_amounts(spec.init_containers.as_deref().unwrap_or_default(), amounts),
         &opt_resources(spec.overhead.as_ref()),
     )
+}
+
+/// Total requests of a pod spec (containers, init containers, overhead, `pods: 1`).
+pub fn spec_requests(spec: Option<&core::PodSpec>) -> Resources {
+    spec_amounts(spec, |r| r.requests.as_ref())
+}
+
+/// Total limits of a pod spec, by the same formula as [`spec_requests`].
+pub fn spec_limits(spec: Option<&core::PodSpec>) -> Resources {
+    spec_amounts(spec, |r| r.limits.as_ref())
 }
 
 fn host_ports(spec: Option<&core::PodSpec>) -> Vec<HostPort> {

@@ -1,0 +1,583 @@
+//! The gauges Karpenter's dashboards read, computed from the shared caches when `/metrics`
+//! is scraped: no API call and nothing kept between scrapes, so the series of a deleted pod
+//! or Node is gone at the next scrape. They are attached on the leader only (Karpenter's
+//! metric controllers run on the leader too), so a dashboard summing over replicas counts
+//! each pod and Node once; a standby replica serves the descriptions without samples.
+//!
+//! - `karpenter_pods_state`: one series per pod (value 1), with its node's labels and phase;
+//! - `karpenter_nodes_allocatable`, `karpenter_nodes_total_pod_requests`,
+//!   `_total_pod_limits`, `_total_daemon_requests`, `_total_daemon_limits`: per Node and
+//!   resource (cpu in cores, the rest in bytes or counts);
+//! - `karpenter_cluster_state_node_count` (Nodes and launched NodeClaims, one per
+//!   providerID) and `karpenter_cluster_state_synced` (every cache holds a complete list);
+//! - `karpenter_scheduler_queue_depth`: the provisionable pods waiting for the provisioner;
+//! - `karpenter_capi_machines`: our Cluster API Machines by nodepool and phase.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, OnceLock};
+
+use api::consts::labels;
+use api::{Machine, NodeClaim};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::ResourceExt;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::metrics::MetricType;
+use scheduling::Resources;
+
+use crate::cache::Cache;
+use crate::provisioning::convert::{resources, spec_limits, spec_requests};
+
+/// The caches the gauges are computed from.
+pub struct Sources {
+    pub pods: Cache<Pod>,
+    pub nodes: Cache<Node>,
+    pub nodeclaims: Cache<NodeClaim>,
+    pub machines: Cache<Machine>,
+}
+
+/// The scrape-time collector; samples once [`ClusterState::attach`]ed.
+#[derive(Clone, Default)]
+pub struct ClusterState(Arc<OnceLock<Sources>>);
+
+impl ClusterState {
+    /// Serves the gauges from `sources` from now on (the first call wins).
+    pub fn attach(&self, sources: Sources) {
+        let _ = self.0.set(sources);
+    }
+}
+
+impl std::fmt::Debug for ClusterState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterState")
+            .field("attached", &self.0.get().is_some())
+            .finish()
+    }
+}
+
+impl Collector for ClusterState {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let families = match self.0.get() {
+            Some(s) => {
+                let (pods, nodes) = (s.pods.store().state(), s.nodes.store().state());
+                let (nodeclaims, machines) =
+                    (s.nodeclaims.store().state(), s.machines.store().state());
+                let view = View {
+                    pods: &pods,
+                    nodes: &nodes,
+                    nodeclaims: &nodeclaims,
+                    machines: &machines,
+                    synced: s.pods.is_synced()
+                        && s.nodes.is_synced()
+                        && s.nodeclaims.is_synced()
+                        && s.machines.is_synced(),
+                };
+                families(Some(&view))
+            }
+            None => families(None),
+        };
+        for f in &families {
+            let mut metric = encoder.encode_descriptor(f.name, f.help, None, MetricType::Gauge)?;
+            for (labels, value) in &f.samples {
+                metric.encode_family(labels)?.encode_gauge(value)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the gauges are computed from.
+pub struct View<'a> {
+    pub pods: &'a [Arc<Pod>],
+    pub nodes: &'a [Arc<Node>],
+    pub nodeclaims: &'a [Arc<NodeClaim>],
+    pub machines: &'a [Arc<Machine>],
+    pub synced: bool,
+}
+
+pub type Labels = Vec<(&'static str, String)>;
+
+/// One gauge family and its samples.
+pub struct Family {
+    pub name: &'static str,
+    pub help: &'static str,
+    pub samples: Vec<(Labels, f64)>,
+}
+
+const PODS_STATE: &str = "karpenter_pods_state";
+const NODE_FAMILIES: [(&str, &str); 5] = [
+    (
+        "karpenter_nodes_allocatable",
+        "Node allocatable are the resources allocatable by nodes.",
+    ),
+    (
+        "karpenter_nodes_total_pod_requests",
+        "Node total pod requests are the resources requested by pods bound to nodes, including the DaemonSet pods.",
+    ),
+    (
+        "karpenter_nodes_total_pod_limits",
+        "Node total pod limits are the resources specified by pod limits, including the DaemonSet pods.",
+    ),
+    (
+        "karpenter_nodes_total_daemon_requests",
+        "Node total daemon requests are the resource requested by DaemonSet pods bound to nodes.",
+    ),
+    (
+        "karpenter_nodes_total_daemon_limits",
+        "Node total daemon limits are the resources specified by DaemonSet pod limits.",
+    ),
+];
+
+/// Node labels Karpenter copies into its node metrics, by their metric label name.
+const NODE_LABELS: [(&str, &str); 8] = [
+    ("nodepool", labels::NODEPOOL),
+    ("zone", labels::ZONE),
+    ("region", labels::REGION),
+    ("instance_type", labels::INSTANCE_TYPE),
+    ("arch", labels::ARCH),
+    ("os", labels::OS),
+    ("capacity_type", labels::CAPACITY_TYPE),
+    ("windows_build", labels::WINDOWS_BUILD),
+];
+
+/// Every family with its samples (`None`: the descriptions only).
+pub fn families(view: Option<&View>) -> Vec<Family> {
+    let family = |name, help| Family {
+        name,
+        help,
+        samples: Vec::new(),
+    };
+    let mut pods_state = family(
+        PODS_STATE,
+        "Pod state is the current state of pods. This metric can be used several ways as it is labeled by the pod name, namespace, owner, node, nodepool name, zone, architecture, capacity type, instance type and pod phase.",
+    );
+    let mut node_families: Vec<Family> = NODE_FAMILIES
+        .iter()
+        .map(|(name, help)| family(name, help))
+        .collect();
+    let mut node_count = family(
+        "karpenter_cluster_state_node_count",
+        "Current count of nodes in cluster state",
+    );
+    let mut synced = family(
+        "karpenter_cluster_state_synced",
+        "Returns 1 if cluster state is synced and 0 otherwise. Synced checks that nodeclaims and nodes that are stored in the APIServer have the same representation as Karpenter's cluster state",
+    );
+    let mut queue = family(
+        "karpenter_scheduler_queue_depth",
+        "The number of pods currently waiting to be scheduled.",
+    );
+    let mut machines = family(
+        "karpenter_capi_machines",
+        "Cluster API Machines of nodeclaims, by nodepool and phase.",
+    );
+    if let Some(v) = view {
+        let nodes: HashMap<&str, &Node> = v
+            .nodes
+            .iter()
+            .map(|n| (n.metadata.name.as_deref().unwrap_or_default(), n.as_ref()))
+            .collect();
+        pods_state.samples = v
+            .pods
+            .iter()
+            .map(|p| (pod_labels(p, nodes.get(node_name(p)).copied()), 1.0))
+            .collect();
+        let managed: HashSet<&str> = v.nodeclaims.iter().filter_map(|c| provider_id(c)).collect();
+        let bound = bound_pods(v.pods);
+        for node in v.nodes {
+            let pid = crate::cache::node_provider_id(node);
+            let is_managed = pid.as_deref().is_some_and(|p| managed.contains(p));
+            let base = node_labels(node, is_managed);
+            let allocatable = node
+                .status
+                .as_ref()
+                .and_then(|s| s.allocatable.as_ref())
+                .map(resources)
+                .unwrap_or_default();
+            let empty = NodePods::default();
+            let on_node = bound
+                .get(node.metadata.name.as_deref().unwrap_or_default())
+                .unwrap_or(&empty);
+            let amounts = [
+                &allocatable,
+                &on_node.requests,
+                &on_node.limits,
+                &on_node.daemon_requests,
+                &on_node.daemon_limits,
+            ];
+            for (f, amounts) in node_families.iter_mut().zip(amounts) {
+                for (resource, amount) in amounts {
+                    let mut labels = base.clone();
+                    labels.push(("resource_type", resource_type(resource)));
+                    f.samples.push((labels, value(resource, *amount)));
+                }
+            }
+        }
+        node_count.samples = vec![(Vec::new(), state_node_count(v) as f64)];
+        synced.samples = vec![(Vec::new(), if v.synced { 1.0 } else { 0.0 })];
+        let waiting = v
+            .pods
+            .iter()
+            .filter(|p| crate::provisioning::provisionable(p))
+            .count();
+        queue.samples = vec![(
+            vec![("controller", "provisioner".to_string())],
+            waiting as f64,
+        )];
+        machines.samples = machine_phases(v.machines);
+    }
+    let mut out = vec![pods_state];
+    out.extend(node_families);
+    out.extend([node_count, synced, queue, machines]);
+    out
+}
+
+fn node_name(p: &Pod) -> &str {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .unwrap_or_default()
+}
+
+fn provider_id(c: &NodeClaim) -> Option<&str> {
+    c.status
+        .as_ref()?
+        .provider_id
+        .as_deref()
+        .filter(|p| !p.is_empty())
+}
+
+fn label(obj: Option<&Node>, key: &str) -> String {
+    obj.and_then(|n| n.labels().get(key).cloned())
+        .unwrap_or_default()
+}
+
+/// Karpenter's `karpenter_pods_state` labels: the pod, its first owner (as a self link),
+/// its node and that node's nodepool, zone, arch, capacity type and instance type, and
+/// its phase.
+fn pod_labels(p: &Pod, node: Option<&Node>) -> Labels {
+    let namespace = p.namespace().unwrap_or_default();
+    let owner = p
+        .owner_references()
+        .first()
+        .map(|o| {
+            format!(
+                "/apis/{}/namespaces/{namespace}/{}s/{}",
+                o.api_version,
+                o.kind.to_lowercase(),
+                o.name
+            )
+        })
+        .unwrap_or_default();
+    vec![
+        ("name", p.name_any()),
+        ("namespace", namespace.clone()),
+        ("owner", owner),
+        ("node", node_name(p).to_string()),
+        ("nodepool", label(node, labels::NODEPOOL)),
+        ("zone", label(node, labels::ZONE)),
+        ("arch", label(node, labels::ARCH)),
+        ("capacity_type", label(node, labels::CAPACITY_TYPE)),
+        ("instance_type", label(node, labels::INSTANCE_TYPE)),
+        (
+            "phase",
+            p.status
+                .as_ref()
+                .and_then(|s| s.phase.clone())
+                .unwrap_or_default(),
+        ),
+    ]
+}
+
+/// Karpenter's node metric labels (without `resource_type`).
+fn node_labels(node: &Node, managed: bool) -> Labels {
+    let mut out: Labels = vec![("node_name", node.name_any())];
+    out.extend(
+        NODE_LABELS
+            .iter()
+            .map(|(name, key)| (*name, label(Some(node), key))),
+    );
+    out.push((
+        "phase",
+        node.status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_default(),
+    ));
+    out.push(("managed", managed.to_string()));
+    out
+}
+
+/// What the pods bound to one node request and limit, all and DaemonSet pods only.
+#[derive(Default)]
+struct NodePods {
+    requests: Resources,
+    limits: Resources,
+    daemon_requests: Resources,
+    daemon_limits: Resources,
+}
+
+/// Per node name, the sums over the pods bound to it that have not terminated.
+fn bound_pods(pods: &[Arc<Pod>]) -> HashMap<&str, NodePods> {
+    let mut out: HashMap<&str, NodePods> = HashMap::new();
+    for p in pods {
+        let node = node_name(p);
+        let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+        if node.is_empty() || matches!(phase, Some("Succeeded" | "Failed")) {
+            continue;
+        }
+        let mut requests = spec_requests(p.spec.as_ref());
+        let mut limits = spec_limits(p.spec.as_ref());
+        // The formula counts the pod itself; Karpenter's node sums do not.
+        requests.remove(scheduling::PODS);
+        limits.remove(scheduling::PODS);
+        let daemon = p.owner_references().iter().any(|o| o.kind == "DaemonSet");
+        let sums = out.entry(node).or_default();
+        add(&mut sums.requests, &requests);
+        add(&mut sums.limits, &limits);
+        if daemon {
+            add(&mut sums.daemon_requests, &requests);
+            add(&mut sums.daemon_limits, &limits);
+        }
+    }
+    out
+}
+
+fn add(into: &mut Resources, amounts: &Resources) {
+    for (k, v) in amounts {
+        *into.entry(k.clone()).or_insert(0) += v;
+    }
+}
+
+/// Karpenter's `resource_type`: the resource name, lower case, `-` as `_`.
+fn resource_type(resource: &str) -> String {
+    resource.to_lowercase().replace('-', "_")
+}
+
+/// cpu in cores (the model counts millicores), everything else as counted.
+fn value(resource: &str, amount: i64) -> f64 {
+    if resource == scheduling::CPU {
+        amount as f64 / 1000.0
+    } else {
+        amount as f64
+    }
+}
+
+/// Nodes in the cluster state as Karpenter counts them: one per providerID among the Nodes
+/// and the launched NodeClaims, plus the Nodes without a providerID.
+fn state_node_count(v: &View) -> usize {
+    let mut ids: HashSet<String> = HashSet::new();
+    let mut without = 0;
+    for n in v.nodes {
+        match crate::cache::node_provider_id(n) {
+            Some(p) => {
+                ids.insert(p);
+            }
+            None => without += 1,
+        }
+    }
+    ids.extend(
+        v.nodeclaims
+            .iter()
+            .filter_map(|c| provider_id(c).map(str::to_string)),
+    );
+    ids.len() + without
+}
+
+/// Machines by nodepool and phase (`Pending` until Cluster API reports one).
+fn machine_phases(machines: &[Arc<Machine>]) -> Vec<(Labels, f64)> {
+    let mut counts: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for m in machines {
+        let pool = m
+            .labels()
+            .get(labels::NODEPOOL)
+            .cloned()
+            .unwrap_or_default();
+        let phase = m
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| "Pending".into());
+        *counts.entry((pool, phase)).or_default() += 1;
+    }
+    counts
+        .into_iter()
+        .map(|((nodepool, phase), n)| (vec![("nodepool", nodepool), ("phase", phase)], n as f64))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> Arc<T> {
+        Arc::new(serde_json::from_value(v).expect("fixture"))
+    }
+
+    fn samples<'a>(fs: &'a [Family], name: &str) -> &'a [(Labels, f64)] {
+        &fs.iter().find(|f| f.name == name).expect(name).samples
+    }
+
+    fn get(labels: &Labels, key: &str) -> String {
+        labels
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("no label {key} in {labels:?}"))
+    }
+
+    #[test]
+    fn gauges_follow_the_caches() {
+        let node = obj::<Node>(json!({
+            "metadata": {"name": "n1", "labels": {"karpenter.sh/nodepool": "default",
+                "topology.kubernetes.io/zone": "zone-a", "kubernetes.io/arch": "amd64",
+                "karpenter.sh/capacity-type": "on-demand", "node.kubernetes.io/instance-type": "small"}},
+            "spec": {"providerID": "test://n1"},
+            "status": {"allocatable": {"cpu": "1900m", "memory": "3Gi", "pods": "110"}}
+        }));
+        let other = obj::<Node>(json!({"metadata": {"name": "static"}}));
+        let web = obj::<Pod>(json!({
+            "metadata": {"name": "web-1", "namespace": "d", "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "u"}]},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c",
+                "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "2Gi"}}}]},
+            "status": {"phase": "Running"}
+        }));
+        let daemon = obj::<Pod>(json!({
+            "metadata": {"name": "ds-1", "namespace": "kube-system", "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "u"}]},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c",
+                "resources": {"requests": {"cpu": "100m"}}}]},
+            "status": {"phase": "Running"}
+        }));
+        let done = obj::<Pod>(json!({
+            "metadata": {"name": "job-1", "namespace": "d"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c",
+                "resources": {"requests": {"cpu": "4"}}}]},
+            "status": {"phase": "Succeeded"}
+        }));
+        let pending = obj::<Pod>(json!({
+            "metadata": {"name": "web-2", "namespace": "d"},
+            "spec": {"containers": [{"name": "c"}]},
+            "status": {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
+        }));
+        let launched = obj::<NodeClaim>(json!({
+            "metadata": {"name": "default-a"},
+            "spec": {"nodeClassRef": {"group": "g", "kind": "k", "name": "n"}, "requirements": []},
+            "status": {"providerID": "test://n1"}
+        }));
+        let in_flight = obj::<NodeClaim>(json!({
+            "metadata": {"name": "default-b"},
+            "spec": {"nodeClassRef": {"group": "g", "kind": "k", "name": "n"}, "requirements": []},
+            "status": {"providerID": "test://n2"}
+        }));
+        let machine = |name: &str, phase: Option<&str>| {
+            obj::<Machine>(json!({
+                "metadata": {"name": name, "namespace": "ns", "labels": {"karpenter.sh/nodepool": "default"}},
+                "spec": {"clusterName": "c1", "bootstrap": {}, "infrastructureRef": {"apiGroup": "g", "kind": "k", "name": name}},
+                "status": phase.map_or(json!({}), |p| json!({"phase": p}))
+            }))
+        };
+        let pods = [web, daemon, done, pending];
+        let nodes = [node, other];
+        let claims = [launched, in_flight];
+        let machines = [
+            machine("m1", Some("Running")),
+            machine("m2", Some("Provisioning")),
+            machine("m3", None),
+            machine("m4", Some("Running")),
+        ];
+        let fs = families(Some(&View {
+            pods: &pods,
+            nodes: &nodes,
+            nodeclaims: &claims,
+            machines: &machines,
+            synced: true,
+        }));
+
+        let state = samples(&fs, PODS_STATE);
+        assert_eq!(state.len(), 4, "one series per pod");
+        let web = &state[0].0;
+        assert_eq!(
+            get(web, "owner"),
+            "/apis/apps/v1/namespaces/d/replicasets/web"
+        );
+        assert_eq!(get(web, "nodepool"), "default");
+        assert_eq!(get(web, "zone"), "zone-a");
+        assert_eq!(get(web, "instance_type"), "small");
+        assert_eq!(get(web, "phase"), "Running");
+        let pending = &state[3].0;
+        assert_eq!(get(pending, "node"), "");
+        assert_eq!(get(pending, "phase"), "Pending");
+
+        let on_n1 = |name: &str, resource: &str| -> Option<f64> {
+            samples(&fs, name)
+                .iter()
+                .find(|(l, _)| get(l, "node_name") == "n1" && get(l, "resource_type") == resource)
+                .map(|(_, v)| *v)
+        };
+        assert_eq!(on_n1("karpenter_nodes_allocatable", "cpu"), Some(1.9));
+        assert_eq!(
+            on_n1("karpenter_nodes_allocatable", "memory"),
+            Some(3.0 * 1024.0 * 1024.0 * 1024.0)
+        );
+        assert_eq!(on_n1("karpenter_nodes_allocatable", "pods"), Some(110.0));
+        // web + daemon; the finished job does not count, nor the pods themselves.
+        assert_eq!(
+            on_n1("karpenter_nodes_total_pod_requests", "cpu"),
+            Some(0.6)
+        );
+        assert_eq!(on_n1("karpenter_nodes_total_pod_requests", "pods"), None);
+        assert_eq!(
+            on_n1("karpenter_nodes_total_daemon_requests", "cpu"),
+            Some(0.1)
+        );
+        assert_eq!(
+            on_n1("karpenter_nodes_total_pod_limits", "memory"),
+            Some(2.0 * 1024.0 * 1024.0 * 1024.0)
+        );
+        let n1 = &samples(&fs, "karpenter_nodes_allocatable")[0].0;
+        assert_eq!(get(n1, "managed"), "true");
+        assert_eq!(get(n1, "capacity_type"), "on-demand");
+        assert!(
+            samples(&fs, "karpenter_nodes_allocatable")
+                .iter()
+                .all(|(l, _)| get(l, "node_name") == "n1"),
+            "a Node without allocatable has no allocatable series"
+        );
+
+        // n1 (node and claim share the providerID), the in-flight claim, the static node.
+        assert_eq!(samples(&fs, "karpenter_cluster_state_node_count")[0].1, 3.0);
+        assert_eq!(samples(&fs, "karpenter_cluster_state_synced")[0].1, 1.0);
+        assert_eq!(samples(&fs, "karpenter_scheduler_queue_depth")[0].1, 1.0);
+        let phases: Vec<(String, f64)> = samples(&fs, "karpenter_capi_machines")
+            .iter()
+            .map(|(l, v)| (get(l, "phase"), *v))
+            .collect();
+        assert_eq!(
+            phases,
+            [
+                ("Pending".into(), 1.0),
+                ("Provisioning".into(), 1.0),
+                ("Running".into(), 2.0)
+            ]
+        );
+    }
+
+    #[test]
+    fn unattached_serves_descriptions_only() {
+        let fs = families(None);
+        assert!(fs.iter().all(|f| f.samples.is_empty()));
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register_collector(Box::new(ClusterState::default()));
+        let text = crate::metrics::encode(&registry).expect("encodes");
+        assert!(text.contains("# TYPE karpenter_pods_state gauge"), "{text}");
+        assert!(
+            text.contains("# TYPE karpenter_cluster_state_synced gauge"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,455 @@
+//! Consolidation end to end on the testbed (the real Cluster API manager, the test provider,
+//! kwok Nodes, kube-scheduler): a large node left with small pods is replaced by a small one
+//! (the replacement initialized before any pod stops), three under-used nodes become one, and
+//! a do-not-disrupt pod keeps its node with `inspect --why` saying so, and a replacement
+//! that never initializes is rolled back. One testbed, the cases one after the other (each
+//! starts from an empty cluster).
+//!
+//! Balanced (refuses a tiny saving against its disruption, accepts a large one) is covered by
+//! the unit tests over the pass in `crates/controller/src/disruption/consolidation_tests.rs`.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use testbed::wait_for;
+
+fn deployment(name: &str, replicas: i32, cpu: &str, pod_annotations: Value) -> Deployment {
+    from_json(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}, "annotations": pod_annotations},
+                "spec": {
+                    "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+                                    "resources": {"requests": {"cpu": cpu, "memory": "256Mi"}}}],
+                    "terminationGracePeriodSeconds": 0
+                }
+            }
+        }
+    }))
+}
+
+fn running(p: &Pod) -> bool {
+    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") && !deleting(p)
+}
+
+fn deleting(p: &Pod) -> bool {
+    p.metadata.deletion_timestamp.is_some()
+}
+
+fn instance_type(c: &DynamicObject) -> String {
+    c.labels()
+        .get("node.kubernetes.io/instance-type")
+        .cloned()
+        .unwrap_or_default()
+}
+
+async fn claims(client: &Client) -> Vec<DynamicObject> {
+    nodeclaims(client)
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+}
+
+/// Running pods of `app` in `ns`.
+async fn running_pods(client: &Client, ns: &str, app: &str) -> Option<Vec<Pod>> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let l = pods
+        .list(&ListParams::default().labels(&format!("app={app}")))
+        .await
+        .ok()?
+        .items;
+    Some(l.into_iter().filter(running).collect())
+}
+
+fn node_of(p: &Pod) -> String {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default()
+}
+
+/// The NodeClaims and their conditions, for a failure message.
+async fn diagnose(client: &Client) -> String {
+    let mut out = String::new();
+    for c in claims(client).await {
+        out += &format!(
+            "\nNodeClaim {} {} deleting={} conditions {}",
+            c.name_any(),
+            instance_type(&c),
+            c.metadata.deletion_timestamp.is_some(),
+            c.data["status"]["conditions"]
+        );
+    }
+    out
+}
+
+/// Waits until `ns` has `n` Running pods of `app`.
+async fn wait_running(client: &Client, ns: &str, app: &str, n: usize, secs: u64) {
+    let ok = wait_for(
+        &format!("{n} {app} Running"),
+        Duration::from_secs(secs),
+        || async { (running_pods(client, ns, app).await?.len() == n).then_some(()) },
+    )
+    .await;
+    if ok.is_err() {
+        panic!("{n} {app} pods not Running: {}", diagnose(client).await);
+    }
+}
+
+/// Waits until the cluster has NodeClaims of exactly `types` (sorted), none deleting.
+async fn wait_claims(client: &Client, types: &[&str], secs: u64) -> Vec<DynamicObject> {
+    let got = wait_for(
+        &format!("NodeClaims {types:?}"),
+        Duration::from_secs(secs),
+        || async {
+            let l = claims(client).await;
+            let mut have: Vec<String> = l.iter().map(instance_type).collect();
+            have.sort();
+            (have == types && l.iter().all(|c| c.metadata.deletion_timestamp.is_none()))
+                .then_some(l)
+        },
+    )
+    .await;
+    match got {
+        Ok(l) => l,
+        Err(_) => panic!("NodeClaims not {types:?}: {}", diagnose(client).await),
+    }
+}
+
+async fn delete_deployment(client: &Client, ns: &str, name: &str) {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    deployments
+        .delete(name, &DeleteParams::background())
+        .await
+        .expect("delete deployment");
+}
+
+/// One sample of the watcher: when, web pods Running, whether a `small` NodeClaim was
+/// Initialized.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    at: Duration,
+    running: usize,
+    small_initialized: bool,
+}
+
+/// Samples the web pods and the NodeClaims every 100 ms until `stop`.
+fn watch(
+    client: Client,
+    ns: String,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<Vec<Sample>> {
+    tokio::spawn(async move {
+        let start = Instant::now();
+        let mut out = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            if let Some(pods) = running_pods(&client, &ns, "web").await {
+                let small_initialized = claims(&client).await.iter().any(|c| {
+                    instance_type(c) == "small"
+                        && condition(c, "Initialized").as_deref() == Some("True")
+                });
+                out.push(Sample {
+                    at: start.elapsed(),
+                    running: pods.len(),
+                    small_initialized,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        out
+    })
+}
+
+/// How long a replace waits for its replacement to initialize (the default is 10 minutes).
+const DISRUPTION_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// `env` with the operator's disruption timeout set.
+async fn env_with_disruption_timeout(timeout: Duration) -> Env {
+    let (tb, provider, cluster) =
+        prepare(default_templates(json!({})), testbed::Options::all()).await;
+    let config = controller::runtime::RunConfig {
+        disruption_timeout: timeout,
+        ..operator_config(&tb)
+    };
+    let metrics_addr = config.metrics_addr;
+    let operator = spawn_operator(config);
+    nodeclass_ready(&tb.client()).await;
+    Env {
+        tb,
+        _provider: provider,
+        cluster,
+        operator,
+        metrics_addr,
+    }
+}
+
+/// Creates Deployments `(name, replicas, cpu)` in `ns` and waits until their pods run.
+async fn run_all(client: &Client, ns: &str, all: &[(&str, i32, &str)]) {
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    for (name, replicas, cpu) in all {
+        deployments
+            .create(
+                &PostParams::default(),
+                &deployment(name, *replicas, cpu, json!({})),
+            )
+            .await
+            .expect("deployment");
+    }
+    for (name, replicas, _) in all {
+        let n = usize::try_from(*replicas).unwrap_or_default();
+        wait_running(client, ns, name, n, 120).await;
+    }
+}
+
+/// The Nodes the Running pods of `app` are on.
+async fn hosts_of(client: &Client, ns: &str, app: &str) -> Vec<String> {
+    running_pods(client, ns, app)
+        .await
+        .expect("pods")
+        .iter()
+        .map(node_of)
+        .collect()
+}
+
+/// The Node of NodeClaim `claim`.
+async fn node_of_claim(client: &Client, claim: &str) -> String {
+    let c = nodeclaims(client).get(claim).await.expect("NodeClaim");
+    c.data["status"]["nodeName"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Creates `filler` (5 cpu) and `web` (3 × 300m), packed onto one `large`; returns its
+/// NodeClaim once all run.
+async fn large_with_web(client: &Client, ns: &str) -> String {
+    run_all(client, ns, &[("filler", 1, "5"), ("web", 3, "300m")]).await;
+    wait_claims(client, &["large"], 30).await[0].name_any()
+}
+
+#[tokio::test]
+async fn consolidation_replaces_merges_explains_and_rolls_back() {
+    let env = env_with_disruption_timeout(DISRUPTION_TIMEOUT).await;
+    let client = env.tb.client();
+    create_consolidating_nodepool(&client).await;
+    let ns = env.tb.temp_namespace().await.expect("namespace");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let started = Instant::now();
+
+    // (a) A large node left with three small pods is replaced by a small one: `filler` (5
+    // cpu) and `web` (3 × 300m) are packed onto one large; then `filler` goes.
+    let large = large_with_web(&client, &ns).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = watch(client.clone(), ns.clone(), Arc::clone(&stop));
+    delete_deployment(&client, &ns, "filler").await;
+    let small = wait_claims(&client, &["small"], 150).await[0].name_any();
+    wait_running(&client, &ns, "web", 3, 60).await;
+    stop.store(true, Ordering::Relaxed);
+    let samples = watcher.await.expect("watcher");
+    let small_node = node_of_claim(&client, &small).await;
+    assert_eq!(hosts_of(&client, &ns, "web").await, vec![small_node; 3]);
+    assert!(samples.len() > 10, "the watcher ran: {samples:?}");
+    assert!(
+        samples.iter().all(|s| s.running > 0),
+        "a web pod ran throughout: {samples:?}"
+    );
+    // Capacity first: the replacement was Initialized before any web pod stopped.
+    let first_dip = samples.iter().find(|s| s.running < 3);
+    let ready_at = samples.iter().find(|s| s.small_initialized).map(|s| s.at);
+    if let Some(dip) = first_dip {
+        assert!(
+            ready_at.is_some_and(|r| r <= dip.at),
+            "a web pod stopped ({dip:?}) before the replacement was Initialized ({ready_at:?})"
+        );
+    }
+    let min_running = samples.iter().map(|s| s.running).min().unwrap_or_default();
+    let events = events_for(&client, &large).await;
+    assert!(
+        events
+            .iter()
+            .any(|(r, note)| r == "DisruptionTerminating" && note.contains("nderutilized")),
+        "{events:?}"
+    );
+    eprintln!(
+        "(a) replaced in {:?}; fewest web pods Running during the move: {min_running}",
+        started.elapsed()
+    );
+
+    // (c) A pod with do-not-disrupt keeps its node, and inspect --why says so. (1500m does
+    // not fit next to web on the small: a second small.)
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment(
+                "db",
+                1,
+                "1500m",
+                json!({"karpenter.sh/do-not-disrupt": "true"}),
+            ),
+        )
+        .await
+        .expect("deployment");
+    wait_running(&client, &ns, "db", 1, 120).await;
+    let db_pod = running_pods(&client, &ns, "db").await.expect("db")[0].name_any();
+    let db_claim = wait_claims(&client, &["small", "small"], 30)
+        .await
+        .into_iter()
+        .find(|c| c.name_any() != small)
+        .expect("db's claim")
+        .name_any();
+    let want = format!("pod {ns}/{db_pod} has do-not-disrupt");
+    let why = wait_for(
+        "inspect --why names the pod",
+        Duration::from_secs(60),
+        || async {
+            let rows = karpenter_capi::inspect::collect(&client, &client, None, true)
+                .await
+                .ok()?;
+            let row = rows.into_iter().find(|r| r.nodeclaim == db_claim)?;
+            row.why.filter(|w| *w == want)
+        },
+    )
+    .await;
+    if why.is_err() {
+        let rows = karpenter_capi::inspect::collect(&client, &client, None, true).await;
+        panic!("inspect --why: {rows:?}, want {want:?}");
+    }
+    // The operator writes the same verdict as the claim's Consolidatable message.
+    let written = wait_for(
+        "the Consolidatable message",
+        Duration::from_secs(60),
+        || async {
+            let claim = nodeclaims(&client).get(&db_claim).await.ok()?;
+            let c = claim.data["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == "Consolidatable")?
+                .clone();
+            (c["message"] == want.as_str()).then_some(c)
+        },
+    )
+    .await;
+    if written.is_err() {
+        panic!("no Consolidatable {want:?}: {}", diagnose(&client).await);
+    }
+    delete_deployment(&client, &ns, "db").await;
+    delete_deployment(&client, &ns, "web").await;
+    wait_claims(&client, &[], 120).await;
+
+    // (b) Three under-used large nodes become one: `fill` (3 × 5 cpu) needs a large each, a
+    // `trio` pod (2 cpu) goes next to each; once `fill` goes, the three trio pods fit on one.
+    let t = Instant::now();
+    run_all(&client, &ns, &[("fill", 3, "5"), ("trio", 3, "2")]).await;
+    let three = wait_claims(&client, &["large", "large", "large"], 30).await;
+    delete_deployment(&client, &ns, "fill").await;
+    let left = wait_claims(&client, &["large"], 180).await;
+    wait_running(&client, &ns, "trio", 3, 60).await;
+    let node = node_of_claim(&client, &left[0].name_any()).await;
+    assert_eq!(hosts_of(&client, &ns, "trio").await, vec![node; 3]);
+    let mut moves = Vec::new();
+    for c in &three {
+        moves.extend(
+            events_for(&client, &c.name_any())
+                .await
+                .into_iter()
+                .filter(|(r, _)| r == "DisruptionTerminating")
+                .map(|(_, note)| note),
+        );
+    }
+    // One multi-node move ("delete 2 nodes" or "replace 3 nodes with large").
+    assert!(
+        moves
+            .iter()
+            .any(|m| m.contains("underutilized (candidate: ") && m.contains(" nodes")),
+        "{moves:?}"
+    );
+    eprintln!("(b) three nodes became one in {:?}: {moves:?}", t.elapsed());
+
+    delete_deployment(&client, &ns, "trio").await;
+    wait_claims(&client, &[], 120).await;
+
+    // (e) A replacement that never initializes is rolled back after the disruption timeout:
+    // `small` Machines now never get a Node.
+    let templates: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &env.cluster.namespace,
+        &testbed::provider::test_machine_template_resource(),
+    );
+    let no_node = json!({"spec": {"template": {"metadata": {"annotations": {
+        testbed::provider::NO_NODE_ANNOTATION: "true"}}}}});
+    templates
+        .patch("small", &PatchParams::default(), &Patch::Merge(&no_node))
+        .await
+        .expect("patch template");
+    let t = Instant::now();
+    let large = large_with_web(&client, &ns).await;
+    delete_deployment(&client, &ns, "filler").await;
+    let replacement = wait_for("a replacement", Duration::from_secs(60), || async {
+        claims(&client)
+            .await
+            .into_iter()
+            .find(|c| instance_type(c) == "small")
+            .map(|c| c.name_any())
+    })
+    .await
+    .expect("a small replacement launched");
+    let rolled_back = wait_for(
+        "rolled back",
+        DISRUPTION_TIMEOUT + Duration::from_secs(60),
+        || async {
+            let events = events_for(&client, &large).await;
+            events
+                .into_iter()
+                .find(|(r, _)| r == "DisruptionRolledBack")
+                .map(|(_, note)| note)
+        },
+    )
+    .await;
+    let Ok(note) = rolled_back else {
+        panic!("not rolled back: {}", diagnose(&client).await);
+    };
+    // The replacement goes, the candidate stays (not deleting), untainted, its pods running.
+    wait_for("replacement gone", Duration::from_secs(30), || async {
+        let l = claims(&client).await;
+        l.iter()
+            .find(|c| c.name_any() == replacement)
+            .is_none_or(|c| c.metadata.deletion_timestamp.is_some())
+            .then_some(())
+    })
+    .await
+    .expect("the replacement deleted");
+    let claim = nodeclaims(&client).get(&large).await.expect("large kept");
+    assert!(claim.metadata.deletion_timestamp.is_none(), "{claim:?}");
+    let node_name = node_of_claim(&client, &large).await;
+    let node = Api::<Node>::all(client.clone())
+        .get(&node_name)
+        .await
+        .expect("large's Node");
+    let tainted = node
+        .spec
+        .and_then(|s| s.taints)
+        .unwrap_or_default()
+        .iter()
+        .any(|t| t.key == "karpenter.sh/disrupted");
+    assert!(!tainted, "candidate untainted after the rollback");
+    assert_eq!(
+        hosts_of(&client, &ns, "web").await,
+        vec![node_name; 3],
+        "web stays on the large node"
+    );
+    eprintln!("(e) rolled back in {:?}: {note}", t.elapsed());
+}
