@@ -108,6 +108,9 @@ async fn finalize(
             let mut finalizers = obj.finalizers().to_vec();
             finalizers.push(finalizer.to_string());
             write(finalizers).await?;
+            // The status is computed from the object this write produced (its watch event
+            // reconciles again), never from the version before it.
+            return Ok(Some(Action::await_change()));
         }
         return Ok(None);
     }

@@ -11,6 +11,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::Store;
 use serde_json::json;
@@ -61,6 +62,9 @@ pub fn advance(recorded: Option<Timestamp>, at: Timestamp) -> Option<Timestamp> 
     }
 }
 
+/// The field manager of the `lastPodEventTime` writes.
+pub const FIELD_MANAGER: &str = "karpenter-capi-podevents";
+
 /// Follows pod changes until `shutdown`.
 pub async fn run(
     client: kube::Client,
@@ -84,21 +88,40 @@ pub async fn run(
         let Some(claim) = claims.iter().find(|c| claim_node_name(c) == Some(node)) else {
             continue;
         };
-        let recorded = claim
-            .status
-            .as_ref()
+        // Without a recorded pod event, consolidation counts from initialization: a pod
+        // bound within the dedupe window of it (the usual first pods) needs no write.
+        let status = claim.status.as_ref();
+        let recorded = status
             .and_then(|s| s.last_pod_event_time.as_ref())
-            .map(|t| t.0);
+            .map(|t| t.0)
+            .or_else(|| {
+                status?
+                    .conditions
+                    .iter()
+                    .find(|c| c.type_ == api::consts::conditions::INITIALIZED && c.status == "True")
+                    .map(|c| c.last_transition_time.0)
+            });
         let Some(next) = advance(recorded, at) else {
             continue;
         };
-        super::status::patch_status(
-            &api,
-            claim,
-            json!({"lastPodEventTime": Time(next)}),
-            "lastPodEventTime",
-        )
-        .await;
+        // A server-side apply of the one field only this loop owns: it never conflicts with
+        // the lifecycle's or disruption's status writes (which carry their resourceVersion),
+        // and it only ever moves the time forward from what the pods say.
+        let patch = json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "status": {"lastPodEventTime": Time(next)},
+        });
+        let params = kube::api::PatchParams::apply(FIELD_MANAGER).force();
+        match api
+            .patch_status(&claim.name_any(), &params, &kube::api::Patch::Apply(&patch))
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => {
+                tracing::debug!(nodeclaim = %claim.name_any(), error = %e, "writing lastPodEventTime failed")
+            }
+        }
     }
 }
 
