@@ -7,8 +7,7 @@
 //! drains and removes the Node.
 //!
 //! Surge-first commands (replacements initialized before the candidates go) run through
-//! [`orchestrate`] (their data and next steps, pure, in [`commands`]); replacements for
-//! drift are planned by [`simulate`].
+//! [`orchestrate`]; replacements for drift are planned by [`simulate`].
 //!
 //! Layout: [`candidates`] (per pool, the NodeClaims that may be disrupted, with their Node
 //! and pods), [`blockers`], [`budgets`], [`pricing`] (price rules, Balanced, binary search),
@@ -25,7 +24,6 @@
 pub mod blockers;
 pub mod budgets;
 pub mod candidates;
-pub mod commands;
 pub mod consolidation;
 pub mod drift;
 pub mod emptiness;
