@@ -389,6 +389,15 @@ pub enum Incompatibility<K> {
     Undefined(K),
 }
 
+impl<K: std::fmt::Display> std::fmt::Display for Incompatibility<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Incompatibility::NoCommonValue(k) => write!(f, "no value of {k} satisfies both"),
+            Incompatibility::Undefined(k) => write!(f, "{k} is required but not set"),
+        }
+    }
+}
+
 impl<K: Ord + Clone, V: LabelValue> Reqs<K, V> {
     pub fn new() -> Self {
         Self::default()

@@ -35,6 +35,7 @@ pub mod podevents;
 pub mod pricing;
 pub mod simulate;
 pub mod status;
+pub mod steps;
 #[cfg(test)]
 mod tests;
 pub mod verdict;

@@ -17,7 +17,7 @@
 //! Like Karpenter, each pass also strips `disrupted` taints and `DisruptionReason`
 //! conditions that no command (and no deletion) accounts for.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -34,10 +34,11 @@ use kube::{Resource, ResourceExt};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+pub use super::steps::{Step, steps, tainted};
 use crate::events::Recorder;
 use crate::metrics::{CreatedLabels, DecisionLabels, Metrics};
 use crate::nodeclaim::context::publish;
-use crate::objects::{annotation, claim_condition, claim_node_name, deleting, name};
+use crate::objects::{annotation, claim_node_name, deleting};
 
 /// Annotation on candidates (the [`Record`]) and label on replacements (the id).
 pub const COMMAND: &str = annotations::DISRUPTION_COMMAND;
@@ -128,142 +129,6 @@ fn reason_name(reason: DisruptionReason) -> &'static str {
         DisruptionReason::Drifted => api::consts::reasons::DRIFTED,
         DisruptionReason::Empty => api::consts::reasons::EMPTY,
     }
-}
-
-/// What to do next about the commands and leftovers found on the objects.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Step {
-    /// Replacements still initializing.
-    Wait { id: String, pending: Vec<String> },
-    /// Every replacement initialized: delete the candidates.
-    Finish {
-        record: Record,
-        candidates: Vec<Arc<NodeClaim>>,
-    },
-    /// Undo: delete `delete` (replacements that never initialized), restore the candidates.
-    Rollback {
-        record: Record,
-        candidates: Vec<Arc<NodeClaim>>,
-        delete: Vec<Arc<NodeClaim>>,
-        why: String,
-    },
-    /// A `disrupted` taint no command accounts for.
-    Untaint(String),
-    /// A `DisruptionReason` condition no command accounts for.
-    ClearReason(Arc<NodeClaim>),
-}
-
-/// Whether a Node carries the `disrupted` taint.
-pub fn tainted(node: &Node) -> bool {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .is_some_and(|ts| ts.iter().any(|t| t.key == taints::DISRUPTED))
-}
-
-/// The steps for the cached objects at `now`. `recent` says whether a command id (or a
-/// candidate name) was started by this process within [`CACHE_LAG`].
-pub fn steps(
-    nodeclaims: &[Arc<NodeClaim>],
-    nodes: &[Arc<Node>],
-    now: Timestamp,
-    timeout: Duration,
-    recent: &dyn Fn(&str) -> bool,
-) -> Vec<Step> {
-    let mut commands: BTreeMap<String, (Record, Vec<Arc<NodeClaim>>)> = BTreeMap::new();
-    let mut replacements: HashMap<&str, Vec<&Arc<NodeClaim>>> = HashMap::new();
-    let mut accounted: HashSet<&str> = HashSet::new();
-    let mut out = Vec::new();
-    for c in nodeclaims {
-        if let Some(id) = c.labels().get(labels::DISRUPTION_COMMAND) {
-            replacements.entry(id.as_str()).or_default().push(c);
-        }
-        let Some(record) = Record::of(c) else {
-            if deleting(c.as_ref()) || recent(name(c.as_ref())) {
-                if let Some(n) = claim_node_name(c) {
-                    accounted.insert(n);
-                }
-            } else if c.status.as_ref().is_some_and(|s| {
-                api::conditions::get(&s.conditions, types::DISRUPTION_REASON).is_some()
-            }) {
-                out.push(Step::ClearReason(c.clone()));
-            }
-            continue;
-        };
-        if let Some(n) = claim_node_name(c) {
-            accounted.insert(n);
-        }
-        if !deleting(c.as_ref()) {
-            commands
-                .entry(record.id.clone())
-                .or_insert_with(|| (record, Vec::new()))
-                .1
-                .push(c.clone());
-        }
-    }
-    for n in nodes {
-        let node = name(n.as_ref());
-        if tainted(n) && !accounted.contains(node) && !recent(node) {
-            out.push(Step::Untaint(node.to_string()));
-        }
-    }
-    for (id, (record, candidates)) in commands {
-        let mine = replacements.remove(id.as_str()).unwrap_or_default();
-        let alive: Vec<&Arc<NodeClaim>> = mine
-            .iter()
-            .copied()
-            .filter(|r| !deleting(r.as_ref()))
-            .collect();
-        let pending: Vec<&Arc<NodeClaim>> = alive
-            .iter()
-            .copied()
-            .filter(|r| !claim_condition(r, types::INITIALIZED))
-            .collect();
-        let age = record
-            .started
-            .parse::<Timestamp>()
-            .ok()
-            .and_then(|t| Duration::try_from(now.duration_since(t)).ok())
-            .unwrap_or(Duration::MAX);
-        let why = if alive.len() < record.replacements && !recent(&id) {
-            Some(format!(
-                "{} of {} replacement(s) failed or vanished",
-                record.replacements - alive.len(),
-                record.replacements
-            ))
-        } else if age >= timeout && !pending.is_empty() {
-            Some(format!(
-                "replacement(s) {} not initialized within {}s",
-                names(&pending).join(", "),
-                timeout.as_secs()
-            ))
-        } else {
-            None
-        };
-        if let Some(why) = why {
-            out.push(Step::Rollback {
-                record,
-                candidates,
-                delete: pending.into_iter().cloned().collect(),
-                why,
-            });
-        } else if alive.len() >= record.replacements && pending.is_empty() {
-            out.push(Step::Finish { record, candidates });
-        } else {
-            out.push(Step::Wait {
-                id,
-                pending: names(&pending),
-            });
-        }
-    }
-    out
-}
-
-fn names(claims: &[&Arc<NodeClaim>]) -> Vec<String> {
-    claims
-        .iter()
-        .map(|c| name(c.as_ref()).to_string())
-        .collect()
 }
 
 /// A command id: short, a valid label value, unique per candidate set and start time.
@@ -676,6 +541,7 @@ pub async fn delete_disrupted(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::objects::name;
     use serde_json::Value;
 
     fn claim(v: Value) -> Arc<NodeClaim> {

@@ -124,7 +124,7 @@ fn requirements_drifted(o: &Observed) -> Option<Drift> {
     hit(
         reasons::REQUIREMENTS_DRIFTED,
         format!(
-            "labels no longer satisfy NodePool {} requirements: {e:?}",
+            "labels no longer satisfy NodePool {} requirements: {e}",
             pool.name_any()
         ),
     )
