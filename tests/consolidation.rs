@@ -179,22 +179,13 @@ const DISRUPTION_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// `env` with the operator's disruption timeout set.
 async fn env_with_disruption_timeout(timeout: Duration) -> Env {
-    let (tb, provider, cluster) =
-        prepare(default_templates(json!({})), testbed::Options::all()).await;
-    let config = controller::runtime::RunConfig {
-        disruption_timeout: timeout,
-        ..operator_config(&tb)
-    };
-    let metrics_addr = config.metrics_addr;
-    let operator = spawn_operator(config);
-    nodeclass_ready(&tb.client()).await;
-    Env {
-        tb,
-        _provider: provider,
-        cluster,
-        operator,
-        metrics_addr,
-    }
+    env_tuned(
+        default_templates(json!({})),
+        Identity::Admin,
+        testbed::Options::all(),
+        |c| c.disruption_timeout = timeout,
+    )
+    .await
 }
 
 /// Creates Deployments `(name, replicas, cpu)` in `ns` and waits until their pods run.
