@@ -319,10 +319,11 @@ async fn consolidation_replaces_merges_explains_and_rolls_back() {
         let rows = karpenter_capi::inspect::collect(&client, &client, None, true).await;
         panic!("inspect --why: {rows:?}, want {want:?}");
     }
-    // The operator writes the same verdict as the claim's Consolidatable message.
+    // The operator writes the same verdict as the claim's Consolidatable message (a new
+    // message alone is written at most once a minute).
     let written = wait_for(
         "the Consolidatable message",
-        Duration::from_secs(60),
+        Duration::from_secs(60) + controller::disruption::status::MESSAGE_REFRESH,
         || async {
             let claim = nodeclaims(&client).get(&db_claim).await.ok()?;
             let c = claim.data["status"]["conditions"]

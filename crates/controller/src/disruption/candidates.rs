@@ -134,10 +134,7 @@ pub fn pools<'a>(view: &'a View, pods_on: &'a HashMap<&'a str, Vec<&'a Pod>>) ->
                 .get(pool_name)
                 .map(Vec::as_slice)
                 .unwrap_or_default();
-            let consolidate_after = match p.spec.disruption.consolidate_after.as_str() {
-                "Never" => None,
-                d => parse_duration(d),
-            };
+            let consolidate_after = consolidate_after(p);
             Pool {
                 name: pool_name,
                 spec: &p.spec,
@@ -165,6 +162,23 @@ pub fn pools<'a>(view: &'a View, pods_on: &'a HashMap<&'a str, Vec<&'a Pod>>) ->
             }
         })
         .collect()
+}
+
+/// A NodePool's `consolidateAfter`; `None` for `Never` (or unparsable).
+pub fn consolidate_after(pool: &NodePool) -> Option<Duration> {
+    match pool.spec.disruption.consolidate_after.as_str() {
+        "Never" => None,
+        d => parse_duration(d),
+    }
+}
+
+/// Whether a NodeClaim of `pools` is `Consolidatable` at `now` (`None`: the condition does
+/// not apply).
+pub fn consolidatable(claim: &NodeClaim, pools: &[Arc<NodePool>], now: Timestamp) -> Option<bool> {
+    let pool = pools
+        .iter()
+        .find(|p| Some(name(p.as_ref())) == nodepool_of(claim))?;
+    consolidatable_at(claim, consolidate_after(pool)).map(|t| t <= now)
 }
 
 /// When a NodeClaim becomes `Consolidatable`: `consolidateAfter` after its last pod event

@@ -194,6 +194,7 @@ pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> 
     let mut timers = Timers::default();
     // The last DisruptionBlocked message per NodeClaim: an event only when it changes.
     let mut blocked: HashMap<String, String> = HashMap::new();
+    let mut written = status::Written::default();
     loop {
         tokio::select! {
             _ = &mut shutdown => return,
@@ -223,7 +224,13 @@ pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> 
         for note in &outcome.notes {
             d.note(note).await;
         }
-        status::write_conditions(&d.client, &d.nodeclaims.state(), &outcome.verdicts).await;
+        status::write_conditions(
+            &d.client,
+            &d.nodeclaims.state(),
+            &outcome.verdicts,
+            &mut written,
+        )
+        .await;
         let now_blocked: HashMap<String, String> = timers
             .blocked()
             .into_iter()

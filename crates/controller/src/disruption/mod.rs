@@ -315,6 +315,12 @@ pub fn pass(
             Verdict::blocked("being deleted"),
         );
     }
+    // The condition state is the claim's, whichever method gave the verdict.
+    for c in view.nodeclaims {
+        if let Some(v) = pass.verdicts.get_mut(name(c.as_ref())) {
+            v.consolidatable = candidates::consolidatable(c, view.nodepools, now);
+        }
+    }
     let keep: HashSet<String> = view
         .nodeclaims
         .iter()

@@ -1,10 +1,13 @@
 //! What a pass publishes besides its decisions: the `Consolidatable` condition of every
-//! NodeClaim (status from `consolidateAfter`, message = its verdict), Events on NodePools,
-//! and the disruption metrics. A condition is written only when it changes, conditional on
-//! the resourceVersion it was computed from.
+//! NodeClaim (present, `True`, once `consolidateAfter` has elapsed, as in Karpenter; its
+//! reason and message are the verdict), Events on NodePools, and the disruption metrics.
+//! A condition is written only when it changes, conditional on the resourceVersion it was
+//! computed from; a change of the message alone (the verdict's wording, which moves as the
+//! cluster fills or drains) at most once per [`MESSAGE_REFRESH`] per NodeClaim.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use api::NodeClaim;
 use api::consts::conditions as types;
@@ -17,30 +20,44 @@ use super::{Outcome, Verdict};
 use crate::metrics::{EligibleLabels, Metrics, NodePoolLabels, PoolReasonLabels};
 use crate::objects::deleting;
 
+/// A NodeClaim's condition message alone is rewritten at most this often (its status and
+/// reason at once); `inspect --why` always shows the live verdict.
+pub const MESSAGE_REFRESH: Duration = Duration::from_secs(60);
+
 /// The `Consolidatable` condition a NodeClaim should carry: `None` when it does not apply
-/// (`consolidateAfter: Never`, not initialized), else (status, reason, message).
+/// (`consolidateAfter: Never`, not initialized, or not elapsed since the last pod event —
+/// Karpenter clears it then), else (status, reason, message).
 pub fn condition(v: &Verdict) -> Option<(&'static str, &'static str, String)> {
-    let elapsed = v.consolidatable?;
-    let reason = match (v.is_candidate(), elapsed) {
-        (true, _) => "Candidate",
-        (false, false) => "ConsolidateAfterNotElapsed",
-        (false, true) => "Blocked",
-    };
-    let status = if elapsed {
-        api::conditions::TRUE
+    if !v.consolidatable? {
+        return None;
+    }
+    let reason = if v.is_candidate() {
+        "Candidate"
     } else {
-        api::conditions::FALSE
+        "Blocked"
     };
-    Some((status, reason, v.to_string()))
+    Some((api::conditions::TRUE, reason, v.to_string()))
 }
 
-/// The claim's status with its `Consolidatable` condition set from `v`; `None` if unchanged.
+/// What a write of the condition would change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// Added, removed, or a new status or reason.
+    State,
+    /// Only the message.
+    Message,
+}
+
+/// The claim's status with its `Consolidatable` condition set from `v`, and what changed;
+/// `None` if unchanged.
 pub fn updated(
     claim: &NodeClaim,
     v: Option<&Verdict>,
     now: Timestamp,
-) -> Option<api::karpenter::NodeClaimStatus> {
+) -> Option<(api::karpenter::NodeClaimStatus, Change)> {
     let mut status = claim.status.clone().unwrap_or_default();
+    let before = api::conditions::get(&status.conditions, types::CONSOLIDATABLE)
+        .map(|c| (c.status.clone(), c.reason.clone()));
     let changed = match v.and_then(condition) {
         Some((s, reason, message)) => api::conditions::set(
             &mut status.conditions,
@@ -53,22 +70,64 @@ pub fn updated(
         ),
         None => api::conditions::remove(&mut status.conditions, types::CONSOLIDATABLE),
     };
-    changed.then_some(status)
+    let after = api::conditions::get(&status.conditions, types::CONSOLIDATABLE)
+        .map(|c| (c.status.clone(), c.reason.clone()));
+    let change = if before == after {
+        Change::Message
+    } else {
+        Change::State
+    };
+    changed.then_some((status, change))
 }
 
-/// Writes the changed `Consolidatable` conditions (a 409 means a newer object: the next
-/// pass computes again from it).
+/// When each NodeClaim's condition was last written by this process.
+#[derive(Debug, Default)]
+pub struct Written(HashMap<String, Instant>);
+
+impl Written {
+    /// Whether a change may be written now: a state change always, a message change once
+    /// [`MESSAGE_REFRESH`] has passed since our last write (or after a restart).
+    pub fn due(&self, claim: &str, change: Change, now: Instant) -> bool {
+        change == Change::State
+            || self
+                .0
+                .get(claim)
+                .is_none_or(|t| now.duration_since(*t) >= MESSAGE_REFRESH)
+    }
+
+    pub fn wrote(&mut self, claim: &str, now: Instant) {
+        self.0.insert(claim.to_string(), now);
+    }
+
+    /// Forgets NodeClaims not in `claims`.
+    pub fn retain(&mut self, claims: &[Arc<NodeClaim>]) {
+        let names: std::collections::HashSet<String> =
+            claims.iter().map(|c| c.name_any()).collect();
+        self.0.retain(|k, _| names.contains(k));
+    }
+}
+
+/// Writes the changed `Consolidatable` conditions that are due (a 409 means a newer object:
+/// the next pass computes again from it).
 pub async fn write_conditions(
     client: &kube::Client,
     claims: &[Arc<NodeClaim>],
     verdicts: &BTreeMap<String, Verdict>,
+    written: &mut Written,
 ) {
     let api: Api<NodeClaim> = Api::all(client.clone());
     let now = Timestamp::now();
+    let instant = Instant::now();
+    written.retain(claims);
     for c in claims.iter().filter(|c| !deleting(c.as_ref())) {
-        let Some(status) = updated(c, verdicts.get(&c.name_any()), now) else {
+        let name = c.name_any();
+        let Some((status, change)) = updated(c, verdicts.get(&name), now) else {
             continue;
         };
+        if !written.due(&name, change, instant) {
+            continue;
+        }
+        written.wrote(&name, instant);
         patch_status(
             &api,
             c,
@@ -158,45 +217,65 @@ mod tests {
         }))
         .expect("claim");
         let now: Timestamp = "2026-11-22T10:00:00Z".parse().expect("ts");
-        let waiting =
-            Verdict::blocked("consolidateAfter not elapsed (4m left)").consolidatable(Some(false));
-        let status = updated(&claim, Some(&waiting), now).expect("added");
+        // Not elapsed: absent, as in Karpenter — nothing to write for a fresh claim.
+        let waiting = Verdict::blocked("consolidateAfter 30s not elapsed since the last pod event")
+            .consolidatable(Some(false));
+        assert_eq!(updated(&claim, Some(&waiting), now), None, "absent stays absent");
+        let blocked = Verdict::blocked("no cheaper option").consolidatable(Some(true));
+        let (status, change) = updated(&claim, Some(&blocked), now).expect("added");
+        assert_eq!(change, Change::State);
         let c = api::conditions::get(&status.conditions, types::CONSOLIDATABLE).expect("condition");
-        assert_eq!(
-            (c.status.as_str(), c.reason.as_str()),
-            ("False", "ConsolidateAfterNotElapsed")
-        );
-        assert_eq!(c.message, "consolidateAfter not elapsed (4m left)");
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "Blocked"));
+        assert_eq!(c.message, "no cheaper option");
         let claim = NodeClaim {
             status: Some(status),
             ..claim
         };
         assert_eq!(
-            updated(&claim, Some(&waiting), now),
+            updated(&claim, Some(&blocked), now),
             None,
             "no change, no write"
         );
+        let other = Verdict::blocked("pods do not fit elsewhere").consolidatable(Some(true));
+        let (_, change) = updated(&claim, Some(&other), now).expect("message changed");
+        assert_eq!(change, Change::Message);
         let candidate = Verdict::candidate(
             "replace",
             vec!["c".into()],
             Some("small".into()),
             0.26,
             DisruptionReason::Underutilized,
-        );
-        let status = updated(&claim, Some(&candidate), now).expect("changed");
+        )
+        .consolidatable(Some(true));
+        let (status, change) = updated(&claim, Some(&candidate), now).expect("changed");
+        assert_eq!(change, Change::State);
         let c = api::conditions::get(&status.conditions, types::CONSOLIDATABLE).expect("condition");
         assert_eq!(
             (c.status.as_str(), c.reason.as_str()),
             ("True", "Candidate")
         );
         assert_eq!(c.message, "candidate: replace with small (saves 0.26/h)");
-        // Never / not initialized: the condition goes away.
+        // A new pod event, Never, or not initialized: the condition goes away.
         let claim = NodeClaim {
             status: Some(status),
             ..claim
         };
-        let off = Verdict::blocked("consolidateAfter is Never");
-        let status = updated(&claim, Some(&off), now).expect("removed");
+        let (status, change) = updated(&claim, Some(&waiting), now).expect("removed");
+        assert_eq!(change, Change::State);
         assert!(api::conditions::get(&status.conditions, types::CONSOLIDATABLE).is_none());
+        let off = Verdict::blocked("consolidateAfter is Never");
+        let (status, _) = updated(&claim, Some(&off), now).expect("removed");
+        assert!(api::conditions::get(&status.conditions, types::CONSOLIDATABLE).is_none());
+    }
+
+    #[test]
+    fn a_message_alone_is_refreshed_at_most_once_a_minute() {
+        let mut w = Written::default();
+        let t0 = Instant::now();
+        assert!(w.due("a", Change::Message, t0), "never written: due");
+        w.wrote("a", t0);
+        assert!(!w.due("a", Change::Message, t0 + Duration::from_secs(59)));
+        assert!(w.due("a", Change::State, t0 + Duration::from_secs(1)));
+        assert!(w.due("a", Change::Message, t0 + MESSAGE_REFRESH));
     }
 }
