@@ -48,7 +48,7 @@ impl IndexCatalogs {
     pub fn catalog_for(
         &self,
         nc: &ClusterAPINodeClass,
-    ) -> Arc<Result<Catalog, templates::SettingsError>> {
+    ) -> Arc<Result<Arc<Catalog>, templates::SettingsError>> {
         let selection = Selection::from_node_class(nc);
         let cluster = self.cluster_of(nc);
         let settings = CatalogSettings::from_node_class(nc, cluster.as_deref());
@@ -60,7 +60,7 @@ impl Catalogs for IndexCatalogs {
     fn catalog(&self, nodeclass: &str) -> Option<Arc<Catalog>> {
         let nc = self.nodeclasses.get(&ObjectRef::new(nodeclass))?;
         match &*self.catalog_for(&nc) {
-            Ok(c) if !c.instance_types.is_empty() => Some(Arc::new(c.clone())),
+            Ok(c) if !c.instance_types.is_empty() => Some(Arc::clone(c)),
             _ => None,
         }
     }

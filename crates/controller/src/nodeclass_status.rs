@@ -46,7 +46,7 @@ pub fn compute_status(
     current: &[Condition],
     generation: Option<i64>,
     parts: &[ConditionValue],
-    catalog: &Result<Catalog, SettingsError>,
+    catalog: &Result<std::sync::Arc<Catalog>, SettingsError>,
     now: Timestamp,
 ) -> ClusterAPINodeClassStatus {
     let mut c = current.to_vec();
@@ -58,7 +58,7 @@ pub fn compute_status(
     api::conditions::set_ready_from(&mut c, NODECLASS_READY_PARTS, generation, now);
     let instance_types = catalog
         .as_ref()
-        .map(templates::status::summarize)
+        .map(|c| templates::status::summarize(c))
         .unwrap_or_default();
     ClusterAPINodeClassStatus {
         conditions: c,
@@ -371,7 +371,8 @@ mod tests {
                 json!({"architecture": "arm64", "operatingSystem": "linux"}),
             )],
             &settings,
-        );
+        )
+        .map(Arc::new);
         let parts = [status::templates_ready(&catalog)];
         let s = compute_status(&[], Some(1), &parts, &catalog, now);
         let list = &s.instance_types;
@@ -391,7 +392,7 @@ mod tests {
     #[test]
     fn a_status_without_instance_types_is_not_rewritten() {
         let now: Timestamp = "2026-11-22T10:00:00Z".parse().expect("time");
-        let empty = Ok(Catalog::default());
+        let empty = Ok(Arc::new(Catalog::default()));
         let parts = [status::templates_ready(&empty)];
         let next = compute_status(&[], Some(1), &parts, &empty, now);
         // As the API server stores it and the typed cache serialises it back: the empty
@@ -412,7 +413,7 @@ mod tests {
     #[test]
     fn ready_needs_cluster_templates_and_bootstrap() {
         let now: Timestamp = "2026-11-22T10:00:00Z".parse().expect("time");
-        let empty = Ok(Catalog::default());
+        let empty = Ok(Arc::new(Catalog::default()));
         let found = status::bootstrap_ready(
             &BootstrapState::SecretFound {
                 name: "data".into(),
@@ -449,7 +450,7 @@ mod tests {
             .map(|i| template(&format!("bad-{i}"), "x", json!({})))
             .collect();
         many.push(template("good", "2", json!({})));
-        let catalog = templates::build_catalog(&many, &CatalogSettings::default());
+        let catalog = templates::build_catalog(&many, &CatalogSettings::default()).map(Arc::new);
         let cluster: Cluster = serde_json::from_value(json!({
             "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
             "metadata": {"name": "b", "namespace": "a"}, "spec": {},

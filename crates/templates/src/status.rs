@@ -91,7 +91,7 @@ pub fn name_first(excluded: &[String]) -> String {
     parts.join("; ")
 }
 
-pub fn templates_ready(catalog: &Result<Catalog, SettingsError>) -> ConditionValue {
+pub fn templates_ready(catalog: &Result<std::sync::Arc<Catalog>, SettingsError>) -> ConditionValue {
     let cond = |status, reason, message: String| ConditionValue {
         type_: types::TEMPLATES_READY,
         status,
@@ -296,7 +296,7 @@ mod tests {
             failure_domains: vec!["fd-1".into()],
             ..Default::default()
         };
-        let good = build_catalog(&[tpl("a", "2")], &s);
+        let good = build_catalog(&[tpl("a", "2")], &s).map(std::sync::Arc::new);
         let c = templates_ready(&good);
         assert_eq!((c.status, c.reason), ("True", "TemplatesReady"));
         assert!(
@@ -320,23 +320,24 @@ mod tests {
         assert_eq!(summary[0].gpus, 0);
         assert_eq!(summary[0].templates, ["a"]);
 
-        let mixed = build_catalog(&[tpl("a", "2"), tpl("b", "two")], &s);
+        let mixed = build_catalog(&[tpl("a", "2"), tpl("b", "two")], &s).map(std::sync::Arc::new);
         let c = templates_ready(&mixed);
         assert_eq!((c.status, c.reason), ("True", "TemplatesExcluded"));
         assert!(c.message.contains("1 excluded: DockerMachineTemplate ns/b: metadata.annotations[capacity.cluster-autoscaler.kubernetes.io/cpu]"), "{}", c.message);
 
-        let bad = build_catalog(&[tpl("b", "two")], &s);
+        let bad = build_catalog(&[tpl("b", "two")], &s).map(std::sync::Arc::new);
         let c = templates_ready(&bad);
         assert_eq!((c.status, c.reason), ("False", "NoValidTemplates"));
 
-        let c = templates_ready(&build_catalog(&[], &s));
+        let c = templates_ready(&build_catalog(&[], &s).map(std::sync::Arc::new));
         assert_eq!((c.status, c.reason), ("False", "NoTemplates"));
 
         let invalid = CatalogSettings {
             max_pods: Some(-3),
             ..Default::default()
         };
-        let c = templates_ready(&build_catalog(&[tpl("a", "2")], &invalid));
+        let c =
+            templates_ready(&build_catalog(&[tpl("a", "2")], &invalid).map(std::sync::Arc::new));
         assert_eq!(
             (c.status, c.reason),
             ("False", "InvalidKubeletConfiguration")

@@ -192,7 +192,7 @@ type CatalogCache = Vec<(
     Selection,
     CatalogSettings,
     u64,
-    Arc<Result<Catalog, SettingsError>>,
+    Arc<Result<Arc<Catalog>, SettingsError>>,
 )>;
 
 /// At most this many (selection, settings) pairs are cached (one per NodeClass in practice).
@@ -342,7 +342,7 @@ impl TemplateIndex {
         &self,
         selection: &Selection,
         settings: &CatalogSettings,
-    ) -> Arc<Result<Catalog, SettingsError>> {
+    ) -> Arc<Result<Arc<Catalog>, SettingsError>> {
         // Read the counter before the stores: a change racing with the build makes the entry
         // look older than its data, never newer, so it is rebuilt rather than served stale.
         let generation = *self.inner.changes.borrow();
@@ -355,7 +355,7 @@ impl TemplateIndex {
                 return c.clone();
             }
         }
-        let built = Arc::new(self.catalog(selection, settings));
+        let built = Arc::new(self.catalog(selection, settings).map(Arc::new));
         let mut cache = self.inner.cache.lock().unwrap_or_else(|e| e.into_inner());
         cache.retain(|(sel, set, _, _)| !(sel == selection && set == settings));
         if cache.len() >= CATALOG_CACHE_SIZE {

@@ -220,7 +220,11 @@ mod tests {
         // Not elapsed: absent, as in Karpenter — nothing to write for a fresh claim.
         let waiting = Verdict::blocked("consolidateAfter 30s not elapsed since the last pod event")
             .consolidatable(Some(false));
-        assert_eq!(updated(&claim, Some(&waiting), now), None, "absent stays absent");
+        assert_eq!(
+            updated(&claim, Some(&waiting), now),
+            None,
+            "absent stays absent"
+        );
         let blocked = Verdict::blocked("no cheaper option").consolidatable(Some(true));
         let (status, change) = updated(&claim, Some(&blocked), now).expect("added");
         assert_eq!(change, Change::State);
