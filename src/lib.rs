@@ -1,5 +1,7 @@
 //! The CLI's own commands, as a library so tests reach them: `simulate` (offline, the plan the
-//! provisioner would make for a snapshot) and `inspect` (NodePool → NodeClaim → Machine → Node).
+//! provisioner would make for a snapshot) and `inspect` (NodePool → NodeClaim → Machine → Node),
+//! and the operator process's [`memory`] housekeeping.
 
 pub mod inspect;
+pub mod memory;
 pub mod simulate;

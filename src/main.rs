@@ -230,6 +230,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         // GC interval and grace.
         ..Default::default()
     };
+    karpenter_capi::memory::trim_periodically();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -282,7 +283,10 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Version => println!("karpenter-capi {}", env!("CARGO_PKG_VERSION")),
         Command::InstanceTypes(args) => instance_types(args)?,
-        Command::Run(args) => run(*args)?,
+        Command::Run(args) => {
+            karpenter_capi::memory::configure();
+            run(*args)?
+        }
         Command::Inspect(args) => inspect(args)?,
         Command::Simulate(args) => simulate(args)?,
         Command::Crds { out } => {

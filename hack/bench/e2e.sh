@@ -7,6 +7,7 @@
 #   hack/bench/e2e.sh --kube-api-qps 200   # kube-controller-manager and kube-scheduler client
 #                                     # rate limit (default theirs, 20 / 50 QPS: the ReplicaSet
 #                                     # then creates about 20 pods/s on both sides)
+#   hack/bench/e2e.sh --cycles 2     # 0 -> N -> 0 twice: does RSS come back after each burst?
 #   E2E_WRAP="heaptrack -o /tmp/op" hack/bench/e2e.sh --only ours   # run our operator under a
 #                                     # profiler (its RSS/CPU figures then include the wrapper)
 #
@@ -26,13 +27,15 @@ repo=$(cd "$here/../.." && pwd)
 pods=${E2E_PODS:-1000}
 only=
 qps=()
+cycles=1
 while [ $# -gt 0 ]; do
   case $1 in
     --pods) pods=$2; shift 2 ;;
     --large) pods=5000; shift ;;
     --only) only=$2; shift 2 ;;
     --kube-api-qps) qps=(--kube-api-qps "$2"); shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --cycles) cycles=$2; shift 2 ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "e2e.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -80,7 +83,7 @@ bench() { # bench LABEL PID AGENT METRICS_PORT ARGS...
   "$target/bench-e2e" run --kubeconfig "$KUBECONFIG" --pods "$pods" --label "$label" \
     --agent "$agent" --pid "$pid" --audit-log "$out/$label/logs/audit.log" \
     --metrics-url "http://127.0.0.1:$mport/metrics" --metric karpenter_nodeclaims_created_total \
-    --out "$out/$label-$pods.json" "$@" | tee "$out/$label-$pods.txt"
+    --cycles "$cycles" --out "$out/$label-$pods.json" "$@" | tee "$out/$label-$pods.txt"
 }
 
 run_ours() {

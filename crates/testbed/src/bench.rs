@@ -231,6 +231,12 @@ pub struct Process {
     pub cpu_scale_out: f64,
     /// ... from the scale-down until everything was gone.
     pub cpu_scale_in: f64,
+    /// VmRSS, MiB, just before the (first) scale-up.
+    #[serde(default)]
+    pub idle_rss_mib: f64,
+    /// VmRSS, MiB, a settle time after each cycle's scale to 0 was complete.
+    #[serde(default)]
+    pub after_rss_mib: Vec<f64>,
 }
 
 /// One run's figures; `bench-e2e compare` puts two side by side.
@@ -301,7 +307,13 @@ const FIGURES: &[Figure] = &[
                 .copied()
         },
     ),
+    ("idle RSS before scale-out (MiB)", |s| {
+        (s.process.idle_rss_mib > 0.0).then_some(s.process.idle_rss_mib)
+    }),
     ("peak RSS (MiB)", |s| Some(s.process.peak_rss_mib)),
+    ("RSS after the last scale to 0 (MiB)", |s| {
+        s.process.after_rss_mib.last().copied()
+    }),
     ("CPU s, scale-out", |s| Some(s.process.cpu_scale_out)),
     ("API writes, scale-out (no events/leases)", |s| {
         Some(s.writes_scale_out.objects() as f64)
@@ -373,6 +385,19 @@ pub fn report(s: &Summary) -> String {
         "\nprocess: peak RSS {:.0} MiB, CPU {:.1} s scale-out, {:.1} s scale-in\n",
         s.process.peak_rss_mib, s.process.cpu_scale_out, s.process.cpu_scale_in
     );
+    if s.process.idle_rss_mib > 0.0 {
+        let after: Vec<String> = s
+            .process
+            .after_rss_mib
+            .iter()
+            .map(|r| format!("{r:.1}"))
+            .collect();
+        out += &format!(
+            "RSS: idle {:.1} MiB before scale-out, after each scale to 0: {} MiB\n",
+            s.process.idle_rss_mib,
+            after.join(", ")
+        );
+    }
     for (phase, w) in [
         ("scale-out", &s.writes_scale_out),
         ("scale-in", &s.writes_scale_in),

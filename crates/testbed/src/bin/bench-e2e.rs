@@ -2,7 +2,7 @@
 //!
 //!   bench-e2e run --kubeconfig PATH --pods N --label NAME --agent UA_PREFIX --pid PID
 //!                 --audit-log PATH [--machines] [--deployment NS/NAME] [--metrics-url URL]
-//!                 [--metric NAME]... [--timeout SECS] [--out FILE]
+//!                 [--metric NAME]... [--timeout SECS] [--cycles N] [--settle SECS] [--out FILE]
 //!   bench-e2e compare A.json B.json
 //!   bench-e2e recount --audit-log PATH --agent UA_PREFIX SUMMARY.json   # API requests again
 //!
@@ -12,7 +12,11 @@
 //! Node it saw is gone. It then reports the times (from the scale-up, or the scale-down), the
 //! per-pod breakdown, the autoscaler's (`--pid`) peak RSS and CPU, and its API requests from the
 //! audit log (clients whose User-Agent starts with `--agent`), and writes them as JSON (`--out`).
-//! `compare` prints two such files side by side. Figures are reported, never asserted.
+//! It also samples the autoscaler's RSS before the scale-up and `--settle` seconds (30) after the
+//! scale to 0 was complete; `--cycles N` repeats the scale-out and scale-in N times (the figures
+//! above are the first cycle's; the RSS after each cycle is reported), to show whether memory
+//! returns after a burst. `compare` prints two such files side by side. Figures are reported,
+//! never asserted.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -44,6 +48,8 @@ struct Args {
     metrics_url: Option<String>,
     metrics: Vec<String>,
     timeout: u64,
+    cycles: usize,
+    settle: u64,
     out: Option<PathBuf>,
 }
 
@@ -51,6 +57,8 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut a = Args {
         deployment: ("default".into(), "inflate".into()),
         timeout: 1800,
+        cycles: 1,
+        settle: 30,
         ..Args::default()
     };
     while let Some(flag) = it.next() {
@@ -71,6 +79,8 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
             "--metrics-url" => a.metrics_url = Some(value()?),
             "--metric" => a.metrics.push(value()?),
             "--timeout" => a.timeout = value()?.parse().map_err(|e| format!("--timeout: {e}"))?,
+            "--cycles" => a.cycles = value()?.parse().map_err(|e| format!("--cycles: {e}"))?,
+            "--settle" => a.settle = value()?.parse().map_err(|e| format!("--settle: {e}"))?,
             "--out" => a.out = Some(value()?.into()),
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -199,6 +209,24 @@ async fn until(deadline: Instant, mut done: impl FnMut() -> bool) -> bool {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     true
+}
+
+/// VmRSS of a process, MiB.
+fn rss_mib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        .unwrap_or(0.0)
+        / 1024.0
+}
+
+/// The RSS `--settle` seconds after a scale to 0 completed (the measurement's definition
+/// of "after": the operator's loops keep running meanwhile).
+async fn settled_rss(a: &Args) -> f64 {
+    tokio::time::sleep(Duration::from_secs(a.settle)).await;
+    rss_mib(a.pid)
 }
 
 /// (VmHWM in MiB, user+system CPU seconds) of a process.
@@ -345,6 +373,7 @@ async fn run(a: Args) -> Result<Summary, String> {
     }
 
     let (_, cpu0) = proc_stats(a.pid);
+    let idle_rss = rss_mib(a.pid);
     let t_up = at(&w);
     scale(&client, &a, a.pods)
         .await
@@ -399,8 +428,49 @@ async fn run(a: Args) -> Result<Summary, String> {
         );
     }
     let t_gone = at(&w);
-    let (hwm, cpu2) = proc_stats(a.pid);
+    let (_, cpu2) = proc_stats(a.pid);
     let end = w.timeline.lock().map(|t| t.clone()).unwrap_or_default();
+    let mut after_rss = vec![settled_rss(&a).await];
+    for cycle in 2..=a.cycles {
+        let t_c = at(&w);
+        let since = |m: &HashMap<String, ObjectTimes>| {
+            m.values()
+                .filter(|o| o.created.is_some_and(|c| c >= t_c) && o.gone.is_none())
+                .count()
+        };
+        scale(&client, &a, a.pods)
+            .await
+            .map_err(|e| e.to_string())?;
+        let running = || {
+            w.timeline
+                .lock()
+                .map(|t| {
+                    t.pods
+                        .values()
+                        .filter(|p| p.created.is_some_and(|c| c >= t_c) && p.running.is_some())
+                        .count()
+                })
+                .unwrap_or(0)
+        };
+        let deadline = Instant::now() + Duration::from_secs(a.timeout);
+        let ok = until(deadline, || running() >= a.pods).await;
+        scale(&client, &a, 0).await.map_err(|e| e.to_string())?;
+        let alive = || {
+            w.timeline
+                .lock()
+                .map(|t| since(&t.nodeclaims) + since(&t.machines) + since(&t.nodes))
+                .unwrap_or(usize::MAX)
+        };
+        let gone = until(deadline, || alive() == 0).await;
+        after_rss.push(settled_rss(&a).await);
+        eprintln!(
+            "bench-e2e: {}: cycle {cycle}: {} pods running {ok}, all gone {gone}, RSS {:.1} MiB",
+            a.label,
+            a.pods,
+            after_rss.last().copied().unwrap_or(0.0)
+        );
+    }
+    let (hwm, _) = proc_stats(a.pid);
 
     let t = shifted(&out_timeline, t_up);
     let gone = |m: &HashMap<String, ObjectTimes>| {
@@ -443,6 +513,8 @@ async fn run(a: Args) -> Result<Summary, String> {
         nodes_gone: gone(&end.nodes),
         process: Process {
             peak_rss_mib: hwm,
+            idle_rss_mib: idle_rss,
+            after_rss_mib: after_rss,
             cpu_scale_out: cpu1 - cpu0,
             cpu_scale_in: cpu2 - cpu1,
         },
