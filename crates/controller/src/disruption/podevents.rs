@@ -2,8 +2,11 @@
 //! non-DaemonSet pod was bound to the claim's Node, finished, or started terminating. It is
 //! what `consolidateAfter` counts from. Times come from the pods (PodScheduled transition,
 //! deletionTimestamp, Ready transition), so replays and resyncs write nothing; a write moves
-//! the time forward by at least [`DEDUPE`], conditional on the resourceVersion it read.
+//! the time forward by at least [`DEDUPE`] from the later of the cached time and our own last
+//! write (the pods of a node often start terminating together, faster than the cache sees our
+//! write). NodeClaims being deleted get no writes: no method considers them any more.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use api::NodeClaim;
@@ -73,6 +76,8 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) {
     let api: Api<NodeClaim> = Api::all(client);
+    // Our last write per NodeClaim uid (read-your-writes ahead of the cache).
+    let mut written: HashMap<String, Timestamp> = HashMap::new();
     let events = pods.subscribe();
     futures::pin_mut!(events);
     tokio::pin!(shutdown);
@@ -85,9 +90,13 @@ pub async fn run(
             continue;
         };
         let claims = nodeclaims.state();
-        let Some(claim) = claims.iter().find(|c| claim_node_name(c) == Some(node)) else {
+        let Some(claim) = claims
+            .iter()
+            .find(|c| claim_node_name(c) == Some(node) && !deleting(c.as_ref()))
+        else {
             continue;
         };
+        let uid = claim.metadata.uid.clone().unwrap_or_default();
         // Without a recorded pod event, consolidation counts from initialization: a pod
         // bound within the dedupe window of it (the usual first pods) needs no write.
         let status = claim.status.as_ref();
@@ -101,6 +110,7 @@ pub async fn run(
                     .find(|c| c.type_ == api::consts::conditions::INITIALIZED && c.status == "True")
                     .map(|c| c.last_transition_time.0)
             });
+        let recorded = recorded.max(written.get(&uid).copied());
         let Some(next) = advance(recorded, at) else {
             continue;
         };
@@ -116,7 +126,13 @@ pub async fn run(
             .patch_status(&claim.name_any(), &params, &kube::api::Patch::Apply(&patch))
             .await
         {
-            Ok(_) => {}
+            Ok(_) => {
+                if written.len() > 2 * claims.len() + 16 {
+                    written
+                        .retain(|u, _| claims.iter().any(|c| c.metadata.uid.as_ref() == Some(u)));
+                }
+                written.insert(uid, next);
+            }
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(e) => {
                 tracing::debug!(nodeclaim = %claim.name_any(), error = %e, "writing lastPodEventTime failed")
