@@ -13,13 +13,15 @@
 //! and pods), [`blockers`], [`budgets`], [`pricing`] (price rules, Balanced, binary search),
 //! [`plan`] (the consolidation simulation), one file per [`Method`] ([`expiration`],
 //! [`emptiness`], [`drift`], [`consolidation`]), [`verdict`] (why (not), per NodeClaim) and
-//! [`execute`] (the loop). A method is a candidate filter and a decision with its own
-//! timers; the budget and the execution are shared, so a new method is one file and one
+//! [`execute`] (the loop). A method is a candidate filter and a decision, with state of its
+//! own only where Karpenter keeps some in memory too (consolidation's validation and search
+//! cache); the budget and the execution are shared, so a new method is one file and one
 //! line in [`Timers::methods`].
 //!
-//! The decisions are pure functions of cached objects; a command's state is on the objects
-//! (see [`orchestrate`]), so a restart anywhere is safe (timers restart from zero, which
-//! only delays; commands in flight resume or roll back).
+//! The decisions are pure functions of cached objects; ages count from the objects'
+//! timestamps and a command's state is on the objects (see [`orchestrate`]), so a restart
+//! anywhere is safe (a move under validation is searched again; commands in flight resume
+//! or roll back).
 
 pub mod blockers;
 pub mod budgets;
