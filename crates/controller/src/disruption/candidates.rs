@@ -134,10 +134,7 @@ pub fn pools<'a>(view: &'a View, pods_on: &'a HashMap<&'a str, Vec<&'a Pod>>) ->
                 .get(pool_name)
                 .map(Vec::as_slice)
                 .unwrap_or_default();
-            let consolidate_after = match p.spec.disruption.consolidate_after.as_str() {
-                "Never" => None,
-                d => parse_duration(d),
-            };
+            let consolidate_after = consolidate_after(&p.spec);
             Pool {
                 name: pool_name,
                 spec: &p.spec,
@@ -165,6 +162,14 @@ pub fn pools<'a>(view: &'a View, pods_on: &'a HashMap<&'a str, Vec<&'a Pod>>) ->
             }
         })
         .collect()
+}
+
+/// A NodePool's `consolidateAfter`; `None` for `Never` (or unparsable).
+pub fn consolidate_after(spec: &NodePoolSpec) -> Option<Duration> {
+    match spec.disruption.consolidate_after.as_str() {
+        "Never" => None,
+        d => parse_duration(d),
+    }
 }
 
 /// When a NodeClaim becomes `Consolidatable`: `consolidateAfter` after its last pod event

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use api::consts::conditions as types;
 use api::karpenter::{ConsolidationPolicy, DisruptionReason};
+use k8s_openapi::jiff::Timestamp;
 
 use super::blockers::{Blocker, disruption_cost, do_not_disrupt, pod_blocker};
 use super::budgets::PoolBudget;
@@ -233,6 +234,7 @@ impl Consolidation {
         eligible: &[Priced],
         budget: usize,
         pass: &mut Pass,
+        now: Timestamp,
     ) -> (Option<Move>, BTreeMap<String, Verdict>) {
         let mut verdicts = BTreeMap::new();
         let view = pass.view;
@@ -240,7 +242,7 @@ impl Consolidation {
         let refs: Vec<&Priced> = eligible.iter().collect();
         let mut refused = None;
         let multi = largest_prefix(n, |len| {
-            let mv = simulate(view, &refs[..len]).ok()?;
+            let mv = simulate(view, &refs[..len], now).ok()?;
             match Self::balanced(pool, totals, &mv, pass) {
                 Ok(()) => Some(mv),
                 Err(why) => {
@@ -252,7 +254,7 @@ impl Consolidation {
         let mut found = multi.map(|(_, mv)| mv);
         if found.is_none() && budget > 0 {
             for p in &refs {
-                match simulate(view, &[p]) {
+                match simulate(view, &[p], now) {
                     Ok(mv) => match Self::balanced(pool, totals, &mv, pass) {
                         Ok(()) => {
                             found = Some(mv);
@@ -294,6 +296,7 @@ impl Consolidation {
         eligible: &[Priced],
         mv: &Move,
         pass: &mut Pass,
+        now: Timestamp,
     ) -> Result<(), String> {
         let again: Option<Vec<&Priced>> = mv
             .candidates
@@ -301,9 +304,9 @@ impl Consolidation {
             .map(|n| eligible.iter().find(|p| p.candidate.name == n))
             .collect();
         let again = again.ok_or("a candidate is no longer eligible")?;
-        let now = simulate(pass.view, &again).map_err(|e| e.to_string())?;
-        Self::balanced(pool, totals, &now, pass)?;
-        match (&mv.action, &now.action) {
+        let again = simulate(pass.view, &again, now).map_err(|e| e.to_string())?;
+        Self::balanced(pool, totals, &again, pass)?;
+        match (&mv.action, &again.action) {
             (_, Action::Delete) => Ok(()),
             (Action::Replace(before), Action::Replace(after)) => {
                 let opts = after.claim.instance_types();
@@ -396,7 +399,7 @@ impl Method for Consolidation {
             }
             self.pending = None;
             self.searched.remove(pool.name);
-            if let Err(why) = Self::validate(pool, &totals, &eligible, &mv, pass) {
+            if let Err(why) = Self::validate(pool, &totals, &eligible, &mv, pass, clock.now) {
                 pass.notes.push(Note::pool(
                     pool.name,
                     "ConsolidationRejected",
@@ -462,7 +465,7 @@ impl Method for Consolidation {
             pass.verdicts.extend(verdicts.clone());
             return Vec::new();
         }
-        let (found, verdicts) = Self::search(pool, &totals, &eligible, remaining, pass);
+        let (found, verdicts) = Self::search(pool, &totals, &eligible, remaining, pass, clock.now);
         pass.verdicts.extend(verdicts.clone());
         match found {
             Some(mv) => {

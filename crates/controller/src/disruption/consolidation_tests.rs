@@ -390,3 +390,47 @@ fn validation_drops_a_move_whose_candidate_changed() {
         out.notes
     );
 }
+
+#[test]
+fn a_node_inside_its_consolidate_after_window_takes_no_moved_pods() {
+    // a's pod fits only on b; b just got a pod (last pod event 10:59:50, consolidateAfter
+    // 30s) and its own pod may not move (do-not-disrupt).
+    let pods = vec![
+        pod("p", "a", "1500m", json!({})),
+        pod(
+            "q",
+            "b",
+            "6",
+            json!({"karpenter.sh/do-not-disrupt": "true"}),
+        ),
+    ];
+    let mut w = World::new(
+        "WhenEmptyOrUnderutilized",
+        &[("a", "medium"), ("b", "large")],
+        pods,
+    );
+    let mut b = (*w.claims[1]).clone();
+    b.status.as_mut().expect("status").last_pod_event_time =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            "2026-11-22T10:59:50Z".parse().expect("ts"),
+        ));
+    w.claims[1] = Arc::new(b);
+    // Inside b's window: a cannot be deleted onto b; it is replaced by a small instead.
+    let (first, second) = w.run(LATER);
+    assert_eq!(
+        why(&first, "a"),
+        "candidate: replace with small (saves 0.10/h)"
+    );
+    assert_eq!(second.decisions.len(), 1);
+    assert_eq!(
+        second.decisions[0].command.as_ref().map(|m| m.kind()),
+        Some("replace")
+    );
+    // Once b's window has elapsed (11:00:20), a's pod moves onto b: a delete.
+    let (first, second) = w.run("2026-11-22T11:00:30Z");
+    assert_eq!(why(&first, "a"), "candidate: delete (saves 0.20/h)");
+    assert_eq!(
+        second.decisions[0].command.as_ref().map(|m| m.kind()),
+        Some("delete")
+    );
+}
