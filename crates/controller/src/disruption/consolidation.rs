@@ -20,19 +20,15 @@ use std::time::{Duration, Instant};
 
 use api::consts::conditions as types;
 use api::karpenter::{ConsolidationPolicy, DisruptionReason};
-use k8s_openapi::jiff::Timestamp;
 
 use super::blockers::{Blocker, disruption_cost, do_not_disrupt, pod_blocker};
 use super::budgets::PoolBudget;
 use super::candidates::{Candidate, Pool, consolidatable_at};
-use super::plan::{Action, Move, Priced, simulate};
-use super::pricing::{balanced_approves, balanced_score, largest_prefix};
+use super::plan::{Action, Move, Priced};
+use super::search::{Limits, PoolTotals, search, validate};
 use super::verdict::Verdict;
-use super::{Clock, Decision, Method, Note, Pass, Surge, VALIDATION, View};
+use super::{Clock, Decision, Method, Note, Pass, Surge, VALIDATION, View, consolidation_verdict};
 use crate::objects::{annotation, claim_condition, name};
-
-/// At most this many candidates in one multi-node move.
-const MAX_MULTI: usize = 100;
 
 /// Without a change in the pool, a search is repeated this often at most.
 const RESEARCH: Duration = Duration::from_secs(300);
@@ -51,6 +47,17 @@ struct Pending {
 pub struct Consolidation {
     pending: Option<Pending>,
     searched: HashMap<String, (u64, Instant, BTreeMap<String, Verdict>)>,
+    limits: Limits,
+}
+
+impl Consolidation {
+    /// With the search's time limits (and clock) `limits`.
+    pub fn with_limits(limits: Limits) -> Self {
+        Consolidation {
+            limits,
+            ..Consolidation::default()
+        }
+    }
 }
 
 /// The offering a NodeClaim runs on, priced from its NodePool's current catalog (else its
@@ -193,141 +200,6 @@ fn fingerprint(view: &View, eligible: &[Priced]) -> u64 {
     h.finish()
 }
 
-/// A pool's cost and disruption, for the Balanced score.
-struct PoolTotals {
-    cost: f64,
-    disruption: f64,
-}
-
-impl Consolidation {
-    /// The Balanced check of a move: `Err(why)` when the pool's policy refuses it.
-    fn balanced(
-        pool: &Pool,
-        totals: &PoolTotals,
-        mv: &Move,
-        pass: &mut Pass,
-    ) -> Result<(), String> {
-        if pool.spec.disruption.consolidation_policy != ConsolidationPolicy::Balanced {
-            return Ok(());
-        }
-        let score = balanced_score(mv.savings, totals.cost, mv.disruption, totals.disruption);
-        pass.scores.push((pool.name.to_string(), score));
-        if balanced_approves(score) {
-            Ok(())
-        } else {
-            Err(format!(
-                "Balanced: score {score:.2} < 0.5 (saves {:.2}/h of {:.2}/h)",
-                mv.savings, totals.cost
-            ))
-        }
-    }
-
-    fn verdict_of(mv: &Move) -> Verdict {
-        super::consolidation_verdict(mv)
-    }
-
-    /// Searches a move among `eligible` (sorted): multi-node, then single-node. Verdicts of
-    /// the candidates not in the move say why.
-    fn search(
-        pool: &Pool,
-        totals: &PoolTotals,
-        eligible: &[Priced],
-        budget: usize,
-        pass: &mut Pass,
-        now: Timestamp,
-    ) -> (Option<Move>, BTreeMap<String, Verdict>) {
-        let mut verdicts = BTreeMap::new();
-        let view = pass.view;
-        let n = eligible.len().min(MAX_MULTI).min(budget);
-        let refs: Vec<&Priced> = eligible.iter().collect();
-        let mut refused = None;
-        let multi = largest_prefix(n, |len| {
-            let mv = simulate(view, &refs[..len], now).ok()?;
-            match Self::balanced(pool, totals, &mv, pass) {
-                Ok(()) => Some(mv),
-                Err(why) => {
-                    refused = Some(why);
-                    None
-                }
-            }
-        });
-        let mut found = multi.map(|(_, mv)| mv);
-        if found.is_none() && budget > 0 {
-            for p in &refs {
-                match simulate(view, &[p], now) {
-                    Ok(mv) => match Self::balanced(pool, totals, &mv, pass) {
-                        Ok(()) => {
-                            found = Some(mv);
-                            break;
-                        }
-                        Err(why) => {
-                            verdicts.insert(p.candidate.name.to_string(), Verdict::blocked(why));
-                        }
-                    },
-                    Err(why) => {
-                        verdicts.insert(p.candidate.name.to_string(), Verdict::blocked(why));
-                    }
-                }
-            }
-        }
-        let _ = refused;
-        if let Some(mv) = &found {
-            for c in &mv.candidates {
-                verdicts.insert(c.clone(), Self::verdict_of(mv));
-            }
-        }
-        for p in eligible {
-            verdicts
-                .entry(p.candidate.name.to_string())
-                .or_insert_with(|| {
-                    Verdict::blocked(
-                        "not considered in this pass (a move of other nodes goes first)",
-                    )
-                });
-        }
-        (found, verdicts)
-    }
-
-    /// Revalidates the pending move of `pool`: its candidates still eligible, the
-    /// simulation still finds a delete or a replace whose options include the ones chosen.
-    fn validate(
-        pool: &Pool,
-        totals: &PoolTotals,
-        eligible: &[Priced],
-        mv: &Move,
-        pass: &mut Pass,
-        now: Timestamp,
-    ) -> Result<(), String> {
-        let again: Option<Vec<&Priced>> = mv
-            .candidates
-            .iter()
-            .map(|n| eligible.iter().find(|p| p.candidate.name == n))
-            .collect();
-        let again = again.ok_or("a candidate is no longer eligible")?;
-        let again = simulate(pass.view, &again, now).map_err(|e| e.to_string())?;
-        Self::balanced(pool, totals, &again, pass)?;
-        match (&mv.action, &again.action) {
-            (_, Action::Delete) => Ok(()),
-            (Action::Replace(before), Action::Replace(after)) => {
-                let opts = after.claim.instance_types();
-                if before
-                    .claim
-                    .instance_types()
-                    .iter()
-                    .all(|t| opts.contains(t))
-                {
-                    Ok(())
-                } else {
-                    Err("the replacement's options changed".into())
-                }
-            }
-            (Action::Delete, Action::Replace(_)) => {
-                Err("the pods no longer fit without a new node".into())
-            }
-        }
-    }
-}
-
 impl Method for Consolidation {
     fn decide(
         &mut self,
@@ -393,13 +265,13 @@ impl Method for Consolidation {
             if clock.instant.duration_since(p.since) < VALIDATION {
                 wait(pass, "waiting: another move of the pool is being validated");
                 for c in &mv.candidates {
-                    pass.verdicts.insert(c.clone(), Self::verdict_of(&mv));
+                    pass.verdicts.insert(c.clone(), consolidation_verdict(&mv));
                 }
                 return Vec::new();
             }
             self.pending = None;
             self.searched.remove(pool.name);
-            if let Err(why) = Self::validate(pool, &totals, &eligible, &mv, pass, clock.now) {
+            if let Err(why) = validate(pool, &totals, &eligible, &mv, pass, clock.now) {
                 pass.notes.push(Note::pool(
                     pool.name,
                     "ConsolidationRejected",
@@ -432,7 +304,7 @@ impl Method for Consolidation {
                 nodepool: pool.name.to_string(),
                 reason: DisruptionReason::Underutilized,
                 expired: false,
-                message: Self::verdict_of(&mv).to_string(),
+                message: consolidation_verdict(&mv).to_string(),
                 surge: Some(Surge {
                     replacements,
                     with: with.to_vec(),
@@ -465,14 +337,22 @@ impl Method for Consolidation {
             pass.verdicts.extend(verdicts.clone());
             return Vec::new();
         }
-        let (found, verdicts) = Self::search(pool, &totals, &eligible, remaining, pass, clock.now);
-        pass.verdicts.extend(verdicts.clone());
-        match found {
+        let found = search(
+            pool,
+            &totals,
+            &eligible,
+            remaining,
+            pass,
+            clock.now,
+            &self.limits,
+        );
+        pass.verdicts.extend(found.verdicts.clone());
+        match found.mv {
             Some(mv) => {
                 pass.consolidated = true;
                 let note = format!(
                     "{} (validating for {}s)",
-                    Self::verdict_of(&mv),
+                    consolidation_verdict(&mv),
                     VALIDATION.as_secs()
                 );
                 let reason =
@@ -488,9 +368,12 @@ impl Method for Consolidation {
                     since: clock.instant,
                 });
             }
+            // A search cut short by its time limit is not remembered: the next pass
+            // searches again.
+            None if found.stopped => {}
             None => {
                 self.searched
-                    .insert(pool.name.to_string(), (key, clock.instant, verdicts));
+                    .insert(pool.name.to_string(), (key, clock.instant, found.verdicts));
             }
         }
         Vec::new()

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use api::{NodeClaim, NodePool};
@@ -12,6 +13,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 use templates::model::{Catalog, InstanceType, Offering, PriceSource, Resources, TemplateRef};
 
+use super::search::{Limits, MULTI_LIMIT, SINGLE_LIMIT};
 use super::tests::NoSim;
 use super::{Outcome, Timers, VALIDATION, View, pass};
 
@@ -129,6 +131,11 @@ impl World {
 
     /// A pass at `now`, then one after the validation: the second decides.
     fn run(&self, now: &str) -> (Outcome, Outcome) {
+        self.run_with(now, &mut Timers::default())
+    }
+
+    /// [`Self::run`] with `timers`.
+    fn run_with(&self, now: &str, timers: &mut Timers) -> (Outcome, Outcome) {
         let cat = catalog();
         let lookup = move |_: &str| Some(Arc::clone(&cat));
         let view = View {
@@ -142,12 +149,11 @@ impl World {
             catalog: &lookup,
         };
         let now: Timestamp = now.parse().expect("ts");
-        let mut timers = Timers::default();
         let t0 = Instant::now();
-        let first = pass(&view, &mut timers, &NoSim, now, t0);
+        let first = pass(&view, timers, &NoSim, now, t0);
         let second = pass(
             &view,
-            &mut timers,
+            timers,
             &NoSim,
             now,
             t0 + VALIDATION + Duration::from_secs(1),
@@ -433,4 +439,93 @@ fn a_node_inside_its_consolidate_after_window_takes_no_moved_pods() {
         second.decisions[0].command.as_ref().map(|m| m.kind()),
         Some("delete")
     );
+}
+
+/// Consolidation whose search clock advances `step` at every reading (counted in `reads`).
+fn stepping(multi: Duration, single: Duration, step: Duration, reads: Arc<AtomicU32>) -> Timers {
+    let t0 = Instant::now();
+    let clock = move || t0 + step * reads.fetch_add(1, Ordering::SeqCst);
+    Timers {
+        consolidation: super::consolidation::Consolidation::with_limits(Limits {
+            multi,
+            single,
+            clock: Arc::new(clock),
+        }),
+        ..Timers::default()
+    }
+}
+
+#[test]
+fn multi_node_search_stops_at_its_limit_with_the_best_move_so_far() {
+    let pods = ["a", "b", "c"]
+        .iter()
+        .map(|n| pod(&format!("p-{n}"), n, "1500m", json!({})))
+        .collect();
+    let w = World::new(
+        "WhenEmptyOrUnderutilized",
+        &[("a", "medium"), ("b", "medium"), ("c", "medium")],
+        pods,
+    );
+    // 40 s per clock reading, 1 min limit: the prefix of 2 is tried, that of 3 is not.
+    let reads = Arc::new(AtomicU32::new(0));
+    let mut timers = stepping(MULTI_LIMIT, SINGLE_LIMIT, Duration::from_secs(40), reads);
+    let (first, second) = w.run_with(LATER, &mut timers);
+    let c = why(&first, "c");
+    assert!(
+        c.starts_with(
+            "multi-node search stopped after 1m; best so far: candidate: replace 2 nodes"
+        ),
+        "{c}"
+    );
+    assert_eq!(first.verdicts["a"].nodes, ["a", "b"]);
+    assert_eq!(second.decisions.len(), 1, "{:?}", second.decisions);
+    let surge = second.decisions[0].surge.as_ref().expect("surge");
+    assert_eq!(surge.with, ["b"]);
+}
+
+#[test]
+fn single_node_search_stops_at_its_limit_and_is_not_remembered() {
+    // Two small nodes whose pods fit nowhere cheaper: no move either way.
+    let pods = vec![
+        pod("p", "a", "1500m", json!({})),
+        pod("q", "b", "1500m", json!({})),
+    ];
+    let w = World::new(
+        "WhenEmptyOrUnderutilized",
+        &[("a", "small"), ("b", "small")],
+        pods,
+    );
+    // Multi-node stops at once; single-node (150 s, 100 s per reading) evaluates one.
+    let reads = Arc::new(AtomicU32::new(0));
+    let mut timers = stepping(
+        Duration::ZERO,
+        Duration::from_secs(150),
+        Duration::from_secs(100),
+        Arc::clone(&reads),
+    );
+    let (first, second) = w.run_with(LATER, &mut timers);
+    assert!(second.decisions.is_empty());
+    assert_eq!(why(&first, "a"), "no cheaper option");
+    assert_eq!(
+        why(&first, "b"),
+        "single-node search stopped after 2m30s (1 of 2 candidates evaluated)"
+    );
+    // Cut short, the search is not cached: the next pass (nothing changed) searches again.
+    assert_eq!(why(&second, "b"), why(&first, "b"));
+    let before = reads.load(Ordering::SeqCst);
+    w.run_with(LATER, &mut timers);
+    assert!(reads.load(Ordering::SeqCst) > before);
+    // A search that finished is: with generous limits, the repeat reads no clock.
+    let reads = Arc::new(AtomicU32::new(0));
+    let mut timers = stepping(
+        MULTI_LIMIT,
+        SINGLE_LIMIT,
+        Duration::from_millis(1),
+        Arc::clone(&reads),
+    );
+    let (first, _) = w.run_with(LATER, &mut timers);
+    assert_eq!(why(&first, "b"), "no cheaper option");
+    let before = reads.load(Ordering::SeqCst);
+    w.run_with(LATER, &mut timers);
+    assert_eq!(reads.load(Ordering::SeqCst), before);
 }

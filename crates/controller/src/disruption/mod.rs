@@ -11,9 +11,9 @@
 //!
 //! Layout: [`candidates`] (per pool, the NodeClaims that may be disrupted, with their Node
 //! and pods), [`blockers`], [`budgets`], [`pricing`] (price rules, Balanced, binary search),
-//! [`plan`] (the consolidation simulation), one file per [`Method`] ([`expiration`],
-//! [`emptiness`], [`drift`], [`consolidation`]), [`verdict`] (why (not), per NodeClaim) and
-//! [`execute`] (the loop). A method is a candidate filter and a decision, with state of its
+//! [`plan`] (the consolidation simulation), [`search`] (multi- then single-node, within
+//! time limits), one file per [`Method`] ([`expiration`], [`emptiness`], [`drift`],
+//! [`consolidation`]), [`verdict`] (why (not), per NodeClaim) and [`execute`] (the loop). A method is a candidate filter and a decision, with state of its
 //! own only where Karpenter keeps some in memory too (consolidation's validation and search
 //! cache); the budget and the execution are shared, so a new method is one file and one
 //! line in [`Timers::methods`].
@@ -35,6 +35,7 @@ pub mod orchestrate;
 pub mod plan;
 pub mod podevents;
 pub mod pricing;
+pub mod search;
 pub mod simulate;
 pub mod status;
 pub mod steps;
