@@ -182,6 +182,22 @@ pub trait Method {
         clock: Clock,
     ) -> Vec<Decision>;
 
+    /// Decisions over every pool at once (`pools` and their `budgets` side by side). By
+    /// default, [`Self::decide`] pool by pool.
+    fn decide_pools(
+        &mut self,
+        pools: &[Pool],
+        budgets: &mut [PoolBudget],
+        pass: &mut Pass,
+        clock: Clock,
+    ) -> Vec<Decision> {
+        let mut out = Vec::new();
+        for (pool, budget) in pools.iter().zip(budgets.iter_mut()) {
+            out.extend(self.decide(pool, budget, pass, clock));
+        }
+        out
+    }
+
     /// Forgets the timers of NodeClaims not in `keep` (gone).
     fn forget(&mut self, _keep: &HashSet<String>) {}
 }
@@ -247,8 +263,10 @@ pub fn pass(
     };
     let mut out = Vec::new();
     let mut allowed = Vec::new();
-    for mut pool in candidates::pools(view, &pods_on) {
-        let mut budget = PoolBudget::new(
+    let mut pools = candidates::pools(view, &pods_on);
+    let mut budgets = Vec::with_capacity(pools.len());
+    for pool in &pools {
+        let budget = PoolBudget::new(
             &pool.spec.disruption.budgets,
             pool.total,
             pool.disrupting,
@@ -271,12 +289,16 @@ pub fn pass(
         ] {
             allowed.push((pool.name.to_string(), reason, budget.remaining(reason)));
         }
-        for method in timers.methods() {
-            let decided = method.decide(&pool, &mut budget, &mut pass, clock);
+        budgets.push(budget);
+    }
+    // Method by method over all pools, as Karpenter orders them.
+    for method in timers.methods() {
+        let decided = method.decide_pools(&pools, &mut budgets, &mut pass, clock);
+        for pool in &mut pools {
             pool.candidates
                 .retain(|c| !decided.iter().any(|d| d.nodeclaim == c.name));
-            out.extend(decided);
         }
+        out.extend(decided);
     }
     for d in &out {
         match &d.command {

@@ -24,6 +24,8 @@ use crate::provisioning::snapshot;
 #[derive(Debug)]
 pub struct Priced<'a> {
     pub candidate: &'a Candidate<'a>,
+    /// Its NodePool.
+    pub nodepool: &'a str,
     pub instance_type: String,
     pub capacity_type: String,
     /// Hourly price of its offering (0 if unknown).
