@@ -210,15 +210,7 @@ fn the_smallest_node_is_never_replaced_like_for_like() {
 
 #[test]
 fn three_half_empty_nodes_become_one() {
-    let pods = ["a", "b", "c"]
-        .iter()
-        .map(|n| pod(&format!("p-{n}"), n, "1500m", json!({})))
-        .collect();
-    let w = World::new(
-        "WhenEmptyOrUnderutilized",
-        &[("a", "medium"), ("b", "medium"), ("c", "medium")],
-        pods,
-    );
+    let w = half_empty_mediums();
     let (first, second) = w.run(LATER);
     let v = &first.verdicts["a"];
     assert_eq!(v.nodes.len(), 3, "{v}");
@@ -236,15 +228,7 @@ fn three_half_empty_nodes_become_one() {
 #[test]
 fn pods_that_fit_on_other_nodes_mean_a_delete() {
     // a+b need a large, b's own type, not cheaper than b: a goes alone, onto b.
-    let pods = vec![
-        pod("p1", "a", "500m", json!({})),
-        pod("p2", "b", "6", json!({})),
-    ];
-    let w = World::new(
-        "WhenEmptyOrUnderutilized",
-        &[("a", "medium"), ("b", "large")],
-        pods,
-    );
+    let w = one_pod_each(&[("a", "medium", "500m"), ("b", "large", "6")]);
     let (first, second) = w.run(LATER);
     assert!(
         why(&first, "a").starts_with("candidate: delete"),
@@ -457,15 +441,7 @@ fn stepping(multi: Duration, single: Duration, step: Duration, reads: Arc<Atomic
 
 #[test]
 fn multi_node_search_stops_at_its_limit_with_the_best_move_so_far() {
-    let pods = ["a", "b", "c"]
-        .iter()
-        .map(|n| pod(&format!("p-{n}"), n, "1500m", json!({})))
-        .collect();
-    let w = World::new(
-        "WhenEmptyOrUnderutilized",
-        &[("a", "medium"), ("b", "medium"), ("c", "medium")],
-        pods,
-    );
+    let w = half_empty_mediums();
     // 40 s per clock reading, 1 min limit: the prefix of 2 is tried, that of 3 is not.
     let reads = Arc::new(AtomicU32::new(0));
     let mut timers = stepping(MULTI_LIMIT, SINGLE_LIMIT, Duration::from_secs(40), reads);
@@ -486,15 +462,7 @@ fn multi_node_search_stops_at_its_limit_with_the_best_move_so_far() {
 #[test]
 fn single_node_search_stops_at_its_limit_and_is_not_remembered() {
     // Two small nodes whose pods fit nowhere cheaper: no move either way.
-    let pods = vec![
-        pod("p", "a", "1500m", json!({})),
-        pod("q", "b", "1500m", json!({})),
-    ];
-    let w = World::new(
-        "WhenEmptyOrUnderutilized",
-        &[("a", "small"), ("b", "small")],
-        pods,
-    );
+    let w = one_pod_each(&[("a", "small", "1500m"), ("b", "small", "1500m")]);
     // Multi-node stops at once; single-node (150 s, 100 s per reading) evaluates one.
     let reads = Arc::new(AtomicU32::new(0));
     let mut timers = stepping(
@@ -570,16 +538,22 @@ impl World {
     }
 }
 
-fn half_empty_mediums() -> World {
-    let pods = ["a", "b", "c"]
+/// Nodes `(name, type, cpu)` each running one pod `p-<name>` of `cpu`.
+fn one_pod_each(nodes: &[(&str, &str, &str)]) -> World {
+    let pods = nodes
         .iter()
-        .map(|n| pod(&format!("p-{n}"), n, "1500m", json!({})))
+        .map(|(n, _, cpu)| pod(&format!("p-{n}"), n, cpu, json!({})))
         .collect();
-    World::new(
-        "WhenEmptyOrUnderutilized",
-        &[("a", "medium"), ("b", "medium"), ("c", "medium")],
-        pods,
-    )
+    let types: Vec<(&str, &str)> = nodes.iter().map(|(n, t, _)| (*n, *t)).collect();
+    World::new("WhenEmptyOrUnderutilized", &types, pods)
+}
+
+fn half_empty_mediums() -> World {
+    one_pod_each(&[
+        ("a", "medium", "1500m"),
+        ("b", "medium", "1500m"),
+        ("c", "medium", "1500m"),
+    ])
 }
 
 #[test]
@@ -613,16 +587,11 @@ fn balanced_pools_score_their_share_of_a_move_across_pools() {
     // small: saves 0.5/h, of which "bal" is credited 0.4/0.6 (0.33 of its 0.4/h) while all
     // its disruption happens: score 0.83, approved. c, a and b together would need a
     // large, c's own type: no option.
-    let pods = vec![
-        pod("p-a", "a", "1500m", json!({})),
-        pod("p-b", "b", "1500m", json!({})),
-        pod("p-c", "c", "1500m", json!({})),
-    ];
-    let mut w = World::new(
-        "WhenEmptyOrUnderutilized",
-        &[("a", "medium"), ("b", "medium"), ("c", "large")],
-        pods,
-    );
+    let mut w = one_pod_each(&[
+        ("a", "medium", "1500m"),
+        ("b", "medium", "1500m"),
+        ("c", "large", "1500m"),
+    ]);
     w.in_pool("c", "bal", "Balanced", "100%");
     let (first, second) = w.run(LATER);
     assert_eq!(first.verdicts["c"].nodes, ["c", "a"]);
