@@ -80,7 +80,7 @@ impl Method for Emptiness {
                 expired: false,
                 command: None,
                 message: format!(
-                    "empty; consolidatable since {at} (consolidateAfter {})",
+                    "consolidatable since {at} (consolidateAfter {})",
                     pool.spec.disruption.consolidate_after
                 ),
             })
