@@ -266,6 +266,9 @@ pub struct Pod {
     pub pod_anti_affinity: Vec<PodAffinityTerm>,
     pub preferred_pod_affinity: Vec<Weighted<PodAffinityTerm>>,
     pub preferred_pod_anti_affinity: Vec<Weighted<PodAffinityTerm>>,
+    /// Already running on a node the simulation takes away (consolidation moves it); false
+    /// for a pending pod. Nodes that [`ExistingNode::refuses_moving`] do not take it.
+    pub moving: bool,
 }
 
 /// A pod already bound to an existing node (counts for topology and anti-affinity).
@@ -366,6 +369,9 @@ pub struct ExistingNode {
     /// Sum of requests of pods bound (or nominated) to it, daemonsets included.
     pub requested: Resources,
     pub pods: Vec<BoundPod>,
+    /// Takes no [`Pod::moving`] pod (pending pods may still land): consolidation's target
+    /// inside its NodePool's `consolidateAfter` window, as Karpenter simulates it.
+    pub refuses_moving: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -147,6 +147,24 @@ fn tainted_existing_node_is_skipped() {
 }
 
 #[test]
+fn a_node_refusing_moving_pods_takes_only_pending_ones() {
+    let mut moving = pod("moved", 500, 256);
+    moving.moving = true;
+    let mut inp = input(
+        vec![pool("default")],
+        vec![moving, pod("pending", 500, 256)],
+    );
+    let mut n = node("n1", "test-zone-1", 4000, 8);
+    n.refuses_moving = true;
+    inp.nodes = vec![n];
+    let out = solve(&inp);
+    let on_node: Vec<&str> = out.existing.iter().map(|p| p.pod.name.as_str()).collect();
+    assert_eq!(on_node, ["pending"]);
+    assert_eq!(out.new_node_claims.len(), 1);
+    assert_eq!(out.new_node_claims[0].pods.len(), 1);
+}
+
+#[test]
 fn existing_node_labels_must_match() {
     let mut p = pod("p", 500, 256);
     p.node_selector = labels(&[(LABEL_ZONE, "test-zone-2")]);

@@ -134,7 +134,7 @@ pub fn pools<'a>(view: &'a View, pods_on: &'a HashMap<&'a str, Vec<&'a Pod>>) ->
                 .get(pool_name)
                 .map(Vec::as_slice)
                 .unwrap_or_default();
-            let consolidate_after = consolidate_after(p);
+            let consolidate_after = consolidate_after(&p.spec);
             Pool {
                 name: pool_name,
                 spec: &p.spec,
@@ -165,8 +165,8 @@ pub fn pools<'a>(view: &'a View, pods_on: &'a HashMap<&'a str, Vec<&'a Pod>>) ->
 }
 
 /// A NodePool's `consolidateAfter`; `None` for `Never` (or unparsable).
-pub fn consolidate_after(pool: &NodePool) -> Option<Duration> {
-    match pool.spec.disruption.consolidate_after.as_str() {
+pub fn consolidate_after(spec: &NodePoolSpec) -> Option<Duration> {
+    match spec.disruption.consolidate_after.as_str() {
         "Never" => None,
         d => parse_duration(d),
     }
@@ -178,7 +178,7 @@ pub fn consolidatable(claim: &NodeClaim, pools: &[Arc<NodePool>], now: Timestamp
     let pool = pools
         .iter()
         .find(|p| Some(name(p.as_ref())) == nodepool_of(claim))?;
-    consolidatable_at(claim, consolidate_after(pool)).map(|t| t <= now)
+    consolidatable_at(claim, consolidate_after(&pool.spec)).map(|t| t <= now)
 }
 
 /// When a NodeClaim becomes `Consolidatable`: `consolidateAfter` after its last pod event

@@ -2,18 +2,20 @@
 //! `Balanced`), as Karpenter does it:
 //! - candidates: `Consolidatable` (`consolidateAfter` after their last pod event), no
 //!   blocker (see [`super::blockers`]), price known; sorted by price per disruption cost;
-//! - multi-node first: the largest prefix (≥ 2, ≤ 100, within the `Underutilized` budget)
-//!   whose pods fit elsewhere or on one strictly cheaper new node (binary search); then
-//!   single-node: the first candidate that can be deleted or replaced;
-//! - `Balanced` pools approve a move only if its score is ≥ 0.5;
+//! - the candidates of all pools are weighed together ([`super::search`]): multi-node
+//!   first, the largest prefix (≥ 2, ≤ 100, each within its pool's `Underutilized`
+//!   budget) whose pods fit elsewhere or on one strictly cheaper new node of any pool
+//!   (binary search); then single-node, pools taking turns: the first candidate that can
+//!   be deleted or replaced;
+//! - every `Balanced` pool of a move's candidates approves it only if its score is ≥ 0.5;
 //! - a move found is validated [`VALIDATION`] later by the same simulation (candidates
 //!   still eligible, the move still possible) before it is decided.
 //!
 //! One move at a time across all pools (two would plan onto the same free room), none while
 //! pods wait for capacity. Every candidate gets a [`Verdict`].
 
+use std::collections::BTreeMap;
 use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,14 +26,11 @@ use api::karpenter::{ConsolidationPolicy, DisruptionReason};
 use super::blockers::{Blocker, disruption_cost, do_not_disrupt, pod_blocker};
 use super::budgets::PoolBudget;
 use super::candidates::{Candidate, Pool, consolidatable_at};
-use super::plan::{Action, Move, Priced, simulate};
-use super::pricing::{balanced_approves, balanced_score, largest_prefix};
+use super::plan::{Action, Move, Priced};
+use super::search::{Limits, PoolInfo, PoolTotals, Pools, search, validate};
 use super::verdict::Verdict;
-use super::{Clock, Decision, Method, Note, Pass, Surge, VALIDATION, View};
+use super::{Clock, Decision, Method, Note, Pass, Surge, VALIDATION, View, consolidation_verdict};
 use crate::objects::{annotation, claim_condition, name};
-
-/// At most this many candidates in one multi-node move.
-const MAX_MULTI: usize = 100;
 
 /// Without a change in the pool, a search is repeated this often at most.
 const RESEARCH: Duration = Duration::from_secs(300);
@@ -39,22 +38,34 @@ const RESEARCH: Duration = Duration::from_secs(300);
 /// A move found, waiting for its validation.
 #[derive(Debug)]
 struct Pending {
-    pool: String,
     mv: Arc<Move>,
+    /// The NodePools of its candidates.
+    pools: Vec<String>,
     since: Instant,
 }
 
-/// The move under validation, and per pool the last search (state fingerprint, time,
-/// verdicts).
+/// The move under validation, and the last search that found none (state fingerprint,
+/// time, verdicts).
 #[derive(Debug, Default)]
 pub struct Consolidation {
     pending: Option<Pending>,
-    searched: HashMap<String, (u64, Instant, BTreeMap<String, Verdict>)>,
+    searched: Option<(u64, Instant, BTreeMap<String, Verdict>)>,
+    limits: Limits,
+}
+
+impl Consolidation {
+    /// With the search's time limits (and clock) `limits`.
+    pub fn with_limits(limits: Limits) -> Self {
+        Consolidation {
+            limits,
+            ..Consolidation::default()
+        }
+    }
 }
 
 /// The offering a NodeClaim runs on, priced from its NodePool's current catalog (else its
 /// launch plan's price; 0 if neither is known).
-pub fn priced<'a>(view: &View, pool: &Pool, c: &'a Candidate<'a>) -> Option<Priced<'a>> {
+pub fn priced<'a>(view: &View, pool: &Pool<'a>, c: &'a Candidate<'a>) -> Option<Priced<'a>> {
     #[derive(serde::Deserialize)]
     #[serde(rename_all = "camelCase")]
     struct Plan {
@@ -93,6 +104,7 @@ pub fn priced<'a>(view: &View, pool: &Pool, c: &'a Candidate<'a>) -> Option<Pric
     });
     Some(Priced {
         candidate: c,
+        nodepool: pool.name,
         price: current.unwrap_or(plan.price),
         instance_type: plan.instance_type,
         capacity_type: plan.capacity_type,
@@ -192,136 +204,115 @@ fn fingerprint(view: &View, eligible: &[Priced]) -> u64 {
     h.finish()
 }
 
-/// A pool's cost and disruption, for the Balanced score.
-struct PoolTotals {
-    cost: f64,
-    disruption: f64,
+/// One pool's share of a consolidation pass.
+struct Share<'p> {
+    pool: &'p Pool<'p>,
+    eligible: Vec<Priced<'p>>,
+    info: PoolInfo,
+    /// Why its candidates are held this pass, if they are.
+    held: Option<&'static str>,
 }
 
 impl Consolidation {
-    /// The Balanced check of a move: `Err(why)` when the pool's policy refuses it.
-    fn balanced(
-        pool: &Pool,
-        totals: &PoolTotals,
-        mv: &Move,
+    /// A pool's eligible candidates (verdicts for the others), its totals and budget.
+    fn share<'p>(
+        pool: &'p Pool<'p>,
+        budget: &PoolBudget,
         pass: &mut Pass,
-    ) -> Result<(), String> {
-        if pool.spec.disruption.consolidation_policy != ConsolidationPolicy::Balanced {
-            return Ok(());
-        }
-        let score = balanced_score(mv.savings, totals.cost, mv.disruption, totals.disruption);
-        pass.scores.push((pool.name.to_string(), score));
-        if balanced_approves(score) {
-            Ok(())
-        } else {
-            Err(format!(
-                "Balanced: score {score:.2} < 0.5 (saves {:.2}/h of {:.2}/h)",
-                mv.savings, totals.cost
-            ))
-        }
-    }
-
-    fn verdict_of(mv: &Move) -> Verdict {
-        super::consolidation_verdict(mv)
-    }
-
-    /// Searches a move among `eligible` (sorted): multi-node, then single-node. Verdicts of
-    /// the candidates not in the move say why.
-    fn search(
-        pool: &Pool,
-        totals: &PoolTotals,
-        eligible: &[Priced],
-        budget: usize,
-        pass: &mut Pass,
-    ) -> (Option<Move>, BTreeMap<String, Verdict>) {
-        let mut verdicts = BTreeMap::new();
+        clock: Clock,
+    ) -> Share<'p> {
         let view = pass.view;
-        let n = eligible.len().min(MAX_MULTI).min(budget);
-        let refs: Vec<&Priced> = eligible.iter().collect();
-        let mut refused = None;
-        let multi = largest_prefix(n, |len| {
-            let mv = simulate(view, &refs[..len]).ok()?;
-            match Self::balanced(pool, totals, &mv, pass) {
-                Ok(()) => Some(mv),
-                Err(why) => {
-                    refused = Some(why);
-                    None
+        let mut eligible = Vec::new();
+        let mut totals = PoolTotals::default();
+        for c in &pool.candidates {
+            let p = priced(view, pool, c);
+            totals.cost += p.as_ref().map_or(0.0, |p| p.price);
+            totals.disruption += disruption_cost(&c.pods);
+            if c.empty() && pool.consolidate_after.is_some() {
+                continue; // emptiness's
+            }
+            let state = consolidatable_at(c.claim, pool.consolidate_after).map(|t| t <= clock.now);
+            let why = match (blocker(pool, c, pass, clock), p) {
+                (Some(why), _) => why,
+                (None, Some(p)) => {
+                    eligible.push(p);
+                    continue;
                 }
-            }
-        });
-        let mut found = multi.map(|(_, mv)| mv);
-        if found.is_none() && budget > 0 {
-            for p in &refs {
-                match simulate(view, &[p]) {
-                    Ok(mv) => match Self::balanced(pool, totals, &mv, pass) {
-                        Ok(()) => {
-                            found = Some(mv);
-                            break;
-                        }
-                        Err(why) => {
-                            verdicts.insert(p.candidate.name.to_string(), Verdict::blocked(why));
-                        }
-                    },
-                    Err(why) => {
-                        verdicts.insert(p.candidate.name.to_string(), Verdict::blocked(why));
-                    }
-                }
-            }
+                (None, None) => "instance type, zone or capacity type unknown".into(),
+            };
+            pass.verdicts.insert(
+                c.name.to_string(),
+                Verdict::blocked(why).consolidatable(state),
+            );
         }
-        let _ = refused;
-        if let Some(mv) = &found {
-            for c in &mv.candidates {
-                verdicts.insert(c.clone(), Self::verdict_of(mv));
-            }
+        let remaining = budget.remaining(DisruptionReason::Underutilized);
+        let held = if remaining == 0 {
+            Some("budget Underutilized: 0 allowed")
+        } else if !budget.idle() {
+            Some("waiting: other nodes of the pool are being disrupted")
+        } else {
+            None
+        };
+        Share {
+            pool,
+            eligible,
+            info: PoolInfo {
+                balanced: pool.spec.disruption.consolidation_policy
+                    == ConsolidationPolicy::Balanced,
+                totals,
+                remaining,
+            },
+            held,
         }
-        for p in eligible {
-            verdicts
-                .entry(p.candidate.name.to_string())
-                .or_insert_with(|| {
-                    Verdict::blocked(
-                        "not considered in this pass (a move of other nodes goes first)",
-                    )
-                });
-        }
-        (found, verdicts)
     }
 
-    /// Revalidates the pending move of `pool`: its candidates still eligible, the
-    /// simulation still finds a delete or a replace whose options include the ones chosen.
-    fn validate(
-        pool: &Pool,
-        totals: &PoolTotals,
+    /// The decision of a move that passed its validation, its candidates taken from their
+    /// pools' budgets.
+    fn decided(
+        mv: &Arc<Move>,
         eligible: &[Priced],
-        mv: &Move,
-        pass: &mut Pass,
-    ) -> Result<(), String> {
-        let again: Option<Vec<&Priced>> = mv
-            .candidates
+        pools: &[Pool],
+        budgets: &mut [PoolBudget],
+    ) -> Vec<Decision> {
+        for p in eligible
             .iter()
-            .map(|n| eligible.iter().find(|p| p.candidate.name == n))
-            .collect();
-        let again = again.ok_or("a candidate is no longer eligible")?;
-        let now = simulate(pass.view, &again).map_err(|e| e.to_string())?;
-        Self::balanced(pool, totals, &now, pass)?;
-        match (&mv.action, &now.action) {
-            (_, Action::Delete) => Ok(()),
-            (Action::Replace(before), Action::Replace(after)) => {
-                let opts = after.claim.instance_types();
-                if before
-                    .claim
-                    .instance_types()
-                    .iter()
-                    .all(|t| opts.contains(t))
-                {
-                    Ok(())
-                } else {
-                    Err("the replacement's options changed".into())
-                }
-            }
-            (Action::Delete, Action::Replace(_)) => {
-                Err("the pods no longer fit without a new node".into())
+            .filter(|p| mv.candidates.iter().any(|c| c == p.candidate.name))
+        {
+            if let Some(i) = pools.iter().position(|x| x.name == p.nodepool) {
+                budgets[i].take(1);
             }
         }
+        let Some((first, with)) = mv.candidates.split_first() else {
+            return Vec::new();
+        };
+        let nodepool = eligible
+            .iter()
+            .find(|p| p.candidate.name == first)
+            .map_or("", |p| p.nodepool);
+        // Surge-first through the shared orchestration: candidates tainted, the
+        // replacement initialized, then the candidates deleted.
+        let replacements = match &mv.action {
+            Action::Delete => Vec::new(),
+            Action::Replace(r) => {
+                vec![crate::provisioning::nodeclaim::nodeclaim(
+                    &r.nodepool,
+                    &r.claim,
+                )]
+            }
+        };
+        vec![Decision {
+            nodeclaim: first.clone(),
+            nodepool: nodepool.to_string(),
+            reason: DisruptionReason::Underutilized,
+            expired: false,
+            message: consolidation_verdict(mv).to_string(),
+            surge: Some(Surge {
+                replacements,
+                with: with.to_vec(),
+                consolidation_type: if with.is_empty() { "single" } else { "multi" }.into(),
+            }),
+            command: Some(Arc::clone(mv)),
+        }]
     }
 }
 
@@ -333,162 +324,132 @@ impl Method for Consolidation {
         pass: &mut Pass,
         clock: Clock,
     ) -> Vec<Decision> {
+        self.decide_pools(
+            std::slice::from_ref(pool),
+            std::slice::from_mut(budget),
+            pass,
+            clock,
+        )
+    }
+
+    /// One move at a time across all pools: the candidates of every pool are weighed
+    /// together (a move may take nodes of several pools and its replacement may come from
+    /// any pool).
+    fn decide_pools(
+        &mut self,
+        pools: &[Pool],
+        budgets: &mut [PoolBudget],
+        pass: &mut Pass,
+        clock: Clock,
+    ) -> Vec<Decision> {
         let view = pass.view;
-        let mut eligible = Vec::new();
-        let (mut cost, mut disruption) = (0.0, 0.0);
-        for c in &pool.candidates {
-            let p = priced(view, pool, c);
-            cost += p.as_ref().map_or(0.0, |p| p.price);
-            disruption += disruption_cost(&c.pods);
-            if c.empty() && pool.consolidate_after.is_some() {
-                continue; // emptiness's
-            }
-            let at = consolidatable_at(c.claim, pool.consolidate_after);
-            let state = at.map(|t| t <= clock.now);
-            if let Some(why) = blocker(pool, c, pass, clock) {
-                pass.verdicts.insert(
-                    c.name.to_string(),
-                    Verdict::blocked(why).consolidatable(state),
-                );
-                continue;
-            }
-            match p {
-                Some(p) => eligible.push(p),
-                None => {
-                    pass.verdicts.insert(
-                        c.name.to_string(),
-                        Verdict::blocked("instance type, zone or capacity type unknown")
-                            .consolidatable(state),
-                    );
-                }
-            }
-        }
-        let totals = PoolTotals { cost, disruption };
-        eligible.sort_by(|a, b| {
-            (b.price / b.cost)
-                .total_cmp(&(a.price / a.cost))
-                .then(a.candidate.name.cmp(b.candidate.name))
-        });
-        let wait = |pass: &mut Pass, why: &str| {
-            for p in &eligible {
+        let shares: Vec<Share> = pools
+            .iter()
+            .zip(budgets.iter())
+            .map(|(pool, budget)| Self::share(pool, budget, pass, clock))
+            .collect();
+        let hold = |pass: &mut Pass, eligible: &[Priced], why: &str| {
+            for p in eligible {
                 pass.verdicts.insert(
                     p.candidate.name.to_string(),
                     Verdict::blocked(why).consolidatable(Some(true)),
                 );
             }
         };
+        let infos: Pools = shares.iter().map(|s| (s.pool.name, s.info)).collect();
+        // Pools held this pass offer no candidate (a move under validation still finds
+        // its own: the validation checks budgets itself).
+        let mut eligible: Vec<Priced> = Vec::new();
+        for s in shares {
+            match s.held {
+                Some(why) if self.pending.is_none() => hold(pass, &s.eligible, why),
+                _ => eligible.extend(s.eligible),
+            }
+        }
+        eligible.sort_by(|a, b| {
+            (b.price / b.cost)
+                .total_cmp(&(a.price / a.cost))
+                .then(a.candidate.name.cmp(b.candidate.name))
+        });
         // A move under validation.
         if let Some(p) = &self.pending {
-            if p.pool != pool.name {
-                wait(
-                    pass,
-                    &format!("waiting: a move in NodePool {} is being validated", p.pool),
-                );
-                return Vec::new();
-            }
             let mv = Arc::clone(&p.mv);
+            let involved = p.pools.clone();
             if clock.instant.duration_since(p.since) < VALIDATION {
-                wait(pass, "waiting: another move of the pool is being validated");
+                hold(pass, &eligible, "waiting: another move is being validated");
                 for c in &mv.candidates {
-                    pass.verdicts.insert(c.clone(), Self::verdict_of(&mv));
+                    pass.verdicts.insert(c.clone(), consolidation_verdict(&mv));
                 }
                 return Vec::new();
             }
             self.pending = None;
-            self.searched.remove(pool.name);
-            if let Err(why) = Self::validate(pool, &totals, &eligible, &mv, pass) {
-                pass.notes.push(Note::pool(
-                    pool.name,
-                    "ConsolidationRejected",
-                    format!("validation failed: {why}"),
-                ));
-                wait(
+            self.searched = None;
+            if let Err(why) = validate(&infos, &eligible, &mv, pass, clock.now) {
+                for pool in &involved {
+                    pass.notes.push(Note::pool(
+                        pool,
+                        "ConsolidationRejected",
+                        format!("validation failed: {why}"),
+                    ));
+                }
+                hold(
                     pass,
+                    &eligible,
                     &format!("a move failed validation ({why}); searching again"),
                 );
                 return Vec::new();
             }
             pass.consolidated = true;
-            budget.take(mv.candidates.len());
-            let Some((first, with)) = mv.candidates.split_first() else {
-                return Vec::new();
-            };
-            // Surge-first through the shared orchestration: candidates tainted, the
-            // replacement initialized, then the candidates deleted.
-            let replacements = match &mv.action {
-                Action::Delete => Vec::new(),
-                Action::Replace(r) => {
-                    vec![crate::provisioning::nodeclaim::nodeclaim(
-                        &r.nodepool,
-                        &r.claim,
-                    )]
-                }
-            };
-            return vec![Decision {
-                nodeclaim: first.clone(),
-                nodepool: pool.name.to_string(),
-                reason: DisruptionReason::Underutilized,
-                expired: false,
-                message: Self::verdict_of(&mv).to_string(),
-                surge: Some(Surge {
-                    replacements,
-                    with: with.to_vec(),
-                    consolidation_type: if with.is_empty() { "single" } else { "multi" }.into(),
-                }),
-                command: Some(Arc::clone(&mv)),
-            }];
+            return Self::decided(&mv, &eligible, pools, budgets);
         }
-        let remaining = budget.remaining(DisruptionReason::Underutilized);
         if eligible.is_empty() {
             return Vec::new();
         }
         if pass.consolidated {
-            wait(pass, "waiting: pods are pending or another move goes first");
-            return Vec::new();
-        }
-        if remaining == 0 {
-            wait(pass, "budget Underutilized: 0 allowed");
-            return Vec::new();
-        }
-        if !budget.idle() {
-            wait(pass, "waiting: other nodes of the pool are being disrupted");
+            hold(
+                pass,
+                &eligible,
+                "waiting: pods are pending or another move goes first",
+            );
             return Vec::new();
         }
         let key = fingerprint(view, &eligible);
-        if let Some((k, at, verdicts)) = self.searched.get(pool.name)
+        if let Some((k, at, verdicts)) = &self.searched
             && *k == key
             && clock.instant.duration_since(*at) < RESEARCH
         {
             pass.verdicts.extend(verdicts.clone());
             return Vec::new();
         }
-        let (found, verdicts) = Self::search(pool, &totals, &eligible, remaining, pass);
-        pass.verdicts.extend(verdicts.clone());
-        match found {
+        let found = search(&infos, &eligible, pass, clock.now, &self.limits);
+        pass.verdicts.extend(found.verdicts.clone());
+        match found.mv {
             Some(mv) => {
                 pass.consolidated = true;
                 let note = format!(
                     "{} (validating for {}s)",
-                    Self::verdict_of(&mv),
+                    consolidation_verdict(&mv),
                     VALIDATION.as_secs()
                 );
-                let reason =
-                    if pool.spec.disruption.consolidation_policy == ConsolidationPolicy::Balanced {
+                let pools = involved(&mv, &eligible);
+                for pool in &pools {
+                    let reason = if infos.get(pool).is_some_and(|i| i.balanced) {
                         "ConsolidationApproved"
                     } else {
                         "ConsolidationCandidate"
                     };
-                pass.notes.push(Note::pool(pool.name, reason, note));
+                    pass.notes.push(Note::pool(pool, reason, note.clone()));
+                }
                 self.pending = Some(Pending {
-                    pool: pool.name.to_string(),
                     mv: Arc::new(mv),
+                    pools: pools.iter().map(|p| p.to_string()).collect(),
                     since: clock.instant,
                 });
             }
-            None => {
-                self.searched
-                    .insert(pool.name.to_string(), (key, clock.instant, verdicts));
-            }
+            // A search cut short by its time limit is not remembered: the next pass
+            // searches again.
+            None if found.stopped => {}
+            None => self.searched = Some((key, clock.instant, found.verdicts)),
         }
         Vec::new()
     }
@@ -502,4 +463,13 @@ impl Method for Consolidation {
             self.pending = None;
         }
     }
+}
+
+/// The NodePools of a move's candidates, in name order.
+fn involved<'a>(mv: &Move, eligible: &[Priced<'a>]) -> std::collections::BTreeSet<&'a str> {
+    eligible
+        .iter()
+        .filter(|p| mv.candidates.iter().any(|c| c == p.candidate.name))
+        .map(|p| p.nodepool)
+        .collect()
 }

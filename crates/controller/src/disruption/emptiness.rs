@@ -1,19 +1,29 @@
-//! Emptiness: a NodeClaim whose Node has had no reschedulable pod for `consolidateAfter`
-//! (plus [`VALIDATION`]) is deleted, the longest-empty first, within the pool's `Empty`
-//! budget.
-
-use std::collections::{HashMap, HashSet};
+//! Emptiness: a NodeClaim whose Node has no reschedulable pod is deleted once it has been
+//! `Consolidatable` for [`VALIDATION`] (`consolidateAfter` after its last pod event, or after
+//! it initialized), the longest-consolidatable first, within the pool's `Empty` budget.
+//!
+//! Stateless, as Karpenter's: the clock starts at the timestamps on the objects
+//! (`status.lastPodEventTime`, the `Initialized` transition), so a restart loses nothing.
 
 use api::karpenter::DisruptionReason;
 
+use super::blockers::pod_blocker;
 use super::budgets::PoolBudget;
-use super::candidates::Pool;
+use super::candidates::{Pool, consolidatable_at};
 use super::{Clock, Decision, Method, Pass, VALIDATION, Verdict};
 
-/// Since when each NodeClaim (by name) has been seen empty.
+/// Deletes empty NodeClaims (no state: see the module documentation).
 #[derive(Debug, Default)]
-pub struct Emptiness {
-    since: HashMap<String, std::time::Instant>,
+pub struct Emptiness;
+
+/// The verdict of an empty NodeClaim not deleted yet. No countdown in the text: it becomes
+/// the `Consolidatable` condition's message, written only when it changes.
+fn waiting(consolidatable: bool) -> Verdict {
+    Verdict::blocked(format!(
+        "empty; deleted {}s after consolidateAfter elapses",
+        VALIDATION.as_secs()
+    ))
+    .consolidatable(Some(consolidatable))
 }
 
 impl Method for Emptiness {
@@ -21,51 +31,48 @@ impl Method for Emptiness {
         &mut self,
         pool: &Pool,
         budget: &mut PoolBudget,
-        _pass: &mut Pass,
+        pass: &mut Pass,
         clock: Clock,
     ) -> Vec<Decision> {
         let Some(after) = pool.consolidate_after else {
-            for c in &pool.candidates {
-                self.since.remove(c.name);
-            }
             return Vec::new();
         };
-        let wait = after + VALIDATION;
+        let validation =
+            k8s_openapi::jiff::SignedDuration::try_from(VALIDATION).unwrap_or_default();
+        let pdbs: Vec<_> = pass.view.pdbs.iter().map(|p| p.as_ref()).collect();
         let mut ready = Vec::new();
-        for c in &pool.candidates {
-            if !c.empty() {
-                self.since.remove(c.name);
+        for c in pool.candidates.iter().filter(|c| c.empty()) {
+            let Some(at) = consolidatable_at(c.claim, Some(after)) else {
+                continue;
+            };
+            if let Some(b) = pod_blocker(c.bound, &pdbs, clock.now) {
+                pass.verdicts.insert(
+                    c.name.to_string(),
+                    Verdict::blocked(format!("empty; {b}")).consolidatable(Some(at <= clock.now)),
+                );
                 continue;
             }
-            let since = *self
-                .since
-                .entry(c.name.to_string())
-                .or_insert(clock.instant);
-            if clock.instant.duration_since(since) >= wait {
-                ready.push((since, c.name));
-            } else {
-                _pass.verdicts.insert(
-                    c.name.to_string(),
-                    Verdict::blocked(format!(
-                        "empty; deleted {}s after its pods left",
-                        wait.as_secs()
-                    )),
-                );
+            match at.checked_add(validation) {
+                Ok(due) if due <= clock.now => ready.push((at, c.name)),
+                _ => {
+                    pass.verdicts
+                        .insert(c.name.to_string(), waiting(at <= clock.now));
+                }
             }
         }
         ready.sort();
         let n = ready.len().min(budget.remaining(DisruptionReason::Empty));
         budget.take(n);
         for (_, claim) in ready.iter().skip(n) {
-            _pass.verdicts.insert(
+            pass.verdicts.insert(
                 claim.to_string(),
-                Verdict::blocked("empty; budget Empty: 0 allowed"),
+                Verdict::blocked("empty; budget Empty: 0 allowed").consolidatable(Some(true)),
             );
         }
         ready
             .into_iter()
             .take(n)
-            .map(|(_, claim)| Decision {
+            .map(|(at, claim)| Decision {
                 surge: None,
                 nodeclaim: claim.to_string(),
                 nodepool: pool.name.to_string(),
@@ -73,15 +80,10 @@ impl Method for Emptiness {
                 expired: false,
                 command: None,
                 message: format!(
-                    "empty for {}s (consolidateAfter {})",
-                    wait.as_secs(),
+                    "consolidatable since {at} (consolidateAfter {})",
                     pool.spec.disruption.consolidate_after
                 ),
             })
             .collect()
-    }
-
-    fn forget(&mut self, keep: &HashSet<String>) {
-        self.since.retain(|k, _| keep.contains(k));
     }
 }

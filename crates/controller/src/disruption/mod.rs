@@ -11,15 +11,17 @@
 //!
 //! Layout: [`candidates`] (per pool, the NodeClaims that may be disrupted, with their Node
 //! and pods), [`blockers`], [`budgets`], [`pricing`] (price rules, Balanced, binary search),
-//! [`plan`] (the consolidation simulation), one file per [`Method`] ([`expiration`],
-//! [`emptiness`], [`drift`], [`consolidation`]), [`verdict`] (why (not), per NodeClaim) and
-//! [`execute`] (the loop). A method is a candidate filter and a decision with its own
-//! timers; the budget and the execution are shared, so a new method is one file and one
+//! [`plan`] (the consolidation simulation), [`search`] (multi- then single-node, within
+//! time limits), one file per [`Method`] ([`expiration`], [`emptiness`], [`drift`],
+//! [`consolidation`]), [`verdict`] (why (not), per NodeClaim) and [`execute`] (the loop). A method is a candidate filter and a decision, with state of its
+//! own only where Karpenter keeps some in memory too (consolidation's validation and search
+//! cache); the budget and the execution are shared, so a new method is one file and one
 //! line in [`Timers::methods`].
 //!
-//! The decisions are pure functions of cached objects; a command's state is on the objects
-//! (see [`orchestrate`]), so a restart anywhere is safe (timers restart from zero, which
-//! only delays; commands in flight resume or roll back).
+//! The decisions are pure functions of cached objects; ages count from the objects'
+//! timestamps and a command's state is on the objects (see [`orchestrate`]), so a restart
+//! anywhere is safe (a move under validation is searched again; commands in flight resume
+//! or roll back).
 
 pub mod blockers;
 pub mod budgets;
@@ -33,6 +35,7 @@ pub mod orchestrate;
 pub mod plan;
 pub mod podevents;
 pub mod pricing;
+pub mod search;
 pub mod simulate;
 pub mod status;
 pub mod steps;
@@ -179,6 +182,22 @@ pub trait Method {
         clock: Clock,
     ) -> Vec<Decision>;
 
+    /// Decisions over every pool at once (`pools` and their `budgets` side by side). By
+    /// default, [`Self::decide`] pool by pool.
+    fn decide_pools(
+        &mut self,
+        pools: &[Pool],
+        budgets: &mut [PoolBudget],
+        pass: &mut Pass,
+        clock: Clock,
+    ) -> Vec<Decision> {
+        let mut out = Vec::new();
+        for (pool, budget) in pools.iter().zip(budgets.iter_mut()) {
+            out.extend(self.decide(pool, budget, pass, clock));
+        }
+        out
+    }
+
     /// Forgets the timers of NodeClaims not in `keep` (gone).
     fn forget(&mut self, _keep: &HashSet<String>) {}
 }
@@ -244,8 +263,10 @@ pub fn pass(
     };
     let mut out = Vec::new();
     let mut allowed = Vec::new();
-    for mut pool in candidates::pools(view, &pods_on) {
-        let mut budget = PoolBudget::new(
+    let mut pools = candidates::pools(view, &pods_on);
+    let mut budgets = Vec::with_capacity(pools.len());
+    for pool in &pools {
+        let budget = PoolBudget::new(
             &pool.spec.disruption.budgets,
             pool.total,
             pool.disrupting,
@@ -268,12 +289,16 @@ pub fn pass(
         ] {
             allowed.push((pool.name.to_string(), reason, budget.remaining(reason)));
         }
-        for method in timers.methods() {
-            let decided = method.decide(&pool, &mut budget, &mut pass, clock);
+        budgets.push(budget);
+    }
+    // Method by method over all pools, as Karpenter orders them.
+    for method in timers.methods() {
+        let decided = method.decide_pools(&pools, &mut budgets, &mut pass, clock);
+        for pool in &mut pools {
             pool.candidates
                 .retain(|c| !decided.iter().any(|d| d.nodeclaim == c.name));
-            out.extend(decided);
         }
+        out.extend(decided);
     }
     for d in &out {
         match &d.command {

@@ -1,26 +1,31 @@
 //! The consolidation simulation: would the pods of these candidates fit on the rest of the
 //! cluster (a delete), or on the rest plus exactly one new node strictly cheaper than the
 //! candidates (a replace)? The provisioner's own snapshot and solver, with the candidates
-//! taken out and their pods pending.
+//! taken out and their pods pending. Nodes inside their `consolidateAfter` window take none
+//! of the moved pods, as in Karpenter.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use api::NodePool;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
 use scheduling::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE, Operator};
 
 use super::View;
-use super::candidates::{Candidate, reschedulable};
+use super::candidates::{Candidate, consolidatable_at, consolidate_after, reschedulable};
 use super::pricing::{self, Choice, NoReplacement, Offer, Replaced};
-use crate::objects::{claim_node_name, deleting, name, pod_node_name, pool_condition};
+use crate::objects::{claim_node_name, deleting, name, nodepool_of, pod_node_name, pool_condition};
 use crate::provisioning::snapshot;
 
 /// A candidate with what consolidation weighs: its price and the cost of disrupting it.
 #[derive(Debug)]
 pub struct Priced<'a> {
     pub candidate: &'a Candidate<'a>,
+    /// Its NodePool.
+    pub nodepool: &'a str,
     pub instance_type: String,
     pub capacity_type: String,
     /// Hourly price of its offering (0 if unknown).
@@ -105,8 +110,31 @@ impl fmt::Display for NoMove {
     }
 }
 
-/// Simulates removing `candidates` (one or more Nodes of `view`).
-pub fn simulate(view: &View, candidates: &[&Priced]) -> Result<Move, NoMove> {
+/// The Nodes (and NodeClaims) inside their NodePool's `consolidateAfter` window at `now`:
+/// they take none of the pods a consolidation moves (Karpenter sends only pending pods
+/// there), so a move never lands on a node that just got or lost pods. `Never`, `0s` and
+/// uninitialized claims are not in a window.
+fn in_consolidate_after_window<'a>(view: &'a View, now: Timestamp) -> HashSet<&'a str> {
+    let after: HashMap<&str, Option<Duration>> = view
+        .nodepools
+        .iter()
+        .map(|p| (name(p.as_ref()), consolidate_after(&p.spec)))
+        .collect();
+    let mut out = HashSet::new();
+    for c in view.nodeclaims {
+        let Some(&after) = nodepool_of(c).and_then(|p| after.get(p)) else {
+            continue;
+        };
+        if consolidatable_at(c, after).is_some_and(|at| at > now) {
+            out.insert(name(c.as_ref()));
+            out.extend(claim_node_name(c));
+        }
+    }
+    out
+}
+
+/// Simulates removing `candidates` (one or more Nodes of `view`) at `now`.
+pub fn simulate(view: &View, candidates: &[&Priced], now: Timestamp) -> Result<Move, NoMove> {
     let gone_claims: HashSet<&str> = candidates.iter().map(|p| p.candidate.name).collect();
     let gone_nodes: HashSet<&str> = candidates
         .iter()
@@ -157,7 +185,14 @@ pub fn simulate(view: &View, candidates: &[&Priced]) -> Result<Move, NoMove> {
             .collect(),
         daemonsets: view.daemonsets.to_vec(),
     };
-    let snap = snapshot::build(&state, &moving, view.catalog, &|_, _, _| true);
+    let mut snap = snapshot::build(&state, &moving, view.catalog, &|_, _, _| true);
+    let settling = in_consolidate_after_window(view, now);
+    for n in &mut snap.input.nodes {
+        n.refuses_moving = settling.contains(n.name.as_str());
+    }
+    for p in &mut snap.input.pods {
+        p.moving = true;
+    }
     let out = scheduling::solve(&snap.input);
     if let Some(u) = out
         .unschedulable

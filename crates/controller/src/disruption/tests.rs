@@ -110,10 +110,10 @@ fn empty_nodes_go_after_consolidate_after_plus_validation_within_budget() {
     let view = view(&pools, &claims, &nodes, &pods);
     let mut timers = Timers::default();
     let t0 = Instant::now();
-    let now = at("2026-11-22T11:00:00Z");
-    assert!(pass(&view, &mut timers, now, t0).is_empty());
-    assert!(pass(&view, &mut timers, now, t0 + Duration::from_secs(24)).is_empty());
-    let d = pass(&view, &mut timers, now, t0 + Duration::from_secs(25));
+    // Initialized at 10:00:00, consolidateAfter 10s, validation 15s: due at 10:00:25.
+    assert!(pass(&view, &mut timers, at("2026-11-22T10:00:24Z"), t0).is_empty());
+    let now = at("2026-11-22T10:00:25Z");
+    let d = pass(&view, &mut timers, now, t0);
     // Budget 1: only one of a and b, never c.
     assert_eq!(d.len(), 1, "{d:?}");
     assert!(d[0].nodeclaim == "a" || d[0].nodeclaim == "b");
@@ -128,6 +128,36 @@ fn empty_nodes_go_after_consolidate_after_plus_validation_within_budget() {
         ..view
     };
     assert!(pass(&view, &mut timers, now, t0 + Duration::from_secs(30)).is_empty());
+}
+
+#[test]
+fn emptiness_counts_from_the_objects_so_a_restart_loses_nothing() {
+    let pools = [pool("1m", json!([{"nodes": "10"}]))];
+    let mut recent = claim_json("busy-until-now", "2026-11-22T10:00:00Z", "Never");
+    recent["status"]["lastPodEventTime"] = json!("2026-11-22T10:59:30Z");
+    let claims = [
+        claim("idle", "2026-11-22T10:00:00Z", "Never"),
+        typed(recent),
+    ];
+    let nodes = [node("idle"), node("busy-until-now")];
+    let v = view(&pools, &claims, &nodes, &[]);
+    let now = at("2026-11-22T11:00:00Z");
+    // A process that just started (fresh timers, first pass): the idle node has been
+    // consolidatable since 10:01 and goes at once; the other's last pod left 30 s ago.
+    let out = super::pass(&v, &mut Timers::default(), &NoSim, now, Instant::now());
+    let names: Vec<&str> = out.decisions.iter().map(|d| d.nodeclaim.as_str()).collect();
+    assert_eq!(names, ["idle"]);
+    assert_eq!(out.decisions[0].reason, DisruptionReason::Empty);
+    let waiting = &out.verdicts["busy-until-now"];
+    assert_eq!(
+        waiting.to_string(),
+        "empty; deleted 15s after consolidateAfter elapses"
+    );
+    assert_eq!(waiting.consolidatable, Some(false));
+    // Another fresh start 45 s later (1m + 15s after the last pod event): it goes too.
+    let later = at("2026-11-22T11:00:45Z");
+    let d = pass(&v, &mut Timers::default(), later, Instant::now());
+    assert!(d.iter().any(|d| d.nodeclaim == "busy-until-now"), "{d:?}");
 }
 
 #[test]

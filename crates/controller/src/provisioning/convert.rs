@@ -394,6 +394,7 @@ pub fn pod(p: &core::Pod) -> scheduling::Pod {
             }),
             &namespace,
         ),
+        moving: false,
     }
 }
 

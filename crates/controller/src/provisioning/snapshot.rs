@@ -115,6 +115,7 @@ pub fn build(
                 .unwrap_or_default(),
             requested,
             pods,
+            refuses_moving: false,
         });
     }
     let mut usage: HashMap<String, scheduling::Resources> = HashMap::new();
@@ -150,6 +151,7 @@ pub fn build(
             allocatable: claim_resources(c, Which::Allocatable),
             requested,
             pods,
+            refuses_moving: false,
         });
     }
     let mut node_pools = Vec::new();

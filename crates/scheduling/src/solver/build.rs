@@ -302,6 +302,7 @@ pub(super) fn build(input: &Input) -> Solver {
             taints,
             free: alloc.iter().zip(&used).map(|(a, u)| a - u).collect(),
             ports: n.pods.iter().flat_map(|p| p.host_ports.clone()).collect(),
+            refuses_moving: n.refuses_moving,
         });
     }
     for v in universe.values_mut() {
@@ -383,6 +384,7 @@ pub(super) fn build(input: &Input) -> Solver {
             labels,
             tolerations: p.tolerations.clone(),
             ports: p.host_ports.clone(),
+            moving: p.moving,
             selector_reqs,
             required_terms,
             preferred_terms,

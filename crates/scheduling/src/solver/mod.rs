@@ -61,6 +61,7 @@ struct NodeData {
     taints: Vec<Taint>,
     free: Vec<i64>,
     ports: Vec<HostPort>,
+    refuses_moving: bool,
 }
 
 struct Claim {

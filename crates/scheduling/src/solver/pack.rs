@@ -182,6 +182,9 @@ impl Solver {
 
     pub(super) fn try_existing(&self, ni: usize, pod: &PodData, plan: &TopoPlan) -> bool {
         let n = &self.nodes[ni];
+        if pod.moving && n.refuses_moving {
+            return false;
+        }
         if !fits(&pod.requests, &n.free) {
             return false;
         }

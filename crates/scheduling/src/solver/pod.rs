@@ -9,6 +9,8 @@ pub(super) struct PodData {
     pub(super) labels: Vec<(Key, Sym)>,
     pub(super) tolerations: Vec<Toleration>,
     pub(super) ports: Vec<HostPort>,
+    /// See [`crate::Pod::moving`].
+    pub(super) moving: bool,
     /// nodeSelector requirements.
     pub(super) selector_reqs: IReqs,
     pub(super) required_terms: Vec<IReqs>,

@@ -116,6 +116,7 @@ pub fn node(name: &str, zone: &str, cpu_m: i64, mem_gi: i64) -> ExistingNode {
         allocatable: res(&[(CPU, cpu_m), (MEMORY, mem_gi * GI), (PODS, 110)]),
         requested: Resources::new(),
         pods: Vec::new(),
+        refuses_moving: false,
     }
 }
 
