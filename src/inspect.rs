@@ -313,6 +313,8 @@ pub async fn collect(
         let pods = list_all::<k8s_openapi::api::core::v1::Pod>(workload).await?;
         let pdbs = list_all::<k8s_openapi::api::policy::v1::PodDisruptionBudget>(workload).await?;
         let daemonsets = list_all::<k8s_openapi::api::apps::v1::DaemonSet>(workload).await?;
+        // A NodeClass's drift policy `Manual` keeps its drifted nodes.
+        let nodeclasses = list_all::<api::ClusterAPINodeClass>(workload).await?;
         let node_arcs: Vec<Arc<Node>> = nodes.iter().cloned().map(Arc::new).collect();
         let view = controller::disruption::View {
             nodepools: &pools,
@@ -321,7 +323,7 @@ pub async fn collect(
             pods: &pods,
             daemonsets: &daemonsets,
             pdbs: &pdbs,
-            nodeclasses: &[],
+            nodeclasses: &nodeclasses,
             catalog: &controller::disruption::no_catalog,
         };
         add_why(&mut out, &claims, &view, now);

@@ -10,10 +10,9 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use common::mirror::Mirror;
 use common::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -147,31 +146,43 @@ struct Sample {
     small_initialized: bool,
 }
 
-/// Samples the web pods and the NodeClaims every 100 ms until `stop`.
-fn watch(
-    client: Client,
-    ns: String,
-    stop: Arc<AtomicBool>,
-) -> tokio::task::JoinHandle<Vec<Sample>> {
-    tokio::spawn(async move {
+/// Follows the web pods and the NodeClaims by their watches (started before this returns)
+/// until `stop` fires: one sample now and one after every change.
+async fn watch(
+    client: &Client,
+    ns: &str,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Vec<Sample>>,
+) {
+    let mut mirror = Mirror::start(client, ns).await;
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
         let start = Instant::now();
-        let mut out = Vec::new();
-        while !stop.load(Ordering::Relaxed) {
-            if let Some(pods) = running_pods(&client, &ns, "web").await {
-                let small_initialized = claims(&client).await.iter().any(|c| {
-                    instance_type(c) == "small"
-                        && condition(c, "Initialized").as_deref() == Some("True")
-                });
-                out.push(Sample {
-                    at: start.elapsed(),
-                    running: pods.len(),
-                    small_initialized,
-                });
+        let sample = |m: &Mirror| Sample {
+            at: start.elapsed(),
+            running: m.pods_of("web").filter(|p| running(p)).count(),
+            small_initialized: m.claims().any(|c| {
+                instance_type(c) == "small"
+                    && condition(c, "Initialized").as_deref() == Some("True")
+            }),
+        };
+        let mut out = vec![sample(&mirror)];
+        let limit = start + Duration::from_secs(600);
+        loop {
+            tokio::select! {
+                _ = &mut stopped => break,
+                changed = mirror.next(limit) => {
+                    if changed.is_err() {
+                        break;
+                    }
+                    out.push(sample(&mirror));
+                }
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
         }
         out
-    })
+    });
+    (stop, task)
 }
 
 /// How long a replace waits for its replacement to initialize (the default is 10 minutes).
@@ -244,16 +255,18 @@ async fn consolidation_replaces_merges_explains_and_rolls_back() {
     // (a) A large node left with three small pods is replaced by a small one: `filler` (5
     // cpu) and `web` (3 × 300m) are packed onto one large; then `filler` goes.
     let large = large_with_web(&client, &ns).await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let watcher = watch(client.clone(), ns.clone(), Arc::clone(&stop));
+    let (stop, watcher) = watch(&client, &ns).await;
     delete_deployment(&client, &ns, "filler").await;
     let small = wait_claims(&client, &["small"], 150).await[0].name_any();
     wait_running(&client, &ns, "web", 3, 60).await;
-    stop.store(true, Ordering::Relaxed);
+    let _ = stop.send(());
     let samples = watcher.await.expect("watcher");
     let small_node = node_of_claim(&client, &small).await;
     assert_eq!(hosts_of(&client, &ns, "web").await, vec![small_node; 3]);
-    assert!(samples.len() > 10, "the watcher ran: {samples:?}");
+    assert!(
+        samples.len() > 10 && samples[0].running == 3,
+        "the watcher ran from before the move: {samples:?}"
+    );
     assert!(
         samples.iter().all(|s| s.running > 0),
         "a web pod ran throughout: {samples:?}"

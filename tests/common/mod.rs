@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod manifests;
+pub mod mirror;
 pub mod process;
 
 use std::net::SocketAddr;

@@ -271,10 +271,8 @@ fn drift_replaces_the_oldest_empty_first_one_per_pass_within_budget() {
     assert!(decide(&v, &mut timers, &sim, now, Instant::now()).is_empty());
     let blocked = timers.blocked();
     assert!(
-        blocked
-            .iter()
-            .any(|b| b.nodeclaim == "old-busy"
-                && b.message == "drifted (NodeClassDrifted); blocked: budget Drifted: 0 allowed"),
+        blocked.iter().any(|b| b.nodeclaim == "old-busy"
+            && b.message == "drifted (NodeClassDrifted); blocked: budget Drifted: 0 allowed"),
         "{blocked:?}"
     );
 }
@@ -355,7 +353,9 @@ fn drift_is_blocked_by_pdbs_do_not_disrupt_misfits_and_manual_policy() {
     let (n, why) = run(&claims, &pods, &[], &[manual], &fits);
     assert_eq!(n, 0);
     assert!(
-        why[0].starts_with("drifted (NodeClassDrifted); blocked: its NodeClass's drift policy is Manual"),
+        why[0].starts_with(
+            "drifted (NodeClassDrifted); blocked: its NodeClass's drift policy is Manual"
+        ),
         "{why:?}"
     );
 }
@@ -417,9 +417,18 @@ fn a_held_verdict_stands_unless_the_claim_is_part_of_a_move() {
     super::hold(
         &mut verdicts,
         BTreeMap::from([
-            ("kept".to_string(), held("drifted (X); blocked: pod d/p has do-not-disrupt")),
-            ("moved".to_string(), held("drifted (X); blocked: budget Drifted: 0 allowed")),
-            ("alone".to_string(), held("drifted (X); blocked: budget Drifted: 0 allowed")),
+            (
+                "kept".to_string(),
+                held("drifted (X); blocked: pod d/p has do-not-disrupt"),
+            ),
+            (
+                "moved".to_string(),
+                held("drifted (X); blocked: budget Drifted: 0 allowed"),
+            ),
+            (
+                "alone".to_string(),
+                held("drifted (X); blocked: budget Drifted: 0 allowed"),
+            ),
         ]),
     );
     assert_eq!(
