@@ -184,6 +184,22 @@ async fn watch(
     (stop, task)
 }
 
+/// Waits until `karpenter-capi inspect --why` says `want` of NodeClaim `claim`.
+async fn wait_why(client: &Client, claim: &str, want: &str) {
+    let why = wait_for("inspect --why", Duration::from_secs(60), || async {
+        let rows = karpenter_capi::inspect::collect(client, client, None, true)
+            .await
+            .ok()?;
+        let row = rows.into_iter().find(|r| r.nodeclaim == claim)?;
+        row.why.filter(|w| w == want)
+    })
+    .await;
+    if why.is_err() {
+        let rows = karpenter_capi::inspect::collect(client, client, None, true).await;
+        panic!("inspect --why of {claim}: {rows:?}, want {want:?}");
+    }
+}
+
 /// Sets the consolidation policy of NodePool `default`.
 async fn set_policy(client: &Client, policy: &str) {
     nodepools(client)
@@ -356,22 +372,7 @@ async fn consolidation_replaces_merges_explains_and_rolls_back() {
         .expect("db's claim")
         .name_any();
     let want = format!("pod {ns}/{db_pod} has do-not-disrupt");
-    let why = wait_for(
-        "inspect --why names the pod",
-        Duration::from_secs(60),
-        || async {
-            let rows = karpenter_capi::inspect::collect(&client, &client, None, true)
-                .await
-                .ok()?;
-            let row = rows.into_iter().find(|r| r.nodeclaim == db_claim)?;
-            row.why.filter(|w| *w == want)
-        },
-    )
-    .await;
-    if why.is_err() {
-        let rows = karpenter_capi::inspect::collect(&client, &client, None, true).await;
-        panic!("inspect --why: {rows:?}, want {want:?}");
-    }
+    wait_why(&client, &db_claim, &want).await;
     // The operator writes the same verdict as the claim's Consolidatable message.
     let written = wait_for(
         "the Consolidatable message",
@@ -454,22 +455,7 @@ async fn consolidation_replaces_merges_explains_and_rolls_back() {
     assert!((refused - 0.1).abs() < 1e-6, "score {refused}");
     // ... and inspect --why says why.
     let want = "Balanced: score 0.10 < 0.5 (saves 0.04/h of 0.40/h)";
-    let why = wait_for(
-        "inspect --why: Balanced",
-        Duration::from_secs(30),
-        || async {
-            let rows = karpenter_capi::inspect::collect(&client, &client, None, true)
-                .await
-                .ok()?;
-            let row = rows.into_iter().find(|r| r.nodeclaim == large)?;
-            row.why.filter(|w| w == want)
-        },
-    )
-    .await;
-    if why.is_err() {
-        let rows = karpenter_capi::inspect::collect(&client, &client, None, true).await;
-        panic!("inspect --why: {rows:?}, want {want:?}");
-    }
+    wait_why(&client, &large, want).await;
     // Nothing moved: the same large, not being disrupted, no approval.
     let kept = wait_claims(&client, &["large"], 1).await;
     assert_eq!(kept[0].name_any(), large);

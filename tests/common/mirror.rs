@@ -16,8 +16,8 @@ use super::nodeclaims;
 
 /// One event of either watch.
 enum Change {
-    Pod(Event<Pod>),
-    Claim(Event<DynamicObject>),
+    Pod(Box<Event<Pod>>),
+    Claim(Box<Event<DynamicObject>>),
 }
 
 /// The objects of one kind, and the list being received while its watch (re)starts.
@@ -76,10 +76,10 @@ impl Mirror {
             watcher::Config::default(),
         )
         .default_backoff()
-        .filter_map(|e| async { e.ok().map(Change::Pod) });
+        .filter_map(|e| async { e.ok().map(|e| Change::Pod(Box::new(e))) });
         let claims = watcher::watcher(nodeclaims(client), watcher::Config::default())
             .default_backoff()
-            .filter_map(|e| async { e.ok().map(Change::Claim) });
+            .filter_map(|e| async { e.ok().map(|e| Change::Claim(Box::new(e))) });
         let mut m = Mirror {
             pods: Listed::new(),
             claims: Listed::new(),
@@ -98,8 +98,8 @@ impl Mirror {
     pub async fn next(&mut self, deadline: Instant) -> Result<(), String> {
         let left = deadline.saturating_duration_since(Instant::now());
         match tokio::time::timeout(left, self.changes.next()).await {
-            Ok(Some(Change::Pod(e))) => self.pods.apply(e),
-            Ok(Some(Change::Claim(e))) => self.claims.apply(e),
+            Ok(Some(Change::Pod(e))) => self.pods.apply(*e),
+            Ok(Some(Change::Claim(e))) => self.claims.apply(*e),
             Ok(None) => return Err("the watches ended".into()),
             Err(_) => return Err("no change before the deadline".into()),
         }
