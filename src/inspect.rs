@@ -251,7 +251,8 @@ pub fn render_table(rows: &[Row]) -> String {
 
 /// Fills each row's disruption verdict: the operator's (the `Consolidatable` condition's
 /// message, computed with the live catalog's prices) when it wrote one, else the same
-/// verdict function run here on the listed objects (prices from the launch plans).
+/// verdict function run here on the listed objects (with the catalogs built here from the
+/// live templates).
 pub fn add_why(
     rows: &mut [Row],
     claims: &[NodeClaim],
@@ -277,6 +278,67 @@ where
     let api: kube::api::Api<K> = kube::api::Api::all(client.clone());
     let list = api.list(&kube::api::ListParams::default()).await?;
     Ok(list.items.into_iter().map(std::sync::Arc::new).collect())
+}
+
+/// Each NodeClass's catalog as the operator builds it, from the opted-in templates of the
+/// management cluster (the replacement options and prices of the verdicts). A kind or a list
+/// the user may not read is left out (fewer options, never an error).
+async fn live_catalogs(
+    management: &kube::Client,
+    nodeclasses: &[std::sync::Arc<api::ClusterAPINodeClass>],
+) -> std::collections::HashMap<String, std::sync::Arc<templates::model::Catalog>> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{Api, DynamicObject, ListParams, TypeMeta};
+    use templates::names::LABEL_KARPENTER_MEMBER;
+    use templates::selection::Selection;
+    use templates::settings::CatalogSettings;
+    let crds = Api::<CustomResourceDefinition>::all(management.clone())
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    let mut all = Vec::new();
+    for kind in crds
+        .iter()
+        .filter_map(templates::watch::template_kind_from_crd)
+    {
+        let ar = kind.api_resource();
+        let api = Api::<DynamicObject>::all_with(management.clone(), &ar);
+        let Ok(list) = api
+            .list(&ListParams::default().labels(LABEL_KARPENTER_MEMBER))
+            .await
+        else {
+            continue;
+        };
+        all.extend(list.items.into_iter().map(|mut o| {
+            o.types.get_or_insert_with(|| TypeMeta {
+                api_version: ar.api_version.clone(),
+                kind: ar.kind.clone(),
+            });
+            o
+        }));
+    }
+    let clusters = list_all::<api::Cluster>(management)
+        .await
+        .unwrap_or_default();
+    let mut out = std::collections::HashMap::new();
+    for nc in nodeclasses {
+        let r = &nc.spec.cluster_ref;
+        let cluster = clusters
+            .iter()
+            .find(|c| c.name_any() == r.name && c.namespace().as_deref() == Some(&r.namespace));
+        let selection = Selection::from_node_class(nc);
+        let selected: Vec<DynamicObject> = all
+            .iter()
+            .filter(|t| selection.matches(t))
+            .cloned()
+            .collect();
+        let settings = CatalogSettings::from_node_class(nc, cluster.map(|c| c.as_ref()));
+        if let Ok(c) = templates::build_catalog(&selected, &settings) {
+            out.insert(nc.name_any(), std::sync::Arc::new(c));
+        }
+    }
+    out
 }
 
 /// Lists what the view needs (a one-shot CLI; the operator itself reads watch caches);
@@ -313,7 +375,11 @@ pub async fn collect(
         let pods = list_all::<k8s_openapi::api::core::v1::Pod>(workload).await?;
         let pdbs = list_all::<k8s_openapi::api::policy::v1::PodDisruptionBudget>(workload).await?;
         let daemonsets = list_all::<k8s_openapi::api::apps::v1::DaemonSet>(workload).await?;
+        // A NodeClass's drift policy `Manual` keeps its drifted nodes.
+        let nodeclasses = list_all::<api::ClusterAPINodeClass>(workload).await?;
         let node_arcs: Vec<Arc<Node>> = nodes.iter().cloned().map(Arc::new).collect();
+        let catalogs = live_catalogs(management, &nodeclasses).await;
+        let catalog = |nc: &str| catalogs.get(nc).cloned();
         let view = controller::disruption::View {
             nodepools: &pools,
             nodeclaims: &every_claim,
@@ -321,8 +387,8 @@ pub async fn collect(
             pods: &pods,
             daemonsets: &daemonsets,
             pdbs: &pdbs,
-            nodeclasses: &[],
-            catalog: &controller::disruption::no_catalog,
+            nodeclasses: &nodeclasses,
+            catalog: &catalog,
         };
         add_why(&mut out, &claims, &view, now);
     }

@@ -1,19 +1,17 @@
 //! Consolidation end to end on the testbed (the real Cluster API manager, the test provider,
-//! kwok Nodes, kube-scheduler): a large node left with small pods is replaced by a small one
-//! (the replacement initialized before any pod stops), three under-used nodes become one, and
-//! a do-not-disrupt pod keeps its node with `inspect --why` saying so, and a replacement
-//! that never initializes is rolled back. One testbed, the cases one after the other (each
-//! starts from an empty cluster).
-//!
-//! Balanced (refuses a tiny saving against its disruption, accepts a large one) is covered by
-//! the unit tests over the pass in `crates/controller/src/disruption/consolidation_tests.rs`.
+//! kwok Nodes, kube-scheduler): (a) a large node left with small pods is replaced by a small
+//! one (the replacement initialized before any pod stops), (b) three under-used nodes become
+//! one, (c) a do-not-disrupt pod keeps its node with `inspect --why` saying so, (d) a
+//! `Balanced` pool refuses a move whose saving is tiny against its disruption (`inspect
+//! --why` and the score metric say so) and approves a large one, and (e) a replacement that
+//! never initializes is rolled back. One testbed, the cases one after the other (each starts
+//! from an empty cluster).
 
 mod common;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use common::mirror::Mirror;
 use common::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -147,31 +145,104 @@ struct Sample {
     small_initialized: bool,
 }
 
-/// Samples the web pods and the NodeClaims every 100 ms until `stop`.
-fn watch(
-    client: Client,
-    ns: String,
-    stop: Arc<AtomicBool>,
-) -> tokio::task::JoinHandle<Vec<Sample>> {
-    tokio::spawn(async move {
+/// Follows the web pods and the NodeClaims by their watches (started before this returns)
+/// until `stop` fires: one sample now and one after every change.
+async fn watch(
+    client: &Client,
+    ns: &str,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Vec<Sample>>,
+) {
+    let mut mirror = Mirror::start(client, ns).await;
+    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
         let start = Instant::now();
-        let mut out = Vec::new();
-        while !stop.load(Ordering::Relaxed) {
-            if let Some(pods) = running_pods(&client, &ns, "web").await {
-                let small_initialized = claims(&client).await.iter().any(|c| {
-                    instance_type(c) == "small"
-                        && condition(c, "Initialized").as_deref() == Some("True")
-                });
-                out.push(Sample {
-                    at: start.elapsed(),
-                    running: pods.len(),
-                    small_initialized,
-                });
+        let sample = |m: &Mirror| Sample {
+            at: start.elapsed(),
+            running: m.pods_of("web").filter(|p| running(p)).count(),
+            small_initialized: m.claims().any(|c| {
+                instance_type(c) == "small"
+                    && condition(c, "Initialized").as_deref() == Some("True")
+            }),
+        };
+        let mut out = vec![sample(&mirror)];
+        let limit = start + Duration::from_secs(600);
+        loop {
+            tokio::select! {
+                _ = &mut stopped => break,
+                changed = mirror.next(limit) => {
+                    if changed.is_err() {
+                        break;
+                    }
+                    out.push(sample(&mirror));
+                }
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
         }
         out
-    })
+    });
+    (stop, task)
+}
+
+/// Waits until `karpenter-capi inspect --why` says `want` of NodeClaim `claim`.
+async fn wait_why(client: &Client, claim: &str, want: &str) {
+    let why = wait_for(
+        "inspect --why",
+        Duration::from_secs(60) + controller::disruption::status::MESSAGE_REFRESH,
+        || async {
+            let rows = karpenter_capi::inspect::collect(client, client, None, true)
+                .await
+                .ok()?;
+            let row = rows.into_iter().find(|r| r.nodeclaim == claim)?;
+            row.why.filter(|w| w == want)
+        },
+    )
+    .await;
+    if why.is_err() {
+        let rows = karpenter_capi::inspect::collect(client, client, None, true).await;
+        panic!("inspect --why of {claim}: {rows:?}, want {want:?}");
+    }
+}
+
+/// Sets the consolidation policy of NodePool `default`.
+async fn set_policy(client: &Client, policy: &str) {
+    nodepools(client)
+        .patch(
+            "default",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"disruption": {"consolidationPolicy": policy}}})),
+        )
+        .await
+        .expect("patch the NodePool");
+}
+
+/// Waits until the operator's `karpenter_consolidation_score` of NodePool `default` is
+/// `wanted`; returns it.
+async fn balanced_score(env: &Env, wanted: impl Fn(f64) -> bool) -> f64 {
+    let got = wait_for(
+        "karpenter_consolidation_score",
+        Duration::from_secs(60),
+        || async {
+            let metrics = scrape(env.metrics_addr).await;
+            let line = metrics.lines().find_map(|l| {
+                l.strip_prefix(r#"karpenter_consolidation_score{nodepool="default"} "#)
+            })?;
+            line.trim().parse::<f64>().ok().filter(|s| wanted(*s))
+        },
+    )
+    .await;
+    match got {
+        Ok(s) => s,
+        Err(_) => panic!(
+            "no such Balanced score: {}",
+            scrape(env.metrics_addr)
+                .await
+                .lines()
+                .filter(|l| l.contains("consolidation_score"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        ),
+    }
 }
 
 /// How long a replace waits for its replacement to initialize (the default is 10 minutes).
@@ -244,16 +315,18 @@ async fn consolidation_replaces_merges_explains_and_rolls_back() {
     // (a) A large node left with three small pods is replaced by a small one: `filler` (5
     // cpu) and `web` (3 × 300m) are packed onto one large; then `filler` goes.
     let large = large_with_web(&client, &ns).await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let watcher = watch(client.clone(), ns.clone(), Arc::clone(&stop));
+    let (stop, watcher) = watch(&client, &ns).await;
     delete_deployment(&client, &ns, "filler").await;
     let small = wait_claims(&client, &["small"], 150).await[0].name_any();
     wait_running(&client, &ns, "web", 3, 60).await;
-    stop.store(true, Ordering::Relaxed);
+    let _ = stop.send(());
     let samples = watcher.await.expect("watcher");
     let small_node = node_of_claim(&client, &small).await;
     assert_eq!(hosts_of(&client, &ns, "web").await, vec![small_node; 3]);
-    assert!(samples.len() > 10, "the watcher ran: {samples:?}");
+    assert!(
+        samples.len() > 10 && samples[0].running == 3,
+        "the watcher ran from before the move: {samples:?}"
+    );
     assert!(
         samples.iter().all(|s| s.running > 0),
         "a web pod ran throughout: {samples:?}"
@@ -303,22 +376,7 @@ async fn consolidation_replaces_merges_explains_and_rolls_back() {
         .expect("db's claim")
         .name_any();
     let want = format!("pod {ns}/{db_pod} has do-not-disrupt");
-    let why = wait_for(
-        "inspect --why names the pod",
-        Duration::from_secs(60),
-        || async {
-            let rows = karpenter_capi::inspect::collect(&client, &client, None, true)
-                .await
-                .ok()?;
-            let row = rows.into_iter().find(|r| r.nodeclaim == db_claim)?;
-            row.why.filter(|w| *w == want)
-        },
-    )
-    .await;
-    if why.is_err() {
-        let rows = karpenter_capi::inspect::collect(&client, &client, None, true).await;
-        panic!("inspect --why: {rows:?}, want {want:?}");
-    }
+    wait_why(&client, &db_claim, &want).await;
     // The operator writes the same verdict as the claim's Consolidatable message (a new
     // message alone is written at most once a minute).
     let written = wait_for(
@@ -374,13 +432,81 @@ async fn consolidation_replaces_merges_explains_and_rolls_back() {
     delete_deployment(&client, &ns, "trio").await;
     wait_claims(&client, &[], 120).await;
 
-    // (e) A replacement that never initializes is rolled back after the disruption timeout:
-    // `small` Machines now never get a Node.
+    // (d) Balanced. With a `medium` (4 cpu) at 0.36/h, a large (0.40/h) left with 3 × 900m
+    // (too much for a small) could only become a medium: it saves 0.04 of the pool's 0.40/h
+    // (10 %) for all of the pool's disruption, score 0.10 < 0.5: refused. With one pod left
+    // it becomes a small: saves 0.30/h, score 0.75: approved.
+    let t = Instant::now();
     let templates: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         &env.cluster.namespace,
         &testbed::provider::test_machine_template_resource(),
     );
+    create_template(&templates, &("medium", "4", "16Gi", "0.36", json!({}))).await;
+    wait_for("medium offered", Duration::from_secs(30), || async {
+        let nc = nodeclasses(&client).get("default").await.ok()?;
+        let types = nc.data["status"]["instanceTypes"].as_array()?.clone();
+        types.iter().any(|t| t["name"] == "medium").then_some(())
+    })
+    .await
+    .expect("the NodeClass offers medium");
+    set_policy(&client, "Balanced").await;
+    run_all(&client, &ns, &[("filler", 1, "5"), ("heavy", 3, "900m")]).await;
+    let large = wait_claims(&client, &["large"], 30).await[0].name_any();
+    delete_deployment(&client, &ns, "filler").await;
+    // The operator's pass scored the move (the gauge is set by the pass that refuses it; no
+    // earlier case ran under Balanced) ...
+    let refused = balanced_score(&env, |s| s < 0.5).await;
+    assert!((refused - 0.1).abs() < 1e-6, "score {refused}");
+    // ... and inspect --why says why.
+    let want = "Balanced: score 0.10 < 0.5 (saves 0.04/h of 0.40/h)";
+    wait_why(&client, &large, want).await;
+    // Nothing moved: the same large, not being disrupted, no approval.
+    let kept = wait_claims(&client, &["large"], 1).await;
+    assert_eq!(kept[0].name_any(), large);
+    assert_eq!(condition(&kept[0], "DisruptionReason"), None);
+    let approved = |events: Vec<(String, String)>| {
+        events
+            .into_iter()
+            .find(|(r, _)| r == "ConsolidationApproved")
+            .map(|(_, note)| note)
+    };
+    assert_eq!(approved(events_for(&client, "default").await), None);
+    // One pod left: a small is enough.
+    deployments
+        .patch(
+            "heavy",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 1}})),
+        )
+        .await
+        .expect("scale heavy");
+    let note = wait_for("ConsolidationApproved", Duration::from_secs(60), || async {
+        approved(events_for(&client, "default").await)
+    })
+    .await
+    .expect("the NodePool's ConsolidationApproved event");
+    assert!(
+        note.starts_with("candidate: replace with small (saves 0.30/h)"),
+        "{note}"
+    );
+    let small = wait_claims(&client, &["small"], 120).await[0].name_any();
+    wait_running(&client, &ns, "heavy", 1, 60).await;
+    assert_eq!(
+        hosts_of(&client, &ns, "heavy").await,
+        vec![node_of_claim(&client, &small).await]
+    );
+    let approved_score = balanced_score(&env, |s| s >= 0.5).await;
+    eprintln!(
+        "(d) Balanced refused score {refused:.2}, approved {approved_score:.2}: {note}; in {:?}",
+        t.elapsed()
+    );
+    delete_deployment(&client, &ns, "heavy").await;
+    wait_claims(&client, &[], 120).await;
+    set_policy(&client, "WhenEmptyOrUnderutilized").await;
+
+    // (e) A replacement that never initializes is rolled back after the disruption timeout:
+    // `small` Machines now never get a Node.
     let no_node = json!({"spec": {"template": {"metadata": {"annotations": {
         testbed::provider::NO_NODE_ANNOTATION: "true"}}}}});
     templates

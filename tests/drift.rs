@@ -2,13 +2,14 @@
 //! a NodeClass version change rolls every node surge-first, one at a time, within the PDB;
 //! a template edit drifts only its nodes, and a replacement that never initializes is rolled
 //! back; NodePool changes drift what they should and nothing else; budgets and the `Manual`
-//! policy keep drifted nodes.
+//! policy keep drifted nodes, and `inspect --why` says so.
 
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use common::mirror::Mirror;
 use common::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -147,7 +148,9 @@ async fn drift_rolls_nodes_surge_first_and_rolls_back_a_failed_replacement() {
         .into_iter()
         .collect();
 
-    // (a) The Kubernetes version of the NodeClass changes: every node is rolled.
+    // (a) The Kubernetes version of the NodeClass changes: every node is rolled. Followed
+    // change by change through the pod and NodeClaim watches.
+    let mut mirror = Mirror::start(&client, &ns).await;
     let started = Instant::now();
     patch(
         &nodeclasses(&client),
@@ -158,18 +161,16 @@ async fn drift_rolls_nodes_surge_first_and_rolls_back_a_failed_replacement() {
     let mut checked: BTreeSet<String> = BTreeSet::new();
     let mut min_running = usize::MAX;
     let mut most_busy = 0;
+    let mut changes = 0;
     let deadline = started + Duration::from_secs(180);
     loop {
-        assert!(
-            Instant::now() < deadline,
-            "not rolled in time; checked {checked:?}"
-        );
-        let all = claims(&client).await;
+        let all: Vec<&DynamicObject> = mirror.claims().collect();
         let by_name: BTreeMap<String, &DynamicObject> =
-            all.iter().map(|c| (c.name_any(), c)).collect();
+            all.iter().map(|c| (c.name_any(), *c)).collect();
         let old: Vec<&DynamicObject> = all
             .iter()
             .filter(|c| originals.contains(&c.name_any()))
+            .copied()
             .collect();
         let busy = old
             .iter()
@@ -205,9 +206,8 @@ async fn drift_rolls_nodes_surge_first_and_rolls_back_a_failed_replacement() {
                 );
             }
         }
-        let running_now = pods_of(&pods, "web")
-            .await
-            .iter()
+        let running_now = mirror
+            .pods_of("web")
             .filter(|p| running(p) && p.metadata.deletion_timestamp.is_none())
             .count();
         min_running = min_running.min(running_now);
@@ -224,10 +224,14 @@ async fn drift_rolls_nodes_surge_first_and_rolls_back_a_failed_replacement() {
         if done {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        if let Err(e) = mirror.next(deadline).await {
+            panic!("not rolled in time ({e}); checked {checked:?}");
+        }
+        changes += 1;
     }
+    drop(mirror);
     eprintln!(
-        "rolled 3 nodes in {:?}; at most {most_busy} disrupted at once; at least {min_running} of 3 pods running",
+        "rolled 3 nodes in {:?} ({changes} changes followed); at most {most_busy} disrupted at once; at least {min_running} of 3 pods running",
         started.elapsed()
     );
     assert_eq!(checked.len(), 3, "every original was replaced first");
@@ -399,7 +403,8 @@ async fn drift_rolls_nodes_surge_first_and_rolls_back_a_failed_replacement() {
 
 /// (c) A NodePool label change drifts every node; a requirement narrowed to zone-a drifts
 /// only zone-b nodes; limits, weight and budgets drift nothing. (d) A `Drifted` budget of 0,
-/// or the NodeClass policy `Manual`, keeps drifted nodes (condition and events only).
+/// or the NodeClass policy `Manual`, keeps drifted nodes (condition, events and the verdict
+/// only).
 #[tokio::test]
 async fn nodepool_changes_drift_what_they_change_and_budgets_or_manual_keep_nodes() {
     let env = env(default_templates(json!({}))).await;
@@ -469,26 +474,40 @@ async fn nodepool_changes_drift_what_they_change_and_budgets_or_manual_keep_node
         .filter(|c| zone(c) == "zone-b")
         .map(|c| c.name_any())
         .collect();
-    let blocked_with = |what: &'static str| {
+    // Each zone-b node: a DisruptionBlocked event, and the same text as its verdict in
+    // `inspect --why`.
+    let blocked_with = |why: &'static str| {
         let (client, zone_b) = (client.clone(), zone_b.clone());
+        let want = format!("drifted (RequirementsDrifted); blocked: {why}");
         async move {
-            wait_for(what, Duration::from_secs(30), || async {
-                for n in &zone_b {
-                    let seen = events_for(&client, n)
+            let said = wait_for(
+                why,
+                Duration::from_secs(30) + controller::disruption::status::MESSAGE_REFRESH,
+                || async {
+                    let rows = karpenter_capi::inspect::collect(&client, &client, None, true)
                         .await
-                        .iter()
-                        .any(|(r, note)| r == "DisruptionBlocked" && note.contains(what));
-                    if !seen {
-                        return None;
+                        .ok()?;
+                    for n in &zone_b {
+                        let seen = events_for(&client, n)
+                            .await
+                            .iter()
+                            .any(|(r, note)| r == "DisruptionBlocked" && *note == want);
+                        let row = rows.iter().find(|r| r.nodeclaim == *n)?;
+                        if !seen || row.why.as_deref() != Some(want.as_str()) {
+                            return None;
+                        }
                     }
-                }
-                Some(())
-            })
-            .await
-            .unwrap_or_else(|e| panic!("DisruptionBlocked ({what}): {e}"));
+                    Some(())
+                },
+            )
+            .await;
+            if let Err(e) = said {
+                let rows = karpenter_capi::inspect::collect(&client, &client, None, true).await;
+                panic!("DisruptionBlocked and inspect --why {want:?}: {e}; {rows:?}");
+            }
         }
     };
-    blocked_with("allows no more Drifted").await;
+    blocked_with("budget Drifted: 0 allowed").await;
     let untouched = |all: &[DynamicObject]| {
         all.len() == 4
             && all.iter().all(|c| {
@@ -515,7 +534,8 @@ async fn nodepool_changes_drift_what_they_change_and_budgets_or_manual_keep_node
         json!({"spec": {"disruption": {"budgets": [{"nodes": "10"}]}}}),
     )
     .await;
-    blocked_with("Manual").await;
+    blocked_with("its NodeClass's drift policy is Manual: delete the NodeClaim to replace it")
+        .await;
     assert!(
         untouched(&claims(&client).await),
         "nothing replaced under Manual"

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod manifests;
+pub mod mirror;
 pub mod process;
 
 use std::net::SocketAddr;
@@ -220,30 +221,9 @@ pub async fn prepare(
         &ns,
         &provider::test_machine_template_resource(),
     );
-    for (name, cpu, mem, price, template_annotations) in templates_spec {
-        let t: DynamicObject = from_json(json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "TestMachineTemplate",
-            "metadata": {"name": name,
-                "labels": {"node.cluster.x-k8s.io/karpenter-member": ""},
-                "annotations": {"karpenter.cluster.x-k8s.io/price": price}},
-            "spec": {"template": {"metadata": {"annotations": template_annotations.clone()},
-                                  "spec": {"capacity": {"cpu": cpu, "memory": mem, "pods": "110"}}}}
-        }));
-        templates
-            .create(&PostParams::default(), &t)
-            .await
-            .expect("template");
-        templates
-            .patch_status(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"status": {"capacity": {"cpu": cpu, "memory": mem},
-                    "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux"}}})),
-            )
-            .await
-            .expect("template status");
+    for t in &templates_spec {
+        create_template(&templates, t).await;
     }
-    let _ = &templates;
     nodeclasses(&client)
         .create(
             &PostParams::default(),
@@ -258,6 +238,33 @@ pub async fn prepare(
         .await
         .expect("nodeclass");
     (tb, provider, cluster)
+}
+
+/// Creates the opted-in TestMachineTemplate `tpl` with its status (capacity, node info) in
+/// the namespace of `templates`.
+pub async fn create_template(templates: &Api<DynamicObject>, tpl: &Tpl) {
+    let (name, cpu, mem, price, template_annotations) = tpl;
+    let t: DynamicObject = from_json(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "TestMachineTemplate",
+        "metadata": {"name": name,
+            "labels": {"node.cluster.x-k8s.io/karpenter-member": ""},
+            "annotations": {"karpenter.cluster.x-k8s.io/price": price}},
+        "spec": {"template": {"metadata": {"annotations": template_annotations},
+                              "spec": {"capacity": {"cpu": cpu, "memory": mem, "pods": "110"}}}}
+    }));
+    templates
+        .create(&PostParams::default(), &t)
+        .await
+        .expect("template");
+    templates
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"capacity": {"cpu": cpu, "memory": mem},
+                "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux"}}})),
+        )
+        .await
+        .expect("template status");
 }
 
 /// The `--cluster-id` of the operator the tests start (see [`machine_name`]).

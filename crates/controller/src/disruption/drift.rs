@@ -6,7 +6,9 @@
 //! blocks it (unless the NodeClaim has a `terminationGracePeriod`, as in Karpenter), as
 //! does the NodeClass's drift policy `Manual`, and a command of it rolled back less than
 //! [`COOLDOWN`](super::orchestrate::COOLDOWN) ago. Each block is reported once
-//! ([`Timers::blocked`](super::Timers::blocked)).
+//! ([`Timers::blocked`](super::Timers::blocked)) and is the candidate's verdict
+//! (`drifted (NodeClassDrifted); blocked: pod default/db-0 has do-not-disrupt`) unless a later
+//! method takes it ([`Pass::held`](super::Pass::held)).
 
 use api::consts::conditions as types;
 use api::karpenter::DisruptionReason;
@@ -17,6 +19,7 @@ use kube::ResourceExt;
 use super::blockers::{self, Blocker};
 use super::budgets::PoolBudget;
 use super::candidates::{Candidate, Pool};
+use super::verdict::Verdict;
 use super::{Clock, Decision, Method, Pass, Surge, View};
 
 /// A candidate that may not be disrupted now, and why (a `DisruptionBlocked` event).
@@ -24,6 +27,12 @@ use super::{Clock, Decision, Method, Pass, Surge, View};
 pub struct Blocked {
     pub nodeclaim: String,
     pub message: String,
+}
+
+/// What a drifted candidate's event and verdict say when `why` keeps it: `drifted
+/// (<Drifted reason>); blocked: <why>`.
+pub fn blocked_message(reason: &str, why: &str) -> String {
+    format!("drifted ({reason}); blocked: {why}")
 }
 
 /// What the last passes found blocked (drained by the loop).
@@ -82,7 +91,10 @@ impl Method for Drift {
                 c.name,
             )
         });
-        let mut block = |c: &Candidate, message: String| {
+        let mut block = |pass: &mut Pass, c: &Candidate, why: String| {
+            let message = blocked_message(condition(c).unwrap_or_default().0, &why);
+            pass.held
+                .insert(c.name.to_string(), Verdict::blocked(&message));
             self.blocked.push(Blocked {
                 nodeclaim: c.name.to_string(),
                 message,
@@ -92,38 +104,35 @@ impl Method for Drift {
         for c in drifted {
             if manual(view, c) {
                 block(
+                    pass,
                     c,
-                    "drifted, but its NodeClass's drift policy is Manual: delete the NodeClaim to replace it".into(),
+                    "its NodeClass's drift policy is Manual: delete the NodeClaim to replace it"
+                        .into(),
                 );
                 continue;
             }
             if let Some(until) = super::orchestrate::retry_after(c.claim, clock.now) {
                 block(
+                    pass,
                     c,
-                    format!("drifted; a replacement failed, next try after {until}"),
+                    format!("a replacement failed, next try after {until}"),
                 );
                 continue;
             }
             if budget.remaining(DisruptionReason::Drifted) == 0 {
-                block(
-                    c,
-                    format!(
-                        "drifted, but NodePool {} allows no more Drifted disruptions now",
-                        pool.name
-                    ),
-                );
+                block(pass, c, "budget Drifted: 0 allowed".into());
                 continue;
             }
             if c.claim.spec.termination_grace_period.is_none()
                 && let Some(why) = pod_blocker(view, c, clock.now)
             {
-                block(c, why);
+                block(pass, c, why);
                 continue;
             }
             let replacements = match pass.simulate.replacements(view, &[c]) {
                 Ok(r) => r,
                 Err(why) => {
-                    block(c, format!("its pods cannot be placed: {why}"));
+                    block(pass, c, format!("its pods cannot be placed: {why}"));
                     continue;
                 }
             };

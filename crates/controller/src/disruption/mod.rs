@@ -164,6 +164,9 @@ pub struct Pass<'a> {
     pub consolidated: bool,
     /// Verdicts so far, by NodeClaim.
     pub verdicts: BTreeMap<String, Verdict>,
+    /// Verdicts of candidates a method wanted but found blocked (drift): they replace what a
+    /// later method says of the candidate unless that method makes it part of a move.
+    pub held: BTreeMap<String, Verdict>,
     pub notes: Vec<Note>,
     pub scores: Vec<(String, f64)>,
     /// Plans replacements for surge-first methods.
@@ -258,6 +261,7 @@ pub fn pass(
             .iter()
             .any(|p| crate::provisioning::provisionable(p)),
         verdicts: BTreeMap::new(),
+        held: BTreeMap::new(),
         notes: Vec::new(),
         scores: Vec::new(),
     };
@@ -300,6 +304,8 @@ pub fn pass(
         }
         out.extend(decided);
     }
+    let held = std::mem::take(&mut pass.held);
+    hold(&mut pass.verdicts, held);
     for d in &out {
         match &d.command {
             Some(mv) => {
@@ -360,6 +366,20 @@ pub fn pass(
         notes: pass.notes,
         scores: pass.scores,
         allowed,
+    }
+}
+
+/// Puts the `held` verdicts over `verdicts`, except where a verdict is part of a move; the
+/// `Consolidatable` state stays the one computed (the condition's status is consolidation's).
+fn hold(verdicts: &mut BTreeMap<String, Verdict>, held: BTreeMap<String, Verdict>) {
+    for (claim, v) in held {
+        match verdicts.get(&claim) {
+            Some(now) if now.is_candidate() => {}
+            now => {
+                let state = now.and_then(|n| n.consolidatable);
+                verdicts.insert(claim, v.consolidatable(state));
+            }
+        }
     }
 }
 

@@ -301,9 +301,8 @@ fn drift_replaces_the_oldest_empty_first_one_per_pass_within_budget() {
     assert!(decide(&v, &mut timers, &sim, now, Instant::now()).is_empty());
     let blocked = timers.blocked();
     assert!(
-        blocked
-            .iter()
-            .any(|b| b.nodeclaim == "old-busy" && b.message.contains("allows no more Drifted")),
+        blocked.iter().any(|b| b.nodeclaim == "old-busy"
+            && b.message == "drifted (NodeClassDrifted); blocked: budget Drifted: 0 allowed"),
         "{blocked:?}"
     );
 }
@@ -334,15 +333,13 @@ fn drift_is_blocked_by_pdbs_do_not_disrupt_misfits_and_manual_policy() {
             ..view(&pools, claims, &nodes, pods)
         };
         let mut timers = Timers::default();
-        let d = decide(&v, &mut timers, sim, now, Instant::now());
-        (
-            d.len(),
-            timers
-                .blocked()
-                .into_iter()
-                .map(|b| b.message)
-                .collect::<Vec<_>>(),
-        )
+        let out = super::pass(&v, &mut timers, sim, now, Instant::now());
+        let why: Vec<String> = timers.blocked().into_iter().map(|b| b.message).collect();
+        // The verdict (`inspect --why`, the Consolidatable message) says what the event says.
+        if let Some(w) = why.first() {
+            assert_eq!(out.verdicts["a"].to_string(), *w);
+        }
+        (out.decisions.len(), why)
     };
     let fits = OneEach { misfit: "" };
     assert_eq!(
@@ -352,7 +349,10 @@ fn drift_is_blocked_by_pdbs_do_not_disrupt_misfits_and_manual_policy() {
     );
     let (n, why) = run(&claims, &pods, &[pdb(0)], &[], &fits);
     assert_eq!(n, 0);
-    assert!(why[0].contains("PDB d/web allows 0"), "{why:?}");
+    assert_eq!(
+        why,
+        ["drifted (NodeClassDrifted); blocked: PDB d/web allows 0 (pod d/p)"]
+    );
     // A terminationGracePeriod lets drift go ahead (the drain is bounded).
     let mut tgp = drifted_claim("a", "2026-11-22T10:00:00Z");
     tgp["spec"]["terminationGracePeriod"] = json!("1h");
@@ -367,16 +367,27 @@ fn drift_is_blocked_by_pdbs_do_not_disrupt_misfits_and_manual_policy() {
     );
     let (n, why) = run(&claims, &[Arc::new(keep)], &[], &[], &fits);
     assert_eq!(n, 0);
-    assert!(why[0].contains("do-not-disrupt"), "{why:?}");
+    assert_eq!(
+        why,
+        ["drifted (NodeClassDrifted); blocked: pod d/p has do-not-disrupt"]
+    );
     let (n, why) = run(&claims, &pods, &[], &[], &OneEach { misfit: "a" });
     assert_eq!(n, 0);
-    assert!(why[0].contains("cannot be placed"), "{why:?}");
+    assert!(
+        why[0].starts_with("drifted (NodeClassDrifted); blocked: its pods cannot be placed"),
+        "{why:?}"
+    );
     let manual: Arc<api::ClusterAPINodeClass> = typed(json!({"metadata": {"name": "n"},
         "spec": {"clusterRef": {"namespace": "ns", "name": "c"}, "bootstrap": {"dataSecretName": "s"},
                  "drift": {"policy": "Manual"}}}));
     let (n, why) = run(&claims, &pods, &[], &[manual], &fits);
     assert_eq!(n, 0);
-    assert!(why[0].contains("Manual"), "{why:?}");
+    assert!(
+        why[0].starts_with(
+            "drifted (NodeClassDrifted); blocked: its NodeClass's drift policy is Manual"
+        ),
+        "{why:?}"
+    );
 }
 
 #[test]
@@ -410,4 +421,55 @@ fn a_rolled_back_candidate_waits_for_the_cooldown() {
         Instant::now(),
     );
     assert_eq!(d.len(), 1, "tried again after 5 min");
+}
+
+#[test]
+fn a_held_verdict_stands_unless_the_claim_is_part_of_a_move() {
+    use super::Verdict;
+    use std::collections::BTreeMap;
+    let held = |why: &str| Verdict::blocked(why);
+    let mut verdicts = BTreeMap::from([
+        (
+            "kept".to_string(),
+            Verdict::blocked("pod d/p has do-not-disrupt").consolidatable(Some(true)),
+        ),
+        (
+            "moved".to_string(),
+            Verdict::candidate(
+                "delete",
+                vec!["moved".into()],
+                None,
+                0.1,
+                DisruptionReason::Underutilized,
+            ),
+        ),
+    ]);
+    super::hold(
+        &mut verdicts,
+        BTreeMap::from([
+            (
+                "kept".to_string(),
+                held("drifted (X); blocked: pod d/p has do-not-disrupt"),
+            ),
+            (
+                "moved".to_string(),
+                held("drifted (X); blocked: budget Drifted: 0 allowed"),
+            ),
+            (
+                "alone".to_string(),
+                held("drifted (X); blocked: budget Drifted: 0 allowed"),
+            ),
+        ]),
+    );
+    assert_eq!(
+        verdicts["kept"],
+        held("drifted (X); blocked: pod d/p has do-not-disrupt").consolidatable(Some(true)),
+        "the drift verdict, with consolidation's Consolidatable state"
+    );
+    assert!(verdicts["moved"].is_candidate(), "a move wins");
+    assert_eq!(verdicts["alone"].consolidatable, None);
+    assert_eq!(
+        verdicts["alone"].to_string(),
+        "drifted (X); blocked: budget Drifted: 0 allowed"
+    );
 }
