@@ -12,7 +12,8 @@
 #                      (default: controller-manager,scheduler,kwok; "all" adds capi)
 #   --crds PATH        extra CRD file or directory to install (repeatable)
 #   --audit-log        kube-apiserver writes an audit log of every request (Metadata level,
-#                      JSON lines) to DIR/logs/audit.log (also TESTBED_AUDIT_LOG=1)
+#                      JSON lines) to DIR/logs/audit.log (also TESTBED_AUDIT_LOG=1; with
+#                      TESTBED_AUDIT_BODIES=1 also the bodies of writes to karpenter.sh objects)
 #   --kube-api-qps N   client rate limit of kube-controller-manager and kube-scheduler (burst
 #                      2N; default theirs: 20 and 50 QPS), e.g. so a ReplicaSet of thousands of
 #                      pods is created faster than 20 pods/s (also TESTBED_KUBE_API_QPS)
@@ -164,11 +165,20 @@ audit_args=()
 if [ -n "$audit_log" ]; then
   # Who did what: verb, resource, user, userAgent, response code; no bodies. Blocking mode
   # (the log backend's default): an event is in the file when its response is sent.
-  cat > "$dir/audit-policy.yaml" <<'EOF'
+  # TESTBED_AUDIT_BODIES=1 adds the request bodies of writes to karpenter.sh objects (who
+  # wrote which field), at the cost of a much larger log.
+  bodies=
+  if [ -n "${TESTBED_AUDIT_BODIES:-}" ]; then
+    bodies='- level: Request
+  verbs: [create, update, patch, delete]
+  resources: [{group: karpenter.sh}]'
+  fi
+  cat > "$dir/audit-policy.yaml" <<EOF
 apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
+$bodies
 - level: Metadata
 EOF
   audit_args=(--audit-policy-file "$dir/audit-policy.yaml" --audit-log-path "$dir/logs/audit.log"

@@ -3,7 +3,7 @@
 //! its decisions: a surge-first one becomes a command ([`Orchestrator::start`]), any other
 //! deletes its NodeClaim at once (an event first, the delete preconditioned on the uid).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -224,13 +224,21 @@ pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> 
         for note in &outcome.notes {
             d.note(note).await;
         }
-        status::write_conditions(
-            &d.client,
-            &d.nodeclaims.state(),
-            &outcome.verdicts,
-            &mut written,
-        )
-        .await;
+        // A NodeClaim this pass deletes at once gets no condition write: it would be stale
+        // a moment later (the deletion is what the user sees).
+        let deleted_now: HashSet<&str> = outcome
+            .decisions
+            .iter()
+            .filter(|d| d.surge.is_none())
+            .map(|d| d.nodeclaim.as_str())
+            .collect();
+        let claims: Vec<_> = d
+            .nodeclaims
+            .state()
+            .into_iter()
+            .filter(|c| !deleted_now.contains(kube::ResourceExt::name_any(c.as_ref()).as_str()))
+            .collect();
+        status::write_conditions(&d.client, &claims, &outcome.verdicts, &mut written).await;
         let now_blocked: HashMap<String, String> = timers
             .blocked()
             .into_iter()

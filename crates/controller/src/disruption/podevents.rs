@@ -1,5 +1,6 @@
 //! `status.lastPodEventTime` of NodeClaims, as Karpenter keeps it: the last time a
-//! non-DaemonSet pod was bound to the claim's Node, finished, or started terminating. It is
+//! non-DaemonSet pod was bound to the claim's Node, finished, or started terminating (its
+//! deletion was requested). It is
 //! what `consolidateAfter` counts from. Times come from the pods (PodScheduled transition,
 //! deletionTimestamp, Ready transition), so replays and resyncs write nothing; a write moves
 //! the time forward by at least [`DEDUPE`] from the later of the cached time and our own last
@@ -46,7 +47,12 @@ pub fn pod_event(pod: &Pod) -> Option<(&str, Timestamp)> {
         return None;
     }
     let at = if deleting(pod) {
-        pod.metadata.deletion_timestamp.as_ref().map(|t| t.0)
+        // The deletion request: deletionTimestamp is when the grace period ends (later).
+        let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(0);
+        pod.metadata
+            .deletion_timestamp
+            .as_ref()
+            .map(|t| t.0 - SignedDuration::from_secs(grace.max(0)))
     } else if terminal(pod) {
         transition(pod, "Ready", "False")
     } else {
@@ -161,6 +167,12 @@ mod tests {
         assert_eq!(pod_event(&pod), Some(("n", at("2026-11-22T10:00:00Z"))));
         pod.metadata.deletion_timestamp = Some(Time(at("2026-11-22T10:05:00Z")));
         assert_eq!(pod_event(&pod), Some(("n", at("2026-11-22T10:05:00Z"))));
+        pod.metadata.deletion_grace_period_seconds = Some(30);
+        assert_eq!(
+            pod_event(&pod),
+            Some(("n", at("2026-11-22T10:04:30Z"))),
+            "terminating counts from the deletion request, not the end of the grace period"
+        );
         pod.metadata.owner_references = Some(vec![
             serde_json::from_value(
                 json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "u"}),
