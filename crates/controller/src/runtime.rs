@@ -425,6 +425,7 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         ctx.workload.clone(),
         caches.pods.clone(),
         caches.nodeclaims.store(),
+        caches.nodepools.store(),
         stopped(stop_rx.clone()),
     ));
     loops.spawn(crate::nodepool_status::run(

@@ -8,9 +8,12 @@
 //! write). NodeClaims being deleted get no writes: no method considers them any more.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
-use api::NodeClaim;
+use api::consts::conditions as types;
+use api::karpenter::NodeClaimStatus;
+use api::{NodeClaim, NodePool};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -74,11 +77,33 @@ pub fn advance(recorded: Option<Timestamp>, at: Timestamp) -> Option<Timestamp> 
 /// The field manager of the `lastPodEventTime` writes.
 pub const FIELD_MANAGER: &str = "karpenter-capi-podevents";
 
+/// The claim's status after a pod event at `next`, when that also ends its `Consolidatable`
+/// condition (`consolidateAfter` counts again from `next`): one write instead of ours plus
+/// the disruption pass's. `None` when the condition stays as it is.
+pub fn ending_consolidatable(
+    claim: &NodeClaim,
+    pools: &[Arc<NodePool>],
+    next: Timestamp,
+    now: Timestamp,
+) -> Option<NodeClaimStatus> {
+    let mut status = claim.status.clone()?;
+    api::conditions::get(&status.conditions, types::CONSOLIDATABLE)?;
+    status.last_pod_event_time = Some(Time(next));
+    let mut after = claim.clone();
+    after.status = Some(status.clone());
+    if super::candidates::consolidatable(&after, pools, now) == Some(true) {
+        return None;
+    }
+    api::conditions::remove(&mut status.conditions, types::CONSOLIDATABLE);
+    Some(status)
+}
+
 /// Follows pod changes until `shutdown`.
 pub async fn run(
     client: kube::Client,
     pods: Cache<Pod>,
     nodeclaims: Store<NodeClaim>,
+    nodepools: Store<NodePool>,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) {
     let api: Api<NodeClaim> = Api::all(client);
@@ -120,18 +145,32 @@ pub async fn run(
         let Some(next) = advance(recorded, at) else {
             continue;
         };
-        // A server-side apply of the one field only this loop owns: it never conflicts with
-        // the lifecycle's or disruption's status writes (which carry their resourceVersion),
-        // and it only ever moves the time forward from what the pods say.
-        let patch = json!({
-            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
-            "status": {"lastPodEventTime": Time(next)},
-        });
-        let params = kube::api::PatchParams::apply(FIELD_MANAGER).force();
-        match api
-            .patch_status(&claim.name_any(), &params, &kube::api::Patch::Apply(&patch))
-            .await
+        let result = match ending_consolidatable(claim, &nodepools.state(), next, Timestamp::now())
         {
+            // The condition goes too: a merge patch conditional on the version it was computed
+            // from; on a conflict, the time alone below (the disruption pass then clears it).
+            Some(status) => {
+                let patch = json!({
+                    "metadata": {"resourceVersion": claim.resource_version()},
+                    "status": {"lastPodEventTime": Time(next), "conditions": status.conditions},
+                });
+                let params = kube::api::PatchParams {
+                    field_manager: Some(FIELD_MANAGER.into()),
+                    ..Default::default()
+                };
+                match api
+                    .patch_status(&claim.name_any(), &params, &kube::api::Patch::Merge(&patch))
+                    .await
+                {
+                    Err(kube::Error::Api(e)) if e.code == 409 => {
+                        apply_time(&api, claim, next).await
+                    }
+                    other => other.map(|_| ()),
+                }
+            }
+            None => apply_time(&api, claim, next).await,
+        };
+        match result {
             Ok(_) => {
                 if written.len() > 2 * claims.len() + 16 {
                     written
@@ -145,6 +184,20 @@ pub async fn run(
             }
         }
     }
+}
+
+/// A server-side apply of the one field only this loop owns: it never conflicts with the
+/// lifecycle's or disruption's status writes (which carry their resourceVersion), and it only
+/// ever moves the time forward from what the pods say.
+async fn apply_time(api: &Api<NodeClaim>, claim: &NodeClaim, next: Timestamp) -> kube::Result<()> {
+    let patch = json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+        "status": {"lastPodEventTime": Time(next)},
+    });
+    let params = kube::api::PatchParams::apply(FIELD_MANAGER).force();
+    api.patch_status(&claim.name_any(), &params, &kube::api::Patch::Apply(&patch))
+        .await
+        .map(|_| ())
 }
 
 #[cfg(test)]

@@ -473,3 +473,50 @@ fn a_held_verdict_stands_unless_the_claim_is_part_of_a_move() {
         "drifted (X); blocked: budget Drifted: 0 allowed"
     );
 }
+
+#[test]
+fn a_pod_event_ends_the_consolidatable_condition_in_the_same_write() {
+    use super::podevents::ending_consolidatable;
+    let at = |s: &str| -> Timestamp { s.parse().expect("ts") };
+    let mut v = claim_json("a", "2026-11-22T10:00:00Z", "Never");
+    v["status"]["conditions"]
+        .as_array_mut()
+        .expect("conditions")
+        .push(
+            json!({"type": "Consolidatable", "status": "True", "reason": "Blocked",
+                     "message": "m", "lastTransitionTime": "2026-11-22T10:00:10Z"}),
+        );
+    let with: Arc<NodeClaim> = typed(v);
+    let without = claim("b", "2026-11-22T10:00:00Z", "Never");
+    let now = at("2026-11-22T10:05:00Z");
+    // consolidateAfter 10s counts again from the pod event: the condition goes with it.
+    let status =
+        ending_consolidatable(&with, &[pool("10s", json!([]))], now, now).expect("condition ends");
+    assert_eq!(status.last_pod_event_time.map(|t| t.0), Some(now));
+    assert!(
+        api::conditions::get(&status.conditions, api::consts::conditions::CONSOLIDATABLE).is_none(),
+        "Consolidatable removed"
+    );
+    assert!(
+        api::conditions::get(&status.conditions, api::consts::conditions::INITIALIZED).is_some(),
+        "other conditions kept"
+    );
+    // Nothing to end: no condition, or still elapsed (consolidateAfter 0s, or an old event).
+    assert_eq!(
+        ending_consolidatable(&without, &[pool("10s", json!([]))], now, now),
+        None
+    );
+    assert_eq!(
+        ending_consolidatable(&with, &[pool("0s", json!([]))], now, now),
+        None
+    );
+    assert_eq!(
+        ending_consolidatable(
+            &with,
+            &[pool("10s", json!([]))],
+            at("2026-11-22T10:04:00Z"),
+            now
+        ),
+        None
+    );
+}
