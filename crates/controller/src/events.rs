@@ -26,6 +26,10 @@ pub use kube::runtime::events::{Event, EventType, Reporter};
 pub const FINISH: Duration = Duration::from_secs(6 * 60);
 /// A running series' count is written at most this often (client-go: 30 minutes).
 pub const REFRESH: Duration = Duration::from_secs(30 * 60);
+/// The most series remembered (client-go's LRU: 4096): past it, the least recently seen
+/// quarter is forgotten (a later repeat of one starts a new Event), so a burst of thousands
+/// of pods does not hold memory for [`FINISH`].
+pub const MAX_SERIES: usize = 4096;
 
 /// What makes two events the same (client-go's `getKey`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -155,13 +159,23 @@ impl Recorder {
         let (now, instant) = (Timestamp::now(), Instant::now());
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         let mut finished = Vec::new();
+        // Over the bound: keep the most recently seen three quarters.
+        let cutoff = (cache.len() >= MAX_SERIES).then(|| {
+            let mut seen: Vec<Instant> = cache.values().map(|e| e.last_seen).collect();
+            seen.sort_unstable();
+            seen[seen.len() - MAX_SERIES * 3 / 4]
+        });
         cache.retain(|_, e| {
-            let live = instant.duration_since(e.last_seen) < FINISH;
+            let live = instant.duration_since(e.last_seen) < FINISH
+                && cutoff.is_none_or(|c| e.last_seen >= c);
             if !live && e.created && e.count > e.written {
                 finished.push(e.clone());
             }
             live
         });
+        if cache.capacity() > 4 * cache.len().max(256) {
+            cache.shrink_to_fit();
+        }
         let key = Self::key(ev, regarding);
         let write = match cache.get_mut(&key) {
             Some(e) => {
@@ -316,6 +330,33 @@ mod tests {
             action: "Nominated".into(),
             secondary: None,
         }
+    }
+
+    #[tokio::test]
+    async fn the_series_cache_is_bounded() {
+        let (client, _) = recording_client();
+        let recorder = Recorder::new(
+            client,
+            Reporter {
+                controller: "karpenter-capi".into(),
+                instance: None,
+            },
+        );
+        for i in 0..MAX_SERIES + 10 {
+            recorder
+                .publish(&nominated("default-abc"), &pod_ref(&format!("u{i}")))
+                .await
+                .expect("publish");
+        }
+        let len = recorder.cache.lock().expect("cache").len();
+        assert!(
+            len <= MAX_SERIES && len >= MAX_SERIES * 3 / 4,
+            "{len} series remembered"
+        );
+        // The newest is still a series: a repeat counts instead of a new Event.
+        let last = format!("u{}", MAX_SERIES + 9);
+        let key = Recorder::key(&nominated("default-abc"), &pod_ref(&last));
+        assert!(recorder.cache.lock().expect("cache").contains_key(&key));
     }
 
     #[tokio::test]
