@@ -350,7 +350,7 @@ mod tests {
         }
         let len = recorder.cache.lock().expect("cache").len();
         assert!(
-            len <= MAX_SERIES && len >= MAX_SERIES * 3 / 4,
+            (MAX_SERIES * 3 / 4..=MAX_SERIES).contains(&len),
             "{len} series remembered"
         );
         // The newest is still a series: a repeat counts instead of a new Event.
