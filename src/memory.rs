@@ -1,8 +1,10 @@
 //! Giving memory back after a burst. glibc's allocator keeps what a scale-out freed in its
 //! arenas (one per thread that allocated, up to 8 per core), so the operator's RSS stayed
 //! near its peak after a scale back to 0 although the live heap was small again. Here, on
-//! glibc: at most two arenas (the solver and the disruption pass run on blocking threads,
-//! each of which would otherwise get its own), and every [`TRIM_EVERY`] the free pages of
+//! glibc: one arena (the solver and the disruption pass run on blocking threads, each of
+//! which would otherwise get its own, and what one arena frees is reused by the others'
+//! allocations instead of staying resident next to it; `MALLOC_ARENA_MAX` in the
+//! environment overrides this), and every [`TRIM_EVERY`] the free pages of
 //! every arena are returned to the kernel (`malloc_trim`, well under a millisecond at our
 //! heap sizes). Elsewhere (musl, other allocators) nothing is done.
 
@@ -11,12 +13,17 @@ use std::time::Duration;
 /// How often free memory is returned to the kernel.
 pub const TRIM_EVERY: Duration = Duration::from_secs(10);
 
+/// The allocator's arenas unless `MALLOC_ARENA_MAX` says otherwise.
+pub const ARENAS: i32 = 1;
+
 /// Limits the allocator's arenas; call before any thread is started.
 pub fn configure() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets an allocator parameter; called before other threads exist.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 2);
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        // SAFETY: mallopt only sets an allocator parameter; called before other threads exist.
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, ARENAS);
+        }
     }
 }
 
