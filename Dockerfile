@@ -2,6 +2,9 @@
 #   docker build -t karpenter-capi:dev .
 FROM rust:1.95-slim-bookworm AS build
 WORKDIR /src
+# jemalloc (the operator's allocator, tikv-jemalloc-sys) is built with make.
+RUN apt-get update && apt-get install -y --no-install-recommends make \
+    && rm -rf /var/lib/apt/lists/*
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
 COPY crates ./crates

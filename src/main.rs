@@ -5,6 +5,14 @@ use karpenter_capi::{inspect, simulate};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc's options, read by jemalloc at its first allocation (see `memory`).
+#[unsafe(export_name = "_rjem_malloc_conf")]
+pub static MALLOC_CONF: karpenter_capi::memory::Conf =
+    karpenter_capi::memory::Conf(karpenter_capi::memory::CONF.as_ptr());
+
 #[derive(Parser)]
 #[command(name = "karpenter-capi", version, about = "Karpenter for Cluster API")]
 struct Cli {
@@ -230,7 +238,6 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         // GC interval and grace.
         ..Default::default()
     };
-    karpenter_capi::memory::trim_periodically();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -283,10 +290,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Version => println!("karpenter-capi {}", env!("CARGO_PKG_VERSION")),
         Command::InstanceTypes(args) => instance_types(args)?,
-        Command::Run(args) => {
-            karpenter_capi::memory::configure();
-            run(*args)?
-        }
+        Command::Run(args) => run(*args)?,
         Command::Inspect(args) => inspect(args)?,
         Command::Simulate(args) => simulate(args)?,
         Command::Crds { out } => {
