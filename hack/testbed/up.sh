@@ -82,7 +82,7 @@ ours() { # ours PID: alive and running one of our binaries for this dir
   local pid=$1 i cmd
   for i in 1 2 3 4 5 6 7 8 9 10; do
     kill -0 "$pid" 2>/dev/null || return 1
-    cmd=$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null || true)
+    cmd=$(tr '\0' ' ' 2>/dev/null < "/proc/$pid/cmdline" || true)
     case $cmd in "$bin"/*"$dir"*) return 0 ;; esac
     [ -n "$cmd" ] && [ "${cmd#*up.sh}" = "$cmd" ] && return 1
     sleep 0.05
@@ -103,7 +103,7 @@ start() { # start NAME CMD... : run detached in its own session, log to logs/NAM
   echo "$name $pid" >> "$pids"
   # Wait until the child has exec'd the binary (before that its command line is ours).
   for i in $(seq 1 250); do
-    case $(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null || true) in "$1"*) return 0 ;; esac
+    case $(tr '\0' ' ' 2>/dev/null < "/proc/$pid/cmdline" || true) in "$1"*) return 0 ;; esac
     kill -0 "$pid" 2>/dev/null || return 0
     sleep 0.02
   done
@@ -270,25 +270,28 @@ say "CRDs installed: $(grep -c customresourcedefinition "$dir/logs/crds.log") ($
 has() { local c; for c in "${want[@]}"; do [ "$c" = "$1" ] && return 0; done; return 1; }
 qps=()
 [ -n "$kube_api_qps" ] && qps=(--kube-api-qps "$kube_api_qps" --kube-api-burst "$((kube_api_qps * 2))")
-if has controller-manager; then
+start_kcm() {
   start kube-controller-manager "$bin/kube-controller-manager" "${kc[@]}" \
     --authentication-kubeconfig "$kubeconfig" --authorization-kubeconfig "$kubeconfig" \
     --bind-address 127.0.0.1 --secure-port "$KCM_PORT" --leader-elect=false \
     --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
     --use-service-account-credentials=false --controllers '*,-csrsigning,-nodeipam' --v 0 \
     ${qps[@]+"${qps[@]}"}
-fi
-if has scheduler; then
+}
+health_kcm() { wait_http kube-controller-manager "https://127.0.0.1:$KCM_PORT/healthz" 60 '^ok$' -k; }
+start_scheduler() {
   start kube-scheduler "$bin/kube-scheduler" "${kc[@]}" \
     --authentication-kubeconfig "$kubeconfig" --authorization-kubeconfig "$kubeconfig" \
     --bind-address 127.0.0.1 --secure-port "$SCHED_PORT" --leader-elect=false --v 0 \
     ${qps[@]+"${qps[@]}"}
-fi
-if has kwok; then
+}
+health_scheduler() { wait_http kube-scheduler "https://127.0.0.1:$SCHED_PORT/healthz" 60 '^ok$' -k; }
+start_kwok() {
   start kwok "$bin/kwok" "${kc[@]}" --config "$here/kwok-stages.yaml" \
     --server-address "127.0.0.1:$KWOK_PORT" --cidr 10.244.0.1/16 --node-ip 10.0.0.1
-fi
-if has capi; then
+}
+health_kwok() { wait_http kwok "http://127.0.0.1:$KWOK_PORT/healthz" 60 '^ok$'; }
+start_capi() {
   # The manager always serves webhooks: it gets a self-signed serving cert; no webhook
   # configurations are installed (CRDs come from bases, conversion None).
   mkdir -p "$dir/capi-certs"
@@ -296,13 +299,39 @@ if has capi; then
   KUBECONFIG=$kubeconfig start cluster-api "$bin/cluster-api" "${kc[@]}" --leader-elect=false \
     --health-addr "127.0.0.1:$CAPI_HEALTH" --webhook-port "$CAPI_WEBHOOK" --webhook-cert-dir "$dir/capi-certs" \
     --diagnostics-address "127.0.0.1:$CAPI_METRICS" --insecure-diagnostics
-fi
+}
+health_capi() { wait_http cluster-api "http://127.0.0.1:$CAPI_HEALTH/readyz" 120 '^ok$'; }
+# A port picked free can be taken before the component binds it, seconds later (another
+# testbed, or the ephemeral port of some outgoing connection): a component that exited with
+# "address already in use" starts again on fresh ports, up to three times.
+healthy() { # healthy NAME KEY PORT_VAR... : waits for health_KEY, restarting with start_KEY
+  local name=$1 key=$2 attempt; shift 2
+  for attempt in 1 2 3; do
+    soft=1
+    if "health_$key"; then soft=; return 0; fi
+    soft=
+    if [ "$attempt" -eq 3 ] || running "$name" >/dev/null \
+      || ! grep -q "address already in use" "$dir/logs/$name.log" 2>/dev/null; then
+      die "$name did not start (attempt $attempt)" "$name"
+    fi
+    say "$name: a port was taken before it bound it (attempt $attempt); starting it on other ports"
+    cp "$dir/logs/$name.log" "$dir/logs/$name.attempt$attempt.log"
+    read -r "$@" <<< "$(free_ports $#)"
+    declare -p ETCD_PORT PEER_PORT API_PORT KCM_PORT SCHED_PORT KWOK_PORT CAPI_HEALTH CAPI_WEBHOOK CAPI_METRICS \
+      | sed 's/^declare -- //' > "$dir/ports"
+    "start_$key"
+  done
+}
+has controller-manager && start_kcm
+has scheduler && start_scheduler
+has kwok && start_kwok
+has capi && start_capi
 
 # --- health ---------------------------------------------------------------------------
-has controller-manager && wait_http kube-controller-manager "https://127.0.0.1:$KCM_PORT/healthz" 60 '^ok$' -k
-has scheduler && wait_http kube-scheduler "https://127.0.0.1:$SCHED_PORT/healthz" 60 '^ok$' -k
-has kwok && wait_http kwok "http://127.0.0.1:$KWOK_PORT/healthz" 60 '^ok$'
-has capi && wait_http cluster-api "http://127.0.0.1:$CAPI_HEALTH/readyz" 120 '^ok$'
+has controller-manager && healthy kube-controller-manager kcm KCM_PORT
+has scheduler && healthy kube-scheduler scheduler SCHED_PORT
+has kwok && healthy kwok kwok KWOK_PORT
+has capi && healthy cluster-api capi CAPI_HEALTH CAPI_WEBHOOK CAPI_METRICS
 
 if [ -n "$watch_pid" ]; then
   # Stop the testbed when the owning process is gone, even if it was killed.
