@@ -10,8 +10,7 @@ static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// jemalloc's options, read by jemalloc at its first allocation (see `memory`).
 #[unsafe(export_name = "_rjem_malloc_conf")]
-pub static MALLOC_CONF: karpenter_capi::memory::Conf =
-    karpenter_capi::memory::Conf(karpenter_capi::memory::CONF.as_ptr());
+pub static MALLOC_CONF: Option<&u8> = Some(&karpenter_capi::memory::CONF[0]);
 
 #[derive(Parser)]
 #[command(name = "karpenter-capi", version, about = "Karpenter for Cluster API")]

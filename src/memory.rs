@@ -10,10 +10,3 @@
 
 /// jemalloc's options (see `man jemalloc`, `MALLOC_CONF`), NUL-terminated.
 pub const CONF: &[u8] = b"background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0,narenas:1\0";
-
-/// The bytes jemalloc reads its options from, as the C string pointer it expects.
-#[repr(transparent)]
-pub struct Conf(pub *const u8);
-
-// SAFETY: a pointer to an immutable static byte string, only ever read.
-unsafe impl Sync for Conf {}

@@ -17,6 +17,7 @@
 
 pub mod audit;
 pub mod bench;
+pub mod procstat;
 pub mod provider;
 
 use std::future::Future;

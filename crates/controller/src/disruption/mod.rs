@@ -393,4 +393,6 @@ fn consolidation_verdict(mv: &plan::Move) -> Verdict {
     )
 }
 #[cfg(test)]
+mod consolidation_search_tests;
+#[cfg(test)]
 mod consolidation_tests;

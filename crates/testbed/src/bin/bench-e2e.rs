@@ -19,7 +19,6 @@
 //! never asserted.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -34,6 +33,7 @@ use serde_json::{Value, json};
 use testbed::bench::{
     self, ObjectTimes, PodTimes, Process, Summary, Timeline, breakdown, first, last,
 };
+use testbed::procstat::{http_get, proc_stats, rss_mib};
 
 #[derive(Default)]
 struct Args {
@@ -211,62 +211,11 @@ async fn until(deadline: Instant, mut done: impl FnMut() -> bool) -> bool {
     true
 }
 
-/// VmRSS of a process, MiB.
-fn rss_mib(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
-        .unwrap_or(0.0)
-        / 1024.0
-}
-
 /// The RSS `--settle` seconds after a scale to 0 completed (the measurement's definition
 /// of "after": the operator's loops keep running meanwhile).
 async fn settled_rss(a: &Args) -> f64 {
     tokio::time::sleep(Duration::from_secs(a.settle)).await;
     rss_mib(a.pid)
-}
-
-/// (VmHWM in MiB, user+system CPU seconds) of a process.
-fn proc_stats(pid: u32) -> (f64, f64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let hwm = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
-        .unwrap_or(0.0)
-        / 1024.0;
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    let hz = std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok()?.trim().parse::<f64>().ok())
-        .unwrap_or(100.0);
-    (hwm, (ticks(11) + ticks(12)) / hz)
-}
-
-/// GET over plain HTTP/1.0 (the metrics endpoints listen on loopback).
-fn http_get(url: &str) -> Option<String> {
-    let rest = url.strip_prefix("http://")?;
-    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
-    let mut s = std::net::TcpStream::connect(host).ok()?;
-    write!(s, "GET /{path} HTTP/1.0\r\nHost: {host}\r\n\r\n").ok()?;
-    let mut body = String::new();
-    s.read_to_string(&mut body).ok()?;
-    Some(body.split_once("\r\n\r\n")?.1.to_string())
 }
 
 async fn scale(client: &Client, a: &Args, replicas: usize) -> Result<(), kube::Error> {
