@@ -218,7 +218,7 @@ pub fn families(view: Option<&View>) -> Vec<Family> {
         let waiting = v
             .pods
             .iter()
-            .filter(|p| crate::provisioning::provisionable(p))
+            .filter(|p| crate::objects::provisionable(p))
             .count();
         queue.samples = vec![(
             vec![("controller", "provisioner".to_string())],

@@ -19,8 +19,7 @@ use crate::fence;
 use crate::names;
 use crate::nodeclaim::context::Ctx;
 
-/// Default grace before an object without its NodeClaim is deleted.
-pub const MACHINE_GRACE: Duration = Duration::from_secs(60);
+pub use crate::nodeclaim::context::MACHINE_GRACE;
 
 /// What garbage collection knows of this workload cluster.
 pub struct Ours<'a> {

@@ -135,3 +135,37 @@ pub fn pruned(v: serde_json::Value) -> serde_json::Value {
         other => other,
     }
 }
+
+/// Karpenter's provisionable pod.
+pub fn provisionable(p: &Pod) -> bool {
+    let spec = p.spec.as_ref();
+    let status = p.status.as_ref();
+    let unschedulable = status
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.type_ == "PodScheduled"
+                    && c.status == "False"
+                    && c.reason.as_deref() == Some("Unschedulable")
+            })
+        });
+    let bound = spec
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    let owned_by_node = p
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "DaemonSet" || o.kind == "Node");
+    let terminating = p.metadata.deletion_timestamp.is_some();
+    let preempting = status
+        .and_then(|s| s.nominated_node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    unschedulable && !bound && !owned_by_node && !terminating && !preempting
+}
+
+/// The UID of an object (empty when the API server did not set one).
+pub fn uid_of<K: Resource>(obj: &K) -> String {
+    obj.meta().uid.clone().unwrap_or_default()
+}

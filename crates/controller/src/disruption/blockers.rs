@@ -15,7 +15,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
 
-use crate::objects::{annotation, deleting, namespaced_name, terminal};
+use crate::objects::{annotation, deleting, namespaced_name, owned_by, terminal};
+
+/// Whether a pod keeps its node from being empty: not owned by a DaemonSet or the Node
+/// (static), not a mirror pod, not finished, not terminating.
+pub fn reschedulable(pod: &Pod) -> bool {
+    let mirror = annotation(pod, "kubernetes.io/config.mirror").is_some();
+    !(owned_by(pod, &["DaemonSet", "Node"]) || mirror || terminal(pod) || deleting(pod))
+}
 
 /// Why a node may not be disrupted gracefully.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -223,7 +230,7 @@ pub fn pod_blocker(
     }
     sorted
         .iter()
-        .find(|p| super::candidates::reschedulable(p) && !controller_owned(p))
+        .find(|p| reschedulable(p) && !controller_owned(p))
         .map(|p| Blocker::NotControllerOwned {
             pod: namespaced_name(*p),
         })

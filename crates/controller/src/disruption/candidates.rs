@@ -14,19 +14,11 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::View;
-pub use super::blockers::do_not_disrupt;
+pub use super::blockers::{do_not_disrupt, reschedulable};
 use crate::nodeclass::parse_duration;
 use crate::objects::{
-    annotation, claim_condition, claim_node_name, deleting, name, nodepool_of, owned_by,
-    pod_node_name, terminal,
+    claim_condition, claim_node_name, deleting, name, nodepool_of, pod_node_name, terminal,
 };
-
-/// Whether a pod keeps its node from being empty: not owned by a DaemonSet or the Node
-/// (static), not a mirror pod, not finished, not terminating.
-pub fn reschedulable(pod: &Pod) -> bool {
-    let mirror = annotation(pod, "kubernetes.io/config.mirror").is_some();
-    !(owned_by(pod, &["DaemonSet", "Node"]) || mirror || terminal(pod) || deleting(pod))
-}
 
 /// One NodeClaim a method may disrupt.
 #[derive(Debug)]

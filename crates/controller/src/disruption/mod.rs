@@ -26,6 +26,7 @@
 pub mod blockers;
 pub mod budgets;
 pub mod candidates;
+pub mod command;
 pub mod consolidation;
 pub mod drift;
 pub mod emptiness;
@@ -256,10 +257,7 @@ pub fn pass(
     let mut pass = Pass {
         view,
         simulate,
-        consolidated: view
-            .pods
-            .iter()
-            .any(|p| crate::provisioning::provisionable(p)),
+        consolidated: view.pods.iter().any(|p| crate::objects::provisionable(p)),
         verdicts: BTreeMap::new(),
         held: BTreeMap::new(),
         notes: Vec::new(),

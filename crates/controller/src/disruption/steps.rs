@@ -14,7 +14,7 @@ use kube::ResourceExt;
 
 use crate::objects::{claim_condition, claim_node_name, deleting, name};
 
-use super::orchestrate::*;
+use super::command::*;
 
 /// What to do next about the commands and leftovers found on the objects.
 #[derive(Debug, Clone, PartialEq)]

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::events::{Event, EventType, Recorder};
 use api::{ClusterAPINodeClass, Machine, NodeClaim};
@@ -21,9 +21,12 @@ use serde_json::{Value, json};
 
 use crate::cache::Cache;
 use crate::metrics::Metrics;
+use crate::nodeclass::NodeClass;
 use crate::unavailable::UnavailableOfferings;
+use kube::runtime::reflector::ObjectRef;
 
 pub use crate::catalogs::Catalogs;
+pub use crate::objects::uid_of;
 pub use crate::resources::{nodeclaim_resource, nodeclass_resource, nodepool_resource};
 
 /// Errors of the NodeClaim loops. Each variant is retried with backoff.
@@ -88,6 +91,9 @@ impl Error {
     }
 }
 
+/// How long an orphaned Machine (no NodeClaim) is left alone before it is collected.
+pub const MACHINE_GRACE: Duration = Duration::from_secs(60);
+
 /// Timing knobs (defaults follow Karpenter).
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -105,7 +111,7 @@ impl Default for Settings {
         Settings {
             node_repair_after: Duration::from_secs(600),
             poll: Duration::from_secs(30),
-            gc_grace: crate::garbagecollection::MACHINE_GRACE,
+            gc_grace: MACHINE_GRACE,
         }
     }
 }
@@ -215,6 +221,35 @@ impl Expectations {
     }
 }
 
+/// How long a control-plane version or bootstrap template read is reused.
+pub const LOOKUP_TTL: Duration = Duration::from_secs(15);
+
+/// Reads from the API remembered for [`LOOKUP_TTL`] (control-plane versions, bootstrap
+/// template hashes), so a periodic re-check of every NodeClaim is not a read each.
+#[derive(Debug, Default)]
+pub struct Lookups(Mutex<HashMap<String, (Instant, Option<String>)>>);
+
+impl Lookups {
+    pub(crate) async fn get<F>(&self, key: String, read: F) -> Result<Option<String>, Error>
+    where
+        F: std::future::Future<Output = Result<Option<String>, Error>>,
+    {
+        {
+            let m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((at, v)) = m.get(&key)
+                && at.elapsed() < LOOKUP_TTL
+            {
+                return Ok(v.clone());
+            }
+        }
+        let v = read.await?;
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        m.retain(|_, (at, _)| at.elapsed() < LOOKUP_TTL);
+        m.insert(key, (Instant::now(), v.clone()));
+        Ok(v)
+    }
+}
+
 /// Per-object exponential backoff of failed reconciles: 1 s, 2 s, 4 s, … capped at 1 min,
 /// reset by a reconcile that succeeds.
 #[derive(Debug, Default)]
@@ -259,7 +294,7 @@ pub struct Ctx {
     pub backoff: Arc<Backoff>,
     pub registration_failures: Arc<crate::reports::RegistrationFailures>,
     /// API reads drift detection reuses for a few seconds.
-    pub lookups: Arc<super::drift::Lookups>,
+    pub lookups: Arc<Lookups>,
     /// The workload cluster's identity on our Cluster API objects (see `fence`).
     pub cluster_id: String,
     /// NodeClaims this process deleted for repair, until the cache shows them gone.
@@ -268,9 +303,11 @@ pub struct Ctx {
 
 pub const FIELD_MANAGER: &str = "karpenter-capi";
 
-/// The UID of an object (empty when the API server did not set one).
-pub fn uid_of<K: Resource>(obj: &K) -> String {
-    obj.meta().uid.clone().unwrap_or_default()
+/// The NodeClass a claim refers to, from the cache.
+pub fn nodeclass_of(ctx: &Ctx, claim: &NodeClaim) -> Option<NodeClass> {
+    ctx.nodeclasses
+        .get(&ObjectRef::new(&claim.spec.node_class_ref.name))
+        .map(|nc| NodeClass::from_typed(&nc))
 }
 
 impl Ctx {

@@ -20,9 +20,7 @@
 //! lifecycle's periodic re-check. The control-plane version and bootstrap template are read
 //! from the API, remembered for [`LOOKUP_TTL`].
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use api::consts::annotations::{NODEPOOL_HASH, NODEPOOL_HASH_VERSION as HASH_VERSION_KEY};
 use api::consts::{conditions as types, reasons};
@@ -30,25 +28,23 @@ use api::karpenter::NodeClaimStatus;
 use api::{ClusterAPINodeClass, NodeClaim, NodePool};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, DynamicObject};
 use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 use templates::model::Catalog;
 
 use super::context::{Ctx, Error};
-use super::launch::{Plan, TypedRef};
+use super::objects::bootstrap_template_hash;
+use super::plan::{Plan, spec_hash};
 use crate::metrics::TypeLabels;
-use crate::objects::{annotation, fnv64, pruned};
+use crate::objects::annotation;
 use crate::provisioning::convert;
 use crate::provisioning::nodeclaim::{NODEPOOL_HASH_VERSION, nodepool_hash};
 
+/// A hit: the `Drifted` reason and what changed.
 /// Karpenter looks for a missing instance type only on NodeClaims older than this (a new
 /// one may be ahead of the catalog).
 pub const INSTANCE_TYPE_GRACE: Duration = Duration::from_secs(3600);
-/// How long a control-plane version or bootstrap template read is reused.
-pub const LOOKUP_TTL: Duration = Duration::from_secs(15);
 
-/// A hit: the `Drifted` reason and what changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Drift {
     pub reason: &'static str,
@@ -77,13 +73,6 @@ pub struct Observed<'a> {
     /// or unknown; `Some(None)`: gone).
     pub bootstrap_template: Option<Option<&'a str>>,
     pub now: Timestamp,
-}
-
-/// The hash of an object's `spec` (canonical JSON, empty values dropped), as the launch
-/// plan records it.
-pub fn spec_hash(obj: &DynamicObject) -> String {
-    let spec = obj.data.get("spec").cloned().unwrap_or_default();
-    format!("{:016x}", fnv64(&pruned(spec).to_string()))
 }
 
 /// The first drift reason that holds.
@@ -263,51 +252,6 @@ pub fn restamp(claim: &NodeClaim, pool: &NodePool) -> Option<String> {
         .then(|| nodepool_hash(pool))
 }
 
-/// Reads from the API remembered for [`LOOKUP_TTL`] (control-plane versions, bootstrap
-/// template hashes), so a periodic re-check of every NodeClaim is not a read each.
-#[derive(Debug, Default)]
-pub struct Lookups(Mutex<HashMap<String, (Instant, Option<String>)>>);
-
-impl Lookups {
-    async fn get<F>(&self, key: String, read: F) -> Result<Option<String>, Error>
-    where
-        F: std::future::Future<Output = Result<Option<String>, Error>>,
-    {
-        {
-            let m = self.0.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some((at, v)) = m.get(&key)
-                && at.elapsed() < LOOKUP_TTL
-            {
-                return Ok(v.clone());
-            }
-        }
-        let v = read.await?;
-        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        m.retain(|_, (at, _)| at.elapsed() < LOOKUP_TTL);
-        m.insert(key, (Instant::now(), v.clone()));
-        Ok(v)
-    }
-}
-
-/// The spec hash of a bootstrap config template (`None`: gone).
-pub async fn bootstrap_template_hash(
-    ctx: &Ctx,
-    ns: &str,
-    template: &TypedRef,
-) -> Result<Option<String>, Error> {
-    let ar = ctx
-        .resource(&template.api_version, &template.kind)
-        .await
-        .map_err(Error::from);
-    let ar = match ar {
-        Ok(ar) => ar,
-        Err(e) if e.is_not_found() => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let api: Api<DynamicObject> = Api::namespaced_with(ctx.management.clone(), ns, &ar);
-    Ok(api.get_opt(&template.name).await?.map(|t| spec_hash(&t)))
-}
-
 /// Counts a NodeClaim that became drifted (`karpenter_nodeclaims_drifted_total{type}`), once
 /// the status saying so is written.
 pub fn count(ctx: &Ctx, claim: &NodeClaim, newly: Option<&'static str>) {
@@ -316,7 +260,7 @@ pub fn count(ctx: &Ctx, claim: &NodeClaim, newly: Option<&'static str>) {
             .nodeclaims_drifted
             .get_or_create(&TypeLabels {
                 r#type: reason.into(),
-                nodepool: super::launch::nodepool_of(claim),
+                nodepool: super::plan::nodepool_of(claim),
             })
             .inc();
     }
@@ -335,7 +279,7 @@ pub async fn reconcile(
         api::conditions::remove(&mut status.conditions, types::DRIFTED);
         return Ok(None);
     }
-    let pool = super::launch::nodepool_of(claim);
+    let pool = super::plan::nodepool_of(claim);
     let pool = ctx.nodepools.get(&ObjectRef::new(&pool));
     if let Some(pool) = &pool
         && let Some(hash) = restamp(claim, pool)
@@ -428,6 +372,7 @@ pub async fn reconcile(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::nodeclaim::plan::TypedRef;
     use serde_json::Value;
     use templates::model::{InstanceType, Offering, PriceSource, Resources, TemplateRef};
 

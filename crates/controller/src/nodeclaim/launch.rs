@@ -12,7 +12,6 @@
 //! 3. `Launched=True` is written by the lifecycle once the Machine has a providerID (the
 //!    infrastructure exists), in the same status write as whatever else changed.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -21,91 +20,15 @@ use api::consts::{conditions as types, reasons};
 use kube::ResourceExt;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::context::{Ctx, Error, set_ready, uid_of};
+use super::context::{Ctx, Error, nodeclass_of, set_ready, uid_of};
+use super::objects::bootstrap_template_hash;
 use super::offering::{Requirement, choose, requests_from_quantities};
-use crate::machine::ObjectRef as CapiRef;
+use super::plan::kind_without_template;
+pub use super::plan::{Plan, TypedRef, capacity_type_of, nodepool_of, spec_hash};
 use crate::metrics::NodePoolLabels;
 use crate::names;
-use crate::nodeclass::NodeClass;
-
-/// A `{apiVersion, kind, name}` of an object launch created or read.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TypedRef {
-    pub api_version: String,
-    pub kind: String,
-    pub name: String,
-}
-
-impl TypedRef {
-    pub fn group(&self) -> &str {
-        self.api_version
-            .rsplit_once('/')
-            .map(|(g, _)| g)
-            .unwrap_or("")
-    }
-    pub fn version(&self) -> &str {
-        self.api_version
-            .rsplit_once('/')
-            .map(|(_, v)| v)
-            .unwrap_or(&self.api_version)
-    }
-    pub(super) fn capi_ref(&self) -> CapiRef {
-        CapiRef {
-            api_group: self.group().to_string(),
-            kind: self.kind.clone(),
-            name: self.name.clone(),
-        }
-    }
-}
-
-/// The launch plan, recorded on the NodeClaim before any side effect.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Plan {
-    pub namespace: String,
-    pub machine: String,
-    pub cluster: String,
-    pub instance_type: String,
-    pub zone: Option<String>,
-    pub capacity_type: String,
-    pub price: f64,
-    /// The InfrastructureMachineTemplate, and the InfraMachine cloned from it.
-    pub infrastructure_template: TypedRef,
-    pub infrastructure: TypedRef,
-    /// Hash of the InfrastructureMachineTemplate's `spec` when planned (drift detection);
-    /// absent on plans of older versions.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub infrastructure_template_hash: Option<String>,
-    /// The bootstrap config template and its clone, when a template is used.
-    pub bootstrap_template: Option<TypedRef>,
-    pub bootstrap: Option<TypedRef>,
-    /// Hash of the bootstrap config template's `spec` when planned.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bootstrap_template_hash: Option<String>,
-    pub data_secret_name: Option<String>,
-    pub failure_domain: Option<String>,
-    /// Labels the NodeClaim (and then its Node) gets from the chosen offering.
-    pub labels: BTreeMap<String, String>,
-    pub capacity: BTreeMap<String, String>,
-    pub allocatable: BTreeMap<String, String>,
-}
-
-impl Plan {
-    pub fn from_annotations(annotations: &BTreeMap<String, String>) -> Option<Plan> {
-        annotations
-            .get(names::LAUNCH_PLAN_ANNOTATION)
-            .and_then(|s| serde_json::from_str(s).ok())
-    }
-
-    /// The recorded plan of a NodeClaim.
-    pub fn of(claim: &NodeClaim) -> Option<Plan> {
-        Self::from_annotations(claim.annotations())
-    }
-}
 
 /// What the lifecycle does after launch.
 pub enum Launch {
@@ -114,10 +37,6 @@ pub enum Launch {
     Launched(Arc<NodeClaim>, Box<Plan>),
     /// The NodeClaim was deleted (nothing can be launched for it).
     Deleted,
-}
-
-fn kind_without_template(kind: &str) -> String {
-    kind.strip_suffix("Template").unwrap_or(kind).to_string()
 }
 
 /// The requirements of a NodeClaim in the form offering selection reads.
@@ -135,13 +54,6 @@ pub fn requirements(claim: &NodeClaim) -> Vec<Requirement> {
             values: r.values.clone(),
         })
         .collect()
-}
-
-/// The NodeClass a claim refers to, from the cache.
-pub fn nodeclass_of(ctx: &Ctx, claim: &NodeClaim) -> Option<NodeClass> {
-    ctx.nodeclasses
-        .get(&ObjectRef::new(&claim.spec.node_class_ref.name))
-        .map(|nc| NodeClass::from_typed(&nc))
 }
 
 /// Runs launch for a NodeClaim: plans it (once), then makes sure its Machine exists.
@@ -320,9 +232,9 @@ async fn plan(ctx: &Ctx, claim: &NodeClaim) -> Result<Planned, Error> {
     let infrastructure_template_hash = ctx
         .catalogs
         .template(template.group(), &template.kind, &ns, &template.name)
-        .map(|t| super::drift::spec_hash(&t));
+        .map(|t| spec_hash(&t));
     let bootstrap_template_hash = match &bootstrap_template {
-        Some(bt) => super::drift::bootstrap_template_hash(ctx, &ns, bt).await?,
+        Some(bt) => bootstrap_template_hash(ctx, &ns, bt).await?,
         None => None,
     };
     let resource_list = |r: &templates::model::Resources| {
@@ -442,22 +354,4 @@ async fn create(ctx: &Ctx, claim: &NodeClaim, plan: &Plan) -> Result<(), Error> 
             Err(e)
         }
     }
-}
-
-/// The capacity-type label of a claim (empty before launch).
-pub fn capacity_type_of(claim: &NodeClaim) -> String {
-    claim
-        .labels()
-        .get(api::consts::labels::CAPACITY_TYPE)
-        .cloned()
-        .unwrap_or_default()
-}
-
-/// The NodePool label of a claim (empty for a hand-made claim without one).
-pub fn nodepool_of(claim: &NodeClaim) -> String {
-    claim
-        .labels()
-        .get(names::NODEPOOL_LABEL)
-        .cloned()
-        .unwrap_or_default()
 }

@@ -97,7 +97,7 @@ async fn reconcile_fresh(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Action, Err
         }
         Err(e) => {
             // A launch that keeps failing is still bound by the launch timeout.
-            let timeout = launch::nodeclass_of(ctx, &claim)
+            let timeout = super::context::nodeclass_of(ctx, &claim)
                 .map_or(DEFAULT_LAUNCH_TIMEOUT, |n| n.launch_timeout);
             let age = claim
                 .metadata
@@ -126,7 +126,7 @@ async fn reconcile_fresh(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Action, Err
     let mut status = claim.status.clone().unwrap_or_default();
     observe_machine(ctx, &claim, &plan, &mut status);
     let progress = registration::reconcile(ctx, &claim, &mut status).await?;
-    let (launch_timeout, registration_timeout) = launch::nodeclass_of(ctx, &claim)
+    let (launch_timeout, registration_timeout) = super::context::nodeclass_of(ctx, &claim)
         .map(|n| (n.launch_timeout, n.registration_timeout))
         .unwrap_or((DEFAULT_LAUNCH_TIMEOUT, DEFAULT_REGISTRATION_TIMEOUT));
     let verdict = liveness::reconcile(

@@ -16,7 +16,7 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 
 use super::context::{Ctx, Error};
-use super::launch::{Plan, nodepool_of};
+use super::plan::{Plan, nodepool_of};
 use super::repair::{self, Blocked, Unhealthy};
 use crate::machine;
 use crate::unavailable::OfferingKey;
@@ -248,7 +248,7 @@ async fn repair(
     status: &NodeClaimStatus,
     u: &Unhealthy,
 ) -> Result<Verdict, Error> {
-    let uid = super::context::uid_of(claim);
+    let uid = crate::objects::uid_of(claim);
     let pool = nodepool_of(claim);
     let claims = ctx.nodeclaims.state();
     let view = repair::pool_view(
@@ -314,7 +314,7 @@ async fn repair(
         .get_or_create(&crate::metrics::UnhealthyLabels {
             condition: u.condition.to_string(),
             nodepool: pool,
-            capacity_type: super::launch::capacity_type_of(claim),
+            capacity_type: super::plan::capacity_type_of(claim),
         })
         .inc();
     Ok(Verdict::Deleted)

@@ -9,6 +9,7 @@ pub mod liveness;
 pub mod node_sync;
 pub mod objects;
 pub mod offering;
+pub mod plan;
 pub mod registration;
 pub mod repair;
 pub mod termination;

@@ -14,8 +14,9 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
+use super::context::nodeclass_of;
 use super::context::{Ctx, Error, uid_of};
-use super::launch::{Plan, TypedRef, nodeclass_of, nodepool_of};
+use super::plan::{Plan, TypedRef, nodepool_of, spec_hash};
 use crate::clone::{CloneTarget, clone_template, inject_unregistered_taint};
 use crate::fence::{self, Ownership};
 use crate::machine::{Bootstrap, MachineParams, build_machine};
@@ -331,4 +332,23 @@ pub(super) async fn cluster_version(
         .and_then(|s| s.get("version"))
         .and_then(|v| v.as_str())
         .map(str::to_string))
+}
+
+/// The spec hash of a bootstrap config template (`None`: gone).
+pub async fn bootstrap_template_hash(
+    ctx: &Ctx,
+    ns: &str,
+    template: &TypedRef,
+) -> Result<Option<String>, Error> {
+    let ar = ctx
+        .resource(&template.api_version, &template.kind)
+        .await
+        .map_err(Error::from);
+    let ar = match ar {
+        Ok(ar) => ar,
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.management.clone(), ns, &ar);
+    Ok(api.get_opt(&template.name).await?.map(|t| spec_hash(&t)))
 }

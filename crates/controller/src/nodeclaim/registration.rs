@@ -15,8 +15,8 @@ use kube::runtime::events::EventType;
 use serde_json::json;
 
 use super::context::{Ctx, Error};
-use super::launch::nodepool_of;
 use super::node_sync::{ClaimView, NotInitialized, check_initialized, registered_node};
+use super::plan::nodepool_of;
 use crate::metrics::NodePoolLabels;
 use crate::names;
 

@@ -150,14 +150,16 @@ pub fn pool_view(
     node: impl Fn(&str) -> Option<std::sync::Arc<Node>>,
     machine: impl Fn(&NodeClaim) -> Option<std::sync::Arc<Machine>>,
 ) -> PoolView {
-    let in_pool = |c: &NodeClaim| pool.is_empty() || super::launch::nodepool_of(c) == pool;
+    let in_pool = |c: &NodeClaim| {
+        pool.is_empty() || crate::objects::nodepool_of(c).unwrap_or_default() == pool
+    };
     let mut view = PoolView {
         nodes: 0,
         unhealthy: HashSet::new(),
         existing: HashSet::new(),
     };
     for c in claims {
-        let uid = super::context::uid_of(c.as_ref());
+        let uid = crate::objects::uid_of(c.as_ref());
         view.existing.insert(uid.clone());
         if !in_pool(c) {
             continue;

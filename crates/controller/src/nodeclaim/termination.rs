@@ -17,7 +17,7 @@ use kube::runtime::events::EventType;
 use serde_json::json;
 
 use super::context::{Ctx, Error, set_ready, uid_of};
-use super::launch::{Plan, TypedRef, nodepool_of};
+use super::plan::{Plan, TypedRef, nodepool_of};
 use crate::fence::{self, Ownership};
 use crate::metrics::TerminatedLabels;
 use crate::names;
@@ -159,7 +159,7 @@ pub async fn reconcile(ctx: &Ctx, claim: &NodeClaim) -> Result<Termination, Erro
         .nodeclaims_terminated
         .get_or_create(&TerminatedLabels {
             nodepool: nodepool.clone(),
-            capacity_type: super::launch::capacity_type_of(claim),
+            capacity_type: super::plan::capacity_type_of(claim),
         })
         .inc();
     if status.node_name.is_some() {

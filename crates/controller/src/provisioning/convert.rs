@@ -1,5 +1,5 @@
 //! Pure mapping of typed Kubernetes objects (pods, daemonsets, NodePools, NodeClaims,
-//! catalogs) into the scheduling model ([`super::nodeclaim`] maps the solver's output back).
+//! catalogs) into the scheduling model (the `nodeclaim` module maps the solver's output back).
 
 use std::collections::BTreeMap;
 

@@ -7,6 +7,7 @@ pub mod snapshot;
 
 pub use snapshot::Snapshot;
 
+pub use crate::objects::provisionable;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,8 +19,8 @@ use kube::api::{Api, PostParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 
+use crate::catalogs::Catalogs;
 use crate::metrics::{ControllerLabels, CreatedLabels, Metrics};
-use crate::nodeclaim::context::Catalogs;
 use crate::objects::{claim_node_name, name, pool_condition};
 use crate::unavailable::{OfferingKey, UnavailableOfferings};
 use api::{NodeClaim, NodePool};
@@ -276,35 +277,6 @@ pub fn charged(c: &NodeClaim) -> bool {
             .is_some_and(|l| l.status == api::conditions::FALSE)
     });
     planned || sized || failed || c.metadata.deletion_timestamp.is_some()
-}
-
-/// Karpenter's provisionable pod.
-pub fn provisionable(p: &Pod) -> bool {
-    let spec = p.spec.as_ref();
-    let status = p.status.as_ref();
-    let unschedulable = status
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| {
-            cs.iter().any(|c| {
-                c.type_ == "PodScheduled"
-                    && c.status == "False"
-                    && c.reason.as_deref() == Some("Unschedulable")
-            })
-        });
-    let bound = spec
-        .and_then(|s| s.node_name.as_deref())
-        .is_some_and(|n| !n.is_empty());
-    let owned_by_node = p
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.kind == "DaemonSet" || o.kind == "Node");
-    let terminating = p.metadata.deletion_timestamp.is_some();
-    let preempting = status
-        .and_then(|s| s.nominated_node_name.as_deref())
-        .is_some_and(|n| !n.is_empty());
-    unschedulable && !bound && !owned_by_node && !terminating && !preempting
 }
 
 /// Longest wait for the NodeClaim cache to show the claims a batch created.

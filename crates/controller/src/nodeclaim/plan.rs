@@ -1,0 +1,119 @@
+//! The launch plan: what launch decided and recorded on the NodeClaim before any side
+//! effect (the offering, the deterministic names of every object it creates, the template
+//! hashes drift compares with), and the small readers of a claim the loops share.
+
+use std::collections::BTreeMap;
+
+use api::NodeClaim;
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use serde::{Deserialize, Serialize};
+
+use crate::machine::ObjectRef as CapiRef;
+use crate::names;
+use crate::objects::{fnv64, pruned};
+
+/// A `{apiVersion, kind, name}` of an object launch created or read.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TypedRef {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+}
+
+impl TypedRef {
+    pub fn group(&self) -> &str {
+        self.api_version
+            .rsplit_once('/')
+            .map(|(g, _)| g)
+            .unwrap_or("")
+    }
+    pub fn version(&self) -> &str {
+        self.api_version
+            .rsplit_once('/')
+            .map(|(_, v)| v)
+            .unwrap_or(&self.api_version)
+    }
+    pub(crate) fn capi_ref(&self) -> CapiRef {
+        CapiRef {
+            api_group: self.group().to_string(),
+            kind: self.kind.clone(),
+            name: self.name.clone(),
+        }
+    }
+}
+
+/// The launch plan, recorded on the NodeClaim before any side effect.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Plan {
+    pub namespace: String,
+    pub machine: String,
+    pub cluster: String,
+    pub instance_type: String,
+    pub zone: Option<String>,
+    pub capacity_type: String,
+    pub price: f64,
+    /// The InfrastructureMachineTemplate, and the InfraMachine cloned from it.
+    pub infrastructure_template: TypedRef,
+    pub infrastructure: TypedRef,
+    /// Hash of the InfrastructureMachineTemplate's `spec` when planned (drift detection);
+    /// absent on plans of older versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub infrastructure_template_hash: Option<String>,
+    /// The bootstrap config template and its clone, when a template is used.
+    pub bootstrap_template: Option<TypedRef>,
+    pub bootstrap: Option<TypedRef>,
+    /// Hash of the bootstrap config template's `spec` when planned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap_template_hash: Option<String>,
+    pub data_secret_name: Option<String>,
+    pub failure_domain: Option<String>,
+    /// Labels the NodeClaim (and then its Node) gets from the chosen offering.
+    pub labels: BTreeMap<String, String>,
+    pub capacity: BTreeMap<String, String>,
+    pub allocatable: BTreeMap<String, String>,
+}
+
+impl Plan {
+    pub fn from_annotations(annotations: &BTreeMap<String, String>) -> Option<Plan> {
+        annotations
+            .get(names::LAUNCH_PLAN_ANNOTATION)
+            .and_then(|s| serde_json::from_str(s).ok())
+    }
+
+    /// The recorded plan of a NodeClaim.
+    pub fn of(claim: &NodeClaim) -> Option<Plan> {
+        Self::from_annotations(claim.annotations())
+    }
+}
+
+pub(crate) fn kind_without_template(kind: &str) -> String {
+    kind.strip_suffix("Template").unwrap_or(kind).to_string()
+}
+
+/// The hash of an object's `spec` (canonical JSON, empty values dropped), as the launch
+/// plan records it.
+pub fn spec_hash(obj: &DynamicObject) -> String {
+    let spec = obj.data.get("spec").cloned().unwrap_or_default();
+    format!("{:016x}", fnv64(&pruned(spec).to_string()))
+}
+
+/// The capacity-type label of a claim (empty before launch).
+pub fn capacity_type_of(claim: &NodeClaim) -> String {
+    claim
+        .labels()
+        .get(api::consts::labels::CAPACITY_TYPE)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The NodePool label of a claim (empty for a hand-made claim without one).
+pub fn nodepool_of(claim: &NodeClaim) -> String {
+    claim
+        .labels()
+        .get(names::NODEPOOL_LABEL)
+        .cloned()
+        .unwrap_or_default()
+}
