@@ -13,7 +13,8 @@ use api::{Machine, NodeClaim};
 use controller::cache::Caches;
 use controller::events::{Recorder, Reporter};
 use controller::metrics::{Metrics, NodePoolLabels};
-use controller::nodeclaim::context::{Catalogs, Ctx, Settings};
+use controller::cloudprovider::clusterapi::ClusterApi;
+use controller::nodeclaim::context::{Catalogs, Settings, Shared};
 use controller::nodeclaim::lifecycle;
 use controller::nodeclass_status::IndexCatalogs;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -199,7 +200,7 @@ async fn a_launch_happens_once_per_uid_when_the_cache_lags() {
     .expect("catalog of the NodeClass");
     let delayed: Writer<NodeClaim> = Writer::default();
     let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
-    let ctx = Ctx {
+    let ctx = ClusterApi::context(Shared {
         workload: client.clone(),
         management: client.clone(),
         recorder: Recorder::new(
@@ -226,7 +227,7 @@ async fn a_launch_happens_once_per_uid_when_the_cache_lags() {
         lookups: Arc::default(),
         cluster_id: CLUSTER_ID.into(),
         repairs: Arc::default(),
-    };
+    });
     let api: Api<NodeClaim> = Api::all(client.clone());
     let stale: Arc<NodeClaim> = Arc::new(
         api.create(
@@ -274,10 +275,10 @@ async fn a_launch_happens_once_per_uid_when_the_cache_lags() {
     // A process that lost its memory (a restart) with the same stale object: the plan write
     // is conditional on the resourceVersion it was computed from, so it is refused (409)
     // instead of planning and launching again.
-    let restarted = Arc::new(Ctx {
+    let restarted = Arc::new(ClusterApi::context(Shared {
         expectations: Arc::default(),
-        ..(*ctx).clone()
-    });
+        ..ctx.shared.clone()
+    }));
     let err = lifecycle::reconcile(stale.clone(), restarted.clone())
         .await
         .expect_err("a decision from the stale object is refused");

@@ -3,6 +3,7 @@
 pub mod cache;
 pub mod catalogs;
 pub mod clone;
+pub mod cloudprovider;
 pub mod cluster_metrics;
 pub mod disruption;
 pub mod events;

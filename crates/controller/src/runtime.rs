@@ -251,8 +251,9 @@ pub async fn lead(ctx: &Context) -> Result<Option<Election>, RuntimeError> {
 
 /// Runs the operator until SIGTERM/SIGINT: caches on every replica, loops on the leader.
 pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
+    use crate::cloudprovider::clusterapi::ClusterApi;
     use crate::events::{Recorder, Reporter};
-    use crate::nodeclaim::context::{Ctx, Settings};
+    use crate::nodeclaim::context::{Settings, Shared};
     use crate::nodeclaim::lifecycle;
     use crate::nodeclass_status::{self, IndexCatalogs, StatusCtx};
 
@@ -319,7 +320,7 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
     );
     let unavailable: Arc<crate::unavailable::UnavailableOfferings> = Arc::default();
     let registration_failures: Arc<crate::nodepool_status::RegistrationFailures> = Arc::default();
-    let lifecycle_ctx = Ctx {
+    let lifecycle_ctx = ClusterApi::context(Shared {
         workload: ctx.workload.clone(),
         management: ctx.management.clone(),
         recorder,
@@ -343,7 +344,7 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         lookups: Arc::default(),
         cluster_id,
         repairs: Arc::default(),
-    };
+    });
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };

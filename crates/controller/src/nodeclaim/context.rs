@@ -20,6 +20,7 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::cache::Cache;
+use crate::cloudprovider::CloudProvider;
 use crate::metrics::Metrics;
 use crate::nodeclass::NodeClass;
 use crate::unavailable::UnavailableOfferings;
@@ -29,67 +30,7 @@ pub use crate::catalogs::Catalogs;
 pub use crate::objects::uid_of;
 pub use crate::resources::{nodeclaim_resource, nodeclass_resource, nodepool_resource};
 
-/// Errors of the NodeClaim loops. Each variant is retried with backoff.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    #[error("reading {what}: {source}")]
-    Decode {
-        what: String,
-        #[source]
-        source: serde_json::Error,
-    },
-    /// Retried: the cause may go away (a cache filling, a NodeClass not judged yet).
-    #[error("{0}")]
-    Launch(String),
-    /// Never succeeds for this NodeClaim: it is given up (Launched=False with `reason`, an
-    /// event, deleted) so that the provisioner plans its pods again.
-    #[error("{reason}: {message}")]
-    Permanent {
-        reason: &'static str,
-        message: String,
-    },
-}
-
-impl Error {
-    /// Short label for metrics.
-    pub fn metric_label(&self) -> &'static str {
-        match self {
-            Error::Kube(_) => "api",
-            Error::Decode { .. } => "decode",
-            Error::Launch(_) => "launch",
-            Error::Permanent { .. } => "permanent",
-        }
-    }
-
-    /// A permanent failure with `reason`.
-    pub fn permanent(reason: &'static str, message: impl Into<String>) -> Error {
-        Error::Permanent {
-            reason,
-            message: message.into(),
-        }
-    }
-
-    /// Whether the API server answered 404, or discovery found no such kind.
-    pub fn is_not_found(&self) -> bool {
-        matches!(self, Error::Kube(kube::Error::Api(s)) if s.code == 404)
-            || matches!(
-                self,
-                Error::Kube(kube::Error::Discovery(
-                    kube::error::DiscoveryError::MissingKind(_)
-                        | kube::error::DiscoveryError::MissingApiGroup(_)
-                ))
-            )
-    }
-
-    /// A write computed from a stale read (409): retry at once from the fresh object.
-    pub fn is_conflict(&self) -> bool {
-        // 422 with a failed `test` op: a JSON patch guarded by the value it was computed from.
-        matches!(self, Error::Kube(kube::Error::Api(s))
-            if s.code == 409 || (s.code == 422 && s.message.contains("test")))
-    }
-}
+pub use super::error::Error;
 
 /// How long an orphaned Machine (no NodeClaim) is left alone before it is collected.
 pub const MACHINE_GRACE: Duration = Duration::from_secs(60);
@@ -273,9 +214,10 @@ impl Backoff {
     }
 }
 
-/// Shared by the NodeClaim loops.
+/// What the NodeClaim loops and the Cluster API provider share: clients, caches, the write
+/// helpers and the bookkeeping of our own writes.
 #[derive(Clone)]
-pub struct Ctx {
+pub struct Shared {
     pub workload: Client,
     pub management: Client,
     pub recorder: Recorder,
@@ -301,16 +243,31 @@ pub struct Ctx {
     pub repairs: Arc<super::repair::Repairs>,
 }
 
+/// The NodeClaim loops' context: what they share with the provider, and the provider seam
+/// they launch, look up, delete and judge drift through.
+#[derive(Clone)]
+pub struct Ctx {
+    pub shared: Shared,
+    pub provider: Arc<dyn CloudProvider>,
+}
+
+impl std::ops::Deref for Ctx {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.shared
+    }
+}
+
 pub const FIELD_MANAGER: &str = "karpenter-capi";
 
 /// The NodeClass a claim refers to, from the cache.
-pub fn nodeclass_of(ctx: &Ctx, claim: &NodeClaim) -> Option<NodeClass> {
+pub fn nodeclass_of(ctx: &Shared, claim: &NodeClaim) -> Option<NodeClass> {
     ctx.nodeclasses
         .get(&ObjectRef::new(&claim.spec.node_class_ref.name))
         .map(|nc| NodeClass::from_typed(&nc))
 }
 
-impl Ctx {
+impl Shared {
     /// The API resource of `apiVersion` + `kind` in the management cluster.
     pub async fn resource(
         &self,

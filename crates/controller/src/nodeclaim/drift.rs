@@ -32,7 +32,7 @@ use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 use templates::model::Catalog;
 
-use super::context::{Ctx, Error};
+use super::context::{Ctx, Error, Shared};
 use super::objects::bootstrap_template_hash;
 use super::plan::{Plan, spec_hash};
 use crate::metrics::TypeLabels;
@@ -45,11 +45,7 @@ use crate::provisioning::nodeclaim::{NODEPOOL_HASH_VERSION, nodepool_hash};
 /// one may be ahead of the catalog).
 pub const INSTANCE_TYPE_GRACE: Duration = Duration::from_secs(3600);
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Drift {
-    pub reason: &'static str,
-    pub message: String,
-}
+pub use crate::cloudprovider::Drift;
 
 fn hit(reason: &'static str, message: String) -> Option<Drift> {
     Some(Drift { reason, message })
@@ -272,7 +268,6 @@ pub fn count(ctx: &Ctx, claim: &NodeClaim, newly: Option<&'static str>) {
 pub async fn reconcile(
     ctx: &Ctx,
     claim: &mut std::sync::Arc<NodeClaim>,
-    plan: &Plan,
     status: &mut NodeClaimStatus,
 ) -> Result<Option<&'static str>, Error> {
     if !api::conditions::is_true(&status.conditions, types::LAUNCHED) {
@@ -292,6 +287,32 @@ pub async fn reconcile(
             .await?;
         *claim = std::sync::Arc::new(written);
     }
+    let found = ctx.provider.is_drifted(claim).await?;
+    let was = api::conditions::is_true(&status.conditions, types::DRIFTED);
+    let Some(d) = found else {
+        api::conditions::remove(&mut status.conditions, types::DRIFTED);
+        return Ok(None);
+    };
+    api::conditions::set(
+        &mut status.conditions,
+        types::DRIFTED,
+        api::conditions::TRUE,
+        d.reason,
+        &d.message,
+        None,
+        Timestamp::now(),
+    );
+    if was {
+        return Ok(None);
+    }
+    tracing::info!(nodeclaim = %claim.name_any(), reason = d.reason, message = %d.message, "drifted");
+    Ok(Some(d.reason))
+}
+
+/// Every drift reason of a launched claim, from the caches and the API reads remembered in
+/// `lookups` (the Cluster API provider's `is_drifted`).
+pub async fn observe(ctx: &Shared, claim: &NodeClaim, plan: &Plan) -> Option<Drift> {
+    let pool = ctx.nodepool(&super::plan::nodepool_of(claim));
     let nodeclass = ctx
         .nodeclasses
         .get(&ObjectRef::new(&claim.spec.node_class_ref.name));
@@ -336,7 +357,7 @@ pub async fn reconcile(
             .ok(),
         None => None,
     };
-    let found = drifted(&Observed {
+    drifted(&Observed {
         claim,
         plan,
         pool: pool.as_deref(),
@@ -347,26 +368,7 @@ pub async fn reconcile(
         infrastructure_template: infra.as_deref(),
         bootstrap_template: bootstrap.as_ref().map(|b| b.as_deref()),
         now: Timestamp::now(),
-    });
-    let was = api::conditions::is_true(&status.conditions, types::DRIFTED);
-    let Some(d) = found else {
-        api::conditions::remove(&mut status.conditions, types::DRIFTED);
-        return Ok(None);
-    };
-    api::conditions::set(
-        &mut status.conditions,
-        types::DRIFTED,
-        api::conditions::TRUE,
-        d.reason,
-        &d.message,
-        None,
-        Timestamp::now(),
-    );
-    if was {
-        return Ok(None);
-    }
-    tracing::info!(nodeclaim = %claim.name_any(), reason = d.reason, message = %d.message, "drifted");
-    Ok(Some(d.reason))
+    })
 }
 
 #[cfg(test)]

@@ -18,11 +18,10 @@ use std::time::Instant;
 use api::NodeClaim;
 use api::consts::{conditions as types, reasons};
 use kube::ResourceExt;
-use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
-use super::context::{Ctx, Error, nodeclass_of, set_ready, uid_of};
+use super::context::{Error, Shared, nodeclass_of, set_ready, uid_of};
 use super::objects::bootstrap_template_hash;
 use super::offering::{Requirement, choose, requests_from_quantities};
 use super::plan::kind_without_template;
@@ -30,34 +29,9 @@ pub use super::plan::{Plan, TypedRef, capacity_type_of, nodepool_of, spec_hash};
 use crate::metrics::NodePoolLabels;
 use crate::names;
 
-/// What the lifecycle does after launch.
-pub enum Launch {
-    /// Planned and the Machine exists (or was just created): go on with registration. The
-    /// NodeClaim is the freshest copy (the response of our own write when we wrote).
-    Launched(Arc<NodeClaim>, Box<Plan>),
-    /// The NodeClaim was deleted (nothing can be launched for it).
-    Deleted,
-}
-
-/// The requirements of a NodeClaim in the form offering selection reads.
-pub fn requirements(claim: &NodeClaim) -> Vec<Requirement> {
-    claim
-        .spec
-        .requirements
-        .iter()
-        .map(|r| Requirement {
-            key: r.key.clone(),
-            operator: serde_json::to_value(r.operator)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default(),
-            values: r.values.clone(),
-        })
-        .collect()
-}
-
 /// Runs launch for a NodeClaim: plans it (once), then makes sure its Machine exists.
-pub async fn reconcile(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Launch, Error> {
+/// Returns the freshest copy of the claim (the response of our own write when we wrote).
+pub async fn reconcile(ctx: &Shared, claim: Arc<NodeClaim>) -> Result<Arc<NodeClaim>, Error> {
     let uid = uid_of(claim.as_ref());
     if let Some(plan) = Plan::of(&claim) {
         let cached = ctx
@@ -91,21 +65,18 @@ pub async fn reconcile(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Launch, Error
             ));
         }
         if cached.is_some() || ctx.expectations.machine_created(&uid) {
-            return Ok(Launch::Launched(claim, Box::new(plan)));
+            return Ok(claim);
         }
         if super::objects::adopt_existing(ctx, &plan, &uid).await? {
             ctx.expectations.set_machine_created(&uid);
-            return Ok(Launch::Launched(claim, Box::new(plan)));
+            return Ok(claim);
         }
         create(ctx, &claim, &plan).await?;
-        return Ok(Launch::Launched(claim, Box::new(plan)));
+        return Ok(claim);
     }
     let plan = match plan(ctx, &claim).await? {
         Planned::Plan(p) => *p,
-        Planned::Refused(reason, message) => {
-            refuse(ctx, &claim, reason, message).await?;
-            return Ok(Launch::Deleted);
-        }
+        Planned::Refused(reason, message) => return Err(Error::permanent(reason, message)),
     };
     // Record the plan first: from here on every restart resumes exactly this launch.
     let plan_json = serde_json::to_string(&plan).map_err(|source| Error::Decode {
@@ -130,7 +101,7 @@ pub async fn reconcile(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Launch, Error
         )
         .await?;
     create(ctx, &written, &plan).await?;
-    Ok(Launch::Launched(Arc::new(written), Box::new(plan)))
+    Ok(Arc::new(written))
 }
 
 enum Planned {
@@ -140,7 +111,7 @@ enum Planned {
 }
 
 /// Chooses the offering and names everything launch will create.
-async fn plan(ctx: &Ctx, claim: &NodeClaim) -> Result<Planned, Error> {
+async fn plan(ctx: &Shared, claim: &NodeClaim) -> Result<Planned, Error> {
     let name = claim.name_any();
     // NodeClass must exist and be Ready (Karpenter deletes the NodeClaim otherwise).
     let Some(nodeclass) = nodeclass_of(ctx, claim) else {
@@ -273,33 +244,25 @@ async fn plan(ctx: &Ctx, claim: &NodeClaim) -> Result<Planned, Error> {
     })))
 }
 
-/// Deletes a NodeClaim that cannot be launched, with the Karpenter event reason.
-pub(crate) async fn refuse(
-    ctx: &Ctx,
-    claim: &NodeClaim,
-    reason: &str,
-    message: String,
-) -> Result<(), Error> {
-    tracing::info!(nodeclaim = %claim.name_any(), reason, %message, "launch refused; deleting nodeclaim");
-    ctx.event(claim, EventType::Warning, reason, message.clone())
-        .await;
-    let mut status = claim.status.clone().unwrap_or_default();
-    api::conditions::set(
-        &mut status.conditions,
-        types::LAUNCHED,
-        api::conditions::FALSE,
-        reason,
-        &message,
-        None,
-        k8s_openapi::jiff::Timestamp::now(),
-    );
-    set_ready(&mut status.conditions);
-    ctx.write_status(claim, &status).await?;
-    ctx.delete_claim(claim).await
+/// The requirements of a NodeClaim in the form offering selection reads.
+pub fn requirements(claim: &NodeClaim) -> Vec<Requirement> {
+    claim
+        .spec
+        .requirements
+        .iter()
+        .map(|r| Requirement {
+            key: r.key.clone(),
+            operator: serde_json::to_value(r.operator)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default(),
+            values: r.values.clone(),
+        })
+        .collect()
 }
 
 /// Creates (or adopts) the clones and the Machine of a recorded plan.
-async fn create(ctx: &Ctx, claim: &NodeClaim, plan: &Plan) -> Result<(), Error> {
+async fn create(ctx: &Shared, claim: &NodeClaim, plan: &Plan) -> Result<(), Error> {
     let started = Instant::now();
     let result = super::objects::create_objects(ctx, claim, plan).await;
     let uid = uid_of(claim);

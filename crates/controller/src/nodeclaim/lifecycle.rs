@@ -22,12 +22,12 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 
 use super::context::{Ctx, Error, set_ready, uid_of};
-use super::launch::{self, Launch, Plan, nodepool_of};
 use super::liveness::{self, Verdict};
+use super::plan::{Plan, nodepool_of};
 use super::registration::{self, Progress};
 use super::termination::{self, Termination};
 use crate::cache::Cache;
-use crate::machine;
+use crate::cloudprovider::Instance;
 use crate::metrics::NodePoolLabels;
 use crate::names;
 use crate::nodeclass::{DEFAULT_LAUNCH_TIMEOUT, DEFAULT_REGISTRATION_TIMEOUT};
@@ -88,43 +88,19 @@ async fn reconcile_fresh(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Action, Err
         ctx.delete_claim(&claim).await?;
         return Ok(Action::await_change());
     }
-    let (mut claim, plan) = match launch::reconcile(ctx, claim.clone()).await {
-        Ok(Launch::Launched(claim, plan)) => (claim, *plan),
-        Ok(Launch::Deleted) => return Ok(Action::await_change()),
-        Err(Error::Permanent { reason, message }) => {
-            launch::refuse(ctx, &claim, reason, message).await?;
-            return Ok(Action::await_change());
-        }
-        Err(e) => {
-            // A launch that keeps failing is still bound by the launch timeout.
-            let timeout = super::context::nodeclass_of(ctx, &claim)
-                .map_or(DEFAULT_LAUNCH_TIMEOUT, |n| n.launch_timeout);
-            let age = claim
-                .metadata
-                .creation_timestamp
-                .as_ref()
-                .map(|t| Timestamp::now().duration_since(t.0).as_secs_f64());
-            if age.is_some_and(|a| a >= timeout.as_secs_f64()) {
-                if let Some(plan) = Plan::of(&claim) {
-                    liveness::mark_unavailable(ctx, &plan, "launch timed out");
-                }
-                launch::refuse(
-                    ctx,
-                    &claim,
-                    "LaunchTimeout",
-                    format!(
-                        "not launched within {}: {e}",
-                        api::duration::format_duration(timeout)
-                    ),
-                )
-                .await?;
-                return Ok(Action::await_change());
-            }
-            return Err(e);
-        }
+    let mut claim = match launch(ctx, claim).await? {
+        Some(claim) => claim,
+        None => return Ok(Action::await_change()),
+    };
+    let instance = match ctx.provider.get(&claim).await {
+        Ok(i) => Some(i),
+        Err(crate::cloudprovider::Error::NodeClaimNotFound(_)) => None,
+        Err(e) => return Err(e.into()),
     };
     let mut status = claim.status.clone().unwrap_or_default();
-    observe_machine(ctx, &claim, &plan, &mut status);
+    if let Some(i) = &instance {
+        observe_instance(ctx, &claim, i, &mut status);
+    }
     let progress = registration::reconcile(ctx, &claim, &mut status).await?;
     let (launch_timeout, registration_timeout) = super::context::nodeclass_of(ctx, &claim)
         .map(|n| (n.launch_timeout, n.registration_timeout))
@@ -133,7 +109,7 @@ async fn reconcile_fresh(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Action, Err
         ctx,
         &claim,
         &status,
-        &plan,
+        instance.as_ref(),
         launch_timeout,
         registration_timeout,
     )
@@ -141,7 +117,7 @@ async fn reconcile_fresh(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Action, Err
     if verdict == Verdict::Deleted {
         return Ok(Action::await_change());
     }
-    let drifted = super::drift::reconcile(ctx, &mut claim, &plan, &mut status).await?;
+    let drifted = super::drift::reconcile(ctx, &mut claim, &mut status).await?;
     set_ready(&mut status.conditions);
     let Verdict::Alive(next) = verdict else {
         return Ok(Action::await_change());
@@ -166,6 +142,63 @@ async fn reconcile_fresh(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Action, Err
     Ok(Action::requeue(next.map_or(quiet, |n| n.min(quiet))))
 }
 
+/// Launch through the provider: the claim as the provider left it, or `None` when it was
+/// given up (a permanent failure, or the launch timeout passed): `Launched=False` with the
+/// reason, an event, and the claim deleted so that its pods are planned again.
+async fn launch(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Option<Arc<NodeClaim>>, Error> {
+    let e = match ctx.provider.create(claim.clone()).await {
+        Ok(claim) => return Ok(Some(claim)),
+        Err(e) => e,
+    };
+    if let Some((reason, message)) = e.permanent() {
+        refuse(ctx, &claim, reason, message).await?;
+        return Ok(None);
+    }
+    // A launch that keeps failing is still bound by the launch timeout.
+    let timeout = super::context::nodeclass_of(ctx, &claim)
+        .map_or(DEFAULT_LAUNCH_TIMEOUT, |n| n.launch_timeout);
+    let age = claim
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| Timestamp::now().duration_since(t.0).as_secs_f64());
+    if age.is_none_or(|a| a < timeout.as_secs_f64()) {
+        return Err(e.into());
+    }
+    ctx.provider.launch_failed(&claim, "launch timed out");
+    refuse(
+        ctx,
+        &claim,
+        "LaunchTimeout",
+        format!(
+            "not launched within {}: {e}",
+            api::duration::format_duration(timeout)
+        ),
+    )
+    .await?;
+    Ok(None)
+}
+
+/// Deletes a NodeClaim that cannot be launched, with the Karpenter event reason.
+async fn refuse(ctx: &Ctx, claim: &NodeClaim, reason: &str, message: String) -> Result<(), Error> {
+    tracing::info!(nodeclaim = %claim.name_any(), reason, %message, "launch refused; deleting nodeclaim");
+    ctx.event(claim, EventType::Warning, reason, message.clone())
+        .await;
+    let mut status = claim.status.clone().unwrap_or_default();
+    api::conditions::set(
+        &mut status.conditions,
+        types::LAUNCHED,
+        api::conditions::FALSE,
+        reason,
+        &message,
+        None,
+        k8s_openapi::jiff::Timestamp::now(),
+    );
+    set_ready(&mut status.conditions);
+    ctx.write_status(claim, &status).await?;
+    ctx.delete_claim(claim).await
+}
+
 /// Whether the only news in `next` is progress that the registration usually follows
 /// within seconds: Launched (providerID, capacity) while the Node is not registered, with
 /// no condition False (failures are written at once).
@@ -180,19 +213,18 @@ fn progress_only(before: &NodeClaimStatus, next: &NodeClaimStatus) -> bool {
             .any(|c| c.status == api::conditions::FALSE && c.type_ != types::READY)
 }
 
-/// What the Machine says: once it has a providerID the instance exists — `Launched=True`
-/// with the providerID, capacity and allocatable of the plan.
-fn observe_machine(ctx: &Ctx, claim: &NodeClaim, plan: &Plan, status: &mut NodeClaimStatus) {
+/// What the provider says: once the instance has a providerID it exists — `Launched=True`
+/// with the providerID, capacity and allocatable of the launch.
+fn observe_instance(
+    ctx: &Ctx,
+    claim: &NodeClaim,
+    instance: &Instance,
+    status: &mut NodeClaimStatus,
+) {
     if status.provider_id.is_some() {
         return;
     }
-    let Some(m) = ctx
-        .machines
-        .get(&ObjectRef::new(&plan.machine).within(&plan.namespace))
-    else {
-        return;
-    };
-    let Some(pid) = machine::provider_id(&m) else {
+    let Some(pid) = &instance.provider_id else {
         return;
     };
     status.provider_id = Some(pid.to_string());
@@ -206,8 +238,8 @@ fn observe_machine(ctx: &Ctx, claim: &NodeClaim, plan: &Plan, status: &mut NodeC
             })
             .collect()
     };
-    status.capacity = quantities(&plan.capacity);
-    status.allocatable = quantities(&plan.allocatable);
+    status.capacity = quantities(&instance.capacity);
+    status.allocatable = quantities(&instance.allocatable);
     let now = Timestamp::now();
     api::conditions::set(
         &mut status.conditions,
@@ -288,7 +320,7 @@ pub async fn run(
         c.spec.node_class_ref.name == nc.name_any()
     });
     let by_nodepool = claims_where(&triggers.nodeclaims, |c, np: &api::NodePool| {
-        launch::nodepool_of(c) == np.name_any()
+        nodepool_of(c) == np.name_any()
     });
     let by_cluster = claims_where(&triggers.nodeclaims, |c, cl: &api::Cluster| {
         Plan::of(c).is_some_and(|p| {

@@ -5,7 +5,7 @@
 //! for longer than the repair period is replaced within the repair cap (see `repair`); a
 //! launched NodeClaim whose Machine has disappeared is deleted.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use api::NodeClaim;
 use api::consts::conditions as types;
@@ -16,10 +16,9 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 
 use super::context::{Ctx, Error};
-use super::plan::{Plan, nodepool_of};
+use super::plan::nodepool_of;
 use super::repair::{self, Blocked, Unhealthy};
-use crate::machine;
-use crate::unavailable::OfferingKey;
+use crate::cloudprovider::Instance;
 use api::duration::format_duration;
 
 /// What liveness decided.
@@ -95,53 +94,37 @@ pub fn missed_deadline(
     Ok(None)
 }
 
-/// Marks the offering of `plan` unavailable for a while (the next plan avoids it).
-pub fn mark_unavailable(ctx: &Ctx, plan: &Plan, why: &str) {
-    ctx.unavailable.mark(
-        OfferingKey {
-            instance_type: plan.instance_type.clone(),
-            zone: plan.zone.clone(),
-            capacity_type: plan.capacity_type.clone(),
-        },
-        why.to_string(),
-        Instant::now(),
-    );
-}
-
 /// Runs liveness for a planned NodeClaim; `status` is the status the lifecycle is about to
 /// write (providerID and Registered as of this reconcile).
 pub async fn reconcile(
     ctx: &Ctx,
     claim: &NodeClaim,
     status: &NodeClaimStatus,
-    plan: &Plan,
+    instance: Option<&Instance>,
     launch_timeout: Duration,
     registration_timeout: Duration,
 ) -> Result<Verdict, Error> {
     let now = Timestamp::now();
     let name = claim.name_any();
-    let machine = ctx
-        .machines
-        .get(&ObjectRef::new(&plan.machine).within(&plan.namespace));
 
     // Infrastructure failure before the Node registered: this offering is unavailable for a
     // while; replace the claim. (After registration it is a repair policy, capped.)
     let registered = api::conditions::is_true(&status.conditions, types::REGISTERED);
     if !registered
-        && let Some(failure) = machine.as_deref().and_then(machine::infrastructure_failure)
+        && let Some(i) = instance
+        && let Some(failure) = &i.failure
     {
-        mark_unavailable(ctx, plan, &failure);
+        ctx.provider.launch_failed(claim, failure);
         ctx.event(
             claim,
             EventType::Warning,
             api::consts::events::INSUFFICIENT_CAPACITY_ERROR,
             format!(
-                "Machine {}/{} failed ({failure}); offering {} {} {} marked unavailable",
-                plan.namespace,
-                plan.machine,
-                plan.instance_type,
-                plan.zone.as_deref().unwrap_or("-"),
-                plan.capacity_type
+                "{} failed ({failure}); offering {} {} {} marked unavailable",
+                i.description,
+                i.instance_type,
+                i.zone.as_deref().unwrap_or("-"),
+                i.capacity_type
             ),
         )
         .await;
@@ -149,28 +132,23 @@ pub async fn reconcile(
         return Ok(Verdict::Deleted);
     }
 
-    // The Machine is gone although we launched it (deleted behind our back). The cache
-    // may lag behind our own create: ask the API server before concluding.
+    // The instance is gone although we launched it (deleted behind our back); the
+    // provider confirmed it with the API server, not only its cache.
     let launched = api::conditions::is_true(&status.conditions, types::LAUNCHED);
-    if machine.is_none() && launched {
-        let still_there = ctx
-            .machines_api(&plan.namespace)
-            .get_opt(&plan.machine)
-            .await?;
-        if still_there.is_none() {
-            ctx.event(
-                claim,
-                EventType::Warning,
-                "MachineDeleted",
-                format!(
-                    "Machine {}/{} no longer exists",
-                    plan.namespace, plan.machine
-                ),
-            )
-            .await;
-            ctx.delete_claim(claim).await?;
-            return Ok(Verdict::Deleted);
-        }
+    if instance.is_none() && launched {
+        ctx.event(
+            claim,
+            EventType::Warning,
+            "MachineDeleted",
+            format!(
+                "the {} instance of NodeClaim {} no longer exists",
+                ctx.provider.name(),
+                claim.name_any()
+            ),
+        )
+        .await;
+        ctx.delete_claim(claim).await?;
+        return Ok(Verdict::Deleted);
     }
 
     let created = claim
@@ -184,7 +162,7 @@ pub async fn reconcile(
         .as_ref()
         .and_then(|n| ctx.nodes.store().get(&ObjectRef::new(n)));
     let unhealthy = registered
-        .then(|| repair::unhealthy(node.as_deref(), machine.as_deref()))
+        .then(|| repair::unhealthy(node.as_deref(), instance.and_then(|i| i.unhealthy.clone())))
         .flatten();
     match missed_deadline(
         created,
@@ -209,9 +187,8 @@ pub async fn reconcile(
                 Missed::Launch => (
                     "LaunchTimeout",
                     format!(
-                        "Machine {}/{} got no providerID within {}",
-                        plan.namespace,
-                        plan.machine,
+                        "{} got no providerID within {}",
+                        instance.map_or("the instance", |i| i.description.as_str()),
                         format_duration(launch_timeout)
                     ),
                 ),
@@ -227,7 +204,7 @@ pub async fn reconcile(
             };
             if reason == "LaunchTimeout" {
                 // The same offering would likely time out again: try another first.
-                mark_unavailable(ctx, plan, &message);
+                ctx.provider.launch_failed(claim, &message);
             }
             if registration && let Some(pool) = claim.labels().get(api::consts::labels::NODEPOOL) {
                 ctx.registration_failures.record(pool, now, message.clone());
@@ -251,15 +228,17 @@ async fn repair(
     let uid = crate::objects::uid_of(claim);
     let pool = nodepool_of(claim);
     let claims = ctx.nodeclaims.state();
+    let unhealthy_instances: std::collections::HashMap<String, Unhealthy> = ctx
+        .provider
+        .list()
+        .into_iter()
+        .filter_map(|i| Some((i.nodeclaim, i.unhealthy?)))
+        .collect();
     let view = repair::pool_view(
         &claims,
         &pool,
         |n| ctx.nodes.store().get(&ObjectRef::new(n)),
-        |c| {
-            let plan = Plan::of(c)?;
-            ctx.machines
-                .get(&ObjectRef::new(&plan.machine).within(&plan.namespace))
-        },
+        |c| unhealthy_instances.get(&c.name_any()).cloned(),
     );
     let node = status.node_name.as_deref().unwrap_or("(unknown)");
     if let Err(Blocked {

@@ -3,6 +3,7 @@
 
 pub mod context;
 pub mod drift;
+pub mod error;
 pub mod launch;
 pub mod lifecycle;
 pub mod liveness;

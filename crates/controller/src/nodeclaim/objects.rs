@@ -11,11 +11,12 @@ use std::collections::BTreeMap;
 use api::NodeClaim;
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Preconditions};
 use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
 use super::context::nodeclass_of;
-use super::context::{Ctx, Error, uid_of};
+use super::context::{Error, Shared, uid_of};
 use super::plan::{Plan, TypedRef, nodepool_of, spec_hash};
 use crate::clone::{CloneTarget, clone_template, inject_unregistered_taint};
 use crate::fence::{self, Ownership};
@@ -94,7 +95,7 @@ async fn create_or_adopt(
 /// The Machine of a recorded plan, if it exists already (an earlier attempt, or a Machine
 /// made before fencing that our cache does not show): adopted with its clones. Returns
 /// whether it existed.
-pub(super) async fn adopt_existing(ctx: &Ctx, plan: &Plan, uid: &str) -> Result<bool, Error> {
+pub(super) async fn adopt_existing(ctx: &Shared, plan: &Plan, uid: &str) -> Result<bool, Error> {
     let machines = ctx.machines_dynamic(&plan.namespace);
     let Some(machine) = machines.get_opt(&plan.machine).await? else {
         return Ok(false);
@@ -133,7 +134,7 @@ async fn delete_quietly(api: &Api<DynamicObject>, name: &str) {
 /// The object `template` describes, for `target`; a template that is gone or malformed is
 /// permanent (`reasons`: not found, invalid).
 async fn cloned(
-    ctx: &Ctx,
+    ctx: &Shared,
     ns: &str,
     template: &TypedRef,
     target: &CloneTarget<'_>,
@@ -151,7 +152,11 @@ async fn cloned(
 
 /// The served resource of `apiVersion` + `kind`; a kind that is not served (its CRD gone)
 /// is permanent for this launch.
-async fn served(ctx: &Ctx, api_version: &str, kind: &str) -> Result<kube::api::ApiResource, Error> {
+async fn served(
+    ctx: &Shared,
+    api_version: &str,
+    kind: &str,
+) -> Result<kube::api::ApiResource, Error> {
     ctx.resource(api_version, kind).await.map_err(|e| {
         gone(e, "KindNotServed", || {
             format!("{api_version} {kind} is not served by the management cluster")
@@ -171,7 +176,7 @@ fn gone(e: kube::Error, reason: &'static str, message: impl FnOnce() -> String) 
 
 /// The objects of a plan; returns whether the Machine was created by this call.
 pub(super) async fn create_objects(
-    ctx: &Ctx,
+    ctx: &Shared,
     claim: &NodeClaim,
     plan: &Plan,
 ) -> Result<bool, Error> {
@@ -308,7 +313,7 @@ pub(super) async fn create_objects(
 /// `spec.version`; `None` when neither is set. Errors (Cluster not cached yet, control plane
 /// unreadable) are returned so that launch retries.
 pub(super) async fn cluster_version(
-    ctx: &Ctx,
+    ctx: &Shared,
     ns: &str,
     cluster: &str,
 ) -> Result<Option<String>, Error> {
@@ -336,7 +341,7 @@ pub(super) async fn cluster_version(
 
 /// The spec hash of a bootstrap config template (`None`: gone).
 pub async fn bootstrap_template_hash(
-    ctx: &Ctx,
+    ctx: &Shared,
     ns: &str,
     template: &TypedRef,
 ) -> Result<Option<String>, Error> {
@@ -351,4 +356,43 @@ pub async fn bootstrap_template_hash(
     };
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.management.clone(), ns, &ar);
     Ok(api.get_opt(&template.name).await?.map(|t| spec_hash(&t)))
+}
+/// Deletes the object `r` names if it is this NodeClaim's (`uid`); returns whether it did.
+pub(crate) async fn delete_ours(
+    ctx: &Shared,
+    ns: &str,
+    r: &TypedRef,
+    uid: &str,
+) -> Result<bool, Error> {
+    let ar = match ctx.resource(&r.api_version, &r.kind).await {
+        Ok(ar) => ar,
+        // The kind is no longer served: nothing of it can be left.
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
+        Err(e) => return Err(e.into()),
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.management.clone(), ns, &ar);
+    let Some(found) = api.get_opt(&r.name).await? else {
+        return Ok(false);
+    };
+    if fence::ownership(&found, uid, &ctx.cluster_id) == Ownership::Foreign {
+        tracing::warn!(object = %fence::key(&found), kind = %r.kind,
+            owner = fence::claim_uid(&found).unwrap_or("none"),
+            "not deleting an object of the plan that belongs to another NodeClaim");
+        return Ok(false);
+    }
+    if found.metadata.deletion_timestamp.is_some() {
+        return Ok(false);
+    }
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: found.metadata.uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(&r.name, &params).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
 }

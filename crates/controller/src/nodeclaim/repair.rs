@@ -20,7 +20,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
-use api::{Machine, NodeClaim};
+use api::NodeClaim;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 
@@ -42,9 +42,10 @@ fn condition_time(t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Tim
     t.map(|t| t.0).unwrap_or(Timestamp::UNIX_EPOCH)
 }
 
-/// The repair policies that match a registered NodeClaim's Node and Machine; the one that
+/// The repair policies that match a registered NodeClaim's Node, with the provider's own
+/// signal (`provider`, e.g. a Machine's `NodeHealthy=False`); the one that
 /// matched first (longest unhealthy) wins.
-pub fn unhealthy(node: Option<&Node>, machine: Option<&Machine>) -> Option<Unhealthy> {
+pub fn unhealthy(node: Option<&Node>, provider: Option<Unhealthy>) -> Option<Unhealthy> {
     let mut found: Vec<Unhealthy> = Vec::new();
     if let Some(c) = node
         .and_then(|n| n.status.as_ref()?.conditions.as_ref())
@@ -57,28 +58,7 @@ pub fn unhealthy(node: Option<&Node>, machine: Option<&Machine>) -> Option<Unhea
             since: condition_time(c.last_transition_time.as_ref()),
         });
     }
-    if let Some(m) = machine {
-        let conditions = m.status.as_ref().map(|s| s.conditions.as_slice());
-        if let Some(c) = api::conditions::get(conditions.unwrap_or_default(), "NodeHealthy")
-            && c.status == api::conditions::FALSE
-        {
-            found.push(Unhealthy {
-                condition: "NodeHealthy",
-                detail: format!("Machine NodeHealthy=False ({})", c.reason),
-                since: c.last_transition_time.0,
-            });
-        }
-        if let Some(why) = crate::machine::infrastructure_failure(m) {
-            let since = api::conditions::get(conditions.unwrap_or_default(), "InfrastructureReady")
-                .map(|c| c.last_transition_time.0)
-                .unwrap_or(Timestamp::UNIX_EPOCH);
-            found.push(Unhealthy {
-                condition: "InfrastructureReady",
-                detail: format!("Machine infrastructure failed: {why}"),
-                since,
-            });
-        }
-    }
+    found.extend(provider);
     found.into_iter().min_by_key(|u| u.since)
 }
 
@@ -148,7 +128,7 @@ pub fn pool_view(
     claims: &[std::sync::Arc<NodeClaim>],
     pool: &str,
     node: impl Fn(&str) -> Option<std::sync::Arc<Node>>,
-    machine: impl Fn(&NodeClaim) -> Option<std::sync::Arc<Machine>>,
+    provider: impl Fn(&NodeClaim) -> Option<Unhealthy>,
 ) -> PoolView {
     let in_pool = |c: &NodeClaim| {
         pool.is_empty() || crate::objects::nodepool_of(c).unwrap_or_default() == pool
@@ -168,7 +148,7 @@ pub fn pool_view(
             continue;
         };
         view.nodes += 1;
-        if unhealthy(node(n).as_deref(), machine(c).as_deref()).is_some() {
+        if unhealthy(node(n).as_deref(), provider(c)).is_some() {
             view.unhealthy.insert(uid);
         }
     }
@@ -178,6 +158,7 @@ pub fn pool_view(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use api::Machine;
 
     #[test]
     fn twenty_percent_rounded_up() {
@@ -293,7 +274,11 @@ mod tests {
                 "lastTransitionTime": "2026-11-22T09:00:00Z"}]}
         }))
         .expect("fixture");
-        let u = unhealthy(Some(&node), Some(&machine)).expect("matches");
+        let u = unhealthy(
+            Some(&node),
+            crate::cloudprovider::clusterapi::machine_unhealthy(&machine),
+        )
+        .expect("matches");
         assert_eq!(u.condition, "NodeHealthy", "the older signal wins");
         let ready: Node = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "n"},

@@ -12,13 +12,12 @@ use api::consts::{conditions as types, reasons};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
-use kube::runtime::events::EventType;
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 use super::context::{Ctx, Error, set_ready, uid_of};
-use super::plan::{Plan, TypedRef, nodepool_of};
-use crate::fence::{self, Ownership};
+use super::plan::nodepool_of;
+use crate::cloudprovider::Deletion;
 use crate::metrics::TerminatedLabels;
 use crate::names;
 
@@ -27,41 +26,6 @@ use crate::names;
 pub enum Termination {
     Done,
     Waiting(Duration),
-}
-
-/// Deletes the object `r` names if it is this NodeClaim's (`uid`); returns whether it did.
-async fn delete_ours(ctx: &Ctx, ns: &str, r: &TypedRef, uid: &str) -> Result<bool, Error> {
-    let ar = match ctx.resource(&r.api_version, &r.kind).await {
-        Ok(ar) => ar,
-        // The kind is no longer served: nothing of it can be left.
-        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
-        Err(e) => return Err(e.into()),
-    };
-    let api: Api<DynamicObject> = Api::namespaced_with(ctx.management.clone(), ns, &ar);
-    let Some(found) = api.get_opt(&r.name).await? else {
-        return Ok(false);
-    };
-    if fence::ownership(&found, uid, &ctx.cluster_id) == Ownership::Foreign {
-        tracing::warn!(object = %fence::key(&found), kind = %r.kind,
-            owner = fence::claim_uid(&found).unwrap_or("none"),
-            "not deleting an object of the plan that belongs to another NodeClaim");
-        return Ok(false);
-    }
-    if found.metadata.deletion_timestamp.is_some() {
-        return Ok(false);
-    }
-    let params = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: found.metadata.uid.clone(),
-            resource_version: None,
-        }),
-        ..DeleteParams::default()
-    };
-    match api.delete(&r.name, &params).await {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
-        Err(e) => Err(e.into()),
-    }
 }
 
 /// Removes our finalizer from a Node (and deletes it if it is still there).
@@ -112,34 +76,8 @@ pub async fn reconcile(ctx: &Ctx, claim: &NodeClaim) -> Result<Termination, Erro
         set_ready(&mut status.conditions);
         ctx.write_status(claim, &status).await?;
     }
-    if let Some(plan) = Plan::of(claim) {
-        let machines = ctx.machines_api(&plan.namespace);
-        if let Some(m) = machines.get_opt(&plan.machine).await? {
-            let ours = fence::ownership(&m, &uid, &ctx.cluster_id) != Ownership::Foreign;
-            if ours {
-                if m.metadata.deletion_timestamp.is_none() {
-                    machines.delete(&plan.machine, &Default::default()).await?;
-                    ctx.event(
-                        claim,
-                        EventType::Normal,
-                        api::consts::events::DISRUPTION_TERMINATING,
-                        format!(
-                            "Deleting Machine {}/{}; Cluster API drains and removes the node",
-                            plan.namespace, plan.machine
-                        ),
-                    )
-                    .await;
-                }
-                // The Machine watch brings the deletion; the poll is a safety net.
-                return Ok(Termination::Waiting(ctx.settings.poll));
-            }
-        }
-        // Machine gone: anything of the plan that is left (a launch interrupted before the
-        // Machine existed, or a provider that did not clean up).
-        delete_ours(ctx, &plan.namespace, &plan.infrastructure, &uid).await?;
-        if let Some(b) = &plan.bootstrap {
-            delete_ours(ctx, &plan.namespace, b, &uid).await?;
-        }
+    if let Deletion::Waiting(wait) = ctx.provider.delete(claim).await? {
+        return Ok(Termination::Waiting(wait));
     }
     if let Some(node) = &status.node_name {
         release_node(ctx, node).await?;

@@ -1,0 +1,270 @@
+//! The Cluster API provider: one standalone Machine per NodeClaim, cloned from the
+//! NodeClass's templates. Launch records its plan on the NodeClaim before any side effect
+//! (`nodeclaim::launch`), then clones and creates (`nodeclaim::objects`); an instance is the
+//! Machine named by the plan; drift compares the plan with the templates, the NodeClass and
+//! the control plane's version (`nodeclaim::drift::observe`); everything it creates is fenced
+//! to this workload cluster (`fence`).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use api::{Machine, NodeClaim};
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
+use templates::model::Catalog;
+
+use super::{CloudProvider, Deletion, Drift, Error, Instance, NodeClassKind, RepairPolicy};
+use crate::fence::{self, Ownership};
+use crate::nodeclaim::context::{Ctx, Shared, uid_of};
+use crate::nodeclaim::plan::Plan;
+use crate::nodeclaim::repair::Unhealthy;
+use crate::nodeclaim::{drift, launch};
+use crate::unavailable::OfferingKey;
+use crate::{machine, names};
+
+/// The Cluster API provider of one workload cluster.
+#[derive(Clone)]
+pub struct ClusterApi {
+    pub shared: Shared,
+}
+
+impl ClusterApi {
+    /// The NodeClaim loops' context over `shared`, with this provider behind the seam.
+    pub fn context(shared: Shared) -> Ctx {
+        Ctx {
+            provider: Arc::new(ClusterApi {
+                shared: shared.clone(),
+            }),
+            shared,
+        }
+    }
+
+    fn cached(&self, plan: &Plan) -> Option<Arc<Machine>> {
+        self.shared
+            .machines
+            .get(&ObjectRef::new(&plan.machine).within(&plan.namespace))
+    }
+
+    async fn get_instance(&self, claim: &NodeClaim) -> Result<Instance, Error> {
+        let not_found = || Error::NodeClaimNotFound(claim.name_any());
+        let plan = Plan::of(claim).ok_or_else(not_found)?;
+        let machine = match self.cached(&plan) {
+            Some(m) => m,
+            // The cache may lag behind our own create: ask the API server before concluding.
+            None => match self
+                .shared
+                .machines_api(&plan.namespace)
+                .get_opt(&plan.machine)
+                .await
+                .map_err(|e| Error::Retryable(e.into()))?
+            {
+                Some(m) => Arc::new(m),
+                None => return Err(not_found()),
+            },
+        };
+        if fence::ownership(machine.as_ref(), &uid_of(claim), &self.shared.cluster_id)
+            == Ownership::Foreign
+        {
+            return Err(not_found());
+        }
+        Ok(instance(claim.name_any(), &plan, &machine))
+    }
+
+    async fn delete_instance(&self, claim: &NodeClaim) -> Result<Deletion, Error> {
+        let Some(plan) = Plan::of(claim) else {
+            return Ok(Deletion::Gone);
+        };
+        let ctx = &self.shared;
+        let uid = uid_of(claim);
+        let machines = ctx.machines_api(&plan.namespace);
+        let found = machines
+            .get_opt(&plan.machine)
+            .await
+            .map_err(|e| Error::Retryable(e.into()))?;
+        if let Some(m) = found
+            && fence::ownership(&m, &uid, &ctx.cluster_id) != Ownership::Foreign
+        {
+            if m.metadata.deletion_timestamp.is_none() {
+                machines
+                    .delete(&plan.machine, &Default::default())
+                    .await
+                    .map_err(|e| Error::Retryable(e.into()))?;
+                ctx.event(
+                    claim,
+                    EventType::Normal,
+                    api::consts::events::DISRUPTION_TERMINATING,
+                    format!(
+                        "Deleting Machine {}/{}; Cluster API drains and removes the node",
+                        plan.namespace, plan.machine
+                    ),
+                )
+                .await;
+            }
+            // The Machine watch brings the deletion; the poll is a safety net.
+            return Ok(Deletion::Waiting(ctx.settings.poll));
+        }
+        // Machine gone: anything of the plan that is left (a launch interrupted before the
+        // Machine existed, or a provider that did not clean up).
+        crate::nodeclaim::objects::delete_ours(ctx, &plan.namespace, &plan.infrastructure, &uid)
+            .await?;
+        if let Some(b) = &plan.bootstrap {
+            crate::nodeclaim::objects::delete_ours(ctx, &plan.namespace, b, &uid).await?;
+        }
+        Ok(Deletion::Gone)
+    }
+}
+
+/// The instance a Machine of `plan` stands for.
+fn instance(nodeclaim: String, plan: &Plan, m: &Machine) -> Instance {
+    Instance {
+        nodeclaim,
+        provider_id: machine::provider_id(m).map(str::to_string),
+        description: format!("Machine {}/{}", plan.namespace, plan.machine),
+        instance_type: plan.instance_type.clone(),
+        zone: plan.zone.clone(),
+        capacity_type: plan.capacity_type.clone(),
+        capacity: plan.capacity.clone(),
+        allocatable: plan.allocatable.clone(),
+        failure: machine::infrastructure_failure(m),
+        unhealthy: machine_unhealthy(m),
+        terminating: m.metadata.deletion_timestamp.is_some(),
+    }
+}
+
+/// The Machine's own health signals: `NodeHealthy=False`, or a failed infrastructure; the
+/// longest-held one.
+pub fn machine_unhealthy(m: &Machine) -> Option<Unhealthy> {
+    let conditions = m
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    let mut found = Vec::new();
+    if let Some(c) = api::conditions::get(conditions, "NodeHealthy")
+        && c.status == api::conditions::FALSE
+    {
+        found.push(Unhealthy {
+            condition: "NodeHealthy",
+            detail: format!("Machine NodeHealthy=False ({})", c.reason),
+            since: c.last_transition_time.0,
+        });
+    }
+    if let Some(why) = machine::infrastructure_failure(m) {
+        let since = api::conditions::get(conditions, "InfrastructureReady")
+            .map(|c| c.last_transition_time.0)
+            .unwrap_or(Timestamp::UNIX_EPOCH);
+        found.push(Unhealthy {
+            condition: "InfrastructureReady",
+            detail: format!("Machine infrastructure failed: {why}"),
+            since,
+        });
+    }
+    found.into_iter().min_by_key(|u| u.since)
+}
+
+/// A permanent launch failure as the typed error Karpenter's providers return.
+fn typed(e: crate::nodeclaim::error::Error) -> Error {
+    use crate::nodeclaim::error::Error as E;
+    match e {
+        E::Permanent { reason, message } => {
+            if reason == api::consts::events::INSUFFICIENT_CAPACITY_ERROR {
+                Error::InsufficientCapacity(message)
+            } else if reason == api::consts::events::NODECLASS_NOT_READY {
+                Error::NodeClassNotReady(message)
+            } else {
+                Error::Create { reason, message }
+            }
+        }
+        other => Error::Retryable(other),
+    }
+}
+
+impl CloudProvider for ClusterApi {
+    fn create(&self, claim: Arc<NodeClaim>) -> BoxFuture<'_, Result<Arc<NodeClaim>, Error>> {
+        async move { launch::reconcile(&self.shared, claim).await.map_err(typed) }.boxed()
+    }
+
+    fn delete<'a>(&'a self, claim: &'a NodeClaim) -> BoxFuture<'a, Result<Deletion, Error>> {
+        self.delete_instance(claim).boxed()
+    }
+
+    fn get<'a>(&'a self, claim: &'a NodeClaim) -> BoxFuture<'a, Result<Instance, Error>> {
+        self.get_instance(claim).boxed()
+    }
+
+    fn list(&self) -> Vec<Instance> {
+        let selector_value = self.shared.cluster_id.as_str();
+        self.shared
+            .machines
+            .state()
+            .iter()
+            .filter(|m| fence::cluster_of(m.as_ref()) == Some(selector_value))
+            .filter_map(|m| {
+                let claim = m.labels().get(names::NODECLAIM_LABEL)?.clone();
+                let plan = Plan {
+                    namespace: m.namespace().unwrap_or_default(),
+                    machine: m.name_any(),
+                    ..Plan::default()
+                };
+                Some(instance(claim, &plan, m))
+            })
+            .collect()
+    }
+
+    fn instance_types(&self, nodeclass: &str) -> Option<Arc<Catalog>> {
+        self.shared.catalogs.catalog(nodeclass)
+    }
+
+    fn is_drifted<'a>(
+        &'a self,
+        claim: &'a NodeClaim,
+    ) -> BoxFuture<'a, Result<Option<Drift>, Error>> {
+        async move {
+            let Some(plan) = Plan::of(claim) else {
+                return Ok(None);
+            };
+            Ok(drift::observe(&self.shared, claim, &plan).await)
+        }
+        .boxed()
+    }
+
+    fn repair_policies(&self) -> Vec<RepairPolicy> {
+        ["False", "Unknown"]
+            .into_iter()
+            .map(|status| RepairPolicy {
+                condition_type: "Ready".into(),
+                condition_status: status.into(),
+                toleration: self.shared.settings.node_repair_after,
+            })
+            .collect()
+    }
+
+    fn name(&self) -> &'static str {
+        "clusterapi"
+    }
+
+    fn supported_node_classes(&self) -> Vec<NodeClassKind> {
+        vec![NodeClassKind {
+            group: api::consts::groups::NODECLASS,
+            kind: "ClusterAPINodeClass",
+        }]
+    }
+
+    fn launch_failed(&self, claim: &NodeClaim, why: &str) {
+        if let Some(plan) = Plan::of(claim) {
+            self.shared.unavailable.mark(
+                OfferingKey {
+                    instance_type: plan.instance_type,
+                    zone: plan.zone,
+                    capacity_type: plan.capacity_type,
+                },
+                why.to_string(),
+                Instant::now(),
+            );
+        }
+    }
+}

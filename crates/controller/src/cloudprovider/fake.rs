@@ -1,0 +1,203 @@
+//! An in-memory provider, like Karpenter's `cloudprovider/fake`: instances are entries in a
+//! map, launched at once with a `fake://` providerID; tests queue the errors the next calls
+//! return, flip an instance's failure or health, and read back what was asked of it.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use api::NodeClaim;
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use kube::ResourceExt;
+use templates::model::Catalog;
+
+use super::{CloudProvider, Deletion, Drift, Error, Instance, NodeClassKind, RepairPolicy};
+use crate::nodeclaim::repair::Unhealthy;
+
+/// What the fake holds; every field is readable by tests through [`FakeCloudProvider::state`].
+#[derive(Debug, Default)]
+pub struct FakeState {
+    /// Instances by NodeClaim name.
+    pub instances: BTreeMap<String, Instance>,
+    /// Errors the next `create` calls return, in order (then they succeed).
+    pub create_errors: VecDeque<Error>,
+    /// Errors the next `delete` calls return.
+    pub delete_errors: VecDeque<Error>,
+    /// Drift reported by `is_drifted`, by NodeClaim name.
+    pub drifted: BTreeMap<String, Drift>,
+    /// How many `delete` calls an instance takes to go away (0: at once).
+    pub delete_rounds: usize,
+    /// NodeClaim names passed to each method, in call order.
+    pub create_calls: Vec<String>,
+    pub delete_calls: Vec<String>,
+    /// `launch_failed` calls: (NodeClaim, why).
+    pub launch_failures: Vec<(String, String)>,
+    /// Instance types by NodeClass name.
+    pub catalogs: BTreeMap<String, Arc<Catalog>>,
+    /// Whether launched instances get their providerID at once (else a test sets it).
+    pub hold_provider_id: bool,
+}
+
+/// The fake provider; cheap to clone (one shared state).
+#[derive(Clone, Default)]
+pub struct FakeCloudProvider {
+    state: Arc<Mutex<FakeState>>,
+}
+
+impl FakeCloudProvider {
+    /// Runs `f` on the state (tests arrange and inspect through it).
+    pub fn state<T>(&self, f: impl FnOnce(&mut FakeState) -> T) -> T {
+        f(&mut self.state.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// The providerID the fake gives the instance of `nodeclaim`.
+    pub fn provider_id(nodeclaim: &str) -> String {
+        format!("fake://{nodeclaim}")
+    }
+
+    /// Marks an instance failed (it will never become a Node).
+    pub fn fail(&self, nodeclaim: &str, why: &str) {
+        self.state(|s| {
+            if let Some(i) = s.instances.get_mut(nodeclaim) {
+                i.failure = Some(why.to_string());
+            }
+        });
+    }
+
+    /// Gives an instance a provider health signal.
+    pub fn set_unhealthy(&self, nodeclaim: &str, unhealthy: Option<Unhealthy>) {
+        self.state(|s| {
+            if let Some(i) = s.instances.get_mut(nodeclaim) {
+                i.unhealthy = unhealthy;
+            }
+        });
+    }
+
+    /// Sets (or clears) the providerID of a held instance.
+    pub fn set_provider_id(&self, nodeclaim: &str, provider_id: Option<String>) {
+        self.state(|s| {
+            if let Some(i) = s.instances.get_mut(nodeclaim) {
+                i.provider_id = provider_id;
+            }
+        });
+    }
+
+    /// Removes an instance behind the lifecycle's back.
+    pub fn remove(&self, nodeclaim: &str) -> Option<Instance> {
+        self.state(|s| s.instances.remove(nodeclaim))
+    }
+
+    fn launch(&self, claim: &NodeClaim) -> Result<(), Error> {
+        let name = claim.name_any();
+        self.state(|s| {
+            s.create_calls.push(name.clone());
+            if let Some(e) = s.create_errors.pop_front() {
+                return Err(e);
+            }
+            let hold = s.hold_provider_id;
+            s.instances.entry(name.clone()).or_insert_with(|| Instance {
+                nodeclaim: name.clone(),
+                provider_id: (!hold).then(|| Self::provider_id(&name)),
+                description: format!("fake instance {name}"),
+                instance_type: "fake-it".into(),
+                capacity_type: "on-demand".into(),
+                capacity: resources(claim),
+                allocatable: resources(claim),
+                ..Instance::default()
+            });
+            Ok(())
+        })
+    }
+
+    fn remove_instance(&self, claim: &NodeClaim) -> Result<Deletion, Error> {
+        let name = claim.name_any();
+        self.state(|s| {
+            s.delete_calls.push(name.clone());
+            if let Some(e) = s.delete_errors.pop_front() {
+                return Err(e);
+            }
+            let Some(i) = s.instances.get_mut(&name) else {
+                return Ok(Deletion::Gone);
+            };
+            let rounds = s.delete_calls.iter().filter(|n| **n == name).count();
+            if rounds > s.delete_rounds {
+                s.instances.remove(&name);
+                return Ok(Deletion::Gone);
+            }
+            i.terminating = true;
+            Ok(Deletion::Waiting(Duration::from_millis(100)))
+        })
+    }
+}
+
+/// The claim's requests as the instance's capacity (the fake fits every claim exactly).
+fn resources(claim: &NodeClaim) -> BTreeMap<String, String> {
+    claim
+        .spec
+        .resources
+        .as_ref()
+        .map(|r| {
+            r.requests
+                .iter()
+                .map(|(k, v)| (k.clone(), v.0.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl CloudProvider for FakeCloudProvider {
+    fn create(&self, claim: Arc<NodeClaim>) -> BoxFuture<'_, Result<Arc<NodeClaim>, Error>> {
+        let result = self.launch(&claim).map(|()| claim);
+        futures::future::ready(result).boxed()
+    }
+
+    fn delete<'a>(&'a self, claim: &'a NodeClaim) -> BoxFuture<'a, Result<Deletion, Error>> {
+        futures::future::ready(self.remove_instance(claim)).boxed()
+    }
+
+    fn get<'a>(&'a self, claim: &'a NodeClaim) -> BoxFuture<'a, Result<Instance, Error>> {
+        let name = claim.name_any();
+        let found = self.state(|s| s.instances.get(&name).cloned());
+        futures::future::ready(found.ok_or(Error::NodeClaimNotFound(name))).boxed()
+    }
+
+    fn list(&self) -> Vec<Instance> {
+        self.state(|s| s.instances.values().cloned().collect())
+    }
+
+    fn instance_types(&self, nodeclass: &str) -> Option<Arc<Catalog>> {
+        self.state(|s| s.catalogs.get(nodeclass).cloned())
+    }
+
+    fn is_drifted<'a>(
+        &'a self,
+        claim: &'a NodeClaim,
+    ) -> BoxFuture<'a, Result<Option<Drift>, Error>> {
+        let name = claim.name_any();
+        futures::future::ready(Ok(self.state(|s| s.drifted.get(&name).cloned()))).boxed()
+    }
+
+    fn repair_policies(&self) -> Vec<RepairPolicy> {
+        vec![RepairPolicy {
+            condition_type: "Ready".into(),
+            condition_status: "False".into(),
+            toleration: Duration::from_secs(600),
+        }]
+    }
+
+    fn name(&self) -> &'static str {
+        "fake"
+    }
+
+    fn supported_node_classes(&self) -> Vec<NodeClassKind> {
+        vec![NodeClassKind {
+            group: api::consts::groups::NODECLASS,
+            kind: "ClusterAPINodeClass",
+        }]
+    }
+
+    fn launch_failed(&self, claim: &NodeClaim, why: &str) {
+        self.state(|s| s.launch_failures.push((claim.name_any(), why.to_string())));
+    }
+}

@@ -1,0 +1,197 @@
+//! The provider seam: Karpenter's cloudprovider interface (`pkg/cloudprovider/types.go`) as a
+//! Rust trait. The NodeClaim loops know nothing of Cluster API: they launch, look up, delete
+//! and judge drift of a NodeClaim's instance through [`CloudProvider`] only, and read the
+//! instance types of a NodeClass from it. `clusterapi` is the implementation (one standalone
+//! Machine per NodeClaim); `fake` is an in-memory one for tests, like Karpenter's
+//! `cloudprovider/fake`.
+//!
+//! The checklist a provider answers, in the order the lifecycle asks:
+//! 1. [`CloudProvider::create`]: launch the claim's instance exactly once (idempotent; a
+//!    restart adopts what an earlier attempt made). Typed errors say what happened:
+//!    [`Error::InsufficientCapacity`], [`Error::NodeClassNotReady`] and [`Error::Create`] give
+//!    the claim up (`Launched=False` with the reason, an event, the claim deleted so its pods
+//!    are planned again); [`Error::Retryable`] retries with backoff, bound by the launch timeout.
+//! 2. [`CloudProvider::get`]: the instance as the provider sees it now: its providerID once it
+//!    exists (then `Launched=True`), a failure that means it never will, a provider health
+//!    signal for repair. [`Error::NodeClaimNotFound`]: the instance is gone.
+//! 3. Registration and initialization are the workload cluster's (Node by providerID).
+//! 4. [`CloudProvider::repair_policies`]: Node conditions that, held long enough, replace it.
+//! 5. [`CloudProvider::is_drifted`]: the provider's drift reasons (NodeClass, templates).
+//! 6. [`CloudProvider::delete`]: remove the instance; called until nothing is left.
+//! 7. [`CloudProvider::list`]: every instance this provider made for this cluster, for
+//!    garbage collection of instances whose NodeClaim is gone.
+
+pub mod clusterapi;
+pub mod fake;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use api::NodeClaim;
+use futures::future::BoxFuture;
+use templates::model::Catalog;
+
+use crate::nodeclaim::error::Error as LoopError;
+pub use crate::nodeclaim::repair::Unhealthy;
+
+/// Errors of a provider, typed like Karpenter's (`NodeClaimNotFoundError`,
+/// `InsufficientCapacityError`, `NodeClassNotReadyError`, `CreateError`).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The claim has no instance (never made, or gone).
+    #[error("no instance for NodeClaim {0}")]
+    NodeClaimNotFound(String),
+    /// No offering can take the claim now; permanent for this claim.
+    #[error("{0}")]
+    InsufficientCapacity(String),
+    /// The claim's NodeClass is missing or not Ready; permanent for this claim.
+    #[error("{0}")]
+    NodeClassNotReady(String),
+    /// The launch cannot succeed for this claim (`reason` is the condition reason).
+    #[error("{reason}: {message}")]
+    Create {
+        reason: &'static str,
+        message: String,
+    },
+    /// Anything that may go away by itself (API errors, caches filling): retried.
+    #[error(transparent)]
+    Retryable(#[from] LoopError),
+}
+
+impl Error {
+    /// The condition/event reason of a permanent launch failure, with its message; `None`
+    /// for errors that are retried.
+    pub fn permanent(&self) -> Option<(&'static str, String)> {
+        match self {
+            Error::InsufficientCapacity(m) => {
+                Some((api::consts::events::INSUFFICIENT_CAPACITY_ERROR, m.clone()))
+            }
+            Error::NodeClassNotReady(m) => {
+                Some((api::consts::events::NODECLASS_NOT_READY, m.clone()))
+            }
+            Error::Create { reason, message } => Some((reason, message.clone())),
+            Error::Retryable(LoopError::Permanent { reason, message }) => {
+                Some((reason, message.clone()))
+            }
+            Error::NodeClaimNotFound(_) | Error::Retryable(_) => None,
+        }
+    }
+
+    /// A short label for the cloudprovider error metric.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::NodeClaimNotFound(_) => "not_found",
+            Error::InsufficientCapacity(_) => "insufficient_capacity",
+            Error::NodeClassNotReady(_) => "nodeclass_not_ready",
+            Error::Create { .. } => "permanent",
+            Error::Retryable(e) => e.metric_label(),
+        }
+    }
+}
+
+impl From<Error> for LoopError {
+    fn from(e: Error) -> LoopError {
+        match e {
+            Error::Retryable(e) => e,
+            other => match other.permanent() {
+                Some((reason, message)) => LoopError::Permanent { reason, message },
+                None => LoopError::Launch(other.to_string()),
+            },
+        }
+    }
+}
+
+/// An instance as its provider sees it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Instance {
+    /// The NodeClaim it was launched for.
+    pub nodeclaim: String,
+    /// Set once the instance exists.
+    pub provider_id: Option<String>,
+    /// What it is called in messages ("Machine ns/name").
+    pub description: String,
+    pub instance_type: String,
+    pub zone: Option<String>,
+    pub capacity_type: String,
+    pub capacity: BTreeMap<String, String>,
+    pub allocatable: BTreeMap<String, String>,
+    /// A failure that means it will never become a Node (the offering is then avoided).
+    pub failure: Option<String>,
+    /// A provider health signal (repair policy match) and since when it holds.
+    pub unhealthy: Option<Unhealthy>,
+    /// Being deleted.
+    pub terminating: bool,
+}
+
+/// A Node condition that, held for `toleration`, gets the Node replaced (Karpenter's
+/// `RepairPolicy`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RepairPolicy {
+    pub condition_type: String,
+    pub condition_status: String,
+    pub toleration: Duration,
+}
+
+/// A drift reason and what changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Drift {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// Where deletion stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deletion {
+    /// Nothing of the instance is left (Karpenter: `NodeClaimNotFoundError` from Delete).
+    Gone,
+    /// Going away; look again after this long (the watch usually says so sooner).
+    Waiting(Duration),
+}
+
+/// A kind of NodeClass the provider serves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeClassKind {
+    pub group: &'static str,
+    pub kind: &'static str,
+}
+
+/// Karpenter's cloudprovider interface. Object-safe: the loops hold an
+/// `Arc<dyn CloudProvider>`.
+pub trait CloudProvider: Send + Sync {
+    /// Launches the instance of `claim`, once. Returns the claim as the provider left it (its
+    /// freshest copy, when the provider recorded its intent on it before any side effect).
+    fn create(&self, claim: Arc<NodeClaim>) -> BoxFuture<'_, Result<Arc<NodeClaim>, Error>>;
+
+    /// Deletes the instance of `claim`; called again until it answers [`Deletion::Gone`].
+    fn delete<'a>(&'a self, claim: &'a NodeClaim) -> BoxFuture<'a, Result<Deletion, Error>>;
+
+    /// The instance of `claim` now ([`Error::NodeClaimNotFound`]: there is none).
+    fn get<'a>(&'a self, claim: &'a NodeClaim) -> BoxFuture<'a, Result<Instance, Error>>;
+
+    /// Every instance this provider launched for this cluster.
+    fn list(&self) -> Vec<Instance>;
+
+    /// The instance types a NodeClass offers (`None`: not known here yet).
+    fn instance_types(&self, nodeclass: &str) -> Option<Arc<Catalog>>;
+
+    /// The provider's drift reason for `claim`, if any.
+    fn is_drifted<'a>(
+        &'a self,
+        claim: &'a NodeClaim,
+    ) -> BoxFuture<'a, Result<Option<Drift>, Error>>;
+
+    /// Node conditions that get a Node repaired once held for their toleration.
+    fn repair_policies(&self) -> Vec<RepairPolicy>;
+
+    /// The provider's name (metrics label).
+    fn name(&self) -> &'static str;
+
+    /// The NodeClass kinds this provider serves.
+    fn supported_node_classes(&self) -> Vec<NodeClassKind>;
+
+    /// The launch of `claim` failed after `create` returned (its instance failed, or never
+    /// got a providerID in time): avoid its offering for a while. Karpenter's providers learn
+    /// this inside a synchronous Create; a Cluster API launch fails asynchronously.
+    fn launch_failed(&self, claim: &NodeClaim, why: &str);
+}
