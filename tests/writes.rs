@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use api::{Machine, NodeClaim};
 use controller::cache::Caches;
+use controller::cloudprovider::clusterapi::ClusterApi;
 use controller::events::{Recorder, Reporter};
 use controller::metrics::{Metrics, NodePoolLabels};
-use controller::cloudprovider::clusterapi::ClusterApi;
 use controller::nodeclaim::context::{Catalogs, Settings, Shared};
 use controller::nodeclaim::lifecycle;
 use controller::nodeclass_status::IndexCatalogs;

@@ -362,10 +362,20 @@ impl Shared {
         claim: &NodeClaim,
         status: &api::karpenter::NodeClaimStatus,
     ) -> Result<bool, Error> {
+        Ok(self.write_status_returning(claim, status).await?.is_some())
+    }
+
+    /// [`Shared::write_status`], returning the written object (`None`: nothing to write), so
+    /// that a later write in the same step is computed from it.
+    pub async fn write_status_returning(
+        &self,
+        claim: &NodeClaim,
+        status: &api::karpenter::NodeClaimStatus,
+    ) -> Result<Option<NodeClaim>, Error> {
         if claim.status.as_ref() == Some(status)
             || (claim.status.is_none() && *status == Default::default())
         {
-            return Ok(false);
+            return Ok(None);
         }
         let written = self
             .nodeclaims_api()
@@ -379,7 +389,7 @@ impl Shared {
             )
             .await?;
         self.remember(claim, &written);
-        Ok(true)
+        Ok(Some(written))
     }
 
     fn remember(&self, before: &NodeClaim, after: &NodeClaim) {

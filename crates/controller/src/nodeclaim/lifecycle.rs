@@ -56,12 +56,8 @@ pub async fn reconcile(claim: Arc<NodeClaim>, ctx: Arc<Ctx>) -> Result<Action, E
 }
 
 async fn reconcile_fresh(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Action, Error> {
-    let has_finalizer = claim
-        .finalizers()
-        .iter()
-        .any(|f| f == names::TERMINATION_FINALIZER);
     if claim.metadata.deletion_timestamp.is_some() {
-        if !has_finalizer {
+        if !has_finalizer(&claim) {
             ctx.expectations.forget(&uid_of(claim.as_ref()));
             return Ok(Action::await_change());
         }
@@ -146,8 +142,29 @@ async fn reconcile_fresh(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Action, Err
 /// given up (a permanent failure, or the launch timeout passed): `Launched=False` with the
 /// reason, an event, and the claim deleted so that its pods are planned again.
 async fn launch(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Option<Arc<NodeClaim>>, Error> {
-    let e = match ctx.provider.create(claim.clone()).await {
-        Ok(claim) => return Ok(Some(claim)),
+    // Like Karpenter, a launched claim is not launched again: a vanished instance is
+    // liveness's to notice, not create's to replace.
+    let launched = claim
+        .status
+        .as_ref()
+        .is_some_and(|s| api::conditions::is_true(&s.conditions, types::LAUNCHED));
+    let created = if launched {
+        Ok(claim.clone())
+    } else {
+        ctx.provider.create(claim.clone()).await
+    };
+    let e = match created {
+        // The Cluster API provider adds our finalizer with its plan, in one write; any other
+        // provider's claim (or one whose finalizer was removed by hand) gets it here.
+        Ok(claim) if has_finalizer(&claim) => return Ok(Some(claim)),
+        Ok(claim) => {
+            let mut finalizers = claim.finalizers().to_vec();
+            finalizers.push(names::TERMINATION_FINALIZER.into());
+            let written = ctx
+                .patch_claim(&claim, serde_json::json!({"finalizers": finalizers}))
+                .await?;
+            return Ok(Some(Arc::new(written)));
+        }
         Err(e) => e,
     };
     if let Some((reason, message)) = e.permanent() {
@@ -197,6 +214,13 @@ async fn refuse(ctx: &Ctx, claim: &NodeClaim, reason: &str, message: String) -> 
     set_ready(&mut status.conditions);
     ctx.write_status(claim, &status).await?;
     ctx.delete_claim(claim).await
+}
+
+fn has_finalizer(claim: &NodeClaim) -> bool {
+    claim
+        .finalizers()
+        .iter()
+        .any(|f| f == names::TERMINATION_FINALIZER)
 }
 
 /// Whether the only news in `next` is progress that the registration usually follows

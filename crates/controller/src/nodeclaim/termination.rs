@@ -61,6 +61,7 @@ async fn release_node(ctx: &Ctx, name: &str) -> Result<(), Error> {
 
 pub async fn reconcile(ctx: &Ctx, claim: &NodeClaim) -> Result<Termination, Error> {
     let name = claim.name_any();
+    let mut fresh = None;
     let uid = uid_of(claim);
     let mut status = claim.status.clone().unwrap_or_default();
     if !api::conditions::is_true(&status.conditions, types::INSTANCE_TERMINATING) {
@@ -74,8 +75,10 @@ pub async fn reconcile(ctx: &Ctx, claim: &NodeClaim) -> Result<Termination, Erro
             Timestamp::now(),
         );
         set_ready(&mut status.conditions);
-        ctx.write_status(claim, &status).await?;
+        fresh = ctx.write_status_returning(claim, &status).await?;
     }
+    // Later writes of this step are computed from our own last one.
+    let claim = fresh.as_ref().unwrap_or(claim);
     if let Deletion::Waiting(wait) = ctx.provider.delete(claim).await? {
         return Ok(Termination::Waiting(wait));
     }

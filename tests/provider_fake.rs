@@ -1,0 +1,407 @@
+//! The NodeClaim lifecycle over the provider seam, with the in-memory fake provider (as
+//! Karpenter's lifecycle suite runs over `cloudprovider/fake`) on a real kube-apiserver:
+//! launch (success, transient, permanent and insufficient-capacity errors), registration and
+//! initialization, liveness (a failed instance, an instance gone behind our back), repair,
+//! drift and termination. No Cluster API here: the loops know only the trait.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use api::NodeClaim;
+use api::consts::conditions as types;
+use controller::cache::Caches;
+use controller::cloudprovider::fake::FakeCloudProvider;
+use controller::cloudprovider::{CloudProvider as _, Drift, Error as ProviderError};
+use controller::events::{Recorder, Reporter};
+use controller::metrics::Metrics;
+use controller::nodeclaim::context::{Ctx, Settings, Shared};
+use controller::nodeclaim::error::Error as LoopError;
+use controller::nodeclaim::lifecycle;
+use controller::nodeclass_status::IndexCatalogs;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use testbed::{Options, Testbed, wait_for};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+struct Env {
+    _tb: Testbed,
+    _tasks: controller::tasks::Tasks,
+    client: Client,
+    caches: Caches,
+    ctx: Arc<Ctx>,
+    fake: FakeCloudProvider,
+}
+
+async fn env() -> Env {
+    let tb = Testbed::start(Options::default())
+        .await
+        .expect("kube-apiserver");
+    let client = tb.client();
+    let mut tasks = controller::tasks::Tasks::default();
+    let caches = Caches::start(&mut tasks, &client, &client, "fake-test");
+    caches.ready().await;
+    let catalogs = IndexCatalogs {
+        index: templates::watch::TemplateIndex::new(),
+        nodeclasses: caches.nodeclasses.store(),
+        clusters: caches.clusters.store(),
+    };
+    let shared = Shared {
+        workload: client.clone(),
+        management: client.clone(),
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "fake-test".into(),
+                instance: None,
+            },
+        ),
+        metrics: Metrics::register(&mut prometheus_client::registry::Registry::default()),
+        nodes: caches.nodes.clone(),
+        machines: caches.machines.store(),
+        nodeclasses: caches.nodeclasses.store(),
+        nodeclaims: caches.nodeclaims.store(),
+        nodepools: caches.nodepools.store(),
+        clusters: caches.clusters.store(),
+        catalogs: Arc::new(catalogs),
+        unavailable: Arc::default(),
+        settings: Settings {
+            node_repair_after: Duration::from_secs(1),
+            ..Settings::default()
+        },
+        kinds: Arc::default(),
+        expectations: Arc::default(),
+        backoff: Arc::default(),
+        registration_failures: Arc::default(),
+        lookups: Arc::default(),
+        cluster_id: "fake-test".into(),
+        repairs: Arc::default(),
+    };
+    let fake = FakeCloudProvider::default();
+    let ctx = Arc::new(Ctx {
+        shared,
+        provider: Arc::new(fake.clone()),
+    });
+    Env {
+        _tb: tb,
+        _tasks: tasks,
+        client,
+        caches,
+        ctx,
+        fake,
+    }
+}
+
+impl Env {
+    fn claims(&self) -> Api<NodeClaim> {
+        Api::all(self.client.clone())
+    }
+
+    async fn create_claim(&self, name: &str) {
+        let claim: NodeClaim = serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": name, "labels": {"karpenter.sh/nodepool": "default"}},
+            "spec": {
+                "nodeClassRef": {"group": "karpenter.cluster.x-k8s.io", "kind": "ClusterAPINodeClass", "name": "default"},
+                "requirements": [],
+                "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}
+            }
+        }))
+        .expect("nodeclaim");
+        self.claims()
+            .create(&PostParams::default(), &claim)
+            .await
+            .expect("create nodeclaim");
+    }
+
+    /// The claim as the API server has it now (`None`: gone).
+    async fn claim(&self, name: &str) -> Option<NodeClaim> {
+        self.claims().get_opt(name).await.expect("get nodeclaim")
+    }
+
+    /// One reconcile of the fresh object.
+    async fn reconcile(&self, name: &str) -> Result<(), LoopError> {
+        let claim = self.claim(name).await.expect("nodeclaim exists");
+        lifecycle::reconcile(Arc::new(claim), self.ctx.clone())
+            .await
+            .map(|_| ())
+    }
+
+    /// Reconciles until `done` holds for the stored claim (`None`: gone).
+    async fn reconcile_until(
+        &self,
+        name: &str,
+        what: &str,
+        done: impl Fn(Option<&NodeClaim>) -> bool,
+    ) {
+        let found = wait_for(what, WAIT, || async {
+            if self.claim(name).await.is_some() {
+                self.reconcile(name).await.expect("reconcile");
+            }
+            done(self.claim(name).await.as_ref()).then_some(())
+        })
+        .await;
+        if let Err(e) = found {
+            let status = self.claim(name).await.and_then(|c| c.status);
+            panic!("{name}: {e}; status {status:?}");
+        }
+    }
+
+    /// A Ready Node with the fake providerID of `claim`, seen by the Node cache.
+    async fn join(&self, claim: &str) {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let name = format!("node-{claim}");
+        let node: Node = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name},
+            "spec": {"providerID": FakeCloudProvider::provider_id(claim)}
+        }))
+        .expect("node");
+        nodes
+            .create(&PostParams::default(), &node)
+            .await
+            .expect("create node");
+        // What the node lifecycle controller does once the Node is Ready (no
+        // controller-manager runs here): the admission-time not-ready taint goes.
+        nodes
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"taints": null}})),
+            )
+            .await
+            .expect("untaint node");
+        self.node_ready(&name, "True", "2026-01-01T00:00:00Z").await;
+    }
+
+    async fn node_ready(&self, name: &str, status: &str, since: &str) {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let written = nodes
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {
+                    "capacity": {"cpu": "1", "memory": "1Gi", "pods": "110"},
+                    "allocatable": {"cpu": "1", "memory": "1Gi", "pods": "110"},
+                    "conditions": [{"type": "Ready", "status": status, "reason": "Test",
+                        "lastHeartbeatTime": since, "lastTransitionTime": since}]
+                }})),
+            )
+            .await
+            .expect("node status");
+        let version = written.resource_version();
+        let store = self.caches.nodes.store();
+        wait_for("node cached", WAIT, || async {
+            store
+                .get(&kube::runtime::reflector::ObjectRef::new(name))
+                .filter(|n| n.resource_version() == version)
+                .map(|_| ())
+        })
+        .await
+        .expect("node in cache");
+    }
+
+    async fn events(&self, name: &str) -> Vec<String> {
+        let api: Api<k8s_openapi::api::events::v1::Event> = Api::all(self.client.clone());
+        api.list(&Default::default())
+            .await
+            .expect("events")
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .map(|e| e.reason.unwrap_or_default())
+            .collect()
+    }
+}
+
+fn condition(claim: Option<&NodeClaim>, type_: &str) -> Option<(String, String)> {
+    let c = api::conditions::get(&claim?.status.as_ref()?.conditions, type_)?;
+    Some((c.status.clone(), c.reason.clone()))
+}
+
+fn is_true(claim: Option<&NodeClaim>, type_: &str) -> bool {
+    condition(claim, type_).is_some_and(|(s, _)| s == "True")
+}
+
+#[tokio::test]
+async fn the_lifecycle_over_the_fake_provider() {
+    let env = env().await;
+
+    // Launch, registration, initialization.
+    env.create_claim("fk-launch").await;
+    env.reconcile("fk-launch").await.expect("launch");
+    let launched = env.claim("fk-launch").await.expect("claim");
+    assert!(
+        launched
+            .finalizers()
+            .iter()
+            .any(|f| f == "karpenter.sh/termination"),
+        "the lifecycle adds the finalizer when the provider did not"
+    );
+    assert_eq!(env.fake.state(|s| s.create_calls.clone()), ["fk-launch"]);
+    env.join("fk-launch").await;
+    env.reconcile_until("fk-launch", "initialized", |c| {
+        is_true(c, types::INITIALIZED)
+    })
+    .await;
+    let claim = env.claim("fk-launch").await;
+    let status = claim
+        .as_ref()
+        .and_then(|c| c.status.clone())
+        .expect("status");
+    assert_eq!(status.provider_id.as_deref(), Some("fake://fk-launch"));
+    assert_eq!(status.node_name.as_deref(), Some("node-fk-launch"));
+    for t in [
+        types::LAUNCHED,
+        types::REGISTERED,
+        types::INITIALIZED,
+        types::READY,
+    ] {
+        assert!(is_true(claim.as_ref(), t), "{t}: {status:?}");
+    }
+    let calls = env.fake.state(|s| s.create_calls.len());
+    env.reconcile("fk-launch").await.expect("settled");
+    assert_eq!(
+        env.fake.state(|s| s.create_calls.len()),
+        calls,
+        "a launched claim is not launched again"
+    );
+    assert_eq!(env.fake.list().len(), 1, "one instance for the claim");
+
+    // A transient launch error is retried; the instance is launched on the next try.
+    env.fake.state(|s| {
+        s.create_errors
+            .push_back(ProviderError::Retryable(LoopError::Launch(
+                "api hiccup".into(),
+            )))
+    });
+    env.create_claim("fk-transient").await;
+    let err = env.reconcile("fk-transient").await.expect_err("transient");
+    assert!(err.to_string().contains("api hiccup"), "{err}");
+    assert!(
+        env.claim("fk-transient").await.is_some(),
+        "kept for a retry"
+    );
+    env.reconcile("fk-transient").await.expect("retried");
+    assert!(env.fake.state(|s| s.instances.contains_key("fk-transient")));
+
+    // Permanent errors give the claim up: an event with the reason, the claim deleted.
+    for (name, error, reason) in [
+        (
+            "fk-permanent",
+            ProviderError::Create {
+                reason: "LaunchFailed",
+                message: "bad template".into(),
+            },
+            "LaunchFailed",
+        ),
+        (
+            "fk-capacity",
+            ProviderError::InsufficientCapacity("no offering fits".into()),
+            "InsufficientCapacityError",
+        ),
+        (
+            "fk-nodeclass",
+            ProviderError::NodeClassNotReady("ClusterAPINodeClass default is not ready".into()),
+            "NodeClassNotReady",
+        ),
+    ] {
+        env.fake.state(|s| s.create_errors.push_back(error));
+        env.create_claim(name).await;
+        env.reconcile(name).await.expect("refused, not failed");
+        assert!(env.claim(name).await.is_none(), "{name} deleted");
+        assert!(
+            env.events(name).await.iter().any(|r| r == reason),
+            "{name}: event {reason}: {:?}",
+            env.events(name).await
+        );
+        assert!(!env.fake.state(|s| s.instances.contains_key(name)));
+    }
+
+    // Liveness: an instance that fails before its Node registers is given up, and the
+    // provider is told (its offering is avoided); termination then removes it.
+    env.create_claim("fk-failed").await;
+    env.reconcile("fk-failed").await.expect("launch");
+    env.fake.fail("fk-failed", "quota exceeded");
+    env.reconcile_until("fk-failed", "gone", |c| c.is_none())
+        .await;
+    assert_eq!(
+        env.fake.state(|s| s.launch_failures.clone()),
+        [("fk-failed".to_string(), "quota exceeded".to_string())]
+    );
+    assert!(!env.fake.state(|s| s.instances.contains_key("fk-failed")));
+
+    // Drift: the provider's reason becomes the Drifted condition.
+    env.fake.state(|s| {
+        s.drifted.insert(
+            "fk-launch".into(),
+            Drift {
+                reason: "NodeClassDrifted",
+                message: "bootstrap source changed".into(),
+            },
+        )
+    });
+    env.reconcile_until("fk-launch", "drifted", |c| {
+        condition(c, types::DRIFTED) == Some(("True".into(), "NodeClassDrifted".into()))
+    })
+    .await;
+
+    // Repair: a Node NotReady for longer than the repair period is replaced.
+    env.node_ready("node-fk-launch", "False", "2026-01-01T00:00:00Z")
+        .await;
+    env.reconcile("fk-launch").await.expect("repair");
+    assert!(
+        env.events("fk-launch")
+            .await
+            .iter()
+            .any(|r| r == "NodeRepair"),
+        "{:?}",
+        env.events("fk-launch").await
+    );
+    let deleting = env.claim("fk-launch").await.expect("held by the finalizer");
+    assert!(deleting.metadata.deletion_timestamp.is_some());
+
+    // Termination: deleted through the provider until it says gone, then the finalizer goes.
+    env.fake.state(|s| s.delete_rounds = 2);
+    env.reconcile("fk-launch").await.expect("terminating");
+    assert!(is_true(
+        env.claim("fk-launch").await.as_ref(),
+        types::INSTANCE_TERMINATING
+    ));
+    assert!(env.fake.state(|s| s.instances["fk-launch"].terminating));
+    env.reconcile_until("fk-launch", "terminated", |c| c.is_none())
+        .await;
+    assert_eq!(
+        env.fake
+            .state(|s| s.delete_calls.iter().filter(|n| *n == "fk-launch").count()),
+        3,
+        "asked until the instance was gone"
+    );
+    assert!(env.fake.list().iter().all(|i| i.nodeclaim != "fk-launch"));
+
+    // An instance gone behind the lifecycle's back: the claim is deleted.
+    env.fake.state(|s| s.delete_rounds = 0);
+    env.create_claim("fk-vanish").await;
+    env.reconcile("fk-vanish").await.expect("launch");
+    env.join("fk-vanish").await;
+    env.reconcile_until("fk-vanish", "launched", |c| is_true(c, types::LAUNCHED))
+        .await;
+    env.fake.remove("fk-vanish");
+    env.reconcile_until("fk-vanish", "gone", |c| c.is_none())
+        .await;
+    assert!(
+        env.events("fk-vanish")
+            .await
+            .iter()
+            .any(|r| r == "MachineDeleted"),
+        "{:?}",
+        env.events("fk-vanish").await
+    );
+    let claims = env.claims();
+    claims
+        .delete("fk-transient", &DeleteParams::default())
+        .await
+        .expect("delete");
+}
