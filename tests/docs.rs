@@ -444,6 +444,9 @@ struct Known {
     top: std::collections::BTreeSet<String>,
     /// `None`: the flags `karpenter-capi --help` lists; `Some(sub)`: `karpenter-capi sub --help`.
     cli: std::collections::BTreeMap<Option<String>, std::collections::BTreeSet<String>>,
+    /// How many repository paths and flags were checked (the check is not vacuous).
+    checked_paths: std::cell::Cell<usize>,
+    checked_flags: std::cell::Cell<usize>,
 }
 
 /// The long flags (`--name`) a help text or script line mentions.
@@ -453,13 +456,18 @@ fn long_flags(text: &str) -> Vec<String> {
     let mut i = 0;
     while let Some(at) = text[i..].find("--") {
         let start = i + at;
-        let boundary = start == 0 || !(b[start - 1].is_ascii_alphanumeric() || b[start - 1] == b'-');
+        let boundary =
+            start == 0 || !(b[start - 1].is_ascii_alphanumeric() || b[start - 1] == b'-');
         let name_len = text[start + 2..]
             .bytes()
             .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
             .count();
         if boundary && name_len > 0 && b[start + 2].is_ascii_lowercase() {
-            out.push(text[start..start + 2 + name_len].trim_end_matches('-').to_string());
+            out.push(
+                text[start..start + 2 + name_len]
+                    .trim_end_matches('-')
+                    .to_string(),
+            );
         }
         i = start + 2 + name_len;
     }
@@ -500,7 +508,13 @@ impl Known {
             let flags = long_flags(&help(&[&s, "--help"])).into_iter().collect();
             cli.insert(Some(s), flags);
         }
-        Known { root, top, cli }
+        Known {
+            root,
+            top,
+            cli,
+            checked_paths: Default::default(),
+            checked_flags: Default::default(),
+        }
     }
 
     /// Whether the script at `path` (relative to the root) parses `flag`: a `case` arm
@@ -538,6 +552,7 @@ impl Known {
     /// A flag named alone (`--batch-idle-duration`): some subcommand of the binary or some
     /// script must accept it.
     fn anyone_accepts(&self, flag: &str) -> bool {
+        self.checked_flags.set(self.checked_flags.get() + 1);
         self.cli.values().any(|f| f.contains(flag))
             || self.scripts().iter().any(|s| self.script_accepts(s, flag))
     }
@@ -556,7 +571,9 @@ impl Known {
             .map(|a| a.split('=').next().unwrap_or(a))
             .collect();
         let accepted: Box<dyn Fn(&str) -> bool> = if first == "karpenter-capi" {
-            let sub = w.get(1).filter(|s| self.cli.contains_key(&Some(s.to_string())));
+            let sub = w
+                .get(1)
+                .filter(|s| self.cli.contains_key(&Some(s.to_string())));
             let top = &self.cli[&None];
             let own = sub.map(|s| &self.cli[&Some(s.clone())]);
             Box::new(move |f| top.contains(f) || own.is_some_and(|o| o.contains(f)))
@@ -566,6 +583,8 @@ impl Known {
         } else {
             return Vec::new();
         };
+        self.checked_flags
+            .set(self.checked_flags.get() + flags.len());
         flags
             .into_iter()
             .filter(|f| !accepted(f))
@@ -581,6 +600,7 @@ impl Known {
         if !w.contains('/') || !self.top.contains(first) {
             return None;
         }
+        self.checked_paths.set(self.checked_paths.get() + 1);
         let missing: Vec<String> = expand_braces(&w)
             .into_iter()
             .filter(|p| glob(&self.root, p).is_empty())
@@ -664,7 +684,10 @@ fn glob(root: &std::path::Path, pattern: &str) -> Vec<PathBuf> {
 
 /// The inline code spans and link targets of a Markdown text outside its fenced blocks,
 /// with their line numbers.
-fn spans_and_links(text: &str) -> (Vec<(usize, String)>, Vec<(usize, String)>) {
+/// Texts found on a line (1-based).
+type Located = Vec<(usize, String)>;
+
+fn spans_and_links(text: &str) -> (Located, Located) {
     let (mut spans, mut links) = (Vec::new(), Vec::new());
     // Runs of prose lines between fences, each scanned on its own.
     let mut chunks: Vec<Vec<(usize, &str)>> = vec![Vec::new()];
@@ -731,7 +754,8 @@ fn drift(known: &Known, file: &str, text: &str) -> Vec<String> {
             .enumerate()
             .filter(|(i, _)| {
                 !kubectl
-                    || (*i > 0 && matches!(w[i - 1].as_str(), "-f" | "-k" | "--filename" | "kustomize"))
+                    || (*i > 0
+                        && matches!(w[i - 1].as_str(), "-f" | "-k" | "--filename" | "kustomize"))
             })
             .filter_map(|(_, a)| known.path_problem(a))
             .collect()
@@ -742,7 +766,10 @@ fn drift(known: &Known, file: &str, text: &str) -> Vec<String> {
         if bare {
             for f in long_flags(span) {
                 if !known.anyone_accepts(&f) {
-                    report(*line, format!("`{f}` is a flag of neither karpenter-capi nor a script"));
+                    report(
+                        *line,
+                        format!("`{f}` is a flag of neither karpenter-capi nor a script"),
+                    );
                 }
             }
             continue;
@@ -750,7 +777,11 @@ fn drift(known: &Known, file: &str, text: &str) -> Vec<String> {
         match simple_commands(span) {
             Ok(cmds) => {
                 for words in &cmds {
-                    for p in known.flag_problems(words).into_iter().chain(command_paths(words)) {
+                    for p in known
+                        .flag_problems(words)
+                        .into_iter()
+                        .chain(command_paths(words))
+                    {
                         report(*line, p);
                     }
                 }
@@ -764,7 +795,9 @@ fn drift(known: &Known, file: &str, text: &str) -> Vec<String> {
             }
         }
     }
-    let dir = std::path::Path::new(file).parent().unwrap_or(std::path::Path::new(""));
+    let dir = std::path::Path::new(file)
+        .parent()
+        .unwrap_or(std::path::Path::new(""));
     for (line, target) in &links {
         let t = target.split('#').next().unwrap_or_default();
         if t.is_empty() || t.contains("://") || t.starts_with("mailto:") {
@@ -782,13 +815,18 @@ fn drift(known: &Known, file: &str, text: &str) -> Vec<String> {
         };
         for c in &cmds {
             for words in simple_commands(&c.text).unwrap_or_default() {
-                for p in known.flag_problems(&words).into_iter().chain(command_paths(&words)) {
+                for p in known
+                    .flag_problems(&words)
+                    .into_iter()
+                    .chain(command_paths(&words))
+                {
                     report(c.line, p);
                 }
             }
         }
         // Lines that are no command (output, text, code): every word naming a path.
-        let command_lines: std::collections::BTreeSet<usize> = cmds.iter().map(|c| c.line).collect();
+        let command_lines: std::collections::BTreeSet<usize> =
+            cmds.iter().map(|c| c.line).collect();
         for (n, l) in &b.lines {
             if command_lines.contains(n) || (b.lang == "sh" && !l.trim_start().starts_with('#')) {
                 continue;
@@ -811,13 +849,28 @@ fn paths_and_flags_named_in_the_docs_exist() {
         let text = std::fs::read_to_string(root().join(&f)).expect("readable");
         problems.extend(drift(&known, &f.display().to_string(), &text));
     }
-    assert!(problems.is_empty(), "the docs drifted:\n{}", problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "the docs drifted:\n{}",
+        problems.join("\n")
+    );
+    let (paths, flags) = (known.checked_paths.get(), known.checked_flags.get());
+    assert!(
+        paths >= 50 && flags >= 20,
+        "only {paths} paths and {flags} flags checked"
+    );
+    println!("{paths} paths and {flags} flags named in the docs checked");
 }
 
 #[test]
 fn drift_check_catches_a_bad_path_and_a_bad_flag() {
     let known = Known::load();
-    for flag in ["--batch-idle-duration", "--kube-client-qps", "--strict", "--why"] {
+    for flag in [
+        "--batch-idle-duration",
+        "--kube-client-qps",
+        "--strict",
+        "--why",
+    ] {
         assert!(known.anyone_accepts(flag), "{flag}");
     }
     assert!(known.script_accepts("hack/bench/e2e.sh", "--pods"));
@@ -835,15 +888,16 @@ kubectl apply -f deploy/missing.yaml
 ```
 ";
     let problems = drift(&known, "docs/x.md", doc);
+    // Line 1 holds the first two source lines (joined by the `\` above).
     let expected = [
         "docs/x.md:1: `crates/controller/src/disruption.rs` does not exist",
-        "docs/x.md:2: link target `../nowhere.md` does not exist",
-        "docs/x.md:2: `hack/bench/baseline/karpenter-capi-9999.json` does not exist",
-        "docs/x.md:3: `crates/*/tests/nothing_*.rs` does not exist",
-        "docs/x.md:4: `--no-such-flag` is a flag of neither karpenter-capi nor a script",
-        "docs/x.md:5: `--cluster-id` is not a flag of `karpenter-capi simulate`",
-        "docs/x.md:8: `--bogus` is not a flag of `hack/bench/e2e.sh`",
-        "docs/x.md:10: `deploy/missing.yaml` does not exist",
+        "docs/x.md:1: link target `../nowhere.md` does not exist",
+        "docs/x.md:1: `hack/bench/baseline/karpenter-capi-9999.json` does not exist",
+        "docs/x.md:2: `crates/*/tests/nothing_*.rs` does not exist",
+        "docs/x.md:3: `--no-such-flag` is a flag of neither karpenter-capi nor a script",
+        "docs/x.md:4: `--cluster-id` is not a flag of `karpenter-capi simulate`",
+        "docs/x.md:7: `--bogus` is not a flag of `hack/bench/e2e.sh`",
+        "docs/x.md:9: `deploy/missing.yaml` does not exist",
     ];
     let mut got = problems.clone();
     got.sort();

@@ -291,7 +291,11 @@ struct Shape {
 /// The module a file under `src/` is: `a/b.rs` and `a/b/mod.rs` are `a::b`, `lib.rs` the
 /// root.
 fn module_of(rel: &str) -> Module {
-    let mut m: Module = rel.trim_end_matches(".rs").split('/').map(String::from).collect();
+    let mut m: Module = rel
+        .trim_end_matches(".rs")
+        .split('/')
+        .map(String::from)
+        .collect();
     if m.last()
         .is_some_and(|l| l == "mod" || l == "lib" || l == "main")
     {
@@ -579,12 +583,8 @@ fn dot(shapes: &[(String, Shape)]) -> String {
          digraph modules {\n  rankdir=LR;\n  node [shape=box, fontname=\"monospace\", fontsize=10];\n",
     );
     for (i, (label, shape)) in shapes.iter().enumerate() {
-        let in_cycle: BTreeSet<&Module> = Default::default();
         let cycles = shape.cycles();
-        let mut in_cycle = in_cycle;
-        for c in &cycles {
-            in_cycle.extend(c.iter());
-        }
+        let in_cycle: BTreeSet<&Module> = cycles.iter().flatten().collect();
         let comp_of = |m: &Module| cycles.iter().position(|c| c.contains(m));
         let id = |m: &Module| format!("\"{label}:{}\"", module_name(m));
         s.push_str(&format!(
@@ -655,19 +655,34 @@ fn finds_cycles_through_use_groups_super_paths_and_macros() {
     let shape = analyse(
         "x/src",
         &files(&[
-            ("lib.rs", "pub mod a; pub mod b; pub mod c; pub mod d; pub mod e;"),
+            (
+                "lib.rs",
+                "pub mod a; pub mod b; pub mod c; pub mod d; pub mod e;",
+            ),
             ("a.rs", "use crate::{b::B, c};\npub struct A;"),
-            ("b.rs", "pub struct B;\nfn f() -> super::a::A { super::a::A }"),
+            (
+                "b.rs",
+                "pub struct B;\nfn f() -> super::a::A { super::a::A }",
+            ),
             ("c/mod.rs", "pub mod inner;"),
             ("c/inner.rs", "fn g() { println!(\"{:?}\", crate::d::X); }"),
-            ("d.rs", "pub const X: u8 = 1;\nmod m { fn h() { super::super::c::inner::g(); } }"),
+            (
+                "d.rs",
+                "pub const X: u8 = 1;\nmod m { fn h() { super::super::c::inner::g(); } }",
+            ),
             // Only test code points back at a: no cycle.
-            ("e.rs", "pub fn e() {}\n#[cfg(test)]\nmod tests { use crate::a::A; }"),
+            (
+                "e.rs",
+                "pub fn e() {}\n#[cfg(test)]\nmod tests { use crate::a::A; }",
+            ),
         ]),
     );
     assert_eq!(
         names(&shape),
-        vec![vec!["a".to_string(), "b".into()], vec!["c::inner".into(), "d".into()]]
+        vec![
+            vec!["a".to_string(), "b".into()],
+            vec!["c::inner".into(), "d".into()]
+        ]
     );
     let text = shape.describe("x/src", &shape.cycles()[0]);
     assert!(text.contains("a -> b (x/src/a.rs:1)"), "{text}");
@@ -681,7 +696,10 @@ fn test_files_and_binaries_are_no_modules() {
     let shape = analyse(
         "x/src",
         &files(&[
-            ("lib.rs", "pub mod a; pub mod b;\n#[cfg(test)]\nmod helpers;"),
+            (
+                "lib.rs",
+                "pub mod a; pub mod b;\n#[cfg(test)]\nmod helpers;",
+            ),
             ("a.rs", "use crate::b::B;"),
             ("b.rs", "pub struct B;"),
             ("a_tests.rs", "use crate::a;"),
@@ -698,7 +716,10 @@ fn test_files_and_binaries_are_no_modules() {
 
 fn lines_fn(name: &str, body_lines: usize) -> String {
     // `fn name() {` + body + `}`: body_lines + 2 lines.
-    format!("fn {name}() {{\n{}}}\n", "    let _x = 1;\n".repeat(body_lines))
+    format!(
+        "fn {name}() {{\n{}}}\n",
+        "    let _x = 1;\n".repeat(body_lines)
+    )
 }
 
 #[test]
@@ -713,7 +734,10 @@ fn finds_long_functions_wherever_they_are() {
         lines_fn("in_test_mod", 300),
         lines_fn("a_test", 300),
     );
-    let shape = analyse("x/src", &files(&[("lib.rs", &src), ("bin/t.rs", &lines_fn("main", 200))]));
+    let shape = analyse(
+        "x/src",
+        &files(&[("lib.rs", &src), ("bin/t.rs", &lines_fn("main", 200))]),
+    );
     let found: Vec<(String, usize, &str)> = shape
         .long
         .iter()
@@ -730,6 +754,10 @@ fn finds_long_functions_wherever_they_are() {
             ("free_101".into(), 101, "x/src/lib.rs"),
         ]
     );
-    let free = shape.long.iter().find(|f| f.name == "free_101").expect("found");
+    let free = shape
+        .long
+        .iter()
+        .find(|f| f.name == "free_101")
+        .expect("found");
     assert_eq!(free.line, 101, "the line of its `fn`");
 }
