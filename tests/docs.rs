@@ -430,3 +430,478 @@ fn commands_are_read_like_a_shell() {
     assert_eq!(cmds[0].line, 3);
     assert_eq!(cmds[0].output, ["karpenter-capi 0.1.0"]);
 }
+
+// ---------------------------------------------------------------------------------------
+// Drift between the documentation and the repository: every repository path the docs name
+// exists, and every `--flag` they give `karpenter-capi` or one of our scripts is one it
+// accepts. Offline and fast: no testbed, only the built binary's `--help`.
+
+/// What the documentation may name: the repository's top-level entries, the binary's long
+/// flags per subcommand (from its `--help`, i.e. its clap definitions) and the options our
+/// scripts parse.
+struct Known {
+    root: PathBuf,
+    top: std::collections::BTreeSet<String>,
+    /// `None`: the flags `karpenter-capi --help` lists; `Some(sub)`: `karpenter-capi sub --help`.
+    cli: std::collections::BTreeMap<Option<String>, std::collections::BTreeSet<String>>,
+    /// How many repository paths and flags were checked (the check is not vacuous).
+    checked_paths: std::cell::Cell<usize>,
+    checked_flags: std::cell::Cell<usize>,
+}
+
+/// The long flags (`--name`) a help text or script line mentions.
+fn long_flags(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let b = text.as_bytes();
+    let mut i = 0;
+    while let Some(at) = text[i..].find("--") {
+        let start = i + at;
+        let boundary =
+            start == 0 || !(b[start - 1].is_ascii_alphanumeric() || b[start - 1] == b'-');
+        let name_len = text[start + 2..]
+            .bytes()
+            .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+            .count();
+        if boundary && name_len > 0 && b[start + 2].is_ascii_lowercase() {
+            out.push(
+                text[start..start + 2 + name_len]
+                    .trim_end_matches('-')
+                    .to_string(),
+            );
+        }
+        i = start + 2 + name_len;
+    }
+    out
+}
+
+impl Known {
+    fn load() -> Known {
+        let root = root().to_path_buf();
+        let ignored = ["target", ".git", ".cache"];
+        let top = std::fs::read_dir(&root)
+            .expect("repository root")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .filter(|n| !ignored.contains(&n.as_str()))
+            .collect();
+        let help = |args: &[&str]| -> String {
+            let out = Command::new(env!("CARGO_BIN_EXE_karpenter-capi"))
+                .args(args)
+                .output()
+                .expect("karpenter-capi runs");
+            assert!(out.status.success(), "karpenter-capi {args:?} fails");
+            String::from_utf8(out.stdout).expect("utf-8 help")
+        };
+        let top_help = help(&["--help"]);
+        let subs: Vec<String> = top_help
+            .lines()
+            .skip_while(|l| !l.starts_with("Commands:"))
+            .skip(1)
+            .take_while(|l| !l.trim().is_empty())
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|s| *s != "help")
+            .map(str::to_string)
+            .collect();
+        assert!(subs.iter().any(|s| s == "run"), "no `run` in:\n{top_help}");
+        let mut cli = std::collections::BTreeMap::new();
+        cli.insert(None, long_flags(&top_help).into_iter().collect());
+        for s in subs {
+            let flags = long_flags(&help(&[&s, "--help"])).into_iter().collect();
+            cli.insert(Some(s), flags);
+        }
+        Known {
+            root,
+            top,
+            cli,
+            checked_paths: Default::default(),
+            checked_flags: Default::default(),
+        }
+    }
+
+    /// Whether the script at `path` (relative to the root) parses `flag`: a `case` arm
+    /// `--flag)` or an alternative `--flag|` / `|--flag`.
+    fn script_accepts(&self, path: &str, flag: &str) -> bool {
+        let Ok(text) = std::fs::read_to_string(self.root.join(path)) else {
+            return false;
+        };
+        text.match_indices(flag).any(|(i, _)| {
+            let next = text[i + flag.len()..].chars().next();
+            let prev = text[..i].chars().next_back();
+            matches!(next, Some(')' | '|')) || prev == Some('|')
+        })
+    }
+
+    /// Our scripts: the executable text files under `hack/` and `.ci/`.
+    fn scripts(&self) -> Vec<String> {
+        fn walk(dir: &std::path::Path, rel: &str, out: &mut Vec<String>) {
+            for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                let name = format!("{rel}/{}", e.file_name().to_string_lossy());
+                let p = e.path();
+                if p.is_dir() {
+                    walk(&p, &name, out);
+                } else if name.ends_with(".sh") || name == ".ci/run" {
+                    out.push(name);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.root.join("hack"), "hack", &mut out);
+        walk(&self.root.join(".ci"), ".ci", &mut out);
+        out
+    }
+
+    /// A flag named alone (`--batch-idle-duration`): some subcommand of the binary or some
+    /// script must accept it.
+    fn anyone_accepts(&self, flag: &str) -> bool {
+        self.checked_flags.set(self.checked_flags.get() + 1);
+        self.cli.values().any(|f| f.contains(flag))
+            || self.scripts().iter().any(|s| self.script_accepts(s, flag))
+    }
+
+    /// What a documented command's flags must be accepted by: `karpenter-capi [sub]` or a
+    /// script of the repository; `None` for other tools (kubectl, helm, cargo…).
+    fn flag_problems(&self, words: &[String]) -> Vec<String> {
+        let w = normalize(words);
+        let Some(first) = w.first() else {
+            return Vec::new();
+        };
+        let flags: Vec<&str> = w[1..]
+            .iter()
+            .map(|a| a.trim_matches(|c| c == '[' || c == ']'))
+            .filter(|a| a.starts_with("--") && a.len() > 2)
+            .map(|a| a.split('=').next().unwrap_or(a))
+            .collect();
+        let accepted: Box<dyn Fn(&str) -> bool> = if first == "karpenter-capi" {
+            let sub = w
+                .get(1)
+                .filter(|s| self.cli.contains_key(&Some(s.to_string())));
+            let top = &self.cli[&None];
+            let own = sub.map(|s| &self.cli[&Some(s.clone())]);
+            Box::new(move |f| top.contains(f) || own.is_some_and(|o| o.contains(f)))
+        } else if self.root.join(first).is_file() && !first.contains("..") {
+            let script = first.clone();
+            Box::new(move |f| self.script_accepts(&script, f))
+        } else {
+            return Vec::new();
+        };
+        self.checked_flags
+            .set(self.checked_flags.get() + flags.len());
+        flags
+            .into_iter()
+            .filter(|f| !accepted(f))
+            .map(|f| format!("`{f}` is not a flag of `{}`", command_name(&w)))
+            .collect()
+    }
+
+    /// Why a word naming a repository path does not name an existing one (`None`: it exists,
+    /// or the word is not a repository path).
+    fn path_problem(&self, word: &str) -> Option<String> {
+        let w = clean_word(word)?;
+        let first = w.split('/').next()?;
+        if !w.contains('/') || !self.top.contains(first) {
+            return None;
+        }
+        self.checked_paths.set(self.checked_paths.get() + 1);
+        let missing: Vec<String> = expand_braces(&w)
+            .into_iter()
+            .filter(|p| glob(&self.root, p).is_empty())
+            .collect();
+        (!missing.is_empty()).then(|| format!("`{}` does not exist", missing.join("`, `")))
+    }
+}
+
+fn command_name(w: &[String]) -> String {
+    match w {
+        [k, sub, ..] if k == "karpenter-capi" && !sub.starts_with('-') => format!("{k} {sub}"),
+        [first, ..] => first.clone(),
+        [] => String::new(),
+    }
+}
+
+/// A word as a path: quotes, brackets and trailing punctuation off, a `:LINE` suffix and a
+/// `#anchor` off; `None` for placeholders, URLs and words that are no path at all.
+fn clean_word(word: &str) -> Option<String> {
+    let w = word
+        .trim_matches(|c: char| "\"'()[],;`".contains(c))
+        .trim_end_matches(['.', ':']);
+    let w = w.strip_prefix("./").unwrap_or(w);
+    let w = w.split('#').next().unwrap_or(w);
+    let w = match w.rsplit_once(':') {
+        Some((p, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => p,
+        _ => w,
+    };
+    let placeholder = ["<", ">", "$", "…", "...", "://", "="]
+        .iter()
+        .any(|p| w.contains(p));
+    (!w.is_empty() && !placeholder).then(|| w.to_string())
+}
+
+/// `a-{1,2}.json` → `a-1.json`, `a-2.json` (one level, as the docs use it).
+fn expand_braces(w: &str) -> Vec<String> {
+    match (w.find('{'), w.find('}')) {
+        (Some(a), Some(b)) if a < b => w[a + 1..b]
+            .split(',')
+            .flat_map(|alt| expand_braces(&format!("{}{alt}{}", &w[..a], &w[b + 1..])))
+            .collect(),
+        _ => vec![w.to_string()],
+    }
+}
+
+/// The paths under `root` matching `pattern` (`*` within one segment); a pattern without
+/// `*` matches itself when it exists.
+fn glob(root: &std::path::Path, pattern: &str) -> Vec<PathBuf> {
+    fn matches(pat: &str, name: &str) -> bool {
+        match pat.split_once('*') {
+            None => pat == name,
+            Some((head, tail)) => {
+                name.starts_with(head)
+                    && (head.len()..=name.len())
+                        .any(|i| name.is_char_boundary(i) && matches(tail, &name[i..]))
+            }
+        }
+    }
+    let mut found = vec![root.to_path_buf()];
+    for seg in pattern.split('/').filter(|s| !s.is_empty()) {
+        found = found
+            .iter()
+            .flat_map(|dir| {
+                if seg.contains('*') {
+                    std::fs::read_dir(dir)
+                        .into_iter()
+                        .flatten()
+                        .flatten()
+                        .filter(|e| matches(seg, &e.file_name().to_string_lossy()))
+                        .map(|e| e.path())
+                        .collect::<Vec<_>>()
+                } else {
+                    let p = dir.join(seg);
+                    if p.exists() { vec![p] } else { Vec::new() }
+                }
+            })
+            .collect();
+    }
+    found
+}
+
+/// The inline code spans and link targets of a Markdown text outside its fenced blocks,
+/// with their line numbers.
+/// Texts found on a line (1-based).
+type Located = Vec<(usize, String)>;
+
+fn spans_and_links(text: &str) -> (Located, Located) {
+    let (mut spans, mut links) = (Vec::new(), Vec::new());
+    // Runs of prose lines between fences, each scanned on its own.
+    let mut chunks: Vec<Vec<(usize, &str)>> = vec![Vec::new()];
+    let mut fenced = false;
+    for (i, l) in text.lines().enumerate() {
+        if l.trim_start().starts_with("```") {
+            fenced = !fenced;
+            chunks.push(Vec::new());
+        } else if !fenced {
+            chunks.last_mut().expect("a chunk").push((i + 1, l));
+        }
+    }
+    for chunk in chunks {
+        let chars: Vec<(usize, char)> = chunk
+            .iter()
+            .flat_map(|(n, l)| l.chars().chain(['\n']).map(move |c| (*n, c)))
+            .collect();
+        let run_at = |i: usize| chars[i..].iter().take_while(|(_, c)| *c == '`').count();
+        let mut i = 0;
+        while i < chars.len() {
+            let (line, c) = chars[i];
+            if c == '`' {
+                let n = run_at(i);
+                let close = (i + n..chars.len())
+                    .find(|&j| run_at(j) == n && (j == 0 || chars[j - 1].1 != '`'));
+                match close {
+                    Some(j) => {
+                        let s: String = chars[i + n..j]
+                            .iter()
+                            .map(|(_, c)| if *c == '\n' { ' ' } else { *c })
+                            .collect();
+                        spans.push((line, s.trim().to_string()));
+                        i = j + n;
+                    }
+                    None => i += n,
+                }
+                continue;
+            }
+            if c == ']' && chars.get(i + 1).is_some_and(|(_, c)| *c == '(') {
+                let target: String = chars[i + 2..]
+                    .iter()
+                    .map(|(_, c)| *c)
+                    .take_while(|c| *c != ')' && !c.is_whitespace())
+                    .collect();
+                links.push((line, target));
+            }
+            i += 1;
+        }
+    }
+    (spans, links)
+}
+
+/// Every drift of one documentation file (`file` relative to the root, `text` its content)
+/// from the repository: paths that do not exist, flags nobody accepts.
+fn drift(known: &Known, file: &str, text: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut report = |line: usize, p: String| problems.push(format!("{file}:{line}: {p}"));
+    // Words of a command: for kubectl only what follows -f / -k / kustomize is a path
+    // (`deploy/karpenter-capi` is a resource).
+    let command_paths = |words: &[String]| -> Vec<String> {
+        let w = normalize(words);
+        let kubectl = w.first().is_some_and(|f| f == "kubectl");
+        w.iter()
+            .enumerate()
+            .filter(|(i, _)| {
+                !kubectl
+                    || (*i > 0
+                        && matches!(w[i - 1].as_str(), "-f" | "-k" | "--filename" | "kustomize"))
+            })
+            .filter_map(|(_, a)| known.path_problem(a))
+            .collect()
+    };
+    let (spans, links) = spans_and_links(text);
+    for (line, span) in &spans {
+        let bare = span.trim_start_matches('[').starts_with("--");
+        if bare {
+            for f in long_flags(span) {
+                if !known.anyone_accepts(&f) {
+                    report(
+                        *line,
+                        format!("`{f}` is a flag of neither karpenter-capi nor a script"),
+                    );
+                }
+            }
+            continue;
+        }
+        match simple_commands(span) {
+            Ok(cmds) => {
+                for words in &cmds {
+                    for p in known
+                        .flag_problems(words)
+                        .into_iter()
+                        .chain(command_paths(words))
+                    {
+                        report(*line, p);
+                    }
+                }
+            }
+            Err(_) => {
+                for w in span.split_whitespace() {
+                    if let Some(p) = known.path_problem(w) {
+                        report(*line, p);
+                    }
+                }
+            }
+        }
+    }
+    let dir = std::path::Path::new(file)
+        .parent()
+        .unwrap_or(std::path::Path::new(""));
+    for (line, target) in &links {
+        let t = target.split('#').next().unwrap_or_default();
+        if t.is_empty() || t.contains("://") || t.starts_with("mailto:") {
+            continue;
+        }
+        if !known.root.join(dir).join(t).exists() {
+            report(*line, format!("link target `{target}` does not exist"));
+        }
+    }
+    for b in blocks(file, text) {
+        let cmds = if b.lang == "sh" || b.lang == "console" {
+            commands(&b)
+        } else {
+            Vec::new()
+        };
+        for c in &cmds {
+            for words in simple_commands(&c.text).unwrap_or_default() {
+                for p in known
+                    .flag_problems(&words)
+                    .into_iter()
+                    .chain(command_paths(&words))
+                {
+                    report(c.line, p);
+                }
+            }
+        }
+        // Lines that are no command (output, text, code): every word naming a path.
+        let command_lines: std::collections::BTreeSet<usize> =
+            cmds.iter().map(|c| c.line).collect();
+        for (n, l) in &b.lines {
+            if command_lines.contains(n) || (b.lang == "sh" && !l.trim_start().starts_with('#')) {
+                continue;
+            }
+            for w in l.split_whitespace() {
+                if let Some(p) = known.path_problem(w) {
+                    report(*n, p);
+                }
+            }
+        }
+    }
+    problems
+}
+
+#[test]
+fn paths_and_flags_named_in_the_docs_exist() {
+    let known = Known::load();
+    let mut problems = Vec::new();
+    for f in doc_blocks::doc_files(root()) {
+        let text = std::fs::read_to_string(root().join(&f)).expect("readable");
+        problems.extend(drift(&known, &f.display().to_string(), &text));
+    }
+    assert!(
+        problems.is_empty(),
+        "the docs drifted:\n{}",
+        problems.join("\n")
+    );
+    let (paths, flags) = (known.checked_paths.get(), known.checked_flags.get());
+    assert!(
+        paths >= 50 && flags >= 20,
+        "only {paths} paths and {flags} flags checked"
+    );
+    println!("{paths} paths and {flags} flags named in the docs checked");
+}
+
+#[test]
+fn drift_check_catches_a_bad_path_and_a_bad_flag() {
+    let known = Known::load();
+    for flag in [
+        "--batch-idle-duration",
+        "--kube-client-qps",
+        "--strict",
+        "--why",
+    ] {
+        assert!(known.anyone_accepts(flag), "{flag}");
+    }
+    assert!(known.script_accepts("hack/bench/e2e.sh", "--pods"));
+    let doc = "\
+See `crates/controller/src/disruption/` and `crates/controller/src/disruption.rs`, \
+[a link](../nowhere.md), `hack/bench/baseline/karpenter-capi-{1000,9999}.json`,
+`crates/*/tests/prop_*.rs` and `crates/*/tests/nothing_*.rs`; `kubectl logs deploy/karpenter-capi`.
+Flags: `--batch-idle-duration`, `--no-such-flag`, `karpenter-capi run --cluster-id x`,
+`karpenter-capi simulate --cluster-id x`.
+
+```sh
+hack/bench/e2e.sh --pods 5000 --only ours --bogus
+karpenter-capi instance-types -f examples/templates/ --strict
+kubectl apply -f deploy/missing.yaml
+```
+";
+    let problems = drift(&known, "docs/x.md", doc);
+    // Line 1 holds the first two source lines (joined by the `\` above).
+    let expected = [
+        "docs/x.md:1: `crates/controller/src/disruption.rs` does not exist",
+        "docs/x.md:1: link target `../nowhere.md` does not exist",
+        "docs/x.md:1: `hack/bench/baseline/karpenter-capi-9999.json` does not exist",
+        "docs/x.md:2: `crates/*/tests/nothing_*.rs` does not exist",
+        "docs/x.md:3: `--no-such-flag` is a flag of neither karpenter-capi nor a script",
+        "docs/x.md:4: `--cluster-id` is not a flag of `karpenter-capi simulate`",
+        "docs/x.md:7: `--bogus` is not a flag of `hack/bench/e2e.sh`",
+        "docs/x.md:9: `deploy/missing.yaml` does not exist",
+    ];
+    let mut got = problems.clone();
+    got.sort();
+    let mut want: Vec<String> = expected.iter().map(|s| s.to_string()).collect();
+    want.sort();
+    assert_eq!(got, want);
+}
