@@ -198,113 +198,143 @@ impl Metrics {
         };
         registry.register_collector(Box::new(m.cluster.clone()));
         let k = registry.sub_registry_with_prefix("karpenter");
-        k.register(
+        m.register_nodeclaims(k);
+        m.register_disruption(k);
+        m.register_nodes(k);
+        m.register_scheduling(k);
+        m.register_nodepools(k);
+        let ours = k.sub_registry_with_prefix("capi");
+        m.register_capi(ours);
+        m
+    }
+
+    /// The NodeClaim lifecycle counters.
+    fn register_nodeclaims(&self, r: &mut Registry) {
+        r.register(
             "nodeclaims_created",
             "Number of nodeclaims created, by reason and nodepool.",
-            Declared(m.nodeclaims_created.clone()),
+            Declared(self.nodeclaims_created.clone()),
         );
-        k.register(
+        r.register(
             "nodeclaims_terminated",
             "Number of nodeclaims terminated, by nodepool and capacity type.",
-            Declared(m.nodeclaims_terminated.clone()),
+            Declared(self.nodeclaims_terminated.clone()),
         );
-        k.register(
+        r.register(
             "nodeclaims_unhealthy_disrupted",
             "Number of nodeclaims repaired (deleted) for an unhealthy node, by the condition that failed, nodepool and capacity type.",
-            Declared(m.nodeclaims_unhealthy_disrupted.clone()),
+            Declared(self.nodeclaims_unhealthy_disrupted.clone()),
         );
-        k.register(
+        r.register(
             "nodeclaims_disrupted",
             "Number of nodeclaims disrupted, by reason (empty, expired) and nodepool.",
-            Declared(m.nodeclaims_disrupted.clone()),
+            Declared(self.nodeclaims_disrupted.clone()),
         );
-        k.register(
+        r.register(
             "nodeclaims_drifted",
             "Number of nodeclaims drifted reasons in total by Karpenter. Labeled by drift type of the nodeclaim and the owning nodepool.",
-            Declared(m.nodeclaims_drifted.clone()),
+            Declared(self.nodeclaims_drifted.clone()),
         );
-        k.register(
+    }
+
+    /// Disruption decisions and rolled-back commands.
+    fn register_disruption(&self, r: &mut Registry) {
+        r.register(
             "voluntary_disruption_decisions",
             "Number of disruption decisions performed. Labeled by disruption decision, reason, and consolidation type.",
-            Declared(m.disruption_decisions.clone()),
+            Declared(self.disruption_decisions.clone()),
         );
-        k.register(
+        r.register(
             "voluntary_disruption_queue_failures",
             "Surge-first disruption commands rolled back, by decision, reason and consolidation type.",
-            Declared(m.disruption_queue_failures.clone()),
+            Declared(self.disruption_queue_failures.clone()),
         );
-        k.register(
+    }
+
+    /// The Node counters.
+    fn register_nodes(&self, r: &mut Registry) {
+        r.register(
             "nodes_created",
             "Number of nodes registered, by nodepool.",
-            Declared(m.nodes_created.clone()),
+            Declared(self.nodes_created.clone()),
         );
-        k.register(
+        r.register(
             "nodes_terminated",
             "Number of nodes terminated, by nodepool.",
-            Declared(m.nodes_terminated.clone()),
+            Declared(self.nodes_terminated.clone()),
         );
-        k.register(
+    }
+
+    /// Scheduling simulations and cloud provider calls.
+    fn register_scheduling(&self, r: &mut Registry) {
+        r.register(
             "scheduler_scheduling_duration_seconds",
             "Duration of one scheduling simulation.",
-            Declared(m.scheduling_duration.clone()),
+            Declared(self.scheduling_duration.clone()),
         );
-        k.register(
+        r.register(
             "cloudprovider_duration_seconds",
             "Duration of cloud provider (Cluster API) calls.",
-            Declared(m.cloudprovider_duration.clone()),
+            Declared(self.cloudprovider_duration.clone()),
         );
-        k.register(
+        r.register(
             "cloudprovider_errors",
             "Cloud provider (Cluster API) call errors.",
-            Declared(m.cloudprovider_errors.clone()),
+            Declared(self.cloudprovider_errors.clone()),
         );
-        k.register(
+    }
+
+    /// Per NodePool: usage, limits, what disruption may take, scores.
+    fn register_nodepools(&self, r: &mut Registry) {
+        r.register(
             "nodepools_usage",
             "Resources used by each nodepool's nodes.",
-            Declared(m.nodepools_usage.clone()),
+            Declared(self.nodepools_usage.clone()),
         );
-        k.register(
+        r.register(
             "nodepools_limit",
             "Resource limits of each nodepool.",
-            Declared(m.nodepools_limit.clone()),
+            Declared(self.nodepools_limit.clone()),
         );
-        k.register(
+        r.register(
             "voluntary_disruption_eligible_nodes",
             "Number of nodes eligible for disruption by Karpenter. Labeled by disruption reason.",
-            Declared(m.voluntary_disruption_eligible_nodes.clone()),
+            Declared(self.voluntary_disruption_eligible_nodes.clone()),
         );
-        k.register(
+        r.register(
             "nodepools_allowed_disruptions",
             "The number of nodes for a given NodePool that can be concurrently disrupting at a point in time. Labeled by NodePool. Note that allowed disruptions can change very rapidly, as new nodes may be created and others may be deleted at any point.",
-            Declared(m.nodepools_allowed_disruptions.clone()),
+            Declared(self.nodepools_allowed_disruptions.clone()),
         );
-        k.register(
+        r.register(
             "consolidation_score",
             "The Balanced consolidation policy's last score of a move, by nodepool.",
-            Declared(m.consolidation_score.clone()),
+            Declared(self.consolidation_score.clone()),
         );
-        let ours = k.sub_registry_with_prefix("capi");
-        ours.register(
+    }
+
+    /// Our own (`karpenter_capi_*`): launches and catalogs.
+    fn register_capi(&self, r: &mut Registry) {
+        r.register(
             "machines_launched",
             "Cluster API Machines created for nodeclaims.",
-            Declared(m.machines_launched.clone()),
+            Declared(self.machines_launched.clone()),
         );
-        ours.register(
+        r.register(
             "launch_duration_seconds",
             "Time from nodeclaim creation to its Machine having a providerID.",
-            Declared(m.launch_duration.clone()),
+            Declared(self.launch_duration.clone()),
         );
-        ours.register(
+        r.register(
             "catalog_instance_types",
             "Instance types in each nodeclass's catalog.",
-            Declared(m.catalog_instance_types.clone()),
+            Declared(self.catalog_instance_types.clone()),
         );
-        ours.register(
+        r.register(
             "launch_step_duration_seconds",
             "Time from a nodeclaim's creation to each launch step: machine_created (its Cluster API Machine exists), launched (the Machine has a providerID), registered (its Node joined), initialized.",
-            Declared(m.launch_steps.clone()),
+            Declared(self.launch_steps.clone()),
         );
-        m
     }
     /// The summaries `/metrics` serves besides the registry (prometheus-client has no
     /// summary type): name, help, summary.

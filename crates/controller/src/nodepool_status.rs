@@ -13,6 +13,7 @@ use api::conditions::{self as cond, FALSE, TRUE, UNKNOWN};
 use api::consts::{conditions as types, groups};
 use api::karpenter::NodePoolStatus as Status;
 use api::{ClusterAPINodeClass, NodeClaim, NodePool};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -49,135 +50,11 @@ pub fn desired(
     let class_ref = &pool.spec.template.spec.node_class_ref;
     let (group, kind) = (class_ref.group.as_str(), class_ref.kind.as_str());
     let served = group == groups::NODECLASS && kind == groups::NODECLASS_KIND;
-    if served {
-        cond::set(
-            &mut conditions,
-            types::VALIDATION_SUCCEEDED,
-            TRUE,
-            types::VALIDATION_SUCCEEDED,
-            "",
-            generation,
-            now,
-        );
-    } else {
-        cond::set(
-            &mut conditions,
-            types::VALIDATION_SUCCEEDED,
-            FALSE,
-            VALIDATION_FAILED,
-            &format!(
-                "nodeClassRef {kind}.{group} is not served by this operator; use {}.{}",
-                groups::NODECLASS_KIND,
-                groups::NODECLASS
-            ),
-            generation,
-            now,
-        );
-    }
-    let class_name = class_ref.name.as_str();
+    set_validation(&mut conditions, served, group, kind, generation, now);
     // A ClusterAPINodeClass of the same name does not make another kind's reference ready.
     let nodeclass = if served { nodeclass } else { None };
-    match nodeclass {
-        None if !served => cond::set(
-            &mut conditions,
-            types::NODECLASS_READY,
-            FALSE,
-            VALIDATION_FAILED,
-            &format!("nodeClassRef {kind}.{group} {class_name} is not a ClusterAPINodeClass"),
-            generation,
-            now,
-        ),
-        None => cond::set(
-            &mut conditions,
-            types::NODECLASS_READY,
-            FALSE,
-            NODECLASS_NOT_FOUND,
-            &format!("{} {class_name} not found", groups::NODECLASS_KIND),
-            generation,
-            now,
-        ),
-        Some(nc) => {
-            let nc_conditions = nc
-                .status
-                .as_ref()
-                .map(|s| s.conditions.as_slice())
-                .unwrap_or_default();
-            let ready = cond::get(nc_conditions, types::READY);
-            match ready.map(|c| c.status.as_str()) {
-                Some(TRUE) => cond::set(
-                    &mut conditions,
-                    types::NODECLASS_READY,
-                    TRUE,
-                    types::NODECLASS_READY,
-                    "",
-                    generation,
-                    now,
-                ),
-                status => cond::set(
-                    &mut conditions,
-                    types::NODECLASS_READY,
-                    if status == Some(FALSE) {
-                        FALSE
-                    } else {
-                        UNKNOWN
-                    },
-                    NODECLASS_NOT_READY,
-                    &format!(
-                        "{} {class_name}: {}",
-                        groups::NODECLASS_KIND,
-                        ready.map_or("status not reported yet", |c| c.message.as_str())
-                    ),
-                    generation,
-                    now,
-                ),
-            }
-        }
-    };
-    // Karpenter: True after a NodeClaim registers, False after a registration timeout,
-    // whichever happened last; Unknown before either.
-    let last_registration = claims
-        .iter()
-        .filter_map(|c| {
-            let r = cond::get(&c.status.as_ref()?.conditions, types::REGISTERED)?;
-            (r.status == TRUE).then_some(r.last_transition_time.0)
-        })
-        .max();
-    match (last_registration, last_failure) {
-        (registered, Some((failed, message))) if registered.is_none_or(|r| r < *failed) => {
-            cond::set(
-                &mut conditions,
-                types::NODE_REGISTRATION_HEALTHY,
-                FALSE,
-                REGISTRATION_FAILED,
-                message,
-                generation,
-                now,
-            );
-        }
-        (Some(_), _) => {
-            cond::set(
-                &mut conditions,
-                types::NODE_REGISTRATION_HEALTHY,
-                TRUE,
-                types::NODE_REGISTRATION_HEALTHY,
-                "",
-                generation,
-                now,
-            );
-        }
-        _ if cond::get(&conditions, types::NODE_REGISTRATION_HEALTHY).is_none() => {
-            cond::set(
-                &mut conditions,
-                types::NODE_REGISTRATION_HEALTHY,
-                UNKNOWN,
-                "AwaitingReconciliation",
-                "no NodeClaim of this NodePool has registered yet",
-                generation,
-                now,
-            );
-        }
-        _ => {}
-    }
+    set_nodeclass_ready(&mut conditions, pool, served, nodeclass, generation, now);
+    set_registration_healthy(&mut conditions, claims, last_failure, generation, now);
     cond::set_ready_from(
         &mut conditions,
         types::NODEPOOL_READY_PARTS,
@@ -197,6 +74,169 @@ pub fn desired(
         nodes: Some(i64::try_from(claims.len()).unwrap_or(i64::MAX)),
         node_class_observed_generation: nodeclass.and_then(|nc| nc.metadata.generation),
         conditions,
+    }
+}
+
+/// ValidationSucceeded: the nodeClassRef names the kind this operator serves.
+fn set_validation(
+    conditions: &mut Vec<Condition>,
+    served: bool,
+    group: &str,
+    kind: &str,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    if served {
+        cond::set(
+            conditions,
+            types::VALIDATION_SUCCEEDED,
+            TRUE,
+            types::VALIDATION_SUCCEEDED,
+            "",
+            generation,
+            now,
+        );
+    } else {
+        cond::set(
+            conditions,
+            types::VALIDATION_SUCCEEDED,
+            FALSE,
+            VALIDATION_FAILED,
+            &format!(
+                "nodeClassRef {kind}.{group} is not served by this operator; use {}.{}",
+                groups::NODECLASS_KIND,
+                groups::NODECLASS
+            ),
+            generation,
+            now,
+        );
+    }
+}
+
+/// NodeClassReady: the referenced ClusterAPINodeClass (`nodeclass`, if found and of the
+/// served kind) exists and is Ready.
+fn set_nodeclass_ready(
+    conditions: &mut Vec<Condition>,
+    pool: &NodePool,
+    served: bool,
+    nodeclass: Option<&ClusterAPINodeClass>,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    let class_ref = &pool.spec.template.spec.node_class_ref;
+    let (group, kind) = (class_ref.group.as_str(), class_ref.kind.as_str());
+    let class_name = class_ref.name.as_str();
+    match nodeclass {
+        None if !served => cond::set(
+            conditions,
+            types::NODECLASS_READY,
+            FALSE,
+            VALIDATION_FAILED,
+            &format!("nodeClassRef {kind}.{group} {class_name} is not a ClusterAPINodeClass"),
+            generation,
+            now,
+        ),
+        None => cond::set(
+            conditions,
+            types::NODECLASS_READY,
+            FALSE,
+            NODECLASS_NOT_FOUND,
+            &format!("{} {class_name} not found", groups::NODECLASS_KIND),
+            generation,
+            now,
+        ),
+        Some(nc) => {
+            let nc_conditions = nc
+                .status
+                .as_ref()
+                .map(|s| s.conditions.as_slice())
+                .unwrap_or_default();
+            let ready = cond::get(nc_conditions, types::READY);
+            match ready.map(|c| c.status.as_str()) {
+                Some(TRUE) => cond::set(
+                    conditions,
+                    types::NODECLASS_READY,
+                    TRUE,
+                    types::NODECLASS_READY,
+                    "",
+                    generation,
+                    now,
+                ),
+                status => cond::set(
+                    conditions,
+                    types::NODECLASS_READY,
+                    if status == Some(FALSE) {
+                        FALSE
+                    } else {
+                        UNKNOWN
+                    },
+                    NODECLASS_NOT_READY,
+                    &format!(
+                        "{} {class_name}: {}",
+                        groups::NODECLASS_KIND,
+                        ready.map_or("status not reported yet", |c| c.message.as_str())
+                    ),
+                    generation,
+                    now,
+                ),
+            }
+        }
+    };
+}
+
+/// NodeRegistrationHealthy, from the last registration of the pool's `claims` and the last
+/// registration failure.
+fn set_registration_healthy(
+    conditions: &mut Vec<Condition>,
+    claims: &[&NodeClaim],
+    last_failure: Option<&(Timestamp, String)>,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    // Karpenter: True after a NodeClaim registers, False after a registration timeout,
+    // whichever happened last; Unknown before either.
+    let last_registration = claims
+        .iter()
+        .filter_map(|c| {
+            let r = cond::get(&c.status.as_ref()?.conditions, types::REGISTERED)?;
+            (r.status == TRUE).then_some(r.last_transition_time.0)
+        })
+        .max();
+    match (last_registration, last_failure) {
+        (registered, Some((failed, message))) if registered.is_none_or(|r| r < *failed) => {
+            cond::set(
+                conditions,
+                types::NODE_REGISTRATION_HEALTHY,
+                FALSE,
+                REGISTRATION_FAILED,
+                message,
+                generation,
+                now,
+            );
+        }
+        (Some(_), _) => {
+            cond::set(
+                conditions,
+                types::NODE_REGISTRATION_HEALTHY,
+                TRUE,
+                types::NODE_REGISTRATION_HEALTHY,
+                "",
+                generation,
+                now,
+            );
+        }
+        _ if cond::get(conditions, types::NODE_REGISTRATION_HEALTHY).is_none() => {
+            cond::set(
+                conditions,
+                types::NODE_REGISTRATION_HEALTHY,
+                UNKNOWN,
+                "AwaitingReconciliation",
+                "no NodeClaim of this NodePool has registered yet",
+                generation,
+                now,
+            );
+        }
+        _ => {}
     }
 }
 

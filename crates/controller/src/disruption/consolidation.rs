@@ -316,6 +316,110 @@ impl Consolidation {
     }
 }
 
+impl Consolidation {
+    /// The candidates the pools offer this pass, best first. Pools held this pass offer no
+    /// candidate (a move under validation still finds its own: the validation checks
+    /// budgets itself).
+    fn eligible<'p>(&self, shares: Vec<Share<'p>>, pass: &mut Pass) -> Vec<Priced<'p>> {
+        let mut eligible: Vec<Priced> = Vec::new();
+        for s in shares {
+            match s.held {
+                Some(why) if self.pending.is_none() => hold(pass, &s.eligible, why),
+                _ => eligible.extend(s.eligible),
+            }
+        }
+        eligible.sort_by(|a, b| {
+            (b.price / b.cost)
+                .total_cmp(&(a.price / a.cost))
+                .then(a.candidate.name.cmp(b.candidate.name))
+        });
+        eligible
+    }
+
+    /// The move under validation, if there is one (else `None`): held until [`VALIDATION`]
+    /// has passed, then validated and decided, or dropped.
+    fn validate_pending(
+        &mut self,
+        infos: &Pools,
+        eligible: &[Priced],
+        pools: &[Pool],
+        budgets: &mut [PoolBudget],
+        pass: &mut Pass,
+        clock: Clock,
+    ) -> Option<Vec<Decision>> {
+        let p = self.pending.as_ref()?;
+        let mv = Arc::clone(&p.mv);
+        let involved = p.pools.clone();
+        if clock.instant.duration_since(p.since) < VALIDATION {
+            hold(pass, eligible, "waiting: another move is being validated");
+            for c in &mv.candidates {
+                pass.verdicts.insert(c.clone(), consolidation_verdict(&mv));
+            }
+            return Some(Vec::new());
+        }
+        self.pending = None;
+        self.searched = None;
+        if let Err(why) = validate(infos, eligible, &mv, pass, clock.now) {
+            for pool in &involved {
+                pass.notes.push(Note::pool(
+                    pool,
+                    "ConsolidationRejected",
+                    format!("validation failed: {why}"),
+                ));
+            }
+            hold(
+                pass,
+                eligible,
+                &format!("a move failed validation ({why}); searching again"),
+            );
+            return Some(Vec::new());
+        }
+        pass.consolidated = true;
+        Some(Self::decided(&mv, eligible, pools, budgets))
+    }
+
+    /// A move the search found: announced to its pools, pending until validated.
+    fn start_validation(
+        &mut self,
+        mv: Move,
+        infos: &Pools,
+        eligible: &[Priced],
+        pass: &mut Pass,
+        clock: Clock,
+    ) {
+        pass.consolidated = true;
+        let note = format!(
+            "{} (validating for {}s)",
+            consolidation_verdict(&mv),
+            VALIDATION.as_secs()
+        );
+        let pools = involved(&mv, eligible);
+        for pool in &pools {
+            let reason = if infos.get(pool).is_some_and(|i| i.balanced) {
+                "ConsolidationApproved"
+            } else {
+                "ConsolidationCandidate"
+            };
+            pass.notes.push(Note::pool(pool, reason, note.clone()));
+        }
+        self.pending = Some(Pending {
+            mv: Arc::new(mv),
+            pools: pools.iter().map(|p| p.to_string()).collect(),
+            since: clock.instant,
+        });
+    }
+}
+
+/// Holds `eligible` for `why` (each stays `Consolidatable`).
+fn hold(pass: &mut Pass, eligible: &[Priced], why: &str) {
+    for p in eligible {
+        pass.verdicts.insert(
+            p.candidate.name.to_string(),
+            Verdict::blocked(why).consolidatable(Some(true)),
+        );
+    }
+}
+
 impl Method for Consolidation {
     fn decide(
         &mut self,
@@ -348,59 +452,12 @@ impl Method for Consolidation {
             .zip(budgets.iter())
             .map(|(pool, budget)| Self::share(pool, budget, pass, clock))
             .collect();
-        let hold = |pass: &mut Pass, eligible: &[Priced], why: &str| {
-            for p in eligible {
-                pass.verdicts.insert(
-                    p.candidate.name.to_string(),
-                    Verdict::blocked(why).consolidatable(Some(true)),
-                );
-            }
-        };
         let infos: Pools = shares.iter().map(|s| (s.pool.name, s.info)).collect();
-        // Pools held this pass offer no candidate (a move under validation still finds
-        // its own: the validation checks budgets itself).
-        let mut eligible: Vec<Priced> = Vec::new();
-        for s in shares {
-            match s.held {
-                Some(why) if self.pending.is_none() => hold(pass, &s.eligible, why),
-                _ => eligible.extend(s.eligible),
-            }
-        }
-        eligible.sort_by(|a, b| {
-            (b.price / b.cost)
-                .total_cmp(&(a.price / a.cost))
-                .then(a.candidate.name.cmp(b.candidate.name))
-        });
+        let eligible = self.eligible(shares, pass);
         // A move under validation.
-        if let Some(p) = &self.pending {
-            let mv = Arc::clone(&p.mv);
-            let involved = p.pools.clone();
-            if clock.instant.duration_since(p.since) < VALIDATION {
-                hold(pass, &eligible, "waiting: another move is being validated");
-                for c in &mv.candidates {
-                    pass.verdicts.insert(c.clone(), consolidation_verdict(&mv));
-                }
-                return Vec::new();
-            }
-            self.pending = None;
-            self.searched = None;
-            if let Err(why) = validate(&infos, &eligible, &mv, pass, clock.now) {
-                for pool in &involved {
-                    pass.notes.push(Note::pool(
-                        pool,
-                        "ConsolidationRejected",
-                        format!("validation failed: {why}"),
-                    ));
-                }
-                hold(
-                    pass,
-                    &eligible,
-                    &format!("a move failed validation ({why}); searching again"),
-                );
-                return Vec::new();
-            }
-            pass.consolidated = true;
-            return Self::decided(&mv, &eligible, pools, budgets);
+        if let Some(decided) = self.validate_pending(&infos, &eligible, pools, budgets, pass, clock)
+        {
+            return decided;
         }
         if eligible.is_empty() {
             return Vec::new();
@@ -424,28 +481,7 @@ impl Method for Consolidation {
         let found = search(&infos, &eligible, pass, clock.now, &self.limits);
         pass.verdicts.extend(found.verdicts.clone());
         match found.mv {
-            Some(mv) => {
-                pass.consolidated = true;
-                let note = format!(
-                    "{} (validating for {}s)",
-                    consolidation_verdict(&mv),
-                    VALIDATION.as_secs()
-                );
-                let pools = involved(&mv, &eligible);
-                for pool in &pools {
-                    let reason = if infos.get(pool).is_some_and(|i| i.balanced) {
-                        "ConsolidationApproved"
-                    } else {
-                        "ConsolidationCandidate"
-                    };
-                    pass.notes.push(Note::pool(pool, reason, note.clone()));
-                }
-                self.pending = Some(Pending {
-                    mv: Arc::new(mv),
-                    pools: pools.iter().map(|p| p.to_string()).collect(),
-                    since: clock.instant,
-                });
-            }
+            Some(mv) => self.start_validation(mv, &infos, &eligible, pass, clock),
             // A search cut short by its time limit is not remembered: the next pass
             // searches again.
             None if found.stopped => {}

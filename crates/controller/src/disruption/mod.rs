@@ -264,10 +264,48 @@ pub fn pass(
         scores: Vec::new(),
     };
     let mut out = Vec::new();
-    let mut allowed = Vec::new();
     let mut pools = candidates::pools(view, &pods_on);
+    let (mut budgets, allowed) = pool_budgets(&pools, now, &mut pass.notes);
+    // Method by method over all pools, as Karpenter orders them.
+    for method in timers.methods() {
+        let decided = method.decide_pools(&pools, &mut budgets, &mut pass, clock);
+        for pool in &mut pools {
+            pool.candidates
+                .retain(|c| !decided.iter().any(|d| d.nodeclaim == c.name));
+        }
+        out.extend(decided);
+    }
+    let held = std::mem::take(&mut pass.held);
+    hold(&mut pass.verdicts, held);
+    decision_verdicts(&mut pass.verdicts, &out);
+    claim_verdicts(&mut pass.verdicts, view, now);
+    let keep: HashSet<String> = view
+        .nodeclaims
+        .iter()
+        .map(|c| name(c.as_ref()).to_string())
+        .collect();
+    for method in timers.methods() {
+        method.forget(&keep);
+    }
+    Outcome {
+        decisions: out,
+        verdicts: pass.verdicts,
+        notes: pass.notes,
+        scores: pass.scores,
+        allowed,
+    }
+}
+
+/// Every pool's budget now, a note for each pool whose budgets are invalid, and per pool
+/// and budgeted reason the disruptions allowed.
+fn pool_budgets<'a>(
+    pools: &[Pool<'a>],
+    now: Timestamp,
+    notes: &mut Vec<Note>,
+) -> (Vec<PoolBudget<'a>>, Vec<(String, DisruptionReason, usize)>) {
+    let mut allowed = Vec::new();
     let mut budgets = Vec::with_capacity(pools.len());
-    for pool in &pools {
+    for pool in pools {
         let budget = PoolBudget::new(
             &pool.spec.disruption.budgets,
             pool.total,
@@ -275,7 +313,7 @@ pub fn pass(
             now,
         );
         if let Some(why) = budgets::invalid(&pool.spec.disruption.budgets) {
-            pass.notes.push(Note {
+            notes.push(Note {
                 warning: true,
                 ..Note::pool(
                     pool.name,
@@ -293,26 +331,20 @@ pub fn pass(
         }
         budgets.push(budget);
     }
-    // Method by method over all pools, as Karpenter orders them.
-    for method in timers.methods() {
-        let decided = method.decide_pools(&pools, &mut budgets, &mut pass, clock);
-        for pool in &mut pools {
-            pool.candidates
-                .retain(|c| !decided.iter().any(|d| d.nodeclaim == c.name));
-        }
-        out.extend(decided);
-    }
-    let held = std::mem::take(&mut pass.held);
-    hold(&mut pass.verdicts, held);
-    for d in &out {
+    (budgets, allowed)
+}
+
+/// The verdicts of the NodeClaims the decisions `out` disrupt.
+fn decision_verdicts(verdicts: &mut BTreeMap<String, Verdict>, out: &[Decision]) {
+    for d in out {
         match &d.command {
             Some(mv) => {
                 for c in &mv.candidates {
-                    pass.verdicts.insert(c.clone(), consolidation_verdict(mv));
+                    verdicts.insert(c.clone(), consolidation_verdict(mv));
                 }
             }
             None if d.expired => {
-                pass.verdicts.insert(
+                verdicts.insert(
                     d.nodeclaim.clone(),
                     Verdict::blocked(format!("expired: {}", d.message)),
                 );
@@ -326,7 +358,7 @@ pub fn pass(
                     "delete"
                 };
                 for n in &nodes {
-                    pass.verdicts.insert(
+                    verdicts.insert(
                         n.clone(),
                         Verdict::candidate(action, nodes.clone(), None, 0.0, d.reason),
                     );
@@ -334,36 +366,26 @@ pub fn pass(
             }
         }
     }
+}
+
+/// NodeClaims being deleted are blocked; every verdict gets its claim's `Consolidatable`
+/// state.
+fn claim_verdicts(verdicts: &mut BTreeMap<String, Verdict>, view: &View, now: Timestamp) {
     for c in view
         .nodeclaims
         .iter()
         .filter(|c| crate::objects::deleting(c.as_ref()))
     {
-        pass.verdicts.insert(
+        verdicts.insert(
             name(c.as_ref()).to_string(),
             Verdict::blocked("being deleted"),
         );
     }
     // The condition state is the claim's, whichever method gave the verdict.
     for c in view.nodeclaims {
-        if let Some(v) = pass.verdicts.get_mut(name(c.as_ref())) {
+        if let Some(v) = verdicts.get_mut(name(c.as_ref())) {
             v.consolidatable = candidates::consolidatable(c, view.nodepools, now);
         }
-    }
-    let keep: HashSet<String> = view
-        .nodeclaims
-        .iter()
-        .map(|c| name(c.as_ref()).to_string())
-        .collect();
-    for method in timers.methods() {
-        method.forget(&keep);
-    }
-    Outcome {
-        decisions: out,
-        verdicts: pass.verdicts,
-        notes: pass.notes,
-        scores: pass.scores,
-        allowed,
     }
 }
 

@@ -16,7 +16,7 @@ use scheduling::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE, Operator}
 
 use super::View;
 use super::candidates::{Candidate, consolidatable_at, consolidate_after, reschedulable};
-use super::pricing::{self, Choice, NoReplacement, Offer, Replaced};
+use super::pricing::{self, Choice, Chosen, NoReplacement, Offer, Replaced};
 use crate::objects::{claim_node_name, deleting, name, nodepool_of, pod_node_name, pool_condition};
 use crate::provisioning::snapshot;
 
@@ -133,8 +133,9 @@ fn in_consolidate_after_window<'a>(view: &'a View, now: Timestamp) -> HashSet<&'
     out
 }
 
-/// Simulates removing `candidates` (one or more Nodes of `view`) at `now`.
-pub fn simulate(view: &View, candidates: &[&Priced], now: Timestamp) -> Result<Move, NoMove> {
+/// The cluster without `candidates` (their pods, and those of Nodes being deleted, pending:
+/// the returned pods to move), for a simulation.
+fn without_candidates(view: &View, candidates: &[&Priced]) -> (snapshot::State, Vec<Arc<Pod>>) {
     let gone_claims: HashSet<&str> = candidates.iter().map(|p| p.candidate.name).collect();
     let gone_nodes: HashSet<&str> = candidates
         .iter()
@@ -158,11 +159,6 @@ pub fn simulate(view: &View, candidates: &[&Priced], now: Timestamp) -> Result<M
             pod_node_name(p).is_some_and(|n| gone_nodes.contains(n) || deleting_nodes.contains(n))
         });
     let moving: Vec<Arc<Pod>> = moving.into_iter().filter(|p| reschedulable(p)).collect();
-    let own: HashSet<&str> = candidates
-        .iter()
-        .flat_map(|c| c.candidate.pods.iter())
-        .filter_map(|p| p.metadata.uid.as_deref())
-        .collect();
     let state = snapshot::State {
         pods: staying,
         nodes: view
@@ -185,15 +181,15 @@ pub fn simulate(view: &View, candidates: &[&Priced], now: Timestamp) -> Result<M
             .collect(),
         daemonsets: view.daemonsets.to_vec(),
     };
-    let mut snap = snapshot::build(&state, &moving, view.catalog, &|_, _, _| true);
-    let settling = in_consolidate_after_window(view, now);
-    for n in &mut snap.input.nodes {
-        n.refuses_moving = settling.contains(n.name.as_str());
-    }
-    for p in &mut snap.input.pods {
-        p.moving = true;
-    }
-    let out = scheduling::solve(&snap.input);
+    (state, moving)
+}
+
+/// The candidates' own pods (by uid) all placed, none on a node that has not initialized.
+fn own_pods_placed(
+    snap: &snapshot::Snapshot,
+    out: &scheduling::Output,
+    own: &HashSet<&str>,
+) -> Result<(), NoMove> {
     if let Some(u) = out
         .unschedulable
         .iter()
@@ -218,6 +214,27 @@ pub fn simulate(view: &View, candidates: &[&Priced], now: Timestamp) -> Result<M
     {
         return Err(NoMove::Uninitialized(p.node.clone()));
     }
+    Ok(())
+}
+
+/// Simulates removing `candidates` (one or more Nodes of `view`) at `now`.
+pub fn simulate(view: &View, candidates: &[&Priced], now: Timestamp) -> Result<Move, NoMove> {
+    let (state, moving) = without_candidates(view, candidates);
+    let own: HashSet<&str> = candidates
+        .iter()
+        .flat_map(|c| c.candidate.pods.iter())
+        .filter_map(|p| p.metadata.uid.as_deref())
+        .collect();
+    let mut snap = snapshot::build(&state, &moving, view.catalog, &|_, _, _| true);
+    let settling = in_consolidate_after_window(view, now);
+    for n in &mut snap.input.nodes {
+        n.refuses_moving = settling.contains(n.name.as_str());
+    }
+    for p in &mut snap.input.pods {
+        p.moving = true;
+    }
+    let out = scheduling::solve(&snap.input);
+    own_pods_placed(&snap, &out, &own)?;
     let price: f64 = candidates.iter().map(|c| c.price).sum();
     let disruption: f64 = candidates.iter().map(|c| c.cost).sum();
     let names = candidates
@@ -254,27 +271,16 @@ fn allowed<'a>(claim: &'a scheduling::NewNodeClaim, key: &str) -> Option<&'a [St
         .map(|r| r.values.as_slice())
 }
 
-/// Applies the price rules to the solver's one new claim.
-fn replacement(
-    snap: &snapshot::Snapshot,
+/// The pool's offerings of the claim's instance types, within the zones and capacity types
+/// the claim allows.
+fn choices(
+    pool: &scheduling::NodePool,
     claim: &scheduling::NewNodeClaim,
-    candidates: &[&Priced],
-) -> Result<Replacement, NoReplacement> {
-    let pool = snap
-        .input
-        .node_pools
-        .iter()
-        .find(|p| p.name == claim.node_pool)
-        .ok_or(NoReplacement::NoCheaperOption)?;
-    let nodepool = snap
-        .pools
-        .get(&claim.node_pool)
-        .cloned()
-        .ok_or(NoReplacement::NoCheaperOption)?;
-    let zones = allowed(claim, LABEL_ZONE);
-    let capacity_types = allowed(claim, LABEL_CAPACITY_TYPE);
+    zones: Option<&[String]>,
+    capacity_types: Option<&[String]>,
+) -> Vec<Choice> {
     let ok = |set: Option<&[String]>, v: &str| set.is_none_or(|s| s.iter().any(|x| x == v));
-    let options: Vec<Choice> = claim
+    claim
         .instance_types()
         .iter()
         .filter_map(|t| pool.instance_types.iter().find(|it| &it.name == t))
@@ -292,32 +298,11 @@ fn replacement(
                 })
                 .collect(),
         })
-        .collect();
-    let offered = |ct: &str| {
-        ok(capacity_types, ct)
-            && options
-                .iter()
-                .any(|o| o.offers.iter().any(|x| x.capacity_type == ct))
-    };
-    let replaced = Replaced {
-        types: candidates
-            .iter()
-            .map(|c| (c.instance_type.clone(), c.price))
-            .collect(),
-        all_spot: candidates.iter().all(|c| c.capacity_type == pricing::SPOT),
-    };
-    let min_values = claim
-        .requirements
-        .iter()
-        .find(|r| r.key == LABEL_INSTANCE_TYPE)
-        .and_then(|r| r.min_values);
-    let chosen = pricing::choose(
-        &replaced,
-        &options,
-        offered(pricing::SPOT),
-        offered(pricing::ON_DEMAND),
-        min_values,
-    )?;
+        .collect()
+}
+
+/// The claim cut to the chosen instance types (and capacity types, when restricted).
+fn narrowed(claim: &scheduling::NewNodeClaim, chosen: &Chosen) -> scheduling::NewNodeClaim {
     let mut claim = claim.clone();
     let names: Vec<String> = chosen
         .options
@@ -347,13 +332,18 @@ fn replacement(
             }),
         }
     }
+    claim
+}
+
+/// The cheapest chosen instance type and its price, over the capacity types kept.
+fn cheapest(chosen: &Chosen) -> Result<(String, f64), NoReplacement> {
     let keep_ct = |o: &Offer| {
         chosen
             .capacity_types
             .as_ref()
             .is_none_or(|c| c.contains(&o.capacity_type))
     };
-    let (instance_type, price) = chosen
+    chosen
         .options
         .iter()
         .filter_map(|o| {
@@ -361,7 +351,57 @@ fn replacement(
             Some((o.instance_type.clone(), pricing::cheapest_price(&offers)?))
         })
         .min_by(|a, b| a.1.total_cmp(&b.1))
+        .ok_or(NoReplacement::NoCheaperOption)
+}
+
+/// Applies the price rules to the solver's one new claim.
+fn replacement(
+    snap: &snapshot::Snapshot,
+    claim: &scheduling::NewNodeClaim,
+    candidates: &[&Priced],
+) -> Result<Replacement, NoReplacement> {
+    let pool = snap
+        .input
+        .node_pools
+        .iter()
+        .find(|p| p.name == claim.node_pool)
         .ok_or(NoReplacement::NoCheaperOption)?;
+    let nodepool = snap
+        .pools
+        .get(&claim.node_pool)
+        .cloned()
+        .ok_or(NoReplacement::NoCheaperOption)?;
+    let zones = allowed(claim, LABEL_ZONE);
+    let capacity_types = allowed(claim, LABEL_CAPACITY_TYPE);
+    let ok = |set: Option<&[String]>, v: &str| set.is_none_or(|s| s.iter().any(|x| x == v));
+    let options = choices(pool, claim, zones, capacity_types);
+    let offered = |ct: &str| {
+        ok(capacity_types, ct)
+            && options
+                .iter()
+                .any(|o| o.offers.iter().any(|x| x.capacity_type == ct))
+    };
+    let replaced = Replaced {
+        types: candidates
+            .iter()
+            .map(|c| (c.instance_type.clone(), c.price))
+            .collect(),
+        all_spot: candidates.iter().all(|c| c.capacity_type == pricing::SPOT),
+    };
+    let min_values = claim
+        .requirements
+        .iter()
+        .find(|r| r.key == LABEL_INSTANCE_TYPE)
+        .and_then(|r| r.min_values);
+    let chosen = pricing::choose(
+        &replaced,
+        &options,
+        offered(pricing::SPOT),
+        offered(pricing::ON_DEMAND),
+        min_values,
+    )?;
+    let claim = narrowed(claim, &chosen);
+    let (instance_type, price) = cheapest(&chosen)?;
     Ok(Replacement {
         nodepool,
         claim,

@@ -4,6 +4,8 @@
 //! removed, `karpenter.sh/registered`, and `karpenter.sh/initialized` when it already is),
 //! then record `Registered`/`Initialized` in the status the lifecycle writes once.
 
+use std::sync::Arc;
+
 use api::NodeClaim;
 use api::consts::{conditions as types, reasons};
 use api::karpenter::NodeClaimStatus;
@@ -15,7 +17,9 @@ use kube::runtime::events::EventType;
 use serde_json::json;
 
 use super::context::{Ctx, Error};
-use super::node_sync::{ClaimView, NotInitialized, check_initialized, registered_node};
+use super::node_sync::{
+    ClaimView, NotInitialized, RegisteredNode, check_initialized, registered_node,
+};
 use super::plan::nodepool_of;
 use crate::metrics::NodePoolLabels;
 use crate::names;
@@ -51,8 +55,42 @@ pub async fn reconcile(
     };
     let registered = api::conditions::is_true(&status.conditions, types::REGISTERED);
     let initialized = api::conditions::is_true(&status.conditions, types::INITIALIZED);
-    let nodes = ctx.nodes.by_index(&pid);
-    let node = match nodes.as_slice() {
+    let Some(node) = the_node(ctx, status, &pid, registered) else {
+        return Ok(Progress::Waiting);
+    };
+    let node_name = node.name_any();
+    let view = ClaimView::of(claim, Some(pid));
+    // A Node is synced once the sync would also initialize it (Ready, no known ephemeral
+    // taint left but ours): the unregistered taint keeps pods off it until then anyway, and
+    // registration and initialization become one Node write and one status write. Startup
+    // taints cannot wait (they must be on the Node before the daemons that remove them
+    // start), nor can requested extended resources (their device plugins run as pods).
+    // A Node that never gets there is deleted at the registration timeout.
+    if !registered && view.startup_taints.is_empty() && !ready_to_sync(&node, &view, status) {
+        return Ok(Progress::Waiting);
+    }
+    let (want, init) = wanted(&node, &view, registered, initialized);
+    if !registered {
+        warn_if_unregistered_taint_missing(ctx, &node).await;
+    }
+    sync_node(ctx, claim, &node, &want).await?;
+    record_registered(ctx, claim, status, &node_name, registered).await;
+    if initialized {
+        return Ok(Progress::Initialized);
+    }
+    Ok(record_initialized(status, init))
+}
+
+/// The one Node whose providerID is `pid`; else `None`, with the Registered condition saying
+/// why (no Node yet, unless already registered; several Nodes).
+fn the_node(
+    ctx: &Ctx,
+    status: &mut NodeClaimStatus,
+    pid: &str,
+    registered: bool,
+) -> Option<Arc<Node>> {
+    let nodes = ctx.nodes.by_index(pid);
+    match nodes.as_slice() {
         [] => {
             if !registered {
                 set(
@@ -63,9 +101,9 @@ pub async fn reconcile(
                     "Node not registered with cluster",
                 );
             }
-            return Ok(Progress::Waiting);
+            None
         }
-        [one] => one.clone(),
+        [one] => Some(one.clone()),
         many => {
             let names: Vec<String> = many.iter().map(|n| n.name_any()).collect();
             set(
@@ -78,45 +116,50 @@ pub async fn reconcile(
                     names.join(", ")
                 ),
             );
-            return Ok(Progress::Waiting);
-        }
-    };
-    let node_name = node.name_any();
-    let view = ClaimView::of(claim, Some(pid));
-    // A Node is synced once the sync would also initialize it (Ready, no known ephemeral
-    // taint left but ours): the unregistered taint keeps pods off it until then anyway, and
-    // registration and initialization become one Node write and one status write. Startup
-    // taints cannot wait (they must be on the Node before the daemons that remove them
-    // start), nor can requested extended resources (their device plugins run as pods).
-    // A Node that never gets there is deleted at the registration timeout.
-    if !registered && view.startup_taints.is_empty() {
-        let mut synced: Node = (*node).clone();
-        let preview = registered_node(&node, &view);
-        synced.metadata.labels = Some(preview.labels);
-        if let Some(spec) = synced.spec.as_mut() {
-            spec.taints = Some(preview.taints);
-        }
-        if let Err(why @ (NotInitialized::NodeNotReady | NotInitialized::EphemeralTaint(_))) =
-            check_initialized(&synced, &view)
-        {
-            set(
-                status,
-                types::REGISTERED,
-                api::conditions::UNKNOWN,
-                reasons::NODE_NOT_FOUND,
-                &format!("Node {node_name} joined; waiting until {why}"),
-            );
-            return Ok(Progress::Waiting);
+            None
         }
     }
-    // What the Node must look like; initialization is judged on the Node as it will be
-    // after this sync, so a Node that is already Ready is initialized in the same write.
+}
+
+/// Whether the Node, as the sync would leave it, is Ready with no known ephemeral taint;
+/// when not, the Registered condition says what it waits for.
+fn ready_to_sync(node: &Node, view: &ClaimView, status: &mut NodeClaimStatus) -> bool {
+    let mut synced: Node = node.clone();
+    let preview = registered_node(node, view);
+    synced.metadata.labels = Some(preview.labels);
+    if let Some(spec) = synced.spec.as_mut() {
+        spec.taints = Some(preview.taints);
+    }
+    if let Err(why @ (NotInitialized::NodeNotReady | NotInitialized::EphemeralTaint(_))) =
+        check_initialized(&synced, view)
+    {
+        set(
+            status,
+            types::REGISTERED,
+            api::conditions::UNKNOWN,
+            reasons::NODE_NOT_FOUND,
+            &format!("Node {} joined; waiting until {why}", node.name_any()),
+        );
+        return false;
+    }
+    true
+}
+
+/// What the Node must look like, and whether it is initialized once it does: initialization
+/// is judged on the Node as it will be after this sync, so a Node that is already Ready is
+/// initialized in the same write.
+fn wanted(
+    node: &Node,
+    view: &ClaimView,
+    registered: bool,
+    initialized: bool,
+) -> (RegisteredNode, Result<(), NotInitialized>) {
     let mut want = if registered {
         // Karpenter syncs once, at registration; afterwards daemons own the taints (a
         // startup taint removed by its daemon must not come back).
         let mut labels = node.labels().clone();
         labels.insert(names::NODE_REGISTERED_LABEL.into(), "true".into());
-        super::node_sync::RegisteredNode {
+        RegisteredNode {
             labels,
             annotations: node.annotations().clone(),
             taints: node
@@ -127,68 +170,83 @@ pub async fn reconcile(
             finalizers: node.finalizers().to_vec(),
         }
     } else {
-        registered_node(&node, &view)
+        registered_node(node, view)
     };
-    let mut after: Node = (*node).clone();
+    let mut after: Node = node.clone();
     after.metadata.labels = Some(want.labels.clone());
     if let Some(spec) = after.spec.as_mut() {
         spec.taints = Some(want.taints.clone());
     }
-    let init = check_initialized(&after, &view);
+    let init = check_initialized(&after, view);
     if init.is_ok() || initialized {
         want.labels
             .insert(names::NODE_INITIALIZED_LABEL.into(), "true".into());
     }
+    (want, init)
+}
 
+/// A Warning Event when a Node registers without the unregistered taint (and has not been
+/// synced before): pods may have landed on it before Karpenter synced it.
+async fn warn_if_unregistered_taint_missing(ctx: &Ctx, node: &Arc<Node>) {
+    let had_unregistered_taint = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|ts| ts.iter().any(|t| t.key == names::UNREGISTERED_TAINT_KEY));
+    if !had_unregistered_taint && !node.labels().contains_key(names::NODE_REGISTERED_LABEL) {
+        ctx.event_for(
+            node.as_ref(),
+            EventType::Warning,
+            api::consts::events::UNREGISTERED_TAINT_MISSING,
+            format!(
+                "Node {} registered without the {}:NoExecute taint; pods may have been scheduled before Karpenter synced it",
+                node.name_any(),
+                names::UNREGISTERED_TAINT_KEY
+            ),
+        )
+        .await;
+    }
+}
+
+/// Registered=True and the node name in the status; on first registration, the
+/// `nodes_created` count and an Event.
+async fn record_registered(
+    ctx: &Ctx,
+    claim: &NodeClaim,
+    status: &mut NodeClaimStatus,
+    node_name: &str,
+    registered: bool,
+) {
+    if registered && status.node_name.as_deref() == Some(node_name) {
+        return;
+    }
+    set(
+        status,
+        types::REGISTERED,
+        api::conditions::TRUE,
+        reasons::REGISTERED,
+        "",
+    );
+    status.node_name = Some(node_name.to_string());
     if !registered {
-        let had_unregistered_taint = node
-            .spec
-            .as_ref()
-            .and_then(|s| s.taints.as_ref())
-            .is_some_and(|ts| ts.iter().any(|t| t.key == names::UNREGISTERED_TAINT_KEY));
-        if !had_unregistered_taint && !node.labels().contains_key(names::NODE_REGISTERED_LABEL) {
-            ctx.event_for(
-                node.as_ref(),
-                EventType::Warning,
-                api::consts::events::UNREGISTERED_TAINT_MISSING,
-                format!(
-                    "Node {node_name} registered without the {}:NoExecute taint; pods may have been scheduled before Karpenter synced it",
-                    names::UNREGISTERED_TAINT_KEY
-                ),
-            )
-            .await;
-        }
-    }
-    sync_node(ctx, claim, &node, &want).await?;
-
-    if !registered || status.node_name.as_deref() != Some(&node_name) {
-        set(
-            status,
-            types::REGISTERED,
-            api::conditions::TRUE,
+        ctx.metrics
+            .nodes_created
+            .get_or_create(&NodePoolLabels {
+                nodepool: nodepool_of(claim),
+            })
+            .inc();
+        ctx.event(
+            claim,
+            EventType::Normal,
             reasons::REGISTERED,
-            "",
-        );
-        status.node_name = Some(node_name.clone());
-        if !registered {
-            ctx.metrics
-                .nodes_created
-                .get_or_create(&NodePoolLabels {
-                    nodepool: nodepool_of(claim),
-                })
-                .inc();
-            ctx.event(
-                claim,
-                EventType::Normal,
-                reasons::REGISTERED,
-                format!("Node {node_name} registered"),
-            )
-            .await;
-        }
+            format!("Node {node_name} registered"),
+        )
+        .await;
     }
-    if initialized {
-        return Ok(Progress::Initialized);
-    }
+}
+
+/// The Initialized condition from `init`, and how far registration got.
+fn record_initialized(status: &mut NodeClaimStatus, init: Result<(), NotInitialized>) -> Progress {
     match init {
         Ok(()) => {
             set(
@@ -198,7 +256,7 @@ pub async fn reconcile(
                 reasons::INITIALIZED,
                 "",
             );
-            Ok(Progress::Initialized)
+            Progress::Initialized
         }
         Err(why) => {
             set(
@@ -208,7 +266,7 @@ pub async fn reconcile(
                 why.reason(),
                 &why.to_string(),
             );
-            Ok(Progress::Registered)
+            Progress::Registered
         }
     }
 }

@@ -101,8 +101,34 @@ impl Provisioner {
 
     /// One batch: solve and create the NodeClaims. Returns the names created.
     pub async fn provision(&self, pods: &[Arc<Pod>]) -> Result<Vec<String>, Error> {
-        // Snapshot and solve are CPU work: off the async workers, so a long solve never
-        // delays Lease renewal or the other loops.
+        let (snapshot, output) = self.solve(pods).await?;
+        let by_uid: HashMap<&str, &Pod> = pods
+            .iter()
+            .filter_map(|p| Some((p.metadata.uid.as_deref()?, p.as_ref())))
+            .collect();
+        let (created, first_error) = self.create_claims(&snapshot, &output, &by_uid).await;
+        self.nominate_in_flight(&snapshot, &output, &by_uid).await;
+        for u in &output.unschedulable {
+            if let Some(v) = by_uid.get(u.pod.uid.as_str()) {
+                self.event(
+                    v,
+                    EventType::Warning,
+                    "FailedScheduling",
+                    format!("Failed to schedule pod, {}", u.reason),
+                )
+                .await;
+            }
+        }
+        self.await_cached(&created).await;
+        match first_error {
+            Some(e) => Err(e.into()),
+            None => Ok(created),
+        }
+    }
+
+    /// Snapshots the caches and solves for `pods`, off the async workers (CPU work: a long
+    /// solve never delays Lease renewal or the other loops); the solve's duration observed.
+    async fn solve(&self, pods: &[Arc<Pod>]) -> Result<(Snapshot, scheduling::Output), Error> {
         let this = self.clone();
         let batch = pods.to_vec();
         let (snapshot, output, elapsed) = tokio::task::spawn_blocking(move || {
@@ -119,10 +145,17 @@ impl Provisioner {
                 controller: "provisioner".into(),
             })
             .observe(elapsed.as_secs_f64());
-        let by_uid: HashMap<&str, &Pod> = pods
-            .iter()
-            .filter_map(|p| Some((p.metadata.uid.as_deref()?, p.as_ref())))
-            .collect();
+        Ok((snapshot, output))
+    }
+
+    /// Creates the solver's new NodeClaims and nominates their pods to them: the names
+    /// created, and the first error (the other claims are still created).
+    async fn create_claims(
+        &self,
+        snapshot: &Snapshot,
+        output: &scheduling::Output,
+        by_uid: &HashMap<&str, &Pod>,
+    ) -> (Vec<String>, Option<kube::Error>) {
         let api: Api<NodeClaim> = Api::all(self.client.clone());
         let mut created = Vec::new();
         let mut first_error = None;
@@ -163,7 +196,16 @@ impl Provisioner {
             }
             created.push(name);
         }
-        // Pods packed onto NodeClaims still launching are nominated to them too.
+        (created, first_error)
+    }
+
+    /// Pods packed onto NodeClaims still launching are nominated to them too.
+    async fn nominate_in_flight(
+        &self,
+        snapshot: &Snapshot,
+        output: &scheduling::Output,
+        by_uid: &HashMap<&str, &Pod>,
+    ) {
         let in_flight: HashSet<&str> = snapshot
             .input
             .nodes
@@ -204,22 +246,6 @@ impl Provisioner {
                 )
                 .await;
             }
-        }
-        for u in &output.unschedulable {
-            if let Some(v) = by_uid.get(u.pod.uid.as_str()) {
-                self.event(
-                    v,
-                    EventType::Warning,
-                    "FailedScheduling",
-                    format!("Failed to schedule pod, {}", u.reason),
-                )
-                .await;
-            }
-        }
-        self.await_cached(&created).await;
-        match first_error {
-            Some(e) => Err(e.into()),
-            None => Ok(created),
         }
     }
 

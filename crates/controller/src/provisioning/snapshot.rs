@@ -42,6 +42,9 @@ fn add(into: &mut scheduling::Resources, r: &scheduling::Resources) {
     }
 }
 
+/// Requests and bound pods, by the name of the node they are bound to.
+type Bound<'a> = HashMap<&'a str, (scheduling::Resources, Vec<scheduling::BoundPod>)>;
+
 /// Builds the solver input. `catalog(nodeclass)` gives a NodeClass's instance types;
 /// `available(instance_type, zone, capacity_type)` filters offerings (e.g. ones that just
 /// failed to launch).
@@ -51,9 +54,45 @@ pub fn build(
     catalog: &dyn Fn(&str) -> Option<Arc<Catalog>>,
     available: &dyn Fn(&str, Option<&str>, &str) -> bool,
 ) -> Snapshot {
-    // Requests and bound pods per node.
-    let mut bound: HashMap<&str, (scheduling::Resources, Vec<scheduling::BoundPod>)> =
-        HashMap::new();
+    let mut bound = bound_pods(state);
+    let (mut nodes, ready_nodes) = ready_nodes(state, &mut bound);
+    let mut usage = claim_nodes(state, &ready_nodes, &mut bound, &mut nodes);
+    let mut node_pools = Vec::new();
+    let mut pools = BTreeMap::new();
+    for p in &state.nodepools {
+        if deleting(p.as_ref()) {
+            continue;
+        }
+        let mut pool = convert::node_pool(p);
+        pool.usage = usage.remove(&pool.name).unwrap_or_default();
+        if let Some(catalog) = catalog(&p.spec.template.spec.node_class_ref.name) {
+            pool.instance_types = catalog
+                .instance_types
+                .iter()
+                .map(|it| convert::instance_type(it, available))
+                .collect();
+        }
+        pools.insert(pool.name.clone(), Arc::clone(p));
+        node_pools.push(pool);
+    }
+    Snapshot {
+        input: scheduling::Input {
+            node_pools,
+            nodes,
+            daemonsets: state
+                .daemonsets
+                .iter()
+                .map(|d| convert::daemonset(d))
+                .collect(),
+            pods: pending.iter().map(|p| convert::pod(p)).collect(),
+        },
+        pools,
+    }
+}
+
+/// Requests and bound pods per node (terminal pods left out).
+fn bound_pods(state: &State) -> Bound<'_> {
+    let mut bound: Bound = HashMap::new();
     for p in &state.pods {
         let Some(node) = pod_node_name(p) else {
             continue;
@@ -66,6 +105,14 @@ pub fn build(
         add(&mut e.0, &requests);
         e.1.push(bp);
     }
+    bound
+}
+
+/// The Nodes that can take pods (their bound pods taken from `bound`), and their names.
+fn ready_nodes<'a>(
+    state: &'a State,
+    bound: &mut Bound,
+) -> (Vec<scheduling::ExistingNode>, HashSet<&'a str>) {
     // NodeClaims by the Node they registered as.
     let claim_of_node: HashMap<&str, &NodeClaim> = state
         .nodeclaims
@@ -118,6 +165,17 @@ pub fn build(
             refuses_moving: false,
         });
     }
+    (nodes, ready_nodes)
+}
+
+/// Adds the in-flight NodeClaims (not being deleted, not represented by a ready Node) to
+/// `nodes`; returns every NodePool's usage.
+fn claim_nodes(
+    state: &State,
+    ready_nodes: &HashSet<&str>,
+    bound: &mut Bound,
+    nodes: &mut Vec<scheduling::ExistingNode>,
+) -> HashMap<String, scheduling::Resources> {
     let mut usage: HashMap<String, scheduling::Resources> = HashMap::new();
     for c in &state.nodeclaims {
         let Some(pool) = nodepool_of(c) else {
@@ -154,37 +212,7 @@ pub fn build(
             refuses_moving: false,
         });
     }
-    let mut node_pools = Vec::new();
-    let mut pools = BTreeMap::new();
-    for p in &state.nodepools {
-        if deleting(p.as_ref()) {
-            continue;
-        }
-        let mut pool = convert::node_pool(p);
-        pool.usage = usage.remove(&pool.name).unwrap_or_default();
-        if let Some(catalog) = catalog(&p.spec.template.spec.node_class_ref.name) {
-            pool.instance_types = catalog
-                .instance_types
-                .iter()
-                .map(|it| convert::instance_type(it, available))
-                .collect();
-        }
-        pools.insert(pool.name.clone(), Arc::clone(p));
-        node_pools.push(pool);
-    }
-    Snapshot {
-        input: scheduling::Input {
-            node_pools,
-            nodes,
-            daemonsets: state
-                .daemonsets
-                .iter()
-                .map(|d| convert::daemonset(d))
-                .collect(),
-            pods: pending.iter().map(|p| convert::pod(p)).collect(),
-        },
-        pools,
-    }
+    usage
 }
 
 /// What one NodeClaim counts against its NodePool's limits: its capacity once known, its
