@@ -6,6 +6,7 @@ pub mod clone;
 pub mod cloudprovider;
 pub mod cluster_metrics;
 pub mod disruption;
+pub mod engagement;
 pub mod events;
 pub mod fence;
 pub mod garbagecollection;

@@ -251,12 +251,6 @@ pub async fn lead(ctx: &Context) -> Result<Option<Election>, RuntimeError> {
 
 /// Runs the operator until SIGTERM/SIGINT: caches on every replica, loops on the leader.
 pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
-    use crate::cloudprovider::clusterapi::ClusterApi;
-    use crate::events::{Recorder, Reporter};
-    use crate::nodeclaim::context::{Settings, Shared};
-    use crate::nodeclaim::lifecycle;
-    use crate::nodeclass_status::{self, IndexCatalogs, StatusCtx};
-
     let identity = config.identity();
     let (ctx, registry) = context(config).await?;
     // Everything spawned here is aborted if this future is dropped (a killed operator).
@@ -305,151 +299,9 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         }
     };
 
-    let index_for_gc = index.clone();
-    let catalogs = IndexCatalogs {
-        index,
-        nodeclasses: caches.nodeclasses.store(),
-        clusters: caches.clusters.store(),
-    };
-    let recorder = Recorder::new(
-        ctx.workload.clone(),
-        Reporter {
-            controller: "karpenter".into(),
-            instance: Some(identity),
-        },
-    );
-    let unavailable: Arc<crate::unavailable::UnavailableOfferings> = Arc::default();
-    let registration_failures: Arc<crate::nodepool_status::RegistrationFailures> = Arc::default();
-    let lifecycle_ctx = ClusterApi::context(Shared {
-        workload: ctx.workload.clone(),
-        management: ctx.management.clone(),
-        recorder,
-        metrics: ctx.metrics.clone(),
-        nodes: caches.nodes.clone(),
-        machines: caches.machines.store(),
-        nodeclasses: caches.nodeclasses.store(),
-        nodeclaims: caches.nodeclaims.store(),
-        nodepools: caches.nodepools.store(),
-        clusters: caches.clusters.store(),
-        catalogs: Arc::new(catalogs.clone()),
-        unavailable: unavailable.clone(),
-        settings: Settings {
-            node_repair_after: ctx.config.node_repair_after,
-            ..Settings::default()
-        },
-        kinds: Arc::default(),
-        expectations: Arc::default(),
-        backoff: Arc::default(),
-        registration_failures: registration_failures.clone(),
-        lookups: Arc::default(),
-        cluster_id,
-        repairs: Arc::default(),
-    });
-    let stopped = |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
-    let nodepool_status = crate::nodepool_status::NodePoolStatus {
-        client: ctx.workload.clone(),
-        metrics: ctx.metrics.clone(),
-        nodepools: caches.nodepools.store(),
-        nodeclaims: caches.nodeclaims.store(),
-        nodeclasses: caches.nodeclasses.store(),
-        registration_failures,
-        written: Default::default(),
-    };
-    let disruption = crate::disruption::Disruption {
-        client: ctx.workload.clone(),
-        recorder: lifecycle_ctx.recorder.clone(),
-        metrics: ctx.metrics.clone(),
-        nodepools: caches.nodepools.store(),
-        nodeclaims: caches.nodeclaims.store(),
-        nodes: caches.nodes.store(),
-        pods: caches.pods.store(),
-        pdbs: caches.pdbs.store(),
-        nodeclasses: caches.nodeclasses.store(),
-        daemonsets: caches.daemonsets.store(),
-        catalogs: Arc::new(catalogs.clone()),
-        unavailable: unavailable.clone(),
-        command_timeout: ctx.config.disruption_timeout,
-    };
-    let provisioner = crate::provisioning::Provisioner {
-        client: ctx.workload.clone(),
-        recorder: lifecycle_ctx.recorder.clone(),
-        metrics: ctx.metrics.clone(),
-        pods: caches.pods.store(),
-        nodes: caches.nodes.store(),
-        daemonsets: caches.daemonsets.store(),
-        nodeclaims: caches.nodeclaims.store(),
-        nodepools: caches.nodepools.store(),
-        catalogs: Arc::new(catalogs.clone()),
-        unavailable,
-        batch_idle: ctx.config.batch_idle,
-        batch_max: ctx.config.batch_max,
-    };
-    let gc_ctx = lifecycle_ctx.clone();
-    let lifecycle_ctx_recorder = lifecycle_ctx.recorder.clone();
-    let triggers = lifecycle::Triggers {
-        nodeclaims: caches.nodeclaims.clone(),
-        nodes: caches.nodes.clone(),
-        machines: caches.machines.clone(),
-        nodeclasses: caches.nodeclasses.clone(),
-        nodepools: caches.nodepools.clone(),
-        clusters: caches.clusters.clone(),
-        templates: Some(catalogs.index.subscribe()),
-    };
-    // The scrape-time gauges and the latencies: the leader's, as Karpenter's.
-    ctx.metrics.cluster.attach(crate::cluster_metrics::Sources {
-        pods: caches.pods.clone(),
-        nodes: caches.nodes.clone(),
-        nodeclaims: caches.nodeclaims.clone(),
-        machines: caches.machines.clone(),
-    });
-    let latency = crate::latency::Latency {
-        metrics: ctx.metrics.clone(),
-        pods: caches.pods.clone(),
-        nodeclaims: caches.nodeclaims.clone(),
-        machines: caches.machines.clone(),
-    };
-    let mut loops = crate::tasks::Tasks::default();
-    loops.spawn(crate::latency::run(latency, stopped(stop_rx.clone())));
-    loops.spawn(lifecycle::run(
-        lifecycle_ctx,
-        triggers,
-        stopped(stop_rx.clone()),
-    ));
-    loops.spawn(crate::provisioning::run(
-        provisioner,
-        stopped(stop_rx.clone()),
-    ));
-    loops.spawn(crate::disruption::run(disruption, stopped(stop_rx.clone())));
-    loops.spawn(crate::disruption::podevents::run(
-        ctx.workload.clone(),
-        caches.pods.clone(),
-        caches.nodeclaims.store(),
-        caches.nodepools.store(),
-        stopped(stop_rx.clone()),
-    ));
-    loops.spawn(crate::nodepool_status::run(
-        nodepool_status,
-        stopped(stop_rx.clone()),
-    ));
-    loops.spawn(nodeclass_status::run(
-        StatusCtx {
-            workload: ctx.workload.clone(),
-            management: ctx.management.clone(),
-            catalogs,
-            nodeclaims: caches.nodeclaims.store(),
-            recorder: lifecycle_ctx_recorder,
-        },
-        caches.nodeclasses.clone(),
-        stopped(stop_rx.clone()),
-    ));
-    let gc = tasks.spawn(crate::garbagecollection::run(
-        gc_ctx,
-        index_for_gc,
-        ctx.config.gc_interval,
-        ctx.config.gc_grace,
-    ));
+    let engagement =
+        crate::engagement::Engagement::build(&ctx, &caches, index, cluster_id, identity);
+    let (mut loops, gc) = engagement.run(&mut tasks, &stop_rx);
 
     let lost = async {
         match election.as_mut() {

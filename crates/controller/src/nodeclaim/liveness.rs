@@ -105,7 +105,6 @@ pub async fn reconcile(
     registration_timeout: Duration,
 ) -> Result<Verdict, Error> {
     let now = Timestamp::now();
-    let name = claim.name_any();
 
     // Infrastructure failure before the Node registered: this offering is unavailable for a
     // while; replace the claim. (After registration it is a repair policy, capped.)
@@ -182,39 +181,64 @@ pub async fn reconcile(
             None => Ok(Verdict::Alive(None)),
         },
         Err(missed) => {
-            let registration = missed == Missed::Registration;
-            let (reason, message) = match missed {
-                Missed::Launch => (
-                    "LaunchTimeout",
-                    format!(
-                        "{} got no providerID within {}",
-                        instance.map_or("the instance", |i| i.description.as_str()),
-                        format_duration(launch_timeout)
-                    ),
-                ),
-                Missed::Registration => (
-                    "RegistrationTimeout",
-                    format!(
-                        "no Node registered with providerID {} within {}",
-                        status.provider_id.as_deref().unwrap_or("(none)"),
-                        format_duration(registration_timeout)
-                    ),
-                ),
-                Missed::NodeUnhealthy => return Ok(Verdict::Alive(None)),
-            };
-            if reason == "LaunchTimeout" {
-                // The same offering would likely time out again: try another first.
-                ctx.provider.launch_failed(claim, &message);
-            }
-            if registration && let Some(pool) = claim.labels().get(api::consts::labels::NODEPOOL) {
-                ctx.registration_failures.record(pool, now, message.clone());
-            }
-            tracing::info!(nodeclaim = %name, reason, %message, "deleting nodeclaim");
-            ctx.event(claim, EventType::Warning, reason, message).await;
-            ctx.delete_claim(claim).await?;
-            Ok(Verdict::Deleted)
+            give_up(
+                ctx,
+                claim,
+                status,
+                instance,
+                missed,
+                launch_timeout,
+                registration_timeout,
+            )
+            .await
         }
     }
+}
+
+/// A deadline passed: the claim is given up (an event, deleted), and for a launch that
+/// timed out the provider is told so its offering is avoided.
+async fn give_up(
+    ctx: &Ctx,
+    claim: &NodeClaim,
+    status: &NodeClaimStatus,
+    instance: Option<&Instance>,
+    missed: Missed,
+    launch_timeout: Duration,
+    registration_timeout: Duration,
+) -> Result<Verdict, Error> {
+    let now = Timestamp::now();
+    let name = claim.name_any();
+    let registration = missed == Missed::Registration;
+    let (reason, message) = match missed {
+        Missed::Launch => (
+            "LaunchTimeout",
+            format!(
+                "{} got no providerID within {}",
+                instance.map_or("the instance", |i| i.description.as_str()),
+                format_duration(launch_timeout)
+            ),
+        ),
+        Missed::Registration => (
+            "RegistrationTimeout",
+            format!(
+                "no Node registered with providerID {} within {}",
+                status.provider_id.as_deref().unwrap_or("(none)"),
+                format_duration(registration_timeout)
+            ),
+        ),
+        Missed::NodeUnhealthy => return Ok(Verdict::Alive(None)),
+    };
+    if reason == "LaunchTimeout" {
+        // The same offering would likely time out again: try another first.
+        ctx.provider.launch_failed(claim, &message);
+    }
+    if registration && let Some(pool) = claim.labels().get(api::consts::labels::NODEPOOL) {
+        ctx.registration_failures.record(pool, now, message.clone());
+    }
+    tracing::info!(nodeclaim = %name, reason, %message, "deleting nodeclaim");
+    ctx.event(claim, EventType::Warning, reason, message).await;
+    ctx.delete_claim(claim).await?;
+    Ok(Verdict::Deleted)
 }
 
 /// Repairs (deletes) a NodeClaim matching a repair policy past its toleration, unless its

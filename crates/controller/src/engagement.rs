@@ -1,0 +1,219 @@
+//! One engagement per workload cluster: everything the loops of one workload cluster need —
+//! the provider seam and its context, the shared caches' stores, the catalogs, the fencing
+//! id — built by one function ([`Engagement::build`]) and run by one ([`Engagement::run`]), so
+//! that a process could hold several. `runtime::run_operator` builds the management-side
+//! pieces (clients, caches, the template index, leadership) and one engagement.
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tokio::task::AbortHandle;
+
+use crate::cache::Caches;
+use crate::cloudprovider::clusterapi::ClusterApi;
+use crate::events::{Recorder, Reporter};
+use crate::nodeclaim::context::{Ctx, Settings, Shared};
+use crate::nodeclaim::lifecycle;
+use crate::nodeclass_status::{self, IndexCatalogs, StatusCtx};
+use crate::runtime::Context;
+use crate::tasks::Tasks;
+
+/// The loops of one workload cluster, ready to run.
+pub struct Engagement {
+    lifecycle: Ctx,
+    triggers: lifecycle::Triggers,
+    provisioner: crate::provisioning::Provisioner,
+    disruption: crate::disruption::Disruption,
+    nodepool_status: crate::nodepool_status::NodePoolStatus,
+    latency: crate::latency::Latency,
+    status: StatusCtx,
+    pods: crate::cache::Cache<k8s_openapi::api::core::v1::Pod>,
+    nodeclasses: crate::cache::Cache<api::ClusterAPINodeClass>,
+    nodeclaims: kube::runtime::reflector::Store<api::NodeClaim>,
+    nodepools: kube::runtime::reflector::Store<api::NodePool>,
+    index: templates::watch::TemplateIndex,
+    gc_interval: std::time::Duration,
+    gc_grace: std::time::Duration,
+}
+
+impl Engagement {
+    /// Builds the engagement of the workload cluster `ctx` serves, over its synced caches.
+    pub fn build(
+        ctx: &Context,
+        caches: &Caches,
+        index: templates::watch::TemplateIndex,
+        cluster_id: String,
+        identity: String,
+    ) -> Engagement {
+        let index_for_gc = index.clone();
+        let catalogs = IndexCatalogs {
+            index,
+            nodeclasses: caches.nodeclasses.store(),
+            clusters: caches.clusters.store(),
+        };
+        let recorder = Recorder::new(
+            ctx.workload.clone(),
+            Reporter {
+                controller: "karpenter".into(),
+                instance: Some(identity),
+            },
+        );
+        let unavailable: Arc<crate::unavailable::UnavailableOfferings> = Arc::default();
+        let registration_failures: Arc<crate::nodepool_status::RegistrationFailures> =
+            Arc::default();
+        let lifecycle_ctx = ClusterApi::context(Shared {
+            workload: ctx.workload.clone(),
+            management: ctx.management.clone(),
+            recorder,
+            metrics: ctx.metrics.clone(),
+            nodes: caches.nodes.clone(),
+            machines: caches.machines.store(),
+            nodeclasses: caches.nodeclasses.store(),
+            nodeclaims: caches.nodeclaims.store(),
+            nodepools: caches.nodepools.store(),
+            clusters: caches.clusters.store(),
+            catalogs: Arc::new(catalogs.clone()),
+            unavailable: unavailable.clone(),
+            settings: Settings {
+                node_repair_after: ctx.config.node_repair_after,
+                ..Settings::default()
+            },
+            kinds: Arc::default(),
+            expectations: Arc::default(),
+            backoff: Arc::default(),
+            registration_failures: registration_failures.clone(),
+            lookups: Arc::default(),
+            cluster_id,
+            repairs: Arc::default(),
+        });
+        let nodepool_status = crate::nodepool_status::NodePoolStatus {
+            client: ctx.workload.clone(),
+            metrics: ctx.metrics.clone(),
+            nodepools: caches.nodepools.store(),
+            nodeclaims: caches.nodeclaims.store(),
+            nodeclasses: caches.nodeclasses.store(),
+            registration_failures,
+            written: Default::default(),
+        };
+        let disruption = crate::disruption::Disruption {
+            client: ctx.workload.clone(),
+            recorder: lifecycle_ctx.recorder.clone(),
+            metrics: ctx.metrics.clone(),
+            nodepools: caches.nodepools.store(),
+            nodeclaims: caches.nodeclaims.store(),
+            nodes: caches.nodes.store(),
+            pods: caches.pods.store(),
+            pdbs: caches.pdbs.store(),
+            nodeclasses: caches.nodeclasses.store(),
+            daemonsets: caches.daemonsets.store(),
+            catalogs: Arc::new(catalogs.clone()),
+            unavailable: unavailable.clone(),
+            command_timeout: ctx.config.disruption_timeout,
+        };
+        let provisioner = crate::provisioning::Provisioner {
+            client: ctx.workload.clone(),
+            recorder: lifecycle_ctx.recorder.clone(),
+            metrics: ctx.metrics.clone(),
+            pods: caches.pods.store(),
+            nodes: caches.nodes.store(),
+            daemonsets: caches.daemonsets.store(),
+            nodeclaims: caches.nodeclaims.store(),
+            nodepools: caches.nodepools.store(),
+            catalogs: Arc::new(catalogs.clone()),
+            unavailable,
+            batch_idle: ctx.config.batch_idle,
+            batch_max: ctx.config.batch_max,
+        };
+        let lifecycle_ctx_recorder = lifecycle_ctx.recorder.clone();
+        let triggers = lifecycle::Triggers {
+            nodeclaims: caches.nodeclaims.clone(),
+            nodes: caches.nodes.clone(),
+            machines: caches.machines.clone(),
+            nodeclasses: caches.nodeclasses.clone(),
+            nodepools: caches.nodepools.clone(),
+            clusters: caches.clusters.clone(),
+            templates: Some(catalogs.index.subscribe()),
+        };
+        // The scrape-time gauges and the latencies: the leader's, as Karpenter's.
+        ctx.metrics.cluster.attach(crate::cluster_metrics::Sources {
+            pods: caches.pods.clone(),
+            nodes: caches.nodes.clone(),
+            nodeclaims: caches.nodeclaims.clone(),
+            machines: caches.machines.clone(),
+        });
+        let latency = crate::latency::Latency {
+            metrics: ctx.metrics.clone(),
+            pods: caches.pods.clone(),
+            nodeclaims: caches.nodeclaims.clone(),
+            machines: caches.machines.clone(),
+        };
+        Engagement {
+            status: StatusCtx {
+                workload: ctx.workload.clone(),
+                management: ctx.management.clone(),
+                catalogs,
+                nodeclaims: caches.nodeclaims.store(),
+                recorder: lifecycle_ctx_recorder,
+            },
+            gc_interval: ctx.config.gc_interval,
+            gc_grace: ctx.config.gc_grace,
+            lifecycle: lifecycle_ctx,
+            triggers,
+            provisioner,
+            disruption,
+            nodepool_status,
+            latency,
+            pods: caches.pods.clone(),
+            nodeclasses: caches.nodeclasses.clone(),
+            nodeclaims: caches.nodeclaims.store(),
+            nodepools: caches.nodepools.store(),
+            index: index_for_gc,
+        }
+    }
+
+    /// Spawns the loops (they stop when `stop` turns true) and garbage collection (aborted
+    /// by the caller through the returned handle).
+    pub fn run(self, tasks: &mut Tasks, stop: &watch::Receiver<bool>) -> (Tasks, AbortHandle) {
+        let stopped = |mut rx: watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        let mut loops = Tasks::default();
+        loops.spawn(crate::latency::run(self.latency, stopped(stop.clone())));
+        loops.spawn(lifecycle::run(
+            self.lifecycle.clone(),
+            self.triggers,
+            stopped(stop.clone()),
+        ));
+        loops.spawn(crate::provisioning::run(
+            self.provisioner,
+            stopped(stop.clone()),
+        ));
+        loops.spawn(crate::disruption::run(
+            self.disruption,
+            stopped(stop.clone()),
+        ));
+        loops.spawn(crate::disruption::podevents::run(
+            self.lifecycle.workload.clone(),
+            self.pods,
+            self.nodeclaims,
+            self.nodepools,
+            stopped(stop.clone()),
+        ));
+        loops.spawn(crate::nodepool_status::run(
+            self.nodepool_status,
+            stopped(stop.clone()),
+        ));
+        loops.spawn(nodeclass_status::run(
+            self.status,
+            self.nodeclasses,
+            stopped(stop.clone()),
+        ));
+        let gc = tasks.spawn(crate::garbagecollection::run(
+            self.lifecycle,
+            self.index,
+            self.gc_interval,
+            self.gc_grace,
+        ));
+        (loops, gc)
+    }
+}
