@@ -10,12 +10,14 @@
 //! - [`conditions`]: metav1 `Condition` helpers.
 //! - [`crds`]: the CRDs we install, rendered as YAML (`karpenter-capi crds`).
 //! - [`duration`]: Go durations as the API writes them.
+//! - [`hash`]: FNV-1a, stable across releases.
 
 pub mod capi;
 pub mod conditions;
 pub mod consts;
 pub mod crds;
 pub mod duration;
+pub mod hash;
 pub mod karpenter;
 pub mod nodeclass;
 mod schema;
