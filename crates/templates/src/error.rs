@@ -1,6 +1,6 @@
 //! Typed errors. Every template problem names the template and the field.
 
-use crate::model::TemplateRef;
+use crate::reference::TemplateRef;
 use crate::quantity::QuantityError;
 
 /// Why one template does not yield an instance type. The template keeps being excluded

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Taint;
+use api::consts::{groups, labels as label};
 
-use crate::names::{DOMAIN, LABEL_CAPACITY_TYPE};
 
 /// Checks a label value: ≤ 63 characters, alphanumerics with `-_.` inside.
 pub fn validate_label_value(v: &str) -> Result<(), String> {
@@ -64,9 +64,9 @@ pub fn validate_label_key(k: &str) -> Result<(), String> {
 pub fn is_restricted_label(key: &str) -> bool {
     let domain = key.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
     let in_domain = |d: &str| domain == d || domain.ends_with(&format!(".{d}"));
-    (in_domain("karpenter.sh") && key != LABEL_CAPACITY_TYPE)
+    (in_domain("karpenter.sh") && key != label::CAPACITY_TYPE)
         || key == "kubernetes.io/hostname"
-        || in_domain(DOMAIN)
+        || in_domain(groups::NODECLASS)
 }
 
 /// Parses `k1=v1,k2=v2` (the cluster-autoscaler labels annotation).

@@ -7,6 +7,7 @@
 //!
 //! - [`catalog`]: the pure part ([`build_catalog`]); semantics documented there.
 //! - [`shape`]: one template read on its own ([`TemplateShape`]).
+//! - [`reference`]: which template an object is ([`TemplateRef`]).
 //! - [`labels`]: label and taint syntax (keys, values, the `…/labels` and `…/taints` annotations).
 //! - [`settings`]: NodeClass/Cluster inputs and the allocatable defaults.
 //! - [`quantity`]: exact Kubernetes quantity parsing.
@@ -22,18 +23,21 @@ pub mod catalog;
 pub mod error;
 pub mod labels;
 pub mod model;
-pub mod names;
 pub mod offline;
 pub mod quantity;
+pub mod reference;
 pub mod selection;
 pub mod settings;
 pub mod shape;
 pub mod status;
 pub mod watch;
 
-pub use catalog::{TemplateShape, build_catalog, default_price, is_machine_template, template_ref};
+pub use catalog::build_catalog;
 pub use error::{SettingsError, TemplateError};
 pub use model::{
     Catalog, DefaultApplied, Excluded, InstanceType, Offering, PriceSource, Resources, TemplateRef,
+    default_price,
 };
+pub use reference::{is_machine_template, template_ref};
+pub use shape::TemplateShape;
 pub use settings::CatalogSettings;

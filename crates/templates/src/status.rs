@@ -7,10 +7,10 @@
 use api::Cluster;
 use api::consts::{conditions as types, reasons};
 use api::nodeclass::InstanceTypeSummary;
+use api::consts::labels as label;
 
 use crate::error::SettingsError;
 use crate::model::{Catalog, InstanceType};
-use crate::names::{LABEL_ARCH, LABEL_OS};
 use crate::quantity::{format_bytes, format_milli};
 
 fn sorted_unique(mut v: Vec<String>) -> Vec<String> {
@@ -27,8 +27,8 @@ pub fn summary(it: &InstanceType) -> InstanceTypeSummary {
         memory: format_bytes(it.capacity.memory_bytes()),
         pods: it.capacity.pods(),
         gpus: it.capacity.gpu_count(),
-        arch: it.labels.get(LABEL_ARCH).cloned().unwrap_or_default(),
-        os: it.labels.get(LABEL_OS).cloned().unwrap_or_default(),
+        arch: it.labels.get(label::ARCH).cloned().unwrap_or_default(),
+        os: it.labels.get(label::OS).cloned().unwrap_or_default(),
         zones: sorted_unique(it.offerings.iter().filter_map(|o| o.zone.clone()).collect()),
         capacity_types: sorted_unique(
             it.offerings

@@ -23,11 +23,11 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store, store::Writer};
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
+use api::consts::{groups, labels as label};
 
 use crate::catalog::build_catalog;
 use crate::error::SettingsError;
 use crate::model::Catalog;
-use crate::names::INFRASTRUCTURE_GROUP;
 use crate::selection::Selection;
 use crate::settings::CatalogSettings;
 
@@ -65,7 +65,7 @@ type GroupKind = (String, String);
 /// `*MachineTemplate` CRD serving a version named in its contract label.
 pub fn template_kind_from_crd(crd: &CustomResourceDefinition) -> Option<TemplateKind> {
     let spec = &crd.spec;
-    if spec.group != INFRASTRUCTURE_GROUP
+    if spec.group != groups::INFRASTRUCTURE
         || !spec.names.kind.ends_with("MachineTemplate")
         || spec.scope != "Namespaced"
     {
@@ -382,7 +382,7 @@ pub struct WatchConfig {
 impl Default for WatchConfig {
     fn default() -> Self {
         Self {
-            template_label_selector: Some(crate::names::LABEL_KARPENTER_MEMBER.to_string()),
+            template_label_selector: Some(label::KARPENTER_MEMBER.to_string()),
         }
     }
 }
@@ -485,7 +485,7 @@ mod tests {
     fn qualifying_crds() {
         let aws = crd(
             "AWSMachineTemplate",
-            INFRASTRUCTURE_GROUP,
+            groups::INFRASTRUCTURE,
             json!({"cluster.x-k8s.io/v1beta1": "v1beta1_v1beta2", "cluster.x-k8s.io/v1beta2": "v1beta2"}),
             &["v1beta1", "v1beta2"],
         );
@@ -499,7 +499,7 @@ mod tests {
         // Fallback label, highest served version in it.
         let azure = crd(
             "AzureMachineTemplate",
-            INFRASTRUCTURE_GROUP,
+            groups::INFRASTRUCTURE,
             json!({"cluster.x-k8s.io/v1beta1": "v1alpha4_v1beta1"}),
             &["v1alpha4", "v1beta1"],
         );
@@ -511,7 +511,7 @@ mod tests {
         assert!(
             template_kind_from_crd(&crd(
                 "DockerMachineTemplate",
-                INFRASTRUCTURE_GROUP,
+                groups::INFRASTRUCTURE,
                 json!({}),
                 &["v1beta2"]
             ))
@@ -529,7 +529,7 @@ mod tests {
         assert!(
             template_kind_from_crd(&crd(
                 "DockerMachine",
-                INFRASTRUCTURE_GROUP,
+                groups::INFRASTRUCTURE,
                 json!({"cluster.x-k8s.io/v1beta2": "v1beta2"}),
                 &["v1beta2"]
             ))
@@ -538,7 +538,7 @@ mod tests {
         assert!(
             template_kind_from_crd(&crd(
                 "DockerMachineTemplate",
-                INFRASTRUCTURE_GROUP,
+                groups::INFRASTRUCTURE,
                 json!({"cluster.x-k8s.io/v1beta2": "v1beta3"}),
                 &["v1beta2"]
             ))
@@ -551,13 +551,13 @@ mod tests {
         let label = |v: &str| json!({"cluster.x-k8s.io/v1beta2": v});
         let docker = crd(
             "DockerMachineTemplate",
-            INFRASTRUCTURE_GROUP,
+            groups::INFRASTRUCTURE,
             label("v1beta2"),
             &["v1beta1", "v1beta2"],
         );
         let aws = crd(
             "AWSMachineTemplate",
-            INFRASTRUCTURE_GROUP,
+            groups::INFRASTRUCTURE,
             label("v1beta2"),
             &["v1beta2"],
         );
@@ -578,7 +578,7 @@ mod tests {
         // Contract bump to a version the CRD serves: restart at the new version.
         let docker_v1beta1 = crd(
             "DockerMachineTemplate",
-            INFRASTRUCTURE_GROUP,
+            groups::INFRASTRUCTURE,
             label("v1beta1"),
             &["v1beta1", "v1beta2"],
         );
@@ -599,7 +599,7 @@ mod tests {
     #[test]
     fn index_serves_catalogs_from_stores() {
         let kind = TemplateKind {
-            group: INFRASTRUCTURE_GROUP.into(),
+            group: groups::INFRASTRUCTURE.into(),
             version: "v1beta2".into(),
             kind: "DockerMachineTemplate".into(),
             plural: "dockermachinetemplates".into(),
