@@ -11,8 +11,7 @@ use controller::provisioning::snapshot;
 use serde::Serialize;
 use templates::model::Catalog;
 
-use super::Loaded;
-use super::plan::pod_ref;
+use super::{Loaded, pod_ref};
 
 /// One drifted NodeClaim.
 #[derive(Debug, Clone, Serialize)]

@@ -8,6 +8,7 @@
 //! disruption verdict ([`DisruptionVerdict`], from the loop's own `verdicts`).
 
 mod disruption;
+mod doc;
 mod drift;
 mod expand;
 mod load;
@@ -81,6 +82,11 @@ pub fn load(paths: &[PathBuf]) -> Result<Loaded, Error> {
 /// A string of a document being read (the reader checks documents before they are typed).
 fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
     v.pointer(pointer).and_then(Value::as_str)
+}
+
+/// `namespace/name` of a pod in the plan.
+fn pod_ref(p: &scheduling::PodRef) -> String {
+    format!("{}/{}", p.namespace, p.name)
 }
 
 #[cfg(test)]
