@@ -51,7 +51,6 @@ pub fn object_name(claim: &str, cluster_id: &str) -> String {
     format!("{stem}-{suffix}")
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -307,8 +307,7 @@ fn type_data(s: &mut Solver, it: &InstanceType, ds: &[DsData], ds_ok: &[bool]) -
     let overhead = dense(&s.res_names, &it.overhead);
     let mut overhead_ds = vec![0; nres];
     for (i, (r, _, req)) in ds.iter().enumerate() {
-        if ds_ok[i] && untolerated(&it.taints, &ds[i].1).is_none() && treqs.intersects(r).is_ok()
-        {
+        if ds_ok[i] && untolerated(&it.taints, &ds[i].1).is_none() && treqs.intersects(r).is_ok() {
             for (o, q) in overhead_ds.iter_mut().zip(req) {
                 *o += q;
             }
@@ -408,7 +407,16 @@ fn pod_data(
     }
     let mut terms = |s: &mut Solver, kind, list: Vec<&PodAffinityTerm>| -> Vec<usize> {
         list.into_iter()
-            .map(|t| s.group(gindex, kind, &t.topology_key, &t.namespaces, ns, &t.selector))
+            .map(|t| {
+                s.group(
+                    gindex,
+                    kind,
+                    &t.topology_key,
+                    &t.namespaces,
+                    ns,
+                    &t.selector,
+                )
+            })
             .collect()
     };
     let affinity = terms(s, GroupKind::Affinity, p.pod_affinity.iter().collect());

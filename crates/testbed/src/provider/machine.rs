@@ -148,7 +148,7 @@ async fn provision(
         )
         .await?;
     }
-    let node = node_name(&obj);
+    let node = node_name(obj);
     let mut status = json!({
         "initialization": {"provisioned": true},
         "ready": true,
