@@ -11,8 +11,8 @@ use kube::ResourceExt;
 use serde::Serialize;
 
 use controller::machine;
-use templates::offline::column_lines;
 use controller::names;
+use templates::offline::column_lines;
 
 /// One NodeClaim and what hangs off it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -54,7 +54,7 @@ fn age(nc: &NodeClaim, now: Timestamp) -> i64 {
 }
 
 /// Formats seconds as Kubernetes does in `AGE` (`45s`, `12m`, `3h`, `2d`).
-pub fn human(secs: i64) -> String {
+pub(crate) fn human(secs: i64) -> String {
     match secs {
         s if s < 120 => format!("{s}s"),
         s if s < 7200 => format!("{}m", s / 60),
@@ -64,7 +64,7 @@ pub fn human(secs: i64) -> String {
 }
 
 /// A NodeClaim not Ready after this long is reported as stuck.
-pub const STUCK_AFTER_SECS: i64 = 120;
+pub(crate) const STUCK_AFTER_SECS: i64 = 120;
 
 /// Builds the rows, sorted by NodePool then NodeClaim.
 pub fn rows(
@@ -256,7 +256,7 @@ pub fn render_table(rows: &[Row]) -> String {
 /// message, computed with the live catalog's prices) when it wrote one, else the same
 /// verdict function run here on the listed objects (with the catalogs built here from the
 /// live templates).
-pub fn add_why(
+pub(crate) fn add_why(
     rows: &mut [Row],
     claims: &[NodeClaim],
     view: &controller::disruption::View,
@@ -290,9 +290,9 @@ async fn live_catalogs(
     management: &kube::Client,
     nodeclasses: &[std::sync::Arc<api::ClusterAPINodeClass>],
 ) -> std::collections::HashMap<String, std::sync::Arc<templates::model::Catalog>> {
+    use api::consts::labels::KARPENTER_MEMBER as LABEL_KARPENTER_MEMBER;
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kube::api::{Api, DynamicObject, ListParams, TypeMeta};
-    use api::consts::labels::KARPENTER_MEMBER as LABEL_KARPENTER_MEMBER;
     use templates::selection::Selection;
     use templates::settings::CatalogSettings;
     let crds = Api::<CustomResourceDefinition>::all(management.clone())

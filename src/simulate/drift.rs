@@ -29,7 +29,10 @@ pub struct DriftedNodeClaim {
 }
 
 /// The drifted NodeClaims of the snapshot, in name order.
-pub fn drifted(loaded: &Loaded, catalogs: &HashMap<String, Arc<Catalog>>) -> Vec<DriftedNodeClaim> {
+pub(super) fn drifted(
+    loaded: &Loaded,
+    catalogs: &HashMap<String, Arc<Catalog>>,
+) -> Vec<DriftedNodeClaim> {
     let state = &loaded.state;
     let view = View {
         nodepools: &state.nodepools,

@@ -30,7 +30,7 @@ pub(super) fn group_of(api_version: &str) -> &str {
 
 /// Sorts the snapshot's objects by role, validates what the scheduler reads and expands
 /// workloads.
-pub fn from_inputs(mut inputs: Inputs) -> Result<Loaded, Error> {
+pub(crate) fn from_inputs(mut inputs: Inputs) -> Result<Loaded, Error> {
     let others = std::mem::take(&mut inputs.others);
     inputs.ignored.clear();
     let mut out = Loaded {

@@ -27,7 +27,6 @@ use controller::provisioning::snapshot;
 
 pub use disruption::DisruptionVerdict;
 pub use drift::DriftedNodeClaim;
-pub use load::from_inputs;
 pub use plan::{Plan, plan};
 pub use render::render_table;
 
@@ -48,7 +47,7 @@ pub enum Error {
 
 /// The most pods one workload is expanded into: a slip such as `replicas: 4000000000` is an
 /// error, not minutes of work and gigabytes of pods.
-pub const MAX_WORKLOAD_PODS: u64 = 100_000;
+pub(crate) const MAX_WORKLOAD_PODS: u64 = 100_000;
 
 /// The snapshot read from files.
 #[derive(Debug, Default)]
@@ -71,12 +70,12 @@ pub struct Loaded {
 pub fn load_yaml(path: &Path, text: &str) -> Result<Loaded, Error> {
     let mut inputs = Inputs::default();
     inputs.add_yaml(path, text)?;
-    from_inputs(inputs)
+    load::from_inputs(inputs)
 }
 
 /// Reads files, directories (`*.yaml`, `*.yml`, `*.json`, sorted) and `-` (stdin).
 pub fn load(paths: &[PathBuf]) -> Result<Loaded, Error> {
-    from_inputs(Inputs::load(paths)?)
+    load::from_inputs(Inputs::load(paths)?)
 }
 
 /// A string of a document being read (the reader checks documents before they are typed).

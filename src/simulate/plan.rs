@@ -9,8 +9,8 @@ use templates::model::Catalog;
 use controller::objects::{name, namespaced_name, pod_node_name, terminal};
 use controller::provisioning::{convert, snapshot};
 
-use super::{Loaded, pod_ref};
 use super::disruption::{DisruptionVerdict, disruption};
+use super::{Loaded, pod_ref};
 
 /// One NodeClass's catalog, as `instance-types` shows it.
 #[derive(Debug, Clone, Serialize)]

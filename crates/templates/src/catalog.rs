@@ -23,8 +23,8 @@
 
 use std::collections::BTreeMap;
 
-use kube::api::DynamicObject;
 use api::consts::labels as label;
+use kube::api::DynamicObject;
 
 use crate::error::{SettingsError, TemplateError};
 use crate::model::{Catalog, Excluded, InstanceType, Offering, TemplateRef};
@@ -140,7 +140,9 @@ pub fn build_catalog(
 
     let mut instance_types: Vec<InstanceType> = types
         .into_iter()
-        .map(|(name, (shape, templates, offerings))| instance_type(name, shape, templates, offerings))
+        .map(|(name, (shape, templates, offerings))| {
+            instance_type(name, shape, templates, offerings)
+        })
         .collect();
     instance_types.sort_by(|a, b| {
         let pa = a.cheapest().map(|o| o.price).unwrap_or(f64::MAX);

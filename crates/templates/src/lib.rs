@@ -5,9 +5,9 @@
 //! turns templates of any infrastructure provider (plus the ClusterAPINodeClass kubelet
 //! settings and the Cluster's failure domains) into Karpenter instance types with offerings.
 //!
-//! - [`catalog`]: the pure part ([`build_catalog`]); semantics documented there.
+//! - `catalog`: the pure part ([`build_catalog`]); its module documentation states the semantics.
 //! - [`shape`]: one template read on its own ([`TemplateShape`]).
-//! - [`reference`]: which template an object is ([`TemplateRef`]).
+//! - `reference`: which template an object is ([`TemplateRef`]).
 //! - [`labels`]: label and taint syntax (keys, values, the `…/labels` and `…/taints` annotations).
 //! - [`settings`]: NodeClass/Cluster inputs and the allocatable defaults.
 //! - [`quantity`]: exact Kubernetes quantity parsing.
@@ -19,13 +19,13 @@
 //! - [`offline`]: reading YAML files into objects and rendering catalogs (the
 //!   `karpenter-capi instance-types` command).
 
-pub mod catalog;
-pub mod error;
+mod catalog;
+mod error;
 pub mod labels;
 pub mod model;
 pub mod offline;
 pub mod quantity;
-pub mod reference;
+mod reference;
 pub mod selection;
 pub mod settings;
 pub mod shape;
@@ -36,8 +36,6 @@ pub use catalog::build_catalog;
 pub use error::{SettingsError, TemplateError};
 pub use model::{
     Catalog, DefaultApplied, Excluded, InstanceType, Offering, PriceSource, Resources, TemplateRef,
-    default_price,
 };
-pub use reference::{is_machine_template, template_ref};
-pub use shape::TemplateShape;
 pub use settings::CatalogSettings;
+pub use shape::TemplateShape;

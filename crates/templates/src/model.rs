@@ -2,9 +2,9 @@
 
 use std::collections::BTreeMap;
 
+use api::consts::labels as label;
 use k8s_openapi::api::core::v1::Taint;
 use serde::{Serialize, Serializer};
-use api::consts::labels as label;
 
 use crate::error::TemplateError;
 use crate::quantity::{format_bytes, format_milli};
@@ -20,7 +20,7 @@ pub struct Resources(pub BTreeMap<String, i64>);
 impl Resources {
     pub const CPU: &'static str = "cpu";
     pub const MEMORY: &'static str = "memory";
-    pub const EPHEMERAL_STORAGE: &'static str = "ephemeral-storage";
+    pub(crate) const EPHEMERAL_STORAGE: &'static str = "ephemeral-storage";
     pub const PODS: &'static str = "pods";
 
     /// The amount of `name` (0 when absent).
@@ -79,7 +79,7 @@ fn is_byte_resource(name: &str) -> bool {
 }
 
 /// Formats one resource amount in its natural unit.
-pub fn format_resource(name: &str, v: i64) -> String {
+pub(crate) fn format_resource(name: &str, v: i64) -> String {
     if name == Resources::CPU {
         format_milli(v)
     } else if is_byte_resource(name) {
@@ -110,7 +110,7 @@ pub enum PriceSource {
 /// `f = 1` otherwise, rounded to 6 decimals. Roughly public-cloud on-demand rates
 /// (2 vCPU / 8 GiB → 0.092), so a smaller shape is always cheaper than a bigger one and spot
 /// is preferred over on-demand for the same shape.
-pub fn default_price(capacity: &Resources, capacity_type: &str) -> f64 {
+pub(crate) fn default_price(capacity: &Resources, capacity_type: &str) -> f64 {
     let vcpu = capacity.cpu_milli() as f64 / 1000.0;
     let gib = capacity.memory_bytes() as f64 / (1u64 << 30) as f64;
     let gpus = capacity.gpu_count() as f64;
@@ -145,10 +145,7 @@ impl Offering {
         if let Some(z) = &self.zone {
             l.insert(label::ZONE.to_string(), z.clone());
         }
-        l.insert(
-            label::CAPACITY_TYPE.to_string(),
-            self.capacity_type.clone(),
-        );
+        l.insert(label::CAPACITY_TYPE.to_string(), self.capacity_type.clone());
         l.insert(
             label::INSTANCE_TEMPLATE.to_string(),
             self.template.name.clone(),

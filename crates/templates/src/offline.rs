@@ -6,15 +6,15 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use api::consts::{groups, labels as label};
 use kube::api::DynamicObject;
 use serde::Serialize;
 use serde_json::Value;
-use api::consts::{groups, labels as label};
 
 use crate::catalog::build_catalog;
-use crate::reference::is_machine_template;
 use crate::model::{Catalog, InstanceType};
 use crate::quantity::{HumanBytes, format_milli};
+use crate::reference::is_machine_template;
 pub use crate::selection::selector_matches;
 use crate::selection::{Selection, is_opted_in};
 use crate::settings::{CatalogSettings, failure_domains_from_cluster_json};
@@ -560,11 +560,6 @@ pub fn render_json(reports: &[CatalogReport]) -> Result<String, serde_json::Erro
 /// Renders reports as YAML.
 pub fn render_yaml(reports: &[CatalogReport]) -> Result<String, serde_saphyr::SerializeError> {
     serde_saphyr::to_string(&reports)
-}
-
-/// Whether `group` is the infrastructure group (helper for callers filtering CRDs).
-pub fn is_infrastructure_group(group: &str) -> bool {
-    group == groups::INFRASTRUCTURE
 }
 
 #[cfg(test)]

@@ -2,10 +2,9 @@
 
 use std::fmt;
 
+use api::consts::groups;
 use kube::api::DynamicObject;
 use serde::Serialize;
-use api::consts::groups;
-
 
 /// Which InfrastructureMachineTemplate an offering launches from.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -38,13 +37,15 @@ impl fmt::Display for TemplateRef {
 }
 
 /// Whether `api_version`/`kind` name an InfrastructureMachineTemplate.
-pub fn is_machine_template(api_version: &str, kind: &str) -> bool {
+pub(crate) fn is_machine_template(api_version: &str, kind: &str) -> bool {
     let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
-    kind.ends_with("MachineTemplate") && kind != "MachineTemplate" && group == groups::INFRASTRUCTURE
+    kind.ends_with("MachineTemplate")
+        && kind != "MachineTemplate"
+        && group == groups::INFRASTRUCTURE
 }
 
 /// The reference of an object (api version, kind, namespace, name).
-pub fn template_ref(obj: &DynamicObject) -> TemplateRef {
+pub(crate) fn template_ref(obj: &DynamicObject) -> TemplateRef {
     let (api_version, kind) = obj
         .types
         .as_ref()

@@ -5,11 +5,10 @@
 
 use std::collections::BTreeMap;
 
+use api::consts::labels as label;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::DynamicObject;
 use serde_json::Value;
-use api::consts::labels as label;
-
 
 /// A NodeClass's template selection.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -48,7 +47,7 @@ impl Selection {
     /// Reads a ClusterAPINodeClass given as JSON: namespace from `spec.clusterRef.namespace`
     /// (else the object's own namespace), the selector, and the kinds (`{apiGroup, kind}`
     /// objects; plain strings are taken as kinds of any group).
-    pub fn from_node_class_json(nc: &Value) -> Self {
+    pub(crate) fn from_node_class_json(nc: &Value) -> Self {
         let namespace = nc
             .pointer("/spec/clusterRef/namespace")
             .and_then(Value::as_str)
@@ -115,7 +114,7 @@ impl Selection {
 }
 
 /// Whether a template carries the opt-in label `node.cluster.x-k8s.io/karpenter-member`.
-pub fn is_opted_in(template: &DynamicObject) -> bool {
+pub(crate) fn is_opted_in(template: &DynamicObject) -> bool {
     template
         .metadata
         .labels
@@ -250,7 +249,11 @@ mod tests {
                 let labels: BTreeMap<String, String> =
                     serde_json::from_value(labels.clone()).expect("labels");
                 let kube = Selector::try_from(sel.clone()).is_ok_and(|s| s.matches(&labels));
-                assert_eq!(selector_matches(&sel, &labels), kube, "{sel:?} on {labels:?}");
+                assert_eq!(
+                    selector_matches(&sel, &labels),
+                    kube,
+                    "{sel:?} on {labels:?}"
+                );
                 matched += usize::from(kube);
             }
         }

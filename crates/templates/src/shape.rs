@@ -3,10 +3,10 @@
 
 use std::collections::BTreeMap;
 
+use api::consts::{annotations as ann, groups, labels as label};
 use k8s_openapi::api::core::v1::Taint;
 use kube::api::DynamicObject;
 use serde_json::Value;
-use api::consts::{annotations as ann, groups, labels as label};
 
 use crate::error::{SettingsError, TemplateError};
 use crate::labels::{
@@ -18,7 +18,7 @@ use crate::reference::{is_machine_template, template_ref};
 use crate::settings::{CatalogSettings, DEFAULT_MAX_PODS, Resolved, scalar_string};
 
 /// Default GPU resource name when `…/gpu-count` has no `…/gpu-type`.
-pub const DEFAULT_GPU_RESOURCE: &str = "nvidia.com/gpu";
+pub(crate) const DEFAULT_GPU_RESOURCE: &str = "nvidia.com/gpu";
 
 /// One template read on its own, before merging.
 #[derive(Debug, Clone, PartialEq)]

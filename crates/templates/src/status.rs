@@ -5,9 +5,9 @@
 //! three and writes the result.
 
 use api::Cluster;
+use api::consts::labels as label;
 use api::consts::{conditions as types, reasons};
 use api::nodeclass::InstanceTypeSummary;
-use api::consts::labels as label;
 
 use crate::error::SettingsError;
 use crate::model::{Catalog, InstanceType};
@@ -70,13 +70,13 @@ pub struct ConditionValue {
 /// (excluded templates are named in the message but do not block the good ones), False when
 /// no template is selected, none is valid, or the kubelet settings are invalid.
 /// How many excluded templates a condition message names (the rest are counted).
-pub const NAMED_EXCLUDED: usize = 3;
+pub(crate) const NAMED_EXCLUDED: usize = 3;
 /// At most this much of one excluded template's reason goes into a message.
 const EXCLUDED_DETAIL: usize = 200;
 
 /// The first [`NAMED_EXCLUDED`] of `excluded` in full (each reason cut at a whole-word
 /// length), then how many more: a message never stops in the middle of a name.
-pub fn name_first(excluded: &[String]) -> String {
+pub(crate) fn name_first(excluded: &[String]) -> String {
     let mut parts: Vec<String> = excluded
         .iter()
         .take(NAMED_EXCLUDED)

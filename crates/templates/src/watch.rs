@@ -14,6 +14,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
 
+use api::consts::{groups, labels as label};
 use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
@@ -23,7 +24,6 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store, store::Writer};
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
-use api::consts::{groups, labels as label};
 
 use crate::catalog::build_catalog;
 use crate::error::SettingsError;
@@ -32,7 +32,8 @@ use crate::selection::Selection;
 use crate::settings::CatalogSettings;
 
 /// Contract label keys on provider CRDs, preferred first.
-pub const CONTRACT_LABELS: [&str; 2] = ["cluster.x-k8s.io/v1beta2", "cluster.x-k8s.io/v1beta1"];
+pub(crate) const CONTRACT_LABELS: [&str; 2] =
+    ["cluster.x-k8s.io/v1beta2", "cluster.x-k8s.io/v1beta1"];
 
 /// A template kind to watch, discovered from its CRD.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -109,7 +110,7 @@ pub struct Discovery {
 
 impl Discovery {
     /// Folds one CRD watch event; returns the kinds to start and stop.
-    pub fn on_event(&mut self, event: &Event<CustomResourceDefinition>) -> Vec<KindChange> {
+    pub(crate) fn on_event(&mut self, event: &Event<CustomResourceDefinition>) -> Vec<KindChange> {
         match event {
             Event::Init => {
                 self.relist = Some(BTreeMap::new());
@@ -233,7 +234,7 @@ impl TemplateIndex {
     }
 
     /// Bumps the change counter.
-    pub fn notify(&self) {
+    pub(crate) fn notify(&self) {
         self.inner.changes.send_modify(|g| *g = g.wrapping_add(1));
     }
 
@@ -243,9 +244,9 @@ impl TemplateIndex {
         kinds.values().map(|w| w.kind.clone()).collect()
     }
 
-    /// Adds (or replaces) the cache of a kind. Used by [`run`]; public so tests and embedders
-    /// can feed stores of their own.
-    pub fn insert_store(&self, kind: TemplateKind, store: Store<DynamicObject>) {
+    /// Adds (or replaces) the cache of a kind: tests feed stores of their own.
+    #[cfg(test)]
+    pub(crate) fn insert_store(&self, kind: TemplateKind, store: Store<DynamicObject>) {
         self.insert(kind, store, None);
     }
 

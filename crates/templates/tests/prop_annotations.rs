@@ -10,14 +10,14 @@ mod prop_cases;
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
+use api::consts::{annotations as ann, labels as label};
 use proptest::prelude::*;
 use regex::Regex;
 use serde_json::{Value, json};
 use templates::labels::{parse_labels, parse_taints, validate_label_key, validate_label_value};
-use templates::shape::template_shape;
 use templates::quantity::{parse_milli, parse_value};
+use templates::shape::template_shape;
 use templates::{CatalogSettings, build_catalog};
-use api::consts::{annotations as ann, labels as label};
 
 /// `IsValidLabelValue` / the name part of `IsQualifiedName` (apimachinery validation).
 static NAME: LazyLock<Regex> =

@@ -70,7 +70,7 @@ impl Percentiles {
 
 /// The stages of a pod, in order, with the time the pod reached each (its node's NodeClaim,
 /// Machine and Node found by provider ID). `None` where not seen or not applicable.
-pub fn pod_stages(t: &Timeline, pod: &PodTimes) -> Vec<(&'static str, Option<f64>)> {
+pub(crate) fn pod_stages(t: &Timeline, pod: &PodTimes) -> Vec<(&'static str, Option<f64>)> {
     let node = t.nodes.get(&pod.node);
     let pid = node.map(|n| n.provider_id.as_str()).unwrap_or_default();
     let by_pid = |m: &HashMap<String, ObjectTimes>| {

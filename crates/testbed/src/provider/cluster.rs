@@ -172,7 +172,6 @@ async fn apply_cluster_objects(client: &Client, setup: &ClusterSetup) -> Result<
     Ok(())
 }
 
-
 /// [`create_cluster`] on a testbed that is both management and workload cluster: a fresh
 /// namespace, the testbed's own kubeconfig in the `<name>-kubeconfig` Secret.
 pub async fn setup_cluster(
