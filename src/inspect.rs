@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use controller::machine;
 use controller::names;
+use templates::offline::column_lines;
 
 /// One NodeClaim and what hangs off it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -53,7 +54,7 @@ fn age(nc: &NodeClaim, now: Timestamp) -> i64 {
 }
 
 /// Formats seconds as Kubernetes does in `AGE` (`45s`, `12m`, `3h`, `2d`).
-pub fn human(secs: i64) -> String {
+pub(crate) fn human(secs: i64) -> String {
     match secs {
         s if s < 120 => format!("{s}s"),
         s if s < 7200 => format!("{}m", s / 60),
@@ -63,7 +64,7 @@ pub fn human(secs: i64) -> String {
 }
 
 /// A NodeClaim not Ready after this long is reported as stuck.
-pub const STUCK_AFTER_SECS: i64 = 120;
+pub(crate) const STUCK_AFTER_SECS: i64 = 120;
 
 /// Builds the rows, sorted by NodePool then NodeClaim.
 pub fn rows(
@@ -100,38 +101,7 @@ pub fn rows(
                 .map(|c| c.status.clone())
                 .unwrap_or_default();
             let age_seconds = age(nc, now);
-            let mut stuck = None;
-            if ready != "True" && age_seconds >= STUCK_AFTER_SECS {
-                let wait = human(age_seconds);
-                stuck = Some(
-                    if let Some(c) = cond(nc, "Launched").filter(|c| c.status != "True") {
-                        format!("not launched for {wait}: {} {}", c.reason, c.message)
-                    } else if let Some(m) = m {
-                        let phase = machine::phase(m).unwrap_or("Unknown");
-                        let why = ["InfrastructureReady", "BootstrapConfigReady", "NodeReady"]
-                            .iter()
-                            .find_map(|t| match machine::condition(m, t) {
-                                Some((status, reason, message)) if status != "True" => {
-                                    Some(format!(
-                                        "{t}={status} ({reason}{}{message})",
-                                        if message.is_empty() { "" } else { ": " }
-                                    ))
-                                }
-                                _ => None,
-                            })
-                            .unwrap_or_else(|| "waiting for the Node to register".into());
-                        format!("Machine {phase} for {wait}: {why}")
-                    } else if !machine_key.is_empty() {
-                        format!("Machine {machine_key} not found")
-                    } else {
-                        let c = cond(nc, "Initialized").or_else(|| cond(nc, "Registered"));
-                        format!(
-                            "not ready for {wait}: {}",
-                            c.map(|c| c.message.as_str()).unwrap_or_default()
-                        )
-                    },
-                );
-            }
+            let stuck = stuck(nc, m.copied(), &machine_key, age_seconds);
             let drift = cond(nc, "Drifted").filter(|c| c.status == "True");
             Row {
                 drifted: drift.map(|c| c.reason.clone()),
@@ -174,6 +144,47 @@ pub fn rows(
     out
 }
 
+/// Why a NodeClaim that is not Ready after [`STUCK_AFTER_SECS`] is waiting: not launched, its
+/// Machine's first unmet condition, a missing Machine, or its own conditions.
+fn stuck(
+    nc: &NodeClaim,
+    m: Option<&Machine>,
+    machine_key: &str,
+    age_seconds: i64,
+) -> Option<String> {
+    let ready = cond(nc, "Ready").is_some_and(|c| c.status == "True");
+    if ready || age_seconds < STUCK_AFTER_SECS {
+        return None;
+    }
+    let wait = human(age_seconds);
+    Some(
+        if let Some(c) = cond(nc, "Launched").filter(|c| c.status != "True") {
+            format!("not launched for {wait}: {} {}", c.reason, c.message)
+        } else if let Some(m) = m {
+            let phase = machine::phase(m).unwrap_or("Unknown");
+            let why = ["InfrastructureReady", "BootstrapConfigReady", "NodeReady"]
+                .iter()
+                .find_map(|t| match machine::condition(m, t) {
+                    Some((status, reason, message)) if status != "True" => Some(format!(
+                        "{t}={status} ({reason}{}{message})",
+                        if message.is_empty() { "" } else { ": " }
+                    )),
+                    _ => None,
+                })
+                .unwrap_or_else(|| "waiting for the Node to register".into());
+            format!("Machine {phase} for {wait}: {why}")
+        } else if !machine_key.is_empty() {
+            format!("Machine {machine_key} not found")
+        } else {
+            let c = cond(nc, "Initialized").or_else(|| cond(nc, "Registered"));
+            format!(
+                "not ready for {wait}: {}",
+                c.map(|c| c.message.as_str()).unwrap_or_default()
+            )
+        },
+    )
+}
+
 /// A fixed-width table, one line per NodeClaim, stuck reasons under it.
 pub fn render_table(rows: &[Row]) -> String {
     let header = [
@@ -189,43 +200,35 @@ pub fn render_table(rows: &[Row]) -> String {
         "AGE",
         "PROVIDERID",
     ];
-    let cells: Vec<[String; 11]> = rows
+    let mut table: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+    table.extend(rows.iter().map(|r| {
+        let age = human(r.age_seconds);
+        [
+            r.nodepool.as_str(),
+            &r.nodeclaim,
+            &r.instance_type,
+            &r.zone,
+            &r.machine,
+            &r.machine_phase,
+            &r.node,
+            &r.ready,
+            r.drifted.as_deref().unwrap_or_default(),
+            &age,
+            &r.provider_id,
+        ]
         .iter()
-        .map(|r| {
-            [
-                r.nodepool.clone(),
-                r.nodeclaim.clone(),
-                r.instance_type.clone(),
-                r.zone.clone(),
-                r.machine.clone(),
-                r.machine_phase.clone(),
-                r.node.clone(),
-                r.ready.clone(),
-                r.drifted.clone().unwrap_or_default(),
-                human(r.age_seconds),
-                r.provider_id.clone(),
-            ]
-        })
-        .collect();
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for row in &cells {
-        for (w, c) in widths.iter_mut().zip(row) {
-            *w = (*w).max(c.len().max(1));
-        }
+        .map(|c| if c.is_empty() { "-" } else { c }.to_string())
+        .collect()
+    }));
+    let mut out = String::new();
+    let mut lines = column_lines(&table).into_iter();
+    if let Some(h) = lines.next() {
+        out += &h;
+        out.push('\n');
     }
-    let line = |cols: Vec<&str>| -> String {
-        let mut l = cols
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{:<w$}", if c.is_empty() { "-" } else { c }, w = *w))
-            .collect::<Vec<_>>()
-            .join("  ");
-        l.truncate(l.trim_end().len());
-        l + "\n"
-    };
-    let mut out = line(header.to_vec());
-    for (row, r) in cells.iter().zip(rows) {
-        out += &line(row.iter().map(String::as_str).collect());
+    for (line, r) in lines.zip(rows) {
+        out += &line;
+        out.push('\n');
         if let Some(why) = &r.stuck {
             out += &format!("  ! {}: {why}\n", r.nodeclaim);
         }
@@ -253,7 +256,7 @@ pub fn render_table(rows: &[Row]) -> String {
 /// message, computed with the live catalog's prices) when it wrote one, else the same
 /// verdict function run here on the listed objects (with the catalogs built here from the
 /// live templates).
-pub fn add_why(
+pub(crate) fn add_why(
     rows: &mut [Row],
     claims: &[NodeClaim],
     view: &controller::disruption::View,
@@ -287,9 +290,9 @@ async fn live_catalogs(
     management: &kube::Client,
     nodeclasses: &[std::sync::Arc<api::ClusterAPINodeClass>],
 ) -> std::collections::HashMap<String, std::sync::Arc<templates::model::Catalog>> {
+    use api::consts::labels::KARPENTER_MEMBER as LABEL_KARPENTER_MEMBER;
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kube::api::{Api, DynamicObject, ListParams, TypeMeta};
-    use templates::names::LABEL_KARPENTER_MEMBER;
     use templates::selection::Selection;
     use templates::settings::CatalogSettings;
     let crds = Api::<CustomResourceDefinition>::all(management.clone())
@@ -404,6 +407,46 @@ mod tests {
         v["spec"] = json!({"requirements": [],
             "nodeClassRef": {"group": "karpenter.cluster.x-k8s.io", "kind": "ClusterAPINodeClass", "name": "default"}});
         serde_json::from_value(v).expect("fixture")
+    }
+
+    #[test]
+    fn table_aligns_columns_dashes_empty_cells_and_puts_notes_under_their_row() {
+        let row = |nodeclaim: &str, machine: &str| Row {
+            nodepool: "default".into(),
+            nodeclaim: nodeclaim.into(),
+            instance_type: "small".into(),
+            zone: String::new(),
+            machine: machine.into(),
+            machine_phase: String::new(),
+            provider_id: String::new(),
+            node: String::new(),
+            ready: "Unknown".into(),
+            age_seconds: 30,
+            stuck: None,
+            drifted: None,
+            drift_message: None,
+            disruption: None,
+            why: None,
+        };
+        let mut long = row("default-long-name", "capi/m-1");
+        long.stuck = Some("Machine Pending for 3m: NodeReady=False".into());
+        let table = render_table(&[row("default-a", ""), long]);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 4, "{table}");
+        assert_eq!(
+            lines[0],
+            "NODEPOOL  NODECLAIM          TYPE   ZONE  MACHINE   PHASE  NODE  READY    DRIFTED  AGE  PROVIDERID"
+        );
+        assert_eq!(
+            lines[1],
+            "default   default-a          small  -     -         -      -     Unknown  -        30s  -"
+        );
+        assert!(lines[2].starts_with("default   default-long-name  small  -     capi/m-1  -"));
+        assert_eq!(
+            lines[3],
+            "  ! default-long-name: Machine Pending for 3m: NodeReady=False"
+        );
+        assert_eq!(render_table(&[]).lines().last(), Some("(no NodeClaims)"));
     }
 
     #[test]

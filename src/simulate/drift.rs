@@ -11,8 +11,7 @@ use controller::provisioning::snapshot;
 use serde::Serialize;
 use templates::model::Catalog;
 
-use super::Loaded;
-use super::plan::pod_ref;
+use super::{Loaded, pod_ref};
 
 /// One drifted NodeClaim.
 #[derive(Debug, Clone, Serialize)]
@@ -30,7 +29,10 @@ pub struct DriftedNodeClaim {
 }
 
 /// The drifted NodeClaims of the snapshot, in name order.
-pub fn drifted(loaded: &Loaded, catalogs: &HashMap<String, Arc<Catalog>>) -> Vec<DriftedNodeClaim> {
+pub(super) fn drifted(
+    loaded: &Loaded,
+    catalogs: &HashMap<String, Arc<Catalog>>,
+) -> Vec<DriftedNodeClaim> {
     let state = &loaded.state;
     let view = View {
         nodepools: &state.nodepools,

@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::{Value, json};
 use templates::offline::selector_matches;
 
-use super::load::{Doc, count, normalize_pod_spec};
+use super::doc::{Doc, count, normalize_pod_spec};
 use super::{Error, MAX_WORKLOAD_PODS};
 
 /// The pods a workload's controller would create: replicas (Job: parallelism, at most

@@ -8,6 +8,7 @@
 //! disruption verdict ([`DisruptionVerdict`], from the loop's own `verdicts`).
 
 mod disruption;
+mod doc;
 mod drift;
 mod expand;
 mod load;
@@ -26,7 +27,6 @@ use controller::provisioning::snapshot;
 
 pub use disruption::DisruptionVerdict;
 pub use drift::DriftedNodeClaim;
-pub use load::from_inputs;
 pub use plan::{Plan, plan};
 pub use render::render_table;
 
@@ -47,7 +47,7 @@ pub enum Error {
 
 /// The most pods one workload is expanded into: a slip such as `replicas: 4000000000` is an
 /// error, not minutes of work and gigabytes of pods.
-pub const MAX_WORKLOAD_PODS: u64 = 100_000;
+pub(crate) const MAX_WORKLOAD_PODS: u64 = 100_000;
 
 /// The snapshot read from files.
 #[derive(Debug, Default)]
@@ -70,17 +70,22 @@ pub struct Loaded {
 pub fn load_yaml(path: &Path, text: &str) -> Result<Loaded, Error> {
     let mut inputs = Inputs::default();
     inputs.add_yaml(path, text)?;
-    from_inputs(inputs)
+    load::from_inputs(inputs)
 }
 
 /// Reads files, directories (`*.yaml`, `*.yml`, `*.json`, sorted) and `-` (stdin).
 pub fn load(paths: &[PathBuf]) -> Result<Loaded, Error> {
-    from_inputs(Inputs::load(paths)?)
+    load::from_inputs(Inputs::load(paths)?)
 }
 
 /// A string of a document being read (the reader checks documents before they are typed).
 fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
     v.pointer(pointer).and_then(Value::as_str)
+}
+
+/// `namespace/name` of a pod in the plan.
+fn pod_ref(p: &scheduling::PodRef) -> String {
+    format!("{}/{}", p.namespace, p.name)
 }
 
 #[cfg(test)]

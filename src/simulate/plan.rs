@@ -9,8 +9,8 @@ use templates::model::Catalog;
 use controller::objects::{name, namespaced_name, pod_node_name, terminal};
 use controller::provisioning::{convert, snapshot};
 
-use super::Loaded;
 use super::disruption::{DisruptionVerdict, disruption};
+use super::{Loaded, pod_ref};
 
 /// One NodeClass's catalog, as `instance-types` shows it.
 #[derive(Debug, Clone, Serialize)]
@@ -108,15 +108,98 @@ pub struct Plan {
     pub drifted: Vec<super::DriftedNodeClaim>,
 }
 
-pub(super) fn pod_ref(p: &scheduling::PodRef) -> String {
-    format!("{}/{}", p.namespace, p.name)
-}
+type Catalogs = HashMap<String, Arc<Catalog>>;
 
 /// Builds the catalogs, runs the provisioner's scheduling simulation and collects the plan.
 pub fn plan(loaded: &Loaded) -> Plan {
     let mut warnings = loaded.warnings.clone();
+    let (node_classes, catalogs) = node_class_catalogs(loaded, &mut warnings);
+    let mut node_pools = node_pool_summaries(loaded, &catalogs, &mut warnings);
+    let snap = snapshot::build(
+        &loaded.state,
+        &loaded.pending,
+        &|nc| catalogs.get(nc).cloned(),
+        &|_, _, _| true,
+    );
+    for summary in &mut node_pools {
+        if let Some(p) = snap
+            .input
+            .node_pools
+            .iter()
+            .find(|p| p.name == summary.name)
+        {
+            summary.instance_types = compatible_instance_types(p);
+        }
+    }
+    for p in &loaded.state.pods {
+        let Some(node) = pod_node_name(p) else {
+            continue;
+        };
+        if !snap.input.nodes.iter().any(|n| n.name == node) && !terminal(p) {
+            warnings.push(format!(
+                "Pod {}: bound to {node}, which is not a Ready Node or NodeClaim of the snapshot",
+                namespaced_name(p.as_ref())
+            ));
+        }
+    }
+    let mut seen = HashSet::new();
+    warnings.retain(|w| seen.insert(w.clone()));
+    let output = scheduling::solve(&snap.input);
+    let node_claims = planned_node_claims(loaded, &catalogs, &output);
+    let existing = existing_placements(&snap.input, &output);
+    let unplaceable: Vec<UnplaceablePod> = output
+        .unschedulable
+        .iter()
+        .map(|u| UnplaceablePod {
+            pod: pod_ref(&u.pod),
+            reason: u.reason.clone(),
+        })
+        .collect();
+    let on_new: usize = node_claims.iter().map(|c| c.pods.len()).sum();
+    let on_existing = output.existing.len();
+    let total = Total {
+        node_claims: node_claims.len(),
+        price_per_hour: node_claims
+            .iter()
+            .fold(0.0, |sum, c| sum + c.price_per_hour),
+        pods_placed: on_new + on_existing,
+        pods_on_new_node_claims: on_new,
+        pods_on_existing: on_existing,
+        pods_unplaceable: unplaceable.len(),
+    };
+    let nodes_in = |state| snap.input.nodes.iter().filter(|n| n.state == state).count();
+    Plan {
+        pods_pending: loaded.pending.len(),
+        pods_bound: loaded
+            .state
+            .pods
+            .iter()
+            .filter(|p| pod_node_name(p).is_some())
+            .count(),
+        nodes: nodes_in(scheduling::NodeState::Ready),
+        in_flight_node_claims: nodes_in(scheduling::NodeState::InFlight),
+        daemon_sets: loaded.state.daemonsets.len(),
+        node_classes,
+        node_pools,
+        warnings,
+        ignored: loaded.ignored.clone(),
+        node_claims,
+        existing,
+        unplaceable,
+        total,
+        disruption: disruption(loaded, &catalogs, k8s_openapi::jiff::Timestamp::now()),
+        drifted: super::drift::drifted(loaded, &catalogs),
+    }
+}
+
+/// Each NodeClass's catalog (as `instance-types` builds it) and its summary; problems become
+/// warnings.
+fn node_class_catalogs(
+    loaded: &Loaded,
+    warnings: &mut Vec<String>,
+) -> (Vec<NodeClassSummary>, Catalogs) {
     let mut node_classes = Vec::new();
-    let mut catalogs: HashMap<String, Arc<Catalog>> = HashMap::new();
+    let mut catalogs: Catalogs = HashMap::new();
     let mut names = HashSet::new();
     for nc in &loaded.inputs.node_classes {
         let name = nc.metadata.name.clone().unwrap_or_default();
@@ -126,45 +209,56 @@ pub fn plan(loaded: &Loaded) -> Plan {
             ));
         }
     }
-    if !loaded.inputs.node_classes.is_empty() {
-        for r in templates::offline::reports(&loaded.inputs) {
-            let name = r.node_class.clone().unwrap_or_default();
-            for w in &r.warnings {
-                warnings.push(format!("NodeClass {name}: {w}"));
-            }
-            if let Some(e) = &r.error {
-                warnings.push(format!(
-                    "NodeClass {name}: {e}: its NodePools get no instance types"
-                ));
-            }
-            let Some(c) = r.catalog else {
-                continue;
-            };
-            let excluded: Vec<String> = c
-                .excluded
-                .iter()
-                .map(|e| format!("{}: {}: {}", e.template, e.error.reason(), e.error.detail()))
-                .collect();
-            for e in &excluded {
-                warnings.push(format!("NodeClass {name}: template excluded: {e}"));
-            }
-            let mut zones: Vec<String> = c
-                .instance_types
-                .iter()
-                .flat_map(|it| it.offerings.iter().filter_map(|o| o.zone.clone()))
-                .collect();
-            zones.sort();
-            zones.dedup();
-            node_classes.push(NodeClassSummary {
-                name: name.clone(),
-                cluster: r.cluster.clone(),
-                instance_types: c.instance_types.len(),
-                zones,
-                excluded,
-            });
-            catalogs.insert(name, Arc::new(c));
-        }
+    if loaded.inputs.node_classes.is_empty() {
+        return (node_classes, catalogs);
     }
+    for r in templates::offline::reports(&loaded.inputs) {
+        let name = r.node_class.clone().unwrap_or_default();
+        for w in &r.warnings {
+            warnings.push(format!("NodeClass {name}: {w}"));
+        }
+        if let Some(e) = &r.error {
+            warnings.push(format!(
+                "NodeClass {name}: {e}: its NodePools get no instance types"
+            ));
+        }
+        let Some(c) = r.catalog else {
+            continue;
+        };
+        let excluded: Vec<String> = c
+            .excluded
+            .iter()
+            .map(|e| format!("{}: {}: {}", e.template, e.error.reason(), e.error.detail()))
+            .collect();
+        for e in &excluded {
+            warnings.push(format!("NodeClass {name}: template excluded: {e}"));
+        }
+        let mut zones: Vec<String> = c
+            .instance_types
+            .iter()
+            .flat_map(|it| it.offerings.iter().filter_map(|o| o.zone.clone()))
+            .collect();
+        zones.sort();
+        zones.dedup();
+        node_classes.push(NodeClassSummary {
+            name: name.clone(),
+            cluster: r.cluster.clone(),
+            instance_types: c.instance_types.len(),
+            zones,
+            excluded,
+        });
+        catalogs.insert(name, Arc::new(c));
+    }
+    (node_classes, catalogs)
+}
+
+/// Each NodePool's summary (its instance types are counted once the snapshot is built); a
+/// NodeClass reference that yields nothing becomes a warning.
+fn node_pool_summaries(
+    loaded: &Loaded,
+    catalogs: &Catalogs,
+    warnings: &mut Vec<String>,
+) -> Vec<NodePoolSummary> {
     let mut node_pools = Vec::new();
     for p in &loaded.state.nodepools {
         let pool = name(p.as_ref());
@@ -205,37 +299,16 @@ pub fn plan(loaded: &Loaded) -> Plan {
                 .collect(),
         });
     }
-    let snap = snapshot::build(
-        &loaded.state,
-        &loaded.pending,
-        &|nc| catalogs.get(nc).cloned(),
-        &|_, _, _| true,
-    );
-    for summary in &mut node_pools {
-        if let Some(p) = snap
-            .input
-            .node_pools
-            .iter()
-            .find(|p| p.name == summary.name)
-        {
-            summary.instance_types = compatible_instance_types(p);
-        }
-    }
-    for p in &loaded.state.pods {
-        let Some(node) = pod_node_name(p) else {
-            continue;
-        };
-        if !snap.input.nodes.iter().any(|n| n.name == node) && !terminal(p) {
-            warnings.push(format!(
-                "Pod {}: bound to {node}, which is not a Ready Node or NodeClaim of the snapshot",
-                namespaced_name(p.as_ref())
-            ));
-        }
-    }
-    let mut seen = HashSet::new();
-    warnings.retain(|w| seen.insert(w.clone()));
-    let output = scheduling::solve(&snap.input);
-    let node_claims: Vec<PlannedNodeClaim> = output
+    node_pools
+}
+
+/// The NodeClaims the solver would create.
+fn planned_node_claims(
+    loaded: &Loaded,
+    catalogs: &Catalogs,
+    output: &scheduling::Output,
+) -> Vec<PlannedNodeClaim> {
+    output
         .new_node_claims
         .iter()
         .map(|c| PlannedNodeClaim {
@@ -261,14 +334,20 @@ pub fn plan(loaded: &Loaded) -> Plan {
                 .collect(),
             pods: c.pods.iter().map(pod_ref).collect(),
         })
-        .collect();
+        .collect()
+}
+
+/// The pods the solver put on Nodes and in-flight NodeClaims, grouped by node.
+fn existing_placements(
+    input: &scheduling::Input,
+    output: &scheduling::Output,
+) -> Vec<ExistingPlacement> {
     let mut existing: Vec<ExistingPlacement> = Vec::new();
     for p in &output.existing {
         match existing.iter_mut().find(|e| e.node == p.node) {
             Some(e) => e.pods.push(pod_ref(&p.pod)),
             None => {
-                let in_flight = snap
-                    .input
+                let in_flight = input
                     .nodes
                     .iter()
                     .any(|n| n.name == p.node && n.state == scheduling::NodeState::InFlight);
@@ -280,58 +359,7 @@ pub fn plan(loaded: &Loaded) -> Plan {
             }
         }
     }
-    let unplaceable: Vec<UnplaceablePod> = output
-        .unschedulable
-        .iter()
-        .map(|u| UnplaceablePod {
-            pod: pod_ref(&u.pod),
-            reason: u.reason.clone(),
-        })
-        .collect();
-    let on_new: usize = node_claims.iter().map(|c| c.pods.len()).sum();
-    let on_existing = output.existing.len();
-    let total = Total {
-        node_claims: node_claims.len(),
-        price_per_hour: node_claims
-            .iter()
-            .fold(0.0, |sum, c| sum + c.price_per_hour),
-        pods_placed: on_new + on_existing,
-        pods_on_new_node_claims: on_new,
-        pods_on_existing: on_existing,
-        pods_unplaceable: unplaceable.len(),
-    };
-    Plan {
-        pods_pending: loaded.pending.len(),
-        pods_bound: loaded
-            .state
-            .pods
-            .iter()
-            .filter(|p| pod_node_name(p).is_some())
-            .count(),
-        nodes: snap
-            .input
-            .nodes
-            .iter()
-            .filter(|n| n.state == scheduling::NodeState::Ready)
-            .count(),
-        in_flight_node_claims: snap
-            .input
-            .nodes
-            .iter()
-            .filter(|n| n.state == scheduling::NodeState::InFlight)
-            .count(),
-        daemon_sets: loaded.state.daemonsets.len(),
-        node_classes,
-        node_pools,
-        warnings,
-        ignored: loaded.ignored.clone(),
-        node_claims,
-        existing,
-        unplaceable,
-        total,
-        disruption: disruption(loaded, &catalogs, k8s_openapi::jiff::Timestamp::now()),
-        drifted: super::drift::drifted(loaded, &catalogs),
-    }
+    existing
 }
 
 /// How many of a pool's instance types its requirements allow (labels and an offering).

@@ -37,6 +37,27 @@ pub(super) fn cells(row: &[&str]) -> Vec<String> {
 /// unplaceable pods, total.
 pub fn render_table(plan: &Plan) -> String {
     let mut out = String::new();
+    write_summary(&mut out, plan);
+    write_node_claims(&mut out, plan);
+    write_existing(&mut out, plan);
+    write_drifted(&mut out, plan);
+    write_disruption(&mut out, plan);
+    let t = &plan.total;
+    let _ = writeln!(
+        out,
+        "\nTotal: {} NodeClaims, {:.4}/h; {} pods placed ({} on new NodeClaims, {} on existing capacity), {} cannot be placed",
+        t.node_claims,
+        t.price_per_hour,
+        t.pods_placed,
+        t.pods_on_new_node_claims,
+        t.pods_on_existing,
+        t.pods_unplaceable
+    );
+    out
+}
+
+/// The snapshot, its NodeClasses and NodePools, the warnings.
+fn write_summary(out: &mut String, plan: &Plan) {
     let _ = writeln!(
         out,
         "Snapshot: pods pending {}, bound {}; Nodes {}, in-flight NodeClaims {}, DaemonSets {}",
@@ -78,6 +99,10 @@ pub fn render_table(plan: &Plan) -> String {
     for w in &plan.warnings {
         let _ = writeln!(out, "warning: {w}");
     }
+}
+
+/// The NodeClaims to create.
+fn write_node_claims(out: &mut String, plan: &Plan) {
     let _ = writeln!(out, "\nNodeClaims to create:");
     if plan.node_claims.is_empty() {
         let _ = writeln!(out, "(none)");
@@ -110,6 +135,10 @@ pub fn render_table(plan: &Plan) -> String {
         }
         out.push_str(&columns(&rows));
     }
+}
+
+/// Pods on existing capacity, and pods that cannot be placed.
+fn write_existing(out: &mut String, plan: &Plan) {
     if !plan.existing.is_empty() {
         let _ = writeln!(out, "\nPods on existing Nodes / in-flight NodeClaims:");
         let mut rows = vec![cells(&["NODE", "STATE", "PODS"])];
@@ -130,6 +159,10 @@ pub fn render_table(plan: &Plan) -> String {
         }
         out.push_str(&columns(&rows));
     }
+}
+
+/// Drifted NodeClaims and their replacements.
+fn write_drifted(out: &mut String, plan: &Plan) {
     if !plan.drifted.is_empty() {
         let _ = writeln!(out, "\nDrifted NodeClaims (replaced surge-first):");
         let mut rows = vec![cells(&["NODECLAIM", "DRIFTED", "REPLACEMENTS", "WHY"])];
@@ -148,6 +181,10 @@ pub fn render_table(plan: &Plan) -> String {
         }
         out.push_str(&columns(&rows));
     }
+}
+
+/// Each existing NodeClaim's disruption verdict.
+fn write_disruption(out: &mut String, plan: &Plan) {
     if !plan.disruption.is_empty() {
         let _ = writeln!(out, "\nDisruption (existing NodeClaims):");
         let mut rows = vec![cells(&[
@@ -179,16 +216,4 @@ pub fn render_table(plan: &Plan) -> String {
         }
         out.push_str(&columns(&rows));
     }
-    let t = &plan.total;
-    let _ = writeln!(
-        out,
-        "\nTotal: {} NodeClaims, {:.4}/h; {} pods placed ({} on new NodeClaims, {} on existing capacity), {} cannot be placed",
-        t.node_claims,
-        t.price_per_hour,
-        t.pods_placed,
-        t.pods_on_new_node_claims,
-        t.pods_on_existing,
-        t.pods_unplaceable
-    );
-    out
 }

@@ -3,6 +3,8 @@
 //! shell-word splitter, and the commands the demo and CI run (`hack/demo.sh` and the
 //! Makefile's `test` target with its prerequisites), normalised so that a documented command
 //! can be looked up among them.
+// Test-support module: `pub` here shares items between test files of one test crate.
+#![allow(unreachable_pub)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

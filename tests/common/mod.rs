@@ -1,6 +1,7 @@
 //! Shared set-up of the end-to-end tests: the testbed with the Cluster API manager, the test
 //! infrastructure provider, kwok, a Cluster, templates, a NodeClass and the operator.
-#![allow(dead_code)]
+// Test-support module: `pub` here shares items between test files of one test crate.
+#![allow(dead_code, unreachable_pub)]
 
 pub mod manifests;
 pub mod mirror;

@@ -7,6 +7,8 @@
 //!
 //! Failures are not persisted to files: a failing case found here becomes a unit test next
 //! to the parser it broke.
+// Test-support module: `pub` here shares items between test files of one test crate.
+#![allow(unreachable_pub)]
 
 use proptest::test_runner::Config;
 

@@ -2,6 +2,8 @@
 //! shared by path like `prop_cases.rs`: arbitrary documents made of the field names and
 //! scalars those readers look at, and mutations of real example documents (a subtree
 //! replaced, a field removed).
+// Test-support module: `pub` here shares items between test files of one test crate.
+#![allow(unreachable_pub)]
 
 use std::path::Path;
 

@@ -169,19 +169,6 @@ pub struct MachineAddress {
     pub address: String,
 }
 
-/// Machine phases.
-pub mod phases {
-    pub const PENDING: &str = "Pending";
-    pub const PROVISIONING: &str = "Provisioning";
-    pub const PROVISIONED: &str = "Provisioned";
-    pub const RUNNING: &str = "Running";
-    pub const UPDATING: &str = "Updating";
-    pub const DELETING: &str = "Deleting";
-    pub const DELETED: &str = "Deleted";
-    pub const FAILED: &str = "Failed";
-    pub const UNKNOWN: &str = "Unknown";
-}
-
 /// Cluster: the fields we read (version, control plane, failure domains, conditions).
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(

@@ -4,19 +4,26 @@
 //!   Karpenter defines them (defaults, enums, patterns and CEL rules included), so a user's
 //!   existing NodePool YAML applies unchanged.
 //! - [`nodeclass`]: `karpenter.cluster.x-k8s.io/v1alpha1` [`ClusterAPINodeClass`].
-//! - [`capi`]: typed clients for the Cluster API kinds we read and create (`Machine`,
+//! - `capi`: typed clients for the Cluster API kinds we read and create (`Machine`,
 //!   `Cluster`, `cluster.x-k8s.io/v1beta2`). Cluster API installs those CRDs, never us.
 //! - [`consts`]: every label, annotation, taint, finalizer and condition name.
 //! - [`conditions`]: metav1 `Condition` helpers.
 //! - [`crds`]: the CRDs we install, rendered as YAML (`karpenter-capi crds`).
 //! - [`duration`]: Go durations as the API writes them.
+//! - [`hash`]: FNV-1a, stable across releases.
 
-pub mod capi;
+mod capi;
 pub mod conditions;
 pub mod consts;
 pub mod crds;
 pub mod duration;
+pub mod hash;
+// The `KubeSchema` derive copies a struct, `pub` included, into a private helper and strips
+// any `allow` from the copy: unreachable_pub would flag the helper, never a real item (every
+// item of this module is public API).
+#[allow(unreachable_pub)]
 pub mod karpenter;
+#[allow(unreachable_pub)] // the `KubeSchema` derive, as for `karpenter`
 pub mod nodeclass;
 mod schema;
 

@@ -5,33 +5,33 @@
 use schemars::{Schema, SchemaGenerator, json_schema};
 
 /// resource.Quantity.
-pub const QUANTITY: &str = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
+pub(crate) const QUANTITY: &str = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
 /// A label value (may be empty).
-pub const LABEL_VALUE: &str = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
+pub(crate) const LABEL_VALUE: &str = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
 /// A qualified name (label key, taint key).
-pub const QUALIFIED_NAME: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*(\/))?([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$";
+pub(crate) const QUALIFIED_NAME: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*(\/))?([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$";
 /// A duration in s/m/h, or `Never`.
-pub const DURATION_OR_NEVER: &str = r"^(([0-9]+(s|m|h))+|Never)$";
+pub(crate) const DURATION_OR_NEVER: &str = r"^(([0-9]+(s|m|h))+|Never)$";
 /// A duration in s/m/h.
-pub const DURATION: &str = r"^([0-9]+(s|m|h))+$";
+pub(crate) const DURATION: &str = r"^([0-9]+(s|m|h))+$";
 /// A duration in ms/s/m/h (our own timeouts).
-pub const TIMEOUT: &str = r"^([0-9]+(ms|s|m|h))+$";
+pub(crate) const TIMEOUT: &str = r"^([0-9]+(ms|s|m|h))+$";
 /// Budget `nodes`: a count or a percentage.
-pub const BUDGET_NODES: &str = r"^((100|[0-9]{1,2})%|[0-9]+)$";
+pub(crate) const BUDGET_NODES: &str = r"^((100|[0-9]{1,2})%|[0-9]+)$";
 /// Budget `duration`: minutes and hours only (cron has no seconds).
-pub const BUDGET_DURATION: &str = r"^((([0-9]+(h|m))|([0-9]+h[0-9]+m))(0s)?)$";
+pub(crate) const BUDGET_DURATION: &str = r"^((([0-9]+(h|m))|([0-9]+h[0-9]+m))(0s)?)$";
 /// Budget `schedule`: a cron expression or macro.
-pub const BUDGET_SCHEDULE: &str =
+pub(crate) const BUDGET_SCHEDULE: &str =
     r"^(@(annually|yearly|monthly|weekly|daily|midnight|hourly))|((.+)\s(.+)\s(.+)\s(.+)\s(.+))$";
 /// A Kubernetes version (`v` optional; the operator adds it).
-pub const VERSION: &str =
+pub(crate) const VERSION: &str =
     r"^v?(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)([-+][0-9A-Za-z.+-]*)?$";
 
 /// The domain of a label key (`x.find(...)` in CEL).
 const DOMAIN: &str = r#"find("^([^/]+)")"#;
 
 /// `map[string]resource.Quantity`.
-pub fn quantity_map(_: &mut SchemaGenerator) -> Schema {
+pub(crate) fn quantity_map(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "object",
         "additionalProperties": {
@@ -42,7 +42,7 @@ pub fn quantity_map(_: &mut SchemaGenerator) -> Schema {
 }
 
 /// `map[string]string`.
-pub fn string_map(_: &mut SchemaGenerator) -> Schema {
+pub(crate) fn string_map(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "object",
         "additionalProperties": {"type": "string"},
@@ -110,7 +110,7 @@ fn cel_list(items: &[&str]) -> String {
 }
 
 /// A requirement `key`.
-pub fn requirement_key(_: &mut SchemaGenerator) -> Schema {
+pub(crate) fn requirement_key(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "description": "The label key that the selector applies to.",
         "type": "string",
@@ -121,7 +121,7 @@ pub fn requirement_key(_: &mut SchemaGenerator) -> Schema {
 }
 
 /// Requirement `values`.
-pub fn requirement_values(_: &mut SchemaGenerator) -> Schema {
+pub(crate) fn requirement_values(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "description": "An array of string values. If the operator is In or NotIn, the values array must be non-empty. If the operator is Exists or DoesNotExist, the values array must be empty. If the operator is Gt, Lt, Gte or Lte, the values array must have a single element, which will be interpreted as an integer.",
         "type": "array",
@@ -131,7 +131,7 @@ pub fn requirement_values(_: &mut SchemaGenerator) -> Schema {
 }
 
 /// NodePool `template.metadata.labels`.
-pub fn template_labels(_: &mut SchemaGenerator) -> Schema {
+pub(crate) fn template_labels(_: &mut SchemaGenerator) -> Schema {
     let mut rules = label_key_rules("x", true);
     rules.push(serde_json::json!({
         "message": "label \"karpenter.sh/nodepool\" is restricted",
@@ -147,7 +147,7 @@ pub fn template_labels(_: &mut SchemaGenerator) -> Schema {
 }
 
 /// ClusterAPINodeClass `kubelet.kubeReserved` / `systemReserved`.
-pub fn reserved_resources(_: &mut SchemaGenerator) -> Schema {
+pub(crate) fn reserved_resources(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "object",
         "additionalProperties": {
@@ -162,7 +162,7 @@ pub fn reserved_resources(_: &mut SchemaGenerator) -> Schema {
 }
 
 /// ClusterAPINodeClass `kubelet.evictionHard`.
-pub fn eviction_thresholds(_: &mut SchemaGenerator) -> Schema {
+pub(crate) fn eviction_thresholds(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "description": "Hard eviction thresholds (quantity or percentage), as the kubelet's --eviction-hard.",
         "type": "object",
@@ -178,7 +178,7 @@ pub fn eviction_thresholds(_: &mut SchemaGenerator) -> Schema {
 }
 
 /// metav1 `Condition` list (status).
-pub fn conditions(generator: &mut SchemaGenerator) -> Schema {
+pub(crate) fn conditions(generator: &mut SchemaGenerator) -> Schema {
     let item =
         generator.subschema_for::<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>();
     json_schema!({

@@ -3,6 +3,7 @@
 //! finalizers.
 
 use api::consts::{annotations, finalizers, groups, labels, taints};
+use api::hash::fnv1a_32 as fnv1a;
 
 pub const CAPI_GROUP: &str = groups::CLUSTER_API;
 pub const CAPI_VERSION: &str = groups::CLUSTER_API_VERSION;
@@ -48,13 +49,6 @@ pub fn object_name(claim: &str, cluster_id: &str) -> String {
         stem.pop();
     }
     format!("{stem}-{suffix}")
-}
-
-/// 32-bit FNV-1a: a hash whose value never changes between releases (unlike std's).
-fn fnv1a(bytes: &[u8]) -> u32 {
-    bytes.iter().fold(0x811c_9dc5_u32, |h, b| {
-        (h ^ u32::from(*b)).wrapping_mul(0x0100_0193)
-    })
 }
 
 #[cfg(test)]

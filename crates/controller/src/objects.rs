@@ -107,12 +107,7 @@ pub fn name<K: Resource>(obj: &K) -> &str {
 
 /// FNV-1a 64 of `text`: a hash that is stable across processes and versions.
 pub fn fnv64(text: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
+    api::hash::fnv1a_64(text.as_bytes())
 }
 
 /// `v` without nulls, empty objects and empty arrays (at any depth), so that an absent

@@ -32,7 +32,7 @@ impl Rng {
         Rng(seed)
     }
 
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -177,7 +177,7 @@ fn anti(i: usize, key: &str, r: &mut Rng) -> Pod {
 }
 
 /// `makeDiversePods(count)` with the five groups of the reference.
-pub fn diverse_pods(count: usize, seed: u64) -> Vec<Pod> {
+pub(crate) fn diverse_pods(count: usize, seed: u64) -> Vec<Pod> {
     let mut r = Rng::new(seed);
     let per = count / 5;
     let mut pods = Vec::with_capacity(count);

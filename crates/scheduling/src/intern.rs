@@ -31,7 +31,7 @@ pub(crate) struct Interner {
 }
 
 impl Interner {
-    pub fn id(&mut self, s: &str) -> u32 {
+    pub(crate) fn id(&mut self, s: &str) -> u32 {
         if let Some(&i) = self.map.get(s) {
             return i;
         }
@@ -42,7 +42,7 @@ impl Interner {
         i
     }
 
-    pub fn sym(&mut self, s: &str) -> Sym {
+    pub(crate) fn sym(&mut self, s: &str) -> Sym {
         let id = self.id(s);
         let num = self.nums[id as usize];
         Sym {
@@ -52,7 +52,7 @@ impl Interner {
         }
     }
 
-    pub fn name(&self, id: u32) -> &str {
+    pub(crate) fn name(&self, id: u32) -> &str {
         self.names.get(id as usize).map_or("", String::as_str)
     }
 }
@@ -64,21 +64,21 @@ pub(crate) struct BitSet {
 }
 
 impl BitSet {
-    pub fn new(len: usize) -> Self {
+    pub(crate) fn new(len: usize) -> Self {
         BitSet {
             words: vec![0; len.div_ceil(64)],
         }
     }
 
-    pub fn insert(&mut self, i: usize) {
+    pub(crate) fn insert(&mut self, i: usize) {
         self.words[i / 64] |= 1 << (i % 64);
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.words.iter().all(|w| *w == 0)
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = usize> + '_ {
         self.words.iter().enumerate().flat_map(|(wi, &w)| {
             let mut w = w;
             std::iter::from_fn(move || {

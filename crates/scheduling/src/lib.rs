@@ -7,8 +7,8 @@
 
 pub mod bench_workload;
 mod intern;
-pub mod model;
-pub mod requirements;
+mod model;
+mod requirements;
 mod solver;
 
 pub use model::*;

@@ -14,18 +14,18 @@ pub const MEMORY: &str = "memory";
 pub const PODS: &str = "pods";
 
 pub const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
-pub const LABEL_REGION: &str = "topology.kubernetes.io/region";
+pub(crate) const LABEL_REGION: &str = "topology.kubernetes.io/region";
 pub const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
 pub const LABEL_INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
 pub const LABEL_ARCH: &str = "kubernetes.io/arch";
 pub const LABEL_OS: &str = "kubernetes.io/os";
 pub const LABEL_CAPACITY_TYPE: &str = "karpenter.sh/capacity-type";
 pub const LABEL_NODEPOOL: &str = "karpenter.sh/nodepool";
-pub const LABEL_WINDOWS_BUILD: &str = "node.kubernetes.io/windows-build";
+pub(crate) const LABEL_WINDOWS_BUILD: &str = "node.kubernetes.io/windows-build";
 
 /// Labels a new node gets from its instance type and offering, so a pod may require them even
 /// when the NodePool does not mention them.
-pub const WELL_KNOWN_LABELS: &[&str] = &[
+pub(crate) const WELL_KNOWN_LABELS: &[&str] = &[
     LABEL_ZONE,
     LABEL_REGION,
     LABEL_HOSTNAME,
@@ -148,7 +148,10 @@ impl Toleration {
 }
 
 /// Whether every taint is tolerated by one of the tolerations; returns the first that is not.
-pub fn untolerated<'a>(taints: &'a [Taint], tolerations: &[Toleration]) -> Option<&'a Taint> {
+pub(crate) fn untolerated<'a>(
+    taints: &'a [Taint],
+    tolerations: &[Toleration],
+) -> Option<&'a Taint> {
     taints
         .iter()
         .find(|t| !tolerations.iter().any(|tol| tol.tolerates(t)))

@@ -120,7 +120,7 @@ impl<V: LabelValue> ValueSet<V> {
         }
     }
 
-    pub fn does_not_exist() -> Self {
+    pub(crate) fn does_not_exist() -> Self {
         ValueSet {
             complement: false,
             absent_ok: true,
@@ -146,7 +146,7 @@ impl<V: LabelValue> ValueSet<V> {
         }
     }
 
-    pub fn not_in(mut values: Vec<V>) -> Self {
+    pub(crate) fn not_in(mut values: Vec<V>) -> Self {
         values.sort();
         values.dedup();
         ValueSet {
@@ -479,7 +479,7 @@ impl<K: Ord + Clone, V: LabelValue> Reqs<K, V> {
     }
 
     /// Whether a node with exactly these labels satisfies every requirement.
-    pub fn matches_labels(&self, label: impl Fn(&K) -> Option<V>) -> Result<(), K> {
+    pub(crate) fn matches_labels(&self, label: impl Fn(&K) -> Option<V>) -> Result<(), K> {
         for (k, s) in &self.entries {
             let ok = match label(k) {
                 Some(v) => s.has(&v),

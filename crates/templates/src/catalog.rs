@@ -23,57 +23,14 @@
 
 use std::collections::BTreeMap;
 
+use api::consts::labels as label;
 use kube::api::DynamicObject;
 
 use crate::error::{SettingsError, TemplateError};
-use crate::model::{Catalog, Excluded, InstanceType, Offering, Resources, TemplateRef};
-use crate::names::*;
+use crate::model::{Catalog, Excluded, InstanceType, Offering, TemplateRef};
+use crate::reference::template_ref;
 use crate::settings::CatalogSettings;
-use crate::shape::shape_of;
-
-pub use crate::labels::{
-    is_restricted_label, parse_labels, parse_taints, validate_label_key, validate_label_value,
-};
-pub use crate::shape::{DEFAULT_GPU_RESOURCE, TemplateShape, template_shape};
-
-/// Default price per hour of an offering without a price annotation:
-///
-/// `(0.03 × vCPU + 0.004 × memory GiB + 0.5 × GPUs) × f`, with `f = 0.4` for spot and
-/// `f = 1` otherwise, rounded to 6 decimals. Roughly public-cloud on-demand rates
-/// (2 vCPU / 8 GiB → 0.092), so a smaller shape is always cheaper than a bigger one and spot
-/// is preferred over on-demand for the same shape.
-pub fn default_price(capacity: &Resources, capacity_type: &str) -> f64 {
-    let vcpu = capacity.cpu_milli() as f64 / 1000.0;
-    let gib = capacity.memory_bytes() as f64 / (1u64 << 30) as f64;
-    let gpus = capacity.gpu_count() as f64;
-    let factor = if capacity_type == "spot" { 0.4 } else { 1.0 };
-    round6((0.03 * vcpu + 0.004 * gib + 0.5 * gpus) * factor)
-}
-
-fn round6(v: f64) -> f64 {
-    (v * 1e6).round() / 1e6
-}
-
-/// Whether `api_version`/`kind` name an InfrastructureMachineTemplate.
-pub fn is_machine_template(api_version: &str, kind: &str) -> bool {
-    let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
-    kind.ends_with("MachineTemplate") && kind != "MachineTemplate" && group == INFRASTRUCTURE_GROUP
-}
-
-/// The reference of an object (api version, kind, namespace, name).
-pub fn template_ref(obj: &DynamicObject) -> TemplateRef {
-    let (api_version, kind) = obj
-        .types
-        .as_ref()
-        .map(|t| (t.api_version.clone(), t.kind.clone()))
-        .unwrap_or_default();
-    TemplateRef {
-        api_version,
-        kind,
-        namespace: obj.metadata.namespace.clone(),
-        name: obj.metadata.name.clone().unwrap_or_default(),
-    }
-}
+use crate::shape::{TemplateShape, shape_of};
 
 fn describe_difference(a: &TemplateShape, b: &TemplateShape) -> String {
     if a.capacity != b.capacity {
@@ -167,34 +124,10 @@ pub fn build_catalog(
                 );
             }
             Some((first, trefs, existing)) => {
-                let difference = describe_difference(first, &shape);
-                if !difference.is_empty() {
+                if let Some(error) = merge_conflict(first, &shape, &offerings, existing) {
                     excluded.push(Excluded {
                         template: shape.template.clone(),
-                        error: TemplateError::ConflictingShape {
-                            template: Box::new(shape.template.clone()),
-                            instance_type: shape.instance_type.clone(),
-                            other: Box::new(first.template.clone()),
-                            difference,
-                        },
-                    });
-                    continue;
-                }
-                let dup = offerings.iter().find_map(|o| {
-                    existing
-                        .iter()
-                        .find(|e| e.zone == o.zone && e.capacity_type == o.capacity_type)
-                });
-                if let Some(d) = dup {
-                    excluded.push(Excluded {
-                        template: shape.template.clone(),
-                        error: TemplateError::DuplicateOffering {
-                            template: Box::new(shape.template.clone()),
-                            instance_type: shape.instance_type.clone(),
-                            zone: d.zone.clone().unwrap_or_else(|| "(none)".into()),
-                            capacity_type: d.capacity_type.clone(),
-                            other: Box::new(d.template.clone()),
-                        },
+                        error,
                     });
                     continue;
                 }
@@ -207,37 +140,8 @@ pub fn build_catalog(
 
     let mut instance_types: Vec<InstanceType> = types
         .into_iter()
-        .map(|(name, (shape, templates, mut offerings))| {
-            offerings.sort_by(|a, b| {
-                a.price
-                    .total_cmp(&b.price)
-                    .then_with(|| a.zone.cmp(&b.zone))
-                    .then_with(|| a.capacity_type.cmp(&b.capacity_type))
-                    .then_with(|| a.template.cmp(&b.template))
-            });
-            let mut labels = shape.labels;
-            let uniform = |f: &dyn Fn(&Offering) -> &str| -> Option<String> {
-                let first = offerings.first().map(f)?;
-                offerings
-                    .iter()
-                    .all(|o| f(o) == first)
-                    .then(|| first.to_string())
-            };
-            if let Some(ct) = uniform(&|o: &Offering| o.capacity_type.as_str()) {
-                labels.insert(LABEL_CAPACITY_TYPE.to_string(), ct);
-            }
-            if let Some(t) = uniform(&|o: &Offering| o.template.name.as_str()) {
-                labels.insert(LABEL_INSTANCE_TEMPLATE.to_string(), t);
-            }
-            InstanceType {
-                name,
-                templates,
-                capacity: shape.capacity,
-                allocatable: shape.allocatable,
-                labels,
-                taints: shape.taints,
-                offerings,
-            }
+        .map(|(name, (shape, templates, offerings))| {
+            instance_type(name, shape, templates, offerings)
         })
         .collect();
     instance_types.sort_by(|a, b| {
@@ -253,9 +157,82 @@ pub fn build_catalog(
     })
 }
 
+/// The instance type of the templates merged under `name`: offerings by price, zone,
+/// capacity type and template; capacity type and template labelled when all offerings agree.
+fn instance_type(
+    name: String,
+    shape: TemplateShape,
+    templates: Vec<TemplateRef>,
+    mut offerings: Vec<Offering>,
+) -> InstanceType {
+    offerings.sort_by(|a, b| {
+        a.price
+            .total_cmp(&b.price)
+            .then_with(|| a.zone.cmp(&b.zone))
+            .then_with(|| a.capacity_type.cmp(&b.capacity_type))
+            .then_with(|| a.template.cmp(&b.template))
+    });
+    let mut labels = shape.labels;
+    let uniform = |f: &dyn Fn(&Offering) -> &str| -> Option<String> {
+        let first = offerings.first().map(f)?;
+        offerings
+            .iter()
+            .all(|o| f(o) == first)
+            .then(|| first.to_string())
+    };
+    if let Some(ct) = uniform(&|o: &Offering| o.capacity_type.as_str()) {
+        labels.insert(label::CAPACITY_TYPE.to_string(), ct);
+    }
+    if let Some(t) = uniform(&|o: &Offering| o.template.name.as_str()) {
+        labels.insert(label::INSTANCE_TEMPLATE.to_string(), t);
+    }
+    InstanceType {
+        name,
+        templates,
+        capacity: shape.capacity,
+        allocatable: shape.allocatable,
+        labels,
+        taints: shape.taints,
+        offerings,
+    }
+}
+
+/// Why a template whose instance type is already defined (by `first`, with offerings
+/// `existing`) cannot join it: a different shape, or an offering already there.
+fn merge_conflict(
+    first: &TemplateShape,
+    shape: &TemplateShape,
+    offerings: &[Offering],
+    existing: &[Offering],
+) -> Option<TemplateError> {
+    let difference = describe_difference(first, shape);
+    if !difference.is_empty() {
+        return Some(TemplateError::ConflictingShape {
+            template: Box::new(shape.template.clone()),
+            instance_type: shape.instance_type.clone(),
+            other: Box::new(first.template.clone()),
+            difference,
+        });
+    }
+    let dup = offerings.iter().find_map(|o| {
+        existing
+            .iter()
+            .find(|e| e.zone == o.zone && e.capacity_type == o.capacity_type)
+    })?;
+    Some(TemplateError::DuplicateOffering {
+        template: Box::new(shape.template.clone()),
+        instance_type: shape.instance_type.clone(),
+        zone: dup.zone.clone().unwrap_or_else(|| "(none)".into()),
+        capacity_type: dup.capacity_type.clone(),
+        other: Box::new(dup.template.clone()),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::{Resources, default_price};
+    use crate::reference::is_machine_template;
 
     #[test]
     fn template_kinds() {

@@ -1,7 +1,7 @@
 //! Typed errors. Every template problem names the template and the field.
 
-use crate::model::TemplateRef;
 use crate::quantity::QuantityError;
+use crate::reference::TemplateRef;
 
 /// Why one template does not yield an instance type. The template keeps being excluded
 /// until it is fixed; the other templates are not affected.

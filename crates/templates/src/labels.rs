@@ -3,9 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use api::consts::{groups, labels as label};
 use k8s_openapi::api::core::v1::Taint;
-
-use crate::names::{DOMAIN, LABEL_CAPACITY_TYPE};
 
 /// Checks a label value: ≤ 63 characters, alphanumerics with `-_.` inside.
 pub fn validate_label_value(v: &str) -> Result<(), String> {
@@ -61,12 +60,12 @@ pub fn validate_label_key(k: &str) -> Result<(), String> {
 /// Labels a template may not set through the labels annotation: the `karpenter.sh` domain
 /// (except `karpenter.sh/capacity-type`), `kubernetes.io/hostname`, and our own domain
 /// (its well-known labels are computed from the template).
-pub fn is_restricted_label(key: &str) -> bool {
+pub(crate) fn is_restricted_label(key: &str) -> bool {
     let domain = key.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
     let in_domain = |d: &str| domain == d || domain.ends_with(&format!(".{d}"));
-    (in_domain("karpenter.sh") && key != LABEL_CAPACITY_TYPE)
+    (in_domain("karpenter.sh") && key != label::CAPACITY_TYPE)
         || key == "kubernetes.io/hostname"
-        || in_domain(DOMAIN)
+        || in_domain(groups::NODECLASS)
 }
 
 /// Parses `k1=v1,k2=v2` (the cluster-autoscaler labels annotation).

@@ -5,8 +5,9 @@
 //! turns templates of any infrastructure provider (plus the ClusterAPINodeClass kubelet
 //! settings and the Cluster's failure domains) into Karpenter instance types with offerings.
 //!
-//! - [`catalog`]: the pure part ([`build_catalog`]); semantics documented there.
+//! - `catalog`: the pure part ([`build_catalog`]); its module documentation states the semantics.
 //! - [`shape`]: one template read on its own ([`TemplateShape`]).
+//! - `reference`: which template an object is ([`TemplateRef`]).
 //! - [`labels`]: label and taint syntax (keys, values, the `…/labels` and `…/taints` annotations).
 //! - [`settings`]: NodeClass/Cluster inputs and the allocatable defaults.
 //! - [`quantity`]: exact Kubernetes quantity parsing.
@@ -18,22 +19,23 @@
 //! - [`offline`]: reading YAML files into objects and rendering catalogs (the
 //!   `karpenter-capi instance-types` command).
 
-pub mod catalog;
-pub mod error;
+mod catalog;
+mod error;
 pub mod labels;
 pub mod model;
-pub mod names;
 pub mod offline;
 pub mod quantity;
+mod reference;
 pub mod selection;
 pub mod settings;
 pub mod shape;
 pub mod status;
 pub mod watch;
 
-pub use catalog::{TemplateShape, build_catalog, default_price, is_machine_template, template_ref};
+pub use catalog::build_catalog;
 pub use error::{SettingsError, TemplateError};
 pub use model::{
     Catalog, DefaultApplied, Excluded, InstanceType, Offering, PriceSource, Resources, TemplateRef,
 };
 pub use settings::CatalogSettings;
+pub use shape::TemplateShape;

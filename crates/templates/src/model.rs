@@ -1,43 +1,14 @@
 //! The catalog: instance types with offerings, as the scheduler and the NodeClass status see it.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
+use api::consts::labels as label;
 use k8s_openapi::api::core::v1::Taint;
 use serde::{Serialize, Serializer};
 
 use crate::error::TemplateError;
 use crate::quantity::{format_bytes, format_milli};
-
-/// Which InfrastructureMachineTemplate an offering launches from.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TemplateRef {
-    pub api_version: String,
-    pub kind: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
-    pub name: String,
-}
-
-impl TemplateRef {
-    /// The API group of the template (`infrastructure.cluster.x-k8s.io`).
-    pub fn group(&self) -> &str {
-        self.api_version
-            .rsplit_once('/')
-            .map(|(g, _)| g)
-            .unwrap_or("")
-    }
-}
-
-impl fmt::Display for TemplateRef {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.namespace {
-            Some(ns) => write!(f, "{} {}/{}", self.kind, ns, self.name),
-            None => write!(f, "{} {}", self.kind, self.name),
-        }
-    }
-}
+pub use crate::reference::TemplateRef;
 
 /// Resource amounts in canonical integer units: `cpu` in millicores, everything else
 /// (memory, ephemeral-storage, pods, GPUs, hugepages) in bytes or counts.
@@ -49,7 +20,7 @@ pub struct Resources(pub BTreeMap<String, i64>);
 impl Resources {
     pub const CPU: &'static str = "cpu";
     pub const MEMORY: &'static str = "memory";
-    pub const EPHEMERAL_STORAGE: &'static str = "ephemeral-storage";
+    pub(crate) const EPHEMERAL_STORAGE: &'static str = "ephemeral-storage";
     pub const PODS: &'static str = "pods";
 
     /// The amount of `name` (0 when absent).
@@ -108,7 +79,7 @@ fn is_byte_resource(name: &str) -> bool {
 }
 
 /// Formats one resource amount in its natural unit.
-pub fn format_resource(name: &str, v: i64) -> String {
+pub(crate) fn format_resource(name: &str, v: i64) -> String {
     if name == Resources::CPU {
         format_milli(v)
     } else if is_byte_resource(name) {
@@ -129,8 +100,26 @@ impl Serialize for Resources {
 pub enum PriceSource {
     /// The `karpenter.cluster.x-k8s.io/price` annotation.
     Annotation,
-    /// The documented default formula ([`crate::default_price`]).
+    /// The documented default formula ([`default_price`]).
     Default,
+}
+
+/// Default price per hour of an offering without a price annotation:
+///
+/// `(0.03 × vCPU + 0.004 × memory GiB + 0.5 × GPUs) × f`, with `f = 0.4` for spot and
+/// `f = 1` otherwise, rounded to 6 decimals. Roughly public-cloud on-demand rates
+/// (2 vCPU / 8 GiB → 0.092), so a smaller shape is always cheaper than a bigger one and spot
+/// is preferred over on-demand for the same shape.
+pub(crate) fn default_price(capacity: &Resources, capacity_type: &str) -> f64 {
+    let vcpu = capacity.cpu_milli() as f64 / 1000.0;
+    let gib = capacity.memory_bytes() as f64 / (1u64 << 30) as f64;
+    let gpus = capacity.gpu_count() as f64;
+    let factor = if capacity_type == "spot" { 0.4 } else { 1.0 };
+    round6((0.03 * vcpu + 0.004 * gib + 0.5 * gpus) * factor)
+}
+
+fn round6(v: f64) -> f64 {
+    (v * 1e6).round() / 1e6
 }
 
 /// One way to launch an instance type: a template, in a zone, with a capacity type.
@@ -154,14 +143,11 @@ impl Offering {
     pub fn labels(&self) -> BTreeMap<String, String> {
         let mut l = BTreeMap::new();
         if let Some(z) = &self.zone {
-            l.insert(crate::names::LABEL_ZONE.to_string(), z.clone());
+            l.insert(label::ZONE.to_string(), z.clone());
         }
+        l.insert(label::CAPACITY_TYPE.to_string(), self.capacity_type.clone());
         l.insert(
-            crate::names::LABEL_CAPACITY_TYPE.to_string(),
-            self.capacity_type.clone(),
-        );
-        l.insert(
-            crate::names::LABEL_INSTANCE_TEMPLATE.to_string(),
+            label::INSTANCE_TEMPLATE.to_string(),
             self.template.name.clone(),
         );
         l

@@ -6,15 +6,15 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use api::consts::{groups, labels as label};
 use kube::api::DynamicObject;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::catalog::{build_catalog, is_machine_template};
+use crate::catalog::build_catalog;
 use crate::model::{Catalog, InstanceType};
-use crate::names::LABEL_KARPENTER_MEMBER;
-use crate::names::{CLUSTER_API_GROUP, INFRASTRUCTURE_GROUP};
 use crate::quantity::{HumanBytes, format_milli};
+use crate::reference::is_machine_template;
 pub use crate::selection::selector_matches;
 use crate::selection::{Selection, is_opted_in};
 use crate::settings::{CatalogSettings, failure_domains_from_cluster_json};
@@ -147,7 +147,7 @@ impl Inputs {
         };
         if is_machine_template(&api_version, &kind) {
             self.templates.push(to_obj(doc)?);
-        } else if kind == "Cluster" && group_of(&api_version) == CLUSTER_API_GROUP {
+        } else if kind == "Cluster" && group_of(&api_version) == groups::CLUSTER_API {
             self.clusters.push(to_obj(doc)?);
         } else if kind == NODE_CLASS_KIND {
             self.node_classes.push(to_obj(doc)?);
@@ -261,7 +261,8 @@ pub fn reports(inputs: &Inputs) -> Vec<CatalogReport> {
         .collect();
     let opt_in_warning = (!not_opted_in.is_empty()).then(|| {
         format!(
-            "ignored (no {LABEL_KARPENTER_MEMBER} label): {}",
+            "ignored (no {} label): {}",
+            label::KARPENTER_MEMBER,
             not_opted_in.join(", ")
         )
     });
@@ -413,100 +414,118 @@ pub fn render_table(reports: &[CatalogReport]) -> String {
             let _ = writeln!(out, "error: {e}");
         }
         let Some(c) = &r.catalog else { continue };
-        let header = [
-            "NAME",
-            "ARCH",
-            "OS",
-            "CPU",
-            "MEMORY",
-            "GPU",
-            "PODS",
-            "ALLOC-CPU",
-            "ALLOC-MEMORY",
-            "ZONES",
-            "CAPACITY-TYPE",
-            "PRICE/H",
-            "TAINTS",
-            "TEMPLATES",
-        ];
-        let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
-        for it in &c.instance_types {
-            let label = |k: &str| it.labels.get(k).cloned().unwrap_or_else(|| "-".into());
-            let zones = uniq_join(
-                it.offerings
-                    .iter()
-                    .map(|o| o.zone.as_deref().unwrap_or("-")),
-            );
-            let cts = uniq_join(it.offerings.iter().map(|o| o.capacity_type.as_str()));
-            let taints = if it.taints.is_empty() {
-                "-".to_string()
-            } else {
-                it.taints
-                    .iter()
-                    .map(|t| match &t.value {
-                        Some(v) => format!("{}={}:{}", t.key, v, t.effect),
-                        None => format!("{}:{}", t.key, t.effect),
-                    })
-                    .collect::<Vec<_>>()
-                    .join(",")
-            };
-            let templates = it
-                .templates
-                .iter()
-                .map(|t| format!("{}/{}", t.kind, t.name))
-                .collect::<Vec<_>>()
-                .join(",");
-            let gpu = match it.capacity.gpu_count() {
-                0 => "-".to_string(),
-                n => n.to_string(),
-            };
-            rows.push(vec![
-                it.name.clone(),
-                label(crate::names::LABEL_ARCH),
-                label(crate::names::LABEL_OS),
-                format_milli(it.capacity.cpu_milli()),
-                HumanBytes(it.capacity.memory_bytes()).to_string(),
-                gpu,
-                it.capacity.pods().to_string(),
-                format_milli(it.allocatable.cpu_milli()),
-                HumanBytes(it.allocatable.memory_bytes()).to_string(),
-                zones,
-                cts,
-                price_range(it),
-                taints,
-                templates,
-            ]);
-        }
-        out.push_str(&columns(&rows));
-        if c.instance_types.is_empty() {
-            let _ = writeln!(out, "(no instance types)");
-        }
-        for e in &c.excluded {
-            let _ = writeln!(
-                out,
-                "excluded: {}: {}: {}",
-                e.template,
-                e.error.reason(),
-                e.error.detail()
-            );
-        }
-        // Defaults grouped by what was assumed.
-        let mut grouped: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
-        for d in &c.defaults_applied {
-            grouped
-                .entry((d.field.clone(), d.value.clone()))
-                .or_default()
-                .push(d.template.name.clone());
-        }
-        for ((field, value), names) in grouped {
-            let _ = writeln!(out, "default: {field}={value} for {}", names.join(", "));
-        }
+        write_catalog(&mut out, c);
     }
     out
 }
 
+/// One catalog: its instance types as a table, then what was excluded and assumed.
+fn write_catalog(out: &mut String, c: &Catalog) {
+    let header = [
+        "NAME",
+        "ARCH",
+        "OS",
+        "CPU",
+        "MEMORY",
+        "GPU",
+        "PODS",
+        "ALLOC-CPU",
+        "ALLOC-MEMORY",
+        "ZONES",
+        "CAPACITY-TYPE",
+        "PRICE/H",
+        "TAINTS",
+        "TEMPLATES",
+    ];
+    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
+    rows.extend(c.instance_types.iter().map(instance_type_row));
+    out.push_str(&columns(&rows));
+    if c.instance_types.is_empty() {
+        let _ = writeln!(out, "(no instance types)");
+    }
+    for e in &c.excluded {
+        let _ = writeln!(
+            out,
+            "excluded: {}: {}: {}",
+            e.template,
+            e.error.reason(),
+            e.error.detail()
+        );
+    }
+    // Defaults grouped by what was assumed.
+    let mut grouped: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for d in &c.defaults_applied {
+        grouped
+            .entry((d.field.clone(), d.value.clone()))
+            .or_default()
+            .push(d.template.name.clone());
+    }
+    for ((field, value), names) in grouped {
+        let _ = writeln!(out, "default: {field}={value} for {}", names.join(", "));
+    }
+}
+
+/// One instance type's row of the table.
+fn instance_type_row(it: &InstanceType) -> Vec<String> {
+    let label = |k: &str| it.labels.get(k).cloned().unwrap_or_else(|| "-".into());
+    let zones = uniq_join(
+        it.offerings
+            .iter()
+            .map(|o| o.zone.as_deref().unwrap_or("-")),
+    );
+    let cts = uniq_join(it.offerings.iter().map(|o| o.capacity_type.as_str()));
+    let taints = if it.taints.is_empty() {
+        "-".to_string()
+    } else {
+        it.taints
+            .iter()
+            .map(|t| match &t.value {
+                Some(v) => format!("{}={}:{}", t.key, v, t.effect),
+                None => format!("{}:{}", t.key, t.effect),
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let templates = it
+        .templates
+        .iter()
+        .map(|t| format!("{}/{}", t.kind, t.name))
+        .collect::<Vec<_>>()
+        .join(",");
+    let gpu = match it.capacity.gpu_count() {
+        0 => "-".to_string(),
+        n => n.to_string(),
+    };
+    vec![
+        it.name.clone(),
+        label(label::ARCH),
+        label(label::OS),
+        format_milli(it.capacity.cpu_milli()),
+        HumanBytes(it.capacity.memory_bytes()).to_string(),
+        gpu,
+        it.capacity.pods().to_string(),
+        format_milli(it.allocatable.cpu_milli()),
+        HumanBytes(it.allocatable.memory_bytes()).to_string(),
+        zones,
+        cts,
+        price_range(it),
+        taints,
+        templates,
+    ]
+}
+
 /// Left-aligned columns two spaces apart, one line per row (the first row is the header).
 pub fn columns(rows: &[Vec<String>]) -> String {
+    let mut out = String::new();
+    for line in column_lines(rows) {
+        let _ = writeln!(out, "{line}");
+    }
+    out
+}
+
+/// The lines of [`columns`], without line ends: one per row, in order (so a caller can put
+/// notes between rows).
+pub fn column_lines(rows: &[Vec<String>]) -> Vec<String> {
     let ncols = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..ncols)
         .map(|col| {
@@ -517,19 +536,20 @@ pub fn columns(rows: &[Vec<String>]) -> String {
                 .unwrap_or(0)
         })
         .collect();
-    let mut out = String::new();
-    for row in rows {
-        let mut line = String::new();
-        for (col, cell) in row.iter().enumerate() {
-            if col + 1 == row.len() {
-                line.push_str(cell);
-            } else {
-                let _ = write!(line, "{cell:<w$}  ", w = widths[col]);
+    rows.iter()
+        .map(|row| {
+            let mut line = String::new();
+            for (col, cell) in row.iter().enumerate() {
+                if col + 1 == row.len() {
+                    line.push_str(cell);
+                } else {
+                    let _ = write!(line, "{cell:<w$}  ", w = widths[col]);
+                }
             }
-        }
-        let _ = writeln!(out, "{}", line.trim_end());
-    }
-    out
+            line.truncate(line.trim_end().len());
+            line
+        })
+        .collect()
 }
 
 /// Renders reports as pretty JSON.
@@ -540,11 +560,6 @@ pub fn render_json(reports: &[CatalogReport]) -> Result<String, serde_json::Erro
 /// Renders reports as YAML.
 pub fn render_yaml(reports: &[CatalogReport]) -> Result<String, serde_saphyr::SerializeError> {
     serde_saphyr::to_string(&reports)
-}
-
-/// Whether `group` is the infrastructure group (helper for callers filtering CRDs).
-pub fn is_infrastructure_group(group: &str) -> bool {
-    group == INFRASTRUCTURE_GROUP
 }
 
 #[cfg(test)]

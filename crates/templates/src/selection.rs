@@ -5,12 +5,10 @@
 
 use std::collections::BTreeMap;
 
+use api::consts::labels as label;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::DynamicObject;
-use kube::core::{Selector, SelectorExt};
 use serde_json::Value;
-
-use crate::names::LABEL_KARPENTER_MEMBER;
 
 /// A NodeClass's template selection.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -49,7 +47,7 @@ impl Selection {
     /// Reads a ClusterAPINodeClass given as JSON: namespace from `spec.clusterRef.namespace`
     /// (else the object's own namespace), the selector, and the kinds (`{apiGroup, kind}`
     /// objects; plain strings are taken as kinds of any group).
-    pub fn from_node_class_json(nc: &Value) -> Self {
+    pub(crate) fn from_node_class_json(nc: &Value) -> Self {
         let namespace = nc
             .pointer("/spec/clusterRef/namespace")
             .and_then(Value::as_str)
@@ -116,18 +114,34 @@ impl Selection {
 }
 
 /// Whether a template carries the opt-in label `node.cluster.x-k8s.io/karpenter-member`.
-pub fn is_opted_in(template: &DynamicObject) -> bool {
+pub(crate) fn is_opted_in(template: &DynamicObject) -> bool {
     template
         .metadata
         .labels
         .as_ref()
-        .is_some_and(|l| l.contains_key(LABEL_KARPENTER_MEMBER))
+        .is_some_and(|l| l.contains_key(label::KARPENTER_MEMBER))
 }
 
-/// Whether `labels` match a Kubernetes label selector (kube's [`Selector`]: an empty selector
-/// matches everything; an invalid one, such as an unknown operator, matches nothing).
+/// Whether `labels` match a Kubernetes label selector, as kube's `Selector` matches them
+/// without building one: an empty selector matches everything; an invalid one (an unknown
+/// operator, `In`/`NotIn` without values) matches nothing.
 pub fn selector_matches(sel: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    Selector::try_from(sel.clone()).is_ok_and(|s| s.matches(labels))
+    let by_labels = sel
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v));
+    by_labels
+        && sel.match_expressions.iter().flatten().all(|e| {
+            let v = labels.get(&e.key);
+            match (e.operator.as_str(), e.values.as_deref()) {
+                ("In", Some(values)) => v.is_some_and(|v| values.contains(v)),
+                ("NotIn", Some(values)) => v.is_none_or(|v| !values.contains(v)),
+                ("Exists", _) => v.is_some(),
+                ("DoesNotExist", _) => v.is_none(),
+                _ => false,
+            }
+        })
 }
 
 #[cfg(test)]
@@ -202,5 +216,48 @@ mod tests {
             &bad_op,
             &BTreeMap::from([("a".into(), "2".into())])
         ));
+    }
+
+    /// The same answers as kube's `Selector` (which the matcher once built per call).
+    #[test]
+    fn selector_matches_as_kube_selector_does() {
+        use kube::core::{Selector, SelectorExt};
+        let selectors = [
+            json!({}),
+            json!({"matchLabels": {"app": "web"}}),
+            json!({"matchLabels": {"app": "web"}, "matchExpressions": [
+                {"key": "tier", "operator": "In", "values": ["a", "b"]}]}),
+            json!({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["a"]}]}),
+            json!({"matchExpressions": [{"key": "tier", "operator": "Exists"}]}),
+            json!({"matchExpressions": [{"key": "tier", "operator": "DoesNotExist"}]}),
+            json!({"matchExpressions": [{"key": "tier", "operator": "In"}]}),
+            json!({"matchExpressions": [{"key": "tier", "operator": "NotIn"}]}),
+            json!({"matchExpressions": [{"key": "tier", "operator": "In", "values": []}]}),
+            json!({"matchExpressions": [{"key": "tier", "operator": "Gt", "values": ["1"]}]}),
+        ];
+        let label_sets = [
+            json!({}),
+            json!({"app": "web"}),
+            json!({"app": "web", "tier": "a"}),
+            json!({"app": "web", "tier": "c"}),
+            json!({"tier": "b"}),
+        ];
+        let mut matched = 0;
+        for sel in &selectors {
+            let sel: LabelSelector = serde_json::from_value(sel.clone()).expect("selector");
+            for labels in &label_sets {
+                let labels: BTreeMap<String, String> =
+                    serde_json::from_value(labels.clone()).expect("labels");
+                let kube = Selector::try_from(sel.clone()).is_ok_and(|s| s.matches(&labels));
+                assert_eq!(
+                    selector_matches(&sel, &labels),
+                    kube,
+                    "{sel:?} on {labels:?}"
+                );
+                matched += usize::from(kube);
+            }
+        }
+        // Both answers occur: the table is not all-false or all-true.
+        assert!(matched > 5 && matched < selectors.len() * label_sets.len() - 5);
     }
 }

@@ -30,7 +30,7 @@ use crate::model::Resources;
 use crate::quantity::{parse_milli, parse_value};
 
 /// Pods per node when nothing says otherwise (kubelet default).
-pub const DEFAULT_MAX_PODS: i64 = 110;
+pub(crate) const DEFAULT_MAX_PODS: i64 = 110;
 
 /// The inputs of the catalog besides the templates: the NodeClass's kubelet settings and the
 /// Cluster's failure domains. Values are raw Kubernetes strings as in the NodeClass.
@@ -188,7 +188,7 @@ impl CatalogSettings {
 
     /// Reads `spec.kubelet` of a ClusterAPINodeClass given as JSON (any version of the type;
     /// missing fields are defaults). Non-string quantity values (YAML numbers) are accepted.
-    pub fn from_node_class_json(node_class: &Value) -> Self {
+    pub(crate) fn from_node_class_json(node_class: &Value) -> Self {
         let kubelet = node_class.pointer("/spec/kubelet");
         let map = |key: &str| -> BTreeMap<String, String> {
             kubelet
@@ -218,14 +218,15 @@ impl CatalogSettings {
     ///
     /// All failure domains are used for workers: `controlPlane` only says whether control
     /// plane machines may go there (Cluster API places MachineDeployments in any of them).
-    pub fn with_cluster_json(mut self, cluster: &Value) -> Self {
+    #[cfg(test)]
+    pub(crate) fn with_cluster_json(mut self, cluster: &Value) -> Self {
         self.failure_domains = failure_domains_from_cluster_json(cluster);
         self
     }
 }
 
 /// The failure-domain names of a Cluster (v1beta2 list or v1beta1 map), sorted.
-pub fn failure_domains_from_cluster_json(cluster: &Value) -> Vec<String> {
+pub(crate) fn failure_domains_from_cluster_json(cluster: &Value) -> Vec<String> {
     let mut names: Vec<String> = match cluster.pointer("/status/failureDomains") {
         Some(Value::Array(list)) => list
             .iter()
@@ -250,7 +251,7 @@ pub(crate) fn scalar_string(v: &Value) -> Option<String> {
 
 /// Default kube-reserved cpu in millicores for a node of `cpu_milli` capacity (the GKE/EKS
 /// curve: 6% of the first core, 1% of the second, 0.5% of cores 3–4, 0.25% above).
-pub fn default_kube_reserved_cpu_milli(cpu_milli: i64) -> i64 {
+pub(crate) fn default_kube_reserved_cpu_milli(cpu_milli: i64) -> i64 {
     let tiers: [(i64, i64); 4] = [(1000, 600), (1000, 100), (2000, 50), (i64::MAX, 25)];
     let mut left = cpu_milli.max(0);
     // millicores × basis points: at most 25 × i64::MAX, exact in an i128.
@@ -268,14 +269,14 @@ pub fn default_kube_reserved_cpu_milli(cpu_milli: i64) -> i64 {
 }
 
 /// Default kube-reserved memory in bytes: `11MiB × pods + 255MiB`.
-pub fn default_kube_reserved_memory(pods: i64) -> i64 {
+pub(crate) fn default_kube_reserved_memory(pods: i64) -> i64 {
     pods.max(0)
         .saturating_mul(11 << 20)
         .saturating_add(255 << 20)
 }
 
 /// Default kube-reserved ephemeral storage: 1Gi.
-pub const DEFAULT_KUBE_RESERVED_EPHEMERAL: i64 = 1 << 30;
+pub(crate) const DEFAULT_KUBE_RESERVED_EPHEMERAL: i64 = 1 << 30;
 
 impl Resolved {
     /// The total amount held back from `capacity` per reservable resource.

@@ -1,24 +1,24 @@
 //! One template read on its own: capacity, labels, taints, zones and price (the per-template
-//! rules of [`crate::catalog`]).
+//! rules of the catalog module, [`crate::build_catalog`]).
 
 use std::collections::BTreeMap;
 
+use api::consts::{annotations as ann, groups, labels as label};
 use k8s_openapi::api::core::v1::Taint;
 use kube::api::DynamicObject;
 use serde_json::Value;
 
-use crate::catalog::{default_price, is_machine_template, template_ref};
 use crate::error::{SettingsError, TemplateError};
 use crate::labels::{
     is_restricted_label, parse_labels, parse_taints, validate_label_key, validate_label_value,
 };
-use crate::model::{DefaultApplied, PriceSource, Resources, TemplateRef};
-use crate::names::*;
+use crate::model::{DefaultApplied, PriceSource, Resources, TemplateRef, default_price};
 use crate::quantity::{parse_milli, parse_value};
+use crate::reference::{is_machine_template, template_ref};
 use crate::settings::{CatalogSettings, DEFAULT_MAX_PODS, Resolved, scalar_string};
 
 /// Default GPU resource name when `…/gpu-count` has no `…/gpu-type`.
-pub const DEFAULT_GPU_RESOURCE: &str = "nvidia.com/gpu";
+pub(crate) const DEFAULT_GPU_RESOURCE: &str = "nvidia.com/gpu";
 
 /// One template read on its own, before merging.
 #[derive(Debug, Clone, PartialEq)]
@@ -47,11 +47,20 @@ fn label_field(key: &str) -> String {
 
 struct Ctx<'a> {
     tref: &'a TemplateRef,
+    /// Defaults applied so far, in the order they were applied.
+    defaults: Vec<DefaultApplied>,
 }
 
 impl Ctx<'_> {
     fn t(&self) -> Box<TemplateRef> {
         Box::new(self.tref.clone())
+    }
+    fn note(&mut self, field: &str, value: &str) {
+        self.defaults.push(DefaultApplied {
+            template: self.tref.clone(),
+            field: field.to_string(),
+            value: value.to_string(),
+        })
     }
     fn quantity(&self, field: String, resource: &str, value: &str) -> Result<i64, TemplateError> {
         let parsed = if resource == Resources::CPU {
@@ -98,19 +107,84 @@ const ARCHES: [&str; 4] = ["amd64", "arm64", "s390x", "ppc64le"];
 const OSES: [&str; 2] = ["linux", "windows"];
 const CAPACITY_TYPES: [&str; 3] = ["spot", "on-demand", "reserved"];
 
+type Map = BTreeMap<String, String>;
+
 /// Reads one template into its shape. `settings` must be resolved from a [`CatalogSettings`].
 pub(crate) fn shape_of(
     obj: &DynamicObject,
     settings: &Resolved,
 ) -> Result<TemplateShape, TemplateError> {
     let tref = template_ref(obj);
-    let cx = Ctx { tref: &tref };
+    let mut cx = Ctx {
+        tref: &tref,
+        defaults: Vec::new(),
+    };
+    check_template(&cx)?;
+    let empty = BTreeMap::new();
+    let annotations = obj.metadata.annotations.as_ref().unwrap_or(&empty);
+    let tlabels = obj.metadata.labels.as_ref().unwrap_or(&empty);
+    let capacity = read_capacity(&mut cx, obj, annotations, settings)?;
+    let allocatable = read_allocatable(&cx, &capacity, settings)?;
+    let (mut labels, ann_labels) = read_labels(&mut cx, obj, annotations)?;
+    let instance_type = instance_type_of(&cx, tlabels)?;
+    let capacity_type = capacity_type_of(&cx, tlabels, &ann_labels)?;
+    let zones = zones_of(&cx, tlabels, &ann_labels, settings)?;
+
+    // Per-offering labels are added when offerings are known; everything else is fixed here.
+    labels.remove(label::ZONE);
+    labels.remove(label::CAPACITY_TYPE);
+    labels.insert(label::INSTANCE_TYPE.to_string(), instance_type.clone());
+    labels.insert(
+        label::INSTANCE_CPU.to_string(),
+        (capacity.cpu_milli() / 1000).to_string(),
+    );
+    labels.insert(
+        label::INSTANCE_MEMORY.to_string(),
+        (capacity.memory_bytes() >> 20).to_string(),
+    );
+    labels.insert(
+        label::INSTANCE_GPU_COUNT.to_string(),
+        capacity.gpu_count().to_string(),
+    );
+    labels.remove(label::INSTANCE_TEMPLATE);
+
+    let taints = match annotations.get(ann::CA_TAINTS) {
+        Some(s) => parse_taints(s).map_err(|(entry, reason)| TemplateError::Taint {
+            template: cx.t(),
+            field: ann_field(ann::CA_TAINTS),
+            value: entry,
+            reason,
+        })?,
+        None => Vec::new(),
+    };
+    let (price, price_source) = price_of(&cx, annotations, &capacity, &capacity_type)?;
+
+    Ok(TemplateShape {
+        template: tref.clone(),
+        instance_type,
+        capacity,
+        allocatable,
+        labels,
+        taints,
+        capacity_type,
+        zones,
+        price,
+        price_source,
+        defaults_applied: cx.defaults,
+    })
+}
+
+/// The object is an InfrastructureMachineTemplate with a name.
+fn check_template(cx: &Ctx) -> Result<(), TemplateError> {
+    let tref = cx.tref;
     if !is_machine_template(&tref.api_version, &tref.kind) {
         return Err(TemplateError::NotATemplate {
             template: cx.t(),
             reason: format!(
-                "kind {:?} in {:?} is not an {INFRASTRUCTURE_GROUP} *MachineTemplate",
-                tref.kind, tref.api_version
+                "kind {:?} in {:?} is not an {} *MachineTemplate",
+                tref.kind,
+                tref.api_version,
+                groups::INFRASTRUCTURE
             ),
         });
     }
@@ -120,19 +194,16 @@ pub(crate) fn shape_of(
             reason: "metadata.name is empty".into(),
         });
     }
-    let empty = BTreeMap::new();
-    let annotations = obj.metadata.annotations.as_ref().unwrap_or(&empty);
-    let tlabels = obj.metadata.labels.as_ref().unwrap_or(&empty);
-    let mut defaults = Vec::new();
-    let mut note = |field: &str, value: &str| {
-        defaults.push(DefaultApplied {
-            template: tref.clone(),
-            field: field.to_string(),
-            value: value.to_string(),
-        })
-    };
+    Ok(())
+}
 
-    // Capacity: status.capacity, then annotations.
+/// Capacity: status.capacity, then annotations; pods always set, cpu and memory positive.
+fn read_capacity(
+    cx: &mut Ctx,
+    obj: &DynamicObject,
+    annotations: &Map,
+    settings: &Resolved,
+) -> Result<Resources, TemplateError> {
     let mut cap = BTreeMap::<String, i64>::new();
     if let Some(status_cap) = obj.data.pointer("/status/capacity") {
         let Some(m) = status_cap.as_object() else {
@@ -152,42 +223,25 @@ pub(crate) fn shape_of(
         }
     }
     for (key, res) in [
-        (CA_CPU, Resources::CPU),
-        (CA_MEMORY, Resources::MEMORY),
-        (CA_EPHEMERAL_DISK, Resources::EPHEMERAL_STORAGE),
+        (ann::CA_CPU, Resources::CPU),
+        (ann::CA_MEMORY, Resources::MEMORY),
+        (ann::CA_EPHEMERAL_DISK, Resources::EPHEMERAL_STORAGE),
     ] {
         if let Some(v) = annotations.get(key) {
             cap.insert(res.to_string(), cx.quantity(ann_field(key), res, v)?);
         }
     }
-    if let Some(count) = annotations.get(CA_GPU_COUNT) {
-        let n = cx.integer(ann_field(CA_GPU_COUNT), count)?;
-        let res = match annotations.get(CA_GPU_TYPE).map(|s| s.trim()) {
-            Some(t) if !t.is_empty() => {
-                validate_label_key(t).map_err(|e| cx.label_err(&ann_field(CA_GPU_TYPE), t, e))?;
-                t.to_string()
-            }
-            _ => {
-                if n > 0 {
-                    note(CA_GPU_TYPE, DEFAULT_GPU_RESOURCE);
-                }
-                DEFAULT_GPU_RESOURCE.to_string()
-            }
-        };
-        if n > 0 {
-            cap.insert(res, n);
-        } else {
-            cap.remove(&res);
-        }
+    if let Some(count) = annotations.get(ann::CA_GPU_COUNT) {
+        gpu_capacity(cx, annotations, count, &mut cap)?;
     }
     let pods = if let Some(p) = settings.max_pods {
         p
-    } else if let Some(v) = annotations.get(CA_MAX_PODS) {
-        cx.integer(ann_field(CA_MAX_PODS), v)?
+    } else if let Some(v) = annotations.get(ann::CA_MAX_PODS) {
+        cx.integer(ann_field(ann::CA_MAX_PODS), v)?
     } else if let Some(p) = cap.get(Resources::PODS).copied() {
         p
     } else {
-        note("pods", &DEFAULT_MAX_PODS.to_string());
+        cx.note("pods", &DEFAULT_MAX_PODS.to_string());
         DEFAULT_MAX_PODS
     };
     cap.insert(Resources::PODS.to_string(), pods);
@@ -197,10 +251,44 @@ pub(crate) fn shape_of(
     if cap.get(Resources::MEMORY).copied().unwrap_or(0) <= 0 {
         return Err(TemplateError::NoMemory { template: cx.t() });
     }
-    let capacity = Resources(cap);
+    Ok(Resources(cap))
+}
 
-    // Allocatable.
-    let overhead = settings.overhead(&capacity);
+/// The `…/gpu-count` annotation (`count`) as the `…/gpu-type` resource.
+fn gpu_capacity(
+    cx: &mut Ctx,
+    annotations: &Map,
+    count: &str,
+    cap: &mut BTreeMap<String, i64>,
+) -> Result<(), TemplateError> {
+    let n = cx.integer(ann_field(ann::CA_GPU_COUNT), count)?;
+    let res = match annotations.get(ann::CA_GPU_TYPE).map(|s| s.trim()) {
+        Some(t) if !t.is_empty() => {
+            validate_label_key(t).map_err(|e| cx.label_err(&ann_field(ann::CA_GPU_TYPE), t, e))?;
+            t.to_string()
+        }
+        _ => {
+            if n > 0 {
+                cx.note(ann::CA_GPU_TYPE, DEFAULT_GPU_RESOURCE);
+            }
+            DEFAULT_GPU_RESOURCE.to_string()
+        }
+    };
+    if n > 0 {
+        cap.insert(res, n);
+    } else {
+        cap.remove(&res);
+    }
+    Ok(())
+}
+
+/// Allocatable: capacity minus the settings' overhead; cpu and memory must be left.
+fn read_allocatable(
+    cx: &Ctx,
+    capacity: &Resources,
+    settings: &Resolved,
+) -> Result<Resources, TemplateError> {
+    let overhead = settings.overhead(capacity);
     let mut alloc = capacity.0.clone();
     for (res, held) in &overhead {
         let Some(c) = alloc.get_mut(*res) else {
@@ -217,9 +305,16 @@ pub(crate) fn shape_of(
         }
         *c = left.max(0);
     }
-    let allocatable = Resources(alloc);
+    Ok(Resources(alloc))
+}
 
-    // Labels.
+/// Labels: arch and os from status.nodeInfo (defaulted), then the labels annotation.
+/// Returns all labels and those of the annotation.
+fn read_labels(
+    cx: &mut Ctx,
+    obj: &DynamicObject,
+    annotations: &Map,
+) -> Result<(Map, Map), TemplateError> {
     let node_info = obj.data.pointer("/status/nodeInfo");
     let info = |k: &str| {
         node_info
@@ -229,57 +324,53 @@ pub(crate) fn shape_of(
             .filter(|s| !s.is_empty())
     };
     let mut labels = BTreeMap::new();
-    match info("architecture") {
-        Some(a) => {
-            labels.insert(LABEL_ARCH.to_string(), a.to_string());
-        }
-        None => {
-            note(LABEL_ARCH, "amd64");
-            labels.insert(LABEL_ARCH.to_string(), "amd64".to_string());
-        }
-    }
-    match info("operatingSystem") {
-        Some(os) => {
-            labels.insert(LABEL_OS.to_string(), os.to_string());
-        }
-        None => {
-            note(LABEL_OS, "linux");
-            labels.insert(LABEL_OS.to_string(), "linux".to_string());
+    for (label, key, default) in [
+        (label::ARCH, "architecture", "amd64"),
+        (label::OS, "operatingSystem", "linux"),
+    ] {
+        match info(key) {
+            Some(v) => {
+                labels.insert(label.to_string(), v.to_string());
+            }
+            None => {
+                cx.note(label, default);
+                labels.insert(label.to_string(), default.to_string());
+            }
         }
     }
     let arch_from_info = info("architecture").is_some();
     let os_from_info = info("operatingSystem").is_some();
     let mut ann_labels = BTreeMap::new();
-    if let Some(s) = annotations.get(CA_LABELS) {
+    if let Some(s) = annotations.get(ann::CA_LABELS) {
         ann_labels = parse_labels(s)
-            .map_err(|(entry, reason)| cx.label_err(&ann_field(CA_LABELS), &entry, reason))?;
+            .map_err(|(entry, reason)| cx.label_err(&ann_field(ann::CA_LABELS), &entry, reason))?;
         if let Some((k, v)) = ann_labels.iter().find(|(k, _)| is_restricted_label(k)) {
             return Err(cx.label_err(
-                &ann_field(CA_LABELS),
+                &ann_field(ann::CA_LABELS),
                 &format!("{k}={v}"),
                 "restricted label: set by Karpenter or the catalog itself",
             ));
         }
     }
     // The defaults notes are only true if the annotation did not set them either.
-    if !arch_from_info && ann_labels.contains_key(LABEL_ARCH) {
-        defaults.retain(|d| d.field != LABEL_ARCH);
+    if !arch_from_info && ann_labels.contains_key(label::ARCH) {
+        cx.defaults.retain(|d| d.field != label::ARCH);
     }
-    if !os_from_info && ann_labels.contains_key(LABEL_OS) {
-        defaults.retain(|d| d.field != LABEL_OS);
+    if !os_from_info && ann_labels.contains_key(label::OS) {
+        cx.defaults.retain(|d| d.field != label::OS);
     }
     labels.extend(ann_labels.clone());
-    let arch_field = if ann_labels.contains_key(LABEL_ARCH) {
-        ann_field(CA_LABELS)
+    let arch_field = if ann_labels.contains_key(label::ARCH) {
+        ann_field(ann::CA_LABELS)
     } else {
         "status.nodeInfo.architecture".into()
     };
-    let os_field = if ann_labels.contains_key(LABEL_OS) {
-        ann_field(CA_LABELS)
+    let os_field = if ann_labels.contains_key(label::OS) {
+        ann_field(ann::CA_LABELS)
     } else {
         "status.nodeInfo.operatingSystem".into()
     };
-    let arch = labels.get(LABEL_ARCH).cloned().unwrap_or_default();
+    let arch = labels.get(label::ARCH).cloned().unwrap_or_default();
     if !ARCHES.contains(&arch.as_str()) {
         return Err(TemplateError::Architecture {
             template: cx.t(),
@@ -287,7 +378,7 @@ pub(crate) fn shape_of(
             value: arch,
         });
     }
-    let os = labels.get(LABEL_OS).cloned().unwrap_or_default();
+    let os = labels.get(label::OS).cloned().unwrap_or_default();
     if !OSES.contains(&os.as_str()) {
         return Err(TemplateError::OperatingSystem {
             template: cx.t(),
@@ -295,20 +386,28 @@ pub(crate) fn shape_of(
             value: os,
         });
     }
+    Ok((labels, ann_labels))
+}
 
-    let (instance_type, it_field) = match tlabels.get(LABEL_INSTANCE_TYPE) {
-        Some(v) => (v.trim().to_string(), label_field(LABEL_INSTANCE_TYPE)),
-        None => (tref.name.clone(), "metadata.name".to_string()),
+/// `node.kubernetes.io/instance-type`: the template's label, else its name.
+fn instance_type_of(cx: &Ctx, tlabels: &Map) -> Result<String, TemplateError> {
+    let (instance_type, it_field) = match tlabels.get(label::INSTANCE_TYPE) {
+        Some(v) => (v.trim().to_string(), label_field(label::INSTANCE_TYPE)),
+        None => (cx.tref.name.clone(), "metadata.name".to_string()),
     };
     if instance_type.is_empty() {
         return Err(cx.label_err(&it_field, &instance_type, "empty instance type"));
     }
     validate_label_value(&instance_type).map_err(|e| cx.label_err(&it_field, &instance_type, e))?;
+    Ok(instance_type)
+}
 
-    let (capacity_type, ct_field) = if let Some(v) = tlabels.get(LABEL_CAPACITY_TYPE) {
-        (v.trim().to_string(), label_field(LABEL_CAPACITY_TYPE))
-    } else if let Some(v) = ann_labels.get(LABEL_CAPACITY_TYPE) {
-        (v.clone(), ann_field(CA_LABELS))
+/// `karpenter.sh/capacity-type`: template label, else the labels annotation, else on-demand.
+fn capacity_type_of(cx: &Ctx, tlabels: &Map, ann_labels: &Map) -> Result<String, TemplateError> {
+    let (capacity_type, ct_field) = if let Some(v) = tlabels.get(label::CAPACITY_TYPE) {
+        (v.trim().to_string(), label_field(label::CAPACITY_TYPE))
+    } else if let Some(v) = ann_labels.get(label::CAPACITY_TYPE) {
+        (v.clone(), ann_field(ann::CA_LABELS))
     } else {
         ("on-demand".to_string(), String::new())
     };
@@ -319,92 +418,63 @@ pub(crate) fn shape_of(
             value: capacity_type,
         });
     }
+    Ok(capacity_type)
+}
 
-    let zone = if let Some(z) = tlabels.get(LABEL_ZONE) {
+/// Zones: the template's zone label (or the labels annotation), else one per Cluster failure
+/// domain, else one zone-less offering.
+fn zones_of(
+    cx: &Ctx,
+    tlabels: &Map,
+    ann_labels: &Map,
+    settings: &Resolved,
+) -> Result<Vec<Option<String>>, TemplateError> {
+    let zone = if let Some(z) = tlabels.get(label::ZONE) {
         let z = z.trim().to_string();
-        validate_label_value(&z).map_err(|e| cx.label_err(&label_field(LABEL_ZONE), &z, e))?;
+        validate_label_value(&z).map_err(|e| cx.label_err(&label_field(label::ZONE), &z, e))?;
         Some(z).filter(|z| !z.is_empty())
     } else {
         ann_labels
-            .get(LABEL_ZONE)
+            .get(label::ZONE)
             .cloned()
             .filter(|z| !z.is_empty())
     };
-    let zones: Vec<Option<String>> = match zone {
+    Ok(match zone {
         Some(z) => vec![Some(z)],
         None if !settings.failure_domains.is_empty() => {
             settings.failure_domains.iter().cloned().map(Some).collect()
         }
         None => vec![None],
-    };
-
-    // Per-offering labels are added when offerings are known; everything else is fixed here.
-    labels.remove(LABEL_ZONE);
-    labels.remove(LABEL_CAPACITY_TYPE);
-    labels.insert(LABEL_INSTANCE_TYPE.to_string(), instance_type.clone());
-    labels.insert(
-        LABEL_INSTANCE_CPU.to_string(),
-        (capacity.cpu_milli() / 1000).to_string(),
-    );
-    labels.insert(
-        LABEL_INSTANCE_MEMORY.to_string(),
-        (capacity.memory_bytes() >> 20).to_string(),
-    );
-    labels.insert(
-        LABEL_INSTANCE_GPU_COUNT.to_string(),
-        capacity.gpu_count().to_string(),
-    );
-    labels.remove(LABEL_INSTANCE_TEMPLATE);
-
-    let taints = match annotations.get(CA_TAINTS) {
-        Some(s) => parse_taints(s).map_err(|(entry, reason)| TemplateError::Taint {
-            template: cx.t(),
-            field: ann_field(CA_TAINTS),
-            value: entry,
-            reason,
-        })?,
-        None => Vec::new(),
-    };
-
-    let (price, price_source) = match annotations.get(ANNOTATION_PRICE) {
-        Some(raw) => {
-            let bad = |reason: &str| TemplateError::Price {
-                template: cx.t(),
-                field: ann_field(ANNOTATION_PRICE),
-                value: raw.clone(),
-                reason: reason.to_string(),
-            };
-            let p: f64 = raw
-                .trim()
-                .parse()
-                .map_err(|_| bad("not a decimal number"))?;
-            if !p.is_finite() {
-                return Err(bad("not finite"));
-            }
-            if p < 0.0 {
-                return Err(bad("negative"));
-            }
-            (p, PriceSource::Annotation)
-        }
-        None => (
-            default_price(&capacity, &capacity_type),
-            PriceSource::Default,
-        ),
-    };
-
-    Ok(TemplateShape {
-        template: tref.clone(),
-        instance_type,
-        capacity,
-        allocatable,
-        labels,
-        taints,
-        capacity_type,
-        zones,
-        price,
-        price_source,
-        defaults_applied: defaults,
     })
+}
+
+/// Price: the price annotation, else [`default_price`].
+fn price_of(
+    cx: &Ctx,
+    annotations: &Map,
+    capacity: &Resources,
+    capacity_type: &str,
+) -> Result<(f64, PriceSource), TemplateError> {
+    let Some(raw) = annotations.get(ann::PRICE) else {
+        return Ok((default_price(capacity, capacity_type), PriceSource::Default));
+    };
+    let bad = |reason: &str| TemplateError::Price {
+        template: cx.t(),
+        field: ann_field(ann::PRICE),
+        value: raw.clone(),
+        reason: reason.to_string(),
+    };
+    let p: f64 = raw
+        .trim()
+        .parse()
+        .map_err(|_| bad("not a decimal number"))?;
+    if !p.is_finite() {
+        return Err(bad("not finite"));
+    }
+    if p < 0.0 {
+        return Err(bad("negative"));
+    }
+    Ok((p, PriceSource::Annotation))
 }
 
 /// Reads one template on its own (no merging), with the given settings.

@@ -5,12 +5,12 @@
 //! three and writes the result.
 
 use api::Cluster;
+use api::consts::labels as label;
 use api::consts::{conditions as types, reasons};
 use api::nodeclass::InstanceTypeSummary;
 
 use crate::error::SettingsError;
 use crate::model::{Catalog, InstanceType};
-use crate::names::{LABEL_ARCH, LABEL_OS};
 use crate::quantity::{format_bytes, format_milli};
 
 fn sorted_unique(mut v: Vec<String>) -> Vec<String> {
@@ -27,8 +27,8 @@ pub fn summary(it: &InstanceType) -> InstanceTypeSummary {
         memory: format_bytes(it.capacity.memory_bytes()),
         pods: it.capacity.pods(),
         gpus: it.capacity.gpu_count(),
-        arch: it.labels.get(LABEL_ARCH).cloned().unwrap_or_default(),
-        os: it.labels.get(LABEL_OS).cloned().unwrap_or_default(),
+        arch: it.labels.get(label::ARCH).cloned().unwrap_or_default(),
+        os: it.labels.get(label::OS).cloned().unwrap_or_default(),
         zones: sorted_unique(it.offerings.iter().filter_map(|o| o.zone.clone()).collect()),
         capacity_types: sorted_unique(
             it.offerings
@@ -70,13 +70,13 @@ pub struct ConditionValue {
 /// (excluded templates are named in the message but do not block the good ones), False when
 /// no template is selected, none is valid, or the kubelet settings are invalid.
 /// How many excluded templates a condition message names (the rest are counted).
-pub const NAMED_EXCLUDED: usize = 3;
+pub(crate) const NAMED_EXCLUDED: usize = 3;
 /// At most this much of one excluded template's reason goes into a message.
 const EXCLUDED_DETAIL: usize = 200;
 
 /// The first [`NAMED_EXCLUDED`] of `excluded` in full (each reason cut at a whole-word
 /// length), then how many more: a message never stops in the middle of a name.
-pub fn name_first(excluded: &[String]) -> String {
+pub(crate) fn name_first(excluded: &[String]) -> String {
     let mut parts: Vec<String> = excluded
         .iter()
         .take(NAMED_EXCLUDED)

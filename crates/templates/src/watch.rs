@@ -14,6 +14,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
 
+use api::consts::{groups, labels as label};
 use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
@@ -27,12 +28,12 @@ use tokio::sync::watch;
 use crate::catalog::build_catalog;
 use crate::error::SettingsError;
 use crate::model::Catalog;
-use crate::names::INFRASTRUCTURE_GROUP;
 use crate::selection::Selection;
 use crate::settings::CatalogSettings;
 
 /// Contract label keys on provider CRDs, preferred first.
-pub const CONTRACT_LABELS: [&str; 2] = ["cluster.x-k8s.io/v1beta2", "cluster.x-k8s.io/v1beta1"];
+pub(crate) const CONTRACT_LABELS: [&str; 2] =
+    ["cluster.x-k8s.io/v1beta2", "cluster.x-k8s.io/v1beta1"];
 
 /// A template kind to watch, discovered from its CRD.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -65,7 +66,7 @@ type GroupKind = (String, String);
 /// `*MachineTemplate` CRD serving a version named in its contract label.
 pub fn template_kind_from_crd(crd: &CustomResourceDefinition) -> Option<TemplateKind> {
     let spec = &crd.spec;
-    if spec.group != INFRASTRUCTURE_GROUP
+    if spec.group != groups::INFRASTRUCTURE
         || !spec.names.kind.ends_with("MachineTemplate")
         || spec.scope != "Namespaced"
     {
@@ -109,7 +110,7 @@ pub struct Discovery {
 
 impl Discovery {
     /// Folds one CRD watch event; returns the kinds to start and stop.
-    pub fn on_event(&mut self, event: &Event<CustomResourceDefinition>) -> Vec<KindChange> {
+    pub(crate) fn on_event(&mut self, event: &Event<CustomResourceDefinition>) -> Vec<KindChange> {
         match event {
             Event::Init => {
                 self.relist = Some(BTreeMap::new());
@@ -233,7 +234,7 @@ impl TemplateIndex {
     }
 
     /// Bumps the change counter.
-    pub fn notify(&self) {
+    pub(crate) fn notify(&self) {
         self.inner.changes.send_modify(|g| *g = g.wrapping_add(1));
     }
 
@@ -243,9 +244,9 @@ impl TemplateIndex {
         kinds.values().map(|w| w.kind.clone()).collect()
     }
 
-    /// Adds (or replaces) the cache of a kind. Used by [`run`]; public so tests and embedders
-    /// can feed stores of their own.
-    pub fn insert_store(&self, kind: TemplateKind, store: Store<DynamicObject>) {
+    /// Adds (or replaces) the cache of a kind: tests feed stores of their own.
+    #[cfg(test)]
+    pub(crate) fn insert_store(&self, kind: TemplateKind, store: Store<DynamicObject>) {
         self.insert(kind, store, None);
     }
 
@@ -382,7 +383,7 @@ pub struct WatchConfig {
 impl Default for WatchConfig {
     fn default() -> Self {
         Self {
-            template_label_selector: Some(crate::names::LABEL_KARPENTER_MEMBER.to_string()),
+            template_label_selector: Some(label::KARPENTER_MEMBER.to_string()),
         }
     }
 }
@@ -485,7 +486,7 @@ mod tests {
     fn qualifying_crds() {
         let aws = crd(
             "AWSMachineTemplate",
-            INFRASTRUCTURE_GROUP,
+            groups::INFRASTRUCTURE,
             json!({"cluster.x-k8s.io/v1beta1": "v1beta1_v1beta2", "cluster.x-k8s.io/v1beta2": "v1beta2"}),
             &["v1beta1", "v1beta2"],
         );
@@ -499,7 +500,7 @@ mod tests {
         // Fallback label, highest served version in it.
         let azure = crd(
             "AzureMachineTemplate",
-            INFRASTRUCTURE_GROUP,
+            groups::INFRASTRUCTURE,
             json!({"cluster.x-k8s.io/v1beta1": "v1alpha4_v1beta1"}),
             &["v1alpha4", "v1beta1"],
         );
@@ -511,7 +512,7 @@ mod tests {
         assert!(
             template_kind_from_crd(&crd(
                 "DockerMachineTemplate",
-                INFRASTRUCTURE_GROUP,
+                groups::INFRASTRUCTURE,
                 json!({}),
                 &["v1beta2"]
             ))
@@ -529,7 +530,7 @@ mod tests {
         assert!(
             template_kind_from_crd(&crd(
                 "DockerMachine",
-                INFRASTRUCTURE_GROUP,
+                groups::INFRASTRUCTURE,
                 json!({"cluster.x-k8s.io/v1beta2": "v1beta2"}),
                 &["v1beta2"]
             ))
@@ -538,7 +539,7 @@ mod tests {
         assert!(
             template_kind_from_crd(&crd(
                 "DockerMachineTemplate",
-                INFRASTRUCTURE_GROUP,
+                groups::INFRASTRUCTURE,
                 json!({"cluster.x-k8s.io/v1beta2": "v1beta3"}),
                 &["v1beta2"]
             ))
@@ -551,13 +552,13 @@ mod tests {
         let label = |v: &str| json!({"cluster.x-k8s.io/v1beta2": v});
         let docker = crd(
             "DockerMachineTemplate",
-            INFRASTRUCTURE_GROUP,
+            groups::INFRASTRUCTURE,
             label("v1beta2"),
             &["v1beta1", "v1beta2"],
         );
         let aws = crd(
             "AWSMachineTemplate",
-            INFRASTRUCTURE_GROUP,
+            groups::INFRASTRUCTURE,
             label("v1beta2"),
             &["v1beta2"],
         );
@@ -578,7 +579,7 @@ mod tests {
         // Contract bump to a version the CRD serves: restart at the new version.
         let docker_v1beta1 = crd(
             "DockerMachineTemplate",
-            INFRASTRUCTURE_GROUP,
+            groups::INFRASTRUCTURE,
             label("v1beta1"),
             &["v1beta1", "v1beta2"],
         );
@@ -599,7 +600,7 @@ mod tests {
     #[test]
     fn index_serves_catalogs_from_stores() {
         let kind = TemplateKind {
-            group: INFRASTRUCTURE_GROUP.into(),
+            group: groups::INFRASTRUCTURE.into(),
             version: "v1beta2".into(),
             kind: "DockerMachineTemplate".into(),
             plural: "dockermachinetemplates".into(),

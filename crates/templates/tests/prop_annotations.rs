@@ -10,14 +10,13 @@ mod prop_cases;
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
+use api::consts::{annotations as ann, labels as label};
 use proptest::prelude::*;
 use regex::Regex;
 use serde_json::{Value, json};
-use templates::catalog::{
-    parse_labels, parse_taints, template_shape, validate_label_key, validate_label_value,
-};
-use templates::names::*;
+use templates::labels::{parse_labels, parse_taints, validate_label_key, validate_label_value};
 use templates::quantity::{parse_milli, parse_value};
+use templates::shape::template_shape;
 use templates::{CatalogSettings, build_catalog};
 
 /// `IsValidLabelValue` / the name part of `IsQualifiedName` (apimachinery validation).
@@ -121,7 +120,7 @@ fn count_text() -> impl Strategy<Value = String> {
 /// A `*MachineTemplate` with any of the scale-from-zero annotations, near-valid values.
 fn template() -> impl Strategy<Value = Value> {
     let annotation = |key: &'static str, value: BoxedStrategy<String>| {
-        let p = if key == CA_CPU || key == CA_MEMORY {
+        let p = if key == ann::CA_CPU || key == ann::CA_MEMORY {
             0.8
         } else {
             0.4
@@ -154,16 +153,16 @@ fn template() -> impl Strategy<Value = Value> {
     });
     (
         (
-            annotation(CA_CPU, cpu_text().boxed()),
-            annotation(CA_MEMORY, memory_text().boxed()),
-            annotation(CA_EPHEMERAL_DISK, memory_text().boxed()),
-            annotation(CA_GPU_COUNT, count_text().boxed()),
-            annotation(CA_GPU_TYPE, prop_oneof![4 => valid_key(), 1 => near_key()].boxed()),
-            annotation(CA_MAX_PODS, count_text().boxed()),
-            annotation(CA_LABELS, labels.boxed()),
-            annotation(CA_TAINTS, taints.boxed()),
+            annotation(ann::CA_CPU, cpu_text().boxed()),
+            annotation(ann::CA_MEMORY, memory_text().boxed()),
+            annotation(ann::CA_EPHEMERAL_DISK, memory_text().boxed()),
+            annotation(ann::CA_GPU_COUNT, count_text().boxed()),
+            annotation(ann::CA_GPU_TYPE, prop_oneof![4 => valid_key(), 1 => near_key()].boxed()),
+            annotation(ann::CA_MAX_PODS, count_text().boxed()),
+            annotation(ann::CA_LABELS, labels.boxed()),
+            annotation(ann::CA_TAINTS, taints.boxed()),
             annotation(
-                ANNOTATION_PRICE,
+                ann::PRICE,
                 prop_oneof![6 => "0\\.[0-9]{1,4}|[1-9]", 1 => "[-+]?[0-9.]{0,8}(e[0-9]{1,3})?|inf|NaN"].boxed(),
             ),
         ),
@@ -179,7 +178,7 @@ fn template() -> impl Strategy<Value = Value> {
                 [a, b, c, d, e, f, g, h, i].into_iter().flatten().collect();
             let mut labels = BTreeMap::new();
             if let Some(it) = instance_type {
-                labels.insert(LABEL_INSTANCE_TYPE.to_string(), it);
+                labels.insert(label::INSTANCE_TYPE.to_string(), it);
             }
             let mut status = json!({});
             if let Some((cpu, memory, pods)) = status_cap {
@@ -321,9 +320,9 @@ proptest! {
         };
         // What the annotations say is what the capacity holds.
         for (key, res, parse) in [
-            (CA_CPU, "cpu", parse_milli as fn(&str) -> _),
-            (CA_MEMORY, "memory", parse_value),
-            (CA_EPHEMERAL_DISK, "ephemeral-storage", parse_value),
+            (ann::CA_CPU, "cpu", parse_milli as fn(&str) -> _),
+            (ann::CA_MEMORY, "memory", parse_value),
+            (ann::CA_EPHEMERAL_DISK, "ephemeral-storage", parse_value),
         ] {
             if let Some(v) = ann(key) {
                 prop_assert_eq!(Ok(shape.capacity.get(res)), parse(&v), "{} {:?}", key, v);
@@ -335,7 +334,7 @@ proptest! {
         }
         prop_assert!(shape.capacity.cpu_milli() > 0 && shape.capacity.memory_bytes() > 0);
         prop_assert!(shape.price.is_finite() && shape.price >= 0.0);
-        let taints = ann(CA_TAINTS).map(|s| parse_taints(&s)).unwrap_or(Ok(Vec::new()));
+        let taints = ann(ann::CA_TAINTS).map(|s| parse_taints(&s)).unwrap_or(Ok(Vec::new()));
         prop_assert_eq!(Ok(shape.taints.clone()), taints);
         for (k, v) in &shape.labels {
             prop_assert!(oracle_key(k) && oracle_value(v), "label {:?}={:?}", k, v);

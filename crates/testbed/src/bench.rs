@@ -70,7 +70,7 @@ impl Percentiles {
 
 /// The stages of a pod, in order, with the time the pod reached each (its node's NodeClaim,
 /// Machine and Node found by provider ID). `None` where not seen or not applicable.
-pub fn pod_stages(t: &Timeline, pod: &PodTimes) -> Vec<(&'static str, Option<f64>)> {
+pub(crate) fn pod_stages(t: &Timeline, pod: &PodTimes) -> Vec<(&'static str, Option<f64>)> {
     let node = t.nodes.get(&pod.node);
     let pid = node.map(|n| n.provider_id.as_str()).unwrap_or_default();
     let by_pid = |m: &HashMap<String, ObjectTimes>| {
@@ -268,7 +268,11 @@ pub struct Summary {
 pub fn metric_sums(text: &str, names: &[&str]) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
     for line in text.lines().filter(|l| !l.starts_with('#')) {
-        let name = line.split(['{', ' ']).next().unwrap_or_default();
+        // A metric name is `[a-zA-Z_:][a-zA-Z0-9_:]*`; labels or the value follow it.
+        let end = line
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+            .unwrap_or(line.len());
+        let name = &line[..end];
         if !names.contains(&name) {
             continue;
         }

@@ -11,9 +11,9 @@ use std::fmt;
 use api::consts::annotations::DO_NOT_DISRUPT;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
+use templates::selection::selector_matches;
 
 use crate::objects::{annotation, deleting, namespaced_name, owned_by, terminal};
 
@@ -125,27 +125,6 @@ pub fn controller_owned(pod: &Pod) -> bool {
         .iter()
         .flatten()
         .any(|o| o.controller == Some(true))
-}
-
-/// Whether a label selector matches `labels` (policy/v1: an empty selector matches all).
-pub fn selector_matches(s: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    let by_labels = s
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
-    let by_expressions = s.match_expressions.iter().flatten().all(|e| {
-        let v = labels.get(&e.key);
-        let values = e.values.as_deref().unwrap_or_default();
-        match e.operator.as_str() {
-            "In" => v.is_some_and(|v| values.contains(v)),
-            "NotIn" => v.is_none_or(|v| !values.contains(v)),
-            "Exists" => v.is_some(),
-            "DoesNotExist" => v.is_none(),
-            _ => false,
-        }
-    });
-    by_labels && by_expressions
 }
 
 /// Whether a pod is Ready.

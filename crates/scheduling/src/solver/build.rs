@@ -85,7 +85,52 @@ impl Solver {
     }
 }
 
+/// A daemonset as the setup reads it: requirements, tolerations, dense requests.
+type DsData = (IReqs, Vec<Toleration>, Vec<i64>);
+
 pub(super) fn build(input: &Input) -> Solver {
+    let mut s = new_solver();
+    let nodepool_key = s.names.id(LABEL_NODEPOOL);
+    intern_resources(&mut s, input);
+    let ds = daemonsets(&mut s, input);
+    let mut universe: HashMap<Key, Vec<Sym>> = HashMap::new();
+    add_pools(&mut s, input, &ds, nodepool_key, &mut universe);
+    add_nodes(&mut s, input, &mut universe);
+    for v in universe.values_mut() {
+        v.sort_by(|a, b| s.names.name(a.id).cmp(s.names.name(b.id)));
+        v.dedup();
+    }
+    s.universe = universe;
+
+    // Pods and topology groups.
+    let mut gindex: HashMap<GroupKey, usize> = HashMap::new();
+    let pods_id = res_index(&mut s.res_names, PODS);
+    for (pi, p) in input.pods.iter().enumerate() {
+        let pd = pod_data(&mut s, &mut gindex, pods_id, pi, p);
+        s.pods.push(pd);
+    }
+    let bound_anti = bound_anti_groups(&mut s, input, &mut gindex);
+    match_groups(&mut s, &bound_anti);
+    // Counts from bound pods.
+    for (ni, n) in input.nodes.iter().enumerate() {
+        for bp in &n.pods {
+            let ns = s.names.id(&bp.namespace);
+            let labels = s.ilabels(&bp.labels);
+            for g in 0..s.groups.len() {
+                if s.groups[g].selects(ns, &labels) {
+                    record_node(&mut s, g, ni, false);
+                }
+            }
+        }
+    }
+    for (ni, g) in bound_anti {
+        record_node(&mut s, g, ni, true);
+    }
+    s
+}
+
+/// An empty solver with the well-known label keys interned.
+fn new_solver() -> Solver {
     let mut s = Solver {
         names: Interner::default(),
         res_names: vec![CPU.into(), MEMORY.into(), PODS.into()],
@@ -111,10 +156,12 @@ pub(super) fn build(input: &Input) -> Solver {
     s.zone_key = s.names.id(LABEL_ZONE);
     s.ct_key = s.names.id(LABEL_CAPACITY_TYPE);
     s.it_key = s.names.id(LABEL_INSTANCE_TYPE);
-    let nodepool_key = s.names.id(LABEL_NODEPOOL);
     s.well_known.sort();
+    s
+}
 
-    // Resource names.
+/// Resource names: every resource any pod, pool, type, node or daemonset names.
+fn intern_resources(s: &mut Solver, input: &Input) {
     let mut all_res: Vec<&Resources> = Vec::new();
     for p in &input.pods {
         all_res.push(&p.requests);
@@ -138,10 +185,11 @@ pub(super) fn build(input: &Input) -> Solver {
             }
         }
     }
-    let nres = s.res_names.len();
+}
 
-    // Daemonsets: requirements and tolerations.
-    let ds: Vec<(IReqs, Vec<Toleration>, Vec<i64>)> = input
+/// Daemonsets: requirements and tolerations.
+fn daemonsets(s: &mut Solver, input: &Input) -> Vec<DsData> {
+    input
         .daemonsets
         .iter()
         .map(|d| {
@@ -152,12 +200,20 @@ pub(super) fn build(input: &Input) -> Solver {
             }
             (r, d.tolerations.clone(), dense(&s.res_names, &d.requests))
         })
-        .collect();
+        .collect()
+}
 
-    // NodePools, by weight desc then name desc.
+/// NodePools, by weight desc then name desc.
+fn add_pools(
+    s: &mut Solver,
+    input: &Input,
+    ds: &[DsData],
+    nodepool_key: Key,
+    universe: &mut HashMap<Key, Vec<Sym>>,
+) {
+    let nres = s.res_names.len();
     let mut order: Vec<&NodePool> = input.node_pools.iter().collect();
     order.sort_by(|a, b| b.weight.cmp(&a.weight).then_with(|| b.name.cmp(&a.name)));
-    let mut universe: HashMap<Key, Vec<Sym>> = HashMap::new();
     for np in order {
         let mut reqs = s.ireqs(&np.requirements);
         let labels = s.label_reqs(&np.labels);
@@ -171,65 +227,11 @@ pub(super) fn build(input: &Input) -> Solver {
                     && reqs.compatible(r, |k| s.well_known.contains(k)).is_ok()
             })
             .collect();
-        let mut types = Vec::new();
-        for it in &np.instance_types {
-            let mut treqs = s.ireqs(&it.requirements);
-            // Labels the provider puts on its shapes are well known (Karpenter registers
-            // provider labels such as instance generation as well-known labels).
-            for (k, _) in treqs.entries() {
-                if let Err(i) = s.well_known.binary_search(k) {
-                    s.well_known.insert(i, *k);
-                }
-            }
-            let name = s.names.sym(&it.name);
-            treqs.add(s.it_key, ValueSet::in_values(vec![name]));
-            let zones = it.offerings.iter().map(|o| s.names.sym(&o.zone)).collect();
-            let cts = it
-                .offerings
-                .iter()
-                .map(|o| s.names.sym(&o.capacity_type))
-                .collect();
-            treqs.add(s.zone_key, ValueSet::in_values(zones));
-            treqs.add(s.ct_key, ValueSet::in_values(cts));
-            let capacity = dense(&s.res_names, &it.capacity);
-            let overhead = dense(&s.res_names, &it.overhead);
-            let mut overhead_ds = vec![0; nres];
-            for (i, (r, _, req)) in ds.iter().enumerate() {
-                if ds_ok[i]
-                    && untolerated(&it.taints, &ds[i].1).is_none()
-                    && treqs.intersects(r).is_ok()
-                {
-                    for (o, q) in overhead_ds.iter_mut().zip(req) {
-                        *o += q;
-                    }
-                }
-            }
-            let usable = (0..nres)
-                .map(|i| capacity[i] - overhead[i] - overhead_ds[i])
-                .collect();
-            let mut offerings: Vec<(Sym, Sym, f64, bool)> = it
-                .offerings
-                .iter()
-                .map(|o| {
-                    (
-                        s.names.sym(&o.zone),
-                        s.names.sym(&o.capacity_type),
-                        o.price,
-                        o.available,
-                    )
-                })
-                .collect();
-            offerings.sort_by(|a, b| a.2.total_cmp(&b.2));
-            types.push(TypeData {
-                name: it.name.clone(),
-                reqs: treqs,
-                usable,
-                capacity,
-                overhead_ds,
-                offerings,
-                taints: it.taints.clone(),
-            });
-        }
+        let types: Vec<TypeData> = np
+            .instance_types
+            .iter()
+            .map(|it| type_data(s, it, ds, &ds_ok))
+            .collect();
         let mut base = BitSet::new(types.len());
         for (i, t) in types.iter().enumerate() {
             if s.type_ok(t, &reqs) {
@@ -277,8 +279,69 @@ pub(super) fn build(input: &Input) -> Solver {
             nodes_remaining,
         });
     }
+}
 
-    // Existing nodes.
+/// One instance type of a pool: requirements, usable resources after overhead and the
+/// daemonsets that land on it (`ds_ok`: the daemonsets the pool admits), offerings by price.
+fn type_data(s: &mut Solver, it: &InstanceType, ds: &[DsData], ds_ok: &[bool]) -> TypeData {
+    let nres = s.res_names.len();
+    let mut treqs = s.ireqs(&it.requirements);
+    // Labels the provider puts on its shapes are well known (Karpenter registers
+    // provider labels such as instance generation as well-known labels).
+    for (k, _) in treqs.entries() {
+        if let Err(i) = s.well_known.binary_search(k) {
+            s.well_known.insert(i, *k);
+        }
+    }
+    let name = s.names.sym(&it.name);
+    treqs.add(s.it_key, ValueSet::in_values(vec![name]));
+    let zones = it.offerings.iter().map(|o| s.names.sym(&o.zone)).collect();
+    let cts = it
+        .offerings
+        .iter()
+        .map(|o| s.names.sym(&o.capacity_type))
+        .collect();
+    treqs.add(s.zone_key, ValueSet::in_values(zones));
+    treqs.add(s.ct_key, ValueSet::in_values(cts));
+    let capacity = dense(&s.res_names, &it.capacity);
+    let overhead = dense(&s.res_names, &it.overhead);
+    let mut overhead_ds = vec![0; nres];
+    for (i, (r, _, req)) in ds.iter().enumerate() {
+        if ds_ok[i] && untolerated(&it.taints, &ds[i].1).is_none() && treqs.intersects(r).is_ok() {
+            for (o, q) in overhead_ds.iter_mut().zip(req) {
+                *o += q;
+            }
+        }
+    }
+    let usable = (0..nres)
+        .map(|i| capacity[i] - overhead[i] - overhead_ds[i])
+        .collect();
+    let mut offerings: Vec<(Sym, Sym, f64, bool)> = it
+        .offerings
+        .iter()
+        .map(|o| {
+            (
+                s.names.sym(&o.zone),
+                s.names.sym(&o.capacity_type),
+                o.price,
+                o.available,
+            )
+        })
+        .collect();
+    offerings.sort_by(|a, b| a.2.total_cmp(&b.2));
+    TypeData {
+        name: it.name.clone(),
+        reqs: treqs,
+        usable,
+        capacity,
+        overhead_ds,
+        offerings,
+        taints: it.taints.clone(),
+    }
+}
+
+/// Existing nodes (their labels join the universe).
+fn add_nodes(s: &mut Solver, input: &Input, universe: &mut HashMap<Key, Vec<Sym>>) {
     for n in &input.nodes {
         let labels = s.ilabels(&n.labels);
         for (k, v) in &labels {
@@ -305,115 +368,108 @@ pub(super) fn build(input: &Input) -> Solver {
             refuses_moving: n.refuses_moving,
         });
     }
-    for v in universe.values_mut() {
-        v.sort_by(|a, b| s.names.name(a.id).cmp(s.names.name(b.id)));
-        v.dedup();
-    }
-    s.universe = universe;
+}
 
-    // Pods and topology groups.
-    let mut gindex: HashMap<GroupKey, usize> = HashMap::new();
-    let pods_id = res_index(&mut s.res_names, PODS);
-    for (pi, p) in input.pods.iter().enumerate() {
-        let ns = s.names.id(&p.namespace);
-        let labels = s.ilabels(&p.labels);
-        let mut requests = dense(&s.res_names, &p.requests);
-        if requests[pods_id] == 0 {
-            requests[pods_id] = 1;
-        }
-        let selector_reqs = s.label_reqs(&p.node_selector);
-        let required_terms = p
-            .required_node_affinity
-            .iter()
-            .map(|t| s.ireqs(t))
-            .collect();
-        let mut pref: Vec<&Weighted<Vec<Requirement>>> = p.preferred_node_affinity.iter().collect();
-        pref.sort_by_key(|w| std::cmp::Reverse(w.weight));
-        let preferred_terms = pref.iter().map(|w| s.ireqs(&w.term)).collect();
-        let mut spreads = Vec::new();
-        for t in &p.topology_spread {
-            let g = s.group(
-                &mut gindex,
-                GroupKind::Spread(t.max_skew.max(1)),
-                &t.topology_key,
-                &[],
-                ns,
-                &t.selector,
-            );
-            spreads.push((g, t.when_unsatisfiable == WhenUnsatisfiable::DoNotSchedule));
-        }
-        let mut terms = |s: &mut Solver, kind, list: Vec<&PodAffinityTerm>| -> Vec<usize> {
-            list.into_iter()
-                .map(|t| {
-                    s.group(
-                        &mut gindex,
-                        kind,
-                        &t.topology_key,
-                        &t.namespaces,
-                        ns,
-                        &t.selector,
-                    )
-                })
-                .collect()
-        };
-        let affinity = terms(&mut s, GroupKind::Affinity, p.pod_affinity.iter().collect());
-        let anti = terms(
-            &mut s,
-            GroupKind::Anti,
-            p.pod_anti_affinity.iter().collect(),
-        );
-        let mut pa: Vec<&Weighted<PodAffinityTerm>> = p.preferred_pod_affinity.iter().collect();
-        pa.sort_by_key(|w| std::cmp::Reverse(w.weight));
-        let pref_affinity = terms(
-            &mut s,
-            GroupKind::Affinity,
-            pa.iter().map(|w| &w.term).collect(),
-        );
-        let mut pn: Vec<&Weighted<PodAffinityTerm>> =
-            p.preferred_pod_anti_affinity.iter().collect();
-        pn.sort_by_key(|w| std::cmp::Reverse(w.weight));
-        let pref_anti = terms(
-            &mut s,
-            GroupKind::Anti,
-            pn.iter().map(|w| &w.term).collect(),
-        );
-        let mut pd = PodData {
-            input: pi,
-            requests,
-            ns,
-            labels,
-            tolerations: p.tolerations.clone(),
-            ports: p.host_ports.clone(),
-            moving: p.moving,
-            selector_reqs,
-            required_terms,
-            preferred_terms,
-            spreads,
-            affinity,
-            anti,
-            pref_affinity,
-            pref_anti,
-            matched: Vec::new(),
-            repelled: Vec::new(),
-            term: 0,
-            pref_node_removed: 0,
-            pref_aff_removed: 0,
-            pref_anti_removed: 0,
-            schedule_anyway_removed: false,
-            tolerate_prefer_no_schedule: false,
-            reqs: IReqs::new(),
-        };
-        pd.rebuild_reqs();
-        s.pods.push(pd);
+/// One pending pod: interned requirements and the topology groups of its terms.
+fn pod_data(
+    s: &mut Solver,
+    gindex: &mut HashMap<GroupKey, usize>,
+    pods_id: usize,
+    pi: usize,
+    p: &Pod,
+) -> PodData {
+    let ns = s.names.id(&p.namespace);
+    let labels = s.ilabels(&p.labels);
+    let mut requests = dense(&s.res_names, &p.requests);
+    if requests[pods_id] == 0 {
+        requests[pods_id] = 1;
     }
-    // Bound pods' required anti-affinity creates groups too.
+    let selector_reqs = s.label_reqs(&p.node_selector);
+    let required_terms = p
+        .required_node_affinity
+        .iter()
+        .map(|t| s.ireqs(t))
+        .collect();
+    let mut pref: Vec<&Weighted<Vec<Requirement>>> = p.preferred_node_affinity.iter().collect();
+    pref.sort_by_key(|w| std::cmp::Reverse(w.weight));
+    let preferred_terms = pref.iter().map(|w| s.ireqs(&w.term)).collect();
+    let mut spreads = Vec::new();
+    for t in &p.topology_spread {
+        let g = s.group(
+            gindex,
+            GroupKind::Spread(t.max_skew.max(1)),
+            &t.topology_key,
+            &[],
+            ns,
+            &t.selector,
+        );
+        spreads.push((g, t.when_unsatisfiable == WhenUnsatisfiable::DoNotSchedule));
+    }
+    let mut terms = |s: &mut Solver, kind, list: Vec<&PodAffinityTerm>| -> Vec<usize> {
+        list.into_iter()
+            .map(|t| {
+                s.group(
+                    gindex,
+                    kind,
+                    &t.topology_key,
+                    &t.namespaces,
+                    ns,
+                    &t.selector,
+                )
+            })
+            .collect()
+    };
+    let affinity = terms(s, GroupKind::Affinity, p.pod_affinity.iter().collect());
+    let anti = terms(s, GroupKind::Anti, p.pod_anti_affinity.iter().collect());
+    let mut pa: Vec<&Weighted<PodAffinityTerm>> = p.preferred_pod_affinity.iter().collect();
+    pa.sort_by_key(|w| std::cmp::Reverse(w.weight));
+    let pref_affinity = terms(s, GroupKind::Affinity, pa.iter().map(|w| &w.term).collect());
+    let mut pn: Vec<&Weighted<PodAffinityTerm>> = p.preferred_pod_anti_affinity.iter().collect();
+    pn.sort_by_key(|w| std::cmp::Reverse(w.weight));
+    let pref_anti = terms(s, GroupKind::Anti, pn.iter().map(|w| &w.term).collect());
+    let mut pd = PodData {
+        input: pi,
+        requests,
+        ns,
+        labels,
+        tolerations: p.tolerations.clone(),
+        ports: p.host_ports.clone(),
+        moving: p.moving,
+        selector_reqs,
+        required_terms,
+        preferred_terms,
+        spreads,
+        affinity,
+        anti,
+        pref_affinity,
+        pref_anti,
+        matched: Vec::new(),
+        repelled: Vec::new(),
+        term: 0,
+        pref_node_removed: 0,
+        pref_aff_removed: 0,
+        pref_anti_removed: 0,
+        schedule_anyway_removed: false,
+        tolerate_prefer_no_schedule: false,
+        reqs: IReqs::new(),
+    };
+    pd.rebuild_reqs();
+    pd
+}
+
+/// Bound pods' required anti-affinity creates groups too: (node, group) of each term.
+fn bound_anti_groups(
+    s: &mut Solver,
+    input: &Input,
+    gindex: &mut HashMap<GroupKey, usize>,
+) -> Vec<(usize, usize)> {
     let mut bound_anti: Vec<(usize, usize)> = Vec::new();
     for (ni, n) in input.nodes.iter().enumerate() {
         for bp in &n.pods {
             let ns = s.names.id(&bp.namespace);
             for t in &bp.pod_anti_affinity {
                 let g = s.group(
-                    &mut gindex,
+                    gindex,
                     GroupKind::Anti,
                     &t.topology_key,
                     &t.namespaces,
@@ -424,7 +480,12 @@ pub(super) fn build(input: &Input) -> Solver {
             }
         }
     }
-    // Which groups each pod matches (cached by namespace + labels).
+    bound_anti
+}
+
+/// Which groups each pod matches, and which required anti-affinity groups repel it.
+fn match_groups(s: &mut Solver, bound_anti: &[(usize, usize)]) {
+    // Cached by namespace + labels.
     let mut cache: HashMap<MatchKey, Vec<usize>> = HashMap::new();
     for pi in 0..s.pods.len() {
         let key = (s.pods[pi].ns, s.pods[pi].labels.clone());
@@ -445,7 +506,7 @@ pub(super) fn build(input: &Input) -> Solver {
             required_anti[*g] = true;
         }
     }
-    for (_, g) in &bound_anti {
+    for (_, g) in bound_anti {
         required_anti[*g] = true;
     }
     for p in s.pods.iter_mut() {
@@ -456,22 +517,6 @@ pub(super) fn build(input: &Input) -> Solver {
             .filter(|g| required_anti[*g] && s.groups[*g].kind == GroupKind::Anti)
             .collect();
     }
-    // Counts from bound pods.
-    for (ni, n) in input.nodes.iter().enumerate() {
-        for bp in &n.pods {
-            let ns = s.names.id(&bp.namespace);
-            let labels = s.ilabels(&bp.labels);
-            for g in 0..s.groups.len() {
-                if s.groups[g].selects(ns, &labels) {
-                    record_node(&mut s, g, ni, false);
-                }
-            }
-        }
-    }
-    for (ni, g) in bound_anti {
-        record_node(&mut s, g, ni, true);
-    }
-    s
 }
 
 /// Records a pod on existing node `ni` into group `g` (as owner or as matching pod).

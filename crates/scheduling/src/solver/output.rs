@@ -16,83 +16,14 @@ pub(super) fn output(
     failed: Vec<usize>,
     mut errors: Vec<Vec<(usize, Failure)>>,
 ) -> Output {
-    let mut out = Output::default();
-    for c in &s.claims {
-        let p = &s.pools[c.pool];
-        let mut cands: Vec<(f64, &str, usize, Sym, Sym)> = c
-            .cands
+    let mut out = Output {
+        new_node_claims: s
+            .claims
             .iter()
-            .filter_map(|t| {
-                s.cheapest_offering(&p.types[t], &c.reqs)
-                    .map(|(z, ct, price)| (price, p.types[t].name.as_str(), t, z, ct))
-            })
-            .collect();
-        cands.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(b.1)));
-        cands.truncate(MAX_INSTANCE_TYPES);
-        let Some(&(price, name, first, zone, ct)) = cands.first() else {
-            continue;
-        };
-        let render = |k: Key, set: &ISet| {
-            set.to_requirements(s.names.name(k), |v| s.names.name(v.id).to_string())
-        };
-        let ct_set = c.reqs.get(&s.ct_key);
-        let mut requirements: Vec<Requirement> = c
-            .reqs
-            .entries()
-            .iter()
-            .filter(|(k, set)| *k != s.it_key && !(*k == s.ct_key && set.complement))
-            .flat_map(|(k, set)| render(*k, set))
-            .collect();
-        if ct_set.is_none_or(|set| set.complement) {
-            let zones = c.reqs.get(&s.zone_key);
-            let mut cts: Vec<Sym> = Vec::new();
-            for x in &cands {
-                for (z, ct, _, avail) in &p.types[x.2].offerings {
-                    if *avail
-                        && zones.is_none_or(|set| set.has(z))
-                        && ct_set.is_none_or(|set| set.has(ct))
-                    {
-                        cts.push(*ct);
-                    }
-                }
-            }
-            requirements.extend(render(s.ct_key, &ISet::in_values(cts)));
-        }
-        requirements.push(Requirement {
-            key: LABEL_INSTANCE_TYPE.to_string(),
-            operator: Operator::In,
-            values: cands.iter().map(|x| x.1.to_string()).collect(),
-            min_values: c.reqs.get(&s.it_key).and_then(|set| set.min_values),
-        });
-        let td = &p.types[first];
-        let requests = s
-            .res_names
-            .iter()
-            .enumerate()
-            .filter_map(|(i, n)| {
-                let v = c.used[i] + td.overhead_ds[i];
-                (v != 0).then(|| (n.clone(), v))
-            })
-            .collect();
-        out.new_node_claims.push(NewNodeClaim {
-            node_pool: p.name.clone(),
-            requirements,
-            requests,
-            taints: p.taints.clone(),
-            startup_taints: p.startup_taints.clone(),
-            pods: c
-                .pods
-                .iter()
-                .map(|&pi| pod_ref(&input.pods[s.pods[pi].input]))
-                .collect(),
-            cheapest: Cheapest {
-                instance_type: name.to_string(),
-                zone: s.names.name(zone.id).to_string(),
-                capacity_type: s.names.name(ct.id).to_string(),
-                price,
-            },
-        });
-    }
+            .filter_map(|c| new_node_claim(s, input, c))
+            .collect(),
+        ..Output::default()
+    };
     for &(pi, ni) in &s.placements {
         out.existing.push(Placement {
             pod: pod_ref(&input.pods[s.pods[pi].input]),
@@ -123,4 +54,81 @@ pub(super) fn output(
         });
     }
     out
+}
+
+/// A planned claim as a NodeClaim: its requirements (instance types cheapest first, at most
+/// [`MAX_INSTANCE_TYPES`]), requests and cheapest offering; `None` when no type has one.
+fn new_node_claim(s: &Solver, input: &Input, c: &Claim) -> Option<NewNodeClaim> {
+    let p = &s.pools[c.pool];
+    let mut cands: Vec<(f64, &str, usize, Sym, Sym)> = c
+        .cands
+        .iter()
+        .filter_map(|t| {
+            s.cheapest_offering(&p.types[t], &c.reqs)
+                .map(|(z, ct, price)| (price, p.types[t].name.as_str(), t, z, ct))
+        })
+        .collect();
+    cands.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(b.1)));
+    cands.truncate(MAX_INSTANCE_TYPES);
+    let &(price, name, first, zone, ct) = cands.first()?;
+    let render = |k: Key, set: &ISet| {
+        set.to_requirements(s.names.name(k), |v| s.names.name(v.id).to_string())
+    };
+    let ct_set = c.reqs.get(&s.ct_key);
+    let mut requirements: Vec<Requirement> = c
+        .reqs
+        .entries()
+        .iter()
+        .filter(|(k, set)| *k != s.it_key && !(*k == s.ct_key && set.complement))
+        .flat_map(|(k, set)| render(*k, set))
+        .collect();
+    if ct_set.is_none_or(|set| set.complement) {
+        let zones = c.reqs.get(&s.zone_key);
+        let mut cts: Vec<Sym> = Vec::new();
+        for x in &cands {
+            for (z, ct, _, avail) in &p.types[x.2].offerings {
+                if *avail
+                    && zones.is_none_or(|set| set.has(z))
+                    && ct_set.is_none_or(|set| set.has(ct))
+                {
+                    cts.push(*ct);
+                }
+            }
+        }
+        requirements.extend(render(s.ct_key, &ISet::in_values(cts)));
+    }
+    requirements.push(Requirement {
+        key: LABEL_INSTANCE_TYPE.to_string(),
+        operator: Operator::In,
+        values: cands.iter().map(|x| x.1.to_string()).collect(),
+        min_values: c.reqs.get(&s.it_key).and_then(|set| set.min_values),
+    });
+    let td = &p.types[first];
+    let requests = s
+        .res_names
+        .iter()
+        .enumerate()
+        .filter_map(|(i, n)| {
+            let v = c.used[i] + td.overhead_ds[i];
+            (v != 0).then(|| (n.clone(), v))
+        })
+        .collect();
+    Some(NewNodeClaim {
+        node_pool: p.name.clone(),
+        requirements,
+        requests,
+        taints: p.taints.clone(),
+        startup_taints: p.startup_taints.clone(),
+        pods: c
+            .pods
+            .iter()
+            .map(|&pi| pod_ref(&input.pods[s.pods[pi].input]))
+            .collect(),
+        cheapest: Cheapest {
+            instance_type: name.to_string(),
+            zone: s.names.name(zone.id).to_string(),
+            capacity_type: s.names.name(ct.id).to_string(),
+            price,
+        },
+    })
 }

@@ -1,5 +1,6 @@
 //! Builders for the behaviour corpus.
-#![allow(dead_code)]
+// Test-support module: `pub` here shares items between test files of one test crate.
+#![allow(dead_code, unreachable_pub)]
 
 use std::collections::BTreeMap;
 

@@ -55,6 +55,42 @@ pub struct CapiCluster {
 pub async fn create_cluster(client: &Client, setup: &ClusterSetup) -> Result<CapiCluster> {
     let ns = setup.namespace.as_str();
     let name = setup.name.as_str();
+    apply_kubeconfig(client, setup).await?;
+    apply_cluster_objects(client, setup).await?;
+    let clusters: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &cluster_resource());
+    let want_fds = setup.failure_domains.len();
+    let cluster = wait_for(
+        &format!("Cluster {ns}/{name} to be provisioned and initialized"),
+        setup.timeout,
+        || async {
+            let c = clusters.get(name).await.ok()?;
+            let st = &c.data["status"];
+            let init = &st["initialization"];
+            let cp_condition = st["conditions"]
+                .as_array()?
+                .iter()
+                .any(|c| c["type"] == "ControlPlaneInitialized" && c["status"] == "True");
+            let fds = st["failureDomains"].as_array().map_or(0, Vec::len);
+            (init["infrastructureProvisioned"] == true
+                && init["controlPlaneInitialized"] == true
+                && cp_condition
+                && fds == want_fds)
+                .then_some(c)
+        },
+    )
+    .await?;
+    Ok(CapiCluster {
+        namespace: ns.to_string(),
+        name: name.to_string(),
+        cluster,
+    })
+}
+
+/// The Cluster's namespace and its `<name>-kubeconfig` Secret (the workload kubeconfig).
+async fn apply_kubeconfig(client: &Client, setup: &ClusterSetup) -> Result<()> {
+    let ns = setup.namespace.as_str();
+    let name = setup.name.as_str();
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let namespace: Namespace = serde_json::from_value(
@@ -84,7 +120,14 @@ pub async fn create_cluster(client: &Client, setup: &ClusterSetup) -> Result<Cap
             &Patch::Apply(&secret),
         )
         .await?;
+    Ok(())
+}
 
+/// The TestCluster, the TestControlPlane and the Cluster referring to them.
+async fn apply_cluster_objects(client: &Client, setup: &ClusterSetup) -> Result<()> {
+    let ns = setup.namespace.as_str();
+    let name = setup.name.as_str();
+    let params = PatchParams::apply(FIELD_MANAGER).force();
     let apply = |ar: ApiResource, obj: Value| {
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
         let params = params.clone();
@@ -126,35 +169,7 @@ pub async fn create_cluster(client: &Client, setup: &ClusterSetup) -> Result<Cap
         }),
     )
     .await?;
-
-    let clusters: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), ns, &cluster_resource());
-    let want_fds = setup.failure_domains.len();
-    let cluster = wait_for(
-        &format!("Cluster {ns}/{name} to be provisioned and initialized"),
-        setup.timeout,
-        || async {
-            let c = clusters.get(name).await.ok()?;
-            let st = &c.data["status"];
-            let init = &st["initialization"];
-            let cp_condition = st["conditions"]
-                .as_array()?
-                .iter()
-                .any(|c| c["type"] == "ControlPlaneInitialized" && c["status"] == "True");
-            let fds = st["failureDomains"].as_array().map_or(0, Vec::len);
-            (init["infrastructureProvisioned"] == true
-                && init["controlPlaneInitialized"] == true
-                && cp_condition
-                && fds == want_fds)
-                .then_some(c)
-        },
-    )
-    .await?;
-    Ok(CapiCluster {
-        namespace: ns.to_string(),
-        name: name.to_string(),
-        cluster,
-    })
+    Ok(())
 }
 
 /// [`create_cluster`] on a testbed that is both management and workload cluster: a fresh

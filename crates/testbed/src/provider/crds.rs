@@ -6,7 +6,7 @@ pub(super) fn resource(group: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, VERSION, kind), plural)
 }
 
-pub fn test_cluster_resource() -> ApiResource {
+pub(crate) fn test_cluster_resource() -> ApiResource {
     resource(INFRASTRUCTURE_GROUP, TEST_CLUSTER_KIND, "testclusters")
 }
 pub fn test_machine_resource() -> ApiResource {
@@ -19,7 +19,7 @@ pub fn test_machine_template_resource() -> ApiResource {
         "testmachinetemplates",
     )
 }
-pub fn test_control_plane_resource() -> ApiResource {
+pub(crate) fn test_control_plane_resource() -> ApiResource {
     resource(
         CONTROL_PLANE_GROUP,
         TEST_CONTROL_PLANE_KIND,
@@ -194,8 +194,10 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
     .collect()
 }
 
-/// The CRDs as multi-document YAML (for `hack/testbed/up.sh --crds` or kubectl).
-pub fn crds_yaml() -> Result<String> {
+/// The CRDs as multi-document YAML: `crds/test-provider.yaml`, which `hack/testbed/up.sh` and
+/// kubectl apply (written and checked by the `crd_file` test).
+#[cfg(test)]
+pub(crate) fn crds_yaml() -> Result<String> {
     let mut out = String::new();
     for crd in crds() {
         out.push_str("---\n");

@@ -79,83 +79,104 @@ pub(super) async fn reconcile_machine(obj: Arc<DynamicObject>, ctx: Arc<Ctx>) ->
         set_finalizers(&api, &obj, finalizers).await?;
         return Ok(Action::await_change());
     }
-
-    let annotations = obj.annotations();
-    let provisioned = obj.data["status"]["initialization"]["provisioned"] == true;
-    if !provisioned {
-        if let Some(message) = annotations.get(FAIL_ANNOTATION) {
-            let message = if message.is_empty() {
-                "provisioning failed"
-            } else {
-                message.as_str()
-            };
-            let status = json!({
-                "initialization": {"provisioned": false},
-                "ready": false,
-                "failureReason": DEPRECATED_FAILURE_REASON,
-                "failureMessage": message,
-                "conditions": [condition(&obj, "Ready", false, FAILURE_REASON, message)]
-            });
-            patch_status(&api, &obj, status).await?;
-            return Ok(Action::await_change());
-        }
-        let Some(machine) = owner_machine(&ctx, &obj).await? else {
-            let status = json!({"conditions": [condition(&obj, "Ready", false, "WaitingForMachine",
-                "waiting for a Machine to own this TestMachine")]});
-            patch_status(&api, &obj, status).await?;
-            return Ok(Action::requeue(Duration::from_secs(1)));
-        };
-        if !machine.data["spec"]["bootstrap"]["dataSecretName"].is_string() {
-            let status = json!({"conditions": [condition(&obj, "Ready", false, "WaitingForBootstrapData",
-                "waiting for the Machine's spec.bootstrap.dataSecretName")]});
-            patch_status(&api, &obj, status).await?;
-            return Ok(Action::requeue(Duration::from_secs(1)));
-        }
-        let delay = annotations
-            .get(PROVISION_DELAY_ANNOTATION)
-            .and_then(|d| parse_duration(d))
-            .unwrap_or(ctx.config.provision_delay);
-        let age = elapsed_since(obj.metadata.creation_timestamp.as_ref().map(|t| &t.0));
-        if age < delay {
-            let status = json!({"conditions": [condition(&obj, "Ready", false, "Provisioning", "instance is being created")]});
-            patch_status(&api, &obj, status).await?;
-            return Ok(Action::requeue(delay - age));
-        }
-        if annotations.contains_key(NO_PROVIDER_ID_ANNOTATION) {
-            let status = json!({"conditions": [condition(&obj, "Ready", false, "Provisioning",
-                "instance is being created (never gets a providerID)")]});
-            patch_status(&api, &obj, status).await?;
-            return Ok(Action::await_change());
-        }
-        if obj.data["spec"]["providerID"].as_str() != Some(pid.as_str()) {
-            api.patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"providerID": pid}})),
-            )
-            .await?;
-        }
-        let node = node_name(&obj);
-        let mut status = json!({
-            "initialization": {"provisioned": true},
-            "ready": true,
-            "addresses": [
-                {"type": "InternalIP", "address": internal_ip(&ns, &name)},
-                {"type": "Hostname", "address": node},
-            ],
-            "conditions": [condition(&obj, "Ready", true, "Provisioned", "")]
-        });
-        if let Some(fd) = machine.data["spec"]["failureDomain"]
-            .as_str()
-            .filter(|s| !s.is_empty())
-        {
-            status["failureDomain"] = json!(fd);
-        }
-        patch_status(&api, &obj, status).await?;
-        return Ok(Action::requeue(ctx.config.registration_delay));
+    if obj.data["status"]["initialization"]["provisioned"] != true {
+        return provision(&api, &ctx, &obj, &pid).await;
     }
+    register_node(&api, &ctx, &obj, &pid).await
+}
 
-    // Provisioned: the "kubelet" registers the Node once.
+/// Not provisioned yet: fail on request, wait for the Machine and its bootstrap data and the
+/// provision delay, then set the providerID and the provisioned status.
+async fn provision(
+    api: &Api<DynamicObject>,
+    ctx: &Ctx,
+    obj: &DynamicObject,
+    pid: &str,
+) -> Result<Action> {
+    let ns = obj.namespace().unwrap_or_default();
+    let name = obj.name_any();
+    let annotations = obj.annotations();
+    if let Some(message) = annotations.get(FAIL_ANNOTATION) {
+        let message = if message.is_empty() {
+            "provisioning failed"
+        } else {
+            message.as_str()
+        };
+        let status = json!({
+            "initialization": {"provisioned": false},
+            "ready": false,
+            "failureReason": DEPRECATED_FAILURE_REASON,
+            "failureMessage": message,
+            "conditions": [condition(obj, "Ready", false, FAILURE_REASON, message)]
+        });
+        patch_status(api, obj, status).await?;
+        return Ok(Action::await_change());
+    }
+    let Some(machine) = owner_machine(ctx, obj).await? else {
+        let status = json!({"conditions": [condition(obj, "Ready", false, "WaitingForMachine",
+            "waiting for a Machine to own this TestMachine")]});
+        patch_status(api, obj, status).await?;
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    };
+    if !machine.data["spec"]["bootstrap"]["dataSecretName"].is_string() {
+        let status = json!({"conditions": [condition(obj, "Ready", false, "WaitingForBootstrapData",
+            "waiting for the Machine's spec.bootstrap.dataSecretName")]});
+        patch_status(api, obj, status).await?;
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    let delay = annotations
+        .get(PROVISION_DELAY_ANNOTATION)
+        .and_then(|d| parse_duration(d))
+        .unwrap_or(ctx.config.provision_delay);
+    let age = elapsed_since(obj.metadata.creation_timestamp.as_ref().map(|t| &t.0));
+    if age < delay {
+        let status = json!({"conditions": [condition(obj, "Ready", false, "Provisioning", "instance is being created")]});
+        patch_status(api, obj, status).await?;
+        return Ok(Action::requeue(delay - age));
+    }
+    if annotations.contains_key(NO_PROVIDER_ID_ANNOTATION) {
+        let status = json!({"conditions": [condition(obj, "Ready", false, "Provisioning",
+            "instance is being created (never gets a providerID)")]});
+        patch_status(api, obj, status).await?;
+        return Ok(Action::await_change());
+    }
+    if obj.data["spec"]["providerID"].as_str() != Some(pid) {
+        api.patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"providerID": pid}})),
+        )
+        .await?;
+    }
+    let node = node_name(obj);
+    let mut status = json!({
+        "initialization": {"provisioned": true},
+        "ready": true,
+        "addresses": [
+            {"type": "InternalIP", "address": internal_ip(&ns, &name)},
+            {"type": "Hostname", "address": node},
+        ],
+        "conditions": [condition(obj, "Ready", true, "Provisioned", "")]
+    });
+    if let Some(fd) = machine.data["spec"]["failureDomain"]
+        .as_str()
+        .filter(|s| !s.is_empty())
+    {
+        status["failureDomain"] = json!(fd);
+    }
+    patch_status(api, obj, status).await?;
+    Ok(Action::requeue(ctx.config.registration_delay))
+}
+
+/// Provisioned: the "kubelet" registers the Node once.
+async fn register_node(
+    api: &Api<DynamicObject>,
+    ctx: &Ctx,
+    obj: &DynamicObject,
+    pid: &str,
+) -> Result<Action> {
+    let name = obj.name_any();
+    let annotations = obj.annotations();
     if annotations.contains_key(NO_NODE_ANNOTATION) || obj.data["status"]["nodeName"].is_string() {
         return Ok(Action::await_change());
     }
@@ -168,9 +189,9 @@ pub(super) async fn reconcile_machine(obj: Arc<DynamicObject>, ctx: Arc<Ctx>) ->
     if waited < ctx.config.registration_delay {
         return Ok(Action::requeue(ctx.config.registration_delay - waited));
     }
-    let machine = owner_machine(&ctx, &obj).await?;
-    let node = build_node(&ctx, &obj, machine.as_ref(), &pid).await?;
-    let nodes: Api<Node> = Api::all(ctx.workload_of(&obj));
+    let machine = owner_machine(ctx, obj).await?;
+    let node = build_node(ctx, obj, machine.as_ref(), pid).await?;
+    let nodes: Api<Node> = Api::all(ctx.workload_of(obj));
     match nodes.create(&PostParams::default(), &node).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 409 => {
@@ -179,7 +200,7 @@ pub(super) async fn reconcile_machine(obj: Arc<DynamicObject>, ctx: Arc<Ctx>) ->
                 .spec
                 .as_ref()
                 .and_then(|s| s.provider_id.as_deref());
-            if existing_pid != Some(pid.as_str()) {
+            if existing_pid != Some(pid) {
                 return Err(Error::Invalid {
                     kind: "TestMachine",
                     name,
@@ -192,15 +213,13 @@ pub(super) async fn reconcile_machine(obj: Arc<DynamicObject>, ctx: Arc<Ctx>) ->
         }
         Err(e) => return Err(e.into()),
     }
-    patch_status(&api, &obj, json!({"nodeName": node.name_any()})).await?;
+    patch_status(api, obj, json!({"nodeName": node.name_any()})).await?;
     Ok(Action::await_change())
 }
 
 pub(super) fn internal_ip(ns: &str, name: &str) -> String {
     // A stable fake address in 10.200.0.0/16 derived from the object's identity.
-    let h = format!("{ns}/{name}").bytes().fold(2166136261u32, |h, b| {
-        (h ^ u32::from(b)).wrapping_mul(16777619)
-    });
+    let h = api::hash::fnv1a_32(format!("{ns}/{name}").as_bytes());
     format!("10.200.{}.{}", (h >> 8) & 0xff, (h & 0xff).max(1))
 }
 

@@ -98,15 +98,15 @@ use serde_json::{Value, json};
 use crate::{FIELD_MANAGER, Testbed, wait_for};
 
 /// Group of the test infrastructure kinds (the real providers' group).
-pub const INFRASTRUCTURE_GROUP: &str = "infrastructure.cluster.x-k8s.io";
+pub(crate) const INFRASTRUCTURE_GROUP: &str = "infrastructure.cluster.x-k8s.io";
 /// Group of [`TEST_CONTROL_PLANE_KIND`].
-pub const CONTROL_PLANE_GROUP: &str = "controlplane.cluster.x-k8s.io";
+pub(crate) const CONTROL_PLANE_GROUP: &str = "controlplane.cluster.x-k8s.io";
 /// The one version the test CRDs serve.
 pub const VERSION: &str = "v1beta2";
-pub const TEST_CLUSTER_KIND: &str = "TestCluster";
-pub const TEST_MACHINE_KIND: &str = "TestMachine";
-pub const TEST_MACHINE_TEMPLATE_KIND: &str = "TestMachineTemplate";
-pub const TEST_CONTROL_PLANE_KIND: &str = "TestControlPlane";
+pub(crate) const TEST_CLUSTER_KIND: &str = "TestCluster";
+pub(crate) const TEST_MACHINE_KIND: &str = "TestMachine";
+pub(crate) const TEST_MACHINE_TEMPLATE_KIND: &str = "TestMachineTemplate";
+pub(crate) const TEST_CONTROL_PLANE_KIND: &str = "TestControlPlane";
 
 /// TestMachine annotation: fail provisioning with this message.
 pub const FAIL_ANNOTATION: &str = "testbed.cluster.x-k8s.io/fail";
@@ -115,15 +115,15 @@ pub const NO_PROVIDER_ID_ANNOTATION: &str = "testbed.cluster.x-k8s.io/no-provide
 /// TestMachine annotation: set the providerID but never create a Node.
 pub const NO_NODE_ANNOTATION: &str = "testbed.cluster.x-k8s.io/no-node";
 /// TestMachine annotation: provisioning delay for this object (`"2s"`, `"500ms"`, `"1m"`).
-pub const PROVISION_DELAY_ANNOTATION: &str = "testbed.cluster.x-k8s.io/provision-delay";
+pub(crate) const PROVISION_DELAY_ANNOTATION: &str = "testbed.cluster.x-k8s.io/provision-delay";
 /// Finalizer the provider keeps on TestMachines until their Node is deleted.
-pub const FINALIZER: &str = "testbed.cluster.x-k8s.io/testmachine";
+pub(crate) const FINALIZER: &str = "testbed.cluster.x-k8s.io/testmachine";
 /// Reason of the `Ready=False` condition of a failed TestMachine.
 pub const FAILURE_REASON: &str = "ProvisioningFailed";
 /// The deprecated `status.failureReason` of a failed TestMachine.
 pub const DEPRECATED_FAILURE_REASON: &str = "CreateError";
 /// Prefix of the providerIDs (`test://<namespace>/<name>`).
-pub const PROVIDER_ID_PREFIX: &str = "test://";
+pub(crate) const PROVIDER_ID_PREFIX: &str = "test://";
 
 const KWOK_ANNOTATION: &str = "kwok.x-k8s.io/node";
 const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
@@ -209,11 +209,10 @@ impl std::fmt::Debug for ProviderConfig {
 }
 
 pub use cluster::{CapiCluster, ClusterSetup, create_cluster, setup_cluster};
-use crds::kubeadm_config_resource;
 pub use crds::{
-    cluster_resource, crds, crds_yaml, machine_resource, test_cluster_resource,
-    test_control_plane_resource, test_machine_resource, test_machine_template_resource,
+    cluster_resource, crds, machine_resource, test_machine_resource, test_machine_template_resource,
 };
+use crds::{kubeadm_config_resource, test_cluster_resource, test_control_plane_resource};
 use machine::{reconcile_kubeadm_config, reconcile_machine};
 
 /// The providerID the provider gives a TestMachine.
