@@ -31,8 +31,12 @@ const PRICE: &str = "karpenter.cluster.x-k8s.io/price";
 #[derive(Clone, Debug)]
 enum Expect {
     /// The API server rejects the object with an error on this field path (the message
-    /// holds `<path>: `, e.g. `spec.limits.cpu: Invalid value: ...`).
-    Rejected { path: &'static str },
+    /// holds `<path>: `, e.g. `spec.limits.cpu: Invalid value: ...`) that says `says` (a
+    /// rule's own words, for a path with several rules; empty: any).
+    Rejected {
+        path: &'static str,
+        says: &'static str,
+    },
     /// A condition on the NodePool, NodeClass or NodeClaim (by kind) named `object`.
     Condition {
         kind: &'static str,
@@ -42,13 +46,13 @@ enum Expect {
         reason: &'static str,
     },
     /// The NodeClass `class` selects the bad template `bad` and its valid twin `twin`: it is
-    /// `TemplatesReady=True/TemplatesExcluded`, its message excludes `bad` for `field`, and
-    /// its instance types come from `twin` and never from `bad`.
+    /// `TemplatesReady=True/TemplatesExcluded`, its message excludes `bad` for `field` (the
+    /// reason starts with it), and its instance types come from `twin` and never from `bad`.
     TwinUsed {
         class: String,
         bad: String,
         twin: String,
-        field: &'static str,
+        field: String,
     },
     /// An event with this reason (or one of `A|B`) about `object`, from the operator
     /// (reporting controller `karpenter`).
@@ -297,7 +301,7 @@ async fn check(client: &Client, expect: &Expect, deadline: Duration) -> Result<S
             let used = instance_type_templates(client, class).await?;
             (s == "True"
                 && r == "TemplatesExcluded"
-                && why.contains(field)
+                && why.starts_with(field.as_str())
                 && used.iter().any(|t| t == twin)
                 && !used.iter().any(|t| t == bad))
             .then(|| format!("{bad} excluded ({why}); {twin} used"))
@@ -373,12 +377,14 @@ fn rejected_rows(ns: &str) -> Vec<Row> {
     let req = |key: &str, op: &str, values: Value| json!({"template": {"spec": {"requirements": [{"key": key, "operator": op, "values": values}]}}});
     let budget = |b: Value| json!({"disruption": {"consolidateAfter": "Never", "budgets": [b]}});
     let taint = |t: Value| json!({"template": {"spec": {"taints": [t]}}});
-    let reqs = "spec.template.spec.requirements[0]";
-    let table: Vec<(&'static str, Value, &'static str)> = vec![
+    let reqs = "spec.template.spec.requirements";
+    // (row, object, field path, the rule's words when the path has several rules)
+    let table: Vec<(&'static str, Value, &'static str, &'static str)> = vec![
         (
             "pool: unknown requirement operator",
             pool("bi-01", "healthy", req("team", "Foo", json!(["a"]))),
             "spec.template.spec.requirements[0].operator",
+            "",
         ),
         (
             "pool: requirement on kubernetes.io/hostname",
@@ -388,11 +394,13 @@ fn rejected_rows(ns: &str) -> Vec<Row> {
                 req("kubernetes.io/hostname", "In", json!(["x"])),
             ),
             "spec.template.spec.requirements[0].key",
+            "",
         ),
         (
             "pool: In without values",
             pool("bi-03", "healthy", req("team", "In", json!([]))),
             reqs,
+            "requirements with operator 'In' must have a value defined",
         ),
         (
             "pool: Gt with a non-integer",
@@ -406,6 +414,7 @@ fn rejected_rows(ns: &str) -> Vec<Row> {
                 ),
             ),
             reqs,
+            "must have a single positive integer value",
         ),
         (
             "pool: budget with a bad duration",
@@ -415,11 +424,13 @@ fn rejected_rows(ns: &str) -> Vec<Row> {
                 budget(json!({"nodes": "1", "schedule": "@daily", "duration": "1x"})),
             ),
             "spec.disruption.budgets[0].duration",
+            "",
         ),
         (
             "pool: budget of 150%",
             pool("bi-06", "healthy", budget(json!({"nodes": "150%"}))),
             "spec.disruption.budgets[0].nodes",
+            "",
         ),
         (
             "pool: taint with an unknown effect",
@@ -429,6 +440,7 @@ fn rejected_rows(ns: &str) -> Vec<Row> {
                 taint(json!({"key": "a", "effect": "Bogus"})),
             ),
             "spec.template.spec.taints[0].effect",
+            "",
         ),
         (
             "pool: taint with a malformed key",
@@ -438,6 +450,7 @@ fn rejected_rows(ns: &str) -> Vec<Row> {
                 taint(json!({"key": "bad key!", "effect": "NoSchedule"})),
             ),
             "spec.template.spec.taints[0].key",
+            "",
         ),
         (
             "pool: consolidateAfter 'soon'",
@@ -447,26 +460,31 @@ fn rejected_rows(ns: &str) -> Vec<Row> {
                 json!({"disruption": {"consolidateAfter": "soon"}}),
             ),
             "spec.disruption.consolidateAfter",
+            "",
         ),
         (
             "pool: limits 'lots'",
             pool("bi-10", "healthy", json!({"limits": {"cpu": "lots"}})),
             "spec.limits.cpu",
+            "",
         ),
         (
             "class: no bootstrap source",
             class("bi-11", ns, json!({"bootstrap": {"dataSecretName": null}})),
             "spec.bootstrap",
+            "",
         ),
         (
             "class: version 'banana'",
             class("bi-12", ns, json!({"version": "banana"})),
             "spec.version",
+            "",
         ),
         (
             "class: launchTimeout '10 minutes'",
             class("bi-13", ns, json!({"launchTimeout": "10 minutes"})),
             "spec.launchTimeout",
+            "",
         ),
         (
             "class: evictionHard of 200%",
@@ -475,18 +493,20 @@ fn rejected_rows(ns: &str) -> Vec<Row> {
                 ns,
                 json!({"kubelet": {"evictionHard": {"memory.available": "200%"}}}),
             ),
-            "spec.kubelet.evictionHard",
+            "spec.kubelet.evictionHard.memory.available",
+            "",
         ),
         (
             "claim: no nodeClassRef",
             json!({"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": "bi-15"},
                    "spec": {"requirements": []}}),
             "spec.nodeClassRef",
+            "",
         ),
     ];
     table
         .into_iter()
-        .map(|(name, object, path)| row(name, vec![object], Expect::Rejected { path }))
+        .map(|(name, object, path, says)| row(name, vec![object], Expect::Rejected { path, says }))
         .collect()
 }
 
@@ -687,7 +707,7 @@ struct BadTemplate {
     twin_annotations: Value,
     spec: Value,
     twin_spec: Value,
-    field: &'static str,
+    field: String,
 }
 
 /// Capacity annotations of a valid 2-CPU template with `key` set to `value`.
@@ -703,62 +723,41 @@ fn bad_templates() -> Vec<BadTemplate> {
     let ca = |k: &str| format!("capacity.cluster-autoscaler.kubernetes.io/{k}");
     let info =
         |arch: &str, os: &str| json!({"nodeInfo": {"architecture": arch, "operatingSystem": os}});
-    // (row, annotation, bad value, good value, field named)
-    let annotated: Vec<(&'static str, String, &str, &str, &'static str)> = vec![
-        ("template: cpu 'lots'", ca("cpu"), "lots", "2", "/cpu"),
+    // (row, annotation, bad value, good value); the field named is the annotation.
+    let annotated: Vec<(&'static str, String, &str, &str)> = vec![
+        ("template: cpu 'lots'", ca("cpu"), "lots", "2"),
         (
             "template: memory 9999999999999Ei",
             ca("memory"),
             "9999999999999Ei",
             "4Gi",
-            "/memory",
         ),
-        (
-            "template: maxPods -3",
-            ca("maxPods"),
-            "-3",
-            "20",
-            "/maxPods",
-        ),
-        (
-            "template: price 'free'",
-            PRICE.into(),
-            "free",
-            "0.2",
-            "price",
-        ),
-        ("template: price -1", PRICE.into(), "-1", "0.2", "price"),
+        ("template: maxPods -3", ca("maxPods"), "-3", "20"),
+        ("template: price 'free'", PRICE.into(), "free", "0.2"),
+        ("template: price -1", PRICE.into(), "-1", "0.2"),
         (
             "template: taints annotation 'novalue'",
             ca("taints"),
             "novalue",
             "a=b:NoSchedule",
-            "/taints",
         ),
         (
             "template: labels annotation 'bad key!=x'",
             ca("labels"),
             "bad key!=x",
             "tier=x",
-            "/labels",
         ),
-        (
-            "template: gpu-count 'many'",
-            ca("gpu-count"),
-            "many",
-            "0",
-            "/gpu-count",
-        ),
+        ("template: gpu-count 'many'", ca("gpu-count"), "many", "0"),
     ];
     let mut out: Vec<BadTemplate> = annotated
         .into_iter()
-        .map(|(row, key, bad, good, field)| BadTemplate {
+        .map(|(row, key, bad, good)| BadTemplate {
             row,
             annotations: ann(&key, bad),
             twin_annotations: ann(&key, good),
             spec: json!({}),
             twin_spec: json!({}),
-            field,
+            field: format!("metadata.annotations[{key}]: "),
         })
         .collect();
     out.push(BadTemplate {
@@ -767,18 +766,18 @@ fn bad_templates() -> Vec<BadTemplate> {
         twin_annotations: ann(PRICE, "0.1"),
         spec: json!({}),
         twin_spec: json!({}),
-        field: "no cpu",
+        field: "no cpu: ".into(),
     });
     for (row, bad, field) in [
         (
             "template: architecture sparc",
             info("sparc", "linux"),
-            "architecture",
+            "status.nodeInfo.architecture: ",
         ),
         (
             "template: operating system plan9",
             info("amd64", "plan9"),
-            "operating",
+            "status.nodeInfo.operatingSystem: ",
         ),
     ] {
         out.push(BadTemplate {
@@ -787,7 +786,7 @@ fn bad_templates() -> Vec<BadTemplate> {
             twin_annotations: ann(PRICE, "0.1"),
             spec: bad,
             twin_spec: info("amd64", "linux"),
-            field,
+            field: field.into(),
         });
     }
     out
@@ -936,13 +935,15 @@ async fn apply_rows<'r>(bed: &Bed, rows: &'r [Row], failures: &mut Vec<String>) 
     let mut pending = Vec::new();
     for (r, rejected) in rows.iter().zip(applied) {
         match (&r.expect, rejected) {
-            (Expect::Rejected { path }, Some(m)) if m.contains(&format!("{path}: ")) => {
+            (Expect::Rejected { path, says }, Some(m))
+                if m.contains(&format!("{path}: ")) && m.contains(says) =>
+            {
                 eprintln!("ok   {:<48} rejected: {m}", r.name);
             }
-            (Expect::Rejected { path }, other) => fail(
+            (Expect::Rejected { path, says }, other) => fail(
                 failures,
                 format!(
-                    "{}: expected a rejection naming {path:?}, got {other:?}",
+                    "{}: expected a rejection naming {path:?} saying {says:?}, got {other:?}",
                     r.name
                 ),
             ),
@@ -957,7 +958,7 @@ async fn apply_rows<'r>(bed: &Bed, rows: &'r [Row], failures: &mut Vec<String>) 
 /// the path it must be rejected on.
 fn assert_names_are_neutral(rows: &[Row]) {
     for r in rows {
-        let Expect::Rejected { path } = &r.expect else {
+        let Expect::Rejected { path, .. } = &r.expect else {
             continue;
         };
         for o in &r.objects {
