@@ -22,12 +22,23 @@ use testbed::{Options, wait_for};
 
 const COMMAND: &str = "karpenter.cluster.x-k8s.io/disruption-command";
 
-async fn claims(client: &Client) -> Vec<DynamicObject> {
+/// Every NodeClaim; None when the list fails (a wait retries, it never counts a failed list
+/// as "no NodeClaims").
+async fn claims(client: &Client) -> Option<Vec<DynamicObject>> {
     nodeclaims(client)
         .list(&ListParams::default())
         .await
+        .ok()
         .map(|l| l.items)
-        .unwrap_or_default()
+}
+
+/// Every NodeClaim, outside a wait: a failed list fails the test.
+async fn claims_now(client: &Client) -> Vec<DynamicObject> {
+    nodeclaims(client)
+        .list(&ListParams::default())
+        .await
+        .expect("list NodeClaims")
+        .items
 }
 
 /// `(status, reason)` of condition `type_`.
@@ -82,7 +93,7 @@ async fn running_apart(client: &Client, pods: &Api<Pod>, app: &str, n: usize) ->
         Duration::from_secs(60),
         || async {
             let mine: Vec<DynamicObject> = claims(client)
-                .await
+                .await?
                 .into_iter()
                 .filter(|c| nodes.contains(c.data["status"]["nodeName"].as_str().unwrap_or("")))
                 .collect();
@@ -301,7 +312,7 @@ async fn drift_rolls_nodes_surge_first_and_rolls_back_a_failed_replacement() {
         &env.cluster.namespace,
         &provider::test_machine_template_resource(),
     );
-    let small: Vec<String> = claims(&client)
+    let small: Vec<String> = claims_now(&client)
         .await
         .iter()
         .filter(|c| label(c, "node.kubernetes.io/instance-type") == "small")
@@ -318,16 +329,18 @@ async fn drift_rolls_nodes_surge_first_and_rolls_back_a_failed_replacement() {
         "small nodes TemplateDrifted",
         Duration::from_secs(30),
         || async {
-            let all = claims(&client).await;
-            all.iter()
+            let all = claims(&client).await?;
+            let drifted = all
+                .iter()
                 .filter(|c| small.contains(&c.name_any()))
-                .all(|c| drift_reason(c).as_deref() == Some("TemplateDrifted"))
-                .then_some(())
+                .filter(|c| drift_reason(c).as_deref() == Some("TemplateDrifted"))
+                .count();
+            (drifted == small.len()).then_some(())
         },
     )
     .await
     .expect("the 3 small nodes drift");
-    let all = claims(&client).await;
+    let all = claims_now(&client).await;
     let large = all
         .iter()
         .find(|c| c.name_any() == solo[0])
@@ -337,7 +350,7 @@ async fn drift_rolls_nodes_surge_first_and_rolls_back_a_failed_replacement() {
     // that never initializes finds it and rolls it back at the timeout.
     let rolled_back = wait_for("a command in flight", Duration::from_secs(60), || async {
         claims(&client)
-            .await
+            .await?
             .iter()
             .find(|c| small.contains(&c.name_any()) && c.annotations().contains_key(COMMAND))
             .map(|c| c.name_any())
@@ -452,11 +465,13 @@ async fn nodepool_changes_drift_what_they_change_and_budgets_or_manual_keep_node
     .await;
     patch(&pools, "default", requirements(json!(["zone-a"]))).await;
     let by_zone = wait_for("zone-b nodes drift", Duration::from_secs(30), || async {
-        let all = claims(&client).await;
-        all.iter()
-            .filter(|c| zone(c) == "zone-b")
-            .all(|c| drift_reason(c).as_deref() == Some("RequirementsDrifted"))
-            .then_some(all)
+        let all = claims(&client).await?;
+        let zone_b: Vec<&DynamicObject> = all.iter().filter(|c| zone(c) == "zone-b").collect();
+        (!zone_b.is_empty()
+            && zone_b
+                .iter()
+                .all(|c| drift_reason(c).as_deref() == Some("RequirementsDrifted")))
+        .then_some(all)
     })
     .await
     .expect("RequirementsDrifted on zone-b");
@@ -517,7 +532,7 @@ async fn nodepool_changes_drift_what_they_change_and_budgets_or_manual_keep_node
             })
     };
     assert!(
-        untouched(&claims(&client).await),
+        untouched(&claims_now(&client).await),
         "nothing replaced under budget 0"
     );
 
@@ -537,7 +552,7 @@ async fn nodepool_changes_drift_what_they_change_and_budgets_or_manual_keep_node
     blocked_with("its NodeClass's drift policy is Manual: delete the NodeClaim to replace it")
         .await;
     assert!(
-        untouched(&claims(&client).await),
+        untouched(&claims_now(&client).await),
         "nothing replaced under Manual"
     );
 
@@ -553,10 +568,12 @@ async fn nodepool_changes_drift_what_they_change_and_budgets_or_manual_keep_node
         "every node NodePoolDrifted",
         Duration::from_secs(30),
         || async {
-            let all = claims(&client).await;
-            all.iter()
-                .all(|c| drift_reason(c).as_deref() == Some("NodePoolDrifted"))
-                .then_some(())
+            let all = claims(&client).await?;
+            (all.len() == names.len()
+                && all
+                    .iter()
+                    .all(|c| drift_reason(c).as_deref() == Some("NodePoolDrifted")))
+            .then_some(())
         },
     )
     .await
@@ -569,12 +586,10 @@ async fn nodepool_changes_drift_what_they_change_and_budgets_or_manual_keep_node
     .await;
     patch(&pools, "default", requirements(json!(["zone-a", "zone-b"]))).await;
     wait_for("no drift left", Duration::from_secs(30), || async {
-        let all = claims(&client).await;
-        all.iter()
-            .all(|c| cond(c, "Drifted").is_none())
-            .then_some(())
+        let all = claims(&client).await?;
+        (all.len() == names.len() && all.iter().all(|c| cond(c, "Drifted").is_none())).then_some(())
     })
     .await
     .expect("Drifted removed when nothing holds");
-    assert!(untouched(&claims(&client).await));
+    assert!(untouched(&claims_now(&client).await));
 }

@@ -1,38 +1,63 @@
 //! Leader election between two operator replicas on the testbed: exactly one holds the
-//! Lease and only that one writes (proved with the API server's audit log, each replica
-//! sending its own User-Agent); when it dies the other takes over and writes; when its Lease
-//! is taken away while it runs, it writes nothing more.
+//! Lease and only that one writes; the standby warms its caches (it reads) and, once the
+//! Lease is held, writes nothing, not even the Lease (proved with the API server's audit
+//! log, each replica sending its own User-Agent). When the leader dies the other takes over
+//! and writes, and the dead one sends no request of any kind after its death. When its Lease
+//! is taken away while it runs, it writes nothing more, exits (as the process does), and
+//! sends nothing after that.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use testbed::audit::AuditEvent;
 use testbed::{Options, Testbed, wait_for};
+
+/// A request the API server receives this long after a replica's end may still have been
+/// sent before it (in the socket); later ones cannot.
+const IN_FLIGHT: SignedDuration = SignedDuration::from_secs(1);
 
 fn free_addr() -> std::net::SocketAddr {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     l.local_addr().expect("addr")
 }
 
-/// An operator replica on its own runtime and thread, as if in its own process.
+/// How a replica's `run_operator` ended on its own: when its runtime had stopped, and the
+/// result (the binary exits with it).
+#[derive(Clone, Debug)]
+struct Exit {
+    at: Timestamp,
+    result: Result<(), String>,
+}
+
+/// An operator replica on its own runtime and thread, as if in its own process: when
+/// `run_operator` returns, the runtime stops with every task (as the process would exit).
 struct Replica {
     kill: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
+    exit: Arc<Mutex<Option<Exit>>>,
 }
 
 impl Replica {
     /// Stops the replica as a crash would: its runtime drops every task at once, so it
-    /// neither releases the Lease nor sends anything else.
-    fn kill(&mut self) {
+    /// neither releases the Lease nor sends anything else. Returns when it has stopped.
+    fn kill(&mut self) -> Timestamp {
         if let Some(kill) = self.kill.take() {
             let _ = kill.send(());
         }
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+        Timestamp::now()
+    }
+
+    /// How `run_operator` ended, if it did on its own.
+    fn exit(&self) -> Option<Exit> {
+        self.exit.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
 
@@ -57,19 +82,33 @@ fn replica(tb: &Testbed, identity: &str) -> Replica {
         ..Default::default()
     };
     let (kill, killed) = tokio::sync::oneshot::channel::<()>();
+    let exit = Arc::new(Mutex::new(None));
+    let exit_of_thread = exit.clone();
     let thread = std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .expect("replica runtime");
-        runtime.spawn(controller::runtime::run_operator(config));
-        let _ = runtime.block_on(killed);
-        runtime.shutdown_background();
+        let ended = runtime.block_on(async {
+            tokio::select! {
+                result = controller::runtime::run_operator(config) => Some(result),
+                _ = killed => None,
+            }
+        });
+        // Every task stops with the runtime: no connection of this replica is left open.
+        runtime.shutdown_timeout(Duration::from_secs(5));
+        if let Some(result) = ended {
+            *exit_of_thread.lock().unwrap_or_else(|p| p.into_inner()) = Some(Exit {
+                at: Timestamp::now(),
+                result: result.map_err(|e| e.to_string()),
+            });
+        }
     });
     Replica {
         kill: Some(kill),
         thread: Some(thread),
+        exit,
     }
 }
 
@@ -129,10 +168,48 @@ fn agent(identity: &str) -> String {
     controller::runtime::user_agent(Some(identity))
 }
 
+/// When the API server received a request.
+fn received(e: &AuditEvent) -> Option<Timestamp> {
+    e.request_received_timestamp.as_deref()?.parse().ok()
+}
+
+/// Requests of any verb from `identity` that the API server received after `end` (plus the
+/// in-flight margin): what a replica that ended at `end` sent after its end.
+fn sent_after(events: &[AuditEvent], identity: &str, end: Timestamp) -> Vec<String> {
+    let agent = agent(identity);
+    let since = end + IN_FLIGHT;
+    events
+        .iter()
+        .filter(|e| e.user_agent == agent && received(e).is_some_and(|t| t > since))
+        .map(|e| format!("{} {}", e.verb, e.request_uri))
+        .collect()
+}
+
+/// Asserts that `identity`, ended at `end`, sent nothing afterwards, while `witness` (a
+/// running replica) did: the audit log covers the time after the end.
+fn assert_silent_after(events: &[AuditEvent], identity: &str, end: Timestamp, witness: &str) {
+    let after = sent_after(events, identity, end);
+    assert!(
+        after.is_empty(),
+        "{identity} sent {} requests after its end: {after:?}",
+        after.len()
+    );
+    let witnessed = sent_after(events, witness, end).len();
+    assert!(
+        witnessed > 0,
+        "the audit log shows no request of {witness} after {identity}'s end either"
+    );
+    eprintln!(
+        "{identity}: no request of any verb received more than {IN_FLIGHT:?} after its end; \
+         {witness} sent {witnessed} meanwhile"
+    );
+}
+
 /// What one replica's client did, by kind of request.
 #[derive(Debug, Default)]
 struct Requests {
     all: usize,
+    lease_reads: usize,
     lease_writes: usize,
     /// Writes other than to the Lease, as "verb resource[/subresource]" -> count.
     other_writes: BTreeMap<String, usize>,
@@ -148,6 +225,9 @@ impl Requests {
         {
             r.all += 1;
             if !e.is_write() {
+                if e.resource() == "leases" {
+                    r.lease_reads += 1;
+                }
                 continue;
             }
             if e.resource() == "leases" {
@@ -202,16 +282,31 @@ async fn one_leader_writes_and_fails_over() {
         "replica-a"
     };
     wait_for_status(&tb, "first").await;
-    // Both replicas run their caches for a while; the Lease stays with the first one.
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    // Both replicas keep running: the leader renews the Lease, the standby looks at it and
+    // leaves it (seen in the audit log: two renewals, two looks by the standby, from here).
+    let from = tb.audit_events().expect("audit log").len();
+    let looks = wait_for(
+        "the leader renews twice and the standby looks twice",
+        Duration::from_secs(30),
+        || async {
+            let events = tb.audit_events().ok()?;
+            let since = events.get(from..)?;
+            let leader = Requests::of(since, &first);
+            let standby = Requests::of(since, standby);
+            (leader.lease_writes >= 2 && standby.lease_reads >= 2).then_some((leader, standby))
+        },
+    )
+    .await
+    .expect("renewals and looks at the Lease");
+    eprintln!("while {first} leads: {looks:?}");
     assert_eq!(
         holder(&leases).await.as_deref(),
         Some(first.as_str()),
         "no flapping"
     );
 
-    // Before the leader dies: only it wrote, the standby only read (and maybe tried the
-    // Lease).
+    // Before the leader dies: only it wrote; the standby read (its caches, the Lease) and
+    // wrote nothing (but, at the start, its try for the Lease).
     let before = tb.audit_events().expect("audit log");
     let leader_before = Requests::of(&before, &first);
     let standby_before = Requests::of(&before, standby);
@@ -233,17 +328,23 @@ async fn one_leader_writes_and_fails_over() {
     assert_eq!(
         standby_before.other_write_count(),
         0,
-        "the standby wrote nothing but the Lease: {standby_before:?}"
+        "the standby wrote nothing but (at the start, when both tried) the Lease: \
+         {standby_before:?}"
+    );
+    assert_eq!(
+        looks.1.lease_writes, 0,
+        "while the Lease is held the standby only reads it: {:?}",
+        looks.1
     );
 
     // Kill the leader (a crash: no release): the other replica takes over once the Lease
     // expires, and its loops write again.
     let killed = Instant::now();
-    if first == "replica-a" {
-        a.kill();
+    let killed_at = if first == "replica-a" {
+        a.kill()
     } else {
-        b.kill();
-    }
+        b.kill()
+    };
     create_nodeclass(&tb, "second").await;
     let second = wait_for("failover", Duration::from_secs(60), || async {
         holder(&leases).await.filter(|h| *h != first)
@@ -277,6 +378,7 @@ async fn one_leader_writes_and_fails_over() {
         0,
         "the killed leader writes no more: {old_leader:?}"
     );
+    assert_silent_after(&after, &first, killed_at, &second);
 
     // The Lease is taken away from the running leader (another holder, valid for 5 s): once
     // it has looked at the Lease again it writes nothing more, although work keeps coming.
@@ -327,6 +429,26 @@ async fn one_leader_writes_and_fails_over() {
         deposed.lease_writes, 0,
         "nor takes the Lease back: {deposed:?}"
     );
+    // It exits (as the process does on lost leadership) and sends nothing after that.
+    let deposed_replica = if second == "replica-a" { &a } else { &b };
+    let exit = wait_for(
+        "the deposed leader exits",
+        Duration::from_secs(30),
+        || async { deposed_replica.exit() },
+    )
+    .await
+    .expect("the deposed leader's run_operator returns");
+    assert!(
+        exit.result
+            .as_ref()
+            .is_err_and(|e| e.contains("lost leadership")),
+        "it exits because it lost the Lease: {exit:?}"
+    );
+    // The successor keeps working after the exit (positive sentinel for the window).
+    create_nodeclass(&tb, "fourth").await;
+    wait_for_status(&tb, "fourth").await;
+    let last = tb.audit_events().expect("audit log");
+    assert_silent_after(&last, &second, exit.at, "replica-c");
     c.kill();
     a.kill();
     b.kill();
