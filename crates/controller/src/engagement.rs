@@ -5,6 +5,7 @@
 //! pieces (clients, caches, the template index, leadership) and one engagement.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
@@ -12,11 +13,34 @@ use tokio::task::AbortHandle;
 use crate::cache::Caches;
 use crate::cloudprovider::clusterapi::ClusterApi;
 use crate::events::{Recorder, Reporter};
+use crate::metrics::Metrics;
 use crate::nodeclaim::context::{Ctx, Settings, Shared};
 use crate::nodeclaim::lifecycle;
 use crate::nodeclass_status::{self, IndexCatalogs, StatusCtx};
-use crate::runtime::Context;
+use crate::nodepool_status::RegistrationFailures as Failures;
 use crate::tasks::Tasks;
+use crate::unavailable::UnavailableOfferings as Unavailable;
+
+/// The loops' timing knobs (from the command line).
+#[derive(Clone, Debug)]
+pub struct Knobs {
+    pub node_repair_after: Duration,
+    pub disruption_timeout: Duration,
+    pub batch_idle: Duration,
+    pub batch_max: Duration,
+    pub gc_interval: Duration,
+    pub gc_grace: Duration,
+}
+
+/// What an engagement is built from: the clients of its workload cluster and of the
+/// management cluster, the metrics, the knobs.
+#[derive(Clone)]
+pub struct Sources {
+    pub workload: kube::Client,
+    pub management: kube::Client,
+    pub metrics: Metrics,
+    pub knobs: Knobs,
+}
 
 /// The loops of one workload cluster, ready to run.
 pub struct Engagement {
@@ -32,14 +56,14 @@ pub struct Engagement {
     nodeclaims: kube::runtime::reflector::Store<api::NodeClaim>,
     nodepools: kube::runtime::reflector::Store<api::NodePool>,
     index: templates::watch::TemplateIndex,
-    gc_interval: std::time::Duration,
-    gc_grace: std::time::Duration,
+    gc_interval: Duration,
+    gc_grace: Duration,
 }
 
 impl Engagement {
     /// Builds the engagement of the workload cluster `ctx` serves, over its synced caches.
     pub fn build(
-        ctx: &Context,
+        ctx: &Sources,
         caches: &Caches,
         index: templates::watch::TemplateIndex,
         cluster_id: String,
@@ -51,41 +75,22 @@ impl Engagement {
             nodeclasses: caches.nodeclasses.store(),
             clusters: caches.clusters.store(),
         };
-        let recorder = Recorder::new(
-            ctx.workload.clone(),
-            Reporter {
-                controller: "karpenter".into(),
-                instance: Some(identity),
-            },
-        );
-        let unavailable: Arc<crate::unavailable::UnavailableOfferings> = Arc::default();
-        let registration_failures: Arc<crate::nodepool_status::RegistrationFailures> =
-            Arc::default();
-        let lifecycle_ctx = ClusterApi::context(Shared {
-            workload: ctx.workload.clone(),
-            management: ctx.management.clone(),
+        let reporter = Reporter {
+            controller: "karpenter".into(),
+            instance: Some(identity),
+        };
+        let recorder = Recorder::new(ctx.workload.clone(), reporter);
+        let unavailable: Arc<Unavailable> = Arc::default();
+        let registration_failures: Arc<Failures> = Arc::default();
+        let lifecycle_ctx = ClusterApi::context(shared(
+            ctx,
+            caches,
             recorder,
-            metrics: ctx.metrics.clone(),
-            nodes: caches.nodes.clone(),
-            machines: caches.machines.store(),
-            nodeclasses: caches.nodeclasses.store(),
-            nodeclaims: caches.nodeclaims.store(),
-            nodepools: caches.nodepools.store(),
-            clusters: caches.clusters.store(),
-            catalogs: Arc::new(catalogs.clone()),
-            unavailable: unavailable.clone(),
-            settings: Settings {
-                node_repair_after: ctx.config.node_repair_after,
-                ..Settings::default()
-            },
-            kinds: Arc::default(),
-            expectations: Arc::default(),
-            backoff: Arc::default(),
-            registration_failures: registration_failures.clone(),
-            lookups: Arc::default(),
+            Arc::new(catalogs.clone()),
+            unavailable.clone(),
+            registration_failures.clone(),
             cluster_id,
-            repairs: Arc::default(),
-        });
+        ));
         let nodepool_status = crate::nodepool_status::NodePoolStatus {
             client: ctx.workload.clone(),
             metrics: ctx.metrics.clone(),
@@ -95,35 +100,20 @@ impl Engagement {
             registration_failures,
             written: Default::default(),
         };
-        let disruption = crate::disruption::Disruption {
-            client: ctx.workload.clone(),
-            recorder: lifecycle_ctx.recorder.clone(),
-            metrics: ctx.metrics.clone(),
-            nodepools: caches.nodepools.store(),
-            nodeclaims: caches.nodeclaims.store(),
-            nodes: caches.nodes.store(),
-            pods: caches.pods.store(),
-            pdbs: caches.pdbs.store(),
-            nodeclasses: caches.nodeclasses.store(),
-            daemonsets: caches.daemonsets.store(),
-            catalogs: Arc::new(catalogs.clone()),
-            unavailable: unavailable.clone(),
-            command_timeout: ctx.config.disruption_timeout,
-        };
-        let provisioner = crate::provisioning::Provisioner {
-            client: ctx.workload.clone(),
-            recorder: lifecycle_ctx.recorder.clone(),
-            metrics: ctx.metrics.clone(),
-            pods: caches.pods.store(),
-            nodes: caches.nodes.store(),
-            daemonsets: caches.daemonsets.store(),
-            nodeclaims: caches.nodeclaims.store(),
-            nodepools: caches.nodepools.store(),
-            catalogs: Arc::new(catalogs.clone()),
+        let disruption = disruption(
+            ctx,
+            caches,
+            lifecycle_ctx.recorder.clone(),
+            Arc::new(catalogs.clone()),
+            unavailable.clone(),
+        );
+        let provisioner = provisioner(
+            ctx,
+            caches,
+            lifecycle_ctx.recorder.clone(),
+            Arc::new(catalogs.clone()),
             unavailable,
-            batch_idle: ctx.config.batch_idle,
-            batch_max: ctx.config.batch_max,
-        };
+        );
         let lifecycle_ctx_recorder = lifecycle_ctx.recorder.clone();
         let triggers = lifecycle::Triggers {
             nodeclaims: caches.nodeclaims.clone(),
@@ -155,8 +145,8 @@ impl Engagement {
                 nodeclaims: caches.nodeclaims.store(),
                 recorder: lifecycle_ctx_recorder,
             },
-            gc_interval: ctx.config.gc_interval,
-            gc_grace: ctx.config.gc_grace,
+            gc_interval: ctx.knobs.gc_interval,
+            gc_grace: ctx.knobs.gc_grace,
             lifecycle: lifecycle_ctx,
             triggers,
             provisioner,
@@ -215,5 +205,91 @@ impl Engagement {
             self.gc_grace,
         ));
         (loops, gc)
+    }
+}
+
+/// What the lifecycle and the Cluster API provider share, over the engagement's caches.
+fn shared(
+    ctx: &Sources,
+    caches: &Caches,
+    recorder: Recorder,
+    catalogs: Arc<IndexCatalogs>,
+    unavailable: Arc<crate::unavailable::UnavailableOfferings>,
+    registration_failures: Arc<crate::nodepool_status::RegistrationFailures>,
+    cluster_id: String,
+) -> Shared {
+    Shared {
+        workload: ctx.workload.clone(),
+        management: ctx.management.clone(),
+        recorder,
+        metrics: ctx.metrics.clone(),
+        nodes: caches.nodes.clone(),
+        machines: caches.machines.store(),
+        nodeclasses: caches.nodeclasses.store(),
+        nodeclaims: caches.nodeclaims.store(),
+        nodepools: caches.nodepools.store(),
+        clusters: caches.clusters.store(),
+        catalogs,
+        unavailable,
+        settings: Settings {
+            node_repair_after: ctx.knobs.node_repair_after,
+            ..Settings::default()
+        },
+        kinds: Arc::default(),
+        expectations: Arc::default(),
+        backoff: Arc::default(),
+        registration_failures,
+        lookups: Arc::default(),
+        cluster_id,
+        repairs: Arc::default(),
+    }
+}
+
+/// The provisioner of the engagement.
+fn provisioner(
+    ctx: &Sources,
+    caches: &Caches,
+    recorder: Recorder,
+    catalogs: Arc<IndexCatalogs>,
+    unavailable: Arc<crate::unavailable::UnavailableOfferings>,
+) -> crate::provisioning::Provisioner {
+    crate::provisioning::Provisioner {
+        client: ctx.workload.clone(),
+        recorder,
+        metrics: ctx.metrics.clone(),
+        pods: caches.pods.store(),
+        nodes: caches.nodes.store(),
+        daemonsets: caches.daemonsets.store(),
+        nodeclaims: caches.nodeclaims.store(),
+        nodepools: caches.nodepools.store(),
+        catalogs,
+        unavailable,
+        batch_idle: ctx.knobs.batch_idle,
+        batch_max: ctx.knobs.batch_max,
+    }
+}
+
+/// The disruption loop's context.
+fn disruption(
+    ctx: &Sources,
+    caches: &Caches,
+    recorder: Recorder,
+    catalogs: Arc<IndexCatalogs>,
+    unavailable: Arc<crate::unavailable::UnavailableOfferings>,
+) -> crate::disruption::Disruption {
+    crate::disruption::Disruption {
+        client: ctx.workload.clone(),
+        recorder,
+        metrics: ctx.metrics.clone(),
+        nodepools: caches.nodepools.store(),
+        nodeclaims: caches.nodeclaims.store(),
+        nodes: caches.nodes.store(),
+        pods: caches.pods.store(),
+        pdbs: caches.pdbs.store(),
+        nodeclasses: caches.nodeclasses.store(),
+        daemonsets: caches.daemonsets.store(),
+        catalogs,
+        unavailable,
+        command_timeout: ctx.knobs.disruption_timeout,
     }
 }

@@ -178,6 +178,26 @@ pub async fn client(
         .build())
 }
 
+impl Context {
+    /// What the engagement of this process's workload cluster is built from.
+    pub fn sources(&self) -> crate::engagement::Sources {
+        let c = &self.config;
+        crate::engagement::Sources {
+            workload: self.workload.clone(),
+            management: self.management.clone(),
+            metrics: self.metrics.clone(),
+            knobs: crate::engagement::Knobs {
+                node_repair_after: c.node_repair_after,
+                disruption_timeout: c.disruption_timeout,
+                batch_idle: c.batch_idle,
+                batch_max: c.batch_max,
+                gc_interval: c.gc_interval,
+                gc_grace: c.gc_grace,
+            },
+        }
+    }
+}
+
 /// Builds the shared context: clients, metrics registry, readiness flag.
 pub async fn context(config: RunConfig) -> Result<(Context, Registry), RuntimeError> {
     let options = config.client_options();
@@ -300,7 +320,7 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
     };
 
     let engagement =
-        crate::engagement::Engagement::build(&ctx, &caches, index, cluster_id, identity);
+        crate::engagement::Engagement::build(&ctx.sources(), &caches, index, cluster_id, identity);
     let (mut loops, gc) = engagement.run(&mut tasks, &stop_rx);
 
     let lost = async {

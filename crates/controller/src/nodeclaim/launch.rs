@@ -28,6 +28,7 @@ use super::plan::kind_without_template;
 pub use super::plan::{Plan, TypedRef, capacity_type_of, nodepool_of, spec_hash};
 use crate::metrics::NodePoolLabels;
 use crate::names;
+use crate::nodeclass::NodeClass;
 
 /// Runs launch for a NodeClaim: plans it (once), then makes sure its Machine exists.
 /// Returns the freshest copy of the claim (the response of our own write when we wrote).
@@ -110,6 +111,56 @@ enum Planned {
     Refused(&'static str, String),
 }
 
+/// The bootstrap config template a plan clones, its clone (named `object`, in the served
+/// version resolved now so that the plan names it) and the template's spec hash.
+async fn bootstrap_refs(
+    ctx: &Shared,
+    nodeclass: &NodeClass,
+    ns: &str,
+    object: &str,
+) -> Result<(Option<TypedRef>, Option<TypedRef>, Option<String>), Error> {
+    // The bootstrap clone's served version is resolved now, so the plan names it.
+    let (bootstrap_template, bootstrap) = match &nodeclass.bootstrap.config_template_ref {
+        Some(r) => {
+            let (api_version, _) = ctx.preferred(&r.api_group, &r.kind).await?;
+            (
+                Some(TypedRef {
+                    api_version: api_version.clone(),
+                    kind: r.kind.clone(),
+                    name: r.name.clone(),
+                }),
+                Some(TypedRef {
+                    api_version,
+                    kind: kind_without_template(&r.kind),
+                    name: object.to_string(),
+                }),
+            )
+        }
+        None => (None, None),
+    };
+    let bootstrap_template_hash = match &bootstrap_template {
+        Some(bt) => bootstrap_template_hash(ctx, ns, bt).await?,
+        None => None,
+    };
+    Ok((bootstrap_template, bootstrap, bootstrap_template_hash))
+}
+
+/// The resource requests of a claim, parsed (a message naming the bad one otherwise).
+fn claim_requests(claim: &NodeClaim) -> Result<templates::model::Resources, String> {
+    let requests: Vec<(String, String)> = claim
+        .spec
+        .resources
+        .as_ref()
+        .map(|r| {
+            r.requests
+                .iter()
+                .map(|(k, v)| (k.clone(), v.0.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    requests_from_quantities(requests.iter().map(|(k, v)| (k, v.as_str())))
+}
+
 /// Chooses the offering and names everything launch will create.
 async fn plan(ctx: &Shared, claim: &NodeClaim) -> Result<Planned, Error> {
     let name = claim.name_any();
@@ -145,18 +196,7 @@ async fn plan(ctx: &Shared, claim: &NodeClaim) -> Result<Planned, Error> {
             nodeclass.name
         )));
     };
-    let requests: Vec<(String, String)> = claim
-        .spec
-        .resources
-        .as_ref()
-        .map(|r| {
-            r.requests
-                .iter()
-                .map(|(k, v)| (k.clone(), v.0.clone()))
-                .collect()
-        })
-        .unwrap_or_default();
-    let requests = match requests_from_quantities(requests.iter().map(|(k, v)| (k, v.as_str()))) {
+    let requests = match claim_requests(claim) {
         Ok(r) => r,
         Err(e) => return Ok(Planned::Refused(reasons::LAUNCH_FAILED, e)),
     };
@@ -179,35 +219,14 @@ async fn plan(ctx: &Shared, claim: &NodeClaim) -> Result<Planned, Error> {
     let template = &choice.offering.template;
     // One name for the Machine and its clones, unique per workload cluster (see `fence`).
     let object = names::object_name(&name, &ctx.cluster_id);
-    // The bootstrap clone's served version is resolved now, so the plan names it.
-    let (bootstrap_template, bootstrap) = match &nodeclass.bootstrap.config_template_ref {
-        Some(r) => {
-            let (api_version, _) = ctx.preferred(&r.api_group, &r.kind).await?;
-            (
-                Some(TypedRef {
-                    api_version: api_version.clone(),
-                    kind: r.kind.clone(),
-                    name: r.name.clone(),
-                }),
-                Some(TypedRef {
-                    api_version,
-                    kind: kind_without_template(&r.kind),
-                    name: object.clone(),
-                }),
-            )
-        }
-        None => (None, None),
-    };
+    let (bootstrap_template, bootstrap, bootstrap_template_hash) =
+        bootstrap_refs(ctx, &nodeclass, &ns, &object).await?;
     // What is cloned, for drift detection: a hash of each template's spec. (A template
     // edited between now and the clone shows as drift once: replaced, never missed.)
     let infrastructure_template_hash = ctx
         .catalogs
         .template(template.group(), &template.kind, &ns, &template.name)
         .map(|t| spec_hash(&t));
-    let bootstrap_template_hash = match &bootstrap_template {
-        Some(bt) => bootstrap_template_hash(ctx, &ns, bt).await?,
-        None => None,
-    };
     let resource_list = |r: &templates::model::Resources| {
         r.to_resource_list()
             .into_iter()

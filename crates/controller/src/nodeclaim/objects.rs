@@ -22,7 +22,7 @@ use crate::clone::{CloneTarget, clone_template, inject_unregistered_taint};
 use crate::fence::{self, Ownership};
 use crate::machine::{Bootstrap, MachineParams, build_machine};
 use crate::names;
-use crate::nodeclass::parse_duration;
+use crate::nodeclass::{NodeClass, parse_duration};
 
 /// Takes over `existing` for NodeClaim `uid`: ours as it is, or one made before fencing
 /// (our UID, no cluster id) once labelled with our cluster id; anything else is permanent.
@@ -174,6 +174,73 @@ fn gone(e: kube::Error, reason: &'static str, message: impl FnOnce() -> String) 
     }
 }
 
+/// Clones the plan's InfraMachine from its template (or adopts the clone a previous attempt
+/// made).
+async fn create_infra(
+    ctx: &Shared,
+    plan: &Plan,
+    target: &CloneTarget<'_>,
+    uid: &str,
+) -> Result<Api<DynamicObject>, Error> {
+    let ns = &plan.namespace;
+    let mut infra = cloned(
+        ctx,
+        ns,
+        &plan.infrastructure_template,
+        target,
+        ("TemplateNotFound", "TemplateInvalid"),
+    )
+    .await?;
+    infra
+        .annotations_mut()
+        .insert(names::NODECLAIM_UID_ANNOTATION.into(), uid.to_string());
+    let infra_ar = served(
+        ctx,
+        &plan.infrastructure.api_version,
+        &plan.infrastructure.kind,
+    )
+    .await?;
+    let infras: Api<DynamicObject> = Api::namespaced_with(ctx.management.clone(), ns, &infra_ar);
+    create_or_adopt(&infras, &infra, uid, &ctx.cluster_id).await?;
+    Ok(infras)
+}
+
+/// The Machine of a plan, as it is created.
+fn machine_object(
+    plan: &Plan,
+    nodeclass: &NodeClass,
+    labels: BTreeMap<String, String>,
+    uid: &str,
+    version: Option<String>,
+    bootstrap: Bootstrap,
+) -> Result<DynamicObject, Error> {
+    let d = |s: &Option<String>| {
+        s.as_deref()
+            .and_then(parse_duration)
+            .map(|d| d.as_secs() as i64)
+    };
+    let mut annotations = nodeclass.machine.annotations.clone();
+    annotations.insert(names::NODECLAIM_UID_ANNOTATION.into(), uid.to_string());
+    build_machine(&MachineParams {
+        name: plan.machine.clone(),
+        namespace: plan.namespace.clone(),
+        cluster_name: plan.cluster.clone(),
+        version,
+        failure_domain: plan.failure_domain.clone(),
+        bootstrap: Some(bootstrap),
+        infrastructure: Some(plan.infrastructure.capi_ref()),
+        labels,
+        annotations,
+        node_drain_timeout_seconds: d(&nodeclass.machine.node_drain_timeout),
+        node_volume_detach_timeout_seconds: d(&nodeclass.machine.node_volume_detach_timeout),
+        node_deletion_timeout_seconds: d(&nodeclass.machine.node_deletion_timeout),
+    })
+    .map_err(|source| Error::Decode {
+        what: "Machine".into(),
+        source,
+    })
+}
+
 /// The objects of a plan; returns whether the Machine was created by this call.
 pub(super) async fn create_objects(
     ctx: &Shared,
@@ -243,29 +310,7 @@ pub(super) async fn create_objects(
     };
 
     // InfraMachine from the InfrastructureMachineTemplate.
-    let it = &plan.infrastructure_template;
-    let infra_result = async {
-        let mut infra = cloned(
-            ctx,
-            &ns,
-            it,
-            &target,
-            ("TemplateNotFound", "TemplateInvalid"),
-        )
-        .await?;
-        uid_annotation(&mut infra);
-        let infra_ar = served(
-            ctx,
-            &plan.infrastructure.api_version,
-            &plan.infrastructure.kind,
-        )
-        .await?;
-        let infras: Api<DynamicObject> =
-            Api::namespaced_with(ctx.management.clone(), &ns, &infra_ar);
-        create_or_adopt(&infras, &infra, &uid, &ctx.cluster_id).await?;
-        Ok::<_, Error>(infras)
-    }
-    .await;
+    let infra_result = create_infra(ctx, plan, &target, &uid).await;
     match infra_result {
         Ok(api) => created.push((api, plan.infrastructure.name.clone())),
         Err(e) => {
@@ -275,31 +320,7 @@ pub(super) async fn create_objects(
     }
 
     // The Machine.
-    let d = |s: &Option<String>| {
-        s.as_deref()
-            .and_then(parse_duration)
-            .map(|d| d.as_secs() as i64)
-    };
-    let mut annotations = nodeclass.machine.annotations.clone();
-    annotations.insert(names::NODECLAIM_UID_ANNOTATION.into(), uid.clone());
-    let machine = build_machine(&MachineParams {
-        name: plan.machine.clone(),
-        namespace: ns.clone(),
-        cluster_name: plan.cluster.clone(),
-        version,
-        failure_domain: plan.failure_domain.clone(),
-        bootstrap: Some(bootstrap),
-        infrastructure: Some(plan.infrastructure.capi_ref()),
-        labels,
-        annotations,
-        node_drain_timeout_seconds: d(&nodeclass.machine.node_drain_timeout),
-        node_volume_detach_timeout_seconds: d(&nodeclass.machine.node_volume_detach_timeout),
-        node_deletion_timeout_seconds: d(&nodeclass.machine.node_deletion_timeout),
-    })
-    .map_err(|source| Error::Decode {
-        what: "Machine".into(),
-        source,
-    })?;
+    let machine = machine_object(plan, &nodeclass, labels, &uid, version, bootstrap)?;
     match create_or_adopt(&ctx.machines_dynamic(&ns), &machine, &uid, &ctx.cluster_id).await {
         Ok(created) => Ok(created),
         Err(e) => {
