@@ -527,7 +527,6 @@ fn workspace_shapes() -> Vec<(String, Shape)> {
 }
 
 #[test]
-#[ignore = "enable when issue 23's shape work lands"]
 fn no_module_cycles() {
     let mut found = Vec::new();
     for (label, shape) in workspace_shapes() {
@@ -547,7 +546,6 @@ fn no_module_cycles() {
 }
 
 #[test]
-#[ignore = "enable when issue 23's shape work lands"]
 fn no_function_over_100_lines() {
     let mut long: Vec<LongFn> = workspace_shapes()
         .into_iter()

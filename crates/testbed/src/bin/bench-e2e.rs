@@ -271,20 +271,14 @@ fn shifted(t: &Timeline, by: f64) -> Timeline {
     }
 }
 
-async fn run(a: Args) -> Result<Summary, String> {
-    let client = testbed::client_for(&a.kubeconfig)
-        .await
-        .map_err(|e| e.to_string())?;
-    let wall = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_err(|e| e.to_string())?
-        .as_secs_f64();
+/// Watches the Deployment's pods, the Nominated events, NodeClaims, Nodes (and Machines),
+/// once they have all listed.
+async fn start_watches(client: &Client, a: &Args) -> Result<Arc<Watched>, String> {
     let w = Arc::new(Watched {
         base: Instant::now(),
         timeline: Mutex::new(Timeline::default()),
         synced: AtomicUsize::new(0),
     });
-    let at = |w: &Watched| w.base.elapsed().as_secs_f64();
     let (ns, name) = &a.deployment;
     let pods = Api::namespaced_with(client.clone(), ns, &resource("", "v1", "Pod", "pods"));
     let events = Api::namespaced_with(client.clone(), ns, &resource("", "v1", "Event", "events"));
@@ -320,40 +314,12 @@ async fn run(a: Args) -> Result<Summary, String> {
     if !until(deadline, || w.synced.load(Ordering::SeqCst) == watches).await {
         return Err("watches did not sync within 60 s".into());
     }
+    Ok(w)
+}
 
-    let (_, cpu0) = proc_stats(a.pid);
-    let idle_rss = rss_mib(a.pid);
-    let t_up = at(&w);
-    scale(&client, &a, a.pods)
-        .await
-        .map_err(|e| e.to_string())?;
-    eprintln!("bench-e2e: {}: scaled {ns}/{name} to {}", a.label, a.pods);
-    let deadline = Instant::now() + Duration::from_secs(a.timeout);
-    let running = || {
-        w.timeline
-            .lock()
-            .map(|t| t.pods.values().filter(|p| p.running.is_some()).count())
-            .unwrap_or(0)
-    };
-    let ok = until(deadline, || running() >= a.pods).await;
-    let t_running = at(&w);
-    let (_, cpu1) = proc_stats(a.pid);
-    if !ok {
-        eprintln!(
-            "bench-e2e: {}: timed out with {} of {} pods running",
-            a.label,
-            running(),
-            a.pods
-        );
-    }
-    let out_timeline = w.timeline.lock().map(|t| t.clone()).unwrap_or_default();
-
-    scale(&client, &a, 0).await.map_err(|e| e.to_string())?;
-    let t_down = at(&w);
-    eprintln!(
-        "bench-e2e: {}: scaled to 0, waiting for NodeClaims, Machines, Nodes to go",
-        a.label
-    );
+/// Waits until every NodeClaim, Machine and Node created since `t_up` is gone (or the
+/// timeout passes, said on stderr).
+async fn wait_gone(a: &Args, w: &Watched, t_up: f64) {
     let alive = || {
         w.timeline
             .lock()
@@ -376,20 +342,27 @@ async fn run(a: Args) -> Result<Summary, String> {
             a.timeout
         );
     }
-    let t_gone = at(&w);
-    let (_, cpu2) = proc_stats(a.pid);
-    let end = w.timeline.lock().map(|t| t.clone()).unwrap_or_default();
-    let mut after_rss = vec![settled_rss(&a).await];
+}
+
+/// How many of the watched pods are running.
+fn pods_running(w: &Watched) -> usize {
+    w.timeline
+        .lock()
+        .map(|t| t.pods.values().filter(|p| p.running.is_some()).count())
+        .unwrap_or(0)
+}
+
+/// Cycles 2..=N of `--cycles`: scale out and in again; the RSS settled after each.
+async fn more_cycles(client: &Client, a: &Args, w: &Watched) -> Result<Vec<f64>, String> {
+    let mut after_rss = Vec::new();
     for cycle in 2..=a.cycles {
-        let t_c = at(&w);
+        let t_c = w.base.elapsed().as_secs_f64();
         let since = |m: &HashMap<String, ObjectTimes>| {
             m.values()
                 .filter(|o| o.created.is_some_and(|c| c >= t_c) && o.gone.is_none())
                 .count()
         };
-        scale(&client, &a, a.pods)
-            .await
-            .map_err(|e| e.to_string())?;
+        scale(client, a, a.pods).await.map_err(|e| e.to_string())?;
         let running = || {
             w.timeline
                 .lock()
@@ -403,7 +376,7 @@ async fn run(a: Args) -> Result<Summary, String> {
         };
         let deadline = Instant::now() + Duration::from_secs(a.timeout);
         let ok = until(deadline, || running() >= a.pods).await;
-        scale(&client, &a, 0).await.map_err(|e| e.to_string())?;
+        scale(client, a, 0).await.map_err(|e| e.to_string())?;
         let alive = || {
             w.timeline
                 .lock()
@@ -411,7 +384,7 @@ async fn run(a: Args) -> Result<Summary, String> {
                 .unwrap_or(usize::MAX)
         };
         let gone = until(deadline, || alive() == 0).await;
-        after_rss.push(settled_rss(&a).await);
+        after_rss.push(settled_rss(a).await);
         eprintln!(
             "bench-e2e: {}: cycle {cycle}: {} pods running {ok}, all gone {gone}, RSS {:.1} MiB",
             a.label,
@@ -419,6 +392,55 @@ async fn run(a: Args) -> Result<Summary, String> {
             after_rss.last().copied().unwrap_or(0.0)
         );
     }
+    Ok(after_rss)
+}
+
+async fn run(a: Args) -> Result<Summary, String> {
+    let client = testbed::client_for(&a.kubeconfig)
+        .await
+        .map_err(|e| e.to_string())?;
+    let wall = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_err(|e| e.to_string())?
+        .as_secs_f64();
+    let w = start_watches(&client, &a).await?;
+    let at = |w: &Watched| w.base.elapsed().as_secs_f64();
+    let (ns, name) = &a.deployment;
+
+    let (_, cpu0) = proc_stats(a.pid);
+    let idle_rss = rss_mib(a.pid);
+    let t_up = at(&w);
+    scale(&client, &a, a.pods)
+        .await
+        .map_err(|e| e.to_string())?;
+    eprintln!("bench-e2e: {}: scaled {ns}/{name} to {}", a.label, a.pods);
+    let deadline = Instant::now() + Duration::from_secs(a.timeout);
+    let running = || pods_running(&w);
+    let ok = until(deadline, || running() >= a.pods).await;
+    let t_running = at(&w);
+    let (_, cpu1) = proc_stats(a.pid);
+    if !ok {
+        eprintln!(
+            "bench-e2e: {}: timed out with {} of {} pods running",
+            a.label,
+            running(),
+            a.pods
+        );
+    }
+    let out_timeline = w.timeline.lock().map(|t| t.clone()).unwrap_or_default();
+
+    scale(&client, &a, 0).await.map_err(|e| e.to_string())?;
+    let t_down = at(&w);
+    eprintln!(
+        "bench-e2e: {}: scaled to 0, waiting for NodeClaims, Machines, Nodes to go",
+        a.label
+    );
+    wait_gone(&a, &w, t_up).await;
+    let t_gone = at(&w);
+    let (_, cpu2) = proc_stats(a.pid);
+    let end = w.timeline.lock().map(|t| t.clone()).unwrap_or_default();
+    let mut after_rss = vec![settled_rss(&a).await];
+    after_rss.extend(more_cycles(&client, &a, &w).await?);
     let (hwm, _) = proc_stats(a.pid);
 
     let t = shifted(&out_timeline, t_up);
