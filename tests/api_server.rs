@@ -50,9 +50,18 @@ fn api_for(client: &Client, doc: &Value) -> Api<DynamicObject> {
     Api::all_with(client.clone(), &ar)
 }
 
+/// The API server every test here shares (`testbed::shared`): the tests use distinct
+/// object names (the fixtures name theirs apart), so they may run at once. The
+/// controller-manager aggregates the provider ClusterRoles the RBAC test checks.
+async fn testbed() -> &'static Testbed {
+    testbed::shared(Options::default().with(Component::ControllerManager))
+        .await
+        .expect("testbed")
+}
+
 #[tokio::test]
 async fn crds_install_and_become_established() {
-    let tb = Testbed::start(Options::default()).await.expect("testbed");
+    let tb = testbed().await;
     let crds = api::crds::crds();
     tb.install_crds(&crds).await.expect("CRDs installed");
     let api: Api<CustomResourceDefinition> = Api::all(tb.client());
@@ -88,7 +97,7 @@ async fn crds_install_and_become_established() {
 
 #[tokio::test]
 async fn karpenter_v1_documents_are_accepted_unchanged() {
-    let tb = Testbed::start(Options::default()).await.expect("testbed");
+    let tb = testbed().await;
     tb.install_crds(&api::crds::crds()).await.expect("CRDs");
     let client = tb.client();
     let files = fixtures("valid");
@@ -215,7 +224,7 @@ fn expectation(text: &str, key: &str) -> String {
 
 #[tokio::test]
 async fn invalid_documents_are_rejected_naming_the_field() {
-    let tb = Testbed::start(Options::default()).await.expect("testbed");
+    let tb = testbed().await;
     tb.install_crds(&api::crds::crds()).await.expect("CRDs");
     let files = fixtures("invalid");
     assert!(files.len() >= 10);
@@ -343,10 +352,7 @@ async fn can(
 
 #[tokio::test]
 async fn deploy_base_applies_and_grants_exactly_what_the_operator_needs() {
-    // The controller-manager aggregates the provider ClusterRoles.
-    let tb = Testbed::start(Options::default().with(Component::ControllerManager))
-        .await
-        .expect("testbed");
+    let tb = testbed().await;
     let client = tb.client();
     let yaml = kustomize("deploy/base");
     // Server-side dry run of everything (the namespace must exist for namespaced objects).
