@@ -9,8 +9,11 @@
 //! and the test sets up its templates, NodeClass and its own operator. The lease ends when
 //! the test's `Env` drops (its operator is aborted first).
 //!
-//! `TESTBED_SHARED_MAX` (default 1) allows that many shared control planes per process,
-//! so with `--test-threads=N` up to N operator tests run at once, each on its own.
+//! Up to `TESTBED_SHARED_MAX` shared control planes per process (default: as many as tests
+//! run at once: `--test-threads`, `RUST_TEST_THREADS` or the CPU count, as the harness
+//! decides): a test
+//! takes a free one or starts another below the limit. Most of these tests wait (launch and
+//! registration timeouts, batch windows), so two lanes on two cores finish sooner than one.
 //!
 //! The control planes outlive every test's Tokio runtime: each runs its provider on a
 //! runtime of its own thread, and `Testbed::client` hands each test a client of its own
@@ -58,10 +61,26 @@ impl std::ops::Deref for Lease {
 }
 
 static PERMITS: LazyLock<Semaphore> = LazyLock::new(|| {
-    let max = std::env::var("TESTBED_SHARED_MAX")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|n| *n > 0)
+    let from = |var: &str| {
+        std::env::var(var)
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|n| *n > 0)
+    };
+    // `--test-threads N` / `--test-threads=N` as the harness reads it.
+    let args: Vec<String> = std::env::args().collect();
+    let threads_arg = args.iter().enumerate().find_map(|(i, a)| {
+        let v = match a.strip_prefix("--test-threads") {
+            Some("") => args.get(i + 1)?.as_str(),
+            Some(rest) => rest.strip_prefix('=')?,
+            None => return None,
+        };
+        v.parse::<usize>().ok().filter(|n| *n > 0)
+    });
+    let max = from("TESTBED_SHARED_MAX")
+        .or(threads_arg)
+        .or_else(|| from("RUST_TEST_THREADS"))
+        .or_else(|| std::thread::available_parallelism().ok().map(usize::from))
         .unwrap_or(1);
     Semaphore::new(max)
 });

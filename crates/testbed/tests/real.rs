@@ -10,7 +10,7 @@ use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
-use testbed::{Component, Options, Testbed, wait_for};
+use testbed::{Options, Testbed, wait_for};
 
 fn from_json<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
     serde_json::from_value(value).expect("test fixture is valid")
