@@ -336,10 +336,14 @@ async fn limits_stop_provisioning_and_pending_pods_say_why() {
     // A settled status is not rewritten: the status loop recomputes every NodePool in each
     // pass, and the pass that writes the new pool's first status recomputed `default` too.
     create_burst_pool(&client).await;
-    wait_for("status of a new NodePool", Duration::from_secs(30), || async {
-        let burst = nodepools(&client).get("burst").await.ok()?;
-        condition(&burst, "Ready").map(|_| ())
-    })
+    wait_for(
+        "status of a new NodePool",
+        Duration::from_secs(30),
+        || async {
+            let burst = nodepools(&client).get("burst").await.ok()?;
+            condition(&burst, "Ready").map(|_| ())
+        },
+    )
     .await
     .expect("the status loop writes the new NodePool's status");
     let again = nodepools(&client).get("default").await.expect("nodepool");

@@ -163,8 +163,8 @@ pub async fn env_tuned(
     options: Options,
     tune: impl FnOnce(&mut controller::runtime::RunConfig),
 ) -> Env {
-    let share = options == Options::all()
-        && std::env::var("TESTBED_SHARED").map_or(true, |v| v != "0");
+    let share =
+        options == Options::all() && std::env::var("TESTBED_SHARED").map_or(true, |v| v != "0");
     let (tb, provider, cluster) = if share {
         let lease = shared::lease().await;
         let cluster = lease.slot.cluster.clone();

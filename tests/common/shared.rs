@@ -89,7 +89,10 @@ static FREE: Mutex<Vec<&'static Slot>> = Mutex::new(Vec::new());
 /// Waits for a free shared control plane (starting one while fewer than
 /// `TESTBED_SHARED_MAX` exist) and resets it.
 pub async fn lease() -> Lease {
-    let permit = PERMITS.acquire().await.expect("the semaphore is never closed");
+    let permit = PERMITS
+        .acquire()
+        .await
+        .expect("the semaphore is never closed");
     let free = FREE.lock().unwrap_or_else(PoisonError::into_inner).pop();
     let slot = match free {
         Some(slot) => slot,
@@ -198,38 +201,48 @@ pub async fn reset(lease: &Lease) {
             "kubeadmconfigtemplates",
         ),
     ];
-    wait_for("shared control plane reset", Duration::from_secs(120), || {
-        let client = client.clone();
-        let kinds = kinds.clone();
-        async move {
-            let mut left = 0;
-            for kind in &kinds {
-                left += purge_dynamic(&client, kind).await?;
+    wait_for(
+        "shared control plane reset",
+        Duration::from_secs(120),
+        || {
+            let client = client.clone();
+            let kinds = kinds.clone();
+            async move {
+                let mut left = 0;
+                for kind in &kinds {
+                    left += purge_dynamic(&client, kind).await?;
+                }
+                left += purge(
+                    Api::<Node>::all(client.clone()),
+                    |_| Api::all(client.clone()),
+                    |_| false,
+                )
+                .await?;
+                left += purge_workloads(&client, keep_ns).await?;
+                (left == 0).then_some(())
             }
-            left += purge(
-                Api::<Node>::all(client.clone()),
-                |_| Api::all(client.clone()),
-                |_| false,
-            )
-            .await?;
-            left += purge_workloads(&client, keep_ns).await?;
-            (left == 0).then_some(())
-        }
-    })
+        },
+    )
     .await
     .expect("the shared control plane resets");
     // Secrets of the Cluster's namespace other than its kubeconfig (bootstrap data).
     let secrets: Api<Secret> = Api::namespaced(client.clone(), keep_ns);
     let kubeconfig = format!("{}-kubeconfig", lease.slot.cluster.name);
-    for s in secrets.list(&ListParams::default()).await.expect("secrets").items {
+    for s in secrets
+        .list(&ListParams::default())
+        .await
+        .expect("secrets")
+        .items
+    {
         if s.name_any() != kubeconfig {
-            let _ = secrets.delete(&s.name_any(), &DeleteParams::default()).await;
+            let _ = secrets
+                .delete(&s.name_any(), &DeleteParams::default())
+                .await;
         }
     }
     // Events last: deleting the objects above may have recorded some.
     for ns in namespaces(&client).await.unwrap_or_default() {
-        let events: Api<k8s_openapi::api::events::v1::Event> =
-            Api::namespaced(client.clone(), &ns);
+        let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), &ns);
         let _ = events
             .delete_collection(&DeleteParams::default(), &ListParams::default())
             .await;
