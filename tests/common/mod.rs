@@ -80,7 +80,7 @@ pub fn condition(obj: &DynamicObject, type_: &str) -> Option<String> {
 /// of its own.
 pub enum Tb {
     Shared(shared::Lease),
-    Own(Testbed),
+    Own(Box<Testbed>),
 }
 
 impl std::ops::Deref for Tb {
@@ -172,7 +172,7 @@ pub async fn env_tuned(
         (Tb::Shared(lease), None, cluster)
     } else {
         let (tb, provider, cluster) = prepare(templates_spec, options).await;
-        (Tb::Own(tb), Some(provider), cluster)
+        (Tb::Own(Box::new(tb)), Some(provider), cluster)
     };
     let client = tb.client();
     let installed = match identity {
