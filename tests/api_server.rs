@@ -50,9 +50,18 @@ fn api_for(client: &Client, doc: &Value) -> Api<DynamicObject> {
     Api::all_with(client.clone(), &ar)
 }
 
+/// The API server every test here shares (`testbed::shared`): the tests use distinct
+/// object names (the fixtures name theirs apart), so they may run at once. The
+/// controller-manager aggregates the provider ClusterRoles the RBAC test checks.
+async fn testbed() -> &'static Testbed {
+    testbed::shared(Options::default().with(Component::ControllerManager))
+        .await
+        .expect("testbed")
+}
+
 #[tokio::test]
 async fn crds_install_and_become_established() {
-    let tb = Testbed::start(Options::default()).await.expect("testbed");
+    let tb = testbed().await;
     let crds = api::crds::crds();
     tb.install_crds(&crds).await.expect("CRDs installed");
     let api: Api<CustomResourceDefinition> = Api::all(tb.client());
@@ -88,7 +97,7 @@ async fn crds_install_and_become_established() {
 
 #[tokio::test]
 async fn karpenter_v1_documents_are_accepted_unchanged() {
-    let tb = Testbed::start(Options::default()).await.expect("testbed");
+    let tb = testbed().await;
     tb.install_crds(&api::crds::crds()).await.expect("CRDs");
     let client = tb.client();
     let files = fixtures("valid");
@@ -215,7 +224,7 @@ fn expectation(text: &str, key: &str) -> String {
 
 #[tokio::test]
 async fn invalid_documents_are_rejected_naming_the_field() {
-    let tb = Testbed::start(Options::default()).await.expect("testbed");
+    let tb = testbed().await;
     tb.install_crds(&api::crds::crds()).await.expect("CRDs");
     let files = fixtures("invalid");
     assert!(files.len() >= 10);
@@ -305,6 +314,84 @@ type Access = (
     Option<&'static str>,
 );
 
+/// What the operator's ServiceAccount must be allowed, one access a row: verb, API group
+/// (`core` for the core group), resource, subresource and namespace (`-`: none, cluster-wide).
+const NEEDED: &str = "
+watch  karpenter.sh                  nodepools                 -          -
+patch  karpenter.sh                  nodepools                 status     -
+create karpenter.sh                  nodeclaims                -          -
+delete karpenter.sh                  nodeclaims                -          -
+patch  karpenter.sh                  nodeclaims                status     -
+update karpenter.sh                  nodeclaims                finalizers -
+list   karpenter.cluster.x-k8s.io    clusterapinodeclasses     -          -
+patch  karpenter.cluster.x-k8s.io    clusterapinodeclasses     status     -
+watch  core                          nodes                     -          -
+patch  core                          nodes                     -          -
+update core                          nodes                     -          -
+delete core                          nodes                     -          -
+list   core                          pods                      -          -
+watch  core                          pods                      -          -
+list   apps                          daemonsets                -          -
+watch  apps                          daemonsets                -          -
+watch  policy                        poddisruptionbudgets      -          -
+create core                          events                    -          default
+create events.k8s.io                 events                    -          default
+create coordination.k8s.io           leases                    -          karpenter
+update coordination.k8s.io           leases                    -          karpenter
+create cluster.x-k8s.io              machines                  -          capi-demo
+delete cluster.x-k8s.io              machines                  -          capi-demo
+watch  cluster.x-k8s.io              machines                  -          -
+watch  cluster.x-k8s.io              clusters                  -          -
+list   bootstrap.cluster.x-k8s.io    kubeadmconfigtemplates    -          -
+create bootstrap.cluster.x-k8s.io    kubeadmconfigs            -          capi-demo
+delete bootstrap.cluster.x-k8s.io    kubeadmconfigs            -          capi-demo
+watch  apiextensions.k8s.io          customresourcedefinitions -          -
+get    core                          secrets                   -          capi-demo
+get    controlplane.cluster.x-k8s.io kubeadmcontrolplanes      -          capi-demo
+";
+
+/// What it must not be allowed (rows as in [`NEEDED`]).
+const NOT_NEEDED: &str = "
+list     core                            secrets                   -        -
+watch    core                            secrets                   -        -
+list     core                            secrets                   -        capi-demo
+create   core                            secrets                   -        capi-demo
+delete   core                            pods                      -        default
+create   core                            pods                      eviction default
+create   core                            nodes                     -        -
+get      core                            configmaps                -        default
+create   apps                            deployments               -        default
+update   cluster.x-k8s.io                machines                  -        capi-demo
+create   cluster.x-k8s.io                clusters                  -        capi-demo
+delete   cluster.x-k8s.io                clusters                  -        capi-demo
+create   cluster.x-k8s.io                machinedeployments        -        capi-demo
+create   karpenter.sh                    nodepools                 -        -
+delete   karpenter.sh                    nodepools                 -        -
+create   karpenter.cluster.x-k8s.io      clusterapinodeclasses     -        -
+create   apiextensions.k8s.io            customresourcedefinitions -        -
+update   coordination.k8s.io             leases                    -        kube-system
+create   rbac.authorization.k8s.io       clusterroles              -        -
+escalate rbac.authorization.k8s.io       clusterroles              -        -
+update   infrastructure.cluster.x-k8s.io dockermachinetemplates    -        capi-demo
+create   infrastructure.cluster.x-k8s.io dockerclusters            -        capi-demo
+create   core                            serviceaccounts           token    karpenter
+";
+
+/// The rows of a table like [`NEEDED`].
+fn accesses(table: &'static str) -> Vec<Access> {
+    let opt = |v: &'static str| (v != "-").then_some(v);
+    table
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let f: Vec<&'static str> = l.split_whitespace().collect();
+            assert_eq!(f.len(), 5, "row {l:?}");
+            let group = if f[1] == "core" { "" } else { f[1] };
+            (f[0], group, f[2], opt(f[3]), opt(f[4]))
+        })
+        .collect()
+}
+
 async fn can(
     client: &Client,
     verb: &str,
@@ -343,10 +430,7 @@ async fn can(
 
 #[tokio::test]
 async fn deploy_base_applies_and_grants_exactly_what_the_operator_needs() {
-    // The controller-manager aggregates the provider ClusterRoles.
-    let tb = Testbed::start(Options::default().with(Component::ControllerManager))
-        .await
-        .expect("testbed");
+    let tb = testbed().await;
     let client = tb.client();
     let yaml = kustomize("deploy/base");
     // Server-side dry run of everything (the namespace must exist for namespaced objects).
@@ -367,113 +451,9 @@ async fn deploy_base_applies_and_grants_exactly_what_the_operator_needs() {
     let out = pipe(apply, &yaml);
     assert!(out.0, "apply failed:\n{}", out.1);
 
-    let allowed: &[Access] = &[
-        ("watch", "karpenter.sh", "nodepools", None, None),
-        ("patch", "karpenter.sh", "nodepools", Some("status"), None),
-        ("create", "karpenter.sh", "nodeclaims", None, None),
-        ("delete", "karpenter.sh", "nodeclaims", None, None),
-        ("patch", "karpenter.sh", "nodeclaims", Some("status"), None),
-        (
-            "update",
-            "karpenter.sh",
-            "nodeclaims",
-            Some("finalizers"),
-            None,
-        ),
-        (
-            "list",
-            "karpenter.cluster.x-k8s.io",
-            "clusterapinodeclasses",
-            None,
-            None,
-        ),
-        (
-            "patch",
-            "karpenter.cluster.x-k8s.io",
-            "clusterapinodeclasses",
-            Some("status"),
-            None,
-        ),
-        ("watch", "", "nodes", None, None),
-        ("patch", "", "nodes", None, None),
-        ("update", "", "nodes", None, None),
-        ("delete", "", "nodes", None, None),
-        ("list", "", "pods", None, None),
-        ("watch", "", "pods", None, None),
-        ("list", "apps", "daemonsets", None, None),
-        ("watch", "apps", "daemonsets", None, None),
-        ("watch", "policy", "poddisruptionbudgets", None, None),
-        ("create", "", "events", None, Some("default")),
-        ("create", "events.k8s.io", "events", None, Some("default")),
-        (
-            "create",
-            "coordination.k8s.io",
-            "leases",
-            None,
-            Some("karpenter"),
-        ),
-        (
-            "update",
-            "coordination.k8s.io",
-            "leases",
-            None,
-            Some("karpenter"),
-        ),
-        (
-            "create",
-            "cluster.x-k8s.io",
-            "machines",
-            None,
-            Some("capi-demo"),
-        ),
-        (
-            "delete",
-            "cluster.x-k8s.io",
-            "machines",
-            None,
-            Some("capi-demo"),
-        ),
-        ("watch", "cluster.x-k8s.io", "machines", None, None),
-        ("watch", "cluster.x-k8s.io", "clusters", None, None),
-        (
-            "list",
-            "bootstrap.cluster.x-k8s.io",
-            "kubeadmconfigtemplates",
-            None,
-            None,
-        ),
-        (
-            "create",
-            "bootstrap.cluster.x-k8s.io",
-            "kubeadmconfigs",
-            None,
-            Some("capi-demo"),
-        ),
-        (
-            "delete",
-            "bootstrap.cluster.x-k8s.io",
-            "kubeadmconfigs",
-            None,
-            Some("capi-demo"),
-        ),
-        (
-            "watch",
-            "apiextensions.k8s.io",
-            "customresourcedefinitions",
-            None,
-            None,
-        ),
-        ("get", "", "secrets", None, Some("capi-demo")),
-        (
-            "get",
-            "controlplane.cluster.x-k8s.io",
-            "kubeadmcontrolplanes",
-            None,
-            Some("capi-demo"),
-        ),
-    ];
+    let allowed = accesses(NEEDED);
     let mut wrong = Vec::new();
-    for &(verb, group, resource, sub, ns) in allowed {
+    for &(verb, group, resource, sub, ns) in &allowed {
         if !can(&client, verb, group, resource, sub, ns).await {
             wrong.push(format!(
                 "denied but needed: {verb} {group}/{resource} {sub:?} in {ns:?}"
@@ -515,104 +495,8 @@ async fn deploy_base_applies_and_grants_exactly_what_the_operator_needs() {
             ));
         }
     }
-    let denied: &[Access] = &[
-        ("list", "", "secrets", None, None),
-        ("watch", "", "secrets", None, None),
-        ("list", "", "secrets", None, Some("capi-demo")),
-        ("create", "", "secrets", None, Some("capi-demo")),
-        ("delete", "", "pods", None, Some("default")),
-        ("create", "", "pods", Some("eviction"), Some("default")),
-        ("create", "", "nodes", None, None),
-        ("get", "", "configmaps", None, Some("default")),
-        ("create", "apps", "deployments", None, Some("default")),
-        (
-            "update",
-            "cluster.x-k8s.io",
-            "machines",
-            None,
-            Some("capi-demo"),
-        ),
-        (
-            "create",
-            "cluster.x-k8s.io",
-            "clusters",
-            None,
-            Some("capi-demo"),
-        ),
-        (
-            "delete",
-            "cluster.x-k8s.io",
-            "clusters",
-            None,
-            Some("capi-demo"),
-        ),
-        (
-            "create",
-            "cluster.x-k8s.io",
-            "machinedeployments",
-            None,
-            Some("capi-demo"),
-        ),
-        ("create", "karpenter.sh", "nodepools", None, None),
-        ("delete", "karpenter.sh", "nodepools", None, None),
-        (
-            "create",
-            "karpenter.cluster.x-k8s.io",
-            "clusterapinodeclasses",
-            None,
-            None,
-        ),
-        (
-            "create",
-            "apiextensions.k8s.io",
-            "customresourcedefinitions",
-            None,
-            None,
-        ),
-        (
-            "update",
-            "coordination.k8s.io",
-            "leases",
-            None,
-            Some("kube-system"),
-        ),
-        (
-            "create",
-            "rbac.authorization.k8s.io",
-            "clusterroles",
-            None,
-            None,
-        ),
-        (
-            "escalate",
-            "rbac.authorization.k8s.io",
-            "clusterroles",
-            None,
-            None,
-        ),
-        (
-            "update",
-            "infrastructure.cluster.x-k8s.io",
-            "dockermachinetemplates",
-            None,
-            Some("capi-demo"),
-        ),
-        (
-            "create",
-            "infrastructure.cluster.x-k8s.io",
-            "dockerclusters",
-            None,
-            Some("capi-demo"),
-        ),
-        (
-            "create",
-            "",
-            "serviceaccounts",
-            Some("token"),
-            Some("karpenter"),
-        ),
-    ];
-    for &(verb, group, resource, sub, ns) in denied {
+    let denied = accesses(NOT_NEEDED);
+    for &(verb, group, resource, sub, ns) in &denied {
         if can(&client, verb, group, resource, sub, ns).await {
             wrong.push(format!(
                 "allowed but not needed: {verb} {group}/{resource} {sub:?} in {ns:?}"

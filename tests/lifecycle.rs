@@ -686,9 +686,17 @@ async fn launch_latency_median_over_fifty() {
     .expect("50 Machines created");
     watch.abort();
     let seen = seen.lock().expect("lock");
+    // Each Machine was first seen after its NodeClaim was created (not one that was there
+    // before: the watch lists existing Machines first).
     let mut latencies: Vec<f64> = created
         .iter()
-        .map(|(n, t)| seen[&machine_name(n)].duration_since(*t).as_secs_f64() * 1000.0)
+        .map(|(n, t)| {
+            seen[&machine_name(n)]
+                .checked_duration_since(*t)
+                .unwrap_or_else(|| panic!("the Machine of {n} existed before {n}"))
+                .as_secs_f64()
+                * 1000.0
+        })
         .collect();
     latencies.sort_by(|a, b| a.total_cmp(b));
     let median = latencies[25];
@@ -696,9 +704,14 @@ async fn launch_latency_median_over_fifty() {
         "NodeClaim creation -> Machine created: median {median:.0} ms, p90 {:.0} ms, max {:.0} ms (n=50)",
         latencies[45], latencies[49]
     );
-    assert!(latencies.iter().all(|l| *l >= 0.0));
+    // A Machine follows its NodeClaim's creation event, not a periodic requeue (the bound
+    // is loose: the machine running the tests may be busy).
+    assert!(median < 10_000.0, "median {median:.0} ms");
 }
 
+/// Two control planes of its own (not the binary's shared one): the operator reads
+/// Karpenter objects and Nodes from one and writes Cluster API objects to the other, which is
+/// what the test proves.
 #[tokio::test]
 async fn split_management_and_workload_clusters() {
     use testbed::Component;

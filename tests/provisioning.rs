@@ -173,8 +173,9 @@ async fn thirty_mixed_pods_get_nodes_of_the_right_shapes_and_run() {
     // Events: pods were nominated to NodeClaims.
     let nominated = events_for_reason(&client, "Nominated").await;
     assert!(nominated >= 30, "{nominated} Nominated events");
-    // Nothing more is launched once everything runs.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // Nothing more is launched once everything runs: two provisioning batches run with the
+    // 30 pods in the cluster state and create nothing.
+    provisioning_passes(&env, &ns, 2).await;
     let after = nodeclaims(&client)
         .list(&ListParams::default())
         .await
@@ -322,8 +323,8 @@ async fn limits_stop_provisioning_and_pending_pods_say_why() {
             "{reasons:?}"
         );
     }
-    // Still one claim after further batches.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // Still one claim after further batches (which reconsider the two pending pods).
+    provisioning_passes(&env, &ns, 2).await;
     let after = nodeclaims(&client)
         .list(&ListParams::default())
         .await
@@ -332,12 +333,64 @@ async fn limits_stop_provisioning_and_pending_pods_say_why() {
     let np = nodepools(&client).get("default").await.expect("nodepool");
     assert_eq!(np.data["status"]["resources"]["cpu"], "8");
     assert_eq!(np.data["status"]["resources"]["nodes"], "1");
-    // A settled status is not rewritten (the loop recomputes it every second).
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // A settled status is not rewritten: the status loop recomputes every NodePool in each
+    // pass, and the pass that writes the new pool's first status recomputed `default` too.
+    create_burst_pool(&client).await;
+    wait_for(
+        "status of a new NodePool",
+        Duration::from_secs(30),
+        || async {
+            let burst = nodepools(&client).get("burst").await.ok()?;
+            condition(&burst, "Ready").map(|_| ())
+        },
+    )
+    .await
+    .expect("the status loop writes the new NodePool's status");
     let again = nodepools(&client).get("default").await.expect("nodepool");
     assert_eq!(again.resource_version(), np.resource_version());
 
     limits_hold_under_a_burst(&client).await;
+}
+
+/// The provisioner's count of scheduling simulations (one per batch), from its metrics.
+async fn provisioning_batches(env: &Env) -> u64 {
+    let page = scrape(env.metrics_addr).await;
+    page.lines()
+        .find_map(|l| {
+            l.strip_prefix(
+                r#"karpenter_scheduler_scheduling_duration_seconds_count{controller="provisioner"} "#,
+            )
+        })
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The positive sentinel for "the provisioner launched nothing more": makes it run `n`
+/// more batches and returns once they have run (its scheduling count went up by `n`; the
+/// loop runs one batch at a time, so every batch before the last has finished its
+/// launches). Each batch is opened by a new pod in `ns` that no NodePool can take (a
+/// nodeSelector on a label none offers) and considers every pending pod.
+async fn provisioning_passes(env: &Env, ns: &str, n: u64) {
+    let pods: Api<Pod> = Api::namespaced(env.tb.client(), ns);
+    let start = provisioning_batches(env).await;
+    for i in 1..=n {
+        let canary: Pod = from_json(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("canary-{start}-{i}")},
+            "spec": {"nodeSelector": {"example.com/no-pool-offers": "this"},
+                     "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
+        }));
+        pods.create(&PostParams::default(), &canary)
+            .await
+            .expect("canary pod");
+        wait_for(
+            &format!("provisioning batch {i} of {n}"),
+            Duration::from_secs(30),
+            || async { (provisioning_batches(env).await >= start + i).then_some(()) },
+        )
+        .await
+        .expect("the provisioner runs a batch for a new pending pod");
+    }
 }
 
 /// The cpu a NodePool's NodeClaims take: their capacity (from the status, else the launch
@@ -365,11 +418,8 @@ async fn pool_cpu_millis(client: &Client, pool: &str) -> (i64, usize) {
     (claims.iter().map(cpu).sum(), claims.len())
 }
 
-/// 300 pods of 100m arrive at once for a NodePool whose cpu limit (10) fits about a third
-/// of them: the NodePool's NodeClaims never exceed the limit (the bound README.md
-/// documents), and the pods left over say why.
-async fn limits_hold_under_a_burst(client: &Client) {
-    const LIMIT_MILLIS: i64 = 10_000;
+/// NodePool `burst`: any instance type, cpu limit 10, no consolidation.
+async fn create_burst_pool(client: &Client) {
     nodepools(client)
         .create(
             &PostParams::default(),
@@ -388,6 +438,13 @@ async fn limits_hold_under_a_burst(client: &Client) {
         )
         .await
         .expect("nodepool");
+}
+
+/// 300 pods of 100m arrive at once for NodePool `burst` (see [`create_burst_pool`]), whose cpu limit (10) fits about a third
+/// of them: the NodePool's NodeClaims never exceed the limit (the bound README.md
+/// documents), and the pods left over say why.
+async fn limits_hold_under_a_burst(client: &Client) {
+    const LIMIT_MILLIS: i64 = 10_000;
     let ns = "default";
     Api::<Deployment>::namespaced(client.clone(), ns)
         .create(
@@ -517,16 +574,32 @@ async fn empty_nodes_are_removed_within_the_budget_and_do_not_disrupt_is_kept() 
         .expect("claims")
         .items;
     assert_eq!(claims.len(), 3);
-    // Nodes with pods are not empty: nothing is disrupted while the pods run.
-    tokio::time::sleep(Duration::from_secs(20)).await;
-    assert_eq!(
-        nodeclaims(&client)
-            .list(&ListParams::default())
-            .await
-            .expect("claims")
-            .items
-            .len(),
-        3
+    // Nodes with pods are not empty: nothing is disrupted while the pods run. The sentinel:
+    // a disruption pass judged every node with its pod (it writes its verdict as each
+    // claim's Consolidatable condition) and still all three stand. (A pass that disrupted one
+    // later would show below: its event would not say `empty`, or `keep` would be gone.)
+    let judged = wait_for(
+        "every NodeClaim judged by a disruption pass",
+        Duration::from_secs(60),
+        || async {
+            let l = nodeclaims(&client)
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items;
+            l.iter()
+                .all(|c| condition(c, "Consolidatable").is_some())
+                .then_some(l)
+        },
+    )
+    .await
+    .expect("the disruption loop writes its verdict on each NodeClaim");
+    assert_eq!(judged.len(), 3);
+    assert!(
+        judged
+            .iter()
+            .all(|c| c.metadata.deletion_timestamp.is_none()),
+        "a node with a pod was disrupted"
     );
     let keep = claims[0].name_any();
     nodeclaims(&client)

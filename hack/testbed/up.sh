@@ -19,6 +19,9 @@
 #                      pods is created faster than 20 pods/s (also TESTBED_KUBE_API_QPS)
 #   --watch-pid PID    stop this testbed when process PID exits (used by the Rust testbed)
 #
+# With TESTBED_START_LOG=FILE each start appends a line to FILE (time, start-up duration,
+# the --watch-pid process's binary, components): how test runs count their control planes.
+#
 # Running it again on a live testbed is safe: it reports the running instance and starts the
 # components that are missing. hack/testbed/down.sh stops exactly what this started.
 set -euo pipefail
@@ -43,7 +46,7 @@ while [ $# -gt 0 ]; do
     --kube-api-qps) kube_api_qps=$2; shift 2 ;;
     --watch-pid) watch_pid=$2; shift 2 ;;
     --quiet) quiet=1; shift ;;
-    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "up.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -339,4 +342,10 @@ if [ -n "$watch_pid" ]; then
     testbed-watchdog "$watch_pid" "$dir" "$here/down.sh" > /dev/null 2>&1 < /dev/null &
 fi
 say "ready in $(elapsed): ${components:-apiserver only}; logs in $dir/logs"
+# One line per start for whoever counts them (e.g. a test run): time, seconds it took, the
+# process it serves (the test binary) and the components.
+if [ -n "${TESTBED_START_LOG:-}" ]; then
+  owner=$( [ -n "$watch_pid" ] && basename "$(readlink "/proc/$watch_pid/exe" 2>/dev/null)" 2>/dev/null || echo "-")
+  echo "$(date +%s) $(elapsed) ${owner:--} ${components:-apiserver}" >> "$TESTBED_START_LOG"
+fi
 echo "export KUBECONFIG=$kubeconfig"

@@ -6,6 +6,7 @@
 pub mod manifests;
 pub mod mirror;
 pub mod process;
+pub mod shared;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -76,9 +77,27 @@ pub fn condition(obj: &DynamicObject, type_: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// The control plane of an [`Env`]: the binary's shared one for this test's turn, or one
+/// of its own.
+pub enum Tb {
+    Shared(shared::Lease),
+    Own(Box<Testbed>),
+}
+
+impl std::ops::Deref for Tb {
+    type Target = Testbed;
+    fn deref(&self) -> &Testbed {
+        match self {
+            Tb::Shared(lease) => lease,
+            Tb::Own(tb) => tb,
+        }
+    }
+}
+
 pub struct Env {
-    pub tb: Testbed,
-    pub _provider: TestProvider,
+    pub tb: Tb,
+    /// The provider of a control plane of the test's own (a shared one runs its own).
+    pub _provider: Option<TestProvider>,
     pub cluster: CapiCluster,
     pub operator: tokio::task::JoinHandle<()>,
     /// Where the operator serves `/metrics`.
@@ -108,7 +127,8 @@ pub fn default_templates(annotations: Value) -> Vec<Tpl> {
 }
 
 /// Testbed + CAPI + provider + a Cluster with two failure domains + templates + a
-/// NodeClass, and the operator running.
+/// NodeClass, and the operator running. On the binary's shared control plane (see
+/// [`shared`]) unless `TESTBED_SHARED=0`.
 pub async fn env(templates_spec: Vec<Tpl>) -> Env {
     env_as(templates_spec, Identity::Admin).await
 }
@@ -135,14 +155,26 @@ pub async fn env_with(templates_spec: Vec<Tpl>, identity: Identity, options: Opt
     env_tuned(templates_spec, identity, options, |_| {}).await
 }
 
-/// As `env_with`, with the operator's configuration adjusted by `tune`.
+/// As `env_with`, with the operator's configuration adjusted by `tune`. With
+/// `Options::all()` the test takes its turn on the binary's shared control plane; other
+/// options (e.g. the audit log) start one of its own.
 pub async fn env_tuned(
     templates_spec: Vec<Tpl>,
     identity: Identity,
     options: Options,
     tune: impl FnOnce(&mut controller::runtime::RunConfig),
 ) -> Env {
-    let (tb, provider, cluster) = prepare(templates_spec, options).await;
+    let share =
+        options == Options::all() && std::env::var("TESTBED_SHARED").map_or(true, |v| v != "0");
+    let (tb, provider, cluster) = if share {
+        let lease = shared::lease().await;
+        let cluster = lease.slot.cluster.clone();
+        install_fixtures(&lease, &cluster.namespace, &templates_spec).await;
+        (Tb::Shared(lease), None, cluster)
+    } else {
+        let (tb, provider, cluster) = prepare(templates_spec, options).await;
+        (Tb::Own(Box::new(tb)), Some(provider), cluster)
+    };
     let client = tb.client();
     let installed = match identity {
         Identity::Admin => None,
@@ -195,17 +227,23 @@ pub async fn prepare(
     options: Options,
 ) -> (Testbed, TestProvider, CapiCluster) {
     let tb = Testbed::start(options).await.expect("testbed starts");
-    let client = tb.client();
-    let provider = TestProvider::start(client.clone(), provider_config())
+    let provider = TestProvider::start(tb.client(), provider_config())
         .await
         .expect("provider starts");
     let cluster = provider::setup_cluster(&tb, "c1", &["zone-a", "zone-b"])
         .await
         .expect("cluster ready");
-    let ns = cluster.namespace.clone();
+    install_fixtures(&tb, &cluster.namespace, &templates_spec).await;
+    (tb, provider, cluster)
+}
+
+/// In the Cluster's namespace `ns`: the bootstrap data Secret and the templates; and the
+/// NodeClass `default` for Cluster `ns/c1`.
+pub async fn install_fixtures(tb: &Testbed, ns: &str, templates_spec: &[Tpl]) {
+    let client = tb.client();
     // Bootstrap data (the provider reads nodeLabels/nodeTaints; the unregistered taint is
     // what a real bootstrap would add).
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
     secrets
         .create(
             &PostParams::default(),
@@ -219,10 +257,10 @@ pub async fn prepare(
         .expect("secret");
     let templates: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
-        &ns,
+        ns,
         &provider::test_machine_template_resource(),
     );
-    for t in &templates_spec {
+    for t in templates_spec {
         create_template(&templates, t).await;
     }
     nodeclasses(&client)
@@ -238,7 +276,6 @@ pub async fn prepare(
         )
         .await
         .expect("nodeclass");
-    (tb, provider, cluster)
 }
 
 /// Creates the opted-in TestMachineTemplate `tpl` with its status (capacity, node info) in

@@ -87,7 +87,7 @@ impl Component {
 
 /// What to start. `Options::default()` is etcd + kube-apiserver with the Cluster API
 /// CRDs and this project's CRDs (`crds/`) installed.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Options {
     components: Vec<Component>,
     crds: Vec<PathBuf>,
@@ -144,10 +144,15 @@ pub fn bin_dir() -> PathBuf {
 }
 
 /// A running control plane. Dropping it stops the processes and removes its directory.
+///
+/// A `Testbed` may outlive the Tokio runtime that started it and serve tests on other
+/// runtimes (see [`shared`]): [`Testbed::client`] hands out a client bound to the caller's
+/// runtime (a client's connection tasks die with the runtime that spawned them).
 pub struct Testbed {
     dir: tempfile::TempDir,
     kubeconfig: PathBuf,
-    client: Client,
+    config: Config,
+    clients: std::sync::Mutex<Vec<(tokio::runtime::Id, Client)>>,
 }
 
 impl Testbed {
@@ -198,23 +203,42 @@ impl Testbed {
                 ),
             });
         }
-        let client = match client_for(&kubeconfig).await {
-            Ok(client) => client,
+        let config = match config_for(&kubeconfig).await {
+            Ok(config) => config,
             Err(e) => {
                 stop(dir.path());
                 return Err(e);
             }
         };
-        Ok(Testbed {
+        let testbed = Testbed {
             dir,
             kubeconfig,
-            client,
-        })
+            config,
+            clients: std::sync::Mutex::new(Vec::new()),
+        };
+        // Fails early (not at the first request) on a kubeconfig the client cannot use.
+        if let Err(e) = Client::try_from(testbed.config.clone()) {
+            return Err(e.into());
+        }
+        Ok(testbed)
     }
 
-    /// A client authenticated as cluster admin (`system:masters`).
+    /// A client authenticated as cluster admin (`system:masters`), for the calling Tokio
+    /// runtime (one per runtime, reused; must be called inside a runtime).
     pub fn client(&self) -> Client {
-        self.client.clone()
+        let runtime = tokio::runtime::Handle::current().id();
+        let mut clients = self
+            .clients
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((_, client)) = clients.iter().find(|(id, _)| *id == runtime) {
+            return client.clone();
+        }
+        let client = Client::try_from(self.config.clone())
+            .expect("the kubeconfig made a client when the testbed started");
+        // (Clients of runtimes that are gone stay in the list: a few per test process.)
+        clients.push((runtime, client.clone()));
+        client
     }
 
     /// Path of the admin kubeconfig.
@@ -300,6 +324,7 @@ impl Testbed {
         let docs: Vec<serde_json::Value> =
             serde_saphyr::from_multiple(yaml).map_err(|e| Error::Yaml(e.to_string()))?;
         let params = PatchParams::apply(FIELD_MANAGER).force();
+        let client = self.client();
         let mut applied = Vec::new();
         for doc in docs.into_iter().filter(|d| !d.is_null()) {
             let obj: DynamicObject =
@@ -310,14 +335,14 @@ impl Testbed {
                 .ok_or_else(|| Error::Untyped(obj.name_any()))?;
             let gvk = kube::api::GroupVersionKind::try_from(types)
                 .map_err(|e| Error::Untyped(e.to_string()))?;
-            let (resource, caps) = discovery::pinned_kind(&self.client, &gvk).await?;
+            let (resource, caps) = discovery::pinned_kind(&client, &gvk).await?;
             let api: Api<DynamicObject> = if caps.scope == Scope::Namespaced {
                 let ns = obj
                     .namespace()
                     .unwrap_or_else(|| default_namespace.to_string());
-                Api::namespaced_with(self.client(), &ns, &resource)
+                Api::namespaced_with(client.clone(), &ns, &resource)
             } else {
-                Api::all_with(self.client(), &resource)
+                Api::all_with(client.clone(), &resource)
             };
             applied.push(
                 api.patch(&obj.name_any(), &params, &Patch::Apply(&obj))
@@ -490,6 +515,31 @@ impl Drop for Testbed {
     }
 }
 
+/// The testbed every caller in this process shares for `options`: started by the first
+/// caller, then handed to every later one (tests on other runtimes and threads too). It is
+/// never dropped: its watchdog (`up.sh --watch-pid`) stops it and removes its directory when
+/// the process exits. Callers must not assume an empty cluster: each test uses its own
+/// namespace and object names.
+pub async fn shared(options: Options) -> Result<&'static Testbed> {
+    type Cell = tokio::sync::OnceCell<Testbed>;
+    static SHARED: std::sync::Mutex<Vec<(Options, &'static Cell)>> =
+        std::sync::Mutex::new(Vec::new());
+    let cell: &'static Cell = {
+        let mut shared = SHARED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match shared.iter().find(|(o, _)| *o == options) {
+            Some((_, cell)) => cell,
+            None => {
+                let cell: &'static Cell = Box::leak(Box::new(Cell::new()));
+                shared.push((options.clone(), cell));
+                cell
+            }
+        }
+    };
+    cell.get_or_try_init(|| Testbed::start(options)).await
+}
+
 fn stop(dir: &Path) {
     let _ = std::process::Command::new("bash")
         .arg(repo_root().join("hack/testbed/down.sh"))
@@ -501,15 +551,18 @@ fn stop(dir: &Path) {
 
 /// A client for a kubeconfig file.
 pub async fn client_for(path: &Path) -> Result<Client> {
+    Ok(Client::try_from(config_for(path).await?)?)
+}
+
+async fn config_for(path: &Path) -> Result<Config> {
     let bad = |message: String| Error::Kubeconfig {
         path: path.to_path_buf(),
         message,
     };
     let kubeconfig = Kubeconfig::read_from(path).map_err(|e| bad(e.to_string()))?;
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+    Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
-        .map_err(|e| bad(e.to_string()))?;
-    Ok(Client::try_from(config)?)
+        .map_err(|e| bad(e.to_string()))
 }
 
 /// Polls `check` until it yields `Some`, or fails after `timeout`. The check runs at once,

@@ -10,17 +10,23 @@ use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
-use testbed::{Component, Options, Testbed, wait_for};
+use testbed::{Options, Testbed, wait_for};
 
 fn from_json<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
     serde_json::from_value(value).expect("test fixture is valid")
 }
 
+/// The control plane the tests here share (all but the audit log's): every component, so
+/// each test finds what it needs; each works in its own namespace with its own names.
+async fn shared() -> &'static Testbed {
+    testbed::shared(Options::all())
+        .await
+        .expect("testbed starts")
+}
+
 #[tokio::test]
 async fn structural_crd_rejects_bad_object() {
-    let tb = Testbed::start(Options::default())
-        .await
-        .expect("testbed starts");
+    let tb = shared().await;
     let crd: CustomResourceDefinition = from_json(json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -75,14 +81,7 @@ async fn structural_crd_rejects_bad_object() {
 
 #[tokio::test]
 async fn deployment_runs_on_kwok_node() {
-    let tb = Testbed::start(
-        Options::default()
-            .with(Component::ControllerManager)
-            .with(Component::Scheduler)
-            .with(Component::Kwok),
-    )
-    .await
-    .expect("testbed starts");
+    let tb = shared().await;
     let nodes: Api<Node> = Api::all(tb.client());
     let node: Node = from_json(json!({
         "apiVersion": "v1", "kind": "Node",
@@ -176,9 +175,7 @@ fn machine_resource() -> ApiResource {
 
 #[tokio::test]
 async fn capi_machine_round_trips() {
-    let tb = Testbed::start(Options::default())
-        .await
-        .expect("testbed starts");
+    let tb = shared().await;
     let ns = tb.temp_namespace().await.expect("namespace");
     let api: Api<DynamicObject> = Api::namespaced_with(tb.client(), &ns, &machine_resource());
     let machine: DynamicObject = from_json(json!({
@@ -226,9 +223,7 @@ async fn capi_machine_round_trips() {
 
 #[tokio::test]
 async fn capi_manager_is_healthy_and_reconciles() {
-    let tb = Testbed::start(Options::default().with(Component::ClusterApi))
-        .await
-        .expect("testbed with the Cluster API manager starts");
+    let tb = shared().await;
     let ns = tb.temp_namespace().await.expect("namespace");
     let ar = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Cluster"),
@@ -315,9 +310,7 @@ async fn audit_log_records_each_request_with_its_user_agent() {
 
 #[tokio::test]
 async fn no_audit_log_by_default() {
-    let tb = Testbed::start(Options::default())
-        .await
-        .expect("testbed starts");
+    let tb = shared().await;
     tb.temp_namespace().await.expect("namespace");
     assert!(!tb.log("audit").exists());
     assert!(tb.audit_events().is_err());
