@@ -164,3 +164,18 @@ pub fn provisionable(p: &Pod) -> bool {
 pub fn uid_of<K: Resource>(obj: &K) -> String {
     obj.meta().uid.clone().unwrap_or_default()
 }
+
+/// A NodeClaim's resource requests, as written (name → quantity string).
+pub fn claim_requests(claim: &NodeClaim) -> std::collections::BTreeMap<String, String> {
+    claim
+        .spec
+        .resources
+        .as_ref()
+        .map(|r| {
+            r.requests
+                .iter()
+                .map(|(k, v)| (k.clone(), v.0.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}

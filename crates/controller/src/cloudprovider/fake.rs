@@ -14,6 +14,7 @@ use templates::model::Catalog;
 
 use super::{CloudProvider, Deletion, Drift, Error, Instance, NodeClassKind, RepairPolicy};
 use crate::nodeclaim::repair::Unhealthy;
+use crate::objects::claim_requests;
 
 /// What the fake holds; every field is readable by tests through [`FakeCloudProvider::state`].
 #[derive(Debug, Default)]
@@ -102,8 +103,8 @@ impl FakeCloudProvider {
                 description: format!("fake instance {name}"),
                 instance_type: "fake-it".into(),
                 capacity_type: "on-demand".into(),
-                capacity: resources(claim),
-                allocatable: resources(claim),
+                capacity: claim_requests(claim),
+                allocatable: claim_requests(claim),
                 ..Instance::default()
             });
             Ok(())
@@ -129,21 +130,6 @@ impl FakeCloudProvider {
             Ok(Deletion::Waiting(Duration::from_millis(100)))
         })
     }
-}
-
-/// The claim's requests as the instance's capacity (the fake fits every claim exactly).
-fn resources(claim: &NodeClaim) -> BTreeMap<String, String> {
-    claim
-        .spec
-        .resources
-        .as_ref()
-        .map(|r| {
-            r.requests
-                .iter()
-                .map(|(k, v)| (k.clone(), v.0.clone()))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 impl CloudProvider for FakeCloudProvider {

@@ -147,17 +147,7 @@ async fn bootstrap_refs(
 
 /// The resource requests of a claim, parsed (a message naming the bad one otherwise).
 fn claim_requests(claim: &NodeClaim) -> Result<templates::model::Resources, String> {
-    let requests: Vec<(String, String)> = claim
-        .spec
-        .resources
-        .as_ref()
-        .map(|r| {
-            r.requests
-                .iter()
-                .map(|(k, v)| (k.clone(), v.0.clone()))
-                .collect()
-        })
-        .unwrap_or_default();
+    let requests = crate::objects::claim_requests(claim);
     requests_from_quantities(requests.iter().map(|(k, v)| (k, v.as_str())))
 }
 
