@@ -4,10 +4,10 @@
 demo:
 	bash hack/demo.sh
 
+# cargo test --workspace, the demo (6 pods) and the quick scheduler benchmark, three jobs at a
+# time, slowest first (hack/test.sh; TEST_JOBS=1 for one at a time, or name jobs to run).
 test: testbed helm
-	cargo test --workspace --locked
-	DEMO_PODS=6 bash hack/demo.sh && bash hack/testbed/down.sh --purge
-	BENCH_QUICK=1 bash hack/bench/scheduling.sh
+	bash hack/test.sh
 
 testbed:
 	bash hack/testbed/build.sh >/dev/null

@@ -430,7 +430,8 @@ async fn create_burst_pool(client: &Client) {
                     "template": {"spec": {
                         "nodeClassRef": {"group": "karpenter.cluster.x-k8s.io",
                                          "kind": "ClusterAPINodeClass", "name": "default"},
-                        "requirements": []}},
+                        "requirements": [{"key": "karpenter.sh/capacity-type",
+                                          "operator": "In", "values": ["on-demand"]}]}},
                     "limits": {"cpu": "10"},
                     "disruption": {"consolidateAfter": "Never"}
                 }
@@ -509,20 +510,26 @@ async fn limits_hold_under_a_burst(client: &Client) {
 
 #[tokio::test]
 async fn the_operator_needs_nothing_beyond_the_deploy_base_rbac() {
-    provisions_as(Identity::DeployBase).await;
+    lifecycle_as(Identity::DeployBase).await;
 }
 
 #[tokio::test]
 async fn the_operator_needs_nothing_beyond_the_helm_chart_rbac() {
-    provisions_as(Identity::HelmChart).await;
+    lifecycle_as(Identity::HelmChart).await;
 }
 
-/// Pending pods get nodes and the NodePool's status is written with the operator running as
-/// `identity`: every cache, launch, status write and event goes through its ServiceAccount.
-async fn provisions_as(identity: Identity) {
+/// The whole lifecycle with the operator running as `identity`, so that every cache, launch,
+/// status write, event, disruption, drain, termination and collection goes through its
+/// ServiceAccount: pending pods get nodes launched through a KubeadmConfigTemplate bootstrap
+/// (the kubeadm clone path), the NodePool's status is written, an orphaned Machine of ours is
+/// collected, and once the pods go the empty nodes are disrupted, drained and terminated
+/// down to nothing (no NodeClaim, Machine, KubeadmConfig or Node left).
+async fn lifecycle_as(identity: Identity) {
     let env = env_as(default_templates(json!({})), identity).await;
     let client = env.tb.client();
-    create_nodepool(&client, json!({"cpu": "100"})).await;
+    let cluster_ns = env.cluster.namespace.clone();
+    create_kubeadm_nodeclass(&client, &cluster_ns, "kubeadm", "rbac").await;
+    create_pool_on(&client, "kubeadm").await;
     let ns = env.tb.temp_namespace().await.expect("namespace");
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
     deployments
@@ -544,6 +551,141 @@ async fn provisions_as(identity: Identity) {
     })
     .await
     .expect("NodePool status written by the ServiceAccount");
+    // Launched through the kubeadm path: the Node joined with the template's label, and the
+    // Machine's KubeadmConfig is a clone labelled ours.
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default().labels("example.com/pool=rbac"))
+        .await
+        .expect("nodes");
+    assert_eq!(
+        nodes.items.len(),
+        1,
+        "one Node joined from the kubeadm template"
+    );
+    let kubeadm_configs: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &cluster_ns,
+        &ar(
+            "bootstrap.cluster.x-k8s.io",
+            "v1beta2",
+            "KubeadmConfig",
+            "kubeadmconfigs",
+        ),
+    );
+    let ours = ListParams::default().labels("karpenter.cluster.x-k8s.io/nodeclaim");
+    assert_eq!(
+        kubeadm_configs
+            .list(&ours)
+            .await
+            .expect("configs")
+            .items
+            .len(),
+        1,
+        "one KubeadmConfig cloned for the one NodeClaim"
+    );
+
+    // Garbage collection as the ServiceAccount: an orphaned Machine of ours (this workload
+    // cluster's id: the kube-system namespace's UID, the operator's default) is collected.
+    let cluster_id = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .get("kube-system")
+        .await
+        .expect("kube-system")
+        .uid()
+        .expect("uid");
+    let machines: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &cluster_ns,
+        &testbed::provider::machine_resource(),
+    );
+    machines
+        .create(&PostParams::default(), &from_json(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": "ghost", "labels": {
+                "cluster.x-k8s.io/cluster-name": "c1",
+                "karpenter.cluster.x-k8s.io/nodeclaim": "default-gone1",
+                "karpenter.cluster.x-k8s.io/cluster-id": cluster_id},
+                "annotations": {"karpenter.cluster.x-k8s.io/nodeclaim-uid": "uid-of-a-deleted-claim"}},
+            "spec": {"clusterName": "c1", "bootstrap": {"dataSecretName": "bootstrap-data"},
+                     "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                           "kind": "TestMachine", "name": "ghost-infra"}}
+        })))
+        .await
+        .expect("orphan Machine");
+
+    // Disruption, drain and termination as the ServiceAccount: the pods go, the empty node
+    // is disrupted (an event says so) and everything we made is gone.
+    let claim = nodeclaims(&client)
+        .list(&ListParams::default())
+        .await
+        .expect("claims")
+        .items
+        .remove(0)
+        .name_any();
+    deployments
+        .delete("web", &Default::default())
+        .await
+        .expect("delete deployment");
+    wait_for("all collected", Duration::from_secs(120), || async {
+        let claims = nodeclaims(&client)
+            .list(&ListParams::default())
+            .await
+            .ok()?;
+        // Ours are gone once their claims are (termination waits for them); the ghost has
+        // no Node, so the Cluster API manager may still be finishing its deletion.
+        let machines = machines.list(&ListParams::default()).await.ok()?;
+        let machines_going = machines
+            .items
+            .iter()
+            .all(|m| m.metadata.deletion_timestamp.is_some());
+        let configs = kubeadm_configs.list(&ours).await.ok()?;
+        let nodes = Api::<Node>::all(client.clone())
+            .list(&ListParams::default().labels("example.com/pool=rbac"))
+            .await
+            .ok()?;
+        (claims.items.is_empty()
+            && machines_going
+            && configs.items.is_empty()
+            && nodes.items.is_empty())
+        .then_some(())
+    })
+    .await
+    .expect("no NodeClaim, Machine, KubeadmConfig or Node left");
+    let events = events_for(&client, &claim).await;
+    assert!(
+        events
+            .iter()
+            .any(|(r, note)| r == "DisruptionTerminating" && note.contains("mpty")),
+        "the empty node was disrupted: {events:?}"
+    );
+}
+
+/// NodePool `default` on NodeClass `nodeclass`, removing empty nodes at once, once Ready.
+async fn create_pool_on(client: &Client, nodeclass: &str) {
+    nodepools(client)
+        .create(
+            &PostParams::default(),
+            &from_json(json!({
+                "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+                "metadata": {"name": "default"},
+                "spec": {
+                    "template": {"spec": {
+                        "nodeClassRef": {"group": "karpenter.cluster.x-k8s.io",
+                                         "kind": "ClusterAPINodeClass", "name": nodeclass},
+                        "requirements": [{"key": "karpenter.sh/capacity-type",
+                                          "operator": "In", "values": ["on-demand"]}]}},
+                    "disruption": {"consolidateAfter": "0s", "consolidationPolicy": "WhenEmpty",
+                                   "budgets": [{"nodes": "100%"}]}
+                }
+            })),
+        )
+        .await
+        .expect("nodepool");
+    wait_for("NodePool Ready", Duration::from_secs(60), || async {
+        let np = nodepools(client).get("default").await.ok()?;
+        (condition(&np, "Ready").as_deref() == Some("True")).then_some(())
+    })
+    .await
+    .expect("NodePool on the kubeadm NodeClass becomes Ready");
 }
 
 #[tokio::test]

@@ -1,7 +1,7 @@
 //! The documentation as `tests/docs.rs` reads it: the fenced blocks of `README.md` and
 //! `docs/*.md` (commands of ```sh and ```console blocks, YAML of ```yaml blocks), a small
 //! shell-word splitter, and the commands the demo and CI run (`hack/demo.sh` and the
-//! Makefile's `test` target with its prerequisites), normalised so that a documented command
+//! Makefile's `test` target with its prerequisites and the scripts they run), normalised so that a documented command
 //! can be looked up among them.
 // Test-support module: `pub` here shares items between test files of one test crate.
 #![allow(unreachable_pub)]
@@ -413,8 +413,24 @@ impl Corpus {
                 todo.extend(deps.get(&t).cloned().unwrap_or_default());
             }
         }
+        let mut scripts = Vec::new();
         for t in &ci {
-            commands.extend(targets.get(t).cloned().unwrap_or_default());
+            let recipe = targets.get(t).cloned().unwrap_or_default();
+            scripts.extend(
+                recipe
+                    .iter()
+                    .filter_map(|c| c.first().filter(|w| w.ends_with(".sh")).cloned()),
+            );
+            commands.extend(recipe);
+        }
+        // ... and the commands of the scripts those recipes run (`hack/test.sh` runs the
+        // demo and the quick benchmark).
+        for script in scripts {
+            if let Ok(text) = std::fs::read_to_string(root.join(&script)) {
+                for line in joined_lines(&text) {
+                    commands.extend(normalized_commands(&line));
+                }
+            }
         }
         Corpus { commands, targets }
     }

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# `make test`: what `cargo test --workspace` runs, plus the demo and the quick scheduler
+# benchmark, but several jobs at a time. Cargo runs test binaries one after the other, and ours
+# mostly wait on a real control plane (a Machine to be provisioned, a Node to register), so
+# running TEST_JOBS of them side by side (each binary shares one control plane among its
+# tests, and its tests run in parallel inside it) takes about half the time on two cores.
+#
+#   hack/test.sh                  # everything, TEST_JOBS=3 at a time
+#   TEST_JOBS=1 hack/test.sh      # one job at a time (cargo's order of work, for comparison)
+#   hack/test.sh lifecycle drift  # only these jobs (test binary names, `demo`, `bench`, `doc`)
+#
+# Each job's output goes to .cache/test/<job>.log; a failed job's log is printed in full. The
+# slowest jobs start first: the order comes from the last run's times (.cache/test/times.tsv),
+# or, on a fresh clone, from the hints below. At the end, a table of every job's time.
+set -uo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/.." && pwd)
+cd "$repo"
+jobs_max=${TEST_JOBS:-3}
+out=$repo/.cache/test
+mkdir -p "$out"
+t0=$SECONDS
+say() { printf '== test [%4ss] %s\n' "$((SECONDS - t0))" "$*"; }
+
+say "building every test binary (cargo test --workspace --locked --no-run)"
+list=$out/binaries.json
+cargo test --workspace --locked --no-run --message-format=json-render-diagnostics >"$list" || exit 1
+
+# name<TAB>working directory<TAB>executable, one per test binary (cargo runs each from its
+# package's directory).
+mapfile -t binaries < <(python3 - "$list" <<'EOF'
+import json, os, sys
+seen = set()
+for line in open(sys.argv[1]):
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") != "compiler-artifact" or not m.get("profile", {}).get("test") or not m.get("executable"):
+        continue
+    t = m["target"]
+    path, _, frag = m["package_id"].partition("#")
+    pkg = frag.split("@")[0] if "@" in frag else path.rstrip("/").split("/")[-1]
+    name = t["name"] if "test" in t["kind"] else f"{pkg}-{t['kind'][0]}-{t['name']}"
+    if name in seen:
+        name = f"{pkg}-{name}"
+    seen.add(name)
+    print(f"{name}\t{os.path.dirname(m['manifest_path'])}\t{m['executable']}")
+EOF
+)
+
+declare -A dir exe
+names=()
+for b in "${binaries[@]}"; do
+  IFS=$'\t' read -r n d x <<<"$b"
+  names+=("$n") dir[$n]=$d exe[$n]=$x
+done
+names+=(doc demo bench)
+
+if [ $# -gt 0 ]; then
+  wanted=" $* "
+  kept=()
+  for n in "${names[@]}"; do [[ $wanted == *" $n "* ]] && kept+=("$n"); done
+  names=("${kept[@]}")
+fi
+
+# Slowest first: last run's seconds, else these hints (seconds on two cores).
+declare -A weight=([consolidation]=280 [chaos]=190 [lifecycle]=170 [drift]=140 [demo]=120
+  [provisioning]=120 [failures]=90 [provider]=80 [bench]=60 [writes]=45 [bad_input]=45
+  [leader]=35 [testbed]=25 [provider_fake]=20 [helm_chart]=20 [metrics]=20 [docs]=16 [real]=16)
+if [ -f "$out/times.tsv" ]; then
+  while IFS=$'\t' read -r n s _; do weight[$n]=$s; done <"$out/times.tsv"
+fi
+mapfile -t order < <(for n in "${names[@]}"; do echo "${weight[$n]:-1} $n"; done | sort -rn | cut -d' ' -f2)
+
+run_job() { # run_job NAME: the job's command, output to its log
+  local n=$1
+  if [ "$n" = doc ]; then
+    cargo test --workspace --locked --doc
+  elif [ "$n" = demo ]; then
+    DEMO_PODS=6 bash hack/demo.sh && bash hack/testbed/down.sh --purge
+  elif [ "$n" = bench ]; then
+    BENCH_QUICK=1 bash hack/bench/scheduling.sh
+  else
+    cd "${dir[$n]}" && "${exe[$n]}"
+  fi
+}
+
+say "running ${#order[@]} jobs, $jobs_max at a time; logs in ${out#"$repo"/}/"
+declare -A pid_of started status took
+running=0 failed=()
+finish() { # finish PID STATUS: record the job that ran as PID
+  local p=$1 rc=$2 n
+  for n in "${!pid_of[@]}"; do [ "${pid_of[$n]}" = "$p" ] && break; done
+  unset "pid_of[$n]"
+  took[$n]=$((SECONDS - started[$n])) status[$n]=$rc
+  running=$((running - 1))
+  if [ "$rc" = 0 ]; then
+    say "ok   $n (${took[$n]}s): $(grep -E '^test result:' "$out/$n.log" | tail -1)"
+  else
+    failed+=("$n")
+    say "FAIL $n (${took[$n]}s, exit $rc); its output:"
+    cat "$out/$n.log"
+    say "end of $n's output"
+  fi
+}
+wait_one() {
+  local p rc
+  wait -n -p p
+  rc=$?
+  finish "$p" "$rc"
+}
+for n in "${order[@]}"; do
+  while [ "$running" -ge "$jobs_max" ]; do wait_one; done
+  started[$n]=$SECONDS
+  (run_job "$n") >"$out/$n.log" 2>&1 &
+  pid_of[$n]=$!
+  running=$((running + 1))
+done
+while [ "$running" -gt 0 ]; do wait_one; done
+
+{
+  for n in "${order[@]}"; do printf '%s\t%s\t%s\n' "$n" "${took[$n]}" "${status[$n]}"; done
+} | sort -t$'\t' -k2 -rn >"$out/times.tsv.new"
+if [ $# -eq 0 ]; then mv "$out/times.tsv.new" "$out/times.tsv"; else rm -f "$out/times.tsv.new"; fi
+say "jobs by time (seconds, exit status):"
+for n in "${order[@]}"; do printf '%s %s %s\n' "${took[$n]}" "$n" "${status[$n]}"; done |
+  sort -rn | awk '$1 >= 5 || $3 != 0 {printf "   %5ss  %-22s %s\n", $1, $2, ($3 == 0 ? "ok" : "FAILED")}'
+if [ ${#failed[@]} -gt 0 ]; then
+  say "FAILED: ${failed[*]}"
+  exit 1
+fi
+say "all ${#order[@]} jobs passed in $((SECONDS - t0))s"
