@@ -13,8 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::events::{Event, EventType, Recorder};
+use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
 use kube::api::{Api, PostParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
@@ -149,7 +150,10 @@ impl Provisioner {
     }
 
     /// Creates the solver's new NodeClaims and nominates their pods to them: the names
-    /// created, and the first error (the other claims are still created).
+    /// created, and the first error (the other claims are still created). All creates are in
+    /// flight at once (bounded by [`PARALLEL_WRITES`] and the client's rate limit), as
+    /// Karpenter creates a batch's NodeClaims in parallel; the pods' `Nominated` events follow
+    /// the creates, so no claim waits for another claim's events.
     async fn create_claims(
         &self,
         snapshot: &Snapshot,
@@ -157,14 +161,30 @@ impl Provisioner {
         by_uid: &HashMap<&str, &Pod>,
     ) -> (Vec<String>, Option<kube::Error>) {
         let api: Api<NodeClaim> = Api::all(self.client.clone());
+        // Owned values only in the stream (a borrowed item makes the future not `Send`).
+        let planned: Vec<(usize, NodeClaim)> = output
+            .new_node_claims
+            .iter()
+            .enumerate()
+            .filter_map(|(i, claim)| {
+                let pool = snapshot.pools.get(&claim.node_pool)?;
+                Some((i, nodeclaim::nodeclaim(pool, claim)))
+            })
+            .collect();
+        let results: Vec<(usize, Result<NodeClaim, kube::Error>)> = futures::stream::iter(planned)
+            .map(|(i, obj)| {
+                let api = api.clone();
+                async move { (i, api.create(&PostParams::default(), &obj).await) }
+            })
+            .buffered(PARALLEL_WRITES)
+            .collect()
+            .await;
         let mut created = Vec::new();
         let mut first_error = None;
-        for claim in &output.new_node_claims {
-            let Some(pool) = snapshot.pools.get(&claim.node_pool) else {
-                continue;
-            };
-            let obj = nodeclaim::nodeclaim(pool, claim);
-            let nc = match api.create(&PostParams::default(), &obj).await {
+        let mut nominations: Vec<(ObjectReference, String)> = Vec::new();
+        for (i, result) in results {
+            let claim = &output.new_node_claims[i];
+            let nc = match result {
                 Ok(nc) => nc,
                 Err(e) => {
                     tracing::warn!(nodepool = %claim.node_pool, error = %e, "creating NodeClaim failed");
@@ -183,19 +203,21 @@ impl Provisioner {
                     nodepool: claim.node_pool.clone(),
                 })
                 .inc();
-            for p in &claim.pods {
-                if let Some(v) = by_uid.get(p.uid.as_str()) {
-                    self.event(
-                        v,
-                        EventType::Normal,
-                        "Nominated",
-                        format!("Pod should schedule on: nodeclaim/{name}"),
-                    )
-                    .await;
-                }
-            }
+            nominations.extend(claim.pods.iter().filter_map(|p| {
+                let pod = by_uid.get(p.uid.as_str())?;
+                Some((
+                    pod.object_ref(&()),
+                    format!("Pod should schedule on: nodeclaim/{name}"),
+                ))
+            }));
             created.push(name);
         }
+        futures::stream::iter(nominations)
+            .for_each_concurrent(PARALLEL_WRITES, |(pod, note)| async move {
+                self.event_on(&pod, EventType::Normal, "Nominated", note)
+                    .await
+            })
+            .await;
         (created, first_error)
     }
 
@@ -275,7 +297,17 @@ impl Provisioner {
     }
 
     async fn event(&self, pod: &Pod, type_: EventType, reason: &str, note: String) {
-        let reference = pod.object_ref(&());
+        self.event_on(&pod.object_ref(&()), type_, reason, note)
+            .await
+    }
+
+    async fn event_on(
+        &self,
+        reference: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
         let event = Event {
             type_,
             reason: reason.into(),
@@ -283,7 +315,7 @@ impl Provisioner {
             action: reason.into(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&event, &reference).await {
+        if let Err(e) = self.recorder.publish(&event, reference).await {
             tracing::warn!(pod = reference.name.as_deref().unwrap_or_default(), reason, error = %e, "publishing event failed");
         }
     }
@@ -308,6 +340,9 @@ pub fn charged(c: &NodeClaim) -> bool {
 /// Longest wait for the NodeClaim cache to show the claims a batch created.
 const CACHE_WAIT: Duration = Duration::from_secs(5);
 /// How often the pod cache is checked for new provisionable pods.
+/// The most NodeClaim creates (and event writes) of one batch in flight at once.
+const PARALLEL_WRITES: usize = 32;
+
 const TICK: Duration = Duration::from_millis(100);
 /// A pod handled in a batch is not a reason to open a new window again before this.
 const RECONSIDER: Duration = Duration::from_secs(10);
