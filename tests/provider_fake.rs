@@ -268,7 +268,11 @@ async fn the_lifecycle_over_the_fake_provider() {
         calls,
         "a launched claim is not launched again"
     );
-    assert_eq!(env.fake.list().len(), 1, "one instance for the claim");
+    assert_eq!(
+        env.fake.list().await.expect("list").len(),
+        1,
+        "one instance for the claim"
+    );
 
     // A transient launch error is retried; the instance is launched on the next try.
     env.fake.state(|s| {
@@ -379,7 +383,14 @@ async fn the_lifecycle_over_the_fake_provider() {
         3,
         "asked until the instance was gone"
     );
-    assert!(env.fake.list().iter().all(|i| i.nodeclaim != "fk-launch"));
+    assert!(
+        env.fake
+            .list()
+            .await
+            .expect("list")
+            .iter()
+            .all(|i| i.nodeclaim != "fk-launch")
+    );
 
     // An instance gone behind the lifecycle's back: the claim is deleted.
     env.fake.state(|s| s.delete_rounds = 0);

@@ -94,7 +94,7 @@ pub struct NodeSelectorRequirementWithMinValues {
 }
 
 /// Reference to the provider-specific node class.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
 pub struct NodeClassReference {
     /// Group of the referent.
     #[schemars(regex(pattern = r"^[^/]*$"))]
@@ -138,7 +138,7 @@ pub struct ResourceRequirements {
 
 /// NodeClaim: a request for one node, satisfied by one Cluster API Machine. The spec is
 /// immutable.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[kube(
     group = "karpenter.sh",
     version = "v1",

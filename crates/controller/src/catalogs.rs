@@ -27,6 +27,11 @@ pub trait Catalogs: Send + Sync {
     ) -> Option<Arc<DynamicObject>> {
         None
     }
+
+    /// The InfrastructureMachineTemplate kinds watched, as (group, kind).
+    fn template_kinds(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
 }
 
 /// Catalogs built from the template caches, the NodeClass and its Cluster (all cached).
@@ -73,5 +78,13 @@ impl Catalogs for IndexCatalogs {
         name: &str,
     ) -> Option<Arc<DynamicObject>> {
         self.index.get(group, kind, ns, name)
+    }
+
+    fn template_kinds(&self) -> Vec<(String, String)> {
+        self.index
+            .kinds()
+            .into_iter()
+            .map(|k| (k.group, k.kind))
+            .collect()
     }
 }

@@ -55,7 +55,6 @@ pub struct Engagement {
     nodeclasses: crate::cache::Cache<api::ClusterAPINodeClass>,
     nodeclaims: kube::runtime::reflector::Store<api::NodeClaim>,
     nodepools: kube::runtime::reflector::Store<api::NodePool>,
-    index: templates::watch::TemplateIndex,
     gc_interval: Duration,
     gc_grace: Duration,
 }
@@ -69,7 +68,6 @@ impl Engagement {
         cluster_id: String,
         identity: String,
     ) -> Engagement {
-        let index_for_gc = index.clone();
         let catalogs = IndexCatalogs {
             index,
             nodeclasses: caches.nodeclasses.store(),
@@ -157,7 +155,6 @@ impl Engagement {
             nodeclasses: caches.nodeclasses.clone(),
             nodeclaims: caches.nodeclaims.store(),
             nodepools: caches.nodepools.store(),
-            index: index_for_gc,
         }
     }
 
@@ -200,7 +197,6 @@ impl Engagement {
         ));
         let gc = tasks.spawn(crate::garbagecollection::run(
             self.lifecycle,
-            self.index,
             self.gc_interval,
             self.gc_grace,
         ));

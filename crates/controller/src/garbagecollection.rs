@@ -1,182 +1,76 @@
-//! Garbage collection: our Machines, InfraMachine clones and bootstrap config clones whose
-//! NodeClaim no longer exists, after a grace period (a launch in flight has created them but
-//! the watch cache may not show the NodeClaim yet).
-//!
-//! Fenced (see `fence`): only objects labelled with our cluster id, of a Cluster one of our
-//! NodeClasses references, are considered, and a NodeClaim is recognised by its UID (the
-//! object's `nodeclaim-uid` mark), never by its name — two workload clusters may both have a
-//! NodeClaim `default-x7k2p`. A clone a Machine owns is left to Cluster API (deleting the
-//! Machine deletes it).
+//! Garbage collection, as Karpenter's: every instance the provider lists
+//! ([`CloudProvider::list`]) whose NodeClaim no longer exists is deleted through the provider
+//! ([`CloudProvider::delete`]), after a grace period (a launch in flight has created it but
+//! the watch cache may not show the NodeClaim yet). A NodeClaim is recognised by its UID,
+//! never by its name — two workload clusters may both have a NodeClaim `default-x7k2p`; the
+//! provider lists only what is fenced to this cluster (see `cloudprovider::inventory`).
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::HashSet;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Preconditions};
-use kube::{Resource, ResourceExt};
 
-use crate::fence;
-use crate::names;
+use crate::cloudprovider::{CloudProvider, Instance};
 use crate::nodeclaim::context::Ctx;
 
 pub use crate::nodeclaim::context::MACHINE_GRACE;
 
-/// What garbage collection knows of this workload cluster.
-pub struct Ours<'a> {
-    pub cluster_id: &'a str,
-    /// UIDs of every NodeClaim (being deleted or not).
-    pub claims: &'a HashSet<String>,
-    /// `(namespace, name)` of the Clusters our NodeClasses reference.
-    pub clusters: &'a HashSet<(String, String)>,
-}
-
-/// Objects of ours (cluster id, Cluster), older than `grace`, not being deleted, not owned
-/// by a Machine, whose NodeClaim (by UID) is gone.
-pub fn orphaned<'a, K: Resource + 'a>(
-    objects: impl IntoIterator<Item = &'a K>,
-    ours: &Ours<'_>,
+/// Instances older than `grace`, not being deleted, whose NodeClaim (by UID) is not in
+/// `claims`. An instance without a UID mark is never ours to judge.
+pub fn orphaned<'a>(
+    instances: &'a [Instance],
+    claims: &HashSet<String>,
     now: Timestamp,
     grace: Duration,
-) -> Vec<&'a K> {
-    objects
-        .into_iter()
-        .filter(|o| fence::cluster_of(*o) == Some(ours.cluster_id))
-        .filter(|o| {
-            let cluster = o
-                .meta()
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(names::CAPI_CLUSTER_NAME_LABEL));
-            let ns = o.meta().namespace.clone().unwrap_or_default();
-            cluster.is_some_and(|c| ours.clusters.contains(&(ns, c.clone())))
+) -> Vec<&'a Instance> {
+    instances
+        .iter()
+        .filter(|i| !i.terminating)
+        .filter(|i| {
+            i.created
+                .is_some_and(|t| now.duration_since(t).as_secs_f64() >= grace.as_secs_f64())
         })
-        .filter(|o| o.meta().deletion_timestamp.is_none())
-        .filter(|o| {
-            !o.meta()
-                .owner_references
+        .filter(|i| {
+            i.nodeclaim_uid
                 .as_ref()
-                .is_some_and(|rs| rs.iter().any(|r| r.kind == "Machine"))
+                .is_some_and(|u| !u.is_empty() && !claims.contains(u))
         })
-        .filter(|o| {
-            o.meta()
-                .creation_timestamp
-                .as_ref()
-                .is_some_and(|t| now.duration_since(t.0).as_secs_f64() >= grace.as_secs_f64())
-        })
-        .filter(|o| fence::claim_uid(*o).is_some_and(|u| !ours.claims.contains(u)))
         .collect()
 }
 
-/// Sorted `namespace/name`s, for logs and tests.
-pub fn keys<K: Resource>(objects: &[&K]) -> Vec<String> {
-    let mut n: Vec<String> = objects.iter().map(|o| fence::key(*o)).collect();
-    n.sort();
-    n
-}
-
-/// Deletes `obj` (the very object we judged: UID precondition); false when it was gone.
-async fn delete<K>(api: &Api<K>, obj: &K) -> bool
-where
-    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let params = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: obj.meta().uid.clone(),
-            resource_version: None,
-        }),
-        ..DeleteParams::default()
-    };
-    match api.delete(&obj.name_any(), &params).await {
-        Ok(_) => true,
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => false,
+/// One pass: lists the provider's instances and deletes the orphaned ones. Returns what it
+/// deleted (descriptions), for logs and tests.
+pub async fn collect(
+    provider: &dyn CloudProvider,
+    claims: &HashSet<String>,
+    now: Timestamp,
+    grace: Duration,
+) -> Vec<String> {
+    let instances = match provider.list().await {
+        Ok(l) => l,
         Err(e) => {
-            tracing::warn!(object = %fence::key(obj), error = %e, "garbage collection failed");
-            false
+            tracing::warn!(error = %e, "garbage collection: listing instances failed");
+            return Vec::new();
         }
-    }
-}
-
-/// The clone kinds (group, kind) to look at: every InfrastructureMachineTemplate kind the
-/// template index watches and every bootstrap config template kind a NodeClass names, each
-/// without its `Template` suffix.
-fn clone_kinds(ctx: &Ctx, index: &templates::watch::TemplateIndex) -> BTreeSet<(String, String)> {
-    let strip = |k: &str| k.strip_suffix("Template").unwrap_or(k).to_string();
-    let mut kinds: BTreeSet<(String, String)> = index
-        .kinds()
-        .into_iter()
-        .map(|k| (k.group, strip(&k.kind)))
-        .collect();
-    for nc in ctx.nodeclasses.state() {
-        if let Some(r) = &nc.spec.bootstrap.config_template_ref {
-            kinds.insert((r.api_group.clone(), strip(&r.kind)));
-        }
-    }
-    kinds
-}
-
-/// One pass: Machines from the cache, clones listed per kind and namespace.
-async fn collect(ctx: &Ctx, index: &templates::watch::TemplateIndex, grace: Duration) {
-    let claims: HashSet<String> = ctx
-        .nodeclaims
-        .state()
-        .iter()
-        .filter_map(|c| c.metadata.uid.clone())
-        .collect();
-    let clusters: HashSet<(String, String)> = ctx
-        .nodeclasses
-        .state()
-        .iter()
-        .map(|nc| {
-            (
-                nc.spec.cluster_ref.namespace.clone(),
-                nc.spec.cluster_ref.name.clone(),
-            )
-        })
-        .collect();
-    let ours = Ours {
-        cluster_id: &ctx.cluster_id,
-        claims: &claims,
-        clusters: &clusters,
     };
-    let now = Timestamp::now();
-    let machines = ctx.machines.state();
-    for m in orphaned(machines.iter().map(|m| m.as_ref()), &ours, now, grace) {
-        let api = ctx.machines_api(&m.namespace().unwrap_or_default());
-        if delete(&api, m).await {
-            tracing::info!(machine = %fence::key(m), "garbage-collected machine without nodeclaim");
-        }
-    }
-    let namespaces: BTreeSet<&str> = clusters.iter().map(|(ns, _)| ns.as_str()).collect();
-    let selector = fence::selector(&ctx.cluster_id);
-    for (group, kind) in clone_kinds(ctx, index) {
-        let Ok((_, ar)) = ctx.preferred(&group, &kind).await else {
-            continue;
-        };
-        for ns in &namespaces {
-            let api: Api<DynamicObject> = Api::namespaced_with(ctx.management.clone(), ns, &ar);
-            let list = match api.list(&ListParams::default().labels(&selector)).await {
-                Ok(l) => l.items,
-                Err(e) => {
-                    tracing::debug!(kind, namespace = ns, error = %e, "listing clones failed");
-                    continue;
-                }
-            };
-            for obj in orphaned(list.iter(), &ours, now, grace) {
-                if delete(&api, obj).await {
-                    tracing::info!(object = %fence::key(obj), kind, "garbage-collected clone without nodeclaim");
-                }
+    let mut deleted = Vec::new();
+    for i in orphaned(&instances, claims, now, grace) {
+        match provider.delete(&i.as_claim()).await {
+            Ok(_) => {
+                tracing::info!(instance = %i.description, nodeclaim = %i.nodeclaim,
+                    "garbage-collected instance without nodeclaim");
+                deleted.push(i.description.clone());
+            }
+            Err(e) => {
+                tracing::warn!(instance = %i.description, error = %e, "garbage collection failed")
             }
         }
     }
+    deleted
 }
 
-/// Every `interval`, deletes objects of ours whose NodeClaim is gone (after `grace`).
-pub async fn run(
-    ctx: Ctx,
-    index: templates::watch::TemplateIndex,
-    interval: Duration,
-    grace: Duration,
-) {
+/// Every `interval`, deletes instances whose NodeClaim is gone (after `grace`).
+pub async fn run(ctx: Ctx, interval: Duration, grace: Duration) {
     loop {
         tokio::time::sleep(interval).await;
         if ctx.machines.wait_until_ready().await.is_err()
@@ -185,138 +79,110 @@ pub async fn run(
         {
             return;
         }
-        collect(&ctx, &index, grace).await;
+        let claims: HashSet<String> = ctx
+            .nodeclaims
+            .state()
+            .iter()
+            .filter_map(|c| c.metadata.uid.clone())
+            .collect();
+        collect(ctx.provider.as_ref(), &claims, Timestamp::now(), grace).await;
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use crate::cloudprovider::fake::FakeCloudProvider;
 
-    struct Fixture {
-        uid: Option<&'static str>,
-        cluster_id: Option<&'static str>,
-        cluster: &'static str,
-        created: &'static str,
-        deleting: bool,
-        owned: bool,
+    const NOW: &str = "2026-11-22T10:05:00Z";
+
+    fn instance(name: &str, uid: Option<&str>, created: &str, terminating: bool) -> Instance {
+        Instance {
+            nodeclaim: name.into(),
+            description: format!("fake instance {name}"),
+            nodeclaim_uid: uid.map(str::to_string),
+            created: Some(created.parse().expect("time")),
+            terminating,
+            ..Instance::default()
+        }
     }
 
-    const BASE: Fixture = Fixture {
-        uid: Some("gone"),
-        cluster_id: Some("me"),
-        cluster: "c1",
-        created: "2026-11-22T10:00:00Z",
-        deleting: false,
-        owned: false,
-    };
-
-    fn object(name: &str, f: Fixture) -> DynamicObject {
-        let mut labels = json!({names::NODECLAIM_LABEL: "default-abc",
-                                names::CAPI_CLUSTER_NAME_LABEL: f.cluster});
-        if let Some(c) = f.cluster_id {
-            labels[names::CLUSTER_ID_LABEL] = json!(c);
-        }
-        let mut meta = json!({"name": name, "namespace": "ns", "labels": labels,
-                              "creationTimestamp": f.created});
-        if let Some(u) = f.uid {
-            meta["annotations"] = json!({names::NODECLAIM_UID_ANNOTATION: u});
-        }
-        if f.deleting {
-            meta["deletionTimestamp"] = json!("2026-11-22T10:00:00Z");
-        }
-        if f.owned {
-            meta["ownerReferences"] = json!([{"apiVersion": "cluster.x-k8s.io/v1beta2",
-                "kind": "Machine", "name": name, "uid": "m", "controller": true}]);
-        }
-        serde_json::from_value(
-            json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
-            "kind": "TestMachine", "metadata": meta}),
-        )
-        .expect("fixture")
+    fn fixtures() -> Vec<Instance> {
+        vec![
+            instance("orphan", Some("gone"), "2026-11-22T10:00:00Z", false),
+            instance("young", Some("gone"), "2026-11-22T10:04:30Z", false),
+            instance("alive", Some("live-uid"), "2026-11-22T10:00:00Z", false),
+            instance("deleting", Some("gone"), "2026-11-22T10:00:00Z", true),
+            instance("no-uid-mark", None, "2026-11-22T10:00:00Z", false),
+        ]
     }
 
     #[test]
-    fn collects_only_old_orphans_of_ours_by_uid() {
-        let now: Timestamp = "2026-11-22T10:05:00Z".parse().expect("time");
-        let objects = [
-            object("orphan", BASE),
-            object(
-                "young",
-                Fixture {
-                    created: "2026-11-22T10:04:30Z",
-                    ..BASE
-                },
-            ),
-            object(
-                "alive",
-                Fixture {
-                    uid: Some("live-uid"),
-                    ..BASE
-                },
-            ),
-            object(
-                "other-workload-cluster",
-                Fixture {
-                    cluster_id: Some("them"),
-                    ..BASE
-                },
-            ),
-            object(
-                "before-fencing",
-                Fixture {
-                    cluster_id: None,
-                    ..BASE
-                },
-            ),
-            object(
-                "unreferenced-cluster",
-                Fixture {
-                    cluster: "c9",
-                    ..BASE
-                },
-            ),
-            object(
-                "deleting",
-                Fixture {
-                    deleting: true,
-                    ..BASE
-                },
-            ),
-            object(
-                "owned-by-its-machine",
-                Fixture {
-                    owned: true,
-                    ..BASE
-                },
-            ),
-            object("no-uid-mark", Fixture { uid: None, ..BASE }),
-        ];
+    fn only_old_instances_whose_claim_uid_is_gone_are_orphans() {
+        let instances = fixtures();
         let claims = HashSet::from(["live-uid".to_string()]);
-        let clusters = HashSet::from([("ns".to_string(), "c1".to_string())]);
-        let ours = Ours {
-            cluster_id: "me",
-            claims: &claims,
-            clusters: &clusters,
-        };
-        let found = orphaned(objects.iter(), &ours, now, MACHINE_GRACE);
-        assert_eq!(keys(&found), ["ns/orphan"]);
+        let found: Vec<&str> = orphaned(
+            &instances,
+            &claims,
+            NOW.parse().expect("time"),
+            MACHINE_GRACE,
+        )
+        .iter()
+        .map(|i| i.nodeclaim.as_str())
+        .collect();
+        assert_eq!(found, ["orphan"]);
     }
 
     #[test]
-    fn a_claim_of_the_same_name_in_another_cluster_does_not_keep_ours() {
-        // Our NodeClaim `default-abc` is gone; another workload cluster has one of the same
-        // name. Names do not count, UIDs do.
-        let now: Timestamp = "2026-11-22T10:05:00Z".parse().expect("time");
-        let objects = [object("default-abc-1a2b3c4d", BASE)];
-        let claims = HashSet::from(["uid-of-their-default-abc".to_string()]);
-        let clusters = HashSet::from([("ns".to_string(), "c1".to_string())]);
-        let ours = Ours {
-            cluster_id: "me",
-            claims: &claims,
-            clusters: &clusters,
-        };
-        assert_eq!(orphaned(objects.iter(), &ours, now, MACHINE_GRACE).len(), 1);
+    fn a_claim_of_the_same_name_does_not_keep_an_instance_names_do_not_count() {
+        // Our NodeClaim `default-abc` is gone; a NodeClaim of the same name (another UID)
+        // exists. UIDs count, names do not.
+        let instances = [instance(
+            "default-abc",
+            Some("uid-of-ours"),
+            "2026-11-22T10:00:00Z",
+            false,
+        )];
+        let claims = HashSet::from(["uid-of-the-new-default-abc".to_string()]);
+        let now = NOW.parse().expect("time");
+        assert_eq!(orphaned(&instances, &claims, now, MACHINE_GRACE).len(), 1);
+    }
+
+    /// A pass over the fake provider: the orphan is deleted through the provider, the rest
+    /// are left, and a pass with nothing to do deletes nothing.
+    #[tokio::test]
+    async fn a_pass_deletes_orphans_through_the_provider() {
+        let fake = FakeCloudProvider::default();
+        fake.state(|s| {
+            for i in fixtures() {
+                s.instances.insert(i.nodeclaim.clone(), i);
+            }
+        });
+        let claims = HashSet::from(["live-uid".to_string()]);
+        let now = NOW.parse().expect("time");
+        let deleted = collect(&fake, &claims, now, MACHINE_GRACE).await;
+        assert_eq!(deleted, ["fake instance orphan"]);
+        let (left, calls) = fake.state(|s| {
+            (
+                s.instances.keys().cloned().collect::<Vec<_>>(),
+                s.delete_calls.clone(),
+            )
+        });
+        assert_eq!(calls, ["orphan"]);
+        assert_eq!(left, ["alive", "deleting", "no-uid-mark", "young"]);
+        assert!(collect(&fake, &claims, now, MACHINE_GRACE).await.is_empty());
+        // A failing delete is reported, not counted, and retried on the next pass.
+        fake.state(|s| {
+            s.instances.insert("orphan".into(), fixtures().remove(0));
+            s.delete_errors
+                .push_back(crate::cloudprovider::Error::NodeClaimNotFound(
+                    "orphan".into(),
+                ));
+        });
+        assert!(collect(&fake, &claims, now, MACHINE_GRACE).await.is_empty());
+        assert_eq!(
+            collect(&fake, &claims, now, MACHINE_GRACE).await,
+            ["fake instance orphan"]
+        );
     }
 }

@@ -19,12 +19,12 @@ use templates::model::Catalog;
 
 use super::{CloudProvider, Deletion, Drift, Error, Instance, NodeClassKind, RepairPolicy};
 use crate::fence::{self, Ownership};
+use crate::machine;
 use crate::nodeclaim::context::{Ctx, Shared, uid_of};
 use crate::nodeclaim::plan::Plan;
 use crate::nodeclaim::repair::Unhealthy;
 use crate::nodeclaim::{drift, launch};
 use crate::unavailable::OfferingKey;
-use crate::{machine, names};
 
 /// The Cluster API provider of one workload cluster.
 #[derive(Clone)]
@@ -89,10 +89,26 @@ impl ClusterApi {
             && fence::ownership(&m, &uid, &ctx.cluster_id) != Ownership::Foreign
         {
             if m.metadata.deletion_timestamp.is_none() {
-                machines
-                    .delete(&plan.machine, &Default::default())
-                    .await
-                    .map_err(|e| Error::Retryable(e.into()))?;
+                let exactly = kube::api::DeleteParams {
+                    preconditions: Some(kube::api::Preconditions {
+                        uid: m.metadata.uid.clone(),
+                        resource_version: None,
+                    }),
+                    ..Default::default()
+                };
+                match machines.delete(&plan.machine, &exactly).await {
+                    Ok(_) => {}
+                    // Gone, or replaced by another object of that name since we read it.
+                    Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
+                        return Ok(Deletion::Waiting(ctx.settings.poll));
+                    }
+                    Err(e) => return Err(Error::Retryable(e.into())),
+                }
+                // A stand-in for an orphaned instance (garbage collection) is no object to
+                // hang an event on.
+                if claim.metadata.resource_version.is_none() {
+                    return Ok(Deletion::Waiting(ctx.settings.poll));
+                }
                 ctx.event(
                     claim,
                     EventType::Normal,
@@ -119,7 +135,7 @@ impl ClusterApi {
 }
 
 /// The instance a Machine of `plan` stands for.
-fn instance(nodeclaim: String, plan: &Plan, m: &Machine) -> Instance {
+pub(super) fn instance(nodeclaim: String, plan: &Plan, m: &Machine) -> Instance {
     Instance {
         nodeclaim,
         provider_id: machine::provider_id(m).map(str::to_string),
@@ -132,6 +148,9 @@ fn instance(nodeclaim: String, plan: &Plan, m: &Machine) -> Instance {
         failure: machine::infrastructure_failure(m),
         unhealthy: machine_unhealthy(m),
         terminating: m.metadata.deletion_timestamp.is_some(),
+        nodeclaim_uid: fence::claim_uid(m).map(str::to_string),
+        created: m.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        annotations: Default::default(),
     }
 }
 
@@ -196,23 +215,8 @@ impl CloudProvider for ClusterApi {
         self.get_instance(claim).boxed()
     }
 
-    fn list(&self) -> Vec<Instance> {
-        let selector_value = self.shared.cluster_id.as_str();
-        self.shared
-            .machines
-            .state()
-            .iter()
-            .filter(|m| fence::cluster_of(m.as_ref()) == Some(selector_value))
-            .filter_map(|m| {
-                let claim = m.labels().get(names::NODECLAIM_LABEL)?.clone();
-                let plan = Plan {
-                    namespace: m.namespace().unwrap_or_default(),
-                    machine: m.name_any(),
-                    ..Plan::default()
-                };
-                Some(instance(claim, &plan, m))
-            })
-            .collect()
+    fn list(&self) -> BoxFuture<'_, Result<Vec<Instance>, Error>> {
+        super::inventory::list(&self.shared).boxed()
     }
 
     fn instance_types(&self, nodeclass: &str) -> Option<Arc<Catalog>> {

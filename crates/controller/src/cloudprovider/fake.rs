@@ -105,6 +105,8 @@ impl FakeCloudProvider {
                 capacity_type: "on-demand".into(),
                 capacity: claim_requests(claim),
                 allocatable: claim_requests(claim),
+                nodeclaim_uid: claim.metadata.uid.clone(),
+                created: Some(k8s_openapi::jiff::Timestamp::now()),
                 ..Instance::default()
             });
             Ok(())
@@ -148,8 +150,8 @@ impl CloudProvider for FakeCloudProvider {
         futures::future::ready(found.ok_or(Error::NodeClaimNotFound(name))).boxed()
     }
 
-    fn list(&self) -> Vec<Instance> {
-        self.state(|s| s.instances.values().cloned().collect())
+    fn list(&self) -> BoxFuture<'_, Result<Vec<Instance>, Error>> {
+        futures::future::ready(Ok(self.state(|s| s.instances.values().cloned().collect()))).boxed()
     }
 
     fn instance_types(&self, nodeclass: &str) -> Option<Arc<Catalog>> {

@@ -19,10 +19,13 @@
 //! 5. [`CloudProvider::is_drifted`]: the provider's drift reasons (NodeClass, templates).
 //! 6. [`CloudProvider::delete`]: remove the instance; called until nothing is left.
 //! 7. [`CloudProvider::list`]: every instance this provider made for this cluster, for
-//!    garbage collection of instances whose NodeClaim is gone.
+//!    garbage collection (`garbagecollection`): an instance whose NodeClaim UID is gone, past
+//!    a grace period, is deleted through [`CloudProvider::delete`] with
+//!    [`Instance::as_claim`].
 
 pub mod clusterapi;
 pub mod fake;
+mod inventory;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -30,6 +33,7 @@ use std::time::Duration;
 
 use api::NodeClaim;
 use futures::future::BoxFuture;
+use k8s_openapi::jiff::Timestamp;
 use templates::model::Catalog;
 
 use crate::nodeclaim::error::Error as LoopError;
@@ -122,6 +126,30 @@ pub struct Instance {
     pub unhealthy: Option<Unhealthy>,
     /// Being deleted.
     pub terminating: bool,
+    /// The UID of the NodeClaim it was launched for (garbage collection keeps an instance
+    /// while a NodeClaim of this UID exists).
+    pub nodeclaim_uid: Option<String>,
+    /// When the provider created it.
+    pub created: Option<Timestamp>,
+    /// What a NodeClaim standing for it carries so that [`CloudProvider::delete`] finds it
+    /// (Karpenter's `List` returns NodeClaims built from instances; the Cluster API provider
+    /// puts its launch plan here).
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl Instance {
+    /// A NodeClaim standing for this instance, to pass to [`CloudProvider::delete`] when
+    /// its own NodeClaim is gone (garbage collection). Not an object of the cluster: it has
+    /// no resourceVersion.
+    pub fn as_claim(&self) -> NodeClaim {
+        let mut claim = NodeClaim::new(&self.nodeclaim, Default::default());
+        claim.metadata.uid = self.nodeclaim_uid.clone();
+        claim.metadata.annotations = Some(self.annotations.clone());
+        claim.metadata.creation_timestamp = self
+            .created
+            .map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time);
+        claim
+    }
 }
 
 /// A Node condition that, held for `toleration`, gets the Node replaced (Karpenter's
@@ -169,8 +197,9 @@ pub trait CloudProvider: Send + Sync {
     /// The instance of `claim` now ([`Error::NodeClaimNotFound`]: there is none).
     fn get<'a>(&'a self, claim: &'a NodeClaim) -> BoxFuture<'a, Result<Instance, Error>>;
 
-    /// Every instance this provider launched for this cluster.
-    fn list(&self) -> Vec<Instance>;
+    /// Every instance this provider launched for this cluster (fenced: never another
+    /// cluster's), including what an interrupted launch left behind.
+    fn list(&self) -> BoxFuture<'_, Result<Vec<Instance>, Error>>;
 
     /// The instance types a NodeClass offers (`None`: not known here yet).
     fn instance_types(&self, nodeclass: &str) -> Option<Arc<Catalog>>;

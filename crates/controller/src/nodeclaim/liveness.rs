@@ -252,12 +252,16 @@ async fn repair(
     let uid = crate::objects::uid_of(claim);
     let pool = nodepool_of(claim);
     let claims = ctx.nodeclaims.state();
-    let unhealthy_instances: std::collections::HashMap<String, Unhealthy> = ctx
-        .provider
-        .list()
-        .into_iter()
-        .filter_map(|i| Some((i.nodeclaim, i.unhealthy?)))
-        .collect();
+    // The provider's health signal of each claim of the pool (the cap counts them too).
+    let mut unhealthy_instances = std::collections::HashMap::<String, Unhealthy>::new();
+    for c in claims.iter().filter(|c| nodepool_of(c) == pool) {
+        if let Ok(Instance {
+            unhealthy: Some(u), ..
+        }) = ctx.provider.get(c).await
+        {
+            unhealthy_instances.insert(c.name_any(), u);
+        }
+    }
     let view = repair::pool_view(
         &claims,
         &pool,

@@ -385,6 +385,9 @@ pub(crate) async fn delete_ours(
     r: &TypedRef,
     uid: &str,
 ) -> Result<bool, Error> {
+    if r.kind.is_empty() {
+        return Ok(false);
+    }
     let ar = match ctx.resource(&r.api_version, &r.kind).await {
         Ok(ar) => ar,
         // The kind is no longer served: nothing of it can be left.
