@@ -11,18 +11,16 @@ use std::time::Instant;
 use api::{Machine, NodeClaim};
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use templates::model::Catalog;
 
+use super::inventory::instance;
 use super::{CloudProvider, Deletion, Drift, Error, Instance, NodeClassKind, RepairPolicy};
 use crate::fence::{self, Ownership};
-use crate::machine;
 use crate::nodeclaim::context::{Ctx, Shared, uid_of};
 use crate::nodeclaim::plan::Plan;
-use crate::nodeclaim::repair::Unhealthy;
 use crate::nodeclaim::{drift, launch};
 use crate::unavailable::OfferingKey;
 
@@ -132,57 +130,6 @@ impl ClusterApi {
         }
         Ok(Deletion::Gone)
     }
-}
-
-/// The instance a Machine of `plan` stands for.
-pub(super) fn instance(nodeclaim: String, plan: &Plan, m: &Machine) -> Instance {
-    Instance {
-        nodeclaim,
-        provider_id: machine::provider_id(m).map(str::to_string),
-        description: format!("Machine {}/{}", plan.namespace, plan.machine),
-        instance_type: plan.instance_type.clone(),
-        zone: plan.zone.clone(),
-        capacity_type: plan.capacity_type.clone(),
-        capacity: plan.capacity.clone(),
-        allocatable: plan.allocatable.clone(),
-        failure: machine::infrastructure_failure(m),
-        unhealthy: machine_unhealthy(m),
-        terminating: m.metadata.deletion_timestamp.is_some(),
-        nodeclaim_uid: fence::claim_uid(m).map(str::to_string),
-        created: m.metadata.creation_timestamp.as_ref().map(|t| t.0),
-        annotations: Default::default(),
-    }
-}
-
-/// The Machine's own health signals: `NodeHealthy=False`, or a failed infrastructure; the
-/// longest-held one.
-pub fn machine_unhealthy(m: &Machine) -> Option<Unhealthy> {
-    let conditions = m
-        .status
-        .as_ref()
-        .map(|s| s.conditions.as_slice())
-        .unwrap_or_default();
-    let mut found = Vec::new();
-    if let Some(c) = api::conditions::get(conditions, "NodeHealthy")
-        && c.status == api::conditions::FALSE
-    {
-        found.push(Unhealthy {
-            condition: "NodeHealthy",
-            detail: format!("Machine NodeHealthy=False ({})", c.reason),
-            since: c.last_transition_time.0,
-        });
-    }
-    if let Some(why) = machine::infrastructure_failure(m) {
-        let since = api::conditions::get(conditions, "InfrastructureReady")
-            .map(|c| c.last_transition_time.0)
-            .unwrap_or(Timestamp::UNIX_EPOCH);
-        found.push(Unhealthy {
-            condition: "InfrastructureReady",
-            detail: format!("Machine infrastructure failed: {why}"),
-            since,
-        });
-    }
-    found.into_iter().min_by_key(|u| u.since)
 }
 
 /// A permanent launch failure as the typed error Karpenter's providers return.

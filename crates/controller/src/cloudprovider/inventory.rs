@@ -15,12 +15,16 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::{Resource, ResourceExt};
 
+use api::Machine;
+use k8s_openapi::jiff::Timestamp;
+
 use super::Instance;
-use super::clusterapi::instance;
 use crate::fence;
+use crate::machine;
 use crate::names;
 use crate::nodeclaim::context::Shared;
 use crate::nodeclaim::plan::{Plan, TypedRef, kind_without_template};
+use crate::nodeclaim::repair::Unhealthy;
 
 /// Ours (cluster id), of a Cluster in `clusters`, not owned by a Machine.
 pub(crate) fn fenced<K: Resource>(
@@ -162,6 +166,57 @@ pub(super) async fn list(shared: &Shared) -> Result<Vec<Instance>, super::Error>
         }
     }
     Ok(found)
+}
+
+/// The instance a Machine of `plan` stands for.
+pub(crate) fn instance(nodeclaim: String, plan: &Plan, m: &Machine) -> Instance {
+    Instance {
+        nodeclaim,
+        provider_id: machine::provider_id(m).map(str::to_string),
+        description: format!("Machine {}/{}", plan.namespace, plan.machine),
+        instance_type: plan.instance_type.clone(),
+        zone: plan.zone.clone(),
+        capacity_type: plan.capacity_type.clone(),
+        capacity: plan.capacity.clone(),
+        allocatable: plan.allocatable.clone(),
+        failure: machine::infrastructure_failure(m),
+        unhealthy: machine_unhealthy(m),
+        terminating: m.metadata.deletion_timestamp.is_some(),
+        nodeclaim_uid: fence::claim_uid(m).map(str::to_string),
+        created: m.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        annotations: Default::default(),
+    }
+}
+
+/// The Machine's own health signals: `NodeHealthy=False`, or a failed infrastructure; the
+/// longest-held one.
+pub fn machine_unhealthy(m: &Machine) -> Option<Unhealthy> {
+    let conditions = m
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    let mut found = Vec::new();
+    if let Some(c) = api::conditions::get(conditions, "NodeHealthy")
+        && c.status == api::conditions::FALSE
+    {
+        found.push(Unhealthy {
+            condition: "NodeHealthy",
+            detail: format!("Machine NodeHealthy=False ({})", c.reason),
+            since: c.last_transition_time.0,
+        });
+    }
+    if let Some(why) = machine::infrastructure_failure(m) {
+        let since = api::conditions::get(conditions, "InfrastructureReady")
+            .map(|c| c.last_transition_time.0)
+            .unwrap_or(Timestamp::UNIX_EPOCH);
+        found.push(Unhealthy {
+            condition: "InfrastructureReady",
+            detail: format!("Machine infrastructure failed: {why}"),
+            since,
+        });
+    }
+    found.into_iter().min_by_key(|u| u.since)
 }
 
 #[cfg(test)]

@@ -16,7 +16,9 @@
 //!    signal for repair. [`Error::NodeClaimNotFound`]: the instance is gone.
 //! 3. Registration and initialization are the workload cluster's (Node by providerID).
 //! 4. [`CloudProvider::repair_policies`]: Node conditions that, held long enough, replace it.
-//! 5. [`CloudProvider::is_drifted`]: the provider's drift reasons (NodeClass, templates).
+//! 5. [`CloudProvider::is_drifted`]: the provider's drift reasons (for Cluster API: NodeClass,
+//!    templates); the core ones (NodePool hash, requirements, an instance type gone from
+//!    [`CloudProvider::instance_types`]) are judged by the lifecycle for every provider.
 //! 6. [`CloudProvider::delete`]: remove the instance; called until nothing is left.
 //! 7. [`CloudProvider::list`]: every instance this provider made for this cluster, for
 //!    garbage collection (`garbagecollection`): an instance whose NodeClaim UID is gone, past
@@ -25,7 +27,7 @@
 
 pub mod clusterapi;
 pub mod fake;
-mod inventory;
+pub(crate) mod inventory;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

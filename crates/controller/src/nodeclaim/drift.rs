@@ -1,5 +1,8 @@
 //! Drift detection, a step of the NodeClaim lifecycle: a launched NodeClaim gets
 //! `Drifted=True` with the first reason that holds, and loses the condition when none does.
+//! Reasons 1–3 are Karpenter's core ones, judged here for every provider ([`core_drifted`],
+//! the catalog read through the provider seam); 4–5 are the Cluster API provider's answer to
+//! `CloudProvider::is_drifted` ([`provider_drifted`], [`observe`]).
 //!
 //! 1. `NodePoolDrifted`: the NodePool's hash ([`nodepool_hash`]) differs from the one the
 //!    NodeClaim was stamped with, both of our hash version. A NodeClaim of another version
@@ -73,11 +76,21 @@ pub struct Observed<'a> {
 
 /// The first drift reason that holds.
 pub fn drifted(o: &Observed) -> Option<Drift> {
+    core_drifted(o).or_else(|| provider_drifted(o))
+}
+
+/// Karpenter's core reasons, the same for every provider: the NodePool's hash and
+/// requirements, and an instance type or offering gone from the provider's catalog
+/// ([`CloudProvider::instance_types`](crate::cloudprovider::CloudProvider::instance_types)).
+pub fn core_drifted(o: &Observed) -> Option<Drift> {
     nodepool_drifted(o)
         .or_else(|| requirements_drifted(o))
         .or_else(|| instance_type_not_found(o))
-        .or_else(|| nodeclass_drifted(o))
-        .or_else(|| template_drifted(o))
+}
+
+/// The Cluster API provider's reasons (its `is_drifted`): the NodeClass and the templates.
+pub fn provider_drifted(o: &Observed) -> Option<Drift> {
+    nodeclass_drifted(o).or_else(|| template_drifted(o))
 }
 
 fn nodepool_drifted(o: &Observed) -> Option<Drift> {
@@ -122,25 +135,35 @@ fn instance_type_not_found(o: &Observed) -> Option<Drift> {
     if age < INSTANCE_TYPE_GRACE {
         return None;
     }
+    // The offering the claim was launched on: its labels (as Karpenter reads them), else
+    // what the launch plan recorded.
+    let labels = o.claim.labels();
+    let label = |k: &str| labels.get(k).filter(|v| !v.is_empty()).cloned();
     let p = o.plan;
-    let Some(it) = catalog.get(&p.instance_type) else {
+    let instance_type =
+        label(api::consts::labels::INSTANCE_TYPE).unwrap_or_else(|| p.instance_type.clone());
+    let zone = label(api::consts::labels::ZONE).or_else(|| p.zone.clone());
+    let capacity_type =
+        label(api::consts::labels::CAPACITY_TYPE).unwrap_or_else(|| p.capacity_type.clone());
+    if instance_type.is_empty() {
+        return None;
+    }
+    let Some(it) = catalog.get(&instance_type) else {
         return hit(
             reasons::INSTANCE_TYPE_NOT_FOUND,
-            format!("instance type {} is no longer offered", p.instance_type),
+            format!("instance type {instance_type} is no longer offered"),
         );
     };
     let offered = it
         .offerings
         .iter()
-        .any(|x| x.zone == p.zone && x.capacity_type == p.capacity_type);
+        .any(|x| x.zone == zone && x.capacity_type == capacity_type);
     (!offered).then_some(())?;
     hit(
         reasons::INSTANCE_TYPE_NOT_FOUND,
         format!(
-            "instance type {} is no longer offered in zone {} as {}",
-            p.instance_type,
-            p.zone.as_deref().unwrap_or("-"),
-            p.capacity_type
+            "instance type {instance_type} is no longer offered in zone {} as {capacity_type}",
+            zone.as_deref().unwrap_or("-"),
         ),
     )
 }
@@ -287,7 +310,25 @@ pub async fn reconcile(
             .await?;
         *claim = std::sync::Arc::new(written);
     }
-    let found = ctx.provider.is_drifted(claim).await?;
+    // Core reasons first (from the caches and the provider's catalog), then the provider's.
+    let plan = Plan::of(claim).unwrap_or_default();
+    let catalog = ctx.provider.instance_types(&claim.spec.node_class_ref.name);
+    let core = core_drifted(&Observed {
+        claim,
+        plan: &plan,
+        pool: pool.as_deref(),
+        nodeclass: None,
+        catalog: catalog.as_deref(),
+        machine_version: None,
+        want_version: None,
+        infrastructure_template: None,
+        bootstrap_template: None,
+        now: Timestamp::now(),
+    });
+    let found = match core {
+        Some(d) => Some(d),
+        None => ctx.provider.is_drifted(claim).await?,
+    };
     let was = api::conditions::is_true(&status.conditions, types::DRIFTED);
     let Some(d) = found else {
         api::conditions::remove(&mut status.conditions, types::DRIFTED);
@@ -309,16 +350,12 @@ pub async fn reconcile(
     Ok(Some(d.reason))
 }
 
-/// Every drift reason of a launched claim, from the caches and the API reads remembered in
-/// `lookups` (the Cluster API provider's `is_drifted`).
+/// The Cluster API provider's drift reasons of a launched claim (its `is_drifted`), from the
+/// caches and the API reads remembered in `lookups`.
 pub async fn observe(ctx: &Shared, claim: &NodeClaim, plan: &Plan) -> Option<Drift> {
-    let pool = ctx.nodepool(&super::plan::nodepool_of(claim));
     let nodeclass = ctx
         .nodeclasses
         .get(&ObjectRef::new(&claim.spec.node_class_ref.name));
-    let catalog = nodeclass
-        .as_ref()
-        .and_then(|nc| ctx.catalogs.catalog(&nc.name_any()));
     let machine = ctx
         .machines
         .get(&ObjectRef::new(&plan.machine).within(&plan.namespace));
@@ -357,12 +394,12 @@ pub async fn observe(ctx: &Shared, claim: &NodeClaim, plan: &Plan) -> Option<Dri
             .ok(),
         None => None,
     };
-    drifted(&Observed {
+    provider_drifted(&Observed {
         claim,
         plan,
-        pool: pool.as_deref(),
+        pool: None,
         nodeclass: nodeclass.as_deref(),
-        catalog: catalog.as_deref(),
+        catalog: None,
         machine_version: machine.as_ref().map(|m| m.spec.version.as_deref()),
         want_version: want_version.as_deref(),
         infrastructure_template: infra.as_deref(),
