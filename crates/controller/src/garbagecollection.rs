@@ -12,7 +12,9 @@ use std::collections::{BTreeSet, HashSet};
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Preconditions};
+use kube::api::{Api, DynamicObject, ListParams};
+
+use crate::write::{Writer, manager};
 use kube::{Resource, ResourceExt};
 
 use crate::fence;
@@ -77,18 +79,10 @@ pub fn keys<K: Resource>(objects: &[&K]) -> Vec<String> {
 /// Deletes `obj` (the very object we judged: UID precondition); false when it was gone.
 async fn delete<K>(api: &Api<K>, obj: &K) -> bool
 where
-    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
 {
-    let params = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: obj.meta().uid.clone(),
-            resource_version: None,
-        }),
-        ..DeleteParams::default()
-    };
-    match api.delete(&obj.name_any(), &params).await {
-        Ok(_) => true,
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => false,
+    match Writer::new(api.clone(), manager::GC).delete(obj).await {
+        Ok(out) => out.written().is_some(),
         Err(e) => {
             tracing::warn!(object = %fence::key(obj), error = %e, "garbage collection failed");
             false

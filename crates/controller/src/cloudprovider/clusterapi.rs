@@ -89,8 +89,9 @@ impl ClusterApi {
             && fence::ownership(&m, &uid, &ctx.cluster_id) != Ownership::Foreign
         {
             if m.metadata.deletion_timestamp.is_none() {
-                machines
-                    .delete(&plan.machine, &Default::default())
+                // The very Machine judged ours (UID precondition); gone meanwhile is fine.
+                crate::write::Writer::new(machines, crate::write::manager::LIFECYCLE)
+                    .delete(&m)
                     .await
                     .map_err(|e| Error::Retryable(e.into()))?;
                 ctx.event(
