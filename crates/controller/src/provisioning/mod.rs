@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use crate::events::{Event, EventType, Recorder};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 
@@ -23,6 +23,7 @@ use crate::catalogs::Catalogs;
 use crate::metrics::{ControllerLabels, CreatedLabels, Metrics};
 use crate::objects::{claim_node_name, name, pool_condition};
 use crate::unavailable::{OfferingKey, UnavailableOfferings};
+use crate::write::{Created, Writer, manager};
 use api::{NodeClaim, NodePool};
 
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +32,8 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("scheduling simulation: {0}")]
     Solve(String),
+    #[error("NodeClaim {0} exists already")]
+    Exists(String),
 }
 
 /// What the provisioner reads and writes.
@@ -121,7 +124,7 @@ impl Provisioner {
         }
         self.await_cached(&created).await;
         match first_error {
-            Some(e) => Err(e.into()),
+            Some(e) => Err(e),
             None => Ok(created),
         }
     }
@@ -155,8 +158,8 @@ impl Provisioner {
         snapshot: &Snapshot,
         output: &scheduling::Output,
         by_uid: &HashMap<&str, &Pod>,
-    ) -> (Vec<String>, Option<kube::Error>) {
-        let api: Api<NodeClaim> = Api::all(self.client.clone());
+    ) -> (Vec<String>, Option<Error>) {
+        let writer: Writer<NodeClaim> = Writer::new(Api::all(self.client.clone()), manager::PROVISIONER);
         let mut created = Vec::new();
         let mut first_error = None;
         for claim in &output.new_node_claims {
@@ -164,7 +167,12 @@ impl Provisioner {
                 continue;
             };
             let obj = nodeclaim::nodeclaim(pool, claim);
-            let nc = match api.create(&PostParams::default(), &obj).await {
+            let written = match writer.create(&obj).await {
+                Ok(Created::Created(nc)) => Ok(nc),
+                Ok(Created::Exists) => Err(Error::Exists(obj.name_any())),
+                Err(e) => Err(e.into()),
+            };
+            let nc = match written {
                 Ok(nc) => nc,
                 Err(e) => {
                     tracing::warn!(nodepool = %claim.node_pool, error = %e, "creating NodeClaim failed");
