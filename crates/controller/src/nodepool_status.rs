@@ -272,7 +272,7 @@ impl NodePoolStatus {
         }
         let writer: Writer<api::NodePool> =
             Writer::new(Api::all(self.client.clone()), manager::NODEPOOL_STATUS)
-            .expecting(self.expectations.clone());
+                .expecting(self.expectations.clone());
         let pools = self.nodepools.state();
         self.expectations
             .retain(|uid| pools.iter().any(|p| p.metadata.uid.as_deref() == Some(uid)));

@@ -174,7 +174,11 @@ where
     /// the resourceVersion `obj` was read at.
     pub async fn patch(&self, obj: &K, body: Value) -> kube::Result<Outcome<K>> {
         let patch = Patch::Merge(guard(body, obj.resource_version()));
-        let out = classify(self.api.patch(&obj.name_any(), &self.params(), &patch).await)?;
+        let out = classify(
+            self.api
+                .patch(&obj.name_any(), &self.params(), &patch)
+                .await,
+        )?;
         self.record(obj, &out);
         Ok(out)
     }
@@ -196,7 +200,11 @@ where
     /// from (a failed test is a [`Outcome::Conflict`]).
     pub async fn json_patch(&self, obj: &K, ops: json_patch::Patch) -> kube::Result<Outcome<K>> {
         let patch = Patch::Json::<()>(ops);
-        let out = classify(self.api.patch(&obj.name_any(), &self.params(), &patch).await)?;
+        let out = classify(
+            self.api
+                .patch(&obj.name_any(), &self.params(), &patch)
+                .await,
+        )?;
         self.record(obj, &out);
         Ok(out)
     }
@@ -343,9 +351,15 @@ mod tests {
     #[test]
     fn outcomes_classify_409_404_and_failed_tests() {
         let c = |code, msg| classify::<()>(Err(api_error(code, msg)));
-        assert!(matches!(c(409, "the object has been modified"), Ok(Outcome::Conflict)));
         assert!(matches!(
-            c(422, "the server rejected our request due to an error in our request: test failed"),
+            c(409, "the object has been modified"),
+            Ok(Outcome::Conflict)
+        ));
+        assert!(matches!(
+            c(
+                422,
+                "the server rejected our request due to an error in our request: test failed"
+            ),
             Ok(Outcome::Conflict)
         ));
         assert!(matches!(c(404, "not found"), Ok(Outcome::Gone)));
@@ -383,7 +397,10 @@ mod tests {
             json!({"metadata": {"resourceVersion": "3"}, "spec": {"taints": []}})
         );
         assert_eq!(
-            guard(json!({"metadata": {"resourceVersion": "1"}}), Some("2".into())),
+            guard(
+                json!({"metadata": {"resourceVersion": "1"}}),
+                Some("2".into())
+            ),
             json!({"metadata": {"resourceVersion": "2"}}),
             "the version read wins over anything in the body"
         );
@@ -405,8 +422,14 @@ mod tests {
         assert!(!e.stale("u", "9"), "our write is cached");
         assert!(!e.stale("u", "5"), "the expectation is dropped once met");
         e.wrote("u", "a", "b");
-        assert!(e.stale("u", "a"), "opaque versions: the one we wrote over is stale");
-        assert!(!e.stale("u", "c"), "any other opaque version is taken as fresh");
+        assert!(
+            e.stale("u", "a"),
+            "opaque versions: the one we wrote over is stale"
+        );
+        assert!(
+            !e.stale("u", "c"),
+            "any other opaque version is taken as fresh"
+        );
         e.wrote("u", "5", "9");
         e.forget("u");
         assert!(!e.stale("u", "5"), "forgotten");

@@ -242,8 +242,13 @@ pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> 
             .into_iter()
             .filter(|c| !deleted_now.contains(kube::ResourceExt::name_any(c.as_ref()).as_str()))
             .collect();
-        status::write_conditions(&orchestrator.claims(), &claims, &outcome.verdicts, &mut written)
-            .await;
+        status::write_conditions(
+            &orchestrator.claims(),
+            &claims,
+            &outcome.verdicts,
+            &mut written,
+        )
+        .await;
         let now_blocked: HashMap<String, String> = timers
             .blocked()
             .into_iter()

@@ -108,8 +108,12 @@ impl Orchestrator {
             .chain(nodes.iter().filter_map(|n| n.metadata.uid.as_deref()))
             .collect();
         self.expectations.retain(|uid| live.contains(uid));
-        claims.iter().any(|c| self.expectations.stale_object(c.as_ref()))
-            || nodes.iter().any(|n| self.expectations.stale_object(n.as_ref()))
+        claims
+            .iter()
+            .any(|c| self.expectations.stale_object(c.as_ref()))
+            || nodes
+                .iter()
+                .any(|n| self.expectations.stale_object(n.as_ref()))
     }
 
     fn remember(&self, keys: impl IntoIterator<Item = String>) {
@@ -378,8 +382,8 @@ impl Orchestrator {
     /// the resourceVersion read; a Node that is gone needs nothing.
     async fn taint(&self, node: &str, on: bool) -> Result<(), Error> {
         let api: Api<Node> = Api::all(self.client.clone());
-        let writer = Writer::new(api.clone(), manager::DISRUPTION)
-            .expecting(self.expectations.clone());
+        let writer =
+            Writer::new(api.clone(), manager::DISRUPTION).expecting(self.expectations.clone());
         let mut current = self.nodes.get(&ObjectRef::new(node));
         for attempt in 0..2 {
             let n = match current.take() {

@@ -148,7 +148,8 @@ pub async fn run(
             // The condition goes too: a merge patch conditional on the version it was computed
             // from; on a conflict, the time alone below (the disruption pass then clears it).
             Some(status) => {
-                let status = json!({"lastPodEventTime": Time(next), "conditions": status.conditions});
+                let status =
+                    json!({"lastPodEventTime": Time(next), "conditions": status.conditions});
                 match writer.patch_status(claim, status).await {
                     Ok(Outcome::Conflict) => apply_time(&writer, claim, next).await,
                     other => other,

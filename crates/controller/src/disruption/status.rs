@@ -9,11 +9,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::write::Writer;
 use api::NodeClaim;
 use api::consts::conditions as types;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use crate::write::Writer;
 use serde_json::json;
 
 use super::{Outcome, Verdict};

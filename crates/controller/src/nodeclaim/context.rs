@@ -350,7 +350,9 @@ impl Shared {
             return Ok(None);
         }
         let out = self.claims().patch_status(claim, json!(status)).await?;
-        Ok(Some(out.required(format!("NodeClaim {}", claim.name_any()))?))
+        Ok(Some(
+            out.required(format!("NodeClaim {}", claim.name_any()))?,
+        ))
     }
 
     /// Deletes the NodeClaim (its finalizer then runs termination); only the object we
@@ -437,7 +439,10 @@ mod tests {
     fn expectations_hold_until_the_cache_catches_up() {
         let e = Expectations::default();
         e.writes.wrote("u", "5", "9");
-        assert!(e.stale("u", "5"), "our writes are the writer's expectations");
+        assert!(
+            e.stale("u", "5"),
+            "our writes are the writer's expectations"
+        );
         e.forget("u");
         assert!(!e.stale("u", "5"), "forgotten with the claim");
         assert!(!e.machine_created("u"));

@@ -159,7 +159,8 @@ impl Provisioner {
         output: &scheduling::Output,
         by_uid: &HashMap<&str, &Pod>,
     ) -> (Vec<String>, Option<Error>) {
-        let writer: Writer<NodeClaim> = Writer::new(Api::all(self.client.clone()), manager::PROVISIONER);
+        let writer: Writer<NodeClaim> =
+            Writer::new(Api::all(self.client.clone()), manager::PROVISIONER);
         let mut created = Vec::new();
         let mut first_error = None;
         for claim in &output.new_node_claims {
