@@ -1,8 +1,8 @@
 //! What the NodeClaim loops share: clients, the shared caches, the catalog, events, metrics,
-//! and the write helpers every step uses, so that each write is done one way only: carrying
-//! the resourceVersion it was computed from, once per reconcile, and only when something
-//! changed. [`Expectations`] remembers our own last writes so that no decision re-runs on a
-//! cache that has not seen them yet.
+//! and thin NodeClaim write helpers over [`crate::write`] (the lifecycle's field manager,
+//! each write carrying the resourceVersion it was computed from, once per reconcile, and
+//! only when something changed). [`Expectations`] remembers our own last writes so that no
+//! decision re-runs on a cache that has not seen them yet.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
