@@ -1,8 +1,9 @@
 //! The control layer's write discipline, measured on the testbed: what the operator writes
 //! to each launched NodeClaim's objects (itself, its Machine, TestMachine and Node; from the
 //! kube-apiserver's audit log, each write attributed to its NodeClaim: at most 6 each), that
-//! it never writes from a stale read (no 409), and that a launch happens once per NodeClaim
-//! UID even when the NodeClaim cache lags behind the operator's own writes.
+//! it never writes from a stale read (no 409), that every patch and create names one of our
+//! field managers, and that a launch happens once per NodeClaim UID even when the NodeClaim
+//! cache lags behind the operator's own writes.
 
 mod common;
 
@@ -110,6 +111,8 @@ async fn a_scale_out_costs_at_most_six_writes_to_each_nodeclaim_and_no_conflict(
     let mut nameless_creates = 0;
     let mut unattributed = Vec::new();
     let mut conflicts = Vec::new();
+    // Patches and creates that name no field manager of ours (`controller::write::manager`).
+    let mut unmanaged = Vec::new();
     for e in ours.iter().filter(|e| e.is_write()) {
         let code = e.response_status.as_ref().and_then(|s| s.code);
         if code == Some(409) {
@@ -118,6 +121,9 @@ async fn a_scale_out_costs_at_most_six_writes_to_each_nodeclaim_and_no_conflict(
         let resource = e.resource();
         if matches!(resource, "events" | "leases") {
             continue;
+        }
+        if e.verb != "delete" && !e.request_uri.contains("fieldManager=karpenter-capi-") {
+            unmanaged.push(format!("{} {}", e.verb, e.request_uri));
         }
         let object = e.object_ref.as_ref();
         let sub = object
@@ -170,6 +176,10 @@ async fn a_scale_out_costs_at_most_six_writes_to_each_nodeclaim_and_no_conflict(
         "exactly one Machine create per NodeClaim: {writes:?}"
     );
     assert!(conflicts.is_empty(), "409 conflicts: {conflicts:?}");
+    assert!(
+        unmanaged.is_empty(),
+        "writes without a field manager of ours: {unmanaged:?}"
+    );
     assert!(
         unattributed.is_empty(),
         "writes to objects of no NodeClaim: {unattributed:?}"

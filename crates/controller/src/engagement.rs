@@ -96,7 +96,7 @@ impl Engagement {
             nodeclaims: caches.nodeclaims.store(),
             nodeclasses: caches.nodeclasses.store(),
             registration_failures,
-            written: Default::default(),
+            expectations: Default::default(),
         };
         let disruption = disruption(
             ctx,
@@ -142,6 +142,7 @@ impl Engagement {
                 catalogs,
                 nodeclaims: caches.nodeclaims.store(),
                 recorder: lifecycle_ctx_recorder,
+                expectations: Arc::default(),
             },
             gc_interval: ctx.knobs.gc_interval,
             gc_grace: ctx.knobs.gc_grace,

@@ -28,3 +28,4 @@ pub mod runtime;
 pub mod server;
 pub mod tasks;
 pub mod unavailable;
+pub mod write;

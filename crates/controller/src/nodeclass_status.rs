@@ -15,7 +15,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::controller::{Action, Controller};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -26,7 +26,7 @@ use templates::status::{self, BootstrapState, ConditionValue};
 use crate::cache::Cache;
 pub use crate::catalogs::IndexCatalogs;
 use crate::names;
-use crate::resources::nodeclass_resource;
+use crate::write::{Expectations, Outcome, Writer, manager};
 use api::ClusterAPINodeClass;
 use api::consts::conditions::NODECLASS_READY_PARTS;
 use api::nodeclass::ClusterAPINodeClassStatus;
@@ -74,7 +74,19 @@ pub struct StatusCtx {
     pub catalogs: IndexCatalogs,
     pub nodeclaims: kube::runtime::reflector::Store<api::NodeClaim>,
     pub recorder: crate::events::Recorder,
+    /// Our writes the cache has not shown yet: no NodeClass is decided again before.
+    pub expectations: Arc<Expectations>,
 }
+
+impl StatusCtx {
+    fn writer(&self) -> Writer<ClusterAPINodeClass> {
+        Writer::new(Api::all(self.workload.clone()), manager::NODECLASS_STATUS)
+            .expecting(self.expectations.clone())
+    }
+}
+
+/// How soon a NodeClass whose cached object predates our own write is looked at again.
+const STALE_RETRY: Duration = Duration::from_millis(100);
 
 /// How often a deleted NodeClass looks for its NodeClaims again.
 const TERMINATION_RECHECK: Duration = Duration::from_secs(2);
@@ -87,21 +99,13 @@ async fn finalize(
 ) -> Result<Option<Action>, StatusError> {
     let finalizer = api::consts::finalizers::NODECLASS;
     let has = obj.finalizers().iter().any(|f| f == finalizer);
-    let api: Api<DynamicObject> = Api::all_with(ctx.workload.clone(), &nodeclass_resource());
-    let write = |finalizers: Vec<String>| {
-        let api = api.clone();
-        let name = obj.name_any();
-        let rv = obj.resource_version();
-        async move {
-            api.patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(
-                    json!({"metadata": {"resourceVersion": rv, "finalizers": finalizers}}),
-                ),
-            )
-            .await
-        }
+    let write = |finalizers: Vec<String>| async move {
+        let out = ctx
+            .writer()
+            .patch(obj, json!({"metadata": {"finalizers": finalizers}}))
+            .await?;
+        // A conflict: the newer object's watch event reconciles again.
+        Ok::<_, kube::Error>(out)
     };
     if obj.metadata.deletion_timestamp.is_none() {
         if !has {
@@ -160,7 +164,12 @@ async fn finalize(
         .filter(|f| *f != finalizer)
         .cloned()
         .collect();
-    write(finalizers).await?;
+    if write(finalizers).await?.written().is_some()
+        && let Some(uid) = obj.uid()
+    {
+        // Released: the NodeClass goes, nothing more to expect of it.
+        ctx.expectations.forget(&uid);
+    }
     Ok(Some(Action::await_change()))
 }
 
@@ -220,6 +229,9 @@ async fn reconcile(
     obj: Arc<ClusterAPINodeClass>,
     ctx: Arc<StatusCtx>,
 ) -> Result<Action, StatusError> {
+    if ctx.expectations.stale_object(obj.as_ref()) {
+        return Ok(Action::requeue(STALE_RETRY));
+    }
     if let Some(action) = finalize(&obj, &ctx).await? {
         return Ok(action);
     }
@@ -242,24 +254,8 @@ async fn reconcile(
     );
     if !unchanged(&stored, &status) {
         // Conditional on the version it was computed from (a 409 requeues at once).
-        let api: Api<ClusterAPINodeClass> = Api::all(ctx.workload.clone());
-        let patch = json!({
-            "metadata": {"resourceVersion": obj.resource_version()},
-            "status": status,
-        });
-        match api
-            .patch_status(
-                &obj.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(patch),
-            )
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 409 => {
-                return Ok(Action::requeue(Duration::ZERO));
-            }
-            Err(e) => return Err(e.into()),
+        if ctx.writer().patch_status(&obj, json!(status)).await? == Outcome::Conflict {
+            return Ok(Action::requeue(Duration::ZERO));
         }
     }
     Ok(Action::requeue(next_look(&parts)))

@@ -15,7 +15,9 @@ use api::karpenter::NodePoolStatus as Status;
 use api::{ClusterAPINodeClass, NodeClaim, NodePool};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
+
+use crate::write::{Expectations, Outcome, Writer, manager};
 use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::json;
 
@@ -254,9 +256,8 @@ pub struct NodePoolStatus {
     pub nodeclaims: Store<api::NodeClaim>,
     pub nodeclasses: Store<api::ClusterAPINodeClass>,
     pub registration_failures: std::sync::Arc<RegistrationFailures>,
-    /// Per NodePool, the resourceVersion our last status write was computed from: while the
-    /// cache still shows it, the cache has not seen that write and the pool is not decided again.
-    pub written: std::sync::Arc<std::sync::Mutex<BTreeMap<String, String>>>,
+    /// Our status writes the cache has not shown yet: such a pool is not decided again.
+    pub expectations: std::sync::Arc<Expectations>,
 }
 
 impl NodePoolStatus {
@@ -269,12 +270,16 @@ impl NodePoolStatus {
                 by_pool.entry(p).or_default().push(c);
             }
         }
-        let api: Api<api::NodePool> = Api::all(self.client.clone());
+        let writer: Writer<api::NodePool> =
+            Writer::new(Api::all(self.client.clone()), manager::NODEPOOL_STATUS)
+                .expecting(self.expectations.clone());
+        let pools = self.nodepools.state();
+        self.expectations
+            .retain(|uid| pools.iter().any(|p| p.metadata.uid.as_deref() == Some(uid)));
         let mut written = 0;
-        for pool in self.nodepools.state() {
+        for pool in pools {
             let pool_name = name(pool.as_ref());
-            let rv = pool.metadata.resource_version.clone().unwrap_or_default();
-            if self.cache_behind(pool_name, &rv) {
+            if self.expectations.stale_object(pool.as_ref()) {
                 continue;
             }
             let nodeclass = self.nodeclasses.get(&ObjectRef::new(
@@ -296,37 +301,17 @@ impl NodePoolStatus {
             if !differs(&pool, &status) {
                 continue;
             }
-            // Conditional on the version it was computed from: a 409 means a newer pool, which
-            // the next pass decides on.
-            let patch = Patch::Merge(json!({
-                "metadata": {"resourceVersion": rv},
-                "status": status,
-            }));
-            match api
-                .patch_status(pool_name, &PatchParams::default(), &patch)
-                .await
-            {
-                Ok(_) => {
-                    written += 1;
-                    self.remember(pool_name, rv);
-                }
-                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+            // Conditional on the version it was computed from: a conflict means a newer pool,
+            // which the next pass decides on.
+            match writer.patch_status(pool.as_ref(), json!(status)).await {
+                Ok(Outcome::Written(_)) => written += 1,
+                Ok(_) => {}
                 Err(e) => {
                     tracing::warn!(nodepool = pool_name, error = %e, "writing NodePool status failed")
                 }
             }
         }
         written
-    }
-
-    fn cache_behind(&self, pool: &str, cached_rv: &str) -> bool {
-        let written = self.written.lock().unwrap_or_else(|e| e.into_inner());
-        written.get(pool).is_some_and(|sent| sent == cached_rv)
-    }
-
-    fn remember(&self, pool: &str, sent_rv: String) {
-        let mut written = self.written.lock().unwrap_or_else(|e| e.into_inner());
-        written.insert(pool.to_string(), sent_rv);
     }
 
     fn record_metrics(&self, pool: &NodePool, status: &Status) {

@@ -87,21 +87,11 @@ impl ClusterApi {
             && fence::ownership(&m, &uid, &ctx.cluster_id) != Ownership::Foreign
         {
             if m.metadata.deletion_timestamp.is_none() {
-                let exactly = kube::api::DeleteParams {
-                    preconditions: Some(kube::api::Preconditions {
-                        uid: m.metadata.uid.clone(),
-                        resource_version: None,
-                    }),
-                    ..Default::default()
-                };
-                match machines.delete(&plan.machine, &exactly).await {
-                    Ok(_) => {}
-                    // Gone, or replaced by another object of that name since we read it.
-                    Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
-                        return Ok(Deletion::Waiting(ctx.settings.poll));
-                    }
-                    Err(e) => return Err(Error::Retryable(e.into())),
-                }
+                // The very Machine judged ours (UID precondition); gone meanwhile is fine.
+                crate::write::Writer::new(machines, crate::write::manager::LIFECYCLE)
+                    .delete(&m)
+                    .await
+                    .map_err(|e| Error::Retryable(e.into()))?;
                 // A stand-in for an orphaned instance (garbage collection) is no object to
                 // hang an event on.
                 if claim.metadata.resource_version.is_none() {

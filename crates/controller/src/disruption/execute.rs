@@ -165,7 +165,7 @@ impl Disruption {
                 .inc();
         }
         if let Err(e) = delete_disrupted(
-            &self.client,
+            &orchestrator.claims(),
             &self.recorder,
             &self.metrics,
             &claim,
@@ -199,6 +199,10 @@ pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> 
         tokio::select! {
             _ = &mut shutdown => return,
             _ = tokio::time::sleep(TICK) => {}
+        }
+        if orchestrator.caches_lag() {
+            // Our last writes are not cached yet: decide on the next tick.
+            continue;
         }
         orchestrator.progress().await;
         // The pass (a snapshot and possibly a scheduling simulation) is CPU work: off the
@@ -238,7 +242,13 @@ pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> 
             .into_iter()
             .filter(|c| !deleted_now.contains(kube::ResourceExt::name_any(c.as_ref()).as_str()))
             .collect();
-        status::write_conditions(&d.client, &claims, &outcome.verdicts, &mut written).await;
+        status::write_conditions(
+            &orchestrator.claims(),
+            &claims,
+            &outcome.verdicts,
+            &mut written,
+        )
+        .await;
         let now_blocked: HashMap<String, String> = timers
             .blocked()
             .into_iter()

@@ -27,7 +27,7 @@ use api::karpenter::DisruptionReason;
 use k8s_openapi::api::core::v1::{Node, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::Api;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
@@ -39,6 +39,7 @@ use crate::events::Recorder;
 use crate::metrics::{CreatedLabels, DecisionLabels, Metrics};
 use crate::nodeclaim::context::publish;
 use crate::objects::{annotation, claim_node_name, deleting};
+use crate::write::{Created, Expectations, Outcome, Refused, Writer, manager};
 
 /// A command this process started recently may not be in the caches yet: not judged on
 /// them (neither rolled back for missing replacements nor cleaned up) for this long.
@@ -50,6 +51,10 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("NodeClaim {0} is gone or already being deleted")]
     Gone(String),
+    #[error(transparent)]
+    Write(#[from] Refused),
+    #[error("replacement NodeClaim {0} exists already")]
+    Exists(String),
 }
 
 /// Runs commands: starts them and moves them on (see the module documentation).
@@ -62,6 +67,8 @@ pub struct Orchestrator {
     pub timeout: Duration,
     /// Commands (ids) and their candidates and Nodes, started by this process, and when.
     recent: Mutex<HashMap<String, Instant>>,
+    /// Every write of the disruption loop, until the caches show it.
+    pub expectations: Arc<Expectations>,
 }
 
 impl Orchestrator {
@@ -81,11 +88,32 @@ impl Orchestrator {
             nodes,
             timeout,
             recent: Mutex::default(),
+            expectations: Arc::default(),
         }
     }
 
-    fn claims(&self) -> Api<NodeClaim> {
-        Api::all(self.client.clone())
+    /// The disruption loop's NodeClaim writer.
+    pub fn claims(&self) -> Writer<NodeClaim> {
+        Writer::new(Api::all(self.client.clone()), manager::DISRUPTION)
+            .expecting(self.expectations.clone())
+    }
+
+    /// Whether the caches have not shown one of our writes yet: no decision on them then.
+    pub fn caches_lag(&self) -> bool {
+        let claims = self.nodeclaims.state();
+        let nodes = self.nodes.state();
+        let live: std::collections::HashSet<&str> = claims
+            .iter()
+            .filter_map(|c| c.metadata.uid.as_deref())
+            .chain(nodes.iter().filter_map(|n| n.metadata.uid.as_deref()))
+            .collect();
+        self.expectations.retain(|uid| live.contains(uid));
+        claims
+            .iter()
+            .any(|c| self.expectations.stale_object(c.as_ref()))
+            || nodes
+                .iter()
+                .any(|n| self.expectations.stale_object(n.as_ref()))
     }
 
     fn remember(&self, keys: impl IntoIterator<Item = String>) {
@@ -153,7 +181,10 @@ impl Orchestrator {
                 .insert(labels::DISRUPTION_COMMAND.into(), id.clone());
             r.annotations_mut()
                 .insert(annotations::REPLACES.into(), cmd.candidates.join(","));
-            let nc = self.claims().create(&PostParams::default(), &r).await?;
+            let nc = match self.claims().create(&r).await? {
+                Created::Created(nc) => nc,
+                Created::Exists => return Err(Error::Exists(r.name_any())),
+            };
             self.metrics
                 .nodeclaims_created
                 .get_or_create(&CreatedLabels {
@@ -219,7 +250,7 @@ impl Orchestrator {
                 for c in &candidates {
                     let nodepool = crate::objects::nodepool_of(c).unwrap_or_default();
                     delete_disrupted(
-                        &self.client,
+                        &self.claims(),
                         &self.recorder,
                         &self.metrics,
                         c,
@@ -239,7 +270,7 @@ impl Orchestrator {
             } => {
                 tracing::warn!(command = %record.id, %why, "disruption command failed; rolling back");
                 for r in &delete {
-                    delete_claim(&self.client, r).await?;
+                    delete_claim(&self.claims(), r).await?;
                 }
                 for c in &candidates {
                     if let Some(n) = claim_node_name(c) {
@@ -323,29 +354,25 @@ impl Orchestrator {
         change: impl Fn(&NodeClaim) -> Option<serde_json::Value>,
     ) -> Result<NodeClaim, Error> {
         let mut claim = claim.clone();
+        let writer = self.claims();
         for attempt in 0..2 {
             let Some(body) = change(&claim) else {
                 return Ok(claim);
             };
-            let rv = json!({"resourceVersion": claim.resource_version()});
-            let name = claim.name_any();
-            let params = PatchParams::default();
             let written = if status {
-                let patch = Patch::Merge(json!({"metadata": rv, "status": body}));
-                self.claims().patch_status(&name, &params, &patch).await
+                writer.patch_status(&claim, body).await?
             } else {
-                let mut meta = body;
-                meta["resourceVersion"] = rv["resourceVersion"].clone();
-                let patch = Patch::Merge(json!({ "metadata": meta }));
-                self.claims().patch(&name, &params, &patch).await
+                writer.patch(&claim, json!({ "metadata": body })).await?
             };
             match written {
-                Ok(written) => return Ok(written),
-                Err(kube::Error::Api(s)) if s.code == 409 && attempt == 0 => {
-                    claim = self.claims().get(&name).await?;
+                Outcome::Written(written) => return Ok(written),
+                Outcome::Conflict if attempt == 0 => {
+                    claim = Api::<NodeClaim>::all(self.client.clone())
+                        .get(&claim.name_any())
+                        .await?;
                 }
-                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(claim),
-                Err(e) => return Err(e.into()),
+                Outcome::Conflict => return Err(Refused::Conflict(claim.name_any()).into()),
+                Outcome::Gone => return Ok(claim),
             }
         }
         Ok(claim)
@@ -355,6 +382,8 @@ impl Orchestrator {
     /// the resourceVersion read; a Node that is gone needs nothing.
     async fn taint(&self, node: &str, on: bool) -> Result<(), Error> {
         let api: Api<Node> = Api::all(self.client.clone());
+        let writer =
+            Writer::new(api.clone(), manager::DISRUPTION).expecting(self.expectations.clone());
         let mut current = self.nodes.get(&ObjectRef::new(node));
         for attempt in 0..2 {
             let n = match current.take() {
@@ -382,18 +411,13 @@ impl Orchestrator {
             } else {
                 list.retain(|t| t.key != taints::DISRUPTED);
             }
-            let patch = json!({
-                "metadata": {"resourceVersion": n.resource_version()},
-                "spec": {"taints": list},
-            });
-            match api
-                .patch(node, &PatchParams::default(), &Patch::Merge(patch))
-                .await
+            match writer
+                .patch(n.as_ref(), json!({"spec": {"taints": list}}))
+                .await?
             {
-                Ok(_) => return Ok(()),
-                Err(kube::Error::Api(s)) if s.code == 409 && attempt == 0 => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
-                Err(e) => return Err(e.into()),
+                Outcome::Written(_) | Outcome::Gone => return Ok(()),
+                Outcome::Conflict if attempt == 0 => {}
+                Outcome::Conflict => return Err(Refused::Conflict(format!("Node {node}")).into()),
             }
         }
         Ok(())
@@ -405,26 +429,14 @@ impl Orchestrator {
 }
 
 /// Deletes a NodeClaim (only the object decided on: same uid); gone already is fine.
-pub async fn delete_claim(client: &kube::Client, claim: &NodeClaim) -> Result<bool, Error> {
-    let params = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: claim.meta().uid.clone(),
-            resource_version: None,
-        }),
-        ..DeleteParams::default()
-    };
-    let api: Api<NodeClaim> = Api::all(client.clone());
-    match api.delete(&claim.name_any(), &params).await {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
-        Err(e) => Err(e.into()),
-    }
+pub async fn delete_claim(claims: &Writer<NodeClaim>, claim: &NodeClaim) -> Result<bool, Error> {
+    Ok(claims.delete(claim).await?.written().is_some())
 }
 
 /// Deletes a disrupted NodeClaim with the `DisruptionTerminating` event and the
 /// `karpenter_nodeclaims_disrupted_total{reason}` count.
 pub async fn delete_disrupted(
-    client: &kube::Client,
+    claims: &Writer<NodeClaim>,
     recorder: &Recorder,
     metrics: &Metrics,
     claim: &NodeClaim,
@@ -441,7 +453,7 @@ pub async fn delete_disrupted(
         format!("Disrupting NodeClaim: {reason} ({message})"),
     )
     .await;
-    if delete_claim(client, claim).await? {
+    if delete_claim(claims, claim).await? {
         metrics
             .nodeclaims_disrupted
             .get_or_create(&CreatedLabels {

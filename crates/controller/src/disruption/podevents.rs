@@ -25,6 +25,7 @@ use serde_json::json;
 
 use crate::cache::Cache;
 use crate::objects::{claim_node_name, deleting, owned_by, pod_node_name, terminal};
+use crate::write::{Outcome, Writer, manager};
 
 /// Events closer than this to the recorded one are not written (Karpenter: 10 s).
 pub const DEDUPE: Duration = Duration::from_secs(10);
@@ -74,9 +75,6 @@ pub fn advance(recorded: Option<Timestamp>, at: Timestamp) -> Option<Timestamp> 
     }
 }
 
-/// The field manager of the `lastPodEventTime` writes.
-pub const FIELD_MANAGER: &str = "karpenter-capi-podevents";
-
 /// The claim's status after a pod event at `next`, when that also ends its `Consolidatable`
 /// condition (`consolidateAfter` counts again from `next`): one write instead of ours plus
 /// the disruption pass's. `None` when the condition stays as it is.
@@ -106,7 +104,7 @@ pub async fn run(
     nodepools: Store<NodePool>,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) {
-    let api: Api<NodeClaim> = Api::all(client);
+    let writer: Writer<NodeClaim> = Writer::new(Api::all(client), manager::POD_EVENTS);
     // Our last write per NodeClaim uid (read-your-writes ahead of the cache).
     let mut written: HashMap<String, Timestamp> = HashMap::new();
     let events = pods.subscribe();
@@ -150,35 +148,24 @@ pub async fn run(
             // The condition goes too: a merge patch conditional on the version it was computed
             // from; on a conflict, the time alone below (the disruption pass then clears it).
             Some(status) => {
-                let patch = json!({
-                    "metadata": {"resourceVersion": claim.resource_version()},
-                    "status": {"lastPodEventTime": Time(next), "conditions": status.conditions},
-                });
-                let params = kube::api::PatchParams {
-                    field_manager: Some(FIELD_MANAGER.into()),
-                    ..Default::default()
-                };
-                match api
-                    .patch_status(&claim.name_any(), &params, &kube::api::Patch::Merge(&patch))
-                    .await
-                {
-                    Err(kube::Error::Api(e)) if e.code == 409 => {
-                        apply_time(&api, claim, next).await
-                    }
-                    other => other.map(|_| ()),
+                let status =
+                    json!({"lastPodEventTime": Time(next), "conditions": status.conditions});
+                match writer.patch_status(claim, status).await {
+                    Ok(Outcome::Conflict) => apply_time(&writer, claim, next).await,
+                    other => other,
                 }
             }
-            None => apply_time(&api, claim, next).await,
+            None => apply_time(&writer, claim, next).await,
         };
-        match result {
-            Ok(_) => {
+        match result.map(Outcome::written) {
+            Ok(Some(_)) => {
                 if written.len() > 2 * claims.len() + 16 {
                     written
                         .retain(|u, _| claims.iter().any(|c| c.metadata.uid.as_ref() == Some(u)));
                 }
                 written.insert(uid, next);
             }
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Ok(None) => {}
             Err(e) => {
                 tracing::debug!(nodeclaim = %claim.name_any(), error = %e, "writing lastPodEventTime failed")
             }
@@ -189,15 +176,16 @@ pub async fn run(
 /// A server-side apply of the one field only this loop owns: it never conflicts with the
 /// lifecycle's or disruption's status writes (which carry their resourceVersion), and it only
 /// ever moves the time forward from what the pods say.
-async fn apply_time(api: &Api<NodeClaim>, claim: &NodeClaim, next: Timestamp) -> kube::Result<()> {
+async fn apply_time(
+    writer: &Writer<NodeClaim>,
+    claim: &NodeClaim,
+    next: Timestamp,
+) -> kube::Result<Outcome<NodeClaim>> {
     let patch = json!({
         "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
         "status": {"lastPodEventTime": Time(next)},
     });
-    let params = kube::api::PatchParams::apply(FIELD_MANAGER).force();
-    api.patch_status(&claim.name_any(), &params, &kube::api::Patch::Apply(&patch))
-        .await
-        .map(|_| ())
+    writer.apply_status(&claim.name_any(), patch).await
 }
 
 #[cfg(test)]

@@ -9,11 +9,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::write::Writer;
 use api::NodeClaim;
 use api::consts::conditions as types;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 use super::{Outcome, Verdict};
@@ -110,12 +110,11 @@ impl Written {
 /// Writes the changed `Consolidatable` conditions that are due (a 409 means a newer object:
 /// the next pass computes again from it).
 pub async fn write_conditions(
-    client: &kube::Client,
+    writer: &Writer<NodeClaim>,
     claims: &[Arc<NodeClaim>],
     verdicts: &BTreeMap<String, Verdict>,
     written: &mut Written,
 ) {
-    let api: Api<NodeClaim> = Api::all(client.clone());
     let now = Timestamp::now();
     let instant = Instant::now();
     written.retain(claims);
@@ -129,7 +128,7 @@ pub async fn write_conditions(
         }
         written.wrote(&name, instant);
         patch_status(
-            &api,
+            writer,
             c,
             json!({"conditions": status.conditions}),
             "Consolidatable",
@@ -141,28 +140,13 @@ pub async fn write_conditions(
 /// Merge-patches part of a NodeClaim's status, conditional on the resourceVersion it was
 /// computed from (a 404 or 409 means a newer object: the next pass decides on it).
 pub async fn patch_status(
-    api: &Api<NodeClaim>,
+    writer: &Writer<NodeClaim>,
     c: &NodeClaim,
     status: serde_json::Value,
     what: &str,
 ) {
-    let patch = json!({
-        "metadata": {"resourceVersion": c.resource_version()},
-        "status": status,
-    });
-    match api
-        .patch_status(
-            &c.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-    {
-        Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-        Err(e) => {
-            tracing::debug!(nodeclaim = %c.name_any(), error = %e, what, "writing NodeClaim status failed")
-        }
+    if let Err(e) = writer.patch_status(c, status).await {
+        tracing::debug!(nodeclaim = %c.name_any(), error = %e, what, "writing NodeClaim status failed")
     }
 }
 

@@ -1,8 +1,8 @@
 //! What the NodeClaim loops share: clients, the shared caches, the catalog, events, metrics,
-//! and the write helpers every step uses, so that each write is done one way only: carrying
-//! the resourceVersion it was computed from, once per reconcile, and only when something
-//! changed. [`Expectations`] remembers our own last writes so that no decision re-runs on a
-//! cache that has not seen them yet.
+//! and thin NodeClaim write helpers over [`crate::write`] (the lifecycle's field manager,
+//! each write carrying the resourceVersion it was computed from, once per reconcile, and
+//! only when something changed). [`Expectations`] remembers our own last writes so that no
+//! decision re-runs on a cache that has not seen them yet.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -11,10 +11,7 @@ use std::time::{Duration, Instant};
 use crate::events::{Event, EventType, Recorder};
 use api::{ClusterAPINodeClass, Machine, NodeClaim};
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
-    Preconditions,
-};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
@@ -24,6 +21,7 @@ use crate::cloudprovider::CloudProvider;
 use crate::metrics::Metrics;
 use crate::nodeclass::NodeClass;
 use crate::unavailable::UnavailableOfferings;
+use crate::write::{Writer, manager};
 use kube::runtime::reflector::ObjectRef;
 
 pub use crate::catalogs::Catalogs;
@@ -78,15 +76,17 @@ impl Kinds {
     }
 }
 
-/// Our own writes to NodeClaims (and the Machines we created), by NodeClaim UID, until the
-/// cache shows them: read-your-writes for a controller whose cache lags.
+/// Read-your-writes of the NodeClaim loops: our own writes to NodeClaims by UID until the
+/// cache shows them (the [`crate::write::Expectations`] their writer records into), and
+/// what else this process knows ahead of its caches (Machines it created, held writes).
 #[derive(Debug, Default)]
-pub struct Expectations(Mutex<HashMap<String, Expected>>);
+pub struct Expectations {
+    pub writes: Arc<crate::write::Expectations>,
+    local: Mutex<HashMap<String, Local>>,
+}
 
 #[derive(Clone, Debug, Default)]
-struct Expected {
-    /// resourceVersion we wrote over, and the one our write produced.
-    written: Option<(String, String)>,
+struct Local {
     /// The Machine of this claim was created (or adopted) by this process.
     machine: bool,
     /// Since when a progress-only status change has been held back.
@@ -94,37 +94,13 @@ struct Expected {
 }
 
 impl Expectations {
-    fn with<T>(&self, f: impl FnOnce(&mut HashMap<String, Expected>) -> T) -> T {
-        f(&mut self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    fn with<T>(&self, f: impl FnOnce(&mut HashMap<String, Local>) -> T) -> T {
+        f(&mut self.local.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Whether the cached object (`uid`, `resource_version`) predates our last write to it.
-    /// Once the cache has caught up, the expectation is dropped.
     pub fn stale(&self, uid: &str, resource_version: &str) -> bool {
-        self.with(|m| {
-            let Some(e) = m.get_mut(uid) else {
-                return false;
-            };
-            let Some((from, to)) = &e.written else {
-                return false;
-            };
-            let older = match (resource_version.parse::<u64>(), to.parse::<u64>()) {
-                (Ok(have), Ok(want)) => have < want,
-                _ => false,
-            };
-            if resource_version == from || older {
-                return true;
-            }
-            e.written = None;
-            false
-        })
-    }
-
-    /// Records a write to `uid` that turned `from` into `to`.
-    pub fn wrote(&self, uid: &str, from: &str, to: &str) {
-        self.with(|m| {
-            m.entry(uid.to_string()).or_default().written = Some((from.to_string(), to.to_string()))
-        });
+        self.writes.stale(uid, resource_version)
     }
 
     /// Whether this process already created (or adopted) the Machine of `uid`.
@@ -158,6 +134,7 @@ impl Expectations {
 
     /// The claim is gone: nothing more to expect.
     pub fn forget(&self, uid: &str) {
+        self.writes.forget(uid);
         self.with(|m| m.remove(uid));
     }
 }
@@ -258,8 +235,6 @@ impl std::ops::Deref for Ctx {
     }
 }
 
-pub const FIELD_MANAGER: &str = "karpenter-capi";
-
 /// The NodeClass a claim refers to, from the cache.
 pub fn nodeclass_of(ctx: &Shared, claim: &NodeClaim) -> Option<NodeClass> {
     ctx.nodeclasses
@@ -332,6 +307,12 @@ impl Shared {
         Api::namespaced(self.management.clone(), namespace)
     }
 
+    /// The NodeClaim writer of the lifecycle: records into [`Shared::expectations`].
+    pub fn claims(&self) -> Writer<NodeClaim> {
+        Writer::new(self.nodeclaims_api(), manager::LIFECYCLE)
+            .expecting(self.expectations.writes.clone())
+    }
+
     /// Merge-patches the NodeClaim's metadata, conditional on the resourceVersion it was
     /// computed from; returns the written object (read-your-writes).
     pub async fn patch_claim(
@@ -339,20 +320,11 @@ impl Shared {
         claim: &NodeClaim,
         metadata: Value,
     ) -> Result<NodeClaim, Error> {
-        let mut metadata = metadata;
-        if let Some(m) = metadata.as_object_mut() {
-            m.insert("resourceVersion".into(), json!(claim.resource_version()));
-        }
-        let written = self
-            .nodeclaims_api()
-            .patch(
-                &claim.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(json!({ "metadata": metadata })),
-            )
+        let out = self
+            .claims()
+            .patch(claim, json!({ "metadata": metadata }))
             .await?;
-        self.remember(claim, &written);
-        Ok(written)
+        Ok(out.required(format!("NodeClaim {}", claim.name_any()))?)
     }
 
     /// Writes the NodeClaim's status when it differs from the cached one (conditional on the
@@ -377,46 +349,17 @@ impl Shared {
         {
             return Ok(None);
         }
-        let written = self
-            .nodeclaims_api()
-            .patch_status(
-                &claim.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(json!({
-                    "metadata": {"resourceVersion": claim.resource_version()},
-                    "status": status,
-                })),
-            )
-            .await?;
-        self.remember(claim, &written);
-        Ok(Some(written))
-    }
-
-    fn remember(&self, before: &NodeClaim, after: &NodeClaim) {
-        if let (Some(from), Some(to)) = (before.resource_version(), after.resource_version()) {
-            self.expectations.wrote(&uid_of(before), &from, &to);
-        }
+        let out = self.claims().patch_status(claim, json!(status)).await?;
+        Ok(Some(
+            out.required(format!("NodeClaim {}", claim.name_any()))?,
+        ))
     }
 
     /// Deletes the NodeClaim (its finalizer then runs termination); only the object we
-    /// decided on (same UID) is deleted.
+    /// decided on (same UID) is deleted, and one gone already needs nothing.
     pub async fn delete_claim(&self, claim: &NodeClaim) -> Result<(), Error> {
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: claim.meta().uid.clone(),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
-        match self
-            .nodeclaims_api()
-            .delete(&claim.name_any(), &params)
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
-            Err(e) => Err(e.into()),
-        }
+        self.claims().delete(claim).await?;
+        Ok(())
     }
 
     /// Publishes an event about a NodeClaim (best effort: a failed event never fails a loop).
@@ -495,21 +438,13 @@ mod tests {
     #[test]
     fn expectations_hold_until_the_cache_catches_up() {
         let e = Expectations::default();
-        assert!(!e.stale("u", "5"), "nothing written yet");
-        e.wrote("u", "5", "9");
-        assert!(e.stale("u", "5"), "the version we wrote over");
-        assert!(e.stale("u", "7"), "older than our write");
-        assert!(!e.stale("u", "9"), "our write is cached");
-        assert!(!e.stale("u", "5"), "the expectation is dropped once met");
-        e.wrote("u", "a", "b");
+        e.writes.wrote("u", "5", "9");
         assert!(
-            e.stale("u", "a"),
-            "opaque versions: the one we wrote over is stale"
+            e.stale("u", "5"),
+            "our writes are the writer's expectations"
         );
-        assert!(
-            !e.stale("u", "c"),
-            "any other opaque version is taken as fresh"
-        );
+        e.forget("u");
+        assert!(!e.stale("u", "5"), "forgotten with the claim");
         assert!(!e.machine_created("u"));
         e.set_machine_created("u");
         assert!(e.machine_created("u") && !e.machine_created("v"));

@@ -5,6 +5,9 @@
 pub enum Error {
     #[error("kubernetes API: {0}")]
     Kube(#[from] kube::Error),
+    /// A conditional write refused: a conflict is retried at once from the fresh object.
+    #[error(transparent)]
+    Write(#[from] crate::write::Refused),
     #[error("reading {what}: {source}")]
     Decode {
         what: String,
@@ -27,7 +30,7 @@ impl Error {
     /// Short label for metrics.
     pub fn metric_label(&self) -> &'static str {
         match self {
-            Error::Kube(_) => "api",
+            Error::Kube(_) | Error::Write(_) => "api",
             Error::Decode { .. } => "decode",
             Error::Launch(_) => "launch",
             Error::Permanent { .. } => "permanent",
@@ -44,7 +47,8 @@ impl Error {
 
     /// Whether the API server answered 404, or discovery found no such kind.
     pub fn is_not_found(&self) -> bool {
-        matches!(self, Error::Kube(kube::Error::Api(s)) if s.code == 404)
+        matches!(self, Error::Kube(e) if crate::write::is_gone(e))
+            || matches!(self, Error::Write(crate::write::Refused::Gone(_)))
             || matches!(
                 self,
                 Error::Kube(kube::Error::Discovery(
@@ -56,8 +60,7 @@ impl Error {
 
     /// A write computed from a stale read (409): retry at once from the fresh object.
     pub fn is_conflict(&self) -> bool {
-        // 422 with a failed `test` op: a JSON patch guarded by the value it was computed from.
-        matches!(self, Error::Kube(kube::Error::Api(s))
-            if s.code == 409 || (s.code == 422 && s.message.contains("test")))
+        matches!(self, Error::Kube(e) if crate::write::is_conflict(e))
+            || matches!(self, Error::Write(crate::write::Refused::Conflict(_)))
     }
 }

@@ -10,8 +10,7 @@ use std::collections::BTreeMap;
 
 use api::NodeClaim;
 use kube::ResourceExt;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use kube::api::{DeleteParams, Preconditions};
+use kube::api::{Api, DynamicObject};
 use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
@@ -23,6 +22,7 @@ use crate::fence::{self, Ownership};
 use crate::machine::{Bootstrap, MachineParams, build_machine};
 use crate::names;
 use crate::nodeclass::{NodeClass, parse_duration};
+use crate::write::{Created, Writer, manager};
 
 /// Takes over `existing` for NodeClaim `uid`: ours as it is, or one made before fencing
 /// (our UID, no cluster id) once labelled with our cluster id; anything else is permanent.
@@ -40,15 +40,13 @@ pub(super) async fn adopt(
     match fence::ownership(existing, uid, cluster_id) {
         Ownership::Ours => Ok(()),
         Ownership::Adopt => {
-            api.patch(
-                &existing.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {
-                    "resourceVersion": existing.resource_version(),
-                    "labels": {names::CLUSTER_ID_LABEL: cluster_id},
-                }})),
-            )
-            .await?;
+            let out = writer(api)
+                .patch(
+                    existing,
+                    json!({"metadata": {"labels": {names::CLUSTER_ID_LABEL: cluster_id}}}),
+                )
+                .await?;
+            out.required(format!("{kind} {}", fence::key(existing)))?;
             tracing::info!(object = %fence::key(existing), kind, "adopted an object made before fencing");
             Ok(())
         }
@@ -77,17 +75,17 @@ async fn create_or_adopt(
         .as_ref()
         .map(|t| t.kind.clone())
         .unwrap_or_else(|| "object".into());
-    match api.create(&PostParams::default(), object).await {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 400 || s.code == 422 => Err(Error::permanent(
-            "MachineRejected",
-            format!("{kind} {} was rejected: {}", object.name_any(), s.message),
-        )),
-        Err(kube::Error::Api(s)) if s.code == 409 => {
+    match writer(api).create(object).await {
+        Ok(Created::Created(_)) => Ok(true),
+        Ok(Created::Exists) => {
             let existing = api.get(&object.name_any()).await?;
             adopt(api, &existing, uid, cluster_id).await?;
             Ok(false)
         }
+        Err(kube::Error::Api(s)) if s.code == 400 || s.code == 422 => Err(Error::permanent(
+            "MachineRejected",
+            format!("{kind} {} was rejected: {}", object.name_any(), s.message),
+        )),
         Err(e) => Err(e.into()),
     }
 }
@@ -121,10 +119,14 @@ pub(super) async fn adopt_existing(ctx: &Shared, plan: &Plan, uid: &str) -> Resu
     Ok(true)
 }
 
+/// The writer of the lifecycle's Cluster API objects.
+fn writer(api: &Api<DynamicObject>) -> Writer<DynamicObject> {
+    Writer::new(api.clone(), manager::LIFECYCLE)
+}
+
 async fn delete_quietly(api: &Api<DynamicObject>, name: &str) {
-    match api.delete(name, &Default::default()).await {
+    match writer(api).delete_named(name).await {
         Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 404 => {}
         Err(e) => {
             tracing::warn!(name, error = %e, "rolling back a clone failed; garbage collection will retry")
         }
@@ -391,7 +393,7 @@ pub(crate) async fn delete_ours(
     let ar = match ctx.resource(&r.api_version, &r.kind).await {
         Ok(ar) => ar,
         // The kind is no longer served: nothing of it can be left.
-        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(false),
+        Err(e) if crate::write::is_gone(&e) => return Ok(false),
         Err(e) => return Err(e.into()),
     };
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.management.clone(), ns, &ar);
@@ -407,16 +409,5 @@ pub(crate) async fn delete_ours(
     if found.metadata.deletion_timestamp.is_some() {
         return Ok(false);
     }
-    let params = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: found.metadata.uid.clone(),
-            resource_version: None,
-        }),
-        ..DeleteParams::default()
-    };
-    match api.delete(&r.name, &params).await {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
-        Err(e) => Err(e.into()),
-    }
+    Ok(writer(&api).delete(&found).await?.written().is_some())
 }

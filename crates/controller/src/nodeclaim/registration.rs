@@ -12,7 +12,7 @@ use api::karpenter::NodeClaimStatus;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::events::EventType;
 use serde_json::json;
 
@@ -23,6 +23,7 @@ use super::node_sync::{
 use super::plan::nodepool_of;
 use crate::metrics::NodePoolLabels;
 use crate::names;
+use crate::write::{Writer, manager};
 
 /// How far registration got.
 #[derive(Debug, PartialEq, Eq)]
@@ -369,13 +370,8 @@ async fn sync_node(
         what: "Node patch".into(),
         source,
     })?;
-    let nodes: Api<Node> = Api::all(ctx.workload.clone());
-    nodes
-        .patch(
-            &node.name_any(),
-            &PatchParams::default(),
-            &Patch::Json::<()>(patch),
-        )
-        .await?;
+    let nodes = Writer::new(Api::<Node>::all(ctx.workload.clone()), manager::LIFECYCLE);
+    let out = nodes.json_patch(node, patch).await?;
+    out.required(format!("Node {}", node.name_any()))?;
     Ok(())
 }

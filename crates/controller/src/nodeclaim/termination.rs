@@ -12,7 +12,7 @@ use api::consts::{conditions as types, reasons};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use serde_json::json;
 
 use super::context::{Ctx, Error, set_ready, uid_of};
@@ -20,6 +20,7 @@ use super::plan::nodepool_of;
 use crate::cloudprovider::Deletion;
 use crate::metrics::TerminatedLabels;
 use crate::names;
+use crate::write::{Outcome, Refused, Writer, manager};
 
 /// Termination's result: done (finalizer released) or look again later.
 #[derive(Debug, PartialEq, Eq)]
@@ -40,21 +41,21 @@ async fn release_node(ctx: &Ctx, name: &str) -> Result<(), Error> {
         .filter(|f| *f != names::TERMINATION_FINALIZER)
         .cloned()
         .collect();
+    let writer = Writer::new(nodes, manager::TERMINATION);
     if finalizers.len() != node.finalizers().len() {
-        nodes
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"resourceVersion": node.resource_version(), "finalizers": finalizers}})),
-            )
+        let out = writer
+            .patch(&node, json!({"metadata": {"finalizers": finalizers}}))
             .await?;
+        if out == Outcome::Gone {
+            return Ok(());
+        }
+        if out == Outcome::Conflict {
+            return Err(Refused::Conflict(format!("Node {name}")).into());
+        }
     }
     if node.metadata.deletion_timestamp.is_none() {
-        match nodes.delete(name, &Default::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        }
+        // Gone already, or replaced meanwhile (a Node re-registered under the name): done.
+        writer.delete(&node).await?;
     }
     Ok(())
 }

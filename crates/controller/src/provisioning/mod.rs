@@ -16,7 +16,7 @@ use crate::events::{Event, EventType, Recorder};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 
@@ -24,6 +24,7 @@ use crate::catalogs::Catalogs;
 use crate::metrics::{ControllerLabels, CreatedLabels, Metrics};
 use crate::objects::{claim_node_name, name, pool_condition};
 use crate::unavailable::{OfferingKey, UnavailableOfferings};
+use crate::write::{Created, Writer, manager};
 use api::{NodeClaim, NodePool};
 
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +33,8 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("scheduling simulation: {0}")]
     Solve(String),
+    #[error("NodeClaim {0} exists already")]
+    Exists(String),
 }
 
 /// What the provisioner reads and writes.
@@ -122,7 +125,7 @@ impl Provisioner {
         }
         self.await_cached(&created).await;
         match first_error {
-            Some(e) => Err(e.into()),
+            Some(e) => Err(e),
             None => Ok(created),
         }
     }
@@ -159,8 +162,9 @@ impl Provisioner {
         snapshot: &Snapshot,
         output: &scheduling::Output,
         by_uid: &HashMap<&str, &Pod>,
-    ) -> (Vec<String>, Option<kube::Error>) {
-        let api: Api<NodeClaim> = Api::all(self.client.clone());
+    ) -> (Vec<String>, Option<Error>) {
+        let writer: Writer<NodeClaim> =
+            Writer::new(Api::all(self.client.clone()), manager::PROVISIONER);
         // Owned values only in the stream (a borrowed item makes the future not `Send`).
         let planned: Vec<(usize, NodeClaim)> = output
             .new_node_claims
@@ -171,10 +175,17 @@ impl Provisioner {
                 Some((i, nodeclaim::nodeclaim(pool, claim)))
             })
             .collect();
-        let results: Vec<(usize, Result<NodeClaim, kube::Error>)> = futures::stream::iter(planned)
+        let results: Vec<(usize, Result<NodeClaim, Error>)> = futures::stream::iter(planned)
             .map(|(i, obj)| {
-                let api = api.clone();
-                async move { (i, api.create(&PostParams::default(), &obj).await) }
+                let writer = writer.clone();
+                async move {
+                    let written = match writer.create(&obj).await {
+                        Ok(Created::Created(nc)) => Ok(nc),
+                        Ok(Created::Exists) => Err(Error::Exists(obj.name_any())),
+                        Err(e) => Err(e.into()),
+                    };
+                    (i, written)
+                }
             })
             .buffered(PARALLEL_WRITES)
             .collect()

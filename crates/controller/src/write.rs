@@ -1,0 +1,456 @@
+//! The one write path of every control loop. A loop writes through a [`Writer`] (one per
+//! kind it writes, built with the loop's field manager from [`manager`]), and never calls
+//! `patch`/`create`/`delete` on an `Api` itself. The rules it enforces:
+//!
+//! - **Conditional.** A merge patch carries the `metadata.resourceVersion` of the object it
+//!   was computed from ([`guard`]); a JSON patch carries its own `test` ops; a delete carries
+//!   the UID precondition of the object decided on; a server-side apply writes only fields
+//!   its field manager owns (no guard needed).
+//! - **One field manager per controller**, on every patch and create (deletes carry none).
+//!   The HTTP user agent, by which the API server's audit log attributes writes, is the
+//!   client's and does not change.
+//! - **One 409/404 policy**: every write comes back as an [`Outcome`] — written, a
+//!   [`Outcome::Conflict`] (computed from a stale read: decide again from the fresh object,
+//!   at once) or [`Outcome::Gone`]; only other failures are errors.
+//! - **Read-your-writes**: a writer given [`Expectations`] records each write (UID, the
+//!   version written over, the version produced), and a loop that decides from a cache asks
+//!   [`Expectations::stale`] before it decides again on a cached object.
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+/// The field managers, one per controller. A new loop adds its own here.
+pub mod manager {
+    /// The NodeClaim lifecycle (launch, registration, liveness, drift) and its provider.
+    pub const LIFECYCLE: &str = "karpenter-capi-lifecycle";
+    /// Releasing finalizers and deleting Nodes of a terminating NodeClaim.
+    pub const TERMINATION: &str = "karpenter-capi-termination";
+    /// NodeClaims created for pending pods.
+    pub const PROVISIONER: &str = "karpenter-capi-provisioner";
+    /// Disruption: conditions, command records, taints, replacements and deletions.
+    pub const DISRUPTION: &str = "karpenter-capi-disruption";
+    /// `status.lastPodEventTime` (server-side apply: the one field only it owns).
+    pub const POD_EVENTS: &str = "karpenter-capi-podevents";
+    pub const NODEPOOL_STATUS: &str = "karpenter-capi-nodepool-status";
+    pub const NODECLASS_STATUS: &str = "karpenter-capi-nodeclass-status";
+}
+
+/// What a conditional write came to.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome<T> {
+    Written(T),
+    /// The write was computed from a stale read (409, or a failed JSON-patch `test`): decide
+    /// again from the fresh object, at once.
+    Conflict,
+    /// The object is gone (404).
+    Gone,
+}
+
+impl<T> Outcome<T> {
+    /// The written object, if written.
+    pub fn written(self) -> Option<T> {
+        match self {
+            Outcome::Written(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// The written object; a conflict or a vanished object as an error about `what`.
+    pub fn required(self, what: impl Into<String>) -> Result<T, Refused> {
+        match self {
+            Outcome::Written(t) => Ok(t),
+            Outcome::Conflict => Err(Refused::Conflict(what.into())),
+            Outcome::Gone => Err(Refused::Gone(what.into())),
+        }
+    }
+}
+
+/// A write the API server refused because of what the object is now.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum Refused {
+    /// Retried at once from the fresh object.
+    #[error("{0} changed since it was read")]
+    Conflict(String),
+    #[error("{0} is gone")]
+    Gone(String),
+}
+
+/// Whether the API server said the write was computed from a stale read: 409, or 422 with a
+/// failed `test` op (a JSON patch guarded by the value it was computed from).
+pub fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s)
+        if s.code == 409 || (s.code == 422 && s.message.contains("test")))
+}
+
+/// Whether the API server answered 404.
+pub fn is_gone(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+/// The one 409/404 policy: a write's result as an [`Outcome`].
+pub fn classify<T>(result: kube::Result<T>) -> kube::Result<Outcome<T>> {
+    match result {
+        Ok(t) => Ok(Outcome::Written(t)),
+        Err(e) if is_conflict(&e) => Ok(Outcome::Conflict),
+        Err(e) if is_gone(&e) => Ok(Outcome::Gone),
+        Err(e) => Err(e),
+    }
+}
+
+/// A merge patch `body` made conditional on `resource_version` (`metadata.resourceVersion`).
+pub fn guard(mut body: Value, resource_version: Option<String>) -> Value {
+    if !body.is_object() {
+        body = json!({});
+    }
+    let meta = body
+        .as_object_mut()
+        .map(|m| m.entry("metadata").or_insert_with(|| json!({})));
+    if let Some(meta) = meta {
+        if !meta.is_object() {
+            *meta = json!({});
+        }
+        meta["resourceVersion"] = json!(resource_version);
+    }
+    body
+}
+
+/// A create's result.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Created<T> {
+    Created(T),
+    /// An object of that name exists (409 AlreadyExists): the caller's policy decides.
+    Exists,
+}
+
+/// Writes of one kind by one controller (see the module documentation).
+#[derive(Clone)]
+pub struct Writer<K> {
+    api: Api<K>,
+    manager: &'static str,
+    expectations: Option<Arc<Expectations>>,
+}
+
+impl<K> Writer<K>
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + Debug,
+{
+    pub fn new(api: Api<K>, manager: &'static str) -> Self {
+        Writer {
+            api,
+            manager,
+            expectations: None,
+        }
+    }
+
+    /// Records every write in `expectations` (read-your-writes).
+    pub fn expecting(mut self, expectations: Arc<Expectations>) -> Self {
+        self.expectations = Some(expectations);
+        self
+    }
+
+    fn params(&self) -> PatchParams {
+        PatchParams {
+            field_manager: Some(self.manager.into()),
+            ..PatchParams::default()
+        }
+    }
+
+    fn record(&self, before: &K, after: &Outcome<K>) {
+        if let (Some(e), Outcome::Written(after)) = (&self.expectations, after) {
+            e.record(before, after);
+        }
+    }
+
+    /// Merge-patches `obj` (metadata, spec: `body` as a whole merge patch), conditional on
+    /// the resourceVersion `obj` was read at.
+    pub async fn patch(&self, obj: &K, body: Value) -> kube::Result<Outcome<K>> {
+        let patch = Patch::Merge(guard(body, obj.resource_version()));
+        let out = classify(
+            self.api
+                .patch(&obj.name_any(), &self.params(), &patch)
+                .await,
+        )?;
+        self.record(obj, &out);
+        Ok(out)
+    }
+
+    /// Merge-patches `obj`'s status with `status`, conditional on the resourceVersion `obj`
+    /// was read at.
+    pub async fn patch_status(&self, obj: &K, status: Value) -> kube::Result<Outcome<K>> {
+        let patch = Patch::Merge(guard(json!({ "status": status }), obj.resource_version()));
+        let out = classify(
+            self.api
+                .patch_status(&obj.name_any(), &self.params(), &patch)
+                .await,
+        )?;
+        self.record(obj, &out);
+        Ok(out)
+    }
+
+    /// A JSON patch of `obj`; `ops` carry their own `test` guards of what they were computed
+    /// from (a failed test is a [`Outcome::Conflict`]).
+    pub async fn json_patch(&self, obj: &K, ops: json_patch::Patch) -> kube::Result<Outcome<K>> {
+        let patch = Patch::Json::<()>(ops);
+        let out = classify(
+            self.api
+                .patch(&obj.name_any(), &self.params(), &patch)
+                .await,
+        )?;
+        self.record(obj, &out);
+        Ok(out)
+    }
+
+    /// Server-side applies `body` (a full apply configuration) to `name`'s status, forcing
+    /// ownership of its fields: for a field only this controller writes.
+    pub async fn apply_status(&self, name: &str, body: Value) -> kube::Result<Outcome<K>> {
+        let params = PatchParams::apply(self.manager).force();
+        classify(
+            self.api
+                .patch_status(name, &params, &Patch::Apply(&body))
+                .await,
+        )
+    }
+
+    /// Creates `obj`; an existing object of its name is [`Created::Exists`].
+    pub async fn create(&self, obj: &K) -> kube::Result<Created<K>> {
+        let params = PostParams {
+            field_manager: Some(self.manager.into()),
+            ..PostParams::default()
+        };
+        match self.api.create(&params, obj).await {
+            Ok(created) => Ok(Created::Created(created)),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(Created::Exists),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Deletes `obj`, only the very object decided on (UID precondition): a
+    /// [`Outcome::Conflict`] when the name now holds another object.
+    pub async fn delete(&self, obj: &K) -> kube::Result<Outcome<()>> {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: obj.meta().uid.clone(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        let out = classify(self.api.delete(&obj.name_any(), &params).await)?;
+        Ok(match out {
+            Outcome::Written(either) => {
+                if let Some(after) = either.left() {
+                    // Finalizers hold it: its deletionTimestamp is a write the cache has
+                    // to show.
+                    self.record(obj, &Outcome::Written(after));
+                }
+                Outcome::Written(())
+            }
+            Outcome::Conflict => Outcome::Conflict,
+            Outcome::Gone => Outcome::Gone,
+        })
+    }
+
+    /// Deletes `name` without a precondition: for objects whose name alone is ours (a
+    /// clone rolled back, a Machine or Node already judged ours by its fence).
+    pub async fn delete_named(&self, name: &str) -> kube::Result<Outcome<()>> {
+        let out = classify(self.api.delete(name, &DeleteParams::default()).await)?;
+        Ok(match out {
+            Outcome::Written(_) => Outcome::Written(()),
+            Outcome::Conflict => Outcome::Conflict,
+            Outcome::Gone => Outcome::Gone,
+        })
+    }
+}
+
+/// Our own writes by object UID until the cache shows them: read-your-writes for a loop
+/// whose cache lags. Shared by the writers of one loop and asked before it decides again.
+#[derive(Debug, Default)]
+pub struct Expectations(Mutex<HashMap<String, (String, String)>>);
+
+impl Expectations {
+    fn with<T>(&self, f: impl FnOnce(&mut HashMap<String, (String, String)>) -> T) -> T {
+        f(&mut self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Records a write to `uid` that turned resourceVersion `from` into `to`.
+    pub fn wrote(&self, uid: &str, from: &str, to: &str) {
+        self.with(|m| m.insert(uid.to_string(), (from.to_string(), to.to_string())));
+    }
+
+    /// Records the write that turned `before` into `after`.
+    pub fn record<K: Resource>(&self, before: &K, after: &K) {
+        if let (Some(uid), Some(from), Some(to)) = (
+            before.meta().uid.as_deref(),
+            before.meta().resource_version.as_deref(),
+            after.meta().resource_version.as_deref(),
+        ) {
+            self.wrote(uid, from, to);
+        }
+    }
+
+    /// Whether the cached object (`uid` at `resource_version`) predates our last write to
+    /// it: the version we wrote over, or (numeric versions) an older one. Once the cache has
+    /// caught up, the expectation is dropped.
+    pub fn stale(&self, uid: &str, resource_version: &str) -> bool {
+        self.with(|m| {
+            let Some((from, to)) = m.get(uid) else {
+                return false;
+            };
+            let older = match (resource_version.parse::<u64>(), to.parse::<u64>()) {
+                (Ok(have), Ok(want)) => have < want,
+                _ => false,
+            };
+            if resource_version == from || older {
+                return true;
+            }
+            m.remove(uid);
+            false
+        })
+    }
+
+    /// [`Expectations::stale`] of a cached object.
+    pub fn stale_object<K: Resource>(&self, obj: &K) -> bool {
+        let meta = obj.meta();
+        match (meta.uid.as_deref(), meta.resource_version.as_deref()) {
+            (Some(uid), Some(rv)) => self.stale(uid, rv),
+            _ => false,
+        }
+    }
+
+    /// The object is gone: nothing more to expect.
+    pub fn forget(&self, uid: &str) {
+        self.with(|m| m.remove(uid));
+    }
+
+    /// Keeps the expectations of the UIDs `live` says still exist.
+    pub fn retain(&self, live: impl Fn(&str) -> bool) {
+        self.with(|m| m.retain(|uid, _| live(uid)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error(code: u16, message: &str) -> kube::Error {
+        kube::Error::Api(
+            serde_json::from_value::<kube::core::Status>(json!({"code": code, "message": message}))
+                .expect("status")
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn outcomes_classify_409_404_and_failed_tests() {
+        let c = |code, msg| classify::<()>(Err(api_error(code, msg)));
+        assert!(matches!(
+            c(409, "the object has been modified"),
+            Ok(Outcome::Conflict)
+        ));
+        assert!(matches!(
+            c(
+                422,
+                "the server rejected our request due to an error in our request: test failed"
+            ),
+            Ok(Outcome::Conflict)
+        ));
+        assert!(matches!(c(404, "not found"), Ok(Outcome::Gone)));
+        assert!(
+            matches!(c(422, "spec.taints: Invalid value"), Err(kube::Error::Api(s)) if s.code == 422),
+            "an invalid object is an error, not a conflict"
+        );
+        assert!(c(500, "etcd").is_err());
+        assert_eq!(classify(Ok(7)).ok(), Some(Outcome::Written(7)));
+        assert!(is_conflict(&api_error(409, "")) && !is_gone(&api_error(409, "")));
+        assert!(is_gone(&api_error(404, "")));
+        assert_eq!(
+            Outcome::<()>::Conflict.required("NodeClaim a"),
+            Err(Refused::Conflict("NodeClaim a".into()))
+        );
+        assert_eq!(
+            Outcome::<()>::Gone.required("x").map_err(|e| e.to_string()),
+            Err("x is gone".into())
+        );
+        assert_eq!(Outcome::Written(1).written(), Some(1));
+    }
+
+    #[test]
+    fn patches_carry_the_version_they_were_computed_from() {
+        assert_eq!(
+            guard(json!({"status": {"a": 1}}), Some("42".into())),
+            json!({"metadata": {"resourceVersion": "42"}, "status": {"a": 1}})
+        );
+        assert_eq!(
+            guard(json!({"metadata": {"finalizers": ["f"]}}), Some("7".into())),
+            json!({"metadata": {"resourceVersion": "7", "finalizers": ["f"]}})
+        );
+        assert_eq!(
+            guard(json!({"spec": {"taints": []}}), Some("3".into())),
+            json!({"metadata": {"resourceVersion": "3"}, "spec": {"taints": []}})
+        );
+        assert_eq!(
+            guard(
+                json!({"metadata": {"resourceVersion": "1"}}),
+                Some("2".into())
+            ),
+            json!({"metadata": {"resourceVersion": "2"}}),
+            "the version read wins over anything in the body"
+        );
+        assert_eq!(
+            guard(json!({"metadata": {"labels": {}}}), None),
+            json!({"metadata": {"labels": {}, "resourceVersion": null}}),
+            "an object without a version is written unconditionally (null)"
+        );
+    }
+
+    #[test]
+    fn expectations_hold_until_the_cache_catches_up() {
+        let e = Expectations::default();
+        assert!(!e.stale("u", "5"), "nothing written yet");
+        e.wrote("u", "5", "9");
+        assert!(e.stale("u", "5"), "the version we wrote over");
+        assert!(e.stale("u", "7"), "older than our write");
+        assert!(!e.stale("v", "5"), "per UID");
+        assert!(!e.stale("u", "9"), "our write is cached");
+        assert!(!e.stale("u", "5"), "the expectation is dropped once met");
+        e.wrote("u", "a", "b");
+        assert!(
+            e.stale("u", "a"),
+            "opaque versions: the one we wrote over is stale"
+        );
+        assert!(
+            !e.stale("u", "c"),
+            "any other opaque version is taken as fresh"
+        );
+        e.wrote("u", "5", "9");
+        e.forget("u");
+        assert!(!e.stale("u", "5"), "forgotten");
+        e.wrote("u", "5", "9");
+        e.wrote("w", "5", "9");
+        e.retain(|uid| uid == "w");
+        assert!(!e.stale("u", "5") && e.stale("w", "5"));
+    }
+
+    #[test]
+    fn expectations_record_objects() {
+        let e = Expectations::default();
+        let obj = |rv: &str| k8s_openapi::api::core::v1::ConfigMap {
+            metadata: kube::api::ObjectMeta {
+                uid: Some("u".into()),
+                resource_version: Some(rv.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        e.record(&obj("10"), &obj("11"));
+        assert!(e.stale_object(&obj("10")));
+        assert!(!e.stale_object(&obj("12")), "newer than our write");
+        assert!(!e.stale_object(&obj("10")), "dropped once met");
+    }
+}
