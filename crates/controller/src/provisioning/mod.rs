@@ -283,9 +283,7 @@ impl Provisioner {
             action: reason.into(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&event, &reference).await {
-            tracing::warn!(pod = reference.name.as_deref().unwrap_or_default(), reason, error = %e, "publishing event failed");
-        }
+        self.recorder.record(event, reference);
     }
 }
 
