@@ -7,6 +7,7 @@
 //! error; a failed Machine create rolls the clones back.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use api::NodeClaim;
 use kube::ResourceExt;
@@ -274,7 +275,7 @@ async fn machine_version(
 }
 
 /// Creates (or adopts) the clones together; if any fails, the others are rolled back.
-async fn create_clones(clones: &[&Clone], uid: &str, cluster_id: &str) -> Result<(), Error> {
+async fn create_clones(clones: &[Clone], uid: &str, cluster_id: &str) -> Result<(), Error> {
     let results = futures::future::join_all(
         clones
             .iter()
@@ -331,10 +332,10 @@ fn machine_object(
     })
 }
 
-/// The objects of a plan; returns whether the Machine was created by this call. What the
-/// clones need is read at once (the templates usually come from the template index), the
-/// clones are created together, then the Machine: three round trips to the API server
-/// after the plan is recorded, whatever the number of objects.
+/// The objects of a plan; returns whether the Machine was created by this call. The clones
+/// (their templates usually from the template index) are created together while the
+/// Machine's version is read, then the Machine: two round trips to the API server after the
+/// plan is recorded, whatever the number of objects.
 pub(super) async fn create_objects(
     ctx: &Shared,
     claim: &NodeClaim,
@@ -354,39 +355,69 @@ pub(super) async fn create_objects(
         cluster_name: &plan.cluster,
         labels: &labels,
     };
-    // The Machine's version is known before anything is created: an unreadable Cluster is
-    // retried, never turned into a Machine without a version.
-    let (version, config, infra) = futures::try_join!(
-        machine_version(ctx, plan, &nodeclass),
-        bootstrap_clone(ctx, plan, &nodeclass, &target, &uid),
-        infra_clone(ctx, plan, &target, &uid),
-    )?;
-    let bootstrap = match (&config, &plan.bootstrap) {
-        (Some(_), Some(clone)) => Bootstrap::ConfigRef(clone.capi_ref()),
-        _ => match plan.data_secret_name.clone() {
-            Some(secret) => Bootstrap::DataSecretName(secret),
-            None => {
-                return Err(Error::Launch(format!(
-                    "ClusterAPINodeClass {} has no bootstrap source (configTemplateRef or dataSecretName)",
-                    claim.spec.node_class_ref.name
-                )));
-            }
-        },
+    let bootstrap = match (
+        &plan.bootstrap_template,
+        &plan.bootstrap,
+        &plan.data_secret_name,
+    ) {
+        (Some(_), Some(clone), _) => Bootstrap::ConfigRef(clone.capi_ref()),
+        (_, _, Some(secret)) => Bootstrap::DataSecretName(secret.clone()),
+        _ => {
+            return Err(Error::Launch(format!(
+                "ClusterAPINodeClass {} has no bootstrap source (configTemplateRef or dataSecretName)",
+                claim.spec.node_class_ref.name
+            )));
+        }
     };
-    let clones: Vec<&Clone> = config.iter().chain(std::iter::once(&infra)).collect();
-    create_clones(&clones, &uid, &ctx.cluster_id).await?;
-
-    // The Machine.
+    if nodeclass.version.is_none() {
+        // Not cached: nothing is created (only the control plane read below can fail once
+        // the clones exist; they are then rolled back).
+        cached_cluster(ctx, &ns, &plan.cluster)?;
+    }
+    let clones = async {
+        let (config, infra) = futures::try_join!(
+            bootstrap_clone(ctx, plan, &nodeclass, &target, &uid),
+            infra_clone(ctx, plan, &target, &uid),
+        )?;
+        let clones: Vec<Clone> = config.into_iter().chain(std::iter::once(infra)).collect();
+        create_clones(&clones, &uid, &ctx.cluster_id).await?;
+        Ok::<_, Error>(clones)
+    };
+    // The Machine's version is known before it is created: an unreadable Cluster is
+    // retried (its clones rolled back), never turned into a Machine without a version.
+    let (version, clones) = futures::join!(machine_version(ctx, plan, &nodeclass), clones);
+    let clones = clones?;
+    let rollback = || async {
+        for (api, object) in &clones {
+            delete_quietly(api, &object.name_any()).await;
+        }
+    };
+    let version = match version {
+        Ok(v) => v,
+        Err(e) => {
+            rollback().await;
+            return Err(e);
+        }
+    };
     let machine = machine_object(plan, &nodeclass, labels, &uid, version, bootstrap)?;
     match create_or_adopt(&ctx.machines_dynamic(&ns), &machine, &uid, &ctx.cluster_id).await {
         Ok(created) => Ok(created),
         Err(e) => {
-            for (api, object) in &clones {
-                delete_quietly(api, &object.name_any()).await;
-            }
+            rollback().await;
             Err(e)
         }
     }
+}
+
+/// The Cluster from the cache; not cached (yet) is an error launch retries.
+fn cached_cluster(ctx: &Shared, ns: &str, cluster: &str) -> Result<Arc<api::Cluster>, Error> {
+    ctx.clusters
+        .get(&ObjectRef::new(cluster).within(ns))
+        .ok_or_else(|| {
+            Error::Launch(format!(
+                "Cluster {ns}/{cluster} not found; its Kubernetes version is needed for the Machine"
+            ))
+        })
 }
 
 /// The Kubernetes version of a Cluster: `spec.topology.version`, else its control plane's
@@ -397,11 +428,7 @@ pub(super) async fn cluster_version(
     ns: &str,
     cluster: &str,
 ) -> Result<Option<String>, Error> {
-    let Some(c) = ctx.clusters.get(&ObjectRef::new(cluster).within(ns)) else {
-        return Err(Error::Launch(format!(
-            "Cluster {ns}/{cluster} not found; its Kubernetes version is needed for the Machine"
-        )));
-    };
+    let c = cached_cluster(ctx, ns, cluster)?;
     if let Some(v) = c.topology_version() {
         return Ok(Some(v.to_string()));
     }
