@@ -6,12 +6,15 @@
 //! ends (no repeat for [`FINISH`]). A pod nominated to the same NodeClaim batch after batch
 //! is one `Nominated` Event with a count, at most two writes per [`REFRESH`].
 //!
-//! Nominations are the one event written per pod in a scale-out: new `Nominated` Events are
-//! rate limited as Karpenter's `PodNominationRateLimiter` does (5 per second), past a
-//! burst of [`NOMINATION_BURST`] (a batch of that many pods is nominated in full). One over
-//! the rate is not written and not remembered: a later batch that nominates the still
-//! pending pod again writes it then. A burst of a thousand pods is a few hundred Events, as
-//! with Karpenter, instead of one per pod.
+//! Nominations are the one event written per pod in a scale-out, and are aggregated per pod
+//! as Karpenter does: a pod gets at most one new `Nominated` Event per [`NOMINATION_WINDOW`]
+//! (a nomination to another NodeClaim within it is not written; one to the same NodeClaim
+//! counts into the series as above), and new `Nominated` Events are rate limited as
+//! Karpenter's `PodNominationRateLimiter` does (5 per second), past a burst of
+//! [`NOMINATION_BURST`] (a batch of that many pods is nominated in full). One over the rate
+//! is not written and not remembered: a later batch that nominates the still pending pod
+//! again writes it then. A burst of a thousand pods is a few hundred Events, as with
+//! Karpenter, instead of one or more per pod.
 //!
 //! kube-runtime's `Recorder` (kube 5) also makes series, but keys them without the note (a
 //! pod nominated to another NodeClaim would patch the old "should schedule on" message) and
@@ -43,6 +46,10 @@ pub const NOMINATION_QPS: NonZeroU32 = NonZeroU32::new(5).expect("nonzero");
 /// New `Nominated` Events written at once before [`NOMINATION_QPS`] applies (Karpenter: 10;
 /// larger here so that a batch of up to this many pods loses none).
 pub const NOMINATION_BURST: NonZeroU32 = NonZeroU32::new(50).expect("nonzero");
+
+/// A pod nominated less than this ago gets no new `Nominated` Event (Karpenter's dedupe
+/// timeout for it: 2 minutes).
+pub const NOMINATION_WINDOW: Duration = Duration::from_secs(2 * 60);
 
 type Limiter = governor::RateLimiter<
     governor::state::NotKeyed,
@@ -114,6 +121,8 @@ pub struct Recorder {
     cache: Arc<Mutex<HashMap<Key, Entry>>>,
     /// New `Nominated` Events (see the module doc).
     nominations: Arc<Limiter>,
+    /// When each pod's last `Nominated` Event was created (see the module doc).
+    nominated: Arc<Mutex<HashMap<ObjectKey, tokio::time::Instant>>>,
 }
 
 fn type_name(t: EventType) -> &'static str {
@@ -133,6 +142,7 @@ impl Recorder {
                 governor::Quota::per_second(NOMINATION_QPS).allow_burst(NOMINATION_BURST),
                 crate::ratelimit::TokioClock,
             )),
+            nominated: Arc::default(),
         }
     }
 
@@ -219,12 +229,8 @@ impl Recorder {
                 }
             }
             None if ev.reason == api::consts::events::NOMINATED
-                && self.nominations.check().is_err() =>
+                && !self.nomination_allowed(regarding) =>
             {
-                tracing::debug!(
-                    object = regarding.name.as_deref().unwrap_or_default(),
-                    "nomination over the event rate; not written"
-                );
                 Write::Nothing
             }
             None => {
@@ -246,6 +252,34 @@ impl Recorder {
             }
         };
         (write, finished)
+    }
+
+    /// Whether a new `Nominated` Event about `pod` may be written now: none in the last
+    /// [`NOMINATION_WINDOW`], and the rate allows it (then the window starts).
+    fn nomination_allowed(&self, pod: &ObjectReference) -> bool {
+        let now = tokio::time::Instant::now();
+        let mut nominated = self.nominated.lock().unwrap_or_else(|p| p.into_inner());
+        let key = ObjectKey::from(pod);
+        if nominated
+            .get(&key)
+            .is_some_and(|at| now.duration_since(*at) < NOMINATION_WINDOW)
+        {
+            return false;
+        }
+        if self.nominations.check().is_err() {
+            tracing::debug!(
+                pod = pod.name.as_deref().unwrap_or_default(),
+                "nomination over the event rate; not written"
+            );
+            return false;
+        }
+        if nominated.len() >= MAX_SERIES {
+            nominated.retain(|_, at| now.duration_since(*at) < NOMINATION_WINDOW);
+        }
+        if nominated.len() < MAX_SERIES {
+            nominated.insert(key, now);
+        }
+        true
     }
 
     fn mark_created(&self, ev: &Event, regarding: &ObjectReference, ok: bool) {
@@ -432,7 +466,7 @@ mod tests {
         assert!(recorder.cache.lock().expect("cache").contains_key(&key));
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_pod_renominated_to_the_same_nodeclaim_is_one_event_with_a_count() {
         let (client, seen) = recording_client();
         let recorder = Recorder::new(
@@ -470,7 +504,10 @@ mod tests {
         assert_eq!(entry.count, 5);
         assert!(patches[0].1.ends_with(&format!("/events/{}", entry.name)));
 
-        // Another NodeClaim, or another pod (a new uid), is another Event.
+        // Another NodeClaim (once the pod's nomination window passed: see
+        // a_pod_gets_one_new_nomination_event_per_window), or another pod (a new uid), is
+        // another Event, not a patch of the old message.
+        tokio::time::advance(NOMINATION_WINDOW).await;
         recorder
             .publish(&nominated("default-xyz"), &pod_ref("u1"))
             .await
@@ -570,5 +607,40 @@ mod tests {
             .cloned()
             .expect("entry");
         assert_eq!(entry.count, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_gets_one_new_nomination_event_per_window() {
+        let (client, seen) = recording_client();
+        let recorder = Recorder::new(
+            client,
+            Reporter {
+                controller: "karpenter-capi".into(),
+                instance: None,
+            },
+        );
+        let pod = pod_ref("u1");
+        for claim in ["default-a", "default-b", "default-a"] {
+            recorder
+                .publish(&nominated(claim), &pod)
+                .await
+                .expect("publish");
+        }
+        // default-b is not written; default-a again is the series of the first.
+        assert_eq!(methods(&seen, "POST"), 1);
+        assert_eq!(methods(&seen, "PATCH"), 1);
+        // Another pod is not held back by this one's window.
+        recorder
+            .publish(&nominated("default-b"), &pod_ref("u2"))
+            .await
+            .expect("publish");
+        assert_eq!(methods(&seen, "POST"), 2);
+
+        tokio::time::advance(NOMINATION_WINDOW).await;
+        recorder
+            .publish(&nominated("default-b"), &pod)
+            .await
+            .expect("publish");
+        assert_eq!(methods(&seen, "POST"), 3, "a new window: a new Event");
     }
 }
