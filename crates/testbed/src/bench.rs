@@ -523,6 +523,24 @@ mod tests {
     }
 
     #[test]
+    fn a_machine_is_timed_from_its_own_nodeclaim() {
+        let mut t = Timeline::default();
+        let obj = |created, pid: &str| ObjectTimes {
+            created: Some(created),
+            provider_id: pid.into(),
+            ..ObjectTimes::default()
+        };
+        t.nodeclaims.insert("a".into(), obj(2.0, "p://1"));
+        t.nodeclaims.insert("b".into(), obj(5.0, "p://2"));
+        t.nodeclaims.insert("launching".into(), obj(9.0, ""));
+        t.machines.insert("ma".into(), obj(2.5, "p://1"));
+        t.machines.insert("mb".into(), obj(7.0, "p://2"));
+        let p = machine_after_nodeclaim(&t).expect("two linked");
+        assert_eq!((p.n, p.p50, p.max), (2, 0.5, 2.0));
+        assert_eq!(machine_after_nodeclaim(&Timeline::default()), None);
+    }
+
+    #[test]
     fn writes_are_counted_per_agent_verb_and_resource_in_the_window() {
         let line = |agent: &str, verb: &str, res: &str, sub: &str, code: u16, at: &str| {
             format!(
