@@ -965,3 +965,82 @@ async fn pods_arriving_while_a_nodeclaim_launches_are_packed_onto_it() {
         "no pod was nominated twice (the batches did not run again?): {counts:?}"
     );
 }
+
+/// A burst of pods is not an Event per pod: new `Nominated` Events are rate limited as
+/// Karpenter's are (a burst, then a few per second), nothing else is written per pod, and
+/// every pod still runs.
+#[tokio::test]
+async fn a_burst_of_pods_is_nominated_within_the_event_rate() {
+    use controller::events::{NOMINATION_BURST, NOMINATION_QPS};
+    let env = env(default_templates(json!({}))).await;
+    let client = env.tb.client();
+    create_nodepool(&client, json!({"cpu": "200"})).await;
+    let ns = env.tb.temp_namespace().await.expect("namespace");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    // Created at once (no ReplicaSet pacing), so the provisioner sees them together.
+    let n = 4 * NOMINATION_BURST.get() as usize;
+    let spec = deployment("burst", 1, "50m", "64Mi", json!({}))
+        .spec
+        .and_then(|s| s.template.spec)
+        .expect("pod spec");
+    let creates = (0..n).map(|i| {
+        let pod = Pod {
+            metadata: kube::api::ObjectMeta {
+                name: Some(format!("burst-{i}")),
+                labels: Some([("app".to_string(), "burst".to_string())].into()),
+                ..Default::default()
+            },
+            spec: Some(spec.clone()),
+            ..Default::default()
+        };
+        let pods = pods.clone();
+        async move { pods.create(&PostParams::default(), &pod).await }
+    });
+    for created in futures::future::join_all(creates).await {
+        created.expect("pod");
+    }
+    all_running(&client, &ns, n, 180).await;
+
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), &ns);
+    let ours: Vec<_> = events
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.reporting_controller.as_deref() == Some("karpenter"))
+        .collect();
+    let mut nominated: Vec<_> = ours
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("Nominated"))
+        .filter_map(|e| e.event_time.as_ref().map(|t| t.0))
+        .collect();
+    nominated.sort();
+    let reasons: BTreeSet<_> = ours.iter().filter_map(|e| e.reason.clone()).collect();
+    eprintln!(
+        "{n} pods: {} Events of ours {reasons:?}, {} Nominated",
+        ours.len(),
+        nominated.len()
+    );
+    let burst = NOMINATION_BURST.get() as usize;
+    assert!(
+        nominated.len() >= burst,
+        "the first {burst} nominations are written: {}",
+        nominated.len()
+    );
+    let span = match (nominated.first(), nominated.last()) {
+        (Some(a), Some(b)) => b.duration_since(*a).as_secs_f64(),
+        _ => 0.0,
+    };
+    let allowed = burst + (NOMINATION_QPS.get() as f64 * (span + 1.0)).ceil() as usize;
+    assert!(
+        nominated.len() <= allowed,
+        "{} Nominated Events over {span:.1} s: more than the rate allows ({allowed})",
+        nominated.len()
+    );
+    assert!(
+        ours.len() < n,
+        "{} Events of ours for {n} pods: {reasons:?}",
+        ours.len()
+    );
+}

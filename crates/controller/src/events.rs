@@ -6,11 +6,22 @@
 //! ends (no repeat for [`FINISH`]). A pod nominated to the same NodeClaim batch after batch
 //! is one `Nominated` Event with a count, at most two writes per [`REFRESH`].
 //!
+//! Nominations are the one event written per pod in a scale-out, and are aggregated per pod
+//! as Karpenter does: a pod gets at most one new `Nominated` Event per [`NOMINATION_WINDOW`]
+//! (a nomination to another NodeClaim within it is not written; one to the same NodeClaim
+//! counts into the series as above), and new `Nominated` Events are rate limited as
+//! Karpenter's `PodNominationRateLimiter` does (5 per second), past a burst of
+//! [`NOMINATION_BURST`] (a batch of that many pods is nominated in full). One over the rate
+//! is not written and not remembered: a later batch that nominates the still pending pod
+//! again writes it then. A burst of a thousand pods is a few hundred Events, as with
+//! Karpenter, instead of one or more per pod.
+//!
 //! kube-runtime's `Recorder` (kube 5) also makes series, but keys them without the note (a
 //! pod nominated to another NodeClaim would patch the old "should schedule on" message) and
 //! writes on every repeat.
 
 use std::collections::HashMap;
+use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -30,6 +41,22 @@ pub const REFRESH: Duration = Duration::from_secs(30 * 60);
 /// quarter is forgotten (a later repeat of one starts a new Event), so a burst of thousands
 /// of pods does not hold memory for [`FINISH`].
 pub const MAX_SERIES: usize = 4096;
+/// New `Nominated` Events per second past the burst (Karpenter: 5).
+pub const NOMINATION_QPS: NonZeroU32 = NonZeroU32::new(5).expect("nonzero");
+/// New `Nominated` Events written at once before [`NOMINATION_QPS`] applies (Karpenter: 10;
+/// larger here so that a batch of up to this many pods loses none).
+pub const NOMINATION_BURST: NonZeroU32 = NonZeroU32::new(50).expect("nonzero");
+
+/// A pod nominated less than this ago gets no new `Nominated` Event (Karpenter's dedupe
+/// timeout for it: 2 minutes).
+pub const NOMINATION_WINDOW: Duration = Duration::from_secs(2 * 60);
+
+type Limiter = governor::RateLimiter<
+    governor::state::NotKeyed,
+    governor::state::InMemoryState,
+    crate::ratelimit::TokioClock,
+    governor::middleware::NoOpMiddleware<std::time::Instant>,
+>;
 
 /// What makes two events the same (client-go's `getKey`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -92,6 +119,10 @@ pub struct Recorder {
     client: Client,
     reporter: Reporter,
     cache: Arc<Mutex<HashMap<Key, Entry>>>,
+    /// New `Nominated` Events (see the module doc).
+    nominations: Arc<Limiter>,
+    /// When each pod's last `Nominated` Event was created (see the module doc).
+    nominated: Arc<Mutex<HashMap<ObjectKey, tokio::time::Instant>>>,
 }
 
 fn type_name(t: EventType) -> &'static str {
@@ -107,6 +138,11 @@ impl Recorder {
             client,
             reporter,
             cache: Arc::default(),
+            nominations: Arc::new(governor::RateLimiter::direct_with_clock(
+                governor::Quota::per_second(NOMINATION_QPS).allow_burst(NOMINATION_BURST),
+                crate::ratelimit::TokioClock,
+            )),
+            nominated: Arc::default(),
         }
     }
 
@@ -192,6 +228,11 @@ impl Recorder {
                     Write::Nothing
                 }
             }
+            None if ev.reason == api::consts::events::NOMINATED
+                && !self.nomination_allowed(regarding) =>
+            {
+                Write::Nothing
+            }
             None => {
                 let event = self.event(ev, regarding, now);
                 cache.insert(
@@ -211,6 +252,34 @@ impl Recorder {
             }
         };
         (write, finished)
+    }
+
+    /// Whether a new `Nominated` Event about `pod` may be written now: none in the last
+    /// [`NOMINATION_WINDOW`], and the rate allows it (then the window starts).
+    fn nomination_allowed(&self, pod: &ObjectReference) -> bool {
+        let now = tokio::time::Instant::now();
+        let mut nominated = self.nominated.lock().unwrap_or_else(|p| p.into_inner());
+        let key = ObjectKey::from(pod);
+        if nominated
+            .get(&key)
+            .is_some_and(|at| now.duration_since(*at) < NOMINATION_WINDOW)
+        {
+            return false;
+        }
+        if self.nominations.check().is_err() {
+            tracing::debug!(
+                pod = pod.name.as_deref().unwrap_or_default(),
+                "nomination over the event rate; not written"
+            );
+            return false;
+        }
+        if nominated.len() >= MAX_SERIES {
+            nominated.retain(|_, at| now.duration_since(*at) < NOMINATION_WINDOW);
+        }
+        if nominated.len() < MAX_SERIES {
+            nominated.insert(key, now);
+        }
+        true
     }
 
     fn mark_created(&self, ev: &Event, regarding: &ObjectReference, ok: bool) {
@@ -238,14 +307,42 @@ impl Recorder {
             .map(|_| ())
     }
 
+    /// Records one occurrence of `ev` about `regarding` without waiting for the write (as
+    /// client-go's recorder does): what to write is decided now, in order; the write runs in
+    /// the background, and a failed one is logged. A loop that reports what it does (a pod
+    /// nominated, a Node registered) is never slowed down by the API server's Event writes.
+    pub fn record(&self, ev: Event, regarding: ObjectReference) {
+        let (write, finished) = self.observe(&ev, &regarding);
+        if matches!(write, Write::Nothing) && finished.is_empty() {
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = this.write(&ev, &regarding, write, finished).await {
+                tracing::warn!(object = regarding.name.as_deref().unwrap_or_default(),
+                    reason = %ev.reason, error = %e, "publishing event failed");
+            }
+        });
+    }
+
     /// Publishes one occurrence of `ev` about `regarding` (see the module doc for when that
-    /// writes).
+    /// writes), waiting for the write.
     pub async fn publish(
         &self,
         ev: &Event,
         regarding: &ObjectReference,
     ) -> Result<(), kube::Error> {
         let (write, finished) = self.observe(ev, regarding);
+        self.write(ev, regarding, write, finished).await
+    }
+
+    async fn write(
+        &self,
+        ev: &Event,
+        regarding: &ObjectReference,
+        write: Write,
+        finished: Vec<Entry>,
+    ) -> Result<(), kube::Error> {
         for e in &finished {
             if let Err(err) = self.patch_series(e).await {
                 tracing::debug!(event = %e.name, error = %err, "finishing event series failed");
@@ -332,6 +429,16 @@ mod tests {
         }
     }
 
+    fn failed() -> Event {
+        Event {
+            type_: EventType::Warning,
+            reason: "FailedScheduling".into(),
+            note: Some("Failed to schedule pod, no capacity".into()),
+            action: "FailedScheduling".into(),
+            secondary: None,
+        }
+    }
+
     #[tokio::test]
     async fn the_series_cache_is_bounded() {
         let (client, _) = recording_client();
@@ -344,7 +451,7 @@ mod tests {
         );
         for i in 0..MAX_SERIES + 10 {
             recorder
-                .publish(&nominated("default-abc"), &pod_ref(&format!("u{i}")))
+                .publish(&failed(), &pod_ref(&format!("u{i}")))
                 .await
                 .expect("publish");
         }
@@ -353,13 +460,13 @@ mod tests {
             (MAX_SERIES * 3 / 4..=MAX_SERIES).contains(&len),
             "{len} series remembered"
         );
-        // The newest is still a series: a repeat counts instead of a new Event.
+        // (Not Nominated: those are rate limited.) The newest is still a series: a repeat counts instead of a new Event.
         let last = format!("u{}", MAX_SERIES + 9);
-        let key = Recorder::key(&nominated("default-abc"), &pod_ref(&last));
+        let key = Recorder::key(&failed(), &pod_ref(&last));
         assert!(recorder.cache.lock().expect("cache").contains_key(&key));
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_pod_renominated_to_the_same_nodeclaim_is_one_event_with_a_count() {
         let (client, seen) = recording_client();
         let recorder = Recorder::new(
@@ -397,7 +504,10 @@ mod tests {
         assert_eq!(entry.count, 5);
         assert!(patches[0].1.ends_with(&format!("/events/{}", entry.name)));
 
-        // Another NodeClaim, or another pod (a new uid), is another Event.
+        // Another NodeClaim (once the pod's nomination window passed: see
+        // a_pod_gets_one_new_nomination_event_per_window), or another pod (a new uid), is
+        // another Event, not a patch of the old message.
+        tokio::time::advance(NOMINATION_WINDOW).await;
         recorder
             .publish(&nominated("default-xyz"), &pod_ref("u1"))
             .await
@@ -413,5 +523,124 @@ mod tests {
             .filter(|(m, _)| m == "POST")
             .count();
         assert_eq!(posts, 3);
+    }
+
+    fn methods(seen: &Log, method: &str) -> usize {
+        seen.lock()
+            .expect("log")
+            .iter()
+            .filter(|(m, _)| m == method)
+            .count()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_of_nominations_is_rate_limited_as_karpenter_does() {
+        let (client, seen) = recording_client();
+        let recorder = Recorder::new(
+            client,
+            Reporter {
+                controller: "karpenter-capi".into(),
+                instance: None,
+            },
+        );
+        let burst = NOMINATION_BURST.get() as usize;
+        let pods: Vec<String> = (0..4 * burst).map(|i| format!("u{i}")).collect();
+        for uid in &pods {
+            recorder
+                .publish(&nominated("default-abc"), &pod_ref(uid))
+                .await
+                .expect("publish");
+        }
+        assert_eq!(methods(&seen, "POST"), burst, "the burst, then nothing");
+
+        // A second later: NOMINATION_QPS more. The pods nominated before are a series (one
+        // patch each, no new Event); those over the rate were not remembered, so their next
+        // nomination is a new Event as the rate allows.
+        tokio::time::advance(Duration::from_secs(1)).await;
+        for uid in &pods {
+            recorder
+                .publish(&nominated("default-abc"), &pod_ref(uid))
+                .await
+                .expect("publish");
+        }
+        let qps = NOMINATION_QPS.get() as usize;
+        assert_eq!(methods(&seen, "POST"), burst + qps);
+        assert_eq!(methods(&seen, "PATCH"), burst);
+
+        // Other reasons are not limited.
+        for uid in &pods {
+            recorder
+                .publish(&failed(), &pod_ref(uid))
+                .await
+                .expect("publish");
+        }
+        assert_eq!(methods(&seen, "POST"), burst + qps + pods.len());
+    }
+
+    #[tokio::test]
+    async fn record_decides_at_once_and_writes_in_the_background() {
+        let (client, seen) = recording_client();
+        let recorder = Recorder::new(
+            client,
+            Reporter {
+                controller: "karpenter-capi".into(),
+                instance: None,
+            },
+        );
+        // The repeat comes before the first is written: it only counts.
+        recorder.record(nominated("default-abc"), pod_ref("u1"));
+        recorder.record(nominated("default-abc"), pod_ref("u1"));
+        for _ in 0..10_000 {
+            if methods(&seen, "POST") == 1 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(methods(&seen, "POST"), 1, "one Event object");
+        assert_eq!(methods(&seen, "PATCH"), 0);
+        let entry = recorder
+            .cache
+            .lock()
+            .expect("cache")
+            .values()
+            .next()
+            .cloned()
+            .expect("entry");
+        assert_eq!(entry.count, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_gets_one_new_nomination_event_per_window() {
+        let (client, seen) = recording_client();
+        let recorder = Recorder::new(
+            client,
+            Reporter {
+                controller: "karpenter-capi".into(),
+                instance: None,
+            },
+        );
+        let pod = pod_ref("u1");
+        for claim in ["default-a", "default-b", "default-a"] {
+            recorder
+                .publish(&nominated(claim), &pod)
+                .await
+                .expect("publish");
+        }
+        // default-b is not written; default-a again is the series of the first.
+        assert_eq!(methods(&seen, "POST"), 1);
+        assert_eq!(methods(&seen, "PATCH"), 1);
+        // Another pod is not held back by this one's window.
+        recorder
+            .publish(&nominated("default-b"), &pod_ref("u2"))
+            .await
+            .expect("publish");
+        assert_eq!(methods(&seen, "POST"), 2);
+
+        tokio::time::advance(NOMINATION_WINDOW).await;
+        recorder
+            .publish(&nominated("default-b"), &pod)
+            .await
+            .expect("publish");
+        assert_eq!(methods(&seen, "POST"), 3, "a new window: a new Event");
     }
 }

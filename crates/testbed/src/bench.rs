@@ -130,6 +130,25 @@ pub fn breakdown(t: &Timeline) -> Vec<StageRow> {
         .collect()
 }
 
+/// Per NodeClaim, the time from its creation to its Machine's (linked by provider ID): the
+/// launch alone. The per-pod `Machine` stage is timed from the pod's previous stage, its
+/// nomination, which may name another NodeClaim than the one whose Node the pod lands on.
+pub fn machine_after_nodeclaim(t: &Timeline) -> Option<Percentiles> {
+    let machines: HashMap<&str, f64> = t
+        .machines
+        .values()
+        .filter(|m| !m.provider_id.is_empty())
+        .filter_map(|m| Some((m.provider_id.as_str(), m.created?)))
+        .collect();
+    Percentiles::of(
+        t.nodeclaims
+            .values()
+            .filter(|c| !c.provider_id.is_empty())
+            .filter_map(|c| Some(machines.get(c.provider_id.as_str())? - c.created?))
+            .collect(),
+    )
+}
+
 /// Latest time over objects created after the scale-up (`None` if none).
 pub fn last<'a>(it: impl Iterator<Item = Option<f64>> + 'a) -> Option<f64> {
     it.flatten().filter(|x| *x >= 0.0).reduce(f64::max)
@@ -253,6 +272,9 @@ pub struct Summary {
     pub machines: usize,
     pub nodes: usize,
     pub breakdown: Vec<StageRow>,
+    /// See [`machine_after_nodeclaim`].
+    #[serde(default)]
+    pub machine_after_nodeclaim: Option<Percentiles>,
     /// From the scale-down: all NodeClaims, Machines, Nodes deleted.
     pub nodeclaims_gone: Option<f64>,
     pub machines_gone: Option<f64>,
@@ -303,6 +325,9 @@ const FIGURES: &[Figure] = &[
     ("all Nodes Ready (s)", |s| s.all_nodes_ready),
     ("all pods Running (s)", |s| s.all_running),
     ("NodeClaims", |s| Some(s.nodeclaims as f64)),
+    ("Machine after its NodeClaim, p99 (s)", |s| {
+        s.machine_after_nodeclaim.as_ref().map(|p| p.p99)
+    }),
     (
         "Machines launched (karpenter_capi_machines_launched_total)",
         |s| {
@@ -385,6 +410,10 @@ pub fn report(s: &Summary) -> String {
             p(&r.from_previous)
         );
     }
+    out += &format!(
+        "\nper NodeClaim, its Machine created after it p50 / p90 / p99 / max (s): {}\n",
+        p(&s.machine_after_nodeclaim)
+    );
     out += &format!(
         "\nprocess: peak RSS {:.0} MiB, CPU {:.1} s scale-out, {:.1} s scale-in\n",
         s.process.peak_rss_mib, s.process.cpu_scale_out, s.process.cpu_scale_in
@@ -491,6 +520,24 @@ mod tests {
         // A stage not reached is skipped: Machine follows NodeClaim directly.
         let machine = rows.iter().find(|r| r.stage == "Machine").expect("row");
         assert_eq!(machine.from_previous.as_ref().map(|p| p.max), Some(0.5));
+    }
+
+    #[test]
+    fn a_machine_is_timed_from_its_own_nodeclaim() {
+        let mut t = Timeline::default();
+        let obj = |created, pid: &str| ObjectTimes {
+            created: Some(created),
+            provider_id: pid.into(),
+            ..ObjectTimes::default()
+        };
+        t.nodeclaims.insert("a".into(), obj(2.0, "p://1"));
+        t.nodeclaims.insert("b".into(), obj(5.0, "p://2"));
+        t.nodeclaims.insert("launching".into(), obj(9.0, ""));
+        t.machines.insert("ma".into(), obj(2.5, "p://1"));
+        t.machines.insert("mb".into(), obj(7.0, "p://2"));
+        let p = machine_after_nodeclaim(&t).expect("two linked");
+        assert_eq!((p.n, p.p50, p.max), (2, 0.5, 2.0));
+        assert_eq!(machine_after_nodeclaim(&Timeline::default()), None);
     }
 
     #[test]

@@ -390,7 +390,8 @@ impl Shared {
     }
 }
 
-/// Publishes an event (best effort: a failed event never fails a loop).
+/// Publishes an event (best effort: a failed event never fails a loop, and the loop does not
+/// wait for its write).
 pub async fn publish(
     recorder: &Recorder,
     reference: ObjectReference,
@@ -408,9 +409,7 @@ pub async fn publish(
         action: reason.into(),
         secondary: None,
     };
-    if let Err(e) = recorder.publish(&event, &reference).await {
-        tracing::warn!(object = reference.name.as_deref().unwrap_or_default(), reason, error = %e, "publishing event failed");
-    }
+    recorder.record(event, reference);
 }
 
 /// Karpenter's `Ready` = Launched ∧ Registered ∧ Initialized (once any of them is known:

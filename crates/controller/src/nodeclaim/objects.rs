@@ -7,6 +7,7 @@
 //! error; a failed Machine create rolls the clones back.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use api::NodeClaim;
 use kube::ResourceExt;
@@ -134,7 +135,9 @@ async fn delete_quietly(api: &Api<DynamicObject>, name: &str) {
 }
 
 /// The object `template` describes, for `target`; a template that is gone or malformed is
-/// permanent (`reasons`: not found, invalid).
+/// permanent (`reasons`: not found, invalid). The template is taken from the template
+/// index when it holds it (the copy the plan's hash was computed from: no read per launch),
+/// else read.
 async fn cloned(
     ctx: &Shared,
     ns: &str,
@@ -142,13 +145,32 @@ async fn cloned(
     target: &CloneTarget<'_>,
     reasons: (&'static str, &'static str),
 ) -> Result<DynamicObject, Error> {
-    let ar = served(ctx, &template.api_version, &template.kind).await?;
-    let templates: Api<DynamicObject> = Api::namespaced_with(ctx.management.clone(), ns, &ar);
-    let found = templates.get(&template.name).await.map_err(|e| {
-        gone(e, reasons.0, || {
-            format!("{} {ns}/{} not found", template.kind, template.name)
+    // The index's copy, in the version the plan names (an older plan may name another).
+    let cached = ctx
+        .catalogs
+        .template(template.group(), &template.kind, ns, &template.name)
+        .map(|t| {
+            let mut t = (*t).clone();
+            t.types.get_or_insert_with(|| kube::api::TypeMeta {
+                api_version: template.api_version.clone(),
+                kind: template.kind.clone(),
+            });
+            t
         })
-    })?;
+        .filter(|t| t.types.as_ref().map(|t| &t.api_version) == Some(&template.api_version));
+    let found = match cached {
+        Some(t) => t,
+        None => {
+            let ar = served(ctx, &template.api_version, &template.kind).await?;
+            let templates: Api<DynamicObject> =
+                Api::namespaced_with(ctx.management.clone(), ns, &ar);
+            templates.get(&template.name).await.map_err(|e| {
+                gone(e, reasons.0, || {
+                    format!("{} {ns}/{} not found", template.kind, template.name)
+                })
+            })?
+        }
+    };
     clone_template(&found, target).map_err(|e| Error::permanent(reasons.1, e.to_string()))
 }
 
@@ -176,14 +198,16 @@ fn gone(e: kube::Error, reason: &'static str, message: impl FnOnce() -> String) 
     }
 }
 
-/// Clones the plan's InfraMachine from its template (or adopts the clone a previous attempt
-/// made).
-async fn create_infra(
+/// A clone to create: its API and the object.
+type Clone = (Api<DynamicObject>, DynamicObject);
+
+/// The plan's InfraMachine, cloned from its template (not created yet).
+async fn infra_clone(
     ctx: &Shared,
     plan: &Plan,
     target: &CloneTarget<'_>,
     uid: &str,
-) -> Result<Api<DynamicObject>, Error> {
+) -> Result<Clone, Error> {
     let ns = &plan.namespace;
     let mut infra = cloned(
         ctx,
@@ -203,8 +227,75 @@ async fn create_infra(
     )
     .await?;
     let infras: Api<DynamicObject> = Api::namespaced_with(ctx.management.clone(), ns, &infra_ar);
-    create_or_adopt(&infras, &infra, uid, &ctx.cluster_id).await?;
-    Ok(infras)
+    Ok((infras, infra))
+}
+
+/// The plan's bootstrap config, cloned from its template (not created yet); `None` when the
+/// NodeClass names a data secret instead.
+async fn bootstrap_clone(
+    ctx: &Shared,
+    plan: &Plan,
+    nodeclass: &NodeClass,
+    target: &CloneTarget<'_>,
+    uid: &str,
+) -> Result<Option<Clone>, Error> {
+    let (Some(bt), Some(clone)) = (&plan.bootstrap_template, &plan.bootstrap) else {
+        return Ok(None);
+    };
+    let ns = &plan.namespace;
+    let mut config = cloned(
+        ctx,
+        ns,
+        bt,
+        target,
+        ("BootstrapTemplateNotFound", "BootstrapTemplateInvalid"),
+    )
+    .await?;
+    config
+        .annotations_mut()
+        .insert(names::NODECLAIM_UID_ANNOTATION.into(), uid.to_string());
+    if bt.kind == "KubeadmConfigTemplate"
+        && nodeclass.bootstrap.inject_unregistered_taint != Some(false)
+    {
+        inject_unregistered_taint(&mut config);
+    }
+    let config_ar = served(ctx, &clone.api_version, &clone.kind).await?;
+    let configs: Api<DynamicObject> = Api::namespaced_with(ctx.management.clone(), ns, &config_ar);
+    Ok(Some((configs, config)))
+}
+
+/// The Kubernetes version of the plan's Machine: the NodeClass's, else the Cluster's.
+async fn machine_version(
+    ctx: &Shared,
+    plan: &Plan,
+    nodeclass: &NodeClass,
+) -> Result<Option<String>, Error> {
+    match nodeclass.version.clone() {
+        Some(v) => Ok(Some(v)),
+        None => cluster_version(ctx, &plan.namespace, &plan.cluster).await,
+    }
+}
+
+/// Creates (or adopts) the clones together; if any fails, the others are rolled back.
+async fn create_clones(clones: &[Clone], uid: &str, cluster_id: &str) -> Result<(), Error> {
+    let results = futures::future::join_all(
+        clones
+            .iter()
+            .map(|(api, object)| create_or_adopt(api, object, uid, cluster_id)),
+    )
+    .await;
+    let Some(failed) = results.iter().position(Result::is_err) else {
+        return Ok(());
+    };
+    for ((api, object), result) in clones.iter().zip(&results) {
+        if result.is_ok() {
+            delete_quietly(api, &object.name_any()).await;
+        }
+    }
+    match results.into_iter().nth(failed) {
+        Some(Err(e)) => Err(e),
+        _ => Ok(()),
+    }
 }
 
 /// The Machine of a plan, as it is created.
@@ -243,7 +334,10 @@ fn machine_object(
     })
 }
 
-/// The objects of a plan; returns whether the Machine was created by this call.
+/// The objects of a plan; returns whether the Machine was created by this call. The clones
+/// (their templates usually from the template index) are created together while the
+/// Machine's version is read, then the Machine: two round trips to the API server after the
+/// plan is recorded, whatever the number of objects.
 pub(super) async fn create_objects(
     ctx: &Shared,
     claim: &NodeClaim,
@@ -263,73 +357,69 @@ pub(super) async fn create_objects(
         cluster_name: &plan.cluster,
         labels: &labels,
     };
-    let uid_annotation = |o: &mut DynamicObject| {
-        o.annotations_mut()
-            .insert(names::NODECLAIM_UID_ANNOTATION.into(), uid.clone());
-    };
-    // The Machine's version is known before anything is created: an unreadable Cluster is
-    // retried, never turned into a Machine without a version.
-    let version = match nodeclass.version.clone() {
-        Some(v) => Some(v),
-        None => cluster_version(ctx, &ns, &plan.cluster).await?,
-    };
-
-    // Bootstrap config from its template, if one is used.
-    let mut created: Vec<(Api<DynamicObject>, String)> = Vec::new();
-    let mut bootstrap = plan.data_secret_name.clone().map(Bootstrap::DataSecretName);
-    if let (Some(bt), Some(clone)) = (&plan.bootstrap_template, &plan.bootstrap) {
-        let mut config = cloned(
-            ctx,
-            &ns,
-            bt,
-            &target,
-            ("BootstrapTemplateNotFound", "BootstrapTemplateInvalid"),
-        )
-        .await?;
-        uid_annotation(&mut config);
-        if bt.kind == "KubeadmConfigTemplate"
-            && nodeclass.bootstrap.inject_unregistered_taint != Some(false)
-        {
-            inject_unregistered_taint(&mut config);
+    let bootstrap = match (
+        &plan.bootstrap_template,
+        &plan.bootstrap,
+        &plan.data_secret_name,
+    ) {
+        (Some(_), Some(clone), _) => Bootstrap::ConfigRef(clone.capi_ref()),
+        (_, _, Some(secret)) => Bootstrap::DataSecretName(secret.clone()),
+        _ => {
+            return Err(Error::Launch(format!(
+                "ClusterAPINodeClass {} has no bootstrap source (configTemplateRef or dataSecretName)",
+                claim.spec.node_class_ref.name
+            )));
         }
-        let config_ar = served(ctx, &clone.api_version, &clone.kind).await?;
-        let configs: Api<DynamicObject> =
-            Api::namespaced_with(ctx.management.clone(), &ns, &config_ar);
-        create_or_adopt(&configs, &config, &uid, &ctx.cluster_id).await?;
-        created.push((configs, clone.name.clone()));
-        bootstrap = Some(Bootstrap::ConfigRef(clone.capi_ref()));
+    };
+    if nodeclass.version.is_none() {
+        // Not cached: nothing is created (only the control plane read below can fail once
+        // the clones exist; they are then rolled back).
+        cached_cluster(ctx, &ns, &plan.cluster)?;
     }
-    let Some(bootstrap) = bootstrap else {
-        return Err(Error::Launch(format!(
-            "ClusterAPINodeClass {} has no bootstrap source (configTemplateRef or dataSecretName)",
-            claim.spec.node_class_ref.name
-        )));
+    let clones = async {
+        let (config, infra) = futures::try_join!(
+            bootstrap_clone(ctx, plan, &nodeclass, &target, &uid),
+            infra_clone(ctx, plan, &target, &uid),
+        )?;
+        let clones: Vec<Clone> = config.into_iter().chain(std::iter::once(infra)).collect();
+        create_clones(&clones, &uid, &ctx.cluster_id).await?;
+        Ok::<_, Error>(clones)
     };
-    let rollback = |created: Vec<(Api<DynamicObject>, String)>| async move {
-        for (api, name) in &created {
-            delete_quietly(api, name).await;
+    // The Machine's version is known before it is created: an unreadable Cluster is
+    // retried (its clones rolled back), never turned into a Machine without a version.
+    let (version, clones) = futures::join!(machine_version(ctx, plan, &nodeclass), clones);
+    let clones = clones?;
+    let rollback = || async {
+        for (api, object) in &clones {
+            delete_quietly(api, &object.name_any()).await;
         }
     };
-
-    // InfraMachine from the InfrastructureMachineTemplate.
-    let infra_result = create_infra(ctx, plan, &target, &uid).await;
-    match infra_result {
-        Ok(api) => created.push((api, plan.infrastructure.name.clone())),
+    let version = match version {
+        Ok(v) => v,
         Err(e) => {
-            rollback(created).await;
+            rollback().await;
             return Err(e);
         }
-    }
-
-    // The Machine.
+    };
     let machine = machine_object(plan, &nodeclass, labels, &uid, version, bootstrap)?;
     match create_or_adopt(&ctx.machines_dynamic(&ns), &machine, &uid, &ctx.cluster_id).await {
         Ok(created) => Ok(created),
         Err(e) => {
-            rollback(created).await;
+            rollback().await;
             Err(e)
         }
     }
+}
+
+/// The Cluster from the cache; not cached (yet) is an error launch retries.
+fn cached_cluster(ctx: &Shared, ns: &str, cluster: &str) -> Result<Arc<api::Cluster>, Error> {
+    ctx.clusters
+        .get(&ObjectRef::new(cluster).within(ns))
+        .ok_or_else(|| {
+            Error::Launch(format!(
+                "Cluster {ns}/{cluster} not found; its Kubernetes version is needed for the Machine"
+            ))
+        })
 }
 
 /// The Kubernetes version of a Cluster: `spec.topology.version`, else its control plane's
@@ -340,11 +430,7 @@ pub(super) async fn cluster_version(
     ns: &str,
     cluster: &str,
 ) -> Result<Option<String>, Error> {
-    let Some(c) = ctx.clusters.get(&ObjectRef::new(cluster).within(ns)) else {
-        return Err(Error::Launch(format!(
-            "Cluster {ns}/{cluster} not found; its Kubernetes version is needed for the Machine"
-        )));
-    };
+    let c = cached_cluster(ctx, ns, cluster)?;
     if let Some(v) = c.topology_version() {
         return Ok(Some(v.to_string()));
     }

@@ -155,8 +155,8 @@ impl Provisioner {
     /// Creates the solver's new NodeClaims and nominates their pods to them: the names
     /// created, and the first error (the other claims are still created). All creates are in
     /// flight at once (bounded by [`PARALLEL_WRITES`] and the client's rate limit), as
-    /// Karpenter creates a batch's NodeClaims in parallel; the pods' `Nominated` events follow
-    /// the creates, so no claim waits for another claim's events.
+    /// Karpenter creates a batch's NodeClaims in parallel; the pods' `Nominated` events are
+    /// recorded after the creates (written in the background).
     async fn create_claims(
         &self,
         snapshot: &Snapshot,
@@ -223,12 +223,9 @@ impl Provisioner {
             }));
             created.push(name);
         }
-        futures::stream::iter(nominations)
-            .for_each_concurrent(PARALLEL_WRITES, |(pod, note)| async move {
-                self.event_on(&pod, EventType::Normal, "Nominated", note)
-                    .await
-            })
-            .await;
+        for (pod, note) in nominations {
+            self.event_on(pod, EventType::Normal, "Nominated", note);
+        }
         (created, first_error)
     }
 
@@ -307,18 +304,12 @@ impl Provisioner {
         }
     }
 
+    /// Records an event on `pod` (written in the background: no caller waits for it).
     async fn event(&self, pod: &Pod, type_: EventType, reason: &str, note: String) {
-        self.event_on(&pod.object_ref(&()), type_, reason, note)
-            .await
+        self.event_on(pod.object_ref(&()), type_, reason, note)
     }
 
-    async fn event_on(
-        &self,
-        reference: &ObjectReference,
-        type_: EventType,
-        reason: &str,
-        note: String,
-    ) {
+    fn event_on(&self, reference: ObjectReference, type_: EventType, reason: &str, note: String) {
         let event = Event {
             type_,
             reason: reason.into(),
@@ -326,9 +317,7 @@ impl Provisioner {
             action: reason.into(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&event, reference).await {
-            tracing::warn!(pod = reference.name.as_deref().unwrap_or_default(), reason, error = %e, "publishing event failed");
-        }
+        self.recorder.record(event, reference);
     }
 }
 
@@ -350,10 +339,10 @@ pub fn charged(c: &NodeClaim) -> bool {
 
 /// Longest wait for the NodeClaim cache to show the claims a batch created.
 const CACHE_WAIT: Duration = Duration::from_secs(5);
-/// How often the pod cache is checked for new provisionable pods.
-/// The most NodeClaim creates (and event writes) of one batch in flight at once.
+/// The most NodeClaim creates of one batch in flight at once.
 const PARALLEL_WRITES: usize = 32;
 
+/// How often the pod cache is checked for new provisionable pods.
 const TICK: Duration = Duration::from_millis(100);
 /// A pod handled in a batch is not a reason to open a new window again before this.
 const RECONSIDER: Duration = Duration::from_secs(10);

@@ -479,6 +479,7 @@ async fn run(a: Args) -> Result<Summary, String> {
         machines: fresh(&t.machines),
         nodes: fresh(&t.nodes),
         breakdown: breakdown(&t),
+        machine_after_nodeclaim: bench::machine_after_nodeclaim(&t),
         nodeclaims_gone: gone(&end.nodeclaims),
         machines_gone: gone(&end.machines),
         nodes_gone: gone(&end.nodes),
