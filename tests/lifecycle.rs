@@ -589,12 +589,46 @@ async fn fifty_launches_with_operator_restarts_make_exactly_one_machine_each() {
         let ready = list
             .items
             .iter()
+            .filter(|nc| names.contains(&nc.name_any()))
             .filter(|nc| condition(nc, "Ready").as_deref() == Some("True"))
             .count();
         (ready == 50).then_some(ready)
     })
-    .await
-    .expect("all NodeClaims Ready after restarts");
+    .await;
+    let Ok(ready) = ready else {
+        // Where each claim stands (its conditions), to tell a stall from a slow machine.
+        let items = nodeclaims(&client)
+            .list(&Default::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default();
+        let missing: Vec<&String> = names
+            .iter()
+            .filter(|n| !items.iter().any(|nc| nc.name_any() == **n))
+            .collect();
+        let states: Vec<String> = items
+            .iter()
+            .filter(|nc| {
+                !names.contains(&nc.name_any()) || condition(nc, "Ready").as_deref() != Some("True")
+            })
+            .map(|nc| {
+                let conditions = nc.data["status"]["conditions"]
+                    .as_array()
+                    .map(|cs| {
+                        cs.iter()
+                            .map(|c| format!("{}={}({})", c["type"], c["status"], c["reason"]))
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    })
+                    .unwrap_or_default();
+                format!("{}: {conditions}", nc.name_any())
+            })
+            .collect();
+        panic!(
+            "not all 50 NodeClaims Ready 240 s after the restarts; gone: {missing:?}; not Ready, or not this test's:\n{}",
+            states.join("\n")
+        );
+    };
     assert_eq!(ready, 50);
     eprintln!(
         "50 NodeClaims Ready {:.1}s after creation (with 6 operator kills)",
