@@ -26,5 +26,6 @@ pub mod reports;
 pub mod resources;
 pub mod runtime;
 pub mod server;
+pub mod state;
 pub mod tasks;
 pub mod unavailable;

@@ -16,12 +16,12 @@ use api::{ClusterAPINodeClass, NodeClaim, NodePool};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::json;
 
 use crate::metrics::{Metrics, ResourceLabels};
-use crate::objects::{name, nodepool_of};
+use crate::objects::name;
 use crate::provisioning::{convert, snapshot};
+use crate::state::ClusterState;
 
 pub use crate::reports::RegistrationFailures;
 
@@ -250,9 +250,8 @@ fn differs(pool: &NodePool, status: &Status) -> bool {
 pub struct NodePoolStatus {
     pub client: kube::Client,
     pub metrics: Metrics,
-    pub nodepools: Store<api::NodePool>,
-    pub nodeclaims: Store<api::NodeClaim>,
-    pub nodeclasses: Store<api::ClusterAPINodeClass>,
+    /// The NodePools, their NodeClaims and NodeClasses.
+    pub state: ClusterState,
     pub registration_failures: std::sync::Arc<RegistrationFailures>,
     /// Per NodePool, the resourceVersion our last status write was computed from: while the
     /// cache still shows it, the cache has not seen that write and the pool is not decided again.
@@ -262,38 +261,34 @@ pub struct NodePoolStatus {
 impl NodePoolStatus {
     /// One pass over every NodePool; returns how many statuses were written.
     pub async fn reconcile_all(&self) -> usize {
-        let claims = self.nodeclaims.state();
-        let mut by_pool: BTreeMap<&str, Vec<&NodeClaim>> = BTreeMap::new();
-        for c in &claims {
-            if let Some(p) = nodepool_of(c) {
-                by_pool.entry(p).or_default().push(c);
-            }
-        }
+        let cluster = self.state.current();
         let api: Api<api::NodePool> = Api::all(self.client.clone());
         let mut written = 0;
-        for pool in self.nodepools.state() {
+        for pool in &cluster.nodepools {
             let pool_name = name(pool.as_ref());
             let rv = pool.metadata.resource_version.clone().unwrap_or_default();
             if self.cache_behind(pool_name, &rv) {
                 continue;
             }
-            let nodeclass = self.nodeclasses.get(&ObjectRef::new(
-                &pool.spec.template.spec.node_class_ref.name,
-            ));
-            let pool_claims = by_pool
-                .get(pool_name)
-                .map(Vec::as_slice)
-                .unwrap_or_default();
+            let class_name = &pool.spec.template.spec.node_class_ref.name;
+            let nodeclass = cluster
+                .nodeclasses
+                .iter()
+                .find(|nc| name(nc.as_ref()) == class_name);
+            let pool_claims: Vec<&NodeClaim> = cluster
+                .claims_of_pool(pool_name)
+                .map(|(c, _)| c.as_ref())
+                .collect();
             let failure = self.registration_failures.last(pool_name);
             let status = desired(
-                &pool,
-                pool_claims,
-                nodeclass.as_deref(),
+                pool,
+                &pool_claims,
+                nodeclass.map(|n| n.as_ref()),
                 failure.as_ref(),
                 Timestamp::now(),
             );
-            self.record_metrics(&pool, &status);
-            if !differs(&pool, &status) {
+            self.record_metrics(pool, &status);
+            if !differs(pool, &status) {
                 continue;
             }
             // Conditional on the version it was computed from: a 409 means a newer pool, which

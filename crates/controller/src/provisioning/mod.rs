@@ -1,6 +1,8 @@
-//! The provisioner loop: batches provisionable pods, snapshots the cluster from watch
-//! caches, runs the scheduling simulation and creates one NodeClaim per planned claim.
+//! The provisioner loop: batches provisionable pods as pod (and capacity) events arrive
+//! ([`batch`]), reads the cluster state, runs the scheduling simulation and creates one
+//! NodeClaim per planned claim.
 
+pub mod batch;
 pub mod convert;
 pub mod nodeclaim;
 pub mod snapshot;
@@ -13,17 +15,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::events::{Event, EventType, Recorder};
-use k8s_openapi::api::apps::v1::DaemonSet;
+use futures::StreamExt;
+use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, PostParams};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource, ResourceExt};
 
 use crate::catalogs::Catalogs;
 use crate::metrics::{ControllerLabels, CreatedLabels, Metrics};
-use crate::objects::{claim_node_name, name, pool_condition};
+use crate::state::{Cluster, ClusterState};
 use crate::unavailable::{OfferingKey, UnavailableOfferings};
 use api::{NodeClaim, NodePool};
+use batch::Batcher;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -39,11 +43,9 @@ pub struct Provisioner {
     pub client: Client,
     pub recorder: Recorder,
     pub metrics: Metrics,
-    pub pods: Store<Pod>,
-    pub nodes: Store<Node>,
-    pub daemonsets: Store<DaemonSet>,
-    pub nodeclaims: Store<NodeClaim>,
-    pub nodepools: Store<NodePool>,
+    /// The cluster state of the workload cluster: what is read, and the caches whose
+    /// events trigger a batch.
+    pub state: ClusterState,
     pub catalogs: Arc<dyn Catalogs>,
     pub unavailable: Arc<UnavailableOfferings>,
     pub batch_idle: Duration,
@@ -51,39 +53,13 @@ pub struct Provisioner {
 }
 
 impl Provisioner {
-    /// Provisionable pods in the cache, as Karpenter defines them: marked Unschedulable by
-    /// kube-scheduler, not bound, not preempting, not owned by a DaemonSet or a Node, not
-    /// terminating. Typed and cheap: it runs every tick over every pod.
-    fn provisionable(&self) -> Vec<Arc<Pod>> {
-        self.pods
-            .state()
-            .into_iter()
-            .filter(|p| provisionable(p))
-            .collect()
-    }
-
-    /// The cluster as the caches see it now (shared objects, no copies).
-    pub fn state(&self) -> snapshot::State {
-        snapshot::State {
-            pods: self.pods.state(),
-            nodes: self.nodes.state(),
-            nodeclaims: self.nodeclaims.state(),
-            // Karpenter provisions only for Ready NodePools (valid, NodeClass Ready).
-            nodepools: self
-                .nodepools
-                .state()
-                .into_iter()
-                .filter(|p| pool_condition(p, api::consts::conditions::READY))
-                .collect(),
-            daemonsets: self.daemonsets.state(),
-        }
-    }
-
-    /// Builds the solver input from the caches.
-    pub fn snapshot(&self, pods: &[Arc<Pod>]) -> Snapshot {
+    /// Builds the solver input for `pods` from `cluster` (Ready NodePools only: Karpenter
+    /// provisions only for valid NodePools whose NodeClass is Ready).
+    pub fn snapshot(&self, cluster: &Cluster, pods: &[Arc<Pod>]) -> Snapshot {
         let now = Instant::now();
         snapshot::build(
-            &self.state(),
+            cluster,
+            &cluster.ready_nodepools(),
             pods,
             &|nodeclass| self.catalogs.catalog(nodeclass),
             &|name, zone, ct| {
@@ -101,13 +77,15 @@ impl Provisioner {
 
     /// One batch: solve and create the NodeClaims. Returns the names created.
     pub async fn provision(&self, pods: &[Arc<Pod>]) -> Result<Vec<String>, Error> {
-        let (snapshot, output) = self.solve(pods).await?;
+        let cluster = self.state.current();
+        let (snapshot, output) = self.solve(&cluster, pods).await?;
         let by_uid: HashMap<&str, &Pod> = pods
             .iter()
             .filter_map(|p| Some((p.metadata.uid.as_deref()?, p.as_ref())))
             .collect();
         let (created, first_error) = self.create_claims(&snapshot, &output, &by_uid).await;
-        self.nominate_in_flight(&snapshot, &output, &by_uid).await;
+        self.nominate_in_flight(&cluster, &snapshot, &output, &by_uid)
+            .await;
         for u in &output.unschedulable {
             if let Some(v) = by_uid.get(u.pod.uid.as_str()) {
                 self.event(
@@ -126,13 +104,18 @@ impl Provisioner {
         }
     }
 
-    /// Snapshots the caches and solves for `pods`, off the async workers (CPU work: a long
+    /// Snapshots `cluster` and solves for `pods`, off the async workers (CPU work: a long
     /// solve never delays Lease renewal or the other loops); the solve's duration observed.
-    async fn solve(&self, pods: &[Arc<Pod>]) -> Result<(Snapshot, scheduling::Output), Error> {
+    async fn solve(
+        &self,
+        cluster: &Arc<Cluster>,
+        pods: &[Arc<Pod>],
+    ) -> Result<(Snapshot, scheduling::Output), Error> {
         let this = self.clone();
+        let cluster = Arc::clone(cluster);
         let batch = pods.to_vec();
         let (snapshot, output, elapsed) = tokio::task::spawn_blocking(move || {
-            let snapshot = this.snapshot(&batch);
+            let snapshot = this.snapshot(&cluster, &batch);
             let start = Instant::now();
             let output = scheduling::solve(&snapshot.input);
             (snapshot, output, start.elapsed())
@@ -202,6 +185,7 @@ impl Provisioner {
     /// Pods packed onto NodeClaims still launching are nominated to them too.
     async fn nominate_in_flight(
         &self,
+        cluster: &Cluster,
         snapshot: &Snapshot,
         output: &scheduling::Output,
         by_uid: &HashMap<&str, &Pod>,
@@ -213,25 +197,18 @@ impl Provisioner {
             .filter(|n| n.state == scheduling::NodeState::InFlight)
             .map(|n| n.name.as_str())
             .collect();
-        let claims = self.nodeclaims.state();
-        let claim_of_node: HashMap<&str, &str> = claims
-            .iter()
-            .filter_map(|c| Some((claim_node_name(c)?, name(c.as_ref()))))
-            .collect();
         for placement in &output.existing {
             if !in_flight.contains(placement.node.as_str()) {
                 continue;
             }
             // The NodeClaim (also when the solver saw its Node): one nomination message per
             // pod and NodeClaim, so repeats are one Event series.
-            let claim = if self
-                .nodeclaims
-                .get(&ObjectRef::new(&placement.node))
-                .is_some()
-            {
+            let claim = if cluster.nodeclaim(&placement.node).is_some() {
                 Some(placement.node.as_str())
             } else {
-                claim_of_node.get(placement.node.as_str()).copied()
+                cluster
+                    .claim_of(&placement.node)
+                    .map(|c| crate::objects::name(c.as_ref()))
             };
             let target = match claim {
                 Some(c) => format!("nodeclaim/{c}"),
@@ -249,7 +226,7 @@ impl Provisioner {
         }
     }
 
-    /// Waits (bounded) until the NodeClaim cache holds the claims just created, each charged
+    /// Waits (bounded) until the cluster state holds the claims just created, each charged
     /// at its real size (see [`charged`]), so the next batch counts them against limits and
     /// packs onto them instead of launching again. This is what bounds a NodePool's limit
     /// under a burst: within a batch the solver charges every new NodeClaim its largest
@@ -258,11 +235,13 @@ impl Provisioner {
     /// its pods' requests, and can overrun the limit by the rest of its instance.
     async fn await_cached(&self, names: &[String]) {
         let deadline = Instant::now() + CACHE_WAIT;
-        let refs: Vec<ObjectRef<NodeClaim>> = names.iter().map(|n| ObjectRef::new(n)).collect();
-        while refs
-            .iter()
-            .any(|r| !self.nodeclaims.get(r).is_some_and(|c| charged(&c)))
-        {
+        while names.iter().any(|n| {
+            !self
+                .state
+                .current()
+                .nodeclaim(n)
+                .is_some_and(|c| charged(c))
+        }) {
             if Instant::now() >= deadline {
                 tracing::warn!(
                     "NodeClaim cache has not caught up after {}; the next batch may not see them",
@@ -307,52 +286,130 @@ pub fn charged(c: &NodeClaim) -> bool {
 
 /// Longest wait for the NodeClaim cache to show the claims a batch created.
 const CACHE_WAIT: Duration = Duration::from_secs(5);
-/// How often the pod cache is checked for new provisionable pods.
-const TICK: Duration = Duration::from_millis(100);
-/// A pod handled in a batch is not a reason to open a new window again before this.
-const RECONSIDER: Duration = Duration::from_secs(10);
 
-/// Runs until `shutdown`: batches provisionable pods (window opens on the first new one,
-/// extends while more arrive within `batch_idle`, closes at `batch_max`) and provisions.
+/// What wakes the provisioner.
+enum Trigger {
+    Pod(Arc<Pod>),
+    Node(Arc<Node>),
+    NodeClaim(Arc<NodeClaim>),
+    NodePool(Arc<NodePool>),
+}
+
+/// The events of the caches the provisioner reacts to, as one stream.
+fn triggers(state: &ClusterState) -> BoxStream<'static, Trigger> {
+    let s = state.sources();
+    futures::stream::select_all([
+        s.pods.subscribe().map(Trigger::Pod).boxed(),
+        s.nodes.subscribe().map(Trigger::Node).boxed(),
+        s.nodeclaims.subscribe().map(Trigger::NodeClaim).boxed(),
+        s.nodepools.subscribe().map(Trigger::NodePool).boxed(),
+    ])
+    .boxed()
+}
+
+/// What a trigger asks of the batcher.
+enum Wake {
+    /// A pod that may be provisionable (by uid).
+    Pod(String),
+    /// Capacity the handled pods were planned on changed: a NodePool's spec or readiness,
+    /// a NodeClaim or a Node gone. Every pending pod is new again.
+    Capacity,
+    Nothing,
+}
+
+/// Per NodePool, the generation and readiness last seen (a status write that changes
+/// neither is no reason to re-plan).
+type PoolsSeen = HashMap<String, (Option<i64>, bool)>;
+
+fn wake(state: &ClusterState, pools: &mut PoolsSeen, t: Trigger) -> Wake {
+    let s = state.sources();
+    match t {
+        Trigger::Pod(p) => match (&p.metadata.uid, provisionable(&p)) {
+            (Some(uid), true) => Wake::Pod(uid.clone()),
+            _ => Wake::Nothing,
+        },
+        Trigger::Node(n) if s.nodes.store().get(&ObjectRef::from_obj(&*n)).is_none() => {
+            Wake::Capacity
+        }
+        Trigger::NodeClaim(c)
+            if s.nodeclaims
+                .store()
+                .get(&ObjectRef::from_obj(&*c))
+                .is_none() =>
+        {
+            Wake::Capacity
+        }
+        Trigger::NodePool(p) => {
+            let pool = crate::objects::name(p.as_ref()).to_string();
+            let gone = s.nodepools.store().get(&ObjectRef::new(&pool)).is_none();
+            let seen = (
+                p.metadata.generation,
+                crate::objects::pool_condition(&p, api::consts::conditions::READY),
+            );
+            let changed = if gone {
+                pools.remove(&pool).is_some()
+            } else {
+                pools.insert(pool, seen) != Some(seen)
+            };
+            if changed {
+                Wake::Capacity
+            } else {
+                Wake::Nothing
+            }
+        }
+        Trigger::Node(_) | Trigger::NodeClaim(_) => Wake::Nothing,
+    }
+}
+
+/// Offers every pending pod of the cluster state to the batcher.
+fn offer_pending(state: &ClusterState, batcher: &mut Batcher, now: Instant) {
+    for p in state.current().pending() {
+        if let Some(uid) = &p.metadata.uid {
+            batcher.pod(uid, now);
+        }
+    }
+}
+
+/// Runs until `shutdown`: batches provisionable pods as their events arrive (see
+/// [`batch`]: the window opens on the first new one, extends while more arrive within
+/// `batch_idle`, closes at `batch_max`) and provisions the pending pods of the cluster
+/// state. No event, no work: the loop sleeps until an event or the batcher's deadline.
 pub async fn run(p: Provisioner, shutdown: impl std::future::Future<Output = ()> + Send) {
     tokio::pin!(shutdown);
-    let mut handled: HashMap<String, Instant> = HashMap::new();
-    let mut window: Option<(Instant, Instant, HashSet<String>)> = None;
+    // Subscribed before the first read: no event between them is lost.
+    let mut events = triggers(&p.state);
+    let mut pools = PoolsSeen::new();
+    let mut batcher = Batcher::new(p.batch_idle, p.batch_max);
+    offer_pending(&p.state, &mut batcher, Instant::now());
     loop {
+        let deadline = batcher.deadline();
+        let sleep = async move {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d.into()).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = &mut shutdown => return,
-            _ = tokio::time::sleep(TICK) => {}
+            t = events.next() => match t.map(|t| wake(&p.state, &mut pools, t)) {
+                Some(Wake::Pod(uid)) => batcher.pod(&uid, Instant::now()),
+                Some(Wake::Capacity) => {
+                    batcher.forget_handled();
+                    offer_pending(&p.state, &mut batcher, Instant::now());
+                }
+                Some(Wake::Nothing) => {}
+                None => return,
+            },
+            _ = sleep => {}
         }
         let now = Instant::now();
-        handled.retain(|_, t| now.duration_since(*t) < RECONSIDER);
-        let pods = p.provisionable();
-        let uids: HashSet<String> = pods.iter().filter_map(|p| p.metadata.uid.clone()).collect();
-        let fresh: HashSet<String> = uids
-            .iter()
-            .filter(|u| !handled.contains_key(*u))
-            .cloned()
-            .collect();
-        match &mut window {
-            None => {
-                if !fresh.is_empty() {
-                    window = Some((now, now, fresh));
-                }
-                continue;
-            }
-            Some((_, last, seen)) => {
-                if fresh.iter().any(|u| !seen.contains(u)) {
-                    *last = now;
-                    seen.extend(fresh);
-                }
-            }
+        if batcher.reconsider(now) {
+            offer_pending(&p.state, &mut batcher, now);
         }
-        let Some((opened, last, _)) = &window else {
-            continue;
-        };
-        if now.duration_since(*last) < p.batch_idle && now.duration_since(*opened) < p.batch_max {
+        if !batcher.close(now) {
             continue;
         }
-        window = None;
+        let pods = p.state.current().pending().to_vec();
         if pods.is_empty() {
             continue;
         }
@@ -366,10 +423,10 @@ pub async fn run(p: Provisioner, shutdown: impl std::future::Future<Output = ()>
             }
             Err(e) => tracing::warn!(error = %e, "provisioning batch failed"),
         }
-        let done = Instant::now();
-        for u in uids {
-            handled.insert(u, done);
-        }
+        batcher.handled(
+            pods.iter().filter_map(|p| p.metadata.uid.as_deref()),
+            Instant::now(),
+        );
     }
 }
 
