@@ -223,8 +223,8 @@ pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> 
         let claims: Vec<_> = cluster
             .nodeclaims
             .iter()
-            .cloned()
             .filter(|c| !deleted_now.contains(kube::ResourceExt::name_any(c.as_ref()).as_str()))
+            .cloned()
             .collect();
         status::write_conditions(&d.client, &claims, &outcome.verdicts, &mut written).await;
         let now_blocked: HashMap<String, String> = timers

@@ -51,7 +51,7 @@ impl Sources {
     }
 
     /// Every cache's write count, in a fixed order.
-    fn generations(&self) -> [u64; 7] {
+    fn generations(&self) -> Generations {
         [
             self.pods.generation(),
             self.nodes.generation(),
@@ -76,12 +76,18 @@ impl Sources {
     }
 }
 
+/// The write counts of the caches, in [`Sources::generations`] order.
+type Generations = [u64; 7];
+
+/// A join, and the write counts it was built at.
+type Kept = Option<(Generations, Arc<Cluster>)>;
+
 /// The cluster state of one workload cluster (cheap to clone: shared).
 #[derive(Clone)]
 pub struct ClusterState {
     sources: Sources,
     /// The last join kept, and the write counts it was built at.
-    kept: Arc<Mutex<Option<([u64; 7], Arc<Cluster>)>>>,
+    kept: Arc<Mutex<Kept>>,
 }
 
 impl ClusterState {
