@@ -226,7 +226,7 @@ impl Provisioner {
         }
     }
 
-    /// Waits (bounded) until the cluster state holds the claims just created, each charged
+    /// Waits (bounded) until the NodeClaim cache holds the claims just created, each charged
     /// at its real size (see [`charged`]), so the next batch counts them against limits and
     /// packs onto them instead of launching again. This is what bounds a NodePool's limit
     /// under a burst: within a batch the solver charges every new NodeClaim its largest
@@ -235,13 +235,14 @@ impl Provisioner {
     /// its pods' requests, and can overrun the limit by the rest of its instance.
     async fn await_cached(&self, names: &[String]) {
         let deadline = Instant::now() + CACHE_WAIT;
-        while names.iter().any(|n| {
-            !self
-                .state
-                .current()
-                .nodeclaim(n)
-                .is_some_and(|c| charged(c))
-        }) {
+        // The cache, not the join: what a cache holds is in the next join read (see
+        // `state`), and a lookup is not a rebuild.
+        let claims = self.state.sources().nodeclaims.store();
+        let refs: Vec<ObjectRef<NodeClaim>> = names.iter().map(|n| ObjectRef::new(n)).collect();
+        while refs
+            .iter()
+            .any(|r| !claims.get(r).is_some_and(|c| charged(&c)))
+        {
             if Instant::now() >= deadline {
                 tracing::warn!(
                     "NodeClaim cache has not caught up after {}; the next batch may not see them",
