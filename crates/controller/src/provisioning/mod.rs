@@ -6,6 +6,7 @@ pub mod batch;
 pub mod convert;
 pub mod nodeclaim;
 pub mod snapshot;
+pub mod trigger;
 
 pub use snapshot::Snapshot;
 
@@ -16,8 +17,7 @@ use std::time::{Duration, Instant};
 
 use crate::events::{Event, EventType, Recorder};
 use futures::StreamExt;
-use futures::stream::BoxStream;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource, ResourceExt};
@@ -26,8 +26,9 @@ use crate::catalogs::Catalogs;
 use crate::metrics::{ControllerLabels, CreatedLabels, Metrics};
 use crate::state::{Cluster, ClusterState};
 use crate::unavailable::{OfferingKey, UnavailableOfferings};
-use api::{NodeClaim, NodePool};
+use api::NodeClaim;
 use batch::Batcher;
+use trigger::{PoolsSeen, Wake, triggers, wake};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -287,80 +288,6 @@ pub fn charged(c: &NodeClaim) -> bool {
 
 /// Longest wait for the NodeClaim cache to show the claims a batch created.
 const CACHE_WAIT: Duration = Duration::from_secs(5);
-
-/// What wakes the provisioner.
-enum Trigger {
-    Pod(Arc<Pod>),
-    Node(Arc<Node>),
-    NodeClaim(Arc<NodeClaim>),
-    NodePool(Arc<NodePool>),
-}
-
-/// The events of the caches the provisioner reacts to, as one stream.
-fn triggers(state: &ClusterState) -> BoxStream<'static, Trigger> {
-    let s = state.sources();
-    futures::stream::select_all([
-        s.pods.subscribe().map(Trigger::Pod).boxed(),
-        s.nodes.subscribe().map(Trigger::Node).boxed(),
-        s.nodeclaims.subscribe().map(Trigger::NodeClaim).boxed(),
-        s.nodepools.subscribe().map(Trigger::NodePool).boxed(),
-    ])
-    .boxed()
-}
-
-/// What a trigger asks of the batcher.
-enum Wake {
-    /// A pod that may be provisionable (by uid).
-    Pod(String),
-    /// Capacity the handled pods were planned on changed: a NodePool's spec or readiness,
-    /// a NodeClaim or a Node gone. Every pending pod is new again.
-    Capacity,
-    Nothing,
-}
-
-/// Per NodePool, the generation and readiness last seen (a status write that changes
-/// neither is no reason to re-plan).
-type PoolsSeen = HashMap<String, (Option<i64>, bool)>;
-
-fn wake(state: &ClusterState, pools: &mut PoolsSeen, t: Trigger) -> Wake {
-    let s = state.sources();
-    match t {
-        Trigger::Pod(p) => match (&p.metadata.uid, provisionable(&p)) {
-            (Some(uid), true) => Wake::Pod(uid.clone()),
-            _ => Wake::Nothing,
-        },
-        Trigger::Node(n) if s.nodes.store().get(&ObjectRef::from_obj(&*n)).is_none() => {
-            Wake::Capacity
-        }
-        Trigger::NodeClaim(c)
-            if s.nodeclaims
-                .store()
-                .get(&ObjectRef::from_obj(&*c))
-                .is_none() =>
-        {
-            Wake::Capacity
-        }
-        Trigger::NodePool(p) => {
-            let pool = crate::objects::name(p.as_ref()).to_string();
-            let gone = s.nodepools.store().get(&ObjectRef::new(&pool)).is_none();
-            let seen = (
-                p.metadata.generation,
-                crate::objects::pool_condition(&p, api::consts::conditions::READY),
-            );
-            let changed = if gone {
-                pools.remove(&pool).is_some()
-            } else {
-                pools.insert(pool, seen) != Some(seen)
-            };
-            if changed {
-                Wake::Capacity
-            } else {
-                Wake::Nothing
-            }
-        }
-        Trigger::Node(_) | Trigger::NodeClaim(_) => Wake::Nothing,
-    }
-}
 
 /// Offers every pending pod of the cluster state to the batcher.
 fn offer_pending(state: &ClusterState, batcher: &mut Batcher, now: Instant) {
