@@ -183,13 +183,7 @@ fn own_pods_placed(
             u.pod.namespace, u.pod.name, u.reason
         )));
     }
-    let in_flight: HashSet<&str> = snap
-        .input
-        .nodes
-        .iter()
-        .filter(|n| n.state == scheduling::NodeState::InFlight)
-        .map(|n| n.name.as_str())
-        .collect();
+    let in_flight = snap.in_flight();
     if let Some(p) = out
         .existing
         .iter()

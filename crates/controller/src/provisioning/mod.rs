@@ -11,7 +11,7 @@ pub mod trigger;
 pub use snapshot::Snapshot;
 
 pub use crate::objects::provisionable;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -191,13 +191,7 @@ impl Provisioner {
         output: &scheduling::Output,
         by_uid: &HashMap<&str, &Pod>,
     ) {
-        let in_flight: HashSet<&str> = snapshot
-            .input
-            .nodes
-            .iter()
-            .filter(|n| n.state == scheduling::NodeState::InFlight)
-            .map(|n| n.name.as_str())
-            .collect();
+        let in_flight = snapshot.in_flight();
         for placement in &output.existing {
             if !in_flight.contains(placement.node.as_str()) {
                 continue;

@@ -1,7 +1,7 @@
 //! Pure: a [`Cluster`] (the cluster state's join, or one built from files by `simulate`)
 //! → the solver's input. Shared by the provisioner loop, disruption and `simulate`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use api::consts::conditions as types;
@@ -18,6 +18,19 @@ use crate::state::Cluster;
 pub struct Snapshot {
     pub input: scheduling::Input,
     pub pools: BTreeMap<String, Arc<NodePool>>,
+}
+
+impl Snapshot {
+    /// The names of the solver's nodes in flight (NodeClaims launching, Nodes not
+    /// initialized): a pod placed there waits for them.
+    pub fn in_flight(&self) -> HashSet<&str> {
+        self.input
+            .nodes
+            .iter()
+            .filter(|n| n.state == scheduling::NodeState::InFlight)
+            .map(|n| n.name.as_str())
+            .collect()
+    }
 }
 
 fn add(into: &mut scheduling::Resources, r: &scheduling::Resources) {
