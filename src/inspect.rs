@@ -383,14 +383,17 @@ pub async fn collect(
         let node_arcs: Vec<Arc<Node>> = nodes.iter().cloned().map(Arc::new).collect();
         let catalogs = live_catalogs(management, &nodeclasses).await;
         let catalog = |nc: &str| catalogs.get(nc).cloned();
+        let cluster = controller::state::Cluster::new(controller::state::Objects {
+            nodepools: pools,
+            nodeclaims: every_claim,
+            nodes: node_arcs,
+            pods,
+            daemonsets,
+            pdbs,
+            nodeclasses,
+        });
         let view = controller::disruption::View {
-            nodepools: &pools,
-            nodeclaims: &every_claim,
-            nodes: &node_arcs,
-            pods: &pods,
-            daemonsets: &daemonsets,
-            pdbs: &pdbs,
-            nodeclasses: &nodeclasses,
+            cluster: &cluster,
             catalog: &catalog,
         };
         add_why(&mut out, &claims, &view, now);
@@ -558,14 +561,15 @@ mod tests {
             vec![node("n-a"), node("n-b")],
             vec![Arc::new(pod)],
         );
+        let cluster = controller::state::Cluster::new(controller::state::Objects {
+            nodepools: pools,
+            nodeclaims: arcs,
+            nodes,
+            pods,
+            ..Default::default()
+        });
         let view = controller::disruption::View {
-            nodepools: &pools,
-            nodeclaims: &arcs,
-            nodes: &nodes,
-            pods: &pods,
-            daemonsets: &[],
-            pdbs: &[],
-            nodeclasses: &[],
+            cluster: &cluster,
             catalog: &controller::disruption::no_catalog,
         };
         let mut r = rows(&claims, &[], &[], now);

@@ -13,7 +13,7 @@ use controller::disruption::{View, verdicts};
 use controller::names;
 use controller::objects::name;
 
-use super::Loaded;
+use controller::state::Cluster;
 
 /// One NodeClaim's disruption verdict.
 #[derive(Debug, Clone, Serialize)]
@@ -39,27 +39,20 @@ pub struct DisruptionVerdict {
 
 /// The verdict of every NodeClaim of the snapshot at `now` (empty without NodeClaims).
 pub(super) fn disruption(
-    loaded: &Loaded,
+    cluster: &Cluster,
     catalogs: &HashMap<String, Arc<Catalog>>,
     now: Timestamp,
 ) -> Vec<DisruptionVerdict> {
-    let state = &loaded.state;
-    if state.nodeclaims.is_empty() {
+    if cluster.nodeclaims.is_empty() {
         return Vec::new();
     }
     let catalog = |nc: &str| catalogs.get(nc).cloned();
     let view = View {
-        nodepools: &state.nodepools,
-        nodeclaims: &state.nodeclaims,
-        nodes: &state.nodes,
-        pods: &state.pods,
-        daemonsets: &state.daemonsets,
-        pdbs: &loaded.pdbs,
-        nodeclasses: &[],
+        cluster,
         catalog: &catalog,
     };
     let verdicts = verdicts(&view, now);
-    state
+    cluster
         .nodeclaims
         .iter()
         .map(|c| {

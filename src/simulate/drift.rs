@@ -5,13 +5,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use api::consts::conditions as types;
-use controller::disruption::{View, simulate};
+use controller::disruption::simulate;
 use controller::objects::{claim_node_name, name};
 use controller::provisioning::snapshot;
 use serde::Serialize;
 use templates::model::Catalog;
 
-use super::{Loaded, pod_ref};
+use super::pod_ref;
+use controller::state::Cluster;
 
 /// One drifted NodeClaim.
 #[derive(Debug, Clone, Serialize)]
@@ -30,21 +31,10 @@ pub struct DriftedNodeClaim {
 
 /// The drifted NodeClaims of the snapshot, in name order.
 pub(super) fn drifted(
-    loaded: &Loaded,
+    cluster: &Cluster,
     catalogs: &HashMap<String, Arc<Catalog>>,
 ) -> Vec<DriftedNodeClaim> {
-    let state = &loaded.state;
-    let view = View {
-        nodepools: &state.nodepools,
-        nodeclaims: &state.nodeclaims,
-        nodes: &state.nodes,
-        pods: &state.pods,
-        daemonsets: &state.daemonsets,
-        pdbs: &[],
-        nodeclasses: &[],
-        catalog: &|nc| catalogs.get(nc).cloned(),
-    };
-    let mut out: Vec<DriftedNodeClaim> = state
+    let mut out: Vec<DriftedNodeClaim> = cluster
         .nodeclaims
         .iter()
         .filter_map(|c| {
@@ -52,15 +42,10 @@ pub(super) fn drifted(
                 .filter(|d| d.status == api::conditions::TRUE)?;
             let claim = name(c.as_ref());
             let nodes: Vec<&str> = claim_node_name(c).into_iter().collect();
-            let (without, moving) = simulate::without(
-                &view,
-                &nodes,
-                &[claim],
-                state.nodepools.clone(),
-                state.daemonsets.clone(),
-            );
+            let (without, moving) = simulate::without(cluster, &nodes, &[claim]);
             let snap: snapshot::Snapshot = snapshot::build(
                 &without,
+                &without.nodepools,
                 &moving,
                 &|nc| catalogs.get(nc).cloned(),
                 &|_, _, _| true,

@@ -115,7 +115,7 @@ fn read_object(out: &mut Loaded, doc: &Doc, group: &str, mut obj: Value) -> Resu
         ("policy", "PodDisruptionBudget") => {
             require_object(doc)?;
             obj["metadata"]["namespace"] = json!(doc.ns());
-            out.pdbs.push(Arc::new(typed(doc, obj)?));
+            out.state.pdbs.push(Arc::new(typed(doc, obj)?));
         }
         _ => return Ok(false),
     }

@@ -3,7 +3,7 @@
 //!
 //! [`load`] reads the objects (workloads are expanded into the pods their controllers would
 //! create), [`plan`] builds each NodeClass's catalog the way `instance-types` does, feeds the
-//! provisioner's own [`snapshot::build`] and [`scheduling::solve`], and returns a [`Plan`];
+//! provisioner's own `snapshot::build` (over the cluster state's join of the objects) and [`scheduling::solve`], and returns a [`Plan`];
 //! [`render_table`] prints it. With existing NodeClaims, the plan also carries each one's
 //! disruption verdict ([`DisruptionVerdict`], from the loop's own `verdicts`).
 
@@ -19,11 +19,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use serde_json::Value;
 use templates::offline::{Inputs, LoadError};
 
-use controller::provisioning::snapshot;
+use controller::state::Objects;
 
 pub use disruption::DisruptionVerdict;
 pub use drift::DriftedNodeClaim;
@@ -54,10 +53,9 @@ pub(crate) const MAX_WORKLOAD_PODS: u64 = 100_000;
 pub struct Loaded {
     /// Templates, Clusters and NodeClasses (the catalog's inputs).
     pub inputs: Inputs,
-    /// Nodes, NodeClaims, NodePools, DaemonSets and all pods (bound and pending), typed.
-    pub state: snapshot::State,
-    /// PodDisruptionBudgets (read by the disruption verdicts).
-    pub pdbs: Vec<Arc<PodDisruptionBudget>>,
+    /// Nodes, NodeClaims, NodePools, DaemonSets, PodDisruptionBudgets and all pods (bound
+    /// and pending), typed: what the cluster state would hold.
+    pub state: Objects,
     /// Pods to place: pending Pods and the replicas of workloads.
     pub pending: Vec<Arc<Pod>>,
     /// `Kind namespace/name` of the objects the simulation does not read.

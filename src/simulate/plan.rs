@@ -8,6 +8,7 @@ use templates::model::Catalog;
 
 use controller::objects::{name, namespaced_name, pod_node_name, terminal};
 use controller::provisioning::{convert, snapshot};
+use controller::state::Cluster;
 
 use super::disruption::{DisruptionVerdict, disruption};
 use super::{Loaded, pod_ref};
@@ -115,8 +116,10 @@ pub fn plan(loaded: &Loaded) -> Plan {
     let mut warnings = loaded.warnings.clone();
     let (node_classes, catalogs) = node_class_catalogs(loaded, &mut warnings);
     let mut node_pools = node_pool_summaries(loaded, &catalogs, &mut warnings);
+    let cluster = Cluster::new(loaded.state.clone());
     let snap = snapshot::build(
-        &loaded.state,
+        &cluster,
+        &cluster.nodepools,
         &loaded.pending,
         &|nc| catalogs.get(nc).cloned(),
         &|_, _, _| true,
@@ -187,8 +190,8 @@ pub fn plan(loaded: &Loaded) -> Plan {
         existing,
         unplaceable,
         total,
-        disruption: disruption(loaded, &catalogs, k8s_openapi::jiff::Timestamp::now()),
-        drifted: super::drift::drifted(loaded, &catalogs),
+        disruption: disruption(&cluster, &catalogs, k8s_openapi::jiff::Timestamp::now()),
+        drifted: super::drift::drifted(&cluster, &catalogs),
     }
 }
 

@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::hash::Hash;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use futures::{Stream, StreamExt};
@@ -128,6 +128,8 @@ where
     index: Option<Arc<Index<K>>>,
     /// True once a list has completed and no re-list is in progress.
     synced: Arc<AtomicBool>,
+    /// Odd while the store is being written, bumped twice per event (see [`Cache::generation`]).
+    generation: Arc<AtomicU64>,
 }
 
 impl<K> Clone for Cache<K>
@@ -141,6 +143,7 @@ where
             touched: self.touched.clone(),
             index: self.index.clone(),
             synced: self.synced.clone(),
+            generation: self.generation.clone(),
         }
     }
 }
@@ -164,17 +167,10 @@ where
         trim: fn(&mut K),
         index: Option<KeyFn<K>>,
     ) -> Cache<K> {
-        let mut writer: Writer<K> = Writer::default();
-        let store = writer.as_reader();
-        let (touched, _) = broadcast::channel(BROADCAST_CAPACITY);
+        let (mut cache, mut feed) = Self::detached();
         let index = index.map(|key| Arc::new(Index::new(key)));
-        let synced = Arc::new(AtomicBool::new(false));
-        let cache = Cache {
-            store: store.clone(),
-            touched: touched.clone(),
-            index: index.clone(),
-            synced: synced.clone(),
-        };
+        cache.index = index.clone();
+        feed.index = index;
         let events = watcher(api, config).default_backoff().modify(move |obj| {
             strip_metadata(obj);
             trim(obj);
@@ -182,32 +178,11 @@ where
         tasks.spawn(async move {
             futures::pin_mut!(events);
             while let Some(event) = events.next().await {
-                let event = match event {
-                    Ok(event) => event,
+                match event {
+                    Ok(event) => feed.apply(event),
                     Err(e) => {
                         tracing::debug!(error = %e, kind = %K::kind(&()), "watch error (retrying)");
-                        continue;
                     }
-                };
-                match &event {
-                    watcher::Event::Init => synced.store(false, Ordering::Release),
-                    watcher::Event::InitDone => synced.store(true, Ordering::Release),
-                    _ => {}
-                }
-                writer.apply_watcher_event(&event);
-                if let Some(index) = &index {
-                    index.apply(&event);
-                }
-                // Subscribers are triggers: no receiver (a standby replica) is fine.
-                match event {
-                    watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) => {
-                        let current = store.get(&ObjectRef::from_obj(&obj));
-                        let _ = touched.send(current.unwrap_or_else(|| Arc::new(obj)));
-                    }
-                    watcher::Event::Delete(obj) => {
-                        let _ = touched.send(Arc::new(obj));
-                    }
-                    watcher::Event::Init | watcher::Event::InitDone => {}
                 }
             }
         });
@@ -260,6 +235,40 @@ where
         .flat_map(futures::stream::iter)
     }
 
+    /// How many times the store has been written, twice per watch event: odd while an
+    /// event is being applied, even when the store is at rest. Equal even values read
+    /// before and after reading the store mean nothing changed in between (a seqlock):
+    /// what [`crate::state::ClusterState`] keys its joined view by.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    /// A cache fed by hand instead of by a watch (tests, offline tools): the cache, and
+    /// the [`Feed`] that applies watch events to it as the watch task would.
+    pub fn detached() -> (Cache<K>, Feed<K>) {
+        let writer: Writer<K> = Writer::default();
+        let store = writer.as_reader();
+        let (touched, _) = broadcast::channel(BROADCAST_CAPACITY);
+        let synced = Arc::new(AtomicBool::new(false));
+        let generation = Arc::new(AtomicU64::new(0));
+        let cache = Cache {
+            store: store.clone(),
+            touched: touched.clone(),
+            index: None,
+            synced: synced.clone(),
+            generation: generation.clone(),
+        };
+        let feed = Feed {
+            writer,
+            store,
+            touched,
+            index: None,
+            synced,
+            generation,
+        };
+        (cache, feed)
+    }
+
     /// Whether the store holds a complete list (false before the first list completes and
     /// while a re-list, after the watch lost its place, is in progress).
     pub fn is_synced(&self) -> bool {
@@ -269,6 +278,54 @@ where
     /// Waits for the first complete list.
     pub async fn ready(&self) {
         let _ = self.store.wait_until_ready().await;
+    }
+}
+
+/// The writing end of a [`Cache`]: applies watch events to the store and the index,
+/// bumps the generation around each write and tells the subscribers.
+pub struct Feed<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    writer: Writer<K>,
+    store: Store<K>,
+    touched: broadcast::Sender<Arc<K>>,
+    index: Option<Arc<Index<K>>>,
+    synced: Arc<AtomicBool>,
+    generation: Arc<AtomicU64>,
+}
+
+impl<K> Feed<K>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    /// Applies one watch event.
+    pub fn apply(&mut self, event: watcher::Event<K>) {
+        match &event {
+            watcher::Event::Init => self.synced.store(false, Ordering::Release),
+            watcher::Event::InitDone => self.synced.store(true, Ordering::Release),
+            _ => {}
+        }
+        // Odd while writing: a reader that saw an even value before and after reading the
+        // store read it at rest.
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.writer.apply_watcher_event(&event);
+        if let Some(index) = &self.index {
+            index.apply(&event);
+        }
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        // Subscribers are triggers: no receiver (a standby replica) is fine.
+        match event {
+            watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) => {
+                let current = self.store.get(&ObjectRef::from_obj(&obj));
+                let _ = self.touched.send(current.unwrap_or_else(|| Arc::new(obj)));
+            }
+            watcher::Event::Delete(obj) => {
+                let _ = self.touched.send(Arc::new(obj));
+            }
+            watcher::Event::Init | watcher::Event::InitDone => {}
+        }
     }
 }
 

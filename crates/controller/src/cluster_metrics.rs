@@ -13,7 +13,7 @@
 //! - `karpenter_scheduler_queue_depth`: the provisionable pods waiting for the provisioner;
 //! - `karpenter_capi_machines`: our Cluster API Machines by nodepool and phase.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, OnceLock};
 
 use api::consts::labels;
@@ -26,13 +26,12 @@ use prometheus_client::metrics::MetricType;
 use scheduling::Resources;
 
 use crate::cache::Cache;
-use crate::provisioning::convert::{resources, spec_limits, spec_requests};
+use crate::provisioning::convert::resources;
+use crate::state::{self as cluster_state, Cluster};
 
-/// The caches the gauges are computed from.
+/// What the gauges are computed from: the cluster state, and our Machines.
 pub struct Sources {
-    pub pods: Cache<Pod>,
-    pub nodes: Cache<Node>,
-    pub nodeclaims: Cache<NodeClaim>,
+    pub state: cluster_state::ClusterState,
     pub machines: Cache<Machine>,
 }
 
@@ -59,18 +58,12 @@ impl Collector for ClusterState {
     fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
         let families = match self.0.get() {
             Some(s) => {
-                let (pods, nodes) = (s.pods.store().state(), s.nodes.store().state());
-                let (nodeclaims, machines) =
-                    (s.nodeclaims.store().state(), s.machines.store().state());
+                let cluster = s.state.current();
+                let machines = s.machines.store().state();
                 let view = View {
-                    pods: &pods,
-                    nodes: &nodes,
-                    nodeclaims: &nodeclaims,
+                    cluster: &cluster,
                     machines: &machines,
-                    synced: s.pods.is_synced()
-                        && s.nodes.is_synced()
-                        && s.nodeclaims.is_synced()
-                        && s.machines.is_synced(),
+                    synced: s.state.synced() && s.machines.is_synced(),
                 };
                 families(Some(&view))
             }
@@ -88,9 +81,7 @@ impl Collector for ClusterState {
 
 /// What the gauges are computed from.
 pub struct View<'a> {
-    pub pods: &'a [Arc<Pod>],
-    pub nodes: &'a [Arc<Node>],
-    pub nodeclaims: &'a [Arc<NodeClaim>],
+    pub cluster: &'a Cluster,
     pub machines: &'a [Arc<Machine>],
     pub synced: bool,
 }
@@ -172,21 +163,19 @@ pub fn families(view: Option<&View>) -> Vec<Family> {
         "Cluster API Machines of nodeclaims, by nodepool and phase.",
     );
     if let Some(v) = view {
-        let nodes: HashMap<&str, &Node> = v
-            .nodes
-            .iter()
-            .map(|n| (n.metadata.name.as_deref().unwrap_or_default(), n.as_ref()))
-            .collect();
-        pods_state.samples = v
+        let c = v.cluster;
+        pods_state.samples = c
             .pods
             .iter()
-            .map(|p| (pod_labels(p, nodes.get(node_name(p)).copied()), 1.0))
+            .map(|p| (pod_labels(p, c.node(node_name(p)).map(|n| n.as_ref())), 1.0))
             .collect();
-        let managed: HashSet<&str> = v.nodeclaims.iter().filter_map(|c| provider_id(c)).collect();
-        let bound = bound_pods(v.pods);
-        for node in v.nodes {
-            let pid = crate::cache::node_provider_id(node);
-            let is_managed = pid.as_deref().is_some_and(|p| managed.contains(p));
+        for node in &c.nodes {
+            let node_name = node.metadata.name.as_deref().unwrap_or_default();
+            // Managed: a NodeClaim of ours has this Node's providerID.
+            let is_managed = crate::cache::node_provider_id(node).is_some_and(|pid| {
+                c.claim_of(node_name)
+                    .is_some_and(|claim| provider_id(claim) == Some(pid.as_str()))
+            });
             let base = node_labels(node, is_managed);
             let allocatable = node
                 .status
@@ -194,18 +183,24 @@ pub fn families(view: Option<&View>) -> Vec<Family> {
                 .and_then(|s| s.allocatable.as_ref())
                 .map(resources)
                 .unwrap_or_default();
-            let empty = NodePods::default();
-            let on_node = bound
-                .get(node.metadata.name.as_deref().unwrap_or_default())
-                .unwrap_or(&empty);
+            let sums = c.bound(node_name);
+            // The model counts the pod itself (`pods: 1`); Karpenter's node sums do not.
+            let pod_sums = |pick: fn(&crate::state::NodePods) -> &Resources| -> Resources {
+                sums.map(pick)
+                    .into_iter()
+                    .flatten()
+                    .filter(|(r, _)| r.as_str() != scheduling::PODS)
+                    .map(|(r, n)| (r.clone(), *n))
+                    .collect()
+            };
             let amounts = [
-                &allocatable,
-                &on_node.requests,
-                &on_node.limits,
-                &on_node.daemon_requests,
-                &on_node.daemon_limits,
+                allocatable,
+                pod_sums(|b| &b.requests),
+                pod_sums(|b| &b.limits),
+                pod_sums(|b| &b.daemon_requests),
+                pod_sums(|b| &b.daemon_limits),
             ];
-            for (f, amounts) in node_families.iter_mut().zip(amounts) {
+            for (f, amounts) in node_families.iter_mut().zip(&amounts) {
                 for (resource, amount) in amounts {
                     let mut labels = base.clone();
                     labels.push(("resource_type", resource_type(resource)));
@@ -215,11 +210,7 @@ pub fn families(view: Option<&View>) -> Vec<Family> {
         }
         node_count.samples = vec![(Vec::new(), state_node_count(v) as f64)];
         synced.samples = vec![(Vec::new(), if v.synced { 1.0 } else { 0.0 })];
-        let waiting = v
-            .pods
-            .iter()
-            .filter(|p| crate::objects::provisionable(p))
-            .count();
+        let waiting = c.pending().len();
         queue.samples = vec![(
             vec![("controller", "provisioner".to_string())],
             waiting as f64,
@@ -308,47 +299,6 @@ fn node_labels(node: &Node, managed: bool) -> Labels {
     out
 }
 
-/// What the pods bound to one node request and limit, all and DaemonSet pods only.
-#[derive(Default)]
-struct NodePods {
-    requests: Resources,
-    limits: Resources,
-    daemon_requests: Resources,
-    daemon_limits: Resources,
-}
-
-/// Per node name, the sums over the pods bound to it that have not terminated.
-fn bound_pods(pods: &[Arc<Pod>]) -> HashMap<&str, NodePods> {
-    let mut out: HashMap<&str, NodePods> = HashMap::new();
-    for p in pods {
-        let node = node_name(p);
-        let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
-        if node.is_empty() || matches!(phase, Some("Succeeded" | "Failed")) {
-            continue;
-        }
-        let mut requests = spec_requests(p.spec.as_ref());
-        let mut limits = spec_limits(p.spec.as_ref());
-        // The formula counts the pod itself; Karpenter's node sums do not.
-        requests.remove(scheduling::PODS);
-        limits.remove(scheduling::PODS);
-        let daemon = p.owner_references().iter().any(|o| o.kind == "DaemonSet");
-        let sums = out.entry(node).or_default();
-        add(&mut sums.requests, &requests);
-        add(&mut sums.limits, &limits);
-        if daemon {
-            add(&mut sums.daemon_requests, &requests);
-            add(&mut sums.daemon_limits, &limits);
-        }
-    }
-    out
-}
-
-fn add(into: &mut Resources, amounts: &Resources) {
-    for (k, v) in amounts {
-        *into.entry(k.clone()).or_insert(0) += v;
-    }
-}
-
 /// Karpenter's `resource_type`: the resource name, lower case, `-` as `_`.
 fn resource_type(resource: &str) -> String {
     resource.to_lowercase().replace('-', "_")
@@ -368,7 +318,7 @@ fn value(resource: &str, amount: i64) -> f64 {
 fn state_node_count(v: &View) -> usize {
     let mut ids: HashSet<String> = HashSet::new();
     let mut without = 0;
-    for n in v.nodes {
+    for n in &v.cluster.nodes {
         match crate::cache::node_provider_id(n) {
             Some(p) => {
                 ids.insert(p);
@@ -377,7 +327,8 @@ fn state_node_count(v: &View) -> usize {
         }
     }
     ids.extend(
-        v.nodeclaims
+        v.cluster
+            .nodeclaims
             .iter()
             .filter_map(|c| provider_id(c).map(str::to_string)),
     );
@@ -490,10 +441,14 @@ mod tests {
             machine("m3", None),
             machine("m4", Some("Running")),
         ];
+        let cluster = Cluster::new(cluster_state::Objects {
+            pods: pods.to_vec(),
+            nodes: nodes.to_vec(),
+            nodeclaims: claims.to_vec(),
+            ..Default::default()
+        });
         let fs = families(Some(&View {
-            pods: &pods,
-            nodes: &nodes,
-            nodeclaims: &claims,
+            cluster: &cluster,
             machines: &machines,
             synced: true,
         }));

@@ -18,6 +18,7 @@ use crate::nodeclaim::context::{Ctx, Settings, Shared};
 use crate::nodeclaim::lifecycle;
 use crate::nodeclass_status::{self, IndexCatalogs, StatusCtx};
 use crate::nodepool_status::RegistrationFailures as Failures;
+use crate::state::ClusterState;
 use crate::tasks::Tasks;
 use crate::unavailable::UnavailableOfferings as Unavailable;
 
@@ -68,6 +69,8 @@ impl Engagement {
         cluster_id: String,
         identity: String,
     ) -> Engagement {
+        // The one cluster state every reader of this workload cluster shares.
+        let state = ClusterState::new(crate::state::Sources::of(caches));
         let catalogs = IndexCatalogs {
             index,
             nodeclasses: caches.nodeclasses.store(),
@@ -92,22 +95,21 @@ impl Engagement {
         let nodepool_status = crate::nodepool_status::NodePoolStatus {
             client: ctx.workload.clone(),
             metrics: ctx.metrics.clone(),
-            nodepools: caches.nodepools.store(),
-            nodeclaims: caches.nodeclaims.store(),
-            nodeclasses: caches.nodeclasses.store(),
+            state: state.clone(),
             registration_failures,
             expectations: Default::default(),
         };
         let disruption = disruption(
             ctx,
             caches,
+            state.clone(),
             lifecycle_ctx.recorder.clone(),
             Arc::new(catalogs.clone()),
             unavailable.clone(),
         );
         let provisioner = provisioner(
             ctx,
-            caches,
+            state.clone(),
             lifecycle_ctx.recorder.clone(),
             Arc::new(catalogs.clone()),
             unavailable,
@@ -124,9 +126,7 @@ impl Engagement {
         };
         // The scrape-time gauges and the latencies: the leader's, as Karpenter's.
         ctx.metrics.cluster.attach(crate::cluster_metrics::Sources {
-            pods: caches.pods.clone(),
-            nodes: caches.nodes.clone(),
-            nodeclaims: caches.nodeclaims.clone(),
+            state,
             machines: caches.machines.clone(),
         });
         let latency = crate::latency::Latency {
@@ -245,7 +245,7 @@ fn shared(
 /// The provisioner of the engagement.
 fn provisioner(
     ctx: &Sources,
-    caches: &Caches,
+    state: ClusterState,
     recorder: Recorder,
     catalogs: Arc<IndexCatalogs>,
     unavailable: Arc<crate::unavailable::UnavailableOfferings>,
@@ -254,11 +254,7 @@ fn provisioner(
         client: ctx.workload.clone(),
         recorder,
         metrics: ctx.metrics.clone(),
-        pods: caches.pods.store(),
-        nodes: caches.nodes.store(),
-        daemonsets: caches.daemonsets.store(),
-        nodeclaims: caches.nodeclaims.store(),
-        nodepools: caches.nodepools.store(),
+        state,
         catalogs,
         unavailable,
         batch_idle: ctx.knobs.batch_idle,
@@ -270,6 +266,7 @@ fn provisioner(
 fn disruption(
     ctx: &Sources,
     caches: &Caches,
+    state: ClusterState,
     recorder: Recorder,
     catalogs: Arc<IndexCatalogs>,
     unavailable: Arc<crate::unavailable::UnavailableOfferings>,
@@ -278,13 +275,9 @@ fn disruption(
         client: ctx.workload.clone(),
         recorder,
         metrics: ctx.metrics.clone(),
-        nodepools: caches.nodepools.store(),
+        state,
         nodeclaims: caches.nodeclaims.store(),
         nodes: caches.nodes.store(),
-        pods: caches.pods.store(),
-        pdbs: caches.pdbs.store(),
-        nodeclasses: caches.nodeclasses.store(),
-        daemonsets: caches.daemonsets.store(),
         catalogs,
         unavailable,
         command_timeout: ctx.knobs.disruption_timeout,

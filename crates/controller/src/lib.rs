@@ -26,6 +26,7 @@ pub mod reports;
 pub mod resources;
 pub mod runtime;
 pub mod server;
+pub mod state;
 pub mod tasks;
 pub mod unavailable;
 pub mod write;

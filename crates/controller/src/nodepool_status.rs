@@ -6,7 +6,6 @@
 //! The status is a pure function of cached objects; the loop recomputes it every tick and
 //! writes only what changed, so it is idempotent and safe to restart anywhere.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use api::conditions::{self as cond, FALSE, TRUE, UNKNOWN};
@@ -18,12 +17,12 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 
 use crate::write::{Expectations, Outcome, Writer, manager};
-use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::json;
 
 use crate::metrics::{Metrics, ResourceLabels};
-use crate::objects::{name, nodepool_of};
+use crate::objects::name;
 use crate::provisioning::{convert, snapshot};
+use crate::state::ClusterState;
 
 pub use crate::reports::RegistrationFailures;
 
@@ -252,9 +251,8 @@ fn differs(pool: &NodePool, status: &Status) -> bool {
 pub struct NodePoolStatus {
     pub client: kube::Client,
     pub metrics: Metrics,
-    pub nodepools: Store<api::NodePool>,
-    pub nodeclaims: Store<api::NodeClaim>,
-    pub nodeclasses: Store<api::ClusterAPINodeClass>,
+    /// The NodePools, their NodeClaims and NodeClasses.
+    pub state: ClusterState,
     pub registration_failures: std::sync::Arc<RegistrationFailures>,
     /// Our status writes the cache has not shown yet: such a pool is not decided again.
     pub expectations: std::sync::Arc<Expectations>,
@@ -263,42 +261,41 @@ pub struct NodePoolStatus {
 impl NodePoolStatus {
     /// One pass over every NodePool; returns how many statuses were written.
     pub async fn reconcile_all(&self) -> usize {
-        let claims = self.nodeclaims.state();
-        let mut by_pool: BTreeMap<&str, Vec<&NodeClaim>> = BTreeMap::new();
-        for c in &claims {
-            if let Some(p) = nodepool_of(c) {
-                by_pool.entry(p).or_default().push(c);
-            }
-        }
+        let cluster = self.state.current();
         let writer: Writer<api::NodePool> =
             Writer::new(Api::all(self.client.clone()), manager::NODEPOOL_STATUS)
                 .expecting(self.expectations.clone());
-        let pools = self.nodepools.state();
-        self.expectations
-            .retain(|uid| pools.iter().any(|p| p.metadata.uid.as_deref() == Some(uid)));
+        self.expectations.retain(|uid| {
+            cluster
+                .nodepools
+                .iter()
+                .any(|p| p.metadata.uid.as_deref() == Some(uid))
+        });
         let mut written = 0;
-        for pool in pools {
+        for pool in &cluster.nodepools {
             let pool_name = name(pool.as_ref());
             if self.expectations.stale_object(pool.as_ref()) {
                 continue;
             }
-            let nodeclass = self.nodeclasses.get(&ObjectRef::new(
-                &pool.spec.template.spec.node_class_ref.name,
-            ));
-            let pool_claims = by_pool
-                .get(pool_name)
-                .map(Vec::as_slice)
-                .unwrap_or_default();
+            let class_name = &pool.spec.template.spec.node_class_ref.name;
+            let nodeclass = cluster
+                .nodeclasses
+                .iter()
+                .find(|nc| name(nc.as_ref()) == class_name);
+            let pool_claims: Vec<&NodeClaim> = cluster
+                .claims_of_pool(pool_name)
+                .map(|(c, _)| c.as_ref())
+                .collect();
             let failure = self.registration_failures.last(pool_name);
             let status = desired(
-                &pool,
-                pool_claims,
-                nodeclass.as_deref(),
+                pool,
+                &pool_claims,
+                nodeclass.map(|n| n.as_ref()),
                 failure.as_ref(),
                 Timestamp::now(),
             );
-            self.record_metrics(&pool, &status);
-            if !differs(&pool, &status) {
+            self.record_metrics(pool, &status);
+            if !differs(pool, &status) {
                 continue;
             }
             // Conditional on the version it was computed from: a conflict means a newer pool,

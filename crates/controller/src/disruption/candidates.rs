@@ -3,7 +3,6 @@
 //! to it, and when it becomes `Consolidatable` (`consolidateAfter` after its last pod event,
 //! or after it initialized).
 
-use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,9 +15,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use super::View;
 pub use super::blockers::{do_not_disrupt, reschedulable};
 use crate::nodeclass::parse_duration;
-use crate::objects::{
-    claim_condition, claim_node_name, deleting, name, nodepool_of, pod_node_name, terminal,
-};
+use crate::objects::{claim_condition, deleting, name, nodepool_of};
 
 /// One NodeClaim a method may disrupt.
 #[derive(Debug)]
@@ -30,7 +27,7 @@ pub struct Candidate<'a> {
     /// The reschedulable pods on its Node.
     pub pods: Vec<&'a Pod>,
     /// Every unfinished pod bound to its Node (DaemonSet and mirror pods included).
-    pub bound: &'a [&'a Pod],
+    pub bound: Vec<&'a Pod>,
 }
 
 impl Candidate<'_> {
@@ -84,68 +81,36 @@ impl Pool<'_> {
     }
 }
 
-/// Unfinished pods by the Node they are bound to.
-pub fn pods_by_node(pods: &[Arc<Pod>]) -> HashMap<&str, Vec<&Pod>> {
-    let mut out: HashMap<&str, Vec<&Pod>> = HashMap::new();
-    for p in pods {
-        if let Some(n) = pod_node_name(p)
-            && !terminal(p)
-        {
-            out.entry(n).or_default().push(p);
-        }
-    }
-    out
-}
-
 /// Being deleted, or a candidate of a surge-first command.
 fn busy(claim: &NodeClaim) -> bool {
     deleting(claim) || super::orchestrate::in_command(claim)
 }
 
 /// The NodePools of `view` with their candidates.
-pub fn pools<'a>(view: &'a View, pods_on: &'a HashMap<&'a str, Vec<&'a Pod>>) -> Vec<Pool<'a>> {
-    let nodes: HashMap<&str, &Node> = view
-        .nodes
-        .iter()
-        .map(|n| (name(n.as_ref()), n.as_ref()))
-        .collect();
-    let mut by_pool: BTreeMap<&str, Vec<&NodeClaim>> = BTreeMap::new();
-    for c in view.nodeclaims {
-        if let Some(p) = nodepool_of(c) {
-            by_pool.entry(p).or_default().push(c);
-        }
-    }
-    for claims in by_pool.values_mut() {
-        claims.sort_by_key(|c| name(*c));
-    }
+pub fn pools<'a>(view: &'a View) -> Vec<Pool<'a>> {
     view.nodepools
         .iter()
         .map(|p: &Arc<NodePool>| {
             let pool_name = name(p.as_ref());
-            let claims = by_pool
-                .get(pool_name)
-                .map(Vec::as_slice)
-                .unwrap_or_default();
-            let consolidate_after = consolidate_after(&p.spec);
+            let claims: Vec<_> = view.cluster.claims_of_pool(pool_name).collect();
             Pool {
                 name: pool_name,
                 spec: &p.spec,
-                consolidate_after,
+                consolidate_after: consolidate_after(&p.spec),
                 total: claims.len(),
-                disrupting: claims.iter().filter(|c| busy(c)).count(),
+                disrupting: claims.iter().filter(|(c, _)| busy(c)).count(),
                 candidates: claims
-                    .iter()
-                    .filter(|c| !busy(c))
-                    .map(|c| {
-                        let node = claim_node_name(c).and_then(|n| nodes.get(n).copied());
-                        let bound: &[&Pod] = node
-                            .and_then(|n| pods_on.get(name(n)))
-                            .map(Vec::as_slice)
+                    .into_iter()
+                    .filter(|(c, _)| !busy(c))
+                    .map(|(c, node)| {
+                        let bound: Vec<&Pod> = node
+                            .and_then(|n| view.cluster.bound(name(n.as_ref())))
+                            .map(|b| b.pods.iter().map(|p| p.as_ref()).collect())
                             .unwrap_or_default();
                         Candidate {
                             claim: c,
-                            name: name(*c),
-                            node,
+                            name: name(c.as_ref()),
+                            node: node.map(|n| n.as_ref()),
                             pods: bound.iter().copied().filter(|p| reschedulable(p)).collect(),
                             bound,
                         }

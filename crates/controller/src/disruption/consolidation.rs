@@ -148,7 +148,7 @@ fn blocker(pool: &Pool, c: &Candidate, pass: &Pass, clock: Clock) -> Option<Stri
         );
     }
     if let Some(b) = pod_blocker(
-        c.bound,
+        &c.bound,
         &pass
             .view
             .pdbs
@@ -175,7 +175,7 @@ fn blocker(pool: &Pool, c: &Candidate, pass: &Pass, clock: Clock) -> Option<Stri
 /// and Nodes (names, deletion), the pool's candidates.
 fn fingerprint(view: &View, eligible: &[Priced]) -> u64 {
     let mut h = DefaultHasher::new();
-    for p in view.pods {
+    for p in &view.pods {
         (
             p.metadata.uid.as_deref(),
             crate::objects::pod_node_name(p),
@@ -184,10 +184,10 @@ fn fingerprint(view: &View, eligible: &[Priced]) -> u64 {
         )
             .hash(&mut h);
     }
-    for c in view.nodeclaims {
+    for c in &view.nodeclaims {
         (name(c.as_ref()), c.metadata.deletion_timestamp.is_some()).hash(&mut h);
     }
-    for n in view.nodes {
+    for n in &view.nodes {
         (name(n.as_ref()), n.metadata.deletion_timestamp.is_some()).hash(&mut h);
     }
     for (p, d) in view.pdbs.iter().map(|p| {

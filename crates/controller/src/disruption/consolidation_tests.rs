@@ -14,6 +14,7 @@ use templates::model::{Catalog, InstanceType, Offering, PriceSource, Resources, 
 
 use super::tests::NoSim;
 use super::{Outcome, Timers, VALIDATION, View, pass};
+use crate::state::{Cluster, Objects};
 
 const TYPES: [(&str, i64, f64); 3] = [("small", 2, 0.1), ("medium", 4, 0.2), ("large", 8, 0.4)];
 
@@ -127,6 +128,18 @@ impl World {
         }
     }
 
+    /// The world as a cluster, with `pods`.
+    pub(super) fn cluster(&self, pods: Vec<Arc<Pod>>) -> Cluster {
+        Cluster::new(Objects {
+            nodepools: self.pools.clone(),
+            nodeclaims: self.claims.clone(),
+            nodes: self.nodes.clone(),
+            pods,
+            pdbs: self.pdbs.clone(),
+            ..Objects::default()
+        })
+    }
+
     /// A pass at `now`, then one after the validation: the second decides.
     pub(super) fn run(&self, now: &str) -> (Outcome, Outcome) {
         self.run_with(now, &mut Timers::default())
@@ -136,14 +149,9 @@ impl World {
     pub(super) fn run_with(&self, now: &str, timers: &mut Timers) -> (Outcome, Outcome) {
         let cat = catalog();
         let lookup = move |_: &str| Some(Arc::clone(&cat));
+        let cluster = self.cluster(self.pods.clone());
         let view = View {
-            nodepools: &self.pools,
-            nodeclaims: &self.claims,
-            nodes: &self.nodes,
-            pods: &self.pods,
-            daemonsets: &[],
-            pdbs: &self.pdbs,
-            nodeclasses: &[],
+            cluster: &cluster,
             catalog: &lookup,
         };
         let now: Timestamp = now.parse().expect("ts");
@@ -341,14 +349,9 @@ fn validation_drops_a_move_whose_candidate_changed() {
     let now: Timestamp = LATER.parse().expect("ts");
     let mut timers = Timers::default();
     let t0 = Instant::now();
+    let cluster = w.cluster(w.pods.clone());
     let view = View {
-        nodepools: &w.pools,
-        nodeclaims: &w.claims,
-        nodes: &w.nodes,
-        pods: &w.pods,
-        daemonsets: &[],
-        pdbs: &[],
-        nodeclasses: &[],
+        cluster: &cluster,
         catalog: &lookup,
     };
     assert!(
@@ -364,8 +367,9 @@ fn validation_drops_a_move_whose_candidate_changed() {
         "100m",
         json!({"karpenter.sh/do-not-disrupt": "true"}),
     ));
+    let cluster = w.cluster(pods);
     let view = View {
-        pods: &pods,
+        cluster: &cluster,
         ..view
     };
     let out = pass(&view, &mut timers, &NoSim, now, t0 + VALIDATION);

@@ -65,7 +65,7 @@ pub fn pod_blocker(
     now: k8s_openapi::jiff::Timestamp,
 ) -> Option<String> {
     let pdbs: Vec<&PodDisruptionBudget> = view.pdbs.iter().map(|p| p.as_ref()).collect();
-    match blockers::pod_blocker(c.bound, &pdbs, now)? {
+    match blockers::pod_blocker(&c.bound, &pdbs, now)? {
         Blocker::NotControllerOwned { .. } => None,
         b => Some(b.to_string()),
     }

@@ -45,7 +45,7 @@ impl Method for Emptiness {
             let Some(at) = consolidatable_at(c.claim, Some(after)) else {
                 continue;
             };
-            if let Some(b) = pod_blocker(c.bound, &pdbs, clock.now) {
+            if let Some(b) = pod_blocker(&c.bound, &pdbs, clock.now) {
                 pass.verdicts.insert(
                     c.name.to_string(),
                     Verdict::blocked(format!("empty; {b}")).consolidatable(Some(at <= clock.now)),

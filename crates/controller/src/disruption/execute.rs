@@ -8,9 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use api::karpenter::DisruptionReason;
-use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
 use kube::runtime::events::EventType;
@@ -22,6 +20,7 @@ use super::{Decision, Note, Outcome, Timers, View, pass, status};
 use crate::events::Recorder;
 use crate::metrics::{DecisionLabels, Metrics};
 use crate::nodeclaim::context::{Catalogs, publish};
+use crate::state::{Cluster, ClusterState};
 use crate::unavailable::{OfferingKey, UnavailableOfferings};
 
 /// How often candidates are evaluated (Karpenter: 10 s).
@@ -33,13 +32,11 @@ pub struct Disruption {
     pub client: kube::Client,
     pub recorder: Recorder,
     pub metrics: Metrics,
-    pub nodepools: Store<api::NodePool>,
+    /// What a pass decides on.
+    pub state: ClusterState,
+    /// The stores surge-first commands follow their NodeClaims and Nodes in.
     pub nodeclaims: Store<api::NodeClaim>,
     pub nodes: Store<Node>,
-    pub pods: Store<Pod>,
-    pub pdbs: Store<PodDisruptionBudget>,
-    pub nodeclasses: Store<api::ClusterAPINodeClass>,
-    pub daemonsets: Store<DaemonSet>,
     /// The provisioner's catalogs and launch failures: replacements are planned as the
     /// provisioner would plan them.
     pub catalogs: Arc<dyn Catalogs>,
@@ -49,26 +46,11 @@ pub struct Disruption {
 }
 
 impl Disruption {
-    /// One pass over the caches as they are now (shared objects, no copies).
-    pub fn pass(&self, timers: &mut Timers) -> Outcome {
-        let (nodepools, nodeclaims, nodes, pods, pdbs, nodeclasses, daemonsets) = (
-            self.nodepools.state(),
-            self.nodeclaims.state(),
-            self.nodes.state(),
-            self.pods.state(),
-            self.pdbs.state(),
-            self.nodeclasses.state(),
-            self.daemonsets.state(),
-        );
+    /// One pass over `cluster` (the cluster state as it is now).
+    pub fn pass(&self, cluster: &Cluster, timers: &mut Timers) -> Outcome {
         let catalog = |nodeclass: &str| self.catalogs.catalog(nodeclass);
         let view = View {
-            nodepools: &nodepools,
-            nodeclaims: &nodeclaims,
-            nodes: &nodes,
-            pods: &pods,
-            daemonsets: &daemonsets,
-            pdbs: &pdbs,
-            nodeclasses: &nodeclasses,
+            cluster,
             catalog: &catalog,
         };
         let instant = Instant::now();
@@ -84,14 +66,17 @@ impl Disruption {
                     instant,
                 )
             },
-            daemonsets: daemonsets.clone(),
         };
         pass(&view, timers, &simulator, Timestamp::now(), instant)
     }
 
     /// An Event on a NodePool.
-    async fn note(&self, note: &Note) {
-        let Some(pool) = self.nodepools.get(&ObjectRef::new(&note.nodepool)) else {
+    async fn note(&self, cluster: &Cluster, note: &Note) {
+        let Some(pool) = cluster
+            .nodepools
+            .iter()
+            .find(|p| crate::objects::name(p.as_ref()) == note.nodepool)
+        else {
             return;
         };
         let event = crate::events::Event {
@@ -208,8 +193,10 @@ pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> 
         // The pass (a snapshot and possibly a scheduling simulation) is CPU work: off the
         // async workers.
         let this = d.clone();
+        let cluster = d.state.current();
+        let read = Arc::clone(&cluster);
         let pass = tokio::task::spawn_blocking(move || {
-            let outcome = this.pass(&mut timers);
+            let outcome = this.pass(&read, &mut timers);
             (outcome, timers)
         })
         .await;
@@ -226,7 +213,7 @@ pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> 
         };
         status::record(&d.metrics, &outcome);
         for note in &outcome.notes {
-            d.note(note).await;
+            d.note(&cluster, note).await;
         }
         // A NodeClaim this pass deletes at once gets no condition write: it would be stale
         // a moment later (the deletion is what the user sees).
@@ -236,11 +223,12 @@ pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> 
             .filter(|d| d.surge.is_none())
             .map(|d| d.nodeclaim.as_str())
             .collect();
-        let claims: Vec<_> = d
+        // The NodeClaims the verdicts were computed from.
+        let claims: Vec<_> = cluster
             .nodeclaims
-            .state()
-            .into_iter()
+            .iter()
             .filter(|c| !deleted_now.contains(kube::ResourceExt::name_any(c.as_ref()).as_str()))
+            .cloned()
             .collect();
         status::write_conditions(
             &orchestrator.claims(),

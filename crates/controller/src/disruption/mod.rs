@@ -48,11 +48,8 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use api::NodeClaim;
 use api::karpenter::DisruptionReason;
-use api::{NodeClaim, NodePool};
-use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use templates::model::Catalog;
 
@@ -62,6 +59,7 @@ pub use execute::{Disruption, run};
 pub use verdict::{Verdict, verdicts};
 
 use crate::objects::name;
+use crate::state::Cluster;
 
 /// A node must stay a candidate this long beyond `consolidateAfter` before it is removed, so
 /// a node whose pods are about to be bound is not taken (Karpenter validates for 15 s).
@@ -131,18 +129,22 @@ pub struct Outcome {
     pub allowed: Vec<(String, DisruptionReason, usize)>,
 }
 
-/// The cluster as the caches see it (shared objects).
+/// The cluster a pass decides on: the cluster state's join (or one built from files or for
+/// a simulation), and the NodeClasses' instance types. Reads as the [`Cluster`]
+/// (`view.nodeclaims`, `view.bound(node)`, ...).
 #[derive(Clone, Copy)]
 pub struct View<'a> {
-    pub nodepools: &'a [Arc<NodePool>],
-    pub nodeclaims: &'a [Arc<NodeClaim>],
-    pub nodes: &'a [Arc<Node>],
-    pub pods: &'a [Arc<Pod>],
-    pub daemonsets: &'a [Arc<DaemonSet>],
-    pub pdbs: &'a [Arc<PodDisruptionBudget>],
-    pub nodeclasses: &'a [Arc<api::ClusterAPINodeClass>],
+    pub cluster: &'a Cluster,
     /// A NodeClass's instance types (prices for consolidation).
     pub catalog: &'a dyn Fn(&str) -> Option<Arc<Catalog>>,
+}
+
+impl std::ops::Deref for View<'_> {
+    type Target = Cluster;
+
+    fn deref(&self) -> &Cluster {
+        self.cluster
+    }
 }
 
 /// A catalog lookup that knows no NodeClass.
@@ -253,18 +255,17 @@ pub fn pass(
     instant: Instant,
 ) -> Outcome {
     let clock = Clock { now, instant };
-    let pods_on = candidates::pods_by_node(view.pods);
     let mut pass = Pass {
         view,
         simulate,
-        consolidated: view.pods.iter().any(|p| crate::objects::provisionable(p)),
+        consolidated: !view.pending().is_empty(),
         verdicts: BTreeMap::new(),
         held: BTreeMap::new(),
         notes: Vec::new(),
         scores: Vec::new(),
     };
     let mut out = Vec::new();
-    let mut pools = candidates::pools(view, &pods_on);
+    let mut pools = candidates::pools(view);
     let (mut budgets, allowed) = pool_budgets(&pools, now, &mut pass.notes);
     // Method by method over all pools, as Karpenter orders them.
     for method in timers.methods() {
@@ -371,20 +372,16 @@ fn decision_verdicts(verdicts: &mut BTreeMap<String, Verdict>, out: &[Decision])
 /// NodeClaims being deleted are blocked; every verdict gets its claim's `Consolidatable`
 /// state.
 fn claim_verdicts(verdicts: &mut BTreeMap<String, Verdict>, view: &View, now: Timestamp) {
-    for c in view
-        .nodeclaims
-        .iter()
-        .filter(|c| crate::objects::deleting(c.as_ref()))
-    {
+    for c in view.deleting_claims() {
         verdicts.insert(
             name(c.as_ref()).to_string(),
             Verdict::blocked("being deleted"),
         );
     }
     // The condition state is the claim's, whichever method gave the verdict.
-    for c in view.nodeclaims {
+    for c in &view.nodeclaims {
         if let Some(v) = verdicts.get_mut(name(c.as_ref())) {
-            v.consolidatable = candidates::consolidatable(c, view.nodepools, now);
+            v.consolidatable = candidates::consolidatable(c, &view.nodepools, now);
         }
     }
 }

@@ -17,8 +17,9 @@ use scheduling::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE, Operator}
 use super::View;
 use super::candidates::{Candidate, consolidatable_at, consolidate_after, reschedulable};
 use super::pricing::{self, Choice, Chosen, NoReplacement, Offer, Replaced};
-use crate::objects::{claim_node_name, deleting, name, nodepool_of, pod_node_name, pool_condition};
+use crate::objects::{claim_node_name, name, nodepool_of, pod_node_name};
 use crate::provisioning::snapshot;
+use crate::state::{Cluster, Objects};
 
 /// A candidate with what consolidation weighs: its price and the cost of disrupting it.
 #[derive(Debug)]
@@ -121,7 +122,7 @@ fn in_consolidate_after_window<'a>(view: &'a View, now: Timestamp) -> HashSet<&'
         .map(|p| (name(p.as_ref()), consolidate_after(&p.spec)))
         .collect();
     let mut out = HashSet::new();
-    for c in view.nodeclaims {
+    for c in &view.nodeclaims {
         let Some(&after) = nodepool_of(c).and_then(|p| after.get(p)) else {
             continue;
         };
@@ -133,33 +134,21 @@ fn in_consolidate_after_window<'a>(view: &'a View, now: Timestamp) -> HashSet<&'
     out
 }
 
-/// The cluster without `candidates` (their pods, and those of Nodes being deleted, pending:
-/// the returned pods to move), for a simulation.
-fn without_candidates(view: &View, candidates: &[&Priced]) -> (snapshot::State, Vec<Arc<Pod>>) {
+/// The cluster without `candidates` (their pods, and those of Nodes leaving, pending: the
+/// returned pods to move), for a simulation.
+fn without_candidates(view: &View, candidates: &[&Priced]) -> (Cluster, Vec<Arc<Pod>>) {
     let gone_claims: HashSet<&str> = candidates.iter().map(|p| p.candidate.name).collect();
     let gone_nodes: HashSet<&str> = candidates
         .iter()
         .filter_map(|p| p.candidate.node.map(name))
         .collect();
-    // Pods leaving: the candidates', and those of Nodes being deleted (they need room too).
-    let deleting_nodes: HashSet<&str> = view
-        .nodeclaims
-        .iter()
-        .filter(|c| deleting(c.as_ref()))
-        .filter_map(|c| claim_node_name(c))
-        .chain(
-            view.nodes
-                .iter()
-                .filter(|n| deleting(n.as_ref()))
-                .map(|n| name(n.as_ref())),
-        )
-        .collect();
+    // Pods leaving: the candidates', and those of Nodes leaving (they need room too).
     let (moving, staying): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) =
         view.pods.iter().cloned().partition(|p| {
-            pod_node_name(p).is_some_and(|n| gone_nodes.contains(n) || deleting_nodes.contains(n))
+            pod_node_name(p).is_some_and(|n| gone_nodes.contains(n) || view.leaving(n))
         });
     let moving: Vec<Arc<Pod>> = moving.into_iter().filter(|p| reschedulable(p)).collect();
-    let state = snapshot::State {
+    let objects = Objects {
         pods: staying,
         nodes: view
             .nodes
@@ -173,15 +162,9 @@ fn without_candidates(view: &View, candidates: &[&Priced]) -> (snapshot::State, 
             .filter(|c| !gone_claims.contains(name(c.as_ref())))
             .cloned()
             .collect(),
-        nodepools: view
-            .nodepools
-            .iter()
-            .filter(|p| pool_condition(p, api::consts::conditions::READY))
-            .cloned()
-            .collect(),
-        daemonsets: view.daemonsets.to_vec(),
+        ..view.objects().clone()
     };
-    (state, moving)
+    (Cluster::new(objects), moving)
 }
 
 /// The candidates' own pods (by uid) all placed, none on a node that has not initialized.
@@ -200,13 +183,7 @@ fn own_pods_placed(
             u.pod.namespace, u.pod.name, u.reason
         )));
     }
-    let in_flight: HashSet<&str> = snap
-        .input
-        .nodes
-        .iter()
-        .filter(|n| n.state == scheduling::NodeState::InFlight)
-        .map(|n| n.name.as_str())
-        .collect();
+    let in_flight = snap.in_flight();
     if let Some(p) = out
         .existing
         .iter()
@@ -219,13 +196,14 @@ fn own_pods_placed(
 
 /// Simulates removing `candidates` (one or more Nodes of `view`) at `now`.
 pub fn simulate(view: &View, candidates: &[&Priced], now: Timestamp) -> Result<Move, NoMove> {
-    let (state, moving) = without_candidates(view, candidates);
+    let (rest, moving) = without_candidates(view, candidates);
     let own: HashSet<&str> = candidates
         .iter()
         .flat_map(|c| c.candidate.pods.iter())
         .filter_map(|p| p.metadata.uid.as_deref())
         .collect();
-    let mut snap = snapshot::build(&state, &moving, view.catalog, &|_, _, _| true);
+    let pools = rest.ready_nodepools();
+    let mut snap = snapshot::build(&rest, &pools, &moving, view.catalog, &|_, _, _| true);
     let settling = in_consolidate_after_window(view, now);
     for n in &mut snap.input.nodes {
         n.refuses_moving = settling.contains(n.name.as_str());

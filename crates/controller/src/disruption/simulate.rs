@@ -5,15 +5,14 @@
 use std::sync::Arc;
 
 use api::NodeClaim;
-use api::consts::conditions as types;
-use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
 use templates::model::Catalog;
 
 use super::View;
 use super::candidates::{Candidate, reschedulable};
-use crate::objects::{deleting, name, pod_node_name, pool_condition};
+use crate::objects::{deleting, name, pod_node_name};
 use crate::provisioning::{nodeclaim, snapshot};
+use crate::state::{Cluster, Objects};
 
 /// Plans replacements for candidates.
 pub trait Simulate {
@@ -27,47 +26,40 @@ pub trait Simulate {
     ) -> Result<Vec<NodeClaim>, String>;
 }
 
-/// The cluster without the Nodes and NodeClaims of `candidates`, and the reschedulable pods
-/// that were bound to them (to be placed again).
-pub fn without(
-    view: &View,
-    nodes: &[&str],
-    claims: &[&str],
-    nodepools: Vec<Arc<api::NodePool>>,
-    daemonsets: Vec<Arc<DaemonSet>>,
-) -> (snapshot::State, Vec<Arc<Pod>>) {
-    let (moving, staying): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) = view
+/// The cluster without the Nodes `nodes` and the NodeClaims `claims` (and without the
+/// NodeClaims being deleted), and the reschedulable pods that were bound to those Nodes (to
+/// be placed again).
+pub fn without(cluster: &Cluster, nodes: &[&str], claims: &[&str]) -> (Cluster, Vec<Arc<Pod>>) {
+    let (moving, staying): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) = cluster
         .pods
         .iter()
         .filter(|p| pod_node_name(p).is_some())
         .cloned()
         .partition(|p| pod_node_name(p).is_some_and(|n| nodes.contains(&n)));
     let moving = moving.into_iter().filter(|p| reschedulable(p)).collect();
-    let state = snapshot::State {
+    let objects = Objects {
         pods: staying,
-        nodes: view
+        nodes: cluster
             .nodes
             .iter()
             .filter(|n| !nodes.contains(&name(n.as_ref())))
             .cloned()
             .collect(),
-        nodeclaims: view
+        nodeclaims: cluster
             .nodeclaims
             .iter()
             .filter(|c| !claims.contains(&name(c.as_ref())) && !deleting(c.as_ref()))
             .cloned()
             .collect(),
-        nodepools,
-        daemonsets,
+        ..cluster.objects().clone()
     };
-    (state, moving)
+    (Cluster::new(objects), moving)
 }
 
 /// The real simulation: the provisioner's snapshot and solver, Ready NodePools only.
 pub struct Simulator<'a> {
     pub catalog: &'a dyn Fn(&str) -> Option<Arc<Catalog>>,
     pub available: &'a dyn Fn(&str, Option<&str>, &str) -> bool,
-    pub daemonsets: Vec<Arc<DaemonSet>>,
 }
 
 impl Simulate for Simulator<'_> {
@@ -78,14 +70,9 @@ impl Simulate for Simulator<'_> {
     ) -> Result<Vec<NodeClaim>, String> {
         let nodes: Vec<&str> = candidates.iter().filter_map(|c| c.node.map(name)).collect();
         let claims: Vec<&str> = candidates.iter().map(|c| c.name).collect();
-        let pools = view
-            .nodepools
-            .iter()
-            .filter(|p| pool_condition(p, types::READY))
-            .cloned()
-            .collect();
-        let (state, moving) = without(view, &nodes, &claims, pools, self.daemonsets.clone());
-        let snap = snapshot::build(&state, &moving, self.catalog, self.available);
+        let (rest, moving) = without(view.cluster, &nodes, &claims);
+        let pools = rest.ready_nodepools();
+        let snap = snapshot::build(&rest, &pools, &moving, self.catalog, self.available);
         let out = scheduling::solve(&snap.input);
         if let Some(u) = out.unschedulable.first() {
             return Err(format!(
@@ -107,8 +94,8 @@ impl Simulate for Simulator<'_> {
 /// Whether every reschedulable pod on `node` fits on the other nodes (and in-flight
 /// NodeClaims), with no NodePool to launch from.
 pub fn fits_elsewhere(view: &View, node: &str, claim: &str) -> bool {
-    let (state, moving) = without(view, &[node], &[claim], Vec::new(), Vec::new());
-    let snapshot = snapshot::build(&state, &moving, &|_| None, &|_, _, _| true);
+    let (rest, moving) = without(view.cluster, &[node], &[claim]);
+    let snapshot = snapshot::build(&rest, &[], &moving, &|_| None, &|_, _, _| true);
     let out = scheduling::solve(&snapshot.input);
     out.unschedulable.is_empty() && out.new_node_claims.is_empty()
 }

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use super::candidates::Candidate;
 use super::simulate::Simulate;
 use super::{Timers, View, decide};
+use crate::state::{Cluster, Objects};
 
 /// A simulation in which every candidate's pods fit elsewhere (no replacements).
 pub(super) struct NoSim;
@@ -22,20 +23,24 @@ impl Simulate for NoSim {
     }
 }
 
-fn view<'a>(
-    nodepools: &'a [Arc<NodePool>],
-    nodeclaims: &'a [Arc<NodeClaim>],
-    nodes: &'a [Arc<Node>],
-    pods: &'a [Arc<Pod>],
-) -> View<'a> {
+fn cluster(
+    nodepools: &[Arc<NodePool>],
+    nodeclaims: &[Arc<NodeClaim>],
+    nodes: &[Arc<Node>],
+    pods: &[Arc<Pod>],
+) -> Cluster {
+    Cluster::new(Objects {
+        nodepools: nodepools.to_vec(),
+        nodeclaims: nodeclaims.to_vec(),
+        nodes: nodes.to_vec(),
+        pods: pods.to_vec(),
+        ..Objects::default()
+    })
+}
+
+fn view(cluster: &Cluster) -> View<'_> {
     View {
-        nodepools,
-        nodeclaims,
-        nodes,
-        pods,
-        daemonsets: &[],
-        pdbs: &[],
-        nodeclasses: &[],
+        cluster,
         catalog: &super::no_catalog,
     }
 }
@@ -107,7 +112,8 @@ fn empty_nodes_go_after_consolidate_after_plus_validation_within_budget() {
             json!({"metadata": {"name": "done"}, "spec": {"nodeName": "node-b"}, "status": {"phase": "Succeeded"}}),
         ),
     ];
-    let view = view(&pools, &claims, &nodes, &pods);
+    let c = cluster(&pools, &claims, &nodes, &pods);
+    let view = view(&c);
     let mut timers = Timers::default();
     let t0 = Instant::now();
     // Initialized at 10:00:00, consolidateAfter 10s, validation 15s: due at 10:00:25.
@@ -123,8 +129,9 @@ fn empty_nodes_go_after_consolidate_after_plus_validation_within_budget() {
     let mut first = claim_json("a", "2026-11-22T10:00:00Z", "Never");
     first["metadata"]["deletionTimestamp"] = json!("2026-11-22T11:00:00Z");
     deleting[0] = typed(first);
-    let view = View {
-        nodeclaims: &deleting,
+    let c = cluster(&pools, &deleting, &nodes, &pods);
+    let view = super::View {
+        cluster: &c,
         ..view
     };
     assert!(pass(&view, &mut timers, now, t0 + Duration::from_secs(30)).is_empty());
@@ -140,7 +147,8 @@ fn emptiness_counts_from_the_objects_so_a_restart_loses_nothing() {
         typed(recent),
     ];
     let nodes = [node("idle"), node("busy-until-now")];
-    let v = view(&pools, &claims, &nodes, &[]);
+    let c = cluster(&pools, &claims, &nodes, &[]);
+    let v = view(&c);
     let now = at("2026-11-22T11:00:00Z");
     // A process that just started (fresh timers, first pass): the idle node has been
     // consolidatable since 10:01 and goes at once; the other's last pod left 30 s ago.
@@ -179,7 +187,8 @@ fn do_not_disrupt_never_and_uninitialized_claims_are_kept() {
         (pool("0s", json!([{"nodes": "0"}])), plain()),
     ] {
         let (pools, claims) = ([p], [c]);
-        let view = view(&pools, &claims, &nodes, &[]);
+        let c = cluster(&pools, &claims, &nodes, &[]);
+        let view = view(&c);
         pass(&view, &mut timers, now, t0);
         assert!(pass(&view, &mut timers, now, later).is_empty());
     }
@@ -196,7 +205,8 @@ fn expired_claims_go_regardless_of_budgets() {
         json!({"metadata": {"name": "w"}, "spec": {"nodeName": "node-old"}, "status": {"phase": "Running"}}),
     )];
     let nodes = [node("old"), node("young")];
-    let view = view(&pools, &claims, &nodes, &pods);
+    let c = cluster(&pools, &claims, &nodes, &pods);
+    let view = view(&c);
     let d = pass(
         &view,
         &mut Timers::default(),
@@ -262,7 +272,8 @@ fn drift_replaces_the_oldest_empty_first_one_per_pass_within_budget() {
         node("fresh"),
     ];
     let pods = [pod_on("p", "old-busy", "1")];
-    let v = view(&pools, &claims, &nodes, &pods);
+    let c = cluster(&pools, &claims, &nodes, &pods);
+    let v = view(&c);
     let now = at("2026-11-22T11:00:00Z");
     let sim = OneEach { misfit: "" };
     let d = decide(&v, &mut Timers::default(), &sim, now, Instant::now());
@@ -286,7 +297,8 @@ fn drift_replaces_the_oldest_empty_first_one_per_pass_within_budget() {
         typed(in_command),
         claims[3].clone(),
     ];
-    let v = view(&pools, &claims2, &nodes, &pods);
+    let c = cluster(&pools, &claims2, &nodes, &pods);
+    let v = view(&c);
     let mut timers = Timers::default();
     let d = decide(&v, &mut timers, &sim, now, Instant::now());
     assert_eq!(d.len(), 1, "{d:?}");
@@ -297,7 +309,8 @@ fn drift_replaces_the_oldest_empty_first_one_per_pass_within_budget() {
         c["metadata"]["deletionTimestamp"] = json!("2026-11-22T11:00:00Z");
         c
     });
-    let v = view(&pools, &both, &nodes, &pods);
+    let c = cluster(&pools, &both, &nodes, &pods);
+    let v = view(&c);
     assert!(decide(&v, &mut timers, &sim, now, Instant::now()).is_empty());
     let blocked = timers.blocked();
     assert!(
@@ -327,11 +340,12 @@ fn drift_is_blocked_by_pdbs_do_not_disrupt_misfits_and_manual_policy() {
                pdbs: &[Arc<_>],
                nodeclasses: &[Arc<_>],
                sim: &OneEach| {
-        let v = View {
-            pdbs,
-            nodeclasses,
-            ..view(&pools, claims, &nodes, pods)
-        };
+        let c = Cluster::new(Objects {
+            pdbs: pdbs.to_vec(),
+            nodeclasses: nodeclasses.to_vec(),
+            ..cluster(&pools, claims, &nodes, pods).objects().clone()
+        });
+        let v = view(&c);
         let mut timers = Timers::default();
         let out = super::pass(&v, &mut timers, sim, now, Instant::now());
         let why: Vec<String> = timers.blocked().into_iter().map(|b| b.message).collect();
@@ -397,7 +411,8 @@ fn a_rolled_back_candidate_waits_for_the_cooldown() {
     failed["metadata"]["annotations"] = json!({super::orchestrate::FAILED: "2026-11-22T10:58:00Z"});
     let claims = [typed(failed)];
     let nodes = [node("a")];
-    let v = view(&pools, &claims, &nodes, &[]);
+    let c = cluster(&pools, &claims, &nodes, &[]);
+    let v = view(&c);
     let sim = OneEach { misfit: "" };
     let mut timers = Timers::default();
     let d = decide(

@@ -113,7 +113,6 @@ pub fn verdicts(view: &View, now: Timestamp) -> BTreeMap<String, Verdict> {
     let simulator = super::simulate::Simulator {
         catalog: view.catalog,
         available: &|_, _, _| true,
-        daemonsets: view.daemonsets.to_vec(),
     };
     super::pass(view, &mut timers, &simulator, now, Instant::now()).verdicts
 }

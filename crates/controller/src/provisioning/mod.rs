@@ -1,31 +1,35 @@
-//! The provisioner loop: batches provisionable pods, snapshots the cluster from watch
-//! caches, runs the scheduling simulation and creates one NodeClaim per planned claim.
+//! The provisioner loop: batches provisionable pods as pod (and capacity) events arrive
+//! ([`batch`]), reads the cluster state, runs the scheduling simulation and creates one
+//! NodeClaim per planned claim.
 
+pub mod batch;
 pub mod convert;
 pub mod nodeclaim;
 pub mod snapshot;
+pub mod trigger;
 
 pub use snapshot::Snapshot;
 
 pub use crate::objects::provisionable;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::events::{Event, EventType, Recorder};
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::api::Api;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource, ResourceExt};
 
 use crate::catalogs::Catalogs;
 use crate::metrics::{ControllerLabels, CreatedLabels, Metrics};
-use crate::objects::{claim_node_name, name, pool_condition};
+use crate::state::{Cluster, ClusterState};
 use crate::unavailable::{OfferingKey, UnavailableOfferings};
 use crate::write::{Created, Writer, manager};
-use api::{NodeClaim, NodePool};
+use api::NodeClaim;
+use batch::Batcher;
+use trigger::{PoolsSeen, Wake, triggers, wake};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -43,11 +47,9 @@ pub struct Provisioner {
     pub client: Client,
     pub recorder: Recorder,
     pub metrics: Metrics,
-    pub pods: Store<Pod>,
-    pub nodes: Store<Node>,
-    pub daemonsets: Store<DaemonSet>,
-    pub nodeclaims: Store<NodeClaim>,
-    pub nodepools: Store<NodePool>,
+    /// The cluster state of the workload cluster: what is read, and the caches whose
+    /// events trigger a batch.
+    pub state: ClusterState,
     pub catalogs: Arc<dyn Catalogs>,
     pub unavailable: Arc<UnavailableOfferings>,
     pub batch_idle: Duration,
@@ -55,39 +57,13 @@ pub struct Provisioner {
 }
 
 impl Provisioner {
-    /// Provisionable pods in the cache, as Karpenter defines them: marked Unschedulable by
-    /// kube-scheduler, not bound, not preempting, not owned by a DaemonSet or a Node, not
-    /// terminating. Typed and cheap: it runs every tick over every pod.
-    fn provisionable(&self) -> Vec<Arc<Pod>> {
-        self.pods
-            .state()
-            .into_iter()
-            .filter(|p| provisionable(p))
-            .collect()
-    }
-
-    /// The cluster as the caches see it now (shared objects, no copies).
-    pub fn state(&self) -> snapshot::State {
-        snapshot::State {
-            pods: self.pods.state(),
-            nodes: self.nodes.state(),
-            nodeclaims: self.nodeclaims.state(),
-            // Karpenter provisions only for Ready NodePools (valid, NodeClass Ready).
-            nodepools: self
-                .nodepools
-                .state()
-                .into_iter()
-                .filter(|p| pool_condition(p, api::consts::conditions::READY))
-                .collect(),
-            daemonsets: self.daemonsets.state(),
-        }
-    }
-
-    /// Builds the solver input from the caches.
-    pub fn snapshot(&self, pods: &[Arc<Pod>]) -> Snapshot {
+    /// Builds the solver input for `pods` from `cluster` (Ready NodePools only: Karpenter
+    /// provisions only for valid NodePools whose NodeClass is Ready).
+    pub fn snapshot(&self, cluster: &Cluster, pods: &[Arc<Pod>]) -> Snapshot {
         let now = Instant::now();
         snapshot::build(
-            &self.state(),
+            cluster,
+            &cluster.ready_nodepools(),
             pods,
             &|nodeclass| self.catalogs.catalog(nodeclass),
             &|name, zone, ct| {
@@ -105,13 +81,15 @@ impl Provisioner {
 
     /// One batch: solve and create the NodeClaims. Returns the names created.
     pub async fn provision(&self, pods: &[Arc<Pod>]) -> Result<Vec<String>, Error> {
-        let (snapshot, output) = self.solve(pods).await?;
+        let cluster = self.state.current();
+        let (snapshot, output) = self.solve(&cluster, pods).await?;
         let by_uid: HashMap<&str, &Pod> = pods
             .iter()
             .filter_map(|p| Some((p.metadata.uid.as_deref()?, p.as_ref())))
             .collect();
         let (created, first_error) = self.create_claims(&snapshot, &output, &by_uid).await;
-        self.nominate_in_flight(&snapshot, &output, &by_uid).await;
+        self.nominate_in_flight(&cluster, &snapshot, &output, &by_uid)
+            .await;
         for u in &output.unschedulable {
             if let Some(v) = by_uid.get(u.pod.uid.as_str()) {
                 self.event(
@@ -130,13 +108,18 @@ impl Provisioner {
         }
     }
 
-    /// Snapshots the caches and solves for `pods`, off the async workers (CPU work: a long
+    /// Snapshots `cluster` and solves for `pods`, off the async workers (CPU work: a long
     /// solve never delays Lease renewal or the other loops); the solve's duration observed.
-    async fn solve(&self, pods: &[Arc<Pod>]) -> Result<(Snapshot, scheduling::Output), Error> {
+    async fn solve(
+        &self,
+        cluster: &Arc<Cluster>,
+        pods: &[Arc<Pod>],
+    ) -> Result<(Snapshot, scheduling::Output), Error> {
         let this = self.clone();
+        let cluster = Arc::clone(cluster);
         let batch = pods.to_vec();
         let (snapshot, output, elapsed) = tokio::task::spawn_blocking(move || {
-            let snapshot = this.snapshot(&batch);
+            let snapshot = this.snapshot(&cluster, &batch);
             let start = Instant::now();
             let output = scheduling::solve(&snapshot.input);
             (snapshot, output, start.elapsed())
@@ -232,36 +215,24 @@ impl Provisioner {
     /// Pods packed onto NodeClaims still launching are nominated to them too.
     async fn nominate_in_flight(
         &self,
+        cluster: &Cluster,
         snapshot: &Snapshot,
         output: &scheduling::Output,
         by_uid: &HashMap<&str, &Pod>,
     ) {
-        let in_flight: HashSet<&str> = snapshot
-            .input
-            .nodes
-            .iter()
-            .filter(|n| n.state == scheduling::NodeState::InFlight)
-            .map(|n| n.name.as_str())
-            .collect();
-        let claims = self.nodeclaims.state();
-        let claim_of_node: HashMap<&str, &str> = claims
-            .iter()
-            .filter_map(|c| Some((claim_node_name(c)?, name(c.as_ref()))))
-            .collect();
+        let in_flight = snapshot.in_flight();
         for placement in &output.existing {
             if !in_flight.contains(placement.node.as_str()) {
                 continue;
             }
             // The NodeClaim (also when the solver saw its Node): one nomination message per
             // pod and NodeClaim, so repeats are one Event series.
-            let claim = if self
-                .nodeclaims
-                .get(&ObjectRef::new(&placement.node))
-                .is_some()
-            {
+            let claim = if cluster.nodeclaim(&placement.node).is_some() {
                 Some(placement.node.as_str())
             } else {
-                claim_of_node.get(placement.node.as_str()).copied()
+                cluster
+                    .claim_of(&placement.node)
+                    .map(|c| crate::objects::name(c.as_ref()))
             };
             let target = match claim {
                 Some(c) => format!("nodeclaim/{c}"),
@@ -288,10 +259,13 @@ impl Provisioner {
     /// its pods' requests, and can overrun the limit by the rest of its instance.
     async fn await_cached(&self, names: &[String]) {
         let deadline = Instant::now() + CACHE_WAIT;
+        // The cache, not the join: what a cache holds is in the next join read (see
+        // `state`), and a lookup is not a rebuild.
+        let claims = self.state.sources().nodeclaims.store();
         let refs: Vec<ObjectRef<NodeClaim>> = names.iter().map(|n| ObjectRef::new(n)).collect();
         while refs
             .iter()
-            .any(|r| !self.nodeclaims.get(r).is_some_and(|c| charged(&c)))
+            .any(|r| !claims.get(r).is_some_and(|c| charged(&c)))
         {
             if Instant::now() >= deadline {
                 tracing::warn!(
@@ -342,52 +316,55 @@ const CACHE_WAIT: Duration = Duration::from_secs(5);
 /// The most NodeClaim creates of one batch in flight at once.
 const PARALLEL_WRITES: usize = 32;
 
-/// How often the pod cache is checked for new provisionable pods.
-const TICK: Duration = Duration::from_millis(100);
-/// A pod handled in a batch is not a reason to open a new window again before this.
-const RECONSIDER: Duration = Duration::from_secs(10);
+/// Offers every pending pod of the cluster state to the batcher.
+fn offer_pending(state: &ClusterState, batcher: &mut Batcher, now: Instant) {
+    for p in state.current().pending() {
+        if let Some(uid) = &p.metadata.uid {
+            batcher.pod(uid, now);
+        }
+    }
+}
 
-/// Runs until `shutdown`: batches provisionable pods (window opens on the first new one,
-/// extends while more arrive within `batch_idle`, closes at `batch_max`) and provisions.
+/// Runs until `shutdown`: batches provisionable pods as their events arrive (see
+/// [`batch`]: the window opens on the first new one, extends while more arrive within
+/// `batch_idle`, closes at `batch_max`) and provisions the pending pods of the cluster
+/// state. No event, no work: the loop sleeps until an event or the batcher's deadline.
 pub async fn run(p: Provisioner, shutdown: impl std::future::Future<Output = ()> + Send) {
     tokio::pin!(shutdown);
-    let mut handled: HashMap<String, Instant> = HashMap::new();
-    let mut window: Option<(Instant, Instant, HashSet<String>)> = None;
+    // Subscribed before the first read: no event between them is lost.
+    let mut events = triggers(&p.state);
+    let mut pools = PoolsSeen::new();
+    let mut batcher = Batcher::new(p.batch_idle, p.batch_max);
+    offer_pending(&p.state, &mut batcher, Instant::now());
     loop {
+        let deadline = batcher.deadline();
+        let sleep = async move {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d.into()).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = &mut shutdown => return,
-            _ = tokio::time::sleep(TICK) => {}
+            t = events.next() => match t.map(|t| wake(&p.state, &mut pools, t)) {
+                Some(Wake::Pod(uid)) => batcher.pod(&uid, Instant::now()),
+                Some(Wake::Capacity) => {
+                    batcher.forget_handled();
+                    offer_pending(&p.state, &mut batcher, Instant::now());
+                }
+                Some(Wake::Nothing) => {}
+                None => return,
+            },
+            _ = sleep => {}
         }
         let now = Instant::now();
-        handled.retain(|_, t| now.duration_since(*t) < RECONSIDER);
-        let pods = p.provisionable();
-        let uids: HashSet<String> = pods.iter().filter_map(|p| p.metadata.uid.clone()).collect();
-        let fresh: HashSet<String> = uids
-            .iter()
-            .filter(|u| !handled.contains_key(*u))
-            .cloned()
-            .collect();
-        match &mut window {
-            None => {
-                if !fresh.is_empty() {
-                    window = Some((now, now, fresh));
-                }
-                continue;
-            }
-            Some((_, last, seen)) => {
-                if fresh.iter().any(|u| !seen.contains(u)) {
-                    *last = now;
-                    seen.extend(fresh);
-                }
-            }
+        if batcher.reconsider(now) {
+            offer_pending(&p.state, &mut batcher, now);
         }
-        let Some((opened, last, _)) = &window else {
-            continue;
-        };
-        if now.duration_since(*last) < p.batch_idle && now.duration_since(*opened) < p.batch_max {
+        if !batcher.close(now) {
             continue;
         }
-        window = None;
+        let pods = p.state.current().pending().to_vec();
         if pods.is_empty() {
             continue;
         }
@@ -401,10 +378,10 @@ pub async fn run(p: Provisioner, shutdown: impl std::future::Future<Output = ()>
             }
             Err(e) => tracing::warn!(error = %e, "provisioning batch failed"),
         }
-        let done = Instant::now();
-        for u in uids {
-            handled.insert(u, done);
-        }
+        batcher.handled(
+            pods.iter().filter_map(|p| p.metadata.uid.as_deref()),
+            Instant::now(),
+        );
     }
 }
 

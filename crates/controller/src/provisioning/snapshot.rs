@@ -1,39 +1,36 @@
-//! Pure: the cluster as typed objects (what the shared caches hold, or what `simulate` reads
-//! from files) → the solver's input. Shared by the provisioner loop, disruption and
-//! `simulate`. Objects are shared (`Arc`), never copied: a snapshot of 1000 pods costs 1000
-//! pointers.
+//! Pure: a [`Cluster`] (the cluster state's join, or one built from files by `simulate`)
+//! → the solver's input. Shared by the provisioner loop, disruption and `simulate`.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use api::consts::conditions as types;
 use api::{NodeClaim, NodePool};
-use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use templates::model::Catalog;
 
 use super::convert;
-use crate::objects::{
-    claim_condition, claim_node_name, deleting, name, node_ready, nodepool_of, pod_node_name,
-    terminal,
-};
-
-/// The objects a scheduling decision depends on.
-#[derive(Debug, Default, Clone)]
-pub struct State {
-    /// All pods: bound ones count against their node, pending ones are not read from here.
-    pub pods: Vec<Arc<Pod>>,
-    pub nodes: Vec<Arc<Node>>,
-    pub nodeclaims: Vec<Arc<NodeClaim>>,
-    pub nodepools: Vec<Arc<NodePool>>,
-    pub daemonsets: Vec<Arc<DaemonSet>>,
-}
+use crate::objects::{claim_condition, claim_node_name, deleting, name};
+use crate::state::Cluster;
 
 /// Result of one snapshot: the solver input and the NodePool objects by name.
 pub struct Snapshot {
     pub input: scheduling::Input,
     pub pools: BTreeMap<String, Arc<NodePool>>,
+}
+
+impl Snapshot {
+    /// The names of the solver's nodes in flight (NodeClaims launching, Nodes not
+    /// initialized): a pod placed there waits for them.
+    pub fn in_flight(&self) -> HashSet<&str> {
+        self.input
+            .nodes
+            .iter()
+            .filter(|n| n.state == scheduling::NodeState::InFlight)
+            .map(|n| n.name.as_str())
+            .collect()
+    }
 }
 
 fn add(into: &mut scheduling::Resources, r: &scheduling::Resources) {
@@ -42,29 +39,36 @@ fn add(into: &mut scheduling::Resources, r: &scheduling::Resources) {
     }
 }
 
-/// Requests and bound pods, by the name of the node they are bound to.
-type Bound<'a> = HashMap<&'a str, (scheduling::Resources, Vec<scheduling::BoundPod>)>;
-
-/// Builds the solver input. `catalog(nodeclass)` gives a NodeClass's instance types;
-/// `available(instance_type, zone, capacity_type)` filters offerings (e.g. ones that just
-/// failed to launch).
+/// Builds the solver input: the Nodes with room and the NodeClaims in flight of `cluster`,
+/// `nodepools` (those of `cluster` to launch from) and the `pending` pods.
+/// `catalog(nodeclass)` gives a NodeClass's instance types; `available(instance_type, zone,
+/// capacity_type)` filters offerings (e.g. ones that just failed to launch).
 pub fn build(
-    state: &State,
+    cluster: &Cluster,
+    nodepools: &[Arc<NodePool>],
     pending: &[Arc<Pod>],
     catalog: &dyn Fn(&str) -> Option<Arc<Catalog>>,
     available: &dyn Fn(&str, Option<&str>, &str) -> bool,
 ) -> Snapshot {
-    let mut bound = bound_pods(state);
-    let (mut nodes, ready_nodes) = ready_nodes(state, &mut bound);
-    let mut usage = claim_nodes(state, &ready_nodes, &mut bound, &mut nodes);
+    let mut nodes: Vec<scheduling::ExistingNode> = cluster
+        .nodes
+        .iter()
+        .filter(|n| cluster.has_room(n) && !deleting(n.as_ref()))
+        .map(|n| existing_node(cluster, n))
+        .collect();
+    nodes.extend(cluster.in_flight().map(|c| in_flight_node(cluster, c)));
     let mut node_pools = Vec::new();
     let mut pools = BTreeMap::new();
-    for p in &state.nodepools {
+    for p in nodepools {
         if deleting(p.as_ref()) {
             continue;
         }
         let mut pool = convert::node_pool(p);
-        pool.usage = usage.remove(&pool.name).unwrap_or_default();
+        let mut usage = scheduling::Resources::new();
+        for (c, _) in cluster.claims_of_pool(&pool.name) {
+            add(&mut usage, &claim_usage(c));
+        }
+        pool.usage = usage;
         if let Some(catalog) = catalog(&p.spec.template.spec.node_class_ref.name) {
             pool.instance_types = catalog
                 .instance_types
@@ -79,7 +83,7 @@ pub fn build(
         input: scheduling::Input {
             node_pools,
             nodes,
-            daemonsets: state
+            daemonsets: cluster
                 .daemonsets
                 .iter()
                 .map(|d| convert::daemonset(d))
@@ -90,129 +94,78 @@ pub fn build(
     }
 }
 
-/// Requests and bound pods per node (terminal pods left out).
-fn bound_pods(state: &State) -> Bound<'_> {
-    let mut bound: Bound = HashMap::new();
-    for p in &state.pods {
-        let Some(node) = pod_node_name(p) else {
-            continue;
-        };
-        if terminal(p) {
-            continue;
-        }
-        let (requests, bp) = convert::bound_pod(p);
-        let e = bound.entry(node).or_default();
-        add(&mut e.0, &requests);
-        e.1.push(bp);
-    }
-    bound
+/// Requests and the scheduling model of the pods bound to `node` (by name).
+fn bound(cluster: &Cluster, node: &str) -> (scheduling::Resources, Vec<scheduling::BoundPod>) {
+    cluster
+        .bound(node)
+        .map(|b| {
+            let pods = b.pods.iter().map(|p| convert::bound_pod(p).1).collect();
+            (b.requests.clone(), pods)
+        })
+        .unwrap_or_default()
 }
 
-/// The Nodes that can take pods (their bound pods taken from `bound`), and their names.
-fn ready_nodes<'a>(
-    state: &'a State,
-    bound: &mut Bound,
-) -> (Vec<scheduling::ExistingNode>, HashSet<&'a str>) {
-    // NodeClaims by the Node they registered as.
-    let claim_of_node: HashMap<&str, &NodeClaim> = state
-        .nodeclaims
-        .iter()
-        .filter_map(|c| Some((claim_node_name(c)?, c.as_ref())))
-        .collect();
-    // Nodes of NodeClaims being deleted, and cordoned Nodes, are never free room: their
-    // pods are leaving, nothing new may land there.
-    let leaving: HashSet<&str> = state
-        .nodeclaims
-        .iter()
-        .filter(|c| deleting(c.as_ref()))
-        .filter_map(|c| claim_node_name(c))
-        .collect();
-    let mut nodes = Vec::new();
-    let mut ready_nodes = HashSet::new();
-    for n in &state.nodes {
-        let cordoned = n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
-        if !node_ready(n) || deleting(n.as_ref()) || cordoned || leaving.contains(name(n.as_ref()))
-        {
-            continue;
-        }
-        let node_name = name(n.as_ref());
-        ready_nodes.insert(node_name);
-        let (requested, pods) = bound.remove(node_name).unwrap_or_default();
-        // A Node whose NodeClaim is not initialized yet still carries ephemeral and startup
-        // taints that will go away: Karpenter schedules onto it as in flight.
-        let claim = claim_of_node.get(node_name);
-        let initialized = claim.is_none_or(|c| claim_condition(c, types::INITIALIZED));
-        nodes.push(scheduling::ExistingNode {
-            name: node_name.to_string(),
-            state: if initialized {
-                scheduling::NodeState::Ready
-            } else {
-                scheduling::NodeState::InFlight
-            },
-            labels: n.metadata.labels.clone().unwrap_or_default(),
-            taints: convert::node_taints(n.spec.as_ref().and_then(|s| s.taints.as_ref())),
-            startup_taints: claim
-                .map(|c| convert::taints(&c.spec.startup_taints))
-                .unwrap_or_default(),
-            allocatable: n
-                .status
-                .as_ref()
-                .and_then(|s| s.allocatable.as_ref())
-                .map(convert::resources)
-                .unwrap_or_default(),
-            requested,
-            pods,
-            refuses_moving: false,
-        });
+/// A Node with room. One whose NodeClaim is not initialized yet still carries ephemeral
+/// and startup taints that will go away: Karpenter schedules onto it as in flight.
+fn existing_node(cluster: &Cluster, n: &Node) -> scheduling::ExistingNode {
+    let node_name = name(n);
+    let claim = cluster.claim_of(node_name);
+    let initialized = claim.is_none_or(|c| claim_condition(c, types::INITIALIZED));
+    let (requested, pods) = bound(cluster, node_name);
+    scheduling::ExistingNode {
+        name: node_name.to_string(),
+        state: if initialized {
+            scheduling::NodeState::Ready
+        } else {
+            scheduling::NodeState::InFlight
+        },
+        labels: n.metadata.labels.clone().unwrap_or_default(),
+        taints: convert::node_taints(n.spec.as_ref().and_then(|s| s.taints.as_ref())),
+        startup_taints: claim
+            .map(|c| convert::taints(&c.spec.startup_taints))
+            .unwrap_or_default(),
+        allocatable: n
+            .status
+            .as_ref()
+            .and_then(|s| s.allocatable.as_ref())
+            .map(convert::resources)
+            .unwrap_or_default(),
+        requested,
+        pods,
+        refuses_moving: false,
     }
-    (nodes, ready_nodes)
 }
 
-/// Adds the in-flight NodeClaims (not being deleted, not represented by a ready Node) to
-/// `nodes`; returns every NodePool's usage.
-fn claim_nodes(
-    state: &State,
-    ready_nodes: &HashSet<&str>,
-    bound: &mut Bound,
-    nodes: &mut Vec<scheduling::ExistingNode>,
-) -> HashMap<String, scheduling::Resources> {
-    let mut usage: HashMap<String, scheduling::Resources> = HashMap::new();
-    for c in &state.nodeclaims {
-        let Some(pool) = nodepool_of(c) else {
-            continue;
-        };
-        add(usage.entry(pool.to_string()).or_default(), &claim_usage(c));
-        if deleting(c.as_ref()) {
-            continue;
+/// A NodeClaim in flight, as the node it will be: its labels and the single-valued
+/// requirements, its allocatable, the pods already bound to the Node it named.
+fn in_flight_node(cluster: &Cluster, c: &NodeClaim) -> scheduling::ExistingNode {
+    let mut labels = c.metadata.labels.clone().unwrap_or_default();
+    for r in convert::requirements(&c.spec.requirements) {
+        if r.operator == scheduling::Operator::In && r.values.len() == 1 {
+            labels.entry(r.key).or_insert_with(|| r.values[0].clone());
         }
-        let node_name = claim_node_name(c).unwrap_or_default();
-        if !node_name.is_empty() && ready_nodes.contains(node_name) {
-            continue; // represented by its Node
-        }
-        let mut labels = c.metadata.labels.clone().unwrap_or_default();
-        for r in convert::requirements(&c.spec.requirements) {
-            if r.operator == scheduling::Operator::In && r.values.len() == 1 {
-                labels.entry(r.key).or_insert_with(|| r.values[0].clone());
-            }
-        }
-        let claim_name = name(c.as_ref()).to_string();
-        labels
-            .entry(scheduling::LABEL_HOSTNAME.into())
-            .or_insert_with(|| claim_name.clone());
-        let (requested, pods) = bound.remove(node_name).unwrap_or_default();
-        nodes.push(scheduling::ExistingNode {
-            name: claim_name,
-            state: scheduling::NodeState::InFlight,
-            labels,
-            taints: convert::taints(&c.spec.taints),
-            startup_taints: convert::taints(&c.spec.startup_taints),
-            allocatable: claim_resources(c, Which::Allocatable),
-            requested,
-            pods,
-            refuses_moving: false,
-        });
     }
-    usage
+    let claim_name = name(c).to_string();
+    labels
+        .entry(scheduling::LABEL_HOSTNAME.into())
+        .or_insert_with(|| claim_name.clone());
+    let node_name = cluster
+        .node_of(&claim_name)
+        .map(|n| name(n.as_ref()))
+        .or_else(|| claim_node_name(c))
+        .unwrap_or_default();
+    let (requested, pods) = bound(cluster, node_name);
+    scheduling::ExistingNode {
+        name: claim_name,
+        state: scheduling::NodeState::InFlight,
+        labels,
+        taints: convert::taints(&c.spec.taints),
+        startup_taints: convert::taints(&c.spec.startup_taints),
+        allocatable: claim_resources(c, Which::Allocatable),
+        requested,
+        pods,
+        refuses_moving: false,
+    }
 }
 
 /// What one NodeClaim counts against its NodePool's limits: its capacity once known, its
@@ -272,7 +225,9 @@ pub fn claim_resources(c: &NodeClaim, which: Which) -> scheduling::Resources {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::Objects;
     use serde_json::{Value, json};
+    use std::collections::HashMap;
 
     fn typed<T: serde::de::DeserializeOwned>(v: Value) -> Arc<T> {
         Arc::new(serde_json::from_value(v).expect("fixture"))
@@ -307,7 +262,7 @@ mod tests {
     #[test]
     fn nodes_of_uninitialized_claims_are_in_flight_and_claims_count_towards_usage() {
         let unregistered = json!([{"key": "karpenter.sh/unregistered", "effect": "NoExecute"}]);
-        let state = State {
+        let state = Cluster::new(Objects {
             pods: vec![typed(json!({
                 "metadata": {"name": "bound", "namespace": "d"},
                 "spec": {"nodeName": "n1", "containers": [{"name": "c", "resources": {"requests": {"cpu": "1500m"}}}]},
@@ -327,9 +282,9 @@ mod tests {
                 json!({"metadata": {"name": "default"}, "spec": {"template": {"spec": {
                 "nodeClassRef": {"group": "g", "kind": "K", "name": "n"}, "requirements": []}}}}),
             )],
-            daemonsets: vec![],
-        };
-        let s = build(&state, &[], &no_catalog, &|_, _, _| true);
+            ..Objects::default()
+        });
+        let s = build(&state, &state.nodepools, &[], &no_catalog, &|_, _, _| true);
         let by_name: HashMap<&str, &scheduling::ExistingNode> =
             s.input.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
         assert_eq!(by_name.len(), 4, "{:?}", by_name.keys());
@@ -357,16 +312,16 @@ mod tests {
             ));
         let mut cordoned = (*ready_node("n2", json!([]))).clone();
         cordoned.spec.get_or_insert_default().unschedulable = Some(true);
-        let state = State {
+        let state = Cluster::new(Objects {
             nodes: vec![
                 ready_node("n1", json!([])),
                 Arc::new(cordoned),
                 ready_node("n3", json!([])),
             ],
             nodeclaims: vec![Arc::new(gone)],
-            ..State::default()
-        };
-        let s = build(&state, &[], &no_catalog, &|_, _, _| true);
+            ..Objects::default()
+        });
+        let s = build(&state, &[], &[], &no_catalog, &|_, _, _| true);
         let names: Vec<&str> = s.input.nodes.iter().map(|n| n.name.as_str()).collect();
         assert_eq!(names, ["n3"]);
     }
