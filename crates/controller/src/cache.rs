@@ -238,7 +238,7 @@ where
     /// How many times the store has been written, twice per watch event: odd while an
     /// event is being applied, even when the store is at rest. Equal even values read
     /// before and after reading the store mean nothing changed in between (a seqlock):
-    /// what [`crate::state::ClusterState`] keys its joined view by.
+    /// what the cluster state (`state`) keys its joined view by.
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::SeqCst)
     }
