@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 /// Why a template cannot be cloned.
 #[derive(Debug, thiserror::Error, PartialEq)]
-pub enum CloneError {
+pub(crate) enum CloneError {
     #[error("template {name}: kind {kind:?} does not end in \"Template\"")]
     NotATemplate { name: String, kind: String },
     #[error("template {name}: missing apiVersion/kind")]
@@ -22,7 +22,7 @@ pub enum CloneError {
 
 /// What the clone is for.
 #[derive(Clone, Debug)]
-pub struct CloneTarget<'a> {
+pub(crate) struct CloneTarget<'a> {
     /// Name of the new object (the Machine's name: deterministic, so a restart adopts it).
     pub name: &'a str,
     /// Namespace of the new object (the Cluster's namespace).
@@ -38,7 +38,7 @@ pub struct CloneTarget<'a> {
 /// machine labels + cluster-name, annotations = template annotations + cloned-from-name and
 /// cloned-from-groupkind. No resourceVersion, uid, finalizers or ownerReferences (the
 /// Machine controller sets itself as the controller owner).
-pub fn clone_template(
+pub(crate) fn clone_template(
     template: &DynamicObject,
     target: &CloneTarget<'_>,
 ) -> Result<DynamicObject, CloneError> {
@@ -121,7 +121,7 @@ pub fn clone_template(
 /// Adds the `karpenter.sh/unregistered:NoExecute` taint to a cloned KubeadmConfig's join
 /// configuration, so the Node registers with it as Karpenter requires. Returns whether it
 /// was added (false when it is already there).
-pub fn inject_unregistered_taint(kubeadm_config: &mut DynamicObject) -> bool {
+pub(crate) fn inject_unregistered_taint(kubeadm_config: &mut DynamicObject) -> bool {
     let spec = kubeadm_config
         .data
         .as_object_mut()

@@ -80,16 +80,16 @@ impl Collector for ClusterState {
 }
 
 /// What the gauges are computed from.
-pub struct View<'a> {
+pub(crate) struct View<'a> {
     pub cluster: &'a Cluster,
     pub machines: &'a [Arc<Machine>],
     pub synced: bool,
 }
 
-pub type Labels = Vec<(&'static str, String)>;
+pub(crate) type Labels = Vec<(&'static str, String)>;
 
 /// One gauge family and its samples.
-pub struct Family {
+pub(crate) struct Family {
     pub name: &'static str,
     pub help: &'static str,
     pub samples: Vec<(Labels, f64)>,
@@ -132,7 +132,7 @@ const NODE_LABELS: [(&str, &str); 8] = [
 ];
 
 /// Every family with its samples (`None`: the descriptions only).
-pub fn families(view: Option<&View>) -> Vec<Family> {
+pub(crate) fn families(view: Option<&View>) -> Vec<Family> {
     let family = |name, help| Family {
         name,
         help,

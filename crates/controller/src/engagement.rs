@@ -44,7 +44,7 @@ pub struct Sources {
 }
 
 /// The loops of one workload cluster, ready to run.
-pub struct Engagement {
+pub(crate) struct Engagement {
     lifecycle: Ctx,
     triggers: lifecycle::Triggers,
     provisioner: crate::provisioning::Provisioner,
@@ -62,7 +62,7 @@ pub struct Engagement {
 
 impl Engagement {
     /// Builds the engagement of the workload cluster `ctx` serves, over its synced caches.
-    pub fn build(
+    pub(crate) fn build(
         ctx: &Sources,
         caches: &Caches,
         index: templates::watch::TemplateIndex,
@@ -161,7 +161,11 @@ impl Engagement {
 
     /// Spawns the loops (they stop when `stop` turns true) and garbage collection (aborted
     /// by the caller through the returned handle).
-    pub fn run(self, tasks: &mut Tasks, stop: &watch::Receiver<bool>) -> (Tasks, AbortHandle) {
+    pub(crate) fn run(
+        self,
+        tasks: &mut Tasks,
+        stop: &watch::Receiver<bool>,
+    ) -> (Tasks, AbortHandle) {
         let stopped = |mut rx: watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|s| *s).await;
         };

@@ -34,7 +34,7 @@ pub enum FenceError {
 }
 
 /// Whether `v` is a valid, non-empty label value.
-pub fn valid_label_value(v: &str) -> bool {
+pub(crate) fn valid_label_value(v: &str) -> bool {
     let alnum = |c: char| c.is_ascii_alphanumeric();
     !v.is_empty()
         && v.len() <= 63
@@ -44,7 +44,10 @@ pub fn valid_label_value(v: &str) -> bool {
 }
 
 /// The cluster id: `configured`, or the UID of the workload cluster's kube-system namespace.
-pub async fn cluster_id(workload: &Client, configured: Option<&str>) -> Result<String, FenceError> {
+pub(crate) async fn cluster_id(
+    workload: &Client,
+    configured: Option<&str>,
+) -> Result<String, FenceError> {
     if let Some(id) = configured {
         return if valid_label_value(id) {
             Ok(id.to_string())
@@ -58,7 +61,7 @@ pub async fn cluster_id(workload: &Client, configured: Option<&str>) -> Result<S
 }
 
 /// The label selector of our objects: our NodeClaim label and our cluster id.
-pub fn selector(cluster_id: &str) -> String {
+pub(crate) fn selector(cluster_id: &str) -> String {
     format!(
         "{},{}={cluster_id}",
         names::NODECLAIM_LABEL,
@@ -66,13 +69,8 @@ pub fn selector(cluster_id: &str) -> String {
     )
 }
 
-/// The selector of objects created before fencing (no cluster id): candidates for adoption.
-pub fn unfenced_selector() -> String {
-    format!("{},!{}", names::NODECLAIM_LABEL, names::CLUSTER_ID_LABEL)
-}
-
 /// The NodeClaim UID an object is marked with.
-pub fn claim_uid<K: Resource>(obj: &K) -> Option<&str> {
+pub(crate) fn claim_uid<K: Resource>(obj: &K) -> Option<&str> {
     obj.meta()
         .annotations
         .as_ref()?
@@ -82,7 +80,7 @@ pub fn claim_uid<K: Resource>(obj: &K) -> Option<&str> {
 }
 
 /// The cluster id an object is labelled with.
-pub fn cluster_of<K: Resource>(obj: &K) -> Option<&str> {
+pub(crate) fn cluster_of<K: Resource>(obj: &K) -> Option<&str> {
     obj.meta()
         .labels
         .as_ref()?
@@ -93,7 +91,7 @@ pub fn cluster_of<K: Resource>(obj: &K) -> Option<&str> {
 /// What a NodeClaim (UID `uid`, of cluster `cluster_id`) may do with an object it finds
 /// under a name of its plan.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Ownership {
+pub(crate) enum Ownership {
     /// Ours, marked with our cluster id.
     Ours,
     /// Ours (our NodeClaim UID) but from before fencing: add our cluster id.
@@ -102,7 +100,7 @@ pub enum Ownership {
     Foreign,
 }
 
-pub fn ownership<K: Resource>(obj: &K, uid: &str, cluster_id: &str) -> Ownership {
+pub(crate) fn ownership<K: Resource>(obj: &K, uid: &str, cluster_id: &str) -> Ownership {
     if uid.is_empty() || claim_uid(obj) != Some(uid) {
         return Ownership::Foreign;
     }
@@ -114,7 +112,7 @@ pub fn ownership<K: Resource>(obj: &K, uid: &str, cluster_id: &str) -> Ownership
 }
 
 /// `namespace/name` of an object, for logs.
-pub fn key<K: Resource>(obj: &K) -> String {
+pub(crate) fn key<K: Resource>(obj: &K) -> String {
     format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())
 }
 

@@ -13,11 +13,11 @@ use k8s_openapi::jiff::Timestamp;
 use crate::cloudprovider::{CloudProvider, Instance};
 use crate::nodeclaim::context::Ctx;
 
-pub use crate::nodeclaim::context::MACHINE_GRACE;
+pub(crate) use crate::nodeclaim::context::MACHINE_GRACE;
 
 /// Instances older than `grace`, not being deleted, whose NodeClaim (by UID) is not in
 /// `claims`. An instance without a UID mark is never ours to judge.
-pub fn orphaned<'a>(
+pub(crate) fn orphaned<'a>(
     instances: &'a [Instance],
     claims: &HashSet<String>,
     now: Timestamp,
@@ -40,7 +40,7 @@ pub fn orphaned<'a>(
 
 /// One pass: lists the provider's instances and deletes the orphaned ones. Returns what it
 /// deleted (descriptions), for logs and tests.
-pub async fn collect(
+pub(crate) async fn collect(
     provider: &dyn CloudProvider,
     claims: &HashSet<String>,
     now: Timestamp,
@@ -70,7 +70,7 @@ pub async fn collect(
 }
 
 /// Every `interval`, deletes instances whose NodeClaim is gone (after `grace`).
-pub async fn run(ctx: Ctx, interval: Duration, grace: Duration) {
+pub(crate) async fn run(ctx: Ctx, interval: Duration, grace: Duration) {
     loop {
         tokio::time::sleep(interval).await;
         if ctx.machines.wait_until_ready().await.is_err()

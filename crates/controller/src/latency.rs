@@ -28,10 +28,10 @@ use crate::metrics::{Metrics, StepLabels};
 use crate::names;
 
 /// The launch steps, in order, by their `step` label.
-pub const STEPS: [&str; 4] = ["machine_created", "launched", "registered", "initialized"];
+pub(crate) const STEPS: [&str; 4] = ["machine_created", "launched", "registered", "initialized"];
 
 /// What the loop reads.
-pub struct Latency {
+pub(crate) struct Latency {
     pub metrics: Metrics,
     pub pods: Cache<Pod>,
     pub nodeclaims: Cache<NodeClaim>,
@@ -39,7 +39,7 @@ pub struct Latency {
 }
 
 /// Pods seen Pending and the steps observed per NodeClaim.
-pub struct Tracker {
+pub(crate) struct Tracker {
     since: i64,
     pending: HashSet<String>,
     steps: HashMap<String, [bool; 4]>,
@@ -48,7 +48,7 @@ pub struct Tracker {
 impl Tracker {
     /// Observes only what happens at or after `since` (whole seconds, as the API's
     /// timestamps).
-    pub fn new(since: Timestamp) -> Self {
+    pub(crate) fn new(since: Timestamp) -> Self {
         Tracker {
             since: since.as_second(),
             pending: HashSet::new(),
@@ -57,7 +57,7 @@ impl Tracker {
     }
 
     /// A pod was applied (`deleted`: it is gone).
-    pub fn pod(&mut self, pod: &Pod, deleted: bool, metrics: &Metrics) {
+    pub(crate) fn pod(&mut self, pod: &Pod, deleted: bool, metrics: &Metrics) {
         let key = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         if deleted || matches!(phase, Some("Succeeded" | "Failed")) {
@@ -83,7 +83,7 @@ impl Tracker {
     }
 
     /// A NodeClaim was applied (`deleted`: it is gone), with its Machine when cached.
-    pub fn claim(
+    pub(crate) fn claim(
         &mut self,
         claim: &NodeClaim,
         machine: Option<&Machine>,
@@ -152,7 +152,7 @@ fn machine_of(claim: &NodeClaim, machines: &Cache<Machine>) -> Option<Arc<Machin
 }
 
 /// Runs until `shutdown`, observing from the caches' events.
-pub async fn run(l: Latency, shutdown: impl std::future::Future<Output = ()> + Send) {
+pub(crate) async fn run(l: Latency, shutdown: impl std::future::Future<Output = ()> + Send) {
     let mut tracker = Tracker::new(Timestamp::now());
     let mut pods = l.pods.subscribe().boxed();
     let mut claims = l.nodeclaims.subscribe().boxed();

@@ -7,8 +7,8 @@ use api::nodeclass::{Bootstrap, ClusterReference, MachineSettings};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 /// Defaults of the API (`launchTimeout` 10m, `registrationTimeout` 15m).
-pub const DEFAULT_LAUNCH_TIMEOUT: Duration = Duration::from_secs(600);
-pub const DEFAULT_REGISTRATION_TIMEOUT: Duration = Duration::from_secs(900);
+pub(crate) const DEFAULT_LAUNCH_TIMEOUT: Duration = Duration::from_secs(600);
+pub(crate) const DEFAULT_REGISTRATION_TIMEOUT: Duration = Duration::from_secs(900);
 
 /// What launch and liveness need of a NodeClass.
 #[derive(Clone, Debug, Default)]
@@ -63,7 +63,7 @@ impl NodeClass {
     }
 }
 
-pub use api::duration::parse_duration;
+pub(crate) use api::duration::parse_duration;
 
 #[cfg(test)]
 mod tests {

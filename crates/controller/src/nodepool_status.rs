@@ -24,7 +24,7 @@ use crate::objects::name;
 use crate::provisioning::{convert, snapshot};
 use crate::state::ClusterState;
 
-pub use crate::reports::RegistrationFailures;
+pub(crate) use crate::reports::RegistrationFailures;
 
 /// How often the status is recomputed from the caches.
 const TICK: Duration = Duration::from_secs(1);
@@ -35,7 +35,7 @@ const NODECLASS_NOT_READY: &str = "NodeClassNotReady";
 const REGISTRATION_FAILED: &str = "RegistrationFailed";
 
 /// The status `pool` should have, given its NodeClaims and its NodeClass (if found).
-pub fn desired(
+pub(crate) fn desired(
     pool: &NodePool,
     claims: &[&NodeClaim],
     nodeclass: Option<&ClusterAPINodeClass>,
@@ -248,7 +248,7 @@ fn differs(pool: &NodePool, status: &Status) -> bool {
 
 /// What the loop reads and writes.
 #[derive(Clone)]
-pub struct NodePoolStatus {
+pub(crate) struct NodePoolStatus {
     pub client: kube::Client,
     pub metrics: Metrics,
     /// The NodePools, their NodeClaims and NodeClasses.
@@ -260,7 +260,7 @@ pub struct NodePoolStatus {
 
 impl NodePoolStatus {
     /// One pass over every NodePool; returns how many statuses were written.
-    pub async fn reconcile_all(&self) -> usize {
+    pub(crate) async fn reconcile_all(&self) -> usize {
         let cluster = self.state.current();
         let writer: Writer<api::NodePool> =
             Writer::new(Api::all(self.client.clone()), manager::NODEPOOL_STATUS)
@@ -342,7 +342,7 @@ impl NodePoolStatus {
 }
 
 /// Runs until `shutdown`.
-pub async fn run(s: NodePoolStatus, shutdown: impl std::future::Future<Output = ()> + Send) {
+pub(crate) async fn run(s: NodePoolStatus, shutdown: impl std::future::Future<Output = ()> + Send) {
     tokio::pin!(shutdown);
     loop {
         s.reconcile_all().await;

@@ -33,7 +33,7 @@ struct ServerState {
 }
 
 /// The router with `/metrics`, `/healthz` and `/readyz`.
-pub fn router(exposition: Exposition, readiness: Readiness) -> Router {
+pub(crate) fn router(exposition: Exposition, readiness: Readiness) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
@@ -70,7 +70,7 @@ async fn ready(State(state): State<ServerState>) -> impl IntoResponse {
 }
 
 /// Binds `addr` and serves until `shutdown` resolves.
-pub async fn serve(
+pub(crate) async fn serve(
     addr: SocketAddr,
     router: Router,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,

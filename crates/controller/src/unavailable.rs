@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// How long a failed offering stays unavailable.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(180);
+pub(crate) const DEFAULT_TTL: Duration = Duration::from_secs(180);
 
 /// Identifies one offering of one instance type.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -1,5 +1,5 @@
 //! Property tests of the controller's readers of user text: Go-style durations
-//! (`controller::nodeclass::parse_duration`, behind `expireAfter`, `consolidateAfter`,
+//! (`api::duration::parse_duration`, behind `expireAfter`, `consolidateAfter`,
 //! budget durations, NodeClass timeouts and the CLI flags) and disruption budgets (`nodes`
 //! counts and percentages, cron `schedule` + `duration`). Written against the public
 //! functions only, so they hold whatever implements them. Case counts:
@@ -11,9 +11,9 @@ mod prop_cases;
 use std::sync::LazyLock;
 use std::time::Duration;
 
+use api::duration::parse_duration;
 use api::karpenter::Budget;
 use controller::disruption::{budget_active, budget_nodes};
-use controller::nodeclass::parse_duration;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use proptest::prelude::*;
 use regex::Regex;

@@ -190,7 +190,7 @@ pub(crate) fn instance(nodeclaim: String, plan: &Plan, m: &Machine) -> Instance 
 
 /// The Machine's own health signals: `NodeHealthy=False`, or a failed infrastructure; the
 /// longest-held one.
-pub fn machine_unhealthy(m: &Machine) -> Option<Unhealthy> {
+pub(crate) fn machine_unhealthy(m: &Machine) -> Option<Unhealthy> {
     let conditions = m
         .status
         .as_ref()

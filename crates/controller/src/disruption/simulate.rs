@@ -90,12 +90,3 @@ impl Simulate for Simulator<'_> {
             .collect())
     }
 }
-
-/// Whether every reschedulable pod on `node` fits on the other nodes (and in-flight
-/// NodeClaims), with no NodePool to launch from.
-pub fn fits_elsewhere(view: &View, node: &str, claim: &str) -> bool {
-    let (rest, moving) = without(view.cluster, &[node], &[claim]);
-    let snapshot = snapshot::build(&rest, &[], &moving, &|_| None, &|_, _, _| true);
-    let out = scheduling::solve(&snapshot.input);
-    out.unschedulable.is_empty() && out.new_node_claims.is_empty()
-}
