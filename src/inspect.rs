@@ -11,7 +11,6 @@ use kube::ResourceExt;
 use serde::Serialize;
 
 use controller::machine;
-use controller::names;
 use templates::offline::column_lines;
 
 /// One NodeClaim and what hangs off it.
@@ -89,7 +88,7 @@ pub fn rows(
             let labels = nc.labels();
             let machine_key = nc
                 .annotations()
-                .get(names::CAPI_MACHINE_ANNOTATION)
+                .get(api::consts::annotations::MACHINE)
                 .cloned()
                 .unwrap_or_default();
             let m = machines.get(&machine_key);
@@ -110,7 +109,7 @@ pub fn rows(
                     .filter(|c| c.status == "True")
                     .map(|c| c.reason.clone()),
                 nodepool: labels
-                    .get(names::NODEPOOL_LABEL)
+                    .get(api::consts::labels::NODEPOOL)
                     .cloned()
                     .unwrap_or_default(),
                 nodeclaim: nc.name_any(),
@@ -355,13 +354,13 @@ pub async fn collect(
     use kube::api::{Api, ListParams};
     let claims_api: Api<NodeClaim> = Api::all(workload.clone());
     let lp = match nodepool {
-        Some(p) => ListParams::default().labels(&format!("{}={p}", names::NODEPOOL_LABEL)),
+        Some(p) => ListParams::default().labels(&format!("{}={p}", api::consts::labels::NODEPOOL)),
         None => ListParams::default(),
     };
     let claims = claims_api.list(&lp).await?.items;
     let machines: Api<Machine> = Api::all(management.clone());
     let machines = machines
-        .list(&ListParams::default().labels(names::NODECLAIM_LABEL))
+        .list(&ListParams::default().labels(api::consts::labels::NODECLAIM))
         .await?
         .items;
     let nodes = Api::<Node>::all(workload.clone())

@@ -10,7 +10,6 @@ use serde::Serialize;
 use templates::model::Catalog;
 
 use controller::disruption::{View, verdicts};
-use controller::names;
 use controller::objects::name;
 
 use controller::state::Cluster;
@@ -67,7 +66,7 @@ pub(super) fn disruption(
             };
             let v = verdicts.get(&claim);
             DisruptionVerdict {
-                node_pool: label(names::NODEPOOL_LABEL),
+                node_pool: label(api::consts::labels::NODEPOOL),
                 node: c
                     .status
                     .as_ref()

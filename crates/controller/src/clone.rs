@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 
-use crate::names as consts;
 use kube::ResourceExt;
 use kube::api::{DynamicObject, ObjectMeta, TypeMeta};
 use serde_json::{Map, Value};
@@ -88,15 +87,15 @@ pub(crate) fn clone_template(
     let mut annotations = string_map("annotations")?;
     labels.extend(target.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
     labels.insert(
-        consts::CAPI_CLUSTER_NAME_LABEL.to_string(),
+        api::consts::labels::CLUSTER_NAME.to_string(),
         target.cluster_name.to_string(),
     );
     annotations.insert(
-        consts::CAPI_CLONED_FROM_NAME_ANNOTATION.to_string(),
+        api::consts::annotations::CLONED_FROM_NAME.to_string(),
         name.clone(),
     );
     annotations.insert(
-        consts::CAPI_CLONED_FROM_GROUPKIND_ANNOTATION.to_string(),
+        api::consts::annotations::CLONED_FROM_GROUPKIND.to_string(),
         format!("{}.{}", types.kind, group),
     );
     let spec = inner.remove("spec").unwrap_or(Value::Object(Map::new()));
@@ -153,10 +152,10 @@ pub(crate) fn inject_unregistered_taint(kubeadm_config: &mut DynamicObject) -> b
     };
     let present = taints
         .iter()
-        .any(|t| t.get("key").and_then(Value::as_str) == Some(consts::UNREGISTERED_TAINT_KEY));
+        .any(|t| t.get("key").and_then(Value::as_str) == Some(api::consts::taints::UNREGISTERED));
     if !present {
         taints.push(serde_json::json!({
-            "key": consts::UNREGISTERED_TAINT_KEY,
+            "key": api::consts::taints::UNREGISTERED,
             "effect": "NoExecute",
         }));
     }

@@ -17,8 +17,6 @@
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{Api, Client, Resource, ResourceExt};
 
-use crate::names;
-
 #[derive(Debug, thiserror::Error)]
 pub enum FenceError {
     #[error(
@@ -64,8 +62,8 @@ pub(crate) async fn cluster_id(
 pub(crate) fn selector(cluster_id: &str) -> String {
     format!(
         "{},{}={cluster_id}",
-        names::NODECLAIM_LABEL,
-        names::CLUSTER_ID_LABEL
+        api::consts::labels::NODECLAIM,
+        api::consts::labels::CLUSTER_ID
     )
 }
 
@@ -74,7 +72,7 @@ pub(crate) fn claim_uid<K: Resource>(obj: &K) -> Option<&str> {
     obj.meta()
         .annotations
         .as_ref()?
-        .get(names::NODECLAIM_UID_ANNOTATION)
+        .get(api::consts::annotations::NODECLAIM_UID)
         .map(String::as_str)
         .filter(|s| !s.is_empty())
 }
@@ -84,7 +82,7 @@ pub(crate) fn cluster_of<K: Resource>(obj: &K) -> Option<&str> {
     obj.meta()
         .labels
         .as_ref()?
-        .get(names::CLUSTER_ID_LABEL)
+        .get(api::consts::labels::CLUSTER_ID)
         .map(String::as_str)
 }
 
@@ -125,10 +123,10 @@ mod tests {
     fn obj(uid: Option<&str>, cluster: Option<&str>) -> DynamicObject {
         let mut meta = json!({"name": "m", "namespace": "ns"});
         if let Some(u) = uid {
-            meta["annotations"] = json!({names::NODECLAIM_UID_ANNOTATION: u});
+            meta["annotations"] = json!({api::consts::annotations::NODECLAIM_UID: u});
         }
         if let Some(c) = cluster {
-            meta["labels"] = json!({names::CLUSTER_ID_LABEL: c});
+            meta["labels"] = json!({api::consts::labels::CLUSTER_ID: c});
         }
         serde_json::from_value(json!({"apiVersion": "v1", "kind": "X", "metadata": meta}))
             .expect("fixture")

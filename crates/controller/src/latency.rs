@@ -25,7 +25,6 @@ use kube::{Resource, ResourceExt};
 
 use crate::cache::Cache;
 use crate::metrics::{Metrics, StepLabels};
-use crate::names;
 
 /// The launch steps, in order, by their `step` label.
 pub(crate) const STEPS: [&str; 4] = ["machine_created", "launched", "registered", "initialized"];
@@ -113,7 +112,7 @@ impl Tracker {
         ];
         let nodepool = claim
             .labels()
-            .get(names::NODEPOOL_LABEL)
+            .get(api::consts::labels::NODEPOOL)
             .cloned()
             .unwrap_or_default();
         let seen = self.steps.entry(uid).or_default();
@@ -146,7 +145,7 @@ fn since_creation<K: Resource>(obj: &K, at: &Time) -> Option<f64> {
 fn machine_of(claim: &NodeClaim, machines: &Cache<Machine>) -> Option<Arc<Machine>> {
     let (ns, name) = claim
         .annotations()
-        .get(names::CAPI_MACHINE_ANNOTATION)?
+        .get(api::consts::annotations::MACHINE)?
         .split_once('/')?;
     machines.store().get(&ObjectRef::new(name).within(ns))
 }
@@ -181,7 +180,7 @@ pub(crate) async fn run(l: Latency, shutdown: impl std::future::Future<Output = 
             Some(m) = machines.next() => {
                 let claim = m
                     .labels()
-                    .get(names::NODECLAIM_LABEL)
+                    .get(api::consts::labels::NODECLAIM)
                     .and_then(|n| claim_store.get(&ObjectRef::new(n)));
                 if let Some(c) = claim {
                     tracker.claim(&c, Some(&m), false, &l.metrics);

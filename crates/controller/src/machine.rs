@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 
-use crate::names as consts;
 use api::Machine;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::{Value, json};
@@ -12,7 +11,11 @@ use serde_json::{Value, json};
 /// `cluster.x-k8s.io/v1beta2` Machine.
 pub fn machine_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(consts::CAPI_GROUP, consts::CAPI_VERSION, "Machine"),
+        &GroupVersionKind::gvk(
+            api::consts::groups::CLUSTER_API,
+            api::consts::groups::CLUSTER_API_VERSION,
+            "Machine",
+        ),
         "machines",
     )
 }
@@ -107,17 +110,17 @@ pub fn build_machine(p: &MachineParams) -> Result<DynamicObject, serde_json::Err
     spec.insert("deletion".into(), Value::Object(deletion));
     let mut labels = p.labels.clone();
     labels.insert(
-        consts::CAPI_CLUSTER_NAME_LABEL.into(),
+        api::consts::labels::CLUSTER_NAME.into(),
         p.cluster_name.clone(),
     );
     for forbidden in [
-        consts::CAPI_SET_NAME_LABEL,
-        consts::CAPI_DEPLOYMENT_NAME_LABEL,
+        api::consts::labels::SET_NAME,
+        api::consts::labels::DEPLOYMENT_NAME,
     ] {
         labels.remove(forbidden);
     }
     serde_json::from_value(json!({
-        "apiVersion": format!("{}/{}", consts::CAPI_GROUP, consts::CAPI_VERSION),
+        "apiVersion": format!("{}/{}", api::consts::groups::CLUSTER_API, api::consts::groups::CLUSTER_API_VERSION),
         "kind": "Machine",
         "metadata": {
             "name": p.name,

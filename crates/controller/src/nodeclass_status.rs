@@ -25,7 +25,6 @@ use templates::status::{self, BootstrapState, ConditionValue};
 
 use crate::cache::Cache;
 pub use crate::catalogs::IndexCatalogs;
-use crate::names;
 use crate::write::{Expectations, Outcome, Writer, manager};
 use api::ClusterAPINodeClass;
 use api::consts::conditions::NODECLASS_READY_PARTS;
@@ -34,7 +33,11 @@ use api::nodeclass::ClusterAPINodeClassStatus;
 /// `cluster.x-k8s.io/v1beta2` Cluster.
 pub fn cluster_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(names::CAPI_GROUP, names::CAPI_VERSION, "Cluster"),
+        &GroupVersionKind::gvk(
+            api::consts::groups::CLUSTER_API,
+            api::consts::groups::CLUSTER_API_VERSION,
+            "Cluster",
+        ),
         "clusters",
     )
 }

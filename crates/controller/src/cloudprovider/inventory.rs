@@ -21,7 +21,6 @@ use k8s_openapi::jiff::Timestamp;
 use super::Instance;
 use crate::fence;
 use crate::machine;
-use crate::names;
 use crate::nodeclaim::context::Shared;
 use crate::nodeclaim::plan::{Plan, TypedRef, kind_without_template};
 use crate::nodeclaim::repair::Unhealthy;
@@ -36,7 +35,7 @@ pub(crate) fn fenced<K: Resource>(
     let cluster = meta
         .labels
         .as_ref()
-        .and_then(|l| l.get(names::CAPI_CLUSTER_NAME_LABEL));
+        .and_then(|l| l.get(api::consts::labels::CLUSTER_NAME));
     let ns = meta.namespace.clone().unwrap_or_default();
     fence::cluster_of(obj) == Some(cluster_id)
         && cluster.is_some_and(|c| clusters.contains(&(ns, c.clone())))
@@ -88,13 +87,13 @@ fn plan_naming(ns: &str, machine: &str, object: TypedRef) -> BTreeMap<String, St
         ..Plan::default()
     };
     serde_json::to_string(&plan)
-        .map(|json| BTreeMap::from([(names::LAUNCH_PLAN_ANNOTATION.to_string(), json)]))
+        .map(|json| BTreeMap::from([(api::consts::annotations::LAUNCH_PLAN.to_string(), json)]))
         .unwrap_or_default()
 }
 
 /// A clone no Machine owns, as an instance.
 fn clone_instance(obj: &DynamicObject, api_version: &str, kind: &str) -> Option<Instance> {
-    let claim = obj.labels().get(names::NODECLAIM_LABEL)?.clone();
+    let claim = obj.labels().get(api::consts::labels::NODECLAIM)?.clone();
     let ns = obj.namespace().unwrap_or_default();
     let name = obj.name_any();
     Some(Instance {
@@ -125,7 +124,7 @@ pub(super) async fn list(shared: &Shared) -> Result<Vec<Instance>, super::Error>
         .iter()
         .filter(|m| fenced(m.as_ref(), cluster_id, &clusters))
         .filter_map(|m| {
-            let claim = m.labels().get(names::NODECLAIM_LABEL)?.clone();
+            let claim = m.labels().get(api::consts::labels::NODECLAIM)?.clone();
             let ns = m.namespace().unwrap_or_default();
             let mut i = instance(
                 claim,
@@ -237,14 +236,14 @@ mod tests {
     };
 
     fn object(name: &str, f: Fixture) -> DynamicObject {
-        let mut labels = json!({names::NODECLAIM_LABEL: "default-abc",
-                                names::CAPI_CLUSTER_NAME_LABEL: f.cluster});
+        let mut labels = json!({api::consts::labels::NODECLAIM: "default-abc",
+                                api::consts::labels::CLUSTER_NAME: f.cluster});
         if let Some(c) = f.cluster_id {
-            labels[names::CLUSTER_ID_LABEL] = json!(c);
+            labels[api::consts::labels::CLUSTER_ID] = json!(c);
         }
         let mut meta = json!({"name": name, "namespace": "ns", "labels": labels,
             "creationTimestamp": "2026-11-22T10:00:00Z",
-            "annotations": {names::NODECLAIM_UID_ANNOTATION: "gone"}});
+            "annotations": {api::consts::annotations::NODECLAIM_UID: "gone"}});
         if f.owned {
             meta["ownerReferences"] = json!([{"apiVersion": "cluster.x-k8s.io/v1beta2",
                 "kind": "Machine", "name": name, "uid": "m", "controller": true}]);

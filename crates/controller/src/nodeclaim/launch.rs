@@ -41,11 +41,11 @@ pub async fn reconcile(ctx: &Shared, claim: Arc<NodeClaim>) -> Result<Arc<NodeCl
         let has_finalizer = claim
             .finalizers()
             .iter()
-            .any(|f| f == names::TERMINATION_FINALIZER);
+            .any(|f| f == api::consts::finalizers::TERMINATION);
         if !has_finalizer {
             // A claim launched by an older version, or whose finalizer was removed by hand.
             let mut finalizers = claim.finalizers().to_vec();
-            finalizers.push(names::TERMINATION_FINALIZER.into());
+            finalizers.push(api::consts::finalizers::TERMINATION.into());
             ctx.patch_claim(&claim, json!({"finalizers": finalizers}))
                 .await?;
         }
@@ -85,8 +85,11 @@ pub async fn reconcile(ctx: &Shared, claim: Arc<NodeClaim>) -> Result<Arc<NodeCl
         source,
     })?;
     let mut finalizers = claim.finalizers().to_vec();
-    if !finalizers.iter().any(|f| f == names::TERMINATION_FINALIZER) {
-        finalizers.push(names::TERMINATION_FINALIZER.into());
+    if !finalizers
+        .iter()
+        .any(|f| f == api::consts::finalizers::TERMINATION)
+    {
+        finalizers.push(api::consts::finalizers::TERMINATION.into());
     }
     let written = ctx
         .patch_claim(
@@ -95,8 +98,8 @@ pub async fn reconcile(ctx: &Shared, claim: Arc<NodeClaim>) -> Result<Arc<NodeCl
                 "finalizers": finalizers,
                 "labels": plan.labels,
                 "annotations": {
-                    names::LAUNCH_PLAN_ANNOTATION: plan_json,
-                    names::CAPI_MACHINE_ANNOTATION: format!("{}/{}", plan.namespace, plan.machine),
+                    api::consts::annotations::LAUNCH_PLAN: plan_json,
+                    api::consts::annotations::MACHINE: format!("{}/{}", plan.namespace, plan.machine),
                 },
             }),
         )

@@ -29,7 +29,6 @@ use super::termination::{self, Termination};
 use crate::cache::Cache;
 use crate::cloudprovider::Instance;
 use crate::metrics::NodePoolLabels;
-use crate::names;
 use crate::nodeclass::{DEFAULT_LAUNCH_TIMEOUT, DEFAULT_REGISTRATION_TIMEOUT};
 
 /// How soon a reconcile that found the cache behind our own write looks again (the watch
@@ -159,7 +158,7 @@ async fn launch(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Option<Arc<NodeClaim
         Ok(claim) if has_finalizer(&claim) => return Ok(Some(claim)),
         Ok(claim) => {
             let mut finalizers = claim.finalizers().to_vec();
-            finalizers.push(names::TERMINATION_FINALIZER.into());
+            finalizers.push(api::consts::finalizers::TERMINATION.into());
             let written = ctx
                 .patch_claim(&claim, serde_json::json!({"finalizers": finalizers}))
                 .await?;
@@ -220,7 +219,7 @@ fn has_finalizer(claim: &NodeClaim) -> bool {
     claim
         .finalizers()
         .iter()
-        .any(|f| f == names::TERMINATION_FINALIZER)
+        .any(|f| f == api::consts::finalizers::TERMINATION)
 }
 
 /// Whether the only news in `next` is progress that the registration usually follows
@@ -335,7 +334,7 @@ pub async fn run(
     };
     let by_machine = |m: Arc<Machine>| {
         m.labels()
-            .get(names::NODECLAIM_LABEL)
+            .get(api::consts::labels::NODECLAIM)
             .map(|n| ObjectRef::new(n))
     };
     // Claims waiting for their NodeClass (not planned yet), and every claim of it (drift:

@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 
-use crate::names as consts;
 use k8s_openapi::api::core::v1::{Node, Taint};
 
 /// What registration and initialization need to know of a NodeClaim.
@@ -37,7 +36,7 @@ impl ClaimView {
                 .iter()
                 .filter(|(k, _)| {
                     !k.starts_with("kubectl.kubernetes.io/")
-                        && k.as_str() != consts::LAUNCH_PLAN_ANNOTATION
+                        && k.as_str() != api::consts::annotations::LAUNCH_PLAN
                 })
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
@@ -107,11 +106,11 @@ pub fn registered_node(node: &Node, claim: &ClaimView) -> RegisteredNode {
     let mut labels = node.metadata.labels.clone().unwrap_or_default();
     let mut annotations = node.metadata.annotations.clone().unwrap_or_default();
     let sync_taints = labels
-        .get(consts::DO_NOT_SYNC_TAINTS_LABEL)
+        .get(api::consts::labels::DO_NOT_SYNC_TAINTS)
         .map(String::as_str)
         != Some("true");
     labels.extend(claim.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-    labels.insert(consts::NODE_REGISTERED_LABEL.into(), "true".into());
+    labels.insert(api::consts::labels::REGISTERED.into(), "true".into());
     annotations.extend(
         claim
             .annotations
@@ -124,7 +123,7 @@ pub fn registered_node(node: &Node, claim: &ClaimView) -> RegisteredNode {
         .and_then(|s| s.taints.clone())
         .unwrap_or_default()
         .into_iter()
-        .filter(|t| t.key != consts::UNREGISTERED_TAINT_KEY)
+        .filter(|t| t.key != api::consts::taints::UNREGISTERED)
         .collect();
     if sync_taints {
         for t in claim.taints.iter().chain(&claim.startup_taints) {
@@ -136,9 +135,9 @@ pub fn registered_node(node: &Node, claim: &ClaimView) -> RegisteredNode {
     let mut finalizers = node.metadata.finalizers.clone().unwrap_or_default();
     if !finalizers
         .iter()
-        .any(|f| f == consts::TERMINATION_FINALIZER)
+        .any(|f| f == api::consts::finalizers::TERMINATION)
     {
-        finalizers.push(consts::TERMINATION_FINALIZER.into());
+        finalizers.push(api::consts::finalizers::TERMINATION.into());
     }
     RegisteredNode {
         labels,
@@ -164,8 +163,8 @@ pub fn is_registered_in_sync(node: &Node, claim: &ClaimView) -> bool {
 
 /// Taints that are expected while a node starts and must be gone before it is initialized.
 pub fn is_ephemeral_taint(taint: &Taint) -> bool {
-    consts::EPHEMERAL_TAINT_KEYS.contains(&taint.key.as_str())
-        || taint.key.starts_with(consts::READINESS_TAINT_PREFIX)
+    api::consts::taints::EPHEMERAL.contains(&taint.key.as_str())
+        || taint.key.starts_with(api::consts::taints::READINESS_PREFIX)
 }
 
 /// Why a registered Node is not initialized yet (the Initialized condition's message).

@@ -21,7 +21,6 @@ use super::plan::{Plan, TypedRef, nodepool_of, spec_hash};
 use crate::clone::{CloneTarget, clone_template, inject_unregistered_taint};
 use crate::fence::{self, Ownership};
 use crate::machine::{Bootstrap, MachineParams, build_machine};
-use crate::names;
 use crate::nodeclass::{NodeClass, parse_duration};
 use crate::write::{Created, Writer, manager};
 
@@ -44,7 +43,7 @@ pub(super) async fn adopt(
             let out = writer(api)
                 .patch(
                     existing,
-                    json!({"metadata": {"labels": {names::CLUSTER_ID_LABEL: cluster_id}}}),
+                    json!({"metadata": {"labels": {api::consts::labels::CLUSTER_ID: cluster_id}}}),
                 )
                 .await?;
             out.required(format!("{kind} {}", fence::key(existing)))?;
@@ -217,9 +216,10 @@ async fn infra_clone(
         ("TemplateNotFound", "TemplateInvalid"),
     )
     .await?;
-    infra
-        .annotations_mut()
-        .insert(names::NODECLAIM_UID_ANNOTATION.into(), uid.to_string());
+    infra.annotations_mut().insert(
+        api::consts::annotations::NODECLAIM_UID.into(),
+        uid.to_string(),
+    );
     let infra_ar = served(
         ctx,
         &plan.infrastructure.api_version,
@@ -251,9 +251,10 @@ async fn bootstrap_clone(
         ("BootstrapTemplateNotFound", "BootstrapTemplateInvalid"),
     )
     .await?;
-    config
-        .annotations_mut()
-        .insert(names::NODECLAIM_UID_ANNOTATION.into(), uid.to_string());
+    config.annotations_mut().insert(
+        api::consts::annotations::NODECLAIM_UID.into(),
+        uid.to_string(),
+    );
     if bt.kind == "KubeadmConfigTemplate"
         && nodeclass.bootstrap.inject_unregistered_taint != Some(false)
     {
@@ -313,7 +314,10 @@ fn machine_object(
             .map(|d| d.as_secs() as i64)
     };
     let mut annotations = nodeclass.machine.annotations.clone();
-    annotations.insert(names::NODECLAIM_UID_ANNOTATION.into(), uid.to_string());
+    annotations.insert(
+        api::consts::annotations::NODECLAIM_UID.into(),
+        uid.to_string(),
+    );
     build_machine(&MachineParams {
         name: plan.machine.clone(),
         namespace: plan.namespace.clone(),
@@ -347,10 +351,13 @@ pub(super) async fn create_objects(
     let ns = plan.namespace.clone();
     let uid = uid_of(claim);
     let mut labels: BTreeMap<String, String> = nodeclass.machine.labels.clone();
-    labels.insert(names::NODEPOOL_LABEL.into(), nodepool_of(claim));
-    labels.insert(names::NODECLAIM_LABEL.into(), claim.name_any());
-    labels.insert(names::KARPENTER_MEMBER_LABEL.into(), String::new());
-    labels.insert(names::CLUSTER_ID_LABEL.into(), ctx.cluster_id.clone());
+    labels.insert(api::consts::labels::NODEPOOL.into(), nodepool_of(claim));
+    labels.insert(api::consts::labels::NODECLAIM.into(), claim.name_any());
+    labels.insert(api::consts::labels::KARPENTER_MEMBER.into(), String::new());
+    labels.insert(
+        api::consts::labels::CLUSTER_ID.into(),
+        ctx.cluster_id.clone(),
+    );
     let target = CloneTarget {
         name: &plan.machine,
         namespace: &ns,

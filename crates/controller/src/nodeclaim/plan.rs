@@ -10,7 +10,6 @@ use kube::api::DynamicObject;
 use serde::{Deserialize, Serialize};
 
 use crate::machine::ObjectRef as CapiRef;
-use crate::names;
 use crate::objects::{fnv64, pruned};
 
 /// A `{apiVersion, kind, name}` of an object launch created or read.
@@ -79,7 +78,7 @@ pub struct Plan {
 impl Plan {
     pub fn from_annotations(annotations: &BTreeMap<String, String>) -> Option<Plan> {
         annotations
-            .get(names::LAUNCH_PLAN_ANNOTATION)
+            .get(api::consts::annotations::LAUNCH_PLAN)
             .and_then(|s| serde_json::from_str(s).ok())
     }
 
@@ -113,7 +112,7 @@ pub fn capacity_type_of(claim: &NodeClaim) -> String {
 pub fn nodepool_of(claim: &NodeClaim) -> String {
     claim
         .labels()
-        .get(names::NODEPOOL_LABEL)
+        .get(api::consts::labels::NODEPOOL)
         .cloned()
         .unwrap_or_default()
 }

@@ -22,7 +22,6 @@ use super::node_sync::{
 };
 use super::plan::nodepool_of;
 use crate::metrics::NodePoolLabels;
-use crate::names;
 use crate::write::{Writer, manager};
 
 /// How far registration got.
@@ -159,7 +158,7 @@ fn wanted(
         // Karpenter syncs once, at registration; afterwards daemons own the taints (a
         // startup taint removed by its daemon must not come back).
         let mut labels = node.labels().clone();
-        labels.insert(names::NODE_REGISTERED_LABEL.into(), "true".into());
+        labels.insert(api::consts::labels::REGISTERED.into(), "true".into());
         RegisteredNode {
             labels,
             annotations: node.annotations().clone(),
@@ -181,7 +180,7 @@ fn wanted(
     let init = check_initialized(&after, view);
     if init.is_ok() || initialized {
         want.labels
-            .insert(names::NODE_INITIALIZED_LABEL.into(), "true".into());
+            .insert(api::consts::labels::INITIALIZED.into(), "true".into());
     }
     (want, init)
 }
@@ -193,8 +192,11 @@ async fn warn_if_unregistered_taint_missing(ctx: &Ctx, node: &Arc<Node>) {
         .spec
         .as_ref()
         .and_then(|s| s.taints.as_ref())
-        .is_some_and(|ts| ts.iter().any(|t| t.key == names::UNREGISTERED_TAINT_KEY));
-    if !had_unregistered_taint && !node.labels().contains_key(names::NODE_REGISTERED_LABEL) {
+        .is_some_and(|ts| {
+            ts.iter()
+                .any(|t| t.key == api::consts::taints::UNREGISTERED)
+        });
+    if !had_unregistered_taint && !node.labels().contains_key(api::consts::labels::REGISTERED) {
         ctx.event_for(
             node.as_ref(),
             EventType::Warning,
@@ -202,7 +204,7 @@ async fn warn_if_unregistered_taint_missing(ctx: &Ctx, node: &Arc<Node>) {
             format!(
                 "Node {} registered without the {}:NoExecute taint; pods may have been scheduled before Karpenter synced it",
                 node.name_any(),
-                names::UNREGISTERED_TAINT_KEY
+                api::consts::taints::UNREGISTERED
             ),
         )
         .await;
@@ -321,11 +323,11 @@ pub fn node_patch(
     if !node
         .finalizers()
         .iter()
-        .any(|f| f == names::TERMINATION_FINALIZER)
+        .any(|f| f == api::consts::finalizers::TERMINATION)
     {
         ops.push(match node.metadata.finalizers.as_ref() {
-            Some(_) => json!({"op": "add", "path": "/metadata/finalizers/-", "value": names::TERMINATION_FINALIZER}),
-            None => json!({"op": "add", "path": "/metadata/finalizers", "value": [names::TERMINATION_FINALIZER]}),
+            Some(_) => json!({"op": "add", "path": "/metadata/finalizers/-", "value": api::consts::finalizers::TERMINATION}),
+            None => json!({"op": "add", "path": "/metadata/finalizers", "value": [api::consts::finalizers::TERMINATION]}),
         });
     }
     if !node.owner_references().iter().any(|o| o.uid == owner_uid) {

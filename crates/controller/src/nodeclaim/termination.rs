@@ -19,7 +19,6 @@ use super::context::{Ctx, Error, set_ready, uid_of};
 use super::plan::nodepool_of;
 use crate::cloudprovider::Deletion;
 use crate::metrics::TerminatedLabels;
-use crate::names;
 use crate::write::{Outcome, Refused, Writer, manager};
 
 /// Termination's result: done (finalizer released) or look again later.
@@ -38,7 +37,7 @@ async fn release_node(ctx: &Ctx, name: &str) -> Result<(), Error> {
     let finalizers: Vec<String> = node
         .finalizers()
         .iter()
-        .filter(|f| *f != names::TERMINATION_FINALIZER)
+        .filter(|f| *f != api::consts::finalizers::TERMINATION)
         .cloned()
         .collect();
     let writer = Writer::new(nodes, manager::TERMINATION);
@@ -90,7 +89,7 @@ pub async fn reconcile(ctx: &Ctx, claim: &NodeClaim) -> Result<Termination, Erro
     let finalizers: Vec<String> = claim
         .finalizers()
         .iter()
-        .filter(|f| *f != names::TERMINATION_FINALIZER)
+        .filter(|f| *f != api::consts::finalizers::TERMINATION)
         .cloned()
         .collect();
     ctx.patch_claim(claim, json!({"finalizers": finalizers}))
