@@ -4,7 +4,7 @@
 demo:
 	bash hack/demo.sh
 
-# cargo test --workspace, the demo (6 pods) and the quick scheduler benchmark, three jobs at a
+# cargo test --workspace, the demo (6 pods) and the quick scheduler benchmark, two jobs at a
 # time, slowest first (hack/test.sh; TEST_JOBS=1 for one at a time, or name jobs to run).
 test: testbed helm
 	bash hack/test.sh
