@@ -171,12 +171,17 @@ where
     /// Merge-patches `obj` (metadata, spec: `body` as a whole merge patch), conditional on
     /// the resourceVersion `obj` was read at.
     pub async fn patch(&self, obj: &K, body: Value) -> kube::Result<Outcome<K>> {
-        let patch = Patch::Merge(guard(body, obj.resource_version()));
-        let out = classify(
-            self.api
-                .patch(&obj.name_any(), &self.params(), &patch)
-                .await,
-        )?;
+        self.send(obj, &Patch::Merge(guard(body, obj.resource_version())))
+            .await
+    }
+
+    /// Sends `patch` to `obj` (the object itself, not its status) and records the write.
+    async fn send<P: serde::Serialize + std::fmt::Debug>(
+        &self,
+        obj: &K,
+        patch: &Patch<P>,
+    ) -> kube::Result<Outcome<K>> {
+        let out = classify(self.api.patch(&obj.name_any(), &self.params(), patch).await)?;
         self.record(obj, &out);
         Ok(out)
     }
@@ -197,14 +202,7 @@ where
     /// A JSON patch of `obj`; `ops` carry their own `test` guards of what they were computed
     /// from (a failed test is a [`Outcome::Conflict`]).
     pub async fn json_patch(&self, obj: &K, ops: json_patch::Patch) -> kube::Result<Outcome<K>> {
-        let patch = Patch::Json::<()>(ops);
-        let out = classify(
-            self.api
-                .patch(&obj.name_any(), &self.params(), &patch)
-                .await,
-        )?;
-        self.record(obj, &out);
-        Ok(out)
+        self.send(obj, &Patch::Json::<()>(ops)).await
     }
 
     /// Server-side applies `body` (a full apply configuration) to `name`'s status, forcing
