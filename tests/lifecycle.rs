@@ -562,6 +562,17 @@ async fn fifty_launches_with_operator_restarts_make_exactly_one_machine_each() {
         Api::namespaced_with(client.clone(), &ns, &provider::machine_resource());
     let infra: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), &ns, &provider::test_machine_resource());
+    // This test is about exactly one Machine per NodeClaim across restarts, not about
+    // timeouts: under a loaded machine 50 launches with 6 kills can take longer than the
+    // fixture's 60 s launch timeout, which (rightly) deletes the claims it catches.
+    nodeclasses(&client)
+        .patch(
+            "default",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"launchTimeout": "10m", "registrationTimeout": "10m"}})),
+        )
+        .await
+        .expect("nodeclass timeouts raised");
     let names: Vec<String> = (0..50).map(|i| format!("default-r{i:02}")).collect();
     let created_at = std::time::Instant::now();
     let creates = names.iter().map(|n| {
@@ -624,8 +635,14 @@ async fn fifty_launches_with_operator_restarts_make_exactly_one_machine_each() {
                 format!("{}: {conditions}", nc.name_any())
             })
             .collect();
+        // A gone claim's events say who deleted it and why.
+        let mut gone_events = Vec::new();
+        for n in &missing {
+            gone_events.push(format!("{n}: {:?}", events_for(&client, n).await));
+        }
         panic!(
-            "not all 50 NodeClaims Ready 240 s after the restarts; gone: {missing:?}; not Ready, or not this test's:\n{}",
+            "not all 50 NodeClaims Ready 240 s after the restarts; gone: {missing:?}; their events:\n{}\nnot Ready, or not this test's:\n{}",
+            gone_events.join("\n"),
             states.join("\n")
         );
     };

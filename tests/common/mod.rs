@@ -331,7 +331,21 @@ pub fn start_operator(tb: &Testbed) -> tokio::task::JoinHandle<()> {
     spawn_operator(operator_config(tb))
 }
 
+/// The operator's log on the test's output when `TEST_LOG` is set (an env filter such as
+/// `controller=debug`); once per test process.
+fn init_test_log() {
+    if let Ok(filter) = std::env::var("TEST_LOG")
+        && let Ok(filter) = tracing_subscriber::EnvFilter::try_new(filter)
+    {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_test_writer()
+            .try_init();
+    }
+}
+
 pub fn spawn_operator(config: controller::runtime::RunConfig) -> tokio::task::JoinHandle<()> {
+    init_test_log();
     tokio::spawn(async move {
         if let Err(e) = controller::runtime::run_operator(config).await {
             panic!("operator failed: {e}");

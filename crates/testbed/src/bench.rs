@@ -17,6 +17,9 @@ pub struct PodTimes {
     pub unschedulable: Option<f64>,
     /// A `Nominated` event about the pod (the autoscaler placed it on a NodeClaim).
     pub nominated: Option<f64>,
+    /// The NodeClaim its first `Nominated` event names ("Pod should schedule on:
+    /// nodeclaim/NAME", Karpenter's wording and ours), if any.
+    pub nominated_claim: String,
     pub bound: Option<f64>,
     pub node: String,
     pub running: Option<f64>,
@@ -149,6 +152,37 @@ pub fn machine_after_nodeclaim(t: &Timeline) -> Option<Percentiles> {
     )
 }
 
+/// Per pod, from `PodScheduled=False/Unschedulable` to the moment the autoscaler gave it a
+/// place: the creation of the NodeClaim its first `Nominated` event names, or, for a
+/// NodeClaim that already existed (a place on one in flight), the nomination itself. Unlike
+/// the breakdown's `NodeClaim` stage (the NodeClaim of the Node the pod lands on, which
+/// kube-scheduler picks) this is the autoscaler's own response. Only pods with a
+/// `Nominated` event count (both autoscalers rate limit those events); `n` says how many.
+pub fn placed_after_unschedulable(t: &Timeline) -> Option<Percentiles> {
+    Percentiles::of(
+        t.pods
+            .values()
+            .filter_map(|p| {
+                let unschedulable = p.unschedulable?;
+                let claim = t.nodeclaims.get(&p.nominated_claim)?.created?;
+                let placed = if claim >= unschedulable {
+                    claim
+                } else {
+                    p.nominated?
+                };
+                Some((placed - unschedulable).max(0.0))
+            })
+            .collect(),
+    )
+}
+
+/// The NodeClaim a `Nominated` event's message names.
+pub fn nominated_claim(message: &str) -> Option<&str> {
+    let (_, rest) = message.split_once("nodeclaim/")?;
+    let name = rest.split(|c: char| c.is_whitespace() || c == ',').next()?;
+    (!name.is_empty()).then_some(name)
+}
+
 /// Latest time over objects created after the scale-up (`None` if none).
 pub fn last<'a>(it: impl Iterator<Item = Option<f64>> + 'a) -> Option<f64> {
     it.flatten().filter(|x| *x >= 0.0).reduce(f64::max)
@@ -275,6 +309,9 @@ pub struct Summary {
     /// See [`machine_after_nodeclaim`].
     #[serde(default)]
     pub machine_after_nodeclaim: Option<Percentiles>,
+    /// See [`placed_after_unschedulable`].
+    #[serde(default)]
+    pub placed_after_unschedulable: Option<Percentiles>,
     /// From the scale-down: all NodeClaims, Machines, Nodes deleted.
     pub nodeclaims_gone: Option<f64>,
     pub machines_gone: Option<f64>,
@@ -325,6 +362,9 @@ const FIGURES: &[Figure] = &[
     ("all Nodes Ready (s)", |s| s.all_nodes_ready),
     ("all pods Running (s)", |s| s.all_running),
     ("NodeClaims", |s| Some(s.nodeclaims as f64)),
+    ("unschedulable → placed on a NodeClaim, p99 (s)", |s| {
+        s.placed_after_unschedulable.as_ref().map(|p| p.p99)
+    }),
     ("Machine after its NodeClaim, p99 (s)", |s| {
         s.machine_after_nodeclaim.as_ref().map(|p| p.p99)
     }),
@@ -413,6 +453,11 @@ pub fn report(s: &Summary) -> String {
     out += &format!(
         "\nper NodeClaim, its Machine created after it p50 / p90 / p99 / max (s): {}\n",
         p(&s.machine_after_nodeclaim)
+    );
+    out += &format!(
+        "per nominated pod ({}), unschedulable → placed on a NodeClaim p50 / p90 / p99 / max (s): {}\n",
+        s.placed_after_unschedulable.as_ref().map_or(0, |p| p.n),
+        p(&s.placed_after_unschedulable)
     );
     out += &format!(
         "\nprocess: peak RSS {:.0} MiB, CPU {:.1} s scale-out, {:.1} s scale-in\n",
@@ -520,6 +565,40 @@ mod tests {
         // A stage not reached is skipped: Machine follows NodeClaim directly.
         let machine = rows.iter().find(|r| r.stage == "Machine").expect("row");
         assert_eq!(machine.from_previous.as_ref().map(|p| p.max), Some(0.5));
+    }
+
+    #[test]
+    fn a_pod_is_placed_when_its_nominated_nodeclaim_appears_or_when_nominated_to_one_in_flight() {
+        let mut t = Timeline::default();
+        let claim = |created| ObjectTimes {
+            created: Some(created),
+            ..ObjectTimes::default()
+        };
+        t.nodeclaims.insert("new".into(), claim(12.0));
+        t.nodeclaims.insert("old".into(), claim(1.0));
+        let pod = |unschedulable, nominated, claim: &str| PodTimes {
+            unschedulable: Some(unschedulable),
+            nominated: Some(nominated),
+            nominated_claim: claim.into(),
+            ..PodTimes::default()
+        };
+        // Waited for a new NodeClaim: 10 s; placed on one in flight: its nomination, 3 s.
+        t.pods.insert("a".into(), pod(2.0, 12.5, "new"));
+        t.pods.insert("b".into(), pod(4.0, 7.0, "old"));
+        // Not nominated, or nominated to a NodeClaim never seen: not counted.
+        t.pods.insert("c".into(), pod(4.0, 7.0, ""));
+        t.pods.insert("d".into(), pod(4.0, 7.0, "unknown"));
+        let p = placed_after_unschedulable(&t).expect("two placed");
+        assert_eq!((p.n, p.p50, p.max), (2, 3.0, 10.0));
+        assert_eq!(
+            nominated_claim("Pod should schedule on: nodeclaim/default-abc"),
+            Some("default-abc")
+        );
+        assert_eq!(
+            nominated_claim("Pod should schedule on: nodeclaim/x, node/y"),
+            Some("x")
+        );
+        assert_eq!(nominated_claim("Pod should schedule on: node/n1"), None);
     }
 
     #[test]

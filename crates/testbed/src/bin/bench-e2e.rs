@@ -160,6 +160,11 @@ impl Watched {
                     && let Some(pod) = v["involvedObject"]["name"].as_str()
                 {
                     let p = t.pods.entry(pod.to_string()).or_default();
+                    if p.nominated.is_none()
+                        && let Some(claim) = v["message"].as_str().and_then(bench::nominated_claim)
+                    {
+                        p.nominated_claim = claim.to_string();
+                    }
                     set(&mut p.nominated, now, true);
                 }
             }
@@ -258,6 +263,7 @@ fn shifted(t: &Timeline, by: f64) -> Timeline {
                     created: s(p.created),
                     unschedulable: s(p.unschedulable),
                     nominated: s(p.nominated),
+                    nominated_claim: p.nominated_claim.clone(),
                     bound: s(p.bound),
                     node: p.node.clone(),
                     running: s(p.running),
@@ -480,6 +486,7 @@ async fn run(a: Args) -> Result<Summary, String> {
         nodes: fresh(&t.nodes),
         breakdown: breakdown(&t),
         machine_after_nodeclaim: bench::machine_after_nodeclaim(&t),
+        placed_after_unschedulable: bench::placed_after_unschedulable(&t),
         nodeclaims_gone: gone(&end.nodeclaims),
         machines_gone: gone(&end.machines),
         nodes_gone: gone(&end.nodes),
