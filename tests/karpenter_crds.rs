@@ -70,7 +70,10 @@ fn compare_schema(path: &str, theirs: &Value, ours: &Value, out: &mut Vec<String
     if let Some(their_enum) = theirs.get("enum") {
         let our_enum = strings(&ours["enum"]);
         if ours.get("enum").is_none() {
-            out.push(format!("{at}: no enum (theirs: {})", strings(their_enum).join(", ")));
+            out.push(format!(
+                "{at}: no enum (theirs: {})",
+                strings(their_enum).join(", ")
+            ));
         } else {
             for v in strings(their_enum) {
                 if !our_enum.contains(&v) {
@@ -217,7 +220,10 @@ fn our_crds_offer_everything_karpenters_do() {
             theirs.push(parse(&yaml, &path.display().to_string()));
         }
     }
-    let compared: Vec<&Value> = theirs.iter().filter(|c| c["spec"]["group"] == GROUP).collect();
+    let compared: Vec<&Value> = theirs
+        .iter()
+        .filter(|c| c["spec"]["group"] == GROUP)
+        .collect();
     assert!(
         compared.len() >= 3,
         "expected Karpenter's NodePool, NodeClaim and NodeOverlay CRDs in {}",
@@ -343,7 +349,11 @@ fn comparator_catches_stricter_required_and_other_defaults() {
                 "consolidateAfter": {"type": "string", "default": default},
                 "template": {"type": "object"}}}}})
     };
-    let theirs = crd("NodePool", schema(serde_json::json!(["template"]), "0s"), Value::Null);
+    let theirs = crd(
+        "NodePool",
+        schema(serde_json::json!(["template"]), "0s"),
+        Value::Null,
+    );
     let ours = crd(
         "NodePool",
         schema(serde_json::json!(["template", "consolidateAfter"]), "1m"),
@@ -358,7 +368,9 @@ fn comparator_catches_stricter_required_and_other_defaults() {
     );
     // Our requirement rules' `has(x.values) && ` guard is not a difference.
     assert_eq!(
-        normalise_rule("self.all(x, x.operator == 'In' ? has(x.values) && x.values.size() != 0 : true)"),
+        normalise_rule(
+            "self.all(x, x.operator == 'In' ? has(x.values) && x.values.size() != 0 : true)"
+        ),
         "self.all(x, x.operator == 'In' ? x.values.size() != 0 : true)"
     );
 }

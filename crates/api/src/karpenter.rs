@@ -245,7 +245,10 @@ pub struct NodeClaimStatus {
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     printcolumn = r#"{"name":"CPU","type":"string","priority":1,"jsonPath":".status.resources.cpu"}"#,
     printcolumn = r#"{"name":"Memory","type":"string","priority":1,"jsonPath":".status.resources.memory"}"#,
-    scale(spec_replicas_path = ".spec.replicas", status_replicas_path = ".status.nodes")
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.nodes"
+    )
 )]
 #[x_kube(validation = Rule::new(RULE_STATIC_SWITCH).message(MSG_STATIC_SWITCH).field_path(".replicas"))]
 #[x_kube(validation = Rule::new(RULE_STATIC_LIMITS).message(MSG_STATIC_LIMITS).field_path(".limits"))]
@@ -323,7 +326,9 @@ pub struct NodeClaimTemplateSpec {
     #[x_kube(validation = Rule::new(RULE_IN_VALUES).message(MSG_IN_VALUES))]
     #[x_kube(validation = Rule::new(RULE_NUMERIC).message(MSG_NUMERIC))]
     #[x_kube(validation = Rule::new(RULE_MIN_VALUES).message(MSG_MIN_VALUES))]
-    #[schemars(schema_with = "schema::with_nodepool_key_rule::<Vec<NodeSelectorRequirementWithMinValues>>")]
+    #[schemars(
+        schema_with = "schema::with_nodepool_key_rule::<Vec<NodeSelectorRequirementWithMinValues>>"
+    )]
     pub requirements: Vec<NodeSelectorRequirementWithMinValues>,
     #[x_kube(validation = Rule::new("self.group == oldSelf.group").message("nodeClassRef.group is immutable"))]
     #[x_kube(validation = Rule::new("self.kind == oldSelf.kind").message("nodeClassRef.kind is immutable"))]

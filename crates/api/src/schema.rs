@@ -206,7 +206,11 @@ pub(crate) fn requirement_values(_: &mut SchemaGenerator) -> Schema {
 pub(crate) fn template_labels(_: &mut SchemaGenerator) -> Schema {
     let mut rules = label_key_rules("x", true);
     let mut nodepool = nodepool_label_rule("x");
-    nodepool["rule"] = format!("self.all(x, {})", nodepool["rule"].as_str().unwrap_or_default()).into();
+    nodepool["rule"] = format!(
+        "self.all(x, {})",
+        nodepool["rule"].as_str().unwrap_or_default()
+    )
+    .into();
     rules.push(nodepool);
     json_schema!({
         "description": "Labels applied to every NodeClaim and Node launched from this NodePool.",
@@ -265,12 +269,13 @@ pub(crate) fn claim_conditions(generator: &mut SchemaGenerator) -> Schema {
 fn condition_list(generator: &mut SchemaGenerator, required: &[&str]) -> Schema {
     let mut item =
         generator.subschema_for::<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>();
-    if let Some(props) = item
-        .get_mut("properties")
-        .and_then(|p| p.as_object_mut())
+    if let Some(props) = item.get_mut("properties").and_then(|p| p.as_object_mut())
         && let Some(status) = props.get_mut("status").and_then(|s| s.as_object_mut())
     {
-        status.insert("enum".into(), serde_json::json!(["True", "False", "Unknown"]));
+        status.insert(
+            "enum".into(),
+            serde_json::json!(["True", "False", "Unknown"]),
+        );
     }
     item.insert("required".into(), serde_json::json!(required));
     json_schema!({

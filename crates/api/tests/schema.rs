@@ -262,7 +262,11 @@ fn nodeoverlay_schema_rules_and_columns() {
     assert!(at(spec, "priceAdjustment")["pattern"].is_string());
     assert_eq!(
         columns("nodeoverlays.karpenter.sh"),
-        [("Ready".to_string(), 0), ("Age".to_string(), 0), ("Weight".to_string(), 1)]
+        [
+            ("Ready".to_string(), 0),
+            ("Age".to_string(), 0),
+            ("Weight".to_string(), 1)
+        ]
     );
 }
 

@@ -65,11 +65,7 @@ pub(crate) fn desired(
 
     // What Karpenter counts (its cluster state's NodePool resources): NodeClaims being
     // deleted, or whose instance is terminating, no longer count.
-    let counted: Vec<&NodeClaim> = claims
-        .iter()
-        .copied()
-        .filter(|c| !leaving(c))
-        .collect();
+    let counted: Vec<&NodeClaim> = claims.iter().copied().filter(|c| !leaving(c)).collect();
     let mut resources = scheduling::Resources::from([("nodes".to_string(), 0)]);
     for c in &counted {
         // `nodes` included, as Karpenter does (`kubectl get nodepools` shows it).
