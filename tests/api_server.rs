@@ -344,6 +344,8 @@ create karpenter.sh                  nodeclaims                -          -
 delete karpenter.sh                  nodeclaims                -          -
 patch  karpenter.sh                  nodeclaims                status     -
 update karpenter.sh                  nodeclaims                finalizers -
+list   karpenter.sh                  nodeoverlays              -          -
+watch  karpenter.sh                  nodeoverlays              -          -
 list   karpenter.cluster.x-k8s.io    clusterapinodeclasses     -          -
 patch  karpenter.cluster.x-k8s.io    clusterapinodeclasses     status     -
 watch  core                          nodes                     -          -
@@ -388,6 +390,8 @@ delete   cluster.x-k8s.io                clusters                  -        capi
 create   cluster.x-k8s.io                machinedeployments        -        capi-demo
 create   karpenter.sh                    nodepools                 -        -
 delete   karpenter.sh                    nodepools                 -        -
+patch    karpenter.sh                    nodeoverlays              -        -
+patch    karpenter.sh                    nodeoverlays              status   -
 create   karpenter.cluster.x-k8s.io      clusterapinodeclasses     -        -
 create   apiextensions.k8s.io            customresourcedefinitions -        -
 update   coordination.k8s.io             leases                    -        kube-system
