@@ -35,7 +35,7 @@ if [ ! -s "$out/karpenter.sh_nodepools.yaml" ]; then
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
   # Outside any module (so no go.mod of ours is consulted or changed).
-  if ! json=$(cd "$work" && GOTOOLCHAIN=$toolchain GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/karpenter@v$version" 2>"$work/err"); then
+  if ! json=$(cd "$work" && GOTOOLCHAIN=$toolchain go mod download -json "sigs.k8s.io/karpenter@v$version" 2>"$work/err"); then
     {
       echo "karpenter/crds: cannot download sigs.k8s.io/karpenter@v$version (toolchain $toolchain): offline, or the Go module proxy is unreachable."
       echo "karpenter/crds: run once with network access (the CRDs are then cached in $out), or set KARPENTER_CRDS_DIR."
