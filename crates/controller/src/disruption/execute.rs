@@ -145,7 +145,7 @@ impl Disruption {
                     consolidation_type: match d.reason {
                         DisruptionReason::Empty => "empty".into(),
                         DisruptionReason::Underutilized => "single".into(),
-                        DisruptionReason::Drifted => String::new(),
+                        DisruptionReason::Drifted | DisruptionReason::Unhealthy => String::new(),
                     },
                 })
                 .inc();
