@@ -146,7 +146,8 @@ pub mod annotations {
     pub const CA_LABELS: &str = "capacity.cluster-autoscaler.kubernetes.io/labels";
     pub const CA_TAINTS: &str = "capacity.cluster-autoscaler.kubernetes.io/taints";
     /// cluster-autoscaler's node-group maximum size, honoured on templates as a count source.
-    pub const CA_NODE_GROUP_MAX_SIZE: &str = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size";
+    pub const CA_NODE_GROUP_MAX_SIZE: &str =
+        "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size";
 }
 
 /// Taint keys.

@@ -55,7 +55,10 @@ fn a_count_caps_claims_within_one_solve_and_the_rest_fall_back() {
 
 #[test]
 fn without_a_fallback_pods_fail_naming_the_count() {
-    let np = NodePool::new("default", vec![counted("metal", 2000, 4, "template metal", 3)]);
+    let np = NodePool::new(
+        "default",
+        vec![counted("metal", 2000, 4, "template metal", 3)],
+    );
     let out = solve(&input(vec![np], big_pods("p", 5)));
     assert_eq!(out.new_node_claims.len(), 3);
     assert_eq!(out.unschedulable.len(), 2);
@@ -70,13 +73,20 @@ fn without_a_fallback_pods_fail_naming_the_count() {
                 }
             )]
         );
-        assert!(u.reason.contains("template metal (3 available"), "{}", u.reason);
+        assert!(
+            u.reason.contains("template metal (3 available"),
+            "{}",
+            u.reason
+        );
     }
 }
 
 #[test]
 fn a_zero_count_offers_nothing() {
-    let np = NodePool::new("default", vec![counted("metal", 2000, 4, "template metal", 0)]);
+    let np = NodePool::new(
+        "default",
+        vec![counted("metal", 2000, 4, "template metal", 0)],
+    );
     let out = solve(&input(vec![np], big_pods("p", 1)));
     assert!(out.new_node_claims.is_empty());
     assert!(matches!(
@@ -111,7 +121,10 @@ fn two_pools_sharing_a_count_never_over_commit() {
 
 #[test]
 fn pods_sharing_a_claim_use_one_unit() {
-    let np = NodePool::new("default", vec![counted("metal", 8000, 16, "template metal", 1)]);
+    let np = NodePool::new(
+        "default",
+        vec![counted("metal", 8000, 16, "template metal", 1)],
+    );
     let out = solve(&input(vec![np], pods("p", 4, 1000, 256)));
     assert!(out.unschedulable.is_empty(), "{:?}", out.unschedulable);
     assert_eq!(out.new_node_claims.len(), 1);
@@ -125,7 +138,10 @@ fn a_claim_that_moves_to_a_bigger_type_gives_its_unit_back() {
     // again for the third pod's claim.
     let np = NodePool::new(
         "default",
-        vec![counted("small", 2000, 4, "template small", 1), it("large", 8000, 16)],
+        vec![
+            counted("small", 2000, 4, "template small", 1),
+            it("large", 8000, 16),
+        ],
     );
     let mut ps = pods("p", 2, 1200, 256);
     // Smaller, so it is queued last; its anti-affinity keeps it off the first claim.

@@ -280,7 +280,10 @@ mod tests {
             assert_eq!(e.reason(), "InvalidCount");
             let msg = e.to_string();
             assert!(msg.contains(field) && msg.contains(reason), "{msg}");
-            assert!(msg.starts_with("Metal3MachineTemplate ns/metal-large"), "{msg}");
+            assert!(
+                msg.starts_with("Metal3MachineTemplate ns/metal-large"),
+                "{msg}"
+            );
         }
     }
 

@@ -26,6 +26,7 @@ use super::objects::bootstrap_template_hash;
 use super::offering::{Requirement, choose, requests_from_quantities};
 use super::plan::kind_without_template;
 pub use super::plan::{Plan, TypedRef, capacity_type_of, nodepool_of, spec_hash};
+use crate::counts::{LaunchState, OfferingCounts};
 use crate::metrics::NodePoolLabels;
 use crate::names;
 use crate::nodeclass::NodeClass;
@@ -193,13 +194,21 @@ async fn plan(ctx: &Shared, claim: &NodeClaim) -> Result<Planned, Error> {
         Ok(r) => r,
         Err(e) => return Ok(Planned::Refused(reasons::LAUNCH_FAILED, e)),
     };
-    let choice = match choose(
-        &catalog,
-        &requirements(claim),
-        &requests,
-        &ctx.unavailable,
-        Instant::now(),
-    ) {
+    // Counts as the caches hold them now: this claim has no plan yet, so it is not counted.
+    let counts = OfferingCounts::new(
+        &ctx.nodeclaims.state(),
+        &ctx.machines.state(),
+        k8s_openapi::jiff::Timestamp::now(),
+        ctx.settings.count_staleness,
+    );
+    let state = LaunchState {
+        unavailable: &ctx.unavailable,
+        counts: &counts,
+        now: Instant::now(),
+    };
+    let choice = match choose(&catalog, &requirements(claim), &requests, &|o| {
+        state.skip(o)
+    }) {
         Ok(c) => c,
         Err(e) => {
             return Ok(Planned::Refused(

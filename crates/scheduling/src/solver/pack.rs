@@ -129,7 +129,11 @@ impl Solver {
                     .preferred_offering(td, new_reqs.as_ref().unwrap_or(reqs), Counts::Held(held))
                     .is_none()
             {
-                exhausted = exhausted.or(td.offerings.iter().map(|o| o.count).find(|c| *c != UNCOUNTED));
+                exhausted = exhausted.or(td
+                    .offerings
+                    .iter()
+                    .map(|o| o.count)
+                    .find(|c| *c != UNCOUNTED));
                 continue;
             }
             any_req_ok = true;
