@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use controller::counts::{DEFAULT_STALENESS, OfferingCounts, Offerings};
 use controller::state::Cluster;
-use templates::model::Offering;
+use templates::model::{InstanceType, Offering};
 
 use super::plan::Catalogs;
 
@@ -28,8 +28,8 @@ impl Counted {
 }
 
 impl Offerings for Counted {
-    fn count(&self, offering: &Offering) -> Option<scheduling::OfferingCount> {
-        self.0.scheduling(offering)
+    fn count(&self, it: &InstanceType, offering: &Offering) -> Option<scheduling::OfferingCount> {
+        self.0.scheduling(it, offering)
     }
 }
 
@@ -61,7 +61,7 @@ pub(super) fn counted_templates(
     for catalog in catalogs.values() {
         for it in &catalog.instance_types {
             for o in &it.offerings {
-                let Some(a) = counted.0.available(o) else {
+                let Some(a) = counted.0.available(it, o) else {
                     continue;
                 };
                 by_template
@@ -70,7 +70,7 @@ pub(super) fn counted_templates(
                         template: o.template.to_string(),
                         source: a.source.annotation().to_string(),
                         limit: a.limit,
-                        live: counted.0.use_of(o).live,
+                        live: counted.0.use_of(it, o).live,
                         available: a.count,
                         planned: 0,
                     });

@@ -6,7 +6,10 @@
 //! template (labels written before its Machine is created, so a launch in progress counts
 //! at once), and a Machine labelled `karpenter.cluster.x-k8s.io/instance-template` in the
 //! template's namespace that no such NodeClaim accounts for (another workload cluster's,
-//! or one whose NodeClaim is gone). In flight: no providerID yet.
+//! or one whose NodeClaim is gone). In flight: no providerID yet. A NodeClaim the
+//! provisioner created that launch has not planned yet holds a unit of the instance type it
+//! lists first (the one the solver held a unit for), so the next solve cannot hand that
+//! unit out again before launch records the template.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -16,7 +19,7 @@ use api::consts::{annotations as ann, labels as label};
 use api::{Machine, NodeClaim};
 use k8s_openapi::jiff::Timestamp;
 use templates::count::{Available, TemplateUse};
-use templates::model::Offering;
+use templates::model::{InstanceType, Offering};
 
 use crate::nodeclaim::launch::Plan;
 use crate::unavailable::{OfferingKey, UnavailableOfferings};
@@ -27,8 +30,8 @@ pub trait Offerings {
     fn available(&self, _offering: &Offering) -> bool {
         true
     }
-    /// Its count; `None` is unbounded.
-    fn count(&self, _offering: &Offering) -> Option<scheduling::OfferingCount> {
+    /// Its count (`it` is the instance type it is an offering of); `None` is unbounded.
+    fn count(&self, _it: &InstanceType, _offering: &Offering) -> Option<scheduling::OfferingCount> {
         None
     }
 }
@@ -51,21 +54,21 @@ impl Offerings for LaunchState<'_> {
             .unavailable
             .is_unavailable(&OfferingKey::of(offering), self.now)
     }
-    fn count(&self, offering: &Offering) -> Option<scheduling::OfferingCount> {
-        self.counts.scheduling(offering)
+    fn count(&self, it: &InstanceType, offering: &Offering) -> Option<scheduling::OfferingCount> {
+        self.counts.scheduling(it, offering)
     }
 }
 
 impl LaunchState<'_> {
     /// Why launch must skip `offering` now (backed off, or no count left), if it must.
-    pub fn skip(&self, offering: &Offering) -> Option<String> {
+    pub fn skip(&self, it: &InstanceType, offering: &Offering) -> Option<String> {
         if let Some((reason, _)) = self
             .unavailable
             .reason(&OfferingKey::of(offering), self.now)
         {
             return Some(reason);
         }
-        let a = self.counts.available(offering)?;
+        let a = self.counts.available(it, offering)?;
         (a.count == 0).then(|| {
             format!(
                 "{}: no count left ({} {})",
@@ -90,6 +93,8 @@ type TemplateKey = (String, String);
 #[derive(Debug, Clone, Default)]
 pub struct OfferingCounts {
     uses: HashMap<TemplateKey, TemplateUse>,
+    /// NodeClaims not planned by launch yet, by the instance type they list first.
+    unplanned: HashMap<String, u32>,
     now: Option<Timestamp>,
     staleness: Duration,
 }
@@ -111,9 +116,17 @@ impl OfferingCounts {
         staleness: Duration,
     ) -> OfferingCounts {
         let mut uses = HashMap::new();
+        let mut unplanned: HashMap<String, u32> = HashMap::new();
         let mut seen: HashSet<&str> = HashSet::new();
         for c in claims {
-            let Some(plan) = Plan::of(c) else { continue };
+            let Some(plan) = Plan::of(c) else {
+                if c.metadata.deletion_timestamp.is_none()
+                    && let Some(first) = first_instance_type(c)
+                {
+                    *unplanned.entry(first.to_string()).or_default() += 1;
+                }
+                continue;
+            };
             if let Some(uid) = c.metadata.uid.as_deref() {
                 seen.insert(uid);
             }
@@ -146,33 +159,53 @@ impl OfferingCounts {
         }
         OfferingCounts {
             uses,
+            unplanned,
             now: Some(now),
             staleness,
         }
     }
 
-    /// The use of the template `offering` is launched from.
-    pub fn use_of(&self, offering: &Offering) -> TemplateUse {
-        let t = &offering.template;
-        let key = (t.namespace.clone().unwrap_or_default(), t.name.clone());
-        self.uses.get(&key).copied().unwrap_or_default()
+    /// Counts for launching `claim`: it is not planned yet, so it holds no unit of its own.
+    pub fn launching(mut self, claim: &NodeClaim) -> OfferingCounts {
+        if Plan::of(claim).is_none()
+            && let Some(n) = first_instance_type(claim).and_then(|t| self.unplanned.get_mut(t))
+        {
+            *n = n.saturating_sub(1);
+        }
+        self
     }
 
-    /// The count `offering` has left now; `None` is unbounded.
-    pub fn available(&self, offering: &Offering) -> Option<Available> {
+    /// The use of the template `offering` (of instance type `it`) is launched from:
+    /// NodeClaims and Machines from it, and NodeClaims not yet planned that list `it` first.
+    pub fn use_of(&self, it: &InstanceType, offering: &Offering) -> TemplateUse {
+        let t = &offering.template;
+        let key = (t.namespace.clone().unwrap_or_default(), t.name.clone());
+        let mut u = self.uses.get(&key).copied().unwrap_or_default();
+        let unplanned = self.unplanned.get(&it.name).copied().unwrap_or(0);
+        u.live += unplanned;
+        u.in_flight += unplanned;
+        u
+    }
+
+    /// The count `offering` (of instance type `it`) has left now; `None` is unbounded.
+    pub fn available(&self, it: &InstanceType, offering: &Offering) -> Option<Available> {
         if offering.limits.is_empty() {
             return None;
         }
         let now = self.now.unwrap_or_else(Timestamp::now);
         offering
             .limits
-            .available(self.use_of(offering), now, self.staleness)
+            .available(self.use_of(it, offering), now, self.staleness)
     }
 
     /// The offering's count as the solver shares it: one per template, named with the
     /// source that set it.
-    pub fn scheduling(&self, offering: &Offering) -> Option<scheduling::OfferingCount> {
-        let a = self.available(offering)?;
+    pub fn scheduling(
+        &self,
+        it: &InstanceType,
+        offering: &Offering,
+    ) -> Option<scheduling::OfferingCount> {
+        let a = self.available(it, offering)?;
         Some(scheduling::OfferingCount {
             key: format!(
                 "template {}, {} {}",
@@ -183,6 +216,17 @@ impl OfferingCounts {
             available: a.count,
         })
     }
+}
+
+/// The instance type a NodeClaim lists first (the solver lists the preferred one first).
+fn first_instance_type(claim: &NodeClaim) -> Option<&str> {
+    claim
+        .spec
+        .requirements
+        .iter()
+        .find(|r| r.key == label::INSTANCE_TYPE)
+        .and_then(|r| r.values.first())
+        .map(String::as_str)
 }
 
 #[cfg(test)]
@@ -207,6 +251,31 @@ mod tests {
             limits,
             reservation_id: None,
         }
+    }
+
+    fn metal() -> InstanceType {
+        InstanceType {
+            name: "metal-type".into(),
+            templates: Vec::new(),
+            capacity: Default::default(),
+            allocatable: Default::default(),
+            labels: Default::default(),
+            taints: Vec::new(),
+            offerings: Vec::new(),
+        }
+    }
+
+    /// A NodeClaim the provisioner created, not planned by launch yet.
+    fn unplanned(name: &str, first_type: &str) -> Arc<NodeClaim> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "uid": format!("uid-{name}")},
+                "spec": {"nodeClassRef": {"group": "g", "kind": "K", "name": "n"},
+                         "requirements": [{"key": label::INSTANCE_TYPE, "operator": "In",
+                                           "values": [first_type, "other-type"]}]}
+            }))
+            .expect("claim"),
+        )
     }
 
     fn claim(name: &str, template: &str, provider_id: Option<&str>) -> Arc<NodeClaim> {
@@ -259,13 +328,17 @@ mod tests {
         let counts = OfferingCounts::new(&claims, &machines, now(), DEFAULT_STALENESS);
         let o = offering(CountLimits::default());
         assert_eq!(
-            counts.use_of(&o),
+            counts.use_of(&metal(), &o),
             TemplateUse {
                 live: 3,
                 in_flight: 2
             }
         );
-        assert_eq!(counts.available(&o), None, "no annotation: unbounded");
+        assert_eq!(
+            counts.available(&metal(), &o),
+            None,
+            "no annotation: unbounded"
+        );
     }
 
     #[test]
@@ -283,18 +356,44 @@ mod tests {
             ..CountLimits::default()
         });
         // The job counted 4 free hosts; b's launch is in flight and not seen by the job yet.
-        assert_eq!(counts.available(&reported).map(|a| a.count), Some(3));
+        assert_eq!(
+            counts.available(&metal(), &reported).map(|a| a.count),
+            Some(3)
+        );
         let max = offering(CountLimits {
             max_machines: Some(3),
             ..CountLimits::default()
         });
-        let a = counts.available(&max).expect("bounded");
+        let a = counts.available(&metal(), &max).expect("bounded");
         assert_eq!((a.count, a.source), (1, CountSource::MaxMachines));
-        let shared = counts.scheduling(&max).expect("bounded");
+        let shared = counts.scheduling(&metal(), &max).expect("bounded");
         assert_eq!(
             shared.key,
             "template Metal3MachineTemplate capi/metal, karpenter.cluster.x-k8s.io/max-machines 3"
         );
         assert_eq!(shared.available, 1);
+    }
+
+    #[test]
+    fn claims_not_planned_yet_hold_a_unit_of_their_first_type_except_when_launching() {
+        let waiting = unplanned("w", "metal-type");
+        let claims = [
+            claim("a", "metal", None),
+            Arc::clone(&waiting),
+            unplanned("x", "other-type"),
+        ];
+        let max = offering(CountLimits {
+            max_machines: Some(3),
+            ..CountLimits::default()
+        });
+        let counts = OfferingCounts::new(&claims, &[], now(), DEFAULT_STALENESS);
+        // a (planned) and w (lists metal-type first); x holds a unit of another type.
+        assert_eq!(counts.available(&metal(), &max).map(|a| a.count), Some(1));
+        // Launching w: its own unit is what it launches with.
+        let launching = counts.launching(&waiting);
+        assert_eq!(
+            launching.available(&metal(), &max).map(|a| a.count),
+            Some(2)
+        );
     }
 }

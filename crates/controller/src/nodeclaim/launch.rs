@@ -194,20 +194,21 @@ async fn plan(ctx: &Shared, claim: &NodeClaim) -> Result<Planned, Error> {
         Ok(r) => r,
         Err(e) => return Ok(Planned::Refused(reasons::LAUNCH_FAILED, e)),
     };
-    // Counts as the caches hold them now: this claim has no plan yet, so it is not counted.
+    // Counts as the caches hold them now, without the unit this claim holds itself.
     let counts = OfferingCounts::new(
         &ctx.nodeclaims.state(),
         &ctx.machines.state(),
         k8s_openapi::jiff::Timestamp::now(),
         ctx.settings.count_staleness,
-    );
+    )
+    .launching(claim);
     let state = LaunchState {
         unavailable: &ctx.unavailable,
         counts: &counts,
         now: Instant::now(),
     };
-    let choice = match choose(&catalog, &requirements(claim), &requests, &|o| {
-        state.skip(o)
+    let choice = match choose(&catalog, &requirements(claim), &requests, &|it, o| {
+        state.skip(it, o)
     }) {
         Ok(c) => c,
         Err(e) => {

@@ -78,7 +78,7 @@ pub fn choose<'a>(
     catalog: &'a Catalog,
     requirements: &[Requirement],
     requests: &Resources,
-    skip: &dyn Fn(&Offering) -> Option<String>,
+    skip: &dyn Fn(&InstanceType, &Offering) -> Option<String>,
 ) -> Result<Choice<'a>, NoOffering> {
     let mut compatible = 0usize;
     let mut fitting = 0usize;
@@ -119,7 +119,7 @@ pub fn choose<'a>(
                 continue;
             }
             fitting += 1;
-            if let Some(reason) = skip(offering) {
+            if let Some(reason) = skip(it, offering) {
                 last_unavailable = Some(format!(
                     "{} {}: {reason}",
                     it.name,
@@ -174,7 +174,7 @@ mod tests {
     use crate::counts::{LaunchState, OfferingCounts};
     use crate::unavailable::{OfferingKey, UnavailableOfferings};
 
-    fn all(_: &Offering) -> Option<String> {
+    fn all(_: &InstanceType, _: &Offering) -> Option<String> {
         None
     }
 
@@ -328,7 +328,7 @@ mod tests {
             counts: &counts,
             now,
         };
-        let skip = |o: &Offering| state.skip(o);
+        let skip = |it: &InstanceType, o: &Offering| state.skip(it, o);
         let choice = choose(&c, &[], &cpu(1000), &skip).expect("choice");
         assert_eq!(choice.offering.zone.as_deref(), Some("a"));
         let only_b = [req("topology.kubernetes.io/zone", "In", &["b"])];

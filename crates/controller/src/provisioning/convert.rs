@@ -473,7 +473,7 @@ pub fn instance_type(
                 capacity_type: o.capacity_type.clone(),
                 price: o.price,
                 available: offerings.available(o),
-                count: offerings.count(o),
+                count: offerings.count(it, o),
             })
             .collect(),
         taints: it
