@@ -1129,14 +1129,17 @@ async fn max_machines_caps_a_template_without_a_launch_loop() {
             panic!("{name}: no FailedScheduling event naming the template and its count")
         });
     }
-    let launched = counter(&env, "karpenter_machines_launched_total").await;
+    let launched = counter(&env, "karpenter_capi_machines_launched_total").await;
     let created = counter(&env, "karpenter_nodeclaims_created_total").await;
     assert_eq!(launched, 3, "{}", diagnose(&client, &ns).await);
     assert_eq!(created, 3);
     // No launch loop: after two more batches that reconsider the two pending pods (the
     // positive sentinel), still exactly 3 NodeClaims and 3 Machines ever created.
     provisioning_passes(&env, &ns, 2).await;
-    assert_eq!(counter(&env, "karpenter_machines_launched_total").await, 3);
+    assert_eq!(
+        counter(&env, "karpenter_capi_machines_launched_total").await,
+        3
+    );
     assert_eq!(counter(&env, "karpenter_nodeclaims_created_total").await, 3);
     let machines: Api<api::Machine> = Api::namespaced(client.clone(), &cluster_ns);
     let from_metal = machines

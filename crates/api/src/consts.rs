@@ -45,6 +45,7 @@ pub mod labels {
     pub const INSTANCE_CPU: &str = "karpenter.cluster.x-k8s.io/instance-cpu";
     pub const INSTANCE_MEMORY: &str = "karpenter.cluster.x-k8s.io/instance-memory";
     pub const INSTANCE_GPU_COUNT: &str = "karpenter.cluster.x-k8s.io/instance-gpu-count";
+    /// Also on our Machines and their clones: the template they were cloned from.
     pub const INSTANCE_TEMPLATE: &str = "karpenter.cluster.x-k8s.io/instance-template";
     /// On nodes launched from a `reserved` template: the reservation (the template's name).
     pub const RESERVATION_ID: &str = "karpenter.cluster.x-k8s.io/reservation-id";
