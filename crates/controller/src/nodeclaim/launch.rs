@@ -313,6 +313,15 @@ async fn create(ctx: &Shared, claim: &NodeClaim, plan: &Plan) -> Result<(), Erro
         }
         Err(e) if matches!(e, Error::Permanent { .. }) => Err(e),
         Err(e) => {
+            if rejected(&e) {
+                // The API server refused the objects of this offering (a quota, an admission
+                // webhook): other claims and the scheduler skip it for a while.
+                let hold = ctx
+                    .unavailable
+                    .mark(plan.offering_key(), e.to_string(), Instant::now());
+                tracing::info!(nodeclaim = %claim.name_any(), template = %plan.infrastructure_template.name,
+                    hold_seconds = hold.as_secs(), "offering backed off after a refused create");
+            }
             let mut status = claim.status.clone().unwrap_or_default();
             api::conditions::set(
                 &mut status.conditions,
@@ -339,4 +348,10 @@ async fn create(ctx: &Shared, claim: &NodeClaim, plan: &Plan) -> Result<(), Erro
             Err(e)
         }
     }
+}
+
+/// A create the API server refused for what it is (forbidden by a quota or policy, invalid,
+/// rejected by a webhook), not for a passing condition (conflict, timeout, unavailable).
+fn rejected(e: &Error) -> bool {
+    matches!(e, Error::Kube(kube::Error::Api(s)) if matches!(s.code, 400 | 403 | 422))
 }
