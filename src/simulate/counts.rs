@@ -10,7 +10,8 @@ use controller::counts::{DEFAULT_STALENESS, OfferingCounts, Offerings};
 use controller::state::Cluster;
 use templates::model::{InstanceType, Offering};
 
-use super::plan::Catalogs;
+/// Each NodeClass's catalog, by name (as the plan builds them).
+type Catalogs = std::collections::HashMap<String, std::sync::Arc<templates::model::Catalog>>;
 
 /// Offerings as the snapshot states them: all available (no launch has failed offline),
 /// counted from the templates' annotations and the snapshot's NodeClaims.

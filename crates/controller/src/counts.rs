@@ -21,7 +21,7 @@ use k8s_openapi::jiff::Timestamp;
 use templates::count::{Available, TemplateUse};
 use templates::model::{InstanceType, Offering};
 
-use crate::nodeclaim::launch::Plan;
+use crate::nodeclaim::plan::Plan;
 use crate::unavailable::{OfferingKey, UnavailableOfferings};
 
 /// How a catalog offering enters a solve (the snapshot asks for every offering).

@@ -194,22 +194,7 @@ async fn plan(ctx: &Shared, claim: &NodeClaim) -> Result<Planned, Error> {
         Ok(r) => r,
         Err(e) => return Ok(Planned::Refused(reasons::LAUNCH_FAILED, e)),
     };
-    // Counts as the caches hold them now, without the unit this claim holds itself.
-    let counts = OfferingCounts::new(
-        &ctx.nodeclaims.state(),
-        &ctx.machines.state(),
-        k8s_openapi::jiff::Timestamp::now(),
-        ctx.settings.count_staleness,
-    )
-    .launching(claim);
-    let state = LaunchState {
-        unavailable: &ctx.unavailable,
-        counts: &counts,
-        now: Instant::now(),
-    };
-    let choice = match choose(&catalog, &requirements(claim), &requests, &|it, o| {
-        state.skip(it, o)
-    }) {
+    let choice = match choice(ctx, claim, &catalog, &requests) {
         Ok(c) => c,
         Err(e) => {
             return Ok(Planned::Refused(
@@ -264,6 +249,31 @@ async fn plan(ctx: &Shared, claim: &NodeClaim) -> Result<Planned, Error> {
         capacity: resource_list(&choice.instance_type.capacity),
         allocatable: resource_list(&choice.instance_type.allocatable),
     })))
+}
+
+/// The offering to launch `claim` on: compatible, fitting `requests`, not backed off, with
+/// count left (as the caches hold them now, without the unit this claim holds itself).
+fn choice<'a>(
+    ctx: &Shared,
+    claim: &NodeClaim,
+    catalog: &'a templates::model::Catalog,
+    requests: &templates::model::Resources,
+) -> Result<super::offering::Choice<'a>, super::offering::NoOffering> {
+    let counts = OfferingCounts::new(
+        &ctx.nodeclaims.state(),
+        &ctx.machines.state(),
+        k8s_openapi::jiff::Timestamp::now(),
+        ctx.settings.count_staleness,
+    )
+    .launching(claim);
+    let state = LaunchState {
+        unavailable: &ctx.unavailable,
+        counts: &counts,
+        now: Instant::now(),
+    };
+    choose(catalog, &requirements(claim), requests, &|it, o| {
+        state.skip(it, o)
+    })
 }
 
 /// The requirements of a NodeClaim in the form offering selection reads.

@@ -341,11 +341,7 @@ fn type_data(
                 .map_or(UNCOUNTED, |c| count_of(s, count_index, c)),
         })
         .collect();
-    offerings.sort_by(|a, b| {
-        let (ra, pa) = s.rank(a);
-        let (rb, pb) = s.rank(b);
-        ra.cmp(&rb).then(pa.total_cmp(&pb))
-    });
+    offerings.sort_by(|a, b| by_rank(s.rank(a), s.rank(b)));
     let counted = offerings.iter().any(|o| o.count != UNCOUNTED);
     TypeData {
         name: it.name.clone(),

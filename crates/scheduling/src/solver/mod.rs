@@ -46,6 +46,14 @@ struct TypeData {
     taints: Vec<Taint>,
 }
 
+/// Preference of an offering: not reserved (reserved first), price. See [`by_rank`].
+type Rank = (bool, f64);
+
+/// Orders ranks: reserved first, then the cheapest.
+fn by_rank(a: Rank, b: Rank) -> std::cmp::Ordering {
+    a.0.cmp(&b.0).then(a.1.total_cmp(&b.1))
+}
+
 /// No count: [`Off::count`] of an unbounded offering.
 const UNCOUNTED: u32 = u32::MAX;
 
@@ -191,7 +199,7 @@ impl Solver {
     }
 
     /// Sort key of an offering: reserved first, then price.
-    fn rank(&self, o: &Off) -> (bool, f64) {
+    fn rank(&self, o: &Off) -> Rank {
         (!o.reserved, o.price)
     }
 

@@ -61,7 +61,7 @@ pub(super) fn output(
 fn new_node_claim(s: &Solver, input: &Input, c: &Claim) -> Option<NewNodeClaim> {
     let p = &s.pools[c.pool];
     let held = Counts::Held(c.held);
-    let mut cands: Vec<((bool, f64), &str, usize, Sym, Sym)> = c
+    let mut cands: Vec<(Rank, &str, usize, Sym, Sym)> = c
         .cands
         .iter()
         .filter_map(|t| {
@@ -69,11 +69,7 @@ fn new_node_claim(s: &Solver, input: &Input, c: &Claim) -> Option<NewNodeClaim> 
                 .map(|o| (s.rank(&o), p.types[t].name.as_str(), t, o.zone, o.ct))
         })
         .collect();
-    cands.sort_by(|a, b| {
-        (a.0.0.cmp(&b.0.0))
-            .then(a.0.1.total_cmp(&b.0.1))
-            .then(a.1.cmp(b.1))
-    });
+    cands.sort_by(|a, b| by_rank(a.0, b.0).then(a.1.cmp(b.1)));
     cands.truncate(MAX_INSTANCE_TYPES);
     let &((_, price), name, first, zone, ct) = cands.first()?;
     let render = |k: Key, set: &ISet| {

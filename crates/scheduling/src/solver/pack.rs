@@ -402,11 +402,7 @@ impl Solver {
                 let o = self.preferred_offering(td, &c.reqs, Counts::Held(c.held))?;
                 Some((self.rank(&o), td.name.as_str(), o.count))
             })
-            .min_by(|a, b| {
-                (a.0.0.cmp(&b.0.0))
-                    .then(a.0.1.total_cmp(&b.0.1))
-                    .then(a.1.cmp(b.1))
-            });
+            .min_by(|a, b| by_rank(a.0, b.0).then(a.1.cmp(b.1)));
         let now = best.map(|b| b.2).filter(|c| *c != UNCOUNTED);
         let before = c.held;
         if now == before {
