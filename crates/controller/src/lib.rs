@@ -5,6 +5,7 @@ pub(crate) mod catalogs;
 pub(crate) mod clone;
 pub mod cloudprovider;
 pub(crate) mod cluster_metrics;
+pub mod counts;
 pub mod disruption;
 pub(crate) mod engagement;
 pub mod events;

@@ -66,6 +66,8 @@ pub struct RunConfig {
     /// How long a surge-first disruption waits for its replacements to initialize before
     /// it is rolled back.
     pub disruption_timeout: Duration,
+    /// How long a template's reported `available-count` is trusted.
+    pub count_staleness: Duration,
 }
 
 impl Default for RunConfig {
@@ -86,6 +88,7 @@ impl Default for RunConfig {
             client_rate: ClientRate::default(),
             cluster_id: None,
             disruption_timeout: crate::disruption::orchestrate::TIMEOUT,
+            count_staleness: crate::counts::DEFAULT_STALENESS,
         }
     }
 }
@@ -193,6 +196,7 @@ impl Context {
                 batch_max: c.batch_max,
                 gc_interval: c.gc_interval,
                 gc_grace: c.gc_grace,
+                count_staleness: c.count_staleness,
             },
         }
     }
