@@ -20,7 +20,7 @@ use super::{Decision, Note, Outcome, Timers, View, pass, status};
 use crate::cloudprovider::CloudProvider;
 use crate::counts::{LaunchState, OfferingCounts};
 use crate::events::Recorder;
-use crate::metrics::{DecisionLabels, Metrics};
+use crate::metrics::{DecisionLabels, Metrics, PoolDecisionLabels};
 use crate::nodeclaim::context::publish;
 use crate::state::{Cluster, ClusterState};
 use crate::unavailable::UnavailableOfferings;
@@ -143,29 +143,31 @@ impl Disruption {
             return;
         };
         if !d.expired {
+            let consolidation_type = match d.reason {
+                DisruptionReason::Empty => "empty",
+                DisruptionReason::Underutilized => "single",
+                DisruptionReason::Drifted | DisruptionReason::Unhealthy => "",
+            };
             self.metrics
                 .disruption_decisions
                 .get_or_create(&DecisionLabels {
                     decision: "delete".into(),
                     reason: reason.into(),
-                    consolidation_type: match d.reason {
-                        DisruptionReason::Empty => "empty".into(),
-                        DisruptionReason::Underutilized => "single".into(),
-                        DisruptionReason::Drifted | DisruptionReason::Unhealthy => String::new(),
-                    },
+                    consolidation_type: consolidation_type.into(),
+                })
+                .inc();
+            self.metrics
+                .decisions_by_nodepool
+                .get_or_create(&PoolDecisionLabels {
+                    nodepool: d.nodepool.clone(),
+                    decision: "delete".into(),
+                    reason: reason.into(),
+                    consolidation_type: consolidation_type.into(),
                 })
                 .inc();
         }
-        if let Err(e) = delete_disrupted(
-            &orchestrator.claims(),
-            &self.recorder,
-            &self.metrics,
-            &claim,
-            reason,
-            &d.nodepool,
-            &d.message,
-        )
-        .await
+        if let Err(e) =
+            delete_disrupted(orchestrator, &claim, reason, &d.nodepool, &d.message).await
         {
             tracing::warn!(nodeclaim = %d.nodeclaim, error = %e, "deleting NodeClaim failed");
         }
@@ -182,6 +184,7 @@ pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> 
         d.nodeclaims.clone(),
         d.nodes.clone(),
         d.command_timeout,
+        d.state.clone(),
     );
     let mut timers = Timers::default();
     // The last DisruptionBlocked message per NodeClaim: an event only when it changes.

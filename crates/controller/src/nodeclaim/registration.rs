@@ -21,7 +21,6 @@ use super::node_sync::{
     ClaimView, NotInitialized, RegisteredNode, check_initialized, registered_node,
 };
 use super::plan::nodepool_of;
-use crate::metrics::NodePoolLabels;
 use crate::write::{Writer, manager};
 
 /// How far registration got.
@@ -234,8 +233,9 @@ async fn record_registered(
     if !registered {
         ctx.metrics
             .nodes_created
-            .get_or_create(&NodePoolLabels {
+            .get_or_create(&crate::metrics::NodeLabels {
                 nodepool: nodepool_of(claim),
+                zone: super::plan::zone_of(claim),
             })
             .inc();
         ctx.event(
