@@ -117,6 +117,10 @@ impl Note {
 }
 
 /// Everything a pass found.
+/// A NodePool, a reason, the disruptions its budgets allow now, and its nodes being
+/// disrupted already (which consume them).
+pub type Allowed = (String, DisruptionReason, usize, usize);
+
 #[derive(Debug, Default)]
 pub struct Outcome {
     pub decisions: Vec<Decision>,
@@ -127,7 +131,7 @@ pub struct Outcome {
     pub scores: Vec<(String, f64)>,
     /// Per NodePool and reason, the disruptions its budgets allow now, and the nodes
     /// consuming them (being disrupted already).
-    pub allowed: Vec<(String, DisruptionReason, usize, usize)>,
+    pub allowed: Vec<Allowed>,
 }
 
 /// The cluster a pass decides on: the cluster state's join (or one built from files or for
@@ -304,10 +308,7 @@ fn pool_budgets<'a>(
     pools: &[Pool<'a>],
     now: Timestamp,
     notes: &mut Vec<Note>,
-) -> (
-    Vec<PoolBudget<'a>>,
-    Vec<(String, DisruptionReason, usize, usize)>,
-) {
+) -> (Vec<PoolBudget<'a>>, Vec<Allowed>) {
     let mut allowed = Vec::new();
     let mut budgets = Vec::with_capacity(pools.len());
     for pool in pools {
