@@ -34,13 +34,19 @@ pub struct Knobs {
 }
 
 /// What an engagement is built from: the clients of its workload cluster and of the
-/// management cluster, the metrics, the knobs.
+/// management cluster, the metrics, the knobs, and in hub mode the Cluster it serves and
+/// whether that cluster answers.
 #[derive(Clone)]
 pub struct Sources {
     pub workload: kube::Client,
     pub management: kube::Client,
     pub metrics: Metrics,
     pub knobs: Knobs,
+    /// The engaged Cluster (hub mode): NodeClasses naming another are refused. `None`:
+    /// single-cluster mode, any Cluster.
+    pub engaged: Option<crate::catalogs::ClusterKey>,
+    /// Whether the workload cluster answers (always, in single-cluster mode).
+    pub connection: crate::health::Connection,
 }
 
 /// The loops of one workload cluster, ready to run.
@@ -75,6 +81,7 @@ impl Engagement {
             index,
             nodeclasses: caches.nodeclasses.store(),
             clusters: caches.clusters.store(),
+            engaged: ctx.engaged.clone(),
         };
         let reporter = Reporter {
             controller: "karpenter".into(),
@@ -124,11 +131,14 @@ impl Engagement {
             clusters: caches.clusters.clone(),
             templates: Some(catalogs.index.subscribe()),
         };
-        // The scrape-time gauges and the latencies: the leader's, as Karpenter's.
-        ctx.metrics.cluster.attach(crate::cluster_metrics::Sources {
-            state,
-            machines: caches.machines.clone(),
-        });
+        // The scrape-time gauges and the latencies: the leader's, as Karpenter's. A hub
+        // serves them for no cluster yet (they carry no cluster label).
+        if ctx.engaged.is_none() {
+            ctx.metrics.cluster.attach(crate::cluster_metrics::Sources {
+                state,
+                machines: caches.machines.clone(),
+            });
+        }
         let latency = crate::latency::Latency {
             metrics: ctx.metrics.clone(),
             pods: caches.pods.clone(),
@@ -243,6 +253,7 @@ fn shared(
         lookups: Arc::default(),
         cluster_id,
         repairs: Arc::default(),
+        connection: ctx.connection.clone(),
     }
 }
 
@@ -285,5 +296,6 @@ fn disruption(
         catalogs,
         unavailable,
         command_timeout: ctx.knobs.disruption_timeout,
+        connection: ctx.connection.clone(),
     }
 }

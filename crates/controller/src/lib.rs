@@ -10,6 +10,8 @@ pub(crate) mod engagement;
 pub mod events;
 pub(crate) mod fence;
 pub(crate) mod garbagecollection;
+pub mod health;
+pub mod hub;
 pub(crate) mod latency;
 pub mod leader;
 pub mod machine;

@@ -66,6 +66,10 @@ pub struct RunConfig {
     /// How long a surge-first disruption waits for its replacements to initialize before
     /// it is rolled back.
     pub disruption_timeout: Duration,
+    /// Hub mode (`--mode hub`): the process runs against the management cluster only
+    /// (`management_kubeconfig`, else `kubeconfig`, else in-cluster) and engages every
+    /// opted-in Cluster API `Cluster` (see `hub`). `None`: single-cluster mode.
+    pub hub: Option<crate::hub::HubConfig>,
 }
 
 impl Default for RunConfig {
@@ -86,6 +90,7 @@ impl Default for RunConfig {
             client_rate: ClientRate::default(),
             cluster_id: None,
             disruption_timeout: crate::disruption::orchestrate::TIMEOUT,
+            hub: None,
         }
     }
 }
@@ -152,7 +157,7 @@ pub async fn client(
     path: Option<&PathBuf>,
     options: &ClientOptions,
 ) -> Result<Client, RuntimeError> {
-    let mut config = match path {
+    let config = match path {
         Some(path) => {
             let bad = |message: String| RuntimeError::Kubeconfig {
                 path: path.display().to_string(),
@@ -170,6 +175,25 @@ pub async fn client(
                 message: e.to_string(),
             })?,
     };
+    client_from_config(config, options)
+}
+
+/// A client from kubeconfig text (hub mode: a Cluster's kubeconfig Secret), with its own
+/// rate limit.
+pub async fn client_from_yaml(yaml: &str, options: &ClientOptions) -> Result<Client, RuntimeError> {
+    let bad = |message: String| RuntimeError::Kubeconfig {
+        path: "(Secret)".into(),
+        message,
+    };
+    let kubeconfig = Kubeconfig::from_yaml(yaml).map_err(|e| bad(e.to_string()))?;
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| bad(e.to_string()))?;
+    client_from_config(config, options)
+}
+
+/// A client over `config` sending the User-Agent and waiting for its own rate limit.
+fn client_from_config(mut config: Config, options: &ClientOptions) -> Result<Client, RuntimeError> {
     let agent = http::HeaderValue::from_str(&options.user_agent)
         .map_err(|_| RuntimeError::UserAgent(options.user_agent.clone()))?;
     config.headers.push((http::header::USER_AGENT, agent));
@@ -194,6 +218,8 @@ impl Context {
                 gc_interval: c.gc_interval,
                 gc_grace: c.gc_grace,
             },
+            engaged: None,
+            connection: Default::default(),
         }
     }
 }
@@ -201,11 +227,20 @@ impl Context {
 /// Builds the shared context: clients, metrics registry, readiness flag.
 pub async fn context(config: RunConfig) -> Result<(Context, Registry), RuntimeError> {
     let options = config.client_options();
-    let workload = client(config.kubeconfig.as_ref(), &options).await?;
-    let management = match &config.management_kubeconfig {
-        // Its own bucket: client-go gives every rest.Config its own limiter too.
-        Some(path) => client(Some(path), &options).await?,
-        None => workload.clone(),
+    let (workload, management) = if config.hub.is_some() {
+        // A hub talks to the management cluster only; each engagement builds its own
+        // workload client from its Cluster's kubeconfig Secret.
+        let path = config.management_kubeconfig.as_ref();
+        let management = client(path.or(config.kubeconfig.as_ref()), &options).await?;
+        (management.clone(), management)
+    } else {
+        let workload = client(config.kubeconfig.as_ref(), &options).await?;
+        let management = match &config.management_kubeconfig {
+            // Its own bucket: client-go gives every rest.Config its own limiter too.
+            Some(path) => client(Some(path), &options).await?,
+            None => workload.clone(),
+        };
+        (workload, management)
     };
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
@@ -260,13 +295,142 @@ pub async fn lead(ctx: &Context) -> Result<Option<Election>, RuntimeError> {
     let Some(leader) = &ctx.config.leader_election else {
         return Ok(None);
     };
-    let mut election = Election::start(ctx.workload.clone(), leader).await?;
+    // A hub has no workload cluster of its own: its Lease is in the management cluster.
+    let client = match &ctx.config.hub {
+        Some(_) => ctx.management.clone(),
+        None => ctx.workload.clone(),
+    };
+    let mut election = Election::start(client, leader).await?;
     tracing::info!(lease = %leader.name, identity = %leader.identity, "waiting for leadership");
     if !election.acquired().await {
         return Err(RuntimeError::LostLeadership);
     }
     tracing::info!(identity = %leader.identity, "acquired leadership");
     Ok(Some(election))
+}
+
+/// What a replica warms before it leads: one engagement's caches (single-cluster mode), or
+/// the hub's shared management-side caches.
+enum Warm {
+    Single {
+        caches: crate::cache::Caches,
+        cluster_id: String,
+    },
+    Hub {
+        clusters: crate::cache::Cache<api::Cluster>,
+    },
+}
+
+/// What runs once this replica leads.
+enum Running {
+    Single {
+        loops: crate::tasks::Tasks,
+        gc: tokio::task::AbortHandle,
+    },
+    Hub(tokio::task::JoinHandle<()>),
+}
+
+impl Running {
+    /// Stops everything at once (leadership lost: not one more write).
+    fn abort(self) {
+        match self {
+            Running::Single { mut loops, gc } => {
+                gc.abort();
+                loops.abort_all();
+            }
+            Running::Hub(hub) => hub.abort(),
+        }
+    }
+
+    /// Stops cleanly (`stop` was sent): in-flight reconciles finish.
+    async fn finish(self) {
+        match self {
+            Running::Single { mut loops, gc } => {
+                gc.abort();
+                while loops.join_next().await.is_some() {}
+            }
+            Running::Hub(hub) => {
+                let _ = hub.await;
+            }
+        }
+    }
+}
+
+/// Starts the caches of this replica's mode (every replica, so failover is warm).
+async fn warm(ctx: &Context, tasks: &mut crate::tasks::Tasks) -> Result<Warm, RuntimeError> {
+    match &ctx.config.hub {
+        None => {
+            let cluster_id =
+                crate::fence::cluster_id(&ctx.workload, ctx.config.cluster_id.as_deref()).await?;
+            tracing::info!(cluster_id = %cluster_id, "fencing our Cluster API objects by cluster id");
+            let caches =
+                crate::cache::Caches::start(tasks, &ctx.workload, &ctx.management, &cluster_id);
+            Ok(Warm::Single { caches, cluster_id })
+        }
+        Some(hub) => {
+            let selector = hub.selector();
+            // A bad selector fails here, not as a watch that never lists.
+            let api: kube::Api<api::Cluster> = kube::Api::all(ctx.management.clone());
+            api.list_metadata(&kube::api::ListParams::default().labels(&selector).limit(1))
+                .await?;
+            tracing::info!(selector = %selector, "hub mode: engaging the Clusters matching");
+            let clusters = crate::cache::Cache::start(
+                tasks,
+                api,
+                kube::runtime::watcher::Config::default().labels(&selector),
+                crate::cache::keep,
+                None,
+            );
+            Ok(Warm::Hub { clusters })
+        }
+    }
+}
+
+/// Starts the loops of this replica's mode once it leads.
+fn start(
+    ctx: &Context,
+    warm: Warm,
+    index: templates::watch::TemplateIndex,
+    identity: String,
+    tasks: &mut crate::tasks::Tasks,
+    stop: &watch::Receiver<bool>,
+) -> Running {
+    match warm {
+        Warm::Single { caches, cluster_id } => {
+            let engagement = crate::engagement::Engagement::build(
+                &ctx.sources(),
+                &caches,
+                index,
+                cluster_id,
+                identity.clone(),
+            );
+            let (loops, gc) = engagement.run(tasks, stop);
+            Running::Single { loops, gc }
+        }
+        Warm::Hub { clusters } => {
+            let config = ctx.config.hub.clone().unwrap_or_default();
+            let recorder = crate::events::Recorder::new(
+                ctx.management.clone(),
+                crate::events::Reporter {
+                    controller: "karpenter-capi-hub".into(),
+                    instance: Some(identity.clone()),
+                },
+            );
+            let hub = crate::hub::engage::Hub {
+                management: ctx.management.clone(),
+                clusters,
+                index,
+                metrics: ctx.metrics.clone(),
+                knobs: ctx.sources().knobs,
+                options: ctx.config.client_options(),
+                identity,
+                config,
+                ownership: Arc::new(crate::hub::AllClusters),
+                recorder,
+            };
+            Running::Hub(tokio::spawn(crate::hub::run(Arc::new(hub), stop.clone())))
+        }
+    }
 }
 
 /// Runs the operator until SIGTERM/SIGINT: caches on every replica, loops on the leader.
@@ -283,19 +447,17 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         endpoints.spawn(async move { serve_endpoints(&ctx, registry, stop).await });
     }
 
-    // One cache per kind (every replica, so failover is warm), and the templates.
-    let cluster_id =
-        crate::fence::cluster_id(&ctx.workload, ctx.config.cluster_id.as_deref()).await?;
-    tracing::info!(cluster_id = %cluster_id, "fencing our Cluster API objects by cluster id");
-    let caches =
-        crate::cache::Caches::start(&mut tasks, &ctx.workload, &ctx.management, &cluster_id);
+    let warmed = warm(&ctx, &mut tasks).await?;
     let index = templates::watch::TemplateIndex::new();
     tasks.spawn(templates::watch::run(
         ctx.management.clone(),
         index.clone(),
         templates::watch::WatchConfig::default(),
     ));
-    caches.ready().await;
+    match &warmed {
+        Warm::Single { caches, .. } => caches.ready().await,
+        Warm::Hub { clusters } => clusters.ready().await,
+    }
     warm_templates(&ctx.management, &index).await;
     ctx.readiness.set_ready();
     tracing::info!("caches synced");
@@ -319,9 +481,7 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         }
     };
 
-    let engagement =
-        crate::engagement::Engagement::build(&ctx.sources(), &caches, index, cluster_id, identity);
-    let (mut loops, gc) = engagement.run(&mut tasks, &stop_rx);
+    let running = start(&ctx, warmed, index, identity, &mut tasks, &stop_rx);
 
     let lost = async {
         match election.as_mut() {
@@ -334,16 +494,15 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         _ = lost => Err(RuntimeError::LostLeadership),
     };
     let _ = stop_tx.send(true);
-    gc.abort();
     if result.is_err() {
         // Another replica may already lead: not one more write from this one.
         tracing::warn!("lost leadership: aborting in-flight work");
-        loops.abort_all();
+        running.abort();
         drop(tasks);
         return result;
     }
     tracing::info!("shutting down: finishing in-flight reconciles");
-    while loops.join_next().await.is_some() {}
+    running.finish().await;
     if let Some(e) = election {
         e.release().await;
     }

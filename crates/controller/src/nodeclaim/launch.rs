@@ -167,6 +167,17 @@ async fn plan(ctx: &Shared, claim: &NodeClaim) -> Result<Planned, Error> {
             ),
         ));
     };
+    if let Some(why) = ctx
+        .nodeclasses
+        .get(&kube::runtime::reflector::ObjectRef::new(&nodeclass.name))
+        .and_then(|nc| ctx.catalogs.cluster_ref_mismatch(&nc))
+    {
+        // Hub mode: a tenant's NodeClass naming another tenant's Cluster launches nothing.
+        return Ok(Planned::Refused(
+            api::consts::conditions::CLUSTER_REF_MISMATCH,
+            format!("ClusterAPINodeClass {}: {why}", nodeclass.name),
+        ));
+    }
     if !nodeclass.readiness_reported() {
         // A new NodeClass whose status controller has not spoken yet: wait, don't refuse.
         return Err(Error::Launch(format!(
