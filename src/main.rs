@@ -359,7 +359,11 @@ mod tests {
     #[test]
     fn hub_flags_parse() {
         let args = run_args(&[]).expect("parses");
-        assert_eq!(args.mode, Mode::Single, "single-cluster mode is the default");
+        assert_eq!(
+            args.mode,
+            Mode::Single,
+            "single-cluster mode is the default"
+        );
         let args = run_args(&[
             "--mode",
             "hub",

@@ -11,9 +11,10 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use common::{condition, create_nodepool, events_for, free_addr, from_json, nodeclaims, nodeclasses};
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use common::{
+    condition, create_nodepool, events_for, free_addr, from_json, nodeclaims, nodeclasses,
+};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -80,23 +81,32 @@ async fn create_nodeclass(client: &Client, name: &str, ns: &str, cluster: &str) 
         .expect("nodeclass");
 }
 
-/// A Deployment of `replicas` pods of 1 CPU in the workload cluster's default namespace.
-async fn pending_pods(client: &Client, replicas: i32) {
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
-    let d = common::deployment("web", replicas, "1", "1Gi", json!({}));
-    deployments
-        .patch(
-            "web",
+/// Pods `web-0`..`web-<n-1>` of 1 CPU in the workload cluster's default namespace (bare pods:
+/// the workload testbeds run no controller-manager).
+async fn pending_pods(client: &Client, n: usize) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    for i in 0..n {
+        let pod: Pod = from_json(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("web-{i}"), "labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}],
+                     "terminationGracePeriodSeconds": 0}
+        }));
+        pods.patch(
+            &format!("web-{i}"),
             &PatchParams::apply("hub-test").force(),
-            &Patch::Apply(&d),
+            &Patch::Apply(&pod),
         )
         .await
-        .expect("deployment");
+        .expect("pod");
+    }
 }
 
 /// The Machines in `ns`, as (name, cluster-name label, cluster-id label, being deleted).
 async fn machines(m: &Client, ns: &str) -> Vec<(String, String, String, bool)> {
-    let api: Api<DynamicObject> = Api::namespaced_with(m.clone(), ns, &provider::machine_resource());
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(m.clone(), ns, &provider::machine_resource());
     api.list(&ListParams::default())
         .await
         .map(|l| l.items)
@@ -205,12 +215,18 @@ async fn a_hub_serves_each_opted_in_cluster_apart_and_only_those() {
             .patch(
                 name,
                 &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"labels": {"karpenter.cluster.x-k8s.io/enabled": "true"}}})),
+                &Patch::Merge(
+                    json!({"metadata": {"labels": {"karpenter.cluster.x-k8s.io/enabled": "true"}}}),
+                ),
             )
             .await
             .expect("opt in");
     }
-    for (client, ns, name) in [(&wa, ns_a, "alpha"), (&wb, ns_b, "beta"), (&wc, ns_c, "gamma")] {
+    for (client, ns, name) in [
+        (&wa, ns_a, "alpha"),
+        (&wb, ns_b, "beta"),
+        (&wc, ns_c, "gamma"),
+    ] {
         create_nodeclass(client, "default", ns, name).await;
     }
 
@@ -237,14 +253,18 @@ async fn a_hub_serves_each_opted_in_cluster_apart_and_only_those() {
     common::nodepools(&wc)
         .create(
             &PostParams::default(),
-            &common::nodepools(&wa).get("default").await.map(|mut np| {
-                np.metadata = kube::api::ObjectMeta {
-                    name: Some("default".into()),
-                    ..Default::default()
-                };
-                np.data.as_object_mut().map(|o| o.remove("status"));
-                np
-            }).expect("nodepool to copy"),
+            &common::nodepools(&wa)
+                .get("default")
+                .await
+                .map(|mut np| {
+                    np.metadata = kube::api::ObjectMeta {
+                        name: Some("default".into()),
+                        ..Default::default()
+                    };
+                    np.data.as_object_mut().map(|o| o.remove("status"));
+                    np
+                })
+                .expect("nodepool to copy"),
         )
         .await
         .expect("gamma nodepool");
@@ -264,8 +284,26 @@ async fn a_hub_serves_each_opted_in_cluster_apart_and_only_those() {
                 (!ms.is_empty()).then_some(ms)
             },
         )
-        .await
-        .expect("the opted-in cluster's pending pods get Machines");
+        .await;
+        let Ok(found) = found else {
+            let client = if name == "alpha" { &wa } else { &wb };
+            let claims = nodeclaims(client)
+                .list(&ListParams::default())
+                .await
+                .map(|l| l.items.len());
+            let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+            let status: Vec<_> = pods
+                .list(&ListParams::default())
+                .await
+                .map(|l| {
+                    l.items
+                        .into_iter()
+                        .map(|p| p.status.and_then(|s| s.conditions))
+                        .collect()
+                })
+                .unwrap_or_default();
+            panic!("no Machines for {name}: claims {claims:?}, pods {status:?}");
+        };
         for (machine, cluster, cid, _) in &found {
             assert_eq!(
                 (cluster.as_str(), cid.as_str()),
@@ -276,9 +314,15 @@ async fn a_hub_serves_each_opted_in_cluster_apart_and_only_those() {
     }
     // The positive sentinel above (both launched meanwhile): the third has nothing.
     assert!(machines(&m, ns_c).await.is_empty(), "no Machine for gamma");
-    let gamma_claims = nodeclaims(&wc).list(&ListParams::default()).await.expect("claims");
+    let gamma_claims = nodeclaims(&wc)
+        .list(&ListParams::default())
+        .await
+        .expect("claims");
     assert!(gamma_claims.items.is_empty(), "no NodeClaim in gamma");
-    let gamma_class = nodeclasses(&wc).get("default").await.expect("gamma nodeclass");
+    let gamma_class = nodeclasses(&wc)
+        .get("default")
+        .await
+        .expect("gamma nodeclass");
     assert!(
         gamma_class.data.get("status").is_none_or(|s| s.is_null()),
         "nobody serves gamma's NodeClass: {:?}",
@@ -296,15 +340,19 @@ async fn a_hub_serves_each_opted_in_cluster_apart_and_only_those() {
 /// launched into beta's namespace for alpha.
 async fn tenant_guard(m: &Client, wa: &Client, ns_b: &str, alpha_id: &str) {
     create_nodeclass(wa, "intruder", ns_b, "beta").await;
-    let class = wait_for("intruder ClusterRefMismatch", Duration::from_secs(60), || async {
-        let nc = nodeclasses(wa).get("intruder").await.ok()?;
-        let cond = nc.data["status"]["conditions"]
-            .as_array()?
-            .iter()
-            .find(|c| c["type"] == "ClusterReady")?
-            .clone();
-        (cond["reason"] == "ClusterRefMismatch").then_some(nc)
-    })
+    let class = wait_for(
+        "intruder ClusterRefMismatch",
+        Duration::from_secs(60),
+        || async {
+            let nc = nodeclasses(wa).get("intruder").await.ok()?;
+            let cond = nc.data["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == "ClusterReady")?
+                .clone();
+            (cond["reason"] == "ClusterRefMismatch").then_some(nc)
+        },
+    )
     .await
     .expect("a NodeClass naming another tenant's Cluster is refused");
     assert_eq!(condition(&class, "Ready").as_deref(), Some("False"));
@@ -314,13 +362,17 @@ async fn tenant_guard(m: &Client, wa: &Client, ns_b: &str, alpha_id: &str) {
         .create(&PostParams::default(), &claim)
         .await
         .expect("nodeclaim");
-    wait_for("intruder claim refused", Duration::from_secs(60), || async {
-        let events = events_for(wa, "intruder-claim").await;
-        events
-            .iter()
-            .any(|(reason, _)| reason == "ClusterRefMismatch")
-            .then_some(())
-    })
+    wait_for(
+        "intruder claim refused",
+        Duration::from_secs(60),
+        || async {
+            let events = events_for(wa, "intruder-claim").await;
+            events
+                .iter()
+                .any(|(reason, _)| reason == "ClusterRefMismatch")
+                .then_some(())
+        },
+    )
     .await
     .expect("the launch is refused with ClusterRefMismatch");
     let foreign: Vec<_> = machines(m, ns_b)
@@ -334,7 +386,13 @@ async fn tenant_guard(m: &Client, wa: &Client, ns_b: &str, alpha_id: &str) {
 /// A changed kubeconfig Secret re-engages beta, which keeps provisioning.
 async fn rotation(m: &Client, wb: &Client, ns_b: &str, addr: std::net::SocketAddr) {
     let cluster = format!("{ns_b}/beta");
-    wait_metric(addr, "karpenter_capi_cluster_engagements_total", &cluster, 1.0).await;
+    wait_metric(
+        addr,
+        "karpenter_capi_cluster_engagements_total",
+        &cluster,
+        1.0,
+    )
+    .await;
     let secrets: Api<Secret> = Api::namespaced(m.clone(), ns_b);
     secrets
         .patch(
@@ -344,30 +402,50 @@ async fn rotation(m: &Client, wb: &Client, ns_b: &str, addr: std::net::SocketAdd
         )
         .await
         .expect("rotate");
-    wait_metric(addr, "karpenter_capi_cluster_engagements_total", &cluster, 2.0).await;
+    wait_metric(
+        addr,
+        "karpenter_capi_cluster_engagements_total",
+        &cluster,
+        2.0,
+    )
+    .await;
     wait_metric(addr, "karpenter_capi_cluster_connected", &cluster, 1.0).await;
     let before: BTreeSet<String> = machines(m, ns_b).await.into_iter().map(|x| x.0).collect();
     pending_pods(wb, 6).await;
-    wait_for("re-engaged beta launches again", Duration::from_secs(120), || async {
-        let now: BTreeSet<String> = machines(m, ns_b).await.into_iter().map(|x| x.0).collect();
-        (now.difference(&before).count() > 0).then_some(())
-    })
+    wait_for(
+        "re-engaged beta launches again",
+        Duration::from_secs(120),
+        || async {
+            let now: BTreeSet<String> = machines(m, ns_b).await.into_iter().map(|x| x.0).collect();
+            (now.difference(&before).count() > 0).then_some(())
+        },
+    )
     .await
     .expect("the re-engaged cluster provisions");
 }
 
 /// Alpha's API server goes down: disconnected (0), its orphan is not collected while it is
 /// down, and is once it answers again (1).
-async fn disconnect(m: &Client, a: &Testbed, ns_a: &str, alpha_id: &str, addr: std::net::SocketAddr) {
+async fn disconnect(
+    m: &Client,
+    a: &Testbed,
+    ns_a: &str,
+    alpha_id: &str,
+    addr: std::net::SocketAddr,
+) {
     let cluster = format!("{ns_a}/alpha");
     wait_metric(addr, "karpenter_capi_cluster_connected", &cluster, 1.0).await;
-    let api: Api<DynamicObject> = Api::namespaced_with(m.clone(), ns_a, &provider::machine_resource());
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(m.clone(), ns_a, &provider::machine_resource());
     let outage = a.restart("kube-apiserver", Duration::from_secs(25));
     let during = async {
         wait_metric(addr, "karpenter_capi_cluster_connected", &cluster, 0.0).await;
-        api.create(&PostParams::default(), &orphan_machine(ns_a, "alpha", alpha_id))
-            .await
-            .expect("orphan Machine");
+        api.create(
+            &PostParams::default(),
+            &orphan_machine(ns_a, "alpha", alpha_id),
+        )
+        .await
+        .expect("orphan Machine");
         // Past the grace (5 s) and several collection intervals (2 s): still there, because
         // the cluster is disconnected (the sentinel: it goes once the cluster is back).
         tokio::time::sleep(Duration::from_secs(12)).await;
@@ -385,13 +463,17 @@ async fn disconnect(m: &Client, a: &Testbed, ns_a: &str, alpha_id: &str, addr: s
     let (restarted, ()) = tokio::join!(outage, during);
     restarted.expect("kube-apiserver restarts");
     wait_metric(addr, "karpenter_capi_cluster_connected", &cluster, 1.0).await;
-    wait_for("orphan collected after reconnect", Duration::from_secs(60), || async {
-        match api.get_opt("orphan").await {
-            Ok(None) => Some(()),
-            Ok(Some(o)) => o.metadata.deletion_timestamp.is_some().then_some(()),
-            Err(_) => None,
-        }
-    })
+    wait_for(
+        "orphan collected after reconnect",
+        Duration::from_secs(60),
+        || async {
+            match api.get_opt("orphan").await {
+                Ok(None) => Some(()),
+                Ok(Some(o)) => o.metadata.deletion_timestamp.is_some().then_some(()),
+                Err(_) => None,
+            }
+        },
+    )
     .await
     .expect("garbage collection resumes once the cluster answers");
 }

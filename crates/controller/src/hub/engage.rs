@@ -198,8 +198,14 @@ impl Run {
             _ = caches.ready() => {}
         }
         let (tx, connection) = Connection::new();
-        self.metrics.cluster_connected.get_or_create(&self.labels()).set(1);
-        self.metrics.cluster_engagements.get_or_create(&self.labels()).inc();
+        self.metrics
+            .cluster_connected
+            .get_or_create(&self.labels())
+            .set(1);
+        self.metrics
+            .cluster_engagements
+            .get_or_create(&self.labels())
+            .inc();
         tracing::info!(cluster = %self.key, cluster_id = %cluster_id, "engaged");
         self.event(
             EventType::Normal,
@@ -255,7 +261,11 @@ impl Run {
         tx: watch::Sender<bool>,
         stop: watch::Receiver<bool>,
     ) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let gauge = self.metrics.cluster_connected.get_or_create(&self.labels()).clone();
+        let gauge = self
+            .metrics
+            .cluster_connected
+            .get_or_create(&self.labels())
+            .clone();
         let interval = self.probe_interval;
         let this = Arc::new(self.clone());
         crate::health::probe(client, interval, tx, stop, move |connected| {

@@ -66,7 +66,11 @@ impl HubConfig {
         if let Some(v) = &self.watch_filter {
             parts.push(format!("{}={v}", labels::WATCH_FILTER));
         }
-        if let Some(s) = self.cluster_selector.as_ref().filter(|s| !s.trim().is_empty()) {
+        if let Some(s) = self
+            .cluster_selector
+            .as_ref()
+            .filter(|s| !s.trim().is_empty())
+        {
             parts.push(s.clone());
         }
         parts.join(",")
@@ -152,7 +156,10 @@ pub(crate) async fn run(hub: Arc<engage::Hub>, mut stop: watch::Receiver<bool>) 
             _ = resync.tick() => reread = true,
         }
     }
-    tracing::info!(clusters = engaged.len(), "hub stopping: disengaging every cluster");
+    tracing::info!(
+        clusters = engaged.len(),
+        "hub stopping: disengaging every cluster"
+    );
     for (_, e) in std::mem::take(&mut engaged) {
         e.disengage().await;
     }
@@ -200,7 +207,10 @@ async fn reconcile(
                 continue;
             }
         };
-        if engaged.get(&key).is_some_and(|e| e.version == creds.version) {
+        if engaged
+            .get(&key)
+            .is_some_and(|e| e.version == creds.version)
+        {
             continue;
         }
         if let Some(old) = engaged.remove(&key) {
@@ -252,7 +262,11 @@ mod tests {
         );
         uninit["status"] = serde_json::json!({"conditions": [{"type": "ControlPlaneInitialized",
             "status": "True", "reason": "x", "message": "", "lastTransitionTime": "2026-11-24T00:00:00Z"}]});
-        assert_eq!(eligible(&cluster(uninit), &config), Ok(()), "the v1beta2 condition counts");
+        assert_eq!(
+            eligible(&cluster(uninit), &config),
+            Ok(()),
+            "the v1beta2 condition counts"
+        );
 
         let namespaced = HubConfig {
             namespaces: vec!["t2".into()],
