@@ -2,6 +2,7 @@
 
 pub mod cache;
 pub(crate) mod catalogs;
+pub mod clients;
 pub(crate) mod clone;
 pub mod cloudprovider;
 pub(crate) mod cluster_metrics;

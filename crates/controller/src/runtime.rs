@@ -7,21 +7,20 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::client::ClientBuilder;
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
+use kube::Client;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
+pub use crate::clients::{ClientOptions, client, user_agent};
 use crate::leader::{Election, LeaderConfig, LeaderError};
 use crate::metrics::Metrics;
-use crate::ratelimit::{ClientRate, RateLimitLayer};
+use crate::ratelimit::ClientRate;
 use crate::server::{self, Readiness};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
-    #[error("kubeconfig {path}: {message}")]
-    Kubeconfig { path: String, message: String },
+    #[error(transparent)]
+    Clients(#[from] crate::clients::ClientError),
     #[error("kubernetes client: {0}")]
     Client(#[from] kube::Error),
     #[error("serving {addr}: {source}")]
@@ -34,8 +33,6 @@ pub enum RuntimeError {
     Leader(#[from] LeaderError),
     #[error("lost leadership; exiting so that exactly one replica writes")]
     LostLeadership,
-    #[error("user agent {0:?} is not a valid HTTP header value")]
-    UserAgent(String),
     #[error(transparent)]
     Fence(#[from] crate::fence::FenceError),
 }
@@ -113,32 +110,6 @@ impl RunConfig {
     }
 }
 
-/// `karpenter-capi/<version>`, with the replica in parentheses when given: the API
-/// server's audit log and metrics then tell the replicas apart.
-pub fn user_agent(identity: Option<&str>) -> String {
-    let base = concat!("karpenter-capi/", env!("CARGO_PKG_VERSION"));
-    match identity {
-        Some(id) => format!("{base} ({id})"),
-        None => base.to_string(),
-    }
-}
-
-/// Rate limit and User-Agent of a client.
-#[derive(Clone, Debug)]
-pub struct ClientOptions {
-    pub rate: ClientRate,
-    pub user_agent: String,
-}
-
-impl Default for ClientOptions {
-    fn default() -> Self {
-        Self {
-            rate: ClientRate::default(),
-            user_agent: user_agent(None),
-        }
-    }
-}
-
 /// Shared by every control loop.
 #[derive(Clone)]
 pub struct Context {
@@ -149,57 +120,6 @@ pub struct Context {
     pub metrics: Metrics,
     pub readiness: Readiness,
     pub config: Arc<RunConfig>,
-}
-
-/// Builds a client from a kubeconfig path, or the environment's default configuration.
-/// Every request it sends carries the User-Agent and waits for the client's rate limit.
-pub async fn client(
-    path: Option<&PathBuf>,
-    options: &ClientOptions,
-) -> Result<Client, RuntimeError> {
-    let config = match path {
-        Some(path) => {
-            let bad = |message: String| RuntimeError::Kubeconfig {
-                path: path.display().to_string(),
-                message,
-            };
-            let kubeconfig = Kubeconfig::read_from(path).map_err(|e| bad(e.to_string()))?;
-            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                .await
-                .map_err(|e| bad(e.to_string()))?
-        }
-        None => Config::infer()
-            .await
-            .map_err(|e| RuntimeError::Kubeconfig {
-                path: "(inferred)".into(),
-                message: e.to_string(),
-            })?,
-    };
-    client_from_config(config, options)
-}
-
-/// A client from kubeconfig text (hub mode: a Cluster's kubeconfig Secret), with its own
-/// rate limit.
-pub async fn client_from_yaml(yaml: &str, options: &ClientOptions) -> Result<Client, RuntimeError> {
-    let bad = |message: String| RuntimeError::Kubeconfig {
-        path: "(Secret)".into(),
-        message,
-    };
-    let kubeconfig = Kubeconfig::from_yaml(yaml).map_err(|e| bad(e.to_string()))?;
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .map_err(|e| bad(e.to_string()))?;
-    client_from_config(config, options)
-}
-
-/// A client over `config` sending the User-Agent and waiting for its own rate limit.
-fn client_from_config(mut config: Config, options: &ClientOptions) -> Result<Client, RuntimeError> {
-    let agent = http::HeaderValue::from_str(&options.user_agent)
-        .map_err(|_| RuntimeError::UserAgent(options.user_agent.clone()))?;
-    config.headers.push((http::header::USER_AGENT, agent));
-    Ok(ClientBuilder::try_from(config)?
-        .with_layer(&RateLimitLayer::new(options.rate))
-        .build())
 }
 
 impl Context {
@@ -313,7 +233,7 @@ pub async fn lead(ctx: &Context) -> Result<Option<Election>, RuntimeError> {
 /// the hub's shared management-side caches.
 enum Warm {
     Single {
-        caches: crate::cache::Caches,
+        caches: Box<crate::cache::Caches>,
         cluster_id: String,
     },
     Hub {
@@ -365,7 +285,10 @@ async fn warm(ctx: &Context, tasks: &mut crate::tasks::Tasks) -> Result<Warm, Ru
             tracing::info!(cluster_id = %cluster_id, "fencing our Cluster API objects by cluster id");
             let caches =
                 crate::cache::Caches::start(tasks, &ctx.workload, &ctx.management, &cluster_id);
-            Ok(Warm::Single { caches, cluster_id })
+            Ok(Warm::Single {
+                caches: Box::new(caches),
+                cluster_id,
+            })
         }
         Some(hub) => {
             let selector = hub.selector();

@@ -11,11 +11,11 @@ use tokio::sync::watch;
 use super::{HubConfig, Ownership};
 use crate::cache::{Cache, Caches};
 use crate::catalogs::ClusterKey;
+use crate::clients::ClientOptions;
 use crate::engagement::{Engagement, Knobs, Sources};
 use crate::events::{Event, EventType, Recorder};
 use crate::health::Connection;
 use crate::metrics::{ClusterLabels, Metrics};
-use crate::runtime::ClientOptions;
 use crate::tasks::Tasks;
 use api::Cluster;
 
@@ -76,6 +76,15 @@ pub(crate) async fn credentials(
         version: secret.resource_version().unwrap_or_default(),
         kubeconfig,
     }))
+}
+
+/// Why a workload cluster could not be reached (retried).
+#[derive(Debug, thiserror::Error)]
+enum ConnectError {
+    #[error(transparent)]
+    Client(#[from] crate::clients::ClientError),
+    #[error(transparent)]
+    Fence(#[from] crate::fence::FenceError),
 }
 
 /// An engagement running on its own task.
@@ -240,9 +249,9 @@ impl Run {
     async fn connect(&self, kubeconfig: &str) -> (Client, String) {
         loop {
             let attempt = async {
-                let client = crate::runtime::client_from_yaml(kubeconfig, &self.options).await?;
+                let client = crate::clients::client_from_yaml(kubeconfig, &self.options).await?;
                 let id = crate::fence::cluster_id(&client, None).await?;
-                Ok::<_, crate::runtime::RuntimeError>((client, id))
+                Ok::<_, ConnectError>((client, id))
             };
             match attempt.await {
                 Ok(found) => return found,
