@@ -332,6 +332,7 @@ async fn a_hub_serves_each_opted_in_cluster_apart_and_only_those() {
     tenant_guard(&m, &wa, ns_b, &ids[0]).await;
     rotation(&m, &wb, ns_b, metrics_addr).await;
     disconnect(&m, &a, ns_a, &ids[0], metrics_addr).await;
+    disengage(&m, [ns_a, ns_b], metrics_addr).await;
 
     operator.abort();
 }
@@ -422,6 +423,60 @@ async fn rotation(m: &Client, wb: &Client, ns_b: &str, addr: std::net::SocketAdd
     )
     .await
     .expect("the re-engaged cluster provisions");
+}
+
+/// Alpha unlabelled, beta paused: both disengaged (their series go), none of their Machines
+/// deleted.
+async fn disengage(m: &Client, [ns_a, ns_b]: [&String; 2], addr: std::net::SocketAddr) {
+    let live = |ms: Vec<(String, String, String, bool)>| -> BTreeSet<String> {
+        ms.into_iter()
+            .filter(|(name, _, _, deleting)| name != "orphan" && !deleting)
+            .map(|x| x.0)
+            .collect()
+    };
+    let before = (live(machines(m, ns_a).await), live(machines(m, ns_b).await));
+    assert!(!before.0.is_empty() && !before.1.is_empty(), "{before:?}");
+    let clusters = |ns: &str| -> Api<DynamicObject> {
+        Api::namespaced_with(m.clone(), ns, &provider::cluster_resource())
+    };
+    clusters(ns_a)
+        .patch(
+            "alpha",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"labels": {"karpenter.cluster.x-k8s.io/enabled": null}}}),
+            ),
+        )
+        .await
+        .expect("unlabel alpha");
+    clusters(ns_b)
+        .patch(
+            "beta",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"cluster.x-k8s.io/paused": ""}}})),
+        )
+        .await
+        .expect("pause beta");
+    for cluster in [format!("{ns_a}/alpha"), format!("{ns_b}/beta")] {
+        wait_for(
+            &format!("{cluster} disengaged"),
+            Duration::from_secs(60),
+            || async {
+                metric(addr, "karpenter_capi_cluster_connected", &cluster)
+                    .await
+                    .is_none()
+                    .then_some(())
+            },
+        )
+        .await
+        .expect("an unlabelled or paused Cluster is disengaged");
+    }
+    let after = (live(machines(m, ns_a).await), live(machines(m, ns_b).await));
+    // (A launch in flight when it was disengaged may have added one.)
+    assert!(
+        before.0.is_subset(&after.0) && before.1.is_subset(&after.1),
+        "disengaging deletes no Machine: {before:?} -> {after:?}"
+    );
 }
 
 /// Alpha's API server goes down: disconnected (0), its orphan is not collected while it is

@@ -247,7 +247,9 @@ enum Running {
         loops: crate::tasks::Tasks,
         gc: tokio::task::AbortHandle,
     },
-    Hub(tokio::task::JoinHandle<()>),
+    /// The hub's task, in a set so that dropping it (a killed operator) aborts it, and with
+    /// it every engagement.
+    Hub(crate::tasks::Tasks),
 }
 
 impl Running {
@@ -258,7 +260,7 @@ impl Running {
                 gc.abort();
                 loops.abort_all();
             }
-            Running::Hub(hub) => hub.abort(),
+            Running::Hub(mut hub) => hub.abort_all(),
         }
     }
 
@@ -269,9 +271,7 @@ impl Running {
                 gc.abort();
                 while loops.join_next().await.is_some() {}
             }
-            Running::Hub(hub) => {
-                let _ = hub.await;
-            }
+            Running::Hub(mut hub) => while hub.join_next().await.is_some() {},
         }
     }
 }
@@ -351,7 +351,9 @@ fn start(
                 ownership: Arc::new(crate::hub::AllClusters),
                 recorder,
             };
-            Running::Hub(tokio::spawn(crate::hub::run(Arc::new(hub), stop.clone())))
+            let mut task = crate::tasks::Tasks::default();
+            task.spawn(crate::hub::run(Arc::new(hub), stop.clone()));
+            Running::Hub(task)
         }
     }
 }

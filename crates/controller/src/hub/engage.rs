@@ -87,12 +87,19 @@ enum ConnectError {
     Fence(#[from] crate::fence::FenceError),
 }
 
-/// An engagement running on its own task.
+/// An engagement running on its own task; dropping it aborts the task (a hub that lost its
+/// leadership, or was killed, leaves no engagement writing behind it).
 pub(crate) struct Engaged {
     /// The resourceVersion of the Secret it was engaged with.
     pub(crate) version: String,
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Engaged {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 impl Engaged {
