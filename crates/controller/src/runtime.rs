@@ -339,8 +339,10 @@ fn start(
                     instance: Some(identity.clone()),
                 },
             );
+            let c = &ctx.config;
             let hub = crate::hub::engage::Hub {
                 management: ctx.management.clone(),
+                management_kubeconfig: c.management_kubeconfig.clone().or(c.kubeconfig.clone()),
                 clusters,
                 index,
                 metrics: ctx.metrics.clone(),

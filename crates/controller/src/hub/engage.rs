@@ -25,7 +25,11 @@ const STOP_GRACE: Duration = Duration::from_secs(30);
 
 /// What every engagement of the hub shares (the management side).
 pub(crate) struct Hub {
+    /// The hub's own management client: the Clusters watch, the Secrets, the Events.
     pub(crate) management: Client,
+    /// Where each engagement's own management client comes from (its own rate-limit
+    /// budget for its Machines); `None`: in-cluster.
+    pub(crate) management_kubeconfig: Option<std::path::PathBuf>,
     /// The opted-in Clusters (watched with [`HubConfig::selector`]).
     pub(crate) clusters: Cache<Cluster>,
     pub(crate) index: templates::watch::TemplateIndex,
@@ -122,7 +126,7 @@ pub(crate) fn engage(hub: &Hub, key: ClusterKey, cluster: &Cluster, creds: Crede
     let (stop, stopped) = watch::channel(false);
     tracing::info!(cluster = %key, secret = %creds.secret, "engaging");
     let run = Run {
-        management: hub.management.clone(),
+        management_kubeconfig: hub.management_kubeconfig.clone(),
         clusters: hub.clusters.clone(),
         index: hub.index.clone(),
         metrics: hub.metrics.clone(),
@@ -157,10 +161,17 @@ fn regarding(cluster: &Cluster) -> ObjectReference {
     }
 }
 
+/// An engagement's own clients (each with its own rate-limit budget) and its fencing id.
+struct Connected {
+    workload: Client,
+    management: Client,
+    cluster_id: String,
+}
+
 /// What the engagement's task owns.
 #[derive(Clone)]
 struct Run {
-    management: Client,
+    management_kubeconfig: Option<std::path::PathBuf>,
     clusters: Cache<Cluster>,
     index: templates::watch::TemplateIndex,
     metrics: Metrics,
@@ -200,12 +211,16 @@ impl Run {
             _ = stop.wait_for(|s| *s) => return,
             c = self.connect(&kubeconfig) => c,
         };
-        let (workload, cluster_id) = connected;
+        let Connected {
+            workload,
+            management,
+            cluster_id,
+        } = connected;
         let mut tasks = Tasks::default();
         let caches = Caches::start_engaged(
             &mut tasks,
             &workload,
-            &self.management,
+            &management,
             &cluster_id,
             self.clusters.clone(),
         );
@@ -231,7 +246,7 @@ impl Run {
         tasks.spawn(self.probe(workload.clone(), tx, stop.clone()));
         let sources = Sources {
             workload,
-            management: self.management.clone(),
+            management,
             metrics: self.metrics.clone(),
             knobs: self.knobs.clone(),
             engaged: Some(self.key.clone()),
@@ -252,13 +267,21 @@ impl Run {
         tracing::info!(cluster = %self.key, "disengaged");
     }
 
-    /// The workload client and the cluster id, retried every probe interval until they come.
-    async fn connect(&self, kubeconfig: &str) -> (Client, String) {
+    /// The engagement's clients and the cluster id, retried every probe interval until they
+    /// come.
+    async fn connect(&self, kubeconfig: &str) -> Connected {
         loop {
             let attempt = async {
-                let client = crate::clients::client_from_yaml(kubeconfig, &self.options).await?;
-                let id = crate::fence::cluster_id(&client, None).await?;
-                Ok::<_, ConnectError>((client, id))
+                let workload = crate::clients::client_from_yaml(kubeconfig, &self.options).await?;
+                let management =
+                    crate::clients::client(self.management_kubeconfig.as_ref(), &self.options)
+                        .await?;
+                let cluster_id = crate::fence::cluster_id(&workload, None).await?;
+                Ok::<_, ConnectError>(Connected {
+                    workload,
+                    management,
+                    cluster_id,
+                })
             };
             match attempt.await {
                 Ok(found) => return found,

@@ -4,11 +4,11 @@
 //! [`crate::engagement::Engagement`] per Cluster ([`engage`]).
 //!
 //! The management side is shared by every engagement: the Clusters cache (watched with the
-//! opt-in label, the watch filter and the selector, so the API server filters), the template
-//! index, the management client. Each engagement has its own workload client (its own
-//! client-side QPS budget), its own workload caches and Machine watch (fenced by its cluster
-//! id), cluster state, loops and probe: no work queue is shared across clusters, so one
-//! cluster's backlog cannot starve another's loops.
+//! opt-in label, the watch filter and the selector, so the API server filters) and the
+//! template index. Each engagement has its own clients — workload and management, each with
+//! its own client-side QPS budget —, its own workload caches and Machine watch (label-selected
+//! by its cluster id, so the API server filters), cluster state, loops and probe: no work queue
+//! or rate limit is shared across clusters, so one cluster's backlog cannot starve another's.
 //!
 //! A Cluster is engaged once it is eligible ([`eligible`]: opted in, not paused, not being
 //! deleted, control plane initialized) and its kubeconfig Secret exists ([`engage::credentials`]);
