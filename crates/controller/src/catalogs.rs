@@ -129,3 +129,42 @@ impl Catalogs for IndexCatalogs {
         mismatch(self.engaged.as_ref(), nc)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nodeclass(ns: &str, name: &str) -> ClusterAPINodeClass {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.cluster.x-k8s.io/v1alpha1", "kind": "ClusterAPINodeClass",
+            "metadata": {"name": "default"},
+            "spec": {"clusterRef": {"namespace": ns, "name": name},
+                     "bootstrap": {"dataSecretName": "bootstrap-data"}}
+        }))
+        .expect("nodeclass fixture")
+    }
+
+    #[test]
+    fn only_the_engaged_cluster_is_accepted_in_hub_mode() {
+        let engaged = ClusterKey {
+            namespace: "tenant-a".into(),
+            name: "alpha".into(),
+        };
+        assert_eq!(
+            mismatch(Some(&engaged), &nodeclass("tenant-a", "alpha")),
+            None
+        );
+        let other = mismatch(Some(&engaged), &nodeclass("tenant-b", "beta"))
+            .expect("another tenant's Cluster is refused");
+        assert!(
+            other.contains("tenant-b/beta") && other.contains("tenant-a/alpha"),
+            "{other}"
+        );
+        assert!(mismatch(Some(&engaged), &nodeclass("tenant-b", "alpha")).is_some());
+        assert_eq!(
+            mismatch(None, &nodeclass("tenant-b", "beta")),
+            None,
+            "single-cluster mode accepts any Cluster"
+        );
+    }
+}
