@@ -1,16 +1,21 @@
 # The two commands a newcomer needs are in README.md: `make demo` and `make test`.
-.PHONY: demo test testbed helm testbed-up testbed-down bench fmt lint crds
+.PHONY: demo test testbed helm karpenter-crds testbed-up testbed-down bench fmt lint crds
 
 demo:
 	bash hack/demo.sh
 
 # cargo test --workspace, the demo (6 pods) and the quick scheduler benchmark, two jobs at a
 # time, slowest first (hack/test.sh; TEST_JOBS=1 for one at a time, or name jobs to run).
-test: testbed helm
+test: testbed helm karpenter-crds
 	bash hack/test.sh
 
 testbed:
 	bash hack/testbed/build.sh >/dev/null
+
+# Karpenter's own CRDs (the pinned Go module, cached), which tests/karpenter_crds.rs compares
+# ours with.
+karpenter-crds:
+	bash hack/karpenter/crds.sh >/dev/null
 
 # The pinned helm the chart's tests use (built once from the Go module proxy, cached).
 helm:

@@ -42,6 +42,7 @@ fn api_for(client: &Client, doc: &Value) -> Api<DynamicObject> {
     let plural = match kind {
         "NodePool" => "nodepools",
         "NodeClaim" => "nodeclaims",
+        "NodeOverlay" => "nodeoverlays",
         "ClusterAPINodeClass" => "clusterapinodeclasses",
         other => panic!("unexpected kind {other}"),
     };
@@ -129,6 +130,9 @@ async fn karpenter_v1_documents_are_accepted_unchanged() {
                 Some("NodeClaim") => {
                     let _: api::NodeClaim = serde_json::from_value(stored).expect("NodeClaim");
                 }
+                Some("NodeOverlay") => {
+                    let _: api::NodeOverlay = serde_json::from_value(stored).expect("NodeOverlay");
+                }
                 _ => {
                     let _: api::ClusterAPINodeClass =
                         serde_json::from_value(stored).expect("ClusterAPINodeClass");
@@ -143,6 +147,23 @@ async fn karpenter_v1_documents_are_accepted_unchanged() {
     let never = pool.get("balanced").await.expect("balanced");
     assert_eq!(never.spec.template.spec.expire_after, "720h");
     assert_eq!(never.spec.disruption.budgets[0].nodes, "10%");
+    // consolidateAfter is optional (Karpenter v1.15): `0s` when left out.
+    let fixed = pool.get("static").await.expect("static");
+    assert_eq!(fixed.spec.disruption.consolidate_after, "0s");
+    assert_eq!(fixed.spec.replicas, Some(3));
+    // The scale subresource: `kubectl scale` sets spec.replicas.
+    let out = tb
+        .kubectl()
+        .args(["scale", "nodepool", "static", "--replicas=4"])
+        .output()
+        .expect("kubectl scale");
+    assert!(
+        out.status.success(),
+        "kubectl scale: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let scaled = pool.get("static").await.expect("static");
+    assert_eq!(scaled.spec.replicas, Some(4));
     let class: Api<api::ClusterAPINodeClass> = Api::all(client.clone());
     let c = class.get("default").await.expect("nodeclass");
     assert_eq!(c.spec.launch_timeout, "10m");
@@ -325,6 +346,8 @@ create karpenter.sh                  nodeclaims                -          -
 delete karpenter.sh                  nodeclaims                -          -
 patch  karpenter.sh                  nodeclaims                status     -
 update karpenter.sh                  nodeclaims                finalizers -
+list   karpenter.sh                  nodeoverlays              -          -
+watch  karpenter.sh                  nodeoverlays              -          -
 list   karpenter.cluster.x-k8s.io    clusterapinodeclasses     -          -
 patch  karpenter.cluster.x-k8s.io    clusterapinodeclasses     status     -
 watch  core                          nodes                     -          -
@@ -369,6 +392,8 @@ delete   cluster.x-k8s.io                clusters                  -        capi
 create   cluster.x-k8s.io                machinedeployments        -        capi-demo
 create   karpenter.sh                    nodepools                 -        -
 delete   karpenter.sh                    nodepools                 -        -
+patch    karpenter.sh                    nodeoverlays              -        -
+patch    karpenter.sh                    nodeoverlays              status   -
 create   karpenter.cluster.x-k8s.io      clusterapinodeclasses     -        -
 create   apiextensions.k8s.io            customresourcedefinitions -        -
 update   coordination.k8s.io             leases                    -        kube-system

@@ -504,10 +504,95 @@ fn rejected_rows(ns: &str) -> Vec<Row> {
             "",
         ),
     ];
-    table
+    let mut rows: Vec<Row> = table
         .into_iter()
         .map(|(name, object, path, says)| row(name, vec![object], Expect::Rejected { path, says }))
-        .collect()
+        .collect();
+    rows.extend(static_pool_and_overlay_rows());
+    rows
+}
+
+/// Karpenter v1.15.0's rules on static NodePools and NodeOverlays: each rejection names the
+/// field. A switch between static and dynamic is an update of an accepted pool.
+fn static_pool_and_overlay_rows() -> Vec<Row> {
+    let rejected = |path, says| Expect::Rejected { path, says };
+    let overlay = |name: &str, spec: Value| {
+        json!({"apiVersion": "karpenter.sh/v1alpha1", "kind": "NodeOverlay",
+               "metadata": {"name": name}, "spec": spec})
+    };
+    let any_instance = json!([{"key": "node.kubernetes.io/instance-type", "operator": "Exists"}]);
+    vec![
+        row(
+            "pool: replicas with a weight",
+            vec![pool(
+                "bi-16",
+                "healthy",
+                json!({"replicas": 1, "weight": 10}),
+            )],
+            rejected(
+                "spec.weight",
+                "'weight' is not supported on static NodePools",
+            ),
+        ),
+        row(
+            "pool: static pool limited by cpu",
+            vec![pool(
+                "bi-17",
+                "healthy",
+                json!({"replicas": 1, "limits": {"nodes": "3", "cpu": "10"}}),
+            )],
+            rejected(
+                "spec.limits",
+                "only 'limits.nodes' is supported on static NodePools",
+            ),
+        ),
+        row(
+            "pool: static made dynamic",
+            vec![
+                pool("bi-18", "healthy", json!({"replicas": 0})),
+                pool("bi-18", "healthy", json!({})),
+            ],
+            rejected(
+                "spec.replicas",
+                "Cannot transition NodePool between static (replicas set) and dynamic",
+            ),
+        ),
+        row(
+            "pool: dynamic made static",
+            vec![
+                pool("bi-19", "healthy", json!({})),
+                pool("bi-19", "healthy", json!({"replicas": 2})),
+            ],
+            rejected(
+                "spec.replicas",
+                "Cannot transition NodePool between static (replicas set) and dynamic",
+            ),
+        ),
+        row(
+            "overlay: weight 10001",
+            vec![overlay(
+                "bi-20",
+                json!({"requirements": any_instance, "weight": 10001, "price": "1"}),
+            )],
+            rejected("spec.weight", ""),
+        ),
+        row(
+            "overlay: price and priceAdjustment",
+            vec![overlay(
+                "bi-21",
+                json!({"requirements": any_instance, "price": "1", "priceAdjustment": "+1"}),
+            )],
+            rejected("spec", "cannot set both 'price' and 'priceAdjustment'"),
+        ),
+        row(
+            "overlay: capacity of cpu",
+            vec![overlay(
+                "bi-22",
+                json!({"requirements": any_instance, "capacity": {"cpu": "4"}}),
+            )],
+            rejected("spec.capacity", "invalid resource restricted"),
+        ),
+    ]
 }
 
 /// NodePools the API server accepts that the operator must report on or still serve.

@@ -247,6 +247,7 @@ pub mod reasons {
     pub const UNDERUTILIZED: &str = "Underutilized";
     pub const EMPTY: &str = "Empty";
     pub const DRIFTED: &str = "Drifted";
+    pub const UNHEALTHY: &str = "Unhealthy";
     pub const EXPIRED: &str = "Expired";
     // NodeClass.
     pub const TEMPLATES_READY: &str = "TemplatesReady";

@@ -217,7 +217,7 @@ pub struct NodeClaimStatus {
     pub allocatable: BTreeMap<String, Quantity>,
     /// Lifecycle conditions (Launched, Registered, Initialized, Ready, ...).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "schema::conditions")]
+    #[schemars(schema_with = "schema::claim_conditions")]
     pub conditions: Vec<Condition>,
     /// Last time a pod was scheduled to or removed from the node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -229,7 +229,7 @@ pub struct NodeClaimStatus {
 // ---------------------------------------------------------------------------------------
 
 /// NodePool: constraints and disruption settings for the nodes Karpenter launches.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[kube(
     group = "karpenter.sh",
     version = "v1",
@@ -244,8 +244,15 @@ pub struct NodeClaimStatus {
     printcolumn = r#"{"name":"Weight","type":"integer","jsonPath":".spec.weight"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     printcolumn = r#"{"name":"CPU","type":"string","priority":1,"jsonPath":".status.resources.cpu"}"#,
-    printcolumn = r#"{"name":"Memory","type":"string","priority":1,"jsonPath":".status.resources.memory"}"#
+    printcolumn = r#"{"name":"Memory","type":"string","priority":1,"jsonPath":".status.resources.memory"}"#,
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.nodes"
+    )
 )]
+#[x_kube(validation = Rule::new(RULE_STATIC_SWITCH).message(MSG_STATIC_SWITCH).field_path(".replicas"))]
+#[x_kube(validation = Rule::new(RULE_STATIC_LIMITS).message(MSG_STATIC_LIMITS).field_path(".limits"))]
+#[x_kube(validation = Rule::new(RULE_STATIC_WEIGHT).message(MSG_STATIC_WEIGHT).field_path(".weight"))]
 #[serde(rename_all = "camelCase")]
 pub struct NodePoolSpec {
     /// Template of the NodeClaims this NodePool launches.
@@ -257,11 +264,28 @@ pub struct NodePoolSpec {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(schema_with = "schema::quantity_map")]
     pub limits: BTreeMap<String, Quantity>,
-    /// Priority among NodePools: higher weights are tried first.
+    /// Priority among NodePools: higher weights are tried first. Not supported on static
+    /// pools (`replicas` set).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 100))]
     pub weight: Option<i32>,
+    /// Static pool (alpha in Karpenter): the number of nodes to keep, whatever the pods. A pool
+    /// is static or dynamic for life; a static pool supports only `limits.nodes` and no
+    /// `weight`, and ignores `consolidationPolicy` and `consolidateAfter`. The API only:
+    /// the operator does not yet provision static pools (they are served as dynamic ones).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub replicas: Option<i64>,
 }
+
+// Karpenter v1.15.0's rules on the NodePool spec (static pools), with a field path added so
+// the API server names the offending field.
+const RULE_STATIC_SWITCH: &str = "has(self.replicas) == has(oldSelf.replicas)";
+const MSG_STATIC_SWITCH: &str = "Cannot transition NodePool between static (replicas set) and dynamic (replicas unset) provisioning modes";
+const RULE_STATIC_LIMITS: &str = "!has(self.replicas) || (!has(self.limits) || size(self.limits) == 0 || (size(self.limits) == 1 && 'nodes' in self.limits))";
+const MSG_STATIC_LIMITS: &str = "only 'limits.nodes' is supported on static NodePools";
+const RULE_STATIC_WEIGHT: &str = "!has(self.replicas) || !has(self.weight)";
+const MSG_STATIC_WEIGHT: &str = "'weight' is not supported on static NodePools";
 
 /// The NodeClaim template of a NodePool.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -302,7 +326,9 @@ pub struct NodeClaimTemplateSpec {
     #[x_kube(validation = Rule::new(RULE_IN_VALUES).message(MSG_IN_VALUES))]
     #[x_kube(validation = Rule::new(RULE_NUMERIC).message(MSG_NUMERIC))]
     #[x_kube(validation = Rule::new(RULE_MIN_VALUES).message(MSG_MIN_VALUES))]
-    #[x_kube(validation = Rule::new("self.all(x, x.key != 'karpenter.sh/nodepool')").message("label \"karpenter.sh/nodepool\" is restricted"))]
+    #[schemars(
+        schema_with = "schema::with_nodepool_key_rule::<Vec<NodeSelectorRequirementWithMinValues>>"
+    )]
     pub requirements: Vec<NodeSelectorRequirementWithMinValues>,
     #[x_kube(validation = Rule::new("self.group == oldSelf.group").message("nodeClassRef.group is immutable"))]
     #[x_kube(validation = Rule::new("self.kind == oldSelf.kind").message("nodeClassRef.kind is immutable"))]
@@ -330,6 +356,8 @@ pub enum DisruptionReason {
     Underutilized,
     Empty,
     Drifted,
+    /// Repair of unhealthy nodes (accepted; repair does not consult budgets yet).
+    Unhealthy,
 }
 
 fn default_consolidate_after() -> String {
@@ -348,7 +376,9 @@ fn default_budget_nodes() -> String {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Disruption {
-    /// How long a node must be consolidatable before it is consolidated, or `Never`.
+    /// How long a node must be consolidatable before it is consolidated, or `Never`
+    /// (default `0s`).
+    #[serde(default = "default_consolidate_after")]
     #[schemars(regex(pattern = schema::DURATION_OR_NEVER))]
     pub consolidate_after: String,
     /// Which nodes consolidation may remove.
@@ -412,8 +442,10 @@ pub struct NodePoolStatus {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(schema_with = "schema::quantity_map")]
     pub resources: BTreeMap<String, Quantity>,
-    /// Number of nodes.
+    /// Number of nodes: the pool's NodeClaims not being deleted (the scale subresource's
+    /// current replicas).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = 0))]
     pub nodes: Option<i64>,
     /// Generation of the node class last checked by the NodePool.
     #[serde(default, skip_serializing_if = "Option::is_none")]

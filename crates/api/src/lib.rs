@@ -4,6 +4,7 @@
 //!   Karpenter defines them (defaults, enums, patterns and CEL rules included), so a user's
 //!   existing NodePool YAML applies unchanged.
 //! - [`nodeclass`]: `karpenter.cluster.x-k8s.io/v1alpha1` [`ClusterAPINodeClass`].
+//! - [`overlay`]: `karpenter.sh/v1alpha1` [`NodeOverlay`] (the API; not applied yet).
 //! - `capi`: typed clients for the Cluster API kinds we read and create (`Machine`,
 //!   `Cluster`, `cluster.x-k8s.io/v1beta2`). Cluster API installs those CRDs, never us.
 //! - [`consts`]: every label, annotation, taint, finalizer and condition name.
@@ -25,11 +26,14 @@ pub mod hash;
 pub mod karpenter;
 #[allow(unreachable_pub)] // the `KubeSchema` derive, as for `karpenter`
 pub mod nodeclass;
+#[allow(unreachable_pub)] // the `KubeSchema` derive, as for `karpenter`
+pub mod overlay;
 mod schema;
 
 pub use capi::{Cluster, Machine};
 pub use karpenter::{NodeClaim, NodePool};
 pub use nodeclass::ClusterAPINodeClass;
+pub use overlay::NodeOverlay;
 
 /// Errors of this crate.
 #[derive(Debug, thiserror::Error)]

@@ -71,6 +71,7 @@ fn label_key_rules(key: &str, all: bool) -> Vec<serde_json::Value> {
         labels::INSTANCE_GPU_COUNT,
         labels::INSTANCE_TEMPLATE,
     ]);
+    let [karpenter_sh, hostname] = karpenter_key_rules(key, all);
     vec![
         serde_json::json!({
             "message": "label domain \"kubernetes.io\" is restricted",
@@ -84,6 +85,28 @@ fn label_key_rules(key: &str, all: bool) -> Vec<serde_json::Value> {
                 "{key}.{DOMAIN}.endsWith(\"kops.k8s.io\") || {key}.{DOMAIN}.endsWith(\"x-k8s.io\") || !{key}.{DOMAIN}.endsWith(\"k8s.io\")"
             )),
         }),
+        karpenter_sh,
+        serde_json::json!({
+            "message": "label domain \"karpenter.cluster.x-k8s.io\" is restricted",
+            "rule": wrap(format!(
+                "{key} in {ours} || !{key}.{DOMAIN}.endsWith(\"karpenter.cluster.x-k8s.io\")"
+            )),
+        }),
+        hostname,
+    ]
+}
+
+/// The two label-key rules every Karpenter object has: the `karpenter.sh` domain is reserved
+/// except for its well-known labels, and `kubernetes.io/hostname` is never allowed.
+fn karpenter_key_rules(key: &str, all: bool) -> [serde_json::Value; 2] {
+    let wrap = |rule: String| {
+        if all {
+            format!("self.all(x, {rule})")
+        } else {
+            rule
+        }
+    };
+    [
         serde_json::json!({
             "message": "label domain \"karpenter.sh\" is restricted",
             "rule": wrap(format!(
@@ -91,16 +114,19 @@ fn label_key_rules(key: &str, all: bool) -> Vec<serde_json::Value> {
             )),
         }),
         serde_json::json!({
-            "message": "label domain \"karpenter.cluster.x-k8s.io\" is restricted",
-            "rule": wrap(format!(
-                "{key} in {ours} || !{key}.{DOMAIN}.endsWith(\"karpenter.cluster.x-k8s.io\")"
-            )),
-        }),
-        serde_json::json!({
             "message": "label \"kubernetes.io/hostname\" is restricted",
             "rule": wrap(format!("{key} != \"kubernetes.io/hostname\"")),
         }),
     ]
+}
+
+/// The rule keeping `karpenter.sh/nodepool` out of a NodePool's requirements and labels
+/// (the operator sets it).
+fn nodepool_label_rule(key: &str) -> serde_json::Value {
+    serde_json::json!({
+        "message": "label \"karpenter.sh/nodepool\" is restricted",
+        "rule": format!("{key} != \"karpenter.sh/nodepool\""),
+    })
 }
 
 /// A CEL list literal of strings.
@@ -120,6 +146,52 @@ pub(crate) fn requirement_key(_: &mut SchemaGenerator) -> Schema {
     })
 }
 
+/// NodePool template requirements (`T`, a list of requirements): the key is also never
+/// `karpenter.sh/nodepool` (the operator sets that label).
+pub(crate) fn with_nodepool_key_rule<T: schemars::JsonSchema>(
+    generator: &mut SchemaGenerator,
+) -> Schema {
+    let mut list = generator.subschema_for::<T>();
+    if let Some(rules) = list
+        .get_mut("items")
+        .and_then(|i| i.get_mut("properties"))
+        .and_then(|p| p.get_mut("key"))
+        .and_then(|k| k.get_mut("x-kubernetes-validations"))
+        .and_then(|r| r.as_array_mut())
+    {
+        rules.push(nodepool_label_rule("self"));
+    }
+    list
+}
+
+/// A NodeOverlay requirement `key`: only Karpenter's own restrictions (an overlay selects
+/// instance types; it labels nothing).
+pub(crate) fn overlay_requirement_key(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "description": "The label key that the selector applies to.",
+        "type": "string",
+        "maxLength": 316,
+        "pattern": QUALIFIED_NAME,
+        "x-kubernetes-validations": karpenter_key_rules("self", false),
+    })
+}
+
+/// NodeOverlay `capacity`: extended resources only.
+pub(crate) fn overlay_capacity(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "description": "Extended resources added to the capacity of matching instance types; never cpu, memory, ephemeral-storage or pods.",
+        "type": "object",
+        "additionalProperties": {
+            "x-kubernetes-int-or-string": true,
+            "pattern": QUANTITY,
+        },
+        "x-kubernetes-validations": [{
+            "message": "invalid resource restricted",
+            "rule": "self.all(x, !(x in ['cpu', 'memory', 'ephemeral-storage', 'pods']))",
+        }],
+    })
+}
+
 /// Requirement `values`.
 pub(crate) fn requirement_values(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
@@ -133,10 +205,13 @@ pub(crate) fn requirement_values(_: &mut SchemaGenerator) -> Schema {
 /// NodePool `template.metadata.labels`.
 pub(crate) fn template_labels(_: &mut SchemaGenerator) -> Schema {
     let mut rules = label_key_rules("x", true);
-    rules.push(serde_json::json!({
-        "message": "label \"karpenter.sh/nodepool\" is restricted",
-        "rule": "self.all(x, x != \"karpenter.sh/nodepool\")",
-    }));
+    let mut nodepool = nodepool_label_rule("x");
+    nodepool["rule"] = format!(
+        "self.all(x, {})",
+        nodepool["rule"].as_str().unwrap_or_default()
+    )
+    .into();
+    rules.push(nodepool);
     json_schema!({
         "description": "Labels applied to every NodeClaim and Node launched from this NodePool.",
         "type": "object",
@@ -177,10 +252,32 @@ pub(crate) fn eviction_thresholds(_: &mut SchemaGenerator) -> Schema {
     })
 }
 
-/// metav1 `Condition` list (status).
+/// metav1 `Condition` list (status), every field of an item required but
+/// `observedGeneration`, as Karpenter's NodePool and NodeOverlay have it.
 pub(crate) fn conditions(generator: &mut SchemaGenerator) -> Schema {
-    let item =
+    condition_list(
+        generator,
+        &["lastTransitionTime", "message", "reason", "status", "type"],
+    )
+}
+
+/// metav1 `Condition` list as Karpenter's NodeClaim has it: `message` and `reason` optional.
+pub(crate) fn claim_conditions(generator: &mut SchemaGenerator) -> Schema {
+    condition_list(generator, &["lastTransitionTime", "status", "type"])
+}
+
+fn condition_list(generator: &mut SchemaGenerator, required: &[&str]) -> Schema {
+    let mut item =
         generator.subschema_for::<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>();
+    if let Some(props) = item.get_mut("properties").and_then(|p| p.as_object_mut())
+        && let Some(status) = props.get_mut("status").and_then(|s| s.as_object_mut())
+    {
+        status.insert(
+            "enum".into(),
+            serde_json::json!(["True", "False", "Unknown"]),
+        );
+    }
+    item.insert("required".into(), serde_json::json!(required));
     json_schema!({
         "description": "Conditions contains signals for health and readiness.",
         "type": "array",

@@ -57,6 +57,7 @@ fn names_scopes_and_subresources() {
     for (name, kind, short) in [
         ("nodepools.karpenter.sh", "NodePool", None),
         ("nodeclaims.karpenter.sh", "NodeClaim", None),
+        ("nodeoverlays.karpenter.sh", "NodeOverlay", Some("overlays")),
         (
             "clusterapinodeclasses.karpenter.cluster.x-k8s.io",
             "ClusterAPINodeClass",
@@ -114,7 +115,16 @@ fn nodepool_defaults_enums_patterns() {
     );
     assert_eq!(
         at(d, "budgets.[].reasons.[]")["enum"],
-        serde_json::json!(["Underutilized", "Empty", "Drifted"])
+        serde_json::json!(["Underutilized", "Empty", "Drifted", "Unhealthy"])
+    );
+    // consolidateAfter is optional with a default, as in Karpenter v1.15.
+    assert_eq!(at(d, "consolidateAfter")["default"], "0s");
+    assert!(
+        !d["required"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|r| r == "consolidateAfter")
     );
     assert!(
         rules(at(d, "budgets"))
@@ -168,6 +178,95 @@ fn nodepool_defaults_enums_patterns() {
         !serde_json::to_string(&s)
             .expect("json")
             .contains("nullable")
+    );
+    for top in ["apiVersion", "kind", "metadata"] {
+        assert!(!s["properties"][top].is_null(), "{top}");
+    }
+}
+
+#[test]
+fn static_nodepools_replicas_scale_and_rules() {
+    let s = schema("nodepools.karpenter.sh");
+    let spec = &s["properties"]["spec"];
+    assert_eq!(at(spec, "replicas")["minimum"], 0.0);
+    assert_eq!(at(spec, "replicas")["format"], "int64");
+    let rules: Vec<(String, String)> = spec["x-kubernetes-validations"]
+        .as_array()
+        .expect("spec rules")
+        .iter()
+        .map(|r| {
+            let s = |k: &str| r[k].as_str().unwrap_or_default().to_string();
+            (s("rule"), s("fieldPath"))
+        })
+        .collect();
+    assert_eq!(
+        rules,
+        [
+            ("has(self.replicas) == has(oldSelf.replicas)", ".replicas"),
+            ("!has(self.replicas) || (!has(self.limits) || size(self.limits) == 0 || (size(self.limits) == 1 && 'nodes' in self.limits))", ".limits"),
+            ("!has(self.replicas) || !has(self.weight)", ".weight"),
+        ]
+        .map(|(r, f)| (r.to_string(), f.to_string()))
+    );
+    let scale = crd("nodepools.karpenter.sh").spec.versions[0]
+        .subresources
+        .as_ref()
+        .and_then(|s| s.scale.clone())
+        .expect("scale subresource");
+    assert_eq!(scale.spec_replicas_path, ".spec.replicas");
+    assert_eq!(scale.status_replicas_path, ".status.nodes");
+    assert_eq!(at(&s, "status.nodes")["default"], 0);
+}
+
+#[test]
+fn condition_items_as_karpenter_has_them() {
+    let required = |crd: &str| {
+        let s = schema(crd);
+        let item = at(&s, "status.conditions.[]");
+        assert_eq!(
+            item["properties"]["status"]["enum"],
+            serde_json::json!(["True", "False", "Unknown"]),
+            "{crd}"
+        );
+        item["required"].clone()
+    };
+    assert_eq!(
+        required("nodeclaims.karpenter.sh"),
+        serde_json::json!(["lastTransitionTime", "status", "type"])
+    );
+    for crd in ["nodepools.karpenter.sh", "nodeoverlays.karpenter.sh"] {
+        assert_eq!(
+            required(crd),
+            serde_json::json!(["lastTransitionTime", "message", "reason", "status", "type"])
+        );
+    }
+}
+
+#[test]
+fn nodeoverlay_schema_rules_and_columns() {
+    let c = crd("nodeoverlays.karpenter.sh");
+    assert_eq!(c.spec.versions[0].name, "v1alpha1");
+    let s = schema("nodeoverlays.karpenter.sh");
+    let spec = &s["properties"]["spec"];
+    assert_eq!(spec["required"], serde_json::json!(["requirements"]));
+    assert_eq!(at(spec, "weight")["minimum"], 1.0);
+    assert_eq!(at(spec, "weight")["maximum"], 10000.0);
+    assert_eq!(
+        rules(spec),
+        ["!has(self.price) || !has(self.priceAdjustment)"]
+    );
+    assert_eq!(rules(at(spec, "requirements")).len(), 3);
+    assert_eq!(rules(at(spec, "requirements.[].key")).len(), 2);
+    assert!(rules(at(spec, "capacity"))[0].contains("'ephemeral-storage'"));
+    assert_eq!(at(spec, "price")["pattern"], r"^\d+(\.\d+)?$");
+    assert!(at(spec, "priceAdjustment")["pattern"].is_string());
+    assert_eq!(
+        columns("nodeoverlays.karpenter.sh"),
+        [
+            ("Ready".to_string(), 0),
+            ("Age".to_string(), 0),
+            ("Weight".to_string(), 1)
+        ]
     );
 }
 

@@ -111,14 +111,14 @@ impl Engagement {
             caches,
             state.clone(),
             lifecycle_ctx.recorder.clone(),
-            Arc::new(catalogs.clone()),
+            lifecycle_ctx.provider.clone(),
             unavailable.clone(),
         );
         let provisioner = provisioner(
             ctx,
             state.clone(),
             lifecycle_ctx.recorder.clone(),
-            Arc::new(catalogs.clone()),
+            lifecycle_ctx.provider.clone(),
             unavailable,
         );
         let lifecycle_ctx_recorder = lifecycle_ctx.recorder.clone();
@@ -262,7 +262,7 @@ fn provisioner(
     ctx: &Sources,
     state: ClusterState,
     recorder: Recorder,
-    catalogs: Arc<IndexCatalogs>,
+    provider: Arc<dyn crate::cloudprovider::CloudProvider>,
     unavailable: Arc<crate::unavailable::UnavailableOfferings>,
 ) -> crate::provisioning::Provisioner {
     crate::provisioning::Provisioner {
@@ -270,7 +270,7 @@ fn provisioner(
         recorder,
         metrics: ctx.metrics.clone(),
         state,
-        catalogs,
+        provider,
         unavailable,
         batch_idle: ctx.knobs.batch_idle,
         batch_max: ctx.knobs.batch_max,
@@ -283,7 +283,7 @@ fn disruption(
     caches: &Caches,
     state: ClusterState,
     recorder: Recorder,
-    catalogs: Arc<IndexCatalogs>,
+    provider: Arc<dyn crate::cloudprovider::CloudProvider>,
     unavailable: Arc<crate::unavailable::UnavailableOfferings>,
 ) -> crate::disruption::Disruption {
     crate::disruption::Disruption {
@@ -293,7 +293,7 @@ fn disruption(
         state,
         nodeclaims: caches.nodeclaims.store(),
         nodes: caches.nodes.store(),
-        catalogs,
+        provider,
         unavailable,
         command_timeout: ctx.knobs.disruption_timeout,
         connection: ctx.connection.clone(),

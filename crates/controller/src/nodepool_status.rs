@@ -1,4 +1,4 @@
-//! NodePool status: `resources` (capacity of the pool's NodeClaims), `nodes`,
+//! NodePool status: `resources` (capacity of the pool's NodeClaims not being deleted), `nodes`,
 //! `nodeClassObservedGeneration` and the conditions ValidationSucceeded, NodeClassReady,
 //! NodeRegistrationHealthy and Ready (= ValidationSucceeded ∧ NodeClassReady), as Karpenter
 //! writes them. Also the `karpenter_nodepools_usage` / `_limit` gauges.
@@ -20,7 +20,7 @@ use crate::write::{Expectations, Outcome, Writer, manager};
 use serde_json::json;
 
 use crate::metrics::{Metrics, ResourceLabels};
-use crate::objects::name;
+use crate::objects::{deleting, name};
 use crate::provisioning::{convert, snapshot};
 use crate::state::ClusterState;
 
@@ -63,8 +63,11 @@ pub(crate) fn desired(
         now,
     );
 
+    // What Karpenter counts (its cluster state's NodePool resources): NodeClaims being
+    // deleted, or whose instance is terminating, no longer count.
+    let counted: Vec<&NodeClaim> = claims.iter().copied().filter(|c| !leaving(c)).collect();
     let mut resources = scheduling::Resources::from([("nodes".to_string(), 0)]);
-    for c in claims {
+    for c in &counted {
         // `nodes` included, as Karpenter does (`kubectl get nodepools` shows it).
         for (k, v) in snapshot::claim_usage(c) {
             *resources.entry(k).or_insert(0) += v;
@@ -72,10 +75,18 @@ pub(crate) fn desired(
     }
     Status {
         resources: convert::quantities(&resources),
-        nodes: Some(i64::try_from(claims.len()).unwrap_or(i64::MAX)),
+        nodes: Some(i64::try_from(counted.len()).unwrap_or(i64::MAX)),
         node_class_observed_generation: nodeclass.and_then(|nc| nc.metadata.generation),
         conditions,
     }
+}
+
+/// Whether a NodeClaim is being deleted or its instance is terminating.
+fn leaving(c: &NodeClaim) -> bool {
+    deleting(c)
+        || c.status
+            .as_ref()
+            .is_some_and(|s| cond::is_true(&s.conditions, types::INSTANCE_TERMINATING))
 }
 
 /// ValidationSucceeded: the nodeClassRef names the kind this operator serves.
@@ -413,6 +424,35 @@ mod tests {
         assert_eq!(condition(&s, "Ready").status, "True");
         assert_eq!(condition(&s, "Ready").observed_generation, Some(3));
         assert_eq!(condition(&s, "NodeRegistrationHealthy").status, "True");
+    }
+
+    #[test]
+    fn claims_being_deleted_or_terminating_are_not_counted() {
+        let live = claim("4", true);
+        let mut deleted = claim("2", true);
+        deleted.metadata.deletion_timestamp = Some(typed(json!("2026-01-01T00:00:00Z")));
+        let mut terminating = claim("1", true);
+        if let Some(s) = terminating.status.as_mut() {
+            cond::set(
+                &mut s.conditions,
+                "InstanceTerminating",
+                TRUE,
+                "InstanceTerminating",
+                "",
+                None,
+                Timestamp::now(),
+            );
+        }
+        let s = desired(
+            &pool("ClusterAPINodeClass"),
+            &[&live, &deleted, &terminating],
+            Some(&nodeclass("True")),
+            None,
+            Timestamp::now(),
+        );
+        assert_eq!(s.nodes, Some(1));
+        assert_eq!(s.resources["nodes"].0, "1");
+        assert_eq!(s.resources["cpu"].0, "4");
     }
 
     #[test]

@@ -218,6 +218,30 @@ mod tests {
     }
 
     #[test]
+    fn an_unhealthy_only_budget_caps_no_voluntary_disruption() {
+        let now = at("2026-11-22T10:30:00Z");
+        let unhealthy_only = Budget {
+            reasons: Some(vec![DisruptionReason::Unhealthy]),
+            ..budget("0", None, None)
+        };
+        let budgets = [budget("50%", None, None), unhealthy_only];
+        assert_eq!(invalid(&budgets), None);
+        for reason in [
+            DisruptionReason::Underutilized,
+            DisruptionReason::Empty,
+            DisruptionReason::Drifted,
+        ] {
+            assert_eq!(allowed(&budgets, reason, 4, now), 2, "{reason:?}");
+        }
+        assert_eq!(allowed(&budgets, DisruptionReason::Unhealthy, 4, now), 0);
+        // As it arrives from the API server.
+        let parsed: Budget =
+            serde_json::from_value(serde_json::json!({"nodes": "0", "reasons": ["Unhealthy"]}))
+                .expect("a budget with reason Unhealthy parses");
+        assert_eq!(parsed.reasons, Some(vec![DisruptionReason::Unhealthy]));
+    }
+
+    #[test]
     fn a_pool_budget_counts_what_is_being_deleted_and_what_the_pass_took() {
         let budgets = [budget("3", None, None)];
         let mut b = PoolBudget::new(&budgets, 10, 1, at("2026-11-22T10:30:00Z"));

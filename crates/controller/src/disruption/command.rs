@@ -80,6 +80,7 @@ pub fn reason_label(reason: DisruptionReason) -> &'static str {
         DisruptionReason::Underutilized => "underutilized",
         DisruptionReason::Drifted => "drifted",
         DisruptionReason::Empty => "empty",
+        DisruptionReason::Unhealthy => "unhealthy",
     }
 }
 
@@ -88,6 +89,7 @@ pub(super) fn reason_name(reason: DisruptionReason) -> &'static str {
         DisruptionReason::Underutilized => api::consts::reasons::UNDERUTILIZED,
         DisruptionReason::Drifted => api::consts::reasons::DRIFTED,
         DisruptionReason::Empty => api::consts::reasons::EMPTY,
+        DisruptionReason::Unhealthy => api::consts::reasons::UNHEALTHY,
     }
 }
 

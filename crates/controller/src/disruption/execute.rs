@@ -17,9 +17,10 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use super::orchestrate::{Command, Orchestrator, delete_disrupted, reason_label};
 use super::simulate::Simulator;
 use super::{Decision, Note, Outcome, Timers, View, pass, status};
+use crate::cloudprovider::CloudProvider;
 use crate::events::Recorder;
 use crate::metrics::{DecisionLabels, Metrics};
-use crate::nodeclaim::context::{Catalogs, publish};
+use crate::nodeclaim::context::publish;
 use crate::state::{Cluster, ClusterState};
 use crate::unavailable::{OfferingKey, UnavailableOfferings};
 
@@ -37,9 +38,9 @@ pub struct Disruption {
     /// The stores surge-first commands follow their NodeClaims and Nodes in.
     pub nodeclaims: Store<api::NodeClaim>,
     pub nodes: Store<Node>,
-    /// The provisioner's catalogs and launch failures: replacements are planned as the
-    /// provisioner would plan them.
-    pub catalogs: Arc<dyn Catalogs>,
+    /// The provider's instance types and the launch failures: replacements are planned
+    /// as the provisioner would plan them.
+    pub provider: Arc<dyn CloudProvider>,
     pub unavailable: Arc<UnavailableOfferings>,
     /// How long a surge-first command may wait for its replacements to initialize.
     pub command_timeout: Duration,
@@ -50,14 +51,14 @@ pub struct Disruption {
 impl Disruption {
     /// One pass over `cluster` (the cluster state as it is now).
     pub fn pass(&self, cluster: &Cluster, timers: &mut Timers) -> Outcome {
-        let catalog = |nodeclass: &str| self.catalogs.catalog(nodeclass);
+        let catalog = |nodeclass: &str| self.provider.instance_types(nodeclass);
         let view = View {
             cluster,
             catalog: &catalog,
         };
         let instant = Instant::now();
         let simulator = Simulator {
-            catalog: &|nodeclass| self.catalogs.catalog(nodeclass),
+            catalog: &|nodeclass| self.provider.instance_types(nodeclass),
             available: &|name, zone, ct| {
                 !self.unavailable.is_unavailable(
                     &OfferingKey {
@@ -146,7 +147,7 @@ impl Disruption {
                     consolidation_type: match d.reason {
                         DisruptionReason::Empty => "empty".into(),
                         DisruptionReason::Underutilized => "single".into(),
-                        DisruptionReason::Drifted => String::new(),
+                        DisruptionReason::Drifted | DisruptionReason::Unhealthy => String::new(),
                     },
                 })
                 .inc();

@@ -138,6 +138,39 @@ fn empty_nodes_go_after_consolidate_after_plus_validation_within_budget() {
 }
 
 #[test]
+fn a_pool_without_consolidate_after_consolidates_after_0s_as_karpenter_defaults_it() {
+    // Karpenter v1.15: consolidateAfter is optional, default 0s (with or without a
+    // `disruption` block).
+    let mut without = pool_json("unused", json!([{"nodes": "10"}]));
+    let disruption = without["spec"]["disruption"]
+        .as_object_mut()
+        .expect("disruption");
+    disruption.remove("consolidateAfter");
+    let mut bare = without.clone();
+    bare["spec"]
+        .as_object_mut()
+        .expect("spec")
+        .remove("disruption");
+    for pool in [typed::<NodePool>(without), typed(bare)] {
+        assert_eq!(pool.spec.disruption.consolidate_after, "0s");
+        assert_eq!(
+            super::candidates::consolidate_after(&pool.spec),
+            Some(Duration::ZERO)
+        );
+        let claims = [claim("idle", "2026-11-22T10:00:00Z", "Never")];
+        let c = cluster(&[pool], &claims, &[node("idle")], &[]);
+        let v = view(&c);
+        let mut timers = Timers::default();
+        let t0 = Instant::now();
+        // Initialized at 10:00:00, consolidateAfter 0s, validation 15s: due at 10:00:15.
+        assert!(pass(&v, &mut timers, at("2026-11-22T10:00:14Z"), t0).is_empty());
+        let d = pass(&v, &mut timers, at("2026-11-22T10:00:15Z"), t0);
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert_eq!(d[0].nodeclaim, "idle");
+    }
+}
+
+#[test]
 fn emptiness_counts_from_the_objects_so_a_restart_loses_nothing() {
     let pools = [pool("1m", json!([{"nodes": "10"}]))];
     let mut recent = claim_json("busy-until-now", "2026-11-22T10:00:00Z", "Never");

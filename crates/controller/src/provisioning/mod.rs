@@ -22,7 +22,7 @@ use kube::api::Api;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource, ResourceExt};
 
-use crate::catalogs::Catalogs;
+use crate::cloudprovider::CloudProvider;
 use crate::metrics::{ControllerLabels, CreatedLabels, Metrics};
 use crate::state::{Cluster, ClusterState};
 use crate::unavailable::{OfferingKey, UnavailableOfferings};
@@ -50,7 +50,8 @@ pub struct Provisioner {
     /// The cluster state of the workload cluster: what is read, and the caches whose
     /// events trigger a batch.
     pub state: ClusterState,
-    pub catalogs: Arc<dyn Catalogs>,
+    /// The provider: its instance types are what the solver packs onto.
+    pub provider: Arc<dyn CloudProvider>,
     pub unavailable: Arc<UnavailableOfferings>,
     pub batch_idle: Duration,
     pub batch_max: Duration,
@@ -65,7 +66,7 @@ impl Provisioner {
             cluster,
             &cluster.ready_nodepools(),
             pods,
-            &|nodeclass| self.catalogs.catalog(nodeclass),
+            &|nodeclass| self.provider.instance_types(nodeclass),
             &|name, zone, ct| {
                 !self.unavailable.is_unavailable(
                     &OfferingKey {

@@ -401,6 +401,15 @@ async fn more_cycles(client: &Client, a: &Args, w: &Watched) -> Result<Vec<f64>,
     Ok(after_rss)
 }
 
+/// The operator metrics `--metric` names, summed over label sets (none without `--metrics-url`).
+fn read_metrics(a: &Args) -> std::collections::BTreeMap<String, f64> {
+    let Some(url) = &a.metrics_url else {
+        return Default::default();
+    };
+    let names: Vec<&str> = a.metrics.iter().map(String::as_str).collect();
+    bench::metric_sums(&http_get(url).unwrap_or_default(), &names)
+}
+
 async fn run(a: Args) -> Result<Summary, String> {
     let client = testbed::client_for(&a.kubeconfig)
         .await
@@ -468,11 +477,7 @@ async fn run(a: Args) -> Result<Summary, String> {
             .count()
     };
     let audit = read_audit(&a.audit_log)?;
-    let mut metrics = Default::default();
-    if let Some(url) = &a.metrics_url {
-        let names: Vec<&str> = a.metrics.iter().map(String::as_str).collect();
-        metrics = bench::metric_sums(&http_get(url).unwrap_or_default(), &names);
-    }
+    let metrics = read_metrics(&a);
     Ok(Summary {
         label: a.label.clone(),
         pods: a.pods,
