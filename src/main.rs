@@ -141,6 +141,11 @@ struct RunArgs {
     /// initialize before it is rolled back.
     #[arg(long, env = "DISRUPTION_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
     disruption_timeout: std::time::Duration,
+    /// How long a template's `karpenter.cluster.x-k8s.io/available-count` (written by an
+    /// outside inventory job with `…/available-count-updated`) is trusted; older counts are
+    /// ignored (unbounded).
+    #[arg(long, env = "AVAILABLE_COUNT_STALENESS", default_value = "10m", value_parser = parse_duration)]
+    available_count_staleness: std::time::Duration,
     /// Client-side rate limit of each Kubernetes client (workload, management): requests
     /// per second once the burst is spent.
     #[arg(long, env = "KUBE_CLIENT_QPS", default_value_t = controller::ratelimit::DEFAULT_QPS)]
@@ -254,6 +259,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         batch_max: args.batch_max_duration,
         node_repair_after: args.node_repair_after,
         disruption_timeout: args.disruption_timeout,
+        count_staleness: args.available_count_staleness,
         client_rate: controller::ratelimit::ClientRate {
             qps: args.kube_client_qps,
             burst: args.kube_client_burst,

@@ -45,7 +45,10 @@ pub mod labels {
     pub const INSTANCE_CPU: &str = "karpenter.cluster.x-k8s.io/instance-cpu";
     pub const INSTANCE_MEMORY: &str = "karpenter.cluster.x-k8s.io/instance-memory";
     pub const INSTANCE_GPU_COUNT: &str = "karpenter.cluster.x-k8s.io/instance-gpu-count";
+    /// Also on our Machines and their clones: the template they were cloned from.
     pub const INSTANCE_TEMPLATE: &str = "karpenter.cluster.x-k8s.io/instance-template";
+    /// On nodes launched from a `reserved` template: the reservation (the template's name).
+    pub const RESERVATION_ID: &str = "karpenter.cluster.x-k8s.io/reservation-id";
     /// On Machines and their clones: the NodeClaim they were created for.
     pub const NODECLAIM: &str = "karpenter.cluster.x-k8s.io/nodeclaim";
     /// On Machines and their clones: the identity of the workload cluster whose operator
@@ -109,6 +112,13 @@ pub mod annotations {
     // Ours.
     /// On templates: hourly price of an instance (decimal).
     pub const PRICE: &str = "karpenter.cluster.x-k8s.io/price";
+    /// On templates: at most this many Machines from the template at once (a count source).
+    pub const MAX_MACHINES: &str = "karpenter.cluster.x-k8s.io/max-machines";
+    /// On templates: how many more Machines the infrastructure can take from the template,
+    /// written by an outside inventory job together with [`AVAILABLE_COUNT_UPDATED`].
+    pub const AVAILABLE_COUNT: &str = "karpenter.cluster.x-k8s.io/available-count";
+    /// On templates: when [`AVAILABLE_COUNT`] was written (RFC 3339).
+    pub const AVAILABLE_COUNT_UPDATED: &str = "karpenter.cluster.x-k8s.io/available-count-updated";
     /// On a NodeClaim: the launch plan (JSON), written before anything is created.
     pub const LAUNCH_PLAN: &str = "karpenter.cluster.x-k8s.io/launch";
     /// On the Machine and its clones: the UID of the NodeClaim they were created for.
@@ -146,6 +156,9 @@ pub mod annotations {
     pub const CA_GPU_TYPE: &str = "capacity.cluster-autoscaler.kubernetes.io/gpu-type";
     pub const CA_LABELS: &str = "capacity.cluster-autoscaler.kubernetes.io/labels";
     pub const CA_TAINTS: &str = "capacity.cluster-autoscaler.kubernetes.io/taints";
+    /// cluster-autoscaler's node-group maximum size, honoured on templates as a count source.
+    pub const CA_NODE_GROUP_MAX_SIZE: &str =
+        "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size";
 }
 
 /// Taint keys.

@@ -31,6 +31,8 @@ pub struct Knobs {
     pub batch_max: Duration,
     pub gc_interval: Duration,
     pub gc_grace: Duration,
+    /// How long a template's reported `available-count` is trusted.
+    pub count_staleness: Duration,
 }
 
 /// What an engagement is built from: the clients of its workload cluster and of the
@@ -116,6 +118,7 @@ impl Engagement {
         );
         let provisioner = provisioner(
             ctx,
+            caches,
             state.clone(),
             lifecycle_ctx.recorder.clone(),
             lifecycle_ctx.provider.clone(),
@@ -244,6 +247,7 @@ fn shared(
         unavailable,
         settings: Settings {
             node_repair_after: ctx.knobs.node_repair_after,
+            count_staleness: ctx.knobs.count_staleness,
             ..Settings::default()
         },
         kinds: Arc::default(),
@@ -260,6 +264,7 @@ fn shared(
 /// The provisioner of the engagement.
 fn provisioner(
     ctx: &Sources,
+    caches: &Caches,
     state: ClusterState,
     recorder: Recorder,
     provider: Arc<dyn crate::cloudprovider::CloudProvider>,
@@ -272,6 +277,8 @@ fn provisioner(
         state,
         provider,
         unavailable,
+        machines: caches.machines.store(),
+        count_staleness: ctx.knobs.count_staleness,
         batch_idle: ctx.knobs.batch_idle,
         batch_max: ctx.knobs.batch_max,
     }
@@ -295,6 +302,7 @@ fn disruption(
         nodes: caches.nodes.store(),
         provider,
         unavailable,
+        count_staleness: ctx.knobs.count_staleness,
         command_timeout: ctx.knobs.disruption_timeout,
         connection: ctx.connection.clone(),
     }

@@ -6,6 +6,7 @@ pub mod clients;
 pub(crate) mod clone;
 pub mod cloudprovider;
 pub(crate) mod cluster_metrics;
+pub mod counts;
 pub mod disruption;
 pub(crate) mod engagement;
 pub mod events;

@@ -63,6 +63,8 @@ pub struct RunConfig {
     /// How long a surge-first disruption waits for its replacements to initialize before
     /// it is rolled back.
     pub disruption_timeout: Duration,
+    /// How long a template's reported `available-count` is trusted.
+    pub count_staleness: Duration,
     /// Hub mode (`--mode hub`): the process runs against the management cluster only
     /// (`management_kubeconfig`, else `kubeconfig`, else in-cluster) and engages every
     /// opted-in Cluster API `Cluster` (see `hub`). `None`: single-cluster mode.
@@ -87,6 +89,7 @@ impl Default for RunConfig {
             client_rate: ClientRate::default(),
             cluster_id: None,
             disruption_timeout: crate::disruption::orchestrate::TIMEOUT,
+            count_staleness: crate::counts::DEFAULT_STALENESS,
             hub: None,
         }
     }
@@ -137,6 +140,7 @@ impl Context {
                 batch_max: c.batch_max,
                 gc_interval: c.gc_interval,
                 gc_grace: c.gc_grace,
+                count_staleness: c.count_staleness,
             },
             engaged: None,
             connection: Default::default(),

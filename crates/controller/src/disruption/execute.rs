@@ -18,11 +18,12 @@ use super::orchestrate::{Command, Orchestrator, delete_disrupted, reason_label};
 use super::simulate::Simulator;
 use super::{Decision, Note, Outcome, Timers, View, pass, status};
 use crate::cloudprovider::CloudProvider;
+use crate::counts::{LaunchState, OfferingCounts};
 use crate::events::Recorder;
 use crate::metrics::{DecisionLabels, Metrics};
 use crate::nodeclaim::context::publish;
 use crate::state::{Cluster, ClusterState};
-use crate::unavailable::{OfferingKey, UnavailableOfferings};
+use crate::unavailable::UnavailableOfferings;
 
 /// How often candidates are evaluated (Karpenter: 10 s).
 const TICK: Duration = Duration::from_secs(5);
@@ -42,6 +43,8 @@ pub struct Disruption {
     /// as the provisioner would plan them.
     pub provider: Arc<dyn CloudProvider>,
     pub unavailable: Arc<UnavailableOfferings>,
+    /// How long a template's reported `available-count` is trusted.
+    pub count_staleness: Duration,
     /// How long a surge-first command may wait for its replacements to initialize.
     pub command_timeout: Duration,
     /// No pass while the workload cluster does not answer (see `health`).
@@ -57,17 +60,20 @@ impl Disruption {
             catalog: &catalog,
         };
         let instant = Instant::now();
+        // Replacements count against templates' counts as launches do (use from the
+        // NodeClaims: disruption replaces our own nodes).
+        let counts = OfferingCounts::new(
+            &cluster.nodeclaims,
+            &[],
+            Timestamp::now(),
+            self.count_staleness,
+        );
         let simulator = Simulator {
             catalog: &|nodeclass| self.provider.instance_types(nodeclass),
-            available: &|name, zone, ct| {
-                !self.unavailable.is_unavailable(
-                    &OfferingKey {
-                        instance_type: name.to_string(),
-                        zone: zone.map(str::to_string),
-                        capacity_type: ct.to_string(),
-                    },
-                    instant,
-                )
+            available: &LaunchState {
+                unavailable: &self.unavailable,
+                counts: &counts,
+                now: instant,
             },
         };
         pass(&view, timers, &simulator, Timestamp::now(), instant)

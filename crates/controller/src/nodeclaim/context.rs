@@ -43,6 +43,8 @@ pub struct Settings {
     pub poll: Duration,
     /// Grace before an orphaned Machine is collected.
     pub gc_grace: Duration,
+    /// How long a template's reported `available-count` is trusted.
+    pub count_staleness: Duration,
 }
 
 impl Default for Settings {
@@ -51,6 +53,7 @@ impl Default for Settings {
             node_repair_after: Duration::from_secs(600),
             poll: Duration::from_secs(30),
             gc_grace: MACHINE_GRACE,
+            count_staleness: crate::counts::DEFAULT_STALENESS,
         }
     }
 }

@@ -26,6 +26,7 @@ use super::objects::bootstrap_template_hash;
 use super::offering::{Requirement, choose, requests_from_quantities};
 use super::plan::kind_without_template;
 pub use super::plan::{Plan, TypedRef, capacity_type_of, nodepool_of, spec_hash};
+use crate::counts::{LaunchState, OfferingCounts};
 use crate::metrics::NodePoolLabels;
 use crate::names;
 use crate::nodeclass::NodeClass;
@@ -218,13 +219,7 @@ async fn plan(ctx: &Shared, claim: &NodeClaim) -> Result<Planned, Error> {
         Ok(r) => r,
         Err(e) => return Ok(Planned::Refused(reasons::LAUNCH_FAILED, e)),
     };
-    let choice = match choose(
-        &catalog,
-        &requirements(claim),
-        &requests,
-        &ctx.unavailable,
-        Instant::now(),
-    ) {
+    let choice = match choice(ctx, claim, &catalog, &requests) {
         Ok(c) => c,
         Err(e) => {
             return Ok(Planned::Refused(
@@ -281,6 +276,31 @@ async fn plan(ctx: &Shared, claim: &NodeClaim) -> Result<Planned, Error> {
     })))
 }
 
+/// The offering to launch `claim` on: compatible, fitting `requests`, not backed off, with
+/// count left (as the caches hold them now, without the unit this claim holds itself).
+fn choice<'a>(
+    ctx: &Shared,
+    claim: &NodeClaim,
+    catalog: &'a templates::model::Catalog,
+    requests: &templates::model::Resources,
+) -> Result<super::offering::Choice<'a>, super::offering::NoOffering> {
+    let counts = OfferingCounts::new(
+        &ctx.nodeclaims.state(),
+        &ctx.machines.state(),
+        k8s_openapi::jiff::Timestamp::now(),
+        ctx.settings.count_staleness,
+    )
+    .launching(claim);
+    let state = LaunchState {
+        unavailable: &ctx.unavailable,
+        counts: &counts,
+        now: Instant::now(),
+    };
+    choose(catalog, &requirements(claim), requests, &|it, o| {
+        state.skip(it, o)
+    })
+}
+
 /// The requirements of a NodeClaim in the form offering selection reads.
 pub fn requirements(claim: &NodeClaim) -> Vec<Requirement> {
     claim
@@ -328,6 +348,15 @@ async fn create(ctx: &Shared, claim: &NodeClaim, plan: &Plan) -> Result<(), Erro
         }
         Err(e) if matches!(e, Error::Permanent { .. }) => Err(e),
         Err(e) => {
+            if rejected(&e) {
+                // The API server refused the objects of this offering (a quota, an admission
+                // webhook): other claims and the scheduler skip it for a while.
+                let hold = ctx
+                    .unavailable
+                    .mark(plan.offering_key(), e.to_string(), Instant::now());
+                tracing::info!(nodeclaim = %claim.name_any(), template = %plan.infrastructure_template.name,
+                    hold_seconds = hold.as_secs(), "offering backed off after a refused create");
+            }
             let mut status = claim.status.clone().unwrap_or_default();
             api::conditions::set(
                 &mut status.conditions,
@@ -354,4 +383,10 @@ async fn create(ctx: &Shared, claim: &NodeClaim, plan: &Plan) -> Result<(), Erro
             Err(e)
         }
     }
+}
+
+/// A create the API server refused for what it is (forbidden by a quota or policy, invalid,
+/// rejected by a webhook), not for a passing condition (conflict, timeout, unavailable).
+fn rejected(e: &Error) -> bool {
+    matches!(e, Error::Kube(kube::Error::Api(s)) if matches!(s.code, 400 | 403 | 422))
 }

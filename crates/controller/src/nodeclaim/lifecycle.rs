@@ -276,6 +276,10 @@ fn observe_instance(
     };
     status.capacity = quantities(&instance.capacity);
     status.allocatable = quantities(&instance.allocatable);
+    // The offering launched: a later failure backs off from the first hold again.
+    if let Some(plan) = crate::nodeclaim::plan::Plan::of(claim) {
+        ctx.unavailable.succeeded(&plan.offering_key());
+    }
     let now = Timestamp::now();
     api::conditions::set(
         &mut status.conditions,
