@@ -125,15 +125,7 @@ impl Engagement {
             unavailable,
         );
         let lifecycle_ctx_recorder = lifecycle_ctx.recorder.clone();
-        let triggers = lifecycle::Triggers {
-            nodeclaims: caches.nodeclaims.clone(),
-            nodes: caches.nodes.clone(),
-            machines: caches.machines.clone(),
-            nodeclasses: caches.nodeclasses.clone(),
-            nodepools: caches.nodepools.clone(),
-            clusters: caches.clusters.clone(),
-            templates: Some(catalogs.index.subscribe()),
-        };
+        let triggers = triggers(caches, &catalogs.index);
         // The scrape-time gauges and the latencies: the leader's, as Karpenter's. A hub
         // serves them for no cluster yet (they carry no cluster label).
         if ctx.engaged.is_none() {
@@ -219,6 +211,19 @@ impl Engagement {
             self.gc_grace,
         ));
         (loops, gc)
+    }
+}
+
+/// What wakes the NodeClaim lifecycle: its caches' changes and the templates'.
+fn triggers(caches: &Caches, index: &templates::watch::TemplateIndex) -> lifecycle::Triggers {
+    lifecycle::Triggers {
+        nodeclaims: caches.nodeclaims.clone(),
+        nodes: caches.nodes.clone(),
+        machines: caches.machines.clone(),
+        nodeclasses: caches.nodeclasses.clone(),
+        nodepools: caches.nodepools.clone(),
+        clusters: caches.clusters.clone(),
+        templates: Some(index.subscribe()),
     }
 }
 
