@@ -36,13 +36,19 @@ pub struct Knobs {
 }
 
 /// What an engagement is built from: the clients of its workload cluster and of the
-/// management cluster, the metrics, the knobs.
+/// management cluster, the metrics, the knobs, and in hub mode the Cluster it serves and
+/// whether that cluster answers.
 #[derive(Clone)]
 pub struct Sources {
     pub workload: kube::Client,
     pub management: kube::Client,
     pub metrics: Metrics,
     pub knobs: Knobs,
+    /// The engaged Cluster (hub mode): NodeClasses naming another are refused. `None`:
+    /// single-cluster mode, any Cluster.
+    pub engaged: Option<crate::catalogs::ClusterKey>,
+    /// Whether the workload cluster answers (always, in single-cluster mode).
+    pub connection: crate::health::Connection,
 }
 
 /// The loops of one workload cluster, ready to run.
@@ -77,6 +83,7 @@ impl Engagement {
             index,
             nodeclasses: caches.nodeclasses.store(),
             clusters: caches.clusters.store(),
+            engaged: ctx.engaged.clone(),
         };
         let reporter = Reporter {
             controller: "karpenter".into(),
@@ -118,20 +125,15 @@ impl Engagement {
             unavailable,
         );
         let lifecycle_ctx_recorder = lifecycle_ctx.recorder.clone();
-        let triggers = lifecycle::Triggers {
-            nodeclaims: caches.nodeclaims.clone(),
-            nodes: caches.nodes.clone(),
-            machines: caches.machines.clone(),
-            nodeclasses: caches.nodeclasses.clone(),
-            nodepools: caches.nodepools.clone(),
-            clusters: caches.clusters.clone(),
-            templates: Some(catalogs.index.subscribe()),
-        };
-        // The scrape-time gauges and the latencies: the leader's, as Karpenter's.
-        ctx.metrics.cluster.attach(crate::cluster_metrics::Sources {
-            state,
-            machines: caches.machines.clone(),
-        });
+        let triggers = triggers(caches, &catalogs.index);
+        // The scrape-time gauges and the latencies: the leader's, as Karpenter's. A hub
+        // serves them for no cluster yet (they carry no cluster label).
+        if ctx.engaged.is_none() {
+            ctx.metrics.cluster.attach(crate::cluster_metrics::Sources {
+                state,
+                machines: caches.machines.clone(),
+            });
+        }
         let latency = crate::latency::Latency {
             metrics: ctx.metrics.clone(),
             pods: caches.pods.clone(),
@@ -212,6 +214,19 @@ impl Engagement {
     }
 }
 
+/// What wakes the NodeClaim lifecycle: its caches' changes and the templates'.
+fn triggers(caches: &Caches, index: &templates::watch::TemplateIndex) -> lifecycle::Triggers {
+    lifecycle::Triggers {
+        nodeclaims: caches.nodeclaims.clone(),
+        nodes: caches.nodes.clone(),
+        machines: caches.machines.clone(),
+        nodeclasses: caches.nodeclasses.clone(),
+        nodepools: caches.nodepools.clone(),
+        clusters: caches.clusters.clone(),
+        templates: Some(index.subscribe()),
+    }
+}
+
 /// What the lifecycle and the Cluster API provider share, over the engagement's caches.
 fn shared(
     ctx: &Sources,
@@ -247,6 +262,7 @@ fn shared(
         lookups: Arc::default(),
         cluster_id,
         repairs: Arc::default(),
+        connection: ctx.connection.clone(),
     }
 }
 
@@ -293,5 +309,6 @@ fn disruption(
         unavailable,
         count_staleness: ctx.knobs.count_staleness,
         command_timeout: ctx.knobs.disruption_timeout,
+        connection: ctx.connection.clone(),
     }
 }

@@ -138,6 +138,12 @@ pub struct StepLabels {
     pub step: String,
 }
 
+/// Hub mode's per-cluster series: the engaged Cluster as `<namespace>/<name>`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClusterLabels {
+    pub cluster: String,
+}
+
 fn duration_histogram() -> Histogram {
     // 1 ms .. ~65 s
     Histogram::new(exponential_buckets(0.001, 2.0, 17))
@@ -201,6 +207,12 @@ pub struct Metrics {
     pub launch_steps: Family<StepLabels, Histogram, fn() -> Histogram>,
     /// The gauges computed from the caches at scrape time (attached on the leader).
     pub cluster: ClusterState,
+    /// Hub mode: 1 while an engaged cluster's API server answers its probes, 0 after
+    /// repeated failures (see `health`).
+    pub cluster_connected: Family<ClusterLabels, Gauge>,
+    /// Hub mode: engagements started per Cluster (the first, and one per re-engagement after
+    /// its kubeconfig Secret changed).
+    pub cluster_engagements: Family<ClusterLabels, Counter>,
 }
 
 impl Metrics {
@@ -234,6 +246,8 @@ impl Metrics {
             pod_startup: Summary::default(),
             launch_steps: Family::new_with_constructor(launch_histogram),
             cluster: ClusterState::default(),
+            cluster_connected: Family::default(),
+            cluster_engagements: Family::default(),
         };
         registry.register_collector(Box::new(m.cluster.clone()));
         let k = registry.sub_registry_with_prefix("karpenter");
@@ -393,6 +407,17 @@ impl Metrics {
             "launch_step_duration_seconds",
             "Time from a nodeclaim's creation to each launch step: machine_created (its Cluster API Machine exists), launched (the Machine has a providerID), registered (its Node joined), initialized.",
             Declared(self.launch_steps.clone()),
+        );
+        // Hub mode only: no series (nor description) in single-cluster mode.
+        r.register(
+            "cluster_connected",
+            "Hub mode: whether an engaged workload cluster's API server answers (1) or failed its last probes (0); while 0, nothing is disrupted, garbage-collected or deleted for it.",
+            self.cluster_connected.clone(),
+        );
+        r.register(
+            "cluster_engagements",
+            "Hub mode: engagements started for a Cluster (re-engagements after its kubeconfig Secret changed included).",
+            self.cluster_engagements.clone(),
         );
     }
     /// The summaries `/metrics` serves besides the registry (prometheus-client has no

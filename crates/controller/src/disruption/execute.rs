@@ -47,6 +47,8 @@ pub struct Disruption {
     pub count_staleness: Duration,
     /// How long a surge-first command may wait for its replacements to initialize.
     pub command_timeout: Duration,
+    /// No pass while the workload cluster does not answer (see `health`).
+    pub connection: crate::health::Connection,
 }
 
 impl Disruption {
@@ -194,6 +196,10 @@ pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> 
         tokio::select! {
             _ = &mut shutdown => return,
             _ = tokio::time::sleep(TICK) => {}
+        }
+        if !d.connection.connected() {
+            // Disconnected: the caches are stale; disrupt nothing until it answers again.
+            continue;
         }
         if orchestrator.caches_lag() {
             // Our last writes are not cached yet: decide on the next tick.
