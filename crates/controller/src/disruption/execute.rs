@@ -20,7 +20,7 @@ use super::{Decision, Note, Outcome, Timers, View, pass, status};
 use crate::cloudprovider::CloudProvider;
 use crate::counts::{LaunchState, OfferingCounts};
 use crate::events::Recorder;
-use crate::metrics::{DecisionLabels, Metrics, PoolDecisionLabels};
+use crate::metrics::Metrics;
 use crate::nodeclaim::context::publish;
 use crate::state::{Cluster, ClusterState};
 use crate::unavailable::UnavailableOfferings;
@@ -150,23 +150,13 @@ impl Disruption {
                 DisruptionReason::Underutilized => "single",
                 DisruptionReason::Drifted | DisruptionReason::Unhealthy => "",
             };
-            self.metrics
-                .disruption_decisions
-                .get_or_create(&DecisionLabels {
-                    decision: "delete".into(),
-                    reason: reason.into(),
-                    consolidation_type: consolidation_type.into(),
-                })
-                .inc();
-            self.metrics
-                .decisions_by_nodepool
-                .get_or_create(&PoolDecisionLabels {
-                    nodepool: d.nodepool.clone(),
-                    decision: "delete".into(),
-                    reason: reason.into(),
-                    consolidation_type: consolidation_type.into(),
-                })
-                .inc();
+            super::tally::record_decision(
+                &self.metrics,
+                &d.nodepool,
+                "delete",
+                reason,
+                consolidation_type,
+            );
         }
         if let Err(e) =
             delete_disrupted(orchestrator, &claim, reason, &d.nodepool, &d.message).await

@@ -40,6 +40,7 @@ pub mod search;
 pub mod simulate;
 pub mod status;
 pub mod steps;
+pub mod tally;
 #[cfg(test)]
 mod tests;
 pub mod verdict;

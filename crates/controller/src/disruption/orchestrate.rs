@@ -36,7 +36,7 @@ use serde_json::json;
 pub use super::command::*;
 pub use super::steps::{Step, steps, tainted};
 use crate::events::Recorder;
-use crate::metrics::{CreatedLabels, DecisionLabels, Metrics, PoolDecisionLabels};
+use crate::metrics::{CreatedLabels, DecisionLabels, Metrics};
 use crate::nodeclaim::context::publish;
 use crate::objects::{annotation, claim_node_name, deleting};
 use crate::state::ClusterState;
@@ -204,23 +204,13 @@ impl Orchestrator {
         } else {
             "replace"
         };
-        self.metrics
-            .disruption_decisions
-            .get_or_create(&DecisionLabels {
-                decision: decision.into(),
-                reason: reason_label(cmd.reason).into(),
-                consolidation_type: cmd.consolidation_type.clone(),
-            })
-            .inc();
-        self.metrics
-            .decisions_by_nodepool
-            .get_or_create(&PoolDecisionLabels {
-                nodepool: cmd.nodepool.clone(),
-                decision: decision.into(),
-                reason: reason_label(cmd.reason).into(),
-                consolidation_type: cmd.consolidation_type.clone(),
-            })
-            .inc();
+        super::tally::record_decision(
+            &self.metrics,
+            &cmd.nodepool,
+            decision,
+            reason_label(cmd.reason),
+            &cmd.consolidation_type,
+        );
         tracing::info!(command = %id, candidates = %cmd.candidates.join(","), replacements = %created.join(","),
             reason = reason_label(cmd.reason), message = %cmd.message, "disruption command started");
         if !created.is_empty() {
@@ -465,7 +455,7 @@ pub async fn delete_disrupted(
     )
     .await;
     if delete_claim(&orchestrator.claims(), claim).await? {
-        super::status::record_disrupted(
+        super::tally::record_disrupted(
             &orchestrator.metrics,
             &orchestrator.state,
             claim,
