@@ -437,7 +437,7 @@ pub async fn delete_claim(claims: &Writer<NodeClaim>, claim: &NodeClaim) -> Resu
 }
 
 /// Deletes a disrupted NodeClaim with the `DisruptionTerminating` event and the
-/// disruption counts (`super::status::record_disrupted`).
+/// disruption counts (`super::tally::record_disrupted`).
 pub async fn delete_disrupted(
     orchestrator: &Orchestrator,
     claim: &NodeClaim,
