@@ -5,7 +5,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use api::{ClusterAPINodeClass, NodeClaim, NodePool};
+use api::{ClusterAPINodeClass, NodeClaim, NodeOverlay, NodePool};
 use common::is_subset;
 use serde_json::Value;
 
@@ -51,6 +51,7 @@ fn valid_fixtures_parse_and_round_trip() {
                 Some("NodePool") => roundtrip::<NodePool>(&doc, &path),
                 Some("NodeClaim") => roundtrip::<NodeClaim>(&doc, &path),
                 Some("ClusterAPINodeClass") => roundtrip::<ClusterAPINodeClass>(&doc, &path),
+                Some("NodeOverlay") => roundtrip::<NodeOverlay>(&doc, &path),
                 other => panic!("{}: unexpected kind {other:?}", path.display()),
             }
         }
