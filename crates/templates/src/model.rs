@@ -103,6 +103,8 @@ pub enum PriceSource {
     Annotation,
     /// The documented default formula ([`default_price`]).
     Default,
+    /// A NodeOverlay's `price` or `priceAdjustment` (see [`crate::overlay`]).
+    Overlay,
 }
 
 /// Default price per hour of an offering without a price annotation:
@@ -188,6 +190,9 @@ pub struct InstanceType {
     pub taints: Vec<Taint>,
     /// Reserved first, then by price, zone, capacity type.
     pub offerings: Vec<Offering>,
+    /// Whether a NodeOverlay added to (or set) its capacity (see [`crate::overlay`]).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub capacity_overlaid: bool,
 }
 
 impl InstanceType {
