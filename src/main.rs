@@ -175,6 +175,11 @@ struct RunArgs {
     /// Identity of this replica in the Lease (default: $POD_NAME or the host name).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
+    /// Karpenter's feature gates, `Name=true|false,...` (accepted for compatibility; only
+    /// `NodeOverlay`, default true, changes anything here: false neither watches nor
+    /// applies NodeOverlays).
+    #[arg(long, env = "FEATURE_GATES", default_value = "NodeOverlay=true", value_parser = parse_feature_gates)]
+    feature_gates: std::collections::BTreeMap<String, bool>,
     /// Log format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "pretty")]
     log_format: LogFormat,
@@ -187,6 +192,24 @@ struct RunArgs {
 enum LogFormat {
     Json,
     Pretty,
+}
+
+/// `A=true,B=false` → {A: true, B: false}.
+fn parse_feature_gates(s: &str) -> Result<std::collections::BTreeMap<String, bool>, String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(|e| {
+            let (k, v) = e
+                .split_once('=')
+                .ok_or_else(|| format!("{e:?}: expected Name=true|false"))?;
+            let v = v
+                .trim()
+                .parse::<bool>()
+                .map_err(|_| format!("{e:?}: expected Name=true|false"))?;
+            Ok((k.trim().to_string(), v))
+        })
+        .collect()
 }
 
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
@@ -240,6 +263,11 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             burst: args.kube_client_burst,
         },
         cluster_id: args.cluster_id,
+        node_overlay: args
+            .feature_gates
+            .get("NodeOverlay")
+            .copied()
+            .unwrap_or(true),
         // GC interval and grace.
         ..Default::default()
     };

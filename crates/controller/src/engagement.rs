@@ -54,6 +54,8 @@ pub(crate) struct Engagement {
     nodepool_status: crate::nodepool_status::NodePoolStatus,
     latency: crate::latency::Latency,
     status: StatusCtx,
+    /// The NodeOverlay status loop and the caches that trigger it (feature gate on).
+    overlay_status: Option<OverlayLoop>,
     pods: crate::cache::Cache<k8s_openapi::api::core::v1::Pod>,
     nodeclasses: crate::cache::Cache<api::ClusterAPINodeClass>,
     nodeclaims: kube::runtime::reflector::Store<api::NodeClaim>,
@@ -77,6 +79,11 @@ impl Engagement {
             index,
             nodeclasses: caches.nodeclasses.store(),
             clusters: caches.clusters.store(),
+            overlays: caches
+                .nodeoverlays
+                .clone()
+                .map(crate::overlays::Overlays::new)
+                .unwrap_or_default(),
         };
         let reporter = Reporter {
             controller: "karpenter".into(),
@@ -138,7 +145,9 @@ impl Engagement {
             nodeclaims: caches.nodeclaims.clone(),
             machines: caches.machines.clone(),
         };
+        let overlay_status = overlay_loop(ctx, caches, &catalogs);
         Engagement {
+            overlay_status,
             status: StatusCtx {
                 workload: ctx.workload.clone(),
                 management: ctx.management.clone(),
@@ -198,6 +207,15 @@ impl Engagement {
             self.nodepool_status,
             stopped(stop.clone()),
         ));
+        if let Some(o) = self.overlay_status {
+            loops.spawn(crate::overlay_status::run(
+                o.ctx,
+                o.overlays,
+                self.nodeclasses.clone(),
+                o.clusters,
+                stopped(stop.clone()),
+            ));
+        }
         loops.spawn(nodeclass_status::run(
             self.status,
             self.nodeclasses,
@@ -210,6 +228,28 @@ impl Engagement {
         ));
         (loops, gc)
     }
+}
+
+/// The NodeOverlay status loop's context and triggers.
+struct OverlayLoop {
+    ctx: crate::overlay_status::OverlayStatus,
+    overlays: crate::cache::Cache<api::NodeOverlay>,
+    clusters: crate::cache::Cache<api::Cluster>,
+}
+
+/// The NodeOverlay status loop, when the NodeOverlay cache runs (the feature gate).
+fn overlay_loop(ctx: &Sources, caches: &Caches, catalogs: &IndexCatalogs) -> Option<OverlayLoop> {
+    Some(OverlayLoop {
+        ctx: crate::overlay_status::OverlayStatus {
+            client: ctx.workload.clone(),
+            metrics: ctx.metrics.clone(),
+            catalogs: catalogs.clone(),
+            expectations: Arc::default(),
+            gauged: Arc::default(),
+        },
+        overlays: caches.nodeoverlays.clone()?,
+        clusters: caches.clusters.clone(),
+    })
 }
 
 /// What the lifecycle and the Cluster API provider share, over the engagement's caches.

@@ -68,6 +68,9 @@ pub struct RunConfig {
     pub disruption_timeout: Duration,
     /// How long a template's reported `available-count` is trusted.
     pub count_staleness: Duration,
+    /// The `NodeOverlay` feature gate: NodeOverlays watched, evaluated and applied to the
+    /// catalogs (on by default, as in Karpenter v1.15.0).
+    pub node_overlay: bool,
 }
 
 impl Default for RunConfig {
@@ -89,6 +92,7 @@ impl Default for RunConfig {
             cluster_id: None,
             disruption_timeout: crate::disruption::orchestrate::TIMEOUT,
             count_staleness: crate::counts::DEFAULT_STALENESS,
+            node_overlay: true,
         }
     }
 }
@@ -291,8 +295,11 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
     let cluster_id =
         crate::fence::cluster_id(&ctx.workload, ctx.config.cluster_id.as_deref()).await?;
     tracing::info!(cluster_id = %cluster_id, "fencing our Cluster API objects by cluster id");
-    let caches =
+    let mut caches =
         crate::cache::Caches::start(&mut tasks, &ctx.workload, &ctx.management, &cluster_id);
+    if ctx.config.node_overlay {
+        caches = caches.with_overlays(&mut tasks, &ctx.workload);
+    }
     let index = templates::watch::TemplateIndex::new();
     tasks.spawn(templates::watch::run(
         ctx.management.clone(),

@@ -34,13 +34,6 @@ use crate::catalog::{sort_instance_types, sort_offerings};
 use crate::labels::{validate_label_key, validate_label_value};
 use crate::model::{Catalog, InstanceType, Offering, PriceSource};
 
-/// `karpenter.sh/price-overlay-applied`: on a NodeClaim whose instance types include an
-/// offering priced by an overlay.
-pub const PRICE_APPLIED: &str = "karpenter.sh/price-overlay-applied";
-/// `karpenter.sh/capacity-overlay-applied`: on a NodeClaim whose instance types include one
-/// whose capacity an overlay extended.
-pub const CAPACITY_APPLIED: &str = "karpenter.sh/capacity-overlay-applied";
-
 /// Resources an overlay may not set (Karpenter's `WellKnownResources`).
 const STANDARD_RESOURCES: [&str; 4] = ["cpu", "memory", "ephemeral-storage", "pods"];
 
@@ -453,7 +446,7 @@ fn apply_to(it: &mut InstanceType, applied: &[Overlay]) {
 
 /// Whether any of `names` (instance types of `catalog`) has an offering priced by an
 /// overlay, and whether any has capacity an overlay extended: the NodeClaim annotations
-/// [`PRICE_APPLIED`] and [`CAPACITY_APPLIED`].
+/// `karpenter.sh/price-overlay-applied` and `karpenter.sh/capacity-overlay-applied`.
 pub fn marks(catalog: &Catalog, names: &[String]) -> (bool, bool) {
     let types = || {
         catalog
