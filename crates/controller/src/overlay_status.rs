@@ -247,7 +247,10 @@ mod tests {
         let c2 = conditions(&c, Some(2), &conflict, t0);
         assert!(!same(&c, &c2));
         let v = api::conditions::get(&c2, VALIDATION_SUCCEEDED).expect("condition");
-        assert_eq!((v.status.as_str(), v.reason.as_str()), ("False", "Conflict"));
+        assert_eq!(
+            (v.status.as_str(), v.reason.as_str()),
+            ("False", "Conflict")
+        );
         assert!(v.message.contains("NodeOverlay b") && v.message.contains("1 offering)"));
         assert_eq!(api::conditions::status(&c2, "Ready"), "False");
         let invalid = Outcome {

@@ -175,7 +175,10 @@ mod tests {
         let b = base();
         assert!(!overlays.any());
         let e0 = overlays.evaluation(vec![Arc::clone(&b)]);
-        assert!(Arc::ptr_eq(&overlays.apply(&b, &e0), &b), "nothing to apply");
+        assert!(
+            Arc::ptr_eq(&overlays.apply(&b, &e0), &b),
+            "nothing to apply"
+        );
         feed.apply(Event::Apply(overlay("cheap", "0.1")));
         assert!(overlays.any());
         let e1 = overlays.evaluation(vec![Arc::clone(&b)]);
@@ -186,7 +189,10 @@ mod tests {
         assert!(Arc::ptr_eq(&c1, &overlays.apply(&b, &e1)));
         // A new base catalog: evaluated again.
         let b2 = base();
-        assert!(!Arc::ptr_eq(&e1, &overlays.evaluation(vec![Arc::clone(&b2)])));
+        assert!(!Arc::ptr_eq(
+            &e1,
+            &overlays.evaluation(vec![Arc::clone(&b2)])
+        ));
         // Off: nothing applies.
         let off = Overlays::default();
         assert!(Arc::ptr_eq(&off.apply(&b, &e1), &b));

@@ -156,7 +156,10 @@ fn requirements_match_offering_and_instance_type_labels() {
         vec![req("example.com/team", Operator::DoesNotExist, &[])],
         a
     ));
-    assert!(!m(vec![req(label::NODEPOOL, Operator::In, &["default"])], a));
+    assert!(!m(
+        vec![req(label::NODEPOOL, Operator::In, &["default"])],
+        a
+    ));
     // No requirement: everything.
     assert!(m(Vec::new(), a));
 }
@@ -165,7 +168,10 @@ fn requirements_match_offering_and_instance_type_labels() {
 fn price_overlay_reorders_the_catalog() {
     let c = catalog();
     assert_eq!(c.instance_types[0].name, "medium");
-    let e = eval(vec![priced("cheap-large", 1, of_type("large"), "0.05")], &[&c]);
+    let e = eval(
+        vec![priced("cheap-large", 1, of_type("large"), "0.05")],
+        &[&c],
+    );
     let out = apply(&c, &e.applied);
     assert_eq!(out.instance_types[0].name, "large");
     assert_eq!(prices(&out, "large"), vec![0.05, 0.05]);
@@ -220,11 +226,7 @@ fn higher_weight_wins_per_offering() {
         ],
         &[&c],
     );
-    assert!(
-        e.outcomes
-            .values()
-            .all(|o| o.verdict == Verdict::Applied)
-    );
+    assert!(e.outcomes.values().all(|o| o.verdict == Verdict::Applied));
     let out = apply(&c, &e.applied);
     assert_eq!(prices(&out, "large"), vec![1.0, 1.0]);
     assert_eq!(prices(&out, "medium"), vec![9.0, 9.0]);
@@ -267,11 +269,7 @@ fn equal_weights_on_disjoint_offerings_do_not_conflict() {
         ],
         &[&c],
     );
-    assert!(
-        e.outcomes
-            .values()
-            .all(|o| o.verdict == Verdict::Applied)
-    );
+    assert!(e.outcomes.values().all(|o| o.verdict == Verdict::Applied));
 }
 
 #[test]
@@ -340,11 +338,7 @@ fn capacity_is_merged_per_resource_and_conflicts_only_on_shared_resources() {
         ],
         &[&c],
     );
-    assert!(
-        e.outcomes
-            .values()
-            .all(|o| o.verdict == Verdict::Applied)
-    );
+    assert!(e.outcomes.values().all(|o| o.verdict == Verdict::Applied));
 }
 
 #[test]
@@ -364,7 +358,10 @@ fn a_conflict_in_one_catalog_applies_the_overlay_nowhere() {
     assert!(matches!(e.outcomes["a"].verdict, Verdict::Conflict { .. }));
     assert_eq!(e.outcomes["a"].matched, 6);
     let out = apply(&c1, &e.applied);
-    assert_eq!(out, c1, "a is not applied to the catalog it did not conflict in");
+    assert_eq!(
+        out, c1,
+        "a is not applied to the catalog it did not conflict in"
+    );
 }
 
 fn api_overlay(name: &str, spec: serde_json::Value) -> api::NodeOverlay {
@@ -398,9 +395,7 @@ fn runtime_validation_of_api_objects() {
         bad(serde_json::json!({"requirements": [{"key": "a", "operator": "Gt", "values": ["x"]}]}))
             .is_some()
     );
-    assert!(
-        bad(serde_json::json!({"requirements": [{"key": "a", "operator": "In"}]})).is_some()
-    );
+    assert!(bad(serde_json::json!({"requirements": [{"key": "a", "operator": "In"}]})).is_some());
     assert!(
         bad(serde_json::json!({"requirements": [], "capacity": {"example.com/x": "lots"}}))
             .is_some()
