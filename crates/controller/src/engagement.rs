@@ -75,16 +75,7 @@ impl Engagement {
     ) -> Engagement {
         // The one cluster state every reader of this workload cluster shares.
         let state = ClusterState::new(crate::state::Sources::of(caches));
-        let catalogs = IndexCatalogs {
-            index,
-            nodeclasses: caches.nodeclasses.store(),
-            clusters: caches.clusters.store(),
-            overlays: caches
-                .nodeoverlays
-                .clone()
-                .map(crate::overlays::Overlays::new)
-                .unwrap_or_default(),
-        };
+        let catalogs = catalogs(caches, index);
         let reporter = Reporter {
             controller: "karpenter".into(),
             instance: Some(identity),
@@ -227,6 +218,20 @@ impl Engagement {
             self.gc_grace,
         ));
         (loops, gc)
+    }
+}
+
+/// The catalogs over the caches: templates, NodeClasses, Clusters and NodeOverlays.
+fn catalogs(caches: &Caches, index: templates::watch::TemplateIndex) -> IndexCatalogs {
+    IndexCatalogs {
+        index,
+        nodeclasses: caches.nodeclasses.store(),
+        clusters: caches.clusters.store(),
+        overlays: caches
+            .nodeoverlays
+            .clone()
+            .map(crate::overlays::Overlays::new)
+            .unwrap_or_default(),
     }
 }
 

@@ -140,7 +140,7 @@ impl Overlay {
             .iter()
             .map(|r| Requirement {
                 key: r.key.clone(),
-                operator: r.operator.clone(),
+                operator: r.operator,
                 values: r.values.clone(),
             })
             .collect::<Vec<_>>();
@@ -430,11 +430,11 @@ fn apply_to(it: &mut InstanceType, applied: &[Overlay]) {
     }
     if !capacity.is_empty() {
         for (k, v) in capacity {
-            let reserved = it.capacity.get(&k) - it.allocatable.0.get(&k).copied().unwrap_or(0);
-            let reserved = if it.capacity.0.contains_key(&k) {
-                reserved
-            } else {
-                0
+            // What the kubelet reserves of a resource the template already had stays
+            // reserved; a new extended resource is allocatable in full.
+            let reserved = match it.capacity.0.get(&k) {
+                Some(cap) => cap - it.allocatable.get(&k),
+                None => 0,
             };
             it.allocatable.0.insert(k.clone(), (v - reserved).max(0));
             it.capacity.0.insert(k, v);
@@ -452,7 +452,7 @@ pub fn marks(catalog: &Catalog, names: &[String]) -> (bool, bool) {
         catalog
             .instance_types
             .iter()
-            .filter(|it| names.iter().any(|n| *n == it.name))
+            .filter(|it| names.contains(&it.name))
     };
     let price = types().any(|it| {
         it.offerings
