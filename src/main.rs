@@ -348,6 +348,17 @@ mod tests {
     }
 
     #[test]
+    fn feature_gates_are_karpenters_syntax_node_overlay_on_by_default() {
+        let gates = |a: &[&str]| run_args(a).map(|r| r.feature_gates);
+        assert_eq!(gates(&[]).expect("parses").get("NodeOverlay"), Some(&true));
+        let g = gates(&["--feature-gates", "NodeRepair=true, NodeOverlay=false"]).expect("parses");
+        assert_eq!(g.get("NodeOverlay"), Some(&false));
+        assert_eq!(g.get("NodeRepair"), Some(&true));
+        assert!(gates(&["--feature-gates", "NodeOverlay"]).is_err());
+        assert!(gates(&["--feature-gates", "NodeOverlay=maybe"]).is_err());
+    }
+
+    #[test]
     fn client_rate_defaults_are_karpenters() {
         let args = run_args(&[]).expect("parses");
         assert_eq!(args.kube_client_qps.get(), 200);

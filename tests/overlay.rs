@@ -145,6 +145,21 @@ async fn overlays_reprice_templates_add_resources_and_report_conflicts() {
     let (reason, message) = validation(&client, "cheap-large", "True").await;
     assert_eq!(reason, "ValidationSucceeded");
     assert_eq!(message, "Applied to 2 offerings", "large in two zones");
+    // The NodeClass's summary shows the price in effect, at once (not at its next minute).
+    wait_for(
+        "large at 0.0100 in the NodeClass status",
+        Duration::from_secs(15),
+        || async {
+            let nc = nodeclasses(&client).get("default").await.ok()?;
+            nc.data["status"]["instanceTypes"]
+                .as_array()?
+                .iter()
+                .any(|it| it["name"] == "large" && it["price"] == "0.0100")
+                .then_some(())
+        },
+    )
+    .await
+    .expect("the NodeClass status shows the overlay's price");
     deploy(&client, &ns, one_pod("after", &["before"], json!({}))).await;
     let after = next_launched_claim(&client, &mut seen).await;
     assert_eq!(
