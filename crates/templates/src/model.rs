@@ -166,6 +166,18 @@ impl Offering {
         l
     }
 
+    /// The value of one of [`Self::labels`] without building them (`None`: not an
+    /// offering label, or unset).
+    pub fn label(&self, key: &str) -> Option<&str> {
+        match key {
+            label::ZONE => self.zone.as_deref(),
+            label::CAPACITY_TYPE => Some(&self.capacity_type),
+            label::INSTANCE_TEMPLATE => Some(&self.template.name),
+            label::RESERVATION_ID => self.reservation_id.as_deref(),
+            _ => None,
+        }
+    }
+
     /// Whether this offering draws from a reservation (preferred over any other).
     pub fn is_reserved(&self) -> bool {
         self.capacity_type == label::CAPACITY_TYPE_RESERVED

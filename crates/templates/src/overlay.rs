@@ -118,12 +118,10 @@ pub struct Overlay {
 impl Overlay {
     /// Whether `offering` of `it` is selected.
     pub fn matches(&self, it: &InstanceType, offering: &Offering) -> bool {
-        let offering_labels = offering.labels();
         self.requirements.iter().all(|r| {
-            let v = offering_labels
-                .get(&r.key)
-                .or_else(|| it.labels.get(&r.key))
-                .map(String::as_str)
+            let v = offering
+                .label(&r.key)
+                .or_else(|| it.labels.get(&r.key).map(String::as_str))
                 .or_else(|| (r.key == api::consts::labels::INSTANCE_TYPE).then_some(&*it.name));
             r.matches(v)
         })

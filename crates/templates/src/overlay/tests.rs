@@ -162,6 +162,11 @@ fn requirements_match_offering_and_instance_type_labels() {
     ));
     // No requirement: everything.
     assert!(m(Vec::new(), a));
+    // The offering's labels, read one by one as matching reads them.
+    for (k, v) in a.labels() {
+        assert_eq!(a.label(&k), Some(v.as_str()));
+    }
+    assert_eq!(a.label(label::ARCH), None);
 }
 
 #[test]
