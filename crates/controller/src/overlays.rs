@@ -1,14 +1,14 @@
 //! NodeOverlays as the loops see them: the shared NodeOverlay cache evaluated over every
 //! NodeClass's catalog ([`templates::overlay::evaluate`], Karpenter's validation and
 //! conflict walk) and applied to each catalog as it is read ([`templates::overlay::apply`]).
-//! Both are memoized: the evaluation per (overlay cache generation, the base catalogs it
-//! saw), each applied catalog per (base catalog, evaluation), so a catalog is rebuilt only
+//! Both are memoized: the evaluation per (overlay specs, the base catalogs it saw), each applied catalog per (base catalog, evaluation), so a catalog is rebuilt only
 //! when its templates, its NodeClass or an overlay changed. [`crate::catalogs::IndexCatalogs`]
 //! owns one; the status loop is [`crate::overlay_status`].
 
 use std::sync::{Arc, Mutex};
 
 use api::NodeOverlay;
+use kube::ResourceExt;
 use templates::model::Catalog;
 use templates::overlay::{Evaluation, Overlay, apply, evaluate};
 
@@ -19,7 +19,8 @@ const APPLIED_CACHE_SIZE: usize = 64;
 
 /// The evaluation of one overlay generation over one set of base catalogs.
 struct Memo {
-    generation: u64,
+    /// Each overlay's name and `metadata.generation` (its spec's version).
+    specs: Vec<(String, Option<i64>)>,
     bases: Vec<Arc<Catalog>>,
     evaluation: Arc<Evaluation>,
 }
@@ -69,44 +70,39 @@ impl Overlays {
     }
 
     /// The overlays evaluated over `bases` (every NodeClass's catalog without overlays, in
-    /// NodeClass name order). Recomputed only when an overlay or a base catalog changed.
+    /// NodeClass name order). Recomputed only when an overlay's spec (its generation) or a
+    /// base catalog changed: our own status writes do not invalidate it.
     pub fn evaluation(&self, bases: Vec<Arc<Catalog>>) -> Arc<Evaluation> {
         let Some(inner) = &self.inner else {
             return Arc::default();
         };
-        // Seqlock read: an evaluation of a store read at rest (equal even generations
-        // before and after) is kept; one that raced a write is used once and dropped.
-        let before = inner.cache.generation();
+        let mut objects = inner.cache.store().state();
+        objects.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        let specs: Vec<(String, Option<i64>)> = objects
+            .iter()
+            .map(|o| (o.name_any(), o.metadata.generation))
+            .collect();
+        let mut memo = inner.memo.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = memo.as_ref()
+            && m.specs == specs
+            && m.bases.len() == bases.len()
+            && m.bases.iter().zip(&bases).all(|(a, b)| Arc::ptr_eq(a, b))
         {
-            let memo = inner.memo.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(m) = memo.as_ref()
-                && m.generation == before
-                && m.bases.len() == bases.len()
-                && m.bases.iter().zip(&bases).all(|(a, b)| Arc::ptr_eq(a, b))
-            {
-                return Arc::clone(&m.evaluation);
-            }
+            return Arc::clone(&m.evaluation);
         }
-        let objects = inner.cache.store().state();
         let parsed = objects
             .iter()
             .map(|o| {
-                Overlay::from_api(o).map_err(|why| {
-                    let name = o.metadata.name.clone().unwrap_or_default();
-                    (name, o.spec.weight.unwrap_or(0), why)
-                })
+                Overlay::from_api(o).map_err(|why| (o.name_any(), o.spec.weight.unwrap_or(0), why))
             })
             .collect();
         let refs: Vec<&Catalog> = bases.iter().map(|c| c.as_ref()).collect();
         let evaluation = Arc::new(evaluate(parsed, &refs));
-        let after = inner.cache.generation();
-        if before == after && before % 2 == 0 {
-            *inner.memo.lock().unwrap_or_else(|e| e.into_inner()) = Some(Memo {
-                generation: before,
-                bases,
-                evaluation: Arc::clone(&evaluation),
-            });
-        }
+        *memo = Some(Memo {
+            specs,
+            bases,
+            evaluation: Arc::clone(&evaluation),
+        });
         evaluation
     }
 
@@ -184,6 +180,23 @@ mod tests {
         let e1 = overlays.evaluation(vec![Arc::clone(&b)]);
         assert!(!Arc::ptr_eq(&e0, &e1));
         assert!(Arc::ptr_eq(&e1, &overlays.evaluation(vec![Arc::clone(&b)])));
+        // A status write (same generation) keeps it; a spec change (new generation) not.
+        let mut written = overlay("cheap", "0.1");
+        written.metadata.generation = None;
+        written.status = Some(Default::default());
+        feed.apply(Event::Apply(written));
+        assert!(Arc::ptr_eq(&e1, &overlays.evaluation(vec![Arc::clone(&b)])));
+        let mut edited = overlay("cheap", "0.2");
+        edited.metadata.generation = Some(2);
+        feed.apply(Event::Apply(edited));
+        let e2 = overlays.evaluation(vec![Arc::clone(&b)]);
+        assert!(!Arc::ptr_eq(&e1, &e2));
+        assert_eq!(
+            overlays.apply(&b, &e2).instance_types[0].offerings[0].price,
+            0.2
+        );
+        feed.apply(Event::Apply(overlay("cheap", "0.1")));
+        let e1 = overlays.evaluation(vec![Arc::clone(&b)]);
         let c1 = overlays.apply(&b, &e1);
         assert_eq!(c1.instance_types[0].offerings[0].price, 0.1);
         assert!(Arc::ptr_eq(&c1, &overlays.apply(&b, &e1)));
