@@ -180,12 +180,37 @@ struct RunArgs {
     /// applies NodeOverlays).
     #[arg(long, env = "FEATURE_GATES", default_value = "NodeOverlay=true", value_parser = parse_feature_gates)]
     feature_gates: std::collections::BTreeMap<String, bool>,
+    /// `single`: one workload cluster (`--kubeconfig`), Cluster API objects in it or in
+    /// `--management-kubeconfig`. `hub`: run in the management cluster and serve every
+    /// Cluster labelled `karpenter.cluster.x-k8s.io/enabled: "true"` (see docs/hub.md).
+    #[arg(long, env = "MODE", value_enum, default_value = "single")]
+    mode: Mode,
+    /// Hub mode: only Clusters matching this label selector too.
+    #[arg(long, env = "CLUSTER_SELECTOR")]
+    cluster_selector: Option<String>,
+    /// Hub mode: only Clusters in these namespaces (comma-separated; default all).
+    #[arg(long, env = "NAMESPACES", value_delimiter = ',')]
+    namespaces: Vec<String>,
+    /// Hub mode: only Clusters labelled `cluster.x-k8s.io/watch-filter=<value>` (Cluster
+    /// API's `--watch-filter`).
+    #[arg(long, env = "WATCH_FILTER")]
+    watch_filter: Option<String>,
+    /// Hub mode: how often each engaged cluster's API server is probed (3 failures in a row
+    /// mark it disconnected).
+    #[arg(long, env = "HUB_PROBE_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    hub_probe_interval: std::time::Duration,
     /// Log format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "pretty")]
     log_format: LogFormat,
     /// Log level / filter (tracing EnvFilter syntax).
     #[arg(long, env = "LOG_LEVEL", default_value = "info")]
     log_level: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Mode {
+    Single,
+    Hub,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -268,6 +293,18 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             .get("NodeOverlay")
             .copied()
             .unwrap_or(true),
+        hub: (args.mode == Mode::Hub).then(|| controller::hub::HubConfig {
+            cluster_selector: args.cluster_selector,
+            namespaces: args.namespaces,
+            watch_filter: args.watch_filter,
+            probe_interval: args.hub_probe_interval,
+            node_overlay: args
+                .feature_gates
+                .get("NodeOverlay")
+                .copied()
+                .unwrap_or(true),
+            ..Default::default()
+        }),
         // GC interval and grace.
         ..Default::default()
     };
@@ -367,6 +404,31 @@ mod tests {
             run_args(&["--kube-client-qps", "50", "--kube-client-burst", "75"]).expect("parses");
         assert_eq!(args.kube_client_qps.get(), 50);
         assert_eq!(args.kube_client_burst.get(), 75);
+    }
+
+    #[test]
+    fn hub_flags_parse() {
+        let args = run_args(&[]).expect("parses");
+        assert_eq!(
+            args.mode,
+            Mode::Single,
+            "single-cluster mode is the default"
+        );
+        let args = run_args(&[
+            "--mode",
+            "hub",
+            "--namespaces",
+            "team-a,team-b",
+            "--watch-filter",
+            "shard-1",
+            "--cluster-selector",
+            "env=prod",
+        ])
+        .expect("parses");
+        assert_eq!(args.mode, Mode::Hub);
+        assert_eq!(args.namespaces, ["team-a", "team-b"]);
+        assert_eq!(args.watch_filter.as_deref(), Some("shard-1"));
+        assert_eq!(args.cluster_selector.as_deref(), Some("env=prod"));
     }
 
     #[test]

@@ -48,6 +48,7 @@ async fn env() -> Env {
         nodeclasses: caches.nodeclasses.store(),
         clusters: caches.clusters.store(),
         overlays: Default::default(),
+        engaged: None,
     };
     let shared = Shared {
         workload: client.clone(),
@@ -79,6 +80,7 @@ async fn env() -> Env {
         lookups: Arc::default(),
         cluster_id: "fake-test".into(),
         repairs: Arc::default(),
+        connection: Default::default(),
     };
     let fake = FakeCloudProvider::default();
     let ctx = Arc::new(Ctx {

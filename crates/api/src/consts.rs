@@ -58,11 +58,16 @@ pub mod labels {
     pub const DISRUPTION_COMMAND: &str = "karpenter.cluster.x-k8s.io/disruption-command";
     /// The node-class label `<group>/<lower(kind)>` = NodeClass name.
     pub const NODECLASS: &str = "karpenter.cluster.x-k8s.io/clusterapinodeclass";
+    /// On a Cluster API `Cluster`: `"true"` opts it in to hub mode (`run --mode hub`).
+    pub const HUB_ENABLED: &str = "karpenter.cluster.x-k8s.io/enabled";
 
     // Cluster API.
     /// Opt-in label: only InfrastructureMachineTemplates carrying it are offered.
     pub const KARPENTER_MEMBER: &str = "node.cluster.x-k8s.io/karpenter-member";
     pub const CLUSTER_NAME: &str = "cluster.x-k8s.io/cluster-name";
+    /// Cluster API's static sharding label: a controller started with `--watch-filter=<v>`
+    /// serves only objects carrying it with value `<v>`.
+    pub const WATCH_FILTER: &str = "cluster.x-k8s.io/watch-filter";
     /// Never copied onto our Machines (a MachineSet would adopt them).
     pub const SET_NAME: &str = "cluster.x-k8s.io/set-name";
     pub const DEPLOYMENT_NAME: &str = "cluster.x-k8s.io/deployment-name";
@@ -133,6 +138,9 @@ pub mod annotations {
     pub const DISRUPTION_FAILED: &str = "karpenter.cluster.x-k8s.io/disruption-failed";
     /// On a replacement NodeClaim: the NodeClaims it replaces (comma-separated names).
     pub const REPLACES: &str = "karpenter.cluster.x-k8s.io/replaces";
+    /// On a Cluster API `Cluster` (hub mode): the Secret (same namespace, key `value`) with
+    /// the kubeconfig the hub uses for the workload cluster; default `<cluster>-kubeconfig`.
+    pub const KUBECONFIG_SECRET: &str = "karpenter.cluster.x-k8s.io/kubeconfig-secret";
 
     // Cluster API.
     pub const CLONED_FROM_NAME: &str = "cluster.x-k8s.io/cloned-from-name";
@@ -141,6 +149,8 @@ pub mod annotations {
     pub const PRE_TERMINATE_HOOK_PREFIX: &str =
         "pre-terminate.delete.hook.machine.cluster.x-k8s.io";
     pub const EXCLUDE_NODE_DRAINING: &str = "machine.cluster.x-k8s.io/exclude-node-draining";
+    /// On any Cluster API object: its controllers leave it alone (any value).
+    pub const PAUSED: &str = "cluster.x-k8s.io/paused";
 
     // cluster-autoscaler scale-from-zero capacity annotations on InfrastructureMachineTemplates.
     pub const CA_PREFIX: &str = "capacity.cluster-autoscaler.kubernetes.io/";
@@ -216,6 +226,9 @@ pub mod conditions {
     pub const CLUSTER_READY: &str = "ClusterReady";
     pub const TEMPLATES_READY: &str = "TemplatesReady";
     pub const BOOTSTRAP_READY: &str = "BootstrapReady";
+    /// ClusterReady's reason in hub mode when `spec.clusterRef` names another Cluster than
+    /// the engaged one (a tenant cannot launch into another tenant's Cluster).
+    pub const CLUSTER_REF_MISMATCH: &str = "ClusterRefMismatch";
     /// NodeClass `Ready` = all of these True.
     pub const NODECLASS_READY_PARTS: &[&str] = &[CLUSTER_READY, TEMPLATES_READY, BOOTSTRAP_READY];
 
@@ -297,4 +310,9 @@ pub mod events {
     pub const TERMINATION_GRACE_PERIOD_EXPIRING: &str = "TerminationGracePeriodExpiring";
     pub const NODE_REPAIR_BLOCKED: &str = "NodeRepairBlocked";
     pub const WAITING_ON_NODECLAIM_TERMINATION: &str = "WaitingOnNodeClaimTermination";
+    /// Hub mode, on the Cluster API `Cluster`: its API server stopped / started answering.
+    pub const CLUSTER_DISCONNECTED: &str = "ClusterDisconnected";
+    pub const CLUSTER_CONNECTED: &str = "ClusterConnected";
+    /// Hub mode, on the Cluster API `Cluster`: an engagement started (again) for it.
+    pub const CLUSTER_ENGAGED: &str = "ClusterEngaged";
 }

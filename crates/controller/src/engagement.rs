@@ -36,13 +36,19 @@ pub struct Knobs {
 }
 
 /// What an engagement is built from: the clients of its workload cluster and of the
-/// management cluster, the metrics, the knobs.
+/// management cluster, the metrics, the knobs, and in hub mode the Cluster it serves and
+/// whether that cluster answers.
 #[derive(Clone)]
 pub struct Sources {
     pub workload: kube::Client,
     pub management: kube::Client,
     pub metrics: Metrics,
     pub knobs: Knobs,
+    /// The engaged Cluster (hub mode): NodeClasses naming another are refused. `None`:
+    /// single-cluster mode, any Cluster.
+    pub engaged: Option<crate::catalogs::ClusterKey>,
+    /// Whether the workload cluster answers (always, in single-cluster mode).
+    pub connection: crate::health::Connection,
 }
 
 /// The loops of one workload cluster, ready to run.
@@ -75,7 +81,7 @@ impl Engagement {
     ) -> Engagement {
         // The one cluster state every reader of this workload cluster shares.
         let state = ClusterState::new(crate::state::Sources::of(caches));
-        let catalogs = catalogs(caches, index);
+        let catalogs = catalogs(ctx, caches, index);
         let reporter = Reporter {
             controller: "karpenter".into(),
             instance: Some(identity),
@@ -116,20 +122,15 @@ impl Engagement {
             unavailable,
         );
         let lifecycle_ctx_recorder = lifecycle_ctx.recorder.clone();
-        let triggers = lifecycle::Triggers {
-            nodeclaims: caches.nodeclaims.clone(),
-            nodes: caches.nodes.clone(),
-            machines: caches.machines.clone(),
-            nodeclasses: caches.nodeclasses.clone(),
-            nodepools: caches.nodepools.clone(),
-            clusters: caches.clusters.clone(),
-            templates: Some(catalogs.index.subscribe()),
-        };
-        // The scrape-time gauges and the latencies: the leader's, as Karpenter's.
-        ctx.metrics.cluster.attach(crate::cluster_metrics::Sources {
-            state,
-            machines: caches.machines.clone(),
-        });
+        let triggers = triggers(caches, &catalogs.index);
+        // The scrape-time gauges and the latencies: the leader's, as Karpenter's. A hub
+        // serves them for no cluster yet (they carry no cluster label).
+        if ctx.engaged.is_none() {
+            ctx.metrics.cluster.attach(crate::cluster_metrics::Sources {
+                state,
+                machines: caches.machines.clone(),
+            });
+        }
         let latency = crate::latency::Latency {
             metrics: ctx.metrics.clone(),
             pods: caches.pods.clone(),
@@ -222,11 +223,16 @@ impl Engagement {
 }
 
 /// The catalogs over the caches: templates, NodeClasses, Clusters and NodeOverlays.
-fn catalogs(caches: &Caches, index: templates::watch::TemplateIndex) -> IndexCatalogs {
+fn catalogs(
+    ctx: &Sources,
+    caches: &Caches,
+    index: templates::watch::TemplateIndex,
+) -> IndexCatalogs {
     IndexCatalogs {
         index,
         nodeclasses: caches.nodeclasses.store(),
         clusters: caches.clusters.store(),
+        engaged: ctx.engaged.clone(),
         overlays: caches
             .nodeoverlays
             .clone()
@@ -255,6 +261,19 @@ fn overlay_loop(ctx: &Sources, caches: &Caches, catalogs: &IndexCatalogs) -> Opt
         overlays: caches.nodeoverlays.clone()?,
         clusters: caches.clusters.clone(),
     })
+}
+
+/// What wakes the NodeClaim lifecycle: its caches' changes and the templates'.
+fn triggers(caches: &Caches, index: &templates::watch::TemplateIndex) -> lifecycle::Triggers {
+    lifecycle::Triggers {
+        nodeclaims: caches.nodeclaims.clone(),
+        nodes: caches.nodes.clone(),
+        machines: caches.machines.clone(),
+        nodeclasses: caches.nodeclasses.clone(),
+        nodepools: caches.nodepools.clone(),
+        clusters: caches.clusters.clone(),
+        templates: Some(index.subscribe()),
+    }
 }
 
 /// What the lifecycle and the Cluster API provider share, over the engagement's caches.
@@ -292,6 +311,7 @@ fn shared(
         lookups: Arc::default(),
         cluster_id,
         repairs: Arc::default(),
+        connection: ctx.connection.clone(),
     }
 }
 
@@ -338,5 +358,6 @@ fn disruption(
         unavailable,
         count_staleness: ctx.knobs.count_staleness,
         command_timeout: ctx.knobs.disruption_timeout,
+        connection: ctx.connection.clone(),
     }
 }

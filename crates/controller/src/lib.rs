@@ -2,6 +2,7 @@
 
 pub mod cache;
 pub(crate) mod catalogs;
+pub mod clients;
 pub(crate) mod clone;
 pub mod cloudprovider;
 pub(crate) mod cluster_metrics;
@@ -11,6 +12,8 @@ pub(crate) mod engagement;
 pub mod events;
 pub(crate) mod fence;
 pub(crate) mod garbagecollection;
+pub mod health;
+pub mod hub;
 pub(crate) mod latency;
 pub mod leader;
 pub mod machine;

@@ -221,6 +221,9 @@ pub struct Shared {
     pub cluster_id: String,
     /// NodeClaims this process deleted for repair, until the cache shows them gone.
     pub repairs: Arc<super::repair::Repairs>,
+    /// Whether the workload cluster answers (hub mode's probe; always up otherwise): while
+    /// it does not, nothing is deleted on its account (see `health`).
+    pub connection: crate::health::Connection,
 }
 
 /// The NodeClaim loops' context: what they share with the provider, and the provider seam

@@ -155,19 +155,34 @@ fn claim_requests(claim: &NodeClaim) -> Result<templates::model::Resources, Stri
     requests_from_quantities(requests.iter().map(|(k, v)| (k, v.as_str())))
 }
 
-/// Chooses the offering and names everything launch will create.
-async fn plan(ctx: &Shared, claim: &NodeClaim) -> Result<Planned, Error> {
-    let name = claim.name_any();
+/// Hub mode: a tenant's NodeClass naming another tenant's Cluster launches nothing.
+fn foreign_cluster(ctx: &Shared, nodeclass: &str) -> Option<Planned> {
+    let nc = ctx
+        .nodeclasses
+        .get(&kube::runtime::reflector::ObjectRef::new(nodeclass))?;
+    let why = ctx.catalogs.cluster_ref_mismatch(&nc)?;
+    Some(Planned::Refused(
+        api::consts::conditions::CLUSTER_REF_MISMATCH,
+        format!("ClusterAPINodeClass {nodeclass}: {why}"),
+    ))
+}
+
+/// The claim's NodeClass when it may launch: it exists, names the engaged Cluster and is
+/// Ready (Karpenter deletes the NodeClaim otherwise: `Ok(Err(refusal))`); `Err` to retry.
+fn admitted(ctx: &Shared, claim: &NodeClaim) -> Result<Result<NodeClass, Planned>, Error> {
     // NodeClass must exist and be Ready (Karpenter deletes the NodeClaim otherwise).
     let Some(nodeclass) = nodeclass_of(ctx, claim) else {
-        return Ok(Planned::Refused(
+        return Ok(Err(Planned::Refused(
             api::consts::events::NODECLASS_NOT_READY,
             format!(
                 "ClusterAPINodeClass {} not found",
                 claim.spec.node_class_ref.name
             ),
-        ));
+        )));
     };
+    if let Some(refused) = foreign_cluster(ctx, &nodeclass.name) {
+        return Ok(Err(refused));
+    }
     if !nodeclass.readiness_reported() {
         // A new NodeClass whose status controller has not spoken yet: wait, don't refuse.
         return Err(Error::Launch(format!(
@@ -177,11 +192,21 @@ async fn plan(ctx: &Shared, claim: &NodeClaim) -> Result<Planned, Error> {
     }
     let (ready, why) = nodeclass.readiness();
     if !ready {
-        return Ok(Planned::Refused(
+        return Ok(Err(Planned::Refused(
             api::consts::events::NODECLASS_NOT_READY,
             format!("ClusterAPINodeClass {} is not ready: {why}", nodeclass.name),
-        ));
+        )));
     }
+    Ok(Ok(nodeclass))
+}
+
+/// Chooses the offering and names everything launch will create.
+async fn plan(ctx: &Shared, claim: &NodeClaim) -> Result<Planned, Error> {
+    let name = claim.name_any();
+    let nodeclass = match admitted(ctx, claim)? {
+        Ok(nodeclass) => nodeclass,
+        Err(refused) => return Ok(refused),
+    };
     let Some(catalog) = ctx.catalogs.catalog(&nodeclass.name) else {
         // The NodeClass says Ready but this replica's template caches disagree (still
         // filling, or a template just changed): retry rather than give up the claim.

@@ -123,6 +123,17 @@ pub fn capacity_type_of(claim: &NodeClaim) -> String {
         .unwrap_or_default()
 }
 
+/// The zone of a claim: its zone label (the launch sets it from the chosen offering), else
+/// its launch plan's; empty when neither says.
+pub fn zone_of(claim: &NodeClaim) -> String {
+    claim
+        .labels()
+        .get(api::consts::labels::ZONE)
+        .cloned()
+        .or_else(|| Plan::of(claim).and_then(|p| p.zone))
+        .unwrap_or_default()
+}
+
 /// The NodePool label of a claim (empty for a hand-made claim without one).
 pub fn nodepool_of(claim: &NodeClaim) -> String {
     claim

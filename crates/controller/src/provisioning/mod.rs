@@ -87,6 +87,18 @@ impl Provisioner {
 
     /// One batch: solve and create the NodeClaims. Returns the names created.
     pub async fn provision(&self, pods: &[Arc<Pod>]) -> Result<Vec<String>, Error> {
+        // Pods asking not to run on our nodes are ignored, as Karpenter ignores them.
+        let (ignored, pods): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) = pods
+            .iter()
+            .cloned()
+            .partition(|p| crate::objects::avoids_karpenter(p));
+        self.metrics
+            .ignored_pods
+            .set(i64::try_from(ignored.len()).unwrap_or(i64::MAX));
+        if pods.is_empty() {
+            return Ok(Vec::new());
+        }
+        let pods = pods.as_slice();
         let cluster = self.state.current();
         let (snapshot, output) = self.solve(&cluster, pods).await?;
         let by_uid: HashMap<&str, &Pod> = pods
