@@ -175,6 +175,11 @@ struct RunArgs {
     /// Identity of this replica in the Lease (default: $POD_NAME or the host name).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
+    /// Karpenter's feature gates, `Name=true|false,...` (accepted for compatibility; only
+    /// `NodeOverlay`, default true, changes anything here: false neither watches nor
+    /// applies NodeOverlays).
+    #[arg(long, env = "FEATURE_GATES", default_value = "NodeOverlay=true", value_parser = parse_feature_gates)]
+    feature_gates: std::collections::BTreeMap<String, bool>,
     /// `single`: one workload cluster (`--kubeconfig`), Cluster API objects in it or in
     /// `--management-kubeconfig`. `hub`: run in the management cluster and serve every
     /// Cluster labelled `karpenter.cluster.x-k8s.io/enabled: "true"` (see docs/hub.md).
@@ -212,6 +217,24 @@ enum Mode {
 enum LogFormat {
     Json,
     Pretty,
+}
+
+/// `A=true,B=false` → {A: true, B: false}.
+fn parse_feature_gates(s: &str) -> Result<std::collections::BTreeMap<String, bool>, String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(|e| {
+            let (k, v) = e
+                .split_once('=')
+                .ok_or_else(|| format!("{e:?}: expected Name=true|false"))?;
+            let v = v
+                .trim()
+                .parse::<bool>()
+                .map_err(|_| format!("{e:?}: expected Name=true|false"))?;
+            Ok((k.trim().to_string(), v))
+        })
+        .collect()
 }
 
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
@@ -265,11 +288,21 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             burst: args.kube_client_burst,
         },
         cluster_id: args.cluster_id,
+        node_overlay: args
+            .feature_gates
+            .get("NodeOverlay")
+            .copied()
+            .unwrap_or(true),
         hub: (args.mode == Mode::Hub).then(|| controller::hub::HubConfig {
             cluster_selector: args.cluster_selector,
             namespaces: args.namespaces,
             watch_filter: args.watch_filter,
             probe_interval: args.hub_probe_interval,
+            node_overlay: args
+                .feature_gates
+                .get("NodeOverlay")
+                .copied()
+                .unwrap_or(true),
             ..Default::default()
         }),
         // GC interval and grace.
@@ -349,6 +382,17 @@ mod tests {
             Command::Run(args) => Ok(*args),
             _ => unreachable!("parsed the run subcommand"),
         }
+    }
+
+    #[test]
+    fn feature_gates_are_karpenters_syntax_node_overlay_on_by_default() {
+        let gates = |a: &[&str]| run_args(a).map(|r| r.feature_gates);
+        assert_eq!(gates(&[]).expect("parses").get("NodeOverlay"), Some(&true));
+        let g = gates(&["--feature-gates", "NodeRepair=true, NodeOverlay=false"]).expect("parses");
+        assert_eq!(g.get("NodeOverlay"), Some(&false));
+        assert_eq!(g.get("NodeRepair"), Some(&true));
+        assert!(gates(&["--feature-gates", "NodeOverlay"]).is_err());
+        assert!(gates(&["--feature-gates", "NodeOverlay=maybe"]).is_err());
     }
 
     #[test]

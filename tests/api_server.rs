@@ -348,6 +348,7 @@ patch  karpenter.sh                  nodeclaims                status     -
 update karpenter.sh                  nodeclaims                finalizers -
 list   karpenter.sh                  nodeoverlays              -          -
 watch  karpenter.sh                  nodeoverlays              -          -
+patch  karpenter.sh                  nodeoverlays              status     -
 list   karpenter.cluster.x-k8s.io    clusterapinodeclasses     -          -
 patch  karpenter.cluster.x-k8s.io    clusterapinodeclasses     status     -
 watch  core                          nodes                     -          -
@@ -393,7 +394,6 @@ create   cluster.x-k8s.io                machinedeployments        -        capi
 create   karpenter.sh                    nodepools                 -        -
 delete   karpenter.sh                    nodepools                 -        -
 patch    karpenter.sh                    nodeoverlays              -        -
-patch    karpenter.sh                    nodeoverlays              status   -
 create   karpenter.cluster.x-k8s.io      clusterapinodeclasses     -        -
 create   apiextensions.k8s.io            customresourcedefinitions -        -
 update   coordination.k8s.io             leases                    -        kube-system

@@ -47,6 +47,7 @@ async fn env() -> Env {
         index: templates::watch::TemplateIndex::new(),
         nodeclasses: caches.nodeclasses.store(),
         clusters: caches.clusters.store(),
+        overlays: Default::default(),
         engaged: None,
     };
     let shared = Shared {

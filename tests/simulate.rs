@@ -461,3 +461,93 @@ spec:
         "{table}"
     );
 }
+
+#[test]
+fn node_overlays_in_the_snapshot_reprice_templates_and_report_conflicts() {
+    // Two templates (the default price: small 0.068, big 0.272); one 1-cpu pod takes `small`
+    // unless an overlay prices `big` below it.
+    let base = r#"
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+kind: DockerMachineTemplate
+metadata:
+  name: small
+  namespace: capi-shop
+  labels: {node.cluster.x-k8s.io/karpenter-member: "true", karpenter.cluster.x-k8s.io/nodeclass: default}
+  annotations: {capacity.cluster-autoscaler.kubernetes.io/cpu: "2", capacity.cluster-autoscaler.kubernetes.io/memory: 8Gi}
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+kind: DockerMachineTemplate
+metadata:
+  name: big
+  namespace: capi-shop
+  labels: {node.cluster.x-k8s.io/karpenter-member: "true", karpenter.cluster.x-k8s.io/nodeclass: default}
+  annotations: {capacity.cluster-autoscaler.kubernetes.io/cpu: "8", capacity.cluster-autoscaler.kubernetes.io/memory: 32Gi}
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: general}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.cluster.x-k8s.io, kind: ClusterAPINodeClass, name: default}
+      requirements: []
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: one, namespace: shop}
+spec:
+  containers: [{name: c, resources: {requests: {cpu: "1", memory: 1Gi}}}]
+"#;
+    let overlays = r#"
+---
+apiVersion: karpenter.sh/v1alpha1
+kind: NodeOverlay
+metadata: {name: cheap-big}
+spec:
+  requirements: [{key: karpenter.cluster.x-k8s.io/instance-template, operator: In, values: [big]}]
+  price: "0.001"
+  weight: 10
+---
+apiVersion: karpenter.sh/v1alpha1
+kind: NodeOverlay
+metadata: {name: a}
+spec:
+  requirements: [{key: karpenter.cluster.x-k8s.io/instance-template, operator: In, values: [small]}]
+  priceAdjustment: "+10%"
+---
+apiVersion: karpenter.sh/v1alpha1
+kind: NodeOverlay
+metadata: {name: b}
+spec:
+  requirements: []
+  priceAdjustment: "-10%"
+"#;
+    let args = [
+        "-f",
+        "examples/snapshot/00-cluster.yaml",
+        "-f",
+        "examples/snapshot/01-nodeclass.yaml",
+        "-f",
+        "-",
+        "-o",
+        "json",
+    ];
+    let plan = |yaml: &str| -> Value {
+        serde_json::from_str(&stdout(&simulate(&args, Some(yaml)))).expect("JSON plan")
+    };
+    let without = plan(base);
+    assert_eq!(
+        without["nodeClaims"][0]["instanceType"], "small",
+        "{without:#}"
+    );
+    let with = plan(&format!("{base}{overlays}"));
+    let claim = &with["nodeClaims"][0];
+    assert_eq!(claim["instanceType"], "big", "{with:#}");
+    assert_eq!(claim["pricePerHour"], 0.001, "{with:#}");
+    assert_eq!(
+        with["warnings"],
+        serde_json::json!([
+            "NodeOverlay a: conflicts with NodeOverlay b (same weight) on the price of small; not applied"
+        ])
+    );
+}

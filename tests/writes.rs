@@ -255,6 +255,7 @@ async fn a_launch_happens_once_per_uid_when_the_cache_lags() {
         index,
         nodeclasses: caches.nodeclasses.store(),
         clusters: caches.clusters.store(),
+        overlays: Default::default(),
         engaged: None,
     };
     wait_for("catalog", Duration::from_secs(30), || async {

@@ -89,6 +89,10 @@ fn read_object(out: &mut Loaded, doc: &Doc, group: &str, mut obj: Value) -> Resu
             default_fields(&mut obj, doc.kind);
             out.state.nodepools.push(Arc::new(typed(doc, obj)?));
         }
+        ("karpenter.sh", "NodeOverlay") => {
+            require_object(doc)?;
+            out.overlays.push(typed(doc, obj)?);
+        }
         ("karpenter.sh", "NodeClaim") => {
             require_object(doc)?;
             for (v, f) in [

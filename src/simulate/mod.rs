@@ -60,6 +60,8 @@ pub struct Loaded {
     pub state: Objects,
     /// Pods to place: pending Pods and the replicas of workloads.
     pub pending: Vec<Arc<Pod>>,
+    /// NodeOverlays, applied to the catalogs as the operator applies them.
+    pub overlays: Vec<api::NodeOverlay>,
     /// `Kind namespace/name` of the objects the simulation does not read.
     pub ignored: Vec<String>,
     /// Problems with the snapshot that do not stop the simulation.

@@ -259,7 +259,50 @@ fn node_class_catalogs(
         });
         catalogs.insert(name, Arc::new(c));
     }
+    apply_overlays(&loaded.overlays, &mut catalogs, warnings);
     (node_classes, catalogs)
+}
+
+/// The snapshot's NodeOverlays evaluated over every catalog and applied as the operator
+/// applies them; one that conflicts or is invalid becomes a warning.
+fn apply_overlays(
+    overlays: &[api::NodeOverlay],
+    catalogs: &mut Catalogs,
+    warnings: &mut Vec<String>,
+) {
+    if overlays.is_empty() {
+        return;
+    }
+    let parsed = overlays
+        .iter()
+        .map(|o| {
+            templates::overlay::Overlay::from_api(o).map_err(|why| {
+                let name = o.metadata.name.clone().unwrap_or_default();
+                (name, o.spec.weight.unwrap_or(0), why)
+            })
+        })
+        .collect();
+    let mut names: Vec<String> = catalogs.keys().cloned().collect();
+    names.sort();
+    let bases: Vec<&Catalog> = names
+        .iter()
+        .filter_map(|n| catalogs.get(n).map(|c| c.as_ref()))
+        .collect();
+    let evaluation = templates::overlay::evaluate(parsed, &bases);
+    for (name, outcome) in &evaluation.outcomes {
+        match &outcome.verdict {
+            templates::overlay::Verdict::Applied => {}
+            templates::overlay::Verdict::Conflict { with, what } => warnings.push(format!(
+                "NodeOverlay {name}: conflicts with NodeOverlay {with} (same weight) on the {what}; not applied"
+            )),
+            templates::overlay::Verdict::Invalid(why) => {
+                warnings.push(format!("NodeOverlay {name}: {why}; not applied"))
+            }
+        }
+    }
+    for c in catalogs.values_mut() {
+        *c = Arc::new(templates::overlay::apply(c, &evaluation.applied));
+    }
 }
 
 /// Each NodePool's summary (its instance types are counted once the snapshot is built); a

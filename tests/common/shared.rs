@@ -172,6 +172,7 @@ pub async fn reset(lease: &Lease) {
     let kinds = [
         ar("karpenter.sh", "v1", "NodePool", "nodepools"),
         ar("karpenter.sh", "v1", "NodeClaim", "nodeclaims"),
+        ar("karpenter.sh", "v1alpha1", "NodeOverlay", "nodeoverlays"),
         ar(
             "karpenter.cluster.x-k8s.io",
             "v1alpha1",

@@ -108,6 +108,12 @@ pub mod annotations {
     pub const NODEPOOL_HASH_VERSION: &str = "karpenter.sh/nodepool-hash-version";
     pub const NODECLAIM_TERMINATION_TIMESTAMP: &str =
         "karpenter.sh/nodeclaim-termination-timestamp";
+    /// On a NodeClaim (`"true"`): one of its instance types has an offering a NodeOverlay
+    /// priced.
+    pub const PRICE_OVERLAY_APPLIED: &str = "karpenter.sh/price-overlay-applied";
+    /// On a NodeClaim (`"true"`): one of its instance types has capacity a NodeOverlay
+    /// added.
+    pub const CAPACITY_OVERLAY_APPLIED: &str = "karpenter.sh/capacity-overlay-applied";
 
     // Ours.
     /// On templates: hourly price of an instance (decimal).
@@ -226,6 +232,10 @@ pub mod conditions {
     /// NodeClass `Ready` = all of these True.
     pub const NODECLASS_READY_PARTS: &[&str] = &[CLUSTER_READY, TEMPLATES_READY, BOOTSTRAP_READY];
 
+    // NodeOverlay.
+    /// NodeOverlay `Ready` = this True.
+    pub const NODEOVERLAY_READY_PARTS: &[&str] = &[VALIDATION_SUCCEEDED];
+
     // Cluster API Machine.
     pub const MACHINE_AVAILABLE: &str = "Available";
     pub const MACHINE_BOOTSTRAP_CONFIG_READY: &str = "BootstrapConfigReady";
@@ -273,6 +283,12 @@ pub mod reasons {
     pub const CLUSTER_NOT_FOUND: &str = "ClusterNotFound";
     pub const READY: &str = "Ready";
     pub const NOT_READY_DEPENDENCIES: &str = "DependenciesNotReady";
+    // NodeOverlay ValidationSucceeded.
+    pub const VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
+    /// An overlay of equal weight was recorded first on a field the overlay sets.
+    pub const CONFLICT: &str = "Conflict";
+    /// The overlay fails the validation the CRD schema cannot express.
+    pub const RUNTIME_VALIDATION: &str = "RuntimeValidation";
 }
 
 /// Event reasons (Karpenter's, so alerts carry over).

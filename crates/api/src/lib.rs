@@ -4,7 +4,7 @@
 //!   Karpenter defines them (defaults, enums, patterns and CEL rules included), so a user's
 //!   existing NodePool YAML applies unchanged.
 //! - [`nodeclass`]: `karpenter.cluster.x-k8s.io/v1alpha1` [`ClusterAPINodeClass`].
-//! - [`overlay`]: `karpenter.sh/v1alpha1` [`NodeOverlay`] (the API; not applied yet).
+//! - [`overlay`]: `karpenter.sh/v1alpha1` [`NodeOverlay`] (applied by `templates::overlay`).
 //! - `capi`: typed clients for the Cluster API kinds we read and create (`Machine`,
 //!   `Cluster`, `cluster.x-k8s.io/v1beta2`). Cluster API installs those CRDs, never us.
 //! - [`consts`]: every label, annotation, taint, finalizer and condition name.

@@ -344,6 +344,8 @@ pub struct Caches {
     /// Only Machines carrying our NodeClaim label and our cluster id (see `fence`).
     pub machines: Cache<api::Machine>,
     pub clusters: Cache<api::Cluster>,
+    /// NodeOverlays, when the `NodeOverlay` feature gate is on ([`Caches::with_overlays`]).
+    pub nodeoverlays: Option<Cache<api::NodeOverlay>>,
 }
 
 impl Caches {
@@ -402,7 +404,20 @@ impl Caches {
                 None,
             ),
             clusters,
+            nodeoverlays: None,
         }
+    }
+
+    /// Also watches the workload cluster's NodeOverlays (the `NodeOverlay` feature gate).
+    pub fn with_overlays(mut self, tasks: &mut Tasks, workload: &kube::Client) -> Caches {
+        self.nodeoverlays = Some(Cache::start(
+            tasks,
+            Api::all(workload.clone()),
+            watcher::Config::default(),
+            keep,
+            None,
+        ));
+        self
     }
 
     /// Waits until every cache has its first full list.
@@ -416,6 +431,9 @@ impl Caches {
         self.nodeclasses.ready().await;
         self.machines.ready().await;
         self.clusters.ready().await;
+        if let Some(o) = &self.nodeoverlays {
+            o.ready().await;
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! The catalog of each NodeClass, as the loops read it: built from the template caches, the
-//! NodeClass and its Cluster ([`IndexCatalogs`]), behind the [`Catalogs`] trait so the
-//! provisioner and launch can be fed a fixed catalog in tests.
+//! NodeClass and its Cluster, with the NodeOverlays applied ([`IndexCatalogs`],
+//! [`crate::overlays`]), behind the [`Catalogs`] trait so the provisioner and launch can be
+//! fed a fixed catalog in tests.
 
 use std::sync::Arc;
 
@@ -8,9 +9,12 @@ use api::{Cluster, ClusterAPINodeClass};
 use kube::api::DynamicObject;
 use kube::runtime::reflector::{ObjectRef, Store};
 use templates::model::Catalog;
+use templates::overlay::Evaluation;
 use templates::selection::Selection;
 use templates::settings::CatalogSettings;
 use templates::watch::TemplateIndex;
+
+use crate::overlays::Overlays;
 
 /// The current catalog of each NodeClass (fed by the template watcher).
 pub trait Catalogs: Send + Sync {
@@ -66,12 +70,15 @@ pub(crate) fn mismatch(engaged: Option<&ClusterKey>, nc: &ClusterAPINodeClass) -
     })
 }
 
-/// Catalogs built from the template caches, the NodeClass and its Cluster (all cached).
+/// Catalogs built from the template caches, the NodeClass and its Cluster (all cached),
+/// with the NodeOverlays applied.
 #[derive(Clone)]
 pub struct IndexCatalogs {
     pub index: TemplateIndex,
     pub nodeclasses: Store<ClusterAPINodeClass>,
     pub clusters: Store<Cluster>,
+    /// The NodeOverlays (`Default`: none applied).
+    pub overlays: Overlays,
     /// The engaged Cluster (hub mode): a NodeClass naming another has no catalog.
     pub engaged: Option<ClusterKey>,
 }
@@ -83,8 +90,8 @@ impl IndexCatalogs {
             .get(&ObjectRef::new(&r.name).within(&r.namespace))
     }
 
-    /// The catalog of a NodeClass.
-    pub fn catalog_for(
+    /// The catalog of a NodeClass from its templates alone (no overlay applied).
+    pub fn base_catalog_for(
         &self,
         nc: &ClusterAPINodeClass,
     ) -> Arc<Result<Arc<Catalog>, templates::SettingsError>> {
@@ -92,6 +99,40 @@ impl IndexCatalogs {
         let cluster = self.cluster_of(nc);
         let settings = CatalogSettings::from_node_class(nc, cluster.as_deref());
         self.index.catalog_cached(&selection, &settings)
+    }
+
+    /// The NodeOverlays evaluated over every NodeClass's base catalog (what applies, what
+    /// conflicts, what each selects).
+    pub fn evaluation(&self) -> Arc<Evaluation> {
+        let mut nodeclasses = self.nodeclasses.state();
+        nodeclasses.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        let bases = nodeclasses
+            .iter()
+            .filter_map(|nc| match &*self.base_catalog_for(nc) {
+                Ok(c) => Some(Arc::clone(c)),
+                Err(_) => None,
+            })
+            .collect();
+        self.overlays.evaluation(bases)
+    }
+
+    /// The catalog of a NodeClass, NodeOverlays applied.
+    pub fn catalog_for(
+        &self,
+        nc: &ClusterAPINodeClass,
+    ) -> Arc<Result<Arc<Catalog>, templates::SettingsError>> {
+        let base = self.base_catalog_for(nc);
+        let Ok(catalog) = &*base else {
+            return base;
+        };
+        if !self.overlays.any() {
+            return base;
+        }
+        let applied = self.overlays.apply(catalog, &self.evaluation());
+        if Arc::ptr_eq(&applied, catalog) {
+            return base;
+        }
+        Arc::new(Ok(applied))
     }
 }
 

@@ -262,6 +262,7 @@ mod tests {
             labels: Default::default(),
             taints: Vec::new(),
             offerings: Vec::new(),
+            capacity_overlaid: false,
         }
     }
 

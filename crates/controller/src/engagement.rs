@@ -60,6 +60,8 @@ pub(crate) struct Engagement {
     nodepool_status: crate::nodepool_status::NodePoolStatus,
     latency: crate::latency::Latency,
     status: StatusCtx,
+    /// The NodeOverlay status loop and the caches that trigger it (feature gate on).
+    overlay_status: Option<OverlayLoop>,
     pods: crate::cache::Cache<k8s_openapi::api::core::v1::Pod>,
     nodeclasses: crate::cache::Cache<api::ClusterAPINodeClass>,
     nodeclaims: kube::runtime::reflector::Store<api::NodeClaim>,
@@ -79,12 +81,7 @@ impl Engagement {
     ) -> Engagement {
         // The one cluster state every reader of this workload cluster shares.
         let state = ClusterState::new(crate::state::Sources::of(caches));
-        let catalogs = IndexCatalogs {
-            index,
-            nodeclasses: caches.nodeclasses.store(),
-            clusters: caches.clusters.store(),
-            engaged: ctx.engaged.clone(),
-        };
+        let catalogs = catalogs(ctx, caches, index);
         let reporter = Reporter {
             controller: "karpenter".into(),
             instance: Some(identity),
@@ -140,7 +137,9 @@ impl Engagement {
             nodeclaims: caches.nodeclaims.clone(),
             machines: caches.machines.clone(),
         };
+        let overlay_status = overlay_loop(ctx, caches, &catalogs);
         Engagement {
+            overlay_status,
             status: StatusCtx {
                 workload: ctx.workload.clone(),
                 management: ctx.management.clone(),
@@ -200,6 +199,15 @@ impl Engagement {
             self.nodepool_status,
             stopped(stop.clone()),
         ));
+        if let Some(o) = self.overlay_status {
+            loops.spawn(crate::overlay_status::run(
+                o.ctx,
+                o.overlays,
+                self.nodeclasses.clone(),
+                o.clusters,
+                stopped(stop.clone()),
+            ));
+        }
         loops.spawn(nodeclass_status::run(
             self.status,
             self.nodeclasses,
@@ -212,6 +220,47 @@ impl Engagement {
         ));
         (loops, gc)
     }
+}
+
+/// The catalogs over the caches: templates, NodeClasses, Clusters and NodeOverlays.
+fn catalogs(
+    ctx: &Sources,
+    caches: &Caches,
+    index: templates::watch::TemplateIndex,
+) -> IndexCatalogs {
+    IndexCatalogs {
+        index,
+        nodeclasses: caches.nodeclasses.store(),
+        clusters: caches.clusters.store(),
+        engaged: ctx.engaged.clone(),
+        overlays: caches
+            .nodeoverlays
+            .clone()
+            .map(crate::overlays::Overlays::new)
+            .unwrap_or_default(),
+    }
+}
+
+/// The NodeOverlay status loop's context and triggers.
+struct OverlayLoop {
+    ctx: crate::overlay_status::OverlayStatus,
+    overlays: crate::cache::Cache<api::NodeOverlay>,
+    clusters: crate::cache::Cache<api::Cluster>,
+}
+
+/// The NodeOverlay status loop, when the NodeOverlay cache runs (the feature gate).
+fn overlay_loop(ctx: &Sources, caches: &Caches, catalogs: &IndexCatalogs) -> Option<OverlayLoop> {
+    Some(OverlayLoop {
+        ctx: crate::overlay_status::OverlayStatus {
+            client: ctx.workload.clone(),
+            metrics: ctx.metrics.clone(),
+            catalogs: catalogs.clone(),
+            expectations: Arc::default(),
+            gauged: Arc::default(),
+        },
+        overlays: caches.nodeoverlays.clone()?,
+        clusters: caches.clusters.clone(),
+    })
 }
 
 /// What wakes the NodeClaim lifecycle: its caches' changes and the templates'.

@@ -24,6 +24,8 @@ pub(crate) mod nodeclass;
 pub mod nodeclass_status;
 pub(crate) mod nodepool_status;
 pub mod objects;
+pub(crate) mod overlay_status;
+pub mod overlays;
 pub mod provisioning;
 pub mod ratelimit;
 pub(crate) mod reports;

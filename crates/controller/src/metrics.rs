@@ -121,6 +121,11 @@ pub struct NodeClassLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OverlayLabels {
+    pub nodeoverlay: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EligibleLabels {
     pub reason: String,
 }
@@ -198,6 +203,7 @@ pub struct Metrics {
     pub machines_launched: Family<NodePoolLabels, Counter>,
     pub launch_duration: Family<NodePoolLabels, Histogram, fn() -> Histogram>,
     pub catalog_instance_types: Family<NodeClassLabels, Gauge>,
+    pub nodeoverlay_matched_offerings: Family<OverlayLabels, Gauge>,
     pub voluntary_disruption_eligible_nodes: Family<EligibleLabels, Gauge>,
     pub nodepools_allowed_disruptions: Family<PoolReasonLabels, Gauge>,
     pub consolidation_score: Family<NodePoolLabels, Gauge<f64, AtomicU64>>,
@@ -240,6 +246,7 @@ impl Metrics {
             machines_launched: Family::default(),
             launch_duration: Family::new_with_constructor(launch_histogram),
             catalog_instance_types: Family::default(),
+            nodeoverlay_matched_offerings: Family::default(),
             voluntary_disruption_eligible_nodes: Family::default(),
             nodepools_allowed_disruptions: Family::default(),
             consolidation_score: Family::default(),
@@ -402,6 +409,11 @@ impl Metrics {
             "catalog_instance_types",
             "Instance types in each nodeclass's catalog.",
             Declared(self.catalog_instance_types.clone()),
+        );
+        r.register(
+            "nodeoverlay_matched_offerings",
+            "Offerings each nodeoverlay selects, over every nodeclass's catalog.",
+            Declared(self.nodeoverlay_matched_offerings.clone()),
         );
         r.register(
             "launch_step_duration_seconds",

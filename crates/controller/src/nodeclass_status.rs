@@ -314,19 +314,28 @@ fn error_policy(
 }
 
 /// Runs the NodeClass status controller: reconciles every NodeClass on its own changes and on
-/// every template change.
+/// every template or NodeOverlay change.
 pub async fn run(
     ctx: StatusCtx,
     nodeclasses: Cache<ClusterAPINodeClass>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let mut changes = ctx.catalogs.index.subscribe();
+    let changes = futures::stream::unfold(ctx.catalogs.index.subscribe(), |mut rx| async move {
+        rx.changed().await.ok()?;
+        Some(((), rx))
+    });
+    // The prices in `status.instanceTypes` are the NodeOverlays' too.
+    let overlays = match ctx.catalogs.overlays.cache() {
+        Some(c) => c.subscribe().map(|_| ()).boxed(),
+        None => futures::stream::pending().boxed(),
+    };
     let (tx, rx) = futures::channel::mpsc::channel::<()>(1);
     let mut tasks = crate::tasks::Tasks::default();
     tasks.spawn(async move {
         let mut tx = tx;
-        while changes.changed().await.is_ok() {
-            // Coalesce bursts of template events.
+        let mut changes = futures::stream::select(changes.boxed(), overlays);
+        while changes.next().await.is_some() {
+            // Coalesce bursts of template and overlay events.
             tokio::time::sleep(Duration::from_millis(200)).await;
             let _ = tx.try_send(());
         }

@@ -65,6 +65,9 @@ pub struct RunConfig {
     pub disruption_timeout: Duration,
     /// How long a template's reported `available-count` is trusted.
     pub count_staleness: Duration,
+    /// The `NodeOverlay` feature gate: NodeOverlays watched, evaluated and applied to the
+    /// catalogs (on by default, as in Karpenter v1.15.0).
+    pub node_overlay: bool,
     /// Hub mode (`--mode hub`): the process runs against the management cluster only
     /// (`management_kubeconfig`, else `kubeconfig`, else in-cluster) and engages every
     /// opted-in Cluster API `Cluster` (see `hub`). `None`: single-cluster mode.
@@ -90,6 +93,7 @@ impl Default for RunConfig {
             cluster_id: None,
             disruption_timeout: crate::disruption::orchestrate::TIMEOUT,
             count_staleness: crate::counts::DEFAULT_STALENESS,
+            node_overlay: true,
             hub: None,
         }
     }
@@ -287,8 +291,11 @@ async fn warm(ctx: &Context, tasks: &mut crate::tasks::Tasks) -> Result<Warm, Ru
             let cluster_id =
                 crate::fence::cluster_id(&ctx.workload, ctx.config.cluster_id.as_deref()).await?;
             tracing::info!(cluster_id = %cluster_id, "fencing our Cluster API objects by cluster id");
-            let caches =
+            let mut caches =
                 crate::cache::Caches::start(tasks, &ctx.workload, &ctx.management, &cluster_id);
+            if ctx.config.node_overlay {
+                caches = caches.with_overlays(tasks, &ctx.workload);
+            }
             Ok(Warm::Single {
                 caches: Box::new(caches),
                 cluster_id,

@@ -40,6 +40,8 @@ pub mod manager {
     pub const POD_EVENTS: &str = "karpenter-capi-podevents";
     pub const NODEPOOL_STATUS: &str = "karpenter-capi-nodepool-status";
     pub const NODECLASS_STATUS: &str = "karpenter-capi-nodeclass-status";
+    /// NodeOverlay conditions (ValidationSucceeded, Ready).
+    pub const NODEOVERLAY_STATUS: &str = "karpenter-capi-nodeoverlay-status";
 }
 
 /// What a conditional write came to.

@@ -147,11 +147,7 @@ pub fn build_catalog(
             instance_type(name, shape, templates, offerings)
         })
         .collect();
-    instance_types.sort_by(|a, b| {
-        let pa = a.cheapest().map(|o| o.price).unwrap_or(f64::MAX);
-        let pb = b.cheapest().map(|o| o.price).unwrap_or(f64::MAX);
-        pa.total_cmp(&pb).then_with(|| a.name.cmp(&b.name))
-    });
+    sort_instance_types(&mut instance_types);
     excluded.sort_by(|a, b| a.template.cmp(&b.template));
     Ok(Catalog {
         instance_types,
@@ -168,15 +164,7 @@ fn instance_type(
     templates: Vec<TemplateRef>,
     mut offerings: Vec<Offering>,
 ) -> InstanceType {
-    // Reserved offerings first (preferred as Karpenter prefers reserved capacity), then price.
-    offerings.sort_by(|a, b| {
-        b.is_reserved()
-            .cmp(&a.is_reserved())
-            .then_with(|| a.price.total_cmp(&b.price))
-            .then_with(|| a.zone.cmp(&b.zone))
-            .then_with(|| a.capacity_type.cmp(&b.capacity_type))
-            .then_with(|| a.template.cmp(&b.template))
-    });
+    sort_offerings(&mut offerings);
     let mut labels = shape.labels;
     let uniform = |f: &dyn Fn(&Offering) -> &str| -> Option<String> {
         let first = offerings.first().map(f)?;
@@ -199,7 +187,30 @@ fn instance_type(
         labels,
         taints: shape.taints,
         offerings,
+        capacity_overlaid: false,
     }
+}
+
+/// Instance types by cheapest offering, then name.
+pub(crate) fn sort_instance_types(instance_types: &mut [InstanceType]) {
+    instance_types.sort_by(|a, b| {
+        let pa = a.cheapest().map(|o| o.price).unwrap_or(f64::MAX);
+        let pb = b.cheapest().map(|o| o.price).unwrap_or(f64::MAX);
+        pa.total_cmp(&pb).then_with(|| a.name.cmp(&b.name))
+    });
+}
+
+/// Reserved offerings first (preferred as Karpenter prefers reserved capacity), then price,
+/// zone, capacity type, template.
+pub(crate) fn sort_offerings(offerings: &mut [Offering]) {
+    offerings.sort_by(|a, b| {
+        b.is_reserved()
+            .cmp(&a.is_reserved())
+            .then_with(|| a.price.total_cmp(&b.price))
+            .then_with(|| a.zone.cmp(&b.zone))
+            .then_with(|| a.capacity_type.cmp(&b.capacity_type))
+            .then_with(|| a.template.cmp(&b.template))
+    });
 }
 
 /// Why a template whose instance type is already defined (by `first`, with offerings

@@ -17,6 +17,7 @@
 //!   serving each NodeClass's catalog.
 //! - [`status`]: the NodeClass status of a catalog (`status.instanceTypes`, `ClusterReady`,
 //!   `TemplatesReady`, `BootstrapReady`).
+//! - [`overlay`]: NodeOverlays applied to a catalog (Karpenter's semantics).
 //! - [`offline`]: reading YAML files into objects and rendering catalogs (the
 //!   `karpenter-capi instance-types` command).
 
@@ -26,6 +27,7 @@ mod error;
 pub mod labels;
 pub mod model;
 pub mod offline;
+pub mod overlay;
 pub mod quantity;
 mod reference;
 pub mod selection;

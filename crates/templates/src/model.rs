@@ -103,6 +103,8 @@ pub enum PriceSource {
     Annotation,
     /// The documented default formula ([`default_price`]).
     Default,
+    /// A NodeOverlay's `price` or `priceAdjustment` (see [`crate::overlay`]).
+    Overlay,
 }
 
 /// Default price per hour of an offering without a price annotation:
@@ -164,6 +166,18 @@ impl Offering {
         l
     }
 
+    /// The value of one of [`Self::labels`] without building them (`None`: not an
+    /// offering label, or unset).
+    pub fn label(&self, key: &str) -> Option<&str> {
+        match key {
+            label::ZONE => self.zone.as_deref(),
+            label::CAPACITY_TYPE => Some(&self.capacity_type),
+            label::INSTANCE_TEMPLATE => Some(&self.template.name),
+            label::RESERVATION_ID => self.reservation_id.as_deref(),
+            _ => None,
+        }
+    }
+
     /// Whether this offering draws from a reservation (preferred over any other).
     pub fn is_reserved(&self) -> bool {
         self.capacity_type == label::CAPACITY_TYPE_RESERVED
@@ -188,6 +202,9 @@ pub struct InstanceType {
     pub taints: Vec<Taint>,
     /// Reserved first, then by price, zone, capacity type.
     pub offerings: Vec<Offering>,
+    /// Whether a NodeOverlay added to (or set) its capacity (see [`crate::overlay`]).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub capacity_overlaid: bool,
 }
 
 impl InstanceType {

@@ -297,6 +297,7 @@ impl Consolidation {
                 vec![crate::provisioning::nodeclaim::nodeclaim(
                     &r.nodepool,
                     &r.claim,
+                    r.catalog.as_deref(),
                 )]
             }
         };

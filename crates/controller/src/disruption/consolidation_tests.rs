@@ -54,6 +54,7 @@ fn catalog() -> Arc<Catalog> {
                         limits: Default::default(),
                         reservation_id: None,
                     }],
+                    capacity_overlaid: false,
                 }
             })
             .collect(),

@@ -54,6 +54,8 @@ pub struct Replacement {
     /// The cheapest option and its price.
     pub instance_type: String,
     pub price: f64,
+    /// The catalog the pool's instance types came from (the NodeClaim's overlay marks).
+    pub catalog: Option<Arc<templates::model::Catalog>>,
 }
 
 /// A consolidation the simulation found.
@@ -387,6 +389,7 @@ fn replacement(
     let claim = narrowed(claim, &chosen);
     let (instance_type, price) = cheapest(&chosen)?;
     Ok(Replacement {
+        catalog: snap.catalogs.get(&claim.node_pool).cloned(),
         nodepool,
         claim,
         instance_type,

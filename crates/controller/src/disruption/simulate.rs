@@ -11,7 +11,7 @@ use templates::model::Catalog;
 use super::View;
 use super::candidates::{Candidate, reschedulable};
 use crate::objects::{deleting, name, pod_node_name};
-use crate::provisioning::{nodeclaim, snapshot};
+use crate::provisioning::snapshot;
 use crate::state::{Cluster, Objects};
 
 /// Plans replacements for candidates.
@@ -86,7 +86,7 @@ impl Simulate for Simulator<'_> {
         Ok(out
             .new_node_claims
             .iter()
-            .filter_map(|c| Some(nodeclaim::nodeclaim(snap.pools.get(&c.node_pool)?, c)))
+            .filter_map(|c| snap.nodeclaim(c))
             .collect())
     }
 }

@@ -134,6 +134,7 @@ pub(crate) fn engage(hub: &Hub, key: ClusterKey, cluster: &Cluster, creds: Crede
         options: hub.options.clone(),
         identity: hub.identity.clone(),
         probe_interval: hub.config.probe_interval,
+        node_overlay: hub.config.node_overlay,
         recorder: hub.recorder.clone(),
         regarding: regarding(cluster),
         key,
@@ -179,6 +180,8 @@ struct Run {
     options: ClientOptions,
     identity: String,
     probe_interval: Duration,
+    /// The `NodeOverlay` feature gate.
+    node_overlay: bool,
     recorder: Recorder,
     regarding: ObjectReference,
     key: ClusterKey,
@@ -217,13 +220,16 @@ impl Run {
             cluster_id,
         } = connected;
         let mut tasks = Tasks::default();
-        let caches = Caches::start_engaged(
+        let mut caches = Caches::start_engaged(
             &mut tasks,
             &workload,
             &management,
             &cluster_id,
             self.clusters.clone(),
         );
+        if self.node_overlay {
+            caches = caches.with_overlays(&mut tasks, &workload);
+        }
         tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
             _ = caches.ready() => {}

@@ -45,6 +45,9 @@ pub struct HubConfig {
     /// How often the kubeconfig Secrets of engaged Clusters are read again (a changed one
     /// re-engages).
     pub resync: Duration,
+    /// The `NodeOverlay` feature gate: each engaged cluster's NodeOverlays watched and
+    /// applied.
+    pub node_overlay: bool,
 }
 
 impl Default for HubConfig {
@@ -55,6 +58,7 @@ impl Default for HubConfig {
             watch_filter: None,
             probe_interval: crate::health::INTERVAL,
             resync: Duration::from_secs(10),
+            node_overlay: true,
         }
     }
 }

@@ -483,6 +483,7 @@ mod tests {
                     limits: Default::default(),
                     reservation_id: None,
                 }],
+                capacity_overlaid: false,
             }],
             ..Catalog::default()
         }

@@ -223,6 +223,7 @@ mod tests {
                     reservation_id: None,
                 })
                 .collect(),
+            capacity_overlaid: false,
         }
     }
 

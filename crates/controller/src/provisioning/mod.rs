@@ -171,10 +171,7 @@ impl Provisioner {
             .new_node_claims
             .iter()
             .enumerate()
-            .filter_map(|(i, claim)| {
-                let pool = snapshot.pools.get(&claim.node_pool)?;
-                Some((i, nodeclaim::nodeclaim(pool, claim)))
-            })
+            .filter_map(|(i, claim)| Some((i, snapshot.nodeclaim(claim)?)))
             .collect();
         let results: Vec<(usize, Result<NodeClaim, Error>)> = futures::stream::iter(planned)
             .map(|(i, obj)| {

@@ -1,12 +1,16 @@
 //! The solver's output back into the API: the NodeClaim to create for a planned claim of a
 //! NodePool, and the NodePool hash it carries.
 
-use api::consts::annotations::{NODEPOOL_HASH, NODEPOOL_HASH_VERSION as NODEPOOL_HASH_VERSION_KEY};
+use api::consts::annotations::{
+    CAPACITY_OVERLAY_APPLIED, NODEPOOL_HASH, NODEPOOL_HASH_VERSION as NODEPOOL_HASH_VERSION_KEY,
+    PRICE_OVERLAY_APPLIED,
+};
 use api::karpenter::{self as k, NodeSelectorRequirementWithMinValues};
 use api::{NodeClaim, NodePool};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use kube::api::ObjectMeta;
 use scheduling::{Operator, Requirement, Taint, TaintEffect};
+use templates::model::Catalog;
 
 use super::convert::quantities;
 
@@ -75,8 +79,14 @@ pub fn nodepool_hash(pool: &NodePool) -> String {
     crate::objects::fnv64(&crate::objects::pruned(v).to_string()).to_string()
 }
 
-/// The NodeClaim to create for one planned claim of `pool`.
-pub fn nodeclaim(pool: &NodePool, claim: &scheduling::NewNodeClaim) -> NodeClaim {
+/// The NodeClaim to create for one planned claim of `pool`, whose instance types came from
+/// `catalog`: Karpenter's `karpenter.sh/{price,capacity}-overlay-applied: "true"` when a
+/// NodeOverlay changed one of them (set at create: no write of its own).
+pub fn nodeclaim(
+    pool: &NodePool,
+    claim: &scheduling::NewNodeClaim,
+    catalog: Option<&Catalog>,
+) -> NodeClaim {
     let name = pool.metadata.name.clone().unwrap_or_default();
     let tpl = &pool.spec.template;
     let mut labels = tpl.metadata.labels.clone();
@@ -87,6 +97,17 @@ pub fn nodeclaim(pool: &NodePool, claim: &scheduling::NewNodeClaim) -> NodeClaim
         NODEPOOL_HASH_VERSION_KEY.into(),
         NODEPOOL_HASH_VERSION.into(),
     );
+    let (price, capacity) = catalog
+        .map(|c| templates::overlay::marks(c, claim.instance_types()))
+        .unwrap_or_default();
+    for (key, marked) in [
+        (PRICE_OVERLAY_APPLIED, price),
+        (CAPACITY_OVERLAY_APPLIED, capacity),
+    ] {
+        if marked {
+            annotations.insert(key.into(), "true".into());
+        }
+    }
     NodeClaim {
         metadata: ObjectMeta {
             generate_name: Some(format!("{name}-")),
@@ -158,7 +179,7 @@ mod tests {
                 price: 0.1,
             },
         };
-        let nc = serde_json::to_value(nodeclaim(&pool, &claim)).expect("json");
+        let nc = serde_json::to_value(nodeclaim(&pool, &claim, None)).expect("json");
         assert_eq!(nc["metadata"]["generateName"], "default-");
         assert_eq!(nc["metadata"]["labels"]["karpenter.sh/nodepool"], "default");
         assert_eq!(nc["metadata"]["labels"]["team"], "a");

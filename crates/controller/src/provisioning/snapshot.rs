@@ -15,10 +15,12 @@ use crate::counts::Offerings;
 use crate::objects::{claim_condition, claim_node_name, deleting, name};
 use crate::state::Cluster;
 
-/// Result of one snapshot: the solver input and the NodePool objects by name.
+/// Result of one snapshot: the solver input, the NodePool objects by name and the
+/// catalog each pool's instance types came from.
 pub struct Snapshot {
     pub input: scheduling::Input,
     pub pools: BTreeMap<String, Arc<NodePool>>,
+    pub catalogs: BTreeMap<String, Arc<Catalog>>,
 }
 
 impl Snapshot {
@@ -31,6 +33,14 @@ impl Snapshot {
             .filter(|n| n.state == scheduling::NodeState::InFlight)
             .map(|n| n.name.as_str())
             .collect()
+    }
+
+    /// The NodeClaim to create for a claim the solver planned on one of this snapshot's
+    /// pools (`None`: not one of them).
+    pub fn nodeclaim(&self, claim: &scheduling::NewNodeClaim) -> Option<NodeClaim> {
+        let pool = self.pools.get(&claim.node_pool)?;
+        let catalog = self.catalogs.get(&claim.node_pool).map(|c| c.as_ref());
+        Some(super::nodeclaim::nodeclaim(pool, claim, catalog))
     }
 }
 
@@ -60,6 +70,7 @@ pub fn build(
     nodes.extend(cluster.in_flight().map(|c| in_flight_node(cluster, c)));
     let mut node_pools = Vec::new();
     let mut pools = BTreeMap::new();
+    let mut catalogs = BTreeMap::new();
     for p in nodepools {
         if deleting(p.as_ref()) {
             continue;
@@ -76,6 +87,7 @@ pub fn build(
                 .iter()
                 .map(|it| convert::instance_type(it, offerings))
                 .collect();
+            catalogs.insert(pool.name.clone(), catalog);
         }
         pools.insert(pool.name.clone(), Arc::clone(p));
         node_pools.push(pool);
@@ -92,6 +104,7 @@ pub fn build(
             pods: pending.iter().map(|p| convert::pod(p)).collect(),
         },
         pools,
+        catalogs,
     }
 }
 
