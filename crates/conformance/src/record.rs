@@ -36,6 +36,11 @@ pub struct RecordedOffering {
     pub available: bool,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub reservation_capacity: i64,
+    /// Entries replacing the instance type's capacity / overhead for this offering.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub capacity_override: BTreeMap<String, Quantity>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub overhead_override: BTreeMap<String, Quantity>,
 }
 
 fn is_zero(v: &i64) -> bool {

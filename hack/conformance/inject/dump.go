@@ -47,6 +47,9 @@ type conformanceOffering struct {
 	Price               float64                                   `json:"price"`
 	Available           bool                                      `json:"available"`
 	ReservationCapacity int                                       `json:"reservationCapacity,omitempty"`
+	// Offering-level replacements of the instance type's capacity and overhead entries.
+	CapacityOverride corev1.ResourceList `json:"capacityOverride,omitempty"`
+	OverheadOverride corev1.ResourceList `json:"overheadOverride,omitempty"`
 }
 
 type conformanceInstanceType struct {
@@ -90,11 +93,11 @@ type conformanceResult struct {
 }
 
 type conformanceRecord struct {
-	Scenario string             `json:"scenario"`
-	Solve    int                `json:"solve"`
-	Input    *conformanceInput  `json:"input"`
-	Pods     []*corev1.Pod      `json:"pods"`
-	Result   conformanceResult  `json:"karpenter"`
+	Scenario string            `json:"scenario"`
+	Solve    int               `json:"solve"`
+	Input    *conformanceInput `json:"input"`
+	Pods     []*corev1.Pod     `json:"pods"`
+	Result   conformanceResult `json:"karpenter"`
 }
 
 func conformanceEnabled() bool { return os.Getenv("CONFORMANCE_OUT") != "" }
@@ -115,7 +118,13 @@ func conformanceInstanceTypes(its []*cloudprovider.InstanceType) []conformanceIn
 			t.Overhead = it.Overhead.Total()
 		}
 		for _, o := range it.Offerings {
+			var overhead corev1.ResourceList
+			if o.OverheadOverride != nil {
+				overhead = o.OverheadOverride.Total()
+			}
 			t.Offerings = append(t.Offerings, conformanceOffering{
+				CapacityOverride:    o.CapacityOverride,
+				OverheadOverride:    overhead,
 				Requirements:        conformanceRequirements(o.Requirements),
 				Zone:                o.Requirements.Get(corev1.LabelTopologyZone).Any(),
 				CapacityType:        o.Requirements.Get(v1.CapacityTypeLabelKey).Any(),

@@ -5,11 +5,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use api::NodeClaim;
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::core::v1::{Node, Pod};
 
 use super::labels::{self, Labels, NodeSelection, Value};
 use super::resources::{self, Amounts};
-use super::topology::Place;
+use super::topology::{Place, Policy};
 use super::{Checker, Plan, Report, Violation, launch_labels, pool_reqs, pool_taints, port_clash};
 
 /// Taints a node sheds once initialized (Karpenter ignores them on nodes not initialized).
@@ -45,7 +45,6 @@ fn finished(p: &Pod) -> bool {
 /// An existing place and what the checker needs beyond [`Place`].
 struct Existing<'a> {
     place: Place<'a>,
-    taints: Vec<Taint>,
     allocatable: Amounts,
 }
 
@@ -87,9 +86,18 @@ impl<'a> Checker<'a> {
                 .into_iter()
                 .filter(|t| !(uninitialized && (EPHEMERAL.contains(&t.key.as_str()) || startup.contains(&t.key))))
                 .collect();
-            let allocatable = n.status.as_ref().and_then(|s| s.allocatable.as_ref()).map(resources::parse).unwrap_or_default();
+            // Until initialized, the NodeClaim's allocatable is what the node will have (the
+            // kubelet may not have reported extended resources yet).
+            let from_claim = claim
+                .filter(|c| !initialized(c))
+                .and_then(|c| c.status.as_ref())
+                .map(|s| resources::parse(&s.allocatable))
+                .filter(|a| !a.is_empty());
+            let allocatable = from_claim.unwrap_or_else(|| {
+                n.status.as_ref().and_then(|s| s.allocatable.as_ref()).map(resources::parse).unwrap_or_default()
+            });
             let pods = bound.get(name.as_str()).cloned().unwrap_or_default();
-            out.push(Existing { place: Place { name, labels, pods, placed: Vec::new() }, taints, allocatable });
+            out.push(Existing { place: Place { name, labels, taints, pods, placed: Vec::new() }, allocatable });
         }
         for c in self.rec.input.node_claims.iter().filter(|c| !with_node.contains(&c.metadata.name)) {
             let name = c.metadata.name.clone().unwrap_or_default();
@@ -99,7 +107,7 @@ impl<'a> Checker<'a> {
             labels.insert("kubernetes.io/hostname".into(), Value::Fixed(name.clone()));
             let taints = serde_json::to_value(&c.spec.taints).and_then(serde_json::from_value).unwrap_or_default();
             let allocatable = c.status.as_ref().map(|s| resources::parse(&s.allocatable)).unwrap_or_default();
-            out.push(Existing { place: Place { name, labels, pods: Vec::new(), placed: Vec::new() }, taints, allocatable });
+            out.push(Existing { place: Place { name, labels, taints, pods: Vec::new(), placed: Vec::new() }, allocatable });
         }
         out
     }
@@ -118,7 +126,7 @@ impl<'a> Checker<'a> {
                 if !NodeSelection::of(p.spec.as_ref()).satisfied(&e.place.labels) {
                     self.out.insert(Violation::new("node affinity", format!("{k}: not satisfied on node {node}")));
                 }
-                if let Some(t) = labels::untolerated(&e.taints, p.spec.as_ref()) {
+                if let Some(t) = labels::untolerated(&e.place.taints, p.spec.as_ref()) {
                     self.out.insert(Violation::new("taints", format!("{k}: taint {} of node {node} not tolerated", t.key)));
                 }
                 e.place.pods.push(p);
@@ -178,9 +186,10 @@ impl<'a> Checker<'a> {
 
     /// The values of `key` on the nodes `pod` could be on: launches of every NodePool whose
     /// taints it tolerates that may satisfy its node selection, and existing nodes that do.
-    pub(super) fn eligible(&mut self, pod: &Pod, key: &str) -> BTreeSet<String> {
+    pub(super) fn eligible(&mut self, pod: &Pod, key: &str, policy: Policy) -> BTreeSet<String> {
         let spec = pod.spec.as_ref();
         let sig = serde_json::to_string(&(
+            policy,
             spec.and_then(|s| s.node_selector.as_ref()),
             spec.and_then(|s| s.affinity.as_ref()).and_then(|a| a.node_affinity.as_ref()),
             spec.and_then(|s| s.tolerations.as_ref()),
@@ -189,7 +198,7 @@ impl<'a> Checker<'a> {
         if let Some(v) = self.eligible.get(&(key.to_string(), sig.clone())) {
             return v.clone();
         }
-        let selection = NodeSelection::of(spec);
+        let selection = if policy.affinity { NodeSelection::of(spec) } else { NodeSelection::any() };
         let mut out = BTreeSet::new();
         for pool in &self.rec.input.node_pools {
             if labels::untolerated(&pool_taints(pool), spec).is_some() {
@@ -208,6 +217,10 @@ impl<'a> Checker<'a> {
         }
         for n in &self.rec.input.nodes {
             let l = fixed_labels(n.metadata.labels.as_ref());
+            let taints = n.spec.as_ref().and_then(|s| s.taints.as_deref()).unwrap_or_default();
+            if policy.taints && labels::untolerated(taints, spec).is_some() {
+                continue;
+            }
             if selection.satisfied(&l)
                 && let Some(Value::Fixed(v)) = l.get(key)
             {

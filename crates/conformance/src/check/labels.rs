@@ -147,7 +147,16 @@ fn narrow(v: Option<Value>, req: &Req) -> Value {
         }
         // Present where absent is required, or the reverse: nothing fits.
         ("DoesNotExist", _) | (_, Some(Value::Absent)) => Value::OneOf(BTreeSet::new()),
-        ("In", None | Some(Value::Unknown { .. })) => Value::OneOf(set),
+        ("In", None) => Value::OneOf(set),
+        ("In", Some(Value::Unknown { excluded, gt, lt })) => Value::OneOf(
+            set.into_iter()
+                .filter(|x| {
+                    !excluded.contains(x)
+                        && gt.is_none_or(|g| int(x).is_some_and(|n| n > g))
+                        && lt.is_none_or(|l| int(x).is_some_and(|n| n < l))
+                })
+                .collect(),
+        ),
         (_, Some(Value::OneOf(s))) => Value::OneOf(
             s.into_iter()
                 .filter(|x| eval(&Value::Fixed(x.clone()), req, true))
@@ -203,6 +212,25 @@ pub(super) fn conflict(labels: &Labels) -> Option<&str> {
         .map(|(k, _)| k.as_str())
 }
 
+/// Deprecated label → the label whose value it carries (the kubelet and cloud node manager
+/// set both).
+const ALIASES: [(&str, &str); 5] = [
+    ("beta.kubernetes.io/arch", "kubernetes.io/arch"),
+    ("beta.kubernetes.io/os", "kubernetes.io/os"),
+    ("beta.kubernetes.io/instance-type", "node.kubernetes.io/instance-type"),
+    ("failure-domain.beta.kubernetes.io/zone", "topology.kubernetes.io/zone"),
+    ("failure-domain.beta.kubernetes.io/region", "topology.kubernetes.io/region"),
+];
+
+/// Adds the deprecated aliases of the stable labels a launch sets.
+pub(super) fn add_aliases(labels: &mut Labels) {
+    for (alias, stable) in ALIASES {
+        if let Some(v) = labels.get(stable).cloned() {
+            labels.entry(alias.to_string()).or_insert(v);
+        }
+    }
+}
+
 /// A pod's node selection: `nodeSelector` AND (any of the required affinity terms).
 pub(super) struct NodeSelection {
     pub(super) selector: Vec<Req>,
@@ -210,6 +238,11 @@ pub(super) struct NodeSelection {
 }
 
 impl NodeSelection {
+    /// No constraint (`nodeAffinityPolicy: Ignore`).
+    pub(super) fn any() -> NodeSelection {
+        NodeSelection { selector: Vec::new(), terms: Vec::new() }
+    }
+
     pub(super) fn of(spec: Option<&PodSpec>) -> NodeSelection {
         let selector = spec
             .and_then(|s| s.node_selector.as_ref())
@@ -302,6 +335,9 @@ mod tests {
         assert!(!holds(&n, &req("n", "Gt", &["4"])));
         let one = from_requirements(&[req("z", "In", &["a", "b"]), req("z", "NotIn", &["b"])]);
         assert_eq!(one["z"], Value::Fixed("a".into()));
+        // Found by the corpus: an exclusion before a concrete value still excludes it.
+        let out = from_requirements(&[req("z", "NotIn", &["a"]), req("z", "In", &["a"])]);
+        assert_eq!(conflict(&out), Some("z"));
     }
 
     #[test]

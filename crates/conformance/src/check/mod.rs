@@ -108,13 +108,25 @@ fn launch_labels(base: &[Req], it: &RecordedInstanceType, o: &RecordedOffering) 
     reqs.push(fixed("node.kubernetes.io/instance-type", &it.name));
     reqs.push(fixed("topology.kubernetes.io/zone", &o.zone));
     reqs.push(fixed("karpenter.sh/capacity-type", &o.capacity_type));
-    let labels = labels::from_requirements(&reqs);
-    labels::conflict(&labels).is_none().then_some(labels)
+    let mut labels = labels::from_requirements(&reqs);
+    labels::conflict(&labels).is_none().then(|| {
+        labels::add_aliases(&mut labels);
+        labels
+    })
 }
 
-fn allocatable(it: &RecordedInstanceType) -> Amounts {
-    let mut a = resources::parse(&it.capacity);
-    for (k, v) in resources::parse(&it.overhead) {
+/// Capacity and overhead of launching `it` in `o` (the offering's overrides replace entries).
+fn capacity(it: &RecordedInstanceType, o: &RecordedOffering) -> (Amounts, Amounts) {
+    let mut capacity = resources::parse(&it.capacity);
+    capacity.extend(resources::parse(&o.capacity_override));
+    let mut overhead = resources::parse(&it.overhead);
+    overhead.extend(resources::parse(&o.overhead_override));
+    (capacity, overhead)
+}
+
+fn allocatable(it: &RecordedInstanceType, o: &RecordedOffering) -> Amounts {
+    let (mut a, overhead) = capacity(it, o);
+    for (k, v) in overhead {
         *a.entry(k).or_insert(0) -= v;
     }
     a
@@ -203,7 +215,7 @@ pub fn check(rec: &Record, plan: &Plan) -> Report {
     let launched = plan.claims.iter().map(|c| c.node_pool.clone()).collect();
     c.limits(&usage, &launched);
     let mut out = std::mem::take(&mut c.out);
-    topology::check(&places, &mut |pod, key| c.eligible(pod, key), &mut out);
+    topology::check(&places, &mut |pod, key, policy| c.eligible(pod, key, policy), &mut out);
     report.violations = out;
     report
 }
@@ -253,8 +265,8 @@ impl<'a> Checker<'a> {
         self.min_values(&name, pool, &launches);
         let mut labels = common(&launches);
         labels.insert("kubernetes.io/hostname".into(), Value::Fixed(name.clone()));
-        let place = Place { name, labels, pods: pods.clone(), placed: pods };
-        Some((place, cheapest.offering.price, resources::parse(&cheapest.it.capacity)))
+        let place = Place { name, labels, taints, pods: pods.clone(), placed: pods };
+        Some((place, cheapest.offering.price, capacity(cheapest.it, cheapest.offering).0))
     }
 
     fn launches(&mut self, name: &str, claim: &PlannedClaim, base: &[Req]) -> Vec<Launch<'a>> {
@@ -294,7 +306,7 @@ impl<'a> Checker<'a> {
                 specs.push(Some(d));
             }
         }
-        if let Some(what) = resources::exceeded(&used, &allocatable(l.it)) {
+        if let Some(what) = resources::exceeded(&used, &allocatable(l.it, l.offering)) {
             self.out.insert(Violation::new("resources", format!("{name} as {}: {what}", l.it.name)));
         }
         if let Some(port) = port_clash(&specs) {
@@ -330,9 +342,17 @@ fn common(launches: &[Launch<'_>]) -> Labels {
                     vals.push(v);
                 }
             }
-            let v = match vals.as_slice() {
-                [Some(v @ Value::Fixed(_))] => (*v).clone(),
-                [None] | [Some(Value::Absent)] => Value::Absent,
+            let fixed: Option<BTreeSet<String>> = vals
+                .iter()
+                .map(|v| match v {
+                    Some(Value::Fixed(x)) => Some(x.clone()),
+                    _ => None,
+                })
+                .collect();
+            let v = match (vals.as_slice(), fixed) {
+                ([Some(v @ Value::Fixed(_))], _) => (*v).clone(),
+                ([None] | [Some(Value::Absent)], _) => Value::Absent,
+                (_, Some(set)) => Value::OneOf(set),
                 _ => Value::Unknown { excluded: BTreeSet::new(), gt: None, lt: None },
             };
             (k.clone(), v)

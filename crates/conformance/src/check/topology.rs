@@ -11,7 +11,7 @@
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::core::v1::{Pod, PodAffinityTerm};
+use k8s_openapi::api::core::v1::{Pod, PodAffinityTerm, Taint, TopologySpreadConstraint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::Violation;
@@ -21,18 +21,59 @@ use super::labels::{Labels, NodeSelection, Value};
 pub(super) struct Place<'a> {
     pub(super) name: String,
     pub(super) labels: Labels,
+    pub(super) taints: Vec<Taint>,
     /// Bound and placed.
     pub(super) pods: Vec<&'a Pod>,
     /// Placed by the plan under check.
     pub(super) placed: Vec<&'a Pod>,
 }
 
-/// The place's value for `key`: `None` absent, `Some(None)` not determined before launch.
-fn domain<'p>(place: &'p Place<'_>, key: &str) -> Option<Option<&'p str>> {
-    match place.labels.get(key)? {
-        Value::Absent => None,
-        Value::Fixed(v) => Some(Some(v.as_str())),
-        _ => Some(None),
+/// Which nodes a spread constraint counts: those matching the pod's node affinity
+/// (`nodeAffinityPolicy`, default Honor), those whose taints it tolerates (`nodeTaintsPolicy`,
+/// default Ignore).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub(super) struct Policy {
+    pub(super) affinity: bool,
+    pub(super) taints: bool,
+}
+
+impl Policy {
+    fn of(c: &TopologySpreadConstraint) -> Policy {
+        Policy {
+            affinity: c.node_affinity_policy.as_deref() != Some("Ignore"),
+            taints: c.node_taints_policy.as_deref() == Some("Honor"),
+        }
+    }
+}
+
+/// A place's value for a topology key.
+#[derive(Debug, PartialEq, Eq)]
+enum Dom<'p> {
+    Absent,
+    Is(&'p str),
+    /// Decided at launch: one of these, or anything (`None`).
+    Among(Option<&'p BTreeSet<String>>),
+}
+
+impl Dom<'_> {
+    /// Whether the two may be the same domain.
+    fn may_meet(&self, other: &Dom<'_>) -> bool {
+        match (self, other) {
+            (Dom::Absent, _) | (_, Dom::Absent) => false,
+            (Dom::Is(a), Dom::Is(b)) => a == b,
+            (Dom::Is(a), Dom::Among(Some(s))) | (Dom::Among(Some(s)), Dom::Is(a)) => s.contains(*a),
+            (Dom::Among(Some(a)), Dom::Among(Some(b))) => !a.is_disjoint(b),
+            _ => true,
+        }
+    }
+}
+
+fn domain<'p>(place: &'p Place<'_>, key: &str) -> Dom<'p> {
+    match place.labels.get(key) {
+        None | Some(Value::Absent) => Dom::Absent,
+        Some(Value::Fixed(v)) => Dom::Is(v.as_str()),
+        Some(Value::OneOf(s)) => Dom::Among(Some(s)),
+        Some(Value::Unknown { .. }) => Dom::Among(None),
     }
 }
 
@@ -88,7 +129,7 @@ fn term_selects(term: &PodAffinityTerm, owner: &Pod, pod: &Pod) -> bool {
 /// the pod could be placed in (for the spread minimum).
 pub(super) fn check(
     places: &[Place<'_>],
-    eligible: &mut dyn FnMut(&Pod, &str) -> BTreeSet<String>,
+    eligible: &mut dyn FnMut(&Pod, &str, Policy) -> BTreeSet<String>,
     out: &mut BTreeSet<Violation>,
 ) {
     for (i, place) in places.iter().enumerate() {
@@ -104,7 +145,7 @@ fn spread(
     places: &[Place<'_>],
     place: &Place<'_>,
     pod: &Pod,
-    eligible: &mut dyn FnMut(&Pod, &str) -> BTreeSet<String>,
+    eligible: &mut dyn FnMut(&Pod, &str, Policy) -> BTreeSet<String>,
     out: &mut BTreeSet<Violation>,
 ) {
     let spec = pod.spec.as_ref();
@@ -115,17 +156,22 @@ fn spread(
         }
         let k = c.topology_key.as_str();
         let d = match domain(place, k) {
-            Some(Some(d)) => d,
+            Dom::Is(d) => d,
             other => {
-                let why = if other.is_none() { "lacks" } else { "has not determined" };
+                let why = if other == Dom::Absent { "lacks" } else { "has not determined" };
                 out.insert(Violation::new("topology spread", format!("{}: node {} {why} {k}", key(pod), place.name)));
                 continue;
             }
         };
+        let policy = Policy::of(c);
+        let counted = |p: &Place<'_>| {
+            (!policy.affinity || selection.satisfied(&p.labels))
+                && (!policy.taints || super::labels::untolerated(&p.taints, spec).is_none())
+        };
         let count = |v: &str| -> i64 {
             places
                 .iter()
-                .filter(|p| domain(p, k) == Some(Some(v)) && selection.satisfied(&p.labels))
+                .filter(|p| domain(p, k) == Dom::Is(v) && counted(p))
                 .flat_map(|p| &p.pods)
                 .filter(|q| ns(q) == ns(pod) && selects(c.label_selector.as_ref(), q))
                 .count() as i64
@@ -134,7 +180,7 @@ fn spread(
         let min = if k == "kubernetes.io/hostname" {
             0
         } else {
-            let mut domains = eligible(pod, k);
+            let mut domains = eligible(pod, k, policy);
             domains.insert(d.to_string());
             let min_domains = c.min_domains.unwrap_or(1).max(1) as usize;
             if domains.len() < min_domains {
@@ -167,7 +213,7 @@ fn required<'a>(pod: &'a Pod, anti: bool) -> &'a [PodAffinityTerm] {
 fn affinity(places: &[Place<'_>], at: usize, pod: &Pod, out: &mut BTreeSet<Violation>) {
     for term in required(pod, false) {
         let k = term.topology_key.as_str();
-        let Some(Some(d)) = domain(&places[at], k) else {
+        let Dom::Is(d) = domain(&places[at], k) else {
             out.insert(Violation::new("pod affinity", format!("{}: node {} has no determined {k}", key(pod), places[at].name)));
             continue;
         };
@@ -176,7 +222,7 @@ fn affinity(places: &[Place<'_>], at: usize, pod: &Pod, out: &mut BTreeSet<Viola
             .flat_map(|p| p.pods.iter().map(move |q| (p, q)))
             .filter(|(_, q)| !same(q, pod) && term_selects(term, pod, q))
             .collect();
-        let near = others.iter().any(|(p, _)| domain(p, k) == Some(Some(d)));
+        let near = others.iter().any(|(p, _)| domain(p, k) == Dom::Is(d));
         if !near && !(others.is_empty() && term_selects(term, pod, pod)) {
             out.insert(Violation::new("pod affinity", format!("{}: no matching pod in {k}={d}", key(pod))));
         }
@@ -202,13 +248,7 @@ fn anti_affinity(places: &[Place<'_>], out: &mut BTreeSet<Violation>) {
                 if !(a_placed || b_placed) || same(a, b) || !term_selects(term, a, b) {
                     continue;
                 }
-                let (da, db) = (domain(&places[ia], k), domain(&places[ib], k));
-                let clash = match (da, db) {
-                    (Some(Some(x)), Some(Some(y))) => x == y,
-                    (None, _) | (_, None) => false,
-                    _ => true,
-                };
-                if clash {
+                if domain(&places[ia], k).may_meet(&domain(&places[ib], k)) {
                     out.insert(Violation::new(
                         "pod anti-affinity",
                         format!("{} and {} share {k} ({} / {})", key(a), key(b), places[ia].name, places[ib].name),
