@@ -10,7 +10,7 @@
 // solve-NNNNN.json into -out: the scenario, the scheduler's input and Karpenter's result.
 // Test failures do not stop the run (the records are what matters); they are reported.
 //
-//	go run . -assets DIR -out DIR [-work DIR] [-focus REGEXP]
+//	go run . -assets DIR -out DIR [-work DIR] [-focus REGEXP] [-seed N]
 package main
 
 import (
@@ -30,7 +30,7 @@ const pkg = "pkg/controllers/provisioning/scheduling"
 // Each patch inserts text after (or before) an anchor line that must occur exactly once.
 type patch struct {
 	file, anchor, text string
-	before            bool
+	before             bool
 }
 
 var patches = []patch{
@@ -47,6 +47,7 @@ func main() {
 	out := flag.String("out", "", "directory for the solve-*.json records")
 	work := flag.String("work", "", "scratch directory for the patched module (default: a temp dir)")
 	focus := flag.String("focus", "", "only specs matching this regexp (ginkgo.focus)")
+	seed := flag.String("seed", "1", "Ginkgo's random seed (the order of specs, so the records, depend on it)")
 	flag.Parse()
 	if *assets == "" || *out == "" {
 		fail(fmt.Errorf("-assets and -out are required"))
@@ -75,7 +76,7 @@ func main() {
 	if err := os.MkdirAll(outAbs, 0o755); err != nil {
 		fail(err)
 	}
-	args := []string{"test", "-tags", "karpenter_conformance", "-count=1", "-timeout", "90m", "./" + pkg + "/", "-args", "-ginkgo.no-color"}
+	args := []string{"test", "-tags", "karpenter_conformance", "-count=1", "-timeout", "90m", "./" + pkg + "/", "-args", "-ginkgo.no-color", "-ginkgo.seed", *seed}
 	if *focus != "" {
 		args = append(args, "-ginkgo.focus", *focus)
 	}

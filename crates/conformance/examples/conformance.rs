@@ -37,7 +37,7 @@ fn main() -> Result<()> {
         return Ok(());
     }
     let outcomes: Vec<_> = records.iter().map(compare::compare).collect();
-    print!("{}", compare::table(&outcomes));
+    print!("{}", compare::table(&records, &outcomes));
     if let Some(path) = details {
         std::fs::write(&path, compare::details(&outcomes))?;
     }

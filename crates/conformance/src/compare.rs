@@ -33,10 +33,14 @@ impl Disagreement {
     }
 }
 
-/// A reason without its pod-specific details (names, numbers after the first colon).
-fn generic(reason: &str) -> String {
-    let r = reason.split(',').next().unwrap_or(reason);
-    r.chars().filter(|c| !c.is_ascii_digit()).collect::<String>().trim().to_string()
+/// A reason without its specifics: the part before the first comma or parenthesis, without
+/// quoted names and words with digits (generated names, amounts).
+pub fn generic(reason: &str) -> String {
+    let r = reason.split([',', '(', ';']).next().unwrap_or(reason);
+    r.split_whitespace()
+        .filter(|w| !w.contains('"') && !w.chars().any(|c| c.is_ascii_digit()))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Everything about one record.
@@ -90,7 +94,7 @@ pub fn compare(rec: &Record) -> Outcome {
     for v in &ours.violations {
         disagreements.push(Disagreement::Invalid { constraint: v.constraint.to_string(), detail: v.detail.clone() });
     }
-    if ours.price > karpenter.price * (1.0 + EPSILON) + EPSILON && missing.is_empty() {
+    if !cheaper(&karpenter, &ours) {
         disagreements.push(Disagreement::Price {
             karpenter: format!("{:.4} ({} NodeClaims)", karpenter.price, karpenter.claims),
             ours: format!("{:.4} ({} NodeClaims)", ours.price, ours.claims),
@@ -107,6 +111,19 @@ pub fn compare(rec: &Record) -> Outcome {
     }
 }
 
+/// Our price is at most Karpenter's, compared where both schedule the same pods (else the
+/// prices are of different work and not compared).
+fn cheaper(karpenter: &Report, ours: &Report) -> bool {
+    karpenter.scheduled != ours.scheduled
+        || ours.price <= karpenter.price * (1.0 + EPSILON) + EPSILON
+}
+
+/// Why Karpenter left pending a pod we schedule (its error, generic).
+pub fn more_reason(rec: &Record, o: &Outcome) -> Option<String> {
+    let first = o.more.iter().next()?;
+    Some(generic(rec.karpenter.pod_errors.get(first).map_or("not placed", String::as_str)))
+}
+
 fn pct(n: usize, of: usize) -> String {
     if of == 0 {
         return "–".into();
@@ -114,8 +131,8 @@ fn pct(n: usize, of: usize) -> String {
     format!("{:.1} %", 100.0 * n as f64 / of as f64)
 }
 
-/// The summary table (Markdown) over `outcomes`.
-pub fn table(outcomes: &[Outcome]) -> String {
+/// The summary table (Markdown) over `outcomes` (with the records, for Karpenter's reasons).
+pub fn table(records: &[Record], outcomes: &[Outcome]) -> String {
     let n = outcomes.len();
     let scenarios: BTreeSet<&str> = outcomes.iter().map(|o| o.scenario.as_str()).collect();
     let count = |f: &dyn Fn(&Outcome) -> bool| outcomes.iter().filter(|o| f(o)).count();
@@ -123,7 +140,8 @@ pub fn table(outcomes: &[Outcome]) -> String {
     let all_k = count(&|o| o.karpenter.scheduled.is_subset(&o.ours.scheduled));
     let valid = count(&|o| o.ours.violations.is_empty());
     let k_valid = count(&|o| o.karpenter.violations.is_empty());
-    let cheaper = count(&|o| o.ours.price <= o.karpenter.price * (1.0 + EPSILON) + EPSILON);
+    let same = count(&|o| o.ours.scheduled == o.karpenter.scheduled);
+    let cheaper = count(&|o| o.ours.scheduled == o.karpenter.scheduled && cheaper(&o.karpenter, &o.ours));
     let same_claims = count(&|o| o.ours.claims == o.karpenter.claims);
     let more = count(&|o| !o.more.is_empty());
     let mut s = String::new();
@@ -134,7 +152,8 @@ pub fn table(outcomes: &[Outcome]) -> String {
     let _ = writeln!(s, "| every pod Karpenter schedules, we schedule | {all_k} | {} |", pct(all_k, n));
     let _ = writeln!(s, "| our placement valid | {valid} | {} |", pct(valid, n));
     let _ = writeln!(s, "| Karpenter's placement valid | {k_valid} | {} |", pct(k_valid, n));
-    let _ = writeln!(s, "| our price ≤ Karpenter's | {cheaper} | {} |", pct(cheaper, n));
+    let _ = writeln!(s, "| same pods scheduled | {same} | {} |", pct(same, n));
+    let _ = writeln!(s, "| … of which our price ≤ Karpenter's | {cheaper} | {} of {same} |", pct(cheaper, same));
     let _ = writeln!(s, "| same NodeClaim count | {same_claims} | {} |", pct(same_claims, n));
     let _ = writeln!(s, "| we schedule pods Karpenter does not | {more} | {} |", pct(more, n));
     let mut causes: BTreeMap<String, usize> = BTreeMap::new();
@@ -154,6 +173,17 @@ pub fn table(outcomes: &[Outcome]) -> String {
         for c in cats {
             *k_bad.entry(c).or_default() += 1;
         }
+    }
+    let mut more_by: BTreeMap<String, usize> = BTreeMap::new();
+    for (r, o) in records.iter().zip(outcomes) {
+        if let Some(why) = more_reason(r, o) {
+            let tag = if o.unmodelled.is_empty() { String::new() } else { format!(" [{}]", o.unmodelled.join(", ")) };
+            *more_by.entry(format!("{why}{tag}")).or_default() += 1;
+        }
+    }
+    let _ = writeln!(s, "\n| we schedule pods Karpenter leaves pending (its reason) | records |\n|---|---:|");
+    for (c, k) in &more_by {
+        let _ = writeln!(s, "| {} | {k} |", c.replace('|', "\\|"));
     }
     let _ = writeln!(s, "\n| Karpenter's placement breaks (checker) | records |\n|---|---:|");
     for (c, k) in &k_bad {

@@ -136,6 +136,23 @@ pub struct Record {
 }
 
 impl Record {
+    /// Drops what no check reads: managed fields.
+    fn slim(&mut self) {
+        let i = &mut self.input;
+        let metas = i
+            .node_pools
+            .iter_mut()
+            .map(|o| &mut o.metadata)
+            .chain(i.node_claims.iter_mut().map(|o| &mut o.metadata))
+            .chain(i.nodes.iter_mut().map(|o| &mut o.metadata))
+            .chain(i.bound_pods.iter_mut().map(|o| &mut o.metadata))
+            .chain(i.daemon_sets.iter_mut().map(|o| &mut o.metadata))
+            .chain(self.pods.iter_mut().map(|o| &mut o.metadata));
+        for m in metas {
+            m.managed_fields = None;
+        }
+    }
+
     /// The scenario and the Solve's number, for tables.
     pub fn id(&self) -> String {
         format!("#{} {}", self.solve, self.scenario)
@@ -170,11 +187,12 @@ pub enum Error {
 }
 
 impl Corpus {
-    /// Stores `records`, each distinct instance type list once.
+    /// Stores `records`, each distinct instance type list once, without managed fields.
     pub fn pack(records: Vec<Record>) -> Corpus {
         let mut corpus = Corpus::default();
         let mut ids: Vec<(Vec<RecordedInstanceType>, String)> = Vec::new();
         for mut r in records {
+            r.slim();
             for (pool, its) in std::mem::take(&mut r.input.instance_types) {
                 let id = match ids.iter().find(|(set, _)| *set == its) {
                     Some((_, id)) => id.clone(),

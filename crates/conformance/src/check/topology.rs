@@ -213,6 +213,10 @@ fn required<'a>(pod: &'a Pod, anti: bool) -> &'a [PodAffinityTerm] {
 fn affinity(places: &[Place<'_>], at: usize, pod: &Pod, out: &mut BTreeSet<Violation>) {
     for term in required(pod, false) {
         let k = term.topology_key.as_str();
+        // A matching pod on the same node shares every domain.
+        if places[at].pods.iter().any(|q| !same(q, pod) && term_selects(term, pod, q)) {
+            continue;
+        }
         let Dom::Is(d) = domain(&places[at], k) else {
             out.insert(Violation::new("pod affinity", format!("{}: node {} has no determined {k}", key(pod), places[at].name)));
             continue;
