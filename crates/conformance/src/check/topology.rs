@@ -155,6 +155,9 @@ fn spread(
             continue;
         }
         let k = c.topology_key.as_str();
+        if c.label_selector.is_none() && domain(place, k) != Dom::Absent {
+            continue; // selects no pod: nothing to skew
+        }
         let d = match domain(place, k) {
             Dom::Is(d) => d,
             other => {
