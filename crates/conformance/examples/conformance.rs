@@ -26,14 +26,27 @@ fn main() -> Result<()> {
     }
     let mut records = Vec::new();
     for i in &inputs {
-        records.extend(if i.is_dir() { record::load_dir(i)? } else { record::load(i)? });
+        records.extend(if i.is_dir() {
+            record::load_dir(i)?
+        } else {
+            record::load(i)?
+        });
     }
     if let Some(out) = pack {
-        records.retain(|r| r.input.instance_types.values().all(|v| v.len() <= max_types));
+        records.retain(|r| {
+            r.input
+                .instance_types
+                .values()
+                .all(|v| v.len() <= max_types)
+        });
         let n = records.len();
         let corpus = record::Corpus::pack(records);
         std::fs::write(&out, serde_json::to_string(&corpus)?)?;
-        eprintln!("packed {n} records ({} instance type sets) into {}", corpus.instance_type_sets.len(), out.display());
+        eprintln!(
+            "packed {n} records ({} instance type sets) into {}",
+            corpus.instance_type_sets.len(),
+            out.display()
+        );
         return Ok(());
     }
     let outcomes: Vec<_> = records.iter().map(compare::compare).collect();

@@ -65,7 +65,12 @@ impl Outcome {
 
 fn unmodelled(rec: &Record) -> Vec<&'static str> {
     let mut out = Vec::new();
-    let reserved = rec.input.instance_types.values().flatten().flat_map(|it| &it.offerings)
+    let reserved = rec
+        .input
+        .instance_types
+        .values()
+        .flatten()
+        .flat_map(|it| &it.offerings)
         .any(|o| o.capacity_type == "reserved");
     if reserved {
         out.push("reserved offerings");
@@ -88,11 +93,21 @@ pub fn compare(rec: &Record) -> Outcome {
     let mut disagreements = Vec::new();
     let missing: Vec<&String> = karpenter.scheduled.difference(&ours.scheduled).collect();
     if let Some(first) = missing.first() {
-        let reason = o_plan.failed.get(*first).cloned().unwrap_or_else(|| "not placed".into());
-        disagreements.push(Disagreement::Unscheduled { pods: missing.len(), reason });
+        let reason = o_plan
+            .failed
+            .get(*first)
+            .cloned()
+            .unwrap_or_else(|| "not placed".into());
+        disagreements.push(Disagreement::Unscheduled {
+            pods: missing.len(),
+            reason,
+        });
     }
     for v in &ours.violations {
-        disagreements.push(Disagreement::Invalid { constraint: v.constraint.to_string(), detail: v.detail.clone() });
+        disagreements.push(Disagreement::Invalid {
+            constraint: v.constraint.to_string(),
+            detail: v.detail.clone(),
+        });
     }
     if !cheaper(&karpenter, &ours) {
         disagreements.push(Disagreement::Price {
@@ -103,7 +118,11 @@ pub fn compare(rec: &Record) -> Outcome {
     Outcome {
         id: rec.id(),
         scenario: rec.scenario.clone(),
-        more: ours.scheduled.difference(&karpenter.scheduled).cloned().collect(),
+        more: ours
+            .scheduled
+            .difference(&karpenter.scheduled)
+            .cloned()
+            .collect(),
         karpenter,
         ours,
         disagreements,
@@ -121,7 +140,12 @@ fn cheaper(karpenter: &Report, ours: &Report) -> bool {
 /// Why Karpenter left pending a pod we schedule (its error, generic).
 pub fn more_reason(rec: &Record, o: &Outcome) -> Option<String> {
     let first = o.more.iter().next()?;
-    Some(generic(rec.karpenter.pod_errors.get(first).map_or("not placed", String::as_str)))
+    Some(generic(
+        rec.karpenter
+            .pod_errors
+            .get(first)
+            .map_or("not placed", String::as_str),
+    ))
 }
 
 fn pct(n: usize, of: usize) -> String {
@@ -141,21 +165,46 @@ pub fn table(records: &[Record], outcomes: &[Outcome]) -> String {
     let valid = count(&|o| o.ours.violations.is_empty());
     let k_valid = count(&|o| o.karpenter.violations.is_empty());
     let same = count(&|o| o.ours.scheduled == o.karpenter.scheduled);
-    let cheaper = count(&|o| o.ours.scheduled == o.karpenter.scheduled && cheaper(&o.karpenter, &o.ours));
+    let cheaper =
+        count(&|o| o.ours.scheduled == o.karpenter.scheduled && cheaper(&o.karpenter, &o.ours));
     let same_claims = count(&|o| o.ours.claims == o.karpenter.claims);
     let more = count(&|o| !o.more.is_empty());
     let mut s = String::new();
     let _ = writeln!(s, "| | records (Solves) | share |\n|---|---:|---:|");
     let _ = writeln!(s, "| scenarios (test specs) | {} | |", scenarios.len());
     let _ = writeln!(s, "| Solves replayed | {n} | |");
-    let _ = writeln!(s, "| agreements (no disagreement below) | {agree} | {} |", pct(agree, n));
-    let _ = writeln!(s, "| every pod Karpenter schedules, we schedule | {all_k} | {} |", pct(all_k, n));
+    let _ = writeln!(
+        s,
+        "| agreements (no disagreement below) | {agree} | {} |",
+        pct(agree, n)
+    );
+    let _ = writeln!(
+        s,
+        "| every pod Karpenter schedules, we schedule | {all_k} | {} |",
+        pct(all_k, n)
+    );
     let _ = writeln!(s, "| our placement valid | {valid} | {} |", pct(valid, n));
-    let _ = writeln!(s, "| Karpenter's placement valid | {k_valid} | {} |", pct(k_valid, n));
+    let _ = writeln!(
+        s,
+        "| Karpenter's placement valid | {k_valid} | {} |",
+        pct(k_valid, n)
+    );
     let _ = writeln!(s, "| same pods scheduled | {same} | {} |", pct(same, n));
-    let _ = writeln!(s, "| … of which our price ≤ Karpenter's | {cheaper} | {} of {same} |", pct(cheaper, same));
-    let _ = writeln!(s, "| same NodeClaim count | {same_claims} | {} |", pct(same_claims, n));
-    let _ = writeln!(s, "| we schedule pods Karpenter does not | {more} | {} |", pct(more, n));
+    let _ = writeln!(
+        s,
+        "| … of which our price ≤ Karpenter's | {cheaper} | {} of {same} |",
+        pct(cheaper, same)
+    );
+    let _ = writeln!(
+        s,
+        "| same NodeClaim count | {same_claims} | {} |",
+        pct(same_claims, n)
+    );
+    let _ = writeln!(
+        s,
+        "| we schedule pods Karpenter does not | {more} | {} |",
+        pct(more, n)
+    );
     let mut causes: BTreeMap<String, usize> = BTreeMap::new();
     for o in outcomes {
         let cats: BTreeSet<String> = o.disagreements.iter().map(Disagreement::category).collect();
@@ -169,7 +218,12 @@ pub fn table(records: &[Record], outcomes: &[Outcome]) -> String {
     }
     let mut k_bad: BTreeMap<&str, usize> = BTreeMap::new();
     for o in outcomes {
-        let cats: BTreeSet<&str> = o.karpenter.violations.iter().map(|v| v.constraint).collect();
+        let cats: BTreeSet<&str> = o
+            .karpenter
+            .violations
+            .iter()
+            .map(|v| v.constraint)
+            .collect();
         for c in cats {
             *k_bad.entry(c).or_default() += 1;
         }
@@ -177,15 +231,25 @@ pub fn table(records: &[Record], outcomes: &[Outcome]) -> String {
     let mut more_by: BTreeMap<String, usize> = BTreeMap::new();
     for (r, o) in records.iter().zip(outcomes) {
         if let Some(why) = more_reason(r, o) {
-            let tag = if o.unmodelled.is_empty() { String::new() } else { format!(" [{}]", o.unmodelled.join(", ")) };
+            let tag = if o.unmodelled.is_empty() {
+                String::new()
+            } else {
+                format!(" [{}]", o.unmodelled.join(", "))
+            };
             *more_by.entry(format!("{why}{tag}")).or_default() += 1;
         }
     }
-    let _ = writeln!(s, "\n| we schedule pods Karpenter leaves pending (its reason) | records |\n|---|---:|");
+    let _ = writeln!(
+        s,
+        "\n| we schedule pods Karpenter leaves pending (its reason) | records |\n|---|---:|"
+    );
     for (c, k) in &more_by {
         let _ = writeln!(s, "| {} | {k} |", c.replace('|', "\\|"));
     }
-    let _ = writeln!(s, "\n| Karpenter's placement breaks (checker) | records |\n|---|---:|");
+    let _ = writeln!(
+        s,
+        "\n| Karpenter's placement breaks (checker) | records |\n|---|---:|"
+    );
     for (c, k) in &k_bad {
         let _ = writeln!(s, "| {c} | {k} |");
     }
@@ -196,12 +260,20 @@ pub fn table(records: &[Record], outcomes: &[Outcome]) -> String {
 pub fn details(outcomes: &[Outcome]) -> String {
     let mut s = String::new();
     for o in outcomes {
-        let flags = if o.unmodelled.is_empty() { String::new() } else { format!(" [uses: {}]", o.unmodelled.join(", ")) };
+        let flags = if o.unmodelled.is_empty() {
+            String::new()
+        } else {
+            format!(" [uses: {}]", o.unmodelled.join(", "))
+        };
         for d in &o.disagreements {
             let _ = writeln!(s, "- {}{flags}: {d:?}", o.id);
         }
         for v in &o.karpenter.violations {
-            let _ = writeln!(s, "- {}{flags}: Karpenter {}: {}", o.id, v.constraint, v.detail);
+            let _ = writeln!(
+                s,
+                "- {}{flags}: Karpenter {}: {}",
+                o.id, v.constraint, v.detail
+            );
         }
         if !o.more.is_empty() {
             let _ = writeln!(s, "- {}{flags}: we also schedule {:?}", o.id, o.more);

@@ -8,8 +8,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use api::NodePool;
 use api::NodeClaim;
+use api::NodePool;
 use api::karpenter::NodeSelectorRequirementWithMinValues;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
@@ -217,9 +217,9 @@ impl Corpus {
             .into_iter()
             .map(|mut r| {
                 for (pool, id) in std::mem::take(&mut r.input.instance_type_sets) {
-                    let set = sets.get(&id).ok_or_else(|| {
-                        Error::MissingSet(origin.to_string(), r.id(), id.clone())
-                    })?;
+                    let set = sets
+                        .get(&id)
+                        .ok_or_else(|| Error::MissingSet(origin.to_string(), r.id(), id.clone()))?;
                     r.input.instance_types.insert(pool, set.clone());
                 }
                 Ok(r)
@@ -256,14 +256,12 @@ pub fn load(path: &Path) -> Result<Vec<Record>, Error> {
         serde_json::from_str(&text).map_err(|e| Error::Json(shown.clone(), e))?;
     normalize(&mut value);
     if value.get("records").is_some() {
-        let corpus: Corpus = serde_path_to_error::deserialize(value).map_err(|e| {
-            Error::Json(format!("{shown} at {}", e.path()), e.into_inner())
-        })?;
+        let corpus: Corpus = serde_path_to_error::deserialize(value)
+            .map_err(|e| Error::Json(format!("{shown} at {}", e.path()), e.into_inner()))?;
         corpus.unpack(&shown)
     } else {
-        let record: Record = serde_path_to_error::deserialize(value).map_err(|e| {
-            Error::Json(format!("{shown} at {}", e.path()), e.into_inner())
-        })?;
+        let record: Record = serde_path_to_error::deserialize(value)
+            .map_err(|e| Error::Json(format!("{shown} at {}", e.path()), e.into_inner()))?;
         Ok(vec![record])
     }
 }

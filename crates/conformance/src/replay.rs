@@ -10,7 +10,7 @@ use controller::state::{Cluster, Objects};
 use scheduling::{Input, InstanceType, Offering, Output};
 
 use crate::check::{Plan, PlannedClaim};
-use crate::record::{RecordedInstanceType, Record};
+use crate::record::{Record, RecordedInstanceType};
 
 /// Keys our instance types derive from the name and the offerings.
 const DERIVED: [&str; 3] = [
@@ -82,7 +82,10 @@ pub fn plan(out: &Output) -> Plan {
     let key = |p: &scheduling::PodRef| format!("{}/{}", p.namespace, p.name);
     let mut existing: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for p in &out.existing {
-        existing.entry(p.node.clone()).or_default().push(key(&p.pod));
+        existing
+            .entry(p.node.clone())
+            .or_default()
+            .push(key(&p.pod));
     }
     Plan {
         claims: out

@@ -77,7 +77,11 @@ fn quick_corpus_agrees_with_karpenter_except_known_disagreements() {
             unexpected.push(format!("{}: {:?}", o.id, o.disagreements));
         }
     }
-    assert!(unexpected.is_empty(), "new disagreements:\n{}", unexpected.join("\n"));
+    assert!(
+        unexpected.is_empty(),
+        "new disagreements:\n{}",
+        unexpected.join("\n")
+    );
     let resolved: Vec<&str> = KNOWN
         .iter()
         .map(|(s, _)| *s)
@@ -92,7 +96,12 @@ fn quick_corpus_agrees_with_karpenter_except_known_disagreements() {
 /// All of a plan's pods on its first NodeClaim.
 fn merged(p: &Plan) -> Plan {
     let mut p = p.clone();
-    let rest: Vec<String> = p.claims.iter().skip(1).flat_map(|c| c.pods.clone()).collect();
+    let rest: Vec<String> = p
+        .claims
+        .iter()
+        .skip(1)
+        .flat_map(|c| c.pods.clone())
+        .collect();
     p.claims.truncate(1);
     if let Some(c) = p.claims.first_mut() {
         c.pods.extend(rest);
@@ -110,9 +119,17 @@ fn checker_rejects_plans_crammed_onto_one_nodeclaim() {
         if plan.claims.len() < 2 || !check::check(&r, &plan).violations.is_empty() {
             continue;
         }
-        kinds.extend(check::check(&r, &merged(&plan)).violations.into_iter().map(|v| v.constraint));
+        kinds.extend(
+            check::check(&r, &merged(&plan))
+                .violations
+                .into_iter()
+                .map(|v| v.constraint),
+        );
     }
     for want in ["resources", "pod anti-affinity", "topology spread"] {
-        assert!(kinds.contains(want), "no crammed plan broke {want}: {kinds:?}");
+        assert!(
+            kinds.contains(want),
+            "no crammed plan broke {want}: {kinds:?}"
+        );
     }
 }

@@ -348,7 +348,10 @@ fn spread_min_domains_above_the_zone_count_caps_each_zone_at_max_skew() {
     assert_eq!(placed(&out), 2);
     assert_eq!(
         out.unschedulable[0].failures,
-        vec![("default".to_string(), Failure::TopologySpread(LABEL_ZONE.into()))]
+        vec![(
+            "default".to_string(),
+            Failure::TopologySpread(LABEL_ZONE.into())
+        )]
     );
 }
 

@@ -75,16 +75,31 @@ impl<'a> Checker<'a> {
                 with_node.insert(c.metadata.name.clone());
             }
             let mut labels = fixed_labels(n.metadata.labels.as_ref());
-            labels.entry("kubernetes.io/hostname".into()).or_insert(Value::Fixed(name.clone()));
+            labels
+                .entry("kubernetes.io/hostname".into())
+                .or_insert(Value::Fixed(name.clone()));
             let startup: Vec<String> = claim
                 .filter(|c| !initialized(c))
-                .map(|c| c.spec.startup_taints.iter().map(|t| t.key.clone()).collect())
+                .map(|c| {
+                    c.spec
+                        .startup_taints
+                        .iter()
+                        .map(|t| t.key.clone())
+                        .collect()
+                })
                 .unwrap_or_default();
             let uninitialized = claim.is_some_and(|c| !initialized(c));
-            let taints = n.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+            let taints = n
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.clone())
+                .unwrap_or_default();
             let taints = taints
                 .into_iter()
-                .filter(|t| !(uninitialized && (EPHEMERAL.contains(&t.key.as_str()) || startup.contains(&t.key))))
+                .filter(|t| {
+                    !(uninitialized
+                        && (EPHEMERAL.contains(&t.key.as_str()) || startup.contains(&t.key)))
+                })
                 .collect();
             // Until initialized, the NodeClaim's allocatable is what the node will have (the
             // kubelet may not have reported extended resources yet).
@@ -94,20 +109,59 @@ impl<'a> Checker<'a> {
                 .map(|s| resources::parse(&s.allocatable))
                 .filter(|a| !a.is_empty());
             let allocatable = from_claim.unwrap_or_else(|| {
-                n.status.as_ref().and_then(|s| s.allocatable.as_ref()).map(resources::parse).unwrap_or_default()
+                n.status
+                    .as_ref()
+                    .and_then(|s| s.allocatable.as_ref())
+                    .map(resources::parse)
+                    .unwrap_or_default()
             });
             let pods = bound.get(name.as_str()).cloned().unwrap_or_default();
-            out.push(Existing { place: Place { name, labels, taints, pods, placed: Vec::new() }, allocatable });
+            out.push(Existing {
+                place: Place {
+                    name,
+                    labels,
+                    taints,
+                    pods,
+                    placed: Vec::new(),
+                },
+                allocatable,
+            });
         }
-        for c in self.rec.input.node_claims.iter().filter(|c| !with_node.contains(&c.metadata.name)) {
+        for c in self
+            .rec
+            .input
+            .node_claims
+            .iter()
+            .filter(|c| !with_node.contains(&c.metadata.name))
+        {
             let name = c.metadata.name.clone().unwrap_or_default();
-            let reqs: Vec<_> = c.spec.requirements.iter().map(labels::Req::from_karpenter).collect();
+            let reqs: Vec<_> = c
+                .spec
+                .requirements
+                .iter()
+                .map(labels::Req::from_karpenter)
+                .collect();
             let mut labels = labels::from_requirements(&reqs);
             labels.extend(fixed_labels(c.metadata.labels.as_ref()));
             labels.insert("kubernetes.io/hostname".into(), Value::Fixed(name.clone()));
-            let taints = serde_json::to_value(&c.spec.taints).and_then(serde_json::from_value).unwrap_or_default();
-            let allocatable = c.status.as_ref().map(|s| resources::parse(&s.allocatable)).unwrap_or_default();
-            out.push(Existing { place: Place { name, labels, taints, pods: Vec::new(), placed: Vec::new() }, allocatable });
+            let taints = serde_json::to_value(&c.spec.taints)
+                .and_then(serde_json::from_value)
+                .unwrap_or_default();
+            let allocatable = c
+                .status
+                .as_ref()
+                .map(|s| resources::parse(&s.allocatable))
+                .unwrap_or_default();
+            out.push(Existing {
+                place: Place {
+                    name,
+                    labels,
+                    taints,
+                    pods: Vec::new(),
+                    placed: Vec::new(),
+                },
+                allocatable,
+            });
         }
         out
     }
@@ -117,17 +171,26 @@ impl<'a> Checker<'a> {
         let mut existing = self.existing();
         for (node, keys) in &plan.existing {
             let Some(e) = existing.iter_mut().find(|e| e.place.name == *node) else {
-                self.out.insert(Violation::new("nodes", format!("pods placed on unknown node {node}")));
+                self.out.insert(Violation::new(
+                    "nodes",
+                    format!("pods placed on unknown node {node}"),
+                ));
                 continue;
             };
             for k in keys {
                 self.schedule(k, report);
                 let Some(p) = self.pod(k) else { continue };
                 if !NodeSelection::of(p.spec.as_ref()).satisfied(&e.place.labels) {
-                    self.out.insert(Violation::new("node affinity", format!("{k}: not satisfied on node {node}")));
+                    self.out.insert(Violation::new(
+                        "node affinity",
+                        format!("{k}: not satisfied on node {node}"),
+                    ));
                 }
                 if let Some(t) = labels::untolerated(&e.place.taints, p.spec.as_ref()) {
-                    self.out.insert(Violation::new("taints", format!("{k}: taint {} of node {node} not tolerated", t.key)));
+                    self.out.insert(Violation::new(
+                        "taints",
+                        format!("{k}: taint {} of node {node} not tolerated", t.key),
+                    ));
                 }
                 e.place.pods.push(p);
                 e.place.placed.push(p);
@@ -137,11 +200,15 @@ impl<'a> Checker<'a> {
                 resources::add(&mut used, &resources::pod_requests(p.spec.as_ref()));
             }
             if let Some(what) = resources::exceeded(&used, &e.allocatable) {
-                self.out.insert(Violation::new("resources", format!("node {node}: {what}")));
+                self.out
+                    .insert(Violation::new("resources", format!("node {node}: {what}")));
             }
             let specs: Vec<_> = e.place.pods.iter().map(|p| p.spec.as_ref()).collect();
             if let Some(port) = port_clash(&specs) {
-                self.out.insert(Violation::new("host ports", format!("node {node}: host port {port} used twice")));
+                self.out.insert(Violation::new(
+                    "host ports",
+                    format!("node {node}: host port {port} used twice"),
+                ));
             }
         }
         existing.into_iter().map(|e| e.place).collect()
@@ -158,19 +225,47 @@ impl<'a> Checker<'a> {
             }
         };
         for c in &self.rec.input.node_claims {
-            let pool = c.metadata.labels.as_ref().and_then(|l| l.get("karpenter.sh/nodepool"));
-            count(pool, c.status.as_ref().map(|s| resources::parse(&s.capacity)).unwrap_or_default());
+            let pool = c
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("karpenter.sh/nodepool"));
+            count(
+                pool,
+                c.status
+                    .as_ref()
+                    .map(|s| resources::parse(&s.capacity))
+                    .unwrap_or_default(),
+            );
         }
-        for n in self.rec.input.nodes.iter().filter(|n| self.claim_of(n).is_none()) {
-            let pool = n.metadata.labels.as_ref().and_then(|l| l.get("karpenter.sh/nodepool"));
-            let capacity = n.status.as_ref().and_then(|s| s.capacity.as_ref()).map(resources::parse);
+        for n in self
+            .rec
+            .input
+            .nodes
+            .iter()
+            .filter(|n| self.claim_of(n).is_none())
+        {
+            let pool = n
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("karpenter.sh/nodepool"));
+            let capacity = n
+                .status
+                .as_ref()
+                .and_then(|s| s.capacity.as_ref())
+                .map(resources::parse);
             count(pool, capacity.unwrap_or_default());
         }
         usage
     }
 
     /// NodePools the plan launches into stay within their limits.
-    pub(super) fn limits(&mut self, usage: &BTreeMap<String, Amounts>, launched: &BTreeSet<String>) {
+    pub(super) fn limits(
+        &mut self,
+        usage: &BTreeMap<String, Amounts>,
+        launched: &BTreeSet<String>,
+    ) {
         for pool in &self.rec.input.node_pools {
             let name = pool.metadata.name.clone().unwrap_or_default();
             if !launched.contains(&name) {
@@ -178,8 +273,15 @@ impl<'a> Checker<'a> {
             }
             let used = usage.get(&name).cloned().unwrap_or_default();
             let limits = resources::parse(&pool.spec.limits);
-            if let Some(what) = resources::exceeded(&used.into_iter().filter(|(k, _)| limits.contains_key(k)).collect(), &limits) {
-                self.out.insert(Violation::new("limits", format!("NodePool {name}: {what}")));
+            if let Some(what) = resources::exceeded(
+                &used
+                    .into_iter()
+                    .filter(|(k, _)| limits.contains_key(k))
+                    .collect(),
+                &limits,
+            ) {
+                self.out
+                    .insert(Violation::new("limits", format!("NodePool {name}: {what}")));
             }
         }
     }
@@ -191,23 +293,32 @@ impl<'a> Checker<'a> {
         let sig = serde_json::to_string(&(
             policy,
             spec.and_then(|s| s.node_selector.as_ref()),
-            spec.and_then(|s| s.affinity.as_ref()).and_then(|a| a.node_affinity.as_ref()),
+            spec.and_then(|s| s.affinity.as_ref())
+                .and_then(|a| a.node_affinity.as_ref()),
             spec.and_then(|s| s.tolerations.as_ref()),
         ))
         .unwrap_or_default();
         if let Some(v) = self.eligible.get(&(key.to_string(), sig.clone())) {
             return v.clone();
         }
-        let selection = if policy.affinity { NodeSelection::of(spec) } else { NodeSelection::any() };
+        let selection = if policy.affinity {
+            NodeSelection::of(spec)
+        } else {
+            NodeSelection::any()
+        };
         let mut out = BTreeSet::new();
         for pool in &self.rec.input.node_pools {
             if labels::untolerated(&pool_taints(pool), spec).is_some() {
                 continue;
             }
             let base = pool_reqs(pool);
-            for it in self.rec.instance_types(pool.metadata.name.as_deref().unwrap_or_default()) {
+            for it in self
+                .rec
+                .instance_types(pool.metadata.name.as_deref().unwrap_or_default())
+            {
                 for o in it.offerings.iter().filter(|o| o.available) {
-                    if let Some(l) = launch_labels(&base, it, o).filter(|l| selection.may_be_satisfied(l))
+                    if let Some(l) =
+                        launch_labels(&base, it, o).filter(|l| selection.may_be_satisfied(l))
                         && let Some(Value::Fixed(v)) = l.get(key)
                     {
                         out.insert(v.clone());
@@ -217,7 +328,11 @@ impl<'a> Checker<'a> {
         }
         for n in &self.rec.input.nodes {
             let l = fixed_labels(n.metadata.labels.as_ref());
-            let taints = n.spec.as_ref().and_then(|s| s.taints.as_deref()).unwrap_or_default();
+            let taints = n
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_deref())
+                .unwrap_or_default();
             if policy.taints && labels::untolerated(taints, spec).is_some() {
                 continue;
             }

@@ -101,9 +101,7 @@ fn eval(v: &Value, req: &Req, all: bool) -> bool {
                 s.iter().any(one)
             }
         }
-        ("In", Value::Unknown { excluded, .. }) => {
-            !all && t.iter().any(|x| !excluded.contains(*x))
-        }
+        ("In", Value::Unknown { excluded, .. }) => !all && t.iter().any(|x| !excluded.contains(*x)),
         ("NotIn", Value::Unknown { excluded, .. }) => {
             !all || t.iter().all(|x| excluded.contains(*x))
         }
@@ -196,7 +194,9 @@ pub(super) fn from_requirements(reqs: &[Req]) -> Labels {
     for r in reqs {
         let prev = out.remove(&r.key);
         let v = match narrow(prev, r) {
-            Value::OneOf(s) if s.len() == 1 => Value::Fixed(s.into_iter().next().unwrap_or_default()),
+            Value::OneOf(s) if s.len() == 1 => {
+                Value::Fixed(s.into_iter().next().unwrap_or_default())
+            }
             v => v,
         };
         out.insert(r.key.clone(), v);
@@ -217,9 +217,18 @@ pub(super) fn conflict(labels: &Labels) -> Option<&str> {
 const ALIASES: [(&str, &str); 5] = [
     ("beta.kubernetes.io/arch", "kubernetes.io/arch"),
     ("beta.kubernetes.io/os", "kubernetes.io/os"),
-    ("beta.kubernetes.io/instance-type", "node.kubernetes.io/instance-type"),
-    ("failure-domain.beta.kubernetes.io/zone", "topology.kubernetes.io/zone"),
-    ("failure-domain.beta.kubernetes.io/region", "topology.kubernetes.io/region"),
+    (
+        "beta.kubernetes.io/instance-type",
+        "node.kubernetes.io/instance-type",
+    ),
+    (
+        "failure-domain.beta.kubernetes.io/zone",
+        "topology.kubernetes.io/zone",
+    ),
+    (
+        "failure-domain.beta.kubernetes.io/region",
+        "topology.kubernetes.io/region",
+    ),
 ];
 
 /// Adds the deprecated aliases of the stable labels a launch sets.
@@ -240,7 +249,10 @@ pub(super) struct NodeSelection {
 impl NodeSelection {
     /// No constraint (`nodeAffinityPolicy: Ignore`).
     pub(super) fn any() -> NodeSelection {
-        NodeSelection { selector: Vec::new(), terms: Vec::new() }
+        NodeSelection {
+            selector: Vec::new(),
+            terms: Vec::new(),
+        }
     }
 
     pub(super) fn of(spec: Option<&PodSpec>) -> NodeSelection {
@@ -257,11 +269,20 @@ impl NodeSelection {
         let terms = spec
             .and_then(|s| s.affinity.as_ref())
             .and_then(|a| a.node_affinity.as_ref())
-            .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref())
+            .and_then(|a| {
+                a.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
             .map(|ns| {
                 ns.node_selector_terms
                     .iter()
-                    .map(|t| t.match_expressions.iter().flatten().map(Req::from_core).collect())
+                    .map(|t| {
+                        t.match_expressions
+                            .iter()
+                            .flatten()
+                            .map(Req::from_core)
+                            .collect()
+                    })
                     .collect()
             })
             .unwrap_or_default();
@@ -286,7 +307,10 @@ impl NodeSelection {
 
 /// Kubernetes' toleration matching.
 fn tolerates(t: &Toleration, taint: &Taint) -> bool {
-    if t.effect.as_deref().is_some_and(|e| !e.is_empty() && e != taint.effect) {
+    if t.effect
+        .as_deref()
+        .is_some_and(|e| !e.is_empty() && e != taint.effect)
+    {
         return false;
     }
     let key = t.key.as_deref().unwrap_or_default();
@@ -295,12 +319,15 @@ fn tolerates(t: &Toleration, taint: &Taint) -> bool {
         return exists;
     }
     key == taint.key
-        && (exists || t.value.as_deref().unwrap_or_default() == taint.value.as_deref().unwrap_or_default())
+        && (exists
+            || t.value.as_deref().unwrap_or_default() == taint.value.as_deref().unwrap_or_default())
 }
 
 /// The first `NoSchedule`/`NoExecute` taint the tolerations do not tolerate.
 pub(super) fn untolerated<'a>(taints: &'a [Taint], spec: Option<&PodSpec>) -> Option<&'a Taint> {
-    let tolerations = spec.and_then(|s| s.tolerations.as_deref()).unwrap_or_default();
+    let tolerations = spec
+        .and_then(|s| s.tolerations.as_deref())
+        .unwrap_or_default();
     taints
         .iter()
         .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")

@@ -92,7 +92,10 @@ fn pool_reqs(pool: &NodePool) -> Vec<Req> {
     let t = &pool.spec.template;
     let mut reqs = karpenter_reqs(&t.spec.requirements);
     reqs.extend(t.metadata.labels.iter().map(|(k, v)| fixed(k, v)));
-    reqs.push(fixed("karpenter.sh/nodepool", pool.metadata.name.as_deref().unwrap_or_default()));
+    reqs.push(fixed(
+        "karpenter.sh/nodepool",
+        pool.metadata.name.as_deref().unwrap_or_default(),
+    ));
     reqs
 }
 
@@ -138,7 +141,11 @@ fn host_ports(spec: Option<&PodSpec>) -> Vec<(i32, String, String)> {
         .flat_map(|c| c.ports.iter().flatten())
         .filter_map(|p| {
             let port = p.host_port.filter(|p| *p > 0)?;
-            let ip = p.host_ip.clone().filter(|ip| ip != "0.0.0.0").unwrap_or_default();
+            let ip = p
+                .host_ip
+                .clone()
+                .filter(|ip| ip != "0.0.0.0")
+                .unwrap_or_default();
             Some((port, p.protocol.clone().unwrap_or_else(|| "TCP".into()), ip))
         })
         .collect()
@@ -149,9 +156,9 @@ fn port_clash(specs: &[Option<&PodSpec>]) -> Option<i32> {
     let mut seen: Vec<(i32, String, String)> = Vec::new();
     for s in specs {
         for (port, proto, ip) in host_ports(*s) {
-            let clash = seen
-                .iter()
-                .any(|(p, pr, i)| *p == port && *pr == proto && (i.is_empty() || ip.is_empty() || *i == ip));
+            let clash = seen.iter().any(|(p, pr, i)| {
+                *p == port && *pr == proto && (i.is_empty() || ip.is_empty() || *i == ip)
+            });
             if clash {
                 return Some(port);
             }
@@ -215,7 +222,11 @@ pub fn check(rec: &Record, plan: &Plan) -> Report {
     let launched = plan.claims.iter().map(|c| c.node_pool.clone()).collect();
     c.limits(&usage, &launched);
     let mut out = std::mem::take(&mut c.out);
-    topology::check(&places, &mut |pod, key, policy| c.eligible(pod, key, policy), &mut out);
+    topology::check(
+        &places,
+        &mut |pod, key, policy| c.eligible(pod, key, policy),
+        &mut out,
+    );
     report.violations = out;
     report
 }
@@ -224,22 +235,34 @@ impl<'a> Checker<'a> {
     fn pod(&mut self, key: &str) -> Option<&'a Pod> {
         let p = self.pending.get(key).copied();
         if p.is_none() {
-            self.out.insert(Violation::new("pods", format!("{key} is not a pending pod of the input")));
+            self.out.insert(Violation::new(
+                "pods",
+                format!("{key} is not a pending pod of the input"),
+            ));
         }
         p
     }
 
     fn schedule(&mut self, key: &str, report: &mut Report) {
         if !report.scheduled.insert(key.to_string()) {
-            self.out.insert(Violation::new("pods", format!("{key} placed twice")));
+            self.out
+                .insert(Violation::new("pods", format!("{key} placed twice")));
         }
     }
 
     /// A new NodeClaim: its launches checked; its place, cheapest price and launched capacity.
-    fn claim(&mut self, i: usize, claim: &PlannedClaim, report: &mut Report) -> Option<(Place<'a>, f64, Amounts)> {
+    fn claim(
+        &mut self,
+        i: usize,
+        claim: &PlannedClaim,
+        report: &mut Report,
+    ) -> Option<(Place<'a>, f64, Amounts)> {
         let name = format!("new-nodeclaim-{i}");
         let Some(pool) = self.pools.get(claim.node_pool.as_str()).copied() else {
-            self.out.insert(Violation::new("nodepool", format!("{name}: unknown NodePool {}", claim.node_pool)));
+            self.out.insert(Violation::new(
+                "nodepool",
+                format!("{name}: unknown NodePool {}", claim.node_pool),
+            ));
             return None;
         };
         let pods: Vec<&'a Pod> = claim.pods.iter().filter_map(|k| self.pod(k)).collect();
@@ -249,14 +272,27 @@ impl<'a> Checker<'a> {
         let taints = pool_taints(pool);
         for p in &pods {
             if let Some(t) = labels::untolerated(&taints, p.spec.as_ref()) {
-                self.out.insert(Violation::new("taints", format!("{}: NodePool taint {} not tolerated", crate::pod_key(p), t.key)));
+                self.out.insert(Violation::new(
+                    "taints",
+                    format!(
+                        "{}: NodePool taint {} not tolerated",
+                        crate::pod_key(p),
+                        t.key
+                    ),
+                ));
             }
         }
         let mut base = pool_reqs(pool);
         base.extend(karpenter_reqs(&claim.requirements));
         let launches = self.launches(&name, claim, &base);
-        let Some(cheapest) = launches.iter().min_by(|a, b| a.offering.price.total_cmp(&b.offering.price)) else {
-            self.out.insert(Violation::new("instance types", format!("{name}: no option launches (compatible, available)")));
+        let Some(cheapest) = launches
+            .iter()
+            .min_by(|a, b| a.offering.price.total_cmp(&b.offering.price))
+        else {
+            self.out.insert(Violation::new(
+                "instance types",
+                format!("{name}: no option launches (compatible, available)"),
+            ));
             return None;
         };
         for l in &launches {
@@ -265,8 +301,18 @@ impl<'a> Checker<'a> {
         self.min_values(&name, pool, &launches);
         let mut labels = common(&launches);
         labels.insert("kubernetes.io/hostname".into(), Value::Fixed(name.clone()));
-        let place = Place { name, labels, taints, pods: pods.clone(), placed: pods };
-        Some((place, cheapest.offering.price, capacity(cheapest.it, cheapest.offering).0))
+        let place = Place {
+            name,
+            labels,
+            taints,
+            pods: pods.clone(),
+            placed: pods,
+        };
+        Some((
+            place,
+            cheapest.offering.price,
+            capacity(cheapest.it, cheapest.offering).0,
+        ))
     }
 
     fn launches(&mut self, name: &str, claim: &PlannedClaim, base: &[Req]) -> Vec<Launch<'a>> {
@@ -274,12 +320,19 @@ impl<'a> Checker<'a> {
         let mut out = Vec::new();
         for it_name in &claim.instance_types {
             let Some(it) = catalog.iter().find(|it| it.name == *it_name) else {
-                self.out.insert(Violation::new("instance types", format!("{name}: {it_name} is not in the NodePool's catalog")));
+                self.out.insert(Violation::new(
+                    "instance types",
+                    format!("{name}: {it_name} is not in the NodePool's catalog"),
+                ));
                 continue;
             };
             for o in it.offerings.iter().filter(|o| o.available) {
                 if let Some(labels) = launch_labels(base, it, o) {
-                    out.push(Launch { it, offering: o, labels });
+                    out.push(Launch {
+                        it,
+                        offering: o,
+                        labels,
+                    });
                 }
             }
         }
@@ -294,29 +347,44 @@ impl<'a> Checker<'a> {
             if !NodeSelection::of(p.spec.as_ref()).satisfied(&l.labels) {
                 self.out.insert(Violation::new(
                     "node affinity",
-                    format!("{}: not satisfied on {name} as {} in {}", crate::pod_key(p), l.it.name, l.offering.zone),
+                    format!(
+                        "{}: not satisfied on {name} as {} in {}",
+                        crate::pod_key(p),
+                        l.it.name,
+                        l.offering.zone
+                    ),
                 ));
             }
             resources::add(&mut used, &resources::pod_requests(p.spec.as_ref()));
             specs.push(p.spec.as_ref());
         }
         for d in &self.daemons {
-            if labels::untolerated(taints, Some(d)).is_none() && NodeSelection::of(Some(d)).may_be_satisfied(&l.labels) {
+            if labels::untolerated(taints, Some(d)).is_none()
+                && NodeSelection::of(Some(d)).may_be_satisfied(&l.labels)
+            {
                 resources::add(&mut used, &resources::pod_requests(Some(d)));
                 specs.push(Some(d));
             }
         }
         if let Some(what) = resources::exceeded(&used, &allocatable(l.it, l.offering)) {
-            self.out.insert(Violation::new("resources", format!("{name} as {}: {what}", l.it.name)));
+            self.out.insert(Violation::new(
+                "resources",
+                format!("{name} as {}: {what}", l.it.name),
+            ));
         }
         if let Some(port) = port_clash(&specs) {
-            self.out.insert(Violation::new("host ports", format!("{name}: host port {port} used twice")));
+            self.out.insert(Violation::new(
+                "host ports",
+                format!("{name}: host port {port} used twice"),
+            ));
         }
     }
 
     fn min_values(&mut self, name: &str, pool: &NodePool, launches: &[Launch<'a>]) {
         for r in &pool.spec.template.spec.requirements {
-            let Some(min) = r.min_values.filter(|m| *m > 0) else { continue };
+            let Some(min) = r.min_values.filter(|m| *m > 0) else {
+                continue;
+            };
             let values: BTreeSet<&str> = launches
                 .iter()
                 .filter_map(|l| match l.labels.get(&r.key) {
@@ -325,7 +393,10 @@ impl<'a> Checker<'a> {
                 })
                 .collect();
             if (values.len() as i64) < i64::from(min) {
-                self.out.insert(Violation::new("minValues", format!("{name}: {} has {} values < {min}", r.key, values.len())));
+                self.out.insert(Violation::new(
+                    "minValues",
+                    format!("{name}: {} has {} values < {min}", r.key, values.len()),
+                ));
             }
         }
     }
@@ -353,7 +424,11 @@ fn common(launches: &[Launch<'_>]) -> Labels {
                 ([Some(v @ Value::Fixed(_))], _) => (*v).clone(),
                 ([None] | [Some(Value::Absent)], _) => Value::Absent,
                 (_, Some(set)) => Value::OneOf(set),
-                _ => Value::Unknown { excluded: BTreeSet::new(), gt: None, lt: None },
+                _ => Value::Unknown {
+                    excluded: BTreeSet::new(),
+                    gt: None,
+                    lt: None,
+                },
             };
             (k.clone(), v)
         })

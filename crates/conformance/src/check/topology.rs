@@ -113,10 +113,10 @@ fn key(p: &Pod) -> String {
 
 /// Whether `term` (of `owner`) selects `pod`: namespaces, then the label selector.
 fn term_selects(term: &PodAffinityTerm, owner: &Pod, pod: &Pod) -> bool {
-    let all_namespaces = term
-        .namespace_selector
-        .as_ref()
-        .is_some_and(|s| s.match_labels.as_ref().is_none_or(|m| m.is_empty()) && s.match_expressions.as_ref().is_none_or(|m| m.is_empty()));
+    let all_namespaces = term.namespace_selector.as_ref().is_some_and(|s| {
+        s.match_labels.as_ref().is_none_or(|m| m.is_empty())
+            && s.match_expressions.as_ref().is_none_or(|m| m.is_empty())
+    });
     let in_ns = all_namespaces
         || match term.namespaces.as_deref() {
             Some(list) if !list.is_empty() => list.iter().any(|n| n == ns(pod)),
@@ -150,7 +150,10 @@ fn spread(
 ) {
     let spec = pod.spec.as_ref();
     let selection = NodeSelection::of(spec);
-    for c in spec.and_then(|s| s.topology_spread_constraints.as_deref()).unwrap_or_default() {
+    for c in spec
+        .and_then(|s| s.topology_spread_constraints.as_deref())
+        .unwrap_or_default()
+    {
         if c.when_unsatisfiable != "DoNotSchedule" {
             continue;
         }
@@ -161,8 +164,15 @@ fn spread(
         let d = match domain(place, k) {
             Dom::Is(d) => d,
             other => {
-                let why = if other == Dom::Absent { "lacks" } else { "has not determined" };
-                out.insert(Violation::new("topology spread", format!("{}: node {} {why} {k}", key(pod), place.name)));
+                let why = if other == Dom::Absent {
+                    "lacks"
+                } else {
+                    "has not determined"
+                };
+                out.insert(Violation::new(
+                    "topology spread",
+                    format!("{}: node {} {why} {k}", key(pod), place.name),
+                ));
                 continue;
             }
         };
@@ -195,7 +205,11 @@ fn spread(
         if here - min > i64::from(c.max_skew) {
             out.insert(Violation::new(
                 "topology spread",
-                format!("{}: {k}={d} holds {here} matching pods, minimum {min}, maxSkew {}", key(pod), c.max_skew),
+                format!(
+                    "{}: {k}={d} holds {here} matching pods, minimum {min}, maxSkew {}",
+                    key(pod),
+                    c.max_skew
+                ),
             ));
         }
     }
@@ -204,11 +218,15 @@ fn spread(
 fn required<'a>(pod: &'a Pod, anti: bool) -> &'a [PodAffinityTerm] {
     let a = pod.spec.as_ref().and_then(|s| s.affinity.as_ref());
     let terms = if anti {
-        a.and_then(|a| a.pod_anti_affinity.as_ref())
-            .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_deref())
+        a.and_then(|a| a.pod_anti_affinity.as_ref()).and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_deref()
+        })
     } else {
-        a.and_then(|a| a.pod_affinity.as_ref())
-            .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_deref())
+        a.and_then(|a| a.pod_affinity.as_ref()).and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_deref()
+        })
     };
     terms.unwrap_or_default()
 }
@@ -217,11 +235,22 @@ fn affinity(places: &[Place<'_>], at: usize, pod: &Pod, out: &mut BTreeSet<Viola
     for term in required(pod, false) {
         let k = term.topology_key.as_str();
         // A matching pod on the same node shares every domain.
-        if places[at].pods.iter().any(|q| !same(q, pod) && term_selects(term, pod, q)) {
+        if places[at]
+            .pods
+            .iter()
+            .any(|q| !same(q, pod) && term_selects(term, pod, q))
+        {
             continue;
         }
         let Dom::Is(d) = domain(&places[at], k) else {
-            out.insert(Violation::new("pod affinity", format!("{}: node {} has no determined {k}", key(pod), places[at].name)));
+            out.insert(Violation::new(
+                "pod affinity",
+                format!(
+                    "{}: node {} has no determined {k}",
+                    key(pod),
+                    places[at].name
+                ),
+            ));
             continue;
         };
         let others: Vec<(&Place<'_>, &&Pod)> = places
@@ -231,7 +260,10 @@ fn affinity(places: &[Place<'_>], at: usize, pod: &Pod, out: &mut BTreeSet<Viola
             .collect();
         let near = others.iter().any(|(p, _)| domain(p, k) == Dom::Is(d));
         if !near && !(others.is_empty() && term_selects(term, pod, pod)) {
-            out.insert(Violation::new("pod affinity", format!("{}: no matching pod in {k}={d}", key(pod))));
+            out.insert(Violation::new(
+                "pod affinity",
+                format!("{}: no matching pod in {k}={d}", key(pod)),
+            ));
         }
     }
 }
@@ -258,7 +290,13 @@ fn anti_affinity(places: &[Place<'_>], out: &mut BTreeSet<Violation>) {
                 if domain(&places[ia], k).may_meet(&domain(&places[ib], k)) {
                     out.insert(Violation::new(
                         "pod anti-affinity",
-                        format!("{} and {} share {k} ({} / {})", key(a), key(b), places[ia].name, places[ib].name),
+                        format!(
+                            "{} and {} share {k} ({} / {})",
+                            key(a),
+                            key(b),
+                            places[ia].name,
+                            places[ib].name
+                        ),
                     ));
                 }
             }
