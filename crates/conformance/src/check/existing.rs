@@ -48,6 +48,62 @@ struct Existing<'a> {
     allocatable: Amounts,
 }
 
+/// A Node as a place: its labels (hostname defaulting to its name), the taints that count
+/// (ephemeral and startup taints not while its NodeClaim is uninitialized), its allocatable.
+fn node_place<'a>(n: &Node, claim: Option<&NodeClaim>, pods: Vec<&'a Pod>) -> Existing<'a> {
+    let name = n.metadata.name.clone().unwrap_or_default();
+    let mut labels = fixed_labels(n.metadata.labels.as_ref());
+    labels
+        .entry("kubernetes.io/hostname".into())
+        .or_insert(Value::Fixed(name.clone()));
+    let startup: Vec<String> = claim
+        .filter(|c| !initialized(c))
+        .map(|c| {
+            c.spec
+                .startup_taints
+                .iter()
+                .map(|t| t.key.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    let uninitialized = claim.is_some_and(|c| !initialized(c));
+    let taints = n
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    let taints = taints
+        .into_iter()
+        .filter(|t| {
+            !(uninitialized && (EPHEMERAL.contains(&t.key.as_str()) || startup.contains(&t.key)))
+        })
+        .collect();
+    // Until initialized, the NodeClaim's allocatable is what the node will have (the
+    // kubelet may not have reported extended resources yet).
+    let from_claim = claim
+        .filter(|c| !initialized(c))
+        .and_then(|c| c.status.as_ref())
+        .map(|s| resources::parse(&s.allocatable))
+        .filter(|a| !a.is_empty());
+    let allocatable = from_claim.unwrap_or_else(|| {
+        n.status
+            .as_ref()
+            .and_then(|s| s.allocatable.as_ref())
+            .map(resources::parse)
+            .unwrap_or_default()
+    });
+    Existing {
+        place: Place {
+            name,
+            labels,
+            taints,
+            pods,
+            placed: Vec::new(),
+        },
+        allocatable,
+    }
+}
+
 impl<'a> Checker<'a> {
     fn claim_of(&self, node: &Node) -> Option<&'a NodeClaim> {
         let name = node.metadata.name.as_deref();
@@ -69,63 +125,13 @@ impl<'a> Checker<'a> {
         let mut out = Vec::new();
         let mut with_node = BTreeSet::new();
         for n in &self.rec.input.nodes {
-            let name = n.metadata.name.clone().unwrap_or_default();
             let claim = self.claim_of(n);
             if let Some(c) = claim {
                 with_node.insert(c.metadata.name.clone());
             }
-            let mut labels = fixed_labels(n.metadata.labels.as_ref());
-            labels
-                .entry("kubernetes.io/hostname".into())
-                .or_insert(Value::Fixed(name.clone()));
-            let startup: Vec<String> = claim
-                .filter(|c| !initialized(c))
-                .map(|c| {
-                    c.spec
-                        .startup_taints
-                        .iter()
-                        .map(|t| t.key.clone())
-                        .collect()
-                })
-                .unwrap_or_default();
-            let uninitialized = claim.is_some_and(|c| !initialized(c));
-            let taints = n
-                .spec
-                .as_ref()
-                .and_then(|s| s.taints.clone())
-                .unwrap_or_default();
-            let taints = taints
-                .into_iter()
-                .filter(|t| {
-                    !(uninitialized
-                        && (EPHEMERAL.contains(&t.key.as_str()) || startup.contains(&t.key)))
-                })
-                .collect();
-            // Until initialized, the NodeClaim's allocatable is what the node will have (the
-            // kubelet may not have reported extended resources yet).
-            let from_claim = claim
-                .filter(|c| !initialized(c))
-                .and_then(|c| c.status.as_ref())
-                .map(|s| resources::parse(&s.allocatable))
-                .filter(|a| !a.is_empty());
-            let allocatable = from_claim.unwrap_or_else(|| {
-                n.status
-                    .as_ref()
-                    .and_then(|s| s.allocatable.as_ref())
-                    .map(resources::parse)
-                    .unwrap_or_default()
-            });
-            let pods = bound.get(name.as_str()).cloned().unwrap_or_default();
-            out.push(Existing {
-                place: Place {
-                    name,
-                    labels,
-                    taints,
-                    pods,
-                    placed: Vec::new(),
-                },
-                allocatable,
-            });
+            let name = n.metadata.name.as_deref().unwrap_or_default();
+            let pods = bound.get(name).cloned().unwrap_or_default();
+            out.push(node_place(n, claim, pods));
         }
         for c in self
             .rec

@@ -215,7 +215,7 @@ fn spread(
     }
 }
 
-fn required<'a>(pod: &'a Pod, anti: bool) -> &'a [PodAffinityTerm] {
+fn required(pod: &Pod, anti: bool) -> &[PodAffinityTerm] {
     let a = pod.spec.as_ref().and_then(|s| s.affinity.as_ref());
     let terms = if anti {
         a.and_then(|a| a.pod_anti_affinity.as_ref()).and_then(|a| {
@@ -259,7 +259,8 @@ fn affinity(places: &[Place<'_>], at: usize, pod: &Pod, out: &mut BTreeSet<Viola
             .filter(|(_, q)| !same(q, pod) && term_selects(term, pod, q))
             .collect();
         let near = others.iter().any(|(p, _)| domain(p, k) == Dom::Is(d));
-        if !near && !(others.is_empty() && term_selects(term, pod, pod)) {
+        let bootstrap = others.is_empty() && term_selects(term, pod, pod);
+        if !(near || bootstrap) {
             out.insert(Violation::new(
                 "pod affinity",
                 format!("{}: no matching pod in {k}={d}", key(pod)),
