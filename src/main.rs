@@ -141,6 +141,11 @@ struct RunArgs {
     /// initialize before it is rolled back.
     #[arg(long, env = "DISRUPTION_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
     disruption_timeout: std::time::Duration,
+    /// How long a template's `karpenter.cluster.x-k8s.io/available-count` (written by an
+    /// outside inventory job with `…/available-count-updated`) is trusted; older counts are
+    /// ignored (unbounded).
+    #[arg(long, env = "AVAILABLE_COUNT_STALENESS", default_value = "10m", value_parser = parse_duration)]
+    available_count_staleness: std::time::Duration,
     /// Client-side rate limit of each Kubernetes client (workload, management): requests
     /// per second once the burst is spent.
     #[arg(long, env = "KUBE_CLIENT_QPS", default_value_t = controller::ratelimit::DEFAULT_QPS)]
@@ -170,12 +175,37 @@ struct RunArgs {
     /// Identity of this replica in the Lease (default: $POD_NAME or the host name).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
+    /// `single`: one workload cluster (`--kubeconfig`), Cluster API objects in it or in
+    /// `--management-kubeconfig`. `hub`: run in the management cluster and serve every
+    /// Cluster labelled `karpenter.cluster.x-k8s.io/enabled: "true"` (see docs/hub.md).
+    #[arg(long, env = "MODE", value_enum, default_value = "single")]
+    mode: Mode,
+    /// Hub mode: only Clusters matching this label selector too.
+    #[arg(long, env = "CLUSTER_SELECTOR")]
+    cluster_selector: Option<String>,
+    /// Hub mode: only Clusters in these namespaces (comma-separated; default all).
+    #[arg(long, env = "NAMESPACES", value_delimiter = ',')]
+    namespaces: Vec<String>,
+    /// Hub mode: only Clusters labelled `cluster.x-k8s.io/watch-filter=<value>` (Cluster
+    /// API's `--watch-filter`).
+    #[arg(long, env = "WATCH_FILTER")]
+    watch_filter: Option<String>,
+    /// Hub mode: how often each engaged cluster's API server is probed (3 failures in a row
+    /// mark it disconnected).
+    #[arg(long, env = "HUB_PROBE_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    hub_probe_interval: std::time::Duration,
     /// Log format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "pretty")]
     log_format: LogFormat,
     /// Log level / filter (tracing EnvFilter syntax).
     #[arg(long, env = "LOG_LEVEL", default_value = "info")]
     log_level: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Mode {
+    Single,
+    Hub,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -229,11 +259,19 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         batch_max: args.batch_max_duration,
         node_repair_after: args.node_repair_after,
         disruption_timeout: args.disruption_timeout,
+        count_staleness: args.available_count_staleness,
         client_rate: controller::ratelimit::ClientRate {
             qps: args.kube_client_qps,
             burst: args.kube_client_burst,
         },
         cluster_id: args.cluster_id,
+        hub: (args.mode == Mode::Hub).then(|| controller::hub::HubConfig {
+            cluster_selector: args.cluster_selector,
+            namespaces: args.namespaces,
+            watch_filter: args.watch_filter,
+            probe_interval: args.hub_probe_interval,
+            ..Default::default()
+        }),
         // GC interval and grace.
         ..Default::default()
     };
@@ -322,6 +360,31 @@ mod tests {
             run_args(&["--kube-client-qps", "50", "--kube-client-burst", "75"]).expect("parses");
         assert_eq!(args.kube_client_qps.get(), 50);
         assert_eq!(args.kube_client_burst.get(), 75);
+    }
+
+    #[test]
+    fn hub_flags_parse() {
+        let args = run_args(&[]).expect("parses");
+        assert_eq!(
+            args.mode,
+            Mode::Single,
+            "single-cluster mode is the default"
+        );
+        let args = run_args(&[
+            "--mode",
+            "hub",
+            "--namespaces",
+            "team-a,team-b",
+            "--watch-filter",
+            "shard-1",
+            "--cluster-selector",
+            "env=prod",
+        ])
+        .expect("parses");
+        assert_eq!(args.mode, Mode::Hub);
+        assert_eq!(args.namespaces, ["team-a", "team-b"]);
+        assert_eq!(args.watch_filter.as_deref(), Some("shard-1"));
+        assert_eq!(args.cluster_selector.as_deref(), Some("env=prod"));
     }
 
     #[test]

@@ -287,12 +287,14 @@ fn overlays_render() {
         "deploy/base",
         "deploy/overlays/split-clusters",
         "deploy/overlays/split-clusters/management",
+        "deploy/overlays/hub",
     ] {
         let yaml = kustomize(dir);
         let docs = docs(&yaml);
         assert!(!docs.is_empty(), "{dir} renders objects");
         assert!(wildcards(&docs).is_empty(), "{dir}: {:?}", wildcards(&docs));
     }
+    assert!(kustomize("deploy/overlays/hub").contains("--mode=hub"));
     let split = kustomize("deploy/overlays/split-clusters");
     assert!(split.contains("--management-kubeconfig=/etc/karpenter-capi/management/kubeconfig"));
     let bindings: Vec<String> = docs(&split)

@@ -287,9 +287,24 @@ async fn drift_rolls_nodes_surge_first_and_rolls_back_a_failed_replacement() {
         r#"karpenter_nodeclaims_drifted_total{type="NodeClassDrifted",nodepool="default"} 3"#,
         r#"karpenter_voluntary_disruption_decisions_total{decision="replace",reason="drifted",consolidation_type=""} 3"#,
         r#"karpenter_nodeclaims_disrupted_total{reason="drifted",nodepool="default"} 3"#,
+        r#"karpenter_voluntary_disruption_decisions_by_nodepool_total{nodepool="default",decision="replace",reason="drifted",consolidation_type=""} 3"#,
     ] {
         assert!(metrics.contains(want), "{want} missing:\n{metrics}");
     }
+    // The pods on the three drifted nodes when each was disrupted (drift reports no policy).
+    let initiated: f64 = metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with(
+                r#"karpenter_pods_disruption_initiated_total{reason="drifted",nodepool="default","#,
+            ) && l.contains(r#"consolidation_policy="",termination_mode="graceful"}"#)
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(
+        initiated >= 1.0,
+        "pod disruptions of the drifted nodes counted:\n{metrics}"
+    );
 
     // (b) A node of another template (full: no web pod fits there, so every small node
     // needs a replacement), then an edit of `small`'s spec: only `small` nodes drift. (e) The edit makes replacements that never get a Node: rolled back.

@@ -12,8 +12,9 @@ use common::manifests::{
 use serde_json::{Value, json};
 
 /// The chart's modes with the kustomize tree granting the same permissions.
-const MODES: [(&str, &str); 3] = [
+const MODES: [(&str, &str); 4] = [
     ("single", "deploy/base"),
+    ("hub", "deploy/overlays/hub"),
     ("workload", "deploy/overlays/split-clusters"),
     ("management", "deploy/overlays/split-clusters/management"),
 ];

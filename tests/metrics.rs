@@ -543,7 +543,48 @@ async fn dashboard_metrics_follow_a_pod_and_its_node_and_are_all_exported() {
             Some(0.0),
             "{reason}"
         );
+        assert_eq!(
+            s.value(
+                "karpenter_nodepools_nodes_consuming_budgets",
+                &[("nodepool", "default"), ("reason", reason)]
+            ),
+            Some(0.0),
+            "nothing is being disrupted: {reason}"
+        );
     }
+    // Karpenter v1.15's lifecycle series carry the zone; the pool's cost is the price its
+    // one NodeClaim was launched at; no pod is ignored.
+    assert_eq!(
+        s.value(
+            "karpenter_nodes_created_total",
+            &[
+                ("nodepool", "default"),
+                ("zone", &label("topology.kubernetes.io/zone"))
+            ]
+        ),
+        Some(1.0)
+    );
+    let claim = nodeclaims(&client)
+        .list(&ListParams::default())
+        .await
+        .expect("nodeclaims")
+        .items
+        .into_iter()
+        .find(|c| c.data["status"]["nodeName"] == node_name.as_str())
+        .expect("the node's NodeClaim");
+    let plan: Value =
+        serde_json::from_str(claim.annotations()[api::consts::annotations::LAUNCH_PLAN].as_str())
+            .expect("launch plan");
+    let price = plan["price"].as_f64().expect("planned price");
+    assert!(price > 0.0, "{plan}");
+    assert_eq!(
+        s.value("karpenter_nodepools_cost_total", &[("nodepool", "default")]),
+        Some(price)
+    );
+    assert_eq!(
+        s.value("karpenter_scheduler_ignored_pods_count", &[]),
+        Some(0.0)
+    );
 
     // Every metric the dashboard queries is exported.
     let dashboard = dashboard_metrics();

@@ -47,6 +47,7 @@ async fn env() -> Env {
         index: templates::watch::TemplateIndex::new(),
         nodeclasses: caches.nodeclasses.store(),
         clusters: caches.clusters.store(),
+        engaged: None,
     };
     let shared = Shared {
         workload: client.clone(),
@@ -78,6 +79,7 @@ async fn env() -> Env {
         lookups: Arc::default(),
         cluster_id: "fake-test".into(),
         repairs: Arc::default(),
+        connection: Default::default(),
     };
     let fake = FakeCloudProvider::default();
     let ctx = Arc::new(Ctx {

@@ -1044,3 +1044,108 @@ async fn a_burst_of_pods_is_nominated_within_the_event_rate() {
         ours.len()
     );
 }
+
+/// Sum of a counter family on the operator's `/metrics` (0 when absent).
+async fn counter(env: &Env, name: &str) -> u64 {
+    scrape(env.metrics_addr)
+        .await
+        .lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+        .filter_map(|l| l.rsplit(' ').next()?.trim().parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+#[tokio::test]
+async fn max_machines_caps_a_template_without_a_launch_loop() {
+    let env = env(vec![("metal", "2", "4Gi", "0.10", json!({}))]).await;
+    let client = env.tb.client();
+    let cluster_ns = env.cluster.namespace.clone();
+    // At most 3 Machines from `metal`. The price changes in the same write, so the NodeClass
+    // status showing the new price proves the operator's template cache has the count.
+    let templates: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &cluster_ns,
+        &testbed::provider::test_machine_template_resource(),
+    );
+    templates
+        .patch(
+            "metal",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"annotations": {
+                "karpenter.cluster.x-k8s.io/max-machines": "3",
+                "karpenter.cluster.x-k8s.io/price": "0.11"}}})),
+        )
+        .await
+        .expect("annotate template");
+    wait_for(
+        "catalog with the count",
+        Duration::from_secs(30),
+        || async {
+            let nc = nodeclasses(&client).get("default").await.ok()?;
+            (nc.data["status"]["instanceTypes"][0]["price"] == "0.1100").then_some(())
+        },
+    )
+    .await
+    .expect("the NodeClass status shows the annotated template");
+    create_nodepool(&client, json!({})).await;
+    let ns = env.tb.temp_namespace().await.expect("namespace");
+    // 5 pods of 1.5 cpu: one per 2-cpu node, no fallback template.
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("metal", 5, "1500m", "256Mi", json!({})),
+        )
+        .await
+        .expect("deployment");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let all = wait_for("3 pods Running", Duration::from_secs(120), || async {
+        let l = pods.list(&ListParams::default()).await.ok()?.items;
+        (l.len() == 5 && l.iter().filter(|p| running(p)).count() == 3).then_some(l)
+    })
+    .await;
+    let Ok(all) = all else {
+        panic!("3 of 5 pods not Running: {}", diagnose(&client, &ns).await);
+    };
+    for p in all.iter().filter(|p| !running(p)) {
+        let name = p.name_any();
+        wait_for(
+            "FailedScheduling naming the count",
+            Duration::from_secs(30),
+            || async {
+                events_for(&client, &name)
+                    .await
+                    .iter()
+                    .any(|(r, note)| {
+                        r == "FailedScheduling"
+                            && note.contains(&format!("TestMachineTemplate {cluster_ns}/metal"))
+                            && note.contains("karpenter.cluster.x-k8s.io/max-machines 3")
+                    })
+                    .then_some(())
+            },
+        )
+        .await
+        .unwrap_or_else(|_| {
+            panic!("{name}: no FailedScheduling event naming the template and its count")
+        });
+    }
+    let launched = counter(&env, "karpenter_capi_machines_launched_total").await;
+    let created = counter(&env, "karpenter_nodeclaims_created_total").await;
+    assert_eq!(launched, 3, "{}", diagnose(&client, &ns).await);
+    assert_eq!(created, 3);
+    // No launch loop: after two more batches that reconsider the two pending pods (the
+    // positive sentinel), still exactly 3 NodeClaims and 3 Machines ever created.
+    provisioning_passes(&env, &ns, 2).await;
+    assert_eq!(
+        counter(&env, "karpenter_capi_machines_launched_total").await,
+        3
+    );
+    assert_eq!(counter(&env, "karpenter_nodeclaims_created_total").await, 3);
+    let machines: Api<api::Machine> = Api::namespaced(client.clone(), &cluster_ns);
+    let from_metal = machines
+        .list(&ListParams::default().labels("karpenter.cluster.x-k8s.io/instance-template=metal"))
+        .await
+        .expect("machines")
+        .items;
+    assert_eq!(from_metal.len(), 3);
+}

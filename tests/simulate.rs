@@ -384,3 +384,80 @@ fn a_snapshot_without_nodeclaims_has_no_disruption_section() {
     let plan: Value = serde_json::from_str(&stdout(&out)).expect("JSON plan");
     assert_eq!(plan["disruption"], serde_json::json!([]));
 }
+
+#[test]
+fn max_machines_and_the_node_group_max_size_cap_a_template_and_show_its_count() {
+    // One 2-cpu template allowing 2 Machines (max-machines 3, the CA max size 2: the smaller
+    // wins); 4 pods of 1.5 cpu, one per node.
+    let yaml = r#"
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+kind: DockerMachineTemplate
+metadata:
+  name: metal
+  namespace: capi-shop
+  labels:
+    node.cluster.x-k8s.io/karpenter-member: "true"
+    karpenter.cluster.x-k8s.io/nodeclass: default
+  annotations:
+    capacity.cluster-autoscaler.kubernetes.io/cpu: "2"
+    capacity.cluster-autoscaler.kubernetes.io/memory: 8Gi
+    karpenter.cluster.x-k8s.io/max-machines: "3"
+    cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size: "2"
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: general}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.cluster.x-k8s.io, kind: ClusterAPINodeClass, name: default}
+      requirements: []
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: shop}
+spec:
+  replicas: 4
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: c, resources: {requests: {cpu: 1500m, memory: 1Gi}}}]
+"#;
+    let args = [
+        "-f",
+        "examples/snapshot/00-cluster.yaml",
+        "-f",
+        "examples/snapshot/01-nodeclass.yaml",
+        "-f",
+        "-",
+    ];
+    let json_args: Vec<&str> = args.iter().copied().chain(["-o", "json"]).collect();
+    let plan: Value =
+        serde_json::from_str(&stdout(&simulate(&json_args, Some(yaml)))).expect("JSON plan");
+    assert_eq!(
+        plan["nodeClaims"].as_array().map(Vec::len),
+        Some(2),
+        "{plan:#}"
+    );
+    let unplaceable = plan["unplaceable"].as_array().expect("unplaceable");
+    assert_eq!(unplaceable.len(), 2, "{plan:#}");
+    for u in unplaceable {
+        let reason = u["reason"].as_str().expect("reason");
+        assert!(
+            reason.contains("no count left on template DockerMachineTemplate capi-shop/metal, cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size 2"),
+            "{reason}"
+        );
+    }
+    assert_eq!(
+        plan["countedTemplates"],
+        serde_json::json!([{"template": "DockerMachineTemplate capi-shop/metal",
+            "source": "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size",
+            "limit": 2, "live": 0, "available": 2, "planned": 2}])
+    );
+    let table = stdout(&simulate(&args, Some(yaml)));
+    assert!(
+        table.contains("Counted templates:\n  DockerMachineTemplate capi-shop/metal: cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size 2, 0 live, 2 available, 2 planned"),
+        "{table}"
+    );
+}

@@ -255,6 +255,7 @@ async fn a_launch_happens_once_per_uid_when_the_cache_lags() {
         index,
         nodeclasses: caches.nodeclasses.store(),
         clusters: caches.clusters.store(),
+        engaged: None,
     };
     wait_for("catalog", Duration::from_secs(30), || async {
         catalogs.catalog("default").map(|_| ())
@@ -290,6 +291,7 @@ async fn a_launch_happens_once_per_uid_when_the_cache_lags() {
         lookups: Arc::default(),
         cluster_id: CLUSTER_ID.into(),
         repairs: Arc::default(),
+        connection: Default::default(),
     });
     let api: Api<NodeClaim> = Api::all(client.clone());
     let stale: Arc<NodeClaim> = Arc::new(

@@ -48,7 +48,7 @@ pub(super) fn drifted(
                 &without.nodepools,
                 &moving,
                 &|nc| catalogs.get(nc).cloned(),
-                &|_, _, _| true,
+                &controller::counts::AllAvailable,
             );
             let output = scheduling::solve(&snap.input);
             Some(DriftedNodeClaim {

@@ -7,6 +7,7 @@
 //! [`render_table`] prints it. With existing NodeClaims, the plan also carries each one's
 //! disruption verdict ([`DisruptionVerdict`], from the loop's own `verdicts`).
 
+mod counts;
 mod disruption;
 mod doc;
 mod drift;
@@ -24,6 +25,7 @@ use templates::offline::{Inputs, LoadError};
 
 use controller::state::Objects;
 
+pub use counts::CountedTemplate;
 pub use disruption::DisruptionVerdict;
 pub use drift::DriftedNodeClaim;
 pub use plan::{Plan, plan};

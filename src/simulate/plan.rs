@@ -10,6 +10,7 @@ use controller::objects::{name, namespaced_name, pod_node_name, terminal};
 use controller::provisioning::{convert, snapshot};
 use controller::state::Cluster;
 
+use super::counts::{Counted, CountedTemplate, counted_templates};
 use super::disruption::{DisruptionVerdict, disruption};
 use super::{Loaded, pod_ref};
 
@@ -101,6 +102,9 @@ pub struct Plan {
     pub node_claims: Vec<PlannedNodeClaim>,
     pub existing: Vec<ExistingPlacement>,
     pub unplaceable: Vec<UnplaceablePod>,
+    /// Templates with a count (max-machines, node-group max size, reported count).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub counted_templates: Vec<CountedTemplate>,
     pub total: Total,
     /// With existing NodeClaims: each one's disruption verdict now.
     pub disruption: Vec<DisruptionVerdict>,
@@ -109,7 +113,7 @@ pub struct Plan {
     pub drifted: Vec<super::DriftedNodeClaim>,
 }
 
-type Catalogs = HashMap<String, Arc<Catalog>>;
+pub(super) type Catalogs = HashMap<String, Arc<Catalog>>;
 
 /// Builds the catalogs, runs the provisioner's scheduling simulation and collects the plan.
 pub fn plan(loaded: &Loaded) -> Plan {
@@ -117,12 +121,13 @@ pub fn plan(loaded: &Loaded) -> Plan {
     let (node_classes, catalogs) = node_class_catalogs(loaded, &mut warnings);
     let mut node_pools = node_pool_summaries(loaded, &catalogs, &mut warnings);
     let cluster = Cluster::new(loaded.state.clone());
+    let counted = Counted::of(&cluster);
     let snap = snapshot::build(
         &cluster,
         &cluster.nodepools,
         &loaded.pending,
         &|nc| catalogs.get(nc).cloned(),
-        &|_, _, _| true,
+        &counted,
     );
     for summary in &mut node_pools {
         if let Some(p) = snap
@@ -149,6 +154,7 @@ pub fn plan(loaded: &Loaded) -> Plan {
     warnings.retain(|w| seen.insert(w.clone()));
     let output = scheduling::solve(&snap.input);
     let node_claims = planned_node_claims(loaded, &catalogs, &output);
+    let counted_templates = counted_templates(&counted, &catalogs, &output);
     let existing = existing_placements(&snap.input, &output);
     let unplaceable: Vec<UnplaceablePod> = output
         .unschedulable
@@ -189,6 +195,7 @@ pub fn plan(loaded: &Loaded) -> Plan {
         node_claims,
         existing,
         unplaceable,
+        counted_templates,
         total,
         disruption: disruption(&cluster, &catalogs, k8s_openapi::jiff::Timestamp::now()),
         drifted: super::drift::drifted(&cluster, &catalogs),

@@ -40,6 +40,7 @@ pub fn render_table(plan: &Plan) -> String {
     write_summary(&mut out, plan);
     write_node_claims(&mut out, plan);
     write_existing(&mut out, plan);
+    write_counted(&mut out, plan);
     write_drifted(&mut out, plan);
     write_disruption(&mut out, plan);
     let t = &plan.total;
@@ -54,6 +55,21 @@ pub fn render_table(plan: &Plan) -> String {
         t.pods_unplaceable
     );
     out
+}
+
+/// Templates with a count: the source, what is used, what the plan takes.
+fn write_counted(out: &mut String, plan: &Plan) {
+    if plan.counted_templates.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\nCounted templates:");
+    for t in &plan.counted_templates {
+        let _ = writeln!(
+            out,
+            "  {}: {} {}, {} live, {} available, {} planned",
+            t.template, t.source, t.limit, t.live, t.available, t.planned
+        );
+    }
 }
 
 /// The snapshot, its NodeClasses and NodePools, the warnings.

@@ -41,19 +41,19 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- splitList ":" . | last | int -}}
 {{- end -}}
 
-{{/* Whether the operator runs in this cluster (modes single and workload). */}}
+{{/* Whether the operator runs in this cluster (modes single, workload and hub). */}}
 {{- define "karpenter-capi.runsOperator" -}}
 {{- if ne .Values.mode "management" }}true{{ end -}}
 {{- end -}}
 
-{{/* Whether this cluster holds the Cluster API objects (modes single and management). */}}
+{{/* Whether this cluster holds the Cluster API objects (modes single, management and hub). */}}
 {{- define "karpenter-capi.holdsClusterAPI" -}}
 {{- if ne .Values.mode "workload" }}true{{ end -}}
 {{- end -}}
 
 {{- define "karpenter-capi.validate" -}}
-{{- if not (has .Values.mode (list "single" "workload" "management")) -}}
-{{- fail (printf "mode must be single, workload or management, not %q" .Values.mode) -}}
+{{- if not (has .Values.mode (list "single" "workload" "management" "hub")) -}}
+{{- fail (printf "mode must be single, workload, management or hub, not %q" .Values.mode) -}}
 {{- end -}}
 {{- if and .Values.settings.disableLeaderElection (gt (int .Values.replicas) 1) -}}
 {{- fail "settings.disableLeaderElection needs replicas: 1" -}}
@@ -72,6 +72,9 @@ management kubeconfig (mode=workload) and the leader-election namespace.
 {{- $settings := deepCopy .Values.settings -}}
 {{- if and (eq .Values.mode "workload") (not $settings.managementKubeconfig) -}}
 {{- $_ := set $settings "managementKubeconfig" (printf "/etc/karpenter-capi/management/%s" .Values.managementCluster.kubeconfigSecret.key) -}}
+{{- end -}}
+{{- if and (eq .Values.mode "hub") (not $settings.mode) -}}
+{{- $_ := set $settings "mode" "hub" -}}
 {{- end -}}
 {{- if not $settings.leaderElectionNamespace -}}
 {{- $_ := set $settings "leaderElectionNamespace" .Release.Namespace -}}

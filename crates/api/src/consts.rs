@@ -45,7 +45,10 @@ pub mod labels {
     pub const INSTANCE_CPU: &str = "karpenter.cluster.x-k8s.io/instance-cpu";
     pub const INSTANCE_MEMORY: &str = "karpenter.cluster.x-k8s.io/instance-memory";
     pub const INSTANCE_GPU_COUNT: &str = "karpenter.cluster.x-k8s.io/instance-gpu-count";
+    /// Also on our Machines and their clones: the template they were cloned from.
     pub const INSTANCE_TEMPLATE: &str = "karpenter.cluster.x-k8s.io/instance-template";
+    /// On nodes launched from a `reserved` template: the reservation (the template's name).
+    pub const RESERVATION_ID: &str = "karpenter.cluster.x-k8s.io/reservation-id";
     /// On Machines and their clones: the NodeClaim they were created for.
     pub const NODECLAIM: &str = "karpenter.cluster.x-k8s.io/nodeclaim";
     /// On Machines and their clones: the identity of the workload cluster whose operator
@@ -55,11 +58,16 @@ pub mod labels {
     pub const DISRUPTION_COMMAND: &str = "karpenter.cluster.x-k8s.io/disruption-command";
     /// The node-class label `<group>/<lower(kind)>` = NodeClass name.
     pub const NODECLASS: &str = "karpenter.cluster.x-k8s.io/clusterapinodeclass";
+    /// On a Cluster API `Cluster`: `"true"` opts it in to hub mode (`run --mode hub`).
+    pub const HUB_ENABLED: &str = "karpenter.cluster.x-k8s.io/enabled";
 
     // Cluster API.
     /// Opt-in label: only InfrastructureMachineTemplates carrying it are offered.
     pub const KARPENTER_MEMBER: &str = "node.cluster.x-k8s.io/karpenter-member";
     pub const CLUSTER_NAME: &str = "cluster.x-k8s.io/cluster-name";
+    /// Cluster API's static sharding label: a controller started with `--watch-filter=<v>`
+    /// serves only objects carrying it with value `<v>`.
+    pub const WATCH_FILTER: &str = "cluster.x-k8s.io/watch-filter";
     /// Never copied onto our Machines (a MachineSet would adopt them).
     pub const SET_NAME: &str = "cluster.x-k8s.io/set-name";
     pub const DEPLOYMENT_NAME: &str = "cluster.x-k8s.io/deployment-name";
@@ -104,6 +112,13 @@ pub mod annotations {
     // Ours.
     /// On templates: hourly price of an instance (decimal).
     pub const PRICE: &str = "karpenter.cluster.x-k8s.io/price";
+    /// On templates: at most this many Machines from the template at once (a count source).
+    pub const MAX_MACHINES: &str = "karpenter.cluster.x-k8s.io/max-machines";
+    /// On templates: how many more Machines the infrastructure can take from the template,
+    /// written by an outside inventory job together with [`AVAILABLE_COUNT_UPDATED`].
+    pub const AVAILABLE_COUNT: &str = "karpenter.cluster.x-k8s.io/available-count";
+    /// On templates: when [`AVAILABLE_COUNT`] was written (RFC 3339).
+    pub const AVAILABLE_COUNT_UPDATED: &str = "karpenter.cluster.x-k8s.io/available-count-updated";
     /// On a NodeClaim: the launch plan (JSON), written before anything is created.
     pub const LAUNCH_PLAN: &str = "karpenter.cluster.x-k8s.io/launch";
     /// On the Machine and its clones: the UID of the NodeClaim they were created for.
@@ -117,6 +132,9 @@ pub mod annotations {
     pub const DISRUPTION_FAILED: &str = "karpenter.cluster.x-k8s.io/disruption-failed";
     /// On a replacement NodeClaim: the NodeClaims it replaces (comma-separated names).
     pub const REPLACES: &str = "karpenter.cluster.x-k8s.io/replaces";
+    /// On a Cluster API `Cluster` (hub mode): the Secret (same namespace, key `value`) with
+    /// the kubeconfig the hub uses for the workload cluster; default `<cluster>-kubeconfig`.
+    pub const KUBECONFIG_SECRET: &str = "karpenter.cluster.x-k8s.io/kubeconfig-secret";
 
     // Cluster API.
     pub const CLONED_FROM_NAME: &str = "cluster.x-k8s.io/cloned-from-name";
@@ -125,6 +143,8 @@ pub mod annotations {
     pub const PRE_TERMINATE_HOOK_PREFIX: &str =
         "pre-terminate.delete.hook.machine.cluster.x-k8s.io";
     pub const EXCLUDE_NODE_DRAINING: &str = "machine.cluster.x-k8s.io/exclude-node-draining";
+    /// On any Cluster API object: its controllers leave it alone (any value).
+    pub const PAUSED: &str = "cluster.x-k8s.io/paused";
 
     // cluster-autoscaler scale-from-zero capacity annotations on InfrastructureMachineTemplates.
     pub const CA_PREFIX: &str = "capacity.cluster-autoscaler.kubernetes.io/";
@@ -136,6 +156,9 @@ pub mod annotations {
     pub const CA_GPU_TYPE: &str = "capacity.cluster-autoscaler.kubernetes.io/gpu-type";
     pub const CA_LABELS: &str = "capacity.cluster-autoscaler.kubernetes.io/labels";
     pub const CA_TAINTS: &str = "capacity.cluster-autoscaler.kubernetes.io/taints";
+    /// cluster-autoscaler's node-group maximum size, honoured on templates as a count source.
+    pub const CA_NODE_GROUP_MAX_SIZE: &str =
+        "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size";
 }
 
 /// Taint keys.
@@ -197,6 +220,9 @@ pub mod conditions {
     pub const CLUSTER_READY: &str = "ClusterReady";
     pub const TEMPLATES_READY: &str = "TemplatesReady";
     pub const BOOTSTRAP_READY: &str = "BootstrapReady";
+    /// ClusterReady's reason in hub mode when `spec.clusterRef` names another Cluster than
+    /// the engaged one (a tenant cannot launch into another tenant's Cluster).
+    pub const CLUSTER_REF_MISMATCH: &str = "ClusterRefMismatch";
     /// NodeClass `Ready` = all of these True.
     pub const NODECLASS_READY_PARTS: &[&str] = &[CLUSTER_READY, TEMPLATES_READY, BOOTSTRAP_READY];
 
@@ -268,4 +294,9 @@ pub mod events {
     pub const TERMINATION_GRACE_PERIOD_EXPIRING: &str = "TerminationGracePeriodExpiring";
     pub const NODE_REPAIR_BLOCKED: &str = "NodeRepairBlocked";
     pub const WAITING_ON_NODECLAIM_TERMINATION: &str = "WaitingOnNodeClaimTermination";
+    /// Hub mode, on the Cluster API `Cluster`: its API server stopped / started answering.
+    pub const CLUSTER_DISCONNECTED: &str = "ClusterDisconnected";
+    pub const CLUSTER_CONNECTED: &str = "ClusterConnected";
+    /// Hub mode, on the Cluster API `Cluster`: an engagement started (again) for it.
+    pub const CLUSTER_ENGAGED: &str = "ClusterEngaged";
 }

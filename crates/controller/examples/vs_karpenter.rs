@@ -58,6 +58,7 @@ fn instance_type(v: &Value) -> Result<InstanceType> {
                 capacity_type: o["capacityType"].as_str().unwrap_or_default().to_string(),
                 price: o["price"].as_f64().unwrap_or(f64::MAX),
                 available: o["available"].as_bool().unwrap_or(false),
+                count: None,
             })
             .collect(),
         taints: Vec::new(),

@@ -329,7 +329,10 @@ where
     }
 }
 
-/// Every cache the operator keeps: one watch per kind, shared by all loops.
+/// Every cache one engagement reads: one watch per kind, shared by all its loops. The
+/// workload-side caches and the Machines (fenced by the engagement's cluster id) are the
+/// engagement's own; the Clusters cache is the management side's, shared by every
+/// engagement of a hub (see [`Caches::start_engaged`]).
 pub struct Caches {
     pub nodes: Cache<k8s_openapi::api::core::v1::Node>,
     pub pods: Cache<k8s_openapi::api::core::v1::Pod>,
@@ -350,6 +353,25 @@ impl Caches {
         workload: &kube::Client,
         management: &kube::Client,
         cluster_id: &str,
+    ) -> Caches {
+        let clusters = Cache::start(
+            tasks,
+            Api::all(management.clone()),
+            watcher::Config::default(),
+            keep,
+            None,
+        );
+        Self::start_engaged(tasks, workload, management, cluster_id, clusters)
+    }
+
+    /// Starts the watches of one engagement over the management side's shared `clusters`
+    /// cache: the workload cluster's kinds, and the Machines fenced by `cluster_id`.
+    pub fn start_engaged(
+        tasks: &mut Tasks,
+        workload: &kube::Client,
+        management: &kube::Client,
+        cluster_id: &str,
+        clusters: Cache<api::Cluster>,
     ) -> Caches {
         let all = watcher::Config::default;
         Caches {
@@ -379,7 +401,7 @@ impl Caches {
                 keep,
                 None,
             ),
-            clusters: Cache::start(tasks, Api::all(management.clone()), all(), keep, None),
+            clusters,
         }
     }
 

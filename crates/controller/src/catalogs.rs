@@ -32,6 +32,38 @@ pub trait Catalogs: Send + Sync {
     fn template_kinds(&self) -> Vec<(String, String)> {
         Vec::new()
     }
+
+    /// Why `nc` may not launch in this engagement: its `clusterRef` names another Cluster
+    /// than the engaged one (hub mode); `None` when it may.
+    fn cluster_ref_mismatch(&self, _nc: &ClusterAPINodeClass) -> Option<String> {
+        None
+    }
+}
+
+/// The Cluster API `Cluster` an engagement serves (hub mode), as `namespace/name`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ClusterKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl std::fmt::Display for ClusterKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Why `nc` may not launch in the engagement of `engaged` (see
+/// [`Catalogs::cluster_ref_mismatch`]); single-cluster mode (`None`) accepts any Cluster.
+pub(crate) fn mismatch(engaged: Option<&ClusterKey>, nc: &ClusterAPINodeClass) -> Option<String> {
+    let engaged = engaged?;
+    let r = &nc.spec.cluster_ref;
+    (r.namespace != engaged.namespace || r.name != engaged.name).then(|| {
+        format!(
+            "spec.clusterRef {}/{} is not the Cluster this workload cluster is engaged as ({engaged})",
+            r.namespace, r.name
+        )
+    })
 }
 
 /// Catalogs built from the template caches, the NodeClass and its Cluster (all cached).
@@ -40,6 +72,8 @@ pub struct IndexCatalogs {
     pub index: TemplateIndex,
     pub nodeclasses: Store<ClusterAPINodeClass>,
     pub clusters: Store<Cluster>,
+    /// The engaged Cluster (hub mode): a NodeClass naming another has no catalog.
+    pub engaged: Option<ClusterKey>,
 }
 
 impl IndexCatalogs {
@@ -64,6 +98,9 @@ impl IndexCatalogs {
 impl Catalogs for IndexCatalogs {
     fn catalog(&self, nodeclass: &str) -> Option<Arc<Catalog>> {
         let nc = self.nodeclasses.get(&ObjectRef::new(nodeclass))?;
+        if self.cluster_ref_mismatch(&nc).is_some() {
+            return None;
+        }
         match &*self.catalog_for(&nc) {
             Ok(c) if !c.instance_types.is_empty() => Some(Arc::clone(c)),
             _ => None,
@@ -86,5 +123,48 @@ impl Catalogs for IndexCatalogs {
             .into_iter()
             .map(|k| (k.group, k.kind))
             .collect()
+    }
+
+    fn cluster_ref_mismatch(&self, nc: &ClusterAPINodeClass) -> Option<String> {
+        mismatch(self.engaged.as_ref(), nc)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nodeclass(ns: &str, name: &str) -> ClusterAPINodeClass {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.cluster.x-k8s.io/v1alpha1", "kind": "ClusterAPINodeClass",
+            "metadata": {"name": "default"},
+            "spec": {"clusterRef": {"namespace": ns, "name": name},
+                     "bootstrap": {"dataSecretName": "bootstrap-data"}}
+        }))
+        .expect("nodeclass fixture")
+    }
+
+    #[test]
+    fn only_the_engaged_cluster_is_accepted_in_hub_mode() {
+        let engaged = ClusterKey {
+            namespace: "tenant-a".into(),
+            name: "alpha".into(),
+        };
+        assert_eq!(
+            mismatch(Some(&engaged), &nodeclass("tenant-a", "alpha")),
+            None
+        );
+        let other = mismatch(Some(&engaged), &nodeclass("tenant-b", "beta"))
+            .expect("another tenant's Cluster is refused");
+        assert!(
+            other.contains("tenant-b/beta") && other.contains("tenant-a/alpha"),
+            "{other}"
+        );
+        assert!(mismatch(Some(&engaged), &nodeclass("tenant-b", "alpha")).is_some());
+        assert_eq!(
+            mismatch(None, &nodeclass("tenant-b", "beta")),
+            None,
+            "single-cluster mode accepts any Cluster"
+        );
     }
 }

@@ -162,6 +162,10 @@ pub(crate) fn families(view: Option<&View>) -> Vec<Family> {
         "karpenter_capi_machines",
         "Cluster API Machines of nodeclaims, by nodepool and phase.",
     );
+    let mut cost = family(
+        "karpenter_nodepools_cost_total",
+        "Total cost of the nodepool from Karpenter's perspective: the hourly price of the offering each of its NodeClaims was launched on (NodeOverlay prices included). Not an authoritative source for billing.",
+    );
     if let Some(v) = view {
         let c = v.cluster;
         pods_state.samples = c
@@ -216,11 +220,36 @@ pub(crate) fn families(view: Option<&View>) -> Vec<Family> {
             waiting as f64,
         )];
         machines.samples = machine_phases(v.machines);
+        cost.samples = pool_costs(c);
     }
     let mut out = vec![pods_state];
     out.extend(node_families);
-    out.extend([node_count, synced, queue, machines]);
+    out.extend([node_count, synced, queue, machines, cost]);
     out
+}
+
+/// Per NodePool, the summed hourly price of its NodeClaims not being deleted (the price
+/// their launch plans recorded; a claim not planned yet costs nothing yet), every NodePool
+/// listed (0 without claims).
+fn pool_costs(c: &Cluster) -> Vec<(Labels, f64)> {
+    let mut costs: BTreeMap<String, f64> =
+        c.nodepools.iter().map(|p| (p.name_any(), 0.0)).collect();
+    for claim in c
+        .nodeclaims
+        .iter()
+        .filter(|x| x.metadata.deletion_timestamp.is_none())
+    {
+        let Some(plan) = crate::nodeclaim::plan::Plan::of(claim) else {
+            continue;
+        };
+        *costs
+            .entry(crate::nodeclaim::plan::nodepool_of(claim))
+            .or_default() += plan.price;
+    }
+    costs
+        .into_iter()
+        .map(|(pool, price)| (vec![("nodepool", pool)], price))
+        .collect()
 }
 
 fn node_name(p: &Pod) -> &str {

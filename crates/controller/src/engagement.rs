@@ -31,16 +31,24 @@ pub struct Knobs {
     pub batch_max: Duration,
     pub gc_interval: Duration,
     pub gc_grace: Duration,
+    /// How long a template's reported `available-count` is trusted.
+    pub count_staleness: Duration,
 }
 
 /// What an engagement is built from: the clients of its workload cluster and of the
-/// management cluster, the metrics, the knobs.
+/// management cluster, the metrics, the knobs, and in hub mode the Cluster it serves and
+/// whether that cluster answers.
 #[derive(Clone)]
 pub struct Sources {
     pub workload: kube::Client,
     pub management: kube::Client,
     pub metrics: Metrics,
     pub knobs: Knobs,
+    /// The engaged Cluster (hub mode): NodeClasses naming another are refused. `None`:
+    /// single-cluster mode, any Cluster.
+    pub engaged: Option<crate::catalogs::ClusterKey>,
+    /// Whether the workload cluster answers (always, in single-cluster mode).
+    pub connection: crate::health::Connection,
 }
 
 /// The loops of one workload cluster, ready to run.
@@ -75,6 +83,7 @@ impl Engagement {
             index,
             nodeclasses: caches.nodeclasses.store(),
             clusters: caches.clusters.store(),
+            engaged: ctx.engaged.clone(),
         };
         let reporter = Reporter {
             controller: "karpenter".into(),
@@ -109,26 +118,22 @@ impl Engagement {
         );
         let provisioner = provisioner(
             ctx,
+            caches,
             state.clone(),
             lifecycle_ctx.recorder.clone(),
             lifecycle_ctx.provider.clone(),
             unavailable,
         );
         let lifecycle_ctx_recorder = lifecycle_ctx.recorder.clone();
-        let triggers = lifecycle::Triggers {
-            nodeclaims: caches.nodeclaims.clone(),
-            nodes: caches.nodes.clone(),
-            machines: caches.machines.clone(),
-            nodeclasses: caches.nodeclasses.clone(),
-            nodepools: caches.nodepools.clone(),
-            clusters: caches.clusters.clone(),
-            templates: Some(catalogs.index.subscribe()),
-        };
-        // The scrape-time gauges and the latencies: the leader's, as Karpenter's.
-        ctx.metrics.cluster.attach(crate::cluster_metrics::Sources {
-            state,
-            machines: caches.machines.clone(),
-        });
+        let triggers = triggers(caches, &catalogs.index);
+        // The scrape-time gauges and the latencies: the leader's, as Karpenter's. A hub
+        // serves them for no cluster yet (they carry no cluster label).
+        if ctx.engaged.is_none() {
+            ctx.metrics.cluster.attach(crate::cluster_metrics::Sources {
+                state,
+                machines: caches.machines.clone(),
+            });
+        }
         let latency = crate::latency::Latency {
             metrics: ctx.metrics.clone(),
             pods: caches.pods.clone(),
@@ -209,6 +214,19 @@ impl Engagement {
     }
 }
 
+/// What wakes the NodeClaim lifecycle: its caches' changes and the templates'.
+fn triggers(caches: &Caches, index: &templates::watch::TemplateIndex) -> lifecycle::Triggers {
+    lifecycle::Triggers {
+        nodeclaims: caches.nodeclaims.clone(),
+        nodes: caches.nodes.clone(),
+        machines: caches.machines.clone(),
+        nodeclasses: caches.nodeclasses.clone(),
+        nodepools: caches.nodepools.clone(),
+        clusters: caches.clusters.clone(),
+        templates: Some(index.subscribe()),
+    }
+}
+
 /// What the lifecycle and the Cluster API provider share, over the engagement's caches.
 fn shared(
     ctx: &Sources,
@@ -234,6 +252,7 @@ fn shared(
         unavailable,
         settings: Settings {
             node_repair_after: ctx.knobs.node_repair_after,
+            count_staleness: ctx.knobs.count_staleness,
             ..Settings::default()
         },
         kinds: Arc::default(),
@@ -243,12 +262,14 @@ fn shared(
         lookups: Arc::default(),
         cluster_id,
         repairs: Arc::default(),
+        connection: ctx.connection.clone(),
     }
 }
 
 /// The provisioner of the engagement.
 fn provisioner(
     ctx: &Sources,
+    caches: &Caches,
     state: ClusterState,
     recorder: Recorder,
     provider: Arc<dyn crate::cloudprovider::CloudProvider>,
@@ -261,6 +282,8 @@ fn provisioner(
         state,
         provider,
         unavailable,
+        machines: caches.machines.store(),
+        count_staleness: ctx.knobs.count_staleness,
         batch_idle: ctx.knobs.batch_idle,
         batch_max: ctx.knobs.batch_max,
     }
@@ -284,6 +307,8 @@ fn disruption(
         nodes: caches.nodes.store(),
         provider,
         unavailable,
+        count_staleness: ctx.knobs.count_staleness,
         command_timeout: ctx.knobs.disruption_timeout,
+        connection: ctx.connection.clone(),
     }
 }

@@ -79,6 +79,12 @@ pub(crate) async fn run(ctx: Ctx, interval: Duration, grace: Duration) {
         {
             return;
         }
+        if !ctx.connection.connected() {
+            // The workload cluster does not answer: its NodeClaim cache may be stale, and a
+            // Machine whose NodeClaim we cannot see is not an orphan.
+            tracing::info!("garbage collection skipped: workload cluster disconnected");
+            continue;
+        }
         let claims: HashSet<String> = ctx
             .nodeclaims
             .state()

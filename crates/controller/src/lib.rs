@@ -2,14 +2,18 @@
 
 pub mod cache;
 pub(crate) mod catalogs;
+pub mod clients;
 pub(crate) mod clone;
 pub mod cloudprovider;
 pub(crate) mod cluster_metrics;
+pub mod counts;
 pub mod disruption;
 pub(crate) mod engagement;
 pub mod events;
 pub(crate) mod fence;
 pub(crate) mod garbagecollection;
+pub mod health;
+pub mod hub;
 pub(crate) mod latency;
 pub mod leader;
 pub mod machine;

@@ -49,6 +49,36 @@ pub struct TypeLabels {
 pub struct TerminatedLabels {
     pub nodepool: String,
     pub capacity_type: String,
+    pub zone: String,
+}
+
+/// `karpenter_nodes_{created,terminated}_total`: nodepool and zone, as Karpenter's.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeLabels {
+    pub nodepool: String,
+    pub zone: String,
+}
+
+/// `karpenter_voluntary_disruption_decisions_by_nodepool_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolDecisionLabels {
+    pub nodepool: String,
+    /// `delete` or `replace`.
+    pub decision: String,
+    pub reason: String,
+    pub consolidation_type: String,
+}
+
+/// `karpenter_pods_disruption_initiated_total`: Karpenter's labels of a disrupted NodeClaim.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PodDisruptionLabels {
+    pub reason: String,
+    pub nodepool: String,
+    pub capacity_type: String,
+    /// The NodePool's consolidation policy in snake case for consolidation, else empty.
+    pub consolidation_policy: String,
+    /// `graceful` (no terminationGracePeriod), `eventual`, or `forceful` (zero).
+    pub termination_mode: String,
 }
 
 /// Karpenter's labels of `karpenter_nodeclaims_unhealthy_disrupted_total`.
@@ -108,6 +138,12 @@ pub struct StepLabels {
     pub step: String,
 }
 
+/// Hub mode's per-cluster series: the engaged Cluster as `<namespace>/<name>`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClusterLabels {
+    pub cluster: String,
+}
+
 fn duration_histogram() -> Histogram {
     // 1 ms .. ~65 s
     Histogram::new(exponential_buckets(0.001, 2.0, 17))
@@ -147,8 +183,13 @@ pub struct Metrics {
     pub nodeclaims_drifted: Family<TypeLabels, Counter>,
     pub disruption_decisions: Family<DecisionLabels, Counter>,
     pub disruption_queue_failures: Family<DecisionLabels, Counter>,
-    pub nodes_created: Family<NodePoolLabels, Counter>,
-    pub nodes_terminated: Family<NodePoolLabels, Counter>,
+    pub decisions_by_nodepool: Family<PoolDecisionLabels, Counter>,
+    pub nodes_consuming_budgets: Family<PoolReasonLabels, Gauge>,
+    pub pods_disruption_initiated: Family<PodDisruptionLabels, Counter>,
+    pub nodes_created: Family<NodeLabels, Counter>,
+    pub nodes_terminated: Family<NodeLabels, Counter>,
+    /// Pending pods the provisioner ignores (invalid for scheduling), as of its last batch.
+    pub ignored_pods: Gauge,
     pub scheduling_duration: Family<ControllerLabels, Histogram, fn() -> Histogram>,
     pub cloudprovider_duration: Family<MethodLabels, Histogram, fn() -> Histogram>,
     pub cloudprovider_errors: Family<ErrorLabels, Counter>,
@@ -166,6 +207,12 @@ pub struct Metrics {
     pub launch_steps: Family<StepLabels, Histogram, fn() -> Histogram>,
     /// The gauges computed from the caches at scrape time (attached on the leader).
     pub cluster: ClusterState,
+    /// Hub mode: 1 while an engaged cluster's API server answers its probes, 0 after
+    /// repeated failures (see `health`).
+    pub cluster_connected: Family<ClusterLabels, Gauge>,
+    /// Hub mode: engagements started per Cluster (the first, and one per re-engagement after
+    /// its kubeconfig Secret changed).
+    pub cluster_engagements: Family<ClusterLabels, Counter>,
 }
 
 impl Metrics {
@@ -179,8 +226,12 @@ impl Metrics {
             nodeclaims_drifted: Family::default(),
             disruption_decisions: Family::default(),
             disruption_queue_failures: Family::default(),
+            decisions_by_nodepool: Family::default(),
+            nodes_consuming_budgets: Family::default(),
+            pods_disruption_initiated: Family::default(),
             nodes_created: Family::default(),
             nodes_terminated: Family::default(),
+            ignored_pods: Gauge::default(),
             scheduling_duration: Family::new_with_constructor(duration_histogram),
             cloudprovider_duration: Family::new_with_constructor(duration_histogram),
             cloudprovider_errors: Family::default(),
@@ -195,6 +246,8 @@ impl Metrics {
             pod_startup: Summary::default(),
             launch_steps: Family::new_with_constructor(launch_histogram),
             cluster: ClusterState::default(),
+            cluster_connected: Family::default(),
+            cluster_engagements: Family::default(),
         };
         registry.register_collector(Box::new(m.cluster.clone()));
         let k = registry.sub_registry_with_prefix("karpenter");
@@ -217,7 +270,7 @@ impl Metrics {
         );
         r.register(
             "nodeclaims_terminated",
-            "Number of nodeclaims terminated, by nodepool and capacity type.",
+            "Number of nodeclaims terminated, by nodepool, capacity type and zone.",
             Declared(self.nodeclaims_terminated.clone()),
         );
         r.register(
@@ -249,24 +302,44 @@ impl Metrics {
             "Surge-first disruption commands rolled back, by decision, reason and consolidation type.",
             Declared(self.disruption_queue_failures.clone()),
         );
+        r.register(
+            "voluntary_disruption_decisions_by_nodepool",
+            "Number of disruption decisions performed by nodepool. Labeled by nodepool name, disruption decision, reason, and consolidation type.",
+            Declared(self.decisions_by_nodepool.clone()),
+        );
+        r.register(
+            "nodepools_nodes_consuming_budgets",
+            "The number of nodes consuming the budget of a nodepool at a point in time. Labeled by NodePool.",
+            Declared(self.nodes_consuming_budgets.clone()),
+        );
+        r.register(
+            "pods_disruption_initiated",
+            "Number of pod disruptions initiated in total by Karpenter, incremented by the reschedulable pod count whenever the underlying nodeclaim is disrupted. Labeled by reason the nodeclaim was disrupted, the owning nodepool, the capacity type, the consolidation policy, and the termination mode. Pods owned by DaemonSets and mirror pods are excluded.",
+            Declared(self.pods_disruption_initiated.clone()),
+        );
     }
 
     /// The Node counters.
     fn register_nodes(&self, r: &mut Registry) {
         r.register(
             "nodes_created",
-            "Number of nodes registered, by nodepool.",
+            "Number of nodes registered, by nodepool and zone.",
             Declared(self.nodes_created.clone()),
         );
         r.register(
             "nodes_terminated",
-            "Number of nodes terminated, by nodepool.",
+            "Number of nodes terminated, by nodepool and zone.",
             Declared(self.nodes_terminated.clone()),
         );
     }
 
     /// Scheduling simulations and cloud provider calls.
     fn register_scheduling(&self, r: &mut Registry) {
+        r.register(
+            "scheduler_ignored_pods_count",
+            "Number of pods ignored during scheduling by Karpenter",
+            self.ignored_pods.clone(),
+        );
         r.register(
             "scheduler_scheduling_duration_seconds",
             "Duration of one scheduling simulation.",
@@ -334,6 +407,17 @@ impl Metrics {
             "launch_step_duration_seconds",
             "Time from a nodeclaim's creation to each launch step: machine_created (its Cluster API Machine exists), launched (the Machine has a providerID), registered (its Node joined), initialized.",
             Declared(self.launch_steps.clone()),
+        );
+        // Hub mode only: no series (nor description) in single-cluster mode.
+        r.register(
+            "cluster_connected",
+            "Hub mode: whether an engaged workload cluster's API server answers (1) or failed its last probes (0); while 0, nothing is disrupted, garbage-collected or deleted for it.",
+            self.cluster_connected.clone(),
+        );
+        r.register(
+            "cluster_engagements",
+            "Hub mode: engagements started for a Cluster (re-engagements after its kubeconfig Secret changed included).",
+            self.cluster_engagements.clone(),
         );
     }
     /// The summaries `/metrics` serves besides the registry (prometheus-client has no

@@ -243,8 +243,17 @@ async fn reconcile(
     let cluster = ctx.catalogs.cluster_of(&obj);
     let catalog = ctx.catalogs.catalog_for(&obj);
     let bootstrap = bootstrap_state(&ctx, &obj).await?;
+    let cluster_ready = match crate::catalogs::mismatch(ctx.catalogs.engaged.as_ref(), &obj) {
+        Some(message) => status::ConditionValue {
+            type_: api::consts::conditions::CLUSTER_READY,
+            status: "False",
+            reason: api::consts::conditions::CLUSTER_REF_MISMATCH,
+            message,
+        },
+        None => status::cluster_ready(cluster.as_deref(), &r.namespace, &r.name),
+    };
     let parts = [
-        status::cluster_ready(cluster.as_deref(), &r.namespace, &r.name),
+        cluster_ready,
         status::templates_ready(&catalog),
         status::bootstrap_ready(&bootstrap, &r.namespace),
     ];

@@ -160,6 +160,36 @@ pub fn provisionable(p: &Pod) -> bool {
     unschedulable && !bound && !owned_by_node && !terminating && !preempting
 }
 
+/// Whether a pod asks not to run on a Karpenter node: `karpenter.sh/nodepool DoesNotExist`
+/// among the requirements Karpenter reads from it (its first required node selector term
+/// and its heaviest preferred one). Karpenter ignores such pods, without an event.
+pub fn avoids_karpenter(p: &Pod) -> bool {
+    let Some(affinity) = p
+        .spec
+        .as_ref()
+        .and_then(|s| s.affinity.as_ref())
+        .and_then(|a| a.node_affinity.as_ref())
+    else {
+        return false;
+    };
+    let required = affinity
+        .required_during_scheduling_ignored_during_execution
+        .as_ref()
+        .and_then(|r| r.node_selector_terms.first());
+    let preferred = affinity
+        .preferred_during_scheduling_ignored_during_execution
+        .iter()
+        .flatten()
+        .max_by_key(|t| t.weight)
+        .map(|t| &t.preference);
+    required.into_iter().chain(preferred).any(|term| {
+        term.match_expressions
+            .iter()
+            .flatten()
+            .any(|e| e.key == api::consts::labels::NODEPOOL && e.operator == "DoesNotExist")
+    })
+}
+
 /// The UID of an object (empty when the API server did not set one).
 pub fn uid_of<K: Resource>(obj: &K) -> String {
     obj.meta().uid.clone().unwrap_or_default()
@@ -178,4 +208,46 @@ pub fn claim_requests(claim: &NodeClaim) -> std::collections::BTreeMap<String, S
                 .collect()
         })
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(affinity: serde_json::Value) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [], "affinity": affinity}
+        }))
+        .expect("pod")
+    }
+
+    #[test]
+    fn a_pod_requiring_no_nodepool_label_avoids_karpenter_as_karpenter_reads_it() {
+        let expr = |op: &str| serde_json::json!({"key": "karpenter.sh/nodepool", "operator": op});
+        let required = |terms: serde_json::Value| {
+            pod(
+                serde_json::json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}),
+            )
+        };
+        assert!(avoids_karpenter(&required(
+            serde_json::json!([{"matchExpressions": [expr("DoesNotExist")]}])
+        )));
+        // Only the first term is read (the others are alternatives Karpenter relaxes to).
+        assert!(!avoids_karpenter(&required(
+            serde_json::json!([{"matchExpressions": [expr("Exists")]}, {"matchExpressions": [expr("DoesNotExist")]}])
+        )));
+        // The heaviest preference counts, a lighter one does not.
+        let preferred = |heavy: &str, light: &str| {
+            pod(
+                serde_json::json!({"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 10, "preference": {"matchExpressions": [expr(light)]}},
+                    {"weight": 90, "preference": {"matchExpressions": [expr(heavy)]}}
+                ]}}),
+            )
+        };
+        assert!(avoids_karpenter(&preferred("DoesNotExist", "Exists")));
+        assert!(!avoids_karpenter(&preferred("Exists", "DoesNotExist")));
+        assert!(!avoids_karpenter(&pod(serde_json::json!(null))));
+    }
 }

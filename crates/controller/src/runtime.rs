@@ -7,21 +7,20 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::client::ClientBuilder;
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
+use kube::Client;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
+pub use crate::clients::{ClientOptions, client, user_agent};
 use crate::leader::{Election, LeaderConfig, LeaderError};
 use crate::metrics::Metrics;
-use crate::ratelimit::{ClientRate, RateLimitLayer};
+use crate::ratelimit::ClientRate;
 use crate::server::{self, Readiness};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
-    #[error("kubeconfig {path}: {message}")]
-    Kubeconfig { path: String, message: String },
+    #[error(transparent)]
+    Clients(#[from] crate::clients::ClientError),
     #[error("kubernetes client: {0}")]
     Client(#[from] kube::Error),
     #[error("serving {addr}: {source}")]
@@ -34,8 +33,6 @@ pub enum RuntimeError {
     Leader(#[from] LeaderError),
     #[error("lost leadership; exiting so that exactly one replica writes")]
     LostLeadership,
-    #[error("user agent {0:?} is not a valid HTTP header value")]
-    UserAgent(String),
     #[error(transparent)]
     Fence(#[from] crate::fence::FenceError),
 }
@@ -66,6 +63,12 @@ pub struct RunConfig {
     /// How long a surge-first disruption waits for its replacements to initialize before
     /// it is rolled back.
     pub disruption_timeout: Duration,
+    /// How long a template's reported `available-count` is trusted.
+    pub count_staleness: Duration,
+    /// Hub mode (`--mode hub`): the process runs against the management cluster only
+    /// (`management_kubeconfig`, else `kubeconfig`, else in-cluster) and engages every
+    /// opted-in Cluster API `Cluster` (see `hub`). `None`: single-cluster mode.
+    pub hub: Option<crate::hub::HubConfig>,
 }
 
 impl Default for RunConfig {
@@ -86,6 +89,8 @@ impl Default for RunConfig {
             client_rate: ClientRate::default(),
             cluster_id: None,
             disruption_timeout: crate::disruption::orchestrate::TIMEOUT,
+            count_staleness: crate::counts::DEFAULT_STALENESS,
+            hub: None,
         }
     }
 }
@@ -108,32 +113,6 @@ impl RunConfig {
     }
 }
 
-/// `karpenter-capi/<version>`, with the replica in parentheses when given: the API
-/// server's audit log and metrics then tell the replicas apart.
-pub fn user_agent(identity: Option<&str>) -> String {
-    let base = concat!("karpenter-capi/", env!("CARGO_PKG_VERSION"));
-    match identity {
-        Some(id) => format!("{base} ({id})"),
-        None => base.to_string(),
-    }
-}
-
-/// Rate limit and User-Agent of a client.
-#[derive(Clone, Debug)]
-pub struct ClientOptions {
-    pub rate: ClientRate,
-    pub user_agent: String,
-}
-
-impl Default for ClientOptions {
-    fn default() -> Self {
-        Self {
-            rate: ClientRate::default(),
-            user_agent: user_agent(None),
-        }
-    }
-}
-
 /// Shared by every control loop.
 #[derive(Clone)]
 pub struct Context {
@@ -144,38 +123,6 @@ pub struct Context {
     pub metrics: Metrics,
     pub readiness: Readiness,
     pub config: Arc<RunConfig>,
-}
-
-/// Builds a client from a kubeconfig path, or the environment's default configuration.
-/// Every request it sends carries the User-Agent and waits for the client's rate limit.
-pub async fn client(
-    path: Option<&PathBuf>,
-    options: &ClientOptions,
-) -> Result<Client, RuntimeError> {
-    let mut config = match path {
-        Some(path) => {
-            let bad = |message: String| RuntimeError::Kubeconfig {
-                path: path.display().to_string(),
-                message,
-            };
-            let kubeconfig = Kubeconfig::read_from(path).map_err(|e| bad(e.to_string()))?;
-            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                .await
-                .map_err(|e| bad(e.to_string()))?
-        }
-        None => Config::infer()
-            .await
-            .map_err(|e| RuntimeError::Kubeconfig {
-                path: "(inferred)".into(),
-                message: e.to_string(),
-            })?,
-    };
-    let agent = http::HeaderValue::from_str(&options.user_agent)
-        .map_err(|_| RuntimeError::UserAgent(options.user_agent.clone()))?;
-    config.headers.push((http::header::USER_AGENT, agent));
-    Ok(ClientBuilder::try_from(config)?
-        .with_layer(&RateLimitLayer::new(options.rate))
-        .build())
 }
 
 impl Context {
@@ -193,7 +140,10 @@ impl Context {
                 batch_max: c.batch_max,
                 gc_interval: c.gc_interval,
                 gc_grace: c.gc_grace,
+                count_staleness: c.count_staleness,
             },
+            engaged: None,
+            connection: Default::default(),
         }
     }
 }
@@ -201,11 +151,20 @@ impl Context {
 /// Builds the shared context: clients, metrics registry, readiness flag.
 pub async fn context(config: RunConfig) -> Result<(Context, Registry), RuntimeError> {
     let options = config.client_options();
-    let workload = client(config.kubeconfig.as_ref(), &options).await?;
-    let management = match &config.management_kubeconfig {
-        // Its own bucket: client-go gives every rest.Config its own limiter too.
-        Some(path) => client(Some(path), &options).await?,
-        None => workload.clone(),
+    let (workload, management) = if config.hub.is_some() {
+        // A hub talks to the management cluster only; each engagement builds its own
+        // workload client from its Cluster's kubeconfig Secret.
+        let path = config.management_kubeconfig.as_ref();
+        let management = client(path.or(config.kubeconfig.as_ref()), &options).await?;
+        (management.clone(), management)
+    } else {
+        let workload = client(config.kubeconfig.as_ref(), &options).await?;
+        let management = match &config.management_kubeconfig {
+            // Its own bucket: client-go gives every rest.Config its own limiter too.
+            Some(path) => client(Some(path), &options).await?,
+            None => workload.clone(),
+        };
+        (workload, management)
     };
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
@@ -260,13 +219,149 @@ pub async fn lead(ctx: &Context) -> Result<Option<Election>, RuntimeError> {
     let Some(leader) = &ctx.config.leader_election else {
         return Ok(None);
     };
-    let mut election = Election::start(ctx.workload.clone(), leader).await?;
+    // A hub has no workload cluster of its own: its Lease is in the management cluster.
+    let client = match &ctx.config.hub {
+        Some(_) => ctx.management.clone(),
+        None => ctx.workload.clone(),
+    };
+    let mut election = Election::start(client, leader).await?;
     tracing::info!(lease = %leader.name, identity = %leader.identity, "waiting for leadership");
     if !election.acquired().await {
         return Err(RuntimeError::LostLeadership);
     }
     tracing::info!(identity = %leader.identity, "acquired leadership");
     Ok(Some(election))
+}
+
+/// What a replica warms before it leads: one engagement's caches (single-cluster mode), or
+/// the hub's shared management-side caches.
+enum Warm {
+    Single {
+        caches: Box<crate::cache::Caches>,
+        cluster_id: String,
+    },
+    Hub {
+        clusters: crate::cache::Cache<api::Cluster>,
+    },
+}
+
+/// What runs once this replica leads.
+enum Running {
+    Single {
+        loops: crate::tasks::Tasks,
+        gc: tokio::task::AbortHandle,
+    },
+    /// The hub's task, in a set so that dropping it (a killed operator) aborts it, and with
+    /// it every engagement.
+    Hub(crate::tasks::Tasks),
+}
+
+impl Running {
+    /// Stops everything at once (leadership lost: not one more write).
+    fn abort(self) {
+        match self {
+            Running::Single { mut loops, gc } => {
+                gc.abort();
+                loops.abort_all();
+            }
+            Running::Hub(mut hub) => hub.abort_all(),
+        }
+    }
+
+    /// Stops cleanly (`stop` was sent): in-flight reconciles finish.
+    async fn finish(self) {
+        match self {
+            Running::Single { mut loops, gc } => {
+                gc.abort();
+                while loops.join_next().await.is_some() {}
+            }
+            Running::Hub(mut hub) => while hub.join_next().await.is_some() {},
+        }
+    }
+}
+
+/// Starts the caches of this replica's mode (every replica, so failover is warm).
+async fn warm(ctx: &Context, tasks: &mut crate::tasks::Tasks) -> Result<Warm, RuntimeError> {
+    match &ctx.config.hub {
+        None => {
+            let cluster_id =
+                crate::fence::cluster_id(&ctx.workload, ctx.config.cluster_id.as_deref()).await?;
+            tracing::info!(cluster_id = %cluster_id, "fencing our Cluster API objects by cluster id");
+            let caches =
+                crate::cache::Caches::start(tasks, &ctx.workload, &ctx.management, &cluster_id);
+            Ok(Warm::Single {
+                caches: Box::new(caches),
+                cluster_id,
+            })
+        }
+        Some(hub) => {
+            let selector = hub.selector();
+            // A bad selector fails here, not as a watch that never lists.
+            let api: kube::Api<api::Cluster> = kube::Api::all(ctx.management.clone());
+            api.list_metadata(&kube::api::ListParams::default().labels(&selector).limit(1))
+                .await?;
+            tracing::info!(selector = %selector, "hub mode: engaging the Clusters matching");
+            let clusters = crate::cache::Cache::start(
+                tasks,
+                api,
+                kube::runtime::watcher::Config::default().labels(&selector),
+                crate::cache::keep,
+                None,
+            );
+            Ok(Warm::Hub { clusters })
+        }
+    }
+}
+
+/// Starts the loops of this replica's mode once it leads.
+fn start(
+    ctx: &Context,
+    warm: Warm,
+    index: templates::watch::TemplateIndex,
+    identity: String,
+    tasks: &mut crate::tasks::Tasks,
+    stop: &watch::Receiver<bool>,
+) -> Running {
+    match warm {
+        Warm::Single { caches, cluster_id } => {
+            let engagement = crate::engagement::Engagement::build(
+                &ctx.sources(),
+                &caches,
+                index,
+                cluster_id,
+                identity.clone(),
+            );
+            let (loops, gc) = engagement.run(tasks, stop);
+            Running::Single { loops, gc }
+        }
+        Warm::Hub { clusters } => {
+            let config = ctx.config.hub.clone().unwrap_or_default();
+            let recorder = crate::events::Recorder::new(
+                ctx.management.clone(),
+                crate::events::Reporter {
+                    controller: "karpenter-capi-hub".into(),
+                    instance: Some(identity.clone()),
+                },
+            );
+            let c = &ctx.config;
+            let hub = crate::hub::engage::Hub {
+                management: ctx.management.clone(),
+                management_kubeconfig: c.management_kubeconfig.clone().or(c.kubeconfig.clone()),
+                clusters,
+                index,
+                metrics: ctx.metrics.clone(),
+                knobs: ctx.sources().knobs,
+                options: ctx.config.client_options(),
+                identity,
+                config,
+                ownership: Arc::new(crate::hub::AllClusters),
+                recorder,
+            };
+            let mut task = crate::tasks::Tasks::default();
+            task.spawn(crate::hub::run(Arc::new(hub), stop.clone()));
+            Running::Hub(task)
+        }
+    }
 }
 
 /// Runs the operator until SIGTERM/SIGINT: caches on every replica, loops on the leader.
@@ -283,19 +378,17 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         endpoints.spawn(async move { serve_endpoints(&ctx, registry, stop).await });
     }
 
-    // One cache per kind (every replica, so failover is warm), and the templates.
-    let cluster_id =
-        crate::fence::cluster_id(&ctx.workload, ctx.config.cluster_id.as_deref()).await?;
-    tracing::info!(cluster_id = %cluster_id, "fencing our Cluster API objects by cluster id");
-    let caches =
-        crate::cache::Caches::start(&mut tasks, &ctx.workload, &ctx.management, &cluster_id);
+    let warmed = warm(&ctx, &mut tasks).await?;
     let index = templates::watch::TemplateIndex::new();
     tasks.spawn(templates::watch::run(
         ctx.management.clone(),
         index.clone(),
         templates::watch::WatchConfig::default(),
     ));
-    caches.ready().await;
+    match &warmed {
+        Warm::Single { caches, .. } => caches.ready().await,
+        Warm::Hub { clusters } => clusters.ready().await,
+    }
     warm_templates(&ctx.management, &index).await;
     ctx.readiness.set_ready();
     tracing::info!("caches synced");
@@ -319,9 +412,7 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         }
     };
 
-    let engagement =
-        crate::engagement::Engagement::build(&ctx.sources(), &caches, index, cluster_id, identity);
-    let (mut loops, gc) = engagement.run(&mut tasks, &stop_rx);
+    let running = start(&ctx, warmed, index, identity, &mut tasks, &stop_rx);
 
     let lost = async {
         match election.as_mut() {
@@ -334,16 +425,15 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         _ = lost => Err(RuntimeError::LostLeadership),
     };
     let _ = stop_tx.send(true);
-    gc.abort();
     if result.is_err() {
         // Another replica may already lead: not one more write from this one.
         tracing::warn!("lost leadership: aborting in-flight work");
-        loops.abort_all();
+        running.abort();
         drop(tasks);
         return result;
     }
     tracing::info!("shutting down: finishing in-flight reconciles");
-    while loops.join_next().await.is_some() {}
+    running.finish().await;
     if let Some(e) = election {
         e.release().await;
     }

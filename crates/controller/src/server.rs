@@ -104,8 +104,9 @@ mod tests {
         let metrics = crate::metrics::Metrics::register(&mut registry);
         metrics
             .nodes_created
-            .get_or_create(&crate::metrics::NodePoolLabels {
+            .get_or_create(&crate::metrics::NodeLabels {
                 nodepool: "default".into(),
+                zone: "zone-a".into(),
             })
             .inc();
         let readiness = Readiness::default();
@@ -123,7 +124,7 @@ mod tests {
         assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
         let body = get(addr, "/metrics").await;
         assert!(
-            body.contains(r#"karpenter_nodes_created_total{nodepool="default"} 1"#),
+            body.contains(r#"karpenter_nodes_created_total{nodepool="default",zone="zone-a"} 1"#),
             "{body}"
         );
         assert!(

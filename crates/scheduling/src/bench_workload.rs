@@ -56,6 +56,7 @@ pub fn instance_types(count: usize) -> Vec<InstanceType> {
                 capacity_type: ct.to_string(),
                 price,
                 available: true,
+                count: None,
             };
             InstanceType {
                 name: format!("fake-it-{i}"),

@@ -38,4 +38,6 @@ pub enum Failure {
     PodAntiAffinity(String),
     #[error("host port {0} conflicts")]
     HostPort(u16),
+    #[error("no count left on {key} ({available} available when the solve started)")]
+    CountExhausted { key: String, available: u32 },
 }

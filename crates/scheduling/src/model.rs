@@ -286,6 +286,17 @@ pub struct BoundPod {
     pub pod_anti_affinity: Vec<PodAffinityTerm>,
 }
 
+/// A count offerings draw from (e.g. the Machines a template may still become): every
+/// offering with the same `key`, in every NodePool of one solve, draws from one count. A
+/// planned NodeClaim holds one unit of the count of its preferred offering.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OfferingCount {
+    /// Names the count in failures (e.g. `template ns/name`).
+    pub key: String,
+    /// Units available at the start of the solve.
+    pub available: u32,
+}
+
 /// Where an instance type can be launched and at what price.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Offering {
@@ -293,7 +304,25 @@ pub struct Offering {
     pub capacity_type: String,
     pub price: f64,
     pub available: bool,
+    /// `None`: unbounded.
+    pub count: Option<OfferingCount>,
 }
+
+impl Offering {
+    /// An available, unbounded offering.
+    pub fn new(zone: &str, capacity_type: &str, price: f64) -> Self {
+        Offering {
+            zone: zone.to_string(),
+            capacity_type: capacity_type.to_string(),
+            price,
+            available: true,
+            count: None,
+        }
+    }
+}
+
+/// `karpenter.sh/capacity-type` of reserved offerings: preferred over any other.
+pub const CAPACITY_TYPE_RESERVED: &str = "reserved";
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct InstanceType {

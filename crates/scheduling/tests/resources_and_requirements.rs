@@ -488,6 +488,7 @@ fn unavailable_and_capacity_type_offerings() {
         capacity_type: "spot".into(),
         price: 0.01,
         available: true,
+        count: None,
     });
     let np = NodePool::new("default", vec![small, it("medium", 4000, 8)]);
     // Cheapest: the spot offering.

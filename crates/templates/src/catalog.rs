@@ -113,6 +113,9 @@ pub fn build_catalog(
                 price: shape.price,
                 price_source: shape.price_source,
                 template: shape.template.clone(),
+                limits: shape.limits,
+                reservation_id: (shape.capacity_type == label::CAPACITY_TYPE_RESERVED)
+                    .then(|| shape.template.name.clone()),
             })
             .collect();
         match types.get_mut(&shape.instance_type) {
@@ -157,7 +160,7 @@ pub fn build_catalog(
     })
 }
 
-/// The instance type of the templates merged under `name`: offerings by price, zone,
+/// The instance type of the templates merged under `name`: offerings reserved first, then by price, zone,
 /// capacity type and template; capacity type and template labelled when all offerings agree.
 fn instance_type(
     name: String,
@@ -165,9 +168,11 @@ fn instance_type(
     templates: Vec<TemplateRef>,
     mut offerings: Vec<Offering>,
 ) -> InstanceType {
+    // Reserved offerings first (preferred as Karpenter prefers reserved capacity), then price.
     offerings.sort_by(|a, b| {
-        a.price
-            .total_cmp(&b.price)
+        b.is_reserved()
+            .cmp(&a.is_reserved())
+            .then_with(|| a.price.total_cmp(&b.price))
             .then_with(|| a.zone.cmp(&b.zone))
             .then_with(|| a.capacity_type.cmp(&b.capacity_type))
             .then_with(|| a.template.cmp(&b.template))

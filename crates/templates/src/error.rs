@@ -94,6 +94,15 @@ pub enum TemplateError {
         value: String,
         reason: String,
     },
+    /// A count annotation (max-machines, node-group max size, available-count and its
+    /// timestamp) is malformed.
+    #[error("{template}: {field}: bad count {value:?}: {reason}")]
+    Count {
+        template: Box<TemplateRef>,
+        field: String,
+        value: String,
+        reason: String,
+    },
     /// After kubeReserved, systemReserved and evictionHard nothing is left for pods.
     #[error(
         "{template}: allocatable {resource} is {allocatable} after kubeReserved, systemReserved and evictionHard (capacity {capacity})"
@@ -143,6 +152,7 @@ impl TemplateError {
             | Self::OperatingSystem { template, .. }
             | Self::CapacityType { template, .. }
             | Self::Price { template, .. }
+            | Self::Count { template, .. }
             | Self::NothingAllocatable { template, .. }
             | Self::ConflictingShape { template, .. }
             | Self::DuplicateOffering { template, .. } => template,
@@ -164,6 +174,7 @@ impl TemplateError {
             Self::OperatingSystem { .. } => "UnknownOperatingSystem",
             Self::CapacityType { .. } => "UnknownCapacityType",
             Self::Price { .. } => "InvalidPrice",
+            Self::Count { .. } => "InvalidCount",
             Self::NothingAllocatable { .. } => "NothingAllocatable",
             Self::ConflictingShape { .. } => "ConflictingShape",
             Self::DuplicateOffering { .. } => "DuplicateOffering",

@@ -6,6 +6,7 @@
 //! settings and the Cluster's failure domains) into Karpenter instance types with offerings.
 //!
 //! - `catalog`: the pure part ([`build_catalog`]); its module documentation states the semantics.
+//! - [`count`]: counted offerings (max-machines, node-group max size, reported counts).
 //! - [`shape`]: one template read on its own ([`TemplateShape`]).
 //! - `reference`: which template an object is ([`TemplateRef`]).
 //! - [`labels`]: label and taint syntax (keys, values, the `…/labels` and `…/taints` annotations).
@@ -20,6 +21,7 @@
 //!   `karpenter-capi instance-types` command).
 
 mod catalog;
+pub mod count;
 mod error;
 pub mod labels;
 pub mod model;

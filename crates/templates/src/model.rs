@@ -6,6 +6,7 @@ use api::consts::labels as label;
 use k8s_openapi::api::core::v1::Taint;
 use serde::{Serialize, Serializer};
 
+use crate::count::CountLimits;
 use crate::error::TemplateError;
 use crate::quantity::{format_bytes, format_milli};
 pub use crate::reference::TemplateRef;
@@ -136,6 +137,13 @@ pub struct Offering {
     pub price_source: PriceSource,
     /// The template a Machine for this offering is cloned from.
     pub template: TemplateRef,
+    /// The template's count annotations (see [`crate::count`]); empty: unbounded.
+    #[serde(skip_serializing_if = "CountLimits::is_empty")]
+    pub limits: CountLimits,
+    /// For a `reserved` offering: the reservation it draws from (the template's name).
+    /// Reserved offerings are preferred over any other, as Karpenter prefers reserved capacity.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reservation_id: Option<String>,
 }
 
 impl Offering {
@@ -150,7 +158,15 @@ impl Offering {
             label::INSTANCE_TEMPLATE.to_string(),
             self.template.name.clone(),
         );
+        if let Some(id) = &self.reservation_id {
+            l.insert(label::RESERVATION_ID.to_string(), id.clone());
+        }
         l
+    }
+
+    /// Whether this offering draws from a reservation (preferred over any other).
+    pub fn is_reserved(&self) -> bool {
+        self.capacity_type == label::CAPACITY_TYPE_RESERVED
     }
 }
 
@@ -170,7 +186,7 @@ pub struct InstanceType {
     /// offerings agree; the zone never is (see [`Offering::labels`]).
     pub labels: BTreeMap<String, String>,
     pub taints: Vec<Taint>,
-    /// Sorted by price, then zone, then capacity type.
+    /// Reserved first, then by price, zone, capacity type.
     pub offerings: Vec<Offering>,
 }
 
@@ -181,7 +197,7 @@ impl InstanceType {
         l.extend(offering.labels());
         l
     }
-    /// The cheapest offering.
+    /// The preferred offering: a reserved one, else the cheapest.
     pub fn cheapest(&self) -> Option<&Offering> {
         self.offerings.first()
     }

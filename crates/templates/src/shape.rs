@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::Taint;
 use kube::api::DynamicObject;
 use serde_json::Value;
 
+use crate::count::{CountLimits, read_limits};
 use crate::error::{SettingsError, TemplateError};
 use crate::labels::{
     is_restricted_label, parse_labels, parse_taints, validate_label_key, validate_label_value,
@@ -35,6 +36,8 @@ pub struct TemplateShape {
     pub zones: Vec<Option<String>>,
     pub price: f64,
     pub price_source: PriceSource,
+    /// The count annotations (none: unbounded).
+    pub limits: CountLimits,
     pub defaults_applied: Vec<DefaultApplied>,
 }
 
@@ -158,6 +161,7 @@ pub(crate) fn shape_of(
         None => Vec::new(),
     };
     let (price, price_source) = price_of(&cx, annotations, &capacity, &capacity_type)?;
+    let limits = read_limits(&tref, annotations)?;
 
     Ok(TemplateShape {
         template: tref.clone(),
@@ -170,6 +174,7 @@ pub(crate) fn shape_of(
         zones,
         price,
         price_source,
+        limits,
         defaults_applied: cx.defaults,
     })
 }

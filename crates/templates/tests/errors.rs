@@ -56,6 +56,27 @@ fn excluded_with_reason_and_field() {
             "status.capacity[cpu]",
         ),
         (
+            "non-numeric max-machines",
+            "Metal3MachineTemplate",
+            "  annotations:\n    karpenter.cluster.x-k8s.io/max-machines: three\nstatus:\n  capacity: {cpu: \"2\", memory: 8Gi}\n",
+            "InvalidCount",
+            "metadata.annotations[karpenter.cluster.x-k8s.io/max-machines]: bad count \"three\": expected a non-negative integer",
+        ),
+        (
+            "negative node-group max size",
+            "Metal3MachineTemplate",
+            "  annotations:\n    cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size: \"-3\"\nstatus:\n  capacity: {cpu: \"2\", memory: 8Gi}\n",
+            "InvalidCount",
+            "cluster-api-autoscaler-node-group-max-size]: bad count \"-3\": must not be negative",
+        ),
+        (
+            "available-count with a bad timestamp",
+            "Metal3MachineTemplate",
+            "  annotations:\n    karpenter.cluster.x-k8s.io/available-count: \"2\"\n    karpenter.cluster.x-k8s.io/available-count-updated: last tuesday\nstatus:\n  capacity: {cpu: \"2\", memory: 8Gi}\n",
+            "InvalidCount",
+            "available-count-updated]: bad count \"last tuesday\": expected an RFC 3339 timestamp",
+        ),
+        (
             "no cpu",
             "Metal3MachineTemplate",
             "  annotations:\n    capacity.cluster-autoscaler.kubernetes.io/memory: 256Gi\n",
@@ -365,4 +386,36 @@ fn hostile_input_never_panics() {
         assert!(cat.instance_types.is_empty(), "{body}");
         assert_eq!(cat.excluded.len(), 1, "{body}");
     }
+}
+
+#[test]
+fn counts_and_reservations_reach_the_offerings() {
+    let yaml = r#"
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta1
+kind: Metal3MachineTemplate
+metadata:
+  name: metal-large
+  namespace: default
+  labels: {karpenter.sh/capacity-type: reserved}
+  annotations:
+    karpenter.cluster.x-k8s.io/max-machines: "3"
+    cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size: "5"
+status:
+  capacity: {cpu: "32", memory: 256Gi}
+"#;
+    let objs = templates(&format!("{yaml}---{GOOD}"));
+    let c = build_catalog(&objs, &CatalogSettings::default()).expect("settings are valid");
+    assert!(c.excluded.is_empty(), "{:?}", c.excluded);
+    let metal = c.get("metal-large").expect("metal-large");
+    let o = &metal.offerings[0];
+    assert_eq!(o.limits.max_machines, Some(3));
+    assert_eq!(o.limits.node_group_max_size, Some(5));
+    assert_eq!(o.reservation_id.as_deref(), Some("metal-large"));
+    assert_eq!(
+        metal.node_labels(o)["karpenter.cluster.x-k8s.io/reservation-id"],
+        "metal-large"
+    );
+    let good = c.get("good").expect("good");
+    assert!(good.offerings[0].limits.is_empty());
+    assert_eq!(good.offerings[0].reservation_id, None);
 }

@@ -22,7 +22,6 @@ use crate::fence::{self, Ownership};
 use crate::nodeclaim::context::{Ctx, Shared, uid_of};
 use crate::nodeclaim::plan::Plan;
 use crate::nodeclaim::{drift, launch};
-use crate::unavailable::OfferingKey;
 
 /// The Cluster API provider of one workload cluster.
 #[derive(Clone)]
@@ -197,15 +196,14 @@ impl CloudProvider for ClusterApi {
 
     fn launch_failed(&self, claim: &NodeClaim, why: &str) {
         if let Some(plan) = Plan::of(claim) {
-            self.shared.unavailable.mark(
-                OfferingKey {
-                    instance_type: plan.instance_type,
-                    zone: plan.zone,
-                    capacity_type: plan.capacity_type,
-                },
-                why.to_string(),
-                Instant::now(),
-            );
+            let key = plan.offering_key();
+            let hold = self
+                .shared
+                .unavailable
+                .mark(key, why.to_string(), Instant::now());
+            tracing::info!(nodeclaim = %claim.name_any(), template = %plan.infrastructure_template.name,
+                zone = plan.zone.as_deref().unwrap_or("-"), capacity_type = %plan.capacity_type,
+                hold_seconds = hold.as_secs(), "offering backed off after a failed launch");
         }
     }
 }

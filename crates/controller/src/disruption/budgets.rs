@@ -120,6 +120,11 @@ impl<'a> PoolBudget<'a> {
             .saturating_sub(self.disrupting + self.taken)
     }
 
+    /// How many of the pool's nodes are being disrupted already (they consume its budgets).
+    pub fn disrupting(&self) -> usize {
+        self.disrupting
+    }
+
     /// Records `n` decisions of this pass.
     pub fn take(&mut self, n: usize) {
         self.taken += n;

@@ -51,6 +51,8 @@ fn catalog() -> Arc<Catalog> {
                         price: *price,
                         price_source: PriceSource::Annotation,
                         template: template.clone(),
+                        limits: Default::default(),
+                        reservation_id: None,
                     }],
                 }
             })

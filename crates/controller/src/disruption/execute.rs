@@ -18,11 +18,12 @@ use super::orchestrate::{Command, Orchestrator, delete_disrupted, reason_label};
 use super::simulate::Simulator;
 use super::{Decision, Note, Outcome, Timers, View, pass, status};
 use crate::cloudprovider::CloudProvider;
+use crate::counts::{LaunchState, OfferingCounts};
 use crate::events::Recorder;
-use crate::metrics::{DecisionLabels, Metrics};
+use crate::metrics::Metrics;
 use crate::nodeclaim::context::publish;
 use crate::state::{Cluster, ClusterState};
-use crate::unavailable::{OfferingKey, UnavailableOfferings};
+use crate::unavailable::UnavailableOfferings;
 
 /// How often candidates are evaluated (Karpenter: 10 s).
 const TICK: Duration = Duration::from_secs(5);
@@ -42,8 +43,12 @@ pub struct Disruption {
     /// as the provisioner would plan them.
     pub provider: Arc<dyn CloudProvider>,
     pub unavailable: Arc<UnavailableOfferings>,
+    /// How long a template's reported `available-count` is trusted.
+    pub count_staleness: Duration,
     /// How long a surge-first command may wait for its replacements to initialize.
     pub command_timeout: Duration,
+    /// No pass while the workload cluster does not answer (see `health`).
+    pub connection: crate::health::Connection,
 }
 
 impl Disruption {
@@ -55,17 +60,20 @@ impl Disruption {
             catalog: &catalog,
         };
         let instant = Instant::now();
+        // Replacements count against templates' counts as launches do (use from the
+        // NodeClaims: disruption replaces our own nodes).
+        let counts = OfferingCounts::new(
+            &cluster.nodeclaims,
+            &[],
+            Timestamp::now(),
+            self.count_staleness,
+        );
         let simulator = Simulator {
             catalog: &|nodeclass| self.provider.instance_types(nodeclass),
-            available: &|name, zone, ct| {
-                !self.unavailable.is_unavailable(
-                    &OfferingKey {
-                        instance_type: name.to_string(),
-                        zone: zone.map(str::to_string),
-                        capacity_type: ct.to_string(),
-                    },
-                    instant,
-                )
+            available: &LaunchState {
+                unavailable: &self.unavailable,
+                counts: &counts,
+                now: instant,
             },
         };
         pass(&view, timers, &simulator, Timestamp::now(), instant)
@@ -137,29 +145,21 @@ impl Disruption {
             return;
         };
         if !d.expired {
-            self.metrics
-                .disruption_decisions
-                .get_or_create(&DecisionLabels {
-                    decision: "delete".into(),
-                    reason: reason.into(),
-                    consolidation_type: match d.reason {
-                        DisruptionReason::Empty => "empty".into(),
-                        DisruptionReason::Underutilized => "single".into(),
-                        DisruptionReason::Drifted | DisruptionReason::Unhealthy => String::new(),
-                    },
-                })
-                .inc();
+            let consolidation_type = match d.reason {
+                DisruptionReason::Empty => "empty",
+                DisruptionReason::Underutilized => "single",
+                DisruptionReason::Drifted | DisruptionReason::Unhealthy => "",
+            };
+            super::tally::record_decision(
+                &self.metrics,
+                &d.nodepool,
+                "delete",
+                reason,
+                consolidation_type,
+            );
         }
-        if let Err(e) = delete_disrupted(
-            &orchestrator.claims(),
-            &self.recorder,
-            &self.metrics,
-            &claim,
-            reason,
-            &d.nodepool,
-            &d.message,
-        )
-        .await
+        if let Err(e) =
+            delete_disrupted(orchestrator, &claim, reason, &d.nodepool, &d.message).await
         {
             tracing::warn!(nodeclaim = %d.nodeclaim, error = %e, "deleting NodeClaim failed");
         }
@@ -176,6 +176,7 @@ pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> 
         d.nodeclaims.clone(),
         d.nodes.clone(),
         d.command_timeout,
+        d.state.clone(),
     );
     let mut timers = Timers::default();
     // The last DisruptionBlocked message per NodeClaim: an event only when it changes.
@@ -185,6 +186,10 @@ pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> 
         tokio::select! {
             _ = &mut shutdown => return,
             _ = tokio::time::sleep(TICK) => {}
+        }
+        if !d.connection.connected() {
+            // Disconnected: the caches are stale; disrupt nothing until it answers again.
+            continue;
         }
         if orchestrator.caches_lag() {
             // Our last writes are not cached yet: decide on the next tick.

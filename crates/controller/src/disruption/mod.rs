@@ -40,6 +40,7 @@ pub mod search;
 pub mod simulate;
 pub mod status;
 pub mod steps;
+pub mod tally;
 #[cfg(test)]
 mod tests;
 pub mod verdict;
@@ -117,6 +118,10 @@ impl Note {
 }
 
 /// Everything a pass found.
+/// A NodePool, a reason, the disruptions its budgets allow now, and its nodes being
+/// disrupted already (which consume them).
+pub type Allowed = (String, DisruptionReason, usize, usize);
+
 #[derive(Debug, Default)]
 pub struct Outcome {
     pub decisions: Vec<Decision>,
@@ -125,8 +130,9 @@ pub struct Outcome {
     pub notes: Vec<Note>,
     /// Balanced scores computed, by NodePool.
     pub scores: Vec<(String, f64)>,
-    /// Per NodePool and reason, the disruptions its budgets allow now.
-    pub allowed: Vec<(String, DisruptionReason, usize)>,
+    /// Per NodePool and reason, the disruptions its budgets allow now, and the nodes
+    /// consuming them (being disrupted already).
+    pub allowed: Vec<Allowed>,
 }
 
 /// The cluster a pass decides on: the cluster state's join (or one built from files or for
@@ -303,7 +309,7 @@ fn pool_budgets<'a>(
     pools: &[Pool<'a>],
     now: Timestamp,
     notes: &mut Vec<Note>,
-) -> (Vec<PoolBudget<'a>>, Vec<(String, DisruptionReason, usize)>) {
+) -> (Vec<PoolBudget<'a>>, Vec<Allowed>) {
     let mut allowed = Vec::new();
     let mut budgets = Vec::with_capacity(pools.len());
     for pool in pools {
@@ -328,7 +334,12 @@ fn pool_budgets<'a>(
             DisruptionReason::Empty,
             DisruptionReason::Drifted,
         ] {
-            allowed.push((pool.name.to_string(), reason, budget.remaining(reason)));
+            allowed.push((
+                pool.name.to_string(),
+                reason,
+                budget.remaining(reason),
+                budget.disrupting(),
+            ));
         }
         budgets.push(budget);
     }

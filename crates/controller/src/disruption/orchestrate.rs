@@ -39,6 +39,7 @@ use crate::events::Recorder;
 use crate::metrics::{CreatedLabels, DecisionLabels, Metrics};
 use crate::nodeclaim::context::publish;
 use crate::objects::{annotation, claim_node_name, deleting};
+use crate::state::ClusterState;
 use crate::write::{Created, Expectations, Outcome, Refused, Writer, manager};
 
 /// A command this process started recently may not be in the caches yet: not judged on
@@ -65,6 +66,8 @@ pub struct Orchestrator {
     pub nodeclaims: Store<NodeClaim>,
     pub nodes: Store<Node>,
     pub timeout: Duration,
+    /// What the disruption counts read (pods on a disrupted NodeClaim's Node).
+    pub state: ClusterState,
     /// Commands (ids) and their candidates and Nodes, started by this process, and when.
     recent: Mutex<HashMap<String, Instant>>,
     /// Every write of the disruption loop, until the caches show it.
@@ -79,6 +82,7 @@ impl Orchestrator {
         nodeclaims: Store<NodeClaim>,
         nodes: Store<Node>,
         timeout: Duration,
+        state: ClusterState,
     ) -> Self {
         Orchestrator {
             client,
@@ -87,6 +91,7 @@ impl Orchestrator {
             nodeclaims,
             nodes,
             timeout,
+            state,
             recent: Mutex::default(),
             expectations: Arc::default(),
         }
@@ -194,18 +199,18 @@ impl Orchestrator {
                 .inc();
             created.push(nc.name_any());
         }
-        self.metrics
-            .disruption_decisions
-            .get_or_create(&DecisionLabels {
-                decision: if cmd.replacements.is_empty() {
-                    "delete".into()
-                } else {
-                    "replace".into()
-                },
-                reason: reason_label(cmd.reason).into(),
-                consolidation_type: cmd.consolidation_type.clone(),
-            })
-            .inc();
+        let decision = if cmd.replacements.is_empty() {
+            "delete"
+        } else {
+            "replace"
+        };
+        super::tally::record_decision(
+            &self.metrics,
+            &cmd.nodepool,
+            decision,
+            reason_label(cmd.reason),
+            &cmd.consolidation_type,
+        );
         tracing::info!(command = %id, candidates = %cmd.candidates.join(","), replacements = %created.join(","),
             reason = reason_label(cmd.reason), message = %cmd.message, "disruption command started");
         if !created.is_empty() {
@@ -250,9 +255,7 @@ impl Orchestrator {
                 for c in &candidates {
                     let nodepool = crate::objects::nodepool_of(c).unwrap_or_default();
                     delete_disrupted(
-                        &self.claims(),
-                        &self.recorder,
-                        &self.metrics,
+                        self,
                         c,
                         reason_label(record.reason),
                         nodepool,
@@ -434,11 +437,9 @@ pub async fn delete_claim(claims: &Writer<NodeClaim>, claim: &NodeClaim) -> Resu
 }
 
 /// Deletes a disrupted NodeClaim with the `DisruptionTerminating` event and the
-/// `karpenter_nodeclaims_disrupted_total{reason}` count.
+/// disruption counts (`super::tally::record_disrupted`).
 pub async fn delete_disrupted(
-    claims: &Writer<NodeClaim>,
-    recorder: &Recorder,
-    metrics: &Metrics,
+    orchestrator: &Orchestrator,
     claim: &NodeClaim,
     reason: &str,
     nodepool: &str,
@@ -446,21 +447,21 @@ pub async fn delete_disrupted(
 ) -> Result<(), Error> {
     tracing::info!(nodeclaim = %claim.name_any(), nodepool, reason, message, "disrupting");
     publish(
-        recorder,
+        &orchestrator.recorder,
         claim.object_ref(&()),
         EventType::Normal,
         events::DISRUPTION_TERMINATING,
         format!("Disrupting NodeClaim: {reason} ({message})"),
     )
     .await;
-    if delete_claim(claims, claim).await? {
-        metrics
-            .nodeclaims_disrupted
-            .get_or_create(&CreatedLabels {
-                reason: reason.into(),
-                nodepool: nodepool.into(),
-            })
-            .inc();
+    if delete_claim(&orchestrator.claims(), claim).await? {
+        super::tally::record_disrupted(
+            &orchestrator.metrics,
+            &orchestrator.state,
+            claim,
+            reason,
+            nodepool,
+        );
     }
     Ok(())
 }

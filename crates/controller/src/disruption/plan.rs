@@ -203,7 +203,13 @@ pub fn simulate(view: &View, candidates: &[&Priced], now: Timestamp) -> Result<M
         .filter_map(|p| p.metadata.uid.as_deref())
         .collect();
     let pools = rest.ready_nodepools();
-    let mut snap = snapshot::build(&rest, &pools, &moving, view.catalog, &|_, _, _| true);
+    let mut snap = snapshot::build(
+        &rest,
+        &pools,
+        &moving,
+        view.catalog,
+        &crate::counts::AllAvailable,
+    );
     let settling = in_consolidate_after_window(view, now);
     for n in &mut snap.input.nodes {
         n.refuses_moving = settling.contains(n.name.as_str());

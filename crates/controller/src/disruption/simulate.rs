@@ -59,7 +59,7 @@ pub fn without(cluster: &Cluster, nodes: &[&str], claims: &[&str]) -> (Cluster, 
 /// The real simulation: the provisioner's snapshot and solver, Ready NodePools only.
 pub struct Simulator<'a> {
     pub catalog: &'a dyn Fn(&str) -> Option<Arc<Catalog>>,
-    pub available: &'a dyn Fn(&str, Option<&str>, &str) -> bool,
+    pub available: &'a dyn crate::counts::Offerings,
 }
 
 impl Simulate for Simulator<'_> {

@@ -152,14 +152,19 @@ pub async fn patch_status(
 
 /// Sets the gauges from a pass.
 pub fn record(metrics: &Metrics, outcome: &Outcome) {
-    for (pool, reason, n) in &outcome.allowed {
+    for (pool, reason, n, disrupting) in &outcome.allowed {
+        let labels = PoolReasonLabels {
+            nodepool: pool.clone(),
+            reason: reason_label(*reason).into(),
+        };
         metrics
             .nodepools_allowed_disruptions
-            .get_or_create(&PoolReasonLabels {
-                nodepool: pool.clone(),
-                reason: reason_label(*reason).into(),
-            })
+            .get_or_create(&labels)
             .set(i64::try_from(*n).unwrap_or(i64::MAX));
+        metrics
+            .nodes_consuming_budgets
+            .get_or_create(&labels)
+            .set(i64::try_from(*disrupting).unwrap_or(i64::MAX));
     }
     let mut eligible: BTreeMap<&str, i64> = BTreeMap::new();
     for v in outcome.verdicts.values() {

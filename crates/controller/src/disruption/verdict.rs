@@ -112,7 +112,7 @@ pub fn verdicts(view: &View, now: Timestamp) -> BTreeMap<String, Verdict> {
     let mut timers = Timers::default();
     let simulator = super::simulate::Simulator {
         catalog: view.catalog,
-        available: &|_, _, _| true,
+        available: &crate::counts::AllAvailable,
     };
     super::pass(view, &mut timers, &simulator, now, Instant::now()).verdicts
 }

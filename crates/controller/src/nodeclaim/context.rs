@@ -43,6 +43,8 @@ pub struct Settings {
     pub poll: Duration,
     /// Grace before an orphaned Machine is collected.
     pub gc_grace: Duration,
+    /// How long a template's reported `available-count` is trusted.
+    pub count_staleness: Duration,
 }
 
 impl Default for Settings {
@@ -51,6 +53,7 @@ impl Default for Settings {
             node_repair_after: Duration::from_secs(600),
             poll: Duration::from_secs(30),
             gc_grace: MACHINE_GRACE,
+            count_staleness: crate::counts::DEFAULT_STALENESS,
         }
     }
 }
@@ -218,6 +221,9 @@ pub struct Shared {
     pub cluster_id: String,
     /// NodeClaims this process deleted for repair, until the cache shows them gone.
     pub repairs: Arc<super::repair::Repairs>,
+    /// Whether the workload cluster answers (hub mode's probe; always up otherwise): while
+    /// it does not, nothing is deleted on its account (see `health`).
+    pub connection: crate::health::Connection,
 }
 
 /// The NodeClaim loops' context: what they share with the provider, and the provider seam

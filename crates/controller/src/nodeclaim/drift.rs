@@ -480,6 +480,8 @@ mod tests {
                     price: 0.1,
                     price_source: PriceSource::Default,
                     template: tref,
+                    limits: Default::default(),
+                    reservation_id: None,
                 }],
             }],
             ..Catalog::default()

@@ -26,6 +26,7 @@ use super::objects::bootstrap_template_hash;
 use super::offering::{Requirement, choose, requests_from_quantities};
 use super::plan::kind_without_template;
 pub use super::plan::{Plan, TypedRef, capacity_type_of, nodepool_of, spec_hash};
+use crate::counts::{LaunchState, OfferingCounts};
 use crate::metrics::NodePoolLabels;
 use crate::names;
 use crate::nodeclass::NodeClass;
@@ -154,19 +155,34 @@ fn claim_requests(claim: &NodeClaim) -> Result<templates::model::Resources, Stri
     requests_from_quantities(requests.iter().map(|(k, v)| (k, v.as_str())))
 }
 
-/// Chooses the offering and names everything launch will create.
-async fn plan(ctx: &Shared, claim: &NodeClaim) -> Result<Planned, Error> {
-    let name = claim.name_any();
+/// Hub mode: a tenant's NodeClass naming another tenant's Cluster launches nothing.
+fn foreign_cluster(ctx: &Shared, nodeclass: &str) -> Option<Planned> {
+    let nc = ctx
+        .nodeclasses
+        .get(&kube::runtime::reflector::ObjectRef::new(nodeclass))?;
+    let why = ctx.catalogs.cluster_ref_mismatch(&nc)?;
+    Some(Planned::Refused(
+        api::consts::conditions::CLUSTER_REF_MISMATCH,
+        format!("ClusterAPINodeClass {nodeclass}: {why}"),
+    ))
+}
+
+/// The claim's NodeClass when it may launch: it exists, names the engaged Cluster and is
+/// Ready (Karpenter deletes the NodeClaim otherwise: `Ok(Err(refusal))`); `Err` to retry.
+fn admitted(ctx: &Shared, claim: &NodeClaim) -> Result<Result<NodeClass, Planned>, Error> {
     // NodeClass must exist and be Ready (Karpenter deletes the NodeClaim otherwise).
     let Some(nodeclass) = nodeclass_of(ctx, claim) else {
-        return Ok(Planned::Refused(
+        return Ok(Err(Planned::Refused(
             api::consts::events::NODECLASS_NOT_READY,
             format!(
                 "ClusterAPINodeClass {} not found",
                 claim.spec.node_class_ref.name
             ),
-        ));
+        )));
     };
+    if let Some(refused) = foreign_cluster(ctx, &nodeclass.name) {
+        return Ok(Err(refused));
+    }
     if !nodeclass.readiness_reported() {
         // A new NodeClass whose status controller has not spoken yet: wait, don't refuse.
         return Err(Error::Launch(format!(
@@ -176,11 +192,21 @@ async fn plan(ctx: &Shared, claim: &NodeClaim) -> Result<Planned, Error> {
     }
     let (ready, why) = nodeclass.readiness();
     if !ready {
-        return Ok(Planned::Refused(
+        return Ok(Err(Planned::Refused(
             api::consts::events::NODECLASS_NOT_READY,
             format!("ClusterAPINodeClass {} is not ready: {why}", nodeclass.name),
-        ));
+        )));
     }
+    Ok(Ok(nodeclass))
+}
+
+/// Chooses the offering and names everything launch will create.
+async fn plan(ctx: &Shared, claim: &NodeClaim) -> Result<Planned, Error> {
+    let name = claim.name_any();
+    let nodeclass = match admitted(ctx, claim)? {
+        Ok(nodeclass) => nodeclass,
+        Err(refused) => return Ok(refused),
+    };
     let Some(catalog) = ctx.catalogs.catalog(&nodeclass.name) else {
         // The NodeClass says Ready but this replica's template caches disagree (still
         // filling, or a template just changed): retry rather than give up the claim.
@@ -193,13 +219,7 @@ async fn plan(ctx: &Shared, claim: &NodeClaim) -> Result<Planned, Error> {
         Ok(r) => r,
         Err(e) => return Ok(Planned::Refused(reasons::LAUNCH_FAILED, e)),
     };
-    let choice = match choose(
-        &catalog,
-        &requirements(claim),
-        &requests,
-        &ctx.unavailable,
-        Instant::now(),
-    ) {
+    let choice = match choice(ctx, claim, &catalog, &requests) {
         Ok(c) => c,
         Err(e) => {
             return Ok(Planned::Refused(
@@ -256,6 +276,31 @@ async fn plan(ctx: &Shared, claim: &NodeClaim) -> Result<Planned, Error> {
     })))
 }
 
+/// The offering to launch `claim` on: compatible, fitting `requests`, not backed off, with
+/// count left (as the caches hold them now, without the unit this claim holds itself).
+fn choice<'a>(
+    ctx: &Shared,
+    claim: &NodeClaim,
+    catalog: &'a templates::model::Catalog,
+    requests: &templates::model::Resources,
+) -> Result<super::offering::Choice<'a>, super::offering::NoOffering> {
+    let counts = OfferingCounts::new(
+        &ctx.nodeclaims.state(),
+        &ctx.machines.state(),
+        k8s_openapi::jiff::Timestamp::now(),
+        ctx.settings.count_staleness,
+    )
+    .launching(claim);
+    let state = LaunchState {
+        unavailable: &ctx.unavailable,
+        counts: &counts,
+        now: Instant::now(),
+    };
+    choose(catalog, &requirements(claim), requests, &|it, o| {
+        state.skip(it, o)
+    })
+}
+
 /// The requirements of a NodeClaim in the form offering selection reads.
 pub fn requirements(claim: &NodeClaim) -> Vec<Requirement> {
     claim
@@ -303,6 +348,15 @@ async fn create(ctx: &Shared, claim: &NodeClaim, plan: &Plan) -> Result<(), Erro
         }
         Err(e) if matches!(e, Error::Permanent { .. }) => Err(e),
         Err(e) => {
+            if rejected(&e) {
+                // The API server refused the objects of this offering (a quota, an admission
+                // webhook): other claims and the scheduler skip it for a while.
+                let hold = ctx
+                    .unavailable
+                    .mark(plan.offering_key(), e.to_string(), Instant::now());
+                tracing::info!(nodeclaim = %claim.name_any(), template = %plan.infrastructure_template.name,
+                    hold_seconds = hold.as_secs(), "offering backed off after a refused create");
+            }
             let mut status = claim.status.clone().unwrap_or_default();
             api::conditions::set(
                 &mut status.conditions,
@@ -329,4 +383,10 @@ async fn create(ctx: &Shared, claim: &NodeClaim, plan: &Plan) -> Result<(), Erro
             Err(e)
         }
     }
+}
+
+/// A create the API server refused for what it is (forbidden by a quota or policy, invalid,
+/// rejected by a webhook), not for a passing condition (conflict, timeout, unavailable).
+fn rejected(e: &Error) -> bool {
+    matches!(e, Error::Kube(kube::Error::Api(s)) if matches!(s.code, 400 | 403 | 422))
 }

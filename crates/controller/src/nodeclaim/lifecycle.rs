@@ -55,6 +55,9 @@ pub async fn reconcile(claim: Arc<NodeClaim>, ctx: Arc<Ctx>) -> Result<Action, E
 }
 
 async fn reconcile_fresh(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Action, Error> {
+    if !ctx.connection.connected() {
+        return disconnected(ctx, claim).await;
+    }
     if claim.metadata.deletion_timestamp.is_some() {
         if !has_finalizer(&claim) {
             ctx.expectations.forget(&uid_of(claim.as_ref()));
@@ -135,6 +138,16 @@ async fn reconcile_fresh(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Action, Err
         _ => ctx.settings.poll,
     };
     Ok(Action::requeue(next.map_or(quiet, |n| n.min(quiet))))
+}
+
+/// A NodeClaim of a workload cluster that does not answer (see `health`): a launch in
+/// flight continues; termination, liveness, repair and drift wait for the cluster to answer
+/// again (they would judge it from a stale cache, and delete on that judgement).
+async fn disconnected(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Action, Error> {
+    if claim.metadata.deletion_timestamp.is_none() {
+        launch(ctx, claim).await?;
+    }
+    Ok(Action::requeue(ctx.settings.poll))
 }
 
 /// Launch through the provider: the claim as the provider left it, or `None` when it was
@@ -263,6 +276,10 @@ fn observe_instance(
     };
     status.capacity = quantities(&instance.capacity);
     status.allocatable = quantities(&instance.allocatable);
+    // The offering launched: a later failure backs off from the first hold again.
+    if let Some(plan) = crate::nodeclaim::plan::Plan::of(claim) {
+        ctx.unavailable.succeeded(&plan.offering_key());
+    }
     let now = Timestamp::now();
     api::conditions::set(
         &mut status.conditions,

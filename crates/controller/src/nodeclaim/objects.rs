@@ -353,6 +353,11 @@ pub(super) async fn create_objects(
     let mut labels: BTreeMap<String, String> = nodeclass.machine.labels.clone();
     labels.insert(api::consts::labels::NODEPOOL.into(), nodepool_of(claim));
     labels.insert(api::consts::labels::NODECLAIM.into(), claim.name_any());
+    // The template it is cloned from: what counted offerings count Machines by.
+    labels.insert(
+        api::consts::labels::INSTANCE_TEMPLATE.into(),
+        plan.infrastructure_template.name.clone(),
+    );
     labels.insert(api::consts::labels::KARPENTER_MEMBER.into(), String::new());
     labels.insert(
         api::consts::labels::CLUSTER_ID.into(),

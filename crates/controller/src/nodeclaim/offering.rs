@@ -1,15 +1,13 @@
-//! Choosing what to launch for a NodeClaim: the cheapest available offering, among the
+//! Choosing what to launch for a NodeClaim: a reserved offering, else the cheapest one, that
+//! launch may use now (not backed off, count left), among the
 //! catalog's instance types, whose labels satisfy every requirement of the NodeClaim (the
 //! scheduler's [`scheduling::Requirements`], so launch and scheduling never disagree) and
 //! whose allocatable fits its resource requests. Pure; launch calls it.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
 
 use templates::model::{Catalog, InstanceType, Offering, Resources};
 use templates::quantity::{parse_milli, parse_value};
-
-use crate::unavailable::{OfferingKey, UnavailableOfferings};
 
 /// One NodeClaim requirement (`key`, `operator`, `values`), as in `karpenter.sh/v1`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -73,13 +71,14 @@ pub enum NoOffering {
     Unavailable(String),
 }
 
-/// The cheapest available compatible offering (ties: instance type name, zone).
+/// The preferred compatible offering `skip` does not refuse (it says why it refuses one:
+/// backed off after a failed launch, no count left): reserved first, then the cheapest
+/// (ties: instance type name, zone).
 pub fn choose<'a>(
     catalog: &'a Catalog,
     requirements: &[Requirement],
     requests: &Resources,
-    unavailable: &UnavailableOfferings,
-    now: Instant,
+    skip: &dyn Fn(&InstanceType, &Offering) -> Option<String>,
 ) -> Result<Choice<'a>, NoOffering> {
     let mut compatible = 0usize;
     let mut fitting = 0usize;
@@ -120,12 +119,7 @@ pub fn choose<'a>(
                 continue;
             }
             fitting += 1;
-            let key = OfferingKey {
-                instance_type: it.name.clone(),
-                zone: offering.zone.clone(),
-                capacity_type: offering.capacity_type.clone(),
-            };
-            if let Some(reason) = unavailable.reason(&key, now) {
+            if let Some(reason) = skip(it, offering) {
                 last_unavailable = Some(format!(
                     "{} {}: {reason}",
                     it.name,
@@ -134,8 +128,17 @@ pub fn choose<'a>(
                 continue;
             }
             let better = best.as_ref().is_none_or(|b| {
-                (offering.price, &it.name, &offering.zone)
-                    < (b.offering.price, &b.instance_type.name, &b.offering.zone)
+                (
+                    !offering.is_reserved(),
+                    offering.price,
+                    &it.name,
+                    &offering.zone,
+                ) < (
+                    !b.offering.is_reserved(),
+                    b.offering.price,
+                    &b.instance_type.name,
+                    &b.offering.zone,
+                )
             });
             if better {
                 best = Some(Choice {
@@ -165,7 +168,15 @@ pub fn choose<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
     use templates::model::{PriceSource, TemplateRef};
+
+    use crate::counts::{LaunchState, OfferingCounts};
+    use crate::unavailable::{OfferingKey, UnavailableOfferings};
+
+    fn all(_: &InstanceType, _: &Offering) -> Option<String> {
+        None
+    }
 
     fn it(name: &str, cpu: i64, zones: &[(&str, f64)]) -> InstanceType {
         let template = TemplateRef {
@@ -208,6 +219,8 @@ mod tests {
                     price: *price,
                     price_source: PriceSource::Annotation,
                     template: template.clone(),
+                    limits: Default::default(),
+                    reservation_id: None,
                 })
                 .collect(),
         }
@@ -239,18 +252,17 @@ mod tests {
     #[test]
     fn requirements_on_labels_no_type_defines_do_not_restrict_the_choice() {
         let c = catalog();
-        let u = UnavailableOfferings::default();
         let reqs = [
             req("karpenter.sh/nodepool", "In", &["default"]),
             req("team", "In", &["web"]),
             req("node.kubernetes.io/instance-type", "In", &["large"]),
         ];
-        let choice = choose(&c, &reqs, &cpu(1000), &u, Instant::now()).expect("choice");
+        let choice = choose(&c, &reqs, &cpu(1000), &all).expect("choice");
         assert_eq!(choice.instance_type.name, "large");
         // A defined label still has to match.
         let reqs = [req("node.kubernetes.io/instance-type", "In", &["huge"])];
         assert!(matches!(
-            choose(&c, &reqs, &cpu(1000), &u, Instant::now()),
+            choose(&c, &reqs, &cpu(1000), &all),
             Err(NoOffering::Incompatible(_))
         ));
     }
@@ -258,9 +270,7 @@ mod tests {
     #[test]
     fn cheapest_compatible_fitting_offering() {
         let c = catalog();
-        let u = UnavailableOfferings::default();
-        let now = Instant::now();
-        let choice = choose(&c, &[], &cpu(1000), &u, now).expect("choice");
+        let choice = choose(&c, &[], &cpu(1000), &all).expect("choice");
         assert_eq!(
             (
                 choice.instance_type.name.as_str(),
@@ -274,13 +284,12 @@ mod tests {
             &c,
             &[req("topology.kubernetes.io/zone", "In", &["a"])],
             &cpu(1000),
-            &u,
-            now,
+            &all,
         )
         .expect("choice");
         assert_eq!(choice.offering.zone.as_deref(), Some("a"));
 
-        let choice = choose(&c, &[], &cpu(3000), &u, now).expect("choice");
+        let choice = choose(&c, &[], &cpu(3000), &all).expect("choice");
         assert_eq!(
             choice.instance_type.name, "arm-medium",
             "small is too small"
@@ -290,8 +299,7 @@ mod tests {
             &c,
             &[req("kubernetes.io/arch", "In", &["amd64"])],
             &cpu(3000),
-            &u,
-            now,
+            &all,
         )
         .expect("choice");
         assert_eq!(choice.instance_type.name, "large");
@@ -300,53 +308,78 @@ mod tests {
             &c,
             &[req("karpenter.cluster.x-k8s.io/instance-cpu", "Gt", &["4"])],
             &cpu(100),
-            &u,
-            now,
+            &all,
         )
         .expect("choice");
         assert_eq!(choice.instance_type.name, "large");
     }
 
     #[test]
-    fn unavailable_offerings_are_skipped() {
-        let c = catalog();
+    fn backed_off_and_exhausted_offerings_are_skipped() {
+        let mut c = catalog();
         let u = UnavailableOfferings::default();
         let now = Instant::now();
-        u.mark(
-            OfferingKey {
-                instance_type: "small".into(),
-                zone: Some("b".into()),
-                capacity_type: "on-demand".into(),
-            },
-            "InsufficientCapacity",
+        let small_b = c.instance_types[0].offerings[1].clone();
+        assert_eq!(small_b.zone.as_deref(), Some("b"));
+        u.mark(OfferingKey::of(&small_b), "InsufficientCapacity", now);
+        let counts = OfferingCounts::default();
+        let state = LaunchState {
+            unavailable: &u,
+            counts: &counts,
             now,
-        );
-        let choice = choose(&c, &[], &cpu(1000), &u, now).expect("choice");
+        };
+        let skip = |it: &InstanceType, o: &Offering| state.skip(it, o);
+        let choice = choose(&c, &[], &cpu(1000), &skip).expect("choice");
         assert_eq!(choice.offering.zone.as_deref(), Some("a"));
         let only_b = [req("topology.kubernetes.io/zone", "In", &["b"])];
         assert!(matches!(
-            choose(&c, &only_b, &cpu(1000), &u, now),
+            choose(&c, &only_b, &cpu(1000), &skip),
             Err(NoOffering::Unavailable(_))
         ));
+        // large's template allows no Machine at all: skipped, with the count in the reason.
+        for o in &mut c.instance_types[1].offerings {
+            o.limits.max_machines = Some(0);
+        }
+        let only_large = [req("node.kubernetes.io/instance-type", "In", &["large"])];
+        let e = choose(&c, &only_large, &cpu(1000), &skip).expect_err("exhausted");
+        assert!(
+            e.to_string()
+                .contains("no count left (karpenter.cluster.x-k8s.io/max-machines 0)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn reserved_offerings_come_first() {
+        let mut c = catalog();
+        let mut reserved = c.instance_types[1].offerings[0].clone();
+        reserved.capacity_type = "reserved".into();
+        reserved.price = 5.0;
+        c.instance_types[1].offerings.push(reserved);
+        let choice = choose(&c, &[], &cpu(1000), &all).expect("choice");
+        assert_eq!(
+            (
+                choice.instance_type.name.as_str(),
+                choice.offering.capacity_type.as_str()
+            ),
+            ("large", "reserved")
+        );
     }
 
     #[test]
     fn explains_failures() {
         let c = catalog();
-        let u = UnavailableOfferings::default();
-        let now = Instant::now();
         assert!(matches!(
             choose(
                 &c,
                 &[req("node.kubernetes.io/instance-type", "In", &["huge"])],
                 &cpu(1),
-                &u,
-                now
+                &all
             ),
             Err(NoOffering::Incompatible(_))
         ));
         assert_eq!(
-            choose(&c, &[], &cpu(64_000), &u, now),
+            choose(&c, &[], &cpu(64_000), &all),
             Err(NoOffering::TooSmall("cpu".into()))
         );
     }
@@ -354,11 +387,9 @@ mod tests {
     #[test]
     fn operators_are_the_schedulers() {
         let c = catalog();
-        let u = UnavailableOfferings::default();
         let chosen = |op: &str, values: &[&str]| {
             let reqs = [req("karpenter.cluster.x-k8s.io/instance-cpu", op, values)];
-            choose(&c, &reqs, &cpu(1000), &u, Instant::now())
-                .map(|choice| choice.instance_type.name.clone())
+            choose(&c, &reqs, &cpu(1000), &all).map(|choice| choice.instance_type.name.clone())
         };
         // Catalog: small (2 cpu, 0.19), arm-medium (4, 0.3), large (8, 0.8).
         assert_eq!(chosen("In", &["4", "8"]).as_deref(), Ok("arm-medium"));

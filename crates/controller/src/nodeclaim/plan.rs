@@ -86,6 +86,21 @@ impl Plan {
     pub fn of(claim: &NodeClaim) -> Option<Plan> {
         Self::from_annotations(claim.annotations())
     }
+
+    /// The offering launched: template, zone, capacity type (the launch-failure backoff key).
+    pub fn offering_key(&self) -> crate::unavailable::OfferingKey {
+        let t = &self.infrastructure_template;
+        crate::unavailable::OfferingKey {
+            template: templates::model::TemplateRef {
+                api_version: t.api_version.clone(),
+                kind: t.kind.clone(),
+                namespace: Some(self.namespace.clone()),
+                name: t.name.clone(),
+            },
+            zone: self.zone.clone(),
+            capacity_type: self.capacity_type.clone(),
+        }
+    }
 }
 
 pub(crate) fn kind_without_template(kind: &str) -> String {
@@ -105,6 +120,17 @@ pub fn capacity_type_of(claim: &NodeClaim) -> String {
         .labels()
         .get(api::consts::labels::CAPACITY_TYPE)
         .cloned()
+        .unwrap_or_default()
+}
+
+/// The zone of a claim: its zone label (the launch sets it from the chosen offering), else
+/// its launch plan's; empty when neither says.
+pub fn zone_of(claim: &NodeClaim) -> String {
+    claim
+        .labels()
+        .get(api::consts::labels::ZONE)
+        .cloned()
+        .or_else(|| Plan::of(claim).and_then(|p| p.zone))
         .unwrap_or_default()
 }
 

@@ -21,7 +21,6 @@ use super::node_sync::{
     ClaimView, NotInitialized, RegisteredNode, check_initialized, registered_node,
 };
 use super::plan::nodepool_of;
-use crate::metrics::NodePoolLabels;
 use crate::write::{Writer, manager};
 
 /// How far registration got.
@@ -234,8 +233,9 @@ async fn record_registered(
     if !registered {
         ctx.metrics
             .nodes_created
-            .get_or_create(&NodePoolLabels {
+            .get_or_create(&crate::metrics::NodeLabels {
                 nodepool: nodepool_of(claim),
+                zone: super::plan::zone_of(claim),
             })
             .inc();
         ctx.event(
@@ -365,6 +365,11 @@ async fn sync_node(
         "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
         "name": claim.name_any(), "uid": uid, "blockOwnerDeletion": true
     });
+    // Our last write to this Node is not cached yet: the patch would be computed from the
+    // Node before it (and repeat it). The Node's watch event brings this claim back.
+    if ctx.expectations.writes.stale_object(node) {
+        return Ok(());
+    }
     let Some(ops) = node_patch(node, want, &owner, &uid) else {
         return Ok(());
     };
@@ -372,7 +377,8 @@ async fn sync_node(
         what: "Node patch".into(),
         source,
     })?;
-    let nodes = Writer::new(Api::<Node>::all(ctx.workload.clone()), manager::LIFECYCLE);
+    let nodes = Writer::new(Api::<Node>::all(ctx.workload.clone()), manager::LIFECYCLE)
+        .expecting(ctx.expectations.writes.clone());
     let out = nodes.json_patch(node, patch).await?;
     out.required(format!("Node {}", node.name_any()))?;
     Ok(())

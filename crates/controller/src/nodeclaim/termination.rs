@@ -101,12 +101,16 @@ pub async fn reconcile(ctx: &Ctx, claim: &NodeClaim) -> Result<Termination, Erro
         .get_or_create(&TerminatedLabels {
             nodepool: nodepool.clone(),
             capacity_type: super::plan::capacity_type_of(claim),
+            zone: super::plan::zone_of(claim),
         })
         .inc();
     if status.node_name.is_some() {
         ctx.metrics
             .nodes_terminated
-            .get_or_create(&crate::metrics::NodePoolLabels { nodepool })
+            .get_or_create(&crate::metrics::NodeLabels {
+                nodepool,
+                zone: super::plan::zone_of(claim),
+            })
             .inc();
     }
     tracing::info!(nodeclaim = %name, "terminated");

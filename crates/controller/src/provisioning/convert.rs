@@ -447,10 +447,10 @@ pub fn daemonset(ds: &K8sDaemonSet) -> DaemonSet {
     }
 }
 
-/// A catalog instance type → the solver's, with `available(name, zone, capacity_type)`.
+/// A catalog instance type → the solver's, with each offering's availability and count.
 pub fn instance_type(
     it: &templates::model::InstanceType,
-    available: impl Fn(&str, Option<&str>, &str) -> bool,
+    offerings: &dyn crate::counts::Offerings,
 ) -> InstanceType {
     let mut overhead = Resources::new();
     for (k, cap) in &it.capacity.0 {
@@ -475,7 +475,8 @@ pub fn instance_type(
                 zone: o.zone.clone().unwrap_or_default(),
                 capacity_type: o.capacity_type.clone(),
                 price: o.price,
-                available: available(&it.name, o.zone.as_deref(), &o.capacity_type),
+                available: offerings.available(o),
+                count: offerings.count(it, o),
             })
             .collect(),
         taints: it

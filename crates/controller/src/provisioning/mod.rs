@@ -23,9 +23,10 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource, ResourceExt};
 
 use crate::cloudprovider::CloudProvider;
+use crate::counts::{LaunchState, OfferingCounts};
 use crate::metrics::{ControllerLabels, CreatedLabels, Metrics};
 use crate::state::{Cluster, ClusterState};
-use crate::unavailable::{OfferingKey, UnavailableOfferings};
+use crate::unavailable::UnavailableOfferings;
 use crate::write::{Created, Writer, manager};
 use api::NodeClaim;
 use batch::Batcher;
@@ -53,6 +54,10 @@ pub struct Provisioner {
     /// The provider: its instance types are what the solver packs onto.
     pub provider: Arc<dyn CloudProvider>,
     pub unavailable: Arc<UnavailableOfferings>,
+    /// The Machines of the management cluster (a template's use, for counted offerings).
+    pub machines: kube::runtime::reflector::Store<api::Machine>,
+    /// How long a template's reported `available-count` is trusted.
+    pub count_staleness: Duration,
     pub batch_idle: Duration,
     pub batch_max: Duration,
 }
@@ -61,27 +66,39 @@ impl Provisioner {
     /// Builds the solver input for `pods` from `cluster` (Ready NodePools only: Karpenter
     /// provisions only for valid NodePools whose NodeClass is Ready).
     pub fn snapshot(&self, cluster: &Cluster, pods: &[Arc<Pod>]) -> Snapshot {
-        let now = Instant::now();
+        let counts = OfferingCounts::new(
+            &cluster.nodeclaims,
+            &self.machines.state(),
+            k8s_openapi::jiff::Timestamp::now(),
+            self.count_staleness,
+        );
         snapshot::build(
             cluster,
             &cluster.ready_nodepools(),
             pods,
             &|nodeclass| self.provider.instance_types(nodeclass),
-            &|name, zone, ct| {
-                !self.unavailable.is_unavailable(
-                    &OfferingKey {
-                        instance_type: name.to_string(),
-                        zone: zone.map(str::to_string),
-                        capacity_type: ct.to_string(),
-                    },
-                    now,
-                )
+            &LaunchState {
+                unavailable: &self.unavailable,
+                counts: &counts,
+                now: Instant::now(),
             },
         )
     }
 
     /// One batch: solve and create the NodeClaims. Returns the names created.
     pub async fn provision(&self, pods: &[Arc<Pod>]) -> Result<Vec<String>, Error> {
+        // Pods asking not to run on our nodes are ignored, as Karpenter ignores them.
+        let (ignored, pods): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) = pods
+            .iter()
+            .cloned()
+            .partition(|p| crate::objects::avoids_karpenter(p));
+        self.metrics
+            .ignored_pods
+            .set(i64::try_from(ignored.len()).unwrap_or(i64::MAX));
+        if pods.is_empty() {
+            return Ok(Vec::new());
+        }
+        let pods = pods.as_slice();
         let cluster = self.state.current();
         let (snapshot, output) = self.solve(&cluster, pods).await?;
         let by_uid: HashMap<&str, &Pod> = pods

@@ -11,6 +11,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use templates::model::Catalog;
 
 use super::convert;
+use crate::counts::Offerings;
 use crate::objects::{claim_condition, claim_node_name, deleting, name};
 use crate::state::Cluster;
 
@@ -41,14 +42,14 @@ fn add(into: &mut scheduling::Resources, r: &scheduling::Resources) {
 
 /// Builds the solver input: the Nodes with room and the NodeClaims in flight of `cluster`,
 /// `nodepools` (those of `cluster` to launch from) and the `pending` pods.
-/// `catalog(nodeclass)` gives a NodeClass's instance types; `available(instance_type, zone,
-/// capacity_type)` filters offerings (e.g. ones that just failed to launch).
+/// `catalog(nodeclass)` gives a NodeClass's instance types; `offerings` says which offerings
+/// can be launched (e.g. not ones that just failed to launch) and their counts.
 pub fn build(
     cluster: &Cluster,
     nodepools: &[Arc<NodePool>],
     pending: &[Arc<Pod>],
     catalog: &dyn Fn(&str) -> Option<Arc<Catalog>>,
-    available: &dyn Fn(&str, Option<&str>, &str) -> bool,
+    offerings: &dyn Offerings,
 ) -> Snapshot {
     let mut nodes: Vec<scheduling::ExistingNode> = cluster
         .nodes
@@ -73,7 +74,7 @@ pub fn build(
             pool.instance_types = catalog
                 .instance_types
                 .iter()
-                .map(|it| convert::instance_type(it, available))
+                .map(|it| convert::instance_type(it, offerings))
                 .collect();
         }
         pools.insert(pool.name.clone(), Arc::clone(p));
@@ -284,7 +285,13 @@ mod tests {
             )],
             ..Objects::default()
         });
-        let s = build(&state, &state.nodepools, &[], &no_catalog, &|_, _, _| true);
+        let s = build(
+            &state,
+            &state.nodepools,
+            &[],
+            &no_catalog,
+            &crate::counts::AllAvailable,
+        );
         let by_name: HashMap<&str, &scheduling::ExistingNode> =
             s.input.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
         assert_eq!(by_name.len(), 4, "{:?}", by_name.keys());
@@ -321,7 +328,7 @@ mod tests {
             nodeclaims: vec![Arc::new(gone)],
             ..Objects::default()
         });
-        let s = build(&state, &[], &[], &no_catalog, &|_, _, _| true);
+        let s = build(&state, &[], &[], &no_catalog, &crate::counts::AllAvailable);
         let names: Vec<&str> = s.input.nodes.iter().map(|n| n.name.as_str()).collect();
         assert_eq!(names, ["n3"]);
     }

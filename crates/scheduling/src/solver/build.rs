@@ -146,6 +146,7 @@ fn new_solver() -> Solver {
         universe: HashMap::new(),
         pods: Vec::new(),
         placements: Vec::new(),
+        counts: Vec::new(),
     };
     // A new node's hostname is unknown: a pod requiring a specific hostname cannot get one.
     s.well_known = WELL_KNOWN_LABELS
@@ -212,6 +213,7 @@ fn add_pools(
     universe: &mut HashMap<Key, Vec<Sym>>,
 ) {
     let nres = s.res_names.len();
+    let mut count_index: HashMap<String, u32> = HashMap::new();
     let mut order: Vec<&NodePool> = input.node_pools.iter().collect();
     order.sort_by(|a, b| b.weight.cmp(&a.weight).then_with(|| b.name.cmp(&a.name)));
     for np in order {
@@ -230,11 +232,12 @@ fn add_pools(
         let types: Vec<TypeData> = np
             .instance_types
             .iter()
-            .map(|it| type_data(s, it, ds, &ds_ok))
+            .map(|it| type_data(s, it, ds, &ds_ok, &mut count_index))
             .collect();
+        let counted = types.iter().any(|t| t.counted);
         let mut base = BitSet::new(types.len());
         for (i, t) in types.iter().enumerate() {
-            if s.type_ok(t, &reqs) {
+            if s.type_ok(t, &reqs, Counts::Ignore) {
                 base.insert(i);
                 for (k, set) in t.reqs.entries() {
                     if !set.complement {
@@ -277,13 +280,20 @@ fn add_pools(
             base,
             remaining,
             nodes_remaining,
+            counted,
         });
     }
 }
 
 /// One instance type of a pool: requirements, usable resources after overhead and the
 /// daemonsets that land on it (`ds_ok`: the daemonsets the pool admits), offerings by price.
-fn type_data(s: &mut Solver, it: &InstanceType, ds: &[DsData], ds_ok: &[bool]) -> TypeData {
+fn type_data(
+    s: &mut Solver,
+    it: &InstanceType,
+    ds: &[DsData],
+    ds_ok: &[bool],
+    count_index: &mut HashMap<String, u32>,
+) -> TypeData {
     let nres = s.res_names.len();
     let mut treqs = s.ireqs(&it.requirements);
     // Labels the provider puts on its shapes are well known (Karpenter registers
@@ -316,19 +326,23 @@ fn type_data(s: &mut Solver, it: &InstanceType, ds: &[DsData], ds_ok: &[bool]) -
     let usable = (0..nres)
         .map(|i| capacity[i] - overhead[i] - overhead_ds[i])
         .collect();
-    let mut offerings: Vec<(Sym, Sym, f64, bool)> = it
+    let mut offerings: Vec<Off> = it
         .offerings
         .iter()
-        .map(|o| {
-            (
-                s.names.sym(&o.zone),
-                s.names.sym(&o.capacity_type),
-                o.price,
-                o.available,
-            )
+        .map(|o| Off {
+            zone: s.names.sym(&o.zone),
+            ct: s.names.sym(&o.capacity_type),
+            price: o.price,
+            reserved: o.capacity_type == CAPACITY_TYPE_RESERVED,
+            available: o.available,
+            count: o
+                .count
+                .as_ref()
+                .map_or(UNCOUNTED, |c| count_of(s, count_index, c)),
         })
         .collect();
-    offerings.sort_by(|a, b| a.2.total_cmp(&b.2));
+    offerings.sort_by(|a, b| by_rank(s.rank(a), s.rank(b)));
+    let counted = offerings.iter().any(|o| o.count != UNCOUNTED);
     TypeData {
         name: it.name.clone(),
         reqs: treqs,
@@ -336,8 +350,27 @@ fn type_data(s: &mut Solver, it: &InstanceType, ds: &[DsData], ds_ok: &[bool]) -
         capacity,
         overhead_ds,
         offerings,
+        counted,
         taints: it.taints.clone(),
     }
+}
+
+/// The index of the shared count `c` (the smallest availability stated under one key).
+fn count_of(s: &mut Solver, index: &mut HashMap<String, u32>, c: &OfferingCount) -> u32 {
+    if let Some(&i) = index.get(&c.key) {
+        let count = &mut s.counts[i as usize];
+        count.available = count.available.min(c.available);
+        count.left = count.left.min(i64::from(c.available));
+        return i;
+    }
+    let i = s.counts.len() as u32;
+    s.counts.push(Count {
+        key: c.key.clone(),
+        available: c.available,
+        left: i64::from(c.available),
+    });
+    index.insert(c.key.clone(), i);
+    i
 }
 
 /// Existing nodes (their labels join the universe).

@@ -39,9 +39,51 @@ struct TypeData {
     usable: Vec<i64>,
     capacity: Vec<i64>,
     overhead_ds: Vec<i64>,
-    /// Sorted by price.
-    offerings: Vec<(Sym, Sym, f64, bool)>,
+    /// Reserved first, then by price.
+    offerings: Vec<Off>,
+    /// Some offering draws from a count.
+    counted: bool,
     taints: Vec<Taint>,
+}
+
+/// Preference of an offering: not reserved (reserved first), price. See [`by_rank`].
+type Rank = (bool, f64);
+
+/// Orders ranks: reserved first, then the cheapest.
+fn by_rank(a: Rank, b: Rank) -> std::cmp::Ordering {
+    a.0.cmp(&b.0).then(a.1.total_cmp(&b.1))
+}
+
+/// No count: [`Off::count`] of an unbounded offering.
+const UNCOUNTED: u32 = u32::MAX;
+
+/// One offering of a type, interned.
+#[derive(Clone, Copy, Debug)]
+struct Off {
+    zone: Sym,
+    ct: Sym,
+    price: f64,
+    /// `karpenter.sh/capacity-type: reserved`: preferred over any other.
+    reserved: bool,
+    available: bool,
+    /// Index into [`Solver::counts`], or [`UNCOUNTED`].
+    count: u32,
+}
+
+/// Whether offering counts are checked: not when the pool's types are first filtered (an
+/// exhausted count is a failure of its own), else against what a claim holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Counts {
+    Ignore,
+    /// The count the claim holds (one unit), if any.
+    Held(Option<u32>),
+}
+
+/// A shared count: its key, the units at the start, the units left.
+struct Count {
+    key: String,
+    available: u32,
+    left: i64,
 }
 
 struct PoolData {
@@ -53,6 +95,8 @@ struct PoolData {
     base: BitSet,
     remaining: Vec<i64>,
     nodes_remaining: Option<i64>,
+    /// Some type has a counted offering.
+    counted: bool,
 }
 
 struct NodeData {
@@ -72,6 +116,8 @@ struct Claim {
     max_free: Vec<i64>,
     pods: Vec<usize>,
     ports: Vec<HostPort>,
+    /// The count unit this claim holds (its preferred offering's), if any.
+    held: Option<u32>,
 }
 
 struct Solver {
@@ -91,6 +137,8 @@ struct Solver {
     universe: HashMap<Key, Vec<Sym>>,
     pods: Vec<PodData>,
     placements: Vec<(usize, usize)>,
+    /// Offering counts shared by every pool, by key.
+    counts: Vec<Count>,
 }
 
 fn res_index(res_names: &mut Vec<String>, name: &str) -> usize {
@@ -117,27 +165,42 @@ impl Solver {
         self.well_known.contains(k)
     }
 
-    fn offering_ok(&self, t: &TypeData, reqs: &IReqs) -> bool {
-        let z = reqs.get(&self.zone_key);
-        let c = reqs.get(&self.ct_key);
-        t.offerings.iter().any(|(zone, ct, _, avail)| {
-            *avail && z.is_none_or(|s| s.has(zone)) && c.is_none_or(|s| s.has(ct))
-        })
+    /// Whether `o` can be launched: available, and its count has a unit left (or is the one
+    /// the claim holds).
+    fn launchable(&self, o: &Off, counts: Counts) -> bool {
+        o.available
+            && match counts {
+                Counts::Ignore => true,
+                Counts::Held(held) => {
+                    o.count == UNCOUNTED
+                        || held == Some(o.count)
+                        || self.counts[o.count as usize].left > 0
+                }
+            }
     }
 
-    fn cheapest_offering(&self, t: &TypeData, reqs: &IReqs) -> Option<(Sym, Sym, f64)> {
+    /// The preferred launchable offering compatible with `reqs` (reserved first, then the
+    /// cheapest).
+    fn preferred_offering(&self, t: &TypeData, reqs: &IReqs, counts: Counts) -> Option<Off> {
         let z = reqs.get(&self.zone_key);
         let c = reqs.get(&self.ct_key);
         t.offerings
             .iter()
-            .find(|(zone, ct, _, avail)| {
-                *avail && z.is_none_or(|s| s.has(zone)) && c.is_none_or(|s| s.has(ct))
+            .find(|o| {
+                self.launchable(o, counts)
+                    && z.is_none_or(|s| s.has(&o.zone))
+                    && c.is_none_or(|s| s.has(&o.ct))
             })
-            .map(|(z, c, p, _)| (*z, *c, *p))
+            .copied()
     }
 
-    fn type_ok(&self, t: &TypeData, reqs: &IReqs) -> bool {
-        t.reqs.intersects(reqs).is_ok() && self.offering_ok(t, reqs)
+    fn type_ok(&self, t: &TypeData, reqs: &IReqs, counts: Counts) -> bool {
+        t.reqs.intersects(reqs).is_ok() && self.preferred_offering(t, reqs, counts).is_some()
+    }
+
+    /// Sort key of an offering: reserved first, then price.
+    fn rank(&self, o: &Off) -> Rank {
+        (!o.reserved, o.price)
     }
 
     fn key_name(&self, k: Key) -> String {
@@ -170,6 +233,8 @@ enum Why {
     PodAffinity(Key),
     PodAntiAffinity(Key),
     HostPort(u16),
+    /// Every otherwise fitting type's offerings draw from exhausted counts (one of them).
+    CountExhausted(u32),
 }
 
 fn taint_failure(t: &Taint) -> Failure {
@@ -197,6 +262,13 @@ impl Solver {
             Why::PodAffinity(k) => Failure::PodAffinity(self.key_name(k)),
             Why::PodAntiAffinity(k) => Failure::PodAntiAffinity(self.key_name(k)),
             Why::HostPort(p) => Failure::HostPort(p),
+            Why::CountExhausted(c) => match self.counts.get(c as usize) {
+                Some(c) => Failure::CountExhausted {
+                    key: c.key.clone(),
+                    available: c.available,
+                },
+                None => Failure::NoCompatibleInstanceType,
+            },
         }
     }
 }

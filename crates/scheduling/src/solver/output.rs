@@ -60,17 +60,18 @@ pub(super) fn output(
 /// [`MAX_INSTANCE_TYPES`]), requests and cheapest offering; `None` when no type has one.
 fn new_node_claim(s: &Solver, input: &Input, c: &Claim) -> Option<NewNodeClaim> {
     let p = &s.pools[c.pool];
-    let mut cands: Vec<(f64, &str, usize, Sym, Sym)> = c
+    let held = Counts::Held(c.held);
+    let mut cands: Vec<(Rank, &str, usize, Sym, Sym)> = c
         .cands
         .iter()
         .filter_map(|t| {
-            s.cheapest_offering(&p.types[t], &c.reqs)
-                .map(|(z, ct, price)| (price, p.types[t].name.as_str(), t, z, ct))
+            s.preferred_offering(&p.types[t], &c.reqs, held)
+                .map(|o| (s.rank(&o), p.types[t].name.as_str(), t, o.zone, o.ct))
         })
         .collect();
-    cands.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(b.1)));
+    cands.sort_by(|a, b| by_rank(a.0, b.0).then(a.1.cmp(b.1)));
     cands.truncate(MAX_INSTANCE_TYPES);
-    let &(price, name, first, zone, ct) = cands.first()?;
+    let &((_, price), name, first, zone, ct) = cands.first()?;
     let render = |k: Key, set: &ISet| {
         set.to_requirements(s.names.name(k), |v| s.names.name(v.id).to_string())
     };
@@ -86,12 +87,12 @@ fn new_node_claim(s: &Solver, input: &Input, c: &Claim) -> Option<NewNodeClaim> 
         let zones = c.reqs.get(&s.zone_key);
         let mut cts: Vec<Sym> = Vec::new();
         for x in &cands {
-            for (z, ct, _, avail) in &p.types[x.2].offerings {
-                if *avail
-                    && zones.is_none_or(|set| set.has(z))
-                    && ct_set.is_none_or(|set| set.has(ct))
+            for o in &p.types[x.2].offerings {
+                if s.launchable(o, held)
+                    && zones.is_none_or(|set| set.has(&o.zone))
+                    && ct_set.is_none_or(|set| set.has(&o.ct))
                 {
-                    cts.push(*ct);
+                    cts.push(o.ct);
                 }
             }
         }

@@ -82,6 +82,7 @@ impl Solver {
         used: &[i64],
         ports: &[HostPort],
         slot: usize,
+        held: Option<u32>,
         pod: &PodData,
         plan: &TopoPlan,
     ) -> Result<ClaimUpdate, Why> {
@@ -107,10 +108,11 @@ impl Solver {
         let mut any_req_ok = false;
         let mut best_short: Option<usize> = None;
         let mut untolerated_taint: Option<(usize, usize)> = None;
+        let mut exhausted: Option<u32> = None;
         for t in cands.iter() {
             let td = &p.types[t];
             if let Some(r) = &new_reqs
-                && !self.type_ok(td, r)
+                && !self.type_ok(td, r, Counts::Ignore)
             {
                 continue;
             }
@@ -120,6 +122,18 @@ impl Solver {
                 .position(|t| !pod.tolerations.iter().any(|tol| tol.tolerates(t)))
             {
                 untolerated_taint.get_or_insert((t, i));
+                continue;
+            }
+            if td.counted
+                && self
+                    .preferred_offering(td, new_reqs.as_ref().unwrap_or(reqs), Counts::Held(held))
+                    .is_none()
+            {
+                exhausted = exhausted.or(td
+                    .offerings
+                    .iter()
+                    .map(|o| o.count)
+                    .find(|c| *c != UNCOUNTED));
                 continue;
             }
             any_req_ok = true;
@@ -135,6 +149,9 @@ impl Solver {
             }
         }
         if out.is_empty() {
+            if let (false, Some(c)) = (any_req_ok, exhausted) {
+                return Err(Why::CountExhausted(c));
+            }
             if let (false, Some((t, i))) = (any_req_ok, untolerated_taint) {
                 return Err(Why::Taint(pool, t, i));
             }
@@ -246,6 +263,7 @@ impl Solver {
                 &c.used,
                 &c.ports,
                 base + ci,
+                c.held,
                 &self.pods[pi],
                 &plan,
             ) {
@@ -302,6 +320,7 @@ impl Solver {
             &used,
             &[],
             slot,
+            None,
             &self.pods[pi],
             plan,
         ) {
@@ -321,6 +340,7 @@ impl Solver {
             max_free: Vec::new(),
             pods: Vec::new(),
             ports: Vec::new(),
+            held: None,
         });
         let ci = self.claims.len() - 1;
         self.by_count.push(ci);
@@ -362,6 +382,39 @@ impl Solver {
         c.ports.extend(ports);
         let reqs = c.reqs.clone();
         self.record(pi, slot, Some(&reqs));
+        self.hold(ci);
+    }
+
+    /// Moves claim `ci`'s unit to the count of its preferred offering now (reserved first,
+    /// then the cheapest; ties by type name, as the NodeClaim lists them): a count is
+    /// reserved within the solve, across every pool that shares it.
+    fn hold(&mut self, ci: usize) {
+        let c = &self.claims[ci];
+        let p = &self.pools[c.pool];
+        if !p.counted {
+            return;
+        }
+        let best = c
+            .cands
+            .iter()
+            .filter_map(|t| {
+                let td = &p.types[t];
+                let o = self.preferred_offering(td, &c.reqs, Counts::Held(c.held))?;
+                Some((self.rank(&o), td.name.as_str(), o.count))
+            })
+            .min_by(|a, b| by_rank(a.0, b.0).then(a.1.cmp(b.1)));
+        let now = best.map(|b| b.2).filter(|c| *c != UNCOUNTED);
+        let before = c.held;
+        if now == before {
+            return;
+        }
+        if let Some(b) = before {
+            self.counts[b as usize].left += 1;
+        }
+        if let Some(n) = now {
+            self.counts[n as usize].left -= 1;
+        }
+        self.claims[ci].held = now;
     }
 }
 

@@ -53,6 +53,7 @@ pub fn it_with(
                 capacity_type: "on-demand".into(),
                 price,
                 available: true,
+                count: None,
             })
             .collect(),
         taints: Vec::new(),

@@ -1,0 +1,96 @@
+//! Kubernetes clients: each with its own client-side rate limit (`ratelimit`) and the
+//! User-Agent by which the API server's audit log tells the replicas apart. Built from a
+//! kubeconfig path, the environment, or kubeconfig text (hub mode: a Cluster's Secret).
+
+use std::path::PathBuf;
+
+use kube::client::ClientBuilder;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+use crate::ratelimit::{ClientRate, RateLimitLayer};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("kubeconfig {path}: {message}")]
+    Kubeconfig { path: String, message: String },
+    #[error("kubernetes client: {0}")]
+    Client(#[from] kube::Error),
+    #[error("user agent {0:?} is not a valid HTTP header value")]
+    UserAgent(String),
+}
+
+/// `karpenter-capi/<version>`, with the replica in parentheses when given: the API
+/// server's audit log and metrics then tell the replicas apart.
+pub fn user_agent(identity: Option<&str>) -> String {
+    let base = concat!("karpenter-capi/", env!("CARGO_PKG_VERSION"));
+    match identity {
+        Some(id) => format!("{base} ({id})"),
+        None => base.to_string(),
+    }
+}
+
+/// Rate limit and User-Agent of a client.
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    pub rate: ClientRate,
+    pub user_agent: String,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self {
+            rate: ClientRate::default(),
+            user_agent: user_agent(None),
+        }
+    }
+}
+
+/// Builds a client from a kubeconfig path, or the environment's default configuration.
+/// Every request it sends carries the User-Agent and waits for the client's rate limit.
+pub async fn client(
+    path: Option<&PathBuf>,
+    options: &ClientOptions,
+) -> Result<Client, ClientError> {
+    let config = match path {
+        Some(path) => {
+            let bad = |message: String| ClientError::Kubeconfig {
+                path: path.display().to_string(),
+                message,
+            };
+            let kubeconfig = Kubeconfig::read_from(path).map_err(|e| bad(e.to_string()))?;
+            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| bad(e.to_string()))?
+        }
+        None => Config::infer().await.map_err(|e| ClientError::Kubeconfig {
+            path: "(inferred)".into(),
+            message: e.to_string(),
+        })?,
+    };
+    client_from_config(config, options)
+}
+
+/// A client from kubeconfig text (hub mode: a Cluster's kubeconfig Secret), with its own
+/// rate limit.
+pub async fn client_from_yaml(yaml: &str, options: &ClientOptions) -> Result<Client, ClientError> {
+    let bad = |message: String| ClientError::Kubeconfig {
+        path: "(Secret)".into(),
+        message,
+    };
+    let kubeconfig = Kubeconfig::from_yaml(yaml).map_err(|e| bad(e.to_string()))?;
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| bad(e.to_string()))?;
+    client_from_config(config, options)
+}
+
+/// A client over `config` sending the User-Agent and waiting for its own rate limit.
+fn client_from_config(mut config: Config, options: &ClientOptions) -> Result<Client, ClientError> {
+    let agent = http::HeaderValue::from_str(&options.user_agent)
+        .map_err(|_| ClientError::UserAgent(options.user_agent.clone()))?;
+    config.headers.push((http::header::USER_AGENT, agent));
+    Ok(ClientBuilder::try_from(config)?
+        .with_layer(&RateLimitLayer::new(options.rate))
+        .build())
+}

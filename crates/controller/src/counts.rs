@@ -1,0 +1,399 @@
+//! Counted offerings at solve and launch time: how each template is used now (Machines
+//! from it, launches in flight) and so the count each catalog offering has left
+//! ([`templates::count`] states the sources and the smallest-wins rule).
+//!
+//! A template's use is counted from our own labels: a NodeClaim whose launch plan names the
+//! template (labels written before its Machine is created, so a launch in progress counts
+//! at once), and a Machine labelled `karpenter.cluster.x-k8s.io/instance-template` in the
+//! template's namespace that no such NodeClaim accounts for (another workload cluster's,
+//! or one whose NodeClaim is gone). In flight: no providerID yet. A NodeClaim the
+//! provisioner created that launch has not planned yet holds a unit of the instance type it
+//! lists first (the one the solver held a unit for), so the next solve cannot hand that
+//! unit out again before launch records the template.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use api::consts::{annotations as ann, labels as label};
+use api::{Machine, NodeClaim};
+use k8s_openapi::jiff::Timestamp;
+use templates::count::{Available, TemplateUse};
+use templates::model::{InstanceType, Offering};
+
+use crate::nodeclaim::plan::Plan;
+use crate::unavailable::{OfferingKey, UnavailableOfferings};
+
+/// How a catalog offering enters a solve (the snapshot asks for every offering).
+pub trait Offerings {
+    /// Whether it can be launched now (not backed off after a failed launch).
+    fn available(&self, _offering: &Offering) -> bool {
+        true
+    }
+    /// Its count (`it` is the instance type it is an offering of); `None` is unbounded.
+    fn count(&self, _it: &InstanceType, _offering: &Offering) -> Option<scheduling::OfferingCount> {
+        None
+    }
+}
+
+/// Every offering available and unbounded (plans that ignore the launch state).
+pub struct AllAvailable;
+
+impl Offerings for AllAvailable {}
+
+/// The launch state of offerings now: the launch-failure backoff and the counts.
+pub struct LaunchState<'a> {
+    pub unavailable: &'a UnavailableOfferings,
+    pub counts: &'a OfferingCounts,
+    pub now: std::time::Instant,
+}
+
+impl Offerings for LaunchState<'_> {
+    fn available(&self, offering: &Offering) -> bool {
+        !self
+            .unavailable
+            .is_unavailable(&OfferingKey::of(offering), self.now)
+    }
+    fn count(&self, it: &InstanceType, offering: &Offering) -> Option<scheduling::OfferingCount> {
+        self.counts.scheduling(it, offering)
+    }
+}
+
+impl LaunchState<'_> {
+    /// Why launch must skip `offering` now (backed off, or no count left), if it must.
+    pub fn skip(&self, it: &InstanceType, offering: &Offering) -> Option<String> {
+        if let Some((reason, _)) = self
+            .unavailable
+            .reason(&OfferingKey::of(offering), self.now)
+        {
+            return Some(reason);
+        }
+        let a = self.counts.available(it, offering)?;
+        (a.count == 0).then(|| {
+            format!(
+                "{}: no count left ({} {})",
+                offering.template,
+                a.source.annotation(),
+                a.limit
+            )
+        })
+    }
+}
+
+/// How long a reported `available-count` is trusted by default: a job that counts hosts
+/// every minute or few has refreshed it many times over; one that stopped ten minutes ago
+/// is broken, and unbounded (launch and learn from failures, with backoff) is safer than a
+/// number nobody keeps current.
+pub const DEFAULT_STALENESS: Duration = Duration::from_secs(600);
+
+/// A template as counts key it: namespace and name (what our labels record).
+type TemplateKey = (String, String);
+
+/// The use of every template, and the time and staleness counts are resolved with.
+#[derive(Debug, Clone, Default)]
+pub struct OfferingCounts {
+    uses: HashMap<TemplateKey, TemplateUse>,
+    /// NodeClaims not planned by launch yet, by the instance type they list first.
+    unplanned: HashMap<String, u32>,
+    now: Option<Timestamp>,
+    staleness: Duration,
+}
+
+fn bump(uses: &mut HashMap<TemplateKey, TemplateUse>, key: TemplateKey, in_flight: bool) {
+    let u = uses.entry(key).or_default();
+    u.live += 1;
+    if in_flight {
+        u.in_flight += 1;
+    }
+}
+
+impl OfferingCounts {
+    /// Counts from the NodeClaims and Machines as cached, resolved at `now`.
+    pub fn new(
+        claims: &[Arc<NodeClaim>],
+        machines: &[Arc<Machine>],
+        now: Timestamp,
+        staleness: Duration,
+    ) -> OfferingCounts {
+        let mut uses = HashMap::new();
+        let mut unplanned: HashMap<String, u32> = HashMap::new();
+        let mut seen: HashSet<&str> = HashSet::new();
+        for c in claims {
+            let Some(plan) = Plan::of(c) else {
+                if c.metadata.deletion_timestamp.is_none()
+                    && let Some(first) = first_instance_type(c)
+                {
+                    *unplanned.entry(first.to_string()).or_default() += 1;
+                }
+                continue;
+            };
+            if let Some(uid) = c.metadata.uid.as_deref() {
+                seen.insert(uid);
+            }
+            let launched = c.status.as_ref().and_then(|s| s.provider_id.as_ref());
+            bump(
+                &mut uses,
+                (plan.namespace, plan.infrastructure_template.name),
+                launched.is_none(),
+            );
+        }
+        for m in machines {
+            let labels = m.metadata.labels.as_ref();
+            let Some(template) = labels.and_then(|l| l.get(label::INSTANCE_TEMPLATE)) else {
+                continue;
+            };
+            let claim_uid = m
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ann::NODECLAIM_UID));
+            if claim_uid.is_some_and(|uid| seen.contains(uid.as_str())) {
+                continue;
+            }
+            let ns = m.metadata.namespace.clone().unwrap_or_default();
+            bump(
+                &mut uses,
+                (ns, template.clone()),
+                m.spec.provider_id.is_none(),
+            );
+        }
+        OfferingCounts {
+            uses,
+            unplanned,
+            now: Some(now),
+            staleness,
+        }
+    }
+
+    /// Counts for launching `claim`: it is not planned yet, so it holds no unit of its own.
+    pub fn launching(mut self, claim: &NodeClaim) -> OfferingCounts {
+        if Plan::of(claim).is_none()
+            && let Some(n) = first_instance_type(claim).and_then(|t| self.unplanned.get_mut(t))
+        {
+            *n = n.saturating_sub(1);
+        }
+        self
+    }
+
+    /// The use of the template `offering` (of instance type `it`) is launched from:
+    /// NodeClaims and Machines from it, and NodeClaims not yet planned that list `it` first.
+    pub fn use_of(&self, it: &InstanceType, offering: &Offering) -> TemplateUse {
+        let t = &offering.template;
+        let key = (t.namespace.clone().unwrap_or_default(), t.name.clone());
+        let mut u = self.uses.get(&key).copied().unwrap_or_default();
+        let unplanned = self.unplanned.get(&it.name).copied().unwrap_or(0);
+        u.live += unplanned;
+        u.in_flight += unplanned;
+        u
+    }
+
+    /// The count `offering` (of instance type `it`) has left now; `None` is unbounded.
+    pub fn available(&self, it: &InstanceType, offering: &Offering) -> Option<Available> {
+        if offering.limits.is_empty() {
+            return None;
+        }
+        let now = self.now.unwrap_or_else(Timestamp::now);
+        offering
+            .limits
+            .available(self.use_of(it, offering), now, self.staleness)
+    }
+
+    /// The offering's count as the solver shares it: one per template, named with the
+    /// source that set it.
+    pub fn scheduling(
+        &self,
+        it: &InstanceType,
+        offering: &Offering,
+    ) -> Option<scheduling::OfferingCount> {
+        let a = self.available(it, offering)?;
+        Some(scheduling::OfferingCount {
+            key: format!(
+                "template {}, {} {}",
+                offering.template,
+                a.source.annotation(),
+                a.limit
+            ),
+            available: a.count,
+        })
+    }
+}
+
+/// The instance type a NodeClaim lists first (the solver lists the preferred one first).
+fn first_instance_type(claim: &NodeClaim) -> Option<&str> {
+    claim
+        .spec
+        .requirements
+        .iter()
+        .find(|r| r.key == label::INSTANCE_TYPE)
+        .and_then(|r| r.values.first())
+        .map(String::as_str)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use templates::count::{CountLimits, CountSource, Reported};
+    use templates::model::{PriceSource, TemplateRef};
+
+    fn offering(limits: CountLimits) -> Offering {
+        Offering {
+            zone: None,
+            capacity_type: "on-demand".into(),
+            price: 1.0,
+            price_source: PriceSource::Default,
+            template: TemplateRef {
+                api_version: "infrastructure.cluster.x-k8s.io/v1beta1".into(),
+                kind: "Metal3MachineTemplate".into(),
+                namespace: Some("capi".into()),
+                name: "metal".into(),
+            },
+            limits,
+            reservation_id: None,
+        }
+    }
+
+    fn metal() -> InstanceType {
+        InstanceType {
+            name: "metal-type".into(),
+            templates: Vec::new(),
+            capacity: Default::default(),
+            allocatable: Default::default(),
+            labels: Default::default(),
+            taints: Vec::new(),
+            offerings: Vec::new(),
+        }
+    }
+
+    /// A NodeClaim the provisioner created, not planned by launch yet.
+    fn unplanned(name: &str, first_type: &str) -> Arc<NodeClaim> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "uid": format!("uid-{name}")},
+                "spec": {"nodeClassRef": {"group": "g", "kind": "K", "name": "n"},
+                         "requirements": [{"key": label::INSTANCE_TYPE, "operator": "In",
+                                           "values": [first_type, "other-type"]}]}
+            }))
+            .expect("claim"),
+        )
+    }
+
+    fn claim(name: &str, template: &str, provider_id: Option<&str>) -> Arc<NodeClaim> {
+        let plan = json!({"namespace": "capi", "machine": name, "cluster": "c", "instanceType": "m",
+            "capacityType": "on-demand", "price": 1.0,
+            "infrastructureTemplate": {"apiVersion": "v", "kind": "Metal3MachineTemplate", "name": template},
+            "infrastructure": {"apiVersion": "v", "kind": "Metal3Machine", "name": name},
+            "labels": {}, "capacity": {}, "allocatable": {}});
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "uid": format!("uid-{name}"),
+                             "annotations": {ann::LAUNCH_PLAN: plan.to_string()}},
+                "spec": {"nodeClassRef": {"group": "g", "kind": "K", "name": "n"}, "requirements": []},
+                "status": {"providerID": provider_id}
+            }))
+            .expect("claim"),
+        )
+    }
+
+    fn machine(name: &str, claim_uid: &str, provider_id: Option<&str>) -> Arc<Machine> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "capi",
+                             "labels": {label::INSTANCE_TEMPLATE: "metal"},
+                             "annotations": {ann::NODECLAIM_UID: claim_uid}},
+                "spec": {"clusterName": "c", "infrastructureRef": {"apiGroup": "g", "kind": "K", "name": name},
+                         "providerID": provider_id}
+            }))
+            .expect("machine"),
+        )
+    }
+
+    fn now() -> Timestamp {
+        "2026-01-01T12:00:00Z".parse().expect("timestamp")
+    }
+
+    #[test]
+    fn claims_and_machines_count_once_and_in_flight_without_provider_id() {
+        let claims = [
+            claim("a", "metal", Some("metal://a")),
+            claim("b", "metal", None),
+            claim("other", "other", None),
+        ];
+        let machines = [
+            // a's own Machine: already counted through its claim.
+            machine("a", "uid-a", Some("metal://a")),
+            // Another cluster's Machine from the same template, still provisioning.
+            machine("x", "uid-elsewhere", None),
+        ];
+        let counts = OfferingCounts::new(&claims, &machines, now(), DEFAULT_STALENESS);
+        let o = offering(CountLimits::default());
+        assert_eq!(
+            counts.use_of(&metal(), &o),
+            TemplateUse {
+                live: 3,
+                in_flight: 2
+            }
+        );
+        assert_eq!(
+            counts.available(&metal(), &o),
+            None,
+            "no annotation: unbounded"
+        );
+    }
+
+    #[test]
+    fn in_flight_launches_consume_a_reported_count_and_live_machines_the_max() {
+        let claims = [
+            claim("a", "metal", Some("metal://a")),
+            claim("b", "metal", None),
+        ];
+        let counts = OfferingCounts::new(&claims, &[], now(), DEFAULT_STALENESS);
+        let reported = offering(CountLimits {
+            reported: Some(Reported {
+                count: 4,
+                updated: now(),
+            }),
+            ..CountLimits::default()
+        });
+        // The job counted 4 free hosts; b's launch is in flight and not seen by the job yet.
+        assert_eq!(
+            counts.available(&metal(), &reported).map(|a| a.count),
+            Some(3)
+        );
+        let max = offering(CountLimits {
+            max_machines: Some(3),
+            ..CountLimits::default()
+        });
+        let a = counts.available(&metal(), &max).expect("bounded");
+        assert_eq!((a.count, a.source), (1, CountSource::MaxMachines));
+        let shared = counts.scheduling(&metal(), &max).expect("bounded");
+        assert_eq!(
+            shared.key,
+            "template Metal3MachineTemplate capi/metal, karpenter.cluster.x-k8s.io/max-machines 3"
+        );
+        assert_eq!(shared.available, 1);
+    }
+
+    #[test]
+    fn claims_not_planned_yet_hold_a_unit_of_their_first_type_except_when_launching() {
+        let waiting = unplanned("w", "metal-type");
+        let claims = [
+            claim("a", "metal", None),
+            Arc::clone(&waiting),
+            unplanned("x", "other-type"),
+        ];
+        let max = offering(CountLimits {
+            max_machines: Some(3),
+            ..CountLimits::default()
+        });
+        let counts = OfferingCounts::new(&claims, &[], now(), DEFAULT_STALENESS);
+        // a (planned) and w (lists metal-type first); x holds a unit of another type.
+        assert_eq!(counts.available(&metal(), &max).map(|a| a.count), Some(1));
+        // Launching w: its own unit is what it launches with.
+        let launching = counts.launching(&waiting);
+        assert_eq!(
+            launching.available(&metal(), &max).map(|a| a.count),
+            Some(2)
+        );
+    }
+}

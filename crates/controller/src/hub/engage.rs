@@ -1,0 +1,335 @@
+//! One engaged Cluster: its credentials, its workload client, caches, loops and probe, run
+//! on one task until told to stop ([`Engaged::disengage`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ObjectReference, Secret};
+use kube::{Api, Client, ResourceExt};
+use tokio::sync::watch;
+
+use super::{HubConfig, Ownership};
+use crate::cache::{Cache, Caches};
+use crate::catalogs::ClusterKey;
+use crate::clients::ClientOptions;
+use crate::engagement::{Engagement, Knobs, Sources};
+use crate::events::{Event, EventType, Recorder};
+use crate::health::Connection;
+use crate::metrics::{ClusterLabels, Metrics};
+use crate::tasks::Tasks;
+use api::Cluster;
+
+/// How long a stopping engagement may take to finish its in-flight reconciles before it
+/// is aborted.
+const STOP_GRACE: Duration = Duration::from_secs(30);
+
+/// What every engagement of the hub shares (the management side).
+pub(crate) struct Hub {
+    /// The hub's own management client: the Clusters watch, the Secrets, the Events.
+    pub(crate) management: Client,
+    /// Where each engagement's own management client comes from (its own rate-limit
+    /// budget for its Machines); `None`: in-cluster.
+    pub(crate) management_kubeconfig: Option<std::path::PathBuf>,
+    /// The opted-in Clusters (watched with [`HubConfig::selector`]).
+    pub(crate) clusters: Cache<Cluster>,
+    pub(crate) index: templates::watch::TemplateIndex,
+    pub(crate) metrics: Metrics,
+    pub(crate) knobs: Knobs,
+    /// How each engagement's workload client is built (its own rate-limit budget).
+    pub(crate) options: ClientOptions,
+    pub(crate) identity: String,
+    pub(crate) config: HubConfig,
+    pub(crate) ownership: Arc<dyn Ownership>,
+    /// Events on the Cluster objects (management side).
+    pub(crate) recorder: Recorder,
+}
+
+/// A Cluster's kubeconfig, as read from its Secret.
+pub(crate) struct Credentials {
+    pub(crate) secret: String,
+    /// The Secret's resourceVersion: a change re-engages.
+    pub(crate) version: String,
+    kubeconfig: String,
+}
+
+/// The Secret named by annotation `karpenter.cluster.x-k8s.io/kubeconfig-secret`, else
+/// Cluster API's `<cluster>-kubeconfig`, in the Cluster's namespace, key `value`; `None` while
+/// it (or the key) is missing.
+pub(crate) async fn credentials(
+    management: &Client,
+    cluster: &Cluster,
+) -> Result<Option<Credentials>, kube::Error> {
+    let name = cluster
+        .annotations()
+        .get(api::consts::annotations::KUBECONFIG_SECRET)
+        .filter(|s| !s.is_empty())
+        .cloned()
+        .unwrap_or_else(|| format!("{}-kubeconfig", cluster.name_any()));
+    let ns = cluster.namespace().unwrap_or_default();
+    let secrets: Api<Secret> = Api::namespaced(management.clone(), &ns);
+    let Some(secret) = secrets.get_opt(&name).await? else {
+        return Ok(None);
+    };
+    let value = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get("value"))
+        .and_then(|v| String::from_utf8(v.0.clone()).ok());
+    Ok(value.map(|kubeconfig| Credentials {
+        secret: format!("{ns}/{name}"),
+        version: secret.resource_version().unwrap_or_default(),
+        kubeconfig,
+    }))
+}
+
+/// Why a workload cluster could not be reached (retried).
+#[derive(Debug, thiserror::Error)]
+enum ConnectError {
+    #[error(transparent)]
+    Client(#[from] crate::clients::ClientError),
+    #[error(transparent)]
+    Fence(#[from] crate::fence::FenceError),
+}
+
+/// An engagement running on its own task; dropping it aborts the task (a hub that lost its
+/// leadership, or was killed, leaves no engagement writing behind it).
+pub(crate) struct Engaged {
+    /// The resourceVersion of the Secret it was engaged with.
+    pub(crate) version: String,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Engaged {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Engaged {
+    /// Stops the engagement's loops (in-flight reconciles finish, up to [`STOP_GRACE`]) and
+    /// its watches. Nothing of the cluster is deleted.
+    pub(crate) async fn disengage(mut self) {
+        let _ = self.stop.send(true);
+        if tokio::time::timeout(STOP_GRACE, &mut self.task)
+            .await
+            .is_err()
+        {
+            tracing::warn!("engagement did not stop in time; aborting it");
+            self.task.abort();
+        }
+    }
+}
+
+/// Starts the engagement of `cluster` with `creds`.
+pub(crate) fn engage(hub: &Hub, key: ClusterKey, cluster: &Cluster, creds: Credentials) -> Engaged {
+    let (stop, stopped) = watch::channel(false);
+    tracing::info!(cluster = %key, secret = %creds.secret, "engaging");
+    let run = Run {
+        management_kubeconfig: hub.management_kubeconfig.clone(),
+        clusters: hub.clusters.clone(),
+        index: hub.index.clone(),
+        metrics: hub.metrics.clone(),
+        knobs: hub.knobs.clone(),
+        options: hub.options.clone(),
+        identity: hub.identity.clone(),
+        probe_interval: hub.config.probe_interval,
+        recorder: hub.recorder.clone(),
+        regarding: regarding(cluster),
+        key,
+    };
+    Engaged {
+        version: creds.version,
+        stop,
+        task: tokio::spawn(run.run(creds.kubeconfig, stopped)),
+    }
+}
+
+/// A reference to `cluster` for Events.
+fn regarding(cluster: &Cluster) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(format!(
+            "{}/{}",
+            api::consts::groups::CLUSTER_API,
+            api::consts::groups::CLUSTER_API_VERSION
+        )),
+        kind: Some("Cluster".into()),
+        name: cluster.metadata.name.clone(),
+        namespace: cluster.metadata.namespace.clone(),
+        uid: cluster.metadata.uid.clone(),
+        ..ObjectReference::default()
+    }
+}
+
+/// An engagement's own clients (each with its own rate-limit budget) and its fencing id.
+struct Connected {
+    workload: Client,
+    management: Client,
+    cluster_id: String,
+}
+
+/// What the engagement's task owns.
+#[derive(Clone)]
+struct Run {
+    management_kubeconfig: Option<std::path::PathBuf>,
+    clusters: Cache<Cluster>,
+    index: templates::watch::TemplateIndex,
+    metrics: Metrics,
+    knobs: Knobs,
+    options: ClientOptions,
+    identity: String,
+    probe_interval: Duration,
+    recorder: Recorder,
+    regarding: ObjectReference,
+    key: ClusterKey,
+}
+
+impl Run {
+    fn labels(&self) -> ClusterLabels {
+        ClusterLabels {
+            cluster: self.key.to_string(),
+        }
+    }
+
+    fn event(&self, type_: EventType, reason: &str, note: String) {
+        self.recorder.record(
+            Event {
+                type_,
+                reason: reason.into(),
+                note: Some(note),
+                action: "Engage".into(),
+                secondary: None,
+            },
+            self.regarding.clone(),
+        );
+    }
+
+    /// Connects (retrying until `stop`), starts the caches, the probe and the loops, and
+    /// runs until `stop`.
+    async fn run(self, kubeconfig: String, mut stop: watch::Receiver<bool>) {
+        let connected = tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            c = self.connect(&kubeconfig) => c,
+        };
+        let Connected {
+            workload,
+            management,
+            cluster_id,
+        } = connected;
+        let mut tasks = Tasks::default();
+        let caches = Caches::start_engaged(
+            &mut tasks,
+            &workload,
+            &management,
+            &cluster_id,
+            self.clusters.clone(),
+        );
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            _ = caches.ready() => {}
+        }
+        let (tx, connection) = Connection::new();
+        self.metrics
+            .cluster_connected
+            .get_or_create(&self.labels())
+            .set(1);
+        self.metrics
+            .cluster_engagements
+            .get_or_create(&self.labels())
+            .inc();
+        tracing::info!(cluster = %self.key, cluster_id = %cluster_id, "engaged");
+        self.event(
+            EventType::Normal,
+            api::consts::events::CLUSTER_ENGAGED,
+            format!("karpenter-capi engaged this cluster (cluster id {cluster_id})"),
+        );
+        tasks.spawn(self.probe(workload.clone(), tx, stop.clone()));
+        let sources = Sources {
+            workload,
+            management,
+            metrics: self.metrics.clone(),
+            knobs: self.knobs.clone(),
+            engaged: Some(self.key.clone()),
+            connection,
+        };
+        let engagement = Engagement::build(
+            &sources,
+            &caches,
+            self.index.clone(),
+            cluster_id,
+            self.identity.clone(),
+        );
+        let (mut loops, gc) = engagement.run(&mut tasks, &stop);
+        let _ = stop.wait_for(|s| *s).await;
+        gc.abort();
+        while loops.join_next().await.is_some() {}
+        self.metrics.cluster_connected.remove(&self.labels());
+        tracing::info!(cluster = %self.key, "disengaged");
+    }
+
+    /// The engagement's clients and the cluster id, retried every probe interval until they
+    /// come.
+    async fn connect(&self, kubeconfig: &str) -> Connected {
+        loop {
+            let attempt = async {
+                let workload = crate::clients::client_from_yaml(kubeconfig, &self.options).await?;
+                let management =
+                    crate::clients::client(self.management_kubeconfig.as_ref(), &self.options)
+                        .await?;
+                let cluster_id = crate::fence::cluster_id(&workload, None).await?;
+                Ok::<_, ConnectError>(Connected {
+                    workload,
+                    management,
+                    cluster_id,
+                })
+            };
+            match attempt.await {
+                Ok(found) => return found,
+                Err(e) => {
+                    tracing::warn!(cluster = %self.key, error = %e, "connecting to the workload cluster failed; retrying");
+                    tokio::time::sleep(self.probe_interval).await;
+                }
+            }
+        }
+    }
+
+    /// The probe task: the connected gauge, an Event on the Cluster and a log per change.
+    fn probe(
+        &self,
+        client: Client,
+        tx: watch::Sender<bool>,
+        stop: watch::Receiver<bool>,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let gauge = self
+            .metrics
+            .cluster_connected
+            .get_or_create(&self.labels())
+            .clone();
+        let interval = self.probe_interval;
+        let this = Arc::new(self.clone());
+        crate::health::probe(client, interval, tx, stop, move |connected| {
+            gauge.set(i64::from(connected));
+            let this = this.clone();
+            async move {
+                if connected {
+                    tracing::info!(cluster = %this.key, "workload cluster answers again: resuming");
+                    this.event(
+                        EventType::Normal,
+                        api::consts::events::CLUSTER_CONNECTED,
+                        "The workload cluster's API server answers again; disruption, garbage collection and deletes resume".into(),
+                    );
+                } else {
+                    tracing::warn!(cluster = %this.key, "workload cluster disconnected: no disruption, garbage collection or deletes until it answers");
+                    this.event(
+                        EventType::Warning,
+                        api::consts::events::CLUSTER_DISCONNECTED,
+                        format!(
+                            "The workload cluster's API server failed {} probes in a row; no disruption, garbage collection or deletes for it until it answers",
+                            crate::health::FAILURES
+                        ),
+                    );
+                }
+            }
+        })
+    }
+}

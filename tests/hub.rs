@@ -1,0 +1,534 @@
+//! Hub mode (`run --mode hub`) on real control planes: one management testbed with the
+//! Cluster API manager, three workload testbeds (each its own kube-apiserver and scheduler),
+//! three Clusters of which two opt in. One operator in the management cluster serves the two
+//! opted-in ones — each from its own kubeconfig Secret, into its own namespace — and not the
+//! third; a NodeClass naming another tenant's Cluster is refused; a rotated kubeconfig Secret
+//! re-engages; a workload API server that stops answering is marked disconnected and nothing
+//! is garbage-collected for it until it answers again.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::{
+    condition, create_nodepool, events_for, free_addr, from_json, nodeclaims, nodeclasses,
+};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use testbed::provider::{self, ClusterSetup, ProviderConfig, TestProvider};
+use testbed::{Component, Options, Testbed, wait_for};
+
+const CLUSTER_ID_LABEL: &str = "karpenter.cluster.x-k8s.io/cluster-id";
+const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+
+/// A workload cluster: API server and scheduler (pending pods are marked Unschedulable).
+async fn workload() -> Testbed {
+    Testbed::start(Options::default().with(Component::Scheduler))
+        .await
+        .expect("workload testbed starts")
+}
+
+/// The bootstrap data Secret and an opted-in template in `ns` (management side).
+async fn tenant_fixtures(mgmt: &Testbed, ns: &str) {
+    mgmt.apply_yaml(
+        &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "bootstrap-data"},
+                "stringData": {"value": "nodeTaints:\n- {key: karpenter.sh/unregistered, effect: NoExecute}\n"}})
+        .to_string(),
+        ns,
+    )
+    .await
+    .expect("bootstrap secret");
+    mgmt.apply_yaml(
+        &json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "TestMachineTemplate",
+                "metadata": {"name": "small", "labels": {"node.cluster.x-k8s.io/karpenter-member": ""}},
+                "spec": {"template": {"spec": {"capacity": {"cpu": "2", "memory": "4Gi", "pods": "110"}}}}})
+        .to_string(),
+        ns,
+    )
+    .await
+    .expect("template");
+    let templates: Api<DynamicObject> = Api::namespaced_with(
+        mgmt.client(),
+        ns,
+        &provider::test_machine_template_resource(),
+    );
+    templates
+        .patch_status(
+            "small",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"capacity": {"cpu": "2", "memory": "4Gi"}}})),
+        )
+        .await
+        .expect("template status");
+}
+
+/// ClusterAPINodeClass `name` in a workload cluster, for Cluster `ns/cluster`.
+async fn create_nodeclass(client: &Client, name: &str, ns: &str, cluster: &str) {
+    nodeclasses(client)
+        .create(
+            &PostParams::default(),
+            &from_json(json!({
+                "apiVersion": "karpenter.cluster.x-k8s.io/v1alpha1", "kind": "ClusterAPINodeClass",
+                "metadata": {"name": name},
+                "spec": {"clusterRef": {"namespace": ns, "name": cluster},
+                         "bootstrap": {"dataSecretName": "bootstrap-data"}}
+            })),
+        )
+        .await
+        .expect("nodeclass");
+}
+
+/// Pods `web-0`..`web-<n-1>` of 1 CPU in the workload cluster's default namespace (bare pods:
+/// the workload testbeds run no controller-manager).
+async fn pending_pods(client: &Client, n: usize) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    for i in 0..n {
+        let pod: Pod = from_json(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("web-{i}"), "labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}],
+                     "terminationGracePeriodSeconds": 0}
+        }));
+        pods.patch(
+            &format!("web-{i}"),
+            &PatchParams::apply("hub-test").force(),
+            &Patch::Apply(&pod),
+        )
+        .await
+        .expect("pod");
+    }
+}
+
+/// The Machines in `ns`, as (name, cluster-name label, cluster-id label, being deleted).
+async fn machines(m: &Client, ns: &str) -> Vec<(String, String, String, bool)> {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(m.clone(), ns, &provider::machine_resource());
+    api.list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|o| {
+            let label = |k: &str| o.labels().get(k).cloned().unwrap_or_default();
+            (
+                o.name_any(),
+                label(CLUSTER_NAME_LABEL),
+                label(CLUSTER_ID_LABEL),
+                o.metadata.deletion_timestamp.is_some(),
+            )
+        })
+        .collect()
+}
+
+/// The value of the series `name{cluster="<cluster>"}` on the operator's metrics page.
+async fn metric(addr: std::net::SocketAddr, name: &str, cluster: &str) -> Option<f64> {
+    let page = common::scrape(addr).await;
+    let prefix = format!("{name}{{cluster=\"{cluster}\"}} ");
+    page.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+async fn wait_metric(addr: std::net::SocketAddr, name: &str, cluster: &str, want: f64) {
+    let found = wait_for(
+        &format!("{name}{{cluster={cluster}}} = {want}"),
+        Duration::from_secs(90),
+        || async { (metric(addr, name, cluster).await == Some(want)).then_some(()) },
+    )
+    .await;
+    if let Err(e) = found {
+        panic!("{e}; page:\n{}", common::scrape(addr).await);
+    }
+}
+
+async fn kube_system_uid(client: &Client) -> String {
+    Api::<Namespace>::all(client.clone())
+        .get("kube-system")
+        .await
+        .expect("kube-system")
+        .uid()
+        .expect("uid")
+}
+
+/// A Machine fenced to `cluster_id` for a NodeClaim that does not exist.
+fn orphan_machine(ns: &str, cluster: &str, cluster_id: &str) -> DynamicObject {
+    from_json(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+        "metadata": {"name": "orphan", "namespace": ns,
+            "labels": {"karpenter.cluster.x-k8s.io/nodeclaim": "gone",
+                       "karpenter.sh/nodepool": "default",
+                       CLUSTER_ID_LABEL: cluster_id,
+                       CLUSTER_NAME_LABEL: cluster},
+            "annotations": {"karpenter.cluster.x-k8s.io/nodeclaim-uid":
+                            "00000000-0000-0000-0000-00000000dead"}},
+        "spec": {"clusterName": cluster, "bootstrap": {"dataSecretName": "bootstrap-data"},
+                 "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                       "kind": "TestMachine", "name": "orphan"}}
+    }))
+}
+
+#[tokio::test]
+async fn a_hub_serves_each_opted_in_cluster_apart_and_only_those() {
+    let (mgmt, a, b, c) = tokio::join!(
+        Testbed::start(Options::default().with(Component::ClusterApi)),
+        workload(),
+        workload(),
+        workload(),
+    );
+    let mgmt = mgmt.expect("management testbed starts");
+    let m = mgmt.client();
+    let (wa, wb, wc) = (a.client(), b.client(), c.client());
+    let _provider = TestProvider::start(
+        m.clone(),
+        ProviderConfig {
+            provision_delay: Duration::from_millis(300),
+            workloads: [
+                ("alpha".to_string(), wa.clone()),
+                ("beta".to_string(), wb.clone()),
+                ("gamma".to_string(), wc.clone()),
+            ]
+            .into(),
+            ..ProviderConfig::default()
+        },
+    )
+    .await
+    .expect("provider");
+    let mut namespaces = Vec::new();
+    for (name, tb) in [("alpha", &a), ("beta", &b), ("gamma", &c)] {
+        let ns = mgmt.temp_namespace().await.expect("namespace");
+        provider::create_cluster(&m, &ClusterSetup::new(&ns, name, tb.kubeconfig()))
+            .await
+            .expect("cluster");
+        tenant_fixtures(&mgmt, &ns).await;
+        namespaces.push(ns);
+    }
+    let (ns_a, ns_b, ns_c) = (&namespaces[0], &namespaces[1], &namespaces[2]);
+    let clusters = |ns: &str| -> Api<DynamicObject> {
+        Api::namespaced_with(m.clone(), ns, &provider::cluster_resource())
+    };
+    for (ns, name) in [(ns_a, "alpha"), (ns_b, "beta")] {
+        clusters(ns)
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"metadata": {"labels": {"karpenter.cluster.x-k8s.io/enabled": "true"}}}),
+                ),
+            )
+            .await
+            .expect("opt in");
+    }
+    for (client, ns, name) in [
+        (&wa, ns_a, "alpha"),
+        (&wb, ns_b, "beta"),
+        (&wc, ns_c, "gamma"),
+    ] {
+        create_nodeclass(client, "default", ns, name).await;
+    }
+
+    let metrics_addr = free_addr();
+    let config = controller::runtime::RunConfig {
+        management_kubeconfig: Some(mgmt.kubeconfig().to_path_buf()),
+        metrics_addr,
+        health_addr: free_addr(),
+        gc_interval: Duration::from_secs(2),
+        gc_grace: Duration::from_secs(5),
+        hub: Some(controller::hub::HubConfig {
+            probe_interval: Duration::from_secs(1),
+            resync: Duration::from_secs(1),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let operator = common::spawn_operator(config);
+
+    // Engaged: each opted-in cluster's NodePool turns Ready (its NodeClass is served).
+    create_nodepool(&wa, json!({})).await;
+    create_nodepool(&wb, json!({})).await;
+    // The third cluster's NodePool, never waited for.
+    common::nodepools(&wc)
+        .create(
+            &PostParams::default(),
+            &common::nodepools(&wa)
+                .get("default")
+                .await
+                .map(|mut np| {
+                    np.metadata = kube::api::ObjectMeta {
+                        name: Some("default".into()),
+                        ..Default::default()
+                    };
+                    np.data.as_object_mut().map(|o| o.remove("status"));
+                    np
+                })
+                .expect("nodepool to copy"),
+        )
+        .await
+        .expect("gamma nodepool");
+    for client in [&wa, &wb, &wc] {
+        pending_pods(client, 2).await;
+    }
+
+    // Isolation: each opted-in cluster's pods get Machines in its own namespace, fenced by
+    // its own cluster id.
+    let ids = [kube_system_uid(&wa).await, kube_system_uid(&wb).await];
+    for ((ns, name), id) in [(ns_a, "alpha"), (ns_b, "beta")].into_iter().zip(&ids) {
+        let found = wait_for(
+            &format!("Machines of {name}"),
+            Duration::from_secs(120),
+            || async {
+                let ms = machines(&m, ns).await;
+                (!ms.is_empty()).then_some(ms)
+            },
+        )
+        .await;
+        let Ok(found) = found else {
+            let client = if name == "alpha" { &wa } else { &wb };
+            let claims = nodeclaims(client)
+                .list(&ListParams::default())
+                .await
+                .map(|l| l.items.len());
+            let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+            let status: Vec<_> = pods
+                .list(&ListParams::default())
+                .await
+                .map(|l| {
+                    l.items
+                        .into_iter()
+                        .map(|p| p.status.and_then(|s| s.conditions))
+                        .collect()
+                })
+                .unwrap_or_default();
+            panic!("no Machines for {name}: claims {claims:?}, pods {status:?}");
+        };
+        for (machine, cluster, cid, _) in &found {
+            assert_eq!(
+                (cluster.as_str(), cid.as_str()),
+                (name, id.as_str()),
+                "Machine {ns}/{machine} belongs to {name}"
+            );
+        }
+    }
+    // The positive sentinel above (both launched meanwhile): the third has nothing.
+    assert!(machines(&m, ns_c).await.is_empty(), "no Machine for gamma");
+    let gamma_claims = nodeclaims(&wc)
+        .list(&ListParams::default())
+        .await
+        .expect("claims");
+    assert!(gamma_claims.items.is_empty(), "no NodeClaim in gamma");
+    let gamma_class = nodeclasses(&wc)
+        .get("default")
+        .await
+        .expect("gamma nodeclass");
+    assert!(
+        gamma_class.data.get("status").is_none_or(|s| s.is_null()),
+        "nobody serves gamma's NodeClass: {:?}",
+        gamma_class.data.get("status")
+    );
+
+    tenant_guard(&m, &wa, ns_b, &ids[0]).await;
+    rotation(&m, &wb, ns_b, metrics_addr).await;
+    disconnect(&m, &a, ns_a, &ids[0], metrics_addr).await;
+    disengage(&m, [ns_a, ns_b], metrics_addr).await;
+
+    operator.abort();
+}
+
+/// Alpha's tenant points a NodeClass at beta's Cluster: ClusterRefMismatch, nothing
+/// launched into beta's namespace for alpha.
+async fn tenant_guard(m: &Client, wa: &Client, ns_b: &str, alpha_id: &str) {
+    create_nodeclass(wa, "intruder", ns_b, "beta").await;
+    let class = wait_for(
+        "intruder ClusterRefMismatch",
+        Duration::from_secs(60),
+        || async {
+            let nc = nodeclasses(wa).get("intruder").await.ok()?;
+            let cond = nc.data["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == "ClusterReady")?
+                .clone();
+            (cond["reason"] == "ClusterRefMismatch").then_some(nc)
+        },
+    )
+    .await
+    .expect("a NodeClass naming another tenant's Cluster is refused");
+    assert_eq!(condition(&class, "Ready").as_deref(), Some("False"));
+    let mut claim = common::nodeclaim("intruder-claim", json!([]));
+    claim.data["spec"]["nodeClassRef"]["name"] = "intruder".into();
+    nodeclaims(wa)
+        .create(&PostParams::default(), &claim)
+        .await
+        .expect("nodeclaim");
+    wait_for(
+        "intruder claim refused",
+        Duration::from_secs(60),
+        || async {
+            let events = events_for(wa, "intruder-claim").await;
+            events
+                .iter()
+                .any(|(reason, _)| reason == "ClusterRefMismatch")
+                .then_some(())
+        },
+    )
+    .await
+    .expect("the launch is refused with ClusterRefMismatch");
+    let foreign: Vec<_> = machines(m, ns_b)
+        .await
+        .into_iter()
+        .filter(|(_, _, id, _)| id == alpha_id)
+        .collect();
+    assert!(foreign.is_empty(), "alpha launched into beta: {foreign:?}");
+}
+
+/// A changed kubeconfig Secret re-engages beta, which keeps provisioning.
+async fn rotation(m: &Client, wb: &Client, ns_b: &str, addr: std::net::SocketAddr) {
+    let cluster = format!("{ns_b}/beta");
+    wait_metric(
+        addr,
+        "karpenter_capi_cluster_engagements_total",
+        &cluster,
+        1.0,
+    )
+    .await;
+    let secrets: Api<Secret> = Api::namespaced(m.clone(), ns_b);
+    secrets
+        .patch(
+            "beta-kubeconfig",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"rotated": "1"}}})),
+        )
+        .await
+        .expect("rotate");
+    wait_metric(
+        addr,
+        "karpenter_capi_cluster_engagements_total",
+        &cluster,
+        2.0,
+    )
+    .await;
+    wait_metric(addr, "karpenter_capi_cluster_connected", &cluster, 1.0).await;
+    let before: BTreeSet<String> = machines(m, ns_b).await.into_iter().map(|x| x.0).collect();
+    pending_pods(wb, 6).await;
+    wait_for(
+        "re-engaged beta launches again",
+        Duration::from_secs(120),
+        || async {
+            let now: BTreeSet<String> = machines(m, ns_b).await.into_iter().map(|x| x.0).collect();
+            (now.difference(&before).count() > 0).then_some(())
+        },
+    )
+    .await
+    .expect("the re-engaged cluster provisions");
+}
+
+/// Alpha unlabelled, beta paused: both disengaged (their series go), none of their Machines
+/// deleted.
+async fn disengage(m: &Client, [ns_a, ns_b]: [&String; 2], addr: std::net::SocketAddr) {
+    let live = |ms: Vec<(String, String, String, bool)>| -> BTreeSet<String> {
+        ms.into_iter()
+            .filter(|(name, _, _, deleting)| name != "orphan" && !deleting)
+            .map(|x| x.0)
+            .collect()
+    };
+    let before = (live(machines(m, ns_a).await), live(machines(m, ns_b).await));
+    assert!(!before.0.is_empty() && !before.1.is_empty(), "{before:?}");
+    let clusters = |ns: &str| -> Api<DynamicObject> {
+        Api::namespaced_with(m.clone(), ns, &provider::cluster_resource())
+    };
+    clusters(ns_a)
+        .patch(
+            "alpha",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"labels": {"karpenter.cluster.x-k8s.io/enabled": null}}}),
+            ),
+        )
+        .await
+        .expect("unlabel alpha");
+    clusters(ns_b)
+        .patch(
+            "beta",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"cluster.x-k8s.io/paused": ""}}})),
+        )
+        .await
+        .expect("pause beta");
+    for cluster in [format!("{ns_a}/alpha"), format!("{ns_b}/beta")] {
+        wait_for(
+            &format!("{cluster} disengaged"),
+            Duration::from_secs(60),
+            || async {
+                metric(addr, "karpenter_capi_cluster_connected", &cluster)
+                    .await
+                    .is_none()
+                    .then_some(())
+            },
+        )
+        .await
+        .expect("an unlabelled or paused Cluster is disengaged");
+    }
+    let after = (live(machines(m, ns_a).await), live(machines(m, ns_b).await));
+    // (A launch in flight when it was disengaged may have added one.)
+    assert!(
+        before.0.is_subset(&after.0) && before.1.is_subset(&after.1),
+        "disengaging deletes no Machine: {before:?} -> {after:?}"
+    );
+}
+
+/// Alpha's API server goes down: disconnected (0), its orphan is not collected while it is
+/// down, and is once it answers again (1).
+async fn disconnect(
+    m: &Client,
+    a: &Testbed,
+    ns_a: &str,
+    alpha_id: &str,
+    addr: std::net::SocketAddr,
+) {
+    let cluster = format!("{ns_a}/alpha");
+    wait_metric(addr, "karpenter_capi_cluster_connected", &cluster, 1.0).await;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(m.clone(), ns_a, &provider::machine_resource());
+    let outage = a.restart("kube-apiserver", Duration::from_secs(25));
+    let during = async {
+        wait_metric(addr, "karpenter_capi_cluster_connected", &cluster, 0.0).await;
+        api.create(
+            &PostParams::default(),
+            &orphan_machine(ns_a, "alpha", alpha_id),
+        )
+        .await
+        .expect("orphan Machine");
+        // Past the grace (5 s) and several collection intervals (2 s): still there, because
+        // the cluster is disconnected (the sentinel: it goes once the cluster is back).
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        let orphan = api.get("orphan").await.expect("orphan still there");
+        assert!(
+            orphan.metadata.deletion_timestamp.is_none(),
+            "garbage collection ran for a disconnected cluster"
+        );
+        assert_eq!(
+            metric(addr, "karpenter_capi_cluster_connected", &cluster).await,
+            Some(0.0),
+            "still disconnected when checked"
+        );
+    };
+    let (restarted, ()) = tokio::join!(outage, during);
+    restarted.expect("kube-apiserver restarts");
+    wait_metric(addr, "karpenter_capi_cluster_connected", &cluster, 1.0).await;
+    wait_for(
+        "orphan collected after reconnect",
+        Duration::from_secs(60),
+        || async {
+            match api.get_opt("orphan").await {
+                Ok(None) => Some(()),
+                Ok(Some(o)) => o.metadata.deletion_timestamp.is_some().then_some(()),
+                Err(_) => None,
+            }
+        },
+    )
+    .await
+    .expect("garbage collection resumes once the cluster answers");
+}
