@@ -28,11 +28,13 @@ testbed-down:
 	bash hack/testbed/down.sh
 
 # Karpenter side by side: the scheduler on identical pods, then the end-to-end scale-out on
-# the testbed (1000 pods; hack/bench/e2e.sh --pods 5000 for more). Not part of `make test`
-# beyond the quick scheduler row.
+# the testbed (1000 pods; hack/bench/e2e.sh --pods 5000 for more), then the differential
+# conformance run over Karpenter's own scheduling tests (docs/conformance.md). Not part of
+# `make test` beyond the quick scheduler row and the recorded conformance corpus.
 bench: testbed
 	bash hack/bench/scheduling.sh
 	bash hack/bench/e2e.sh
+	bash hack/conformance/run.sh
 
 fmt:
 	cargo fmt --all

@@ -142,6 +142,7 @@ fn spread(i: usize, key: &str, r: &mut Rng) -> Pod {
             match_labels: sel,
             match_expressions: Vec::new(),
         },
+        min_domains: None,
     }];
     p
 }

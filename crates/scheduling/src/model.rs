@@ -189,6 +189,8 @@ pub struct TopologySpread {
     pub max_skew: u32,
     pub when_unsatisfiable: WhenUnsatisfiable,
     pub selector: LabelSelector,
+    /// With fewer eligible domains than this, the global minimum counts as 0.
+    pub min_domains: Option<u32>,
 }
 
 /// A pod (anti-)affinity term. `namespaces` empty means the pod's own namespace.

@@ -325,6 +325,66 @@ fn schedule_anyway_spread_is_relaxed() {
     assert!(out.unschedulable.is_empty());
 }
 
+/// Found by the conformance corpus (Karpenter's "should respect minDomains constraints"): with
+/// fewer eligible zones than minDomains the global minimum is 0, so each zone takes at most
+/// maxSkew matching pods and the rest stay pending.
+#[test]
+fn spread_min_domains_above_the_zone_count_caps_each_zone_at_max_skew() {
+    let mut np = pool("default");
+    np.requirements = vec![Requirement::new(
+        LABEL_ZONE,
+        Operator::In,
+        &["test-zone-1", "test-zone-2"],
+    )];
+    let mut ps = pods("p", 3, 500, 256);
+    with_spread(&mut ps, LABEL_ZONE, WhenUnsatisfiable::DoNotSchedule);
+    for p in &mut ps {
+        p.topology_spread[0].min_domains = Some(3);
+    }
+    let out = solve(&input(vec![np], ps));
+    let mut zones: Vec<String> = out.new_node_claims.iter().map(zone_of).collect();
+    zones.sort();
+    assert_eq!(zones, vec!["test-zone-1", "test-zone-2"]);
+    assert_eq!(placed(&out), 2);
+    assert_eq!(
+        out.unschedulable[0].failures,
+        vec![(
+            "default".to_string(),
+            Failure::TopologySpread(LABEL_ZONE.into())
+        )]
+    );
+}
+
+/// Found by the conformance corpus (Karpenter's "should not limit spread options by preferred
+/// node affinity"): a preferred zone narrows where a pod goes, not the domains the skew is
+/// measured over, so six pods preferring two of three zones still spread 2/2/2.
+#[test]
+fn preferred_zones_do_not_narrow_the_spread_minimum() {
+    let mut ps = pods("p", 6, 500, 256);
+    with_spread(&mut ps, LABEL_ZONE, WhenUnsatisfiable::DoNotSchedule);
+    for p in &mut ps {
+        p.preferred_node_affinity = vec![Weighted {
+            weight: 1,
+            term: vec![Requirement::new(
+                LABEL_ZONE,
+                Operator::In,
+                &["test-zone-1", "test-zone-2"],
+            )],
+        }];
+    }
+    let out = solve(&input(vec![pool("default")], ps));
+    assert_eq!(placed(&out), 6);
+    for z in ZONES {
+        let here: usize = out
+            .new_node_claims
+            .iter()
+            .filter(|c| zone_of(c) == *z)
+            .map(|c| c.pods.len())
+            .sum();
+        assert_eq!(here, 2, "{z}");
+    }
+}
+
 #[test]
 fn hostname_spread_puts_one_matching_pod_per_node() {
     let mut ps = pods("p", 4, 500, 256);

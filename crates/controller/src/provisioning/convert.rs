@@ -354,6 +354,8 @@ pub fn pod(p: &core::Pod) -> scheduling::Pod {
             .and_then(|s| s.topology_spread_constraints.as_ref())
             .into_iter()
             .flatten()
+            // A constraint without a label selector counts no pod: it never constrains.
+            .filter(|t| t.label_selector.is_some())
             .map(|t| TopologySpread {
                 topology_key: t.topology_key.clone(),
                 // A negative skew (snapshots are not validated) is the default, 1.
@@ -364,6 +366,7 @@ pub fn pod(p: &core::Pod) -> scheduling::Pod {
                     WhenUnsatisfiable::DoNotSchedule
                 },
                 selector: selector(t.label_selector.as_ref()),
+                min_domains: t.min_domains.and_then(|m| u32::try_from(m).ok()),
             })
             .collect(),
         pod_affinity: required_terms(
@@ -580,6 +583,21 @@ mod tests {
         assert_eq!(bound.labels["app"], "a");
     }
 
+    /// Found by the conformance corpus (Karpenter's "should not spread when a nil label
+    /// selector is defined"): a spread without a selector counts no pod, so it never
+    /// constrains (we read it as selecting every pod); minDomains is kept.
+    #[test]
+    fn spread_without_selector_is_dropped_and_min_domains_kept() {
+        let p = pod(&typed(json!({"metadata": {"name": "p"}, "spec": {
+            "containers": [{"name": "c"}],
+            "topologySpreadConstraints": [
+                {"topologyKey": "z", "maxSkew": 1, "whenUnsatisfiable": "DoNotSchedule"},
+                {"topologyKey": "z", "maxSkew": 1, "whenUnsatisfiable": "DoNotSchedule",
+                 "minDomains": 3, "labelSelector": {"matchLabels": {"a": "b"}}}]}})));
+        assert_eq!(p.topology_spread.len(), 1);
+        assert_eq!(p.topology_spread[0].min_domains, Some(3));
+    }
+
     /// Found reading tests/prop_snapshot.rs inputs: casts wrapped out-of-range numbers.
     #[test]
     fn out_of_range_numbers_do_not_wrap() {
@@ -590,7 +608,8 @@ mod tests {
         let p = pod(&typed(json!({"metadata": {"name": "p"}, "spec": {
             "containers": [{"name": "c", "ports": [{"containerPort": 1, "hostPort": 65_616},
                                                    {"containerPort": 2, "hostPort": 8080}]}],
-            "topologySpreadConstraints": [{"topologyKey": "z", "maxSkew": -4, "whenUnsatisfiable": "DoNotSchedule"}]}})));
+            "topologySpreadConstraints": [{"topologyKey": "z", "maxSkew": -4, "whenUnsatisfiable": "DoNotSchedule",
+                                           "labelSelector": {}}]}})));
         assert_eq!(
             p.host_ports.iter().map(|h| h.port).collect::<Vec<_>>(),
             [8080]

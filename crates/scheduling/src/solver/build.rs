@@ -430,7 +430,7 @@ fn pod_data(
     for t in &p.topology_spread {
         let g = s.group(
             gindex,
-            GroupKind::Spread(t.max_skew.max(1)),
+            GroupKind::Spread(t.max_skew.max(1), t.min_domains.unwrap_or(0)),
             &t.topology_key,
             &[],
             ns,
@@ -485,6 +485,7 @@ fn pod_data(
         schedule_anyway_removed: false,
         tolerate_prefer_no_schedule: false,
         reqs: IReqs::new(),
+        strict_reqs: IReqs::new(),
     };
     pd.rebuild_reqs();
     pd

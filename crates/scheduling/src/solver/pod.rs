@@ -33,6 +33,8 @@ pub(super) struct PodData {
     pub(super) schedule_anyway_removed: bool,
     pub(super) tolerate_prefer_no_schedule: bool,
     pub(super) reqs: IReqs,
+    /// `reqs` without the preferred term: what the pod requires.
+    pub(super) strict_reqs: IReqs,
 }
 
 impl PodData {
@@ -41,6 +43,7 @@ impl PodData {
         if let Some(t) = self.required_terms.get(self.term) {
             r.intersect(t);
         }
+        self.strict_reqs = r.clone();
         if let Some(t) = self.preferred_terms.get(self.pref_node_removed) {
             r.intersect(t);
         }

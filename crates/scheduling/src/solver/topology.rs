@@ -4,7 +4,8 @@ use super::*;
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub(super) enum GroupKind {
-    Spread(u32),
+    /// maxSkew, minDomains (0: none).
+    Spread(u32, u32),
     Affinity,
     Anti,
 }
@@ -109,9 +110,14 @@ use Why::TopologySpread as spread_failure;
 
 impl Solver {
     pub(super) fn pod_domains(&self, pod: &PodData, key: Key) -> Vec<Sym> {
+        self.domains_within(&pod.reqs, key)
+    }
+
+    /// The domains of `key` that `reqs` allow.
+    pub(super) fn domains_within(&self, reqs: &IReqs, key: Key) -> Vec<Sym> {
         let empty = Vec::new();
         let u = self.universe.get(&key).unwrap_or(&empty);
-        match pod.reqs.get(&key) {
+        match reqs.get(&key) {
             None => u.clone(),
             Some(r) => u.iter().copied().filter(|d| r.has(d)).collect(),
         }
@@ -127,7 +133,7 @@ impl Solver {
             let selfsel = u32::from(grp.selects(pod.ns, &pod.labels));
             if grp.host {
                 let check = match grp.kind {
-                    GroupKind::Spread(max) => HostCheck::Spread { max, selfsel },
+                    GroupKind::Spread(max, _) => HostCheck::Spread { max, selfsel },
                     GroupKind::Affinity => HostCheck::Affinity {
                         bootstrap: grp.total == 0 && selfsel == 1,
                     },
@@ -139,8 +145,15 @@ impl Solver {
             let pd = self.pod_domains(pod, grp.key);
             let count = |d: &Sym| grp.counts.get(d).copied().unwrap_or(0);
             let rule = match grp.kind {
-                GroupKind::Spread(max) => {
-                    let min = pd.iter().map(count).min().unwrap_or(0);
+                GroupKind::Spread(max, min_domains) => {
+                    // The minimum is over the domains the pod's required node selection allows;
+                    // preferred node affinity narrows where it goes, not the skew's baseline.
+                    let eligible = self.domains_within(&pod.strict_reqs, grp.key);
+                    let min = if (eligible.len() as u64) < u64::from(min_domains) {
+                        0
+                    } else {
+                        eligible.iter().map(count).min().unwrap_or(0)
+                    };
                     let mut allowed: Vec<(u32, usize, Sym)> = pd
                         .iter()
                         .enumerate()
@@ -218,7 +231,7 @@ impl Solver {
             if !ok {
                 let k = grp.key;
                 return Err(match grp.kind {
-                    GroupKind::Spread(_) => Why::TopologySpread(k),
+                    GroupKind::Spread(..) => Why::TopologySpread(k),
                     GroupKind::Affinity => Why::PodAffinity(k),
                     GroupKind::Anti => Why::PodAntiAffinity(k),
                 });

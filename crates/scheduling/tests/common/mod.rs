@@ -153,5 +153,6 @@ pub fn spread(
         max_skew: skew,
         when_unsatisfiable: when,
         selector: LabelSelector::labels(sel),
+        min_domains: None,
     }
 }

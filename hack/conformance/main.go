@@ -1,0 +1,176 @@
+// conformance records Karpenter's own scheduling test suite as a differential corpus.
+//
+// It copies the sigs.k8s.io/karpenter module pinned in go.mod (v1.15.0) into a scratch
+// directory, adds inject/dump.go to pkg/controllers/provisioning/scheduling and inserts two calls
+// into its scheduler.go (one at the end of NewScheduler, one before Solve returns), adds
+// inject/hook_test.go beside the tests (it names each record after the running Ginkgo spec),
+// then runs that package's tests (suite_test.go, topology_test.go, instance_selection_test.go,
+// defaultconstraints_test.go, reservationmanager_test.go, reserved_fallback_test.go, ...)
+// unchanged against envtest (kube-apiserver and etcd from -assets). Every Solve writes
+// solve-NNNNN.json into -out: the scenario, the scheduler's input and Karpenter's result.
+// Test failures do not stop the run (the records are what matters); they are reported.
+//
+//	go run . -assets DIR -out DIR [-work DIR] [-focus REGEXP] [-seed N]
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+const pkg = "pkg/controllers/provisioning/scheduling"
+
+// Each patch inserts text after (or before) an anchor line that must occur exactly once.
+type patch struct {
+	file, anchor, text string
+	before             bool
+}
+
+var patches = []patch{
+	{file: pkg + "/scheduler.go",
+		anchor: "\ts.calculateExistingNodeClaims(ctx, stateNodes, daemonSetPods, nodeToNodePool, resolved.enforceConsolidateAfter)\n",
+		text:   "\tconformanceRecordInput(ctx, s, kubeClient, nodePools, stateNodes, instanceTypes, len(volumeReqsByPod) > 0)\n"},
+	{file: pkg + "/scheduler.go",
+		anchor: "\treturn results, ctx.Err()\n",
+		text:   "\tconformanceRecordOutput(s, pods, results)\n", before: true},
+}
+
+func main() {
+	assets := flag.String("assets", "", "directory with kube-apiserver and etcd (KUBEBUILDER_ASSETS)")
+	out := flag.String("out", "", "directory for the solve-*.json records")
+	work := flag.String("work", "", "scratch directory for the patched module (default: a temp dir)")
+	focus := flag.String("focus", "", "only specs matching this regexp (ginkgo.focus)")
+	seed := flag.String("seed", "1", "Ginkgo's random seed (the order of specs, so the records, depend on it)")
+	flag.Parse()
+	if *assets == "" || *out == "" {
+		fail(fmt.Errorf("-assets and -out are required"))
+	}
+	src, version, err := moduleDir()
+	if err != nil {
+		fail(err)
+	}
+	if *work == "" {
+		if *work, err = os.MkdirTemp("", "karpenter-conformance-"); err != nil {
+			fail(err)
+		}
+	}
+	dst := filepath.Join(*work, "karpenter-"+version)
+	if err := os.RemoveAll(dst); err != nil {
+		fail(err)
+	}
+	if err := copyTree(src, dst); err != nil {
+		fail(err)
+	}
+	if err := inject(dst); err != nil {
+		fail(err)
+	}
+	outAbs, _ := filepath.Abs(*out)
+	assetsAbs, _ := filepath.Abs(*assets)
+	if err := os.MkdirAll(outAbs, 0o755); err != nil {
+		fail(err)
+	}
+	args := []string{"test", "-tags", "karpenter_conformance", "-count=1", "-timeout", "90m", "./" + pkg + "/", "-args", "-ginkgo.no-color", "-ginkgo.seed", *seed}
+	if *focus != "" {
+		args = append(args, "-ginkgo.focus", *focus)
+	}
+	cmd := exec.Command("go", args...)
+	cmd.Dir = dst
+	cmd.Env = append(os.Environ(), "KUBEBUILDER_ASSETS="+assetsAbs, "CONFORMANCE_OUT="+outAbs)
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	fmt.Fprintf(os.Stderr, "conformance: running Karpenter v%s's scheduling tests in %s\n", version, dst)
+	runErr := cmd.Run()
+	_ = os.WriteFile(filepath.Join(outAbs, "go-test.log"), log.Bytes(), 0o644)
+	records, _ := filepath.Glob(filepath.Join(outAbs, "solve-*.json"))
+	fmt.Fprintf(os.Stderr, "conformance: %d Solve records in %s (go test: %v; log in go-test.log)\n", len(records), outAbs, status(runErr))
+	if len(records) == 0 {
+		os.Exit(1)
+	}
+}
+
+func status(err error) string {
+	if err == nil {
+		return "all specs passed"
+	}
+	return "some specs failed: " + err.Error()
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "conformance:", err)
+	os.Exit(1)
+}
+
+// moduleDir downloads (or finds in the module cache) the pinned sigs.k8s.io/karpenter.
+func moduleDir() (dir, version string, err error) {
+	b, err := exec.Command("go", "mod", "download", "-json", "sigs.k8s.io/karpenter").Output()
+	if err != nil {
+		return "", "", fmt.Errorf("go mod download sigs.k8s.io/karpenter: %w", err)
+	}
+	var m struct{ Dir, Version string }
+	if err := json.Unmarshal(b, &m); err != nil || m.Dir == "" {
+		return "", "", fmt.Errorf("go mod download: no Dir in %s", b)
+	}
+	return m.Dir, strings.TrimPrefix(m.Version, "v"), nil
+}
+
+// copyTree copies the (read-only) module into dst, writable.
+func copyTree(src, dst string) error {
+	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		target := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(target, b, 0o644)
+	})
+}
+
+// inject adds the recorder and the hook and applies the patches.
+func inject(dst string) error {
+	here, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	for _, f := range []string{"dump.go", "hook_test.go"} {
+		b, err := os.ReadFile(filepath.Join(here, "inject", f))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dst, pkg, "conformance_"+f), b, 0o644); err != nil {
+			return err
+		}
+	}
+	for _, p := range patches {
+		path := filepath.Join(dst, p.file)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		text := string(b)
+		if n := strings.Count(text, p.anchor); n != 1 {
+			return fmt.Errorf("%s: anchor %q occurs %d times (Karpenter changed; update the patch)", p.file, strings.TrimSpace(p.anchor), n)
+		}
+		repl := p.anchor + p.text
+		if p.before {
+			repl = p.text + p.anchor
+		}
+		if err := os.WriteFile(path, []byte(strings.Replace(text, p.anchor, repl, 1)), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
