@@ -41,6 +41,7 @@ pub fn instance_type(it: &RecordedInstanceType) -> InstanceType {
                 capacity_type: o.capacity_type.clone(),
                 price: o.price,
                 available: o.available,
+                count: None,
             })
             .collect(),
         taints: Vec::new(),
@@ -65,7 +66,7 @@ pub fn input(rec: &Record) -> Input {
         ..Objects::default()
     });
     let pools = arcs(&rec.input.node_pools);
-    let snap = snapshot::build(&cluster, &pools, &pending, &|_| None, &|_, _, _| true);
+    let snap = snapshot::build(&cluster, &pools, &pending, &|_| None, &controller::counts::AllAvailable);
     let mut input = snap.input;
     for pool in &mut input.node_pools {
         pool.instance_types = rec
