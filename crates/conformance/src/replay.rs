@@ -66,7 +66,13 @@ pub fn input(rec: &Record) -> Input {
         ..Objects::default()
     });
     let pools = arcs(&rec.input.node_pools);
-    let snap = snapshot::build(&cluster, &pools, &pending, &|_| None, &controller::counts::AllAvailable);
+    let snap = snapshot::build(
+        &cluster,
+        &pools,
+        &pending,
+        &|_| None,
+        &controller::counts::AllAvailable,
+    );
     let mut input = snap.input;
     for pool in &mut input.node_pools {
         pool.instance_types = rec
