@@ -2,8 +2,8 @@
 //! NodeClass's catalog ([`templates::overlay::evaluate`], Karpenter's validation and
 //! conflict walk) and applied to each catalog as it is read ([`templates::overlay::apply`]).
 //! Both are memoized: the evaluation per (overlay specs, the base catalogs it saw), each applied catalog per (base catalog, evaluation), so a catalog is rebuilt only
-//! when its templates, its NodeClass or an overlay changed. [`crate::catalogs::IndexCatalogs`]
-//! owns one; the status loop is [`crate::overlay_status`].
+//! when its templates, its NodeClass or an overlay changed. The catalogs' `IndexCatalogs`
+//! owns one; the status loop is the overlay status module.
 
 use std::sync::{Arc, Mutex};
 

@@ -103,7 +103,7 @@ pub enum PriceSource {
     Annotation,
     /// The documented default formula ([`default_price`]).
     Default,
-    /// A NodeOverlay's `price` or `priceAdjustment` (see [`crate::overlay`]).
+    /// A NodeOverlay's `price` or `priceAdjustment` (see the overlay module).
     Overlay,
 }
 
@@ -202,7 +202,7 @@ pub struct InstanceType {
     pub taints: Vec<Taint>,
     /// Reserved first, then by price, zone, capacity type.
     pub offerings: Vec<Offering>,
-    /// Whether a NodeOverlay added to (or set) its capacity (see [`crate::overlay`]).
+    /// Whether a NodeOverlay added to (or set) its capacity (see the overlay module).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub capacity_overlaid: bool,
 }
