@@ -183,6 +183,45 @@ pub fn nominated_claim(message: &str) -> Option<&str> {
     (!name.is_empty()).then_some(name)
 }
 
+/// The timeline with every time moved `by` seconds earlier (times since another origin).
+pub fn shifted(t: &Timeline, by: f64) -> Timeline {
+    let s = |x: Option<f64>| x.map(|x| x - by);
+    let objects = |m: &HashMap<String, ObjectTimes>| {
+        m.iter()
+            .map(|(k, o)| {
+                let o = ObjectTimes {
+                    created: s(o.created),
+                    ready: s(o.ready),
+                    gone: s(o.gone),
+                    provider_id: o.provider_id.clone(),
+                };
+                (k.clone(), o)
+            })
+            .collect()
+    };
+    Timeline {
+        pods: t
+            .pods
+            .iter()
+            .map(|(k, p)| {
+                let p = PodTimes {
+                    created: s(p.created),
+                    unschedulable: s(p.unschedulable),
+                    nominated: s(p.nominated),
+                    nominated_claim: p.nominated_claim.clone(),
+                    bound: s(p.bound),
+                    node: p.node.clone(),
+                    running: s(p.running),
+                };
+                (k.clone(), p)
+            })
+            .collect(),
+        nodeclaims: objects(&t.nodeclaims),
+        machines: objects(&t.machines),
+        nodes: objects(&t.nodes),
+    }
+}
+
 /// Latest time over objects created after the scale-up (`None` if none).
 pub fn last<'a>(it: impl Iterator<Item = Option<f64>> + 'a) -> Option<f64> {
     it.flatten().filter(|x| *x >= 0.0).reduce(f64::max)

@@ -239,44 +239,6 @@ async fn scale(client: &Client, a: &Args, replicas: usize) -> Result<(), kube::E
     .map(|_| ())
 }
 
-fn shifted(t: &Timeline, by: f64) -> Timeline {
-    let s = |x: Option<f64>| x.map(|x| x - by);
-    let objects = |m: &HashMap<String, ObjectTimes>| {
-        m.iter()
-            .map(|(k, o)| {
-                let o = ObjectTimes {
-                    created: s(o.created),
-                    ready: s(o.ready),
-                    gone: s(o.gone),
-                    provider_id: o.provider_id.clone(),
-                };
-                (k.clone(), o)
-            })
-            .collect()
-    };
-    Timeline {
-        pods: t
-            .pods
-            .iter()
-            .map(|(k, p)| {
-                let p = PodTimes {
-                    created: s(p.created),
-                    unschedulable: s(p.unschedulable),
-                    nominated: s(p.nominated),
-                    nominated_claim: p.nominated_claim.clone(),
-                    bound: s(p.bound),
-                    node: p.node.clone(),
-                    running: s(p.running),
-                };
-                (k.clone(), p)
-            })
-            .collect(),
-        nodeclaims: objects(&t.nodeclaims),
-        machines: objects(&t.machines),
-        nodes: objects(&t.nodes),
-    }
-}
-
 /// Watches the Deployment's pods, the Nominated events, NodeClaims, Nodes (and Machines),
 /// once they have all listed.
 async fn start_watches(client: &Client, a: &Args) -> Result<Arc<Watched>, String> {
@@ -458,7 +420,7 @@ async fn run(a: Args) -> Result<Summary, String> {
     after_rss.extend(more_cycles(&client, &a, &w).await?);
     let (hwm, _) = proc_stats(a.pid);
 
-    let t = shifted(&out_timeline, t_up);
+    let t = bench::shifted(&out_timeline, t_up);
     let gone = |m: &HashMap<String, ObjectTimes>| {
         let mut any = false;
         let x = last(
