@@ -501,9 +501,29 @@ async fn disconnect(
         )
         .await
         .expect("orphan Machine");
-        // Past the grace (5 s) and several collection intervals (2 s): still there, because
-        // the cluster is disconnected (the sentinel: it goes once the cluster is back).
-        tokio::time::sleep(Duration::from_secs(12)).await;
+        // Past the grace (5 s), through passes of the collector that skipped the cluster
+        // (counted): still there, because the cluster is disconnected (the sentinel: it goes
+        // once the cluster is back).
+        let skipped = || async {
+            common::scrape(addr)
+                .await
+                .lines()
+                .find_map(|l| l.strip_prefix("karpenter_capi_garbage_collection_skipped_total "))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        let before = skipped().await;
+        let started = std::time::Instant::now();
+        wait_for(
+            "garbage collection passes skipped past the grace",
+            Duration::from_secs(60),
+            || async {
+                (started.elapsed() > Duration::from_secs(6) && skipped().await >= before + 3.0)
+                    .then_some(())
+            },
+        )
+        .await
+        .expect("the collector ran (and skipped) while disconnected");
         let orphan = api.get("orphan").await.expect("orphan still there");
         assert!(
             orphan.metadata.deletion_timestamp.is_none(),

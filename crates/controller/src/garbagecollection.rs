@@ -83,6 +83,7 @@ pub(crate) async fn run(ctx: Ctx, interval: Duration, grace: Duration) {
             // The workload cluster does not answer: its NodeClaim cache may be stale, and a
             // Machine whose NodeClaim we cannot see is not an orphan.
             tracing::info!("garbage collection skipped: workload cluster disconnected");
+            ctx.metrics.gc_skipped.inc();
             continue;
         }
         let claims: HashSet<String> = ctx

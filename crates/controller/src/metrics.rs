@@ -219,6 +219,8 @@ pub struct Metrics {
     /// Hub mode: engagements started per Cluster (the first, and one per re-engagement after
     /// its kubeconfig Secret changed).
     pub cluster_engagements: Family<ClusterLabels, Counter>,
+    /// Garbage-collection passes skipped because the workload cluster was disconnected.
+    pub gc_skipped: Counter,
 }
 
 impl Metrics {
@@ -255,6 +257,7 @@ impl Metrics {
             cluster: ClusterState::default(),
             cluster_connected: Family::default(),
             cluster_engagements: Family::default(),
+            gc_skipped: Counter::default(),
         };
         registry.register_collector(Box::new(m.cluster.clone()));
         let k = registry.sub_registry_with_prefix("karpenter");
@@ -425,6 +428,11 @@ impl Metrics {
             "cluster_connected",
             "Hub mode: whether an engaged workload cluster's API server answers (1) or failed its last probes (0); while 0, nothing is disrupted, garbage-collected or deleted for it.",
             self.cluster_connected.clone(),
+        );
+        r.register(
+            "garbage_collection_skipped",
+            "Garbage-collection passes skipped because the workload cluster was disconnected.",
+            self.gc_skipped.clone(),
         );
         r.register(
             "cluster_engagements",
