@@ -1,7 +1,7 @@
 //! Hub mode (`run --mode hub`) on real control planes: one management testbed with the
-//! Cluster API manager, three workload testbeds (each its own kube-apiserver and scheduler),
-//! three Clusters of which two opt in. One operator in the management cluster serves the two
-//! opted-in ones — each from its own kubeconfig Secret, into its own namespace — and not the
+//! Cluster API manager, three workload clusters beside it (each its own kube-apiserver and
+//! scheduler, on the management etcd), three Clusters of which two opt in. One operator in
+//! the management cluster serves the two opted-in ones — each from its own kubeconfig Secret, into its own namespace — and not the
 //! third; a NodeClass naming another tenant's Cluster is refused; a rotated kubeconfig Secret
 //! re-engages; a workload API server that stops answering is marked disconnected and nothing
 //! is garbage-collected for it until it answers again.
@@ -24,11 +24,14 @@ use testbed::{Component, Options, Testbed, wait_for};
 const CLUSTER_ID_LABEL: &str = "karpenter.cluster.x-k8s.io/cluster-id";
 const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 
-/// A workload cluster: API server and scheduler (pending pods are marked Unschedulable).
-async fn workload() -> Testbed {
-    Testbed::start(Options::default().with(Component::Scheduler))
+/// Workload clusters beside `mgmt` (on its etcd): API server and scheduler (pending pods
+/// are marked Unschedulable).
+async fn workloads<const N: usize>(mgmt: &Testbed) -> [Testbed; N] {
+    mgmt.start_workloads(N, Options::default().with(Component::Scheduler))
         .await
-        .expect("workload testbed starts")
+        .expect("workload testbeds start")
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("N started"))
 }
 
 /// The bootstrap data Secret and an opted-in template in `ns` (management side).
@@ -173,13 +176,10 @@ fn orphan_machine(ns: &str, cluster: &str, cluster_id: &str) -> DynamicObject {
 
 #[tokio::test]
 async fn a_hub_serves_each_opted_in_cluster_apart_and_only_those() {
-    let (mgmt, a, b, c) = tokio::join!(
-        Testbed::start(Options::default().with(Component::ClusterApi)),
-        workload(),
-        workload(),
-        workload(),
-    );
-    let mgmt = mgmt.expect("management testbed starts");
+    let mgmt = Testbed::start(Options::default().with(Component::ClusterApi))
+        .await
+        .expect("management testbed starts");
+    let [a, b, c] = workloads::<3>(&mgmt).await;
     let m = mgmt.client();
     let (wa, wb, wc) = (a.client(), b.client(), c.client());
     let _provider = TestProvider::start(

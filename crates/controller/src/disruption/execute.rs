@@ -191,6 +191,11 @@ pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> 
             // Disconnected: the caches are stale; disrupt nothing until it answers again.
             continue;
         }
+        if d.state.pending() {
+            // The pods are not listed yet (a lazy watch just started): every node would
+            // look empty.
+            continue;
+        }
         if orchestrator.caches_lag() {
             // Our last writes are not cached yet: decide on the next tick.
             continue;

@@ -226,6 +226,7 @@ impl Run {
             &management,
             &cluster_id,
             self.clusters.clone(),
+            true,
         );
         if self.node_overlay {
             caches = caches.with_overlays(&mut tasks, &workload);
