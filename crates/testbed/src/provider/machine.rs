@@ -63,7 +63,7 @@ pub(super) async fn reconcile_machine(obj: Arc<DynamicObject>, ctx: Arc<Ctx>) ->
         if !has_finalizer(&obj) {
             return Ok(Action::await_change());
         }
-        delete_node(&ctx.workload_of(&obj), &node_name(&obj), &pid).await?;
+        delete_node(&ctx.workload_of(&obj).await, &node_name(&obj), &pid).await?;
         let rest: Vec<String> = obj
             .finalizers()
             .iter()
@@ -191,7 +191,7 @@ async fn register_node(
     }
     let machine = owner_machine(ctx, obj).await?;
     let node = build_node(ctx, obj, machine.as_ref(), pid).await?;
-    let nodes: Api<Node> = Api::all(ctx.workload_of(obj));
+    let nodes: Api<Node> = Api::all(ctx.workload_of(obj).await);
     match nodes.create(&PostParams::default(), &node).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 409 => {

@@ -168,6 +168,11 @@ pub struct ProviderConfig {
     /// Cluster's Nodes are created, overriding `workload` (several workload clusters sharing
     /// one management cluster).
     pub workloads: BTreeMap<String, Client>,
+    /// For a Cluster not in `workloads`: reach its workload cluster the way Cluster API
+    /// does, through the kubeconfig in its `<cluster>-kubeconfig` Secret (key `value`, in
+    /// the TestMachine's namespace; a client per Secret resourceVersion), before falling
+    /// back to `workload`.
+    pub workloads_from_secrets: bool,
     /// Also act as a minimal kubeadm bootstrap provider: for each `KubeadmConfig`, write a
     /// data Secret (in the test format: `nodeLabels`/`nodeTaints` from its
     /// `joinConfiguration.nodeRegistration`) and report `dataSecretCreated`.
@@ -190,6 +195,7 @@ impl Default for ProviderConfig {
             .collect(),
             workload: None,
             workloads: BTreeMap::new(),
+            workloads_from_secrets: false,
             kubeadm_bootstrap: false,
         }
     }
@@ -203,6 +209,7 @@ impl std::fmt::Debug for ProviderConfig {
             .field("default_capacity", &self.default_capacity)
             .field("split_workload", &self.workload.is_some())
             .field("workloads", &self.workloads.keys().collect::<Vec<_>>())
+            .field("workloads_from_secrets", &self.workloads_from_secrets)
             .field("kubeadm_bootstrap", &self.kubeadm_bootstrap)
             .finish()
     }
@@ -231,16 +238,63 @@ struct Ctx {
     mgmt: Client,
     workload: Client,
     config: ProviderConfig,
+    /// `namespace/cluster` -> (the kubeconfig Secret's resourceVersion, its client).
+    secret_clients: std::sync::Mutex<BTreeMap<String, (String, Client)>>,
 }
 
 impl Ctx {
     /// The cluster where `obj`'s Node lives (by its Cluster name label).
-    fn workload_of(&self, obj: &DynamicObject) -> Client {
-        obj.labels()
-            .get(CLUSTER_NAME_LABEL)
-            .and_then(|c| self.config.workloads.get(c))
-            .cloned()
-            .unwrap_or_else(|| self.workload.clone())
+    async fn workload_of(&self, obj: &DynamicObject) -> Client {
+        let cluster = obj.labels().get(CLUSTER_NAME_LABEL);
+        if let Some(client) = cluster.and_then(|c| self.config.workloads.get(c)) {
+            return client.clone();
+        }
+        if self.config.workloads_from_secrets
+            && let Some(c) = cluster
+            && let Some(client) = self
+                .secret_client(&obj.namespace().unwrap_or_default(), c)
+                .await
+        {
+            return client;
+        }
+        self.workload.clone()
+    }
+
+    /// A client from Cluster `ns/cluster`'s kubeconfig Secret; `None` without one.
+    async fn secret_client(&self, ns: &str, cluster: &str) -> Option<Client> {
+        let secrets: Api<Secret> = Api::namespaced(self.mgmt.clone(), ns);
+        let secret = secrets
+            .get_opt(&format!("{cluster}-kubeconfig"))
+            .await
+            .ok()??;
+        let version = secret.resource_version().unwrap_or_default();
+        let key = format!("{ns}/{cluster}");
+        let cached = |clients: &BTreeMap<String, (String, Client)>| {
+            clients
+                .get(&key)
+                .filter(|(v, _)| *v == version)
+                .map(|(_, c)| c.clone())
+        };
+        if let Some(client) = cached(
+            &self
+                .secret_clients
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        ) {
+            return Some(client);
+        }
+        let value = secret.data.as_ref()?.get("value")?;
+        let kubeconfig =
+            kube::config::Kubeconfig::from_yaml(std::str::from_utf8(&value.0).ok()?).ok()?;
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .ok()?;
+        let client = Client::try_from(config).ok()?;
+        self.secret_clients
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key, (version, client.clone()));
+        Some(client)
     }
 }
 
@@ -254,6 +308,7 @@ impl TestProvider {
             workload: config.workload.clone().unwrap_or_else(|| client.clone()),
             mgmt: client.clone(),
             config,
+            secret_clients: Default::default(),
         });
         let mut tasks = vec![
             spawn(&ctx, test_cluster_resource(), |o, c| {
