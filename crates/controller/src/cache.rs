@@ -112,7 +112,8 @@ where
         cache
     }
 
-    /// Starts `api`'s watch only while `gate` wants it, re-checked on every `trigger`:
+    /// Starts `api`'s watch only while `gate` wants it, re-checked on every `trigger` (and
+    /// every second):
     /// meanwhile the store is an empty, complete list. A watch that is no longer wanted is
     /// stopped after [`IDLE_AFTER`] and its store emptied. After each first list, every
     /// object is sent to the subscribers again (what they read on the list's own triggers
@@ -133,9 +134,12 @@ where
                 // Idle: an empty, complete list.
                 feed.apply(watcher::Event::Init);
                 feed.apply(watcher::Event::InitDone);
+                // Re-checked every second too: a first list's objects are sent to the
+                // subscribers before the store holds them.
                 while !(gate.wanted)() {
-                    if trigger.next().await.is_none() {
-                        return;
+                    tokio::select! {
+                        t = trigger.next() => if t.is_none() { return; },
+                        () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
                     }
                 }
                 tracing::debug!(kind = %K::kind(&()), "starting a lazy watch");
