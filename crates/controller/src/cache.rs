@@ -597,6 +597,29 @@ mod tests {
     use k8s_openapi::api::core::v1::Pod;
 
     #[test]
+    fn a_lazy_cache_is_pending_while_wanted_and_not_listed() {
+        let wanted = Arc::new(AtomicBool::new(false));
+        let w = wanted.clone();
+        let gate = Arc::new(Gate {
+            listed: AtomicBool::new(false),
+            wanted: Box::new(move || w.load(Ordering::SeqCst)),
+        });
+        let (mut cache, mut feed) = Cache::<Pod>::detached();
+        cache.gate = Some(gate.clone());
+        // Idle: an empty, complete list.
+        feed.apply(watcher::Event::Init);
+        feed.apply(watcher::Event::InitDone);
+        assert!(!cache.pending() && cache.is_synced(), "idle, not wanted");
+        wanted.store(true, Ordering::SeqCst);
+        assert!(
+            cache.pending() && !cache.is_synced(),
+            "wanted: the empty store is not the cluster's"
+        );
+        gate.listed.store(true, Ordering::SeqCst);
+        assert!(!cache.pending() && cache.is_synced(), "listed");
+    }
+
+    #[test]
     fn pods_keep_what_scheduling_reads() {
         let mut pod: Pod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "p", "namespace": "d",
