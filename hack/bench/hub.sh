@@ -3,7 +3,7 @@
 # one `karpenter-capi run --mode hub`, then N fresh workload clusters × P pods served by N
 # single-cluster operators, on one management testbed (Cluster API manager, audit log, the
 # test infrastructure provider). The workload clusters are kube-apiservers on the management
-# etcd (each its own key prefix) with a scheduler and kwok each.
+# etcd (each its own key prefix) with a controller-manager, a scheduler and kwok each.
 #
 #   hack/bench/hub.sh                       # 10 clusters × 200 pods
 #   hack/bench/hub.sh --clusters 3 --pods 50

@@ -3,7 +3,7 @@
 //! single-cluster operators, on one management testbed (Cluster API manager, audit log, the
 //! test infrastructure provider reaching each workload cluster through its Cluster's
 //! kubeconfig Secret); the workload clusters are API servers on the management etcd
-//! (`Testbed::start_workloads`) with a scheduler and kwok each.
+//! (`Testbed::start_workloads`) with a controller-manager, a scheduler and kwok each.
 //!
 //!   bench-hub --operator PATH [--clusters N] [--pods P] [--out DIR]
 //!
@@ -75,7 +75,9 @@ fn kube_err(what: &str) -> impl Fn(kube::Error) -> String + '_ {
 /// `n` workload clusters `<prefix>0..` with their Clusters, a large template, a NodeClass
 /// and a NodePool each.
 async fn tenants(mgmt: &Testbed, prefix: &str, n: usize) -> Result<Vec<Tenant>, String> {
+    // The controller-manager lifts the Nodes' not-ready taint once kwok reports them Ready.
     let options = Options::default()
+        .with(Component::ControllerManager)
         .with(Component::Scheduler)
         .with(Component::Kwok)
         .audit_log();
@@ -234,7 +236,17 @@ async fn create_pods(client: &Client, n: usize) -> Result<(), String> {
                     "terminationGracePeriodSeconds": 0}
             }))
             .unwrap_or_default();
-            async move { pods.create(&PostParams::default(), &pod).await }
+            async move {
+                // A loaded API server may refuse a connection: a few more tries.
+                let mut tries = 0;
+                loop {
+                    match pods.create(&PostParams::default(), &pod).await {
+                        Err(kube::Error::Service(_)) if tries < 5 => tries += 1,
+                        other => return other,
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
         })
         .buffer_unordered(16)
         .collect()
@@ -361,7 +373,7 @@ fn report(a: &Args, rows: &[Row]) -> String {
     s
 }
 
-async fn hub_phase(a: &Args, mgmt: &Testbed, rows: &mut Vec<Row>) -> Result<(), String> {
+async fn hub_phase(a: &Args, mgmt: &Testbed, rows: &mut Rows) -> Result<(), String> {
     let tenants = tenants(mgmt, "hub", a.clusters).await?;
     let kubeconfig = mgmt.kubeconfig().display().to_string();
     let hub = operator(a, "hub", &["--mode", "hub", "--kubeconfig", &kubeconfig])?;
@@ -407,7 +419,7 @@ async fn hub_phase(a: &Args, mgmt: &Testbed, rows: &mut Vec<Row>) -> Result<(), 
     Ok(())
 }
 
-async fn single_phase(a: &Args, mgmt: &Testbed, rows: &mut Vec<Row>) -> Result<(), String> {
+async fn single_phase(a: &Args, mgmt: &Testbed, rows: &mut Rows) -> Result<(), String> {
     let tenants = tenants(mgmt, "single", a.clusters).await?;
     let management = mgmt.kubeconfig().display().to_string();
     let mut operators = Vec::new();
@@ -454,7 +466,7 @@ async fn run(a: &Args) -> Result<String, String> {
     let _provider = TestProvider::start(mgmt.client(), config)
         .await
         .map_err(|e| format!("provider: {e}"))?;
-    let mut rows = Vec::new();
+    let mut rows = Rows::default();
     let t0 = Instant::now();
     hub_phase(a, &mgmt, &mut rows).await?;
     eprintln!(
@@ -463,7 +475,24 @@ async fn run(a: &Args) -> Result<String, String> {
     );
     single_phase(a, &mgmt, &mut rows).await?;
     eprintln!("bench-hub: done in {:.0}s", t0.elapsed().as_secs_f64());
-    Ok(report(a, &rows))
+    Ok(report(a, &rows.0))
+}
+
+/// The rows so far; each is printed (stderr) as it is measured.
+#[derive(Default)]
+struct Rows(Vec<Row>);
+
+impl Rows {
+    fn push(&mut self, row: Row) {
+        eprintln!(
+            "bench-hub: {}: RSS {:.0} MiB, Running {}, writes/claims {:?}",
+            row.label,
+            row.rss,
+            seconds(&row.times),
+            row.writes
+        );
+        self.0.push(row);
+    }
 }
 
 #[tokio::main]
