@@ -30,9 +30,11 @@ pub mod offline;
 pub mod overlay;
 pub mod quantity;
 mod reference;
+pub mod resize;
 pub mod selection;
 pub mod settings;
 pub mod shape;
+pub mod sizing;
 pub mod status;
 pub mod watch;
 
