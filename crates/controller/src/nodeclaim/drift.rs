@@ -148,7 +148,8 @@ fn instance_type_not_found(o: &Observed) -> Option<Drift> {
     if instance_type.is_empty() {
         return None;
     }
-    let Some(it) = catalog.get(&instance_type) else {
+    // A size of a resizable template is offered while its bounds still contain it.
+    let Some(it) = catalog.lookup(&instance_type) else {
         return hit(
             reasons::INSTANCE_TYPE_NOT_FOUND,
             format!("instance type {instance_type} is no longer offered"),

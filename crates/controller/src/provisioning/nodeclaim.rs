@@ -3,7 +3,7 @@
 
 use api::consts::annotations::{
     CAPACITY_OVERLAY_APPLIED, NODEPOOL_HASH, NODEPOOL_HASH_VERSION as NODEPOOL_HASH_VERSION_KEY,
-    PRICE_OVERLAY_APPLIED,
+    PRICE_OVERLAY_APPLIED, RESIZED,
 };
 use api::karpenter::{self as k, NodeSelectorRequirementWithMinValues};
 use api::{NodeClaim, NodePool};
@@ -79,6 +79,43 @@ pub fn nodepool_hash(pool: &NodePool) -> String {
     crate::objects::fnv64(&crate::objects::pruned(v).to_string()).to_string()
 }
 
+/// A planned claim whose cheapest instance type is a size of a resizable template, shrunk
+/// to the smallest size that holds its requests (pods, daemonsets; the catalog's overhead
+/// and the template's headroom): the size, and the claim's instance types with that size
+/// first in place of the group's grid sizes (the other templates' types stay as fallbacks).
+/// `None`: not resizable, or an instance-type `minValues` the list must keep.
+pub fn shrink(
+    catalog: &Catalog,
+    claim: &scheduling::NewNodeClaim,
+) -> Option<(templates::resize::Size, Vec<String>)> {
+    let (group, planned) = catalog.resizable_of(&claim.cheapest.instance_type)?;
+    let requirement = claim
+        .requirements
+        .iter()
+        .find(|r| r.key == scheduling::LABEL_INSTANCE_TYPE)?;
+    if requirement.min_values.is_some() {
+        return None;
+    }
+    let demand = templates::model::Resources(claim.requests.clone());
+    let size = match group.size_for(&demand) {
+        Ok(s) if s.cpu <= planned.cpu && s.memory <= planned.memory => s,
+        Ok(_) => planned,
+        Err(e) => {
+            tracing::debug!(instance_type = %claim.cheapest.instance_type, error = %e, "not shrunk");
+            planned
+        }
+    };
+    let mut instance_types = vec![templates::resize::sized_name(&group.base, size)];
+    instance_types.extend(
+        requirement
+            .values
+            .iter()
+            .filter(|n| templates::resize::parse_sized_name(&group.base, n).is_none())
+            .cloned(),
+    );
+    Some((size, instance_types))
+}
+
 /// The NodeClaim to create for one planned claim of `pool`, whose instance types came from
 /// `catalog`: Karpenter's `karpenter.sh/{price,capacity}-overlay-applied: "true"` when a
 /// NodeOverlay changed one of them (set at create: no write of its own).
@@ -108,6 +145,16 @@ pub fn nodeclaim(
             annotations.insert(key.into(), "true".into());
         }
     }
+    let mut requirements = api_requirements(&claim.requirements);
+    if let Some((size, instance_types)) = catalog.and_then(|c| shrink(c, claim)) {
+        annotations.insert(RESIZED.into(), size.annotation());
+        if let Some(r) = requirements
+            .iter_mut()
+            .find(|r| r.key == scheduling::LABEL_INSTANCE_TYPE)
+        {
+            r.values = instance_types;
+        }
+    }
     NodeClaim {
         metadata: ObjectMeta {
             generate_name: Some(format!("{name}-")),
@@ -128,7 +175,7 @@ pub fn nodeclaim(
         spec: k::NodeClaimSpec {
             taints: api_taints(&claim.taints),
             startup_taints: api_taints(&claim.startup_taints),
-            requirements: api_requirements(&claim.requirements),
+            requirements,
             resources: Some(k::ResourceRequirements {
                 requests: quantities(&claim.requests),
             }),

@@ -1,0 +1,189 @@
+//! Resizable templates end to end on the testbed: a TestMachineTemplate with resizable
+//! ranges and no capacity → the catalog's synthetic sizes → a pending pod gets a NodeClaim
+//! shrunk to the smallest size that holds it → the TestMachine clone carries that size (the
+//! template is not edited) → the Node registers with that capacity. A pod above the largest
+//! size is refused with an event.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use testbed::provider;
+use testbed::wait_for;
+
+/// The resizable TestMachineTemplate `flex` (2-32 vCPU by 2, 4-128Gi by 4Gi, cheaper than
+/// the fixed `small`/`large`), once the NodeClass offers its sizes.
+async fn create_flex(client: &Client, ns: &str) {
+    let templates: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        ns,
+        &provider::test_machine_template_resource(),
+    );
+    let t: DynamicObject = from_json(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "TestMachineTemplate",
+        "metadata": {"name": "flex",
+            "labels": {"node.cluster.x-k8s.io/karpenter-member": ""},
+            "annotations": {
+                "karpenter.cluster.x-k8s.io/resizable-cpu": "2-32/2",
+                "karpenter.cluster.x-k8s.io/resizable-memory": "4Gi-128Gi/4Gi",
+                "karpenter.cluster.x-k8s.io/price-per-cpu": "0.01",
+                "karpenter.cluster.x-k8s.io/price-per-gib": "0.001"}},
+        "spec": {"template": {"spec": {"capacity": {"pods": "110"}}}}
+    }));
+    templates
+        .create(&PostParams::default(), &t)
+        .await
+        .expect("template");
+    wait_for("flex sizes offered", Duration::from_secs(60), || async {
+        let nc = nodeclasses(client).get("default").await.ok()?;
+        let types = nc.data["status"]["instanceTypes"].as_array()?.clone();
+        types
+            .iter()
+            .any(|t| t["name"].as_str().is_some_and(|n| n.starts_with("flex-")))
+            .then_some(())
+    })
+    .await
+    .expect("the NodeClass offers the flex sizes");
+}
+
+async fn create_deployment(client: &Client, ns: &str, d: Deployment) {
+    Api::<Deployment>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &d)
+        .await
+        .expect("deployment");
+}
+
+/// A pod of 6.5 cpu / 21Gi: the cheapest grid size that holds it is `flex-10c-32gi`; the
+/// NodeClaim is shrunk to 8 vCPU / 24Gi (overhead included), and everything downstream has
+/// that size.
+#[tokio::test]
+async fn a_pending_pod_gets_a_machine_of_the_shrunk_size() {
+    let env = env(default_templates(json!({}))).await;
+    let client = env.tb.client();
+    let capi_ns = env.cluster.namespace.clone();
+    create_flex(&client, &capi_ns).await;
+    create_nodepool(&client, json!({})).await;
+    let ns = env.tb.temp_namespace().await.expect("namespace");
+    create_deployment(
+        &client,
+        &ns,
+        deployment("fit", 1, "6500m", "21Gi", json!({})),
+    )
+    .await;
+    // 40 cpu: above flex's 32 and large's 8.
+    create_deployment(&client, &ns, deployment("huge", 1, "40", "1Gi", json!({}))).await;
+    let running = all_running(&client, &ns, 1, 120).await;
+    let node_name = node_of(&running[0]);
+
+    let claims = nodeclaims(&client)
+        .list(&ListParams::default())
+        .await
+        .expect("claims")
+        .items;
+    assert_eq!(claims.len(), 1, "one NodeClaim, none for the huge pod");
+    let claim = &claims[0];
+    assert_eq!(
+        claim
+            .annotations()
+            .get("karpenter.cluster.x-k8s.io/size")
+            .map(String::as_str),
+        Some("cpu=8,memory=24Gi")
+    );
+    let it_req = claim.data["spec"]["requirements"]
+        .as_array()
+        .and_then(|rs| {
+            rs.iter()
+                .find(|r| r["key"] == "node.kubernetes.io/instance-type")
+        })
+        .cloned()
+        .unwrap_or(Value::Null);
+    assert_eq!(it_req["values"][0], "flex-8c-24gi", "{it_req}");
+    assert_eq!(
+        claim
+            .labels()
+            .get("node.kubernetes.io/instance-type")
+            .map(String::as_str),
+        Some("flex-8c-24gi")
+    );
+    assert_eq!(claim.data["status"]["capacity"]["cpu"], "8");
+    assert_eq!(claim.data["status"]["capacity"]["memory"], "24Gi");
+
+    // The clone has the size; the template is untouched.
+    let machine = machine_name(&claim.name_any());
+    let infra: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &capi_ns, &provider::test_machine_resource());
+    let clone = infra.get(&machine).await.expect("TestMachine");
+    assert_eq!(clone.data["spec"]["capacity"]["cpu"], "8");
+    assert_eq!(clone.data["spec"]["capacity"]["memory"], "24Gi");
+    assert_eq!(clone.data["spec"]["capacity"]["pods"], "110");
+    assert_eq!(
+        clone
+            .annotations()
+            .get("karpenter.cluster.x-k8s.io/size")
+            .map(String::as_str),
+        Some("cpu=8,memory=24Gi")
+    );
+    let machines: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &capi_ns, &provider::machine_resource());
+    let m = machines.get(&machine).await.expect("Machine");
+    assert_eq!(
+        m.annotations()
+            .get("karpenter.cluster.x-k8s.io/size")
+            .map(String::as_str),
+        Some("cpu=8,memory=24Gi")
+    );
+    let templates: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &capi_ns,
+        &provider::test_machine_template_resource(),
+    );
+    let t = templates.get("flex").await.expect("template");
+    assert_eq!(
+        t.data["spec"]["template"]["spec"]["capacity"],
+        json!({"pods": "110"})
+    );
+
+    // The Node has the size.
+    let node = Api::<Node>::all(client.clone())
+        .get(&node_name)
+        .await
+        .expect("node");
+    let cap = node.status.and_then(|s| s.capacity).unwrap_or_default();
+    assert_eq!(cap.get("cpu").map(|q| q.0.as_str()), Some("8"));
+    assert_eq!(cap.get("memory").map(|q| q.0.as_str()), Some("24Gi"));
+
+    // The huge pod stays Pending with an event naming its problem.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let huge = pods_of(&pods, "huge").await;
+    let huge = huge.first().expect("huge pod").name_any();
+    let events = wait_for("the huge pod's event", Duration::from_secs(30), || async {
+        let e = events_for(&client, &huge).await;
+        e.iter()
+            .any(|(reason, _)| reason == "FailedScheduling")
+            .then_some(e)
+    })
+    .await
+    .expect("FailedScheduling for the huge pod");
+    assert!(
+        events.iter().any(|(_, note)| note.contains("cpu")),
+        "{events:?}"
+    );
+}
+
+/// Waits until `n` pods of `ns` run (at most `secs`) and returns them.
+async fn all_running(client: &Client, ns: &str, n: usize, secs: u64) -> Vec<Pod> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    wait_for("pods running", Duration::from_secs(secs), || async {
+        let l = pods.list(&ListParams::default()).await.ok()?.items;
+        let r: Vec<Pod> = l.into_iter().filter(running).collect();
+        (r.len() >= n).then_some(r)
+    })
+    .await
+    .expect("pods running")
+}
