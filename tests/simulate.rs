@@ -551,3 +551,73 @@ spec:
         ])
     );
 }
+
+#[test]
+fn a_resizable_template_shows_each_nodeclaim_s_chosen_size() {
+    // A resizable vSphere template (2-64 vCPU by 2, 4-512Gi by 4Gi); one pod of 5.2 cpu /
+    // 18Gi is planned on the smallest size that holds it with the overhead: 6 vCPU / 20Gi.
+    let yaml = r#"
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta1
+kind: VSphereMachineTemplate
+metadata:
+  name: vs
+  namespace: capi-shop
+  labels:
+    node.cluster.x-k8s.io/karpenter-member: "true"
+    karpenter.cluster.x-k8s.io/nodeclass: default
+  annotations:
+    karpenter.cluster.x-k8s.io/resizable-cpu: 2-64/2
+    karpenter.cluster.x-k8s.io/resizable-memory: 4Gi-512Gi/4Gi
+    karpenter.cluster.x-k8s.io/price-per-cpu: "0.02"
+    karpenter.cluster.x-k8s.io/price-per-gib: "0.004"
+spec:
+  template:
+    spec: {numCPUs: 2, memoryMiB: 4096}
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: general}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.cluster.x-k8s.io, kind: ClusterAPINodeClass, name: default}
+      requirements: []
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: app, namespace: shop}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: app}}
+  template:
+    metadata: {labels: {app: app}}
+    spec:
+      containers: [{name: c, resources: {requests: {cpu: 5200m, memory: 18Gi}}}]
+"#;
+    let args = [
+        "-f",
+        "examples/snapshot/00-cluster.yaml",
+        "-f",
+        "examples/snapshot/01-nodeclass.yaml",
+        "-f",
+        "-",
+    ];
+    let json_args: Vec<&str> = args.iter().copied().chain(["-o", "json"]).collect();
+    let plan: Value =
+        serde_json::from_str(&stdout(&simulate(&json_args, Some(yaml)))).expect("JSON plan");
+    let claims = plan["nodeClaims"].as_array().expect("nodeClaims");
+    assert_eq!(claims.len(), 1, "{plan:#}");
+    assert_eq!(claims[0]["instanceType"], "vs-6c-20gi", "{plan:#}");
+    assert_eq!(
+        claims[0]["size"],
+        serde_json::json!({"cpu": "6", "memory": "20Gi"})
+    );
+    assert_eq!(claims[0]["instanceTypes"][0], "vs-6c-20gi");
+    assert_eq!(claims[0]["pricePerHour"], 0.2);
+    let table = stdout(&simulate(&args, Some(yaml)));
+    assert!(table.contains("SIZE"), "{table}");
+    assert!(
+        table.contains("vs-6c-20gi") && table.contains("6cpu/20Gi"),
+        "{table}"
+    );
+}

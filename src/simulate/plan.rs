@@ -55,6 +55,18 @@ pub struct PlannedNodeClaim {
     pub requests: BTreeMap<String, String>,
     /// `namespace/name`.
     pub pods: Vec<String>,
+    /// For a resizable template: the size the NodeClaim is shrunk to (`instance_type`
+    /// names it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub size: Option<PlannedSize>,
+}
+
+/// The size of a NodeClaim of a resizable template.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlannedSize {
+    /// vCPUs.
+    pub cpu: String,
+    pub memory: String,
 }
 
 /// Pods the solver put on a Node or an in-flight NodeClaim of the snapshot.
@@ -364,28 +376,58 @@ fn planned_node_claims(
     output
         .new_node_claims
         .iter()
-        .map(|c| PlannedNodeClaim {
-            node_pool: c.node_pool.clone(),
-            instance_type: c.cheapest.instance_type.clone(),
-            arch: loaded
+        .map(|c| {
+            let catalog = loaded
                 .state
                 .nodepools
                 .iter()
                 .find(|p| name(p.as_ref()) == c.node_pool)
-                .and_then(|p| catalogs.get(&p.spec.template.spec.node_class_ref.name))
-                .and_then(|cat| cat.get(&c.cheapest.instance_type))
-                .and_then(|it| it.labels.get(scheduling::LABEL_ARCH))
-                .cloned()
-                .unwrap_or_default(),
-            zone: c.cheapest.zone.clone(),
-            capacity_type: c.cheapest.capacity_type.clone(),
-            price_per_hour: c.cheapest.price,
-            instance_types: c.instance_types().to_vec(),
-            requests: convert::quantities(&c.requests)
-                .into_iter()
-                .map(|(k, q)| (k, q.0))
-                .collect(),
-            pods: c.pods.iter().map(pod_ref).collect(),
+                .and_then(|p| catalogs.get(&p.spec.template.spec.node_class_ref.name));
+            // As the provisioner writes it: shrunk to its size when resizable.
+            let shrunk = catalog.and_then(|cat| {
+                let (size, names) = controller::provisioning::nodeclaim::shrink(cat, c)?;
+                let it = cat.lookup(names.first()?)?.into_owned();
+                Some((size, names, it))
+            });
+            let it = match &shrunk {
+                Some((_, _, it)) => Some(std::borrow::Cow::Borrowed(it)),
+                None => catalog.and_then(|cat| cat.lookup(&c.cheapest.instance_type)),
+            };
+            let price = shrunk
+                .as_ref()
+                .and_then(|(_, _, it)| {
+                    it.offerings.iter().find(|o| {
+                        o.zone.as_deref().unwrap_or("") == c.cheapest.zone
+                            && o.capacity_type == c.cheapest.capacity_type
+                    })
+                })
+                .map_or(c.cheapest.price, |o| o.price);
+            PlannedNodeClaim {
+                node_pool: c.node_pool.clone(),
+                instance_type: it
+                    .as_ref()
+                    .map_or_else(|| c.cheapest.instance_type.clone(), |it| it.name.clone()),
+                arch: it
+                    .as_ref()
+                    .and_then(|it| it.labels.get(scheduling::LABEL_ARCH))
+                    .cloned()
+                    .unwrap_or_default(),
+                zone: c.cheapest.zone.clone(),
+                capacity_type: c.cheapest.capacity_type.clone(),
+                price_per_hour: price,
+                instance_types: shrunk
+                    .as_ref()
+                    .map_or_else(|| c.instance_types().to_vec(), |(_, n, _)| n.clone()),
+                requests: convert::quantities(&c.requests)
+                    .into_iter()
+                    .map(|(k, q)| (k, q.0))
+                    .collect(),
+                pods: c.pods.iter().map(pod_ref).collect(),
+                size: shrunk.map(|(s, _, _)| PlannedSize {
+                    cpu: s.vcpus().to_string(),
+                    memory: templates::quantity::format_bytes(s.memory),
+                }),
+            }
         })
         .collect()
 }
