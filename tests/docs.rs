@@ -347,7 +347,11 @@ fn check_yaml(b: &Block, fixtures: &[Value]) -> Result<(), String> {
             let fixture = fixtures
                 .iter()
                 .find(|f| f["kind"] == kind && f["metadata"]["name"] == *name)
-                .ok_or_else(|| format!("{at}: {kind} {name} is not in examples/templates/ or examples/resizable/"))?;
+                .ok_or_else(|| {
+                    format!(
+                        "{at}: {kind} {name} is not in examples/templates/ or examples/resizable/"
+                    )
+                })?;
             if !is_subset(&d, fixture) {
                 return Err(format!(
                     "{at}: {kind} {name} differs from its fixture in examples/templates/"

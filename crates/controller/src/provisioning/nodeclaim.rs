@@ -296,4 +296,66 @@ mod tests {
             hash(&|v| v["spec"]["template"]["spec"]["nodeClassRef"]["name"] = json!("other"))
         );
     }
+
+    /// A claim planned on a grid size of a resizable template is shrunk to the smallest
+    /// size holding its requests; its instance-type requirement names that size first, the
+    /// other templates' types after it, no other size of the group.
+    #[test]
+    fn a_claim_on_a_resizable_template_is_shrunk() {
+        let t: kube::api::DynamicObject = typed(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "VSphereMachineTemplate",
+            "metadata": {"name": "vs", "namespace": "ns", "annotations": {
+                "karpenter.cluster.x-k8s.io/resizable-cpu": "2-64/2",
+                "karpenter.cluster.x-k8s.io/resizable-memory": "4Gi-512Gi/4Gi"}},
+            "spec": {"template": {"spec": {}}}}));
+        let catalog = templates::build_catalog(&[t], &templates::CatalogSettings::default())
+            .expect("catalog");
+        assert!(catalog.get("vs-10c-32gi").is_some() && catalog.get("vs-8c-24gi").is_none());
+        let pool: NodePool = typed(json!({"metadata": {"name": "default", "uid": "pu"},
+            "spec": {"template": {"spec": {"nodeClassRef": {"group": "g", "kind": "K", "name": "nc"},
+                "requirements": []}}}}));
+        let mut claim = scheduling::NewNodeClaim {
+            node_pool: "default".into(),
+            requirements: vec![Requirement::new(
+                scheduling::LABEL_INSTANCE_TYPE,
+                Operator::In,
+                &["vs-10c-32gi", "other", "vs-16c-32gi"],
+            )],
+            requests: [("cpu".to_string(), 6500), ("memory".to_string(), 21 << 30)].into(),
+            taints: vec![],
+            startup_taints: vec![],
+            pods: vec![],
+            cheapest: scheduling::Cheapest {
+                instance_type: "vs-10c-32gi".into(),
+                zone: String::new(),
+                capacity_type: "on-demand".into(),
+                price: 0.1,
+            },
+        };
+        let nc = serde_json::to_value(nodeclaim(&pool, &claim, Some(&catalog))).expect("json");
+        assert_eq!(
+            nc["metadata"]["annotations"]["karpenter.cluster.x-k8s.io/size"],
+            "cpu=8,memory=24Gi"
+        );
+        assert_eq!(
+            nc["spec"]["requirements"][0]["values"],
+            json!(["vs-8c-24gi", "other"])
+        );
+        // Its requests are unchanged.
+        assert_eq!(nc["spec"]["resources"]["requests"]["cpu"], "6500m");
+        // minValues on the instance types: the list stays.
+        claim.requirements[0].min_values = Some(3);
+        let nc = serde_json::to_value(nodeclaim(&pool, &claim, Some(&catalog))).expect("json");
+        assert_eq!(
+            nc["spec"]["requirements"][0]["values"]
+                .as_array()
+                .map(Vec::len),
+            Some(3)
+        );
+        assert!(
+            nc["metadata"]["annotations"]
+                .get("karpenter.cluster.x-k8s.io/size")
+                .is_none()
+        );
+    }
 }
