@@ -187,3 +187,73 @@ async fn all_running(client: &Client, ns: &str, n: usize, secs: u64) -> Vec<Pod>
     .await
     .expect("pods running")
 }
+
+/// Three pods of 2 cpu / 6Gi share one node shrunk to 8 vCPU / 20Gi; scaled down to one,
+/// consolidation replaces it with a node of the smaller size that holds it: 4 vCPU / 8Gi.
+#[tokio::test]
+async fn consolidation_shrinks_a_node_after_pods_leave() {
+    let env = env(default_templates(json!({}))).await;
+    let client = env.tb.client();
+    create_flex(&client, &env.cluster.namespace).await;
+    create_consolidating_nodepool(&client).await;
+    let ns = env.tb.temp_namespace().await.expect("namespace");
+    create_deployment(&client, &ns, deployment("w", 3, "2", "6Gi", json!({}))).await;
+    all_running(&client, &ns, 3, 120).await;
+    let sizes = || async {
+        nodeclaims(&client)
+            .list(&ListParams::default())
+            .await
+            .ok()
+            .map(|l| {
+                l.items
+                    .iter()
+                    .filter(|c| c.metadata.deletion_timestamp.is_none())
+                    .map(|c| {
+                        c.annotations()
+                            .get("karpenter.cluster.x-k8s.io/size")
+                            .cloned()
+                            .unwrap_or_default()
+                    })
+                    .collect::<Vec<_>>()
+            })
+    };
+    assert_eq!(sizes().await, Some(vec!["cpu=8,memory=20Gi".to_string()]));
+    Api::<Deployment>::namespaced(client.clone(), &ns)
+        .patch(
+            "w",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"replicas": 1}})),
+        )
+        .await
+        .expect("scale down");
+    wait_for("the node shrunk", Duration::from_secs(180), || async {
+        (sizes().await? == vec!["cpu=4,memory=8Gi".to_string()]).then_some(())
+    })
+    .await
+    .expect("one NodeClaim of 4 vCPU / 8Gi");
+    // The pod moves to the new node once the old one is drained.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    wait_for(
+        "the pod on the shrunk node",
+        Duration::from_secs(120),
+        || async {
+            let p = pods_of(&pods, "w").await;
+            let [p] = p.as_slice() else { return None };
+            if !running(p) {
+                return None;
+            }
+            let node = Api::<Node>::all(client.clone())
+                .get(&node_of(p))
+                .await
+                .ok()?;
+            (node
+                .labels()
+                .get("node.kubernetes.io/instance-type")
+                .map(String::as_str)
+                == Some("flex-4c-8gi"))
+            .then_some(())
+        },
+    )
+    .await
+    .expect("the remaining pod runs on a flex-4c-8gi node");
+}

@@ -91,10 +91,8 @@ pub fn priced<'a>(view: &View, pool: &Pool<'a>, c: &'a Candidate<'a>) -> Option<
             })
         })?;
     let current = (view.catalog)(&pool.spec.template.spec.node_class_ref.name).and_then(|cat| {
-        let it = cat
-            .instance_types
-            .iter()
-            .find(|t| t.name == plan.instance_type)?;
+        // A size of a resizable template is priced as that size.
+        let it = cat.lookup(&plan.instance_type)?;
         it.offerings
             .iter()
             .find(|o| {
