@@ -207,6 +207,25 @@ pub struct ClusterAPINodeClassStatus {
     /// How many instance types are offered (the `Types` printer column).
     #[serde(default)]
     pub instance_type_count: i64,
+    /// Resizable templates whose Nodes registered with less than the size asked: the
+    /// shortfall, subtracted from every size of the template by later solves.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resize_corrections: Vec<ResizeCorrection>,
+}
+
+/// What the Nodes of one resizable template lack against the size asked (the largest
+/// shortfall seen).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResizeCorrection {
+    /// The template's name (in the Cluster's namespace).
+    pub template: String,
+    /// cpu missing (quantity).
+    #[serde(default)]
+    pub cpu: String,
+    /// Memory missing (quantity).
+    #[serde(default)]
+    pub memory: String,
 }
 
 /// One instance type of a NodeClass.

@@ -145,6 +145,7 @@ impl Engagement {
                 management: ctx.management.clone(),
                 catalogs,
                 nodeclaims: caches.nodeclaims.store(),
+                nodes: caches.nodes.store(),
                 recorder: lifecycle_ctx_recorder,
                 expectations: Arc::default(),
             },

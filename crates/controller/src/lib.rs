@@ -1,6 +1,7 @@
 //! Control loops, one module per loop, and the runtime pieces they share.
 
 pub mod cache;
+pub(crate) mod calibration;
 pub(crate) mod catalogs;
 pub mod clients;
 pub(crate) mod clone;

@@ -67,6 +67,7 @@ pub fn compute_status(
         conditions: c,
         instance_type_count: i64::try_from(instance_types.len()).unwrap_or(i64::MAX),
         instance_types,
+        resize_corrections: Vec::new(),
     }
 }
 
@@ -76,6 +77,8 @@ pub struct StatusCtx {
     pub management: Client,
     pub catalogs: IndexCatalogs,
     pub nodeclaims: kube::runtime::reflector::Store<api::NodeClaim>,
+    /// The workload cluster's Nodes (calibration of resizable templates).
+    pub nodes: kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Node>,
     pub recorder: crate::events::Recorder,
     /// Our writes the cache has not shown yet: no NodeClass is decided again before.
     pub expectations: Arc<Expectations>,
@@ -257,13 +260,14 @@ async fn reconcile(
         status::templates_ready(&catalog),
         status::bootstrap_ready(&bootstrap, &r.namespace),
     ];
-    let status = compute_status(
+    let mut status = compute_status(
         &stored.conditions,
         obj.metadata.generation,
         &parts,
         &catalog,
         Timestamp::now(),
     );
+    status.resize_corrections = resize_corrections(&ctx, &obj, &stored);
     if !unchanged(&stored, &status) {
         // Conditional on the version it was computed from (a 409 requeues at once).
         if ctx.writer().patch_status(&obj, json!(status)).await? == Outcome::Conflict {
@@ -271,6 +275,30 @@ async fn reconcile(
         }
     }
     Ok(Action::requeue(next_look(&parts)))
+}
+
+/// The NodeClass's resize corrections: the stored ones and the shortfalls of the Nodes of
+/// its NodeClaims (see the calibration module).
+fn resize_corrections(
+    ctx: &StatusCtx,
+    nc: &ClusterAPINodeClass,
+    stored: &ClusterAPINodeClassStatus,
+) -> Vec<api::nodeclass::ResizeCorrection> {
+    let name = nc.metadata.name.as_deref().unwrap_or_default();
+    let observed = ctx
+        .nodeclaims
+        .state()
+        .into_iter()
+        .filter(|c| c.spec.node_class_ref.name == name)
+        .filter_map(|c| {
+            let node = c.status.as_ref()?.node_name.as_deref()?;
+            let node = ctx
+                .nodes
+                .get(&kube::runtime::reflector::ObjectRef::new(node))?;
+            crate::calibration::shortfall(&c, &node)
+        })
+        .collect::<Vec<_>>();
+    crate::calibration::corrections(&stored.resize_corrections, observed)
 }
 
 /// How soon a NodeClass is looked at again without a trigger. The bootstrap source (a

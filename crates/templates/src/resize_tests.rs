@@ -90,6 +90,32 @@ fn sizing_shrinks_to_the_smallest_step() {
 }
 
 #[test]
+fn calibration_bumps_the_next_size() {
+    // The Nodes of `vs` registered with 2Gi less memory than asked: every size offers 2Gi
+    // less, and the 5.2 cpu / 18Gi claim now takes 24Gi.
+    let settings = CatalogSettings {
+        resize_corrections: BTreeMap::from([(
+            "vs".to_string(),
+            (String::new(), "2Gi".to_string()),
+        )]),
+        ..CatalogSettings::default()
+    };
+    let c = build_catalog(&[vsphere(&[])], &settings).expect("catalog");
+    let g = &c.resizable[0];
+    let size = g.size_for(&demand(5200, 18 << 30)).expect("size");
+    assert_eq!(
+        size,
+        Size {
+            cpu: 6000,
+            memory: 24 << 30
+        }
+    );
+    let it = g.instance_type(size).expect("type");
+    assert_eq!(it.name, "vs-6c-24gi", "named by the size asked");
+    assert_eq!(it.capacity.memory_bytes(), 22 << 30, "what the Nodes get");
+}
+
+#[test]
 fn a_pod_above_the_largest_size_is_refused() {
     let c = catalog(&vsphere(&[]));
     let e = c.resizable[0]

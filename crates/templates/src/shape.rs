@@ -287,8 +287,20 @@ fn read_capacity(
     };
     cap.insert(Resources::PODS.to_string(), pods);
     if let Some(size) = size {
-        cap.insert(Resources::CPU.to_string(), size.cpu);
-        cap.insert(Resources::MEMORY.to_string(), size.memory);
+        // What the template's Nodes really get: the size less the calibrated shortfall.
+        let (cpu_short, mem_short) = settings
+            .resize_corrections
+            .get(&cx.tref.name)
+            .copied()
+            .unwrap_or((0, 0));
+        cap.insert(
+            Resources::CPU.to_string(),
+            size.cpu.saturating_sub(cpu_short),
+        );
+        cap.insert(
+            Resources::MEMORY.to_string(),
+            size.memory.saturating_sub(mem_short),
+        );
     }
     if cap.get(Resources::CPU).copied().unwrap_or(0) <= 0 {
         return Err(TemplateError::NoCpu { template: cx.t() });
