@@ -20,36 +20,135 @@ use testbed::wait_for;
 /// The resizable TestMachineTemplate `flex` (2-32 vCPU by 2, 4-128Gi by 4Gi, cheaper than
 /// the fixed `small`/`large`), once the NodeClass offers its sizes.
 async fn create_flex(client: &Client, ns: &str) {
+    create_resizable(
+        client,
+        ns,
+        "flex",
+        "2-32/2",
+        json!({}),
+        json!({"pods": "110"}),
+    )
+    .await;
+}
+
+/// A resizable TestMachineTemplate `name` (memory 4-128Gi by 4Gi, cheap) with `extra`
+/// annotations and the clone's `capacity`, once the NodeClass offers its sizes.
+async fn create_resizable(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    cpu: &str,
+    extra: Value,
+    capacity: Value,
+) {
     let templates: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         ns,
         &provider::test_machine_template_resource(),
     );
+    let mut annotations = json!({
+        "karpenter.cluster.x-k8s.io/resizable-cpu": cpu,
+        "karpenter.cluster.x-k8s.io/resizable-memory": "4Gi-128Gi/4Gi",
+        "karpenter.cluster.x-k8s.io/price-per-cpu": "0.01",
+        "karpenter.cluster.x-k8s.io/price-per-gib": "0.001"});
+    if let (Some(a), Some(e)) = (annotations.as_object_mut(), extra.as_object()) {
+        a.extend(e.clone());
+    }
     let t: DynamicObject = from_json(json!({
         "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "TestMachineTemplate",
-        "metadata": {"name": "flex",
+        "metadata": {"name": name,
             "labels": {"node.cluster.x-k8s.io/karpenter-member": ""},
-            "annotations": {
-                "karpenter.cluster.x-k8s.io/resizable-cpu": "2-32/2",
-                "karpenter.cluster.x-k8s.io/resizable-memory": "4Gi-128Gi/4Gi",
-                "karpenter.cluster.x-k8s.io/price-per-cpu": "0.01",
-                "karpenter.cluster.x-k8s.io/price-per-gib": "0.001"}},
-        "spec": {"template": {"spec": {"capacity": {"pods": "110"}}}}
+            "annotations": annotations},
+        "spec": {"template": {"spec": {"capacity": capacity}}}
     }));
     templates
         .create(&PostParams::default(), &t)
         .await
         .expect("template");
-    wait_for("flex sizes offered", Duration::from_secs(60), || async {
+    let prefix = format!("{name}-");
+    wait_for("the sizes offered", Duration::from_secs(60), || async {
         let nc = nodeclasses(client).get("default").await.ok()?;
         let types = nc.data["status"]["instanceTypes"].as_array()?.clone();
         types
             .iter()
-            .any(|t| t["name"].as_str().is_some_and(|n| n.starts_with("flex-")))
+            .any(|t| t["name"].as_str().is_some_and(|n| n.starts_with(&prefix)))
             .then_some(())
     })
     .await
-    .expect("the NodeClass offers the flex sizes");
+    .expect("the NodeClass offers the template's sizes");
+}
+
+/// The sizes of the NodeClaims not being deleted, sorted.
+async fn claim_sizes(client: &Client) -> Option<Vec<String>> {
+    let l = nodeclaims(client).list(&ListParams::default()).await.ok()?;
+    let mut sizes: Vec<String> = l
+        .items
+        .iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .map(|c| {
+            c.annotations()
+                .get("karpenter.cluster.x-k8s.io/size")
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect();
+    sizes.sort();
+    Some(sizes)
+}
+
+/// A template whose Nodes always get 3Gi of memory (its explicit field map writes the
+/// size's memory elsewhere): the first Node, asked 4Gi, registers 1Gi short; the NodeClass
+/// records the correction and the next claim, which 4Gi would have held, gets 8Gi.
+#[tokio::test]
+async fn calibration_bumps_the_next_size() {
+    let env = env(default_templates(json!({}))).await;
+    let client = env.tb.client();
+    let fields = "cpu=spec.template.spec.capacity.cpu:quantity,memory=spec.template.spec.memoryAsked:quantity";
+    create_resizable(
+        &client,
+        &env.cluster.namespace,
+        "shy",
+        "2-8/2",
+        json!({"karpenter.cluster.x-k8s.io/resizable-fields": fields}),
+        json!({"pods": "110", "memory": "3Gi"}),
+    )
+    .await;
+    create_nodepool(&client, json!({})).await;
+    let ns = env.tb.temp_namespace().await.expect("namespace");
+    create_deployment(&client, &ns, deployment("a", 1, "1", "1Gi", json!({}))).await;
+    all_running(&client, &ns, 1, 120).await;
+    assert_eq!(
+        claim_sizes(&client).await,
+        Some(vec!["cpu=2,memory=4Gi".to_string()])
+    );
+    wait_for(
+        "the correction recorded",
+        Duration::from_secs(120),
+        || async {
+            let nc = nodeclasses(&client).get("default").await.ok()?;
+            (nc.data["status"]["resizeCorrections"]
+                == json!([{"template": "shy", "cpu": "0", "memory": "1Gi"}]))
+            .then_some(())
+        },
+    )
+    .await
+    .expect("status.resizeCorrections of shy");
+    // 1.5 cpu / 2200Mi: 4Gi (2.43Gi allocatable) would hold it, 3Gi (1.43Gi) does not; the
+    // first Node has 1 cpu left.
+    create_deployment(
+        &client,
+        &ns,
+        deployment("b", 1, "1500m", "2200Mi", json!({})),
+    )
+    .await;
+    all_running(&client, &ns, 2, 120).await;
+    assert_eq!(
+        claim_sizes(&client).await,
+        Some(vec![
+            "cpu=2,memory=4Gi".to_string(),
+            "cpu=2,memory=8Gi".to_string()
+        ])
+    );
 }
 
 async fn create_deployment(client: &Client, ns: &str, d: Deployment) {
@@ -199,25 +298,10 @@ async fn consolidation_shrinks_a_node_after_pods_leave() {
     let ns = env.tb.temp_namespace().await.expect("namespace");
     create_deployment(&client, &ns, deployment("w", 3, "2", "6Gi", json!({}))).await;
     all_running(&client, &ns, 3, 120).await;
-    let sizes = || async {
-        nodeclaims(&client)
-            .list(&ListParams::default())
-            .await
-            .ok()
-            .map(|l| {
-                l.items
-                    .iter()
-                    .filter(|c| c.metadata.deletion_timestamp.is_none())
-                    .map(|c| {
-                        c.annotations()
-                            .get("karpenter.cluster.x-k8s.io/size")
-                            .cloned()
-                            .unwrap_or_default()
-                    })
-                    .collect::<Vec<_>>()
-            })
-    };
-    assert_eq!(sizes().await, Some(vec!["cpu=8,memory=20Gi".to_string()]));
+    assert_eq!(
+        claim_sizes(&client).await,
+        Some(vec!["cpu=8,memory=20Gi".to_string()])
+    );
     Api::<Deployment>::namespaced(client.clone(), &ns)
         .patch(
             "w",
@@ -227,7 +311,7 @@ async fn consolidation_shrinks_a_node_after_pods_leave() {
         .await
         .expect("scale down");
     wait_for("the node shrunk", Duration::from_secs(180), || async {
-        (sizes().await? == vec!["cpu=4,memory=8Gi".to_string()]).then_some(())
+        (claim_sizes(&client).await? == vec!["cpu=4,memory=8Gi".to_string()]).then_some(())
     })
     .await
     .expect("one NodeClaim of 4 vCPU / 8Gi");
