@@ -67,6 +67,7 @@ pub fn compute_status(
         conditions: c,
         instance_type_count: i64::try_from(instance_types.len()).unwrap_or(i64::MAX),
         instance_types,
+        offerings: Vec::new(),
     }
 }
 
