@@ -23,6 +23,7 @@
 
 mod catalog;
 pub mod count;
+pub mod inventory;
 mod error;
 pub mod labels;
 pub mod model;
