@@ -82,6 +82,11 @@ impl Engagement {
         // The one cluster state every reader of this workload cluster shares.
         let state = ClusterState::new(crate::state::Sources::of(caches));
         let catalogs = catalogs(ctx, caches, index);
+        let inventory = crate::inventory::Inventory::new(
+            crate::inventory::Hosts::new(ctx.management.clone()),
+            caches.nodeclasses.store(),
+            Arc::new(catalogs.clone()),
+        );
         let reporter = Reporter {
             controller: "karpenter".into(),
             instance: Some(identity),
@@ -96,7 +101,7 @@ impl Engagement {
             Arc::new(catalogs.clone()),
             unavailable.clone(),
             registration_failures.clone(),
-            cluster_id,
+            (cluster_id, inventory.clone()),
         ));
         let nodepool_status = crate::nodepool_status::NodePoolStatus {
             client: ctx.workload.clone(),
@@ -111,7 +116,7 @@ impl Engagement {
             state.clone(),
             lifecycle_ctx.recorder.clone(),
             lifecycle_ctx.provider.clone(),
-            unavailable.clone(),
+            (unavailable.clone(), inventory.clone()),
         );
         let provisioner = provisioner(
             ctx,
@@ -119,7 +124,7 @@ impl Engagement {
             state.clone(),
             lifecycle_ctx.recorder.clone(),
             lifecycle_ctx.provider.clone(),
-            unavailable,
+            (unavailable, inventory.clone()),
         );
         let lifecycle_ctx_recorder = lifecycle_ctx.recorder.clone();
         let triggers = triggers(caches, &catalogs.index);
@@ -284,7 +289,7 @@ fn shared(
     catalogs: Arc<IndexCatalogs>,
     unavailable: Arc<crate::unavailable::UnavailableOfferings>,
     registration_failures: Arc<crate::nodepool_status::RegistrationFailures>,
-    cluster_id: String,
+    (cluster_id, inventory): (String, crate::inventory::Inventory),
 ) -> Shared {
     Shared {
         workload: ctx.workload.clone(),
@@ -299,6 +304,7 @@ fn shared(
         clusters: caches.clusters.store(),
         catalogs,
         unavailable,
+        inventory,
         settings: Settings {
             node_repair_after: ctx.knobs.node_repair_after,
             count_staleness: ctx.knobs.count_staleness,
@@ -322,7 +328,10 @@ fn provisioner(
     state: ClusterState,
     recorder: Recorder,
     provider: Arc<dyn crate::cloudprovider::CloudProvider>,
-    unavailable: Arc<crate::unavailable::UnavailableOfferings>,
+    (unavailable, inventory): (
+        Arc<crate::unavailable::UnavailableOfferings>,
+        crate::inventory::Inventory,
+    ),
 ) -> crate::provisioning::Provisioner {
     crate::provisioning::Provisioner {
         client: ctx.workload.clone(),
@@ -333,6 +342,7 @@ fn provisioner(
         unavailable,
         machines: caches.machines.store(),
         count_staleness: ctx.knobs.count_staleness,
+        inventory,
         batch_idle: ctx.knobs.batch_idle,
         batch_max: ctx.knobs.batch_max,
     }
@@ -345,7 +355,10 @@ fn disruption(
     state: ClusterState,
     recorder: Recorder,
     provider: Arc<dyn crate::cloudprovider::CloudProvider>,
-    unavailable: Arc<crate::unavailable::UnavailableOfferings>,
+    (unavailable, inventory): (
+        Arc<crate::unavailable::UnavailableOfferings>,
+        crate::inventory::Inventory,
+    ),
 ) -> crate::disruption::Disruption {
     crate::disruption::Disruption {
         client: ctx.workload.clone(),
@@ -357,6 +370,7 @@ fn disruption(
         provider,
         unavailable,
         count_staleness: ctx.knobs.count_staleness,
+        inventory,
         command_timeout: ctx.knobs.disruption_timeout,
         connection: ctx.connection.clone(),
     }

@@ -14,6 +14,7 @@ pub(crate) mod fence;
 pub(crate) mod garbagecollection;
 pub mod health;
 pub mod hub;
+pub mod inventory;
 pub(crate) mod latency;
 pub mod leader;
 pub mod machine;

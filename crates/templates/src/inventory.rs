@@ -175,7 +175,10 @@ fn as_string(v: &Value) -> String {
 }
 
 /// Reads the host selector of `template` at `query.selector_path`.
-pub fn selector_of(template: &DynamicObject, query: &HostQuery) -> Result<HostSelector, SelectorError> {
+pub fn selector_of(
+    template: &DynamicObject,
+    query: &HostQuery,
+) -> Result<HostSelector, SelectorError> {
     let shown = query.selector_path.join(".");
     let bad = |reason: String| SelectorError {
         path: shown.clone(),
@@ -256,6 +259,14 @@ pub struct HostTally {
 }
 
 impl HostTally {
+    /// No host (a kind not listed yet, or a selector that cannot be read).
+    pub fn none(zone_split: bool) -> HostTally {
+        HostTally {
+            zone_split,
+            ..HostTally::default()
+        }
+    }
+
     fn sum(map: &BTreeMap<Option<String>, u32>, split: bool, zone: Option<&str>) -> u32 {
         match (split, zone) {
             (true, Some(z)) => map.get(&Some(z.to_string())).copied().unwrap_or(0),
@@ -283,9 +294,14 @@ impl HostTally {
 }
 
 /// The value of `path` in a host (`metadata.*` from the typed metadata).
-fn field<'a>(host: &'a DynamicObject, meta: &'a mut Option<Value>, path: &[String]) -> Option<&'a Value> {
+fn field<'a>(
+    host: &'a DynamicObject,
+    meta: &'a mut Option<Value>,
+    path: &[String],
+) -> Option<&'a Value> {
     if path.first().map(String::as_str) == Some("metadata") {
-        let m = meta.get_or_insert_with(|| serde_json::to_value(&host.metadata).unwrap_or_default());
+        let m =
+            meta.get_or_insert_with(|| serde_json::to_value(&host.metadata).unwrap_or_default());
         return at(m, &path[1..]);
     }
     at(&host.data, path)
@@ -378,11 +394,31 @@ mod tests {
     #[test]
     fn metal3_counts_free_matching_hosts_per_zone() {
         let hosts = [
-            host("a", json!({"size": "large", "zone": "z1"}), None, "available"),
+            host(
+                "a",
+                json!({"size": "large", "zone": "z1"}),
+                None,
+                "available",
+            ),
             host("b", json!({"size": "large", "zone": "z1"}), None, "ready"),
-            host("c", json!({"size": "large", "zone": "z2"}), Some("m-1"), "provisioned"),
-            host("d", json!({"size": "large", "zone": "z2"}), None, "inspecting"),
-            host("e", json!({"size": "small", "zone": "z2"}), None, "available"),
+            host(
+                "c",
+                json!({"size": "large", "zone": "z2"}),
+                Some("m-1"),
+                "provisioned",
+            ),
+            host(
+                "d",
+                json!({"size": "large", "zone": "z2"}),
+                None,
+                "inspecting",
+            ),
+            host(
+                "e",
+                json!({"size": "small", "zone": "z2"}),
+                None,
+                "available",
+            ),
         ];
         let q = metal3(Some("zone"));
         let sel = selector_of(&template(json!({"matchLabels": {"size": "large"}})), &q)
@@ -426,13 +462,20 @@ mod tests {
         assert!(!sel.matches(&labels(&[("size", "xl"), ("cores", "32"), ("gpu", "1")])));
         assert!(!sel.matches(&labels(&[("size", "small"), ("cores", "32")])));
         // No selector: every host.
-        assert!(selector_of(&template(Value::Null), &q).expect("none").matches(&labels(&[])));
+        assert!(
+            selector_of(&template(Value::Null), &q)
+                .expect("none")
+                .matches(&labels(&[]))
+        );
         let e = selector_of(
             &template(json!({"matchExpressions": [{"key": "a", "operator": "near"}]})),
             &q,
         )
         .expect_err("bad operator");
-        assert!(e.to_string().contains("spec.template.spec.hostSelector"), "{e}");
+        assert!(
+            e.to_string().contains("spec.template.spec.hostSelector"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -457,7 +500,11 @@ mod tests {
             "spec": {"template": {"spec": {"pool": {"matchLabels": {"pool": "p"}}}}}}))
         .expect("template");
         let sel = selector_of(&t, &q).expect("selector");
-        let hosts = [slot("a", true, None), slot("b", false, None), slot("c", true, Some("m"))];
+        let hosts = [
+            slot("a", true, None),
+            slot("b", false, None),
+            slot("c", true, Some("m")),
+        ];
         let tally = tally(&q, &sel, "capi", &hosts);
         assert_eq!((tally.free_in(None), tally.matching_in(None)), (1, 3));
         assert!(tally.consumers.contains("m"));

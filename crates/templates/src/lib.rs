@@ -23,8 +23,8 @@
 
 mod catalog;
 pub mod count;
-pub mod inventory;
 mod error;
+pub mod inventory;
 pub mod labels;
 pub mod model;
 pub mod offline;

@@ -58,6 +58,8 @@ pub struct Provisioner {
     pub machines: kube::runtime::reflector::Store<api::Machine>,
     /// How long a template's reported `available-count` is trusted.
     pub count_staleness: Duration,
+    /// The NodeClasses' host inventories (templates' free hosts).
+    pub inventory: crate::inventory::Inventory,
     pub batch_idle: Duration,
     pub batch_max: Duration,
 }
@@ -71,7 +73,8 @@ impl Provisioner {
             &self.machines.state(),
             k8s_openapi::jiff::Timestamp::now(),
             self.count_staleness,
-        );
+        )
+        .with_hosts(self.inventory.tallies());
         snapshot::build(
             cluster,
             &cluster.ready_nodepools(),
@@ -347,7 +350,7 @@ fn offer_pending(state: &ClusterState, batcher: &mut Batcher, now: Instant) {
 pub async fn run(p: Provisioner, shutdown: impl std::future::Future<Output = ()> + Send) {
     tokio::pin!(shutdown);
     // Subscribed before the first read: no event between them is lost.
-    let mut events = triggers(&p.state);
+    let mut events = triggers(&p.state, p.inventory.subscribe());
     let mut pools = PoolsSeen::new();
     let mut batcher = Batcher::new(p.batch_idle, p.batch_max);
     offer_pending(&p.state, &mut batcher, Instant::now());
