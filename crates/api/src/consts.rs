@@ -294,6 +294,9 @@ pub mod reasons {
 /// Event reasons (Karpenter's, so alerts carry over).
 pub mod events {
     pub const FAILED_SCHEDULING: &str = "FailedScheduling";
+    /// Ours, on a pod: the counted offerings it could use have no count left
+    /// ("template metal-large: 0 of 4 hosts available").
+    pub const COUNT_EXHAUSTED: &str = "CountExhausted";
     pub const NO_COMPATIBLE_INSTANCE_TYPES: &str = "NoCompatibleInstanceTypes";
     pub const NOMINATED: &str = "Nominated";
     pub const INSUFFICIENT_CAPACITY_ERROR: &str = "InsufficientCapacityError";

@@ -465,4 +465,69 @@ mod tests {
             Some(2)
         );
     }
+
+    #[test]
+    fn free_hosts_count_less_the_launches_holding_none_yet() {
+        use templates::inventory::{HostQuery, HostSelector, tally};
+        let q = HostQuery::of(
+            &serde_json::from_value(json!({"preset": "Metal3", "zoneLabel": "zone"})).expect("inv"),
+        )
+        .expect("query");
+        let host = |name: &str, zone: &str, consumer: Option<&str>| -> kube::api::DynamicObject {
+            serde_json::from_value(json!({"apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
+                "metadata": {"name": name, "namespace": "capi", "labels": {"zone": zone}},
+                "spec": {"consumerRef": consumer.map(|c| json!({"name": c}))},
+                "status": {"provisioning": {"state": if consumer.is_some() {"provisioned"} else {"available"}}}}))
+            .expect("host")
+        };
+        // z1: 3 hosts, one taken by b's InfraMachine (b is in flight, holding it); z2: 1 free.
+        let hosts = [
+            host("h1", "z1", None),
+            host("h2", "z1", None),
+            host("h3", "z1", Some("b")),
+            host("h4", "z2", None),
+        ];
+        let tallies = crate::inventory::Tallies::from([(
+            ("capi".to_string(), "metal".to_string()),
+            tally(&q, &HostSelector::default(), "capi", &hosts),
+        )]);
+        // a: launched (providerID); b: in flight holding h3; c: in flight holding none yet.
+        let with_zone = |name: &str, pid: Option<&str>| {
+            let mut c = (*claim(name, "metal", pid)).clone();
+            let ann = c.metadata.annotations.get_or_insert_with(Default::default);
+            let mut plan: serde_json::Value =
+                serde_json::from_str(&ann[ann::LAUNCH_PLAN]).expect("plan");
+            plan["failureDomain"] = json!("z1");
+            ann.insert(ann::LAUNCH_PLAN.into(), plan.to_string());
+            Arc::new(c)
+        };
+        let claims = [
+            with_zone("a", Some("metal://a")),
+            with_zone("b", None),
+            with_zone("c", None),
+        ];
+        let counts =
+            OfferingCounts::new(&claims, &[], now(), DEFAULT_STALENESS).with_hosts(tallies);
+        let mut z1 = offering(CountLimits::default());
+        z1.zone = Some("z1".into());
+        let a = counts.available(&metal(), &z1).expect("counted");
+        // 2 free in z1, minus c (b already holds h3): 1 of the 3 hosts of z1.
+        assert_eq!((a.count, a.source, a.limit), (1, CountSource::Inventory, 3));
+        assert_eq!(a.describe(), "1 of 3 hosts available");
+        let shared = counts.scheduling(&metal(), &z1).expect("counted");
+        assert!(shared.key.contains("zone z1"), "{}", shared.key);
+        let mut z2 = z1.clone();
+        z2.zone = Some("z2".into());
+        assert_eq!(counts.available(&metal(), &z2).map(|a| a.count), Some(1));
+        // A max-machines smaller than the free hosts wins.
+        let capped = Offering {
+            limits: CountLimits {
+                max_machines: Some(3),
+                ..CountLimits::default()
+            },
+            ..z2
+        };
+        let a = counts.available(&metal(), &capped).expect("counted");
+        assert_eq!((a.count, a.source), (0, CountSource::MaxMachines));
+    }
 }

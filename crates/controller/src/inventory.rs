@@ -150,6 +150,23 @@ impl Hosts {
     }
 }
 
+/// The templates with more free hosts than `seen` recorded (a host was freed or added),
+/// `seen` updated to `tallies`.
+pub fn freed(seen: &mut HashMap<TemplateKey, u32>, tallies: &Tallies) -> Vec<TemplateKey> {
+    let mut out = Vec::new();
+    for (key, t) in tallies {
+        let free = t.free_in(None);
+        if seen
+            .insert(key.clone(), free)
+            .is_some_and(|before| free > before)
+        {
+            out.push(key.clone());
+        }
+    }
+    seen.retain(|k, _| tallies.contains_key(k));
+    out
+}
+
 struct InventoryInner {
     hosts: Hosts,
     nodeclasses: Store<ClusterAPINodeClass>,
@@ -172,6 +189,26 @@ impl Inventory {
             nodeclasses,
             catalogs,
         })))
+    }
+
+    /// After a host change: ends the launch backoff of the templates a host was freed for
+    /// (`seen`: the free hosts per template at the last change).
+    pub fn forgive_freed(
+        &self,
+        seen: &mut HashMap<TemplateKey, u32>,
+        unavailable: &crate::unavailable::UnavailableOfferings,
+    ) {
+        let freed = freed(seen, &self.tallies());
+        if freed.is_empty() {
+            return;
+        }
+        tracing::debug!(templates = ?freed, "hosts freed: launch backoff ended");
+        unavailable.forgive(|k| {
+            freed.iter().any(|(ns, name)| {
+                k.template.namespace.as_deref().unwrap_or_default() == ns
+                    && &k.template.name == name
+            })
+        });
     }
 
     /// The counter of host changes (`None` without an inventory).
@@ -226,5 +263,81 @@ impl Inventory {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use templates::inventory::HostSelector;
+
+    fn tally_of(free: u32, taken: u32) -> HostTally {
+        let q = HostQuery::of(&serde_json::from_value(json!({"preset": "Metal3"})).expect("inv"))
+            .expect("query");
+        let host = |i: u32, consumer: Option<&str>| -> DynamicObject {
+            serde_json::from_value(json!({"apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
+                "metadata": {"name": format!("h{i}"), "namespace": "capi"},
+                "spec": {"consumerRef": consumer.map(|c| json!({"name": c}))},
+                "status": {"provisioning": {"state": if consumer.is_some() {"provisioned"} else {"available"}}}}))
+            .expect("host")
+        };
+        let hosts: Vec<DynamicObject> = (0..free)
+            .map(|i| host(i, None))
+            .chain((0..taken).map(|i| host(100 + i, Some("m"))))
+            .collect();
+        tally(&q, &HostSelector::default(), "capi", &hosts)
+    }
+
+    #[test]
+    fn a_freed_or_added_host_is_noticed_once() {
+        let key = ("capi".to_string(), "metal".to_string());
+        let mut seen = HashMap::new();
+        let at = |free, taken| Tallies::from([(key.clone(), tally_of(free, taken))]);
+        assert!(
+            freed(&mut seen, &at(0, 3)).is_empty(),
+            "first look: nothing freed"
+        );
+        assert!(freed(&mut seen, &at(0, 3)).is_empty());
+        assert_eq!(
+            freed(&mut seen, &at(1, 2)),
+            [key.clone()],
+            "a host released"
+        );
+        assert!(freed(&mut seen, &at(1, 2)).is_empty(), "noticed once");
+        assert!(freed(&mut seen, &at(0, 3)).is_empty(), "taken again");
+        assert_eq!(freed(&mut seen, &at(1, 3)), [key.clone()], "a host added");
+        assert!(freed(&mut seen, &Tallies::new()).is_empty());
+        assert!(seen.is_empty(), "a template gone is forgotten");
+    }
+
+    #[test]
+    fn forgiving_ends_only_the_freed_templates_backoff() {
+        use crate::unavailable::{OfferingKey, UnavailableOfferings};
+        let key = |name: &str| OfferingKey {
+            template: templates::model::TemplateRef {
+                api_version: "infrastructure.cluster.x-k8s.io/v1beta1".into(),
+                kind: "Metal3MachineTemplate".into(),
+                namespace: Some("capi".into()),
+                name: name.into(),
+            },
+            zone: None,
+            capacity_type: "on-demand".into(),
+        };
+        let u = UnavailableOfferings::default();
+        let now = std::time::Instant::now();
+        u.mark(key("metal"), "no host", now);
+        u.mark(key("other"), "no host", now);
+        let freed = [("capi".to_string(), "metal".to_string())];
+        u.forgive(|k| {
+            freed.iter().any(|(ns, n)| {
+                k.template.namespace.as_deref() == Some(ns.as_str()) && &k.template.name == n
+            })
+        });
+        assert!(
+            !u.is_unavailable(&key("metal"), now),
+            "freed: offered again at once"
+        );
+        assert!(u.is_unavailable(&key("other"), now));
     }
 }

@@ -103,6 +103,12 @@ impl UnavailableOfferings {
             .map(|e| (e.reason.clone(), e.until))
     }
 
+    /// Ends the backoff of every offering `freed` names (a host of its template was freed:
+    /// launching may succeed now, whatever the hold left).
+    pub fn forgive(&self, freed: impl Fn(&OfferingKey) -> bool) {
+        self.lock().retain(|k, _| !freed(k));
+    }
+
     pub fn is_unavailable(&self, key: &OfferingKey, now: Instant) -> bool {
         self.reason(key, now).is_some()
     }
