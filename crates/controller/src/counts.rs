@@ -74,7 +74,17 @@ impl LaunchState<'_> {
             return Some(reason);
         }
         let a = self.counts.available(it, offering)?;
-        (a.count == 0).then(|| format!("template {}: {}", offering.template.name, a.describe()))
+        (a.count == 0).then(|| match a.source {
+            CountSource::Inventory => {
+                format!("template {}: {}", offering.template.name, a.describe())
+            }
+            source => format!(
+                "{}: no count left ({} {})",
+                offering.template,
+                source.annotation(),
+                a.limit
+            ),
+        })
     }
 }
 

@@ -25,6 +25,7 @@ pub(crate) mod nodeclass;
 pub mod nodeclass_status;
 pub(crate) mod nodepool_status;
 pub mod objects;
+pub mod offering_status;
 pub(crate) mod overlay_status;
 pub mod overlays;
 pub mod provisioning;

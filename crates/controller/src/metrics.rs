@@ -21,6 +21,14 @@ pub struct NodePoolLabels {
     pub nodepool: String,
 }
 
+/// An offering: its template, zone (empty when zone-less) and capacity type.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct OfferingLabels {
+    pub template: String,
+    pub zone: String,
+    pub capacity_type: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CreatedLabels {
     pub reason: String,
@@ -204,6 +212,10 @@ pub struct Metrics {
     pub launch_duration: Family<NodePoolLabels, Histogram, fn() -> Histogram>,
     pub catalog_instance_types: Family<NodeClassLabels, Gauge>,
     pub nodeoverlay_matched_offerings: Family<OverlayLabels, Gauge>,
+    /// Counted offerings: how many more Machines each can become.
+    pub offering_available: Family<OfferingLabels, Gauge>,
+    /// 1 while an offering is backed off after a failed launch or has no count left.
+    pub offering_unavailable: Family<OfferingLabels, Gauge>,
     pub voluntary_disruption_eligible_nodes: Family<EligibleLabels, Gauge>,
     pub nodepools_allowed_disruptions: Family<PoolReasonLabels, Gauge>,
     pub consolidation_score: Family<NodePoolLabels, Gauge<f64, AtomicU64>>,
@@ -249,6 +261,8 @@ impl Metrics {
             launch_duration: Family::new_with_constructor(launch_histogram),
             catalog_instance_types: Family::default(),
             nodeoverlay_matched_offerings: Family::default(),
+            offering_available: Family::default(),
+            offering_unavailable: Family::default(),
             voluntary_disruption_eligible_nodes: Family::default(),
             nodepools_allowed_disruptions: Family::default(),
             consolidation_score: Family::default(),
@@ -417,6 +431,16 @@ impl Metrics {
             "nodeoverlay_matched_offerings",
             "Offerings each nodeoverlay selects, over every nodeclass's catalog.",
             Declared(self.nodeoverlay_matched_offerings.clone()),
+        );
+        r.register(
+            "offering_available",
+            "Machines each counted offering can still become (the smallest of its template's counts).",
+            Declared(self.offering_available.clone()),
+        );
+        r.register(
+            "offering_unavailable",
+            "1 while an offering is backed off after a failed launch or has no count left.",
+            Declared(self.offering_unavailable.clone()),
         );
         r.register(
             "launch_step_duration_seconds",

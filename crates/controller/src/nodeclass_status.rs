@@ -78,6 +78,8 @@ pub struct StatusCtx {
     pub catalogs: IndexCatalogs,
     pub nodeclaims: kube::runtime::reflector::Store<api::NodeClaim>,
     pub recorder: crate::events::Recorder,
+    /// The offerings' counts and backoffs (`status.offerings`, the offering gauges).
+    pub offerings: crate::offering_status::OfferingStatus,
     /// Our writes the cache has not shown yet: no NodeClass is decided again before.
     pub expectations: Arc<Expectations>,
 }
@@ -258,12 +260,17 @@ async fn reconcile(
         status::templates_ready(&catalog),
         status::bootstrap_ready(&bootstrap, &r.namespace),
     ];
-    let status = compute_status(
+    let mut status = compute_status(
         &stored.conditions,
         obj.metadata.generation,
         &parts,
         &catalog,
         Timestamp::now(),
+    );
+    status.offerings = ctx.offerings.compute(
+        &obj.name_any(),
+        catalog.as_ref().as_ref().ok().map(|c| c.as_ref()),
+        &ctx.nodeclaims.state(),
     );
     if !unchanged(&stored, &status) {
         // Conditional on the version it was computed from (a 409 requeues at once).
@@ -271,7 +278,12 @@ async fn reconcile(
             return Ok(Action::requeue(Duration::ZERO));
         }
     }
-    Ok(Action::requeue(next_look(&parts)))
+    let next = next_look(&parts);
+    Ok(Action::requeue(if status.offerings.is_empty() {
+        next
+    } else {
+        next.min(OFFERINGS_RECHECK)
+    }))
 }
 
 /// How soon a NodeClass is looked at again without a trigger. The bootstrap source (a
@@ -288,6 +300,10 @@ fn next_look(parts: &[ConditionValue]) -> Duration {
         Duration::from_secs(60)
     }
 }
+
+/// How often a NodeClass with counted or backed-off offerings is looked at again (counts
+/// move with every launch; a host change triggers it at once).
+const OFFERINGS_RECHECK: Duration = Duration::from_secs(10);
 
 /// How often a missing bootstrap source is looked up again.
 pub const BOOTSTRAP_RECHECK: Duration = Duration::from_secs(3);
@@ -330,6 +346,16 @@ pub async fn run(
         Some(c) => c.subscribe().map(|_| ()).boxed(),
         None => futures::stream::pending().boxed(),
     };
+    // Host changes move the offerings' counts.
+    let hosts = match ctx.offerings.inventory.subscribe() {
+        Some(rx) => futures::stream::unfold(rx, |mut rx| async move {
+            rx.changed().await.ok()?;
+            Some(((), rx))
+        })
+        .boxed(),
+        None => futures::stream::pending().boxed(),
+    };
+    let overlays = futures::stream::select(overlays, hosts);
     let (tx, rx) = futures::channel::mpsc::channel::<()>(1);
     let mut tasks = crate::tasks::Tasks::default();
     tasks.spawn(async move {
