@@ -389,7 +389,7 @@ const PARALLEL_WRITES: usize = 32;
 type CountNote = (String, templates::count::CountSource, u32);
 
 /// The exhausted counts a pod failed on, in words (`template metal: 0 of 3 hosts
-/// available`, the count as the solve started), from `notes` (see `count_notes`).
+/// available`), from `notes` (see `count_notes`).
 fn exhausted_notes(
     u: &scheduling::Unschedulable,
     notes: &HashMap<String, CountNote>,
@@ -398,10 +398,11 @@ fn exhausted_notes(
         .failures
         .iter()
         .filter_map(|(_, f)| match f {
-            scheduling::Failure::CountExhausted { key, available } => {
+            scheduling::Failure::CountExhausted { key, .. } => {
                 let (name, source, limit) = notes.get(key)?;
+                // Exhausted: none left once the solve handed out what it had.
                 let a = templates::count::Available {
-                    count: *available,
+                    count: 0,
                     source: *source,
                     limit: *limit,
                 };
