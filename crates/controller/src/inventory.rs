@@ -301,12 +301,16 @@ mod tests {
         assert!(freed(&mut seen, &at(0, 3)).is_empty());
         assert_eq!(
             freed(&mut seen, &at(1, 2)),
-            [key.clone()],
+            std::slice::from_ref(&key),
             "a host released"
         );
         assert!(freed(&mut seen, &at(1, 2)).is_empty(), "noticed once");
         assert!(freed(&mut seen, &at(0, 3)).is_empty(), "taken again");
-        assert_eq!(freed(&mut seen, &at(1, 3)), [key.clone()], "a host added");
+        assert_eq!(
+            freed(&mut seen, &at(1, 3)),
+            std::slice::from_ref(&key),
+            "a host added"
+        );
         assert!(freed(&mut seen, &Tallies::new()).is_empty());
         assert!(seen.is_empty(), "a template gone is forgotten");
     }
