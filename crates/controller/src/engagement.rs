@@ -145,22 +145,13 @@ impl Engagement {
         let overlay_status = overlay_loop(ctx, caches, &catalogs);
         Engagement {
             overlay_status,
-            status: StatusCtx {
-                workload: ctx.workload.clone(),
-                management: ctx.management.clone(),
+            status: status(
+                ctx,
+                caches,
                 catalogs,
-                nodeclaims: caches.nodeclaims.store(),
-                recorder: lifecycle_ctx_recorder,
-                offerings: crate::offering_status::OfferingStatus {
-                    machines: caches.machines.store(),
-                    unavailable: lifecycle_ctx.unavailable.clone(),
-                    inventory,
-                    count_staleness: ctx.knobs.count_staleness,
-                    metrics: ctx.metrics.clone(),
-                    gauged: Arc::default(),
-                },
-                expectations: Arc::default(),
-            },
+                lifecycle_ctx_recorder,
+                (lifecycle_ctx.unavailable.clone(), inventory),
+            ),
             gc_interval: ctx.knobs.gc_interval,
             gc_grace: ctx.knobs.gc_grace,
             lifecycle: lifecycle_ctx,
@@ -232,6 +223,32 @@ impl Engagement {
             self.gc_grace,
         ));
         (loops, gc)
+    }
+}
+
+/// The NodeClass status loop's context.
+fn status(
+    ctx: &Sources,
+    caches: &Caches,
+    catalogs: IndexCatalogs,
+    recorder: Recorder,
+    (unavailable, inventory): (Arc<Unavailable>, crate::inventory::Inventory),
+) -> StatusCtx {
+    StatusCtx {
+        workload: ctx.workload.clone(),
+        management: ctx.management.clone(),
+        catalogs,
+        nodeclaims: caches.nodeclaims.store(),
+        recorder,
+        offerings: crate::offering_status::OfferingStatus {
+            machines: caches.machines.store(),
+            unavailable,
+            inventory,
+            count_staleness: ctx.knobs.count_staleness,
+            metrics: ctx.metrics.clone(),
+            gauged: Arc::default(),
+        },
+        expectations: Arc::default(),
     }
 }
 
