@@ -64,6 +64,9 @@ pub struct Loaded {
     pub overlays: Vec<api::NodeOverlay>,
     /// `Kind namespace/name` of the objects the simulation does not read.
     pub ignored: Vec<String>,
+    /// Objects of other kinds, as given: the hosts a NodeClass's inventory counts are
+    /// among them.
+    pub others: Vec<kube::api::DynamicObject>,
     /// Problems with the snapshot that do not stop the simulation.
     pub warnings: Vec<String>,
 }

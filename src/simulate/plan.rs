@@ -121,7 +121,15 @@ pub fn plan(loaded: &Loaded) -> Plan {
     let (node_classes, catalogs) = node_class_catalogs(loaded, &mut warnings);
     let mut node_pools = node_pool_summaries(loaded, &catalogs, &mut warnings);
     let cluster = Cluster::new(loaded.state.clone());
-    let counted = Counted::of(&cluster);
+    let counted = Counted::of(&cluster).with_hosts(loaded, &catalogs);
+    // Hosts an inventory counts are read, not ignored.
+    let hosts = super::counts::inventory_kinds(loaded);
+    let ignored: Vec<String> = loaded
+        .ignored
+        .iter()
+        .filter(|w| !hosts.iter().any(|k| w.starts_with(&format!("{k} "))))
+        .cloned()
+        .collect();
     let snap = snapshot::build(
         &cluster,
         &cluster.nodepools,
@@ -191,7 +199,7 @@ pub fn plan(loaded: &Loaded) -> Plan {
         node_classes,
         node_pools,
         warnings,
-        ignored: loaded.ignored.clone(),
+        ignored,
         node_claims,
         existing,
         unplaceable,
