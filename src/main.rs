@@ -43,7 +43,8 @@ enum Command {
 struct SimulateArgs {
     /// YAML/JSON file, directory (recursive, *.yaml/*.yml/*.json in name order) or `-` for
     /// stdin: Pods, Deployments, ReplicaSets, StatefulSets, Jobs, DaemonSets, Nodes,
-    /// NodeClaims, NodePools, ClusterAPINodeClasses, *MachineTemplates, Clusters. Repeatable.
+    /// NodeClaims, NodePools, ClusterAPINodeClasses, *MachineTemplates, Clusters, and the
+    /// hosts a NodeClass's inventory counts (e.g. BareMetalHosts). Repeatable.
     #[arg(short = 'f', long = "filename", required = true)]
     files: Vec<PathBuf>,
     /// Output format.
@@ -53,10 +54,10 @@ struct SimulateArgs {
 
 fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
     let loaded = simulate::load(&args.files)?;
-    for i in &loaded.ignored {
+    let plan = simulate::plan(&loaded);
+    for i in &plan.ignored {
         eprintln!("warning: ignored {i}: not read by the simulation");
     }
-    let plan = simulate::plan(&loaded);
     match args.output {
         InspectFormat::Table => print!("{}", simulate::render_table(&plan)),
         InspectFormat::Json => println!("{}", serde_json::to_string_pretty(&plan)?),
