@@ -125,6 +125,9 @@ pub mod annotations {
     pub const AVAILABLE_COUNT: &str = "karpenter.cluster.x-k8s.io/available-count";
     /// On templates: when [`AVAILABLE_COUNT`] was written (RFC 3339).
     pub const AVAILABLE_COUNT_UPDATED: &str = "karpenter.cluster.x-k8s.io/available-count-updated";
+    /// On a static NodePool (`"true"`): its NodeClaims are spread round-robin over the zones
+    /// of its compatible offerings (opt-in; Karpenter leaves the zone to the launch).
+    pub const STATIC_ZONE_SPREAD: &str = "karpenter.cluster.x-k8s.io/static-zone-spread";
     /// On a NodeClaim: the launch plan (JSON), written before anything is created.
     pub const LAUNCH_PLAN: &str = "karpenter.cluster.x-k8s.io/launch";
     /// On the Machine and its clones: the UID of the NodeClaim they were created for.

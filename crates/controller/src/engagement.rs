@@ -56,6 +56,7 @@ pub(crate) struct Engagement {
     lifecycle: Ctx,
     triggers: lifecycle::Triggers,
     provisioner: crate::provisioning::Provisioner,
+    static_pools: crate::static_pools::StaticPools,
     disruption: crate::disruption::Disruption,
     nodepool_status: crate::nodepool_status::NodePoolStatus,
     latency: crate::latency::Latency,
@@ -121,6 +122,18 @@ impl Engagement {
             lifecycle_ctx.provider.clone(),
             unavailable,
         );
+        let static_pools = crate::static_pools::StaticPools {
+            client: ctx.workload.clone(),
+            recorder: lifecycle_ctx.recorder.clone(),
+            metrics: ctx.metrics.clone(),
+            state: state.clone(),
+            provider: lifecycle_ctx.provider.clone(),
+            unavailable: provisioner.unavailable.clone(),
+            machines: caches.machines.store(),
+            count_staleness: ctx.knobs.count_staleness,
+            in_flight: Arc::default(),
+            expectations: Arc::default(),
+        };
         let lifecycle_ctx_recorder = lifecycle_ctx.recorder.clone();
         let triggers = triggers(caches, &catalogs.index);
         // The scrape-time gauges and the latencies: the leader's, as Karpenter's. A hub
@@ -153,6 +166,7 @@ impl Engagement {
             lifecycle: lifecycle_ctx,
             triggers,
             provisioner,
+            static_pools,
             disruption,
             nodepool_status,
             latency,
@@ -182,6 +196,10 @@ impl Engagement {
         ));
         loops.spawn(crate::provisioning::run(
             self.provisioner,
+            stopped(stop.clone()),
+        ));
+        loops.spawn(crate::static_pools::run(
+            self.static_pools,
             stopped(stop.clone()),
         ));
         loops.spawn(crate::disruption::run(

@@ -33,6 +33,7 @@ pub(crate) mod resources;
 pub mod runtime;
 pub(crate) mod server;
 pub mod state;
+pub mod static_pools;
 pub mod tasks;
 pub(crate) mod unavailable;
 pub mod write;
