@@ -81,9 +81,9 @@ impl Pool<'_> {
     pub fn consolidates_underutilized(&self) -> bool {
         self.replicas.is_none()
             && matches!(
-            self.spec.disruption.consolidation_policy,
-            ConsolidationPolicy::WhenEmptyOrUnderutilized | ConsolidationPolicy::Balanced
-        )
+                self.spec.disruption.consolidation_policy,
+                ConsolidationPolicy::WhenEmptyOrUnderutilized | ConsolidationPolicy::Balanced
+            )
     }
 }
 

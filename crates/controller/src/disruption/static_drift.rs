@@ -68,12 +68,17 @@ impl Method for StaticDrift {
         let view = pass.view;
         drifted.retain(|c| {
             if manual(view, c) {
-                let why = "its NodeClass's drift policy is Manual: delete the NodeClaim to replace it";
+                let why =
+                    "its NodeClass's drift policy is Manual: delete the NodeClaim to replace it";
                 self.block(pass, c, why);
                 return false;
             }
             if let Some(until) = super::orchestrate::retry_after(c.claim, clock.now) {
-                self.block(pass, c, &format!("a replacement failed, next try after {until}"));
+                self.block(
+                    pass,
+                    c,
+                    &format!("a replacement failed, next try after {until}"),
+                );
                 return false;
             }
             true
@@ -83,7 +88,9 @@ impl Method for StaticDrift {
         if drifted.is_empty() || i64::try_from(running).unwrap_or(i64::MAX) > replicas {
             return Vec::new();
         }
-        let allowed = budget.remaining(DisruptionReason::Drifted).min(drifted.len());
+        let allowed = budget
+            .remaining(DisruptionReason::Drifted)
+            .min(drifted.len());
         let room = crate::static_pools::scale::node_limit(obj)
             .map_or(usize::MAX, |limit| limit.saturating_sub(pool.total));
         let spread = crate::static_pools::template::spreads(obj);

@@ -120,7 +120,11 @@ impl StaticPools {
     /// One pass over every static pool.
     pub async fn reconcile(&self) {
         let cluster = self.state.current();
-        for pool in cluster.nodepools.iter().filter(|p| p.spec.replicas.is_some()) {
+        for pool in cluster
+            .nodepools
+            .iter()
+            .filter(|p| p.spec.replicas.is_some())
+        {
             if let Err(e) = self.pool(&cluster, pool).await {
                 tracing::warn!(nodepool = %name(pool.as_ref()), error = %e, "static NodePool");
             }
@@ -165,7 +169,10 @@ impl StaticPools {
             k8s_openapi::jiff::Timestamp::now(),
         );
         if plan.at_limit {
-            tracing::info!(nodepool = pool_name, "static NodePool: limits.nodes reached");
+            tracing::info!(
+                nodepool = pool_name,
+                "static NodePool: limits.nodes reached"
+            );
         }
         for victim in &plan.delete {
             if let Some(c) = cluster.nodeclaim(victim) {
@@ -277,5 +284,7 @@ pub async fn run(s: StaticPools, shutdown: impl std::future::Future<Output = ()>
     }
 }
 
+#[cfg(test)]
+mod drift_tests;
 #[cfg(test)]
 mod tests;

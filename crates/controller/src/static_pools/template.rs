@@ -6,8 +6,8 @@
 //! ones a provisioned claim of the pool would carry. `limits.nodes` is the static loop's
 //! (see [`super::scale`]), not the solver's.
 
-use api::NodePool;
 use api::NodeClaim;
+use api::NodePool;
 use scheduling::{Operator, Requirement, Toleration};
 use templates::model::Catalog;
 
@@ -102,6 +102,5 @@ pub fn zones(pool: &NodePool, catalog: &Catalog, offerings: &dyn Offerings) -> V
 /// Whether `pool` asks for its claims to be spread over zones
 /// ([`api::consts::annotations::STATIC_ZONE_SPREAD`] `"true"`).
 pub fn spreads(pool: &NodePool) -> bool {
-    crate::objects::annotation(pool, api::consts::annotations::STATIC_ZONE_SPREAD)
-        == Some("true")
+    crate::objects::annotation(pool, api::consts::annotations::STATIC_ZONE_SPREAD) == Some("true")
 }
