@@ -40,6 +40,8 @@ use crate::write::{Created, Expectations, Writer, manager};
 
 /// How long a create may stay unseen by the cache before it is no longer counted.
 pub const IN_FLIGHT_TTL: Duration = Duration::from_secs(60);
+/// Event reason on a static NodePool that `limits.nodes` keeps below its replicas.
+pub const NODE_LIMIT_REACHED: &str = "NodeLimitReached";
 /// Every static pool is looked at least this often (events do the rest).
 const TICK: Duration = Duration::from_secs(10);
 
@@ -169,10 +171,7 @@ impl StaticPools {
             k8s_openapi::jiff::Timestamp::now(),
         );
         if plan.at_limit {
-            tracing::info!(
-                nodepool = pool_name,
-                "static NodePool: limits.nodes reached"
-            );
+            self.at_limit(pool).await;
         }
         for victim in &plan.delete {
             if let Some(c) = cluster.nodeclaim(victim) {
@@ -243,6 +242,24 @@ impl StaticPools {
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Says (an Event on the pool, aggregated while it repeats) that `limits.nodes` keeps
+    /// the pool below its replicas.
+    async fn at_limit(&self, pool: &NodePool) {
+        tracing::info!(nodepool = %name(pool), "static NodePool: limits.nodes reached");
+        publish(
+            &self.recorder,
+            pool.object_ref(&()),
+            EventType::Normal,
+            NODE_LIMIT_REACHED,
+            format!(
+                "limits.nodes {} keeps the NodePool below its {} replicas",
+                scale::node_limit(pool).unwrap_or_default(),
+                pool.spec.replicas.unwrap_or_default()
+            ),
+        )
+        .await;
     }
 
     /// Deletes a surplus claim of `pool` (only the object decided on: same uid).
