@@ -153,7 +153,15 @@ pub fn plan(loaded: &Loaded) -> Plan {
     let mut seen = HashSet::new();
     warnings.retain(|w| seen.insert(w.clone()));
     let output = scheduling::solve(&snap.input);
-    let node_claims = planned_node_claims(loaded, &catalogs, &output);
+    let mut node_claims = planned_node_claims(loaded, &catalogs, &output);
+    node_claims.extend(super::static_pools::planned(
+        loaded,
+        &cluster,
+        &catalogs,
+        &counted,
+        &mut warnings,
+    ));
+    super::static_pools::summaries(&cluster, &catalogs, &counted, &mut node_pools);
     let counted_templates = counted_templates(&counted, &catalogs, &output);
     let existing = existing_placements(&snap.input, &output);
     let unplaceable: Vec<UnplaceablePod> = output
@@ -364,30 +372,39 @@ fn planned_node_claims(
     output
         .new_node_claims
         .iter()
-        .map(|c| PlannedNodeClaim {
-            node_pool: c.node_pool.clone(),
-            instance_type: c.cheapest.instance_type.clone(),
-            arch: loaded
-                .state
-                .nodepools
-                .iter()
-                .find(|p| name(p.as_ref()) == c.node_pool)
-                .and_then(|p| catalogs.get(&p.spec.template.spec.node_class_ref.name))
-                .and_then(|cat| cat.get(&c.cheapest.instance_type))
-                .and_then(|it| it.labels.get(scheduling::LABEL_ARCH))
-                .cloned()
-                .unwrap_or_default(),
-            zone: c.cheapest.zone.clone(),
-            capacity_type: c.cheapest.capacity_type.clone(),
-            price_per_hour: c.cheapest.price,
-            instance_types: c.instance_types().to_vec(),
-            requests: convert::quantities(&c.requests)
-                .into_iter()
-                .map(|(k, q)| (k, q.0))
-                .collect(),
-            pods: c.pods.iter().map(pod_ref).collect(),
-        })
+        .map(|c| planned_node_claim(loaded, catalogs, c))
         .collect()
+}
+
+/// The plan's view of one claim the solver (or a static pool's template) planned.
+pub(super) fn planned_node_claim(
+    loaded: &Loaded,
+    catalogs: &Catalogs,
+    c: &scheduling::NewNodeClaim,
+) -> PlannedNodeClaim {
+    PlannedNodeClaim {
+        node_pool: c.node_pool.clone(),
+        instance_type: c.cheapest.instance_type.clone(),
+        arch: loaded
+            .state
+            .nodepools
+            .iter()
+            .find(|p| name(p.as_ref()) == c.node_pool)
+            .and_then(|p| catalogs.get(&p.spec.template.spec.node_class_ref.name))
+            .and_then(|cat| cat.get(&c.cheapest.instance_type))
+            .and_then(|it| it.labels.get(scheduling::LABEL_ARCH))
+            .cloned()
+            .unwrap_or_default(),
+        zone: c.cheapest.zone.clone(),
+        capacity_type: c.cheapest.capacity_type.clone(),
+        price_per_hour: c.cheapest.price,
+        instance_types: c.instance_types().to_vec(),
+        requests: convert::quantities(&c.requests)
+            .into_iter()
+            .map(|(k, q)| (k, q.0))
+            .collect(),
+        pods: c.pods.iter().map(pod_ref).collect(),
+    }
 }
 
 /// The pods the solver put on Nodes and in-flight NodeClaims, grouped by node.

@@ -14,8 +14,9 @@ use templates::model::Catalog;
 use crate::counts::Offerings;
 use crate::provisioning::convert;
 
-/// The solver's claim for the placeholder pod on `pool`, in `zone` if given.
-fn plan(
+/// The solver's claim for a static claim of `pool` (the placeholder pod's, asking for
+/// nothing), in `zone` if given; `Err(why)` when no offering of `catalog` is compatible.
+pub fn planned(
     pool: &NodePool,
     catalog: &Catalog,
     offerings: &dyn Offerings,
@@ -75,7 +76,7 @@ pub fn claim(
     zone: Option<&str>,
     name: Option<&str>,
 ) -> Result<NodeClaim, String> {
-    let planned = plan(pool, catalog, offerings, zone)?;
+    let planned = planned(pool, catalog, offerings, zone)?;
     let mut nc = crate::provisioning::nodeclaim::nodeclaim(pool, &planned, Some(catalog));
     if let Some(name) = name {
         nc.metadata.generate_name = None;
@@ -95,7 +96,7 @@ pub fn zones(pool: &NodePool, catalog: &Catalog, offerings: &dyn Offerings) -> V
     all.sort();
     all.dedup();
     all.into_iter()
-        .filter(|z| plan(pool, catalog, offerings, Some(z)).is_ok())
+        .filter(|z| planned(pool, catalog, offerings, Some(z)).is_ok())
         .collect()
 }
 
