@@ -113,7 +113,7 @@ pub struct Plan {
     pub drifted: Vec<super::DriftedNodeClaim>,
 }
 
-pub(super) type Catalogs = HashMap<String, Arc<Catalog>>;
+type Catalogs = HashMap<String, Arc<Catalog>>;
 
 /// Builds the catalogs, runs the provisioner's scheduling simulation and collects the plan.
 pub fn plan(loaded: &Loaded) -> Plan {
@@ -154,14 +154,17 @@ pub fn plan(loaded: &Loaded) -> Plan {
     warnings.retain(|w| seen.insert(w.clone()));
     let output = scheduling::solve(&snap.input);
     let mut node_claims = planned_node_claims(loaded, &catalogs, &output);
-    node_claims.extend(super::static_pools::planned(
-        loaded,
-        &cluster,
-        &catalogs,
-        &counted,
-        &mut warnings,
-    ));
-    super::static_pools::summaries(&cluster, &catalogs, &counted, &mut node_pools);
+    let static_claims = super::static_pools::planned(&cluster, &catalogs, &counted, &mut warnings);
+    node_claims.extend(
+        static_claims
+            .iter()
+            .map(|c| planned_node_claim(loaded, &catalogs, c)),
+    );
+    for p in super::static_pools::pools(&cluster, &catalogs, &counted) {
+        if let Some(s) = node_pools.iter_mut().find(|s| s.name == p.name) {
+            s.instance_types = compatible_instance_types(&p);
+        }
+    }
     let counted_templates = counted_templates(&counted, &catalogs, &output);
     let existing = existing_placements(&snap.input, &output);
     let unplaceable: Vec<UnplaceablePod> = output
@@ -377,7 +380,7 @@ fn planned_node_claims(
 }
 
 /// The plan's view of one claim the solver (or a static pool's template) planned.
-pub(super) fn planned_node_claim(
+fn planned_node_claim(
     loaded: &Loaded,
     catalogs: &Catalogs,
     c: &scheduling::NewNodeClaim,

@@ -3,25 +3,28 @@
 //! provisioner's; a pool that `limits.nodes` holds below its replicas, or that is over its
 //! replicas, is a warning.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use controller::objects::name;
 use controller::provisioning::convert;
 use controller::state::Cluster;
 use controller::static_pools::{scale, template};
 
-use super::Loaded;
-use super::counts::Counted;
-use super::plan::{Catalogs, NodePoolSummary, PlannedNodeClaim, planned_node_claim};
+use templates::model::Catalog;
 
-/// The NodeClaims the static pools of `cluster` would get now.
+use super::counts::Counted;
+
+/// Each NodeClass's catalog, by name (as the plan builds them).
+type Catalogs = HashMap<String, Arc<Catalog>>;
+
+/// The NodeClaims the static pools of `cluster` would get now (as the solver's claims).
 pub(super) fn planned(
-    loaded: &Loaded,
     cluster: &Cluster,
     catalogs: &Catalogs,
     counted: &Counted,
     warnings: &mut Vec<String>,
-) -> Vec<PlannedNodeClaim> {
+) -> Vec<scheduling::NewNodeClaim> {
     let now = k8s_openapi::jiff::Timestamp::now();
     let mut out = Vec::new();
     for pool in cluster
@@ -53,7 +56,7 @@ pub(super) fn planned(
         }
         for slot in &plan.create {
             match template::planned(pool, catalog, counted, slot.zone.as_deref()) {
-                Ok(c) => out.push(planned_node_claim(loaded, catalogs, &c)),
+                Ok(c) => out.push(c),
                 Err(why) => {
                     warnings.push(format!("NodePool {pool_name}: no static NodeClaim: {why}"));
                     break;
@@ -64,30 +67,26 @@ pub(super) fn planned(
     out
 }
 
-/// The static pools' compatible instance types in their summaries (the provisioner's
-/// snapshot leaves static pools out).
-pub(super) fn summaries(
+/// The static pools of `cluster` as the solver's pools, with their instance types (the
+/// provisioner's snapshot leaves static pools out): for their summaries.
+pub(super) fn pools(
     cluster: &Cluster,
     catalogs: &Catalogs,
     counted: &Counted,
-    summaries: &mut [NodePoolSummary],
-) {
-    for pool in cluster
+) -> Vec<scheduling::NodePool> {
+    cluster
         .nodepools
         .iter()
         .filter(|p| p.spec.replicas.is_some())
-    {
-        let Some(catalog) = catalogs.get(&pool.spec.template.spec.node_class_ref.name) else {
-            continue;
-        };
-        let mut p = convert::node_pool(pool);
-        p.instance_types = catalog
-            .instance_types
-            .iter()
-            .map(|it| convert::instance_type(it, counted))
-            .collect();
-        if let Some(s) = summaries.iter_mut().find(|s| s.name == p.name) {
-            s.instance_types = super::plan::compatible_instance_types(&p);
-        }
-    }
+        .filter_map(|pool| {
+            let catalog = catalogs.get(&pool.spec.template.spec.node_class_ref.name)?;
+            let mut p = convert::node_pool(pool);
+            p.instance_types = catalog
+                .instance_types
+                .iter()
+                .map(|it| convert::instance_type(it, counted))
+                .collect();
+            Some(p)
+        })
+        .collect()
 }

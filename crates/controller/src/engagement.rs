@@ -122,18 +122,7 @@ impl Engagement {
             lifecycle_ctx.provider.clone(),
             unavailable,
         );
-        let static_pools = crate::static_pools::StaticPools {
-            client: ctx.workload.clone(),
-            recorder: lifecycle_ctx.recorder.clone(),
-            metrics: ctx.metrics.clone(),
-            state: state.clone(),
-            provider: lifecycle_ctx.provider.clone(),
-            unavailable: provisioner.unavailable.clone(),
-            machines: caches.machines.store(),
-            count_staleness: ctx.knobs.count_staleness,
-            in_flight: Arc::default(),
-            expectations: Arc::default(),
-        };
+        let static_pools = static_pools(ctx, caches, &provisioner);
         let lifecycle_ctx_recorder = lifecycle_ctx.recorder.clone();
         let triggers = triggers(caches, &catalogs.index);
         // The scrape-time gauges and the latencies: the leader's, as Karpenter's. A hub
@@ -353,6 +342,26 @@ fn provisioner(
         count_staleness: ctx.knobs.count_staleness,
         batch_idle: ctx.knobs.batch_idle,
         batch_max: ctx.knobs.batch_max,
+    }
+}
+
+/// The static NodePools' loop, over what the provisioner reads.
+fn static_pools(
+    ctx: &Sources,
+    caches: &Caches,
+    provisioner: &crate::provisioning::Provisioner,
+) -> crate::static_pools::StaticPools {
+    crate::static_pools::StaticPools {
+        client: ctx.workload.clone(),
+        recorder: provisioner.recorder.clone(),
+        metrics: ctx.metrics.clone(),
+        state: provisioner.state.clone(),
+        provider: provisioner.provider.clone(),
+        unavailable: provisioner.unavailable.clone(),
+        machines: caches.machines.store(),
+        count_staleness: ctx.knobs.count_staleness,
+        in_flight: Arc::default(),
+        expectations: Arc::default(),
     }
 }
 
