@@ -48,13 +48,13 @@ const TICK: Duration = Duration::from_secs(10);
 /// Creates sent (or about to be) that the cache does not show yet: name → (pool, zone,
 /// when recorded).
 #[derive(Debug, Default)]
-pub struct InFlight(Mutex<HashMap<String, (String, Option<String>, Instant)>>);
+pub struct InFlight(Mutex<HashMap<String, Create>>);
+
+/// A create in flight: its pool, its zone, when it was recorded.
+type Create = (String, Option<String>, Instant);
 
 impl InFlight {
-    fn with<T>(
-        &self,
-        f: impl FnOnce(&mut HashMap<String, (String, Option<String>, Instant)>) -> T,
-    ) -> T {
+    fn with<T>(&self, f: impl FnOnce(&mut HashMap<String, Create>) -> T) -> T {
         f(&mut self.0.lock().unwrap_or_else(|p| p.into_inner()))
     }
 

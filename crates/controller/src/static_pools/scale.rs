@@ -200,7 +200,9 @@ fn scale_down_order<'a>(
     running: &[(&'a NodeClaim, Option<&'a Node>)],
     now: Timestamp,
 ) -> Vec<&'a str> {
-    let mut keyed: Vec<((u8, u64, Option<Timestamp>), &str)> = running
+    // (class, cost, creation) per claim.
+    type Key = (u8, u64, Option<Timestamp>);
+    let mut keyed: Vec<(Key, &str)> = running
         .iter()
         .map(|(c, node)| {
             let unresolved = c
