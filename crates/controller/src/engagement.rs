@@ -362,6 +362,7 @@ fn static_pools(
         count_staleness: ctx.knobs.count_staleness,
         in_flight: Arc::default(),
         expectations: Arc::default(),
+        connection: ctx.connection.clone(),
     }
 }
 

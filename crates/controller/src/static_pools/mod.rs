@@ -111,6 +111,8 @@ pub struct StaticPools {
     pub count_staleness: Duration,
     pub in_flight: Arc<InFlight>,
     pub expectations: Arc<Expectations>,
+    /// No pass while the workload cluster does not answer (see `health`).
+    pub connection: crate::health::Connection,
 }
 
 impl StaticPools {
@@ -122,6 +124,12 @@ impl StaticPools {
     /// One pass over every static pool.
     pub async fn reconcile(&self) {
         let cluster = self.state.current();
+        let live: std::collections::HashSet<&str> = cluster
+            .nodeclaims
+            .iter()
+            .filter_map(|c| c.metadata.uid.as_deref())
+            .collect();
+        self.expectations.retain(|uid| live.contains(uid));
         for pool in cluster
             .nodepools
             .iter()
@@ -247,7 +255,7 @@ impl StaticPools {
     /// Says (an Event on the pool, aggregated while it repeats) that `limits.nodes` keeps
     /// the pool below its replicas.
     async fn at_limit(&self, pool: &NodePool) {
-        tracing::info!(nodepool = %name(pool), "static NodePool: limits.nodes reached");
+        tracing::debug!(nodepool = %name(pool), "static NodePool: limits.nodes reached");
         publish(
             &self.recorder,
             pool.object_ref(&()),
@@ -288,7 +296,8 @@ pub async fn run(s: StaticPools, shutdown: impl std::future::Future<Output = ()>
         sources.nodeclaims.subscribe().map(|_| ()).boxed(),
     );
     loop {
-        if s.state.synced() {
+        // Disconnected, the caches are stale: nothing is created or deleted.
+        if s.state.synced() && s.connection.connected() {
             s.reconcile().await;
         }
         tokio::select! {
