@@ -2,8 +2,8 @@
 //! (`replicas`) is replaced one for one by a claim of the pool's template, within the pool's
 //! `Drifted` budget, several per pass. Surge-first (the replacement initialized before the
 //! candidate goes, through the shared orchestration) while `limits.nodes` leaves room for
-//! the replacements; at the limit, delete-first: the candidate is deleted and the static
-//! loop refills the pool. Nothing is replaced while the pool is scaling down (more running
+//! the replacements (waiting for NodeClaims being deleted to free it); at the limit,
+//! delete-first: the candidate is deleted and the static loop refills the pool. Nothing is replaced while the pool is scaling down (more running
 //! claims than `replicas`). With zone spread on, a replacement goes to its candidate's zone.
 
 use api::karpenter::DisruptionReason;
@@ -91,8 +91,20 @@ impl Method for StaticDrift {
         let allowed = budget
             .remaining(DisruptionReason::Drifted)
             .min(drifted.len());
-        let room = crate::static_pools::scale::node_limit(obj)
-            .map_or(usize::MAX, |limit| limit.saturating_sub(pool.total));
+        let limit = crate::static_pools::scale::node_limit(obj);
+        let room = limit.map_or(usize::MAX, |l| l.saturating_sub(pool.total));
+        // Room the NodeClaims being deleted will free: wait for it rather than delete first.
+        let freed = limit.map_or(usize::MAX, |l| l.saturating_sub(pool.total - pool.deleting));
+        if room == 0 && freed > 0 {
+            for c in &drifted {
+                self.block(
+                    pass,
+                    c,
+                    "waiting for NodeClaims being deleted to make room under limits.nodes",
+                );
+            }
+            return Vec::new();
+        }
         let spread = crate::static_pools::template::spreads(obj);
         let mut out = Vec::new();
         for (i, c) in drifted.iter().enumerate() {

@@ -118,6 +118,42 @@ fn at_limits_nodes_a_drifted_static_claim_is_deleted_first() {
 }
 
 #[test]
+fn a_surge_waits_for_room_being_freed_rather_than_deleting_first() {
+    // Limit 3: b's sibling was replaced by r, its old node x is still being deleted; b
+    // waits for x to go (then surges) instead of being deleted first.
+    let mut pool = (*pool_with(2, json!({"nodes": "3"}), json!({}))).clone();
+    pool.spec.disruption.budgets =
+        serde_json::from_value(json!([{"nodes": "100%"}])).expect("budgets");
+    let gone = running(
+        "x",
+        json!({"metadata": {"deletionTimestamp": "2026-11-24T09:59:00Z", "finalizers": ["f"]}}),
+    );
+    let pool = Arc::new(pool);
+    let claims = [drifted("b"), running("r", json!({})), gone];
+    let nodes = [node("b"), node("r"), node("x")];
+    let pass = |claims: &[Arc<NodeClaim>], nodes: &[Arc<k8s_openapi::api::core::v1::Node>]| {
+        let c = cluster(std::slice::from_ref(&pool), claims, nodes, &[]);
+        let view = View {
+            cluster: &c,
+            catalog: &no_catalog,
+        };
+        decide(
+            &view,
+            &mut Timers::default(),
+            &Template,
+            now(),
+            Instant::now(),
+        )
+    };
+    let out = pass(&claims, &nodes);
+    assert!(out.is_empty(), "{out:?}");
+    // Once x is gone: b surges.
+    let out = pass(&claims[..2], &nodes[..2]);
+    assert_eq!(out.len(), 1);
+    assert!(out[0].surge.is_some());
+}
+
+#[test]
 fn no_static_drift_while_the_pool_scales_down() {
     assert!(decisions(1, json!({}), "100%", &["a", "b"], &[]).is_empty());
     assert_eq!(
