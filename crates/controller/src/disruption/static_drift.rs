@@ -30,29 +30,15 @@ impl StaticDrift {
             message,
         });
     }
-}
 
-/// The pool object of `pool` in the pass's view.
-fn pool_object<'a>(pass: &Pass<'a>, pool: &str) -> Option<&'a api::NodePool> {
-    pass.view
-        .cluster
-        .nodepools
-        .iter()
-        .find(|p| crate::objects::name(p.as_ref()) == pool)
-        .map(|p| p.as_ref())
-}
-
-impl Method for StaticDrift {
-    fn decide(
+    /// The pool's drifted candidates that may be replaced now (empty first, then the
+    /// oldest); the others are reported blocked.
+    fn drifted<'p>(
         &mut self,
-        pool: &Pool,
-        budget: &mut PoolBudget,
+        pool: &'p Pool,
         pass: &mut Pass,
         clock: Clock,
-    ) -> Vec<Decision> {
-        let (Some(replicas), Some(obj)) = (pool.replicas, pool_object(pass, pool.name)) else {
-            return Vec::new();
-        };
+    ) -> Vec<&'p Candidate<'p>> {
         let mut drifted: Vec<&Candidate> = pool
             .candidates
             .iter()
@@ -83,6 +69,32 @@ impl Method for StaticDrift {
             }
             true
         });
+        drifted
+    }
+}
+
+/// The pool object of `pool` in the pass's view.
+fn pool_object<'a>(pass: &Pass<'a>, pool: &str) -> Option<&'a api::NodePool> {
+    pass.view
+        .cluster
+        .nodepools
+        .iter()
+        .find(|p| crate::objects::name(p.as_ref()) == pool)
+        .map(|p| p.as_ref())
+}
+
+impl Method for StaticDrift {
+    fn decide(
+        &mut self,
+        pool: &Pool,
+        budget: &mut PoolBudget,
+        pass: &mut Pass,
+        clock: Clock,
+    ) -> Vec<Decision> {
+        let (Some(replicas), Some(obj)) = (pool.replicas, pool_object(pass, pool.name)) else {
+            return Vec::new();
+        };
+        let drifted = self.drifted(pool, pass, clock);
         // Not while the pool is scaling down.
         let running = pool.total - pool.deleting;
         if drifted.is_empty() || i64::try_from(running).unwrap_or(i64::MAX) > replicas {
@@ -121,7 +133,7 @@ impl Method for StaticDrift {
                 let zone = spread
                     .then(|| crate::static_pools::scale::zone_of(c.claim))
                     .flatten();
-                match pass.simulate.static_replacement(view, pool.name, zone) {
+                match pass.simulate.static_replacement(pass.view, pool.name, zone) {
                     Ok(r) => Some(Surge {
                         replacements: vec![r],
                         ..Surge::default()
