@@ -199,6 +199,15 @@ struct RunArgs {
     /// mark it disconnected).
     #[arg(long, env = "HUB_PROBE_INTERVAL", default_value = "10s", value_parser = parse_duration)]
     hub_probe_interval: std::time::Duration,
+    /// Hub mode: static sharding across replicas — this replica engages the Clusters with
+    /// `fnv1a64("<ns>/<name>") % N == --shard-index` (no peer Leases; each Cluster still
+    /// fenced by its Lease unless leader election is disabled). Without it, replicas split
+    /// the Clusters by rendezvous hashing over their peer Leases.
+    #[arg(long, env = "SHARD_COUNT", requires = "shard_index", value_parser = clap::value_parser!(u32).range(1..))]
+    shard_count: Option<u32>,
+    /// Hub mode: this replica's shard, 0..N-1 (with `--shard-count`).
+    #[arg(long, env = "SHARD_INDEX", requires = "shard_count")]
+    shard_index: Option<u32>,
     /// Log format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "pretty")]
     log_format: LogFormat,
@@ -242,7 +251,21 @@ fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
         .ok_or_else(|| format!("{s:?} is not a duration (e.g. 1s, 500ms, 1m)"))
 }
 
+/// `--shard-count/--shard-index`, checked.
+fn static_shard(args: &RunArgs) -> anyhow::Result<Option<controller::hub::shard::StaticShard>> {
+    match (args.shard_count, args.shard_index) {
+        (Some(count), Some(index)) if index < count => {
+            Ok(Some(controller::hub::shard::StaticShard { count, index }))
+        }
+        (Some(count), Some(index)) => {
+            anyhow::bail!("--shard-index {index} is not below --shard-count {count}")
+        }
+        _ => Ok(None),
+    }
+}
+
 fn run(args: RunArgs) -> anyhow::Result<()> {
+    let shard = static_shard(&args)?;
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)?;
     match args.log_format {
         LogFormat::Json => tracing_subscriber::fmt()
@@ -303,6 +326,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 .get("NodeOverlay")
                 .copied()
                 .unwrap_or(true),
+            shard,
             ..Default::default()
         }),
         // GC interval and grace.
@@ -429,6 +453,23 @@ mod tests {
         assert_eq!(args.namespaces, ["team-a", "team-b"]);
         assert_eq!(args.watch_filter.as_deref(), Some("shard-1"));
         assert_eq!(args.cluster_selector.as_deref(), Some("env=prod"));
+    }
+
+    #[test]
+    fn shard_flags_go_together_and_index_is_below_count() {
+        let args = run_args(&["--mode", "hub", "--shard-count", "3", "--shard-index", "2"])
+            .expect("parses");
+        assert_eq!(
+            static_shard(&args).expect("valid"),
+            Some(controller::hub::shard::StaticShard { count: 3, index: 2 })
+        );
+        assert!(run_args(&["--shard-count", "3"]).is_err(), "an index is required");
+        assert!(run_args(&["--shard-index", "0"]).is_err(), "a count is required");
+        assert!(run_args(&["--shard-count", "0", "--shard-index", "0"]).is_err());
+        let out_of_range =
+            run_args(&["--shard-count", "2", "--shard-index", "2"]).expect("parses");
+        assert!(static_shard(&out_of_range).is_err());
+        assert_eq!(static_shard(&run_args(&[]).expect("parses")).expect("ok"), None);
     }
 
     #[test]

@@ -149,6 +149,12 @@ pub struct ClusterLabels {
     pub cluster: String,
 }
 
+/// Hub mode's count of Clusters by state (see `hub::status`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabels {
+    pub state: String,
+}
+
 fn duration_histogram() -> Histogram {
     // 1 ms .. ~65 s
     Histogram::new(exponential_buckets(0.001, 2.0, 17))
@@ -221,6 +227,8 @@ pub struct Metrics {
     pub cluster_engagements: Family<ClusterLabels, Counter>,
     /// Garbage-collection passes skipped because the workload cluster was disconnected.
     pub gc_skipped: Counter,
+    /// Hub mode: the opted-in Clusters by state (engaged, disconnected, waiting, not owned).
+    pub clusters: Family<StateLabels, Gauge>,
 }
 
 impl Metrics {
@@ -258,6 +266,7 @@ impl Metrics {
             cluster_connected: Family::default(),
             cluster_engagements: Family::default(),
             gc_skipped: Counter::default(),
+            clusters: Family::default(),
         };
         registry.register_collector(Box::new(m.cluster.clone()));
         let k = registry.sub_registry_with_prefix("karpenter");
@@ -438,6 +447,11 @@ impl Metrics {
             "cluster_engagements",
             "Hub mode: engagements started for a Cluster (re-engagements after its kubeconfig Secret changed included).",
             self.cluster_engagements.clone(),
+        );
+        r.register(
+            "clusters",
+            "Hub mode: the opted-in Clusters this replica sees, by state: engaged, disconnected, connecting, waiting-lease (another replica still holds its fence Lease), waiting-credentials, not-owned (another replica's), ineligible (paused, not initialized, filtered out).",
+            self.clusters.clone(),
         );
     }
     /// The summaries `/metrics` serves besides the registry (prometheus-client has no
