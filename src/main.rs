@@ -463,13 +463,21 @@ mod tests {
             static_shard(&args).expect("valid"),
             Some(controller::hub::shard::StaticShard { count: 3, index: 2 })
         );
-        assert!(run_args(&["--shard-count", "3"]).is_err(), "an index is required");
-        assert!(run_args(&["--shard-index", "0"]).is_err(), "a count is required");
+        assert!(
+            run_args(&["--shard-count", "3"]).is_err(),
+            "an index is required"
+        );
+        assert!(
+            run_args(&["--shard-index", "0"]).is_err(),
+            "a count is required"
+        );
         assert!(run_args(&["--shard-count", "0", "--shard-index", "0"]).is_err());
-        let out_of_range =
-            run_args(&["--shard-count", "2", "--shard-index", "2"]).expect("parses");
+        let out_of_range = run_args(&["--shard-count", "2", "--shard-index", "2"]).expect("parses");
         assert!(static_shard(&out_of_range).is_err());
-        assert_eq!(static_shard(&run_args(&[]).expect("parses")).expect("ok"), None);
+        assert_eq!(
+            static_shard(&run_args(&[]).expect("parses")).expect("ok"),
+            None
+        );
     }
 
     #[test]

@@ -421,7 +421,11 @@ impl Run {
         let this = Arc::new(self.clone());
         crate::health::probe(client, interval, tx, stop, move |connected| {
             gauge.set(i64::from(connected));
-            let state = if connected { State::Engaged } else { State::Disconnected };
+            let state = if connected {
+                State::Engaged
+            } else {
+                State::Disconnected
+            };
             this.status.set(&this.key, state);
             let this = this.clone();
             async move {

@@ -32,7 +32,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use tokio::sync::watch;
 
-use crate::catalogs::ClusterKey;
+pub use crate::catalogs::ClusterKey;
 use api::Cluster;
 use api::consts::{annotations, conditions, labels};
 
@@ -193,7 +193,6 @@ async fn peers_changed(peers: &mut Option<watch::Receiver<Vec<String>>>) {
         return;
     }
     std::future::pending().await
-
 }
 
 /// One pass: disengages what is no longer eligible, (re-)engages what is. The kubeconfig
@@ -204,8 +203,7 @@ async fn reconcile(
     reread: bool,
 ) {
     let all = hub.clusters.store().state();
-    hub.status
-        .retain(|k| all.iter().any(|c| key_of(c) == *k));
+    hub.status.retain(|k| all.iter().any(|c| key_of(c) == *k));
     let mut wanted: BTreeMap<ClusterKey, Arc<Cluster>> = BTreeMap::new();
     let mut moved: Vec<ClusterKey> = Vec::new();
     for c in all {

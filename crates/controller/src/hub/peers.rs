@@ -113,7 +113,9 @@ impl Registry {
     pub(crate) async fn refresh(&mut self) {
         match self.renew().await {
             Ok(()) => self.renewed = Some(tokio::time::Instant::now()),
-            Err(e) => tracing::warn!(lease = %self.name, error = %e, "renewing our peer Lease failed"),
+            Err(e) => {
+                tracing::warn!(lease = %self.name, error = %e, "renewing our peer Lease failed")
+            }
         }
         let mut live = match self.live().await {
             Ok(live) => live,
@@ -214,7 +216,11 @@ mod tests {
             live_holder(&lease(Some("hub-0"), 3, 15), now).as_deref(),
             Some("hub-0")
         );
-        assert_eq!(live_holder(&lease(Some("hub-0"), 20, 15), now), None, "expired");
+        assert_eq!(
+            live_holder(&lease(Some("hub-0"), 20, 15), now),
+            None,
+            "expired"
+        );
         assert_eq!(live_holder(&lease(None, 1, 15), now), None, "released");
         assert_eq!(live_holder(&lease(Some(""), 1, 15), now), None, "released");
         assert_eq!(live_holder(&Lease::default(), now), None);

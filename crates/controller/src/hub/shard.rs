@@ -1,12 +1,12 @@
 //! Which replica of a hub owns which Cluster (issue 24, item 6).
 //!
 //! - **Rendezvous** (highest random weight) hashing over the live peers ([`owner`]): each
-//!   Cluster goes to the peer with the highest `fnv1a64("<ns>/<name>|<peer>")`, ties to the
+//!   Cluster goes to the peer with the highest [`hash`]`("<ns>/<name>|<peer>")`, ties to the
 //!   greater peer id. Every replica computes the same owner from the same peer set; a peer
 //!   that leaves moves only its own Clusters, one that joins takes only the Clusters it now
 //!   wins (multicluster-runtime's sharded coordinator does the same).
 //! - **Static** shards (`--shard-count N --shard-index I`, [`static_shard`]): Cluster
-//!   `ns/name` belongs to shard `fnv1a64("<ns>/<name>") % N`; no peer Leases.
+//!   `ns/name` belongs to shard [`hash`]`("<ns>/<name>") % N`; no peer Leases.
 //!
 //! Whoever owns a Cluster also holds its fence Lease ([`fence_name`]) before it engages it;
 //! the hash only says who should, the Lease guarantees one at a time.
@@ -57,18 +57,31 @@ pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
     h
 }
 
+/// The hash of sharding: FNV-1a 64 then MurmurHash3's 64-bit finalizer. FNV-1a alone
+/// mixes its low bits badly (its lowest bit is the parity of the bytes' lowest bits), and
+/// `% N` reads exactly those.
+pub fn hash(bytes: &[u8]) -> u64 {
+    let mut h = fnv1a64(bytes);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
+}
+
 /// The peer that owns `cluster` among `peers` (rendezvous hashing); `None` without peers.
 pub fn owner<'a>(cluster: &ClusterKey, peers: &'a [String]) -> Option<&'a str> {
     peers
         .iter()
-        .map(|p| (fnv1a64(format!("{cluster}|{p}").as_bytes()), p.as_str()))
+        .map(|p| (hash(format!("{cluster}|{p}").as_bytes()), p.as_str()))
         .max()
         .map(|(_, p)| p)
 }
 
 /// Whether shard `shard` owns `cluster`.
 pub fn static_shard(cluster: &ClusterKey, shard: StaticShard) -> bool {
-    shard.count > 0 && fnv1a64(cluster.to_string().as_bytes()) % u64::from(shard.count) == u64::from(shard.index)
+    shard.count > 0
+        && hash(cluster.to_string().as_bytes()) % u64::from(shard.count) == u64::from(shard.index)
 }
 
 /// The longest name of an object (a DNS subdomain).
@@ -200,7 +213,9 @@ mod tests {
         let ps = peers(&["hub-0", "hub-1", "hub-2"]);
         let mut count: BTreeMap<&str, usize> = BTreeMap::new();
         for i in 0..3000 {
-            *count.entry(owner(&key(i), &ps).expect("owner")).or_default() += 1;
+            *count
+                .entry(owner(&key(i), &ps).expect("owner"))
+                .or_default() += 1;
         }
         assert_eq!(count.len(), 3, "{count:?}");
         for (p, n) in &count {
@@ -233,19 +248,49 @@ mod tests {
     }
 
     #[test]
+    fn static_shards_are_balanced_even_for_two() {
+        for count in [2u32, 4] {
+            for index in 0..count {
+                let n = (0..1000)
+                    .filter(|i| static_shard(&key(*i), StaticShard { count, index }))
+                    .count();
+                let even = 1000 / count as usize;
+                assert!(n.abs_diff(even) < even / 5, "shard {index}/{count}: {n}");
+            }
+        }
+    }
+
+    #[test]
     fn static_shards_partition_the_clusters() {
         for count in 1..5u32 {
             for i in 0..300 {
                 let owners: Vec<u32> = (0..count)
-                    .filter(|index| static_shard(&key(i), StaticShard { count, index: *index }))
+                    .filter(|index| {
+                        static_shard(
+                            &key(i),
+                            StaticShard {
+                                count,
+                                index: *index,
+                            },
+                        )
+                    })
                     .collect();
                 assert_eq!(owners.len(), 1, "{} in {count} shards: {owners:?}", key(i));
             }
         }
         let k = key(42);
-        let shard = (fnv1a64(b"tenant-0/cluster-42") % 3) as u32;
-        assert!(static_shard(&k, StaticShard { count: 3, index: shard }));
-        assert!(!static_shard(&k, StaticShard { count: 0, index: 0 }), "no shard of zero");
+        let shard = (hash(b"tenant-0/cluster-42") % 3) as u32;
+        assert!(static_shard(
+            &k,
+            StaticShard {
+                count: 3,
+                index: shard
+            }
+        ));
+        assert!(
+            !static_shard(&k, StaticShard { count: 0, index: 0 }),
+            "no shard of zero"
+        );
     }
 
     #[test]
@@ -265,7 +310,10 @@ mod tests {
             name: "x".repeat(200),
         };
         let name = fence_name(&long);
-        assert!(name.len() <= MAX_NAME && name.starts_with("karpenter-capi-cluster-"), "{name}");
+        assert!(
+            name.len() <= MAX_NAME && name.starts_with("karpenter-capi-cluster-"),
+            "{name}"
+        );
         assert_eq!(peer_lease_name("hub-0"), "karpenter-capi-peer-hub-0");
         let odd = peer_lease_name("Hub_0");
         assert!(odd.starts_with("karpenter-capi-peer-hub-0-"), "{odd}");

@@ -121,7 +121,11 @@ mod tests {
                 })
                 .get()
         };
-        assert_eq!(count(State::Engaged), 0, "every state is served from the start");
+        assert_eq!(
+            count(State::Engaged),
+            0,
+            "every state is served from the start"
+        );
         let key = |n: &str| ClusterKey {
             namespace: "t".into(),
             name: n.into(),
@@ -130,7 +134,11 @@ mod tests {
         table.set(&key("b"), State::NotOwned);
         table.set(&key("a"), State::Engaged);
         assert_eq!(
-            (count(State::Engaged), count(State::Connecting), count(State::NotOwned)),
+            (
+                count(State::Engaged),
+                count(State::Connecting),
+                count(State::NotOwned)
+            ),
             (1, 0, 1)
         );
         table.retain(|k| k.name == "a");
