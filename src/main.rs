@@ -208,6 +208,10 @@ struct RunArgs {
     /// Hub mode: this replica's shard, 0..N-1 (with `--shard-count`).
     #[arg(long, env = "SHARD_INDEX", requires = "shard_count")]
     shard_index: Option<u32>,
+    /// Hub mode: label each cluster's series with `cluster="<namespace>/<name>"`; `false`
+    /// sums them over the clusters (fewer series).
+    #[arg(long, env = "METRICS_CLUSTER_LABEL", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    metrics_cluster_label: bool,
     /// Log format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "pretty")]
     log_format: LogFormat,
@@ -327,6 +331,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 .copied()
                 .unwrap_or(true),
             shard,
+            metrics_cluster_label: args.metrics_cluster_label,
             ..Default::default()
         }),
         // GC interval and grace.
@@ -478,6 +483,9 @@ mod tests {
             static_shard(&run_args(&[]).expect("parses")).expect("ok"),
             None
         );
+        assert!(run_args(&[]).expect("parses").metrics_cluster_label);
+        let off = run_args(&["--metrics-cluster-label=false"]).expect("parses");
+        assert!(!off.metrics_cluster_label);
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub(crate) mod latency;
 pub mod leader;
 pub mod machine;
 pub mod metrics;
+pub mod metrics_scope;
 pub mod names;
 pub mod nodeclaim;
 pub(crate) mod nodeclass;

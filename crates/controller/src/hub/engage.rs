@@ -162,6 +162,7 @@ pub(crate) fn engage(hub: &Hub, key: ClusterKey, cluster: &Cluster, creds: Crede
         options: hub.options.clone(),
         identity: hub.identity.clone(),
         probe_interval: hub.config.probe_interval,
+        cluster_label: hub.config.metrics_cluster_label,
         node_overlay: hub.config.node_overlay,
         recorder: hub.recorder.clone(),
         regarding: regarding(cluster),
@@ -212,6 +213,8 @@ struct Run {
     options: ClientOptions,
     identity: String,
     probe_interval: Duration,
+    /// Whether the engagement's series carry its `cluster` label.
+    cluster_label: bool,
     /// The `NodeOverlay` feature gate.
     node_overlay: bool,
     recorder: Recorder,
@@ -261,8 +264,7 @@ impl Run {
                 _ = self.serve(&kubeconfig, stop) => {}
                 _ = until(cancel) => {}
             }
-            self.metrics.cluster_connected.remove(&self.labels());
-            return;
+            return self.forget();
         };
         loop {
             self.status.set(&self.key, State::WaitingLease);
@@ -283,13 +285,19 @@ impl Run {
                 _ = until(cancel.clone()) => false,
             };
             // Dropped: every loop, watch and probe of the engagement is aborted.
-            self.metrics.cluster_connected.remove(&self.labels());
+            self.forget();
             if !lost {
                 tracing::info!(cluster = %self.key, "releasing the fence Lease");
                 return election.release().await;
             }
             tracing::warn!(cluster = %self.key, "fence Lease lost: engagement cancelled; waiting to hold it again");
         }
+    }
+
+    /// Drops the cluster's series: whoever serves it next reports them.
+    fn forget(&self) {
+        self.metrics.cluster_connected.remove(&self.labels());
+        self.metrics.forget_cluster(&self.key.to_string());
     }
 
     /// Starts the election for the fence Lease (retried until it starts).
@@ -360,7 +368,9 @@ impl Run {
         let sources = Sources {
             workload,
             management,
-            metrics: self.metrics.clone(),
+            metrics: self
+                .metrics
+                .scoped(self.cluster_label.then(|| self.key.to_string()).as_deref()),
             knobs: self.knobs.clone(),
             engaged: Some(self.key.clone()),
             connection,

@@ -56,6 +56,9 @@ pub struct HubConfig {
     pub node_overlay: bool,
     /// `--shard-count/--shard-index`: static shards instead of rendezvous over peers.
     pub shard: Option<shard::StaticShard>,
+    /// Label each engagement's series with `cluster="<namespace>/<name>"`
+    /// (`--metrics-cluster-label`; off: summed over the clusters, fewer series).
+    pub metrics_cluster_label: bool,
 }
 
 impl Default for HubConfig {
@@ -68,6 +71,7 @@ impl Default for HubConfig {
             resync: Duration::from_secs(10),
             node_overlay: true,
             shard: None,
+            metrics_cluster_label: true,
         }
     }
 }
