@@ -1,7 +1,7 @@
 //! `karpenter-capi`: Karpenter for Cluster API. CLI and wiring only.
 
 use clap::{Parser, Subcommand};
-use karpenter_capi::{inspect, simulate};
+use karpenter_capi::{inspect, inspect_hub, simulate};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
@@ -82,6 +82,17 @@ struct InspectArgs {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
     output: InspectFormat,
+    /// `hub`: `--kubeconfig` is a hub's management cluster; list the opted-in Clusters with
+    /// their state and owner (or, with `--cluster`, inspect one).
+    #[arg(long, value_enum, default_value = "single")]
+    mode: Mode,
+    /// Hub mode: inspect the workload cluster of Cluster `<namespace>/<name>` (through its
+    /// kubeconfig Secret).
+    #[arg(long)]
+    cluster: Option<String>,
+    /// Hub mode: the namespace of the hub's Leases.
+    #[arg(long, env = "LEADER_ELECTION_NAMESPACE", default_value = "karpenter")]
+    lease_namespace: String,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -94,12 +105,43 @@ fn inspect(args: InspectArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    if args.mode == Mode::Hub && args.cluster.is_none() {
+        let rows = runtime.block_on(async {
+            let options = controller::runtime::ClientOptions::default();
+            let path = args
+                .management_kubeconfig
+                .as_ref()
+                .or(args.kubeconfig.as_ref());
+            let management = controller::runtime::client(path, &options).await?;
+            anyhow::Ok(inspect_hub::clusters(&management, &args.lease_namespace).await?)
+        })?;
+        match args.output {
+            InspectFormat::Table => print!("{}", inspect_hub::render_table(&rows)),
+            InspectFormat::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
+        }
+        return Ok(());
+    }
     let rows = runtime.block_on(async {
         let options = controller::runtime::ClientOptions::default();
-        let workload = controller::runtime::client(args.kubeconfig.as_ref(), &options).await?;
-        let management = match &args.management_kubeconfig {
-            Some(p) => controller::runtime::client(Some(p), &options).await?,
-            None => workload.clone(),
+        let (workload, management) = match &args.cluster {
+            Some(cluster) => {
+                let path = args
+                    .management_kubeconfig
+                    .as_ref()
+                    .or(args.kubeconfig.as_ref());
+                let management = controller::runtime::client(path, &options).await?;
+                let workload = inspect_hub::workload_client(&management, cluster, &options).await?;
+                (workload, management)
+            }
+            None => {
+                let workload =
+                    controller::runtime::client(args.kubeconfig.as_ref(), &options).await?;
+                let management = match &args.management_kubeconfig {
+                    Some(p) => controller::runtime::client(Some(p), &options).await?,
+                    None => workload.clone(),
+                };
+                (workload, management)
+            }
         };
         anyhow::Ok(
             inspect::collect(&workload, &management, args.nodepool.as_deref(), args.why).await?,

@@ -252,6 +252,20 @@ async fn one_machine_per_claim(m: &Client, w: &Client, ns: &str, min: usize) -> 
     }
 }
 
+/// The testbed's audit log, read again when caught mid-write (a line the server is still
+/// writing).
+async fn audit(tb: &Testbed) -> Vec<AuditEvent> {
+    let mut last = None;
+    for _ in 0..10 {
+        match tb.audit_events() {
+            Ok(events) => return events,
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    panic!("audit log unreadable: {last:?}");
+}
+
 /// When the API server received a request.
 fn received(e: &AuditEvent) -> Option<Timestamp> {
     e.request_received_timestamp.as_deref()?.parse().ok()
@@ -472,13 +486,20 @@ async fn replicas_split_clusters_fence_them_and_take_over() {
         "{victim} killed; {survivor} held all its fence Leases after {:.1}s; alpha: {alpha_claims} -> {after_kill} NodeClaims, one Machine each",
         took_over.as_secs_f64()
     );
+    // The survivor's per-cluster series carry the cluster label.
+    let page = common::scrape(replicas[survivor].1).await;
+    let launched = format!(
+        "karpenter_capi_machines_launched_total{{cluster=\"{}\",nodepool=\"default\"}} ",
+        key("alpha")
+    );
+    assert!(
+        page.lines().any(|l| l.starts_with(&launched)),
+        "no {launched} on {survivor}'s page:\n{page}"
+    );
     let since = killed_at + IN_FLIGHT;
     for (name, events) in [
-        ("management", bed.mgmt.audit_events().expect("audit")),
-        (
-            "alpha",
-            bed.workloads["alpha"].audit_events().expect("audit"),
-        ),
+        ("management", audit(&bed.mgmt).await),
+        ("alpha", audit(&bed.workloads["alpha"]).await),
     ] {
         assert_eq!(
             requests_after(&events, &victim, since),
@@ -551,8 +572,8 @@ async fn demote(bed: &Bed, survivor: &str, addr: std::net::SocketAddr) {
     pending_pods(&wb, "third", 2).await;
     pending_pods(&wa, "third", 2).await;
     one_machine_per_claim(&m, &wa, &key("alpha").namespace, alpha_before + 1).await;
-    let mgmt_events = bed.mgmt.audit_events().expect("audit");
-    let beta_events = bed.workloads["beta"].audit_events().expect("audit");
+    let mgmt_events = audit(&bed.mgmt).await;
+    let beta_events = audit(&bed.workloads["beta"]).await;
     let for_beta = writes_after(&mgmt_events, survivor, dropped, Some(&beta.namespace));
     assert!(
         for_beta.is_empty(),

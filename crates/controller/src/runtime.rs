@@ -11,7 +11,7 @@ use kube::Client;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
-pub use crate::clients::{ClientOptions, client, user_agent};
+pub use crate::clients::{ClientOptions, client, client_from_yaml, user_agent};
 use crate::leader::{Election, LeaderConfig, LeaderError};
 use crate::metrics::Metrics;
 use crate::ratelimit::ClientRate;
