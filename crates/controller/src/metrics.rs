@@ -232,56 +232,18 @@ pub struct Metrics {
     pub clusters: Family<StateLabels, Gauge>,
 }
 
-/// The families whose series belong to one engagement: labelled with its cluster in hub
-/// mode (see `metrics_scope`).
-macro_rules! scoped_families {
-    ($($field:ident),* $(,)?) => {
-        impl Metrics {
-            /// The same metrics, the per-cluster series written with `cluster`'s label
-            /// (`None`: unlabelled, as in single-cluster mode).
-            pub fn scoped(&self, cluster: Option<&str>) -> Metrics {
-                let scope: Option<Arc<str>> = cluster.map(Arc::from);
-                Metrics {
-                    $($field: self.$field.scoped(scope.clone()),)*
-                    ..self.clone()
-                }
-            }
-
-            /// Drops the per-cluster series of `cluster` (disengaged).
-            pub fn forget_cluster(&self, cluster: &str) {
-                $(self.$field.forget(cluster);)*
-            }
-        }
-    };
-}
-
-scoped_families!(
-    nodeclaims_created,
-    nodeclaims_terminated,
-    nodeclaims_disrupted,
-    nodeclaims_unhealthy_disrupted,
-    nodeclaims_drifted,
-    disruption_decisions,
-    disruption_queue_failures,
-    decisions_by_nodepool,
-    nodes_consuming_budgets,
-    pods_disruption_initiated,
-    nodes_created,
-    nodes_terminated,
-    scheduling_duration,
-    cloudprovider_duration,
-    cloudprovider_errors,
-    nodepools_usage,
-    nodepools_limit,
-    machines_launched,
-    launch_duration,
-    catalog_instance_types,
-    nodeoverlay_matched_offerings,
-    voluntary_disruption_eligible_nodes,
-    nodepools_allowed_disruptions,
-    consolidation_score,
+// The per-engagement families: labelled with their cluster in hub mode (see `metrics_scope`).
+#[rustfmt::skip]
+crate::metrics_scope::scoped_families! {
+    nodeclaims_created, nodeclaims_terminated, nodeclaims_disrupted,
+    nodeclaims_unhealthy_disrupted, nodeclaims_drifted, disruption_decisions,
+    disruption_queue_failures, decisions_by_nodepool, nodes_consuming_budgets,
+    pods_disruption_initiated, nodes_created, nodes_terminated, scheduling_duration,
+    cloudprovider_duration, cloudprovider_errors, nodepools_usage, nodepools_limit,
+    machines_launched, launch_duration, catalog_instance_types, nodeoverlay_matched_offerings,
+    voluntary_disruption_eligible_nodes, nodepools_allowed_disruptions, consolidation_score,
     launch_steps,
-);
+}
 
 impl Metrics {
     /// Creates the metrics and registers them in `registry`.

@@ -119,6 +119,30 @@ impl<L: Clone + Hash + Eq, M, C: MetricConstructor<M> + Clone> ScopedFamily<L, M
     }
 }
 
+/// Implements `Metrics::scoped` and `Metrics::forget_cluster` over the per-cluster families
+/// it is given (invoked in `metrics`, where `Metrics` is).
+macro_rules! scoped_families {
+    ($($field:ident),* $(,)?) => {
+        impl Metrics {
+            /// The same metrics, the per-cluster series written with `cluster`'s label
+            /// (`None`: unlabelled, as in single-cluster mode).
+            pub fn scoped(&self, cluster: Option<&str>) -> Metrics {
+                let scope: Option<std::sync::Arc<str>> = cluster.map(std::sync::Arc::from);
+                Metrics {
+                    $($field: self.$field.scoped(scope.clone()),)*
+                    ..self.clone()
+                }
+            }
+
+            /// Drops the per-cluster series of `cluster` (disengaged).
+            pub fn forget_cluster(&self, cluster: &str) {
+                $(self.$field.forget(cluster);)*
+            }
+        }
+    };
+}
+pub(crate) use scoped_families;
+
 #[cfg(test)]
 mod tests {
     use super::*;
