@@ -1,7 +1,7 @@
 //! `karpenter-capi inspect` against a hub's management cluster: every opted-in Cluster with
-//! its state — ineligible (why), waiting for its credentials, engaged (by which replica: the
-//! holder of its fence Lease), disconnected (its last health Event), or waiting to be
-//! engaged — read from the API server (Clusters, kubeconfig Secrets, fence Leases, Events),
+//! its state — ineligible (why), waiting for its credentials, connecting or engaged (by which
+//! replica: the holder of its fence Lease; engaged once its `ClusterEngaged` Event is there),
+//! disconnected (its last health Event), or waiting to be engaged — read from the API server (Clusters, kubeconfig Secrets, fence Leases, Events),
 //! not from the operator. `inspect --cluster ns/name` inspects that Cluster's workload cluster
 //! through its kubeconfig Secret, as `inspect` does for one cluster.
 
@@ -84,7 +84,11 @@ pub fn row(
                 "disconnected",
                 "its API server failed its last probes: no disruption, GC or deletes".into(),
             ),
-            (_, Some(o)) => ("engaged", format!("fence Lease held by {o}")),
+            (Some(true), Some(o)) => ("engaged", format!("fence Lease held by {o}")),
+            (None, Some(o)) => (
+                "connecting",
+                format!("fence Lease held by {o}; not engaged yet (no ClusterEngaged Event)"),
+            ),
             (Some(true), None) => ("engaged", "no fence Lease (one unsharded replica)".into()),
             (None, None) => ("waiting", "no replica has engaged it yet".into()),
         },
@@ -220,6 +224,7 @@ mod tests {
         let c = cluster(false);
         assert_eq!(state(&c, false, None, None), "waiting-credentials");
         assert_eq!(state(&c, true, None, None), "waiting");
+        assert_eq!(state(&c, true, Some("hub-0"), None), "connecting");
         assert_eq!(state(&c, true, Some("hub-0"), Some(true)), "engaged");
         assert_eq!(state(&c, true, None, Some(true)), "engaged");
         assert_eq!(state(&c, true, Some("hub-0"), Some(false)), "disconnected");

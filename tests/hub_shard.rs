@@ -455,6 +455,31 @@ async fn replicas_split_clusters_fence_them_and_take_over() {
         .expect("the replica's cluster states");
     }
     eprintln!("split: {want:?}");
+    // `inspect --mode hub` shows each Cluster's owner.
+    let rows = wait_for(
+        "inspect shows the owners",
+        Duration::from_secs(30),
+        || async {
+            let rows = karpenter_capi::inspect_hub::clusters(&m, OPERATOR_NS)
+                .await
+                .ok()?;
+            let owners: BTreeMap<String, String> = rows
+                .iter()
+                .filter_map(|r| Some((r.cluster.clone(), r.owner.clone()?)))
+                .collect();
+            let expected: BTreeMap<String, String> = want
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect();
+            let alpha_engaged = rows
+                .iter()
+                .any(|r| r.cluster == key("alpha").to_string() && r.state == "engaged");
+            (owners == expected && alpha_engaged).then_some(rows)
+        },
+    )
+    .await
+    .expect("inspect lists every Cluster with its owner");
+    eprint!("{}", karpenter_capi::inspect_hub::render_table(&rows));
 
     // Both real clusters provision: one Machine per NodeClaim.
     create_nodepool(&wa, json!({})).await;
