@@ -1,9 +1,11 @@
 //! Control loops, one module per loop, and the runtime pieces they share.
 
+pub mod budgets;
 pub mod cache;
 pub(crate) mod catalogs;
 pub mod clients;
 pub(crate) mod clone;
+pub mod cost;
 pub mod cloudprovider;
 pub(crate) mod cluster_metrics;
 pub mod counts;

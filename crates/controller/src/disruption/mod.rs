@@ -24,7 +24,7 @@
 //! or roll back).
 
 pub mod blockers;
-pub mod budgets;
+pub use crate::budgets;
 pub mod candidates;
 pub mod command;
 pub mod consolidation;
