@@ -292,6 +292,7 @@ fn shared(
         recorder,
         metrics: ctx.metrics.clone(),
         nodes: caches.nodes.clone(),
+        pods: caches.pods.store(),
         machines: caches.machines.store(),
         nodeclasses: caches.nodeclasses.store(),
         nodeclaims: caches.nodeclaims.store(),
