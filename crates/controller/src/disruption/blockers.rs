@@ -336,5 +336,4 @@ mod tests {
             "do-not-disrupt is reported first"
         );
     }
-
 }

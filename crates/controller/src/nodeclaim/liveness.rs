@@ -18,10 +18,10 @@ use kube::runtime::reflector::ObjectRef;
 use super::context::{Ctx, Error};
 use super::plan::nodepool_of;
 use super::repair::{self, Blocked, Unhealthy};
-use api::consts::events::{DISRUPTION_BLOCKED, NODE_REPAIR_BLOCKED};
-use k8s_openapi::api::core::v1::{Node, Pod};
 use crate::cloudprovider::Instance;
+use api::consts::events::{DISRUPTION_BLOCKED, NODE_REPAIR_BLOCKED};
 use api::duration::format_duration;
+use k8s_openapi::api::core::v1::{Node, Pod};
 
 /// What liveness decided.
 #[derive(Debug, PartialEq)]
@@ -365,11 +365,21 @@ async fn report_blocked(
                 repair::MAX_UNHEALTHY_PERCENT
             );
             tracing::info!(nodeclaim = %claim.name_any(), nodepool = %pool, unhealthy, allowed, "node repair blocked");
-            ctx.event(claim, EventType::Warning, NODE_REPAIR_BLOCKED, message.clone())
-                .await;
+            ctx.event(
+                claim,
+                EventType::Warning,
+                NODE_REPAIR_BLOCKED,
+                message.clone(),
+            )
+            .await;
             if let Some(np) = ctx.nodepool(pool) {
-                ctx.event_for(np.as_ref(), EventType::Warning, NODE_REPAIR_BLOCKED, message)
-                    .await;
+                ctx.event_for(
+                    np.as_ref(),
+                    EventType::Warning,
+                    NODE_REPAIR_BLOCKED,
+                    message,
+                )
+                .await;
             }
         }
         Blocked::Budget {

@@ -233,7 +233,8 @@ fn counted(claim: &NodeClaim) -> bool {
 
 /// Being disrupted: deleted, or in a disruption command.
 fn disrupting(claim: &NodeClaim) -> bool {
-    crate::objects::deleting(claim) || crate::objects::annotation(claim, DISRUPTION_COMMAND).is_some()
+    crate::objects::deleting(claim)
+        || crate::objects::annotation(claim, DISRUPTION_COMMAND).is_some()
 }
 
 /// The cap's and the budget's inputs for `pool` ("" = NodeClaims without a pool: the whole
@@ -263,7 +264,11 @@ pub fn pool_view(claims: &[std::sync::Arc<NodeClaim>], pool: &str, look: &Lookup
         if is_counted && disrupting(c) {
             budget.disrupting.insert(uid.clone());
         }
-        if c.status.as_ref().and_then(|s| s.node_name.as_ref()).is_none() {
+        if c.status
+            .as_ref()
+            .and_then(|s| s.node_name.as_ref())
+            .is_none()
+        {
             continue;
         }
         view.nodes += 1;
@@ -271,7 +276,10 @@ pub fn pool_view(claims: &[std::sync::Arc<NodeClaim>], pool: &str, look: &Lookup
             continue;
         };
         view.unhealthy.insert(uid.clone());
-        let eligible = u.since.checked_add(look.repair_after).is_ok_and(|t| t <= look.now);
+        let eligible = u
+            .since
+            .checked_add(look.repair_after)
+            .is_ok_and(|t| t <= look.now);
         if eligible && is_counted && !disrupting(c) && !do_not_repair(c, node.as_deref()) {
             queue.push((u.since, (look.cost)(c), c.name_any(), uid));
         }
@@ -550,8 +558,14 @@ mod tests {
             claim("new-cheap", json!({})),
             claim("new-dear", json!({})),
             claim("young", json!({})),
-            claim("vetoed", json!({"metadata": {"annotations": {DO_NOT_REPAIR: "true"}}})),
-            claim("deleting", json!({"metadata": {"deletionTimestamp": "2026-11-22T09:00:00Z", "finalizers": ["f"]}})),
+            claim(
+                "vetoed",
+                json!({"metadata": {"annotations": {DO_NOT_REPAIR: "true"}}}),
+            ),
+            claim(
+                "deleting",
+                json!({"metadata": {"deletionTimestamp": "2026-11-22T09:00:00Z", "finalizers": ["f"]}}),
+            ),
             claim("fresh", json!({"status": {"conditions": []}})),
             claim("healthy", json!({})),
         ];
@@ -596,11 +610,21 @@ mod tests {
         assert_eq!(v.nodes, 8);
         assert_eq!(v.unhealthy.len(), 7);
         // The Node's annotation vetoes as well.
-        let vetoed = node("n", "False", "2026-11-22T09:00:00Z", json!({DO_NOT_REPAIR: "true"}));
+        let vetoed = node(
+            "n",
+            "False",
+            "2026-11-22T09:00:00Z",
+            json!({DO_NOT_REPAIR: "true"}),
+        );
         assert!(do_not_repair(&claims[0], Some(&vetoed)));
         assert!(do_not_repair(&claims[4], None));
         assert!(!do_not_repair(&claims[0], Some(&nodes["old"])));
-        let no = node("n", "False", "2026-11-22T09:00:00Z", json!({DO_NOT_REPAIR: "false"}));
+        let no = node(
+            "n",
+            "False",
+            "2026-11-22T09:00:00Z",
+            json!({DO_NOT_REPAIR: "false"}),
+        );
         assert!(!do_not_repair(&claims[0], Some(&no)));
     }
 }

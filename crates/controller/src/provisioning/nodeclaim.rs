@@ -100,6 +100,13 @@ pub fn nodeclaim(
     let (price, capacity) = catalog
         .map(|c| templates::overlay::marks(c, claim.instance_types()))
         .unwrap_or_default();
+    // Karpenter's BestEffort minValues: whether the solver relaxed one (not under Strict).
+    if let Some(relaxed) = claim.min_values_relaxed {
+        annotations.insert(
+            api::consts::annotations::NODECLAIM_MIN_VALUES_RELAXED.into(),
+            relaxed.to_string(),
+        );
+    }
     for (key, marked) in [
         (PRICE_OVERLAY_APPLIED, price),
         (CAPACITY_OVERLAY_APPLIED, capacity),
@@ -178,6 +185,7 @@ mod tests {
                 capacity_type: "on-demand".into(),
                 price: 0.1,
             },
+            min_values_relaxed: None,
         };
         let nc = serde_json::to_value(nodeclaim(&pool, &claim, None)).expect("json");
         assert_eq!(nc["metadata"]["generateName"], "default-");
