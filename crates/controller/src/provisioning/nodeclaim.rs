@@ -198,6 +198,17 @@ mod tests {
         );
         assert_eq!(nc["spec"]["resources"]["requests"]["cpu"], "1500m");
         assert_eq!(nc["spec"]["resources"]["requests"]["memory"], "1Ki");
+        // Strict: no minValues annotation; BestEffort: whether the solver relaxed one.
+        let relaxed = "karpenter.sh/nodeclaim-min-values-relaxed";
+        assert!(nc["metadata"]["annotations"].get(relaxed).is_none());
+        for (said, want) in [(Some(true), "true"), (Some(false), "false")] {
+            let c = scheduling::NewNodeClaim {
+                min_values_relaxed: said,
+                ..claim.clone()
+            };
+            let nc = serde_json::to_value(nodeclaim(&pool, &c, None)).expect("json");
+            assert_eq!(nc["metadata"]["annotations"][relaxed], want);
+        }
         assert_eq!(
             nc["spec"]["requirements"][0]["values"],
             json!(["small", "large"])

@@ -162,14 +162,7 @@ impl Solver {
             }
             return Err(Why::InsufficientResources(best_short.unwrap_or(0)));
         }
-        let final_reqs = new_reqs.as_ref().unwrap_or(reqs);
-        let (new_reqs, relaxed) = match self.check_min_values(pool, final_reqs, &out) {
-            Ok(()) => (new_reqs, false),
-            Err(Why::MinValues { .. }) if self.best_effort => {
-                (Some(self.relax_min_values(pool, final_reqs, &out)), true)
-            }
-            Err(e) => return Err(e),
-        };
+        let (new_reqs, relaxed) = self.min_values(pool, new_reqs, reqs, &out)?;
         Ok(ClaimUpdate {
             reqs: new_reqs,
             cands: out,
@@ -177,6 +170,26 @@ impl Solver {
             max_free,
             relaxed,
         })
+    }
+
+    /// The claim's requirements after the `minValues` check over candidates `cands`
+    /// (`new_reqs`, else `reqs`): unchanged when met; relaxed (and `true`) under BestEffort;
+    /// else the failure.
+    fn min_values(
+        &self,
+        pool: usize,
+        new_reqs: Option<IReqs>,
+        reqs: &IReqs,
+        cands: &BitSet,
+    ) -> Result<(Option<IReqs>, bool), Why> {
+        let final_reqs = new_reqs.as_ref().unwrap_or(reqs);
+        match self.check_min_values(pool, final_reqs, cands) {
+            Ok(()) => Ok((new_reqs, false)),
+            Err(Why::MinValues { .. }) if self.best_effort => {
+                Ok((Some(self.relax_min_values(pool, final_reqs, cands)), true))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// How many distinct values of `set` (on key `k`) the candidates `cands` offer.
