@@ -188,6 +188,12 @@ struct RunArgs {
     /// ignored (unbounded).
     #[arg(long, env = "AVAILABLE_COUNT_STALENESS", default_value = "10m", value_parser = parse_duration)]
     available_count_staleness: std::time::Duration,
+    /// What provisioning does when a NodeClaim's instance types cannot meet a requirement's
+    /// `minValues`: `Strict` leaves the pod off that NodeClaim; `BestEffort` lowers
+    /// `minValues` to what they reach and annotates the NodeClaim
+    /// `karpenter.sh/nodeclaim-min-values-relaxed` (Karpenter's `--min-values-policy`).
+    #[arg(long, env = "MIN_VALUES_POLICY", value_enum, default_value = "Strict")]
+    min_values_policy: MinValuesPolicy,
     /// Client-side rate limit of each Kubernetes client (workload, management): requests
     /// per second once the burst is spent.
     #[arg(long, env = "KUBE_CLIENT_QPS", default_value_t = controller::ratelimit::DEFAULT_QPS)]
@@ -260,6 +266,24 @@ struct RunArgs {
     /// Log level / filter (tracing EnvFilter syntax).
     #[arg(long, env = "LOG_LEVEL", default_value = "info")]
     log_level: String,
+}
+
+/// `--min-values-policy`, spelled as Karpenter spells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum MinValuesPolicy {
+    #[value(name = "Strict")]
+    Strict,
+    #[value(name = "BestEffort")]
+    BestEffort,
+}
+
+impl From<MinValuesPolicy> for scheduling::MinValuesPolicy {
+    fn from(p: MinValuesPolicy) -> Self {
+        match p {
+            MinValuesPolicy::Strict => scheduling::MinValuesPolicy::Strict,
+            MinValuesPolicy::BestEffort => scheduling::MinValuesPolicy::BestEffort,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -352,6 +376,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         node_repair_after: args.node_repair_after,
         disruption_timeout: args.disruption_timeout,
         count_staleness: args.available_count_staleness,
+        min_values_policy: args.min_values_policy.into(),
         client_rate: controller::ratelimit::ClientRate {
             qps: args.kube_client_qps,
             burst: args.kube_client_burst,

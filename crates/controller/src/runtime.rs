@@ -65,6 +65,9 @@ pub struct RunConfig {
     pub disruption_timeout: Duration,
     /// How long a template's reported `available-count` is trusted.
     pub count_staleness: Duration,
+    /// `--min-values-policy`: what provisioning does when a NodeClaim's instance types
+    /// cannot meet a `minValues` (Karpenter's `Strict`, the default, or `BestEffort`).
+    pub min_values_policy: scheduling::MinValuesPolicy,
     /// The `NodeOverlay` feature gate: NodeOverlays watched, evaluated and applied to the
     /// catalogs (on by default, as in Karpenter v1.15.0).
     pub node_overlay: bool,
@@ -93,6 +96,7 @@ impl Default for RunConfig {
             cluster_id: None,
             disruption_timeout: crate::disruption::orchestrate::TIMEOUT,
             count_staleness: crate::counts::DEFAULT_STALENESS,
+            min_values_policy: scheduling::MinValuesPolicy::Strict,
             node_overlay: true,
             hub: None,
         }
@@ -145,6 +149,7 @@ impl Context {
                 gc_interval: c.gc_interval,
                 gc_grace: c.gc_grace,
                 count_staleness: c.count_staleness,
+                min_values_policy: c.min_values_policy,
             },
             engaged: None,
             connection: Default::default(),
