@@ -6,6 +6,7 @@
 pub mod manifests;
 pub mod mirror;
 pub mod process;
+pub mod replica;
 pub mod shared;
 
 use std::net::SocketAddr;

@@ -104,6 +104,16 @@ pub mod labels {
 pub mod annotations {
     // Karpenter.
     pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+    /// On a Node or NodeClaim (`"true"`): never repaired, whatever its health (v1.15).
+    pub const DO_NOT_REPAIR: &str = "karpenter.sh/do-not-repair";
+    /// On a pod (an int32): what evicting it costs, in candidate ordering (v1.15); without
+    /// it, [`POD_DELETION_COST`] is read.
+    pub const DISRUPTION_COST: &str = "karpenter.sh/disruption-cost";
+    /// Kubernetes' ReplicaSet scale-down hint, the fallback of [`DISRUPTION_COST`].
+    pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
+    /// On a NodeClaim (`"true"`): launched with minValues relaxed
+    /// (`--min-values-policy=BestEffort`).
+    pub const NODECLAIM_MIN_VALUES_RELAXED: &str = "karpenter.sh/nodeclaim-min-values-relaxed";
     pub const NODEPOOL_HASH: &str = "karpenter.sh/nodepool-hash";
     pub const NODEPOOL_HASH_VERSION: &str = "karpenter.sh/nodepool-hash-version";
     pub const NODECLAIM_TERMINATION_TIMESTAMP: &str =

@@ -33,6 +33,8 @@ pub struct Knobs {
     pub gc_grace: Duration,
     /// How long a template's reported `available-count` is trusted.
     pub count_staleness: Duration,
+    /// `--min-values-policy`.
+    pub min_values_policy: scheduling::MinValuesPolicy,
 }
 
 /// What an engagement is built from: the clients of its workload cluster and of the
@@ -299,6 +301,7 @@ fn shared(
         recorder,
         metrics: ctx.metrics.clone(),
         nodes: caches.nodes.clone(),
+        pods: caches.pods.store(),
         machines: caches.machines.store(),
         nodeclasses: caches.nodeclasses.store(),
         nodeclaims: caches.nodeclaims.store(),
@@ -340,6 +343,7 @@ fn provisioner(
         unavailable,
         machines: caches.machines.store(),
         count_staleness: ctx.knobs.count_staleness,
+        min_values_policy: ctx.knobs.min_values_policy,
         batch_idle: ctx.knobs.batch_idle,
         batch_max: ctx.knobs.batch_max,
     }

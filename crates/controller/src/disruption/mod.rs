@@ -24,7 +24,7 @@
 //! or roll back).
 
 pub mod blockers;
-pub mod budgets;
+pub use crate::budgets;
 pub mod candidates;
 pub mod command;
 pub mod consolidation;
@@ -334,10 +334,12 @@ fn pool_budgets<'a>(
                 )
             });
         }
+        // Unhealthy too: repair (the NodeClaim lifecycle's) is paced by that budget.
         for reason in [
             DisruptionReason::Underutilized,
             DisruptionReason::Empty,
             DisruptionReason::Drifted,
+            DisruptionReason::Unhealthy,
         ] {
             allowed.push((
                 pool.name.to_string(),

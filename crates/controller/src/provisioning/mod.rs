@@ -58,6 +58,8 @@ pub struct Provisioner {
     pub machines: kube::runtime::reflector::Store<api::Machine>,
     /// How long a template's reported `available-count` is trusted.
     pub count_staleness: Duration,
+    /// `--min-values-policy`: the solver relaxes `minValues` under `BestEffort`.
+    pub min_values_policy: scheduling::MinValuesPolicy,
     pub batch_idle: Duration,
     pub batch_max: Duration,
 }
@@ -72,7 +74,7 @@ impl Provisioner {
             k8s_openapi::jiff::Timestamp::now(),
             self.count_staleness,
         );
-        snapshot::build(
+        let mut snap = snapshot::build(
             cluster,
             &cluster.ready_nodepools(),
             pods,
@@ -82,7 +84,9 @@ impl Provisioner {
                 counts: &counts,
                 now: Instant::now(),
             },
-        )
+        );
+        snap.input.min_values_policy = self.min_values_policy;
+        snap
     }
 
     /// One batch: solve and create the NodeClaims. Returns the names created.

@@ -105,6 +105,7 @@ pub fn build(
                 .map(|d| convert::daemonset(d))
                 .collect(),
             pods: pending.iter().map(|p| convert::pod(p)).collect(),
+            min_values_policy: Default::default(),
         },
         pools,
         catalogs,
