@@ -51,6 +51,7 @@ pub fn planned(
         nodes: Vec::new(),
         daemonsets: Vec::new(),
         pods: vec![placeholder],
+        min_values_policy: Default::default(),
     });
     match out.new_node_claims.into_iter().next() {
         Some(mut claim) => {
