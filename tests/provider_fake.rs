@@ -62,6 +62,7 @@ async fn env() -> Env {
         ),
         metrics: Metrics::register(&mut prometheus_client::registry::Registry::default()),
         nodes: caches.nodes.clone(),
+        pods: caches.pods.store(),
         machines: caches.machines.store(),
         nodeclasses: caches.nodeclasses.store(),
         nodeclaims: caches.nodeclaims.store(),

@@ -1099,3 +1099,78 @@ async fn max_machines_caps_a_template_without_a_launch_loop() {
         .items;
     assert_eq!(from_metal.len(), 3);
 }
+
+/// `--min-values-policy=BestEffort`: a NodePool asking for 3 instance types
+/// (`minValues: 3`) when the catalog has 2 still provisions — Strict would leave the pod
+/// pending — and the NodeClaim says so: `karpenter.sh/nodeclaim-min-values-relaxed: "true"`,
+/// its instance-type requirement lowered to `minValues: 2`.
+#[tokio::test]
+async fn best_effort_relaxes_min_values_and_the_nodeclaim_says_so() {
+    let env = env_tuned(
+        default_templates(json!({})),
+        Identity::Admin,
+        testbed::Options::all(),
+        |c| c.min_values_policy = scheduling::MinValuesPolicy::BestEffort,
+    )
+    .await;
+    let client = env.tb.client();
+    nodepools(&client)
+        .create(
+            &PostParams::default(),
+            &from_json(json!({
+                "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+                "metadata": {"name": "default"},
+                "spec": {
+                    "template": {"spec": {
+                        "nodeClassRef": {"group": "karpenter.cluster.x-k8s.io",
+                                         "kind": "ClusterAPINodeClass", "name": "default"},
+                        "requirements": [{"key": "node.kubernetes.io/instance-type",
+                                          "operator": "Exists", "minValues": 3}]}},
+                    "disruption": {"consolidateAfter": "Never"}
+                }
+            })),
+        )
+        .await
+        .expect("nodepool");
+    let ns = env.tb.temp_namespace().await.expect("namespace");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("relaxed", 1, "1", "1Gi", json!({})),
+        )
+        .await
+        .expect("deployment");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let ran = wait_for("the pod Running", Duration::from_secs(120), || async {
+        let l = pods.list(&ListParams::default()).await.ok()?.items;
+        l.iter().any(running).then_some(())
+    })
+    .await;
+    if ran.is_err() {
+        panic!("not Running: {}", diagnose(&client, &ns).await);
+    }
+    let claims = nodeclaims(&client)
+        .list(&ListParams::default())
+        .await
+        .expect("claims")
+        .items;
+    let [claim] = &claims[..] else {
+        panic!("one NodeClaim: {claims:?}");
+    };
+    assert_eq!(
+        claim
+            .annotations()
+            .get("karpenter.sh/nodeclaim-min-values-relaxed"),
+        Some(&"true".to_string())
+    );
+    let it = claim.data["spec"]["requirements"]
+        .as_array()
+        .and_then(|rs| {
+            rs.iter()
+                .find(|r| r["key"] == "node.kubernetes.io/instance-type")
+        })
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(it["minValues"], 2, "{it}");
+}

@@ -651,3 +651,98 @@ spec:
         ])
     );
 }
+
+#[test]
+fn static_nodepools_get_their_nodeclaims_in_the_plan_within_limits_and_overlays() {
+    // A dynamic pool for the pod, a static one of 3 replicas capped at 2 nodes; an overlay
+    // prices `big` below `small`, so every claim (static ones too) takes `big`.
+    let snapshot = r#"
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+kind: DockerMachineTemplate
+metadata:
+  name: small
+  namespace: capi-shop
+  labels: {node.cluster.x-k8s.io/karpenter-member: "true", karpenter.cluster.x-k8s.io/nodeclass: default}
+  annotations: {capacity.cluster-autoscaler.kubernetes.io/cpu: "2", capacity.cluster-autoscaler.kubernetes.io/memory: 8Gi}
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+kind: DockerMachineTemplate
+metadata:
+  name: big
+  namespace: capi-shop
+  labels: {node.cluster.x-k8s.io/karpenter-member: "true", karpenter.cluster.x-k8s.io/nodeclass: default}
+  annotations: {capacity.cluster-autoscaler.kubernetes.io/cpu: "8", capacity.cluster-autoscaler.kubernetes.io/memory: 32Gi}
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: general}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.cluster.x-k8s.io, kind: ClusterAPINodeClass, name: default}
+      requirements: []
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: fixed, uid: fixed-uid}
+spec:
+  replicas: 3
+  limits: {nodes: "2"}
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.cluster.x-k8s.io, kind: ClusterAPINodeClass, name: default}
+      requirements: []
+---
+apiVersion: karpenter.sh/v1alpha1
+kind: NodeOverlay
+metadata: {name: cheap-big}
+spec:
+  requirements: [{key: karpenter.cluster.x-k8s.io/instance-template, operator: In, values: [big]}]
+  price: "0.001"
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: one, namespace: shop}
+spec:
+  containers: [{name: c, resources: {requests: {cpu: "1", memory: 1Gi}}}]
+"#;
+    let args = [
+        "-f",
+        "examples/snapshot/00-cluster.yaml",
+        "-f",
+        "examples/snapshot/01-nodeclass.yaml",
+        "-f",
+        "-",
+        "-o",
+        "json",
+    ];
+    let plan: Value =
+        serde_json::from_str(&stdout(&simulate(&args, Some(snapshot)))).expect("JSON plan");
+    let claims = plan["nodeClaims"].as_array().expect("nodeClaims");
+    let of =
+        |pool: &str| -> Vec<&Value> { claims.iter().filter(|c| c["nodePool"] == pool).collect() };
+    assert_eq!(of("general").len(), 1, "{plan:#}");
+    assert_eq!(
+        strs(&of("general")[0]["pods"]),
+        vec!["shop/one"],
+        "the pod is the dynamic pool's"
+    );
+    let fixed = of("fixed");
+    assert_eq!(fixed.len(), 2, "limits.nodes 2 of 3 replicas: {plan:#}");
+    for c in fixed {
+        assert_eq!(c["instanceType"], "big", "the overlay applies: {c:#}");
+        assert_eq!(c["pods"], serde_json::json!([]));
+    }
+    assert_eq!(plan["total"]["nodeClaims"], 3);
+    assert_eq!(
+        plan["warnings"],
+        serde_json::json!(["NodePool fixed: limits.nodes keeps it below its 3 replicas"])
+    );
+    let summary = plan["nodePools"]
+        .as_array()
+        .expect("nodePools")
+        .iter()
+        .find(|p| p["name"] == "fixed")
+        .expect("fixed summary");
+    assert_eq!(summary["instanceTypes"], 2, "{summary:#}");
+}

@@ -277,6 +277,7 @@ async fn a_launch_happens_once_per_uid_when_the_cache_lags() {
         ),
         metrics: metrics.clone(),
         nodes: caches.nodes.clone(),
+        pods: caches.pods.store(),
         machines: caches.machines.store(),
         nodeclasses: caches.nodeclasses.store(),
         nodeclaims: delayed.as_reader(),

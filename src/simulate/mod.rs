@@ -15,6 +15,7 @@ mod expand;
 mod load;
 mod plan;
 mod render;
+mod static_pools;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -113,7 +113,7 @@ pub struct Plan {
     pub drifted: Vec<super::DriftedNodeClaim>,
 }
 
-pub(super) type Catalogs = HashMap<String, Arc<Catalog>>;
+type Catalogs = HashMap<String, Arc<Catalog>>;
 
 /// Builds the catalogs, runs the provisioner's scheduling simulation and collects the plan.
 pub fn plan(loaded: &Loaded) -> Plan {
@@ -161,7 +161,18 @@ pub fn plan(loaded: &Loaded) -> Plan {
     let mut seen = HashSet::new();
     warnings.retain(|w| seen.insert(w.clone()));
     let output = scheduling::solve(&snap.input);
-    let node_claims = planned_node_claims(loaded, &catalogs, &output);
+    let mut node_claims = planned_node_claims(loaded, &catalogs, &output);
+    let static_claims = super::static_pools::planned(&cluster, &catalogs, &counted, &mut warnings);
+    node_claims.extend(
+        static_claims
+            .iter()
+            .map(|c| planned_node_claim(loaded, &catalogs, c)),
+    );
+    for p in super::static_pools::pools(&cluster, &catalogs, &counted) {
+        if let Some(s) = node_pools.iter_mut().find(|s| s.name == p.name) {
+            s.instance_types = compatible_instance_types(&p);
+        }
+    }
     let counted_templates = counted_templates(&counted, &catalogs, &output);
     let existing = existing_placements(&snap.input, &output);
     let unplaceable: Vec<UnplaceablePod> = output
@@ -372,30 +383,39 @@ fn planned_node_claims(
     output
         .new_node_claims
         .iter()
-        .map(|c| PlannedNodeClaim {
-            node_pool: c.node_pool.clone(),
-            instance_type: c.cheapest.instance_type.clone(),
-            arch: loaded
-                .state
-                .nodepools
-                .iter()
-                .find(|p| name(p.as_ref()) == c.node_pool)
-                .and_then(|p| catalogs.get(&p.spec.template.spec.node_class_ref.name))
-                .and_then(|cat| cat.get(&c.cheapest.instance_type))
-                .and_then(|it| it.labels.get(scheduling::LABEL_ARCH))
-                .cloned()
-                .unwrap_or_default(),
-            zone: c.cheapest.zone.clone(),
-            capacity_type: c.cheapest.capacity_type.clone(),
-            price_per_hour: c.cheapest.price,
-            instance_types: c.instance_types().to_vec(),
-            requests: convert::quantities(&c.requests)
-                .into_iter()
-                .map(|(k, q)| (k, q.0))
-                .collect(),
-            pods: c.pods.iter().map(pod_ref).collect(),
-        })
+        .map(|c| planned_node_claim(loaded, catalogs, c))
         .collect()
+}
+
+/// The plan's view of one claim the solver (or a static pool's template) planned.
+fn planned_node_claim(
+    loaded: &Loaded,
+    catalogs: &Catalogs,
+    c: &scheduling::NewNodeClaim,
+) -> PlannedNodeClaim {
+    PlannedNodeClaim {
+        node_pool: c.node_pool.clone(),
+        instance_type: c.cheapest.instance_type.clone(),
+        arch: loaded
+            .state
+            .nodepools
+            .iter()
+            .find(|p| name(p.as_ref()) == c.node_pool)
+            .and_then(|p| catalogs.get(&p.spec.template.spec.node_class_ref.name))
+            .and_then(|cat| cat.get(&c.cheapest.instance_type))
+            .and_then(|it| it.labels.get(scheduling::LABEL_ARCH))
+            .cloned()
+            .unwrap_or_default(),
+        zone: c.cheapest.zone.clone(),
+        capacity_type: c.cheapest.capacity_type.clone(),
+        price_per_hour: c.cheapest.price,
+        instance_types: c.instance_types().to_vec(),
+        requests: convert::quantities(&c.requests)
+            .into_iter()
+            .map(|(k, q)| (k, q.0))
+            .collect(),
+        pods: c.pods.iter().map(pod_ref).collect(),
+    }
 }
 
 /// The pods the solver put on Nodes and in-flight NodeClaims, grouped by node.

@@ -7,6 +7,7 @@ pub mod manifests;
 pub mod mirror;
 pub mod passes;
 pub mod process;
+pub mod replica;
 pub mod shared;
 
 use std::net::SocketAddr;

@@ -33,6 +33,8 @@ pub struct Knobs {
     pub gc_grace: Duration,
     /// How long a template's reported `available-count` is trusted.
     pub count_staleness: Duration,
+    /// `--min-values-policy`.
+    pub min_values_policy: scheduling::MinValuesPolicy,
 }
 
 /// What an engagement is built from: the clients of its workload cluster and of the
@@ -56,6 +58,7 @@ pub(crate) struct Engagement {
     lifecycle: Ctx,
     triggers: lifecycle::Triggers,
     provisioner: crate::provisioning::Provisioner,
+    static_pools: crate::static_pools::StaticPools,
     disruption: crate::disruption::Disruption,
     nodepool_status: crate::nodepool_status::NodePoolStatus,
     latency: crate::latency::Latency,
@@ -126,6 +129,7 @@ impl Engagement {
             lifecycle_ctx.provider.clone(),
             (unavailable, inventory.clone()),
         );
+        let static_pools = static_pools(ctx, caches, &provisioner);
         let lifecycle_ctx_recorder = lifecycle_ctx.recorder.clone();
         let triggers = triggers(caches, &catalogs.index);
         // The scrape-time gauges and the latencies: the leader's, as Karpenter's. A hub
@@ -157,6 +161,7 @@ impl Engagement {
             lifecycle: lifecycle_ctx,
             triggers,
             provisioner,
+            static_pools,
             disruption,
             nodepool_status,
             latency,
@@ -186,6 +191,10 @@ impl Engagement {
         ));
         loops.spawn(crate::provisioning::run(
             self.provisioner,
+            stopped(stop.clone()),
+        ));
+        loops.spawn(crate::static_pools::run(
+            self.static_pools,
             stopped(stop.clone()),
         ));
         loops.spawn(crate::disruption::run(
@@ -322,6 +331,7 @@ fn shared(
         recorder,
         metrics: ctx.metrics.clone(),
         nodes: caches.nodes.clone(),
+        pods: caches.pods.store(),
         machines: caches.machines.store(),
         nodeclasses: caches.nodeclasses.store(),
         nodeclaims: caches.nodeclaims.store(),
@@ -368,8 +378,30 @@ fn provisioner(
         machines: caches.machines.store(),
         count_staleness: ctx.knobs.count_staleness,
         inventory,
+        min_values_policy: ctx.knobs.min_values_policy,
         batch_idle: ctx.knobs.batch_idle,
         batch_max: ctx.knobs.batch_max,
+    }
+}
+
+/// The static NodePools' loop, over what the provisioner reads.
+fn static_pools(
+    ctx: &Sources,
+    caches: &Caches,
+    provisioner: &crate::provisioning::Provisioner,
+) -> crate::static_pools::StaticPools {
+    crate::static_pools::StaticPools {
+        client: ctx.workload.clone(),
+        recorder: provisioner.recorder.clone(),
+        metrics: ctx.metrics.clone(),
+        state: provisioner.state.clone(),
+        provider: provisioner.provider.clone(),
+        unavailable: provisioner.unavailable.clone(),
+        machines: caches.machines.store(),
+        count_staleness: ctx.knobs.count_staleness,
+        in_flight: Arc::default(),
+        expectations: Arc::default(),
+        connection: ctx.connection.clone(),
     }
 }
 

@@ -1,11 +1,13 @@
 //! Control loops, one module per loop, and the runtime pieces they share.
 
+pub mod budgets;
 pub mod cache;
 pub(crate) mod catalogs;
 pub mod clients;
 pub(crate) mod clone;
 pub mod cloudprovider;
 pub(crate) mod cluster_metrics;
+pub mod cost;
 pub mod counts;
 pub mod disruption;
 pub(crate) mod engagement;
@@ -19,6 +21,7 @@ pub(crate) mod latency;
 pub mod leader;
 pub mod machine;
 pub mod metrics;
+pub mod metrics_scope;
 pub mod names;
 pub mod nodeclaim;
 pub(crate) mod nodeclass;
@@ -35,6 +38,7 @@ pub(crate) mod resources;
 pub mod runtime;
 pub(crate) mod server;
 pub mod state;
+pub mod static_pools;
 pub mod tasks;
 pub(crate) mod unavailable;
 pub mod write;

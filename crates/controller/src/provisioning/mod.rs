@@ -60,6 +60,8 @@ pub struct Provisioner {
     pub count_staleness: Duration,
     /// The NodeClasses' host inventories (templates' free hosts).
     pub inventory: crate::inventory::Inventory,
+    /// `--min-values-policy`: the solver relaxes `minValues` under `BestEffort`.
+    pub min_values_policy: scheduling::MinValuesPolicy,
     pub batch_idle: Duration,
     pub batch_max: Duration,
 }
@@ -75,7 +77,7 @@ impl Provisioner {
             self.count_staleness,
         )
         .with_hosts(self.inventory.tallies());
-        snapshot::build(
+        let mut snap = snapshot::build(
             cluster,
             &cluster.ready_nodepools(),
             pods,
@@ -85,7 +87,9 @@ impl Provisioner {
                 counts: &counts,
                 now: Instant::now(),
             },
-        )
+        );
+        snap.input.min_values_policy = self.min_values_policy;
+        snap
     }
 
     /// One batch: solve and create the NodeClaims. Returns the names created.
