@@ -24,6 +24,7 @@
 mod catalog;
 pub mod count;
 mod error;
+pub mod inventory;
 pub mod labels;
 pub mod model;
 pub mod offline;

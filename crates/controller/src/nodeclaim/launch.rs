@@ -311,6 +311,7 @@ fn choice<'a>(
         k8s_openapi::jiff::Timestamp::now(),
         ctx.settings.count_staleness,
     )
+    .with_hosts(ctx.inventory.tallies())
     .launching(claim);
     let state = LaunchState {
         unavailable: &ctx.unavailable,

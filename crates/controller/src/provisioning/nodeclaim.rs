@@ -137,6 +137,13 @@ pub fn nodeclaim(
     let (price, capacity) = catalog
         .map(|c| templates::overlay::marks(c, claim.instance_types()))
         .unwrap_or_default();
+    // Karpenter's BestEffort minValues: whether the solver relaxed one (not under Strict).
+    if let Some(relaxed) = claim.min_values_relaxed {
+        annotations.insert(
+            api::consts::annotations::NODECLAIM_MIN_VALUES_RELAXED.into(),
+            relaxed.to_string(),
+        );
+    }
     for (key, marked) in [
         (PRICE_OVERLAY_APPLIED, price),
         (CAPACITY_OVERLAY_APPLIED, capacity),
@@ -225,6 +232,7 @@ mod tests {
                 capacity_type: "on-demand".into(),
                 price: 0.1,
             },
+            min_values_relaxed: None,
         };
         let nc = serde_json::to_value(nodeclaim(&pool, &claim, None)).expect("json");
         assert_eq!(nc["metadata"]["generateName"], "default-");
@@ -237,6 +245,17 @@ mod tests {
         );
         assert_eq!(nc["spec"]["resources"]["requests"]["cpu"], "1500m");
         assert_eq!(nc["spec"]["resources"]["requests"]["memory"], "1Ki");
+        // Strict: no minValues annotation; BestEffort: whether the solver relaxed one.
+        let relaxed = "karpenter.sh/nodeclaim-min-values-relaxed";
+        assert!(nc["metadata"]["annotations"].get(relaxed).is_none());
+        for (said, want) in [(Some(true), "true"), (Some(false), "false")] {
+            let c = scheduling::NewNodeClaim {
+                min_values_relaxed: said,
+                ..claim.clone()
+            };
+            let nc = serde_json::to_value(nodeclaim(&pool, &c, None)).expect("json");
+            assert_eq!(nc["metadata"]["annotations"][relaxed], want);
+        }
         assert_eq!(
             nc["spec"]["requirements"][0]["values"],
             json!(["small", "large"])
@@ -331,6 +350,7 @@ mod tests {
                 capacity_type: "on-demand".into(),
                 price: 0.1,
             },
+            min_values_relaxed: None,
         };
         let nc = serde_json::to_value(nodeclaim(&pool, &claim, Some(&catalog))).expect("json");
         assert_eq!(

@@ -2,7 +2,10 @@
 //! local demo (`hack/demo.sh`).
 //!
 //!   testbed-provider --kubeconfig PATH [--cluster NAMESPACE/NAME] [--failure-domains a,b]
+//!                    [--provision-delay 1s]
 //!
+//! `--provision-delay` is the simulated instance boot before a TestMachine gets its providerID
+//! (default 1s; the end-to-end bench uses 0s, as Karpenter's kwok provider has none).
 //! With `--cluster`, also creates that Cluster API Cluster (namespace, kubeconfig Secret,
 //! TestCluster, TestControlPlane, Cluster) and waits until it is provisioned, then prints
 //! `cluster ready`.
@@ -16,12 +19,14 @@ struct Args {
     kubeconfig: PathBuf,
     cluster: Option<(String, String)>,
     failure_domains: Vec<String>,
+    provision_delay: Option<std::time::Duration>,
 }
 
 fn parse() -> Result<Args, String> {
     let mut kubeconfig = None;
     let mut cluster = None;
     let mut failure_domains = Vec::new();
+    let mut provision_delay = None;
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{a} needs a value"));
@@ -41,6 +46,12 @@ fn parse() -> Result<Args, String> {
                     .map(str::to_string)
                     .collect()
             }
+            "--provision-delay" => {
+                let v = value()?;
+                provision_delay = Some(api::duration::parse_duration(&v).ok_or_else(|| {
+                    format!("--provision-delay {v:?}: expected a duration such as 0s or 500ms")
+                })?);
+            }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -48,6 +59,7 @@ fn parse() -> Result<Args, String> {
         kubeconfig: kubeconfig.ok_or("--kubeconfig is required")?,
         cluster,
         failure_domains,
+        provision_delay,
     })
 }
 
@@ -67,7 +79,11 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let _provider = match TestProvider::start(client.clone(), ProviderConfig::default()).await {
+    let mut config = ProviderConfig::default();
+    if let Some(d) = args.provision_delay {
+        config.provision_delay = d;
+    }
+    let _provider = match TestProvider::start(client.clone(), config).await {
         Ok(p) => p,
         Err(e) => {
             eprintln!("testbed-provider: starting: {e}");
