@@ -169,7 +169,8 @@ async fn launches_that_cannot_succeed_are_given_up_with_a_reason() {
     let still = claims.get("original").await.expect("original");
     assert!(still.metadata.deletion_timestamp.is_none());
 
-    repair_is_capped(&mut env).await;
+    let metrics_addr = repair_is_capped(&mut env).await;
+    repair_is_paced_by_the_unhealthy_budget(&env, metrics_addr).await;
 }
 
 /// Takes a Node away from kwok (no more heartbeats) and reports it NotReady.
@@ -221,7 +222,7 @@ async fn break_node(client: &kube::Client, name: &str) {
 /// Node repair on a pool of 5: one broken Node is repaired; then two broken Nodes of the
 /// remaining 4 (more than ceil(20 %) = 1) are a partition: none is repaired, each says
 /// `NodeRepairBlocked`.
-async fn repair_is_capped(env: &mut common::Env) {
+async fn repair_is_capped(env: &mut common::Env) -> std::net::SocketAddr {
     let client = env.tb.client();
     let claims = common::nodeclaims(&client);
     env.operator.abort();
@@ -261,10 +262,6 @@ async fn repair_is_capped(env: &mut common::Env) {
             .to_string();
         node_of.insert(name.clone(), node);
     }
-    let deleting = |c: &Option<kube::api::DynamicObject>| {
-        c.as_ref()
-            .is_none_or(|c| c.metadata.deletion_timestamp.is_some())
-    };
 
     // One of five: repaired.
     break_node(&client, &node_of["repair-0"]).await;
@@ -321,4 +318,203 @@ async fn repair_is_capped(env: &mut common::Env) {
         let c = claims.get_opt(name).await.expect("get");
         assert!(!deleting(&c), "{name} must not be repaired over the cap");
     }
+    metrics_addr
+}
+
+/// Whether a NodeClaim is being deleted (or gone).
+fn deleting(c: &Option<kube::api::DynamicObject>) -> bool {
+    c.as_ref()
+        .is_none_or(|c| c.metadata.deletion_timestamp.is_some())
+}
+
+/// Whether `name` has an event `reason` whose note contains `text`.
+async fn said(client: &kube::Client, name: &str, reason: &str, text: &str) -> bool {
+    common::events_for(client, name)
+        .await
+        .iter()
+        .any(|(r, n)| r == reason && n.contains(text))
+}
+
+/// Creates NodeClaims `names` of pool `pool` (held by a test finalizer when `hold`) and
+/// returns each one's Node once all are initialized.
+async fn initialized_claims(
+    client: &kube::Client,
+    pool: &str,
+    names: &[String],
+    hold: &[&str],
+) -> std::collections::BTreeMap<String, String> {
+    let claims = common::nodeclaims(client);
+    for name in names {
+        let mut c = common::nodeclaim(name, json!([]));
+        c.metadata.labels = Some([("karpenter.sh/nodepool".to_string(), pool.to_string())].into());
+        if hold.contains(&name.as_str()) {
+            c.metadata.finalizers = Some(vec![HOLD.to_string()]);
+        }
+        claims
+            .create(&PostParams::default(), &c)
+            .await
+            .expect("claim");
+    }
+    let mut node_of = std::collections::BTreeMap::new();
+    for name in names {
+        let c = wait_for(
+            &format!("{name} initialized"),
+            Duration::from_secs(120),
+            || async {
+                let c = claims.get_opt(name).await.ok()??;
+                (common::condition(&c, "Initialized").as_deref() == Some("True")).then_some(c)
+            },
+        )
+        .await
+        .expect("initialized");
+        let node = c.data["status"]["nodeName"]
+            .as_str()
+            .expect("nodeName")
+            .to_string();
+        node_of.insert(name.clone(), node);
+    }
+    node_of
+}
+
+/// A test finalizer keeping a repaired NodeClaim around until the test lets it go.
+const HOLD: &str = "test.karpenter.sh/hold";
+
+/// Lets a NodeClaim held by [`HOLD`] go (its other finalizers kept; retried on conflict).
+async fn release(client: &kube::Client, name: &str) {
+    let claims = common::nodeclaims(client);
+    wait_for(
+        &format!("{name} released"),
+        Duration::from_secs(30),
+        || async {
+            let c = claims.get(name).await.ok()?;
+            let rest: Vec<String> = c
+                .finalizers()
+                .iter()
+                .filter(|f| *f != HOLD)
+                .cloned()
+                .collect();
+            let patch = json!({"metadata": {"finalizers": rest,
+                                        "resourceVersion": c.resource_version()}});
+            claims
+                .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+                .ok()
+                .map(|_| ())
+        },
+    )
+    .await
+    .expect("release");
+}
+
+/// Karpenter v1.15's repair budget: a NodePool of 11 whose budget for reason `Unhealthy`
+/// is 1 (0 for every other reason). Three Nodes break (3 of 11 is within the 20 %
+/// threshold); one is vetoed by `karpenter.sh/do-not-repair` on its Node. The first repair
+/// takes the budget: while it is being deleted (held by a test finalizer) the other waits
+/// with a `DisruptionBlocked` event; once it is gone the other is repaired. The vetoed one
+/// says why and is never repaired, while the other two are.
+async fn repair_is_paced_by_the_unhealthy_budget(
+    env: &common::Env,
+    metrics_addr: std::net::SocketAddr,
+) {
+    let client = env.tb.client();
+    let claims = common::nodeclaims(&client);
+    common::nodepools(&client)
+        .create(
+            &PostParams::default(),
+            &common::from_json(json!({
+                "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+                "metadata": {"name": "paced"},
+                "spec": {
+                    "template": {"spec": {"nodeClassRef": {"group": "karpenter.cluster.x-k8s.io",
+                        "kind": "ClusterAPINodeClass", "name": "default"}, "requirements": []}},
+                    "disruption": {"consolidateAfter": "Never", "budgets": [
+                        {"nodes": "1", "reasons": ["Unhealthy"]},
+                        {"nodes": "0", "reasons": ["Underutilized", "Empty", "Drifted"]}]}
+                }
+            })),
+        )
+        .await
+        .expect("nodepool");
+    let names: Vec<String> = (0..11).map(|i| format!("paced-{i}")).collect();
+    let node_of = initialized_claims(&client, "paced", &names, &["paced-1", "paced-2"]).await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .patch(
+            &node_of["paced-0"],
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"karpenter.sh/do-not-repair": "true"}}}),
+            ),
+        )
+        .await
+        .expect("veto");
+    for name in ["paced-0", "paced-1", "paced-2"] {
+        break_node(&client, &node_of[name]).await;
+    }
+    // One of the two is repaired; the other waits for the budget.
+    let (first, second) = wait_for(
+        "one repaired, one waiting",
+        Duration::from_secs(90),
+        || async {
+            for (a, b) in [("paced-1", "paced-2"), ("paced-2", "paced-1")] {
+                if deleting(&claims.get_opt(a).await.ok()?)
+                    && said(&client, a, "NodeRepair", "replacing it").await
+                    && said(
+                        &client,
+                        b,
+                        "DisruptionBlocked",
+                        "disruption budget of NodePool paced",
+                    )
+                    .await
+                {
+                    return Some((a, b));
+                }
+            }
+            None
+        },
+    )
+    .await
+    .expect("the budget of 1 lets one repair go and holds the other");
+    assert!(
+        !deleting(&claims.get_opt(second).await.expect("get")),
+        "{second} must wait while {first} takes the Unhealthy budget"
+    );
+    wait_for("the veto reported", Duration::from_secs(60), || async {
+        said(
+            &client,
+            "paced-0",
+            "DisruptionBlocked",
+            "karpenter.sh/do-not-repair",
+        )
+        .await
+        .then_some(())
+    })
+    .await
+    .expect("do-not-repair says why");
+    // The first is gone: the second takes the budget.
+    release(&client, first).await;
+    wait_for(
+        &format!("{second} repaired"),
+        Duration::from_secs(90),
+        || async {
+            (deleting(&claims.get_opt(second).await.ok()?)
+                && said(&client, second, "NodeRepair", "replacing it").await)
+                .then_some(())
+        },
+    )
+    .await
+    .expect("the second repair once the first is gone");
+    release(&client, second).await;
+    // The vetoed NodeClaim was never repaired while the other two were.
+    assert!(!deleting(&claims.get_opt("paced-0").await.expect("get")));
+    let metrics = common::scrape(metrics_addr).await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("karpenter_nodeclaims_disrupted_total{")
+                && l.contains("reason=\"unhealthy\"")
+                && l.contains("nodepool=\"paced\"")
+                && l.ends_with(" 2")),
+        "{metrics}"
+    );
 }

@@ -62,6 +62,7 @@ async fn env() -> Env {
         ),
         metrics: Metrics::register(&mut prometheus_client::registry::Registry::default()),
         nodes: caches.nodes.clone(),
+        pods: caches.pods.store(),
         machines: caches.machines.store(),
         nodeclasses: caches.nodeclasses.store(),
         nodeclaims: caches.nodeclaims.store(),
@@ -69,6 +70,7 @@ async fn env() -> Env {
         clusters: caches.clusters.store(),
         catalogs: Arc::new(catalogs),
         unavailable: Arc::default(),
+        inventory: Default::default(),
         settings: Settings {
             node_repair_after: Duration::from_secs(1),
             ..Settings::default()

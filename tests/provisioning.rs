@@ -7,6 +7,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use common::passes::{counter, provisioning_passes};
 use common::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -350,47 +351,6 @@ async fn limits_stop_provisioning_and_pending_pods_say_why() {
     assert_eq!(again.resource_version(), np.resource_version());
 
     limits_hold_under_a_burst(&client).await;
-}
-
-/// The provisioner's count of scheduling simulations (one per batch), from its metrics.
-async fn provisioning_batches(env: &Env) -> u64 {
-    let page = scrape(env.metrics_addr).await;
-    page.lines()
-        .find_map(|l| {
-            l.strip_prefix(
-                r#"karpenter_scheduler_scheduling_duration_seconds_count{controller="provisioner"} "#,
-            )
-        })
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or(0)
-}
-
-/// The positive sentinel for "the provisioner launched nothing more": makes it run `n`
-/// more batches and returns once they have run (its scheduling count went up by `n`; the
-/// loop runs one batch at a time, so every batch before the last has finished its
-/// launches). Each batch is opened by a new pod in `ns` that no NodePool can take (a
-/// nodeSelector on a label none offers) and considers every pending pod.
-async fn provisioning_passes(env: &Env, ns: &str, n: u64) {
-    let pods: Api<Pod> = Api::namespaced(env.tb.client(), ns);
-    let start = provisioning_batches(env).await;
-    for i in 1..=n {
-        let canary: Pod = from_json(json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": format!("canary-{start}-{i}")},
-            "spec": {"nodeSelector": {"example.com/no-pool-offers": "this"},
-                     "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
-        }));
-        pods.create(&PostParams::default(), &canary)
-            .await
-            .expect("canary pod");
-        wait_for(
-            &format!("provisioning batch {i} of {n}"),
-            Duration::from_secs(30),
-            || async { (provisioning_batches(env).await >= start + i).then_some(()) },
-        )
-        .await
-        .expect("the provisioner runs a batch for a new pending pod");
-    }
 }
 
 /// The cpu a NodePool's NodeClaims take: their capacity (from the status, else the launch
@@ -1045,16 +1005,6 @@ async fn a_burst_of_pods_is_nominated_within_the_event_rate() {
     );
 }
 
-/// Sum of a counter family on the operator's `/metrics` (0 when absent).
-async fn counter(env: &Env, name: &str) -> u64 {
-    scrape(env.metrics_addr)
-        .await
-        .lines()
-        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
-        .filter_map(|l| l.rsplit(' ').next()?.trim().parse::<f64>().ok())
-        .sum::<f64>() as u64
-}
-
 #[tokio::test]
 async fn max_machines_caps_a_template_without_a_launch_loop() {
     let env = env(vec![("metal", "2", "4Gi", "0.10", json!({}))]).await;
@@ -1148,4 +1098,79 @@ async fn max_machines_caps_a_template_without_a_launch_loop() {
         .expect("machines")
         .items;
     assert_eq!(from_metal.len(), 3);
+}
+
+/// `--min-values-policy=BestEffort`: a NodePool asking for 3 instance types
+/// (`minValues: 3`) when the catalog has 2 still provisions — Strict would leave the pod
+/// pending — and the NodeClaim says so: `karpenter.sh/nodeclaim-min-values-relaxed: "true"`,
+/// its instance-type requirement lowered to `minValues: 2`.
+#[tokio::test]
+async fn best_effort_relaxes_min_values_and_the_nodeclaim_says_so() {
+    let env = env_tuned(
+        default_templates(json!({})),
+        Identity::Admin,
+        testbed::Options::all(),
+        |c| c.min_values_policy = scheduling::MinValuesPolicy::BestEffort,
+    )
+    .await;
+    let client = env.tb.client();
+    nodepools(&client)
+        .create(
+            &PostParams::default(),
+            &from_json(json!({
+                "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+                "metadata": {"name": "default"},
+                "spec": {
+                    "template": {"spec": {
+                        "nodeClassRef": {"group": "karpenter.cluster.x-k8s.io",
+                                         "kind": "ClusterAPINodeClass", "name": "default"},
+                        "requirements": [{"key": "node.kubernetes.io/instance-type",
+                                          "operator": "Exists", "minValues": 3}]}},
+                    "disruption": {"consolidateAfter": "Never"}
+                }
+            })),
+        )
+        .await
+        .expect("nodepool");
+    let ns = env.tb.temp_namespace().await.expect("namespace");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("relaxed", 1, "1", "1Gi", json!({})),
+        )
+        .await
+        .expect("deployment");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let ran = wait_for("the pod Running", Duration::from_secs(120), || async {
+        let l = pods.list(&ListParams::default()).await.ok()?.items;
+        l.iter().any(running).then_some(())
+    })
+    .await;
+    if ran.is_err() {
+        panic!("not Running: {}", diagnose(&client, &ns).await);
+    }
+    let claims = nodeclaims(&client)
+        .list(&ListParams::default())
+        .await
+        .expect("claims")
+        .items;
+    let [claim] = &claims[..] else {
+        panic!("one NodeClaim: {claims:?}");
+    };
+    assert_eq!(
+        claim
+            .annotations()
+            .get("karpenter.sh/nodeclaim-min-values-relaxed"),
+        Some(&"true".to_string())
+    );
+    let it = claim.data["spec"]["requirements"]
+        .as_array()
+        .and_then(|rs| {
+            rs.iter()
+                .find(|r| r["key"] == "node.kubernetes.io/instance-type")
+        })
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(it["minValues"], 2, "{it}");
 }

@@ -90,7 +90,10 @@ run_ours() {
   local label=${E2E_LABEL:-karpenter-capi}
   say "$label: testbed (all components, audit log), test provider, Cluster demo/demo"
   up "$label" --components all
+  # No simulated instance boot (--provision-delay 0s): Karpenter's kwok provider creates the
+  # Node inside Create, so neither side waits for a pretend instance.
   "$target/testbed-provider" --kubeconfig "$KUBECONFIG" --cluster demo/demo --failure-domains zone-a,zone-b \
+    --provision-delay 0s \
     > "$out/$label/logs/provider.log" 2>&1 &
   pids+=($!)
   wait_for 120 "the Cluster" grep -q 'cluster ready' "$out/$label/logs/provider.log"

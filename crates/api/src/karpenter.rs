@@ -356,7 +356,7 @@ pub enum DisruptionReason {
     Underutilized,
     Empty,
     Drifted,
-    /// Repair of unhealthy nodes (accepted; repair does not consult budgets yet).
+    /// Repair of unhealthy nodes (paces repair, see the NodeClaim lifecycle's repair).
     Unhealthy,
 }
 

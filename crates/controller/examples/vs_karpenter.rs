@@ -80,6 +80,7 @@ fn input(v: &Value) -> Result<Input> {
         nodes: Vec::new(),
         daemonsets: Vec::new(),
         pods,
+        min_values_policy: Default::default(),
     })
 }
 

@@ -12,8 +12,8 @@
 //! counts into the series as above), and new `Nominated` Events are rate limited as
 //! Karpenter's `PodNominationRateLimiter` does (5 per second), past a burst of
 //! [`NOMINATION_BURST`] (a batch of that many pods is nominated in full). One over the rate
-//! is not written and not remembered: a later batch that nominates the still pending pod
-//! again writes it then. A burst of a thousand pods is a few hundred Events, as with
+//! is not written but starts the pod's window, as Karpenter's recorder dedupes before it rate
+//! limits: the pod's `Nominated` Event is the first of the window or none. A burst of a thousand pods is a few hundred Events, as with
 //! Karpenter, instead of one or more per pod.
 //!
 //! kube-runtime's `Recorder` (kube 5) also makes series, but keys them without the note (a
@@ -255,7 +255,9 @@ impl Recorder {
     }
 
     /// Whether a new `Nominated` Event about `pod` may be written now: none in the last
-    /// [`NOMINATION_WINDOW`], and the rate allows it (then the window starts).
+    /// [`NOMINATION_WINDOW`] (then the window starts), and the rate allows it. As Karpenter's
+    /// recorder (dedupe before the rate limiter), a nomination over the rate starts the window
+    /// too: the pod's next nominations in it are not written either.
     fn nomination_allowed(&self, pod: &ObjectReference) -> bool {
         let now = tokio::time::Instant::now();
         let mut nominated = self.nominated.lock().unwrap_or_else(|p| p.into_inner());
@@ -266,18 +268,18 @@ impl Recorder {
         {
             return false;
         }
+        if nominated.len() >= MAX_SERIES {
+            nominated.retain(|_, at| now.duration_since(*at) < NOMINATION_WINDOW);
+        }
+        if nominated.len() < MAX_SERIES {
+            nominated.insert(key, now);
+        }
         if self.nominations.check().is_err() {
             tracing::debug!(
                 pod = pod.name.as_deref().unwrap_or_default(),
                 "nomination over the event rate; not written"
             );
             return false;
-        }
-        if nominated.len() >= MAX_SERIES {
-            nominated.retain(|_, at| now.duration_since(*at) < NOMINATION_WINDOW);
-        }
-        if nominated.len() < MAX_SERIES {
-            nominated.insert(key, now);
         }
         true
     }
@@ -553,9 +555,9 @@ mod tests {
         }
         assert_eq!(methods(&seen, "POST"), burst, "the burst, then nothing");
 
-        // A second later: NOMINATION_QPS more. The pods nominated before are a series (one
-        // patch each, no new Event); those over the rate were not remembered, so their next
-        // nomination is a new Event as the rate allows.
+        // A second later, the same pods again: those nominated before are a series (one
+        // patch each, no new Event); those over the rate started their window as Karpenter's
+        // dedupe does, so nothing new for them either.
         tokio::time::advance(Duration::from_secs(1)).await;
         for uid in &pods {
             recorder
@@ -563,9 +565,32 @@ mod tests {
                 .await
                 .expect("publish");
         }
+        assert_eq!(methods(&seen, "POST"), burst);
+        assert_eq!(methods(&seen, "PATCH"), burst);
+
+        // New pods get NOMINATION_QPS new Events per second.
+        for i in 0..2 * burst {
+            recorder
+                .publish(&nominated("default-abc"), &pod_ref(&format!("n{i}")))
+                .await
+                .expect("publish");
+        }
         let qps = NOMINATION_QPS.get() as usize;
         assert_eq!(methods(&seen, "POST"), burst + qps);
-        assert_eq!(methods(&seen, "PATCH"), burst);
+
+        // After the window the skipped pods are nominated anew, as the rate allows.
+        tokio::time::advance(NOMINATION_WINDOW).await;
+        for uid in &pods[burst..] {
+            recorder
+                .publish(&nominated("default-abc"), &pod_ref(uid))
+                .await
+                .expect("publish");
+        }
+        assert_eq!(
+            methods(&seen, "POST"),
+            2 * burst + qps,
+            "a new burst after the window"
+        );
 
         // Other reasons are not limited.
         for uid in &pods {
@@ -574,7 +599,7 @@ mod tests {
                 .await
                 .expect("publish");
         }
-        assert_eq!(methods(&seen, "POST"), burst + qps + pods.len());
+        assert_eq!(methods(&seen, "POST"), 2 * burst + qps + pods.len());
     }
 
     #[tokio::test]

@@ -19,6 +19,7 @@
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Resource, ResourceExt};
@@ -34,6 +35,8 @@ pub mod manager {
     pub const TERMINATION: &str = "karpenter-capi-termination";
     /// NodeClaims created for pending pods.
     pub const PROVISIONER: &str = "karpenter-capi-provisioner";
+    /// Static NodePools: their NodeClaims created and scaled down.
+    pub const STATIC: &str = "karpenter-capi-static";
     /// Disruption: conditions, command records, taints, replacements and deletions.
     pub const DISRUPTION: &str = "karpenter-capi-disruption";
     /// `status.lastPodEventTime` (server-side apply: the one field only it owns).
@@ -225,7 +228,12 @@ where
             ..PostParams::default()
         };
         match self.api.create(&params, obj).await {
-            Ok(created) => Ok(Created::Created(created)),
+            Ok(created) => {
+                if let Some(e) = &self.expectations {
+                    e.created(&created);
+                }
+                Ok(Created::Created(created))
+            }
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(Created::Exists),
             Err(e) => Err(e),
         }
@@ -270,17 +278,48 @@ where
 
 /// Our own writes by object UID until the cache shows them: read-your-writes for a loop
 /// whose cache lags. Shared by the writers of one loop and asked before it decides again.
+/// Patches and deletes are kept as the resourceVersions they turned the object from and
+/// into; creates as the new object's UID until the cache has it (at most [`CREATE_LAG`]:
+/// an object deleted before the cache saw it is not waited for forever).
 #[derive(Debug, Default)]
-pub struct Expectations(Mutex<HashMap<String, (String, String)>>);
+pub struct Expectations(Mutex<Expected>);
+
+#[derive(Debug, Default)]
+struct Expected {
+    versions: HashMap<String, (String, String)>,
+    created: HashMap<String, Instant>,
+}
+
+/// How long a created object is waited for in the cache.
+pub const CREATE_LAG: Duration = Duration::from_secs(30);
 
 impl Expectations {
     fn with<T>(&self, f: impl FnOnce(&mut HashMap<String, (String, String)>) -> T) -> T {
-        f(&mut self.0.lock().unwrap_or_else(|p| p.into_inner()))
+        f(&mut self.0.lock().unwrap_or_else(|p| p.into_inner()).versions)
     }
 
     /// Records a write to `uid` that turned resourceVersion `from` into `to`.
     pub fn wrote(&self, uid: &str, from: &str, to: &str) {
         self.with(|m| m.insert(uid.to_string(), (from.to_string(), to.to_string())));
+    }
+
+    /// Records that we created `obj`: [`Expectations::unseen_creates`] until the cache has it.
+    pub fn created<K: Resource>(&self, obj: &K) {
+        if let Some(uid) = obj.meta().uid.as_deref() {
+            let mut e = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            // Bounded also for a loop that never asks.
+            e.created.retain(|_, at| at.elapsed() < CREATE_LAG);
+            e.created.insert(uid.to_string(), Instant::now());
+        }
+    }
+
+    /// Whether an object we created is not in the cache yet (`cached` says which UIDs it
+    /// has); those it has, and those waited for longer than [`CREATE_LAG`], are dropped.
+    pub fn unseen_creates(&self, cached: impl Fn(&str) -> bool) -> bool {
+        let mut e = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        e.created
+            .retain(|uid, at| !cached(uid) && at.elapsed() < CREATE_LAG);
+        !e.created.is_empty()
     }
 
     /// Records the write that turned `before` into `after`.
@@ -331,6 +370,69 @@ impl Expectations {
     /// Keeps the expectations of the UIDs `live` says still exist.
     pub fn retain(&self, live: impl Fn(&str) -> bool) {
         self.with(|m| m.retain(|uid, _| live(uid)));
+    }
+}
+
+/// The objects one loop wrote, by UID, until the cache shows them: for a loop that acts on
+/// every event and cannot wait for its cache, it decides on the newer (by resourceVersion) of
+/// the cached object and its own last write, so a second event right after a write is judged
+/// against what was written, not against the cache's older copy.
+#[derive(Debug)]
+pub struct OwnWrites<K>(Mutex<HashMap<String, Arc<K>>>);
+
+impl<K> Default for OwnWrites<K> {
+    fn default() -> Self {
+        OwnWrites(Mutex::default())
+    }
+}
+
+impl<K: Resource> OwnWrites<K> {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<K>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records the object a write returned.
+    pub fn wrote(&self, after: K) {
+        if let Some(uid) = after.meta().uid.clone() {
+            self.map().insert(uid, Arc::new(after));
+        }
+    }
+
+    /// The newer of `cached` and our last write to it; once the cache has caught up, our copy
+    /// is dropped.
+    pub fn latest(&self, cached: &Arc<K>) -> Arc<K> {
+        let version = |k: &K| {
+            k.meta()
+                .resource_version
+                .as_deref()
+                .and_then(|v| v.parse::<u64>().ok())
+        };
+        let Some(uid) = cached.meta().uid.as_deref() else {
+            return cached.clone();
+        };
+        let mut m = self.map();
+        match m.get(uid) {
+            Some(ours) if version(ours) > version(cached) => ours.clone(),
+            Some(_) => {
+                m.remove(uid);
+                cached.clone()
+            }
+            None => cached.clone(),
+        }
+    }
+
+    /// Keeps our copies of the UIDs `live` says still exist.
+    pub fn retain(&self, live: impl Fn(&str) -> bool) {
+        self.map().retain(|uid, _| live(uid));
+    }
+
+    /// How many copies are kept.
+    pub fn len(&self) -> usize {
+        self.map().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map().is_empty()
     }
 }
 
@@ -452,5 +554,33 @@ mod tests {
         assert!(e.stale_object(&obj("10")));
         assert!(!e.stale_object(&obj("12")), "newer than our write");
         assert!(!e.stale_object(&obj("10")), "dropped once met");
+    }
+
+    #[test]
+    fn own_writes_win_until_the_cache_catches_up() {
+        let obj = |rv: &str, note: &str| {
+            let mut cm = k8s_openapi::api::core::v1::ConfigMap::default();
+            cm.metadata.uid = Some("u1".into());
+            cm.metadata.resource_version = Some(rv.into());
+            cm.data = Some([("note".to_string(), note.to_string())].into());
+            Arc::new(cm)
+        };
+        let note = |cm: &k8s_openapi::api::core::v1::ConfigMap| {
+            cm.data.as_ref().and_then(|d| d.get("note")).cloned()
+        };
+        let own = OwnWrites::default();
+        own.wrote((*obj("12", "ours")).clone());
+        // The cache still has the version we wrote over: ours is newer.
+        assert_eq!(
+            note(&own.latest(&obj("11", "cached"))).as_deref(),
+            Some("ours")
+        );
+        assert_eq!(own.len(), 1);
+        // The cache caught up (or moved past us): the cache's, and our copy goes.
+        assert_eq!(
+            note(&own.latest(&obj("13", "cached"))).as_deref(),
+            Some("cached")
+        );
+        assert!(own.is_empty());
     }
 }

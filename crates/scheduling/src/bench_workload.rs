@@ -211,5 +211,6 @@ pub fn input(pods: usize) -> Input {
         nodes: Vec::new(),
         daemonsets: Vec::new(),
         pods: diverse_pods(pods, 42),
+        min_values_policy: Default::default(),
     }
 }

@@ -408,12 +408,25 @@ pub struct ExistingNode {
     pub refuses_moving: bool,
 }
 
+/// What the solver does when a NodeClaim's candidate instance types cannot meet a
+/// requirement's `minValues` (Karpenter's `--min-values-policy`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MinValuesPolicy {
+    /// The pod does not go onto that NodeClaim.
+    #[default]
+    Strict,
+    /// `minValues` is lowered to what the candidates reach, and the NodeClaim says so
+    /// ([`NewNodeClaim::min_values_relaxed`]).
+    BestEffort,
+}
+
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Input {
     pub node_pools: Vec<NodePool>,
     pub nodes: Vec<ExistingNode>,
     pub daemonsets: Vec<DaemonSet>,
     pub pods: Vec<Pod>,
+    pub min_values_policy: MinValuesPolicy,
 }
 
 /// Identifies a pod in the output.
@@ -445,6 +458,9 @@ pub struct NewNodeClaim {
     pub startup_taints: Vec<Taint>,
     pub pods: Vec<PodRef>,
     pub cheapest: Cheapest,
+    /// Under [`MinValuesPolicy::BestEffort`], whether a `minValues` of its requirements was
+    /// lowered to what its instance types reach; `None` under `Strict` (nothing is).
+    pub min_values_relaxed: Option<bool>,
 }
 
 impl NewNodeClaim {

@@ -422,6 +422,13 @@ impl<K: Ord + Clone, V: LabelValue> Reqs<K, V> {
             .map(|i| &self.entries[i].1)
     }
 
+    /// Sets the `minValues` of the constraint on `key`, if there is one.
+    pub fn set_min_values(&mut self, key: &K, min_values: Option<u32>) {
+        if let Ok(i) = self.entries.binary_search_by(|(k, _)| k.cmp(key)) {
+            self.entries[i].1.min_values = min_values;
+        }
+    }
+
     /// Adds a constraint on `key`, intersecting with any existing one.
     pub fn add(&mut self, key: K, set: ValueSet<V>) {
         match self.entries.binary_search_by(|(k, _)| k.cmp(&key)) {

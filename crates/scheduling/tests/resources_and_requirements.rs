@@ -258,6 +258,47 @@ fn min_values_keeps_enough_instance_types() {
 }
 
 #[test]
+fn best_effort_relaxes_min_values_to_what_the_candidates_reach() {
+    let mut np = pool("default");
+    np.requirements =
+        vec![Requirement::new(LABEL_INSTANCE_TYPE, Operator::Exists, &[]).with_min_values(3)];
+    let best_effort = |pods| Input {
+        min_values_policy: MinValuesPolicy::BestEffort,
+        ..input(vec![np.clone()], pods)
+    };
+    let min_values = |c: &NewNodeClaim| {
+        c.requirements
+            .iter()
+            .find(|r| r.key == LABEL_INSTANCE_TYPE)
+            .and_then(|r| r.min_values)
+    };
+    // 7 cpu leaves large and xlarge only: Strict refuses (above), BestEffort launches with
+    // minValues 2 and says it relaxed.
+    let out = solve(&best_effort(vec![pod("b", 7000, 256)]));
+    assert!(out.unschedulable.is_empty(), "{:?}", out.unschedulable);
+    let c = &out.new_node_claims[0];
+    assert_eq!(c.instance_types(), vec!["large", "xlarge"]);
+    assert_eq!(min_values(c), Some(2));
+    assert_eq!(c.min_values_relaxed, Some(true));
+    // Met: nothing relaxed, and BestEffort says so.
+    let out = solve(&best_effort(vec![pod("a", 3500, 256)]));
+    let c = &out.new_node_claims[0];
+    assert_eq!(
+        (min_values(c), c.min_values_relaxed),
+        (Some(3), Some(false))
+    );
+    // Strict says nothing either way.
+    let out = solve(&input(vec![np.clone()], vec![pod("a", 3500, 256)]));
+    assert_eq!(out.new_node_claims[0].min_values_relaxed, None);
+    // A relaxed claim keeps taking pods while what remains still fits: two 3.5 cpu pods
+    // need large or xlarge, one claim, relaxed.
+    let out = solve(&best_effort(vec![pod("c", 3500, 256), pod("d", 3500, 256)]));
+    assert_eq!(out.new_node_claims.len(), 1);
+    assert_eq!(out.new_node_claims[0].min_values_relaxed, Some(true));
+    assert_eq!(min_values(&out.new_node_claims[0]), Some(2));
+}
+
+#[test]
 fn untolerated_no_schedule_taint_is_reported() {
     let mut np = pool("default");
     np.taints = vec![Taint::new("dedicated", "gpu", TaintEffect::NoSchedule)];

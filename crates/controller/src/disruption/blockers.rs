@@ -2,7 +2,8 @@
 //! defines it: `karpenter.sh/do-not-disrupt` on the Node or NodeClaim (`"true"`) or on any
 //! active pod (`"true"`, or a duration counted from the pod's start), a PodDisruptionBudget
 //! that allows no disruption (or more than one matching an evictable pod), and pods no
-//! controller owns (they would be gone for good). Also the cost of disrupting a node's pods.
+//! controller owns (they would be gone for good). The cost of disrupting a node's pods is
+//! [`crate::cost`]'s.
 //! Pure functions of typed objects.
 
 use std::collections::BTreeMap;
@@ -15,6 +16,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
 use templates::selection::selector_matches;
 
+pub use crate::cost::disruption_cost;
 use crate::objects::{annotation, deleting, namespaced_name, owned_by, terminal};
 
 /// Whether a pod keeps its node from being empty: not owned by a DaemonSet or the Node
@@ -215,26 +217,6 @@ pub fn pod_blocker(
         })
 }
 
-/// The cost of evicting one pod (Karpenter's `EvictionCost`): 1, plus its
-/// `controller.kubernetes.io/pod-deletion-cost` / 2^27, plus its priority / 2^25, clamped to
-/// ±10.
-pub fn eviction_cost(pod: &Pod) -> f64 {
-    let deletion = annotation(pod, "controller.kubernetes.io/pod-deletion-cost")
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or(0.0);
-    let priority = pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
-    (1.0 + deletion / 2f64.powi(27) + f64::from(priority) / 2f64.powi(25)).clamp(-10.0, 10.0)
-}
-
-/// A node's `RescheduleDisruptionCost`: 1 + Σ max(0, eviction cost) over its reschedulable
-/// pods.
-pub fn disruption_cost(reschedulable: &[&Pod]) -> f64 {
-    1.0 + reschedulable
-        .iter()
-        .map(|p| eviction_cost(p).max(0.0))
-        .sum::<f64>()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -353,21 +335,5 @@ mod tests {
             }),
             "do-not-disrupt is reported first"
         );
-    }
-
-    #[test]
-    fn disruption_cost_counts_priority_and_deletion_cost() {
-        let plain = web("a", json!({}));
-        assert_eq!(eviction_cost(&plain), 1.0);
-        let cheap = web(
-            "b",
-            json!({"controller.kubernetes.io/pod-deletion-cost": "-2147483648"}),
-        );
-        assert_eq!(eviction_cost(&cheap), -10.0_f64.max(1.0 - 16.0));
-        let mut important = web("c", json!({}));
-        important.spec.as_mut().expect("spec").priority = Some(1 << 26);
-        assert_eq!(eviction_cost(&important), 3.0);
-        assert_eq!(disruption_cost(&[&plain, &cheap, &important]), 5.0);
-        assert_eq!(disruption_cost(&[]), 1.0);
     }
 }

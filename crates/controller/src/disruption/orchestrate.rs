@@ -17,9 +17,8 @@
 //! Like Karpenter, each pass also strips `disrupted` taints and `DisruptionReason`
 //! conditions that no command (and no deletion) accounts for.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use api::NodeClaim;
 use api::consts::{annotations, conditions as types, events, labels, taints};
@@ -41,10 +40,6 @@ use crate::nodeclaim::context::publish;
 use crate::objects::{annotation, claim_node_name, deleting};
 use crate::state::ClusterState;
 use crate::write::{Created, Expectations, Outcome, Refused, Writer, manager};
-
-/// A command this process started recently may not be in the caches yet: not judged on
-/// them (neither rolled back for missing replacements nor cleaned up) for this long.
-const CACHE_LAG: Duration = Duration::from_secs(30);
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -68,8 +63,6 @@ pub struct Orchestrator {
     pub timeout: Duration,
     /// What the disruption counts read (pods on a disrupted NodeClaim's Node).
     pub state: ClusterState,
-    /// Commands (ids) and their candidates and Nodes, started by this process, and when.
-    recent: Mutex<HashMap<String, Instant>>,
     /// Every write of the disruption loop, until the caches show it.
     pub expectations: Arc<Expectations>,
 }
@@ -92,7 +85,6 @@ impl Orchestrator {
             nodes,
             timeout,
             state,
-            recent: Mutex::default(),
             expectations: Arc::default(),
         }
     }
@@ -103,7 +95,9 @@ impl Orchestrator {
             .expecting(self.expectations.clone())
     }
 
-    /// Whether the caches have not shown one of our writes yet: no decision on them then.
+    /// Whether the caches have not shown one of our writes yet (a patch, a delete, a
+    /// replacement created): no decision on them then. A command this process started is
+    /// judged (rolled back, cleaned up) only on caches that show all of what it wrote.
     pub fn caches_lag(&self) -> bool {
         let claims = self.nodeclaims.state();
         let nodes = self.nodes.state();
@@ -112,6 +106,9 @@ impl Orchestrator {
             .filter_map(|c| c.metadata.uid.as_deref())
             .chain(nodes.iter().filter_map(|n| n.metadata.uid.as_deref()))
             .collect();
+        if self.expectations.unseen_creates(|uid| live.contains(uid)) {
+            return true;
+        }
         self.expectations.retain(|uid| live.contains(uid));
         claims
             .iter()
@@ -119,20 +116,6 @@ impl Orchestrator {
             || nodes
                 .iter()
                 .any(|n| self.expectations.stale_object(n.as_ref()))
-    }
-
-    fn remember(&self, keys: impl IntoIterator<Item = String>) {
-        let now = Instant::now();
-        let mut m = self.recent.lock().unwrap_or_else(|p| p.into_inner());
-        m.retain(|_, t| now.duration_since(*t) < CACHE_LAG);
-        for k in keys {
-            m.insert(k, now);
-        }
-    }
-
-    fn is_recent(&self, key: &str) -> bool {
-        let m = self.recent.lock().unwrap_or_else(|p| p.into_inner());
-        m.get(key).is_some_and(|t| t.elapsed() < CACHE_LAG)
     }
 
     /// Starts `cmd`; returns its id. On an error part of it may be written: the next
@@ -157,9 +140,7 @@ impl Orchestrator {
                 .get(&ObjectRef::new(c))
                 .filter(|c| !deleting(c.as_ref()))
                 .ok_or_else(|| Error::Gone(c.clone()))?;
-            self.remember([id.clone(), c.clone()]);
             nodes.extend(claim_node_name(&cached).map(str::to_string));
-            self.remember(nodes.clone());
             let written = self.annotate(&cached, Some(&text)).await?;
             self.set_reason(&written, Some(cmd.reason), &cmd.message)
                 .await?;
@@ -236,9 +217,7 @@ impl Orchestrator {
     /// Failures are logged and retried on the next call.
     pub async fn progress(&self) {
         let (claims, nodes) = (self.nodeclaims.state(), self.nodes.state());
-        let steps = steps(&claims, &nodes, Timestamp::now(), self.timeout, &|k| {
-            self.is_recent(k)
-        });
+        let steps = steps(&claims, &nodes, Timestamp::now(), self.timeout);
         for step in steps {
             if let Err(e) = self.take(step).await {
                 tracing::warn!(error = %e, "disruption command step failed; retrying next pass");
@@ -532,7 +511,7 @@ mod tests {
     }
 
     fn run(claims: &[Arc<NodeClaim>], nodes: &[Arc<Node>], now: &str) -> Vec<Step> {
-        steps(claims, nodes, at(now), Duration::from_secs(300), &|_| false)
+        steps(claims, nodes, at(now), Duration::from_secs(300))
     }
 
     #[test]
@@ -600,7 +579,7 @@ mod tests {
     }
 
     #[test]
-    fn rolls_back_when_a_replacement_vanished_unless_just_started_here() {
+    fn rolls_back_when_a_replacement_vanished_unless_its_creation_is_not_cached_yet() {
         let old = candidate(&record(2, START));
         let claims = [
             old,
@@ -612,14 +591,21 @@ mod tests {
             matches!(&out[..], [Step::Rollback { why, delete, .. }] if why.contains("1 of 2") && delete.len() == 1),
             "{out:?}"
         );
-        let lagging = steps(
-            &claims,
-            &[],
-            at("2026-11-22T10:00:10Z"),
-            Duration::from_secs(300),
-            &|k| k == "d1",
+        // A replacement this process just created and the cache does not show yet holds
+        // every step back: the orchestrator's caches lag (`Expectations::unseen_creates`).
+        let expectations = crate::write::Expectations::default();
+        let mut made = NodeClaim::new("r3", Default::default());
+        made.metadata.uid = Some("uid-r3".into());
+        expectations.created(&made);
+        let cached: Vec<String> = claims
+            .iter()
+            .filter_map(|c| c.metadata.uid.clone())
+            .collect();
+        assert!(expectations.unseen_creates(|uid| cached.iter().any(|c| c == uid)));
+        assert!(
+            !expectations.unseen_creates(|uid| uid == "uid-r3"),
+            "seen: dropped"
         );
-        assert!(matches!(&lagging[..], [Step::Wait { .. }]), "{lagging:?}");
     }
 
     #[test]

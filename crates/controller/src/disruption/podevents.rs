@@ -7,7 +7,6 @@
 //! write (the pods of a node often start terminating together, faster than the cache sees our
 //! write). NodeClaims being deleted get no writes: no method considers them any more.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,7 +24,7 @@ use serde_json::json;
 
 use crate::cache::Cache;
 use crate::objects::{claim_node_name, deleting, owned_by, pod_node_name, terminal};
-use crate::write::{Outcome, Writer, manager};
+use crate::write::{Outcome, OwnWrites, Writer, manager};
 
 /// Events closer than this to the recorded one are not written (Karpenter: 10 s).
 pub const DEDUPE: Duration = Duration::from_secs(10);
@@ -105,8 +104,8 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) {
     let writer: Writer<NodeClaim> = Writer::new(Api::all(client), manager::POD_EVENTS);
-    // Our last write per NodeClaim uid (read-your-writes ahead of the cache).
-    let mut written: HashMap<String, Timestamp> = HashMap::new();
+    // Read-your-writes ahead of the cache: the NodeClaims our writes returned.
+    let written: OwnWrites<NodeClaim> = OwnWrites::default();
     let events = pods.subscribe();
     futures::pin_mut!(events);
     tokio::pin!(shutdown);
@@ -125,7 +124,7 @@ pub async fn run(
         else {
             continue;
         };
-        let uid = claim.metadata.uid.clone().unwrap_or_default();
+        let claim = &written.latest(claim);
         // Without a recorded pod event, consolidation counts from initialization: a pod
         // bound within the dedupe window of it (the usual first pods) needs no write.
         let status = claim.status.as_ref();
@@ -139,7 +138,6 @@ pub async fn run(
                     .find(|c| c.type_ == api::consts::conditions::INITIALIZED && c.status == "True")
                     .map(|c| c.last_transition_time.0)
             });
-        let recorded = recorded.max(written.get(&uid).copied());
         let Some(next) = advance(recorded, at) else {
             continue;
         };
@@ -158,12 +156,11 @@ pub async fn run(
             None => apply_time(&writer, claim, next).await,
         };
         match result.map(Outcome::written) {
-            Ok(Some(_)) => {
+            Ok(Some(after)) => {
                 if written.len() > 2 * claims.len() + 16 {
-                    written
-                        .retain(|u, _| claims.iter().any(|c| c.metadata.uid.as_ref() == Some(u)));
+                    written.retain(|u| claims.iter().any(|c| c.metadata.uid.as_deref() == Some(u)));
                 }
-                written.insert(uid, next);
+                written.wrote(after);
             }
             Ok(None) => {}
             Err(e) => {

@@ -47,14 +47,14 @@ pub fn tainted(node: &Node) -> bool {
         .is_some_and(|ts| ts.iter().any(|t| t.key == taints::DISRUPTED))
 }
 
-/// The steps for the cached objects at `now`. `recent` says whether a command id (or a
-/// candidate name) was started by this process within [`CACHE_LAG`].
+/// The steps for the cached objects at `now`. The caller asks only on caches that show all
+/// of its own writes (the orchestrator's read-your-writes expectations), so a command this
+/// process just started is seen whole.
 pub fn steps(
     nodeclaims: &[Arc<NodeClaim>],
     nodes: &[Arc<Node>],
     now: Timestamp,
     timeout: Duration,
-    recent: &dyn Fn(&str) -> bool,
 ) -> Vec<Step> {
     let mut commands: BTreeMap<String, (Record, Vec<Arc<NodeClaim>>)> = BTreeMap::new();
     let mut replacements: HashMap<&str, Vec<&Arc<NodeClaim>>> = HashMap::new();
@@ -65,7 +65,7 @@ pub fn steps(
             replacements.entry(id.as_str()).or_default().push(c);
         }
         let Some(record) = Record::of(c) else {
-            if deleting(c.as_ref()) || recent(name(c.as_ref())) {
+            if deleting(c.as_ref()) {
                 if let Some(n) = claim_node_name(c) {
                     accounted.insert(n);
                 }
@@ -89,7 +89,7 @@ pub fn steps(
     }
     for n in nodes {
         let node = name(n.as_ref());
-        if tainted(n) && !accounted.contains(node) && !recent(node) {
+        if tainted(n) && !accounted.contains(node) {
             out.push(Step::Untaint(node.to_string()));
         }
     }
@@ -111,7 +111,7 @@ pub fn steps(
             .ok()
             .and_then(|t| Duration::try_from(now.duration_since(t)).ok())
             .unwrap_or(Duration::MAX);
-        let why = if alive.len() < record.replacements && !recent(&id) {
+        let why = if alive.len() < record.replacements {
             Some(format!(
                 "{} of {} replacement(s) failed or vanished",
                 record.replacements - alive.len(),

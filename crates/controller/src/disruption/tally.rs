@@ -48,13 +48,6 @@ pub fn record_disrupted(
     reason: &str,
     nodepool: &str,
 ) {
-    metrics
-        .nodeclaims_disrupted
-        .get_or_create(&CreatedLabels {
-            reason: reason.into(),
-            nodepool: nodepool.into(),
-        })
-        .inc();
     let cluster = state.current();
     let name = claim.name_any();
     let pods = cluster
@@ -76,6 +69,26 @@ pub fn record_disrupted(
             .unwrap_or_default(),
         _ => String::new(),
     };
+    record_disrupted_pods(metrics, claim, reason, nodepool, pods, consolidation_policy);
+}
+
+/// [`record_disrupted`] with the reschedulable pods counted and the consolidation policy
+/// label (empty but for consolidation) known.
+pub fn record_disrupted_pods(
+    metrics: &Metrics,
+    claim: &NodeClaim,
+    reason: &str,
+    nodepool: &str,
+    pods: usize,
+    consolidation_policy: String,
+) {
+    metrics
+        .nodeclaims_disrupted
+        .get_or_create(&CreatedLabels {
+            reason: reason.into(),
+            nodepool: nodepool.into(),
+        })
+        .inc();
     let termination_mode = match claim
         .spec
         .termination_grace_period

@@ -203,6 +203,8 @@ pub struct Shared {
     pub recorder: Recorder,
     pub metrics: Metrics,
     pub nodes: Cache<Node>,
+    /// The workload cluster's pods (repair's tie-break and metrics).
+    pub pods: Store<k8s_openapi::api::core::v1::Pod>,
     pub machines: Store<Machine>,
     pub nodeclasses: Store<ClusterAPINodeClass>,
     pub nodeclaims: Store<NodeClaim>,
@@ -210,6 +212,8 @@ pub struct Shared {
     pub clusters: Store<api::Cluster>,
     pub catalogs: Arc<dyn Catalogs>,
     pub unavailable: Arc<UnavailableOfferings>,
+    /// The NodeClasses' host inventories (templates' free hosts).
+    pub inventory: crate::inventory::Inventory,
     pub settings: Settings,
     pub kinds: Arc<Kinds>,
     pub expectations: Arc<Expectations>,

@@ -19,7 +19,9 @@ use super::context::{Ctx, Error};
 use super::plan::nodepool_of;
 use super::repair::{self, Blocked, Unhealthy};
 use crate::cloudprovider::Instance;
+use api::consts::events::{DISRUPTION_BLOCKED, NODE_REPAIR_BLOCKED};
 use api::duration::format_duration;
+use k8s_openapi::api::core::v1::{Node, Pod};
 
 /// What liveness decided.
 #[derive(Debug, PartialEq)]
@@ -241,8 +243,9 @@ async fn give_up(
     Ok(Verdict::Deleted)
 }
 
-/// Repairs (deletes) a NodeClaim matching a repair policy past its toleration, unless its
-/// pool is at the repair cap: then a `NodeRepairBlocked` event and a look again later.
+/// Repairs (deletes) a NodeClaim matching a repair policy past its toleration, unless it is
+/// vetoed (`karpenter.sh/do-not-repair`), its pool is over the repair threshold or its
+/// `Unhealthy` budget is used up: then an event and a look again later.
 async fn repair(
     ctx: &Ctx,
     claim: &NodeClaim,
@@ -251,6 +254,42 @@ async fn repair(
 ) -> Result<Verdict, Error> {
     let uid = crate::objects::uid_of(claim);
     let pool = nodepool_of(claim);
+    let node_name = status.node_name.as_deref().unwrap_or("(unknown)");
+    let node = ctx.nodes.store().get(&ObjectRef::new(node_name));
+    if repair::do_not_repair(claim, node.as_deref()) {
+        let message = format!(
+            "Node {node_name} is unhealthy ({}) but repair is blocked through the \"{}\" annotation",
+            u.detail,
+            api::consts::annotations::DO_NOT_REPAIR
+        );
+        tracing::info!(nodeclaim = %claim.name_any(), %message, "node repair vetoed");
+        ctx.event(claim, EventType::Normal, DISRUPTION_BLOCKED, message)
+            .await;
+        return Ok(Verdict::Alive(Some(ctx.settings.poll)));
+    }
+    let view = repair_view(ctx, &pool).await;
+    if let Err(blocked) = ctx.repairs.reserve(&uid, &pool, &view) {
+        report_blocked(ctx, claim, &pool, node_name, u, blocked).await;
+        return Ok(Verdict::Alive(Some(ctx.settings.poll)));
+    }
+    let message = format!(
+        "Node {node_name} has been unhealthy ({}) for more than {}; replacing it",
+        u.detail,
+        format_duration(ctx.settings.node_repair_after)
+    );
+    tracing::info!(nodeclaim = %claim.name_any(), condition = u.condition, %message, "repairing node");
+    ctx.event(claim, EventType::Warning, "NodeRepair", message)
+        .await;
+    if let Err(e) = ctx.delete_claim(claim).await {
+        ctx.repairs.release(&uid);
+        return Err(e);
+    }
+    record_repair(ctx, claim, &pool, u, node.as_deref());
+    Ok(Verdict::Deleted)
+}
+
+/// The cap's and the budget's inputs for `pool`, from the caches and the provider.
+async fn repair_view(ctx: &Ctx, pool: &str) -> repair::PoolView {
     let claims = ctx.nodeclaims.state();
     // The provider's health signal of each claim of the pool (the cap counts them too).
     let mut unhealthy_instances = std::collections::HashMap::<String, Unhealthy>::new();
@@ -262,69 +301,132 @@ async fn repair(
             unhealthy_instances.insert(c.name_any(), u);
         }
     }
-    let view = repair::pool_view(
+    // The unfinished pods of each Node (the tie-break's disruption cost).
+    let mut pods: std::collections::HashMap<String, Vec<std::sync::Arc<Pod>>> = Default::default();
+    for p in ctx.pods.state() {
+        if let Some(n) = p.spec.as_ref().and_then(|s| s.node_name.clone())
+            && !crate::objects::terminal(&p)
+        {
+            pods.entry(n).or_default().push(p);
+        }
+    }
+    let now = Timestamp::now();
+    let cost = |c: &NodeClaim| {
+        let on: Vec<&Pod> = c
+            .status
+            .as_ref()
+            .and_then(|s| s.node_name.as_ref())
+            .and_then(|n| pods.get(n))
+            .map(|ps| ps.iter().map(|p| p.as_ref()).collect())
+            .unwrap_or_default();
+        crate::cost::node_disruption_cost(&on, c, now)
+    };
+    let nodepool = ctx.nodepool(pool);
+    repair::pool_view(
         &claims,
-        &pool,
-        |n| ctx.nodes.store().get(&ObjectRef::new(n)),
-        |c| unhealthy_instances.get(&c.name_any()).cloned(),
-    );
-    let node = status.node_name.as_deref().unwrap_or("(unknown)");
-    if let Err(Blocked {
-        unhealthy,
-        allowed,
-        nodes,
-    }) = ctx.repairs.reserve(&uid, &pool, &view)
-    {
-        let scope = if pool.is_empty() {
-            "the cluster".to_string()
-        } else {
-            format!("NodePool {pool}")
-        };
-        let message = format!(
-            "Node {node} is unhealthy ({}) but so are {unhealthy} of the {nodes} nodes of {scope}, more than the {}% ({allowed}) repair replaces; not repairing",
-            u.detail,
-            repair::MAX_UNHEALTHY_PERCENT
-        );
-        tracing::info!(nodeclaim = %claim.name_any(), nodepool = %pool, unhealthy, allowed, "node repair blocked");
-        ctx.event(
-            claim,
-            EventType::Warning,
-            api::consts::events::NODE_REPAIR_BLOCKED,
-            message.clone(),
-        )
-        .await;
-        if let Some(np) = ctx.nodepool(&pool) {
-            ctx.event_for(
-                np.as_ref(),
+        pool,
+        &repair::Lookups {
+            node: &|n| ctx.nodes.store().get(&ObjectRef::new(n)),
+            provider: &|c| unhealthy_instances.get(&c.name_any()).cloned(),
+            cost: &cost,
+            budgets: nodepool
+                .as_ref()
+                .map(|np| np.spec.disruption.budgets.as_slice()),
+            repair_after: ctx.settings.node_repair_after,
+            now,
+        },
+    )
+}
+
+/// Says why a repair waits: over the threshold (`NodeRepairBlocked` to the NodeClaim and its
+/// NodePool), or out of budget (`DisruptionBlocked` to the NodeClaim).
+async fn report_blocked(
+    ctx: &Ctx,
+    claim: &NodeClaim,
+    pool: &str,
+    node: &str,
+    u: &Unhealthy,
+    blocked: Blocked,
+) {
+    let scope = if pool.is_empty() {
+        "the cluster".to_string()
+    } else {
+        format!("NodePool {pool}")
+    };
+    match blocked {
+        Blocked::Cap {
+            unhealthy,
+            allowed,
+            nodes,
+        } => {
+            let message = format!(
+                "Node {node} is unhealthy ({}) but so are {unhealthy} of the {nodes} nodes of {scope}, more than the {}% ({allowed}) repair replaces; not repairing",
+                u.detail,
+                repair::MAX_UNHEALTHY_PERCENT
+            );
+            tracing::info!(nodeclaim = %claim.name_any(), nodepool = %pool, unhealthy, allowed, "node repair blocked");
+            ctx.event(
+                claim,
                 EventType::Warning,
-                api::consts::events::NODE_REPAIR_BLOCKED,
-                message,
+                NODE_REPAIR_BLOCKED,
+                message.clone(),
             )
             .await;
+            if let Some(np) = ctx.nodepool(pool) {
+                ctx.event_for(
+                    np.as_ref(),
+                    EventType::Warning,
+                    NODE_REPAIR_BLOCKED,
+                    message,
+                )
+                .await;
+            }
         }
-        return Ok(Verdict::Alive(Some(ctx.settings.poll)));
+        Blocked::Budget {
+            allowed,
+            disrupting,
+            ahead,
+        } => {
+            let message = format!(
+                "Node {node} is unhealthy ({}); repair waits for the disruption budget of {scope} (reason Unhealthy): {allowed} allowed, {disrupting} being disrupted, {ahead} unhealthy before it",
+                u.detail
+            );
+            tracing::info!(nodeclaim = %claim.name_any(), nodepool = %pool, allowed, disrupting, ahead, "node repair waits for budget");
+            ctx.event(claim, EventType::Normal, DISRUPTION_BLOCKED, message)
+                .await;
+        }
     }
-    let message = format!(
-        "Node {node} has been unhealthy ({}) for more than {}; replacing it",
-        u.detail,
-        format_duration(ctx.settings.node_repair_after)
-    );
-    tracing::info!(nodeclaim = %claim.name_any(), condition = u.condition, %message, "repairing node");
-    ctx.event(claim, EventType::Warning, "NodeRepair", message)
-        .await;
-    if let Err(e) = ctx.delete_claim(claim).await {
-        ctx.repairs.release(&uid);
-        return Err(e);
-    }
+}
+
+/// The metrics of a repair: `nodeclaims_unhealthy_disrupted` by condition,
+/// `nodeclaims_disrupted` and `pods_disruption_initiated` with reason `unhealthy`.
+fn record_repair(ctx: &Ctx, claim: &NodeClaim, pool: &str, u: &Unhealthy, node: Option<&Node>) {
+    let capacity_type = super::plan::capacity_type_of(claim);
     ctx.metrics
         .nodeclaims_unhealthy_disrupted
         .get_or_create(&crate::metrics::UnhealthyLabels {
             condition: u.condition.to_string(),
-            nodepool: pool,
-            capacity_type: super::plan::capacity_type_of(claim),
+            nodepool: pool.to_string(),
+            capacity_type,
         })
         .inc();
-    Ok(Verdict::Deleted)
+    let pods = node.map_or(0, |n| {
+        let name = n.name_any();
+        ctx.pods
+            .state()
+            .iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str()))
+            .filter(|p| crate::disruption::blockers::reschedulable(p))
+            .count()
+    });
+    crate::disruption::tally::record_disrupted_pods(
+        &ctx.metrics,
+        claim,
+        "unhealthy",
+        pool,
+        pods,
+        String::new(),
+    );
 }
 
 #[cfg(test)]

@@ -90,6 +90,7 @@ type DsData = (IReqs, Vec<Toleration>, Vec<i64>);
 
 pub(super) fn build(input: &Input) -> Solver {
     let mut s = new_solver();
+    s.best_effort = input.min_values_policy == MinValuesPolicy::BestEffort;
     let nodepool_key = s.names.id(LABEL_NODEPOOL);
     intern_resources(&mut s, input);
     let ds = daemonsets(&mut s, input);
@@ -147,6 +148,7 @@ fn new_solver() -> Solver {
         pods: Vec::new(),
         placements: Vec::new(),
         counts: Vec::new(),
+        best_effort: false,
     };
     // A new node's hostname is unknown: a pod requiring a specific hostname cannot get one.
     s.well_known = WELL_KNOWN_LABELS

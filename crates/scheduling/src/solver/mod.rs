@@ -118,6 +118,8 @@ struct Claim {
     ports: Vec<HostPort>,
     /// The count unit this claim holds (its preferred offering's), if any.
     held: Option<u32>,
+    /// A `minValues` of its requirements was relaxed.
+    relaxed: bool,
 }
 
 struct Solver {
@@ -139,6 +141,8 @@ struct Solver {
     placements: Vec<(usize, usize)>,
     /// Offering counts shared by every pool, by key.
     counts: Vec<Count>,
+    /// `minValues` is relaxed rather than failed ([`crate::MinValuesPolicy::BestEffort`]).
+    best_effort: bool,
 }
 
 fn res_index(res_names: &mut Vec<String>, name: &str) -> usize {

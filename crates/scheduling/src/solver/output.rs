@@ -131,5 +131,6 @@ fn new_node_claim(s: &Solver, input: &Input, c: &Claim) -> Option<NewNodeClaim> 
             capacity_type: s.names.name(ct.id).to_string(),
             price,
         },
+        min_values_relaxed: s.best_effort.then_some(c.relaxed),
     })
 }

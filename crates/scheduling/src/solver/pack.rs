@@ -59,6 +59,8 @@ pub(super) struct ClaimUpdate {
     pub(super) cands: BitSet,
     pub(super) used: Vec<i64>,
     pub(super) max_free: Vec<i64>,
+    /// A `minValues` was relaxed to get here.
+    pub(super) relaxed: bool,
 }
 
 impl Solver {
@@ -160,14 +162,61 @@ impl Solver {
             }
             return Err(Why::InsufficientResources(best_short.unwrap_or(0)));
         }
-        let final_reqs = new_reqs.as_ref().unwrap_or(reqs);
-        self.check_min_values(pool, final_reqs, &out)?;
+        let (new_reqs, relaxed) = self.min_values(pool, new_reqs, reqs, &out)?;
         Ok(ClaimUpdate {
             reqs: new_reqs,
             cands: out,
             used: new_used,
             max_free,
+            relaxed,
         })
+    }
+
+    /// The claim's requirements after the `minValues` check over candidates `cands`
+    /// (`new_reqs`, else `reqs`): unchanged when met; relaxed (and `true`) under BestEffort;
+    /// else the failure.
+    fn min_values(
+        &self,
+        pool: usize,
+        new_reqs: Option<IReqs>,
+        reqs: &IReqs,
+        cands: &BitSet,
+    ) -> Result<(Option<IReqs>, bool), Why> {
+        let final_reqs = new_reqs.as_ref().unwrap_or(reqs);
+        match self.check_min_values(pool, final_reqs, cands) {
+            Ok(()) => Ok((new_reqs, false)),
+            Err(Why::MinValues { .. }) if self.best_effort => {
+                Ok((Some(self.relax_min_values(pool, final_reqs, cands)), true))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// How many distinct values of `set` (on key `k`) the candidates `cands` offer.
+    fn distinct_values(&self, pool: usize, k: &Key, set: &ISet, cands: &BitSet) -> u32 {
+        let mut vals: Vec<Sym> = Vec::new();
+        for t in cands.iter() {
+            if let Some(ts) = self.pools[pool].types[t].reqs.get(k) {
+                vals.extend(ts.values.iter().filter(|v| set.has(v)));
+            }
+        }
+        vals.sort();
+        vals.dedup();
+        u32::try_from(vals.len()).unwrap_or(u32::MAX)
+    }
+
+    /// `reqs` with every `minValues` the candidates `cands` do not reach lowered to what
+    /// they reach (Karpenter's BestEffort).
+    fn relax_min_values(&self, pool: usize, reqs: &IReqs, cands: &BitSet) -> IReqs {
+        let mut relaxed = reqs.clone();
+        for (k, set) in reqs.entries() {
+            let Some(min) = set.min_values else { continue };
+            let got = self.distinct_values(pool, k, set, cands);
+            if got < min {
+                relaxed.set_min_values(k, Some(got));
+            }
+        }
+        relaxed
     }
 
     pub(super) fn check_min_values(
@@ -178,19 +227,12 @@ impl Solver {
     ) -> Result<(), Why> {
         for (k, set) in reqs.entries() {
             let Some(min) = set.min_values else { continue };
-            let mut vals: Vec<Sym> = Vec::new();
-            for t in cands.iter() {
-                if let Some(ts) = self.pools[pool].types[t].reqs.get(k) {
-                    vals.extend(ts.values.iter().filter(|v| set.has(v)));
-                }
-            }
-            vals.sort();
-            vals.dedup();
-            if vals.len() < min as usize {
+            let got = self.distinct_values(pool, k, set, cands);
+            if got < min {
                 return Err(Why::MinValues {
                     key: *k,
                     want: min,
-                    got: vals.len() as u32,
+                    got,
                 });
             }
         }
@@ -341,6 +383,7 @@ impl Solver {
             pods: Vec::new(),
             ports: Vec::new(),
             held: None,
+            relaxed: false,
         });
         let ci = self.claims.len() - 1;
         self.by_count.push(ci);
@@ -376,6 +419,7 @@ impl Solver {
             c.reqs = r;
         }
         c.cands = u.cands;
+        c.relaxed |= u.relaxed;
         c.used = u.used;
         c.max_free = u.max_free;
         c.pods.push(pi);

@@ -100,6 +100,7 @@ pub fn input(node_pools: Vec<NodePool>, pods: Vec<Pod>) -> Input {
         nodes: Vec::new(),
         daemonsets: Vec::new(),
         pods,
+        min_values_policy: Default::default(),
     }
 }
 

@@ -2,8 +2,10 @@
 //! local demo (`hack/demo.sh`).
 //!
 //!   testbed-provider --kubeconfig PATH [--cluster NAMESPACE/NAME[=WORKLOAD_KUBECONFIG]]...
-//!                    [--failure-domains a,b]
+//!                    [--failure-domains a,b] [--provision-delay 1s]
 //!
+//! `--provision-delay` is the simulated instance boot before a TestMachine gets its providerID
+//! (default 1s; the end-to-end bench uses 0s, as Karpenter's kwok provider has none).
 //! With `--cluster`, also creates that Cluster API Cluster (namespace, kubeconfig Secret,
 //! TestCluster, TestControlPlane, Cluster) and waits until it is provisioned, then prints
 //! `cluster ready` (once all are). A Cluster given `=WORKLOAD_KUBECONFIG` is a separate
@@ -21,12 +23,14 @@ struct Args {
     /// (namespace, name, workload kubeconfig: `None` = this cluster).
     clusters: Vec<(String, String, Option<PathBuf>)>,
     failure_domains: Vec<String>,
+    provision_delay: Option<std::time::Duration>,
 }
 
 fn parse() -> Result<Args, String> {
     let mut kubeconfig = None;
     let mut clusters = Vec::new();
     let mut failure_domains = Vec::new();
+    let mut provision_delay = None;
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{a} needs a value"));
@@ -50,6 +54,12 @@ fn parse() -> Result<Args, String> {
                     .map(str::to_string)
                     .collect()
             }
+            "--provision-delay" => {
+                let v = value()?;
+                provision_delay = Some(api::duration::parse_duration(&v).ok_or_else(|| {
+                    format!("--provision-delay {v:?}: expected a duration such as 0s or 500ms")
+                })?);
+            }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -57,6 +67,7 @@ fn parse() -> Result<Args, String> {
         kubeconfig: kubeconfig.ok_or("--kubeconfig is required")?,
         clusters,
         failure_domains,
+        provision_delay,
     })
 }
 
@@ -76,10 +87,13 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let config = ProviderConfig {
+    let mut config = ProviderConfig {
         workloads_from_secrets: true,
         ..ProviderConfig::default()
     };
+    if let Some(d) = args.provision_delay {
+        config.provision_delay = d;
+    }
     let _provider = match TestProvider::start(client.clone(), config).await {
         Ok(p) => p,
         Err(e) => {

@@ -10,6 +10,7 @@
 //! | `TestControlPlane` | `controlplane.cluster.x-k8s.io` | an externally managed control plane (like EKS/AKS): initialized at once |
 //! | `TestMachineTemplate` | `infrastructure.cluster.x-k8s.io` | InfraMachineTemplate; scale-from-zero `status.capacity`/`status.nodeInfo` |
 //! | `TestMachine` | `infrastructure.cluster.x-k8s.io` | InfraMachine: providerID, provisioned, then a kwok Node |
+//! | `BareMetalHost` | `metal3.io` | with [`ProviderConfig::bare_metal_hosts`]: hosts a TestMachine with a `hostSelector` claims (the hosts module) |
 //!
 //! [`TestProvider::start`] installs the CRDs and runs the controllers in the test process;
 //! dropping it stops them. [`create_cluster`] / [`setup_cluster`] create a whole Cluster
@@ -77,6 +78,7 @@
 
 mod cluster;
 mod crds;
+mod hosts;
 mod machine;
 
 use std::collections::BTreeMap;
@@ -177,6 +179,9 @@ pub struct ProviderConfig {
     /// data Secret (in the test format: `nodeLabels`/`nodeTaints` from its
     /// `joinConfiguration.nodeRegistration`) and report `dataSecretCreated`.
     pub kubeadm_bootstrap: bool,
+    /// Also install Metal3's BareMetalHost CRD (trimmed) and claim a host for every
+    /// TestMachine with a `spec.hostSelector` (see the hosts module).
+    pub bare_metal_hosts: bool,
 }
 
 impl Default for ProviderConfig {
@@ -197,6 +202,7 @@ impl Default for ProviderConfig {
             workloads: BTreeMap::new(),
             workloads_from_secrets: false,
             kubeadm_bootstrap: false,
+            bare_metal_hosts: false,
         }
     }
 }
@@ -211,6 +217,7 @@ impl std::fmt::Debug for ProviderConfig {
             .field("workloads", &self.workloads.keys().collect::<Vec<_>>())
             .field("workloads_from_secrets", &self.workloads_from_secrets)
             .field("kubeadm_bootstrap", &self.kubeadm_bootstrap)
+            .field("bare_metal_hosts", &self.bare_metal_hosts)
             .finish()
     }
 }
@@ -220,6 +227,10 @@ pub use crds::{
     cluster_resource, crds, machine_resource, test_machine_resource, test_machine_template_resource,
 };
 use crds::{kubeadm_config_resource, test_cluster_resource, test_control_plane_resource};
+pub use hosts::{
+    BARE_METAL_HOST_KIND, METAL3_GROUP, METAL3_VERSION, NO_HOST_REASON, bare_metal_host_crd,
+    bare_metal_host_resource,
+};
 use machine::{reconcile_kubeadm_config, reconcile_machine};
 
 /// The providerID the provider gives a TestMachine.
@@ -303,7 +314,11 @@ impl TestProvider {
     /// controllers for TestCluster, TestControlPlane, TestMachineTemplate and TestMachine
     /// (and KubeadmConfig when [`ProviderConfig::kubeadm_bootstrap`]) in all namespaces.
     pub async fn start(client: Client, config: ProviderConfig) -> Result<Self> {
-        install_crds(&client).await?;
+        let mut crds = crds();
+        if config.bare_metal_hosts {
+            crds.push(bare_metal_host_crd());
+        }
+        install_crds(&client, &crds).await?;
         let ctx = Arc::new(Ctx {
             workload: config.workload.clone().unwrap_or_else(|| client.clone()),
             mgmt: client.clone(),
@@ -361,15 +376,14 @@ fn spawn(
     tokio::spawn(controller.for_each(|_| async {}))
 }
 
-async fn install_crds(client: &Client) -> Result<()> {
+async fn install_crds(client: &Client, crds: &[CustomResourceDefinition]) -> Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    let crds = crds();
-    for crd in &crds {
+    for crd in crds {
         api.patch(&crd.name_any(), &params, &Patch::Apply(crd))
             .await?;
     }
-    for crd in &crds {
+    for crd in crds {
         let name = crd.name_any();
         wait_for(
             &format!("CRD {name} to be Established"),
