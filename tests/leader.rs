@@ -185,6 +185,22 @@ fn sent_after(events: &[AuditEvent], identity: &str, end: Timestamp) -> Vec<Stri
         .collect()
 }
 
+/// The audit log once it shows a request of the running `witness` received after `end` plus
+/// the in-flight margin (its Lease renewals come every second or two): a log that covers the
+/// time after a replica's end, for [`assert_silent_after`].
+async fn audit_covering(tb: &Testbed, witness: &str, end: Timestamp) -> Vec<AuditEvent> {
+    wait_for(
+        "the audit log covers the time after the end",
+        Duration::from_secs(30),
+        || async {
+            let events = tb.audit_events().ok()?;
+            (!sent_after(&events, witness, end).is_empty()).then_some(events)
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("no request of {witness} after the end: {e}"))
+}
+
 /// Asserts that `identity`, ended at `end`, sent nothing afterwards, while `witness` (a
 /// running replica) did: the audit log covers the time after the end.
 fn assert_silent_after(events: &[AuditEvent], identity: &str, end: Timestamp, witness: &str) {
@@ -362,7 +378,7 @@ async fn one_leader_writes_and_fails_over() {
         writing.as_secs_f64()
     );
 
-    let after = tb.audit_events().expect("audit log");
+    let after = audit_covering(&tb, &second, killed_at).await;
     let new_leader = Requests::of(&after[before.len()..], &second);
     let old_leader = Requests::of(&after[before.len()..], &first);
     eprintln!("after the kill: {second}: {new_leader:?}; {first}: {old_leader:?}");
@@ -447,7 +463,7 @@ async fn one_leader_writes_and_fails_over() {
     // The successor keeps working after the exit (positive sentinel for the window).
     create_nodeclass(&tb, "fourth").await;
     wait_for_status(&tb, "fourth").await;
-    let last = tb.audit_events().expect("audit log");
+    let last = audit_covering(&tb, "replica-c", exit.at).await;
     assert_silent_after(&last, &second, exit.at, "replica-c");
     c.kill();
     a.kill();
