@@ -520,8 +520,9 @@ async fn dashboard_metrics_follow_a_pod_and_its_node_and_are_all_exported() {
         );
     }
 
-    // The disruption family the dashboard reads, as the disruption loop sets it: a budget
-    // per reason, and nothing eligible (consolidateAfter: Never, nothing drifted).
+    // The disruption family the dashboard reads, as the disruption loop and repair set it: a
+    // budget per reason (`unhealthy` paces repair, as in Karpenter v1.15), and nothing
+    // eligible (consolidateAfter: Never, nothing drifted).
     let reasons: BTreeSet<&str> = s
         .series(
             "karpenter_nodepools_allowed_disruptions",
@@ -532,7 +533,7 @@ async fn dashboard_metrics_follow_a_pod_and_its_node_and_are_all_exported() {
         .collect();
     assert_eq!(
         reasons,
-        BTreeSet::from(["drifted", "empty", "underutilized"])
+        BTreeSet::from(["drifted", "empty", "underutilized", "unhealthy"])
     );
     for reason in ["drifted", "empty", "underutilized"] {
         assert_eq!(

@@ -202,7 +202,11 @@ impl Inventory {
         if freed.is_empty() {
             return;
         }
-        tracing::debug!(templates = ?freed, "hosts freed: launch backoff ended");
+        let names: Vec<String> = freed
+            .iter()
+            .map(|(ns, name)| format!("{ns}/{name}"))
+            .collect();
+        tracing::debug!(templates = %names.join(", "), "hosts freed: launch backoff ended");
         unavailable.forgive(|k| {
             freed.iter().any(|(ns, name)| {
                 k.template.namespace.as_deref().unwrap_or_default() == ns

@@ -137,7 +137,7 @@ impl Registry {
             if *old == live {
                 return false;
             }
-            tracing::info!(peers = ?live, "hub peers changed");
+            tracing::info!(peers = %live.join(", "), "hub peers changed");
             *old = live;
             true
         });

@@ -229,7 +229,7 @@ impl StaticPools {
             .record(&slot.name, pool, slot.zone.clone(), Instant::now());
         match writer.create(obj).await {
             Ok(Created::Created(_)) => {
-                tracing::info!(nodeclaim = %slot.name, nodepool = pool, zone = ?slot.zone,
+                tracing::info!(nodeclaim = %slot.name, nodepool = pool, zone = slot.zone.as_deref().unwrap_or("any"),
                     "created static NodeClaim");
                 self.metrics
                     .nodeclaims_created
