@@ -25,20 +25,74 @@ impl Selector {
     }
 }
 
+/// Which nodes a topology spread counts (`nodeTaintsPolicy`, `nodeAffinityPolicy`); the
+/// default (empty) filter counts every node, as affinity groups always do.
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+pub(super) struct NodeFilter {
+    /// `nodeTaintsPolicy: Honor`: the owner's tolerations.
+    pub(super) tolerations: Option<Vec<Toleration>>,
+    /// `nodeAffinityPolicy: Honor` with a node selection: a node counts if it is compatible
+    /// with one of these (node selector ∩ each required term); empty: every node.
+    pub(super) affinity: Vec<IReqs>,
+}
+
+impl NodeFilter {
+    pub(super) fn is_empty(&self) -> bool {
+        self.tolerations.is_none() && self.affinity.is_empty()
+    }
+
+    fn tolerates(&self, taints: &[Taint]) -> bool {
+        self.tolerations
+            .as_ref()
+            .is_none_or(|tol| untolerated(taints, tol).is_none())
+    }
+
+    /// Whether an existing node counts.
+    pub(super) fn node(&self, taints: &[Taint], labels: &[(Key, Sym)]) -> bool {
+        self.tolerates(taints)
+            && (self.affinity.is_empty()
+                || self
+                    .affinity
+                    .iter()
+                    .any(|r| r.matches_labels(|k| lookup(labels, *k)).is_ok()))
+    }
+
+    /// Whether a NodeClaim with these taints and requirements counts.
+    pub(super) fn claim(
+        &self,
+        taints: &[Taint],
+        reqs: &IReqs,
+        allow_undefined: impl Fn(&Key) -> bool + Copy,
+    ) -> bool {
+        self.tolerates(taints)
+            && (self.affinity.is_empty()
+                || self
+                    .affinity
+                    .iter()
+                    .any(|r| reqs.compatible(r, allow_undefined).is_ok()))
+    }
+}
+
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub(super) struct GroupKey {
     pub(super) kind: GroupKind,
     pub(super) key: Key,
     pub(super) namespaces: Vec<u32>,
     pub(super) selector: Selector,
+    pub(super) filter: NodeFilter,
 }
 
 pub(super) struct Group {
     pub(super) kind: GroupKind,
     pub(super) key: Key,
     pub(super) host: bool,
+    /// Empty: every namespace.
     pub(super) namespaces: Vec<u32>,
     pub(super) selector: Selector,
+    pub(super) filter: NodeFilter,
+    /// With a non-empty filter (non-hostname spreads): the domains the filter admits, in name
+    /// order (else every domain of the key, [`Solver::universe`]).
+    pub(super) domains: Option<Vec<Sym>>,
     pub(super) counts: HashMap<Sym, u32>,
     pub(super) host_counts: Vec<u32>,
     pub(super) total: u32,
@@ -49,7 +103,8 @@ pub(super) struct Group {
 
 impl Group {
     pub(super) fn selects(&self, ns: u32, labels: &[(Key, Sym)]) -> bool {
-        self.namespaces.contains(&ns) && self.selector.matches(labels)
+        (self.namespaces.is_empty() || self.namespaces.contains(&ns))
+            && self.selector.matches(labels)
     }
     pub(super) fn host_count(&self, slot: usize) -> u32 {
         self.host_counts.get(slot).copied().unwrap_or(0)
@@ -123,6 +178,14 @@ impl Solver {
         }
     }
 
+    /// The domains of `ds` that `reqs` allow on `key`.
+    fn domains_among(&self, ds: &[Sym], reqs: &IReqs, key: Key) -> Vec<Sym> {
+        match reqs.get(&key) {
+            None => ds.to_vec(),
+            Some(r) => ds.iter().copied().filter(|d| r.has(d)).collect(),
+        }
+    }
+
     pub(super) fn plan(&self, pod: &PodData) -> TopoPlan {
         let mut plan = TopoPlan {
             host: Vec::new(),
@@ -142,13 +205,19 @@ impl Solver {
                 plan.host.push((g, check));
                 continue;
             }
-            let pd = self.pod_domains(pod, grp.key);
+            let pd = match &grp.domains {
+                Some(ds) => self.domains_among(ds, &pod.reqs, grp.key),
+                None => self.pod_domains(pod, grp.key),
+            };
             let count = |d: &Sym| grp.counts.get(d).copied().unwrap_or(0);
             let rule = match grp.kind {
                 GroupKind::Spread(max, min_domains) => {
                     // The minimum is over the domains the pod's required node selection allows;
                     // preferred node affinity narrows where it goes, not the skew's baseline.
-                    let eligible = self.domains_within(&pod.strict_reqs, grp.key);
+                    let eligible = match &grp.domains {
+                        Some(ds) => self.domains_among(ds, &pod.strict_reqs, grp.key),
+                        None => self.domains_within(&pod.strict_reqs, grp.key),
+                    };
                     let min = if (eligible.len() as u64) < u64::from(min_domains) {
                         0
                     } else {
@@ -297,6 +366,25 @@ impl Solver {
         Ok(())
     }
 
+    /// Whether a pod placed on `slot` (an existing node, else a claim with `reqs`) counts for
+    /// group `g` (its node filter admits the node).
+    fn counts_on(&self, g: usize, slot: usize, reqs: Option<&IReqs>) -> bool {
+        let filter = &self.groups[g].filter;
+        if filter.is_empty() {
+            return true;
+        }
+        if let Some(n) = self.nodes.get(slot) {
+            return filter.node(&n.taints, &n.labels);
+        }
+        let Some(c) = self.claims.get(slot - self.nodes.len()) else {
+            return true;
+        };
+        let pool = &self.pools[c.pool];
+        filter.claim(&pool.taints, reqs.unwrap_or(&c.reqs), |k| {
+            self.allow_undefined(k)
+        })
+    }
+
     pub(super) fn record(&mut self, pod: usize, slot: usize, reqs: Option<&IReqs>) {
         let labels = if slot < self.nodes.len() {
             Some(self.nodes[slot].labels.clone())
@@ -322,6 +410,9 @@ impl Solver {
         };
         let matched = self.pods[pod].matched.clone();
         for g in matched {
+            if !self.counts_on(g, slot, reqs) {
+                continue;
+            }
             let (host, key, anti) = {
                 let grp = &self.groups[g];
                 (grp.host, grp.key, grp.kind == GroupKind::Anti)
