@@ -23,10 +23,6 @@ const KNOWN: &[(&str, &str)] = &[
         "offering capacity overrides are not modelled",
     ),
     (
-        "Topology Combined Zonal and Capacity Type Topology should spread pods while respecting both constraints",
-        "spread domains are picked key by key; the (zone, capacity type) pair is not offered",
-    ),
-    (
         "Topology Pod Affinity/Anti-Affinity should allow two nodes to be created when two pods with matching affinities have incompatible selectors",
         "both sides place the pods apart, as the test asserts; the checker (Kubernetes) rejects both",
     ),

@@ -284,3 +284,50 @@ fn node_affinity_policy_honor_does_not_count_pods_on_unselected_nodes() {
     let per_zone = unselected_node_pods(NodeInclusionPolicy::Ignore);
     assert_eq!(per_zone, [2, 0, 2]);
 }
+
+/// A type offered only as spot in zone 1 and on-demand in zone 2.
+fn split_offerings() -> NodePool {
+    let mut t = it("medium", 4000, 8);
+    t.offerings = vec![
+        Offering::new("test-zone-1", "spot", 0.1),
+        Offering::new("test-zone-2", "on-demand", 0.2),
+    ];
+    NodePool::new("default", vec![t])
+}
+
+#[test]
+fn zone_and_capacity_type_spreads_pick_an_offered_pair() {
+    // The first domains of each key (on-demand, zone 1) are no offering: the pair chosen is one.
+    let mut ps = web(2);
+    spread_on(&mut ps, LABEL_CAPACITY_TYPE, |_| {});
+    spread_on(&mut ps, LABEL_ZONE, |_| {});
+    let out = solve(&input(vec![split_offerings()], ps));
+    assert!(out.unschedulable.is_empty(), "{:?}", out.unschedulable);
+    let mut pairs: Vec<(String, String)> = out
+        .new_node_claims
+        .iter()
+        .map(|c| (c.cheapest.zone.clone(), c.cheapest.capacity_type.clone()))
+        .collect();
+    pairs.sort();
+    assert_eq!(
+        pairs,
+        [
+            ("test-zone-1".to_string(), "spot".to_string()),
+            ("test-zone-2".to_string(), "on-demand".to_string())
+        ]
+    );
+}
+
+#[test]
+fn existing_nodes_are_tried_initialized_first_then_by_name() {
+    let mut inp = input(vec![pool("default")], vec![pod("p", 100, 64)]);
+    let mut launching = node("a-launching", "test-zone-1", 4000, 8);
+    launching.state = NodeState::InFlight;
+    inp.nodes = vec![
+        launching,
+        node("c", "test-zone-1", 4000, 8),
+        node("b", "test-zone-1", 4000, 8),
+    ];
+    let out = solve(&inp);
+    assert_eq!(out.existing[0].node, "b");
+}

@@ -176,6 +176,7 @@ fn new_solver() -> Solver {
         it_key: 0,
         pools: Vec::new(),
         nodes: Vec::new(),
+        node_order: Vec::new(),
         claims: Vec::new(),
         by_count: CountOrder::default(),
         groups: Vec::new(),
@@ -423,8 +424,16 @@ fn count_of(s: &mut Solver, index: &mut HashMap<String, u32>, c: &OfferingCount)
     i
 }
 
-/// Existing nodes (their labels join the universe).
+/// Existing nodes (their labels join the universe), and the order they are tried in.
 fn add_nodes(s: &mut Solver, input: &Input, universe: &mut HashMap<Key, Vec<Sym>>) {
+    let mut order: Vec<usize> = (0..input.nodes.len()).collect();
+    order.sort_by_key(|&i| {
+        (
+            input.nodes[i].state != NodeState::Ready,
+            &input.nodes[i].name,
+        )
+    });
+    s.node_order = order;
     for n in &input.nodes {
         let labels = s.node_labels(&n.labels);
         for (k, v) in &labels {

@@ -149,7 +149,13 @@ pub(super) struct TopoPlan {
     /// (group, kind) checks on the hostname key.
     pub(super) host: Vec<(usize, HostCheck)>,
     pub(super) rules: Vec<Rule>,
+    /// Pick rules on more than one key: their domains are chosen together
+    /// ([`Solver::apply_rules_jointly`]).
+    pub(super) joint: bool,
 }
+
+/// Combinations [`Solver::apply_rules_jointly`] tries at most.
+const MAX_JOINT_PICKS: u32 = 64;
 
 #[derive(Clone, Copy)]
 pub(super) enum HostCheck {
@@ -190,6 +196,7 @@ impl Solver {
         let mut plan = TopoPlan {
             host: Vec::new(),
             rules: Vec::new(),
+            joint: false,
         };
         for (g, _) in pod.owned() {
             let grp = &self.groups[g];
@@ -285,6 +292,13 @@ impl Solver {
                 });
             }
         }
+        let mut pick_keys = plan.rules.iter().filter_map(|r| match r.rule {
+            DomainRule::Pick(_) => Some(r.key),
+            _ => None,
+        });
+        if let Some(k) = pick_keys.next() {
+            plan.joint = pick_keys.any(|o| o != k);
+        }
         plan
     }
 
@@ -312,30 +326,91 @@ impl Solver {
     /// Applies the domain rules to `reqs` (a node's or claim's requirements, already intersected
     /// with the pod's).
     pub(super) fn apply_rules(&self, plan: &TopoPlan, reqs: &mut IReqs) -> Result<(), Why> {
-        for r in &plan.rules {
-            let nd = reqs.get(&r.key);
-            let narrowed = match &r.rule {
-                DomainRule::Pick(order) => order
-                    .iter()
-                    .find(|d| nd.is_none_or(|s| s.has(d)))
-                    .map(|d| ISet::in_values(vec![*d])),
-                DomainRule::Narrow(set) => {
-                    let n = nd.map_or_else(|| set.clone(), |s| s.intersection(set));
-                    (!n.is_empty()).then_some(n)
-                }
-                DomainRule::Bootstrap(pd) => pd
-                    .iter()
-                    .find(|d| nd.is_none_or(|s| s.has(d)))
-                    .or(pd.first())
-                    .filter(|d| nd.is_none_or(|s| s.has(d)))
-                    .map(|d| ISet::in_values(vec![*d])),
-            };
-            match narrowed {
-                Some(n) => reqs.add(r.key, n),
-                None => return Err((r.failure)(r.key)),
+        plan.rules.iter().try_for_each(|r| self.apply_rule(r, reqs))
+    }
+
+    fn apply_rule(&self, r: &Rule, reqs: &mut IReqs) -> Result<(), Why> {
+        let nd = reqs.get(&r.key);
+        let narrowed = match &r.rule {
+            DomainRule::Pick(order) => order
+                .iter()
+                .find(|d| nd.is_none_or(|s| s.has(d)))
+                .map(|d| ISet::in_values(vec![*d])),
+            DomainRule::Narrow(set) => {
+                let n = nd.map_or_else(|| set.clone(), |s| s.intersection(set));
+                (!n.is_empty()).then_some(n)
+            }
+            DomainRule::Bootstrap(pd) => pd
+                .iter()
+                .find(|d| nd.is_none_or(|s| s.has(d)))
+                .or(pd.first())
+                .filter(|d| nd.is_none_or(|s| s.has(d)))
+                .map(|d| ISet::in_values(vec![*d])),
+        };
+        match narrowed {
+            Some(n) => {
+                reqs.add(r.key, n);
+                Ok(())
+            }
+            None => Err((r.failure)(r.key)),
+        }
+    }
+
+    /// [`Self::apply_rules`] for a plan that picks domains of several keys (zone and capacity
+    /// type spreads): when the first domain of each does not make a combination `feasible`
+    /// accepts (no offering has that zone and capacity type), the next combinations in pick
+    /// order are tried, as Karpenter's retries over its unordered domains find one.
+    pub(super) fn apply_rules_jointly(
+        &self,
+        plan: &TopoPlan,
+        reqs: &mut IReqs,
+        feasible: &dyn Fn(&IReqs) -> bool,
+    ) -> Result<(), Why> {
+        if !plan.joint {
+            return self.apply_rules(plan, reqs);
+        }
+        let mut first = reqs.clone();
+        self.apply_rules(plan, &mut first)?;
+        if feasible(&first) {
+            *reqs = first;
+            return Ok(());
+        }
+        let mut budget = MAX_JOINT_PICKS;
+        *reqs = self
+            .search(&plan.rules, reqs, &mut budget, feasible)
+            .unwrap_or(first);
+        Ok(())
+    }
+
+    /// Depth-first over the pick rules' domains: the first combination `feasible` accepts.
+    fn search(
+        &self,
+        rules: &[Rule],
+        reqs: &IReqs,
+        budget: &mut u32,
+        feasible: &dyn Fn(&IReqs) -> bool,
+    ) -> Option<IReqs> {
+        let Some((r, rest)) = rules.split_first() else {
+            *budget = budget.saturating_sub(1);
+            return feasible(reqs).then(|| reqs.clone());
+        };
+        let DomainRule::Pick(order) = &r.rule else {
+            let mut next = reqs.clone();
+            self.apply_rule(r, &mut next).ok()?;
+            return self.search(rest, &next, budget, feasible);
+        };
+        let nd = reqs.get(&r.key);
+        for d in order.iter().filter(|d| nd.is_none_or(|s| s.has(d))) {
+            if *budget == 0 {
+                return None;
+            }
+            let mut next = reqs.clone();
+            next.add(r.key, ISet::in_values(vec![*d]));
+            if let Some(found) = self.search(rest, &next, budget, feasible) {
+                return Some(found);
             }
         }
-        Ok(())
+        None
     }
 
     /// Cheap pre-check of the domain rules against fixed node domains (no allocation).
