@@ -15,10 +15,6 @@ use conformance::replay;
 /// Scenarios with a known disagreement, and why (docs/conformance.md, "Disagreements").
 const KNOWN: &[(&str, &str)] = &[
     (
-        "Scheduling No Pre-Binding should handle resource zeroing of extended resources by kubelet",
-        "an uninitialized node's allocatable is read from the Node, not its NodeClaim",
-    ),
-    (
         "Scheduling Offering Overrides should only select instance types whose offerings have CapacityOverride when pod requests an override resource",
         "offering capacity overrides are not modelled",
     ),
