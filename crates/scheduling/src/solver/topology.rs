@@ -154,6 +154,15 @@ pub(super) struct TopoPlan {
     pub(super) joint: bool,
 }
 
+/// Whether `rules` pick domains of more than one key.
+fn picks_several_keys(rules: &[Rule]) -> bool {
+    let mut keys = rules.iter().filter_map(|r| match r.rule {
+        DomainRule::Pick(_) => Some(r.key),
+        _ => None,
+    });
+    keys.next().is_some_and(|k| keys.any(|o| o != k))
+}
+
 /// Combinations [`Solver::apply_rules_jointly`] tries at most.
 const MAX_JOINT_PICKS: u32 = 64;
 
@@ -170,10 +179,6 @@ use Why::PodAntiAffinity as anti_failure;
 use Why::TopologySpread as spread_failure;
 
 impl Solver {
-    pub(super) fn pod_domains(&self, pod: &PodData, key: Key) -> Vec<Sym> {
-        self.domains_within(&pod.reqs, key)
-    }
-
     /// The domains of `key` that `reqs` allow.
     pub(super) fn domains_within(&self, reqs: &IReqs, key: Key) -> Vec<Sym> {
         let empty = Vec::new();
@@ -184,10 +189,14 @@ impl Solver {
         }
     }
 
-    /// The domains of `ds` that `reqs` allow on `key`.
-    fn domains_among(&self, ds: &[Sym], reqs: &IReqs, key: Key) -> Vec<Sym> {
-        match reqs.get(&key) {
-            None => ds.to_vec(),
+    /// The domains of group `grp` (its filtered ones, else every one of its key) that `reqs`
+    /// allow.
+    fn group_domains(&self, grp: &Group, reqs: &IReqs) -> Vec<Sym> {
+        let Some(ds) = &grp.domains else {
+            return self.domains_within(reqs, grp.key);
+        };
+        match reqs.get(&grp.key) {
+            None => ds.clone(),
             Some(r) => ds.iter().copied().filter(|d| r.has(d)).collect(),
         }
     }
@@ -212,19 +221,13 @@ impl Solver {
                 plan.host.push((g, check));
                 continue;
             }
-            let pd = match &grp.domains {
-                Some(ds) => self.domains_among(ds, &pod.reqs, grp.key),
-                None => self.pod_domains(pod, grp.key),
-            };
+            let pd = self.group_domains(grp, &pod.reqs);
             let count = |d: &Sym| grp.counts.get(d).copied().unwrap_or(0);
             let rule = match grp.kind {
                 GroupKind::Spread(max, min_domains) => {
                     // The minimum is over the domains the pod's required node selection allows;
                     // preferred node affinity narrows where it goes, not the skew's baseline.
-                    let eligible = match &grp.domains {
-                        Some(ds) => self.domains_among(ds, &pod.strict_reqs, grp.key),
-                        None => self.domains_within(&pod.strict_reqs, grp.key),
-                    };
+                    let eligible = self.group_domains(grp, &pod.strict_reqs);
                     let min = if (eligible.len() as u64) < u64::from(min_domains) {
                         0
                     } else {
@@ -292,13 +295,7 @@ impl Solver {
                 });
             }
         }
-        let mut pick_keys = plan.rules.iter().filter_map(|r| match r.rule {
-            DomainRule::Pick(_) => Some(r.key),
-            _ => None,
-        });
-        if let Some(k) = pick_keys.next() {
-            plan.joint = pick_keys.any(|o| o != k);
-        }
+        plan.joint = picks_several_keys(&plan.rules);
         plan
     }
 
