@@ -7,8 +7,14 @@
 #
 #   hack/demo.sh            # DEMO_PODS=20
 #   DEMO_PODS=5 hack/demo.sh
+#   hack/demo.sh --hub      # one hub for two workload clusters (hack/demo-hub.sh)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+case ${1:-} in
+  --hub) exec bash "$here/demo-hub.sh" ;;
+  "") ;;
+  *) echo "demo.sh: unknown argument $1 (--hub, or none)" >&2; exit 2 ;;
+esac
 repo=$(cd "$here/.." && pwd)
 pods=${DEMO_PODS:-20}
 t0=$SECONDS

@@ -3,5 +3,6 @@
 //! and the operator process's allocator options ([`memory`]).
 
 pub mod inspect;
+pub mod inspect_hub;
 pub mod memory;
 pub mod simulate;

@@ -1,7 +1,7 @@
 //! `karpenter-capi`: Karpenter for Cluster API. CLI and wiring only.
 
 use clap::{Parser, Subcommand};
-use karpenter_capi::{inspect, simulate};
+use karpenter_capi::{inspect, inspect_hub, simulate};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
@@ -43,7 +43,8 @@ enum Command {
 struct SimulateArgs {
     /// YAML/JSON file, directory (recursive, *.yaml/*.yml/*.json in name order) or `-` for
     /// stdin: Pods, Deployments, ReplicaSets, StatefulSets, Jobs, DaemonSets, Nodes,
-    /// NodeClaims, NodePools, ClusterAPINodeClasses, *MachineTemplates, Clusters. Repeatable.
+    /// NodeClaims, NodePools, ClusterAPINodeClasses, *MachineTemplates, Clusters, and the
+    /// hosts a NodeClass's inventory counts (e.g. BareMetalHosts). Repeatable.
     #[arg(short = 'f', long = "filename", required = true)]
     files: Vec<PathBuf>,
     /// Output format.
@@ -53,10 +54,10 @@ struct SimulateArgs {
 
 fn simulate(args: SimulateArgs) -> anyhow::Result<()> {
     let loaded = simulate::load(&args.files)?;
-    for i in &loaded.ignored {
+    let plan = simulate::plan(&loaded);
+    for i in &plan.ignored {
         eprintln!("warning: ignored {i}: not read by the simulation");
     }
-    let plan = simulate::plan(&loaded);
     match args.output {
         InspectFormat::Table => print!("{}", simulate::render_table(&plan)),
         InspectFormat::Json => println!("{}", serde_json::to_string_pretty(&plan)?),
@@ -82,6 +83,17 @@ struct InspectArgs {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
     output: InspectFormat,
+    /// `hub`: `--kubeconfig` is a hub's management cluster; list the opted-in Clusters with
+    /// their state and owner (or, with `--cluster`, inspect one).
+    #[arg(long, value_enum, default_value = "single")]
+    mode: Mode,
+    /// Hub mode: inspect the workload cluster of Cluster `<namespace>/<name>` (through its
+    /// kubeconfig Secret).
+    #[arg(long)]
+    cluster: Option<String>,
+    /// Hub mode: the namespace of the hub's Leases.
+    #[arg(long, env = "LEADER_ELECTION_NAMESPACE", default_value = "karpenter")]
+    lease_namespace: String,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -94,12 +106,43 @@ fn inspect(args: InspectArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    if args.mode == Mode::Hub && args.cluster.is_none() {
+        let rows = runtime.block_on(async {
+            let options = controller::runtime::ClientOptions::default();
+            let path = args
+                .management_kubeconfig
+                .as_ref()
+                .or(args.kubeconfig.as_ref());
+            let management = controller::runtime::client(path, &options).await?;
+            anyhow::Ok(inspect_hub::clusters(&management, &args.lease_namespace).await?)
+        })?;
+        match args.output {
+            InspectFormat::Table => print!("{}", inspect_hub::render_table(&rows)),
+            InspectFormat::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
+        }
+        return Ok(());
+    }
     let rows = runtime.block_on(async {
         let options = controller::runtime::ClientOptions::default();
-        let workload = controller::runtime::client(args.kubeconfig.as_ref(), &options).await?;
-        let management = match &args.management_kubeconfig {
-            Some(p) => controller::runtime::client(Some(p), &options).await?,
-            None => workload.clone(),
+        let (workload, management) = match &args.cluster {
+            Some(cluster) => {
+                let path = args
+                    .management_kubeconfig
+                    .as_ref()
+                    .or(args.kubeconfig.as_ref());
+                let management = controller::runtime::client(path, &options).await?;
+                let workload = inspect_hub::workload_client(&management, cluster, &options).await?;
+                (workload, management)
+            }
+            None => {
+                let workload =
+                    controller::runtime::client(args.kubeconfig.as_ref(), &options).await?;
+                let management = match &args.management_kubeconfig {
+                    Some(p) => controller::runtime::client(Some(p), &options).await?,
+                    None => workload.clone(),
+                };
+                (workload, management)
+            }
         };
         anyhow::Ok(
             inspect::collect(&workload, &management, args.nodepool.as_deref(), args.why).await?,
@@ -205,6 +248,19 @@ struct RunArgs {
     /// mark it disconnected).
     #[arg(long, env = "HUB_PROBE_INTERVAL", default_value = "10s", value_parser = parse_duration)]
     hub_probe_interval: std::time::Duration,
+    /// Hub mode: static sharding across replicas — this replica engages the Clusters with
+    /// `fnv1a64("<ns>/<name>") % N == --shard-index` (no peer Leases; each Cluster still
+    /// fenced by its Lease unless leader election is disabled). Without it, replicas split
+    /// the Clusters by rendezvous hashing over their peer Leases.
+    #[arg(long, env = "SHARD_COUNT", requires = "shard_index", value_parser = clap::value_parser!(u32).range(1..))]
+    shard_count: Option<u32>,
+    /// Hub mode: this replica's shard, 0..N-1 (with `--shard-count`).
+    #[arg(long, env = "SHARD_INDEX", requires = "shard_count")]
+    shard_index: Option<u32>,
+    /// Hub mode: label each cluster's series with `cluster="<namespace>/<name>"`; `false`
+    /// sums them over the clusters (fewer series).
+    #[arg(long, env = "METRICS_CLUSTER_LABEL", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    metrics_cluster_label: bool,
     /// Log format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "pretty")]
     log_format: LogFormat,
@@ -266,7 +322,21 @@ fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
         .ok_or_else(|| format!("{s:?} is not a duration (e.g. 1s, 500ms, 1m)"))
 }
 
+/// `--shard-count/--shard-index`, checked.
+fn static_shard(args: &RunArgs) -> anyhow::Result<Option<controller::hub::shard::StaticShard>> {
+    match (args.shard_count, args.shard_index) {
+        (Some(count), Some(index)) if index < count => {
+            Ok(Some(controller::hub::shard::StaticShard { count, index }))
+        }
+        (Some(count), Some(index)) => {
+            anyhow::bail!("--shard-index {index} is not below --shard-count {count}")
+        }
+        _ => Ok(None),
+    }
+}
+
 fn run(args: RunArgs) -> anyhow::Result<()> {
+    let shard = static_shard(&args)?;
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)?;
     match args.log_format {
         LogFormat::Json => tracing_subscriber::fmt()
@@ -328,6 +398,8 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 .get("NodeOverlay")
                 .copied()
                 .unwrap_or(true),
+            shard,
+            metrics_cluster_label: args.metrics_cluster_label,
             ..Default::default()
         }),
         // GC interval and grace.
@@ -454,6 +526,34 @@ mod tests {
         assert_eq!(args.namespaces, ["team-a", "team-b"]);
         assert_eq!(args.watch_filter.as_deref(), Some("shard-1"));
         assert_eq!(args.cluster_selector.as_deref(), Some("env=prod"));
+    }
+
+    #[test]
+    fn shard_flags_go_together_and_index_is_below_count() {
+        let args = run_args(&["--mode", "hub", "--shard-count", "3", "--shard-index", "2"])
+            .expect("parses");
+        assert_eq!(
+            static_shard(&args).expect("valid"),
+            Some(controller::hub::shard::StaticShard { count: 3, index: 2 })
+        );
+        assert!(
+            run_args(&["--shard-count", "3"]).is_err(),
+            "an index is required"
+        );
+        assert!(
+            run_args(&["--shard-index", "0"]).is_err(),
+            "a count is required"
+        );
+        assert!(run_args(&["--shard-count", "0", "--shard-index", "0"]).is_err());
+        let out_of_range = run_args(&["--shard-count", "2", "--shard-index", "2"]).expect("parses");
+        assert!(static_shard(&out_of_range).is_err());
+        assert_eq!(
+            static_shard(&run_args(&[]).expect("parses")).expect("ok"),
+            None
+        );
+        assert!(run_args(&[]).expect("parses").metrics_cluster_label);
+        let off = run_args(&["--metrics-cluster-label=false"]).expect("parses");
+        assert!(!off.metrics_cluster_label);
     }
 
     #[test]

@@ -20,7 +20,8 @@
 //! YAML blocks parse; ClusterAPINodeClass, NodePool and NodeClaim documents deserialize into
 //! the `api` types, and NodeClasses and NodePools pass a server-side dry run (the CRD schema
 //! and its CEL rules); `*MachineTemplate` documents are part of a fixture of
-//! `examples/templates/` (same kind and name, every field shown equal).
+//! `examples/templates/` or `examples/resizable/` (same kind and name, every field shown
+//! equal).
 //!
 //! The testbed (etcd and kube-apiserver only) is started once, on first need.
 
@@ -309,9 +310,9 @@ fn every_documented_command_is_run() {
 }
 
 fn template_fixtures() -> Vec<Value> {
-    let dir = root().join("examples/templates");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("examples/templates")
+    let mut files: Vec<PathBuf> = ["examples/templates", "examples/resizable"]
+        .into_iter()
+        .flat_map(|d| std::fs::read_dir(root().join(d)).expect(d))
         .map(|e| e.expect("entry").path())
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
         .collect();
@@ -346,7 +347,11 @@ fn check_yaml(b: &Block, fixtures: &[Value]) -> Result<(), String> {
             let fixture = fixtures
                 .iter()
                 .find(|f| f["kind"] == kind && f["metadata"]["name"] == *name)
-                .ok_or_else(|| format!("{at}: {kind} {name} is not in examples/templates/"))?;
+                .ok_or_else(|| {
+                    format!(
+                        "{at}: {kind} {name} is not in examples/templates/ or examples/resizable/"
+                    )
+                })?;
             if !is_subset(&d, fixture) {
                 return Err(format!(
                     "{at}: {kind} {name} differs from its fixture in examples/templates/"

@@ -406,6 +406,41 @@ fn chart_rbac_equals_deploys_in_every_mode() {
 }
 
 #[test]
+fn a_hub_limited_to_namespaces_reads_secrets_only_there() {
+    let rendered = docs(&helm_template(&[
+        "--set",
+        "mode=hub",
+        "--set",
+        "settings.namespaces=team-a\\,team-b",
+    ]));
+    let reads_secrets = |rules: &Value| rules.to_string().contains("\"secrets\"");
+    let mut scoped = BTreeSet::new();
+    for (binding, granted) in grants(&rendered) {
+        if !reads_secrets(&granted["rules"]) {
+            continue;
+        }
+        let (kind, rest) = binding.split_once(' ').unwrap_or_default();
+        assert_eq!(kind, "RoleBinding", "{binding} grants Secrets cluster-wide");
+        assert_eq!(
+            granted["rules"],
+            json!([[{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]]),
+            "{binding}: get only"
+        );
+        scoped.insert(rest.split_once('/').unwrap_or_default().0.to_string());
+    }
+    assert_eq!(
+        scoped,
+        BTreeSet::from(["team-a".to_string(), "team-b".to_string()]),
+        "Secrets are read in the hub's namespaces"
+    );
+    assert!(
+        args(&rendered).contains(&"--namespaces=team-a,team-b".to_string()),
+        "{:?}",
+        args(&rendered)
+    );
+}
+
+#[test]
 fn chart_and_operator_share_the_workspace_version() {
     let text = std::fs::read_to_string(root().join(CHART).join("Chart.yaml")).expect("Chart");
     let chart: Value = serde_saphyr::from_str(&text).expect("Chart.yaml parses");

@@ -1,7 +1,7 @@
 //! Hub mode (`run --mode hub`) on real control planes: one management testbed with the
-//! Cluster API manager, three workload testbeds (each its own kube-apiserver and scheduler),
-//! three Clusters of which two opt in. One operator in the management cluster serves the two
-//! opted-in ones — each from its own kubeconfig Secret, into its own namespace — and not the
+//! Cluster API manager, three workload clusters beside it (each its own kube-apiserver and
+//! scheduler, on the management etcd), three Clusters of which two opt in. One operator in
+//! the management cluster serves the two opted-in ones — each from its own kubeconfig Secret, into its own namespace — and not the
 //! third; a NodeClass naming another tenant's Cluster is refused; a rotated kubeconfig Secret
 //! re-engages; a workload API server that stops answering is marked disconnected and nothing
 //! is garbage-collected for it until it answers again.
@@ -11,6 +11,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use common::hub::create_nodeclass;
 use common::{
     condition, create_nodepool, events_for, free_addr, from_json, nodeclaims, nodeclasses,
 };
@@ -18,89 +19,25 @@ use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use testbed::provider::{self, ClusterSetup, ProviderConfig, TestProvider};
+use testbed::provider::{self, ProviderConfig, TestProvider};
 use testbed::{Component, Options, Testbed, wait_for};
 
 const CLUSTER_ID_LABEL: &str = "karpenter.cluster.x-k8s.io/cluster-id";
 const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 
-/// A workload cluster: API server and scheduler (pending pods are marked Unschedulable).
-async fn workload() -> Testbed {
-    Testbed::start(Options::default().with(Component::Scheduler))
+/// Workload clusters beside `mgmt` (on its etcd): API server and scheduler (pending pods
+/// are marked Unschedulable).
+async fn workloads<const N: usize>(mgmt: &Testbed) -> [Testbed; N] {
+    mgmt.start_workloads(N, Options::default().with(Component::Scheduler))
         .await
-        .expect("workload testbed starts")
+        .expect("workload testbeds start")
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("N started"))
 }
 
-/// The bootstrap data Secret and an opted-in template in `ns` (management side).
-async fn tenant_fixtures(mgmt: &Testbed, ns: &str) {
-    mgmt.apply_yaml(
-        &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "bootstrap-data"},
-                "stringData": {"value": "nodeTaints:\n- {key: karpenter.sh/unregistered, effect: NoExecute}\n"}})
-        .to_string(),
-        ns,
-    )
-    .await
-    .expect("bootstrap secret");
-    mgmt.apply_yaml(
-        &json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "TestMachineTemplate",
-                "metadata": {"name": "small", "labels": {"node.cluster.x-k8s.io/karpenter-member": ""}},
-                "spec": {"template": {"spec": {"capacity": {"cpu": "2", "memory": "4Gi", "pods": "110"}}}}})
-        .to_string(),
-        ns,
-    )
-    .await
-    .expect("template");
-    let templates: Api<DynamicObject> = Api::namespaced_with(
-        mgmt.client(),
-        ns,
-        &provider::test_machine_template_resource(),
-    );
-    templates
-        .patch_status(
-            "small",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"capacity": {"cpu": "2", "memory": "4Gi"}}})),
-        )
-        .await
-        .expect("template status");
-}
-
-/// ClusterAPINodeClass `name` in a workload cluster, for Cluster `ns/cluster`.
-async fn create_nodeclass(client: &Client, name: &str, ns: &str, cluster: &str) {
-    nodeclasses(client)
-        .create(
-            &PostParams::default(),
-            &from_json(json!({
-                "apiVersion": "karpenter.cluster.x-k8s.io/v1alpha1", "kind": "ClusterAPINodeClass",
-                "metadata": {"name": name},
-                "spec": {"clusterRef": {"namespace": ns, "name": cluster},
-                         "bootstrap": {"dataSecretName": "bootstrap-data"}}
-            })),
-        )
-        .await
-        .expect("nodeclass");
-}
-
-/// Pods `web-0`..`web-<n-1>` of 1 CPU in the workload cluster's default namespace (bare pods:
-/// the workload testbeds run no controller-manager).
+/// Pods `web-0`..`web-<n-1>` of 1 CPU in the workload cluster's default namespace.
 async fn pending_pods(client: &Client, n: usize) {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    for i in 0..n {
-        let pod: Pod = from_json(json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": format!("web-{i}"), "labels": {"app": "web"}},
-            "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
-                        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}],
-                     "terminationGracePeriodSeconds": 0}
-        }));
-        pods.patch(
-            &format!("web-{i}"),
-            &PatchParams::apply("hub-test").force(),
-            &Patch::Apply(&pod),
-        )
-        .await
-        .expect("pod");
-    }
+    common::hub::pending_pods(client, "web", n, "1").await;
 }
 
 /// The Machines in `ns`, as (name, cluster-name label, cluster-id label, being deleted).
@@ -173,25 +110,19 @@ fn orphan_machine(ns: &str, cluster: &str, cluster_id: &str) -> DynamicObject {
 
 #[tokio::test]
 async fn a_hub_serves_each_opted_in_cluster_apart_and_only_those() {
-    let (mgmt, a, b, c) = tokio::join!(
-        Testbed::start(Options::default().with(Component::ClusterApi)),
-        workload(),
-        workload(),
-        workload(),
-    );
-    let mgmt = mgmt.expect("management testbed starts");
+    let mgmt = Testbed::start(Options::default().with(Component::ClusterApi))
+        .await
+        .expect("management testbed starts");
+    let [a, b, c] = workloads::<3>(&mgmt).await;
     let m = mgmt.client();
     let (wa, wb, wc) = (a.client(), b.client(), c.client());
     let _provider = TestProvider::start(
         m.clone(),
         ProviderConfig {
             provision_delay: Duration::from_millis(300),
-            workloads: [
-                ("alpha".to_string(), wa.clone()),
-                ("beta".to_string(), wb.clone()),
-                ("gamma".to_string(), wc.clone()),
-            ]
-            .into(),
+            // Each Cluster's Nodes in its workload cluster, reached through its kubeconfig
+            // Secret as Cluster API does.
+            workloads_from_secrets: true,
             ..ProviderConfig::default()
         },
     )
@@ -199,28 +130,11 @@ async fn a_hub_serves_each_opted_in_cluster_apart_and_only_those() {
     .expect("provider");
     let mut namespaces = Vec::new();
     for (name, tb) in [("alpha", &a), ("beta", &b), ("gamma", &c)] {
-        let ns = mgmt.temp_namespace().await.expect("namespace");
-        provider::create_cluster(&m, &ClusterSetup::new(&ns, name, tb.kubeconfig()))
-            .await
-            .expect("cluster");
-        tenant_fixtures(&mgmt, &ns).await;
-        namespaces.push(ns);
+        namespaces.push(common::hub::tenant(&mgmt, name, tb).await);
     }
     let (ns_a, ns_b, ns_c) = (&namespaces[0], &namespaces[1], &namespaces[2]);
-    let clusters = |ns: &str| -> Api<DynamicObject> {
-        Api::namespaced_with(m.clone(), ns, &provider::cluster_resource())
-    };
     for (ns, name) in [(ns_a, "alpha"), (ns_b, "beta")] {
-        clusters(ns)
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(
-                    json!({"metadata": {"labels": {"karpenter.cluster.x-k8s.io/enabled": "true"}}}),
-                ),
-            )
-            .await
-            .expect("opt in");
+        common::hub::opt_in(&m, ns, name).await;
     }
     for (client, ns, name) in [
         (&wa, ns_a, "alpha"),

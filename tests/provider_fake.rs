@@ -70,6 +70,7 @@ async fn env() -> Env {
         clusters: caches.clusters.store(),
         catalogs: Arc::new(catalogs),
         unavailable: Arc::default(),
+        inventory: Default::default(),
         settings: Settings {
             node_repair_after: Duration::from_secs(1),
             ..Settings::default()

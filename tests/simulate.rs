@@ -463,6 +463,106 @@ spec:
 }
 
 #[test]
+fn a_nodeclass_inventory_counts_the_snapshots_free_hosts() {
+    // A Metal3 inventory: 3 BareMetalHosts match the template's hostSelector, one of them
+    // taken, one in another state; 4 pods of 1.5 cpu, one per 2-cpu node.
+    let host = |name: &str, size: &str, consumer: bool, state: &str| {
+        let consumer = if consumer {
+            "\n  consumerRef: {kind: Metal3Machine, name: taken}"
+        } else {
+            ""
+        };
+        format!(
+            "---\napiVersion: metal3.io/v1alpha1\nkind: BareMetalHost\nmetadata: {{name: {name}, namespace: capi-shop, labels: {{size: {size}}}}}\nspec:\n  online: true{consumer}\nstatus: {{provisioning: {{state: {state}}}}}\n"
+        )
+    };
+    let mut yaml = r#"
+apiVersion: karpenter.cluster.x-k8s.io/v1alpha1
+kind: ClusterAPINodeClass
+metadata: {name: default}
+spec:
+  clusterRef: {name: shop, namespace: capi-shop}
+  bootstrap: {dataSecretName: shop-bootstrap}
+  inventory: {preset: Metal3}
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta1
+kind: Metal3MachineTemplate
+metadata:
+  name: metal
+  namespace: capi-shop
+  labels: {node.cluster.x-k8s.io/karpenter-member: "true"}
+  annotations:
+    capacity.cluster-autoscaler.kubernetes.io/cpu: "2"
+    capacity.cluster-autoscaler.kubernetes.io/memory: 8Gi
+spec:
+  template:
+    spec:
+      hostSelector: {matchLabels: {size: large}}
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: general}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.cluster.x-k8s.io, kind: ClusterAPINodeClass, name: default}
+      requirements: []
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: shop}
+spec:
+  replicas: 4
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: c, resources: {requests: {cpu: 1500m, memory: 1Gi}}}]
+"#
+    .to_string();
+    for h in [
+        host("h1", "large", false, "available"),
+        host("h2", "large", false, "ready"),
+        host("h3", "large", true, "provisioned"),
+        host("h4", "large", false, "inspecting"),
+        host("h5", "small", false, "available"),
+    ] {
+        yaml.push_str(&h);
+    }
+    let args = ["-f", "examples/snapshot/00-cluster.yaml", "-f", "-"];
+    let json_args: Vec<&str> = args.iter().copied().chain(["-o", "json"]).collect();
+    let plan: Value =
+        serde_json::from_str(&stdout(&simulate(&json_args, Some(&yaml)))).expect("JSON plan");
+    assert_eq!(
+        plan["nodeClaims"].as_array().map(Vec::len),
+        Some(2),
+        "two free large hosts: {plan:#}"
+    );
+    assert_eq!(
+        plan["unplaceable"].as_array().map(Vec::len),
+        Some(2),
+        "{plan:#}"
+    );
+    assert_eq!(
+        plan["countedTemplates"],
+        serde_json::json!([{"template": "Metal3MachineTemplate capi-shop/metal",
+            "source": "inventory", "limit": 4, "live": 0, "available": 2, "planned": 2}])
+    );
+    assert!(
+        !plan["ignored"].to_string().contains("BareMetalHost"),
+        "the hosts are read: {}",
+        plan["ignored"]
+    );
+    let table = stdout(&simulate(&args, Some(&yaml)));
+    assert!(
+        table.contains(
+            "Metal3MachineTemplate capi-shop/metal: inventory 4, 0 live, 2 available, 2 planned"
+        ),
+        "{table}"
+    );
+}
+
+#[test]
 fn node_overlays_in_the_snapshot_reprice_templates_and_report_conflicts() {
     // Two templates (the default price: small 0.068, big 0.272); one 1-cpu pod takes `small`
     // unless an overlay prices `big` below it.
@@ -549,5 +649,170 @@ spec:
         serde_json::json!([
             "NodeOverlay a: conflicts with NodeOverlay b (same weight) on the price of small; not applied"
         ])
+    );
+}
+
+#[test]
+fn static_nodepools_get_their_nodeclaims_in_the_plan_within_limits_and_overlays() {
+    // A dynamic pool for the pod, a static one of 3 replicas capped at 2 nodes; an overlay
+    // prices `big` below `small`, so every claim (static ones too) takes `big`.
+    let snapshot = r#"
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+kind: DockerMachineTemplate
+metadata:
+  name: small
+  namespace: capi-shop
+  labels: {node.cluster.x-k8s.io/karpenter-member: "true", karpenter.cluster.x-k8s.io/nodeclass: default}
+  annotations: {capacity.cluster-autoscaler.kubernetes.io/cpu: "2", capacity.cluster-autoscaler.kubernetes.io/memory: 8Gi}
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+kind: DockerMachineTemplate
+metadata:
+  name: big
+  namespace: capi-shop
+  labels: {node.cluster.x-k8s.io/karpenter-member: "true", karpenter.cluster.x-k8s.io/nodeclass: default}
+  annotations: {capacity.cluster-autoscaler.kubernetes.io/cpu: "8", capacity.cluster-autoscaler.kubernetes.io/memory: 32Gi}
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: general}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.cluster.x-k8s.io, kind: ClusterAPINodeClass, name: default}
+      requirements: []
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: fixed, uid: fixed-uid}
+spec:
+  replicas: 3
+  limits: {nodes: "2"}
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.cluster.x-k8s.io, kind: ClusterAPINodeClass, name: default}
+      requirements: []
+---
+apiVersion: karpenter.sh/v1alpha1
+kind: NodeOverlay
+metadata: {name: cheap-big}
+spec:
+  requirements: [{key: karpenter.cluster.x-k8s.io/instance-template, operator: In, values: [big]}]
+  price: "0.001"
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: one, namespace: shop}
+spec:
+  containers: [{name: c, resources: {requests: {cpu: "1", memory: 1Gi}}}]
+"#;
+    let args = [
+        "-f",
+        "examples/snapshot/00-cluster.yaml",
+        "-f",
+        "examples/snapshot/01-nodeclass.yaml",
+        "-f",
+        "-",
+        "-o",
+        "json",
+    ];
+    let plan: Value =
+        serde_json::from_str(&stdout(&simulate(&args, Some(snapshot)))).expect("JSON plan");
+    let claims = plan["nodeClaims"].as_array().expect("nodeClaims");
+    let of =
+        |pool: &str| -> Vec<&Value> { claims.iter().filter(|c| c["nodePool"] == pool).collect() };
+    assert_eq!(of("general").len(), 1, "{plan:#}");
+    assert_eq!(
+        strs(&of("general")[0]["pods"]),
+        vec!["shop/one"],
+        "the pod is the dynamic pool's"
+    );
+    let fixed = of("fixed");
+    assert_eq!(fixed.len(), 2, "limits.nodes 2 of 3 replicas: {plan:#}");
+    for c in fixed {
+        assert_eq!(c["instanceType"], "big", "the overlay applies: {c:#}");
+        assert_eq!(c["pods"], serde_json::json!([]));
+    }
+    assert_eq!(plan["total"]["nodeClaims"], 3);
+    assert_eq!(
+        plan["warnings"],
+        serde_json::json!(["NodePool fixed: limits.nodes keeps it below its 3 replicas"])
+    );
+    let summary = plan["nodePools"]
+        .as_array()
+        .expect("nodePools")
+        .iter()
+        .find(|p| p["name"] == "fixed")
+        .expect("fixed summary");
+    assert_eq!(summary["instanceTypes"], 2, "{summary:#}");
+}
+
+#[test]
+fn a_resizable_template_shows_each_nodeclaim_s_chosen_size() {
+    // A resizable vSphere template (2-64 vCPU by 2, 4-512Gi by 4Gi); one pod of 5.2 cpu /
+    // 18Gi is planned on the smallest size that holds it with the overhead: 6 vCPU / 20Gi.
+    let yaml = r#"
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta1
+kind: VSphereMachineTemplate
+metadata:
+  name: vs
+  namespace: capi-shop
+  labels:
+    node.cluster.x-k8s.io/karpenter-member: "true"
+    karpenter.cluster.x-k8s.io/nodeclass: default
+  annotations:
+    karpenter.cluster.x-k8s.io/resizable-cpu: 2-64/2
+    karpenter.cluster.x-k8s.io/resizable-memory: 4Gi-512Gi/4Gi
+    karpenter.cluster.x-k8s.io/price-per-cpu: "0.02"
+    karpenter.cluster.x-k8s.io/price-per-gib: "0.004"
+spec:
+  template:
+    spec: {numCPUs: 2, memoryMiB: 4096}
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: general}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.cluster.x-k8s.io, kind: ClusterAPINodeClass, name: default}
+      requirements: []
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: app, namespace: shop}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: app}}
+  template:
+    metadata: {labels: {app: app}}
+    spec:
+      containers: [{name: c, resources: {requests: {cpu: 5200m, memory: 18Gi}}}]
+"#;
+    let args = [
+        "-f",
+        "examples/snapshot/00-cluster.yaml",
+        "-f",
+        "examples/snapshot/01-nodeclass.yaml",
+        "-f",
+        "-",
+    ];
+    let json_args: Vec<&str> = args.iter().copied().chain(["-o", "json"]).collect();
+    let plan: Value =
+        serde_json::from_str(&stdout(&simulate(&json_args, Some(yaml)))).expect("JSON plan");
+    let claims = plan["nodeClaims"].as_array().expect("nodeClaims");
+    assert_eq!(claims.len(), 1, "{plan:#}");
+    assert_eq!(claims[0]["instanceType"], "vs-6c-20gi", "{plan:#}");
+    assert_eq!(
+        claims[0]["size"],
+        serde_json::json!({"cpu": "6", "memory": "20Gi"})
+    );
+    assert_eq!(claims[0]["instanceTypes"][0], "vs-6c-20gi");
+    assert_eq!(claims[0]["pricePerHour"], 0.2);
+    let table = stdout(&simulate(&args, Some(yaml)));
+    assert!(table.contains("SIZE"), "{table}");
+    assert!(
+        table.contains("vs-6c-20gi") && table.contains("6cpu/20Gi"),
+        "{table}"
     );
 }

@@ -285,6 +285,7 @@ async fn a_launch_happens_once_per_uid_when_the_cache_lags() {
         clusters: caches.clusters.store(),
         catalogs: Arc::new(catalogs),
         unavailable: Arc::default(),
+        inventory: Default::default(),
         settings: Settings::default(),
         kinds: Arc::default(),
         expectations: Arc::default(),

@@ -4,7 +4,8 @@
 # Cluster API core manager. Installs the Cluster API CRDs and this project's CRDs (crds/).
 # Returns when every started component reports healthy and prints `export KUBECONFIG=...`.
 #
-#   hack/testbed/up.sh [--dir DIR] [--components LIST] [--crds PATH]... [--audit-log] [--kube-api-qps N] [--watch-pid PID] [--quiet]
+#   hack/testbed/up.sh [--dir DIR] [--components LIST] [--crds PATH]... [--audit-log] [--kube-api-qps N]
+#                      [--etcd URL --etcd-prefix PREFIX] [--watch-pid PID] [--quiet]
 #
 #   --dir DIR          state, logs, certs and kubeconfig (default: .cache/testbed/run;
 #                      the default instance also copies its kubeconfig to .cache/testbed/kubeconfig)
@@ -17,6 +18,9 @@
 #   --kube-api-qps N   client rate limit of kube-controller-manager and kube-scheduler (burst
 #                      2N; default theirs: 20 and 50 QPS), e.g. so a ReplicaSet of thousands of
 #                      pods is created faster than 20 pods/s (also TESTBED_KUBE_API_QPS)
+#   --etcd URL         use this running etcd (another testbed's) instead of starting one, with
+#   --etcd-prefix P    kube-apiserver's --etcd-prefix P: several API servers (e.g. the workload
+#                      clusters of a hub test) share one etcd, each its own key space
 #   --watch-pid PID    stop this testbed when process PID exits (used by the Rust testbed)
 #
 # With TESTBED_START_LOG=FILE each start appends a line to FILE (time, start-up duration,
@@ -35,6 +39,8 @@ watch_pid=
 quiet=
 audit_log=${TESTBED_AUDIT_LOG:-}
 kube_api_qps=${TESTBED_KUBE_API_QPS:-}
+etcd_url=
+etcd_prefix=/registry
 [ "$audit_log" = 0 ] && audit_log=
 
 while [ $# -gt 0 ]; do
@@ -44,9 +50,11 @@ while [ $# -gt 0 ]; do
     --crds) extra_crds+=("$2"); shift 2 ;;
     --audit-log) audit_log=1; shift ;;
     --kube-api-qps) kube_api_qps=$2; shift 2 ;;
+    --etcd) etcd_url=$2; shift 2 ;;
+    --etcd-prefix) etcd_prefix=$2; shift 2 ;;
     --watch-pid) watch_pid=$2; shift 2 ;;
     --quiet) quiet=1; shift ;;
-    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "up.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -191,13 +199,17 @@ start_core() { # etcd + kube-apiserver on fresh free ports, until /readyz
   read -r ETCD_PORT PEER_PORT API_PORT KCM_PORT SCHED_PORT KWOK_PORT CAPI_HEALTH CAPI_WEBHOOK CAPI_METRICS <<< "$(free_ports 9)"
   declare -p ETCD_PORT PEER_PORT API_PORT KCM_PORT SCHED_PORT KWOK_PORT CAPI_HEALTH CAPI_WEBHOOK CAPI_METRICS \
     | sed 's/^declare -- //' > "$dir/ports"
-  start etcd "$bin/etcd" --name testbed --data-dir "$dir/etcd" \
-    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
-    --listen-peer-urls "http://127.0.0.1:$PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$PEER_PORT" \
-    --initial-cluster "testbed=http://127.0.0.1:$PEER_PORT" --unsafe-no-fsync --log-level warn
-  wait_http etcd "http://127.0.0.1:$ETCD_PORT/health" 30 '"health":"true"' || return 1
+  local etcd=$etcd_url
+  if [ -z "$etcd" ]; then
+    etcd=http://127.0.0.1:$ETCD_PORT
+    start etcd "$bin/etcd" --name testbed --data-dir "$dir/etcd" \
+      --listen-client-urls "$etcd" --advertise-client-urls "$etcd" \
+      --listen-peer-urls "http://127.0.0.1:$PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$PEER_PORT" \
+      --initial-cluster "testbed=http://127.0.0.1:$PEER_PORT" --unsafe-no-fsync --log-level warn
+    wait_http etcd "$etcd/health" 30 '"health":"true"' || return 1
+  fi
   start kube-apiserver "$bin/kube-apiserver" \
-    --etcd-servers "http://127.0.0.1:$ETCD_PORT" --bind-address 127.0.0.1 --advertise-address 127.0.0.1 \
+    --etcd-servers "$etcd" --etcd-prefix "$etcd_prefix" --bind-address 127.0.0.1 --advertise-address 127.0.0.1 \
     --secure-port "$API_PORT" --cert-dir "$dir/apiserver" \
     --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" --client-ca-file "$pki/ca.crt" \
     --service-account-issuer https://kubernetes.default.svc --service-account-key-file "$pki/sa.pub" \
@@ -225,6 +237,9 @@ else
     rm -rf "$dir/etcd"
   done
 fi
+
+# Where this testbed's data lives (what --etcd of a testbed sharing it names).
+echo "${etcd_url:-http://127.0.0.1:$ETCD_PORT}" > "$dir/etcd-url"
 
 b64() { base64 -w0 < "$1"; }
 cat > "$kubeconfig.tmp" <<EOF

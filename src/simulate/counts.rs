@@ -1,6 +1,7 @@
 //! Counted offerings in a snapshot: each template with a count (max-machines, the
-//! cluster-autoscaler node-group max size, a fresh reported count), what the snapshot's
-//! NodeClaims already use of it, and how many of the plan's NodeClaims it takes.
+//! cluster-autoscaler node-group max size, a fresh reported count, the free hosts of a
+//! NodeClass's inventory among the snapshot's objects), what the snapshot's NodeClaims
+//! already use of it, and how many of the plan's NodeClaims it takes.
 
 use std::collections::BTreeMap;
 
@@ -8,6 +9,8 @@ use serde::Serialize;
 
 use controller::counts::{DEFAULT_STALENESS, OfferingCounts, Offerings};
 use controller::state::Cluster;
+use kube::api::DynamicObject;
+use templates::inventory::{HostQuery, HostTally, selector_of, tally};
 use templates::model::{InstanceType, Offering};
 
 /// Each NodeClass's catalog, by name (as the plan builds them).
@@ -26,6 +29,65 @@ impl Counted {
             DEFAULT_STALENESS,
         ))
     }
+}
+
+impl Counted {
+    /// With the hosts of the snapshot that the NodeClasses' inventories count.
+    pub(super) fn with_hosts(self, loaded: &super::Loaded, catalogs: &Catalogs) -> Counted {
+        let mut tallies = controller::inventory::Tallies::new();
+        for nc in &loaded.inputs.node_classes {
+            let Some(query) = inventory_of(nc) else {
+                continue;
+            };
+            let name = nc.metadata.name.as_deref().unwrap_or_default();
+            let Some(catalog) = catalogs.get(name) else {
+                continue;
+            };
+            let hosts: Vec<&DynamicObject> = loaded
+                .others
+                .iter()
+                .filter(|h| {
+                    h.types
+                        .as_ref()
+                        .is_some_and(|t| t.api_version == query.api_version && t.kind == query.kind)
+                })
+                .collect();
+            for t in catalog.instance_types.iter().flat_map(|it| &it.templates) {
+                let ns = t.namespace.clone().unwrap_or_default();
+                let Some(obj) = loaded.inputs.templates.iter().find(|o| {
+                    o.metadata.name.as_deref() == Some(t.name.as_str())
+                        && o.metadata.namespace.as_deref().unwrap_or_default() == ns
+                        && o.types.as_ref().is_some_and(|ty| ty.kind == t.kind)
+                }) else {
+                    continue;
+                };
+                let tally = match selector_of(obj, &query) {
+                    Ok(sel) => tally(&query, &sel, &ns, hosts.iter().copied()),
+                    Err(_) => HostTally::none(query.zone_label.is_some()),
+                };
+                tallies.entry((ns, t.name.clone())).or_insert(tally);
+            }
+        }
+        Counted(self.0.with_hosts(tallies))
+    }
+}
+
+/// A snapshot NodeClass's inventory, if it has one.
+fn inventory_of(nc: &DynamicObject) -> Option<HostQuery> {
+    let inv: api::nodeclass::Inventory =
+        serde_json::from_value(nc.data["spec"]["inventory"].clone()).ok()?;
+    HostQuery::of(&inv)
+}
+
+/// The host kinds the snapshot's NodeClasses count (read, not ignored).
+pub(super) fn inventory_kinds(loaded: &super::Loaded) -> Vec<String> {
+    loaded
+        .inputs
+        .node_classes
+        .iter()
+        .filter_map(inventory_of)
+        .map(|q| q.kind)
+        .collect()
 }
 
 impl Offerings for Counted {

@@ -49,6 +49,9 @@ pub(crate) fn from_inputs(mut inputs: Inputs) -> Result<Loaded, Error> {
             workloads.push((doc, d.object.clone()));
         } else if !read_object(&mut out, &doc, group, d.object.clone())? {
             out.ignored.push(doc.what());
+            if let Ok(o) = serde_json::from_value(d.object.clone()) {
+                out.others.push(o);
+            }
         }
     }
     // Pending Pods given as such.

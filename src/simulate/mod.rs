@@ -15,6 +15,7 @@ mod expand;
 mod load;
 mod plan;
 mod render;
+mod static_pools;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -64,6 +65,9 @@ pub struct Loaded {
     pub overlays: Vec<api::NodeOverlay>,
     /// `Kind namespace/name` of the objects the simulation does not read.
     pub ignored: Vec<String>,
+    /// Objects of other kinds, as given: the hosts a NodeClass's inventory counts are
+    /// among them.
+    pub others: Vec<kube::api::DynamicObject>,
     /// Problems with the snapshot that do not stop the simulation.
     pub warnings: Vec<String>,
 }

@@ -55,6 +55,18 @@ pub struct PlannedNodeClaim {
     pub requests: BTreeMap<String, String>,
     /// `namespace/name`.
     pub pods: Vec<String>,
+    /// For a resizable template: the size the NodeClaim is shrunk to (`instance_type`
+    /// names it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub size: Option<PlannedSize>,
+}
+
+/// The size of a NodeClaim of a resizable template.
+#[derive(Debug, Clone, Serialize)]
+pub struct PlannedSize {
+    /// vCPUs.
+    pub cpu: String,
+    pub memory: String,
 }
 
 /// Pods the solver put on a Node or an in-flight NodeClaim of the snapshot.
@@ -113,7 +125,7 @@ pub struct Plan {
     pub drifted: Vec<super::DriftedNodeClaim>,
 }
 
-pub(super) type Catalogs = HashMap<String, Arc<Catalog>>;
+type Catalogs = HashMap<String, Arc<Catalog>>;
 
 /// Builds the catalogs, runs the provisioner's scheduling simulation and collects the plan.
 pub fn plan(loaded: &Loaded) -> Plan {
@@ -121,7 +133,15 @@ pub fn plan(loaded: &Loaded) -> Plan {
     let (node_classes, catalogs) = node_class_catalogs(loaded, &mut warnings);
     let mut node_pools = node_pool_summaries(loaded, &catalogs, &mut warnings);
     let cluster = Cluster::new(loaded.state.clone());
-    let counted = Counted::of(&cluster);
+    let counted = Counted::of(&cluster).with_hosts(loaded, &catalogs);
+    // Hosts an inventory counts are read, not ignored.
+    let hosts = super::counts::inventory_kinds(loaded);
+    let ignored: Vec<String> = loaded
+        .ignored
+        .iter()
+        .filter(|w| !hosts.iter().any(|k| w.starts_with(&format!("{k} "))))
+        .cloned()
+        .collect();
     let snap = snapshot::build(
         &cluster,
         &cluster.nodepools,
@@ -139,21 +159,22 @@ pub fn plan(loaded: &Loaded) -> Plan {
             summary.instance_types = compatible_instance_types(p);
         }
     }
-    for p in &loaded.state.pods {
-        let Some(node) = pod_node_name(p) else {
-            continue;
-        };
-        if !snap.input.nodes.iter().any(|n| n.name == node) && !terminal(p) {
-            warnings.push(format!(
-                "Pod {}: bound to {node}, which is not a Ready Node or NodeClaim of the snapshot",
-                namespaced_name(p.as_ref())
-            ));
-        }
-    }
+    warn_bound_elsewhere(loaded, &snap.input, &mut warnings);
     let mut seen = HashSet::new();
     warnings.retain(|w| seen.insert(w.clone()));
     let output = scheduling::solve(&snap.input);
-    let node_claims = planned_node_claims(loaded, &catalogs, &output);
+    let mut node_claims = planned_node_claims(loaded, &catalogs, &output);
+    let static_claims = super::static_pools::planned(&cluster, &catalogs, &counted, &mut warnings);
+    node_claims.extend(
+        static_claims
+            .iter()
+            .map(|c| planned_node_claim(loaded, &catalogs, c)),
+    );
+    for p in super::static_pools::pools(&cluster, &catalogs, &counted) {
+        if let Some(s) = node_pools.iter_mut().find(|s| s.name == p.name) {
+            s.instance_types = compatible_instance_types(&p);
+        }
+    }
     let counted_templates = counted_templates(&counted, &catalogs, &output);
     let existing = existing_placements(&snap.input, &output);
     let unplaceable: Vec<UnplaceablePod> = output
@@ -191,7 +212,7 @@ pub fn plan(loaded: &Loaded) -> Plan {
         node_classes,
         node_pools,
         warnings,
-        ignored: loaded.ignored.clone(),
+        ignored,
         node_claims,
         existing,
         unplaceable,
@@ -199,6 +220,21 @@ pub fn plan(loaded: &Loaded) -> Plan {
         total,
         disruption: disruption(&cluster, &catalogs, k8s_openapi::jiff::Timestamp::now()),
         drifted: super::drift::drifted(&cluster, &catalogs),
+    }
+}
+
+/// Bound pods whose node is not a Ready Node or NodeClaim of the snapshot.
+fn warn_bound_elsewhere(loaded: &Loaded, input: &scheduling::Input, warnings: &mut Vec<String>) {
+    for p in &loaded.state.pods {
+        let Some(node) = pod_node_name(p) else {
+            continue;
+        };
+        if !input.nodes.iter().any(|n| n.name == node) && !terminal(p) {
+            warnings.push(format!(
+                "Pod {}: bound to {node}, which is not a Ready Node or NodeClaim of the snapshot",
+                namespaced_name(p.as_ref())
+            ));
+        }
     }
 }
 
@@ -364,30 +400,67 @@ fn planned_node_claims(
     output
         .new_node_claims
         .iter()
-        .map(|c| PlannedNodeClaim {
-            node_pool: c.node_pool.clone(),
-            instance_type: c.cheapest.instance_type.clone(),
-            arch: loaded
-                .state
-                .nodepools
-                .iter()
-                .find(|p| name(p.as_ref()) == c.node_pool)
-                .and_then(|p| catalogs.get(&p.spec.template.spec.node_class_ref.name))
-                .and_then(|cat| cat.get(&c.cheapest.instance_type))
-                .and_then(|it| it.labels.get(scheduling::LABEL_ARCH))
-                .cloned()
-                .unwrap_or_default(),
-            zone: c.cheapest.zone.clone(),
-            capacity_type: c.cheapest.capacity_type.clone(),
-            price_per_hour: c.cheapest.price,
-            instance_types: c.instance_types().to_vec(),
-            requests: convert::quantities(&c.requests)
-                .into_iter()
-                .map(|(k, q)| (k, q.0))
-                .collect(),
-            pods: c.pods.iter().map(pod_ref).collect(),
-        })
+        .map(|c| planned_node_claim(loaded, catalogs, c))
         .collect()
+}
+
+/// The plan's view of one claim the solver (or a static pool's template) planned.
+fn planned_node_claim(
+    loaded: &Loaded,
+    catalogs: &Catalogs,
+    c: &scheduling::NewNodeClaim,
+) -> PlannedNodeClaim {
+    let catalog = loaded
+        .state
+        .nodepools
+        .iter()
+        .find(|p| name(p.as_ref()) == c.node_pool)
+        .and_then(|p| catalogs.get(&p.spec.template.spec.node_class_ref.name));
+    // As the provisioner writes it: shrunk to its size when resizable.
+    let shrunk = catalog.and_then(|cat| {
+        let (size, names) = controller::provisioning::nodeclaim::shrink(cat, c)?;
+        let it = cat.lookup(names.first()?)?.into_owned();
+        Some((size, names, it))
+    });
+    let it = match &shrunk {
+        Some((_, _, it)) => Some(std::borrow::Cow::Borrowed(it)),
+        None => catalog.and_then(|cat| cat.lookup(&c.cheapest.instance_type)),
+    };
+    let price = shrunk
+        .as_ref()
+        .and_then(|(_, _, it)| {
+            it.offerings.iter().find(|o| {
+                o.zone.as_deref().unwrap_or("") == c.cheapest.zone
+                    && o.capacity_type == c.cheapest.capacity_type
+            })
+        })
+        .map_or(c.cheapest.price, |o| o.price);
+    PlannedNodeClaim {
+        node_pool: c.node_pool.clone(),
+        instance_type: it
+            .as_ref()
+            .map_or_else(|| c.cheapest.instance_type.clone(), |it| it.name.clone()),
+        arch: it
+            .as_ref()
+            .and_then(|it| it.labels.get(scheduling::LABEL_ARCH))
+            .cloned()
+            .unwrap_or_default(),
+        zone: c.cheapest.zone.clone(),
+        capacity_type: c.cheapest.capacity_type.clone(),
+        price_per_hour: price,
+        instance_types: shrunk
+            .as_ref()
+            .map_or_else(|| c.instance_types().to_vec(), |(_, n, _)| n.clone()),
+        requests: convert::quantities(&c.requests)
+            .into_iter()
+            .map(|(k, q)| (k, q.0))
+            .collect(),
+        pods: c.pods.iter().map(pod_ref).collect(),
+        size: shrunk.map(|(s, _, _)| PlannedSize {
+            cpu: s.vcpus().to_string(),
+            memory: templates::quantity::format_bytes(s.memory),
+        }),
+    }
 }
 
 /// The pods the solver put on Nodes and in-flight NodeClaims, grouped by node.

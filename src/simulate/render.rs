@@ -123,20 +123,31 @@ fn write_node_claims(out: &mut String, plan: &Plan) {
     if plan.node_claims.is_empty() {
         let _ = writeln!(out, "(none)");
     } else {
-        let mut rows = vec![cells(&[
-            "NODEPOOL",
-            "INSTANCE-TYPE",
+        // The SIZE column only when a NodeClaim is of a resizable template.
+        let sized = plan.node_claims.iter().any(|c| c.size.is_some());
+        let mut header = vec!["NODEPOOL", "INSTANCE-TYPE"];
+        if sized {
+            header.push("SIZE");
+        }
+        header.extend([
             "ARCH",
             "ZONE",
             "CAPACITY-TYPE",
             "PRICE/H",
             "CANDIDATES",
             "PODS",
-        ])];
+        ]);
+        let mut rows = vec![cells(&header)];
         for c in &plan.node_claims {
-            rows.push(vec![
-                c.node_pool.clone(),
-                c.instance_type.clone(),
+            let mut row = vec![c.node_pool.clone(), c.instance_type.clone()];
+            if sized {
+                row.push(
+                    c.size
+                        .as_ref()
+                        .map_or_else(|| "-".into(), |s| format!("{}cpu/{}", s.cpu, s.memory)),
+                );
+            }
+            row.extend([
                 c.arch.clone(),
                 if c.zone.is_empty() {
                     "-".into()
@@ -148,6 +159,7 @@ fn write_node_claims(out: &mut String, plan: &Plan) {
                 c.instance_types.len().to_string(),
                 pod_list(&c.pods, POD_LIST_WIDTH),
             ]);
+            rows.push(row);
         }
         out.push_str(&columns(&rows));
     }

@@ -3,9 +3,12 @@
 // Test-support module: `pub` here shares items between test files of one test crate.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod hub;
 pub mod manifests;
 pub mod mirror;
+pub mod passes;
 pub mod process;
+pub mod replica;
 pub mod shared;
 
 use std::net::SocketAddr;
@@ -216,6 +219,9 @@ pub fn provider_config() -> ProviderConfig {
         provision_delay: Duration::from_millis(500),
         // Also answers KubeadmConfigs (no kubeadm bootstrap controller on the testbed).
         kubeadm_bootstrap: true,
+        // BareMetalHosts for the inventory tests (claimed only by TestMachines with a
+        // hostSelector).
+        bare_metal_hosts: true,
         ..ProviderConfig::default()
     }
 }

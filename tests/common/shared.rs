@@ -163,7 +163,8 @@ async fn start_slot() -> &'static Slot {
 const SYSTEM_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
 
 /// Returns the control plane to the state a fresh one has, with Cluster `c1` kept: deletes
-/// every Karpenter object, Node, Cluster API Machine and clone, template, bootstrap Secret,
+/// every Karpenter object, Node, Cluster API Machine and clone, template, BareMetalHost,
+/// bootstrap Secret,
 /// workload, test namespace and Event (finalizers removed: no operator runs between tests),
 /// and waits until they are gone.
 pub async fn reset(lease: &Lease) {
@@ -195,6 +196,7 @@ pub async fn reset(lease: &Lease) {
             "kubeadmconfigs",
         ),
         provider::test_machine_template_resource(),
+        provider::bare_metal_host_resource(),
         ar(
             "bootstrap.cluster.x-k8s.io",
             "v1beta2",

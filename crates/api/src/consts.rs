@@ -135,6 +135,33 @@ pub mod annotations {
     pub const AVAILABLE_COUNT: &str = "karpenter.cluster.x-k8s.io/available-count";
     /// On templates: when [`AVAILABLE_COUNT`] was written (RFC 3339).
     pub const AVAILABLE_COUNT_UPDATED: &str = "karpenter.cluster.x-k8s.io/available-count-updated";
+    /// On templates: a resizable vCPU range, `min-max/step` (e.g. `2-64/2`). With
+    /// [`RESIZABLE_MEMORY`] it makes the template resizable: no `status.capacity` needed.
+    pub const RESIZABLE_CPU: &str = "karpenter.cluster.x-k8s.io/resizable-cpu";
+    /// On templates: a resizable memory range, `min-max/step` (e.g. `4Gi-512Gi/4Gi`).
+    pub const RESIZABLE_MEMORY: &str = "karpenter.cluster.x-k8s.io/resizable-memory";
+    /// On templates (optional): the memory per vCPU a size must keep, `min-max` (e.g.
+    /// `1Gi-16Gi`).
+    pub const RESIZABLE_MEMORY_PER_CPU: &str =
+        "karpenter.cluster.x-k8s.io/resizable-memory-per-cpu";
+    /// On templates (optional): where the size goes in the clone, `role=path[:unit]`,
+    /// comma-separated (roles `cpu`, `cpu-sockets`, `cpu-cores-per-socket`, `memory`; units
+    /// `MiB`, `GiB`, `quantity`); built in for vSphere, Nutanix, Proxmox, Elf, KubeVirt and
+    /// the test provider.
+    pub const RESIZABLE_FIELDS: &str = "karpenter.cluster.x-k8s.io/resizable-fields";
+    /// On templates (optional): headroom added to a NodeClaim's demand before sizing, in
+    /// percent (e.g. `10`).
+    pub const RESIZABLE_HEADROOM: &str = "karpenter.cluster.x-k8s.io/resizable-headroom";
+    /// On resizable templates: hourly price per vCPU (decimal).
+    pub const PRICE_PER_CPU: &str = "karpenter.cluster.x-k8s.io/price-per-cpu";
+    /// On resizable templates: hourly price per GiB of memory (decimal).
+    pub const PRICE_PER_GIB: &str = "karpenter.cluster.x-k8s.io/price-per-gib";
+    /// On a NodeClaim, its Machine and InfraMachine of a resizable template: the size
+    /// chosen after the solve, `cpu=<vCPU>,memory=<quantity>`.
+    pub const RESIZED: &str = "karpenter.cluster.x-k8s.io/size";
+    /// On a static NodePool (`"true"`): its NodeClaims are spread round-robin over the zones
+    /// of its compatible offerings (opt-in; Karpenter leaves the zone to the launch).
+    pub const STATIC_ZONE_SPREAD: &str = "karpenter.cluster.x-k8s.io/static-zone-spread";
     /// On a NodeClaim: the launch plan (JSON), written before anything is created.
     pub const LAUNCH_PLAN: &str = "karpenter.cluster.x-k8s.io/launch";
     /// On the Machine and its clones: the UID of the NodeClaim they were created for.
@@ -304,6 +331,9 @@ pub mod reasons {
 /// Event reasons (Karpenter's, so alerts carry over).
 pub mod events {
     pub const FAILED_SCHEDULING: &str = "FailedScheduling";
+    /// Ours, on a pod: the counted offerings it could use have no count left
+    /// ("template metal-large: 0 of 4 hosts available").
+    pub const COUNT_EXHAUSTED: &str = "CountExhausted";
     pub const NO_COMPATIBLE_INSTANCE_TYPES: &str = "NoCompatibleInstanceTypes";
     pub const NOMINATED: &str = "Nominated";
     pub const INSUFFICIENT_CAPACITY_ERROR: &str = "InsufficientCapacityError";

@@ -75,6 +75,80 @@ pub struct ClusterAPINodeClassSpec {
     /// What happens to drifted nodes (Kubernetes version, templates, NodePool changed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift: Option<Drift>,
+    /// Counts the hosts each template can still become (bare metal, or any provider whose
+    /// machines are drawn from a pool of objects): a template with no free host left is not
+    /// offered, and a freed host offers it again at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inventory: Option<Inventory>,
+}
+
+/// Host inventory: which objects a template can become and when one is free. Exactly one of
+/// `preset` or `hosts`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.preset) != has(self.hosts)").message("exactly one of preset or hosts must be set"))]
+pub struct Inventory {
+    /// A built-in description of a provider's hosts. `Metal3`: BareMetalHosts
+    /// (`metal3.io/v1alpha1`) in the template's namespace matching the template's
+    /// `spec.template.spec.hostSelector`, without `spec.consumerRef`, not being deleted, with
+    /// `status.provisioning.state` `available` or `ready`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::inventory_preset")]
+    pub preset: Option<InventoryPreset>,
+    /// The hosts of any other provider, described field by field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosts: Option<HostKind>,
+    /// A host label whose value is the zone of the host (e.g. `topology.kubernetes.io/zone`):
+    /// the count is then kept per zone, and an offering in a zone counts only its hosts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 317))]
+    pub zone_label: Option<String>,
+}
+
+/// See [`Inventory::preset`].
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum InventoryPreset {
+    Metal3,
+}
+
+/// A kind of host object, in the template's namespace, and how to read it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HostKind {
+    /// API version of the host kind (`group/version`).
+    #[schemars(length(min = 1, max = 317))]
+    pub api_version: String,
+    #[schemars(length(min = 1, max = 63))]
+    pub kind: String,
+    /// Dot-separated path, in the InfrastructureMachineTemplate, of a label selector
+    /// (`matchLabels`, `matchExpressions`) choosing the hosts the template can become. A
+    /// template without one can become any host of the namespace.
+    #[schemars(length(min = 1, max = 253))]
+    pub selector_path: String,
+    /// Dot-separated path, in a host, of the name of the object using it (e.g.
+    /// `spec.consumerRef.name`): a launch whose InfraMachine already holds a host is not
+    /// counted twice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub consumer_path: Option<String>,
+    /// When a host is free: every rule must hold.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub available: Vec<AvailabilityRule>,
+}
+
+/// One condition on a host field: the field is absent (`absent: true`), or its value (as a
+/// string) is one of `values`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("(has(self.absent) && self.absent) != (has(self.values) && size(self.values) > 0)").message("exactly one of absent: true or values must be set"))]
+pub struct AvailabilityRule {
+    /// Dot-separated path of the field in the host (e.g. `status.provisioning.state`).
+    #[schemars(length(min = 1, max = 253))]
+    pub field: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub absent: bool,
 }
 
 /// Drift handling of a NodeClass's nodes.
@@ -207,6 +281,55 @@ pub struct ClusterAPINodeClassStatus {
     /// How many instance types are offered (the `Types` printer column).
     #[serde(default)]
     pub instance_type_count: i64,
+    /// Resizable templates whose Nodes registered with less than the size asked: the
+    /// shortfall, subtracted from every size of the template by later solves.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resize_corrections: Vec<ResizeCorrection>,
+    /// The offerings that are counted or backed off after a failed launch (any other is
+    /// unbounded and available), by template, zone and capacity type.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub offerings: Vec<OfferingState>,
+}
+
+/// One offering's count and availability.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OfferingState {
+    /// The template's name.
+    pub template: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    pub capacity_type: String,
+    /// How many more Machines it can become now (absent: unbounded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub available: Option<i64>,
+    /// What set the count (the smallest source): an annotation's name, or `inventory`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// The source's own number: the max, the reported count, or the hosts matching.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<i64>,
+    /// Why it is not offered now: a launch failure, or no count left.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable_reason: Option<String>,
+    /// Until when a failed launch keeps it unavailable (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable_until: Option<String>,
+}
+
+/// What the Nodes of one resizable template lack against the size asked (the largest
+/// shortfall seen).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResizeCorrection {
+    /// The template's name (in the Cluster's namespace).
+    pub template: String,
+    /// cpu missing (quantity).
+    #[serde(default)]
+    pub cpu: String,
+    /// Memory missing (quantity).
+    #[serde(default)]
+    pub memory: String,
 }
 
 /// One instance type of a NodeClass.

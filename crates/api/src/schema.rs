@@ -41,6 +41,14 @@ pub(crate) fn quantity_map(_: &mut SchemaGenerator) -> Schema {
     })
 }
 
+/// `ClusterAPINodeClass` `spec.inventory.preset`: one of the presets (no `null`).
+pub(crate) fn inventory_preset(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "string",
+        "enum": ["Metal3"],
+    })
+}
+
 /// `map[string]string`.
 pub(crate) fn string_map(_: &mut SchemaGenerator) -> Schema {
     json_schema!({

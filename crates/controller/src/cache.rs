@@ -5,115 +5,38 @@
 //! optional index maps a field (a Node's providerID) to the objects that carry it, so a lookup
 //! is not a scan.
 
-use std::collections::{BTreeSet, HashMap};
 use std::hash::Hash;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
 
 use futures::{Stream, StreamExt};
+use kube::Resource;
 use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Resource, ResourceExt};
 use tokio::sync::broadcast;
 
+pub use crate::index::{Index, KeyFn};
 use crate::tasks::Tasks;
 
 /// How many touched objects a slow subscriber may fall behind before it resyncs.
 const BROADCAST_CAPACITY: usize = 4096;
 
-/// A key function for an [`Index`]: the value an object is found by.
-pub type KeyFn<K> = fn(&K) -> Option<String>;
+/// How long a lazy watch ([`Cache::start_lazily`]) runs on after it is no longer wanted
+/// (the last NodePool and NodeClaim gone): a NodePool re-created soon after costs no re-list.
+pub const IDLE_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// Objects by a derived key (e.g. Nodes by `spec.providerID`), kept current from the same
-/// watch events that feed the store.
-pub struct Index<K> {
-    key: KeyFn<K>,
-    inner: RwLock<IndexMaps>,
+/// When a watch started lazily ([`Cache::start_lazily`]) is wanted, and whether it has listed since
+/// it was started.
+pub(crate) struct Gate {
+    pub(crate) listed: AtomicBool,
+    pub(crate) wanted: Box<dyn Fn() -> bool + Send + Sync>,
 }
 
-/// Key → object names, and each object's key.
-type Maps = (HashMap<String, BTreeSet<String>>, HashMap<String, String>);
-
-#[derive(Default)]
-struct IndexMaps {
-    by_key: HashMap<String, BTreeSet<String>>,
-    key_of: HashMap<String, String>,
-    /// Filled during a re-list, swapped in when it completes.
-    relist: Option<Maps>,
-}
-
-impl<K: Resource> Index<K> {
-    pub fn new(key: KeyFn<K>) -> Self {
-        Index {
-            key,
-            inner: RwLock::default(),
-        }
-    }
-
-    /// The names (`namespace/name` for namespaced kinds) of the objects with `key`.
-    pub fn get(&self, key: &str) -> Vec<String> {
-        let maps = self.inner.read().unwrap_or_else(|p| p.into_inner());
-        maps.by_key
-            .get(key)
-            .map(|s| s.iter().cloned().collect())
-            .unwrap_or_default()
-    }
-
-    fn id(obj: &K) -> String {
-        match obj.meta().namespace.as_deref() {
-            Some(ns) => format!("{ns}/{}", obj.name_any()),
-            None => obj.name_any(),
-        }
-    }
-
-    fn insert(
-        by_key: &mut HashMap<String, BTreeSet<String>>,
-        key_of: &mut HashMap<String, String>,
-        id: String,
-        key: Option<String>,
-    ) {
-        if let Some(old) = key_of.remove(&id)
-            && let Some(set) = by_key.get_mut(&old)
-        {
-            set.remove(&id);
-            if set.is_empty() {
-                by_key.remove(&old);
-            }
-        }
-        if let Some(key) = key.filter(|k| !k.is_empty()) {
-            by_key.entry(key.clone()).or_default().insert(id.clone());
-            key_of.insert(id, key);
-        }
-    }
-
-    fn apply(&self, event: &watcher::Event<K>) {
-        let mut maps = self.inner.write().unwrap_or_else(|p| p.into_inner());
-        let maps = &mut *maps;
-        match event {
-            watcher::Event::Apply(obj) => {
-                Self::insert(
-                    &mut maps.by_key,
-                    &mut maps.key_of,
-                    Self::id(obj),
-                    (self.key)(obj),
-                );
-            }
-            watcher::Event::Delete(obj) => {
-                Self::insert(&mut maps.by_key, &mut maps.key_of, Self::id(obj), None);
-            }
-            watcher::Event::Init => maps.relist = Some(Default::default()),
-            watcher::Event::InitApply(obj) => {
-                let (by_key, key_of) = maps.relist.get_or_insert_with(Default::default);
-                Self::insert(by_key, key_of, Self::id(obj), (self.key)(obj));
-            }
-            watcher::Event::InitDone => {
-                if let Some((by_key, key_of)) = maps.relist.take() {
-                    maps.by_key = by_key;
-                    maps.key_of = key_of;
-                }
-            }
-        }
+impl Gate {
+    /// Wanted, and not listed yet.
+    fn pending(&self) -> bool {
+        !self.listed.load(Ordering::Acquire) && (self.wanted)()
     }
 }
 
@@ -130,6 +53,8 @@ where
     synced: Arc<AtomicBool>,
     /// Odd while the store is being written, bumped twice per event (see [`Cache::generation`]).
     generation: Arc<AtomicU64>,
+    /// A watch started only while wanted ([`Cache::start_lazily`]).
+    gate: Option<Arc<Gate>>,
 }
 
 impl<K> Clone for Cache<K>
@@ -144,6 +69,7 @@ where
             index: self.index.clone(),
             synced: self.synced.clone(),
             generation: self.generation.clone(),
+            gate: self.gate.clone(),
         }
     }
 }
@@ -171,10 +97,7 @@ where
         let index = index.map(|key| Arc::new(Index::new(key)));
         cache.index = index.clone();
         feed.index = index;
-        let events = watcher(api, config).default_backoff().modify(move |obj| {
-            strip_metadata(obj);
-            trim(obj);
-        });
+        let events = Self::events(api, config, trim);
         tasks.spawn(async move {
             futures::pin_mut!(events);
             while let Some(event) = events.next().await {
@@ -187,6 +110,60 @@ where
             }
         });
         cache
+    }
+
+    /// Starts `api`'s watch only while `gate` wants it, re-checked on every `trigger` (and
+    /// every second):
+    /// meanwhile the store is an empty, complete list. A watch that is no longer wanted is
+    /// stopped after [`IDLE_AFTER`] and its store emptied. After each first list, every
+    /// object is sent to the subscribers again (what they read on the list's own triggers
+    /// was the previous store).
+    pub(crate) fn start_lazily(
+        tasks: &mut Tasks,
+        api: Api<K>,
+        trim: fn(&mut K),
+        gate: &Arc<Gate>,
+        trigger: impl Stream<Item = ()> + Send + 'static,
+    ) -> Cache<K> {
+        let (mut cache, mut feed) = Self::detached();
+        cache.gate = Some(gate.clone());
+        let gate = gate.clone();
+        tasks.spawn(async move {
+            futures::pin_mut!(trigger);
+            loop {
+                // Idle: an empty, complete list.
+                feed.apply(watcher::Event::Init);
+                feed.apply(watcher::Event::InitDone);
+                // Re-checked every second too: a first list's objects are sent to the
+                // subscribers before the store holds them.
+                while !(gate.wanted)() {
+                    tokio::select! {
+                        t = trigger.next() => if t.is_none() { return; },
+                        () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+                    }
+                }
+                tracing::debug!(kind = %K::kind(&()), "starting a lazy watch");
+                let events = Self::events(api.clone(), watcher::Config::default(), trim);
+                if !feed.follow(events, &gate, &mut trigger).await {
+                    return;
+                }
+                tracing::debug!(kind = %K::kind(&()), "stopping an unwanted lazy watch");
+                gate.listed.store(false, Ordering::Release);
+            }
+        });
+        cache
+    }
+
+    /// The watch of `api`, objects trimmed by `trim` (and [`strip_metadata`]).
+    pub(crate) fn events(
+        api: Api<K>,
+        config: watcher::Config,
+        trim: fn(&mut K),
+    ) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static {
+        watcher(api, config).default_backoff().modify(move |obj| {
+            strip_metadata(obj);
+            trim(obj);
+        })
     }
 
     /// The store every loop reads.
@@ -257,6 +234,7 @@ where
             index: None,
             synced: synced.clone(),
             generation: generation.clone(),
+            gate: None,
         };
         let feed = Feed {
             writer,
@@ -269,10 +247,18 @@ where
         (cache, feed)
     }
 
-    /// Whether the store holds a complete list (false before the first list completes and
-    /// while a re-list, after the watch lost its place, is in progress).
+    /// Whether the store holds a complete list (false before the first list completes,
+    /// while a re-list, after the watch lost its place, is in progress, and while a lazy
+    /// watch is wanted but has not listed yet: [`Cache::pending`]).
     pub fn is_synced(&self) -> bool {
-        self.synced.load(Ordering::Acquire)
+        self.synced.load(Ordering::Acquire) && !self.pending()
+    }
+
+    /// True while a lazy watch ([`Cache::start_lazily`]) is wanted but its first list has not
+    /// completed: the store is the empty one of an idle cluster, not the cluster's objects.
+    /// Never for a watch started at once.
+    pub fn pending(&self) -> bool {
+        self.gate.as_ref().is_some_and(|g| g.pending())
     }
 
     /// Waits for the first complete list.
@@ -327,6 +313,64 @@ where
             watcher::Event::Init | watcher::Event::InitDone => {}
         }
     }
+
+    /// Applies `events` until `gate` has not wanted them for [`IDLE_AFTER`] (true) or a
+    /// stream ends (false: the engagement is stopping).
+    async fn follow(
+        &mut self,
+        events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+        gate: &Gate,
+        trigger: &mut (impl Stream<Item = ()> + Unpin),
+    ) -> bool {
+        futures::pin_mut!(events);
+        let mut unwanted_since: Option<tokio::time::Instant> = None;
+        loop {
+            let idle = async {
+                match unwanted_since {
+                    Some(t) => tokio::time::sleep_until(t + IDLE_AFTER).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                event = events.next() => match event {
+                    Some(Ok(event)) => {
+                        let done = matches!(event, watcher::Event::InitDone);
+                        self.apply(event);
+                        if done && !gate.listed.swap(true, Ordering::AcqRel) {
+                            self.touch_all();
+                        }
+                    }
+                    Some(Err(e)) => {
+                        tracing::debug!(error = %e, kind = %K::kind(&()), "watch error (retrying)");
+                    }
+                    None => return false,
+                },
+                t = trigger.next() => {
+                    if t.is_none() {
+                        return false;
+                    }
+                    unwanted_since = match (gate.wanted)() {
+                        true => None,
+                        false => unwanted_since.or_else(|| Some(tokio::time::Instant::now())),
+                    };
+                }
+                () = idle => {
+                    if !(gate.wanted)() {
+                        return true;
+                    }
+                    unwanted_since = None;
+                }
+            }
+        }
+    }
+
+    /// Tells the subscribers about every object in the store (after a lazy watch's first
+    /// list: what they read on the earlier triggers was the empty store).
+    pub fn touch_all(&self) {
+        for obj in self.store.state() {
+            let _ = self.touched.send(obj);
+        }
+    }
 }
 
 /// Every cache one engagement reads: one watch per kind, shared by all its loops. The
@@ -363,19 +407,60 @@ impl Caches {
             keep,
             None,
         );
-        Self::start_engaged(tasks, workload, management, cluster_id, clusters)
+        Self::start_engaged(tasks, workload, management, cluster_id, clusters, false)
     }
 
     /// Starts the watches of one engagement over the management side's shared `clusters`
-    /// cache: the workload cluster's kinds, and the Machines fenced by `cluster_id`.
+    /// cache: the workload cluster's kinds, and the Machines fenced by `cluster_id`. With
+    /// `lazy` (hub mode), the pod and PDB watches run only while the cluster has a NodePool
+    /// or a NodeClaim ([`Cache::start_lazily`]): an idle cluster costs no pod cache.
     pub fn start_engaged(
         tasks: &mut Tasks,
         workload: &kube::Client,
         management: &kube::Client,
         cluster_id: &str,
         clusters: Cache<api::Cluster>,
+        lazy: bool,
     ) -> Caches {
         let all = watcher::Config::default;
+        let nodeclaims = Cache::start(
+            tasks,
+            Api::all(workload.clone()),
+            all(),
+            keep,
+            Some(claim_provider_id),
+        );
+        let nodepools: Cache<api::NodePool> =
+            Cache::start(tasks, Api::all(workload.clone()), all(), keep, None);
+        let (pods, pdbs) = if lazy {
+            let (np, nc) = (nodepools.store(), nodeclaims.store());
+            let wanted = move || !np.is_empty() || !nc.is_empty();
+            let gate = Arc::new(Gate {
+                listed: AtomicBool::new(false),
+                wanted: Box::new(wanted),
+            });
+            let trigger = || {
+                futures::stream::select(
+                    nodepools.subscribe().map(|_| ()),
+                    nodeclaims.subscribe().map(|_| ()),
+                )
+            };
+            (
+                Cache::start_lazily(
+                    tasks,
+                    Api::all(workload.clone()),
+                    trim_pod,
+                    &gate,
+                    trigger(),
+                ),
+                Cache::start_lazily(tasks, Api::all(workload.clone()), keep, &gate, trigger()),
+            )
+        } else {
+            (
+                Cache::start(tasks, Api::all(workload.clone()), all(), trim_pod, None),
+                Cache::start(tasks, Api::all(workload.clone()), all(), keep, None),
+            )
+        };
         Caches {
             nodes: Cache::start(
                 tasks,
@@ -384,17 +469,11 @@ impl Caches {
                 keep,
                 Some(node_provider_id),
             ),
-            pods: Cache::start(tasks, Api::all(workload.clone()), all(), trim_pod, None),
+            pods,
             daemonsets: Cache::start(tasks, Api::all(workload.clone()), all(), keep, None),
-            pdbs: Cache::start(tasks, Api::all(workload.clone()), all(), keep, None),
-            nodeclaims: Cache::start(
-                tasks,
-                Api::all(workload.clone()),
-                all(),
-                keep,
-                Some(claim_provider_id),
-            ),
-            nodepools: Cache::start(tasks, Api::all(workload.clone()), all(), keep, None),
+            pdbs,
+            nodeclaims,
+            nodepools,
             nodeclasses: Cache::start(tasks, Api::all(workload.clone()), all(), keep, None),
             machines: Cache::start(
                 tasks,
@@ -434,6 +513,16 @@ impl Caches {
         if let Some(o) = &self.nodeoverlays {
             o.ready().await;
         }
+        // A lazy watch wanted from the start (the cluster has NodePools): its first list.
+        while self.pods.pending() || self.pdbs.pending() {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Whether a lazy pod or PDB watch is wanted but has not listed yet
+    /// ([`Cache::pending`]): their stores are not the cluster's, decide nothing on them.
+    pub fn pending(&self) -> bool {
+        self.pods.pending() || self.pdbs.pending()
     }
 }
 
@@ -505,46 +594,29 @@ pub fn node_provider_id(node: &k8s_openapi::api::core::v1::Node) -> Option<Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{Node, NodeSpec, Pod};
-    use kube::api::ObjectMeta;
-
-    fn node(name: &str, pid: Option<&str>) -> Node {
-        Node {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                ..ObjectMeta::default()
-            },
-            spec: Some(NodeSpec {
-                provider_id: pid.map(str::to_string),
-                ..NodeSpec::default()
-            }),
-            status: None,
-        }
-    }
+    use k8s_openapi::api::core::v1::Pod;
 
     #[test]
-    fn index_follows_applies_deletes_and_relists() {
-        let index = Index::new(node_provider_id);
-        index.apply(&watcher::Event::Apply(node("a", Some("p1"))));
-        index.apply(&watcher::Event::Apply(node("b", Some("p1"))));
-        assert_eq!(index.get("p1"), ["a", "b"], "two nodes share a providerID");
-        index.apply(&watcher::Event::Apply(node("b", Some("p2"))));
-        assert_eq!(index.get("p1"), ["a"]);
-        assert_eq!(index.get("p2"), ["b"]);
-        index.apply(&watcher::Event::Delete(node("a", Some("p1"))));
-        assert!(index.get("p1").is_empty());
-        // A re-list replaces the index only when complete.
-        index.apply(&watcher::Event::Init);
-        index.apply(&watcher::Event::InitApply(node("c", Some("p3"))));
-        assert_eq!(index.get("p2"), ["b"], "old entries serve until InitDone");
-        index.apply(&watcher::Event::InitDone);
-        assert!(index.get("p2").is_empty());
-        assert_eq!(index.get("p3"), ["c"]);
-        index.apply(&watcher::Event::Apply(node("c", None)));
+    fn a_lazy_cache_is_pending_while_wanted_and_not_listed() {
+        let wanted = Arc::new(AtomicBool::new(false));
+        let w = wanted.clone();
+        let gate = Arc::new(Gate {
+            listed: AtomicBool::new(false),
+            wanted: Box::new(move || w.load(Ordering::SeqCst)),
+        });
+        let (mut cache, mut feed) = Cache::<Pod>::detached();
+        cache.gate = Some(gate.clone());
+        // Idle: an empty, complete list.
+        feed.apply(watcher::Event::Init);
+        feed.apply(watcher::Event::InitDone);
+        assert!(!cache.pending() && cache.is_synced(), "idle, not wanted");
+        wanted.store(true, Ordering::SeqCst);
         assert!(
-            index.get("p3").is_empty(),
-            "a cleared providerID leaves the index"
+            cache.pending() && !cache.is_synced(),
+            "wanted: the empty store is not the cluster's"
         );
+        gate.listed.store(true, Ordering::SeqCst);
+        assert!(!cache.pending() && cache.is_synced(), "listed");
     }
 
     #[test]

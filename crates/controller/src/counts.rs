@@ -10,6 +10,10 @@
 //! provisioner created that launch has not planned yet holds a unit of the instance type it
 //! lists first (the one the solver held a unit for), so the next solve cannot hand that
 //! unit out again before launch records the template.
+//!
+//! A template of a NodeClass with a host inventory ([`crate::inventory`]) also counts its
+//! free hosts, minus the launches in flight whose InfraMachine holds no host yet (one that
+//! does is no longer free: counting it again would under-count).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -18,9 +22,10 @@ use std::time::Duration;
 use api::consts::{annotations as ann, labels as label};
 use api::{Machine, NodeClaim};
 use k8s_openapi::jiff::Timestamp;
-use templates::count::{Available, TemplateUse};
+use templates::count::{Available, CountSource, TemplateUse, smallest};
 use templates::model::{InstanceType, Offering};
 
+use crate::inventory::{Tallies, TemplateKey};
 use crate::nodeclaim::plan::Plan;
 use crate::unavailable::{OfferingKey, UnavailableOfferings};
 
@@ -69,13 +74,16 @@ impl LaunchState<'_> {
             return Some(reason);
         }
         let a = self.counts.available(it, offering)?;
-        (a.count == 0).then(|| {
-            format!(
+        (a.count == 0).then(|| match a.source {
+            CountSource::Inventory => {
+                format!("template {}: {}", offering.template.name, a.describe())
+            }
+            source => format!(
                 "{}: no count left ({} {})",
                 offering.template,
-                a.source.annotation(),
+                source.annotation(),
                 a.limit
-            )
+            ),
         })
     }
 }
@@ -86,24 +94,38 @@ impl LaunchState<'_> {
 /// number nobody keeps current.
 pub const DEFAULT_STALENESS: Duration = Duration::from_secs(600);
 
-/// A template as counts key it: namespace and name (what our labels record).
-type TemplateKey = (String, String);
-
 /// The use of every template, and the time and staleness counts are resolved with.
 #[derive(Debug, Clone, Default)]
 pub struct OfferingCounts {
     uses: HashMap<TemplateKey, TemplateUse>,
     /// NodeClaims not planned by launch yet, by the instance type they list first.
     unplanned: HashMap<String, u32>,
+    /// Launches in flight per template: the InfraMachine's name and the zone.
+    launching: HashMap<TemplateKey, Vec<(String, Option<String>)>>,
+    /// The hosts of templates with an inventory.
+    hosts: Arc<Tallies>,
     now: Option<Timestamp>,
     staleness: Duration,
 }
 
-fn bump(uses: &mut HashMap<TemplateKey, TemplateUse>, key: TemplateKey, in_flight: bool) {
-    let u = uses.entry(key).or_default();
-    u.live += 1;
-    if in_flight {
-        u.in_flight += 1;
+/// A use of a template: a Machine from it, in flight when it has no providerID yet.
+struct Use {
+    key: TemplateKey,
+    in_flight: bool,
+    infra: String,
+    zone: Option<String>,
+}
+
+fn bump(
+    uses: &mut HashMap<TemplateKey, TemplateUse>,
+    launching: &mut HashMap<TemplateKey, Vec<(String, Option<String>)>>,
+    u: Use,
+) {
+    let e = uses.entry(u.key.clone()).or_default();
+    e.live += 1;
+    if u.in_flight {
+        e.in_flight += 1;
+        launching.entry(u.key).or_default().push((u.infra, u.zone));
     }
 }
 
@@ -116,6 +138,7 @@ impl OfferingCounts {
         staleness: Duration,
     ) -> OfferingCounts {
         let mut uses = HashMap::new();
+        let mut launching = HashMap::new();
         let mut unplanned: HashMap<String, u32> = HashMap::new();
         let mut seen: HashSet<&str> = HashSet::new();
         for c in claims {
@@ -133,8 +156,13 @@ impl OfferingCounts {
             let launched = c.status.as_ref().and_then(|s| s.provider_id.as_ref());
             bump(
                 &mut uses,
-                (plan.namespace, plan.infrastructure_template.name),
-                launched.is_none(),
+                &mut launching,
+                Use {
+                    key: (plan.namespace, plan.infrastructure_template.name),
+                    in_flight: launched.is_none(),
+                    infra: plan.infrastructure.name,
+                    zone: plan.failure_domain.or(plan.zone),
+                },
             );
         }
         for m in machines {
@@ -153,16 +181,29 @@ impl OfferingCounts {
             let ns = m.metadata.namespace.clone().unwrap_or_default();
             bump(
                 &mut uses,
-                (ns, template.clone()),
-                m.spec.provider_id.is_none(),
+                &mut launching,
+                Use {
+                    key: (ns, template.clone()),
+                    in_flight: m.spec.provider_id.is_none(),
+                    infra: m.spec.infrastructure_ref.name.clone(),
+                    zone: m.spec.failure_domain.clone(),
+                },
             );
         }
         OfferingCounts {
             uses,
             unplanned,
+            launching,
+            hosts: Arc::default(),
             now: Some(now),
             staleness,
         }
+    }
+
+    /// These counts with the hosts of the templates with an inventory.
+    pub fn with_hosts(mut self, hosts: Tallies) -> OfferingCounts {
+        self.hosts = Arc::new(hosts);
+        self
     }
 
     /// Counts for launching `claim`: it is not planned yet, so it holds no unit of its own.
@@ -189,13 +230,36 @@ impl OfferingCounts {
 
     /// The count `offering` (of instance type `it`) has left now; `None` is unbounded.
     pub fn available(&self, it: &InstanceType, offering: &Offering) -> Option<Available> {
-        if offering.limits.is_empty() {
-            return None;
-        }
-        let now = self.now.unwrap_or_else(Timestamp::now);
-        offering
-            .limits
-            .available(self.use_of(it, offering), now, self.staleness)
+        let limits = (!offering.limits.is_empty())
+            .then(|| {
+                let now = self.now.unwrap_or_else(Timestamp::now);
+                offering
+                    .limits
+                    .available(self.use_of(it, offering), now, self.staleness)
+            })
+            .flatten();
+        smallest(limits.into_iter().chain(self.hosts_available(it, offering)))
+    }
+
+    /// The offering's count of free hosts (templates with an inventory only): the free
+    /// hosts of its zone minus the launches in flight there holding none yet and the
+    /// NodeClaims not planned yet that list its instance type first.
+    fn hosts_available(&self, it: &InstanceType, offering: &Offering) -> Option<Available> {
+        let t = &offering.template;
+        let key = (t.namespace.clone().unwrap_or_default(), t.name.clone());
+        let tally = self.hosts.get(&key)?;
+        let zone = offering.zone.as_deref();
+        let in_zone = |z: &Option<String>| !tally.zone_split || z.is_none() || z.as_deref() == zone;
+        let launching = self.launching.get(&key).map_or(0, |l| {
+            l.iter()
+                .filter(|(infra, z)| in_zone(z) && !tally.consumers.contains(infra))
+                .count()
+        });
+        let unplanned = self.unplanned.get(&it.name).copied().unwrap_or(0);
+        let pending = u32::try_from(launching)
+            .unwrap_or(u32::MAX)
+            .saturating_add(unplanned);
+        Some(tally.available(zone, pending))
     }
 
     /// The offering's count as the solver shares it: one per template, named with the
@@ -206,15 +270,29 @@ impl OfferingCounts {
         offering: &Offering,
     ) -> Option<scheduling::OfferingCount> {
         let a = self.available(it, offering)?;
-        Some(scheduling::OfferingCount {
-            key: format!(
+        let key = match (&a.source, &offering.zone) {
+            // Hosts split per zone: each zone's count is its own.
+            (CountSource::Inventory, Some(z)) if self.split(offering) => {
+                format!("template {} zone {z}, inventory", offering.template)
+            }
+            _ => format!(
                 "template {}, {} {}",
                 offering.template,
                 a.source.annotation(),
                 a.limit
             ),
+        };
+        Some(scheduling::OfferingCount {
+            key,
             available: a.count,
         })
+    }
+
+    /// Whether the offering's template counts its hosts per zone.
+    fn split(&self, offering: &Offering) -> bool {
+        let t = &offering.template;
+        let key = (t.namespace.clone().unwrap_or_default(), t.name.clone());
+        self.hosts.get(&key).is_some_and(|h| h.zone_split)
     }
 }
 
@@ -396,5 +474,70 @@ mod tests {
             launching.available(&metal(), &max).map(|a| a.count),
             Some(2)
         );
+    }
+
+    #[test]
+    fn free_hosts_count_less_the_launches_holding_none_yet() {
+        use templates::inventory::{HostQuery, HostSelector, tally};
+        let q = HostQuery::of(
+            &serde_json::from_value(json!({"preset": "Metal3", "zoneLabel": "zone"})).expect("inv"),
+        )
+        .expect("query");
+        let host = |name: &str, zone: &str, consumer: Option<&str>| -> kube::api::DynamicObject {
+            serde_json::from_value(json!({"apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
+                "metadata": {"name": name, "namespace": "capi", "labels": {"zone": zone}},
+                "spec": {"consumerRef": consumer.map(|c| json!({"name": c}))},
+                "status": {"provisioning": {"state": if consumer.is_some() {"provisioned"} else {"available"}}}}))
+            .expect("host")
+        };
+        // z1: 3 hosts, one taken by b's InfraMachine (b is in flight, holding it); z2: 1 free.
+        let hosts = [
+            host("h1", "z1", None),
+            host("h2", "z1", None),
+            host("h3", "z1", Some("b")),
+            host("h4", "z2", None),
+        ];
+        let tallies = crate::inventory::Tallies::from([(
+            ("capi".to_string(), "metal".to_string()),
+            tally(&q, &HostSelector::default(), "capi", &hosts),
+        )]);
+        // a: launched (providerID); b: in flight holding h3; c: in flight holding none yet.
+        let with_zone = |name: &str, pid: Option<&str>| {
+            let mut c = (*claim(name, "metal", pid)).clone();
+            let ann = c.metadata.annotations.get_or_insert_with(Default::default);
+            let mut plan: serde_json::Value =
+                serde_json::from_str(&ann[ann::LAUNCH_PLAN]).expect("plan");
+            plan["failureDomain"] = json!("z1");
+            ann.insert(ann::LAUNCH_PLAN.into(), plan.to_string());
+            Arc::new(c)
+        };
+        let claims = [
+            with_zone("a", Some("metal://a")),
+            with_zone("b", None),
+            with_zone("c", None),
+        ];
+        let counts =
+            OfferingCounts::new(&claims, &[], now(), DEFAULT_STALENESS).with_hosts(tallies);
+        let mut z1 = offering(CountLimits::default());
+        z1.zone = Some("z1".into());
+        let a = counts.available(&metal(), &z1).expect("counted");
+        // 2 free in z1, minus c (b already holds h3): 1 of the 3 hosts of z1.
+        assert_eq!((a.count, a.source, a.limit), (1, CountSource::Inventory, 3));
+        assert_eq!(a.describe(), "1 of 3 hosts available");
+        let shared = counts.scheduling(&metal(), &z1).expect("counted");
+        assert!(shared.key.contains("zone z1"), "{}", shared.key);
+        let mut z2 = z1.clone();
+        z2.zone = Some("z2".into());
+        assert_eq!(counts.available(&metal(), &z2).map(|a| a.count), Some(1));
+        // A max-machines smaller than the free hosts wins.
+        let capped = Offering {
+            limits: CountLimits {
+                max_machines: Some(3),
+                ..CountLimits::default()
+            },
+            ..z2
+        };
+        let a = counts.available(&metal(), &capped).expect("counted");
+        assert_eq!((a.count, a.source), (0, CountSource::MaxMachines));
     }
 }

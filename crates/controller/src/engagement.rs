@@ -58,6 +58,7 @@ pub(crate) struct Engagement {
     lifecycle: Ctx,
     triggers: lifecycle::Triggers,
     provisioner: crate::provisioning::Provisioner,
+    static_pools: crate::static_pools::StaticPools,
     disruption: crate::disruption::Disruption,
     nodepool_status: crate::nodepool_status::NodePoolStatus,
     latency: crate::latency::Latency,
@@ -84,6 +85,11 @@ impl Engagement {
         // The one cluster state every reader of this workload cluster shares.
         let state = ClusterState::new(crate::state::Sources::of(caches));
         let catalogs = catalogs(ctx, caches, index);
+        let inventory = crate::inventory::Inventory::new(
+            crate::inventory::Hosts::new(ctx.management.clone()),
+            caches.nodeclasses.store(),
+            Arc::new(catalogs.clone()),
+        );
         let reporter = Reporter {
             controller: "karpenter".into(),
             instance: Some(identity),
@@ -98,7 +104,7 @@ impl Engagement {
             Arc::new(catalogs.clone()),
             unavailable.clone(),
             registration_failures.clone(),
-            cluster_id,
+            (cluster_id, inventory.clone()),
         ));
         let nodepool_status = crate::nodepool_status::NodePoolStatus {
             client: ctx.workload.clone(),
@@ -113,7 +119,7 @@ impl Engagement {
             state.clone(),
             lifecycle_ctx.recorder.clone(),
             lifecycle_ctx.provider.clone(),
-            unavailable.clone(),
+            (unavailable.clone(), inventory.clone()),
         );
         let provisioner = provisioner(
             ctx,
@@ -121,8 +127,9 @@ impl Engagement {
             state.clone(),
             lifecycle_ctx.recorder.clone(),
             lifecycle_ctx.provider.clone(),
-            unavailable,
+            (unavailable, inventory.clone()),
         );
+        let static_pools = static_pools(ctx, caches, &provisioner);
         let lifecycle_ctx_recorder = lifecycle_ctx.recorder.clone();
         let triggers = triggers(caches, &catalogs.index);
         // The scrape-time gauges and the latencies: the leader's, as Karpenter's. A hub
@@ -142,19 +149,19 @@ impl Engagement {
         let overlay_status = overlay_loop(ctx, caches, &catalogs);
         Engagement {
             overlay_status,
-            status: StatusCtx {
-                workload: ctx.workload.clone(),
-                management: ctx.management.clone(),
+            status: status(
+                ctx,
+                caches,
                 catalogs,
-                nodeclaims: caches.nodeclaims.store(),
-                recorder: lifecycle_ctx_recorder,
-                expectations: Arc::default(),
-            },
+                lifecycle_ctx_recorder,
+                (lifecycle_ctx.unavailable.clone(), inventory),
+            ),
             gc_interval: ctx.knobs.gc_interval,
             gc_grace: ctx.knobs.gc_grace,
             lifecycle: lifecycle_ctx,
             triggers,
             provisioner,
+            static_pools,
             disruption,
             nodepool_status,
             latency,
@@ -184,6 +191,10 @@ impl Engagement {
         ));
         loops.spawn(crate::provisioning::run(
             self.provisioner,
+            stopped(stop.clone()),
+        ));
+        loops.spawn(crate::static_pools::run(
+            self.static_pools,
             stopped(stop.clone()),
         ));
         loops.spawn(crate::disruption::run(
@@ -221,6 +232,33 @@ impl Engagement {
             self.gc_grace,
         ));
         (loops, gc)
+    }
+}
+
+/// The NodeClass status loop's context.
+fn status(
+    ctx: &Sources,
+    caches: &Caches,
+    catalogs: IndexCatalogs,
+    recorder: Recorder,
+    (unavailable, inventory): (Arc<Unavailable>, crate::inventory::Inventory),
+) -> StatusCtx {
+    StatusCtx {
+        workload: ctx.workload.clone(),
+        management: ctx.management.clone(),
+        catalogs,
+        nodeclaims: caches.nodeclaims.store(),
+        nodes: caches.nodes.store(),
+        recorder,
+        offerings: crate::offering_status::OfferingStatus {
+            machines: caches.machines.store(),
+            unavailable,
+            inventory,
+            count_staleness: ctx.knobs.count_staleness,
+            metrics: ctx.metrics.clone(),
+            gauged: Arc::default(),
+        },
+        expectations: Arc::default(),
     }
 }
 
@@ -286,7 +324,7 @@ fn shared(
     catalogs: Arc<IndexCatalogs>,
     unavailable: Arc<crate::unavailable::UnavailableOfferings>,
     registration_failures: Arc<crate::nodepool_status::RegistrationFailures>,
-    cluster_id: String,
+    (cluster_id, inventory): (String, crate::inventory::Inventory),
 ) -> Shared {
     Shared {
         workload: ctx.workload.clone(),
@@ -302,6 +340,7 @@ fn shared(
         clusters: caches.clusters.store(),
         catalogs,
         unavailable,
+        inventory,
         settings: Settings {
             node_repair_after: ctx.knobs.node_repair_after,
             count_staleness: ctx.knobs.count_staleness,
@@ -325,7 +364,10 @@ fn provisioner(
     state: ClusterState,
     recorder: Recorder,
     provider: Arc<dyn crate::cloudprovider::CloudProvider>,
-    unavailable: Arc<crate::unavailable::UnavailableOfferings>,
+    (unavailable, inventory): (
+        Arc<crate::unavailable::UnavailableOfferings>,
+        crate::inventory::Inventory,
+    ),
 ) -> crate::provisioning::Provisioner {
     crate::provisioning::Provisioner {
         client: ctx.workload.clone(),
@@ -336,9 +378,31 @@ fn provisioner(
         unavailable,
         machines: caches.machines.store(),
         count_staleness: ctx.knobs.count_staleness,
+        inventory,
         min_values_policy: ctx.knobs.min_values_policy,
         batch_idle: ctx.knobs.batch_idle,
         batch_max: ctx.knobs.batch_max,
+    }
+}
+
+/// The static NodePools' loop, over what the provisioner reads.
+fn static_pools(
+    ctx: &Sources,
+    caches: &Caches,
+    provisioner: &crate::provisioning::Provisioner,
+) -> crate::static_pools::StaticPools {
+    crate::static_pools::StaticPools {
+        client: ctx.workload.clone(),
+        recorder: provisioner.recorder.clone(),
+        metrics: ctx.metrics.clone(),
+        state: provisioner.state.clone(),
+        provider: provisioner.provider.clone(),
+        unavailable: provisioner.unavailable.clone(),
+        machines: caches.machines.store(),
+        count_staleness: ctx.knobs.count_staleness,
+        in_flight: Arc::default(),
+        expectations: Arc::default(),
+        connection: ctx.connection.clone(),
     }
 }
 
@@ -349,7 +413,10 @@ fn disruption(
     state: ClusterState,
     recorder: Recorder,
     provider: Arc<dyn crate::cloudprovider::CloudProvider>,
-    unavailable: Arc<crate::unavailable::UnavailableOfferings>,
+    (unavailable, inventory): (
+        Arc<crate::unavailable::UnavailableOfferings>,
+        crate::inventory::Inventory,
+    ),
 ) -> crate::disruption::Disruption {
     crate::disruption::Disruption {
         client: ctx.workload.clone(),
@@ -361,6 +428,7 @@ fn disruption(
         provider,
         unavailable,
         count_staleness: ctx.knobs.count_staleness,
+        inventory,
         command_timeout: ctx.knobs.disruption_timeout,
         connection: ctx.connection.clone(),
     }

@@ -15,10 +15,19 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub use crate::cluster_metrics::ClusterState;
+pub use crate::metrics_scope::ScopedFamily;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NodePoolLabels {
     pub nodepool: String,
+}
+
+/// An offering: its template, zone (empty when zone-less) and capacity type.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct OfferingLabels {
+    pub template: String,
+    pub zone: String,
+    pub capacity_type: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -149,6 +158,12 @@ pub struct ClusterLabels {
     pub cluster: String,
 }
 
+/// Hub mode's count of Clusters by state (see `hub::status`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabels {
+    pub state: String,
+}
+
 fn duration_histogram() -> Histogram {
     // 1 ms .. ~65 s
     Histogram::new(exponential_buckets(0.001, 2.0, 17))
@@ -181,36 +196,40 @@ impl<M: EncodeMetric> EncodeMetric for Declared<M> {
 /// Every metric the operator exports. Cheap to clone (all handles are shared).
 #[derive(Clone)]
 pub struct Metrics {
-    pub nodeclaims_created: Family<CreatedLabels, Counter>,
-    pub nodeclaims_terminated: Family<TerminatedLabels, Counter>,
-    pub nodeclaims_disrupted: Family<CreatedLabels, Counter>,
-    pub nodeclaims_unhealthy_disrupted: Family<UnhealthyLabels, Counter>,
-    pub nodeclaims_drifted: Family<TypeLabels, Counter>,
-    pub disruption_decisions: Family<DecisionLabels, Counter>,
-    pub disruption_queue_failures: Family<DecisionLabels, Counter>,
-    pub decisions_by_nodepool: Family<PoolDecisionLabels, Counter>,
-    pub nodes_consuming_budgets: Family<PoolReasonLabels, Gauge>,
-    pub pods_disruption_initiated: Family<PodDisruptionLabels, Counter>,
-    pub nodes_created: Family<NodeLabels, Counter>,
-    pub nodes_terminated: Family<NodeLabels, Counter>,
+    pub nodeclaims_created: ScopedFamily<CreatedLabels, Counter>,
+    pub nodeclaims_terminated: ScopedFamily<TerminatedLabels, Counter>,
+    pub nodeclaims_disrupted: ScopedFamily<CreatedLabels, Counter>,
+    pub nodeclaims_unhealthy_disrupted: ScopedFamily<UnhealthyLabels, Counter>,
+    pub nodeclaims_drifted: ScopedFamily<TypeLabels, Counter>,
+    pub disruption_decisions: ScopedFamily<DecisionLabels, Counter>,
+    pub disruption_queue_failures: ScopedFamily<DecisionLabels, Counter>,
+    pub decisions_by_nodepool: ScopedFamily<PoolDecisionLabels, Counter>,
+    pub nodes_consuming_budgets: ScopedFamily<PoolReasonLabels, Gauge>,
+    pub pods_disruption_initiated: ScopedFamily<PodDisruptionLabels, Counter>,
+    pub nodes_created: ScopedFamily<NodeLabels, Counter>,
+    pub nodes_terminated: ScopedFamily<NodeLabels, Counter>,
     /// Pending pods the provisioner ignores (invalid for scheduling), as of its last batch.
     pub ignored_pods: Gauge,
-    pub scheduling_duration: Family<ControllerLabels, Histogram, fn() -> Histogram>,
-    pub cloudprovider_duration: Family<MethodLabels, Histogram, fn() -> Histogram>,
-    pub cloudprovider_errors: Family<ErrorLabels, Counter>,
-    pub nodepools_usage: Family<ResourceLabels, Gauge<f64, AtomicU64>>,
-    pub nodepools_limit: Family<ResourceLabels, Gauge<f64, AtomicU64>>,
-    pub machines_launched: Family<NodePoolLabels, Counter>,
-    pub launch_duration: Family<NodePoolLabels, Histogram, fn() -> Histogram>,
-    pub catalog_instance_types: Family<NodeClassLabels, Gauge>,
-    pub nodeoverlay_matched_offerings: Family<OverlayLabels, Gauge>,
-    pub voluntary_disruption_eligible_nodes: Family<EligibleLabels, Gauge>,
-    pub nodepools_allowed_disruptions: Family<PoolReasonLabels, Gauge>,
-    pub consolidation_score: Family<NodePoolLabels, Gauge<f64, AtomicU64>>,
+    pub scheduling_duration: ScopedFamily<ControllerLabels, Histogram, fn() -> Histogram>,
+    pub cloudprovider_duration: ScopedFamily<MethodLabels, Histogram, fn() -> Histogram>,
+    pub cloudprovider_errors: ScopedFamily<ErrorLabels, Counter>,
+    pub nodepools_usage: ScopedFamily<ResourceLabels, Gauge<f64, AtomicU64>>,
+    pub nodepools_limit: ScopedFamily<ResourceLabels, Gauge<f64, AtomicU64>>,
+    pub machines_launched: ScopedFamily<NodePoolLabels, Counter>,
+    pub launch_duration: ScopedFamily<NodePoolLabels, Histogram, fn() -> Histogram>,
+    pub catalog_instance_types: ScopedFamily<NodeClassLabels, Gauge>,
+    pub nodeoverlay_matched_offerings: ScopedFamily<OverlayLabels, Gauge>,
+    /// Counted offerings: how many more Machines each can become.
+    pub offering_available: ScopedFamily<OfferingLabels, Gauge>,
+    /// 1 while an offering is backed off after a failed launch or has no count left.
+    pub offering_unavailable: ScopedFamily<OfferingLabels, Gauge>,
+    pub voluntary_disruption_eligible_nodes: ScopedFamily<EligibleLabels, Gauge>,
+    pub nodepools_allowed_disruptions: ScopedFamily<PoolReasonLabels, Gauge>,
+    pub consolidation_score: ScopedFamily<NodePoolLabels, Gauge<f64, AtomicU64>>,
     /// Pod creation to Ready, for pods seen Pending (a summary, as Karpenter's).
     pub pod_startup: Summary,
     /// NodeClaim creation to each launch step.
-    pub launch_steps: Family<StepLabels, Histogram, fn() -> Histogram>,
+    pub launch_steps: ScopedFamily<StepLabels, Histogram, fn() -> Histogram>,
     /// The gauges computed from the caches at scrape time (attached on the leader).
     pub cluster: ClusterState,
     /// Hub mode: 1 while an engaged cluster's API server answers its probes, 0 after
@@ -221,43 +240,61 @@ pub struct Metrics {
     pub cluster_engagements: Family<ClusterLabels, Counter>,
     /// Garbage-collection passes skipped because the workload cluster was disconnected.
     pub gc_skipped: Counter,
+    /// Hub mode: the opted-in Clusters by state (engaged, disconnected, waiting, not owned).
+    pub clusters: Family<StateLabels, Gauge>,
+}
+
+// The per-engagement families: labelled with their cluster in hub mode (see `metrics_scope`).
+#[rustfmt::skip]
+crate::metrics_scope::scoped_families! {
+    nodeclaims_created, nodeclaims_terminated, nodeclaims_disrupted,
+    nodeclaims_unhealthy_disrupted, nodeclaims_drifted, disruption_decisions,
+    disruption_queue_failures, decisions_by_nodepool, nodes_consuming_budgets,
+    pods_disruption_initiated, nodes_created, nodes_terminated, scheduling_duration,
+    cloudprovider_duration, cloudprovider_errors, nodepools_usage, nodepools_limit,
+    machines_launched, launch_duration, catalog_instance_types, nodeoverlay_matched_offerings,
+    voluntary_disruption_eligible_nodes, nodepools_allowed_disruptions, consolidation_score,
+    launch_steps,
 }
 
 impl Metrics {
     /// Creates the metrics and registers them in `registry`.
     pub fn register(registry: &mut Registry) -> Self {
         let m = Metrics {
-            nodeclaims_created: Family::default(),
-            nodeclaims_terminated: Family::default(),
-            nodeclaims_disrupted: Family::default(),
-            nodeclaims_unhealthy_disrupted: Family::default(),
-            nodeclaims_drifted: Family::default(),
-            disruption_decisions: Family::default(),
-            disruption_queue_failures: Family::default(),
-            decisions_by_nodepool: Family::default(),
-            nodes_consuming_budgets: Family::default(),
-            pods_disruption_initiated: Family::default(),
-            nodes_created: Family::default(),
-            nodes_terminated: Family::default(),
+            nodeclaims_created: ScopedFamily::default(),
+            nodeclaims_terminated: ScopedFamily::default(),
+            nodeclaims_disrupted: ScopedFamily::default(),
+            nodeclaims_unhealthy_disrupted: ScopedFamily::default(),
+            nodeclaims_drifted: ScopedFamily::default(),
+            disruption_decisions: ScopedFamily::default(),
+            disruption_queue_failures: ScopedFamily::default(),
+            decisions_by_nodepool: ScopedFamily::default(),
+            nodes_consuming_budgets: ScopedFamily::default(),
+            pods_disruption_initiated: ScopedFamily::default(),
+            nodes_created: ScopedFamily::default(),
+            nodes_terminated: ScopedFamily::default(),
             ignored_pods: Gauge::default(),
-            scheduling_duration: Family::new_with_constructor(duration_histogram),
-            cloudprovider_duration: Family::new_with_constructor(duration_histogram),
-            cloudprovider_errors: Family::default(),
-            nodepools_usage: Family::default(),
-            nodepools_limit: Family::default(),
-            machines_launched: Family::default(),
-            launch_duration: Family::new_with_constructor(launch_histogram),
-            catalog_instance_types: Family::default(),
-            nodeoverlay_matched_offerings: Family::default(),
-            voluntary_disruption_eligible_nodes: Family::default(),
-            nodepools_allowed_disruptions: Family::default(),
-            consolidation_score: Family::default(),
+            scheduling_duration: ScopedFamily::new_with_constructor(duration_histogram),
+            cloudprovider_duration: ScopedFamily::new_with_constructor(duration_histogram),
+            cloudprovider_errors: ScopedFamily::default(),
+            nodepools_usage: ScopedFamily::default(),
+            nodepools_limit: ScopedFamily::default(),
+            machines_launched: ScopedFamily::default(),
+            launch_duration: ScopedFamily::new_with_constructor(launch_histogram),
+            catalog_instance_types: ScopedFamily::default(),
+            nodeoverlay_matched_offerings: ScopedFamily::default(),
+            offering_available: ScopedFamily::default(),
+            offering_unavailable: ScopedFamily::default(),
+            voluntary_disruption_eligible_nodes: ScopedFamily::default(),
+            nodepools_allowed_disruptions: ScopedFamily::default(),
+            consolidation_score: ScopedFamily::default(),
             pod_startup: Summary::default(),
-            launch_steps: Family::new_with_constructor(launch_histogram),
+            launch_steps: ScopedFamily::new_with_constructor(launch_histogram),
             cluster: ClusterState::default(),
             cluster_connected: Family::default(),
             cluster_engagements: Family::default(),
             gc_skipped: Counter::default(),
+            clusters: Family::default(),
         };
         registry.register_collector(Box::new(m.cluster.clone()));
         let k = registry.sub_registry_with_prefix("karpenter");
@@ -276,27 +313,27 @@ impl Metrics {
         r.register(
             "nodeclaims_created",
             "Number of nodeclaims created, by reason and nodepool.",
-            Declared(self.nodeclaims_created.clone()),
+            Declared(self.nodeclaims_created.family()),
         );
         r.register(
             "nodeclaims_terminated",
             "Number of nodeclaims terminated, by nodepool, capacity type and zone.",
-            Declared(self.nodeclaims_terminated.clone()),
+            Declared(self.nodeclaims_terminated.family()),
         );
         r.register(
             "nodeclaims_unhealthy_disrupted",
             "Number of nodeclaims repaired (deleted) for an unhealthy node, by the condition that failed, nodepool and capacity type.",
-            Declared(self.nodeclaims_unhealthy_disrupted.clone()),
+            Declared(self.nodeclaims_unhealthy_disrupted.family()),
         );
         r.register(
             "nodeclaims_disrupted",
             "Number of nodeclaims disrupted, by reason (empty, expired) and nodepool.",
-            Declared(self.nodeclaims_disrupted.clone()),
+            Declared(self.nodeclaims_disrupted.family()),
         );
         r.register(
             "nodeclaims_drifted",
             "Number of nodeclaims drifted reasons in total by Karpenter. Labeled by drift type of the nodeclaim and the owning nodepool.",
-            Declared(self.nodeclaims_drifted.clone()),
+            Declared(self.nodeclaims_drifted.family()),
         );
     }
 
@@ -305,27 +342,27 @@ impl Metrics {
         r.register(
             "voluntary_disruption_decisions",
             "Number of disruption decisions performed. Labeled by disruption decision, reason, and consolidation type.",
-            Declared(self.disruption_decisions.clone()),
+            Declared(self.disruption_decisions.family()),
         );
         r.register(
             "voluntary_disruption_queue_failures",
             "Surge-first disruption commands rolled back, by decision, reason and consolidation type.",
-            Declared(self.disruption_queue_failures.clone()),
+            Declared(self.disruption_queue_failures.family()),
         );
         r.register(
             "voluntary_disruption_decisions_by_nodepool",
             "Number of disruption decisions performed by nodepool. Labeled by nodepool name, disruption decision, reason, and consolidation type.",
-            Declared(self.decisions_by_nodepool.clone()),
+            Declared(self.decisions_by_nodepool.family()),
         );
         r.register(
             "nodepools_nodes_consuming_budgets",
             "The number of nodes consuming the budget of a nodepool at a point in time. Labeled by NodePool.",
-            Declared(self.nodes_consuming_budgets.clone()),
+            Declared(self.nodes_consuming_budgets.family()),
         );
         r.register(
             "pods_disruption_initiated",
             "Number of pod disruptions initiated in total by Karpenter, incremented by the reschedulable pod count whenever the underlying nodeclaim is disrupted. Labeled by reason the nodeclaim was disrupted, the owning nodepool, the capacity type, the consolidation policy, and the termination mode. Pods owned by DaemonSets and mirror pods are excluded.",
-            Declared(self.pods_disruption_initiated.clone()),
+            Declared(self.pods_disruption_initiated.family()),
         );
     }
 
@@ -334,12 +371,12 @@ impl Metrics {
         r.register(
             "nodes_created",
             "Number of nodes registered, by nodepool and zone.",
-            Declared(self.nodes_created.clone()),
+            Declared(self.nodes_created.family()),
         );
         r.register(
             "nodes_terminated",
             "Number of nodes terminated, by nodepool and zone.",
-            Declared(self.nodes_terminated.clone()),
+            Declared(self.nodes_terminated.family()),
         );
     }
 
@@ -353,17 +390,17 @@ impl Metrics {
         r.register(
             "scheduler_scheduling_duration_seconds",
             "Duration of one scheduling simulation.",
-            Declared(self.scheduling_duration.clone()),
+            Declared(self.scheduling_duration.family()),
         );
         r.register(
             "cloudprovider_duration_seconds",
             "Duration of cloud provider (Cluster API) calls.",
-            Declared(self.cloudprovider_duration.clone()),
+            Declared(self.cloudprovider_duration.family()),
         );
         r.register(
             "cloudprovider_errors",
             "Cloud provider (Cluster API) call errors.",
-            Declared(self.cloudprovider_errors.clone()),
+            Declared(self.cloudprovider_errors.family()),
         );
     }
 
@@ -372,27 +409,27 @@ impl Metrics {
         r.register(
             "nodepools_usage",
             "Resources used by each nodepool's nodes.",
-            Declared(self.nodepools_usage.clone()),
+            Declared(self.nodepools_usage.family()),
         );
         r.register(
             "nodepools_limit",
             "Resource limits of each nodepool.",
-            Declared(self.nodepools_limit.clone()),
+            Declared(self.nodepools_limit.family()),
         );
         r.register(
             "voluntary_disruption_eligible_nodes",
             "Number of nodes eligible for disruption by Karpenter. Labeled by disruption reason.",
-            Declared(self.voluntary_disruption_eligible_nodes.clone()),
+            Declared(self.voluntary_disruption_eligible_nodes.family()),
         );
         r.register(
             "nodepools_allowed_disruptions",
             "The number of nodes for a given NodePool that can be concurrently disrupting at a point in time. Labeled by NodePool. Note that allowed disruptions can change very rapidly, as new nodes may be created and others may be deleted at any point.",
-            Declared(self.nodepools_allowed_disruptions.clone()),
+            Declared(self.nodepools_allowed_disruptions.family()),
         );
         r.register(
             "consolidation_score",
             "The Balanced consolidation policy's last score of a move, by nodepool.",
-            Declared(self.consolidation_score.clone()),
+            Declared(self.consolidation_score.family()),
         );
     }
 
@@ -401,27 +438,37 @@ impl Metrics {
         r.register(
             "machines_launched",
             "Cluster API Machines created for nodeclaims.",
-            Declared(self.machines_launched.clone()),
+            Declared(self.machines_launched.family()),
         );
         r.register(
             "launch_duration_seconds",
             "Time from nodeclaim creation to its Machine having a providerID.",
-            Declared(self.launch_duration.clone()),
+            Declared(self.launch_duration.family()),
         );
         r.register(
             "catalog_instance_types",
             "Instance types in each nodeclass's catalog.",
-            Declared(self.catalog_instance_types.clone()),
+            Declared(self.catalog_instance_types.family()),
         );
         r.register(
             "nodeoverlay_matched_offerings",
             "Offerings each nodeoverlay selects, over every nodeclass's catalog.",
-            Declared(self.nodeoverlay_matched_offerings.clone()),
+            Declared(self.nodeoverlay_matched_offerings.family()),
+        );
+        r.register(
+            "offering_available",
+            "Machines each counted offering can still become (the smallest of its template's counts).",
+            Declared(self.offering_available.family()),
+        );
+        r.register(
+            "offering_unavailable",
+            "1 while an offering is backed off after a failed launch or has no count left.",
+            Declared(self.offering_unavailable.family()),
         );
         r.register(
             "launch_step_duration_seconds",
             "Time from a nodeclaim's creation to each launch step: machine_created (its Cluster API Machine exists), launched (the Machine has a providerID), registered (its Node joined), initialized.",
-            Declared(self.launch_steps.clone()),
+            Declared(self.launch_steps.family()),
         );
         // Hub mode only: no series (nor description) in single-cluster mode.
         r.register(
@@ -438,6 +485,11 @@ impl Metrics {
             "cluster_engagements",
             "Hub mode: engagements started for a Cluster (re-engagements after its kubeconfig Secret changed included).",
             self.cluster_engagements.clone(),
+        );
+        r.register(
+            "clusters",
+            "Hub mode: the opted-in Clusters this replica sees, by state: engaged, disconnected, connecting, waiting-lease (another replica still holds its fence Lease), waiting-credentials, not-owned (another replica's), ineligible (paused, not initialized, filtered out).",
+            self.clusters.clone(),
         );
     }
     /// The summaries `/metrics` serves besides the registry (prometheus-client has no

@@ -67,6 +67,8 @@ pub fn compute_status(
         conditions: c,
         instance_type_count: i64::try_from(instance_types.len()).unwrap_or(i64::MAX),
         instance_types,
+        resize_corrections: Vec::new(),
+        offerings: Vec::new(),
     }
 }
 
@@ -76,7 +78,11 @@ pub struct StatusCtx {
     pub management: Client,
     pub catalogs: IndexCatalogs,
     pub nodeclaims: kube::runtime::reflector::Store<api::NodeClaim>,
+    /// The workload cluster's Nodes (calibration of resizable templates).
+    pub nodes: kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Node>,
     pub recorder: crate::events::Recorder,
+    /// The offerings' counts and backoffs (`status.offerings`, the offering gauges).
+    pub offerings: crate::offering_status::OfferingStatus,
     /// Our writes the cache has not shown yet: no NodeClass is decided again before.
     pub expectations: Arc<Expectations>,
 }
@@ -257,12 +263,18 @@ async fn reconcile(
         status::templates_ready(&catalog),
         status::bootstrap_ready(&bootstrap, &r.namespace),
     ];
-    let status = compute_status(
+    let mut status = compute_status(
         &stored.conditions,
         obj.metadata.generation,
         &parts,
         &catalog,
         Timestamp::now(),
+    );
+    status.resize_corrections = resize_corrections(&ctx, &obj, &stored);
+    status.offerings = ctx.offerings.compute(
+        &obj.name_any(),
+        catalog.as_ref().as_ref().ok().map(|c| c.as_ref()),
+        &ctx.nodeclaims.state(),
     );
     if !unchanged(&stored, &status) {
         // Conditional on the version it was computed from (a 409 requeues at once).
@@ -270,7 +282,36 @@ async fn reconcile(
             return Ok(Action::requeue(Duration::ZERO));
         }
     }
-    Ok(Action::requeue(next_look(&parts)))
+    let next = next_look(&parts);
+    Ok(Action::requeue(if status.offerings.is_empty() {
+        next
+    } else {
+        next.min(OFFERINGS_RECHECK)
+    }))
+}
+
+/// The NodeClass's resize corrections: the stored ones and the shortfalls of the Nodes of
+/// its NodeClaims (see the calibration module).
+fn resize_corrections(
+    ctx: &StatusCtx,
+    nc: &ClusterAPINodeClass,
+    stored: &ClusterAPINodeClassStatus,
+) -> Vec<api::nodeclass::ResizeCorrection> {
+    let name = nc.metadata.name.as_deref().unwrap_or_default();
+    let observed = ctx
+        .nodeclaims
+        .state()
+        .into_iter()
+        .filter(|c| c.spec.node_class_ref.name == name)
+        .filter_map(|c| {
+            let node = c.status.as_ref()?.node_name.as_deref()?;
+            let node = ctx
+                .nodes
+                .get(&kube::runtime::reflector::ObjectRef::new(node))?;
+            crate::calibration::shortfall(&c, &node)
+        })
+        .collect::<Vec<_>>();
+    crate::calibration::corrections(&stored.resize_corrections, observed)
 }
 
 /// How soon a NodeClass is looked at again without a trigger. The bootstrap source (a
@@ -287,6 +328,10 @@ fn next_look(parts: &[ConditionValue]) -> Duration {
         Duration::from_secs(60)
     }
 }
+
+/// How often a NodeClass with counted or backed-off offerings is looked at again (counts
+/// move with every launch; a host change triggers it at once).
+const OFFERINGS_RECHECK: Duration = Duration::from_secs(10);
 
 /// How often a missing bootstrap source is looked up again.
 pub const BOOTSTRAP_RECHECK: Duration = Duration::from_secs(3);
@@ -329,6 +374,16 @@ pub async fn run(
         Some(c) => c.subscribe().map(|_| ()).boxed(),
         None => futures::stream::pending().boxed(),
     };
+    // Host changes move the offerings' counts.
+    let hosts = match ctx.offerings.inventory.subscribe() {
+        Some(rx) => futures::stream::unfold(rx, |mut rx| async move {
+            rx.changed().await.ok()?;
+            Some(((), rx))
+        })
+        .boxed(),
+        None => futures::stream::pending().boxed(),
+    };
+    let overlays = futures::stream::select(overlays, hosts);
     let (tx, rx) = futures::channel::mpsc::channel::<()>(1);
     let mut tasks = crate::tasks::Tasks::default();
     tasks.spawn(async move {

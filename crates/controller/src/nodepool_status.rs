@@ -323,7 +323,7 @@ impl NodePoolStatus {
     }
 
     fn record_metrics(&self, pool: &NodePool, status: &Status) {
-        let gauge = |family: &prometheus_client::metrics::family::Family<ResourceLabels, _>,
+        let gauge = |family: &crate::metrics::ScopedFamily<ResourceLabels, _>,
                      resources: &scheduling::Resources| {
             for (k, n) in resources {
                 let value = if k == "cpu" {

@@ -11,7 +11,7 @@ use kube::Client;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
-pub use crate::clients::{ClientOptions, client, user_agent};
+pub use crate::clients::{ClientOptions, client, client_from_yaml, user_agent};
 use crate::leader::{Election, LeaderConfig, LeaderError};
 use crate::metrics::Metrics;
 use crate::ratelimit::ClientRate;
@@ -223,17 +223,16 @@ pub async fn serve_endpoints(
 }
 
 /// Waits for leadership when election is on; returns the election (to watch for loss and
-/// to release on shutdown).
+/// to release on shutdown). A hub with election on has no leader: every replica serves the
+/// Clusters it owns, each fenced by its own Lease (see `hub`).
 pub async fn lead(ctx: &Context) -> Result<Option<Election>, RuntimeError> {
     let Some(leader) = &ctx.config.leader_election else {
         return Ok(None);
     };
-    // A hub has no workload cluster of its own: its Lease is in the management cluster.
-    let client = match &ctx.config.hub {
-        Some(_) => ctx.management.clone(),
-        None => ctx.workload.clone(),
-    };
-    let mut election = Election::start(client, leader).await?;
+    if ctx.config.hub.is_some() {
+        return Ok(None);
+    }
+    let mut election = Election::start(ctx.workload.clone(), leader).await?;
     tracing::info!(lease = %leader.name, identity = %leader.identity, "waiting for leadership");
     if !election.acquired().await {
         return Err(RuntimeError::LostLeadership);
@@ -325,55 +324,81 @@ async fn warm(ctx: &Context, tasks: &mut crate::tasks::Tasks) -> Result<Warm, Ru
     }
 }
 
-/// Starts the loops of this replica's mode once it leads.
-fn start(
+/// A hub's fence and peer Lease settings: its leader-election settings, when on.
+fn fencing(config: &RunConfig) -> Option<crate::hub::shard::Fencing> {
+    let l = config.leader_election.as_ref()?;
+    Some(crate::hub::shard::Fencing {
+        namespace: l.namespace.clone(),
+        identity: l.identity.clone(),
+        duration: l.duration,
+        grace: l.grace,
+    })
+}
+
+/// Starts the hub: the peer registry (rendezvous sharding: its first pass done, so the
+/// first decisions see the other replicas) and the hub's task.
+async fn start_hub(
     ctx: &Context,
-    warm: Warm,
+    clusters: crate::cache::Cache<api::Cluster>,
+    index: templates::watch::TemplateIndex,
+    identity: String,
+    stop: &watch::Receiver<bool>,
+) -> Running {
+    let config = ctx.config.hub.clone().unwrap_or_default();
+    let fencing = fencing(&ctx.config);
+    let mut task = crate::tasks::Tasks::default();
+    let peers = match (&fencing, config.shard) {
+        (Some(f), None) => {
+            let (mut registry, peers) =
+                crate::hub::peers::Registry::new(ctx.management.clone(), f.clone());
+            registry.refresh().await;
+            task.spawn(registry.run(stop.clone()));
+            Some(peers)
+        }
+        _ => None,
+    };
+    let ownership = crate::hub::shard::ownership(config.shard, fencing.as_ref(), peers);
+    let recorder = crate::events::Recorder::new(
+        ctx.management.clone(),
+        crate::events::Reporter {
+            controller: "karpenter-capi-hub".into(),
+            instance: Some(identity.clone()),
+        },
+    );
+    let c = &ctx.config;
+    let hub = crate::hub::engage::Hub {
+        management: ctx.management.clone(),
+        management_kubeconfig: c.management_kubeconfig.clone().or(c.kubeconfig.clone()),
+        clusters,
+        index,
+        metrics: ctx.metrics.clone(),
+        knobs: ctx.sources().knobs,
+        options: ctx.config.client_options(),
+        identity,
+        config,
+        ownership,
+        recorder,
+        fencing,
+        status: crate::hub::status::Table::new(ctx.metrics.clusters.clone()),
+    };
+    task.spawn(crate::hub::run(Arc::new(hub), stop.clone()));
+    Running::Hub(task)
+}
+
+/// Starts the loops of single-cluster mode once this replica leads.
+fn start_single(
+    ctx: &Context,
+    caches: &crate::cache::Caches,
+    cluster_id: String,
     index: templates::watch::TemplateIndex,
     identity: String,
     tasks: &mut crate::tasks::Tasks,
     stop: &watch::Receiver<bool>,
 ) -> Running {
-    match warm {
-        Warm::Single { caches, cluster_id } => {
-            let engagement = crate::engagement::Engagement::build(
-                &ctx.sources(),
-                &caches,
-                index,
-                cluster_id,
-                identity.clone(),
-            );
-            let (loops, gc) = engagement.run(tasks, stop);
-            Running::Single { loops, gc }
-        }
-        Warm::Hub { clusters } => {
-            let config = ctx.config.hub.clone().unwrap_or_default();
-            let recorder = crate::events::Recorder::new(
-                ctx.management.clone(),
-                crate::events::Reporter {
-                    controller: "karpenter-capi-hub".into(),
-                    instance: Some(identity.clone()),
-                },
-            );
-            let c = &ctx.config;
-            let hub = crate::hub::engage::Hub {
-                management: ctx.management.clone(),
-                management_kubeconfig: c.management_kubeconfig.clone().or(c.kubeconfig.clone()),
-                clusters,
-                index,
-                metrics: ctx.metrics.clone(),
-                knobs: ctx.sources().knobs,
-                options: ctx.config.client_options(),
-                identity,
-                config,
-                ownership: Arc::new(crate::hub::AllClusters),
-                recorder,
-            };
-            let mut task = crate::tasks::Tasks::default();
-            task.spawn(crate::hub::run(Arc::new(hub), stop.clone()));
-            Running::Hub(task)
-        }
-    }
+    let engagement =
+        crate::engagement::Engagement::build(&ctx.sources(), caches, index, cluster_id, identity);
+    let (loops, gc) = engagement.run(tasks, stop);
+    Running::Single { loops, gc }
 }
 
 /// Runs the operator until SIGTERM/SIGINT: caches on every replica, loops on the leader.
@@ -424,7 +449,12 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         }
     };
 
-    let running = start(&ctx, warmed, index, identity, &mut tasks, &stop_rx);
+    let running = match warmed {
+        Warm::Hub { clusters } => start_hub(&ctx, clusters, index, identity, &stop_rx).await,
+        Warm::Single { caches, cluster_id } => start_single(
+            &ctx, &caches, cluster_id, index, identity, &mut tasks, &stop_rx,
+        ),
+    };
 
     let lost = async {
         match election.as_mut() {

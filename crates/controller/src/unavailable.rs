@@ -38,6 +38,8 @@ impl OfferingKey {
 #[derive(Debug, Clone)]
 struct Entry {
     until: Instant,
+    /// `until` on the wall clock, as marked (what the NodeClass status shows).
+    wall_until: k8s_openapi::jiff::Timestamp,
     /// The hold of the last failure (the next one doubles it).
     hold: Duration,
     reason: String,
@@ -83,6 +85,9 @@ impl UnavailableOfferings {
             key,
             Entry {
                 until: now + hold,
+                wall_until: k8s_openapi::jiff::Timestamp::now()
+                    .checked_add(hold)
+                    .unwrap_or(k8s_openapi::jiff::Timestamp::MAX),
                 hold,
                 reason: reason.into(),
             },
@@ -101,6 +106,24 @@ impl UnavailableOfferings {
             .get(key)
             .filter(|e| e.until > now)
             .map(|e| (e.reason.clone(), e.until))
+    }
+
+    /// Until when (wall clock, as marked) the offering is unavailable at `now`, if it is.
+    pub fn wall_until(
+        &self,
+        key: &OfferingKey,
+        now: Instant,
+    ) -> Option<k8s_openapi::jiff::Timestamp> {
+        self.lock()
+            .get(key)
+            .filter(|e| e.until > now)
+            .map(|e| e.wall_until)
+    }
+
+    /// Ends the backoff of every offering `freed` names (a host of its template was freed:
+    /// launching may succeed now, whatever the hold left).
+    pub fn forgive(&self, freed: impl Fn(&OfferingKey) -> bool) {
+        self.lock().retain(|k, _| !freed(k));
     }
 
     pub fn is_unavailable(&self, key: &OfferingKey, now: Instant) -> bool {

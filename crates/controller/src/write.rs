@@ -35,6 +35,8 @@ pub mod manager {
     pub const TERMINATION: &str = "karpenter-capi-termination";
     /// NodeClaims created for pending pods.
     pub const PROVISIONER: &str = "karpenter-capi-provisioner";
+    /// Static NodePools: their NodeClaims created and scaled down.
+    pub const STATIC: &str = "karpenter-capi-static";
     /// Disruption: conditions, command records, taints, replacements and deletions.
     pub const DISRUPTION: &str = "karpenter-capi-disruption";
     /// `status.lastPodEventTime` (server-side apply: the one field only it owns).

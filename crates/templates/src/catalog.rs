@@ -22,15 +22,18 @@
 //! (in namespace/name order) is excluded with [`TemplateError::ConflictingShape`].
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use api::consts::labels as label;
+use kube::ResourceExt;
 use kube::api::DynamicObject;
 
 use crate::error::{SettingsError, TemplateError};
-use crate::model::{Catalog, Excluded, InstanceType, Offering, TemplateRef};
+use crate::model::{Catalog, Excluded, InstanceType, Offering, ResizableGroup, TemplateRef};
 use crate::reference::template_ref;
-use crate::settings::CatalogSettings;
-use crate::shape::{TemplateShape, shape_of};
+use crate::resize::{self, ResizeSpec, Size};
+use crate::settings::{CatalogSettings, Resolved};
+use crate::shape::{TemplateShape, shape_of, sized_shape_of};
 
 fn describe_difference(a: &TemplateShape, b: &TemplateShape) -> String {
     if a.capacity != b.capacity {
@@ -73,6 +76,9 @@ fn describe_difference(a: &TemplateShape, b: &TemplateShape) -> String {
     String::new()
 }
 
+/// Instance type name → (first shape, templates, offerings).
+type Merged = BTreeMap<String, (TemplateShape, Vec<TemplateRef>, Vec<Offering>)>;
+
 /// Builds the catalog of one NodeClass from the templates it selects.
 ///
 /// Fails only when the NodeClass settings themselves are invalid; a bad template is listed in
@@ -90,11 +96,11 @@ pub fn build_catalog(
 
     let mut excluded = Vec::new();
     let mut defaults_applied = Vec::new();
-    // instance type name → (first shape, offerings)
-    let mut types: BTreeMap<String, (TemplateShape, Vec<TemplateRef>, Vec<Offering>)> =
-        BTreeMap::new();
+    let mut types = Merged::new();
+    // base name → (spec, templates) of the resizable templates.
+    let mut groups: BTreeMap<String, (ResizeSpec, Vec<DynamicObject>)> = BTreeMap::new();
     for obj in objs {
-        let shape = match shape_of(obj, &resolved) {
+        let shapes = match template_shapes(obj, &resolved, &mut groups) {
             Ok(s) => s,
             Err(error) => {
                 excluded.push(Excluded {
@@ -104,39 +110,19 @@ pub fn build_catalog(
                 continue;
             }
         };
-        let offerings: Vec<Offering> = shape
-            .zones
-            .iter()
-            .map(|zone| Offering {
-                zone: zone.clone(),
-                capacity_type: shape.capacity_type.clone(),
-                price: shape.price,
-                price_source: shape.price_source,
-                template: shape.template.clone(),
-                limits: shape.limits,
-                reservation_id: (shape.capacity_type == label::CAPACITY_TYPE_RESERVED)
-                    .then(|| shape.template.name.clone()),
-            })
-            .collect();
-        match types.get_mut(&shape.instance_type) {
-            None => {
-                defaults_applied.extend(shape.defaults_applied.iter().cloned());
-                types.insert(
-                    shape.instance_type.clone(),
-                    (shape.clone(), vec![shape.template.clone()], offerings),
-                );
-            }
-            Some((first, trefs, existing)) => {
-                if let Some(error) = merge_conflict(first, &shape, &offerings, existing) {
+        for (i, shape) in shapes.into_iter().enumerate() {
+            let defaults = shape.defaults_applied.clone();
+            match merge(&mut types, shape) {
+                // A resizable template's defaults are the same for every size: once.
+                Ok(()) if i == 0 => defaults_applied.extend(defaults),
+                Ok(()) => {}
+                Err(error) => {
                     excluded.push(Excluded {
-                        template: shape.template.clone(),
+                        template: error.template().clone(),
                         error,
                     });
-                    continue;
+                    break;
                 }
-                defaults_applied.extend(shape.defaults_applied.iter().cloned());
-                trefs.push(shape.template.clone());
-                existing.extend(offerings);
             }
         }
     }
@@ -149,11 +135,122 @@ pub fn build_catalog(
         .collect();
     sort_instance_types(&mut instance_types);
     excluded.sort_by(|a, b| a.template.cmp(&b.template));
+    let resizable = groups
+        .into_iter()
+        .map(|(base, (spec, objs))| resizable_group(base, spec, objs, &resolved))
+        .collect();
     Ok(Catalog {
         instance_types,
         excluded,
         defaults_applied,
+        resizable,
     })
+}
+
+/// The shapes of one template: one, or one per grid size of a resizable template (which
+/// joins the group of its base name, whose resize settings it must share).
+fn template_shapes(
+    obj: &DynamicObject,
+    resolved: &Resolved,
+    groups: &mut BTreeMap<String, (ResizeSpec, Vec<DynamicObject>)>,
+) -> Result<Vec<TemplateShape>, TemplateError> {
+    let tref = template_ref(obj);
+    let empty = BTreeMap::new();
+    let annotations = obj.metadata.annotations.as_ref().unwrap_or(&empty);
+    let Some(spec) = resize::spec_of(&tref, annotations)? else {
+        return Ok(vec![shape_of(obj, resolved)?]);
+    };
+    let shapes = spec
+        .grid()
+        .into_iter()
+        .map(|size| sized_shape_of(obj, resolved, Some((&spec, size))))
+        .collect::<Result<Vec<_>, _>>()?;
+    let base = obj
+        .labels()
+        .get(label::INSTANCE_TYPE)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|| tref.name.clone());
+    match groups.get_mut(&base) {
+        Some((first, members)) if *first != spec => {
+            return Err(TemplateError::Resizable {
+                template: Box::new(tref),
+                field: "metadata.annotations".into(),
+                value: base,
+                reason: format!(
+                    "resizable settings differ from {} of the same instance type",
+                    members
+                        .first()
+                        .map(|o| template_ref(o).to_string())
+                        .unwrap_or_default()
+                ),
+            });
+        }
+        Some((_, members)) => members.push(obj.clone()),
+        None => {
+            groups.insert(base, (spec, vec![obj.clone()]));
+        }
+    }
+    Ok(shapes)
+}
+
+/// The resizable group of `base`: makes any size of its templates on demand.
+fn resizable_group(
+    base: String,
+    spec: ResizeSpec,
+    objs: Vec<DynamicObject>,
+    resolved: &Resolved,
+) -> ResizableGroup {
+    let templates = objs.iter().map(template_ref).collect();
+    let resolved = resolved.clone();
+    let make_spec = spec.clone();
+    let make = move |size: Size| -> Option<InstanceType> {
+        let mut types = Merged::new();
+        for obj in &objs {
+            let shape = sized_shape_of(obj, &resolved, Some((&make_spec, size))).ok()?;
+            merge(&mut types, shape).ok()?;
+        }
+        let (name, (shape, templates, offerings)) = types.into_iter().next()?;
+        Some(instance_type(name, shape, templates, offerings))
+    };
+    ResizableGroup {
+        base,
+        spec,
+        templates,
+        make: Arc::new(make),
+    }
+}
+
+/// Adds one template's shape to the instance types: a new one, or its offerings joined to
+/// the instance type of the same name (an error when it cannot join).
+fn merge(types: &mut Merged, shape: TemplateShape) -> Result<(), TemplateError> {
+    let offerings: Vec<Offering> = shape
+        .zones
+        .iter()
+        .map(|zone| Offering {
+            zone: zone.clone(),
+            capacity_type: shape.capacity_type.clone(),
+            price: shape.price,
+            price_source: shape.price_source,
+            template: shape.template.clone(),
+            limits: shape.limits,
+            reservation_id: (shape.capacity_type == label::CAPACITY_TYPE_RESERVED)
+                .then(|| shape.template.name.clone()),
+        })
+        .collect();
+    match types.get_mut(&shape.instance_type) {
+        None => {
+            let tref = shape.template.clone();
+            types.insert(shape.instance_type.clone(), (shape, vec![tref], offerings));
+        }
+        Some((first, trefs, existing)) => {
+            if let Some(error) = merge_conflict(first, &shape, &offerings, existing) {
+                return Err(error);
+            }
+            trefs.push(shape.template.clone());
+            existing.extend(offerings);
+        }
+    }
+    Ok(())
 }
 
 /// The instance type of the templates merged under `name`: offerings reserved first, then by price, zone,
@@ -191,14 +288,7 @@ fn instance_type(
     }
 }
 
-/// Instance types by cheapest offering, then name.
-pub(crate) fn sort_instance_types(instance_types: &mut [InstanceType]) {
-    instance_types.sort_by(|a, b| {
-        let pa = a.cheapest().map(|o| o.price).unwrap_or(f64::MAX);
-        let pb = b.cheapest().map(|o| o.price).unwrap_or(f64::MAX);
-        pa.total_cmp(&pb).then_with(|| a.name.cmp(&b.name))
-    });
-}
+pub(crate) use crate::model::sort_instance_types;
 
 /// Reserved offerings first (preferred as Karpenter prefers reserved capacity), then price,
 /// zone, capacity type, template.

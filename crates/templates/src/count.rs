@@ -14,9 +14,9 @@
 //!   flight (no providerID yet, so the job cannot have seen them), ignored (unknown) once
 //!   older than the staleness ([`CountSource::Reported`]).
 //!
-//! A host inventory (objects a template can become, e.g. Metal3 BareMetalHosts) is another
-//! source: it adds a [`CountSource`] variant and hands its number to [`smallest`] with the
-//! others.
+//! - a host inventory (`spec.inventory` on the NodeClass, [`crate::inventory`]): the free
+//!   hosts the template's selector matches, minus the launches in flight that hold no host
+//!   yet ([`CountSource::Inventory`]); handed to [`smallest`] with the others.
 
 use std::time::Duration;
 
@@ -57,6 +57,8 @@ pub enum CountSource {
     NodeGroupMaxSize,
     /// `karpenter.cluster.x-k8s.io/available-count` minus launches in flight.
     Reported,
+    /// The NodeClass's host inventory: free matching hosts minus launches holding none yet.
+    Inventory,
 }
 
 impl CountSource {
@@ -66,6 +68,17 @@ impl CountSource {
             Self::MaxMachines => ann::MAX_MACHINES,
             Self::NodeGroupMaxSize => ann::CA_NODE_GROUP_MAX_SIZE,
             Self::Reported => ann::AVAILABLE_COUNT,
+            Self::Inventory => "inventory",
+        }
+    }
+}
+
+impl Available {
+    /// The count in words: `0 of 4 hosts available`, or `2 left of max-machines 5`.
+    pub fn describe(&self) -> String {
+        match self.source {
+            CountSource::Inventory => format!("{} of {} hosts available", self.count, self.limit),
+            s => format!("{} left of {} {}", self.count, s.annotation(), self.limit),
         }
     }
 }

@@ -134,6 +134,15 @@ pub enum TemplateError {
         capacity_type: String,
         other: Box<TemplateRef>,
     },
+    /// A resizable template's annotation (range, memory per cpu, field map, price,
+    /// headroom) is malformed.
+    #[error("{template}: {field}: bad resizable setting {value:?}: {reason}")]
+    Resizable {
+        template: Box<TemplateRef>,
+        field: String,
+        value: String,
+        reason: String,
+    },
 }
 
 impl TemplateError {
@@ -155,7 +164,8 @@ impl TemplateError {
             | Self::Count { template, .. }
             | Self::NothingAllocatable { template, .. }
             | Self::ConflictingShape { template, .. }
-            | Self::DuplicateOffering { template, .. } => template,
+            | Self::DuplicateOffering { template, .. }
+            | Self::Resizable { template, .. } => template,
         }
     }
 
@@ -178,6 +188,7 @@ impl TemplateError {
             Self::NothingAllocatable { .. } => "NothingAllocatable",
             Self::ConflictingShape { .. } => "ConflictingShape",
             Self::DuplicateOffering { .. } => "DuplicateOffering",
+            Self::Resizable { .. } => "InvalidResizable",
         }
     }
 

@@ -24,15 +24,18 @@
 mod catalog;
 pub mod count;
 mod error;
+pub mod inventory;
 pub mod labels;
 pub mod model;
 pub mod offline;
 pub mod overlay;
 pub mod quantity;
 mod reference;
+pub mod resize;
 pub mod selection;
 pub mod settings;
 pub mod shape;
+pub mod sizing;
 pub mod status;
 pub mod watch;
 

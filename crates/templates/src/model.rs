@@ -1,6 +1,8 @@
 //! The catalog: instance types with offerings, as the scheduler and the NodeClass status see it.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use api::consts::labels as label;
 use k8s_openapi::api::core::v1::Taint;
@@ -10,6 +12,7 @@ use crate::count::CountLimits;
 use crate::error::TemplateError;
 use crate::quantity::{format_bytes, format_milli};
 pub use crate::reference::TemplateRef;
+use crate::resize::{ResizeSpec, Size};
 
 /// Resource amounts in canonical integer units: `cpu` in millicores, everything else
 /// (memory, ephemeral-storage, pods, GPUs, hugepages) in bytes or counts.
@@ -259,6 +262,50 @@ pub struct Catalog {
     /// Templates that yield nothing, sorted by template.
     pub excluded: Vec<Excluded>,
     pub defaults_applied: Vec<DefaultApplied>,
+    /// The resizable templates (by instance-type base name): their grid is in
+    /// `instance_types`, any other size of theirs is made on demand ([`Catalog::lookup`]).
+    #[serde(skip)]
+    pub resizable: Vec<ResizableGroup>,
+}
+
+/// Makes the instance type of one size of a resizable group (`None`: not a size of it).
+pub type MakeSized = dyn Fn(Size) -> Option<InstanceType> + Send + Sync;
+
+/// The resizable templates sharing one instance-type base name (one per zone, say).
+#[derive(Clone)]
+pub struct ResizableGroup {
+    /// The base name: `<base>-<cpu>c-<memory>` are its instance types.
+    pub base: String,
+    pub spec: ResizeSpec,
+    /// The templates of the group.
+    pub templates: Vec<TemplateRef>,
+    pub(crate) make: Arc<MakeSized>,
+}
+
+impl std::fmt::Debug for ResizableGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResizableGroup")
+            .field("base", &self.base)
+            .field("spec", &self.spec)
+            .field("templates", &self.templates)
+            .finish()
+    }
+}
+
+impl PartialEq for ResizableGroup {
+    fn eq(&self, other: &Self) -> bool {
+        self.base == other.base && self.spec == other.spec && self.templates == other.templates
+    }
+}
+
+impl ResizableGroup {
+    /// The instance type of `size` (`None` when the spec does not contain it).
+    pub fn instance_type(&self, size: Size) -> Option<InstanceType> {
+        if !self.spec.contains(size) {
+            return None;
+        }
+        (self.make)(size)
+    }
 }
 
 impl Catalog {
@@ -266,4 +313,46 @@ impl Catalog {
     pub fn get(&self, name: &str) -> Option<&InstanceType> {
         self.instance_types.iter().find(|t| t.name == name)
     }
+
+    /// The resizable group `name` is a size of, and the size.
+    pub fn resizable_of(&self, name: &str) -> Option<(&ResizableGroup, Size)> {
+        self.resizable
+            .iter()
+            .find_map(|g| Some((g, crate::resize::parse_sized_name(&g.base, name)?)))
+    }
+
+    /// The instance type called `name`: in the catalog, or a size of a resizable group
+    /// within its bounds (made now).
+    pub fn lookup(&self, name: &str) -> Option<Cow<'_, InstanceType>> {
+        if let Some(it) = self.get(name) {
+            return Some(Cow::Borrowed(it));
+        }
+        let (group, size) = self.resizable_of(name)?;
+        group.instance_type(size).map(Cow::Owned)
+    }
+
+    /// The catalog with the instance types of `names` that are sizes of its resizable
+    /// groups but not in its grid added (borrowed when there are none).
+    pub fn with_sizes<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> Cow<'_, Catalog> {
+        let extra: Vec<InstanceType> = names
+            .into_iter()
+            .filter(|n| self.get(n).is_none())
+            .filter_map(|n| self.lookup(n).map(Cow::into_owned))
+            .collect();
+        if extra.is_empty() {
+            return Cow::Borrowed(self);
+        }
+        let mut c = self.clone();
+        c.instance_types.extend(extra);
+        sort_instance_types(&mut c.instance_types);
+        Cow::Owned(c)
+    }
+}
+/// Instance types by cheapest offering, then name.
+pub(crate) fn sort_instance_types(instance_types: &mut [InstanceType]) {
+    instance_types.sort_by(|a, b| {
+        let pa = a.cheapest().map(|o| o.price).unwrap_or(f64::MAX);
+        let pb = b.cheapest().map(|o| o.price).unwrap_or(f64::MAX);
+        pa.total_cmp(&pb).then_with(|| a.name.cmp(&b.name))
+    });
 }

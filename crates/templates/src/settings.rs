@@ -47,6 +47,9 @@ pub struct CatalogSettings {
     /// Names of the Cluster's failure domains (`status.failureDomains`), for templates
     /// without a zone.
     pub failure_domains: Vec<String>,
+    /// `status.resizeCorrections`: resizable template name → (cpu, memory) its Nodes lack
+    /// against the size asked (quantities).
+    pub resize_corrections: BTreeMap<String, (String, String)>,
 }
 
 /// An eviction threshold: absolute or a fraction of capacity.
@@ -65,6 +68,9 @@ pub(crate) struct Resolved {
     eviction_hard: BTreeMap<String, Threshold>,
     pub max_pods: Option<i64>,
     pub failure_domains: Vec<String>,
+    /// Template name → (millicores, bytes) its Nodes lack (unparseable entries dropped:
+    /// the status is ours).
+    pub resize_corrections: BTreeMap<String, (i64, i64)>,
 }
 
 const RESERVABLE: [&str; 3] = [
@@ -156,12 +162,30 @@ impl CatalogSettings {
         let mut failure_domains = self.failure_domains.clone();
         failure_domains.sort();
         failure_domains.dedup();
+        let resize_corrections = self
+            .resize_corrections
+            .iter()
+            .filter_map(|(t, (cpu, mem))| {
+                let cpu = if cpu.is_empty() {
+                    Ok(0)
+                } else {
+                    parse_milli(cpu)
+                };
+                let mem = if mem.is_empty() {
+                    Ok(0)
+                } else {
+                    parse_value(mem)
+                };
+                Some((t.clone(), (cpu.ok()?.max(0), mem.ok()?.max(0))))
+            })
+            .collect();
         Ok(Resolved {
             kube_reserved,
             system_reserved,
             eviction_hard,
             max_pods,
             failure_domains,
+            resize_corrections,
         })
     }
 
@@ -183,6 +207,12 @@ impl CatalogSettings {
             failure_domains: cluster
                 .map(api::Cluster::failure_domain_names)
                 .unwrap_or_default(),
+            resize_corrections: nc
+                .status
+                .iter()
+                .flat_map(|s| &s.resize_corrections)
+                .map(|c| (c.template.clone(), (c.cpu.clone(), c.memory.clone())))
+                .collect(),
         }
     }
 
@@ -210,6 +240,19 @@ impl CatalogSettings {
                 .and_then(Value::as_i64)
                 .and_then(|v| i32::try_from(v).ok()),
             failure_domains: Vec::new(),
+            resize_corrections: node_class
+                .pointer("/status/resizeCorrections")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|c| {
+                    let s = |k: &str| c.get(k).and_then(scalar_string).unwrap_or_default();
+                    Some((
+                        c.get("template")?.as_str()?.to_string(),
+                        (s("cpu"), s("memory")),
+                    ))
+                })
+                .collect(),
         }
     }
 

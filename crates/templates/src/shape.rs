@@ -16,6 +16,7 @@ use crate::labels::{
 use crate::model::{DefaultApplied, PriceSource, Resources, TemplateRef, default_price};
 use crate::quantity::{parse_milli, parse_value};
 use crate::reference::{is_machine_template, template_ref};
+use crate::resize::{self, ResizeSpec, Size};
 use crate::settings::{CatalogSettings, DEFAULT_MAX_PODS, Resolved, scalar_string};
 
 /// Default GPU resource name when `…/gpu-count` has no `…/gpu-type`.
@@ -113,9 +114,31 @@ const CAPACITY_TYPES: [&str; 3] = ["spot", "on-demand", "reserved"];
 type Map = BTreeMap<String, String>;
 
 /// Reads one template into its shape. `settings` must be resolved from a [`CatalogSettings`].
+/// A resizable template reads as its smallest offered size.
 pub(crate) fn shape_of(
     obj: &DynamicObject,
     settings: &Resolved,
+) -> Result<TemplateShape, TemplateError> {
+    let tref = template_ref(obj);
+    let empty = BTreeMap::new();
+    let annotations = obj.metadata.annotations.as_ref().unwrap_or(&empty);
+    match resize::spec_of(&tref, annotations)? {
+        Some(spec) => {
+            let size = spec.grid().first().copied().ok_or(TemplateError::NoCpu {
+                template: Box::new(tref.clone()),
+            })?;
+            sized_shape_of(obj, settings, Some((&spec, size)))
+        }
+        None => sized_shape_of(obj, settings, None),
+    }
+}
+
+/// Reads one template into its shape; with a resize spec and a size, as that size (its
+/// cpu and memory, price and instance-type name).
+pub(crate) fn sized_shape_of(
+    obj: &DynamicObject,
+    settings: &Resolved,
+    sized: Option<(&ResizeSpec, Size)>,
 ) -> Result<TemplateShape, TemplateError> {
     let tref = template_ref(obj);
     let mut cx = Ctx {
@@ -126,10 +149,15 @@ pub(crate) fn shape_of(
     let empty = BTreeMap::new();
     let annotations = obj.metadata.annotations.as_ref().unwrap_or(&empty);
     let tlabels = obj.metadata.labels.as_ref().unwrap_or(&empty);
-    let capacity = read_capacity(&mut cx, obj, annotations, settings)?;
+    let capacity = read_capacity(&mut cx, obj, annotations, settings, sized.map(|s| s.1))?;
     let allocatable = read_allocatable(&cx, &capacity, settings)?;
     let (mut labels, ann_labels) = read_labels(&mut cx, obj, annotations)?;
-    let instance_type = instance_type_of(&cx, tlabels)?;
+    let mut instance_type = instance_type_of(&cx, tlabels)?;
+    if let Some((_, size)) = sized {
+        instance_type = resize::sized_name(&instance_type, size);
+        validate_label_value(&instance_type)
+            .map_err(|e| cx.label_err("metadata.name", &instance_type, e))?;
+    }
     let capacity_type = capacity_type_of(&cx, tlabels, &ann_labels)?;
     let zones = zones_of(&cx, tlabels, &ann_labels, settings)?;
 
@@ -160,7 +188,14 @@ pub(crate) fn shape_of(
         })?,
         None => Vec::new(),
     };
-    let (price, price_source) = price_of(&cx, annotations, &capacity, &capacity_type)?;
+    let (price, price_source) = match sized.and_then(|(spec, size)| spec.price(size)) {
+        Some(p) => (p, PriceSource::Annotation),
+        None if sized.is_some() => (
+            default_price(&capacity, &capacity_type),
+            PriceSource::Default,
+        ),
+        None => price_of(&cx, annotations, &capacity, &capacity_type)?,
+    };
     let limits = read_limits(&tref, annotations)?;
 
     Ok(TemplateShape {
@@ -208,6 +243,7 @@ fn read_capacity(
     obj: &DynamicObject,
     annotations: &Map,
     settings: &Resolved,
+    size: Option<Size>,
 ) -> Result<Resources, TemplateError> {
     let mut cap = BTreeMap::<String, i64>::new();
     if let Some(status_cap) = obj.data.pointer("/status/capacity") {
@@ -250,6 +286,22 @@ fn read_capacity(
         DEFAULT_MAX_PODS
     };
     cap.insert(Resources::PODS.to_string(), pods);
+    if let Some(size) = size {
+        // What the template's Nodes really get: the size less the calibrated shortfall.
+        let (cpu_short, mem_short) = settings
+            .resize_corrections
+            .get(&cx.tref.name)
+            .copied()
+            .unwrap_or((0, 0));
+        cap.insert(
+            Resources::CPU.to_string(),
+            size.cpu.saturating_sub(cpu_short),
+        );
+        cap.insert(
+            Resources::MEMORY.to_string(),
+            size.memory.saturating_sub(mem_short),
+        );
+    }
     if cap.get(Resources::CPU).copied().unwrap_or(0) <= 0 {
         return Err(TemplateError::NoCpu { template: cx.t() });
     }

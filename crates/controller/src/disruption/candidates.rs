@@ -67,17 +67,23 @@ pub struct Pool<'a> {
     pub total: usize,
     /// Its NodeClaims being deleted or in a surge-first command.
     pub disrupting: usize,
+    /// Its NodeClaims being deleted.
+    pub deleting: usize,
+    /// `spec.replicas`: a static pool (never consolidated; drift replaced one for one).
+    pub replicas: Option<i64>,
     /// Its NodeClaims neither being deleted nor in a command, in name order.
     pub candidates: Vec<Candidate<'a>>,
 }
 
 impl Pool<'_> {
-    /// Whether the pool's policy consolidates nodes that still run pods.
+    /// Whether the pool's policy consolidates nodes that still run pods (never a static
+    /// pool's).
     pub fn consolidates_underutilized(&self) -> bool {
-        matches!(
-            self.spec.disruption.consolidation_policy,
-            ConsolidationPolicy::WhenEmptyOrUnderutilized | ConsolidationPolicy::Balanced
-        )
+        self.replicas.is_none()
+            && matches!(
+                self.spec.disruption.consolidation_policy,
+                ConsolidationPolicy::WhenEmptyOrUnderutilized | ConsolidationPolicy::Balanced
+            )
     }
 }
 
@@ -99,6 +105,8 @@ pub fn pools<'a>(view: &'a View) -> Vec<Pool<'a>> {
                 consolidate_after: consolidate_after(&p.spec),
                 total: claims.len(),
                 disrupting: claims.iter().filter(|(c, _)| busy(c)).count(),
+                deleting: claims.iter().filter(|(c, _)| deleting(c.as_ref())).count(),
+                replicas: p.spec.replicas,
                 candidates: claims
                     .into_iter()
                     .filter(|(c, _)| !busy(c))
@@ -121,8 +129,12 @@ pub fn pools<'a>(view: &'a View) -> Vec<Pool<'a>> {
         .collect()
 }
 
-/// A NodePool's `consolidateAfter`; `None` for `Never` (or unparsable).
+/// A NodePool's `consolidateAfter`; `None` for `Never` (or unparsable), and for a static
+/// pool (`replicas`), whose nodes are never consolidated (no `Consolidatable` condition).
 pub fn consolidate_after(spec: &NodePoolSpec) -> Option<Duration> {
+    if spec.replicas.is_some() {
+        return None;
+    }
     match spec.disruption.consolidate_after.as_str() {
         "Never" => None,
         d => parse_duration(d),

@@ -91,10 +91,8 @@ pub fn priced<'a>(view: &View, pool: &Pool<'a>, c: &'a Candidate<'a>) -> Option<
             })
         })?;
     let current = (view.catalog)(&pool.spec.template.spec.node_class_ref.name).and_then(|cat| {
-        let it = cat
-            .instance_types
-            .iter()
-            .find(|t| t.name == plan.instance_type)?;
+        // A size of a resizable template is priced as that size.
+        let it = cat.lookup(&plan.instance_type)?;
         it.offerings
             .iter()
             .find(|o| {
@@ -114,6 +112,9 @@ pub fn priced<'a>(view: &View, pool: &Pool<'a>, c: &'a Candidate<'a>) -> Option<
 
 /// What keeps a non-empty candidate from consolidation, before any simulation.
 fn blocker(pool: &Pool, c: &Candidate, pass: &Pass, clock: Clock) -> Option<String> {
+    if pool.replicas.is_some() {
+        return Some("static NodePool: its nodes are never consolidated".into());
+    }
     if pool.spec.disruption.consolidation_policy == ConsolidationPolicy::WhenEmpty {
         return Some("policy WhenEmpty consolidates only empty nodes".into());
     }

@@ -42,14 +42,14 @@ pub struct Drift {
 }
 
 /// The `Drifted` condition of a candidate: (reason, message).
-fn condition<'a>(c: &'a Candidate) -> Option<(&'a str, &'a str)> {
+pub(super) fn condition<'a>(c: &'a Candidate) -> Option<(&'a str, &'a str)> {
     let s = c.claim.status.as_ref()?;
     let d = api::conditions::get(&s.conditions, types::DRIFTED)?;
     (d.status == api::conditions::TRUE).then_some((d.reason.as_str(), d.message.as_str()))
 }
 
 /// Whether the candidate's NodeClass leaves drift to the user (policy `Manual`).
-fn manual(view: &View, c: &Candidate) -> bool {
+pub(super) fn manual(view: &View, c: &Candidate) -> bool {
     view.nodeclasses
         .iter()
         .find(|nc| nc.name_any() == c.claim.spec.node_class_ref.name)
@@ -79,6 +79,9 @@ impl Method for Drift {
         pass: &mut Pass,
         clock: Clock,
     ) -> Vec<Decision> {
+        if pool.replicas.is_some() {
+            return Vec::new(); // static drift's
+        }
         let mut drifted: Vec<&Candidate> = pool
             .candidates
             .iter()

@@ -34,7 +34,8 @@ impl Method for Emptiness {
         pass: &mut Pass,
         clock: Clock,
     ) -> Vec<Decision> {
-        let Some(after) = pool.consolidate_after else {
+        // A static pool's nodes are never consolidation candidates.
+        let Some(after) = pool.consolidate_after.filter(|_| pool.replicas.is_none()) else {
             return Vec::new();
         };
         let validation =

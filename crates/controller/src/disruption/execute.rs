@@ -45,6 +45,8 @@ pub struct Disruption {
     pub unavailable: Arc<UnavailableOfferings>,
     /// How long a template's reported `available-count` is trusted.
     pub count_staleness: Duration,
+    /// The NodeClasses' host inventories: replacements take free hosts too.
+    pub inventory: crate::inventory::Inventory,
     /// How long a surge-first command may wait for its replacements to initialize.
     pub command_timeout: Duration,
     /// No pass while the workload cluster does not answer (see `health`).
@@ -67,7 +69,8 @@ impl Disruption {
             &[],
             Timestamp::now(),
             self.count_staleness,
-        );
+        )
+        .with_hosts(self.inventory.tallies());
         let simulator = Simulator {
             catalog: &|nodeclass| self.provider.instance_types(nodeclass),
             available: &LaunchState {
@@ -189,6 +192,11 @@ pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> 
         }
         if !d.connection.connected() {
             // Disconnected: the caches are stale; disrupt nothing until it answers again.
+            continue;
+        }
+        if d.state.pending() {
+            // The pods are not listed yet (a lazy watch just started): every node would
+            // look empty.
             continue;
         }
         if orchestrator.caches_lag() {

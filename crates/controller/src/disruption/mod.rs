@@ -12,8 +12,8 @@
 //! Layout: [`candidates`] (per pool, the NodeClaims that may be disrupted, with their Node
 //! and pods), [`blockers`], [`budgets`], [`pricing`] (price rules, Balanced, binary search),
 //! [`plan`] (the consolidation simulation), [`search`] (multi- then single-node, within
-//! time limits), one file per [`Method`] ([`expiration`], [`emptiness`], [`drift`],
-//! [`consolidation`]), [`verdict`] (why (not), per NodeClaim) and [`execute`] (the loop). A method is a candidate filter and a decision, with state of its
+//! time limits), one file per [`Method`] ([`expiration`], [`emptiness`], [`static_drift`],
+//! [`drift`], [`consolidation`]), [`verdict`] (why (not), per NodeClaim) and [`execute`] (the loop). A method is a candidate filter and a decision, with state of its
 //! own only where Karpenter keeps some in memory too (consolidation's validation and search
 //! cache); the budget and the execution are shared, so a new method is one file and one
 //! line in [`Timers::methods`].
@@ -38,6 +38,7 @@ pub mod podevents;
 pub mod pricing;
 pub mod search;
 pub mod simulate;
+pub mod static_drift;
 pub mod status;
 pub mod steps;
 pub mod tally;
@@ -219,6 +220,7 @@ pub trait Method {
 pub struct Timers {
     expiration: expiration::Expiration,
     emptiness: emptiness::Emptiness,
+    static_drift: static_drift::StaticDrift,
     drift: drift::Drift,
     consolidation: consolidation::Consolidation,
 }
@@ -226,10 +228,11 @@ pub struct Timers {
 impl Timers {
     /// The methods, in the order they choose: a candidate one takes is not offered to the
     /// next.
-    fn methods(&mut self) -> [&mut dyn Method; 4] {
+    fn methods(&mut self) -> [&mut dyn Method; 5] {
         [
             &mut self.expiration,
             &mut self.emptiness,
+            &mut self.static_drift,
             &mut self.drift,
             &mut self.consolidation,
         ]
@@ -237,7 +240,9 @@ impl Timers {
 
     /// The candidates the passes since the last call found blocked (drift).
     pub fn blocked(&mut self) -> Vec<drift::Blocked> {
-        std::mem::take(&mut self.drift.blocked)
+        let mut out = std::mem::take(&mut self.static_drift.blocked);
+        out.append(&mut self.drift.blocked);
+        out
     }
 }
 

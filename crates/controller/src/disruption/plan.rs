@@ -287,6 +287,55 @@ fn choices(
         .collect()
 }
 
+/// For a claim planned on a size of a resizable template, the options as the provisioner
+/// would launch them: the planned size replaced by the smallest size that holds the claim
+/// (priced as that size, with the planned size's available offerings), the template's other
+/// sizes dropped. So a node is shrunk when that saves at least one step.
+fn shrunk(
+    catalog: &templates::model::Catalog,
+    claim: &scheduling::NewNodeClaim,
+    options: Vec<Choice>,
+) -> Vec<Choice> {
+    let Some((_, names)) = crate::provisioning::nodeclaim::shrink(catalog, claim) else {
+        return options;
+    };
+    let (Some((group, _)), Some(sized)) = (
+        catalog.resizable_of(&claim.cheapest.instance_type),
+        names.first().and_then(|n| catalog.lookup(n)),
+    ) else {
+        return options;
+    };
+    let price = |ct: &str| {
+        sized
+            .offerings
+            .iter()
+            .filter(|o| o.capacity_type == ct)
+            .map(|o| o.price)
+            .reduce(f64::max)
+    };
+    options
+        .into_iter()
+        .filter_map(|c| {
+            if templates::resize::parse_sized_name(&group.base, &c.instance_type).is_none() {
+                return Some(c);
+            }
+            (c.instance_type == claim.cheapest.instance_type).then(|| Choice {
+                instance_type: sized.name.clone(),
+                offers: c
+                    .offers
+                    .iter()
+                    .filter_map(|o| {
+                        Some(Offer {
+                            capacity_type: o.capacity_type.clone(),
+                            price: price(&o.capacity_type)?,
+                        })
+                    })
+                    .collect(),
+            })
+        })
+        .collect()
+}
+
 /// The claim cut to the chosen instance types (and capacity types, when restricted).
 fn narrowed(claim: &scheduling::NewNodeClaim, chosen: &Chosen) -> scheduling::NewNodeClaim {
     let mut claim = claim.clone();
@@ -360,7 +409,11 @@ fn replacement(
     let zones = allowed(claim, LABEL_ZONE);
     let capacity_types = allowed(claim, LABEL_CAPACITY_TYPE);
     let ok = |set: Option<&[String]>, v: &str| set.is_none_or(|s| s.iter().any(|x| x == v));
-    let options = choices(pool, claim, zones, capacity_types);
+    let catalog = snap.catalogs.get(&claim.node_pool).cloned();
+    let mut options = choices(pool, claim, zones, capacity_types);
+    if let Some(cat) = catalog.as_deref() {
+        options = shrunk(cat, claim, options);
+    }
     let offered = |ct: &str| {
         ok(capacity_types, ct)
             && options
@@ -389,7 +442,7 @@ fn replacement(
     let claim = narrowed(claim, &chosen);
     let (instance_type, price) = cheapest(&chosen)?;
     Ok(Replacement {
-        catalog: snap.catalogs.get(&claim.node_pool).cloned(),
+        catalog,
         nodepool,
         claim,
         instance_type,

@@ -24,6 +24,17 @@ pub trait Simulate {
         view: &View,
         candidates: &[&Candidate],
     ) -> Result<Vec<NodeClaim>, String>;
+
+    /// The replacement of one claim of static pool `pool` (its template, in `zone` if
+    /// given); `Err(why)` when none can be planned.
+    fn static_replacement(
+        &self,
+        _view: &View,
+        pool: &str,
+        _zone: Option<&str>,
+    ) -> Result<NodeClaim, String> {
+        Err(format!("no replacement planned for static NodePool {pool}"))
+    }
 }
 
 /// The cluster without the Nodes `nodes` and the NodeClaims `claims` (and without the
@@ -88,5 +99,21 @@ impl Simulate for Simulator<'_> {
             .iter()
             .filter_map(|c| snap.nodeclaim(c))
             .collect())
+    }
+
+    fn static_replacement(
+        &self,
+        view: &View,
+        pool: &str,
+        zone: Option<&str>,
+    ) -> Result<NodeClaim, String> {
+        let p = view
+            .nodepools
+            .iter()
+            .find(|p| name(p.as_ref()) == pool)
+            .ok_or_else(|| format!("NodePool {pool} not found"))?;
+        let catalog = (self.catalog)(&p.spec.template.spec.node_class_ref.name)
+            .ok_or_else(|| format!("NodePool {pool}: its NodeClass has no instance types"))?;
+        crate::static_pools::template::claim(p, &catalog, self.available, zone, None)
     }
 }

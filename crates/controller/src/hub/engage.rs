@@ -1,5 +1,13 @@
 //! One engaged Cluster: its credentials, its workload client, caches, loops and probe, run
-//! on one task until told to stop ([`Engaged::disengage`]).
+//! on one task until told to stop ([`Engaged::disengage`]) or cancelled ([`Engaged::cancel`]).
+//!
+//! A sharded hub fences each engagement with the Cluster's own Lease
+//! ([`super::shard::fence_name`], the leader-election machinery of `leader`): the task takes
+//! it before it connects, renews it while it serves, and when it loses it (another holder,
+//! seen at a renewal) the engagement is dropped at once — every loop, watch and probe
+//! aborted, as a replica that lost its leadership — before anything else is written; it then
+//! waits to take the Lease again. A stopped engagement releases its Lease once its loops are
+//! done, so the next owner need not wait for it to expire.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,6 +16,8 @@ use k8s_openapi::api::core::v1::{ObjectReference, Secret};
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::watch;
 
+use super::shard::Fencing;
+use super::status::{State, Table};
 use super::{HubConfig, Ownership};
 use crate::cache::{Cache, Caches};
 use crate::catalogs::ClusterKey;
@@ -42,6 +52,10 @@ pub(crate) struct Hub {
     pub(crate) ownership: Arc<dyn Ownership>,
     /// Events on the Cluster objects (management side).
     pub(crate) recorder: Recorder,
+    /// The per-cluster fence Leases (a sharded hub); `None`: one replica, no Lease.
+    pub(crate) fencing: Option<Fencing>,
+    /// Each Cluster's state (`karpenter_capi_clusters`).
+    pub(crate) status: Table,
 }
 
 /// A Cluster's kubeconfig, as read from its Secret.
@@ -97,6 +111,7 @@ pub(crate) struct Engaged {
     /// The resourceVersion of the Secret it was engaged with.
     pub(crate) version: String,
     stop: watch::Sender<bool>,
+    cancel: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -119,11 +134,24 @@ impl Engaged {
             self.task.abort();
         }
     }
+
+    /// Cancels the engagement (the Cluster moved to another replica): its loops are
+    /// aborted, not finished, then its fence Lease is released.
+    pub(crate) async fn cancel(mut self) {
+        let _ = self.cancel.send(true);
+        if tokio::time::timeout(STOP_GRACE, &mut self.task)
+            .await
+            .is_err()
+        {
+            self.task.abort();
+        }
+    }
 }
 
 /// Starts the engagement of `cluster` with `creds`.
 pub(crate) fn engage(hub: &Hub, key: ClusterKey, cluster: &Cluster, creds: Credentials) -> Engaged {
     let (stop, stopped) = watch::channel(false);
+    let (cancel, cancelled) = watch::channel(false);
     tracing::info!(cluster = %key, secret = %creds.secret, "engaging");
     let run = Run {
         management_kubeconfig: hub.management_kubeconfig.clone(),
@@ -134,15 +162,20 @@ pub(crate) fn engage(hub: &Hub, key: ClusterKey, cluster: &Cluster, creds: Crede
         options: hub.options.clone(),
         identity: hub.identity.clone(),
         probe_interval: hub.config.probe_interval,
+        cluster_label: hub.config.metrics_cluster_label,
         node_overlay: hub.config.node_overlay,
         recorder: hub.recorder.clone(),
         regarding: regarding(cluster),
         key,
+        fence_client: hub.management.clone(),
+        fencing: hub.fencing.clone(),
+        status: hub.status.clone(),
     };
     Engaged {
         version: creds.version,
         stop,
-        task: tokio::spawn(run.run(creds.kubeconfig, stopped)),
+        cancel,
+        task: tokio::spawn(run.run(creds.kubeconfig, stopped, cancelled)),
     }
 }
 
@@ -180,11 +213,22 @@ struct Run {
     options: ClientOptions,
     identity: String,
     probe_interval: Duration,
+    /// Whether the engagement's series carry its `cluster` label.
+    cluster_label: bool,
     /// The `NodeOverlay` feature gate.
     node_overlay: bool,
     recorder: Recorder,
     regarding: ObjectReference,
     key: ClusterKey,
+    /// Where the fence Lease lives (the hub's management client).
+    fence_client: Client,
+    fencing: Option<Fencing>,
+    status: Table,
+}
+
+/// Waits until `rx` turns true (or its sender is gone).
+async fn until(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
 }
 
 impl Run {
@@ -207,12 +251,82 @@ impl Run {
         );
     }
 
-    /// Connects (retrying until `stop`), starts the caches, the probe and the loops, and
-    /// runs until `stop`.
-    async fn run(self, kubeconfig: String, mut stop: watch::Receiver<bool>) {
+    /// Serves the cluster until `stop` (loops finish) or `cancel` (loops aborted); when
+    /// fenced, only while holding its fence Lease.
+    async fn run(
+        self,
+        kubeconfig: String,
+        stop: watch::Receiver<bool>,
+        cancel: watch::Receiver<bool>,
+    ) {
+        let Some(fencing) = self.fencing.clone() else {
+            tokio::select! {
+                _ = self.serve(&kubeconfig, stop) => {}
+                _ = until(cancel) => {}
+            }
+            return self.forget();
+        };
+        loop {
+            self.status.set(&self.key, State::WaitingLease);
+            let mut election = tokio::select! {
+                _ = until(stop.clone()) => return,
+                _ = until(cancel.clone()) => return,
+                e = self.fence(&fencing) => e,
+            };
+            tokio::select! {
+                _ = until(stop.clone()) => return election.release().await,
+                _ = until(cancel.clone()) => return election.release().await,
+                _ = election.acquired() => {}
+            }
+            tracing::info!(cluster = %self.key, lease = %super::shard::fence_name(&self.key), "fence Lease acquired");
+            let lost = tokio::select! {
+                _ = self.serve(&kubeconfig, stop.clone()) => false,
+                _ = election.lost() => true,
+                _ = until(cancel.clone()) => false,
+            };
+            // Dropped: every loop, watch and probe of the engagement is aborted.
+            self.forget();
+            if !lost {
+                tracing::info!(cluster = %self.key, "releasing the fence Lease");
+                return election.release().await;
+            }
+            tracing::warn!(cluster = %self.key, "fence Lease lost: engagement cancelled; waiting to hold it again");
+        }
+    }
+
+    /// Drops the cluster's series: whoever serves it next reports them.
+    fn forget(&self) {
+        self.metrics.cluster_connected.remove(&self.labels());
+        self.metrics.forget_cluster(&self.key.to_string());
+    }
+
+    /// Starts the election for the fence Lease (retried until it starts).
+    async fn fence(&self, fencing: &Fencing) -> crate::leader::Election {
+        let config = crate::leader::LeaderConfig {
+            namespace: fencing.namespace.clone(),
+            name: super::shard::fence_name(&self.key),
+            identity: fencing.identity.clone(),
+            duration: fencing.duration,
+            grace: fencing.grace,
+        };
+        loop {
+            match crate::leader::Election::start(self.fence_client.clone(), &config).await {
+                Ok(e) => return e,
+                Err(e) => {
+                    tracing::warn!(cluster = %self.key, error = %e, "starting the fence Lease election failed; retrying");
+                    tokio::time::sleep(self.probe_interval.min(Duration::from_secs(5))).await;
+                }
+            }
+        }
+    }
+
+    /// Connects (retrying), starts the caches, the probe and the loops, and runs until
+    /// `stop`.
+    async fn serve(&self, kubeconfig: &str, mut stop: watch::Receiver<bool>) {
+        self.status.set(&self.key, State::Connecting);
         let connected = tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
-            c = self.connect(&kubeconfig) => c,
+            c = self.connect(kubeconfig) => c,
         };
         let Connected {
             workload,
@@ -226,6 +340,7 @@ impl Run {
             &management,
             &cluster_id,
             self.clusters.clone(),
+            true,
         );
         if self.node_overlay {
             caches = caches.with_overlays(&mut tasks, &workload);
@@ -243,6 +358,7 @@ impl Run {
             .cluster_engagements
             .get_or_create(&self.labels())
             .inc();
+        self.status.set(&self.key, State::Engaged);
         tracing::info!(cluster = %self.key, cluster_id = %cluster_id, "engaged");
         self.event(
             EventType::Normal,
@@ -253,7 +369,9 @@ impl Run {
         let sources = Sources {
             workload,
             management,
-            metrics: self.metrics.clone(),
+            metrics: self
+                .metrics
+                .scoped(self.cluster_label.then(|| self.key.to_string()).as_deref()),
             knobs: self.knobs.clone(),
             engaged: Some(self.key.clone()),
             connection,
@@ -269,7 +387,6 @@ impl Run {
         let _ = stop.wait_for(|s| *s).await;
         gc.abort();
         while loops.join_next().await.is_some() {}
-        self.metrics.cluster_connected.remove(&self.labels());
         tracing::info!(cluster = %self.key, "disengaged");
     }
 
@@ -315,6 +432,12 @@ impl Run {
         let this = Arc::new(self.clone());
         crate::health::probe(client, interval, tx, stop, move |connected| {
             gauge.set(i64::from(connected));
+            let state = if connected {
+                State::Engaged
+            } else {
+                State::Disconnected
+            };
+            this.status.set(&this.key, state);
             let this = this.clone();
             async move {
                 if connected {

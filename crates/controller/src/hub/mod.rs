@@ -14,10 +14,16 @@
 //! deleted, control plane initialized) and its kubeconfig Secret exists ([`engage::credentials`]);
 //! a changed Secret (resourceVersion) re-engages it; a Cluster that stops being eligible (deleted,
 //! unlabelled, paused) is disengaged: its loops stop, nothing of it is deleted. Which eligible
-//! Clusters this replica engages is [`Ownership`]'s decision: today one replica (the leader)
-//! owns all; sharding plugs in there.
+//! Clusters this replica engages is [`Ownership`]'s decision: one replica owns all; several
+//! split them ([`shard`]): by rendezvous hashing over the live peers ([`peers`]), or by
+//! `--shard-count/--shard-index`; each owner holds the Cluster's fence Lease while it serves
+//! it ([`engage`]). A Cluster that moves to another replica is cancelled here (its loops
+//! aborted) and its fence Lease released; the new owner takes it then (or once it expires).
 
 pub(crate) mod engage;
+pub mod peers;
+pub mod shard;
+pub mod status;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -26,7 +32,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use tokio::sync::watch;
 
-use crate::catalogs::ClusterKey;
+pub use crate::catalogs::ClusterKey;
 use api::Cluster;
 use api::consts::{annotations, conditions, labels};
 
@@ -48,6 +54,11 @@ pub struct HubConfig {
     /// The `NodeOverlay` feature gate: each engaged cluster's NodeOverlays watched and
     /// applied.
     pub node_overlay: bool,
+    /// `--shard-count/--shard-index`: static shards instead of rendezvous over peers.
+    pub shard: Option<shard::StaticShard>,
+    /// Label each engagement's series with `cluster="<namespace>/<name>"`
+    /// (`--metrics-cluster-label`; off: summed over the clusters, fewer series).
+    pub metrics_cluster_label: bool,
 }
 
 impl Default for HubConfig {
@@ -59,6 +70,8 @@ impl Default for HubConfig {
             probe_interval: crate::health::INTERVAL,
             resync: Duration::from_secs(10),
             node_overlay: true,
+            shard: None,
+            metrics_cluster_label: true,
         }
     }
 }
@@ -86,6 +99,11 @@ impl HubConfig {
 /// live peers, or `--shard-count/--shard-index`) implements this.
 pub trait Ownership: Send + Sync {
     fn owns(&self, cluster: &ClusterKey) -> bool;
+
+    /// What changes ownership besides the Clusters (the live peers), if anything.
+    fn changes(&self) -> Option<watch::Receiver<Vec<String>>> {
+        None
+    }
 }
 
 /// Every Cluster is ours (one replica, or the leader of several).
@@ -151,12 +169,14 @@ pub(crate) async fn run(hub: Arc<engage::Hub>, mut stop: watch::Receiver<bool>) 
     let triggers = hub.clusters.subscribe();
     futures::pin_mut!(triggers);
     let mut resync = tokio::time::interval(hub.config.resync);
+    let mut peers = hub.ownership.changes();
     let mut reread = true;
     loop {
         reconcile(&hub, &mut engaged, reread).await;
         tokio::select! {
             _ = stop.wait_for(|s| *s) => break,
             _ = triggers.next() => reread = false,
+            _ = peers_changed(&mut peers) => reread = false,
             _ = resync.tick() => reread = true,
         }
     }
@@ -169,6 +189,16 @@ pub(crate) async fn run(hub: Arc<engage::Hub>, mut stop: watch::Receiver<bool>) 
     }
 }
 
+/// Waits for the next change of the live peers (never, without peers).
+async fn peers_changed(peers: &mut Option<watch::Receiver<Vec<String>>>) {
+    if let Some(rx) = peers
+        && rx.changed().await.is_ok()
+    {
+        return;
+    }
+    std::future::pending().await
+}
+
 /// One pass: disengages what is no longer eligible, (re-)engages what is. The kubeconfig
 /// Secret of an already engaged Cluster is read again only when `reread`.
 async fn reconcile(
@@ -176,15 +206,28 @@ async fn reconcile(
     engaged: &mut BTreeMap<ClusterKey, engage::Engaged>,
     reread: bool,
 ) {
-    let wanted: BTreeMap<ClusterKey, Arc<Cluster>> = hub
-        .clusters
-        .store()
-        .state()
-        .into_iter()
-        .filter(|c| eligible(c, &hub.config).is_ok())
-        .map(|c| (key_of(&c), c))
-        .filter(|(k, _)| hub.ownership.owns(k))
-        .collect();
+    let all = hub.clusters.store().state();
+    hub.status.retain(|k| all.iter().any(|c| key_of(c) == *k));
+    let mut wanted: BTreeMap<ClusterKey, Arc<Cluster>> = BTreeMap::new();
+    let mut moved: Vec<ClusterKey> = Vec::new();
+    for c in all {
+        let key = key_of(&c);
+        if eligible(&c, &hub.config).is_err() {
+            hub.status.set(&key, status::State::Ineligible);
+        } else if !hub.ownership.owns(&key) {
+            moved.push(key);
+        } else {
+            wanted.insert(key, c);
+        }
+    }
+    // Another replica's now: cancelled at once (not one more write), Lease released.
+    for key in moved {
+        if let Some(e) = engaged.remove(&key) {
+            tracing::info!(cluster = %key, "cancelling: the Cluster is now another replica's");
+            e.cancel().await;
+        }
+        hub.status.set(&key, status::State::NotOwned);
+    }
     let gone: Vec<ClusterKey> = engaged
         .keys()
         .filter(|k| !wanted.contains_key(*k))
@@ -192,7 +235,7 @@ async fn reconcile(
         .collect();
     for key in gone {
         if let Some(e) = engaged.remove(&key) {
-            tracing::info!(cluster = %key, "disengaging: the Cluster is gone, unlabelled, paused or no longer ours");
+            tracing::info!(cluster = %key, "disengaging: the Cluster is gone, unlabelled or paused");
             e.disengage().await;
         }
     }
@@ -204,10 +247,16 @@ async fn reconcile(
             Ok(Some(c)) => c,
             Ok(None) => {
                 tracing::debug!(cluster = %key, "waiting for the kubeconfig Secret");
+                if !engaged.contains_key(&key) {
+                    hub.status.set(&key, status::State::WaitingCredentials);
+                }
                 continue;
             }
             Err(e) => {
                 tracing::warn!(cluster = %key, error = %e, "reading the kubeconfig Secret failed");
+                if !engaged.contains_key(&key) {
+                    hub.status.set(&key, status::State::WaitingCredentials);
+                }
                 continue;
             }
         };

@@ -212,6 +212,8 @@ pub struct Shared {
     pub clusters: Store<api::Cluster>,
     pub catalogs: Arc<dyn Catalogs>,
     pub unavailable: Arc<UnavailableOfferings>,
+    /// The NodeClasses' host inventories (templates' free hosts).
+    pub inventory: crate::inventory::Inventory,
     pub settings: Settings,
     pub kinds: Arc<Kinds>,
     pub expectations: Arc<Expectations>,

@@ -148,7 +148,8 @@ fn instance_type_not_found(o: &Observed) -> Option<Drift> {
     if instance_type.is_empty() {
         return None;
     }
-    let Some(it) = catalog.get(&instance_type) else {
+    // A size of a resizable template is offered while its bounds still contain it.
+    let Some(it) = catalog.lookup(&instance_type) else {
         return hit(
             reasons::INSTANCE_TYPE_NOT_FOUND,
             format!("instance type {instance_type} is no longer offered"),
@@ -656,5 +657,29 @@ mod tests {
         assert_eq!(c.drift(), Some(reasons::NODECLASS_DRIFTED));
         c.pool = pool(&["zone-a", "zone-b"], "b");
         assert_eq!(c.drift(), Some(reasons::NODEPOOL_DRIFTED));
+    }
+
+    /// A size of a resizable template (off its grid) is offered while the template's
+    /// ranges contain it; narrowed ranges drift it.
+    #[test]
+    fn a_size_outside_the_resizable_ranges_drifts() {
+        let flex = |cpu: &str| -> Catalog {
+            let t: kube::api::DynamicObject = typed(json!({
+                "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "TestMachineTemplate",
+                "metadata": {"name": "flex", "namespace": "ns",
+                    "labels": {"topology.kubernetes.io/zone": "zone-b"},
+                    "annotations": {"karpenter.cluster.x-k8s.io/resizable-cpu": cpu,
+                        "karpenter.cluster.x-k8s.io/resizable-memory": "4Gi-32Gi/4Gi"}},
+                "spec": {"template": {"spec": {}}}}));
+            templates::build_catalog(&[t], &templates::CatalogSettings::default()).expect("catalog")
+        };
+        let mut c = Case::new();
+        c.plan.instance_type = "flex-6c-16gi".into();
+        c.plan.infrastructure_template.name = "flex".into();
+        c.catalog = flex("2-8/2");
+        assert!(c.catalog.get("flex-6c-16gi").is_none(), "off the grid");
+        assert_eq!(c.drift(), None);
+        c.catalog = flex("2-4/2");
+        assert_eq!(c.drift(), Some(reasons::INSTANCE_TYPE_NOT_FOUND));
     }
 }

@@ -25,7 +25,7 @@ use super::context::{Error, Shared, nodeclass_of, set_ready, uid_of};
 use super::objects::bootstrap_template_hash;
 use super::offering::{Requirement, choose, requests_from_quantities};
 use super::plan::kind_without_template;
-pub use super::plan::{Plan, TypedRef, capacity_type_of, nodepool_of, spec_hash};
+pub use super::plan::{Plan, PlanSize, TypedRef, capacity_type_of, nodepool_of, spec_hash};
 use crate::counts::{LaunchState, OfferingCounts};
 use crate::metrics::NodePoolLabels;
 use crate::names;
@@ -219,6 +219,15 @@ async fn plan(ctx: &Shared, claim: &NodeClaim) -> Result<Planned, Error> {
         Ok(r) => r,
         Err(e) => return Ok(Planned::Refused(reasons::LAUNCH_FAILED, e)),
     };
+    // A shrunk claim names a size of a resizable template that may be off the grid.
+    let catalog = catalog.with_sizes(
+        claim
+            .spec
+            .requirements
+            .iter()
+            .filter(|r| r.key == api::consts::labels::INSTANCE_TYPE)
+            .flat_map(|r| r.values.iter().map(String::as_str)),
+    );
     let choice = match choice(ctx, claim, &catalog, &requests) {
         Ok(c) => c,
         Err(e) => {
@@ -236,10 +245,21 @@ async fn plan(ctx: &Shared, claim: &NodeClaim) -> Result<Planned, Error> {
         bootstrap_refs(ctx, &nodeclass, &ns, &object).await?;
     // What is cloned, for drift detection: a hash of each template's spec. (A template
     // edited between now and the clone shows as drift once: replaced, never missed.)
-    let infrastructure_template_hash = ctx
+    let template_obj = ctx
         .catalogs
-        .template(template.group(), &template.kind, &ns, &template.name)
-        .map(|t| spec_hash(&t));
+        .template(template.group(), &template.kind, &ns, &template.name);
+    let infrastructure_template_hash = template_obj.as_ref().map(|t| spec_hash(t));
+    let resize = catalog
+        .resizable_of(&choice.instance_type.name)
+        .map(|(group, size)| PlanSize {
+            size,
+            fields: group.spec.fields.writes(
+                size,
+                template_obj
+                    .as_ref()
+                    .map_or(&serde_json::Value::Null, |t| &t.data),
+            ),
+        });
     let resource_list = |r: &templates::model::Resources| {
         r.to_resource_list()
             .into_iter()
@@ -273,6 +293,7 @@ async fn plan(ctx: &Shared, claim: &NodeClaim) -> Result<Planned, Error> {
         labels: choice.labels.clone(),
         capacity: resource_list(&choice.instance_type.capacity),
         allocatable: resource_list(&choice.instance_type.allocatable),
+        resize,
     })))
 }
 
@@ -290,6 +311,7 @@ fn choice<'a>(
         k8s_openapi::jiff::Timestamp::now(),
         ctx.settings.count_staleness,
     )
+    .with_hosts(ctx.inventory.tallies())
     .launching(claim);
     let state = LaunchState {
         unavailable: &ctx.unavailable,

@@ -220,6 +220,22 @@ async fn infra_clone(
         api::consts::annotations::NODECLAIM_UID.into(),
         uid.to_string(),
     );
+    if let Some(resize) = &plan.resize {
+        // The size goes into the clone only: the template is never edited.
+        if let Some(w) = resize.fields.iter().find(|w| !w.apply(&mut infra.data)) {
+            return Err(Error::permanent(
+                "TemplateInvalid",
+                format!(
+                    "{} {}: cannot set {} for the size (a value on the way is not an object)",
+                    plan.infrastructure_template.kind, plan.infrastructure_template.name, w.path
+                ),
+            ));
+        }
+        infra.annotations_mut().insert(
+            api::consts::annotations::RESIZED.into(),
+            resize.size.annotation(),
+        );
+    }
     let infra_ar = served(
         ctx,
         &plan.infrastructure.api_version,
@@ -318,6 +334,12 @@ fn machine_object(
         api::consts::annotations::NODECLAIM_UID.into(),
         uid.to_string(),
     );
+    if let Some(resize) = &plan.resize {
+        annotations.insert(
+            api::consts::annotations::RESIZED.into(),
+            resize.size.annotation(),
+        );
+    }
     build_machine(&MachineParams {
         name: plan.machine.clone(),
         namespace: plan.namespace.clone(),

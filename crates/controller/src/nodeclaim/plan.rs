@@ -73,6 +73,16 @@ pub struct Plan {
     pub labels: BTreeMap<String, String>,
     pub capacity: BTreeMap<String, String>,
     pub allocatable: BTreeMap<String, String>,
+    /// For a resizable template: the size chosen and the clone's fields it sets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resize: Option<PlanSize>,
+}
+
+/// The size of a NodeClaim of a resizable template, as launch writes it into the clone.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlanSize {
+    pub size: templates::resize::Size,
+    pub fields: Vec<templates::resize::FieldWrite>,
 }
 
 impl Plan {

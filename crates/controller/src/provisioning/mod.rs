@@ -58,6 +58,8 @@ pub struct Provisioner {
     pub machines: kube::runtime::reflector::Store<api::Machine>,
     /// How long a template's reported `available-count` is trusted.
     pub count_staleness: Duration,
+    /// The NodeClasses' host inventories (templates' free hosts).
+    pub inventory: crate::inventory::Inventory,
     /// `--min-values-policy`: the solver relaxes `minValues` under `BestEffort`.
     pub min_values_policy: scheduling::MinValuesPolicy,
     pub batch_idle: Duration,
@@ -73,7 +75,8 @@ impl Provisioner {
             &self.machines.state(),
             k8s_openapi::jiff::Timestamp::now(),
             self.count_staleness,
-        );
+        )
+        .with_hosts(self.inventory.tallies());
         let mut snap = snapshot::build(
             cluster,
             &cluster.ready_nodepools(),
@@ -112,6 +115,7 @@ impl Provisioner {
         let (created, first_error) = self.create_claims(&snapshot, &output, &by_uid).await;
         self.nominate_in_flight(&cluster, &snapshot, &output, &by_uid)
             .await;
+        let notes = self.count_notes(&cluster, &snapshot, &output);
         for u in &output.unschedulable {
             if let Some(v) = by_uid.get(u.pod.uid.as_str()) {
                 self.event(
@@ -121,6 +125,16 @@ impl Provisioner {
                     format!("Failed to schedule pod, {}", u.reason),
                 )
                 .await;
+                let exhausted = exhausted_notes(u, &notes);
+                if !exhausted.is_empty() {
+                    self.event(
+                        v,
+                        EventType::Warning,
+                        api::consts::events::COUNT_EXHAUSTED,
+                        exhausted.join("; "),
+                    )
+                    .await;
+                }
             }
         }
         self.await_cached(&created).await;
@@ -128,6 +142,46 @@ impl Provisioner {
             Some(e) => Err(e),
             None => Ok(created),
         }
+    }
+
+    /// The counts in words, by the solver's count key, of the counted offerings of the
+    /// snapshot's catalogs (only when a pod failed on an exhausted count):
+    /// `template metal-large: 0 of 4 hosts available`.
+    fn count_notes(
+        &self,
+        cluster: &Cluster,
+        snapshot: &Snapshot,
+        output: &scheduling::Output,
+    ) -> HashMap<String, CountNote> {
+        let any = output.unschedulable.iter().any(|u| {
+            u.failures
+                .iter()
+                .any(|(_, f)| matches!(f, scheduling::Failure::CountExhausted { .. }))
+        });
+        if !any {
+            return HashMap::new();
+        }
+        let counts = OfferingCounts::new(
+            &cluster.nodeclaims,
+            &self.machines.state(),
+            k8s_openapi::jiff::Timestamp::now(),
+            self.count_staleness,
+        )
+        .with_hosts(self.inventory.tallies());
+        let mut notes = HashMap::new();
+        for catalog in snapshot.catalogs.values() {
+            for it in &catalog.instance_types {
+                for o in &it.offerings {
+                    if let (Some(c), Some(a)) = (counts.scheduling(it, o), counts.available(it, o))
+                    {
+                        notes
+                            .entry(c.key)
+                            .or_insert_with(|| (o.template.name.clone(), a.source, a.limit));
+                    }
+                }
+            }
+        }
+        notes
     }
 
     /// Snapshots `cluster` and solves for `pods`, off the async workers (CPU work: a long
@@ -335,6 +389,37 @@ const CACHE_WAIT: Duration = Duration::from_secs(5);
 /// The most NodeClaim creates of one batch in flight at once.
 const PARALLEL_WRITES: usize = 32;
 
+/// A count key's template name, source and limit.
+type CountNote = (String, templates::count::CountSource, u32);
+
+/// The exhausted counts a pod failed on, in words (`template metal: 0 of 3 hosts
+/// available`), from `notes` (see `count_notes`).
+fn exhausted_notes(
+    u: &scheduling::Unschedulable,
+    notes: &HashMap<String, CountNote>,
+) -> Vec<String> {
+    let mut out: Vec<String> = u
+        .failures
+        .iter()
+        .filter_map(|(_, f)| match f {
+            scheduling::Failure::CountExhausted { key, .. } => {
+                let (name, source, limit) = notes.get(key)?;
+                // Exhausted: none left once the solve handed out what it had.
+                let a = templates::count::Available {
+                    count: 0,
+                    source: *source,
+                    limit: *limit,
+                };
+                Some(format!("template {name}: {}", a.describe()))
+            }
+            _ => None,
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// Offers every pending pod of the cluster state to the batcher.
 fn offer_pending(state: &ClusterState, batcher: &mut Batcher, now: Instant) {
     for p in state.current().pending() {
@@ -351,8 +436,9 @@ fn offer_pending(state: &ClusterState, batcher: &mut Batcher, now: Instant) {
 pub async fn run(p: Provisioner, shutdown: impl std::future::Future<Output = ()> + Send) {
     tokio::pin!(shutdown);
     // Subscribed before the first read: no event between them is lost.
-    let mut events = triggers(&p.state);
+    let mut events = triggers(&p.state, p.inventory.subscribe());
     let mut pools = PoolsSeen::new();
+    let mut free_hosts = HashMap::new();
     let mut batcher = Batcher::new(p.batch_idle, p.batch_max);
     offer_pending(&p.state, &mut batcher, Instant::now());
     loop {
@@ -365,7 +451,12 @@ pub async fn run(p: Provisioner, shutdown: impl std::future::Future<Output = ()>
         };
         tokio::select! {
             _ = &mut shutdown => return,
-            t = events.next() => match t.map(|t| wake(&p.state, &mut pools, t)) {
+            t = events.next() => match t.map(|t| {
+                if matches!(t, trigger::Trigger::Hosts) {
+                    p.inventory.forgive_freed(&mut free_hosts, &p.unavailable);
+                }
+                wake(&p.state, &mut pools, t)
+            }) {
                 Some(Wake::Pod(uid)) => batcher.pod(&uid, Instant::now()),
                 Some(Wake::Capacity) => {
                     batcher.forget_handled();

@@ -3,7 +3,7 @@
 
 use api::consts::annotations::{
     CAPACITY_OVERLAY_APPLIED, NODEPOOL_HASH, NODEPOOL_HASH_VERSION as NODEPOOL_HASH_VERSION_KEY,
-    PRICE_OVERLAY_APPLIED,
+    PRICE_OVERLAY_APPLIED, RESIZED,
 };
 use api::karpenter::{self as k, NodeSelectorRequirementWithMinValues};
 use api::{NodeClaim, NodePool};
@@ -79,6 +79,43 @@ pub fn nodepool_hash(pool: &NodePool) -> String {
     crate::objects::fnv64(&crate::objects::pruned(v).to_string()).to_string()
 }
 
+/// A planned claim whose cheapest instance type is a size of a resizable template, shrunk
+/// to the smallest size that holds its requests (pods, daemonsets; the catalog's overhead
+/// and the template's headroom): the size, and the claim's instance types with that size
+/// first in place of the group's grid sizes (the other templates' types stay as fallbacks).
+/// `None`: not resizable, or an instance-type `minValues` the list must keep.
+pub fn shrink(
+    catalog: &Catalog,
+    claim: &scheduling::NewNodeClaim,
+) -> Option<(templates::resize::Size, Vec<String>)> {
+    let (group, planned) = catalog.resizable_of(&claim.cheapest.instance_type)?;
+    let requirement = claim
+        .requirements
+        .iter()
+        .find(|r| r.key == scheduling::LABEL_INSTANCE_TYPE)?;
+    if requirement.min_values.is_some() {
+        return None;
+    }
+    let demand = templates::model::Resources(claim.requests.clone());
+    let size = match group.size_for(&demand) {
+        Ok(s) if s.cpu <= planned.cpu && s.memory <= planned.memory => s,
+        Ok(_) => planned,
+        Err(e) => {
+            tracing::debug!(instance_type = %claim.cheapest.instance_type, error = %e, "not shrunk");
+            planned
+        }
+    };
+    let mut instance_types = vec![templates::resize::sized_name(&group.base, size)];
+    instance_types.extend(
+        requirement
+            .values
+            .iter()
+            .filter(|n| templates::resize::parse_sized_name(&group.base, n).is_none())
+            .cloned(),
+    );
+    Some((size, instance_types))
+}
+
 /// The NodeClaim to create for one planned claim of `pool`, whose instance types came from
 /// `catalog`: Karpenter's `karpenter.sh/{price,capacity}-overlay-applied: "true"` when a
 /// NodeOverlay changed one of them (set at create: no write of its own).
@@ -115,6 +152,16 @@ pub fn nodeclaim(
             annotations.insert(key.into(), "true".into());
         }
     }
+    let mut requirements = api_requirements(&claim.requirements);
+    if let Some((size, instance_types)) = catalog.and_then(|c| shrink(c, claim)) {
+        annotations.insert(RESIZED.into(), size.annotation());
+        if let Some(r) = requirements
+            .iter_mut()
+            .find(|r| r.key == scheduling::LABEL_INSTANCE_TYPE)
+        {
+            r.values = instance_types;
+        }
+    }
     NodeClaim {
         metadata: ObjectMeta {
             generate_name: Some(format!("{name}-")),
@@ -135,7 +182,7 @@ pub fn nodeclaim(
         spec: k::NodeClaimSpec {
             taints: api_taints(&claim.taints),
             startup_taints: api_taints(&claim.startup_taints),
-            requirements: api_requirements(&claim.requirements),
+            requirements,
             resources: Some(k::ResourceRequirements {
                 requests: quantities(&claim.requests),
             }),
@@ -266,6 +313,69 @@ mod tests {
         assert_ne!(
             h,
             hash(&|v| v["spec"]["template"]["spec"]["nodeClassRef"]["name"] = json!("other"))
+        );
+    }
+
+    /// A claim planned on a grid size of a resizable template is shrunk to the smallest
+    /// size holding its requests; its instance-type requirement names that size first, the
+    /// other templates' types after it, no other size of the group.
+    #[test]
+    fn a_claim_on_a_resizable_template_is_shrunk() {
+        let t: kube::api::DynamicObject = typed(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "VSphereMachineTemplate",
+            "metadata": {"name": "vs", "namespace": "ns", "annotations": {
+                "karpenter.cluster.x-k8s.io/resizable-cpu": "2-64/2",
+                "karpenter.cluster.x-k8s.io/resizable-memory": "4Gi-512Gi/4Gi"}},
+            "spec": {"template": {"spec": {}}}}));
+        let catalog = templates::build_catalog(&[t], &templates::CatalogSettings::default())
+            .expect("catalog");
+        assert!(catalog.get("vs-10c-32gi").is_some() && catalog.get("vs-8c-24gi").is_none());
+        let pool: NodePool = typed(json!({"metadata": {"name": "default", "uid": "pu"},
+            "spec": {"template": {"spec": {"nodeClassRef": {"group": "g", "kind": "K", "name": "nc"},
+                "requirements": []}}}}));
+        let mut claim = scheduling::NewNodeClaim {
+            node_pool: "default".into(),
+            requirements: vec![Requirement::new(
+                scheduling::LABEL_INSTANCE_TYPE,
+                Operator::In,
+                &["vs-10c-32gi", "other", "vs-16c-32gi"],
+            )],
+            requests: [("cpu".to_string(), 6500), ("memory".to_string(), 21 << 30)].into(),
+            taints: vec![],
+            startup_taints: vec![],
+            pods: vec![],
+            cheapest: scheduling::Cheapest {
+                instance_type: "vs-10c-32gi".into(),
+                zone: String::new(),
+                capacity_type: "on-demand".into(),
+                price: 0.1,
+            },
+            min_values_relaxed: None,
+        };
+        let nc = serde_json::to_value(nodeclaim(&pool, &claim, Some(&catalog))).expect("json");
+        assert_eq!(
+            nc["metadata"]["annotations"]["karpenter.cluster.x-k8s.io/size"],
+            "cpu=8,memory=24Gi"
+        );
+        assert_eq!(
+            nc["spec"]["requirements"][0]["values"],
+            json!(["vs-8c-24gi", "other"])
+        );
+        // Its requests are unchanged.
+        assert_eq!(nc["spec"]["resources"]["requests"]["cpu"], "6500m");
+        // minValues on the instance types: the list stays.
+        claim.requirements[0].min_values = Some(3);
+        let nc = serde_json::to_value(nodeclaim(&pool, &claim, Some(&catalog))).expect("json");
+        assert_eq!(
+            nc["spec"]["requirements"][0]["values"]
+                .as_array()
+                .map(Vec::len),
+            Some(3)
+        );
+        assert!(
+            nc["metadata"]["annotations"]
+                .get("karpenter.cluster.x-k8s.io/size")
+                .is_none()
         );
     }
 }

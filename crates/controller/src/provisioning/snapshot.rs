@@ -51,7 +51,8 @@ fn add(into: &mut scheduling::Resources, r: &scheduling::Resources) {
 }
 
 /// Builds the solver input: the Nodes with room and the NodeClaims in flight of `cluster`,
-/// `nodepools` (those of `cluster` to launch from) and the `pending` pods.
+/// `nodepools` (those of `cluster` to launch from; static ones never are) and the `pending`
+/// pods.
 /// `catalog(nodeclass)` gives a NodeClass's instance types; `offerings` says which offerings
 /// can be launched (e.g. not ones that just failed to launch) and their counts.
 pub fn build(
@@ -72,7 +73,9 @@ pub fn build(
     let mut pools = BTreeMap::new();
     let mut catalogs = BTreeMap::new();
     for p in nodepools {
-        if deleting(p.as_ref()) {
+        // A static pool (`replicas`) launches only through its own loop; its Nodes and
+        // NodeClaims are existing capacity above.
+        if deleting(p.as_ref()) || p.spec.replicas.is_some() {
             continue;
         }
         let mut pool = convert::node_pool(p);

@@ -19,12 +19,26 @@ pub enum Trigger {
     Node(Arc<Node>),
     NodeClaim(Arc<NodeClaim>),
     NodePool(Arc<NodePool>),
+    /// A host of an inventory changed (freed, taken, added, gone).
+    Hosts,
 }
 
 /// The events of the caches the provisioner reacts to, as one stream.
-pub fn triggers(state: &ClusterState) -> BoxStream<'static, Trigger> {
+pub fn triggers(
+    state: &ClusterState,
+    hosts: Option<tokio::sync::watch::Receiver<u64>>,
+) -> BoxStream<'static, Trigger> {
     let s = state.sources();
+    let hosts = match hosts {
+        Some(rx) => futures::stream::unfold(rx, |mut rx| async move {
+            rx.changed().await.ok()?;
+            Some((Trigger::Hosts, rx))
+        })
+        .boxed(),
+        None => futures::stream::pending().boxed(),
+    };
     futures::stream::select_all([
+        hosts,
         s.pods.subscribe().map(Trigger::Pod).boxed(),
         s.nodes.subscribe().map(Trigger::Node).boxed(),
         s.nodeclaims.subscribe().map(Trigger::NodeClaim).boxed(),
@@ -83,6 +97,7 @@ pub fn wake(state: &ClusterState, pools: &mut PoolsSeen, t: Trigger) -> Wake {
                 Wake::Nothing
             }
         }
+        Trigger::Hosts => Wake::Capacity,
         Trigger::Node(_) | Trigger::NodeClaim(_) => Wake::Nothing,
     }
 }

@@ -127,6 +127,12 @@ impl ClusterState {
         cluster
     }
 
+    /// Whether a lazy pod or PDB watch (hub mode: started once the cluster has a NodePool)
+    /// is wanted but has not listed yet: the join holds no pods, not the cluster's.
+    pub fn pending(&self) -> bool {
+        self.sources.pods.pending() || self.sources.pdbs.pending()
+    }
+
     /// Whether the caches of Nodes, NodeClaims and pods hold complete lists.
     pub fn synced(&self) -> bool {
         self.sources.pods.is_synced()

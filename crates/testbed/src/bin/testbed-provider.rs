@@ -1,14 +1,17 @@
 //! Runs the test infrastructure provider against a cluster until interrupted; used by the
 //! local demo (`hack/demo.sh`).
 //!
-//!   testbed-provider --kubeconfig PATH [--cluster NAMESPACE/NAME] [--failure-domains a,b]
-//!                    [--provision-delay 1s]
+//!   testbed-provider --kubeconfig PATH [--cluster NAMESPACE/NAME[=WORKLOAD_KUBECONFIG]]...
+//!                    [--failure-domains a,b] [--provision-delay 1s]
 //!
 //! `--provision-delay` is the simulated instance boot before a TestMachine gets its providerID
 //! (default 1s; the end-to-end bench uses 0s, as Karpenter's kwok provider has none).
 //! With `--cluster`, also creates that Cluster API Cluster (namespace, kubeconfig Secret,
 //! TestCluster, TestControlPlane, Cluster) and waits until it is provisioned, then prints
-//! `cluster ready`.
+//! `cluster ready` (once all are). A Cluster given `=WORKLOAD_KUBECONFIG` is a separate
+//! workload cluster (its Secret holds that kubeconfig): the provider creates its Nodes there,
+//! reaching it through the Cluster's kubeconfig Secret as Cluster API does (the hub demo,
+//! `hack/demo.sh --hub`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -17,14 +20,15 @@ use testbed::provider::{ClusterSetup, ProviderConfig, TestProvider, create_clust
 
 struct Args {
     kubeconfig: PathBuf,
-    cluster: Option<(String, String)>,
+    /// (namespace, name, workload kubeconfig: `None` = this cluster).
+    clusters: Vec<(String, String, Option<PathBuf>)>,
     failure_domains: Vec<String>,
     provision_delay: Option<std::time::Duration>,
 }
 
 fn parse() -> Result<Args, String> {
     let mut kubeconfig = None;
-    let mut cluster = None;
+    let mut clusters = Vec::new();
     let mut failure_domains = Vec::new();
     let mut provision_delay = None;
     let mut it = std::env::args().skip(1);
@@ -34,10 +38,14 @@ fn parse() -> Result<Args, String> {
             "--kubeconfig" => kubeconfig = Some(PathBuf::from(value()?)),
             "--cluster" => {
                 let v = value()?;
-                let (ns, name) = v
-                    .split_once('/')
-                    .ok_or_else(|| format!("--cluster {v:?}: expected NAMESPACE/NAME"))?;
-                cluster = Some((ns.to_string(), name.to_string()));
+                let (key, workload) = match v.split_once('=') {
+                    Some((k, w)) => (k, Some(PathBuf::from(w))),
+                    None => (v.as_str(), None),
+                };
+                let (ns, name) = key.split_once('/').ok_or_else(|| {
+                    format!("--cluster {v:?}: expected NAMESPACE/NAME[=KUBECONFIG]")
+                })?;
+                clusters.push((ns.to_string(), name.to_string(), workload));
             }
             "--failure-domains" => {
                 failure_domains = value()?
@@ -57,7 +65,7 @@ fn parse() -> Result<Args, String> {
     }
     Ok(Args {
         kubeconfig: kubeconfig.ok_or("--kubeconfig is required")?,
-        cluster,
+        clusters,
         failure_domains,
         provision_delay,
     })
@@ -79,7 +87,10 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let mut config = ProviderConfig::default();
+    let mut config = ProviderConfig {
+        workloads_from_secrets: true,
+        ..ProviderConfig::default()
+    };
     if let Some(d) = args.provision_delay {
         config.provision_delay = d;
     }
@@ -91,13 +102,15 @@ async fn main() -> ExitCode {
         }
     };
     println!("provider running");
-    if let Some((ns, name)) = &args.cluster {
-        let setup = ClusterSetup::new(ns, name, &args.kubeconfig)
+    for (ns, name, workload) in &args.clusters {
+        let setup = ClusterSetup::new(ns, name, workload.as_ref().unwrap_or(&args.kubeconfig))
             .failure_domains(args.failure_domains.clone());
         if let Err(e) = create_cluster(&client, &setup).await {
             eprintln!("testbed-provider: creating Cluster {ns}/{name}: {e}");
             return ExitCode::FAILURE;
         }
+    }
+    if !args.clusters.is_empty() {
         println!("cluster ready");
     }
     let _ = tokio::signal::ctrl_c().await;

@@ -63,7 +63,10 @@ pub(super) async fn reconcile_machine(obj: Arc<DynamicObject>, ctx: Arc<Ctx>) ->
         if !has_finalizer(&obj) {
             return Ok(Action::await_change());
         }
-        delete_node(&ctx.workload_of(&obj), &node_name(&obj), &pid).await?;
+        delete_node(&ctx.workload_of(&obj).await, &node_name(&obj), &pid).await?;
+        if ctx.config.bare_metal_hosts {
+            super::hosts::release(&ctx, &obj).await?;
+        }
         let rest: Vec<String> = obj
             .finalizers()
             .iter()
@@ -102,15 +105,7 @@ async fn provision(
         } else {
             message.as_str()
         };
-        let status = json!({
-            "initialization": {"provisioned": false},
-            "ready": false,
-            "failureReason": DEPRECATED_FAILURE_REASON,
-            "failureMessage": message,
-            "conditions": [condition(obj, "Ready", false, FAILURE_REASON, message)]
-        });
-        patch_status(api, obj, status).await?;
-        return Ok(Action::await_change());
+        return fail(api, obj, message).await;
     }
     let Some(machine) = owner_machine(ctx, obj).await? else {
         let status = json!({"conditions": [condition(obj, "Ready", false, "WaitingForMachine",
@@ -123,6 +118,12 @@ async fn provision(
             "waiting for the Machine's spec.bootstrap.dataSecretName")]});
         patch_status(api, obj, status).await?;
         return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    if ctx.config.bare_metal_hosts
+        && obj.data["spec"]["hostSelector"].is_object()
+        && !super::hosts::claim(ctx, obj).await?
+    {
+        return fail(api, obj, super::hosts::NO_HOST_REASON).await;
     }
     let delay = annotations
         .get(PROVISION_DELAY_ANNOTATION)
@@ -168,6 +169,19 @@ async fn provision(
     Ok(Action::requeue(ctx.config.registration_delay))
 }
 
+/// Reports a failed provisioning the way providers do (see [`FAIL_ANNOTATION`]).
+async fn fail(api: &Api<DynamicObject>, obj: &DynamicObject, message: &str) -> Result<Action> {
+    let status = json!({
+        "initialization": {"provisioned": false},
+        "ready": false,
+        "failureReason": DEPRECATED_FAILURE_REASON,
+        "failureMessage": message,
+        "conditions": [condition(obj, "Ready", false, FAILURE_REASON, message)]
+    });
+    patch_status(api, obj, status).await?;
+    Ok(Action::await_change())
+}
+
 /// Provisioned: the "kubelet" registers the Node once.
 async fn register_node(
     api: &Api<DynamicObject>,
@@ -191,7 +205,7 @@ async fn register_node(
     }
     let machine = owner_machine(ctx, obj).await?;
     let node = build_node(ctx, obj, machine.as_ref(), pid).await?;
-    let nodes: Api<Node> = Api::all(ctx.workload_of(obj));
+    let nodes: Api<Node> = Api::all(ctx.workload_of(obj).await);
     match nodes.create(&PostParams::default(), &node).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 409 => {

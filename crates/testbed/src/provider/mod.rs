@@ -10,6 +10,7 @@
 //! | `TestControlPlane` | `controlplane.cluster.x-k8s.io` | an externally managed control plane (like EKS/AKS): initialized at once |
 //! | `TestMachineTemplate` | `infrastructure.cluster.x-k8s.io` | InfraMachineTemplate; scale-from-zero `status.capacity`/`status.nodeInfo` |
 //! | `TestMachine` | `infrastructure.cluster.x-k8s.io` | InfraMachine: providerID, provisioned, then a kwok Node |
+//! | `BareMetalHost` | `metal3.io` | with [`ProviderConfig::bare_metal_hosts`]: hosts a TestMachine with a `hostSelector` claims (the hosts module) |
 //!
 //! [`TestProvider::start`] installs the CRDs and runs the controllers in the test process;
 //! dropping it stops them. [`create_cluster`] / [`setup_cluster`] create a whole Cluster
@@ -77,6 +78,7 @@
 
 mod cluster;
 mod crds;
+mod hosts;
 mod machine;
 
 use std::collections::BTreeMap;
@@ -168,10 +170,18 @@ pub struct ProviderConfig {
     /// Cluster's Nodes are created, overriding `workload` (several workload clusters sharing
     /// one management cluster).
     pub workloads: BTreeMap<String, Client>,
+    /// For a Cluster not in `workloads`: reach its workload cluster the way Cluster API
+    /// does, through the kubeconfig in its `<cluster>-kubeconfig` Secret (key `value`, in
+    /// the TestMachine's namespace; a client per Secret resourceVersion), before falling
+    /// back to `workload`.
+    pub workloads_from_secrets: bool,
     /// Also act as a minimal kubeadm bootstrap provider: for each `KubeadmConfig`, write a
     /// data Secret (in the test format: `nodeLabels`/`nodeTaints` from its
     /// `joinConfiguration.nodeRegistration`) and report `dataSecretCreated`.
     pub kubeadm_bootstrap: bool,
+    /// Also install Metal3's BareMetalHost CRD (trimmed) and claim a host for every
+    /// TestMachine with a `spec.hostSelector` (see the hosts module).
+    pub bare_metal_hosts: bool,
 }
 
 impl Default for ProviderConfig {
@@ -190,7 +200,9 @@ impl Default for ProviderConfig {
             .collect(),
             workload: None,
             workloads: BTreeMap::new(),
+            workloads_from_secrets: false,
             kubeadm_bootstrap: false,
+            bare_metal_hosts: false,
         }
     }
 }
@@ -203,7 +215,9 @@ impl std::fmt::Debug for ProviderConfig {
             .field("default_capacity", &self.default_capacity)
             .field("split_workload", &self.workload.is_some())
             .field("workloads", &self.workloads.keys().collect::<Vec<_>>())
+            .field("workloads_from_secrets", &self.workloads_from_secrets)
             .field("kubeadm_bootstrap", &self.kubeadm_bootstrap)
+            .field("bare_metal_hosts", &self.bare_metal_hosts)
             .finish()
     }
 }
@@ -213,6 +227,10 @@ pub use crds::{
     cluster_resource, crds, machine_resource, test_machine_resource, test_machine_template_resource,
 };
 use crds::{kubeadm_config_resource, test_cluster_resource, test_control_plane_resource};
+pub use hosts::{
+    BARE_METAL_HOST_KIND, METAL3_GROUP, METAL3_VERSION, NO_HOST_REASON, bare_metal_host_crd,
+    bare_metal_host_resource,
+};
 use machine::{reconcile_kubeadm_config, reconcile_machine};
 
 /// The providerID the provider gives a TestMachine.
@@ -231,16 +249,63 @@ struct Ctx {
     mgmt: Client,
     workload: Client,
     config: ProviderConfig,
+    /// `namespace/cluster` -> (the kubeconfig Secret's resourceVersion, its client).
+    secret_clients: std::sync::Mutex<BTreeMap<String, (String, Client)>>,
 }
 
 impl Ctx {
     /// The cluster where `obj`'s Node lives (by its Cluster name label).
-    fn workload_of(&self, obj: &DynamicObject) -> Client {
-        obj.labels()
-            .get(CLUSTER_NAME_LABEL)
-            .and_then(|c| self.config.workloads.get(c))
-            .cloned()
-            .unwrap_or_else(|| self.workload.clone())
+    async fn workload_of(&self, obj: &DynamicObject) -> Client {
+        let cluster = obj.labels().get(CLUSTER_NAME_LABEL);
+        if let Some(client) = cluster.and_then(|c| self.config.workloads.get(c)) {
+            return client.clone();
+        }
+        if self.config.workloads_from_secrets
+            && let Some(c) = cluster
+            && let Some(client) = self
+                .secret_client(&obj.namespace().unwrap_or_default(), c)
+                .await
+        {
+            return client;
+        }
+        self.workload.clone()
+    }
+
+    /// A client from Cluster `ns/cluster`'s kubeconfig Secret; `None` without one.
+    async fn secret_client(&self, ns: &str, cluster: &str) -> Option<Client> {
+        let secrets: Api<Secret> = Api::namespaced(self.mgmt.clone(), ns);
+        let secret = secrets
+            .get_opt(&format!("{cluster}-kubeconfig"))
+            .await
+            .ok()??;
+        let version = secret.resource_version().unwrap_or_default();
+        let key = format!("{ns}/{cluster}");
+        let cached = |clients: &BTreeMap<String, (String, Client)>| {
+            clients
+                .get(&key)
+                .filter(|(v, _)| *v == version)
+                .map(|(_, c)| c.clone())
+        };
+        if let Some(client) = cached(
+            &self
+                .secret_clients
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        ) {
+            return Some(client);
+        }
+        let value = secret.data.as_ref()?.get("value")?;
+        let kubeconfig =
+            kube::config::Kubeconfig::from_yaml(std::str::from_utf8(&value.0).ok()?).ok()?;
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .ok()?;
+        let client = Client::try_from(config).ok()?;
+        self.secret_clients
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key, (version, client.clone()));
+        Some(client)
     }
 }
 
@@ -249,11 +314,16 @@ impl TestProvider {
     /// controllers for TestCluster, TestControlPlane, TestMachineTemplate and TestMachine
     /// (and KubeadmConfig when [`ProviderConfig::kubeadm_bootstrap`]) in all namespaces.
     pub async fn start(client: Client, config: ProviderConfig) -> Result<Self> {
-        install_crds(&client).await?;
+        let mut crds = crds();
+        if config.bare_metal_hosts {
+            crds.push(bare_metal_host_crd());
+        }
+        install_crds(&client, &crds).await?;
         let ctx = Arc::new(Ctx {
             workload: config.workload.clone().unwrap_or_else(|| client.clone()),
             mgmt: client.clone(),
             config,
+            secret_clients: Default::default(),
         });
         let mut tasks = vec![
             spawn(&ctx, test_cluster_resource(), |o, c| {
@@ -306,15 +376,14 @@ fn spawn(
     tokio::spawn(controller.for_each(|_| async {}))
 }
 
-async fn install_crds(client: &Client) -> Result<()> {
+async fn install_crds(client: &Client, crds: &[CustomResourceDefinition]) -> Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    let crds = crds();
-    for crd in &crds {
+    for crd in crds {
         api.patch(&crd.name_any(), &params, &Patch::Apply(crd))
             .await?;
     }
-    for crd in &crds {
+    for crd in crds {
         let name = crd.name_any();
         wait_for(
             &format!("CRD {name} to be Established"),

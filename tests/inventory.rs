@@ -1,0 +1,310 @@
+//! Host inventory on the real testbed: a NodeClass with `spec.inventory` (the Metal3 preset)
+//! counts the BareMetalHosts a template's `hostSelector` matches, and the test provider
+//! claims one per TestMachine (failing the TestMachine when none is free), as Metal3 does.
+
+mod common;
+
+use std::time::Duration;
+
+use common::passes::{counter, provisioning_passes};
+use common::*;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use testbed::provider;
+use testbed::wait_for;
+
+const TEMPLATE_LABEL: &str = "karpenter.cluster.x-k8s.io/instance-template";
+
+fn hosts(client: &Client, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), ns, &provider::bare_metal_host_resource())
+}
+
+/// `large` hosts the `metal` template selects, plus one `small` host it does not; the
+/// template gets the selector and the NodeClass the Metal3 inventory. Returns once the
+/// NodeClass status shows `metal`'s count (the operator has listed the hosts).
+async fn metal_hosts(env: &Env, large: usize) {
+    let client = env.tb.client();
+    let ns = env.cluster.namespace.clone();
+    let api = hosts(&client, &ns);
+    let sizes = std::iter::repeat_n("large", large).chain(["small"]);
+    for (i, size) in sizes.enumerate() {
+        let name = format!("host-{i}");
+        api.create(
+            &PostParams::default(),
+            &from_json(json!({
+                "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
+                "metadata": {"name": name, "labels": {"size": size}},
+                "spec": {"online": true}
+            })),
+        )
+        .await
+        .expect("host");
+        api.patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"provisioning": {"state": "available"}}})),
+        )
+        .await
+        .expect("host state");
+    }
+    let templates: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &provider::test_machine_template_resource(),
+    );
+    templates
+        .patch(
+            "metal",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"template": {"spec": {"hostSelector": {
+                "matchExpressions": [{"key": "size", "operator": "in", "values": ["large"]}]}}}}})),
+        )
+        .await
+        .expect("hostSelector");
+    nodeclasses(&client)
+        .patch(
+            "default",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"inventory": {"preset": "Metal3"}}})),
+        )
+        .await
+        .expect("inventory");
+    let want = i64::try_from(large).expect("small");
+    metal_offering(&client, |o| {
+        o["available"] == want && o["limit"] == want && o["source"] == "inventory"
+    })
+    .await
+    .expect("the NodeClass status counts the free large hosts");
+}
+
+/// Waits until the NodeClass status shows an offering of `metal` for which `ok` holds.
+async fn metal_offering(client: &Client, ok: impl Fn(&Value) -> bool) -> Result<Value, String> {
+    let last = std::sync::Mutex::new(Value::Null);
+    wait_for(
+        "metal's offering status",
+        Duration::from_secs(60),
+        || async {
+            let nc = nodeclasses(client).get("default").await.ok()?;
+            let offerings = nc.data["status"]["offerings"].clone();
+            *last.lock().unwrap_or_else(|p| p.into_inner()) = offerings.clone();
+            offerings
+                .as_array()?
+                .iter()
+                .find(|o| o["template"] == "metal" && ok(o))
+                .cloned()
+        },
+    )
+    .await
+    .map_err(|e| {
+        format!(
+            "{e}: last status.offerings {}",
+            last.lock().unwrap_or_else(|p| p.into_inner())
+        )
+    })
+}
+
+/// The Machines launched from template `name`.
+async fn machines_from(client: &Client, ns: &str, name: &str) -> usize {
+    let machines: Api<api::Machine> = Api::namespaced(client.clone(), ns);
+    machines
+        .list(&ListParams::default().labels(&format!("{TEMPLATE_LABEL}={name}")))
+        .await
+        .expect("machines")
+        .items
+        .len()
+}
+
+/// The hosts holding a consumer.
+async fn taken_hosts(client: &Client, ns: &str) -> usize {
+    hosts(client, ns)
+        .list(&ListParams::default())
+        .await
+        .expect("hosts")
+        .items
+        .iter()
+        .filter(|h| !h.data["spec"]["consumerRef"].is_null())
+        .count()
+}
+
+#[tokio::test]
+async fn three_hosts_take_three_of_five_pods_and_the_fallback_the_rest() {
+    let env = env(vec![
+        ("metal", "2", "4Gi", "0.05", json!({})),
+        ("fallback", "2", "4Gi", "0.50", json!({})),
+    ])
+    .await;
+    let client = env.tb.client();
+    let cluster_ns = env.cluster.namespace.clone();
+    metal_hosts(&env, 3).await;
+    create_nodepool(&client, json!({})).await;
+    let ns = env.tb.temp_namespace().await.expect("namespace");
+    // One pod per 2-cpu node: `metal` is cheaper, but has 3 hosts.
+    Api::<Deployment>::namespaced(client.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &deployment("web", 5, "1500m", "256Mi", json!({})),
+        )
+        .await
+        .expect("deployment");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let all = wait_for("5 pods Running", Duration::from_secs(120), || async {
+        let l = pods.list(&ListParams::default()).await.ok()?.items;
+        (l.len() == 5 && l.iter().all(running)).then_some(l)
+    })
+    .await
+    .expect("every pod runs: 3 on metal, the rest on the fallback");
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mut by_template = std::collections::BTreeMap::<String, usize>::new();
+    for p in &all {
+        let node = nodes.get(&node_of(p)).await.expect("node");
+        *by_template
+            .entry(
+                node.labels()
+                    .get(TEMPLATE_LABEL)
+                    .cloned()
+                    .unwrap_or_default(),
+            )
+            .or_default() += 1;
+    }
+    assert_eq!(
+        by_template,
+        [("fallback".to_string(), 2), ("metal".to_string(), 3)].into()
+    );
+    // Exactly 3 Machines from metal, each holding a host; no launch failed.
+    assert_eq!(machines_from(&client, &cluster_ns, "metal").await, 3);
+    assert_eq!(taken_hosts(&client, &cluster_ns).await, 3);
+    assert_eq!(
+        counter(&env, "karpenter_capi_machines_launched_total").await,
+        5
+    );
+    // Visible: none left, in the status and in the gauges.
+    let o = metal_offering(&client, |o| o["available"] == 0)
+        .await
+        .expect("metal shows no host left");
+    assert_eq!(
+        o["unavailableReason"], "template metal: 0 of 3 hosts available",
+        "{o}"
+    );
+    let page = scrape(env.metrics_addr).await;
+    assert!(
+        page.lines()
+            .any(|l| l.starts_with("karpenter_capi_offering_available{")
+                && l.contains(r#"template="metal""#)
+                && l.ends_with(" 0")),
+        "{page}"
+    );
+    assert!(
+        page.lines()
+            .any(|l| l.starts_with("karpenter_capi_offering_unavailable{")
+                && l.contains(r#"template="metal""#)
+                && l.ends_with(" 1")),
+        "{page}"
+    );
+}
+
+/// NodePool `name` (like `default`) on the NodeClass `default`.
+async fn second_nodepool(client: &Client, name: &str) {
+    nodepools(client)
+        .create(
+            &PostParams::default(),
+            &from_json(json!({
+                "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+                "metadata": {"name": name},
+                "spec": {"template": {"spec": {
+                    "nodeClassRef": {"group": "karpenter.cluster.x-k8s.io",
+                                     "kind": "ClusterAPINodeClass", "name": "default"},
+                    "requirements": []}},
+                    "disruption": {"consolidateAfter": "Never"}}
+            })),
+        )
+        .await
+        .expect("nodepool");
+}
+
+#[tokio::test]
+async fn two_nodepools_never_over_commit_the_hosts_and_a_freed_host_is_used_at_once() {
+    let env = env(vec![("metal", "2", "4Gi", "0.05", json!({}))]).await;
+    let client = env.tb.client();
+    let cluster_ns = env.cluster.namespace.clone();
+    metal_hosts(&env, 3).await;
+    create_nodepool(&client, json!({})).await;
+    second_nodepool(&client, "second").await;
+    let ns = env.tb.temp_namespace().await.expect("namespace");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    for pool in ["default", "second"] {
+        let pinned = json!({"nodeSelector": {"karpenter.sh/nodepool": pool}});
+        deployments
+            .create(
+                &PostParams::default(),
+                &deployment(pool, 3, "1500m", "256Mi", pinned),
+            )
+            .await
+            .expect("deployment");
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let pending = wait_for("3 of 6 pods Running", Duration::from_secs(120), || async {
+        let l = pods.list(&ListParams::default()).await.ok()?.items;
+        let up = l.iter().filter(|p| running(p)).count();
+        (l.len() == 6 && up == 3).then(|| l.into_iter().filter(|p| !running(p)).collect::<Vec<_>>())
+    })
+    .await
+    .expect("the three hosts run three pods, whichever pool");
+    for p in &pending {
+        let name = p.name_any();
+        wait_for("the count event", Duration::from_secs(30), || async {
+            events_for(&client, &name)
+                .await
+                .iter()
+                .any(|(r, note)| {
+                    r == "CountExhausted" && note == "template metal: 0 of 3 hosts available"
+                })
+                .then_some(())
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{name}: no CountExhausted event naming the hosts"));
+    }
+    // No launch loop: two more batches reconsider the pending pods and launch nothing.
+    provisioning_passes(&env, &ns, 2).await;
+    assert_eq!(
+        counter(&env, "karpenter_capi_machines_launched_total").await,
+        3
+    );
+    assert_eq!(machines_from(&client, &cluster_ns, "metal").await, 3);
+    // A host freed (its NodeClaim deleted: the Machine goes, the provider releases the
+    // host) is used by the next launch at once, long before any 3-minute backoff.
+    let claims = nodeclaims(&client)
+        .list(&ListParams::default())
+        .await
+        .expect("claims")
+        .items;
+    let freed = claims.first().expect("a NodeClaim").name_any();
+    nodeclaims(&client)
+        .delete(&freed, &Default::default())
+        .await
+        .expect("delete");
+    wait_for(
+        "a 4th Machine from metal",
+        Duration::from_secs(90),
+        || async {
+            (counter(&env, "karpenter_capi_machines_launched_total").await == 4).then_some(())
+        },
+    )
+    .await
+    .expect("the freed host is launched on within 90 s");
+    wait_for("3 pods Running again", Duration::from_secs(90), || async {
+        let l = pods.list(&ListParams::default()).await.ok()?.items;
+        (l.iter().filter(|p| running(p)).count() == 3).then_some(())
+    })
+    .await
+    .expect("three pods run again");
+    assert_eq!(taken_hosts(&client, &cluster_ns).await, 3);
+    provisioning_passes(&env, &ns, 1).await;
+    assert_eq!(
+        counter(&env, "karpenter_capi_machines_launched_total").await,
+        4,
+        "never more Machines than hosts"
+    );
+}
