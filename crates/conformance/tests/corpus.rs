@@ -15,44 +15,12 @@ use conformance::replay;
 /// Scenarios with a known disagreement, and why (docs/conformance.md, "Disagreements").
 const KNOWN: &[(&str, &str)] = &[
     (
-        "Scheduling Instance Type Compatibility should launch pods with different instance type node selectors on different instances",
-        "deprecated beta.kubernetes.io/* label aliases are not normalized to the stable keys",
-    ),
-    (
-        "Scheduling No Pre-Binding should handle resource zeroing of extended resources by kubelet",
-        "an uninitialized node's allocatable is read from the Node, not its NodeClaim",
-    ),
-    (
         "Scheduling Offering Overrides should only select instance types whose offerings have CapacityOverride when pod requests an override resource",
         "offering capacity overrides are not modelled",
     ),
     (
-        "Topology Combined Zonal and Capacity Type Topology should spread pods while respecting both constraints",
-        "spread domains are picked key by key; the (zone, capacity type) pair is not offered",
-    ),
-    (
-        "Topology NodeAffinityPolicy should balance pods across a label (NodeAffinityPolicy=honor)",
-        "spread domains of existing nodes are not filtered by the pod's node affinity",
-    ),
-    (
-        "Topology NodeTaintsPolicy should balance pods across a label (NodeTaintsPolicy=honor)",
-        "nodeTaintsPolicy: Honor is not modelled",
-    ),
-    (
-        "Topology NodeTaintsPolicy should balance pods across a label when discovered from the nodepool (NodeTaintsPolicy=honor)",
-        "nodeTaintsPolicy: Honor is not modelled",
-    ),
-    (
-        "Topology NodeTaintsPolicy should balance pods across a label when mutually exclusive NodePools (by taints) share domains (NodeTaintsPolicy=honor)",
-        "nodeTaintsPolicy: Honor is not modelled",
-    ),
-    (
         "Topology Pod Affinity/Anti-Affinity should allow two nodes to be created when two pods with matching affinities have incompatible selectors",
         "both sides place the pods apart, as the test asserts; the checker (Kubernetes) rejects both",
-    ),
-    (
-        "Topology Pod Affinity/Anti-Affinity should filter pod affinity topologies by namespace, empty namespace selector",
-        "namespaceSelector (all namespaces) is not modelled",
     ),
 ];
 

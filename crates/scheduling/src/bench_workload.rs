@@ -143,6 +143,8 @@ fn spread(i: usize, key: &str, r: &mut Rng) -> Pod {
             match_expressions: Vec::new(),
         },
         min_domains: None,
+        node_affinity_policy: NodeInclusionPolicy::Honor,
+        node_taints_policy: NodeInclusionPolicy::Ignore,
     }];
     p
 }
@@ -160,6 +162,7 @@ fn affinity(i: usize, key: &str, r: &mut Rng) -> Pod {
             match_expressions: Vec::new(),
         },
         namespaces: Vec::new(),
+        all_namespaces: false,
     }];
     p
 }
@@ -174,6 +177,7 @@ fn anti(i: usize, key: &str, r: &mut Rng) -> Pod {
             match_expressions: Vec::new(),
         },
         namespaces: Vec::new(),
+        all_namespaces: false,
     }];
     p
 }

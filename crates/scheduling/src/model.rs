@@ -14,7 +14,7 @@ pub const MEMORY: &str = "memory";
 pub const PODS: &str = "pods";
 
 pub const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
-pub(crate) const LABEL_REGION: &str = "topology.kubernetes.io/region";
+pub const LABEL_REGION: &str = "topology.kubernetes.io/region";
 pub const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
 pub const LABEL_INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
 pub const LABEL_ARCH: &str = "kubernetes.io/arch";
@@ -36,6 +36,25 @@ pub(crate) const WELL_KNOWN_LABELS: &[&str] = &[
     LABEL_NODEPOOL,
     LABEL_WINDOWS_BUILD,
 ];
+
+/// Deprecated Kubernetes label keys and the stable key each stands for. Karpenter normalizes
+/// every node requirement (pod node selector and affinity, NodePool requirements and labels,
+/// instance type requirements, node labels) to the stable key; so does the solver.
+pub const LABEL_ALIASES: &[(&str, &str)] = &[
+    ("beta.kubernetes.io/instance-type", LABEL_INSTANCE_TYPE),
+    ("beta.kubernetes.io/arch", LABEL_ARCH),
+    ("beta.kubernetes.io/os", LABEL_OS),
+    ("failure-domain.beta.kubernetes.io/zone", LABEL_ZONE),
+    ("failure-domain.beta.kubernetes.io/region", LABEL_REGION),
+];
+
+/// The stable key of a node label key (itself unless it is a deprecated alias).
+pub fn normalized_label_key(key: &str) -> &str {
+    LABEL_ALIASES
+        .iter()
+        .find(|(alias, _)| *alias == key)
+        .map_or(key, |(_, stable)| stable)
+}
 
 /// Taints of these keys on a node that is not initialized yet are ignored for scheduling.
 pub const EPHEMERAL_TAINT_KEYS: &[&str] = &[
@@ -191,6 +210,19 @@ pub struct TopologySpread {
     pub selector: LabelSelector,
     /// With fewer eligible domains than this, the global minimum counts as 0.
     pub min_domains: Option<u32>,
+    /// `Honor` (Kubernetes' default): only nodes the pod's node selector and required node
+    /// affinity accept are domains and count their pods.
+    pub node_affinity_policy: NodeInclusionPolicy,
+    /// `Honor`: only nodes (and NodePools) whose taints the pod tolerates are domains and count
+    /// their pods; `Ignore` (Kubernetes' default): every node.
+    pub node_taints_policy: NodeInclusionPolicy,
+}
+
+/// Kubernetes' `NodeInclusionPolicy` of a topology spread constraint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NodeInclusionPolicy {
+    Honor,
+    Ignore,
 }
 
 /// A pod (anti-)affinity term. `namespaces` empty means the pod's own namespace.
@@ -199,6 +231,9 @@ pub struct PodAffinityTerm {
     pub topology_key: String,
     pub selector: LabelSelector,
     pub namespaces: Vec<String>,
+    /// Pods of every namespace count (an empty `namespaceSelector`); `namespaces` is then
+    /// irrelevant.
+    pub all_namespaces: bool,
 }
 
 impl PodAffinityTerm {
@@ -207,6 +242,7 @@ impl PodAffinityTerm {
             topology_key: topology_key.to_string(),
             selector,
             namespaces: Vec::new(),
+            all_namespaces: false,
         }
     }
 }

@@ -10,9 +10,9 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use scheduling::{
-    DaemonSet, HostPort, InstanceType, LabelSelector, Offering, Operator, PodAffinityTerm,
-    Protocol, Requirement, Resources, Taint, TaintEffect, Toleration, TolerationOperator,
-    TopologySpread, Weighted, WhenUnsatisfiable,
+    DaemonSet, HostPort, InstanceType, LabelSelector, NodeInclusionPolicy, Offering, Operator,
+    PodAffinityTerm, Protocol, Requirement, Resources, Taint, TaintEffect, Toleration,
+    TolerationOperator, TopologySpread, Weighted, WhenUnsatisfiable,
 };
 
 /// Quantity map (`{"cpu": "500m", ...}`) → resources (cpu in millicores); unparsable
@@ -211,15 +211,32 @@ fn selector(s: Option<&meta::LabelSelector>) -> LabelSelector {
     }
 }
 
+/// A pod affinity term. An empty `namespaceSelector` selects every namespace (Karpenter lists
+/// the namespaces it matches); a non-empty one is not resolved (namespace labels are not
+/// cached), so only `namespaces`, else the pod's own, count.
 fn affinity_term(t: &core::PodAffinityTerm, namespace: &str) -> PodAffinityTerm {
     let mut namespaces = t.namespaces.clone().unwrap_or_default();
     if namespaces.is_empty() {
         namespaces.push(namespace.to_string());
     }
+    let all_namespaces = t.namespace_selector.as_ref().is_some_and(|s| {
+        s.match_labels.as_ref().is_none_or(BTreeMap::is_empty)
+            && s.match_expressions.as_ref().is_none_or(Vec::is_empty)
+    });
     PodAffinityTerm {
         topology_key: t.topology_key.clone(),
         selector: selector(t.label_selector.as_ref()),
         namespaces,
+        all_namespaces,
+    }
+}
+
+/// A spread constraint's `nodeAffinityPolicy` / `nodeTaintsPolicy`, else its default.
+fn inclusion(policy: Option<&String>, default: NodeInclusionPolicy) -> NodeInclusionPolicy {
+    match policy.map(String::as_str) {
+        Some("Honor") => NodeInclusionPolicy::Honor,
+        Some("Ignore") => NodeInclusionPolicy::Ignore,
+        _ => default,
     }
 }
 
@@ -367,6 +384,14 @@ pub fn pod(p: &core::Pod) -> scheduling::Pod {
                 },
                 selector: selector(t.label_selector.as_ref()),
                 min_domains: t.min_domains.and_then(|m| u32::try_from(m).ok()),
+                node_affinity_policy: inclusion(
+                    t.node_affinity_policy.as_ref(),
+                    NodeInclusionPolicy::Honor,
+                ),
+                node_taints_policy: inclusion(
+                    t.node_taints_policy.as_ref(),
+                    NodeInclusionPolicy::Ignore,
+                ),
             })
             .collect(),
         pod_affinity: required_terms(
@@ -615,5 +640,40 @@ mod tests {
             [8080]
         );
         assert_eq!(p.topology_spread[0].max_skew, 1);
+    }
+
+    /// Found by the conformance corpus: spread node inclusion policies (defaults Honor for
+    /// affinity, Ignore for taints) and an empty namespaceSelector (every namespace).
+    #[test]
+    fn spread_policies_and_empty_namespace_selector_are_read() {
+        let p = pod(&typed(
+            json!({"metadata": {"name": "p", "namespace": "ns"}, "spec": {
+            "containers": [{"name": "c"}],
+            "topologySpreadConstraints": [
+                {"topologyKey": "z", "maxSkew": 1, "whenUnsatisfiable": "DoNotSchedule",
+                 "labelSelector": {}},
+                {"topologyKey": "z", "maxSkew": 1, "whenUnsatisfiable": "DoNotSchedule",
+                 "labelSelector": {}, "nodeAffinityPolicy": "Ignore", "nodeTaintsPolicy": "Honor"}],
+            "affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "z", "labelSelector": {}, "namespaceSelector": {}},
+                {"topologyKey": "z", "labelSelector": {},
+                 "namespaceSelector": {"matchLabels": {"team": "a"}}},
+                {"topologyKey": "z", "labelSelector": {}}]}}}}),
+        ));
+        let policies: Vec<_> = p
+            .topology_spread
+            .iter()
+            .map(|t| (t.node_affinity_policy, t.node_taints_policy))
+            .collect();
+        assert_eq!(
+            policies,
+            [
+                (NodeInclusionPolicy::Honor, NodeInclusionPolicy::Ignore),
+                (NodeInclusionPolicy::Ignore, NodeInclusionPolicy::Honor)
+            ]
+        );
+        let all: Vec<bool> = p.pod_affinity.iter().map(|t| t.all_namespaces).collect();
+        assert_eq!(all, [true, false, false]);
+        assert_eq!(p.pod_affinity[2].namespaces, ["ns"]);
     }
 }

@@ -142,16 +142,32 @@ fn existing_node(cluster: &Cluster, n: &Node) -> scheduling::ExistingNode {
         startup_taints: claim
             .map(|c| convert::taints(&c.spec.startup_taints))
             .unwrap_or_default(),
-        allocatable: n
-            .status
-            .as_ref()
-            .and_then(|s| s.allocatable.as_ref())
-            .map(convert::resources)
-            .unwrap_or_default(),
+        allocatable: node_allocatable(n, claim.filter(|_| !initialized).map(AsRef::as_ref)),
         requested,
         pods,
         refuses_moving: false,
     }
+}
+
+/// A Node's allocatable; while its NodeClaim is not initialized, a resource the Node reports
+/// as zero or not at all (the kubelet zeroes extended resources until their device plugin
+/// registers) is the NodeClaim's, as Karpenter reads it.
+fn node_allocatable(n: &Node, uninitialized: Option<&NodeClaim>) -> scheduling::Resources {
+    let mut alloc = n
+        .status
+        .as_ref()
+        .and_then(|s| s.allocatable.as_ref())
+        .map(convert::resources)
+        .unwrap_or_default();
+    if let Some(c) = uninitialized {
+        for (k, v) in claim_resources(c, Which::Allocatable) {
+            let e = alloc.entry(k).or_insert(0);
+            if *e == 0 {
+                *e = v;
+            }
+        }
+    }
+    alloc
 }
 
 /// A NodeClaim in flight, as the node it will be: its labels and the single-valued
@@ -325,6 +341,45 @@ mod tests {
         let usage = &s.input.node_pools[0].usage;
         assert_eq!(usage["nodes"], 3);
         assert_eq!(usage["cpu"], 12_000);
+    }
+
+    /// Found by the conformance corpus (Karpenter's "should handle resource zeroing of
+    /// extended resources by kubelet").
+    #[test]
+    fn uninitialized_node_takes_resources_it_reports_as_zero_from_its_claim() {
+        let node = |name: &str| {
+            typed(json!({
+                "metadata": {"name": name},
+                "status": {"allocatable": {"cpu": "4", "example.com/gpu": "0"},
+                           "conditions": [{"type": "Ready", "status": "True"}]}
+            }))
+        };
+        let claim = |name: &str, node: &str, initialized: bool| {
+            typed(json!({
+                "metadata": {"name": name, "labels": {"karpenter.sh/nodepool": "default"}},
+                "spec": {"nodeClassRef": {"group": "g", "kind": "K", "name": "n"}, "requirements": []},
+                "status": {"nodeName": node,
+                           "allocatable": {"cpu": "8", "example.com/gpu": "2", "pods": "10"},
+                           "conditions": [{"type": "Initialized", "status": if initialized {"True"} else {"False"},
+                                           "reason": "r", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+            }))
+        };
+        let state = Cluster::new(Objects {
+            nodes: vec![node("new"), node("old")],
+            nodeclaims: vec![claim("c1", "new", false), claim("c2", "old", true)],
+            ..Objects::default()
+        });
+        let s = build(&state, &[], &[], &no_catalog, &crate::counts::AllAvailable);
+        let by_name: HashMap<&str, &scheduling::ExistingNode> =
+            s.input.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+        let new = &by_name["new"].allocatable;
+        assert_eq!(
+            (new["cpu"], new["example.com/gpu"], new["pods"]),
+            (4000, 2, 10)
+        );
+        let old = &by_name["old"].allocatable;
+        assert_eq!((old["cpu"], old["example.com/gpu"]), (4000, 0));
+        assert!(!old.contains_key("pods"));
     }
 
     #[test]

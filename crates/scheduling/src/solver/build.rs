@@ -1,13 +1,18 @@
 //! Setup: interning, dense resources, per-pool instance types, topology groups.
 
-use super::topology::{GroupKey, GroupKind, Selector, bump, lookup};
+use super::topology::{GroupKey, GroupKind, NodeFilter, Selector, bump, lookup};
 use super::*;
 
 impl Solver {
+    /// Node requirements: deprecated label keys read as their stable key.
     pub(super) fn ireqs(&mut self, list: &[Requirement]) -> IReqs {
+        self.ireqs_keyed(list, normalized_label_key)
+    }
+
+    fn ireqs_keyed(&mut self, list: &[Requirement], key: fn(&str) -> &str) -> IReqs {
         let mut r = IReqs::new();
         for q in list {
-            let key = self.names.id(&q.key);
+            let key = self.names.id(key(&q.key));
             let vals = q.values.iter().map(|v| self.names.sym(v)).collect();
             r.add(key, ValueSet::from_operator(q.operator, vals, q.min_values));
         }
@@ -23,10 +28,27 @@ impl Solver {
         v
     }
 
+    /// A node's labels with deprecated keys read as their stable key (the stable one wins
+    /// when a node has both).
+    pub(super) fn node_labels(&mut self, labels: &BTreeMap<String, String>) -> Vec<(Key, Sym)> {
+        if !labels.keys().any(|k| normalized_label_key(k) != k) {
+            return self.ilabels(labels);
+        }
+        let mut stable: BTreeMap<String, String> = BTreeMap::new();
+        for (k, v) in labels {
+            let nk = normalized_label_key(k);
+            if nk == k || !labels.contains_key(nk) {
+                stable.insert(nk.to_string(), v.clone());
+            }
+        }
+        self.ilabels(&stable)
+    }
+
+    /// Label requirements (node selector, NodePool labels), keys normalized as in [`Self::ireqs`].
     pub(super) fn label_reqs(&mut self, labels: &BTreeMap<String, String>) -> IReqs {
         let mut r = IReqs::new();
         for (k, v) in labels {
-            let key = self.names.id(k);
+            let key = self.names.id(normalized_label_key(k));
             let val = self.names.sym(v);
             r.add(key, ValueSet::in_values(vec![val]));
         }
@@ -35,24 +57,28 @@ impl Solver {
 
     pub(super) fn selector(&mut self, s: &LabelSelector) -> Selector {
         let labels = self.ilabels(&s.match_labels);
-        let exprs = self.ireqs(&s.match_expressions);
+        // Pod labels: no key is an alias.
+        let exprs = self.ireqs_keyed(&s.match_expressions, |k| k);
         Selector { labels, exprs }
     }
 
+    /// The group of a term: `namespaces` `None` is every namespace, empty the owner's.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn group(
         &mut self,
         index: &mut HashMap<GroupKey, usize>,
         kind: GroupKind,
         topology_key: &str,
-        namespaces: &[String],
+        namespaces: Option<&[String]>,
         own_ns: u32,
         selector: &LabelSelector,
+        filter: NodeFilter,
     ) -> usize {
         let key = self.names.id(topology_key);
-        let mut namespaces: Vec<u32> = if namespaces.is_empty() {
-            vec![own_ns]
-        } else {
-            namespaces.iter().map(|n| self.names.id(n)).collect()
+        let mut namespaces: Vec<u32> = match namespaces {
+            None => Vec::new(),
+            Some([]) => vec![own_ns],
+            Some(list) => list.iter().map(|n| self.names.id(n)).collect(),
         };
         namespaces.sort();
         namespaces.dedup();
@@ -62,6 +88,7 @@ impl Solver {
             key,
             namespaces: namespaces.clone(),
             selector: selector.clone(),
+            filter: filter.clone(),
         };
         if let Some(&g) = index.get(&gk) {
             return g;
@@ -73,6 +100,8 @@ impl Solver {
             host,
             namespaces,
             selector,
+            filter,
+            domains: None,
             counts: HashMap::new(),
             host_counts: Vec::new(),
             total: 0,
@@ -85,6 +114,11 @@ impl Solver {
     }
 }
 
+/// The namespaces of an affinity term for [`Solver::group`].
+fn term_namespaces(t: &PodAffinityTerm) -> Option<&[String]> {
+    (!t.all_namespaces).then_some(t.namespaces.as_slice())
+}
+
 /// A daemonset as the setup reads it: requirements, tolerations, dense requests.
 type DsData = (IReqs, Vec<Toleration>, Vec<i64>);
 
@@ -95,7 +129,7 @@ pub(super) fn build(input: &Input) -> Solver {
     intern_resources(&mut s, input);
     let ds = daemonsets(&mut s, input);
     let mut universe: HashMap<Key, Vec<Sym>> = HashMap::new();
-    add_pools(&mut s, input, &ds, nodepool_key, &mut universe);
+    let pool_domains = add_pools(&mut s, input, &ds, nodepool_key, &mut universe);
     add_nodes(&mut s, input, &mut universe);
     for v in universe.values_mut() {
         v.sort_by(|a, b| s.names.name(a.id).cmp(s.names.name(b.id)));
@@ -112,6 +146,7 @@ pub(super) fn build(input: &Input) -> Solver {
     }
     let bound_anti = bound_anti_groups(&mut s, input, &mut gindex);
     match_groups(&mut s, &bound_anti);
+    filtered_domains(&mut s, &pool_domains);
     // Counts from bound pods.
     for (ni, n) in input.nodes.iter().enumerate() {
         for bp in &n.pods {
@@ -141,6 +176,7 @@ fn new_solver() -> Solver {
         it_key: 0,
         pools: Vec::new(),
         nodes: Vec::new(),
+        node_order: Vec::new(),
         claims: Vec::new(),
         by_count: CountOrder::default(),
         groups: Vec::new(),
@@ -206,14 +242,19 @@ fn daemonsets(s: &mut Solver, input: &Input) -> Vec<DsData> {
         .collect()
 }
 
-/// NodePools, by weight desc then name desc.
+/// Per pool (in [`Solver::pools`] order): the domains of each key its types and requirements
+/// give, as Karpenter's topology domain groups hold them.
+type PoolDomains = Vec<HashMap<Key, Vec<Sym>>>;
+
+/// NodePools, by weight desc then name desc; their domains join the universe.
 fn add_pools(
     s: &mut Solver,
     input: &Input,
     ds: &[DsData],
     nodepool_key: Key,
     universe: &mut HashMap<Key, Vec<Sym>>,
-) {
+) -> PoolDomains {
+    let mut pool_domains = Vec::new();
     let nres = s.res_names.len();
     let mut count_index: HashMap<String, u32> = HashMap::new();
     let mut order: Vec<&NodePool> = input.node_pools.iter().collect();
@@ -238,12 +279,13 @@ fn add_pools(
             .collect();
         let counted = types.iter().any(|t| t.counted);
         let mut base = BitSet::new(types.len());
+        let mut domains: HashMap<Key, Vec<Sym>> = HashMap::new();
         for (i, t) in types.iter().enumerate() {
             if s.type_ok(t, &reqs, Counts::Ignore) {
                 base.insert(i);
                 for (k, set) in t.reqs.entries() {
                     if !set.complement {
-                        let u = universe.entry(*k).or_default();
+                        let u = domains.entry(*k).or_default();
                         u.extend(
                             set.values
                                 .iter()
@@ -255,12 +297,18 @@ fn add_pools(
         }
         for (k, set) in reqs.entries() {
             if !set.complement {
-                universe
+                domains
                     .entry(*k)
                     .or_default()
                     .extend(set.values.iter().copied());
             }
         }
+        for (k, v) in domains.iter_mut() {
+            v.sort_unstable_by_key(|d| d.id);
+            v.dedup();
+            universe.entry(*k).or_default().extend(v.iter().copied());
+        }
+        pool_domains.push(domains);
         let remaining = (0..nres)
             .map(|i| {
                 let n = &s.res_names[i];
@@ -285,6 +333,7 @@ fn add_pools(
             counted,
         });
     }
+    pool_domains
 }
 
 /// One instance type of a pool: requirements, usable resources after overhead and the
@@ -375,10 +424,18 @@ fn count_of(s: &mut Solver, index: &mut HashMap<String, u32>, c: &OfferingCount)
     i
 }
 
-/// Existing nodes (their labels join the universe).
+/// Existing nodes (their labels join the universe), and the order they are tried in.
 fn add_nodes(s: &mut Solver, input: &Input, universe: &mut HashMap<Key, Vec<Sym>>) {
+    let mut order: Vec<usize> = (0..input.nodes.len()).collect();
+    order.sort_by_key(|&i| {
+        (
+            input.nodes[i].state != NodeState::Ready,
+            &input.nodes[i].name,
+        )
+    });
+    s.node_order = order;
     for n in &input.nodes {
-        let labels = s.ilabels(&n.labels);
+        let labels = s.node_labels(&n.labels);
         for (k, v) in &labels {
             universe.entry(*k).or_default().push(*v);
         }
@@ -420,7 +477,7 @@ fn pod_data(
         requests[pods_id] = 1;
     }
     let selector_reqs = s.label_reqs(&p.node_selector);
-    let required_terms = p
+    let required_terms: Vec<IReqs> = p
         .required_node_affinity
         .iter()
         .map(|t| s.ireqs(t))
@@ -430,13 +487,15 @@ fn pod_data(
     let preferred_terms = pref.iter().map(|w| s.ireqs(&w.term)).collect();
     let mut spreads = Vec::new();
     for t in &p.topology_spread {
+        let filter = spread_filter(t, p, &selector_reqs, &required_terms);
         let g = s.group(
             gindex,
             GroupKind::Spread(t.max_skew.max(1), t.min_domains.unwrap_or(0)),
             &t.topology_key,
-            &[],
+            Some(&[]),
             ns,
             &t.selector,
+            filter,
         );
         spreads.push((g, t.when_unsatisfiable == WhenUnsatisfiable::DoNotSchedule));
     }
@@ -447,9 +506,10 @@ fn pod_data(
                     gindex,
                     kind,
                     &t.topology_key,
-                    &t.namespaces,
+                    term_namespaces(t),
                     ns,
                     &t.selector,
+                    NodeFilter::default(),
                 )
             })
             .collect()
@@ -493,6 +553,39 @@ fn pod_data(
     pd
 }
 
+/// The node filter of a spread constraint of `p` (Kubernetes' node inclusion policies).
+fn spread_filter(
+    t: &TopologySpread,
+    p: &Pod,
+    selector_reqs: &IReqs,
+    required_terms: &[IReqs],
+) -> NodeFilter {
+    let tolerations =
+        (t.node_taints_policy == NodeInclusionPolicy::Honor).then(|| p.tolerations.clone());
+    let affinity = if t.node_affinity_policy == NodeInclusionPolicy::Ignore {
+        Vec::new()
+    } else if required_terms.is_empty() {
+        if selector_reqs.is_empty() {
+            Vec::new()
+        } else {
+            vec![selector_reqs.clone()]
+        }
+    } else {
+        required_terms
+            .iter()
+            .map(|term| {
+                let mut r = selector_reqs.clone();
+                r.intersect(term);
+                r
+            })
+            .collect()
+    };
+    NodeFilter {
+        tolerations,
+        affinity,
+    }
+}
+
 /// Bound pods' required anti-affinity creates groups too: (node, group) of each term.
 fn bound_anti_groups(
     s: &mut Solver,
@@ -508,9 +601,10 @@ fn bound_anti_groups(
                     gindex,
                     GroupKind::Anti,
                     &t.topology_key,
-                    &t.namespaces,
+                    term_namespaces(t),
                     ns,
                     &t.selector,
+                    NodeFilter::default(),
                 );
                 bound_anti.push((ni, g));
             }
@@ -555,8 +649,48 @@ fn match_groups(s: &mut Solver, bound_anti: &[(usize, usize)]) {
     }
 }
 
-/// Records a pod on existing node `ni` into group `g` (as owner or as matching pod).
+/// The domains of each spread group with a node filter: those of the NodePools whose taints
+/// it tolerates (when it honours taints) and of the existing nodes it admits.
+fn filtered_domains(s: &mut Solver, pool_domains: &PoolDomains) {
+    for g in 0..s.groups.len() {
+        let grp = &s.groups[g];
+        if grp.filter.is_empty() || grp.host || !matches!(grp.kind, GroupKind::Spread(..)) {
+            continue;
+        }
+        let mut ds: Vec<Sym> = Vec::new();
+        for (pool, domains) in s.pools.iter().zip(pool_domains) {
+            let tolerated = grp
+                .filter
+                .tolerations
+                .as_ref()
+                .is_none_or(|tol| untolerated(&pool.taints, tol).is_none());
+            if tolerated && let Some(v) = domains.get(&grp.key) {
+                ds.extend(v.iter().copied());
+            }
+        }
+        for n in &s.nodes {
+            if grp.filter.node(&n.taints, &n.labels)
+                && let Some(d) = lookup(&n.labels, grp.key)
+            {
+                ds.push(d);
+            }
+        }
+        ds.sort_by(|a, b| s.names.name(a.id).cmp(s.names.name(b.id)));
+        ds.dedup();
+        s.groups[g].domains = Some(ds);
+    }
+}
+
+/// Records a pod on existing node `ni` into group `g` (as owner or as matching pod; a
+/// matching pod only where the group's node filter admits the node).
 pub(super) fn record_node(s: &mut Solver, g: usize, ni: usize, owner: bool) {
+    if !owner
+        && !s.groups[g]
+            .filter
+            .node(&s.nodes[ni].taints, &s.nodes[ni].labels)
+    {
+        return;
+    }
     let key = s.groups[g].key;
     let dom = lookup(&s.nodes[ni].labels, key);
     let grp = &mut s.groups[g];

@@ -131,6 +131,8 @@ struct Solver {
     it_key: Key,
     pools: Vec<PoolData>,
     nodes: Vec<NodeData>,
+    /// The order existing nodes are tried in (Karpenter's): initialized first, then by name.
+    node_order: Vec<usize>,
     claims: Vec<Claim>,
     /// Planned claims ordered by pod count ascending (Karpenter tries the emptiest first).
     by_count: CountOrder,

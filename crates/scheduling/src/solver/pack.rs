@@ -95,16 +95,9 @@ impl Solver {
         reqs.compatible(&pod.reqs, |k| self.allow_undefined(k))
             .map_err(|e| Why::Requirements(incompat_key(e)))?;
         self.rules_possible(plan, reqs, &pod.reqs)?;
-        let new_reqs = if pod.reqs.is_empty() && plan.rules.is_empty() {
-            None
-        } else {
-            let mut r = reqs.clone();
-            r.intersect(&pod.reqs);
-            self.apply_rules(plan, &mut r)?;
-            if r == *reqs { None } else { Some(r) }
-        };
-        let new_used: Vec<i64> = used.iter().zip(&pod.requests).map(|(a, b)| a + b).collect();
         let p = &self.pools[pool];
+        let new_reqs = self.claim_reqs(pool, reqs, cands, used, pod, plan)?;
+        let new_used: Vec<i64> = used.iter().zip(&pod.requests).map(|(a, b)| a + b).collect();
         let mut out = BitSet::new(p.types.len());
         let mut max_free = vec![i64::MIN; new_used.len()];
         let mut any_req_ok = false;
@@ -170,6 +163,35 @@ impl Solver {
             max_free,
             relaxed,
         })
+    }
+
+    /// A claim's requirements with the pod's and its topology rules applied (`None`: unchanged).
+    fn claim_reqs(
+        &self,
+        pool: usize,
+        reqs: &IReqs,
+        cands: &BitSet,
+        used: &[i64],
+        pod: &PodData,
+        plan: &TopoPlan,
+    ) -> Result<Option<IReqs>, Why> {
+        if pod.reqs.is_empty() && plan.rules.is_empty() {
+            return Ok(None);
+        }
+        let p = &self.pools[pool];
+        let mut r = reqs.clone();
+        r.intersect(&pod.reqs);
+        // Some candidate type has an offering in the picked domains and room for the pod.
+        let feasible = |r: &IReqs| {
+            cands.iter().any(|t| {
+                let td = &p.types[t];
+                let room = used.iter().zip(&pod.requests).zip(&td.usable);
+                room.into_iter().all(|((u, q), a)| u + q <= *a)
+                    && self.type_ok(td, r, Counts::Ignore)
+            })
+        };
+        self.apply_rules_jointly(plan, &mut r, &feasible)?;
+        Ok(if r == *reqs { None } else { Some(r) })
     }
 
     /// The claim's requirements after the `minValues` check over candidates `cands`
@@ -274,7 +296,8 @@ impl Solver {
     pub(super) fn add(&mut self, pi: usize) -> Result<(), Vec<(usize, Failure)>> {
         let plan = self.plan(&self.pods[pi]);
         // 1. Existing and in-flight nodes.
-        for ni in 0..self.nodes.len() {
+        for oi in 0..self.node_order.len() {
+            let ni = self.node_order[oi];
             if self.try_existing(ni, &self.pods[pi], &plan) {
                 let req = self.pods[pi].requests.clone();
                 let n = &mut self.nodes[ni];

@@ -25,20 +25,74 @@ impl Selector {
     }
 }
 
+/// Which nodes a topology spread counts (`nodeTaintsPolicy`, `nodeAffinityPolicy`); the
+/// default (empty) filter counts every node, as affinity groups always do.
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+pub(super) struct NodeFilter {
+    /// `nodeTaintsPolicy: Honor`: the owner's tolerations.
+    pub(super) tolerations: Option<Vec<Toleration>>,
+    /// `nodeAffinityPolicy: Honor` with a node selection: a node counts if it is compatible
+    /// with one of these (node selector ∩ each required term); empty: every node.
+    pub(super) affinity: Vec<IReqs>,
+}
+
+impl NodeFilter {
+    pub(super) fn is_empty(&self) -> bool {
+        self.tolerations.is_none() && self.affinity.is_empty()
+    }
+
+    fn tolerates(&self, taints: &[Taint]) -> bool {
+        self.tolerations
+            .as_ref()
+            .is_none_or(|tol| untolerated(taints, tol).is_none())
+    }
+
+    /// Whether an existing node counts.
+    pub(super) fn node(&self, taints: &[Taint], labels: &[(Key, Sym)]) -> bool {
+        self.tolerates(taints)
+            && (self.affinity.is_empty()
+                || self
+                    .affinity
+                    .iter()
+                    .any(|r| r.matches_labels(|k| lookup(labels, *k)).is_ok()))
+    }
+
+    /// Whether a NodeClaim with these taints and requirements counts.
+    pub(super) fn claim(
+        &self,
+        taints: &[Taint],
+        reqs: &IReqs,
+        allow_undefined: impl Fn(&Key) -> bool + Copy,
+    ) -> bool {
+        self.tolerates(taints)
+            && (self.affinity.is_empty()
+                || self
+                    .affinity
+                    .iter()
+                    .any(|r| reqs.compatible(r, allow_undefined).is_ok()))
+    }
+}
+
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub(super) struct GroupKey {
     pub(super) kind: GroupKind,
     pub(super) key: Key,
     pub(super) namespaces: Vec<u32>,
     pub(super) selector: Selector,
+    pub(super) filter: NodeFilter,
 }
 
 pub(super) struct Group {
     pub(super) kind: GroupKind,
     pub(super) key: Key,
     pub(super) host: bool,
+    /// Empty: every namespace.
     pub(super) namespaces: Vec<u32>,
     pub(super) selector: Selector,
+    pub(super) filter: NodeFilter,
+    /// With a non-empty filter (non-hostname spreads): the domains the filter admits, in name
+    /// order (else every domain of the key, [`Solver::universe`]).
+    pub(super) domains: Option<Vec<Sym>>,
     pub(super) counts: HashMap<Sym, u32>,
     pub(super) host_counts: Vec<u32>,
     pub(super) total: u32,
@@ -49,7 +103,8 @@ pub(super) struct Group {
 
 impl Group {
     pub(super) fn selects(&self, ns: u32, labels: &[(Key, Sym)]) -> bool {
-        self.namespaces.contains(&ns) && self.selector.matches(labels)
+        (self.namespaces.is_empty() || self.namespaces.contains(&ns))
+            && self.selector.matches(labels)
     }
     pub(super) fn host_count(&self, slot: usize) -> u32 {
         self.host_counts.get(slot).copied().unwrap_or(0)
@@ -94,7 +149,22 @@ pub(super) struct TopoPlan {
     /// (group, kind) checks on the hostname key.
     pub(super) host: Vec<(usize, HostCheck)>,
     pub(super) rules: Vec<Rule>,
+    /// Pick rules on more than one key: their domains are chosen together
+    /// ([`Solver::apply_rules_jointly`]).
+    pub(super) joint: bool,
 }
+
+/// Whether `rules` pick domains of more than one key.
+fn picks_several_keys(rules: &[Rule]) -> bool {
+    let mut keys = rules.iter().filter_map(|r| match r.rule {
+        DomainRule::Pick(_) => Some(r.key),
+        _ => None,
+    });
+    keys.next().is_some_and(|k| keys.any(|o| o != k))
+}
+
+/// Combinations [`Solver::apply_rules_jointly`] tries at most.
+const MAX_JOINT_PICKS: u32 = 64;
 
 #[derive(Clone, Copy)]
 pub(super) enum HostCheck {
@@ -109,10 +179,6 @@ use Why::PodAntiAffinity as anti_failure;
 use Why::TopologySpread as spread_failure;
 
 impl Solver {
-    pub(super) fn pod_domains(&self, pod: &PodData, key: Key) -> Vec<Sym> {
-        self.domains_within(&pod.reqs, key)
-    }
-
     /// The domains of `key` that `reqs` allow.
     pub(super) fn domains_within(&self, reqs: &IReqs, key: Key) -> Vec<Sym> {
         let empty = Vec::new();
@@ -123,10 +189,23 @@ impl Solver {
         }
     }
 
+    /// The domains of group `grp` (its filtered ones, else every one of its key) that `reqs`
+    /// allow.
+    fn group_domains(&self, grp: &Group, reqs: &IReqs) -> Vec<Sym> {
+        let Some(ds) = &grp.domains else {
+            return self.domains_within(reqs, grp.key);
+        };
+        match reqs.get(&grp.key) {
+            None => ds.clone(),
+            Some(r) => ds.iter().copied().filter(|d| r.has(d)).collect(),
+        }
+    }
+
     pub(super) fn plan(&self, pod: &PodData) -> TopoPlan {
         let mut plan = TopoPlan {
             host: Vec::new(),
             rules: Vec::new(),
+            joint: false,
         };
         for (g, _) in pod.owned() {
             let grp = &self.groups[g];
@@ -142,13 +221,13 @@ impl Solver {
                 plan.host.push((g, check));
                 continue;
             }
-            let pd = self.pod_domains(pod, grp.key);
+            let pd = self.group_domains(grp, &pod.reqs);
             let count = |d: &Sym| grp.counts.get(d).copied().unwrap_or(0);
             let rule = match grp.kind {
                 GroupKind::Spread(max, min_domains) => {
                     // The minimum is over the domains the pod's required node selection allows;
                     // preferred node affinity narrows where it goes, not the skew's baseline.
-                    let eligible = self.domains_within(&pod.strict_reqs, grp.key);
+                    let eligible = self.group_domains(grp, &pod.strict_reqs);
                     let min = if (eligible.len() as u64) < u64::from(min_domains) {
                         0
                     } else {
@@ -216,6 +295,7 @@ impl Solver {
                 });
             }
         }
+        plan.joint = picks_several_keys(&plan.rules);
         plan
     }
 
@@ -243,30 +323,91 @@ impl Solver {
     /// Applies the domain rules to `reqs` (a node's or claim's requirements, already intersected
     /// with the pod's).
     pub(super) fn apply_rules(&self, plan: &TopoPlan, reqs: &mut IReqs) -> Result<(), Why> {
-        for r in &plan.rules {
-            let nd = reqs.get(&r.key);
-            let narrowed = match &r.rule {
-                DomainRule::Pick(order) => order
-                    .iter()
-                    .find(|d| nd.is_none_or(|s| s.has(d)))
-                    .map(|d| ISet::in_values(vec![*d])),
-                DomainRule::Narrow(set) => {
-                    let n = nd.map_or_else(|| set.clone(), |s| s.intersection(set));
-                    (!n.is_empty()).then_some(n)
-                }
-                DomainRule::Bootstrap(pd) => pd
-                    .iter()
-                    .find(|d| nd.is_none_or(|s| s.has(d)))
-                    .or(pd.first())
-                    .filter(|d| nd.is_none_or(|s| s.has(d)))
-                    .map(|d| ISet::in_values(vec![*d])),
-            };
-            match narrowed {
-                Some(n) => reqs.add(r.key, n),
-                None => return Err((r.failure)(r.key)),
+        plan.rules.iter().try_for_each(|r| self.apply_rule(r, reqs))
+    }
+
+    fn apply_rule(&self, r: &Rule, reqs: &mut IReqs) -> Result<(), Why> {
+        let nd = reqs.get(&r.key);
+        let narrowed = match &r.rule {
+            DomainRule::Pick(order) => order
+                .iter()
+                .find(|d| nd.is_none_or(|s| s.has(d)))
+                .map(|d| ISet::in_values(vec![*d])),
+            DomainRule::Narrow(set) => {
+                let n = nd.map_or_else(|| set.clone(), |s| s.intersection(set));
+                (!n.is_empty()).then_some(n)
+            }
+            DomainRule::Bootstrap(pd) => pd
+                .iter()
+                .find(|d| nd.is_none_or(|s| s.has(d)))
+                .or(pd.first())
+                .filter(|d| nd.is_none_or(|s| s.has(d)))
+                .map(|d| ISet::in_values(vec![*d])),
+        };
+        match narrowed {
+            Some(n) => {
+                reqs.add(r.key, n);
+                Ok(())
+            }
+            None => Err((r.failure)(r.key)),
+        }
+    }
+
+    /// [`Self::apply_rules`] for a plan that picks domains of several keys (zone and capacity
+    /// type spreads): when the first domain of each does not make a combination `feasible`
+    /// accepts (no offering has that zone and capacity type), the next combinations in pick
+    /// order are tried, as Karpenter's retries over its unordered domains find one.
+    pub(super) fn apply_rules_jointly(
+        &self,
+        plan: &TopoPlan,
+        reqs: &mut IReqs,
+        feasible: &dyn Fn(&IReqs) -> bool,
+    ) -> Result<(), Why> {
+        if !plan.joint {
+            return self.apply_rules(plan, reqs);
+        }
+        let mut first = reqs.clone();
+        self.apply_rules(plan, &mut first)?;
+        if feasible(&first) {
+            *reqs = first;
+            return Ok(());
+        }
+        let mut budget = MAX_JOINT_PICKS;
+        *reqs = self
+            .search(&plan.rules, reqs, &mut budget, feasible)
+            .unwrap_or(first);
+        Ok(())
+    }
+
+    /// Depth-first over the pick rules' domains: the first combination `feasible` accepts.
+    fn search(
+        &self,
+        rules: &[Rule],
+        reqs: &IReqs,
+        budget: &mut u32,
+        feasible: &dyn Fn(&IReqs) -> bool,
+    ) -> Option<IReqs> {
+        let Some((r, rest)) = rules.split_first() else {
+            *budget = budget.saturating_sub(1);
+            return feasible(reqs).then(|| reqs.clone());
+        };
+        let DomainRule::Pick(order) = &r.rule else {
+            let mut next = reqs.clone();
+            self.apply_rule(r, &mut next).ok()?;
+            return self.search(rest, &next, budget, feasible);
+        };
+        let nd = reqs.get(&r.key);
+        for d in order.iter().filter(|d| nd.is_none_or(|s| s.has(d))) {
+            if *budget == 0 {
+                return None;
+            }
+            let mut next = reqs.clone();
+            next.add(r.key, ISet::in_values(vec![*d]));
+            if let Some(found) = self.search(rest, &next, budget, feasible) {
+                return Some(found);
             }
         }
-        Ok(())
+        None
     }
 
     /// Cheap pre-check of the domain rules against fixed node domains (no allocation).
@@ -297,6 +438,25 @@ impl Solver {
         Ok(())
     }
 
+    /// Whether a pod placed on `slot` (an existing node, else a claim with `reqs`) counts for
+    /// group `g` (its node filter admits the node).
+    fn counts_on(&self, g: usize, slot: usize, reqs: Option<&IReqs>) -> bool {
+        let filter = &self.groups[g].filter;
+        if filter.is_empty() {
+            return true;
+        }
+        if let Some(n) = self.nodes.get(slot) {
+            return filter.node(&n.taints, &n.labels);
+        }
+        let Some(c) = self.claims.get(slot - self.nodes.len()) else {
+            return true;
+        };
+        let pool = &self.pools[c.pool];
+        filter.claim(&pool.taints, reqs.unwrap_or(&c.reqs), |k| {
+            self.allow_undefined(k)
+        })
+    }
+
     pub(super) fn record(&mut self, pod: usize, slot: usize, reqs: Option<&IReqs>) {
         let labels = if slot < self.nodes.len() {
             Some(self.nodes[slot].labels.clone())
@@ -322,6 +482,9 @@ impl Solver {
         };
         let matched = self.pods[pod].matched.clone();
         for g in matched {
+            if !self.counts_on(g, slot, reqs) {
+                continue;
+            }
             let (host, key, anti) = {
                 let grp = &self.groups[g];
                 (grp.host, grp.key, grp.kind == GroupKind::Anti)

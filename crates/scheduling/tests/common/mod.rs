@@ -155,5 +155,7 @@ pub fn spread(
         when_unsatisfiable: when,
         selector: LabelSelector::labels(sel),
         min_domains: None,
+        node_affinity_policy: NodeInclusionPolicy::Honor,
+        node_taints_policy: NodeInclusionPolicy::Ignore,
     }
 }
