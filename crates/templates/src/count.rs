@@ -14,7 +14,7 @@
 //!   flight (no providerID yet, so the job cannot have seen them), ignored (unknown) once
 //!   older than the staleness ([`CountSource::Reported`]).
 //!
-//! - a host inventory (`spec.inventory` on the NodeClass, [`crate::inventory`]): the free
+//! - a host inventory (`spec.inventory` on the NodeClass, the `inventory` module): the free
 //!   hosts the template's selector matches, minus the launches in flight that hold no host
 //!   yet ([`CountSource::Inventory`]); handed to [`smallest`] with the others.
 
