@@ -255,15 +255,11 @@ async fn one_machine_per_claim(m: &Client, w: &Client, ns: &str, min: usize) -> 
 /// The testbed's audit log, read again when caught mid-write (a line the server is still
 /// writing).
 async fn audit(tb: &Testbed) -> Vec<AuditEvent> {
-    let mut last = None;
-    for _ in 0..10 {
-        match tb.audit_events() {
-            Ok(events) => return events,
-            Err(e) => last = Some(e),
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-    panic!("audit log unreadable: {last:?}");
+    wait_for("a readable audit log", Duration::from_secs(5), || async {
+        tb.audit_events().ok()
+    })
+    .await
+    .unwrap_or_else(|e| panic!("audit log unreadable: {e}"))
 }
 
 /// When the API server received a request.

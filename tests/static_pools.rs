@@ -84,18 +84,32 @@ async fn scale(client: &Client, n: i64) {
         .expect("scale subresource");
 }
 
-/// Watches the pool's NodeClaims (every 100 ms) and keeps the most seen at once.
+/// Watches the pool's NodeClaims and keeps the most that existed at once (every create and
+/// delete the API server reports, not a sample).
 fn count_max(
     client: &Client,
     pool: &'static str,
 ) -> (Arc<AtomicUsize>, tokio::task::JoinHandle<()>) {
+    use futures::StreamExt;
+    use kube::runtime::watcher::{self, Event};
     let most = Arc::new(AtomicUsize::new(0));
     let (m, c) = (most.clone(), client.clone());
     let task = tokio::spawn(async move {
-        loop {
-            let n = claims_of(&c, pool).await.len();
-            m.fetch_max(n, Ordering::SeqCst);
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        let config = watcher::Config::default().labels(&format!("karpenter.sh/nodepool={pool}"));
+        let mut live: BTreeSet<String> = BTreeSet::new();
+        let mut events = std::pin::pin!(watcher::watcher(nodeclaims(&c), config));
+        while let Some(e) = events.next().await {
+            match e {
+                Ok(Event::Apply(o) | Event::InitApply(o)) => {
+                    live.insert(o.name_any());
+                }
+                Ok(Event::Delete(o)) => {
+                    live.remove(&o.name_any());
+                }
+                Ok(Event::Init) => live.clear(),
+                Ok(Event::InitDone) | Err(_) => {}
+            }
+            m.fetch_max(live.len(), Ordering::SeqCst);
         }
     });
     (most, task)

@@ -23,6 +23,7 @@ pub(crate) mod latency;
 pub mod leader;
 pub mod machine;
 pub mod metrics;
+pub mod metrics_labels;
 pub mod metrics_scope;
 pub mod names;
 pub mod nodeclaim;

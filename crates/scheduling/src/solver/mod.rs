@@ -8,6 +8,7 @@
 //! is relaxed one preference at a time and requeued.
 
 mod build;
+mod groups;
 mod output;
 mod pack;
 mod pod;
