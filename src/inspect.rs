@@ -10,7 +10,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use serde::Serialize;
 
-use controller::machine;
+use controller::cloudprovider::clusterapi::machine;
 use templates::offline::column_lines;
 
 /// One NodeClaim and what hangs off it.

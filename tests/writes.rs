@@ -13,12 +13,12 @@ use std::time::Duration;
 
 use api::{Machine, NodeClaim};
 use controller::cache::Caches;
+use controller::catalogs::IndexCatalogs;
 use controller::cloudprovider::clusterapi::ClusterApi;
 use controller::events::{Recorder, Reporter};
 use controller::metrics::{Metrics, NodePoolLabels};
 use controller::nodeclaim::context::{Catalogs, Settings, Shared};
 use controller::nodeclaim::lifecycle;
-use controller::nodeclass_status::IndexCatalogs;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;

@@ -317,7 +317,7 @@ pub const CLUSTER_ID: &str = "testbed";
 /// The name of the Machine (and its clones) of NodeClaim `claim` launched by the tests'
 /// operator.
 pub fn machine_name(claim: &str) -> String {
-    controller::names::object_name(claim, CLUSTER_ID)
+    controller::cloudprovider::clusterapi::names::object_name(claim, CLUSTER_ID)
 }
 
 pub fn operator_config(tb: &Testbed) -> controller::runtime::RunConfig {

@@ -4,7 +4,7 @@
 use api::karpenter::{Budget, DisruptionReason};
 use k8s_openapi::jiff::{Timestamp, tz::TimeZone};
 
-use crate::nodeclass::parse_duration;
+use api::duration::parse_duration;
 
 /// Why a budget's schedule and duration cannot be used, if they cannot: both or neither must
 /// be set, the schedule a cron expression, the duration a Go duration.

@@ -385,7 +385,8 @@ pub struct Caches {
     pub nodeclaims: Cache<api::NodeClaim>,
     pub nodepools: Cache<api::NodePool>,
     pub nodeclasses: Cache<api::ClusterAPINodeClass>,
-    /// Only Machines carrying our NodeClaim label and our cluster id (see `fence`).
+    /// Only Machines carrying our NodeClaim label and our cluster id (see
+    /// `cloudprovider::clusterapi::fence`).
     pub machines: Cache<api::Machine>,
     pub clusters: Cache<api::Cluster>,
     /// NodeOverlays, when the `NodeOverlay` feature gate is on ([`Caches::with_overlays`]).
@@ -478,7 +479,9 @@ impl Caches {
             machines: Cache::start(
                 tasks,
                 Api::all(management.clone()),
-                all().labels(&crate::fence::selector(cluster_id)),
+                all().labels(&crate::cloudprovider::clusterapi::fence::selector(
+                    cluster_id,
+                )),
                 keep,
                 None,
             ),

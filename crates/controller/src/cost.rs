@@ -48,7 +48,7 @@ pub fn disruption_cost(reschedulable: &[&Pod]) -> f64 {
 /// (`Never`, or unreadable), falling to 0 as it nears expiry (Karpenter's
 /// `LifetimeRemaining`).
 pub fn lifetime_remaining(claim: &NodeClaim, now: Timestamp) -> f64 {
-    let Some(total) = crate::nodeclass::parse_duration(&claim.spec.expire_after) else {
+    let Some(total) = api::duration::parse_duration(&claim.spec.expire_after) else {
         return 1.0;
     };
     let total = total.as_secs_f64();

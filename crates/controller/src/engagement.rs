@@ -11,12 +11,13 @@ use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
 use crate::cache::Caches;
+use crate::catalogs::IndexCatalogs;
 use crate::cloudprovider::clusterapi::ClusterApi;
+use crate::cloudprovider::clusterapi::nodeclass_status::{self, StatusCtx};
 use crate::events::{Recorder, Reporter};
 use crate::metrics::Metrics;
 use crate::nodeclaim::context::{Ctx, Settings, Shared};
 use crate::nodeclaim::lifecycle;
-use crate::nodeclass_status::{self, IndexCatalogs, StatusCtx};
 use crate::nodepool_status::RegistrationFailures as Failures;
 use crate::state::ClusterState;
 use crate::tasks::Tasks;
@@ -250,7 +251,7 @@ fn status(
         nodeclaims: caches.nodeclaims.store(),
         nodes: caches.nodes.store(),
         recorder,
-        offerings: crate::offering_status::OfferingStatus {
+        offerings: crate::cloudprovider::clusterapi::offering_status::OfferingStatus {
             machines: caches.machines.store(),
             unavailable,
             inventory,

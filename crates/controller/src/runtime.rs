@@ -34,7 +34,7 @@ pub enum RuntimeError {
     #[error("lost leadership; exiting so that exactly one replica writes")]
     LostLeadership,
     #[error(transparent)]
-    Fence(#[from] crate::fence::FenceError),
+    Fence(#[from] crate::cloudprovider::clusterapi::fence::FenceError),
 }
 
 /// Everything `run` needs, parsed from flags/env by the binary.
@@ -292,8 +292,11 @@ impl Running {
 async fn warm(ctx: &Context, tasks: &mut crate::tasks::Tasks) -> Result<Warm, RuntimeError> {
     match &ctx.config.hub {
         None => {
-            let cluster_id =
-                crate::fence::cluster_id(&ctx.workload, ctx.config.cluster_id.as_deref()).await?;
+            let cluster_id = crate::cloudprovider::clusterapi::fence::cluster_id(
+                &ctx.workload,
+                ctx.config.cluster_id.as_deref(),
+            )
+            .await?;
             tracing::info!(cluster_id = %cluster_id, "fencing our Cluster API objects by cluster id");
             let mut caches =
                 crate::cache::Caches::start(tasks, &ctx.workload, &ctx.management, &cluster_id);

@@ -4,10 +4,10 @@
 //! each as an [`Instance`] whose annotations carry a launch plan naming it, so that
 //! `delete` removes exactly it.
 //!
-//! Fenced (see `fence`): only objects labelled with our cluster id, of a Cluster one of our
-//! NodeClasses references, are listed; the NodeClaim they belong to is named by its UID (the
-//! object's `nodeclaim-uid` mark), never by its name — two workload clusters may both have a
-//! NodeClaim `default-x7k2p`. A clone a Machine owns is left to Cluster API (deleting the
+//! Fenced (see `clusterapi::fence`): only objects labelled with our cluster id, of a Cluster
+//! one of our NodeClasses references, are listed; the NodeClaim they belong to is named by its
+//! UID (the object's `nodeclaim-uid` mark), never by its name — two workload clusters may both
+//! have a NodeClaim `default-x7k2p`. A clone a Machine owns is left to Cluster API (deleting the
 //! Machine deletes it).
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -19,8 +19,8 @@ use api::Machine;
 use k8s_openapi::jiff::Timestamp;
 
 use super::Instance;
-use crate::fence;
-use crate::machine;
+use crate::cloudprovider::clusterapi::fence;
+use crate::cloudprovider::clusterapi::machine;
 use crate::nodeclaim::context::Shared;
 use crate::nodeclaim::plan::{Plan, TypedRef, kind_without_template};
 use crate::nodeclaim::repair::Unhealthy;

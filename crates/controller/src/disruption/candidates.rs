@@ -14,8 +14,8 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::View;
 pub use super::blockers::{do_not_disrupt, reschedulable};
-use crate::nodeclass::parse_duration;
 use crate::objects::{claim_condition, deleting, name, nodepool_of};
+use api::duration::parse_duration;
 
 /// One NodeClaim a method may disrupt.
 #[derive(Debug)]

@@ -8,7 +8,7 @@ use api::karpenter::DisruptionReason;
 use super::budgets::PoolBudget;
 use super::candidates::Pool;
 use super::{Clock, Decision, Method, Pass};
-use crate::nodeclass::parse_duration;
+use api::duration::parse_duration;
 
 /// Expiration has no timers: the claim's age is its creation timestamp's.
 #[derive(Debug, Default)]

@@ -102,7 +102,7 @@ enum ConnectError {
     #[error(transparent)]
     Client(#[from] crate::clients::ClientError),
     #[error(transparent)]
-    Fence(#[from] crate::fence::FenceError),
+    Fence(#[from] crate::cloudprovider::clusterapi::fence::FenceError),
 }
 
 /// An engagement running on its own task; dropping it aborts the task (a hub that lost its
@@ -399,7 +399,8 @@ impl Run {
                 let management =
                     crate::clients::client(self.management_kubeconfig.as_ref(), &self.options)
                         .await?;
-                let cluster_id = crate::fence::cluster_id(&workload, None).await?;
+                let cluster_id =
+                    crate::cloudprovider::clusterapi::fence::cluster_id(&workload, None).await?;
                 Ok::<_, ConnectError>(Connected {
                     workload,
                     management,

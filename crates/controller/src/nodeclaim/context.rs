@@ -18,8 +18,8 @@ use serde_json::{Value, json};
 
 use crate::cache::Cache;
 use crate::cloudprovider::CloudProvider;
+use crate::cloudprovider::clusterapi::nodeclass::NodeClass;
 use crate::metrics::Metrics;
-use crate::nodeclass::NodeClass;
 use crate::unavailable::UnavailableOfferings;
 use crate::write::{Writer, manager};
 use kube::runtime::reflector::ObjectRef;
@@ -221,7 +221,8 @@ pub struct Shared {
     pub registration_failures: Arc<crate::reports::RegistrationFailures>,
     /// API reads drift detection reuses for a few seconds.
     pub lookups: Arc<Lookups>,
-    /// The workload cluster's identity on our Cluster API objects (see `fence`).
+    /// The workload cluster's identity on our Cluster API objects (see
+    /// `cloudprovider::clusterapi::fence`).
     pub cluster_id: String,
     /// NodeClaims this process deleted for repair, until the cache shows them gone.
     pub repairs: Arc<super::repair::Repairs>,
@@ -309,7 +310,7 @@ impl Shared {
         Api::namespaced_with(
             self.management.clone(),
             namespace,
-            &crate::machine::machine_resource(),
+            &crate::cloudprovider::clusterapi::machine::machine_resource(),
         )
     }
 

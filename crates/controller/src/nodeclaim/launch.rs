@@ -26,10 +26,10 @@ use super::objects::bootstrap_template_hash;
 use super::offering::{Requirement, choose, requests_from_quantities};
 use super::plan::kind_without_template;
 pub use super::plan::{Plan, PlanSize, TypedRef, capacity_type_of, nodepool_of, spec_hash};
+use crate::cloudprovider::clusterapi::names;
+use crate::cloudprovider::clusterapi::nodeclass::NodeClass;
 use crate::counts::{LaunchState, OfferingCounts};
 use crate::metrics::NodePoolLabels;
-use crate::names;
-use crate::nodeclass::NodeClass;
 
 /// Runs launch for a NodeClaim: plans it (once), then makes sure its Machine exists.
 /// Returns the freshest copy of the claim (the response of our own write when we wrote).
@@ -51,8 +51,8 @@ pub async fn reconcile(ctx: &Shared, claim: Arc<NodeClaim>) -> Result<Arc<NodeCl
                 .await?;
         }
         if let Some(m) = &cached
-            && crate::fence::ownership(m.as_ref(), &uid, &ctx.cluster_id)
-                == crate::fence::Ownership::Foreign
+            && crate::cloudprovider::clusterapi::fence::ownership(m.as_ref(), &uid, &ctx.cluster_id)
+                == crate::cloudprovider::clusterapi::fence::Ownership::Foreign
         {
             // A plan copied from another NodeClaim (re-applied under another name, or
             // restored from a backup with a new UID): that Machine is not ours.
@@ -62,7 +62,8 @@ pub async fn reconcile(ctx: &Shared, claim: Arc<NodeClaim>) -> Result<Arc<NodeCl
                     "Machine {}/{} of the launch plan belongs to another NodeClaim (uid {})",
                     plan.namespace,
                     plan.machine,
-                    crate::fence::claim_uid(m.as_ref()).unwrap_or("none")
+                    crate::cloudprovider::clusterapi::fence::claim_uid(m.as_ref())
+                        .unwrap_or("none")
                 ),
             ));
         }
@@ -239,7 +240,8 @@ async fn plan(ctx: &Shared, claim: &NodeClaim) -> Result<Planned, Error> {
     };
     let ns = nodeclass.cluster.namespace.clone();
     let template = &choice.offering.template;
-    // One name for the Machine and its clones, unique per workload cluster (see `fence`).
+    // One name for the Machine and its clones, unique per workload cluster (see
+    // `cloudprovider::clusterapi::fence`).
     let object = names::object_name(&name, &ctx.cluster_id);
     let (bootstrap_template, bootstrap, bootstrap_template_hash) =
         bootstrap_refs(ctx, &nodeclass, &ns, &object).await?;

@@ -28,8 +28,10 @@ use super::registration::{self, Progress};
 use super::termination::{self, Termination};
 use crate::cache::Cache;
 use crate::cloudprovider::Instance;
+use crate::cloudprovider::clusterapi::nodeclass::{
+    DEFAULT_LAUNCH_TIMEOUT, DEFAULT_REGISTRATION_TIMEOUT,
+};
 use crate::metrics::NodePoolLabels;
-use crate::nodeclass::{DEFAULT_LAUNCH_TIMEOUT, DEFAULT_REGISTRATION_TIMEOUT};
 
 /// How soon a reconcile that found the cache behind our own write looks again (the watch
 /// event of that write triggers it too).

@@ -1,6 +1,7 @@
 //! Creating the objects of a recorded launch plan: the bootstrap config and the
 //! InfraMachine cloned from their templates, then the Machine, all under the plan's
-//! deterministic names and marked with our cluster id and the NodeClaim's UID (see `fence`).
+//! deterministic names and marked with our cluster id and the NodeClaim's UID (see
+//! `cloudprovider::clusterapi::fence`).
 //! AlreadyExists adopts the object when it carries this NodeClaim's UID (adding our cluster
 //! id to one made before fencing); what cannot ever succeed (a template or kind gone, an
 //! object rejected, a name taken by another NodeClaim or workload cluster) is a permanent
@@ -18,11 +19,14 @@ use serde_json::json;
 use super::context::nodeclass_of;
 use super::context::{Error, Shared, uid_of};
 use super::plan::{Plan, TypedRef, nodepool_of, spec_hash};
-use crate::clone::{CloneTarget, clone_template, inject_unregistered_taint};
-use crate::fence::{self, Ownership};
-use crate::machine::{Bootstrap, MachineParams, build_machine};
-use crate::nodeclass::{NodeClass, parse_duration};
+use crate::cloudprovider::clusterapi::clone::{
+    CloneTarget, clone_template, inject_unregistered_taint,
+};
+use crate::cloudprovider::clusterapi::fence::{self, Ownership};
+use crate::cloudprovider::clusterapi::machine::{Bootstrap, MachineParams, build_machine};
+use crate::cloudprovider::clusterapi::nodeclass::NodeClass;
 use crate::write::{Created, Writer, manager};
+use api::duration::parse_duration;
 
 /// Takes over `existing` for NodeClaim `uid`: ours as it is, or one made before fencing
 /// (our UID, no cluster id) once labelled with our cluster id; anything else is permanent.

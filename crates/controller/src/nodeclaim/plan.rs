@@ -9,7 +9,7 @@ use kube::ResourceExt;
 use kube::api::DynamicObject;
 use serde::{Deserialize, Serialize};
 
-use crate::machine::ObjectRef as CapiRef;
+use crate::cloudprovider::clusterapi::machine::ObjectRef as CapiRef;
 use crate::objects::{fnv64, pruned};
 
 /// A `{apiVersion, kind, name}` of an object launch created or read.

@@ -2,8 +2,9 @@
 //! (Cluster API drains the Node, then deletes the InfraMachine, the bootstrap config and the
 //! Node), wait until it is gone, delete whatever of the plan is left (clones, Node), release
 //! our finalizer on the Node, then release the NodeClaim's finalizer. Only objects marked
-//! with this NodeClaim's UID are deleted (see `fence`): a NodeClaim re-applied under another
-//! name, or restored from a backup with a new UID, never deletes its neighbour's objects.
+//! with this NodeClaim's UID are deleted (see `cloudprovider::clusterapi::fence`): a NodeClaim
+//! re-applied under another name, or restored from a backup with a new UID, never deletes its
+//! neighbour's objects.
 
 use std::time::Duration;
 

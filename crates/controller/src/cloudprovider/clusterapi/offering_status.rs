@@ -21,7 +21,7 @@ use crate::unavailable::{OfferingKey, UnavailableOfferings};
 
 /// The offerings of `catalog` that are counted or backed off, sorted by template, zone and
 /// capacity type.
-pub fn offerings(
+pub(crate) fn offerings(
     catalog: &Catalog,
     counts: &OfferingCounts,
     unavailable: &UnavailableOfferings,
@@ -66,7 +66,7 @@ pub fn offerings(
 
 /// What the NodeClass status loop reads the offerings' state from, and the gauges it sets.
 #[derive(Clone)]
-pub struct OfferingStatus {
+pub(crate) struct OfferingStatus {
     pub machines: Store<Machine>,
     pub unavailable: Arc<UnavailableOfferings>,
     pub inventory: Inventory,
@@ -78,7 +78,7 @@ pub struct OfferingStatus {
 
 impl OfferingStatus {
     /// The offerings of NodeClass `nodeclass` with catalog `catalog`, now; sets its gauges.
-    pub fn compute(
+    pub(crate) fn compute(
         &self,
         nodeclass: &str,
         catalog: Option<&Catalog>,

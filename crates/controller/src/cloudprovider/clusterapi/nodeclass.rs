@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use api::duration::parse_duration;
 use api::nodeclass::{Bootstrap, ClusterReference, MachineSettings};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
@@ -62,8 +63,6 @@ impl NodeClass {
         }
     }
 }
-
-pub(crate) use api::duration::parse_duration;
 
 #[cfg(test)]
 mod tests {

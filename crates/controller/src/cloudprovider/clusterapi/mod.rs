@@ -4,6 +4,22 @@
 //! Machine named by the plan; drift compares the plan with the templates, the NodeClass and
 //! the control plane's version (`nodeclaim::drift::observe`); everything it creates is fenced
 //! to this workload cluster (`fence`).
+//!
+//! Everything else that knows Cluster API lives here too: [`machine`] (Machines as written
+//! and read), [`clone`] (templates cloned into InfraMachines and bootstrap configs),
+//! [`fence`] (which objects are ours), [`names`] (the deterministic names of what we create),
+//! [`nodeclass`] (what launch and liveness read of a ClusterAPINodeClass), the
+//! ClusterAPINodeClass status controller ([`nodeclass_status`], with [`offering_status`] and
+//! [`calibration`]).
+
+pub(crate) mod calibration;
+pub(crate) mod clone;
+pub(crate) mod fence;
+pub mod machine;
+pub mod names;
+pub(crate) mod nodeclass;
+pub(crate) mod nodeclass_status;
+pub(crate) mod offering_status;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -16,9 +32,9 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use templates::model::Catalog;
 
+use self::fence::Ownership;
 use super::inventory::instance;
 use super::{CloudProvider, Deletion, Drift, Error, Instance, NodeClassKind, RepairPolicy};
-use crate::fence::{self, Ownership};
 use crate::nodeclaim::context::{Ctx, Shared, uid_of};
 use crate::nodeclaim::plan::Plan;
 use crate::nodeclaim::{drift, launch};

@@ -15,7 +15,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::{Action, Controller};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -24,28 +24,16 @@ use templates::model::Catalog;
 use templates::status::{self, BootstrapState, ConditionValue};
 
 use crate::cache::Cache;
-pub use crate::catalogs::IndexCatalogs;
+use crate::catalogs::IndexCatalogs;
 use crate::write::{Expectations, Outcome, Writer, manager};
 use api::ClusterAPINodeClass;
 use api::consts::conditions::NODECLASS_READY_PARTS;
 use api::nodeclass::ClusterAPINodeClassStatus;
 
-/// `cluster.x-k8s.io/v1beta2` Cluster.
-pub fn cluster_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(
-            api::consts::groups::CLUSTER_API,
-            api::consts::groups::CLUSTER_API_VERSION,
-            "Cluster",
-        ),
-        "clusters",
-    )
-}
-
 /// The status the controller computes for one NodeClass (pure, given what was looked up):
 /// `parts` (ClusterReady, TemplatesReady, BootstrapReady) set on `current`, Ready from them,
 /// and the catalog's instance types.
-pub fn compute_status(
+pub(crate) fn compute_status(
     current: &[Condition],
     generation: Option<i64>,
     parts: &[ConditionValue],
@@ -73,7 +61,7 @@ pub fn compute_status(
 }
 
 #[derive(Clone)]
-pub struct StatusCtx {
+pub(crate) struct StatusCtx {
     pub workload: Client,
     pub management: Client,
     pub catalogs: IndexCatalogs,
@@ -82,7 +70,7 @@ pub struct StatusCtx {
     pub nodes: kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Node>,
     pub recorder: crate::events::Recorder,
     /// The offerings' counts and backoffs (`status.offerings`, the offering gauges).
-    pub offerings: crate::offering_status::OfferingStatus,
+    pub offerings: super::offering_status::OfferingStatus,
     /// Our writes the cache has not shown yet: no NodeClass is decided again before.
     pub expectations: Arc<Expectations>,
 }
@@ -183,7 +171,7 @@ async fn finalize(
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum StatusError {
+pub(crate) enum StatusError {
     #[error("kubernetes API: {0}")]
     Kube(#[from] kube::Error),
 }
@@ -308,10 +296,10 @@ fn resize_corrections(
             let node = ctx
                 .nodes
                 .get(&kube::runtime::reflector::ObjectRef::new(node))?;
-            crate::calibration::shortfall(&c, &node)
+            super::calibration::shortfall(&c, &node)
         })
         .collect::<Vec<_>>();
-    crate::calibration::corrections(&stored.resize_corrections, observed)
+    super::calibration::corrections(&stored.resize_corrections, observed)
 }
 
 /// How soon a NodeClass is looked at again without a trigger. The bootstrap source (a
@@ -334,7 +322,7 @@ fn next_look(parts: &[ConditionValue]) -> Duration {
 const OFFERINGS_RECHECK: Duration = Duration::from_secs(10);
 
 /// How often a missing bootstrap source is looked up again.
-pub const BOOTSTRAP_RECHECK: Duration = Duration::from_secs(3);
+pub(crate) const BOOTSTRAP_RECHECK: Duration = Duration::from_secs(3);
 
 /// Whether the stored status already says what `next` says (transition times aside).
 fn unchanged(stored: &ClusterAPINodeClassStatus, next: &ClusterAPINodeClassStatus) -> bool {
@@ -360,7 +348,7 @@ fn error_policy(
 
 /// Runs the NodeClass status controller: reconciles every NodeClass on its own changes and on
 /// every template or NodeOverlay change.
-pub async fn run(
+pub(crate) async fn run(
     ctx: StatusCtx,
     nodeclasses: Cache<ClusterAPINodeClass>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
