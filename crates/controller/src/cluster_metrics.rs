@@ -239,11 +239,11 @@ fn pool_costs(c: &Cluster) -> Vec<(Labels, f64)> {
         .iter()
         .filter(|x| x.metadata.deletion_timestamp.is_none())
     {
-        let Some(plan) = crate::nodeclaim::plan::Plan::of(claim) else {
+        let Some(plan) = crate::cloudprovider::clusterapi::plan::Plan::of(claim) else {
             continue;
         };
         *costs
-            .entry(crate::nodeclaim::plan::nodepool_of(claim))
+            .entry(crate::nodeclaim::labels::nodepool_of(claim))
             .or_default() += plan.price;
     }
     costs

@@ -25,8 +25,8 @@ use k8s_openapi::jiff::Timestamp;
 use templates::count::{Available, CountSource, TemplateUse, smallest};
 use templates::model::{InstanceType, Offering};
 
+use crate::cloudprovider::clusterapi::plan::Plan;
 use crate::inventory::{Tallies, TemplateKey};
-use crate::nodeclaim::plan::Plan;
 use crate::unavailable::{OfferingKey, UnavailableOfferings};
 
 /// How a catalog offering enters a solve (the snapshot asks for every offering).

@@ -21,8 +21,8 @@ use k8s_openapi::jiff::Timestamp;
 use super::Instance;
 use crate::cloudprovider::clusterapi::fence;
 use crate::cloudprovider::clusterapi::machine;
+use crate::cloudprovider::clusterapi::plan::{Plan, TypedRef, kind_without_template};
 use crate::nodeclaim::context::Shared;
-use crate::nodeclaim::plan::{Plan, TypedRef, kind_without_template};
 use crate::nodeclaim::repair::Unhealthy;
 
 /// Ours (cluster id), of a Cluster in `clusters`, not owned by a Machine.

@@ -104,7 +104,7 @@ pub fn record_disrupted_pods(
         .get_or_create(&PodDisruptionLabels {
             reason: reason.into(),
             nodepool: nodepool.into(),
-            capacity_type: crate::nodeclaim::plan::capacity_type_of(claim),
+            capacity_type: crate::nodeclaim::labels::capacity_type_of(claim),
             consolidation_policy,
             termination_mode: termination_mode.into(),
         })

@@ -22,8 +22,8 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 
 use super::context::{Ctx, Error, set_ready, uid_of};
+use super::labels::nodepool_of;
 use super::liveness::{self, Verdict};
-use super::plan::{Plan, nodepool_of};
 use super::registration::{self, Progress};
 use super::termination::{self, Termination};
 use crate::cache::Cache;
@@ -31,6 +31,7 @@ use crate::cloudprovider::Instance;
 use crate::cloudprovider::clusterapi::nodeclass::{
     DEFAULT_LAUNCH_TIMEOUT, DEFAULT_REGISTRATION_TIMEOUT,
 };
+use crate::cloudprovider::clusterapi::plan::Plan;
 use crate::metrics::NodePoolLabels;
 
 /// How soon a reconcile that found the cache behind our own write looks again (the watch
@@ -279,7 +280,7 @@ fn observe_instance(
     status.capacity = quantities(&instance.capacity);
     status.allocatable = quantities(&instance.allocatable);
     // The offering launched: a later failure backs off from the first hold again.
-    if let Some(plan) = crate::nodeclaim::plan::Plan::of(claim) {
+    if let Some(plan) = Plan::of(claim) {
         ctx.unavailable.succeeded(&plan.offering_key());
     }
     let now = Timestamp::now();

@@ -16,7 +16,7 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 
 use super::context::{Ctx, Error};
-use super::plan::nodepool_of;
+use super::labels::nodepool_of;
 use super::repair::{self, Blocked, Unhealthy};
 use crate::cloudprovider::Instance;
 use api::consts::events::{DISRUPTION_BLOCKED, NODE_REPAIR_BLOCKED};
@@ -401,7 +401,7 @@ async fn report_blocked(
 /// The metrics of a repair: `nodeclaims_unhealthy_disrupted` by condition,
 /// `nodeclaims_disrupted` and `pods_disruption_initiated` with reason `unhealthy`.
 fn record_repair(ctx: &Ctx, claim: &NodeClaim, pool: &str, u: &Unhealthy, node: Option<&Node>) {
-    let capacity_type = super::plan::capacity_type_of(claim);
+    let capacity_type = super::labels::capacity_type_of(claim);
     ctx.metrics
         .nodeclaims_unhealthy_disrupted
         .get_or_create(&crate::metrics::UnhealthyLabels {

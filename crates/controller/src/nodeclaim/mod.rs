@@ -1,16 +1,15 @@
 //! The NodeClaim lifecycle: launch → registration → initialization → liveness, and
-//! termination (one Cluster API Machine per NodeClaim).
+//! termination, through the provider seam (`cloudprovider::CloudProvider`): what the loops
+//! judge for every provider. The Cluster API provider's launch, objects and drift reasons
+//! live under `cloudprovider::clusterapi`.
 
 pub mod context;
-pub mod drift;
+pub(crate) mod drift;
 pub mod error;
-pub mod launch;
+pub(crate) mod labels;
 pub mod lifecycle;
 pub mod liveness;
 pub mod node_sync;
-pub mod objects;
-pub mod offering;
-pub mod plan;
 pub mod registration;
 pub mod repair;
 pub mod termination;

@@ -17,10 +17,10 @@ use kube::runtime::events::EventType;
 use serde_json::json;
 
 use super::context::{Ctx, Error};
+use super::labels::nodepool_of;
 use super::node_sync::{
     ClaimView, NotInitialized, RegisteredNode, check_initialized, registered_node,
 };
-use super::plan::nodepool_of;
 use crate::write::{Writer, manager};
 
 /// How far registration got.
@@ -235,7 +235,7 @@ async fn record_registered(
             .nodes_created
             .get_or_create(&crate::metrics::NodeLabels {
                 nodepool: nodepool_of(claim),
-                zone: super::plan::zone_of(claim),
+                zone: super::labels::zone_of(claim),
             })
             .inc();
         ctx.event(

@@ -17,7 +17,7 @@ use kube::api::Api;
 use serde_json::json;
 
 use super::context::{Ctx, Error, set_ready, uid_of};
-use super::plan::nodepool_of;
+use super::labels::nodepool_of;
 use crate::cloudprovider::Deletion;
 use crate::metrics::TerminatedLabels;
 use crate::write::{Outcome, Refused, Writer, manager};
@@ -101,8 +101,8 @@ pub async fn reconcile(ctx: &Ctx, claim: &NodeClaim) -> Result<Termination, Erro
         .nodeclaims_terminated
         .get_or_create(&TerminatedLabels {
             nodepool: nodepool.clone(),
-            capacity_type: super::plan::capacity_type_of(claim),
-            zone: super::plan::zone_of(claim),
+            capacity_type: super::labels::capacity_type_of(claim),
+            zone: super::labels::zone_of(claim),
         })
         .inc();
     if status.node_name.is_some() {
@@ -110,7 +110,7 @@ pub async fn reconcile(ctx: &Ctx, claim: &NodeClaim) -> Result<Termination, Erro
             .nodes_terminated
             .get_or_create(&crate::metrics::NodeLabels {
                 nodepool,
-                zone: super::plan::zone_of(claim),
+                zone: super::labels::zone_of(claim),
             })
             .inc();
     }

@@ -12,7 +12,7 @@ use api::nodeclass::ResizeCorrection;
 use k8s_openapi::api::core::v1::Node;
 use templates::quantity::{format_bytes, format_milli, parse_milli, parse_value};
 
-use crate::nodeclaim::launch::Plan;
+use super::plan::Plan;
 
 /// What one Node lacks against the size asked: (template, millicores, bytes); `None` when
 /// the claim is not sized or the Node has what was asked.
@@ -68,14 +68,16 @@ mod tests {
 
     fn claim(size: Option<(i64, i64)>) -> NodeClaim {
         let plan = Plan {
-            infrastructure_template: crate::nodeclaim::launch::TypedRef {
+            infrastructure_template: crate::cloudprovider::clusterapi::plan::TypedRef {
                 name: "flex".into(),
                 ..Default::default()
             },
-            resize: size.map(|(cpu, memory)| crate::nodeclaim::launch::PlanSize {
-                size: templates::resize::Size { cpu, memory },
-                fields: vec![],
-            }),
+            resize: size.map(
+                |(cpu, memory)| crate::cloudprovider::clusterapi::plan::PlanSize {
+                    size: templates::resize::Size { cpu, memory },
+                    fields: vec![],
+                },
+            ),
             ..Plan::default()
         };
         serde_json::from_value(json!({

@@ -1,9 +1,9 @@
 //! The Cluster API provider: one standalone Machine per NodeClaim, cloned from the
-//! NodeClass's templates. Launch records its plan on the NodeClaim before any side effect
-//! (`nodeclaim::launch`), then clones and creates (`nodeclaim::objects`); an instance is the
-//! Machine named by the plan; drift compares the plan with the templates, the NodeClass and
-//! the control plane's version (`nodeclaim::drift::observe`); everything it creates is fenced
-//! to this workload cluster (`fence`).
+//! NodeClass's templates. Launch ([`launch`]) chooses the offering ([`offering`]) and
+//! records its plan on the NodeClaim ([`plan`]) before any side effect, then clones and
+//! creates ([`objects`]); an instance is the Machine named by the plan; drift compares the
+//! plan with the templates, the NodeClass and the control plane's version ([`drift`]);
+//! everything it creates is fenced to this workload cluster ([`fence`]).
 //!
 //! Everything else that knows Cluster API lives here too: [`machine`] (Machines as written
 //! and read), [`clone`] (templates cloned into InfraMachines and bootstrap configs),
@@ -14,12 +14,17 @@
 
 pub(crate) mod calibration;
 pub(crate) mod clone;
+pub(crate) mod drift;
 pub(crate) mod fence;
+pub(crate) mod launch;
 pub mod machine;
 pub mod names;
 pub(crate) mod nodeclass;
 pub(crate) mod nodeclass_status;
+pub(crate) mod objects;
+pub(crate) mod offering;
 pub(crate) mod offering_status;
+pub(crate) mod plan;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -33,11 +38,10 @@ use kube::runtime::reflector::ObjectRef;
 use templates::model::Catalog;
 
 use self::fence::Ownership;
+use self::plan::Plan;
 use super::inventory::instance;
 use super::{CloudProvider, Deletion, Drift, Error, Instance, NodeClassKind, RepairPolicy};
 use crate::nodeclaim::context::{Ctx, Shared, uid_of};
-use crate::nodeclaim::plan::Plan;
-use crate::nodeclaim::{drift, launch};
 
 /// The Cluster API provider of one workload cluster.
 #[derive(Clone)]
@@ -128,10 +132,9 @@ impl ClusterApi {
         }
         // Machine gone: anything of the plan that is left (a launch interrupted before the
         // Machine existed, or a provider that did not clean up).
-        crate::nodeclaim::objects::delete_ours(ctx, &plan.namespace, &plan.infrastructure, &uid)
-            .await?;
+        objects::delete_ours(ctx, &plan.namespace, &plan.infrastructure, &uid).await?;
         if let Some(b) = &plan.bootstrap {
-            crate::nodeclaim::objects::delete_ours(ctx, &plan.namespace, b, &uid).await?;
+            objects::delete_ours(ctx, &plan.namespace, b, &uid).await?;
         }
         Ok(Deletion::Gone)
     }

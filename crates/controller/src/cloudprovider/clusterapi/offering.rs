@@ -11,10 +11,10 @@ use templates::quantity::{parse_milli, parse_value};
 
 /// One NodeClaim requirement (`key`, `operator`, `values`), as in `karpenter.sh/v1`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Requirement {
-    pub key: String,
-    pub operator: String,
-    pub values: Vec<String>,
+pub(crate) struct Requirement {
+    pub(crate) key: String,
+    pub(crate) operator: String,
+    pub(crate) values: Vec<String>,
 }
 
 /// The requirements in the scheduler's algebra, so launch and scheduling read them the same
@@ -35,7 +35,7 @@ fn scheduling_requirements(requirements: &[&Requirement]) -> Option<scheduling::
 }
 
 /// Resource requests in the catalog's units (cpu millicores, bytes, counts).
-pub fn requests_from_quantities<'a>(
+pub(crate) fn requests_from_quantities<'a>(
     requests: impl IntoIterator<Item = (&'a String, &'a str)>,
 ) -> Result<Resources, String> {
     let mut out = BTreeMap::new();
@@ -53,16 +53,16 @@ pub fn requests_from_quantities<'a>(
 
 /// What launch will create.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Choice<'a> {
-    pub instance_type: &'a InstanceType,
-    pub offering: &'a Offering,
+pub(crate) struct Choice<'a> {
+    pub(crate) instance_type: &'a InstanceType,
+    pub(crate) offering: &'a Offering,
     /// The Node's labels for this offering (instance-type, zone, capacity-type, arch, os...).
-    pub labels: BTreeMap<String, String>,
+    pub(crate) labels: BTreeMap<String, String>,
 }
 
 /// Why nothing could be chosen (the message of the InsufficientCapacity event).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum NoOffering {
+pub(crate) enum NoOffering {
     #[error("no instance type in the catalog satisfies the requirements ({0})")]
     Incompatible(String),
     #[error("no compatible instance type has {0} allocatable for the requests")]
@@ -74,7 +74,7 @@ pub enum NoOffering {
 /// The preferred compatible offering `skip` does not refuse (it says why it refuses one:
 /// backed off after a failed launch, no count left): reserved first, then the cheapest
 /// (ties: instance type name, zone).
-pub fn choose<'a>(
+pub(crate) fn choose<'a>(
     catalog: &'a Catalog,
     requirements: &[Requirement],
     requests: &Resources,

@@ -1,6 +1,7 @@
 //! The launch plan: what launch decided and recorded on the NodeClaim before any side
 //! effect (the offering, the deterministic names of every object it creates, the template
-//! hashes drift compares with), and the small readers of a claim the loops share.
+//! hashes drift compares with). The small readers of a claim the loops share are the
+//! NodeClaim lifecycle's (`nodeclaim::labels`).
 
 use std::collections::BTreeMap;
 
@@ -9,30 +10,24 @@ use kube::ResourceExt;
 use kube::api::DynamicObject;
 use serde::{Deserialize, Serialize};
 
-use crate::cloudprovider::clusterapi::machine::ObjectRef as CapiRef;
+use super::machine::ObjectRef as CapiRef;
 use crate::objects::{fnv64, pruned};
 
 /// A `{apiVersion, kind, name}` of an object launch created or read.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct TypedRef {
-    pub api_version: String,
-    pub kind: String,
-    pub name: String,
+pub(crate) struct TypedRef {
+    pub(crate) api_version: String,
+    pub(crate) kind: String,
+    pub(crate) name: String,
 }
 
 impl TypedRef {
-    pub fn group(&self) -> &str {
+    pub(crate) fn group(&self) -> &str {
         self.api_version
             .rsplit_once('/')
             .map(|(g, _)| g)
             .unwrap_or("")
-    }
-    pub fn version(&self) -> &str {
-        self.api_version
-            .rsplit_once('/')
-            .map(|(_, v)| v)
-            .unwrap_or(&self.api_version)
     }
     pub(crate) fn capi_ref(&self) -> CapiRef {
         CapiRef {
@@ -46,59 +41,59 @@ impl TypedRef {
 /// The launch plan, recorded on the NodeClaim before any side effect.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Plan {
-    pub namespace: String,
-    pub machine: String,
-    pub cluster: String,
-    pub instance_type: String,
-    pub zone: Option<String>,
-    pub capacity_type: String,
-    pub price: f64,
+pub(crate) struct Plan {
+    pub(crate) namespace: String,
+    pub(crate) machine: String,
+    pub(crate) cluster: String,
+    pub(crate) instance_type: String,
+    pub(crate) zone: Option<String>,
+    pub(crate) capacity_type: String,
+    pub(crate) price: f64,
     /// The InfrastructureMachineTemplate, and the InfraMachine cloned from it.
-    pub infrastructure_template: TypedRef,
-    pub infrastructure: TypedRef,
+    pub(crate) infrastructure_template: TypedRef,
+    pub(crate) infrastructure: TypedRef,
     /// Hash of the InfrastructureMachineTemplate's `spec` when planned (drift detection);
     /// absent on plans of older versions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub infrastructure_template_hash: Option<String>,
+    pub(crate) infrastructure_template_hash: Option<String>,
     /// The bootstrap config template and its clone, when a template is used.
-    pub bootstrap_template: Option<TypedRef>,
-    pub bootstrap: Option<TypedRef>,
+    pub(crate) bootstrap_template: Option<TypedRef>,
+    pub(crate) bootstrap: Option<TypedRef>,
     /// Hash of the bootstrap config template's `spec` when planned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bootstrap_template_hash: Option<String>,
-    pub data_secret_name: Option<String>,
-    pub failure_domain: Option<String>,
+    pub(crate) bootstrap_template_hash: Option<String>,
+    pub(crate) data_secret_name: Option<String>,
+    pub(crate) failure_domain: Option<String>,
     /// Labels the NodeClaim (and then its Node) gets from the chosen offering.
-    pub labels: BTreeMap<String, String>,
-    pub capacity: BTreeMap<String, String>,
-    pub allocatable: BTreeMap<String, String>,
+    pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) capacity: BTreeMap<String, String>,
+    pub(crate) allocatable: BTreeMap<String, String>,
     /// For a resizable template: the size chosen and the clone's fields it sets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resize: Option<PlanSize>,
+    pub(crate) resize: Option<PlanSize>,
 }
 
 /// The size of a NodeClaim of a resizable template, as launch writes it into the clone.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PlanSize {
-    pub size: templates::resize::Size,
-    pub fields: Vec<templates::resize::FieldWrite>,
+pub(crate) struct PlanSize {
+    pub(crate) size: templates::resize::Size,
+    pub(crate) fields: Vec<templates::resize::FieldWrite>,
 }
 
 impl Plan {
-    pub fn from_annotations(annotations: &BTreeMap<String, String>) -> Option<Plan> {
+    pub(crate) fn from_annotations(annotations: &BTreeMap<String, String>) -> Option<Plan> {
         annotations
             .get(api::consts::annotations::LAUNCH_PLAN)
             .and_then(|s| serde_json::from_str(s).ok())
     }
 
     /// The recorded plan of a NodeClaim.
-    pub fn of(claim: &NodeClaim) -> Option<Plan> {
+    pub(crate) fn of(claim: &NodeClaim) -> Option<Plan> {
         Self::from_annotations(claim.annotations())
     }
 
     /// The offering launched: template, zone, capacity type (the launch-failure backoff key).
-    pub fn offering_key(&self) -> crate::unavailable::OfferingKey {
+    pub(crate) fn offering_key(&self) -> crate::unavailable::OfferingKey {
         let t = &self.infrastructure_template;
         crate::unavailable::OfferingKey {
             template: templates::model::TemplateRef {
@@ -119,36 +114,7 @@ pub(crate) fn kind_without_template(kind: &str) -> String {
 
 /// The hash of an object's `spec` (canonical JSON, empty values dropped), as the launch
 /// plan records it.
-pub fn spec_hash(obj: &DynamicObject) -> String {
+pub(crate) fn spec_hash(obj: &DynamicObject) -> String {
     let spec = obj.data.get("spec").cloned().unwrap_or_default();
     format!("{:016x}", fnv64(&pruned(spec).to_string()))
-}
-
-/// The capacity-type label of a claim (empty before launch).
-pub fn capacity_type_of(claim: &NodeClaim) -> String {
-    claim
-        .labels()
-        .get(api::consts::labels::CAPACITY_TYPE)
-        .cloned()
-        .unwrap_or_default()
-}
-
-/// The zone of a claim: its zone label (the launch sets it from the chosen offering), else
-/// its launch plan's; empty when neither says.
-pub fn zone_of(claim: &NodeClaim) -> String {
-    claim
-        .labels()
-        .get(api::consts::labels::ZONE)
-        .cloned()
-        .or_else(|| Plan::of(claim).and_then(|p| p.zone))
-        .unwrap_or_default()
-}
-
-/// The NodePool label of a claim (empty for a hand-made claim without one).
-pub fn nodepool_of(claim: &NodeClaim) -> String {
-    claim
-        .labels()
-        .get(api::consts::labels::NODEPOOL)
-        .cloned()
-        .unwrap_or_default()
 }

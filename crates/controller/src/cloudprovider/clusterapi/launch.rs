@@ -6,9 +6,9 @@
 //!    in one write, before anything is created: a restart at any line resumes the same plan.
 //! 2. Clone the bootstrap template (or use `dataSecretName`) and the infrastructure template
 //!    under the Machine's deterministic name (the NodeClaim's plus a hash of the cluster id,
-//!    see `names::object_name`), then create the Machine. AlreadyExists means a previous
-//!    attempt got that far: the object is adopted when it carries this NodeClaim's UID (see
-//!    `fence`). If the Machine cannot be created, the clones are removed.
+//!    see `names::object_name`), then create the Machine (`objects`). AlreadyExists means a
+//!    previous attempt got that far: the object is adopted when it carries this NodeClaim's
+//!    UID (see `fence`). If the Machine cannot be created, the clones are removed.
 //! 3. `Launched=True` is written by the lifecycle once the Machine has a providerID (the
 //!    infrastructure exists), in the same status write as whatever else changed.
 
@@ -21,19 +21,23 @@ use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
-use super::context::{Error, Shared, nodeclass_of, set_ready, uid_of};
+use super::fence::{self, Ownership};
+use super::names;
+use super::nodeclass::NodeClass;
 use super::objects::bootstrap_template_hash;
-use super::offering::{Requirement, choose, requests_from_quantities};
-use super::plan::kind_without_template;
-pub use super::plan::{Plan, PlanSize, TypedRef, capacity_type_of, nodepool_of, spec_hash};
-use crate::cloudprovider::clusterapi::names;
-use crate::cloudprovider::clusterapi::nodeclass::NodeClass;
+use super::offering::{Choice, NoOffering, Requirement, choose, requests_from_quantities};
+use super::plan::{Plan, PlanSize, TypedRef, kind_without_template, spec_hash};
 use crate::counts::{LaunchState, OfferingCounts};
 use crate::metrics::NodePoolLabels;
+use crate::nodeclaim::context::{Error, Shared, nodeclass_of, set_ready, uid_of};
+use crate::nodeclaim::labels::nodepool_of;
 
 /// Runs launch for a NodeClaim: plans it (once), then makes sure its Machine exists.
 /// Returns the freshest copy of the claim (the response of our own write when we wrote).
-pub async fn reconcile(ctx: &Shared, claim: Arc<NodeClaim>) -> Result<Arc<NodeClaim>, Error> {
+pub(crate) async fn reconcile(
+    ctx: &Shared,
+    claim: Arc<NodeClaim>,
+) -> Result<Arc<NodeClaim>, Error> {
     let uid = uid_of(claim.as_ref());
     if let Some(plan) = Plan::of(&claim) {
         let cached = ctx
@@ -51,8 +55,7 @@ pub async fn reconcile(ctx: &Shared, claim: Arc<NodeClaim>) -> Result<Arc<NodeCl
                 .await?;
         }
         if let Some(m) = &cached
-            && crate::cloudprovider::clusterapi::fence::ownership(m.as_ref(), &uid, &ctx.cluster_id)
-                == crate::cloudprovider::clusterapi::fence::Ownership::Foreign
+            && fence::ownership(m.as_ref(), &uid, &ctx.cluster_id) == Ownership::Foreign
         {
             // A plan copied from another NodeClaim (re-applied under another name, or
             // restored from a backup with a new UID): that Machine is not ours.
@@ -62,8 +65,7 @@ pub async fn reconcile(ctx: &Shared, claim: Arc<NodeClaim>) -> Result<Arc<NodeCl
                     "Machine {}/{} of the launch plan belongs to another NodeClaim (uid {})",
                     plan.namespace,
                     plan.machine,
-                    crate::cloudprovider::clusterapi::fence::claim_uid(m.as_ref())
-                        .unwrap_or("none")
+                    fence::claim_uid(m.as_ref()).unwrap_or("none")
                 ),
             ));
         }
@@ -306,7 +308,7 @@ fn choice<'a>(
     claim: &NodeClaim,
     catalog: &'a templates::model::Catalog,
     requests: &templates::model::Resources,
-) -> Result<super::offering::Choice<'a>, super::offering::NoOffering> {
+) -> Result<Choice<'a>, NoOffering> {
     let counts = OfferingCounts::new(
         &ctx.nodeclaims.state(),
         &ctx.machines.state(),
@@ -326,7 +328,7 @@ fn choice<'a>(
 }
 
 /// The requirements of a NodeClaim in the form offering selection reads.
-pub fn requirements(claim: &NodeClaim) -> Vec<Requirement> {
+fn requirements(claim: &NodeClaim) -> Vec<Requirement> {
     claim
         .spec
         .requirements

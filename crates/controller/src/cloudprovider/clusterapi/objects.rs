@@ -16,21 +16,19 @@ use kube::api::{Api, DynamicObject};
 use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
-use super::context::nodeclass_of;
-use super::context::{Error, Shared, uid_of};
-use super::plan::{Plan, TypedRef, nodepool_of, spec_hash};
-use crate::cloudprovider::clusterapi::clone::{
-    CloneTarget, clone_template, inject_unregistered_taint,
-};
-use crate::cloudprovider::clusterapi::fence::{self, Ownership};
-use crate::cloudprovider::clusterapi::machine::{Bootstrap, MachineParams, build_machine};
-use crate::cloudprovider::clusterapi::nodeclass::NodeClass;
+use super::clone::{CloneTarget, clone_template, inject_unregistered_taint};
+use super::fence::{self, Ownership};
+use super::machine::{Bootstrap, MachineParams, build_machine};
+use super::nodeclass::NodeClass;
+use super::plan::{Plan, TypedRef, spec_hash};
+use crate::nodeclaim::context::{Error, Shared, nodeclass_of, uid_of};
+use crate::nodeclaim::labels::nodepool_of;
 use crate::write::{Created, Writer, manager};
 use api::duration::parse_duration;
 
 /// Takes over `existing` for NodeClaim `uid`: ours as it is, or one made before fencing
 /// (our UID, no cluster id) once labelled with our cluster id; anything else is permanent.
-pub(super) async fn adopt(
+async fn adopt(
     api: &Api<DynamicObject>,
     existing: &DynamicObject,
     uid: &str,
@@ -487,7 +485,7 @@ pub(super) async fn cluster_version(
 }
 
 /// The spec hash of a bootstrap config template (`None`: gone).
-pub async fn bootstrap_template_hash(
+pub(super) async fn bootstrap_template_hash(
     ctx: &Shared,
     ns: &str,
     template: &TypedRef,
@@ -505,7 +503,7 @@ pub async fn bootstrap_template_hash(
     Ok(api.get_opt(&template.name).await?.map(|t| spec_hash(&t)))
 }
 /// Deletes the object `r` names if it is this NodeClaim's (`uid`); returns whether it did.
-pub(crate) async fn delete_ours(
+pub(super) async fn delete_ours(
     ctx: &Shared,
     ns: &str,
     r: &TypedRef,
