@@ -186,10 +186,13 @@ pub(crate) async fn observe(ctx: &Shared, claim: &NodeClaim, plan: &Plan) -> Opt
             .ok(),
         None => None,
     };
+    // The NodeClass's catalog as the loops see it (`None` while it is empty or its NodeClass
+    // not served: whether the template is still selected is then not judged).
+    let catalog = ctx.catalogs.catalog(&claim.spec.node_class_ref.name);
     drifted(&Observed {
         plan,
         nodeclass: nodeclass.as_deref(),
-        catalog: None,
+        catalog: catalog.as_deref(),
         machine_version: machine.as_ref().map(|m| m.spec.version.as_deref()),
         want_version: want_version.as_deref(),
         infrastructure_template: infra.as_deref(),
