@@ -333,9 +333,13 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let claims = triggers.nodeclaims.clone();
+    let machines = triggers.machines.clone();
     let by_node = move |node: Arc<Node>| {
         // Registered Nodes point at their NodeClaim; a Node that just joined is found by
-        // its providerID.
+        // its providerID: on the NodeClaim once its status has it, else on its Machine
+        // (the first `Launched` status write may be held back to coalesce with
+        // registration, and the Node's own changes, e.g. its not-ready taint lifted, must
+        // still wake the claim).
         let mut refs: Vec<ObjectRef<NodeClaim>> = node
             .owner_references()
             .iter()
@@ -343,12 +347,15 @@ pub async fn run(
             .map(|o| ObjectRef::new(&o.name))
             .collect();
         if let Some(pid) = crate::cache::node_provider_id(&node) {
-            refs.extend(
-                claims
-                    .by_index(&pid)
-                    .iter()
-                    .map(|c| ObjectRef::from_obj(c.as_ref())),
-            );
+            let found = claims.by_index(&pid);
+            if found.is_empty() {
+                refs.extend(machines.by_index(&pid).iter().filter_map(|m| {
+                    m.labels()
+                        .get(api::consts::labels::NODECLAIM)
+                        .map(|n| ObjectRef::new(n))
+                }));
+            }
+            refs.extend(found.iter().map(|c| ObjectRef::from_obj(c.as_ref())));
         }
         refs
     };
