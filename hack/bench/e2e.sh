@@ -4,9 +4,10 @@
 #   hack/bench/e2e.sh                 # 1000 pods, both
 #   hack/bench/e2e.sh --pods 5000     # (or --large)
 #   hack/bench/e2e.sh --only ours     # or --only karpenter; E2E_LABEL=after names the run
-#   hack/bench/e2e.sh --kube-api-qps 200   # kube-controller-manager and kube-scheduler client
-#                                     # rate limit (default theirs, 20 / 50 QPS: the ReplicaSet
-#                                     # then creates about 20 pods/s on both sides)
+#   hack/bench/e2e.sh --kube-api-qps 200   # kube-controller-manager, kube-scheduler and Cluster
+#                                     # API manager client rate limit (default theirs, 20 / 50 /
+#                                     # 100 QPS: the ReplicaSet then creates about 20 pods/s on
+#                                     # both sides)
 #   hack/bench/e2e.sh --cycles 2     # 0 -> N -> 0 twice: does RSS come back after each burst?
 #   E2E_WRAP="heaptrack -o /tmp/op" hack/bench/e2e.sh --only ours   # run our operator under a
 #                                     # profiler (its RSS/CPU figures then include the wrapper)

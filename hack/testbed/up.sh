@@ -15,9 +15,10 @@
 #   --audit-log        kube-apiserver writes an audit log of every request (Metadata level,
 #                      JSON lines) to DIR/logs/audit.log (also TESTBED_AUDIT_LOG=1; with
 #                      TESTBED_AUDIT_BODIES=1 also the bodies of writes to karpenter.sh objects)
-#   --kube-api-qps N   client rate limit of kube-controller-manager and kube-scheduler (burst
-#                      2N; default theirs: 20 and 50 QPS), e.g. so a ReplicaSet of thousands of
-#                      pods is created faster than 20 pods/s (also TESTBED_KUBE_API_QPS)
+#   --kube-api-qps N   client rate limit of kube-controller-manager, kube-scheduler and the
+#                      Cluster API manager (burst 2N; default theirs: 20, 50 and 100 QPS), e.g.
+#                      so a ReplicaSet of thousands of pods is created faster than 20 pods/s
+#                      (also TESTBED_KUBE_API_QPS)
 #   --etcd URL         use this running etcd (another testbed's) instead of starting one, with
 #   --etcd-prefix P    kube-apiserver's --etcd-prefix P: several API servers (e.g. the workload
 #                      clusters of a hub test) share one etcd, each its own key space
@@ -316,7 +317,8 @@ start_capi() {
   cp "$pki/webhook.crt" "$dir/capi-certs/tls.crt"; cp "$pki/webhook.key" "$dir/capi-certs/tls.key"
   KUBECONFIG=$kubeconfig start cluster-api "$bin/cluster-api" "${kc[@]}" --leader-elect=false \
     --health-addr "127.0.0.1:$CAPI_HEALTH" --webhook-port "$CAPI_WEBHOOK" --webhook-cert-dir "$dir/capi-certs" \
-    --diagnostics-address "127.0.0.1:$CAPI_METRICS" --insecure-diagnostics
+    --diagnostics-address "127.0.0.1:$CAPI_METRICS" --insecure-diagnostics \
+    ${qps[@]+"${qps[@]}"}
 }
 health_capi() { wait_http cluster-api "http://127.0.0.1:$CAPI_HEALTH/readyz" 120 '^ok$'; }
 # A port picked free can be taken before the component binds it, seconds later (another
