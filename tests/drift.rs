@@ -2,7 +2,8 @@
 //! a NodeClass version change rolls every node surge-first, one at a time, within the PDB;
 //! a template edit drifts only its nodes, and a replacement that never initializes is rolled
 //! back; NodePool changes drift what they should and nothing else; budgets and the `Manual`
-//! policy keep drifted nodes, and `inspect --why` says so.
+//! policy keep drifted nodes, and `inspect --why` says so; a template renamed (a copy of the
+//! same instance type selected instead) drifts the old template's nodes.
 
 mod common;
 
@@ -607,4 +608,65 @@ async fn nodepool_changes_drift_what_they_change_and_budgets_or_manual_keep_node
     .await
     .expect("Drifted removed when nothing holds");
     assert!(untouched(&claims_now(&client).await));
+
+    // (f) A template renamed as Cluster API advises: a copy under a new name publishes the
+    // same instance type, and the old one leaves the NodeClass's selection. The instance
+    // type is still offered (no core reason holds), yet the nodes cloned from the old
+    // template are TemplateDrifted; Manual keeps them.
+    let templates: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &env.cluster.namespace,
+        &provider::test_machine_template_resource(),
+    );
+    let copy: DynamicObject = from_json(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "TestMachineTemplate",
+        "metadata": {"name": "small-v2",
+            "labels": {"node.cluster.x-k8s.io/karpenter-member": "",
+                       "node.kubernetes.io/instance-type": "small"},
+            "annotations": {"karpenter.cluster.x-k8s.io/price": "0.10"}},
+        "spec": {"template": {"spec": {"capacity": {"cpu": "2", "memory": "4Gi", "pods": "110"}}}}
+    }));
+    templates
+        .create(&PostParams::default(), &copy)
+        .await
+        .expect("small-v2");
+    templates
+        .patch_status(
+            "small-v2",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"capacity": {"cpu": "2", "memory": "4Gi"},
+                "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux"}}})),
+        )
+        .await
+        .expect("small-v2 status");
+    patch(
+        &templates,
+        "small",
+        json!({"metadata": {"labels": {"node.cluster.x-k8s.io/karpenter-member": null}}}),
+    )
+    .await;
+    let renamed = wait_for(
+        "the old template's nodes TemplateDrifted",
+        Duration::from_secs(30),
+        || async {
+            let all = claims(&client).await?;
+            let small: Vec<&DynamicObject> = all
+                .iter()
+                .filter(|c| label(c, "node.kubernetes.io/instance-type") == "small")
+                .collect();
+            (!small.is_empty()
+                && small
+                    .iter()
+                    .all(|c| drift_reason(c).as_deref() == Some("TemplateDrifted")))
+            .then_some(all)
+        },
+    )
+    .await
+    .expect("TemplateDrifted after the rename");
+    for c in &renamed {
+        if label(c, "node.kubernetes.io/instance-type") != "small" {
+            assert_eq!(drift_reason(c), None, "{} drifted", c.name_any());
+        }
+    }
+    assert!(untouched(&claims_now(&client).await), "Manual keeps them");
 }

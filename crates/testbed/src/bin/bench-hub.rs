@@ -7,6 +7,7 @@
 //!
 //!   bench-hub --operator PATH [--clusters N] [--pods P] [--out DIR]
 //!
+//! Each cluster's P pods are one Deployment's (500m, 512Mi each).
 //! Hub: RSS with 1 engaged idle cluster, with N idle, with one of them at P pods; then the
 //! other N-1 clusters get P pods at once (time until all Running, per cluster). Singles: N
 //! operators, all N clusters get P pods at once. For both: the summed RSS, and the API writes
@@ -17,6 +18,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -221,40 +223,34 @@ async fn settled_rss(pids: &[u32]) -> f64 {
     pids.iter().map(|p| rss_mib(*p)).sum()
 }
 
-/// Creates `n` pods (500m, 512Mi) in a tenant's cluster.
+/// A Deployment of `n` pods (500m, 512Mi) in a tenant's cluster. Its ReplicaSet, not bare
+/// pods: kube-controller-manager's taint eviction can delete a pod bound in the instant the
+/// Node's `karpenter.sh/unregistered` NoExecute taint is lifted (its node cache still has the
+/// taint), and a bare pod deleted so is never replaced.
 async fn create_pods(client: &Client, n: usize) -> Result<(), String> {
-    use futures::StreamExt;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let results: Vec<Result<Pod, kube::Error>> = futures::stream::iter(0..n)
-        .map(|i| {
-            let pods = pods.clone();
-            let pod: Pod = serde_json::from_value(json!({
-                "apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": format!("inflate-{i}"), "labels": {"app": "inflate"}},
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    let deployment: Deployment = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "inflate"},
+        "spec": {"replicas": n, "selector": {"matchLabels": {"app": "inflate"}},
+            "template": {"metadata": {"labels": {"app": "inflate"}},
                 "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
                     "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}}}],
-                    "terminationGracePeriodSeconds": 0}
-            }))
-            .unwrap_or_default();
-            async move {
-                // A loaded API server may refuse a connection: a few more tries.
-                let mut tries = 0;
-                loop {
-                    match pods.create(&PostParams::default(), &pod).await {
-                        Err(kube::Error::Service(_)) if tries < 5 => tries += 1,
-                        other => return other,
-                    }
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-            }
-        })
-        .buffer_unordered(16)
-        .collect()
-        .await;
-    results
-        .into_iter()
-        .try_for_each(|r| r.map(|_| ()))
-        .map_err(kube_err("pods"))
+                    "terminationGracePeriodSeconds": 0}}}
+    }))
+    .map_err(|e| format!("deployment: {e}"))?;
+    // A loaded API server may refuse a connection: a few more tries.
+    let mut tries = 0;
+    loop {
+        match deployments
+            .create(&PostParams::default(), &deployment)
+            .await
+        {
+            Err(kube::Error::Service(_)) if tries < 5 => tries += 1,
+            other => return other.map(|_| ()).map_err(kube_err("deployment")),
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 /// Seconds until all `n` pods of the tenant run, counted from `start`.
@@ -268,7 +264,10 @@ async fn all_running(t: &Tenant, n: usize, start: Instant) -> Result<f64, String
             let running = list
                 .items
                 .iter()
-                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .filter(|p| {
+                    p.metadata.deletion_timestamp.is_none()
+                        && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                })
                 .count();
             (running >= n).then_some(())
         },
