@@ -243,6 +243,7 @@ async fn a_hub_serves_each_opted_in_cluster_apart_and_only_those() {
         gamma_class.data.get("status")
     );
 
+    scrape_gauges(metrics_addr, [ns_a, ns_b]).await;
     tenant_guard(&m, &wa, ns_b, &ids[0]).await;
     rotation(&m, &wb, ns_b, metrics_addr).await;
     disconnect(&m, &a, ns_a, &ids[0], metrics_addr).await;
@@ -296,6 +297,25 @@ async fn tenant_guard(m: &Client, wa: &Client, ns_b: &str, alpha_id: &str) {
         .filter(|(_, _, id, _)| id == alpha_id)
         .collect();
     assert!(foreign.is_empty(), "alpha launched into beta: {foreign:?}");
+}
+
+/// Each engaged cluster's scrape-time gauges are served under its `cluster` label: its
+/// cluster state synced, and its Nodes' allocatable.
+async fn scrape_gauges(addr: std::net::SocketAddr, [ns_a, ns_b]: [&String; 2]) {
+    for cluster in [format!("{ns_a}/alpha"), format!("{ns_b}/beta")] {
+        wait_metric(addr, "karpenter_cluster_state_synced", &cluster, 1.0).await;
+        let node_series = format!("karpenter_nodes_allocatable{{cluster=\"{cluster}\",");
+        let served = wait_for(&node_series, Duration::from_secs(90), || async {
+            let page = common::scrape(addr).await;
+            page.lines()
+                .any(|l| l.starts_with(&node_series))
+                .then_some(())
+        })
+        .await;
+        if let Err(e) = served {
+            panic!("{e}; page:\n{}", common::scrape(addr).await);
+        }
+    }
 }
 
 /// A changed kubeconfig Secret re-engages beta, which keeps provisioning.
@@ -376,10 +396,13 @@ async fn disengage(m: &Client, [ns_a, ns_b]: [&String; 2], addr: std::net::Socke
             &format!("{cluster} disengaged"),
             Duration::from_secs(60),
             || async {
-                metric(addr, "karpenter_capi_cluster_connected", &cluster)
+                (metric(addr, "karpenter_capi_cluster_connected", &cluster)
                     .await
                     .is_none()
-                    .then_some(())
+                    && metric(addr, "karpenter_cluster_state_synced", &cluster)
+                        .await
+                        .is_none())
+                .then_some(())
             },
         )
         .await

@@ -1,8 +1,12 @@
 //! The gauges Karpenter's dashboards read, computed from the shared caches when `/metrics`
 //! is scraped: no API call and nothing kept between scrapes, so the series of a deleted pod
-//! or Node is gone at the next scrape. They are attached on the leader only (Karpenter's
-//! metric controllers run on the leader too), so a dashboard summing over replicas counts
-//! each pod and Node once; a standby replica serves the descriptions without samples.
+//! or Node is gone at the next scrape. In single-cluster mode they are attached on the leader
+//! only (Karpenter's metric controllers run on the leader too), so a dashboard summing over
+//! replicas counts each pod and Node once; a standby replica serves the descriptions without
+//! samples. In hub mode every engagement attaches its cluster's, each series labelled
+//! `cluster="<namespace>/<name>"` first (with `--metrics-cluster-label=false`, the clusters'
+//! samples of one label set are summed, `karpenter_cluster_state_synced` takes the lowest),
+//! and a disengaged cluster's are gone at the next scrape.
 //!
 //! - `karpenter_pods_state`: one series per pod (value 1), with its node's labels and phase;
 //! - `karpenter_nodes_allocatable`, `karpenter_nodes_total_pod_requests`,
@@ -13,8 +17,8 @@
 //! - `karpenter_scheduler_queue_depth`: the provisionable pods waiting for the provisioner;
 //! - `karpenter_capi_machines`: our Cluster API Machines by nodepool and phase.
 
-use std::collections::{BTreeMap, HashSet};
-use std::sync::{Arc, OnceLock};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use api::consts::labels;
 use api::{Machine, NodeClaim};
@@ -35,47 +39,103 @@ pub struct Sources {
     pub machines: Cache<Machine>,
 }
 
-/// The scrape-time collector; samples once [`ClusterState::attach`]ed.
+/// One attached cluster: its sources, and the `cluster` label of its series (`None`:
+/// unlabelled).
+struct Attached {
+    cluster: Option<Arc<str>>,
+    sources: Sources,
+}
+
+/// The scrape-time collector; samples the clusters [`ClusterState::attach`]ed (by key: `""`
+/// in single-cluster mode, the Cluster's `<namespace>/<name>` in hub mode).
 #[derive(Clone, Default)]
-pub struct ClusterState(Arc<OnceLock<Sources>>);
+pub struct ClusterState(Arc<Mutex<BTreeMap<String, Attached>>>);
 
 impl ClusterState {
-    /// Serves the gauges from `sources` from now on (the first call wins).
-    pub fn attach(&self, sources: Sources) {
-        let _ = self.0.set(sources);
+    /// Serves the gauges of the cluster `key` from `sources` from now on (replacing what
+    /// `key` had), its series labelled `cluster` when given.
+    pub fn attach(&self, key: &str, cluster: Option<Arc<str>>, sources: Sources) {
+        self.attached()
+            .insert(key.to_owned(), Attached { cluster, sources });
+    }
+
+    /// Stops serving the gauges of the cluster `key` (disengaged).
+    pub fn detach(&self, key: &str) {
+        self.attached().remove(key);
+    }
+
+    fn attached(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Attached>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
 impl std::fmt::Debug for ClusterState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClusterState")
-            .field("attached", &self.0.get().is_some())
+            .field("attached", &self.attached().keys().collect::<Vec<_>>())
             .finish()
     }
 }
 
 impl Collector for ClusterState {
     fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
-        let families = match self.0.get() {
-            Some(s) => {
-                let cluster = s.state.current();
-                let machines = s.machines.store().state();
-                let view = View {
-                    cluster: &cluster,
-                    machines: &machines,
-                    synced: s.state.synced() && s.machines.is_synced(),
-                };
-                families(Some(&view))
+        let mut out = families(None);
+        for (i, a) in self.attached().values().enumerate() {
+            let cluster = a.sources.state.current();
+            let machines = a.sources.machines.store().state();
+            let view = View {
+                cluster: &cluster,
+                machines: &machines,
+                synced: a.sources.state.synced() && a.sources.machines.is_synced(),
+            };
+            // Unlabelled series of a second cluster may repeat a label set: merged.
+            let merge = i > 0 && a.cluster.is_none();
+            for (into, from) in out.iter_mut().zip(families(Some(&view))) {
+                add(into, from.samples, a.cluster.as_deref(), merge);
             }
-            None => families(None),
-        };
-        for f in &families {
+        }
+        for f in &out {
             let mut metric = encoder.encode_descriptor(f.name, f.help, None, MetricType::Gauge)?;
             for (labels, value) in &f.samples {
                 metric.encode_family(labels)?.encode_gauge(value)?;
             }
         }
         Ok(())
+    }
+}
+
+/// Adds one cluster's `samples` to `into`, labelled `cluster` first when given; with
+/// `merge`, a label set already there takes the sum (the lowest for `synced`).
+fn add(into: &mut Family, samples: Vec<(Labels, f64)>, cluster: Option<&str>, merge: bool) {
+    let mut at: HashMap<Labels, usize> = if merge {
+        into.samples
+            .iter()
+            .enumerate()
+            .map(|(i, (l, _))| (l.clone(), i))
+            .collect()
+    } else {
+        HashMap::new()
+    };
+    for (mut labels, v) in samples {
+        if let Some(c) = cluster {
+            labels.insert(0, ("cluster", c.to_owned()));
+        }
+        match at.get(&labels) {
+            Some(&i) => {
+                let have = &mut into.samples[i].1;
+                *have = if into.name == SYNCED {
+                    have.min(v)
+                } else {
+                    *have + v
+                };
+            }
+            None => {
+                if merge {
+                    at.insert(labels.clone(), into.samples.len());
+                }
+                into.samples.push((labels, v));
+            }
+        }
     }
 }
 
@@ -96,6 +156,7 @@ pub(crate) struct Family {
 }
 
 const PODS_STATE: &str = "karpenter_pods_state";
+const SYNCED: &str = "karpenter_cluster_state_synced";
 const NODE_FAMILIES: [(&str, &str); 5] = [
     (
         "karpenter_nodes_allocatable",
@@ -151,7 +212,7 @@ pub(crate) fn families(view: Option<&View>) -> Vec<Family> {
         "Current count of nodes in cluster state",
     );
     let mut synced = family(
-        "karpenter_cluster_state_synced",
+        SYNCED,
         "Returns 1 if cluster state is synced and 0 otherwise. Synced checks that nodeclaims and nodes that are stored in the APIServer have the same representation as Karpenter's cluster state",
     );
     let mut queue = family(
@@ -563,5 +624,48 @@ mod tests {
             text.contains("# TYPE karpenter_cluster_state_synced gauge"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn clusters_are_labelled_or_merged() {
+        let sample = |pool: &str, v: f64| (vec![("nodepool", pool.to_string())], v);
+        let of = |name: &str| {
+            families(None)
+                .into_iter()
+                .find(|f| f.name == name)
+                .expect(name)
+        };
+        let mut cost = of("karpenter_nodepools_cost_total");
+        // Hub with the label: each cluster's series apart, the label first.
+        add(&mut cost, vec![sample("a", 1.0)], Some("ns/one"), false);
+        add(&mut cost, vec![sample("a", 2.0)], Some("ns/two"), false);
+        assert_eq!(
+            cost.samples,
+            vec![
+                (
+                    vec![("cluster", "ns/one".into()), ("nodepool", "a".into())],
+                    1.0
+                ),
+                (
+                    vec![("cluster", "ns/two".into()), ("nodepool", "a".into())],
+                    2.0
+                ),
+            ]
+        );
+        // Without it: one series per label set, summed.
+        let mut cost = of("karpenter_nodepools_cost_total");
+        add(
+            &mut cost,
+            vec![sample("a", 1.0), sample("b", 4.0)],
+            None,
+            false,
+        );
+        add(&mut cost, vec![sample("a", 2.0)], None, true);
+        assert_eq!(cost.samples, vec![sample("a", 3.0), sample("b", 4.0)]);
+        // `synced` takes the lowest: one cluster not synced is not synced.
+        let mut synced = of(SYNCED);
+        add(&mut synced, vec![(Vec::new(), 1.0)], None, false);
+        add(&mut synced, vec![(Vec::new(), 0.0)], None, true);
+        assert_eq!(synced.samples, vec![(Vec::new(), 0.0)]);
     }
 }

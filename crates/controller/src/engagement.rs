@@ -133,14 +133,21 @@ impl Engagement {
         let static_pools = static_pools(ctx, caches, &provisioner);
         let lifecycle_ctx_recorder = lifecycle_ctx.recorder.clone();
         let triggers = triggers(caches, &catalogs.index);
-        // The scrape-time gauges and the latencies: the leader's, as Karpenter's. A hub
-        // serves them for no cluster yet (they carry no cluster label).
-        if ctx.engaged.is_none() {
-            ctx.metrics.cluster.attach(crate::cluster_metrics::Sources {
+        // The scrape-time gauges: the leader's, as Karpenter's; in a hub, every engaged
+        // cluster's, under its `cluster` label (detached when it is disengaged).
+        let key = ctx
+            .engaged
+            .as_ref()
+            .map(|k| k.to_string())
+            .unwrap_or_default();
+        ctx.metrics.cluster.attach(
+            &key,
+            ctx.metrics.scope(),
+            crate::cluster_metrics::Sources {
                 state,
                 machines: caches.machines.clone(),
-            });
-        }
+            },
+        );
         let latency = crate::latency::Latency {
             metrics: ctx.metrics.clone(),
             pods: caches.pods.clone(),

@@ -113,6 +113,11 @@ crate::metrics_scope::scoped_families! {
 }
 
 impl Metrics {
+    /// The cluster label this view's per-cluster series carry (see [`Metrics::scoped`]).
+    pub fn scope(&self) -> Option<std::sync::Arc<str>> {
+        self.nodeclaims_created.scope()
+    }
+
     /// Creates the metrics and registers them in `registry`.
     pub fn register(registry: &mut Registry) -> Self {
         let m = Metrics {

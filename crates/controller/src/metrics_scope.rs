@@ -101,6 +101,11 @@ impl<L: Clone + Hash + Eq, M, C: MetricConstructor<M> + Clone> ScopedFamily<L, M
         }
     }
 
+    /// The cluster this view writes for (`None`: unlabelled).
+    pub fn scope(&self) -> Option<Arc<str>> {
+        self.scope.clone()
+    }
+
     /// Drops every series written with `cluster`'s label.
     pub fn forget(&self, cluster: &str) {
         let mut scoped = self.scoped.lock().unwrap_or_else(|p| p.into_inner());

@@ -298,6 +298,7 @@ impl Run {
     fn forget(&self) {
         self.metrics.cluster_connected.remove(&self.labels());
         self.metrics.forget_cluster(&self.key.to_string());
+        self.metrics.cluster.detach(&self.key.to_string());
     }
 
     /// Starts the election for the fence Lease (retried until it starts).
