@@ -133,21 +133,7 @@ impl Engagement {
         let static_pools = static_pools(ctx, caches, &provisioner);
         let lifecycle_ctx_recorder = lifecycle_ctx.recorder.clone();
         let triggers = triggers(caches, &catalogs.index);
-        // The scrape-time gauges: the leader's, as Karpenter's; in a hub, every engaged
-        // cluster's, under its `cluster` label (detached when it is disengaged).
-        let key = ctx
-            .engaged
-            .as_ref()
-            .map(|k| k.to_string())
-            .unwrap_or_default();
-        ctx.metrics.cluster.attach(
-            &key,
-            ctx.metrics.scope(),
-            crate::cluster_metrics::Sources {
-                state,
-                machines: caches.machines.clone(),
-            },
-        );
+        attach_gauges(ctx, caches, state);
         let latency = crate::latency::Latency {
             metrics: ctx.metrics.clone(),
             pods: caches.pods.clone(),
@@ -312,6 +298,24 @@ fn overlay_loop(ctx: &Sources, caches: &Caches, catalogs: &IndexCatalogs) -> Opt
 }
 
 /// What wakes the NodeClaim lifecycle: its caches' changes and the templates'.
+/// The scrape-time gauges: the leader's, as Karpenter's; in a hub, every engaged cluster's,
+/// under its `cluster` label (detached when it is disengaged).
+fn attach_gauges(ctx: &Sources, caches: &Caches, state: ClusterState) {
+    let key = ctx
+        .engaged
+        .as_ref()
+        .map(|k| k.to_string())
+        .unwrap_or_default();
+    ctx.metrics.cluster.attach(
+        &key,
+        ctx.metrics.scope(),
+        crate::cluster_metrics::Sources {
+            state,
+            machines: caches.machines.clone(),
+        },
+    );
+}
+
 fn triggers(caches: &Caches, index: &templates::watch::TemplateIndex) -> lifecycle::Triggers {
     lifecycle::Triggers {
         nodeclaims: caches.nodeclaims.clone(),
