@@ -48,7 +48,7 @@ for c in alpha beta; do m delete namespace "$c" --ignore-not-found --wait=true >
   --cluster "alpha/alpha=$run_dir/alpha/kubeconfig" --cluster "beta/beta=$run_dir/beta/kubeconfig" \
   > "$run_dir/provider.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 1 240); do grep -q 'cluster ready' "$run_dir/provider.log" && break; sleep 0.5; done
+for _ in $(seq 1 240); do grep -qs 'cluster ready' "$run_dir/provider.log" && break; sleep 0.5; done
 grep -q 'cluster ready' "$run_dir/provider.log" || { cat "$run_dir/provider.log"; echo "demo: Clusters not ready" >&2; exit 1; }
 
 say "templates in each Cluster's namespace; NodeClass, NodePool and Deployment (0) in each workload cluster; opting both in"

@@ -42,7 +42,7 @@ k delete namespace demo --ignore-not-found --wait=true >/dev/null 2>&1 || true
 "$target/testbed-provider" --kubeconfig "$KUBECONFIG" --cluster demo/demo --failure-domains zone-a,zone-b \
   > "$run_dir/provider.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 1 240); do grep -q 'cluster ready' "$run_dir/provider.log" && break; sleep 0.5; done
+for _ in $(seq 1 240); do grep -qs 'cluster ready' "$run_dir/provider.log" && break; sleep 0.5; done
 grep -q 'cluster ready' "$run_dir/provider.log" || { cat "$run_dir/provider.log"; echo "demo: Cluster not ready" >&2; exit 1; }
 
 say "applying templates (small/medium/large), the ClusterAPINodeClass, the NodePool and a Deployment at 0"
