@@ -610,9 +610,10 @@ async fn nodepool_changes_drift_what_they_change_and_budgets_or_manual_keep_node
     assert!(untouched(&claims_now(&client).await));
 
     // (f) A template renamed as Cluster API advises: a copy under a new name publishes the
-    // same instance type, and the old one leaves the NodeClass's selection. The instance
-    // type is still offered (no core reason holds), yet the nodes cloned from the old
-    // template are TemplateDrifted; Manual keeps them.
+    // same instance type, and the NodeClass's `machineTemplateSelector` leaves the old one
+    // out (it keeps its opt-in label, so it is neither gone nor unindexed). The instance type
+    // is still offered (no core reason holds), yet the nodes cloned from the old template are
+    // TemplateDrifted, "no longer selected"; Manual keeps them.
     let templates: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         &env.cluster.namespace,
@@ -642,9 +643,24 @@ async fn nodepool_changes_drift_what_they_change_and_budgets_or_manual_keep_node
     patch(
         &templates,
         "small",
-        json!({"metadata": {"labels": {"node.cluster.x-k8s.io/karpenter-member": null}}}),
+        json!({"metadata": {"labels": {"generation": "v1"}}}),
     )
     .await;
+    patch(
+        &nodeclasses(&client),
+        "default",
+        json!({"spec": {"machineTemplateSelector": {"matchExpressions": [
+            {"key": "generation", "operator": "NotIn", "values": ["v1"]}]}}}),
+    )
+    .await;
+    let drifted_message = |c: &DynamicObject| {
+        c.data["status"]["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|x| x["type"] == "Drifted"))
+            .and_then(|x| x["message"].as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
     let renamed = wait_for(
         "the old template's nodes TemplateDrifted",
         Duration::from_secs(30),
@@ -655,14 +671,15 @@ async fn nodepool_changes_drift_what_they_change_and_budgets_or_manual_keep_node
                 .filter(|c| label(c, "node.kubernetes.io/instance-type") == "small")
                 .collect();
             (!small.is_empty()
-                && small
-                    .iter()
-                    .all(|c| drift_reason(c).as_deref() == Some("TemplateDrifted")))
+                && small.iter().all(|c| {
+                    drift_reason(c).as_deref() == Some("TemplateDrifted")
+                        && drifted_message(c).contains("no longer selected")
+                }))
             .then_some(all)
         },
     )
     .await
-    .expect("TemplateDrifted after the rename");
+    .expect("TemplateDrifted (no longer selected) after the rename");
     for c in &renamed {
         if label(c, "node.kubernetes.io/instance-type") != "small" {
             assert_eq!(drift_reason(c), None, "{} drifted", c.name_any());
