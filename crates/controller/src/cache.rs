@@ -483,7 +483,7 @@ impl Caches {
                     cluster_id,
                 )),
                 keep,
-                Some(machine_provider_id),
+                Some(crate::cloudprovider::clusterapi::machine::provider_id_key),
             ),
             clusters,
             nodeoverlays: None,
@@ -583,12 +583,6 @@ pub fn trim_pod(pod: &mut k8s_openapi::api::core::v1::Pod) {
 /// The NodeClaim index key: `status.providerID`.
 pub fn claim_provider_id(claim: &api::NodeClaim) -> Option<String> {
     claim.status.as_ref()?.provider_id.clone()
-}
-
-/// A Machine's `spec.providerID`: a Node that joined before its NodeClaim's providerID was
-/// written finds its claim through the Machine (the NodeClaim label).
-pub fn machine_provider_id(m: &api::Machine) -> Option<String> {
-    crate::cloudprovider::clusterapi::machine::provider_id(m).map(str::to_owned)
 }
 
 /// A Node's `spec.providerID` (the registration index).

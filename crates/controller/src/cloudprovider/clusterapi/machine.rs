@@ -137,6 +137,12 @@ pub fn provider_id(m: &Machine) -> Option<&str> {
     m.spec.provider_id.as_deref().filter(|s| !s.is_empty())
 }
 
+/// [`provider_id`], the Machines cache's index key: a Node that joined before its
+/// NodeClaim's providerID was written finds its claim through its Machine.
+pub fn provider_id_key(m: &Machine) -> Option<String> {
+    provider_id(m).map(str::to_owned)
+}
+
 /// `status.nodeRef.name`, when set.
 pub fn node_name(m: &Machine) -> Option<&str> {
     m.node_name().filter(|s| !s.is_empty())
