@@ -170,6 +170,13 @@ pub struct Drift {
     pub message: String,
 }
 
+impl Drift {
+    /// The reason holds, with what changed (the form every drift check returns).
+    pub(crate) fn hit(reason: &'static str, message: String) -> Option<Drift> {
+        Some(Drift { reason, message })
+    }
+}
+
 /// Where deletion stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Deletion {

@@ -41,10 +41,6 @@ use crate::provisioning::nodeclaim::{NODEPOOL_HASH_VERSION, nodepool_hash};
 /// one may be ahead of the catalog).
 pub(crate) const INSTANCE_TYPE_GRACE: Duration = Duration::from_secs(3600);
 
-fn hit(reason: &'static str, message: String) -> Option<Drift> {
-    Some(Drift { reason, message })
-}
-
 /// Everything the core reasons are judged on.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Observed<'a> {
@@ -73,7 +69,7 @@ fn nodepool_drifted(o: &Observed) -> Option<Drift> {
     );
     let want = nodepool_hash(pool);
     (version == NODEPOOL_HASH_VERSION && have != want).then_some(())?;
-    hit(
+    Drift::hit(
         reasons::NODEPOOL_DRIFTED,
         format!(
             "NodePool {} template changed (hash {have} -> {want})",
@@ -91,7 +87,7 @@ fn requirements_drifted(o: &Observed) -> Option<Drift> {
     let Err(e) = labels.compatible(&wanted, |_| false) else {
         return None;
     };
-    hit(
+    Drift::hit(
         reasons::REQUIREMENTS_DRIFTED,
         format!(
             "labels no longer satisfy NodePool {} requirements: {e}",
@@ -122,7 +118,7 @@ fn instance_type_not_found(o: &Observed) -> Option<Drift> {
     }
     // A size of a resizable template is offered while its bounds still contain it.
     let Some(it) = catalog.lookup(&instance_type) else {
-        return hit(
+        return Drift::hit(
             reasons::INSTANCE_TYPE_NOT_FOUND,
             format!("instance type {instance_type} is no longer offered"),
         );
@@ -132,7 +128,7 @@ fn instance_type_not_found(o: &Observed) -> Option<Drift> {
         .iter()
         .any(|x| x.zone == zone && x.capacity_type == capacity_type);
     (!offered).then_some(())?;
-    hit(
+    Drift::hit(
         reasons::INSTANCE_TYPE_NOT_FOUND,
         format!(
             "instance type {instance_type} is no longer offered in zone {} as {capacity_type}",

@@ -22,10 +22,6 @@ use super::plan::{Plan, spec_hash};
 use crate::cloudprovider::Drift;
 use crate::nodeclaim::context::Shared;
 
-fn hit(reason: &'static str, message: String) -> Option<Drift> {
-    Some(Drift { reason, message })
-}
-
 /// Everything the provider's reasons are judged on.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Observed<'a> {
@@ -54,7 +50,7 @@ fn nodeclass_drifted(o: &Observed) -> Option<Drift> {
     if let (Some(want), Some(have)) = (o.want_version, o.machine_version)
         && have != Some(want)
     {
-        return hit(
+        return Drift::hit(
             reasons::NODECLASS_DRIFTED,
             format!("Kubernetes version {} -> {want}", have.unwrap_or("(unset)")),
         );
@@ -70,7 +66,7 @@ fn nodeclass_drifted(o: &Observed) -> Option<Drift> {
         .as_ref()
         .map(|r| (r.kind.as_str(), r.name.as_str()));
     if now != then || bootstrap.data_secret_name != o.plan.data_secret_name {
-        return hit(
+        return Drift::hit(
             reasons::NODECLASS_DRIFTED,
             format!(
                 "bootstrap source changed ({} -> {})",
@@ -94,7 +90,7 @@ fn template_drifted(o: &Observed) -> Option<Drift> {
     let p = o.plan;
     let it = &p.infrastructure_template;
     let Some(now) = o.infrastructure_template else {
-        return hit(
+        return Drift::hit(
             reasons::TEMPLATE_DRIFTED,
             format!("{} {} is gone", it.kind, it.name),
         );
@@ -102,7 +98,7 @@ fn template_drifted(o: &Observed) -> Option<Drift> {
     if let Some(then) = &p.infrastructure_template_hash
         && then != now
     {
-        return hit(
+        return Drift::hit(
             reasons::TEMPLATE_DRIFTED,
             format!("{} {} spec changed since the clone", it.kind, it.name),
         );
@@ -114,7 +110,7 @@ fn template_drifted(o: &Observed) -> Option<Drift> {
             .flat_map(|t| &t.templates)
             .any(|t| t.kind == it.kind && t.name == it.name)
     {
-        return hit(
+        return Drift::hit(
             reasons::TEMPLATE_DRIFTED,
             format!(
                 "{} {} is no longer selected by the NodeClass",
@@ -124,7 +120,7 @@ fn template_drifted(o: &Observed) -> Option<Drift> {
     }
     let bt = p.bootstrap_template.as_ref()?;
     match o.bootstrap_template? {
-        None => hit(
+        None => Drift::hit(
             reasons::TEMPLATE_DRIFTED,
             format!("{} {} is gone", bt.kind, bt.name),
         ),
@@ -133,7 +129,7 @@ fn template_drifted(o: &Observed) -> Option<Drift> {
                 .as_deref()
                 .is_some_and(|t| t != now) =>
         {
-            hit(
+            Drift::hit(
                 reasons::TEMPLATE_DRIFTED,
                 format!("{} {} spec changed since the clone", bt.kind, bt.name),
             )
