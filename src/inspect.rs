@@ -290,11 +290,10 @@ async fn live_catalogs(
     nodeclasses: &[std::sync::Arc<api::ClusterAPINodeClass>],
 ) -> std::collections::HashMap<String, std::sync::Arc<templates::model::Catalog>> {
     use api::consts::labels::KARPENTER_MEMBER as LABEL_KARPENTER_MEMBER;
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kube::api::{Api, DynamicObject, ListParams, TypeMeta};
     use templates::selection::Selection;
     use templates::settings::CatalogSettings;
-    let crds = Api::<CustomResourceDefinition>::all(management.clone())
+    let crds = Api::<templates::crd::CrdSummary>::all(management.clone())
         .list(&ListParams::default())
         .await
         .map(|l| l.items)

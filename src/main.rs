@@ -5,10 +5,12 @@ use karpenter_capi::{inspect, inspect_hub, simulate};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
+#[cfg(not(feature = "system-alloc"))]
 #[global_allocator]
 static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// jemalloc's options, read by jemalloc at its first allocation (see `memory`).
+#[cfg(not(feature = "system-alloc"))]
 #[unsafe(export_name = "_rjem_malloc_conf")]
 pub static MALLOC_CONF: Option<&u8> = Some(&karpenter_capi::memory::CONF[0]);
 

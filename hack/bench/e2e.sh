@@ -9,7 +9,7 @@
 #                                     # 100 QPS: the ReplicaSet then creates about 20 pods/s on
 #                                     # both sides)
 #   hack/bench/e2e.sh --cycles 2     # 0 -> N -> 0 twice: does RSS come back after each burst?
-#   E2E_WRAP="heaptrack -o /tmp/op" hack/bench/e2e.sh --only ours   # run our operator under a
+#   E2E_FEATURES=system-alloc E2E_WRAP="heaptrack -o /tmp/op" hack/bench/e2e.sh --only ours  # run our operator under a
 #                                     # profiler (its RSS/CPU figures then include the wrapper)
 #
 # karpenter-capi: a testbed with every component (Cluster API included) and the kube-apiserver
@@ -46,7 +46,7 @@ out=$repo/.cache/bench/e2e
 mkdir -p "$out"
 
 say "building (release) karpenter-capi, testbed-provider, bench-e2e; testbed and Karpenter binaries (cached)"
-(cd "$repo" && cargo build -q --release --locked -p karpenter-capi -p testbed --bins)
+(cd "$repo" && cargo build -q --release --locked -p karpenter-capi -p testbed --bins ${E2E_FEATURES:+--features "karpenter-capi/$E2E_FEATURES"})
 target=${CARGO_TARGET_DIR:-$repo/target}/release
 tb=$(bash "$repo/hack/testbed/build.sh")
 kubectl=$tb/bin/kubectl

@@ -35,5 +35,6 @@ pub(crate) mod server;
 pub mod state;
 pub mod static_pools;
 pub mod tasks;
+pub mod trim;
 pub(crate) mod unavailable;
 pub mod write;

@@ -489,8 +489,7 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
 /// Waits until the template index watches every template kind that exists now and has
 /// listed them: a restarted operator must not judge a NodeClass by an empty catalog.
 async fn warm_templates(management: &Client, index: &templates::watch::TemplateIndex) {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(management.clone());
+    let crds: kube::Api<templates::crd::CrdSummary> = kube::Api::all(management.clone());
     let expected: Vec<templates::watch::TemplateKind> = match crds.list(&Default::default()).await {
         Ok(list) => list
             .items

@@ -13,6 +13,7 @@
 //! - [`settings`]: NodeClass/Cluster inputs and the allocatable defaults.
 //! - [`quantity`]: exact Kubernetes quantity parsing.
 //! - [`selection`]: which templates a NodeClass selects.
+//! - [`crd`]: a CRD as discovery reads it (no schemas).
 //! - [`watch`]: CRD discovery of template kinds, reflector caches, [`watch::TemplateIndex`]
 //!   serving each NodeClass's catalog.
 //! - [`status`]: the NodeClass status of a catalog (`status.instanceTypes`, `ClusterReady`,
@@ -23,6 +24,7 @@
 
 mod catalog;
 pub mod count;
+pub mod crd;
 mod error;
 pub mod inventory;
 pub mod labels;

@@ -16,7 +16,6 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use api::consts::{groups, labels as label};
 use futures::StreamExt;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::core::Version;
@@ -26,6 +25,7 @@ use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
 
 use crate::catalog::build_catalog;
+use crate::crd::CrdSummary;
 use crate::error::SettingsError;
 use crate::model::Catalog;
 use crate::selection::Selection;
@@ -64,7 +64,7 @@ type GroupKind = (String, String);
 
 /// The kind to watch for a CRD, if it is a contract-labelled namespaced infrastructure
 /// `*MachineTemplate` CRD serving a version named in its contract label.
-pub fn template_kind_from_crd(crd: &CustomResourceDefinition) -> Option<TemplateKind> {
+pub fn template_kind_from_crd(crd: &CrdSummary) -> Option<TemplateKind> {
     let spec = &crd.spec;
     if spec.group != groups::INFRASTRUCTURE
         || !spec.names.kind.ends_with("MachineTemplate")
@@ -110,7 +110,7 @@ pub struct Discovery {
 
 impl Discovery {
     /// Folds one CRD watch event; returns the kinds to start and stop.
-    pub(crate) fn on_event(&mut self, event: &Event<CustomResourceDefinition>) -> Vec<KindChange> {
+    pub(crate) fn on_event(&mut self, event: &Event<CrdSummary>) -> Vec<KindChange> {
         match event {
             Event::Init => {
                 self.relist = Some(BTreeMap::new());
@@ -415,7 +415,7 @@ fn start_kind(client: &Client, index: &TemplateIndex, kind: TemplateKind, config
 /// Watches CRDs and keeps one template reflector per qualifying kind in `index`. Runs until
 /// the CRD watch stream ends (it retries with backoff, so in practice forever).
 pub async fn run(client: Client, index: TemplateIndex, config: WatchConfig) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crds: Api<CrdSummary> = Api::all(client.clone());
     let mut discovery = Discovery::default();
     let stream = watcher::watcher(crds, watcher::Config::default()).default_backoff();
     let mut stream = std::pin::pin!(stream);
@@ -447,12 +447,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn crd(
-        kind: &str,
-        group: &str,
-        labels: serde_json::Value,
-        versions: &[&str],
-    ) -> CustomResourceDefinition {
+    fn crd(kind: &str, group: &str, labels: serde_json::Value, versions: &[&str]) -> CrdSummary {
         let plural = format!("{}s", kind.to_lowercase());
         serde_json::from_value(json!({
             "apiVersion": "apiextensions.k8s.io/v1",

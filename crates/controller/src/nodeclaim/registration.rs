@@ -50,11 +50,13 @@ pub async fn reconcile(
     status: &mut NodeClaimStatus,
 ) -> Result<Progress, Error> {
     let Some(pid) = status.provider_id.clone() else {
+        tracing::debug!(nodeclaim = %claim.name_any(), "registration: no providerID yet");
         return Ok(Progress::Waiting);
     };
     let registered = api::conditions::is_true(&status.conditions, types::REGISTERED);
     let initialized = api::conditions::is_true(&status.conditions, types::INITIALIZED);
     let Some(node) = the_node(ctx, status, &pid, registered) else {
+        tracing::debug!(nodeclaim = %claim.name_any(), provider_id = %pid, "registration: no Node yet");
         return Ok(Progress::Waiting);
     };
     let node_name = node.name_any();
@@ -66,6 +68,7 @@ pub async fn reconcile(
     // start), nor can requested extended resources (their device plugins run as pods).
     // A Node that never gets there is deleted at the registration timeout.
     if !registered && view.startup_taints.is_empty() && !ready_to_sync(&node, &view, status) {
+        tracing::debug!(nodeclaim = %claim.name_any(), node = %node_name, "registration: Node not ready to sync");
         return Ok(Progress::Waiting);
     }
     let (want, init) = wanted(&node, &view, registered, initialized);
