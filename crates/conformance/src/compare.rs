@@ -51,7 +51,9 @@ pub struct Outcome {
     pub karpenter: Report,
     pub ours: Report,
     pub disagreements: Vec<Disagreement>,
-    /// Pods we schedule that Karpenter does not.
+    /// Pods Karpenter schedules that we do not, matched by class ([`matched`]).
+    pub missing: BTreeSet<String>,
+    /// Pods we schedule that Karpenter does not, matched by class.
     pub more: BTreeSet<String>,
     /// What the record uses that our model does not have.
     pub unmodelled: Vec<&'static str>,
@@ -61,6 +63,69 @@ impl Outcome {
     pub fn agrees(&self) -> bool {
         self.disagreements.is_empty()
     }
+
+    /// Both sides schedule the same pods (up to interchangeable ones).
+    pub fn same_pods(&self) -> bool {
+        self.missing.is_empty() && self.more.is_empty()
+    }
+}
+
+/// Each pod to schedule (`namespace/name`) with its class: pods of one class (same namespace,
+/// labels, annotations, owners, and spec but for container names: replicas) schedule alike.
+/// Karpenter breaks ties between equally counted spread domains in Go map order, at random, so
+/// which of several such pods it leaves pending varies from run to run.
+fn classes(rec: &Record) -> BTreeMap<String, String> {
+    rec.pods
+        .iter()
+        .map(|p| {
+            let key = crate::pod_key(p);
+            let m = &p.metadata;
+            // Container names (random in Karpenter's tests) do not change where a pod fits.
+            let spec = p.spec.clone().map(|mut s| {
+                s.containers.iter_mut().for_each(|c| c.name.clear());
+                s.init_containers
+                    .iter_mut()
+                    .flatten()
+                    .for_each(|c| c.name.clear());
+                s
+            });
+            let what = (
+                &m.namespace,
+                &m.labels,
+                &m.annotations,
+                &m.owner_references,
+                &spec,
+            );
+            // A pod that does not serialize is a class of its own.
+            let class = serde_json::to_string(&what).unwrap_or_else(|_| key.clone());
+            (key, class)
+        })
+        .collect()
+}
+
+/// The pods only Karpenter schedules and those only we schedule, after pairing each pod only
+/// one side schedules with one of its class only the other side schedules (same count of a
+/// class scheduled: no difference, whichever replicas).
+fn matched(
+    classes: &BTreeMap<String, String>,
+    karpenter: &BTreeSet<String>,
+    ours: &BTreeSet<String>,
+) -> (BTreeSet<String>, BTreeSet<String>) {
+    let class = |p: &String| classes.get(p).unwrap_or(p).clone();
+    let mut by_class: BTreeMap<String, (Vec<&String>, Vec<&String>)> = BTreeMap::new();
+    for p in karpenter.difference(ours) {
+        by_class.entry(class(p)).or_default().0.push(p);
+    }
+    for p in ours.difference(karpenter) {
+        by_class.entry(class(p)).or_default().1.push(p);
+    }
+    let (mut missing, mut more) = (BTreeSet::new(), BTreeSet::new());
+    for (k_only, o_only) in by_class.values() {
+        let paired = k_only.len().min(o_only.len());
+        missing.extend(k_only[paired..].iter().map(|p| (*p).clone()));
+        more.extend(o_only[paired..].iter().map(|p| (*p).clone()));
+    }
+    (missing, more)
 }
 
 fn unmodelled(rec: &Record) -> Vec<&'static str> {
@@ -91,11 +156,11 @@ pub fn compare(rec: &Record) -> Outcome {
     let karpenter = check::check(rec, &k_plan);
     let ours = check::check(rec, &o_plan);
     let mut disagreements = Vec::new();
-    let missing: Vec<&String> = karpenter.scheduled.difference(&ours.scheduled).collect();
+    let (missing, more) = matched(&classes(rec), &karpenter.scheduled, &ours.scheduled);
     if let Some(first) = missing.first() {
         let reason = o_plan
             .failed
-            .get(*first)
+            .get(first)
             .cloned()
             .unwrap_or_else(|| "not placed".into());
         disagreements.push(Disagreement::Unscheduled {
@@ -109,7 +174,7 @@ pub fn compare(rec: &Record) -> Outcome {
             detail: v.detail.clone(),
         });
     }
-    if !cheaper(&karpenter, &ours) {
+    if missing.is_empty() && more.is_empty() && !cheaper(&karpenter, &ours) {
         disagreements.push(Disagreement::Price {
             karpenter: format!("{:.4} ({} NodeClaims)", karpenter.price, karpenter.claims),
             ours: format!("{:.4} ({} NodeClaims)", ours.price, ours.claims),
@@ -118,11 +183,8 @@ pub fn compare(rec: &Record) -> Outcome {
     Outcome {
         id: rec.id(),
         scenario: rec.scenario.clone(),
-        more: ours
-            .scheduled
-            .difference(&karpenter.scheduled)
-            .cloned()
-            .collect(),
+        missing,
+        more,
         karpenter,
         ours,
         disagreements,
@@ -130,11 +192,10 @@ pub fn compare(rec: &Record) -> Outcome {
     }
 }
 
-/// Our price is at most Karpenter's, compared where both schedule the same pods (else the
-/// prices are of different work and not compared).
+/// Our price is at most Karpenter's; compare only where both schedule the same pods (else the
+/// prices are of different work).
 fn cheaper(karpenter: &Report, ours: &Report) -> bool {
-    karpenter.scheduled != ours.scheduled
-        || ours.price <= karpenter.price * (1.0 + EPSILON) + EPSILON
+    ours.price <= karpenter.price * (1.0 + EPSILON) + EPSILON
 }
 
 /// Why Karpenter left pending a pod we schedule (its error, generic).
@@ -161,12 +222,11 @@ pub fn table(records: &[Record], outcomes: &[Outcome]) -> String {
     let scenarios: BTreeSet<&str> = outcomes.iter().map(|o| o.scenario.as_str()).collect();
     let count = |f: &dyn Fn(&Outcome) -> bool| outcomes.iter().filter(|o| f(o)).count();
     let agree = count(&|o| o.agrees());
-    let all_k = count(&|o| o.karpenter.scheduled.is_subset(&o.ours.scheduled));
+    let all_k = count(&|o| o.missing.is_empty());
     let valid = count(&|o| o.ours.violations.is_empty());
     let k_valid = count(&|o| o.karpenter.violations.is_empty());
-    let same = count(&|o| o.ours.scheduled == o.karpenter.scheduled);
-    let cheaper =
-        count(&|o| o.ours.scheduled == o.karpenter.scheduled && cheaper(&o.karpenter, &o.ours));
+    let same = count(&|o| o.same_pods());
+    let cheaper = count(&|o| o.same_pods() && cheaper(&o.karpenter, &o.ours));
     let same_claims = count(&|o| o.ours.claims == o.karpenter.claims);
     let more = count(&|o| !o.more.is_empty());
     let mut s = String::new();
@@ -280,4 +340,56 @@ pub fn details(outcomes: &[Outcome]) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(pods: &[&str]) -> BTreeSet<String> {
+        pods.iter().map(|p| format!("default/{p}")).collect()
+    }
+
+    /// A record whose pods to schedule are `pods` (name, `app` label).
+    fn record(pods: &[(&str, &str)]) -> Record {
+        let pods: Vec<serde_json::Value> = pods
+            .iter()
+            .map(|(name, app)| {
+                serde_json::json!({
+                    "metadata": {"name": name, "namespace": "default", "labels": {"app": app}},
+                    "spec": {"containers": [{"name": format!("c-{name}"), "image": "i"}]}
+                })
+            })
+            .collect();
+        let rec = serde_json::json!({
+            "scenario": "s", "solve": 1, "input": {}, "pods": pods, "karpenter": {}
+        });
+        serde_json::from_value(rec).expect("record")
+    }
+
+    #[test]
+    fn replicas_left_pending_are_interchangeable() {
+        // Karpenter places a and b, we place b and c: the same two of three replicas.
+        let rec = record(&[("a", "web"), ("b", "web"), ("c", "web")]);
+        let (missing, more) = matched(&classes(&rec), &set(&["a", "b"]), &set(&["b", "c"]));
+        assert!(missing.is_empty(), "{missing:?}");
+        assert!(more.is_empty(), "{more:?}");
+    }
+
+    #[test]
+    fn pods_of_different_classes_are_not_interchangeable() {
+        // c differs from a by its label: a is missed, c is one more, however many are placed.
+        let rec = record(&[("a", "web"), ("b", "web"), ("c", "db")]);
+        let (missing, more) = matched(&classes(&rec), &set(&["a", "b"]), &set(&["b", "c"]));
+        assert_eq!(missing, set(&["a"]));
+        assert_eq!(more, set(&["c"]));
+    }
+
+    #[test]
+    fn fewer_replicas_scheduled_is_a_miss_of_the_difference() {
+        let rec = record(&[("a", "web"), ("b", "web"), ("c", "web"), ("d", "web")]);
+        let (missing, more) = matched(&classes(&rec), &set(&["a", "b", "c"]), &set(&["d"]));
+        assert_eq!(missing.len(), 2, "{missing:?}");
+        assert!(more.is_empty(), "{more:?}");
+    }
 }

@@ -331,3 +331,63 @@ fn existing_nodes_are_tried_initialized_first_then_by_name() {
     let out = solve(&inp);
     assert_eq!(out.existing[0].node, "b");
 }
+
+/// Existing node `name` in `zone` as `ct` with one `app: web` pod bound.
+fn web_node(name: &str, zone: &str, ct: &str) -> ExistingNode {
+    let mut n = node(name, zone, 4000, 8);
+    n.labels.insert(LABEL_CAPACITY_TYPE.into(), ct.into());
+    n.pods = vec![BoundPod {
+        namespace: "default".into(),
+        labels: labels(&[("app", "web")]),
+        ..BoundPod::default()
+    }];
+    n
+}
+
+#[test]
+fn zone_and_capacity_type_spreads_stop_where_max_skew_leaves_only_an_unoffered_pair() {
+    // Karpenter's "should spread pods while respecting both constraints" (record #420): spot
+    // only in zones 1 and 2; spot in zone 2 and on-demand in zone 1 hold a pod each.
+    let mut t = it("medium", 4000, 8);
+    t.offerings = ["test-zone-1", "test-zone-2"]
+        .iter()
+        .map(|z| Offering::new(z, "spot", 0.1))
+        .chain(ZONES.iter().map(|z| Offering::new(z, "on-demand", 0.2)))
+        .collect();
+    let mut ps = web(6);
+    spread_on(&mut ps, LABEL_CAPACITY_TYPE, |_| {});
+    spread_on(&mut ps, LABEL_ZONE, |_| {});
+    let mut inp = input(vec![NodePool::new("default", vec![t])], ps);
+    inp.nodes = vec![
+        web_node("a", "test-zone-2", "spot"),
+        web_node("b", "test-zone-1", "on-demand"),
+    ];
+    let out = solve(&inp);
+    // The first pod must go to zone 3 and either capacity type may: the pair chosen is the
+    // offered one (on-demand), where Karpenter's random pick may take spot and fail. Then a
+    // pod each on the existing nodes; after them maxSkew allows only spot in zone 3, which no
+    // offering has, as in Karpenter (a new spot node in zone 1 instead of the existing
+    // on-demand one would have kept all six schedulable, but existing nodes are tried first).
+    let pairs: Vec<(String, String)> = out
+        .new_node_claims
+        .iter()
+        .map(|c| (zone_of(c), c.cheapest.capacity_type.clone()))
+        .collect();
+    assert_eq!(
+        pairs,
+        [("test-zone-3".to_string(), "on-demand".to_string())]
+    );
+    let mut on_nodes: Vec<&str> = out.existing.iter().map(|p| p.node.as_str()).collect();
+    on_nodes.sort();
+    assert_eq!(on_nodes, ["a", "b"]);
+    assert_eq!(placed(&out), 3);
+    assert_eq!(out.unschedulable.len(), 3, "{:?}", out.unschedulable);
+    assert!(
+        out.unschedulable.iter().all(|u| u
+            .failures
+            .iter()
+            .all(|(_, f)| *f == Failure::NoCompatibleInstanceType)),
+        "{:?}",
+        out.unschedulable
+    );
+}
