@@ -12,8 +12,8 @@ use std::borrow::Cow;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 
-/// The parts of a CRD that decide whether it is a template kind (see
-/// [`crate::watch::template_kind_from_crd`]).
+/// The parts of a CRD that decide whether it is a template kind (discovery's
+/// `template_kind_from_crd`).
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct CrdSummary {
     #[serde(default)]
