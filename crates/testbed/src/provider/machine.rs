@@ -5,6 +5,10 @@ use api::duration::parse_duration;
 
 use super::*;
 
+/// How often a TestMachine waiting for its Machine's ownerRef or bootstrap data looks again
+/// without an event: the Machine watch wakes it when either is written (`spawn_machines`).
+const WAITING_RECHECK: Duration = Duration::from_secs(5);
+
 pub(super) fn elapsed_since(ts: Option<&Timestamp>) -> Duration {
     ts.and_then(|t| Duration::try_from(Timestamp::now().duration_since(*t)).ok())
         .unwrap_or(Duration::ZERO)
@@ -111,13 +115,13 @@ async fn provision(
         let status = json!({"conditions": [condition(obj, "Ready", false, "WaitingForMachine",
             "waiting for a Machine to own this TestMachine")]});
         patch_status(api, obj, status).await?;
-        return Ok(Action::requeue(Duration::from_secs(1)));
+        return Ok(Action::requeue(WAITING_RECHECK));
     };
     if !machine.data["spec"]["bootstrap"]["dataSecretName"].is_string() {
         let status = json!({"conditions": [condition(obj, "Ready", false, "WaitingForBootstrapData",
             "waiting for the Machine's spec.bootstrap.dataSecretName")]});
         patch_status(api, obj, status).await?;
-        return Ok(Action::requeue(Duration::from_secs(1)));
+        return Ok(Action::requeue(WAITING_RECHECK));
     }
     if ctx.config.bare_metal_hosts
         && obj.data["spec"]["hostSelector"].is_object()

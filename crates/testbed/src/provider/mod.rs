@@ -335,9 +335,7 @@ impl TestProvider {
             spawn(&ctx, test_machine_template_resource(), |o, c| {
                 Box::pin(reconcile_template(o, c))
             }),
-            spawn(&ctx, test_machine_resource(), |o, c| {
-                Box::pin(reconcile_machine(o, c))
-            }),
+            spawn_machines(&ctx),
         ];
         if ctx.config.kubeadm_bootstrap {
             tasks.push(spawn(&ctx, kubeadm_config_resource(), |o, c| {
@@ -373,6 +371,44 @@ fn spawn(
         },
         ctx.clone(),
     );
+    tokio::spawn(controller.for_each(|_| async {}))
+}
+
+/// The TestMachine controller. Like every Cluster API infrastructure provider it also
+/// watches Machines and wakes the TestMachine a Machine points at: the ownerRef and the
+/// bootstrap data it waits for are written to the Machine, not to the TestMachine.
+fn spawn_machines(ctx: &Arc<Ctx>) -> tokio::task::JoinHandle<()> {
+    let ar = test_machine_resource();
+    let api: Api<DynamicObject> = Api::all_with(ctx.mgmt.clone(), &ar);
+    let machines_ar = machine_resource();
+    let machines: Api<DynamicObject> = Api::all_with(ctx.mgmt.clone(), &machines_ar);
+    let target = ar.clone();
+    let controller = Controller::new_with(api, watcher::Config::default(), ar)
+        .watches_with(
+            machines,
+            machines_ar,
+            watcher::Config::default(),
+            move |machine: DynamicObject| {
+                let infra = &machine.data["spec"]["infrastructureRef"];
+                let ns = machine.namespace();
+                (infra["kind"] == TEST_MACHINE_KIND)
+                    .then(|| infra["name"].as_str())
+                    .flatten()
+                    .zip(ns)
+                    .map(|(name, ns)| {
+                        kube::runtime::reflector::ObjectRef::new_with(name, target.clone())
+                            .within(&ns)
+                    })
+            },
+        )
+        .run(
+            reconcile_machine,
+            |obj, err: &Error, _| {
+                tracing::debug!(name = %obj.name_any(), error = %err, "test provider retries");
+                Action::requeue(Duration::from_millis(500))
+            },
+            ctx.clone(),
+        );
     tokio::spawn(controller.for_each(|_| async {}))
 }
 
