@@ -22,10 +22,12 @@ pub use crate::trim::{keep, strip_metadata, trim_node, trim_pod};
 
 /// How many touched objects a slow subscriber may fall behind before it resyncs (it then
 /// gets every object of the store once). Each slot is allocated and written up front, for
-/// every cache: at 4096 the ten caches' rings held 1.4 MB of the operator's 16 MB heap at
-/// 1000 pods (heaptrack, e2e bench). The subscribers only map an object to keys, so they
-/// fall behind by a handful, not by a thousand.
+/// every cache: at 4096 for all ten caches the rings held 1.4 MB of the operator's 16 MB
+/// heap at 1000 pods (heaptrack, e2e bench). Pods keep 4096, for bursts of thousands of pod
+/// events (the 5000-pod bench ran the same with 1024); the other kinds change a few times
+/// per NodeClaim.
 const BROADCAST_CAPACITY: usize = 1024;
+const POD_BROADCAST_CAPACITY: usize = 4096;
 
 /// How long a lazy watch ([`Cache::start_lazily`]) runs on after it is no longer wanted
 /// (the last NodePool and NodeClaim gone): a NodePool re-created soon after costs no re-list.
@@ -230,7 +232,12 @@ where
     pub fn detached() -> (Cache<K>, Feed<K>) {
         let writer: Writer<K> = Writer::default();
         let store = writer.as_reader();
-        let (touched, _) = broadcast::channel(BROADCAST_CAPACITY);
+        let capacity = if K::kind(&()) == "Pod" {
+            POD_BROADCAST_CAPACITY
+        } else {
+            BROADCAST_CAPACITY
+        };
+        let (touched, _) = broadcast::channel(capacity);
         let synced = Arc::new(AtomicBool::new(false));
         let generation = Arc::new(AtomicU64::new(0));
         let cache = Cache {
