@@ -362,16 +362,22 @@ fn spawn(
     reconcile: fn(Arc<DynamicObject>, Arc<Ctx>) -> ReconcileFuture,
 ) -> tokio::task::JoinHandle<()> {
     let api: Api<DynamicObject> = Api::all_with(ctx.mgmt.clone(), &ar);
-    let kind = ar.kind.clone();
+    let retry = retry(&ar);
     let controller = Controller::new_with(api, watcher::Config::default(), ar).run(
         reconcile,
-        move |obj, err: &Error, _| {
-            tracing::debug!(kind = %kind, name = %obj.name_any(), error = %err, "test provider retries");
-            Action::requeue(Duration::from_millis(500))
-        },
+        retry,
         ctx.clone(),
     );
     tokio::spawn(controller.for_each(|_| async {}))
+}
+
+/// Every test provider controller's error policy: log at debug, try again in 500 ms.
+fn retry(ar: &ApiResource) -> impl Fn(Arc<DynamicObject>, &Error, Arc<Ctx>) -> Action + use<> {
+    let kind = ar.kind.clone();
+    move |obj, err, _| {
+        tracing::debug!(kind = %kind, name = %obj.name_any(), error = %err, "test provider retries");
+        Action::requeue(Duration::from_millis(500))
+    }
 }
 
 /// The TestMachine controller. Like every Cluster API infrastructure provider it also
@@ -383,6 +389,7 @@ fn spawn_machines(ctx: &Arc<Ctx>) -> tokio::task::JoinHandle<()> {
     let machines_ar = machine_resource();
     let machines: Api<DynamicObject> = Api::all_with(ctx.mgmt.clone(), &machines_ar);
     let target = ar.clone();
+    let retry = retry(&ar);
     let controller = Controller::new_with(api, watcher::Config::default(), ar)
         .watches_with(
             machines,
@@ -401,14 +408,7 @@ fn spawn_machines(ctx: &Arc<Ctx>) -> tokio::task::JoinHandle<()> {
                     })
             },
         )
-        .run(
-            reconcile_machine,
-            |obj, err: &Error, _| {
-                tracing::debug!(name = %obj.name_any(), error = %err, "test provider retries");
-                Action::requeue(Duration::from_millis(500))
-            },
-            ctx.clone(),
-        );
+        .run(reconcile_machine, retry, ctx.clone());
     tokio::spawn(controller.for_each(|_| async {}))
 }
 
