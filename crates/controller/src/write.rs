@@ -210,6 +210,24 @@ where
         self.send(obj, &Patch::Json::<()>(ops)).await
     }
 
+    /// A JSON patch of `obj`'s status subresource; `ops` carry their own `test` guards (a
+    /// failed test is a [`Outcome::Conflict`]): for one entry of a list other writers also
+    /// edit, without making every other status write a conflict.
+    pub async fn json_patch_status(
+        &self,
+        obj: &K,
+        ops: json_patch::Patch,
+    ) -> kube::Result<Outcome<K>> {
+        let patch = Patch::Json::<()>(ops);
+        let out = classify(
+            self.api
+                .patch_status(&obj.name_any(), &self.params(), &patch)
+                .await,
+        )?;
+        self.record(obj, &out);
+        Ok(out)
+    }
+
     /// Server-side applies `body` (a full apply configuration) to `name`'s status, forcing
     /// ownership of its fields: for a field only this controller writes.
     pub async fn apply_status(&self, name: &str, body: Value) -> kube::Result<Outcome<K>> {

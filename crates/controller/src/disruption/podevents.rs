@@ -143,12 +143,22 @@ pub async fn run(
         };
         let result = match ending_consolidatable(claim, &nodepools.state(), next, Timestamp::now())
         {
-            // The condition goes too: a merge patch conditional on the version it was computed
-            // from; on a conflict, the time alone below (the disruption pass then clears it).
+            // The condition goes too, in one JSON patch guarded by the entry's position (the
+            // disruption pass's message writes do not make it stale); on a conflict, the time
+            // alone below (the disruption pass then clears it).
             Some(status) => {
-                let status =
-                    json!({"lastPodEventTime": Time(next), "conditions": status.conditions});
-                match writer.patch_status(claim, status).await {
+                let ops = super::status::condition_ops(claim, &status.conditions).and_then(|mut ops| {
+                    ops.push(json!({"op": "add", "path": "/status/lastPodEventTime", "value": Time(next)}));
+                    super::status::json_patch(ops)
+                });
+                let written = match ops {
+                    Some(ops) => writer.json_patch_status(claim, ops).await,
+                    None => {
+                        let status = json!({"lastPodEventTime": Time(next), "conditions": status.conditions});
+                        writer.patch_status(claim, status).await
+                    }
+                };
+                match written {
                     Ok(Outcome::Conflict) => apply_time(&writer, claim, next).await,
                     other => other,
                 }

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use crate::write::Writer;
 use api::NodeClaim;
 use api::consts::conditions as types;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use serde_json::json;
@@ -127,14 +128,66 @@ pub async fn write_conditions(
             continue;
         }
         written.wrote(&name, instant);
-        patch_status(
-            writer,
-            c,
-            json!({"conditions": status.conditions}),
-            "Consolidatable",
-        )
-        .await;
+        match condition_ops(c, &status.conditions).and_then(json_patch) {
+            Some(ops) => {
+                if let Err(e) = writer.json_patch_status(c, ops).await {
+                    tracing::debug!(nodeclaim = %name, error = %e, "writing Consolidatable failed")
+                }
+            }
+            None => {
+                patch_status(
+                    writer,
+                    c,
+                    json!({"conditions": status.conditions}),
+                    "Consolidatable",
+                )
+                .await
+            }
+        }
     }
+}
+
+/// The JSON patch that turns `claim`'s `Consolidatable` condition into the one in `after`
+/// (absent: removed), touching only that entry: replaced or removed at its index behind a
+/// `test` of the type there, or appended behind a `test` of the `lastPodEventTime` its
+/// presence was computed from. Unlike a merge patch of the whole list (which needs the
+/// object's resourceVersion), it is not made stale by the pod-event loop's time writes or by
+/// the lifecycle's other conditions — only by a change to what it was computed from.
+/// `None` when the claim has no conditions list to append to (the caller merge-patches) or
+/// nothing changes.
+pub fn condition_ops(claim: &NodeClaim, after: &[Condition]) -> Option<Vec<serde_json::Value>> {
+    let status = claim.status.as_ref()?;
+    let at = status
+        .conditions
+        .iter()
+        .position(|c| c.type_ == types::CONSOLIDATABLE);
+    let want = api::conditions::get(after, types::CONSOLIDATABLE);
+    let ops = match (at, want) {
+        (Some(i), want) => {
+            let path = format!("/status/conditions/{i}");
+            let test = json!({"op": "test", "path": format!("{path}/type"), "value": types::CONSOLIDATABLE});
+            match want {
+                Some(c) if Some(c) == status.conditions.get(i) => return None,
+                Some(c) => vec![test, json!({"op": "replace", "path": path, "value": c})],
+                None => vec![test, json!({"op": "remove", "path": path})],
+            }
+        }
+        (None, Some(c)) if !status.conditions.is_empty() => {
+            let mut ops = Vec::with_capacity(2);
+            if let Some(t) = &status.last_pod_event_time {
+                ops.push(json!({"op": "test", "path": "/status/lastPodEventTime", "value": t}));
+            }
+            ops.push(json!({"op": "add", "path": "/status/conditions/-", "value": c}));
+            ops
+        }
+        (None, _) => return None,
+    };
+    Some(ops)
+}
+
+/// JSON patch operations as a [`json_patch::Patch`] (`None` if they do not parse as one).
+pub fn json_patch(ops: Vec<serde_json::Value>) -> Option<json_patch::Patch> {
+    serde_json::from_value(serde_json::Value::Array(ops)).ok()
 }
 
 /// Merge-patches part of a NodeClaim's status, conditional on the resourceVersion it was
@@ -259,6 +312,90 @@ mod tests {
         let off = Verdict::blocked("consolidateAfter is Never");
         let (status, _) = updated(&claim, Some(&off), now).expect("removed");
         assert!(api::conditions::get(&status.conditions, types::CONSOLIDATABLE).is_none());
+    }
+
+    #[test]
+    fn the_condition_is_patched_alone_behind_a_test_of_what_it_was_computed_from() {
+        let now: Timestamp = "2026-11-22T10:00:00Z".parse().expect("ts");
+        let claim: NodeClaim = serde_json::from_value(json!({
+            "metadata": {"name": "c"},
+            "spec": {"requirements": [], "nodeClassRef": {"group": "g", "kind": "K", "name": "n"}},
+            "status": {
+                "lastPodEventTime": "2026-11-22T09:00:00Z",
+                "conditions": [
+                    {"type": "Launched", "status": "True", "reason": "Launched", "message": "", "lastTransitionTime": "2026-11-22T08:00:00Z"},
+                    {"type": "Initialized", "status": "True", "reason": "Initialized", "message": "", "lastTransitionTime": "2026-11-22T08:01:00Z"}
+                ]
+            }
+        }))
+        .expect("claim");
+        // Absent: appended, behind the pod-event time its presence was computed from.
+        let blocked = Verdict::blocked("no cheaper option").consolidatable(Some(true));
+        let (status, _) = updated(&claim, Some(&blocked), now).expect("added");
+        let ops = condition_ops(&claim, &status.conditions).expect("ops");
+        assert_eq!(
+            ops[0],
+            json!({"op": "test", "path": "/status/lastPodEventTime", "value": "2026-11-22T09:00:00Z"})
+        );
+        assert_eq!(ops[1]["op"], "add");
+        assert_eq!(ops[1]["path"], "/status/conditions/-");
+        assert_eq!(ops[1]["value"]["reason"], "Blocked");
+        assert!(json_patch(ops.clone()).is_some(), "a valid JSON patch");
+        // Applied, the patch gives exactly the merge patch's status.
+        let mut doc = serde_json::to_value(&claim).expect("json");
+        json_patch::patch(&mut doc, &json_patch(ops).expect("patch")).expect("applies");
+        assert_eq!(
+            doc["status"]["conditions"],
+            serde_json::to_value(&status.conditions).expect("json")
+        );
+        // Present at index 2: replaced or removed there, behind a test of the type at 2.
+        let claim = NodeClaim {
+            status: Some(status),
+            ..claim
+        };
+        let candidate = Verdict::candidate(
+            "delete",
+            vec!["c".into()],
+            None,
+            0.1,
+            DisruptionReason::Empty,
+        )
+        .consolidatable(Some(true));
+        let (changed, _) = updated(&claim, Some(&candidate), now).expect("changed");
+        let ops = condition_ops(&claim, &changed.conditions).expect("ops");
+        assert_eq!(
+            ops[0],
+            json!({"op": "test", "path": "/status/conditions/2/type", "value": "Consolidatable"})
+        );
+        assert_eq!(
+            (ops[1]["op"].as_str(), ops[1]["path"].as_str()),
+            (Some("replace"), Some("/status/conditions/2"))
+        );
+        let waiting = Verdict::blocked("not elapsed").consolidatable(Some(false));
+        let (removed, _) = updated(&claim, Some(&waiting), now).expect("removed");
+        let ops = condition_ops(&claim, &removed.conditions).expect("ops");
+        assert_eq!(
+            ops[1],
+            json!({"op": "remove", "path": "/status/conditions/2"})
+        );
+        // A stale position fails the test: the API server refuses it (a conflict), never
+        // removes another condition.
+        let mut moved = serde_json::to_value(&claim).expect("json");
+        moved["status"]["conditions"]
+            .as_array_mut()
+            .expect("list")
+            .remove(0);
+        assert!(json_patch::patch(&mut moved, &json_patch(ops).expect("patch")).is_err());
+        // Unchanged: nothing; no list at all: the caller's merge patch.
+        assert_eq!(
+            condition_ops(&claim, &claim.status.as_ref().expect("status").conditions),
+            None
+        );
+        let bare = NodeClaim {
+            status: None,
+            ..claim
+        };
+        assert_eq!(condition_ops(&bare, &changed.conditions), None);
     }
 
     #[test]
