@@ -61,7 +61,7 @@ pub enum HostProblem {
 impl HostProblem {
     fn of(e: &kube::Error) -> HostProblem {
         match e {
-            kube::Error::Api(s) => Self::of_status(s.code, e.to_string()),
+            kube::Error::Api(s) => Self::of_status(s.code, Self::said(s)),
             kube::Error::Discovery(_) => HostProblem::NotServed(e.to_string()),
             other => HostProblem::Failed(other.to_string()),
         }
@@ -80,8 +80,17 @@ impl HostProblem {
             watcher::Error::InitialListFailed(k)
             | watcher::Error::WatchStartFailed(k)
             | watcher::Error::WatchFailed(k) => Self::of(k),
-            watcher::Error::WatchError(s) => Self::of_status(s.code, e.to_string()),
+            watcher::Error::WatchError(s) => Self::of_status(s.code, Self::said(s)),
             other => HostProblem::Failed(other.to_string()),
+        }
+    }
+
+    /// What the API server said (its message, not the error's debug form).
+    fn said(s: &kube::core::Status) -> String {
+        match s.message.trim() {
+            "" => format!("HTTP {}", s.code),
+            m if m.starts_with(&s.code.to_string()) => m.to_string(),
+            m => format!("HTTP {}: {m}", s.code),
         }
     }
 
@@ -510,6 +519,11 @@ mod tests {
                 "the operator may not list and watch BareMetalHost (metal3.io/v1alpha1) (RBAC): "
             ) && said.ends_with("; no template counts a host"),
             "{said}"
+        );
+        assert_eq!(
+            HostProblem::of(&api(404, "Failed to parse error data")),
+            HostProblem::NotServed("HTTP 404: refused".into()),
+            "the API server's words, never the error's debug form"
         );
         let during = watcher::Error::WatchError(
             kube::core::Status::failure("gone", "NotFound")
