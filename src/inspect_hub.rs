@@ -9,12 +9,13 @@ use std::fmt::Write as _;
 
 use api::Cluster;
 use api::consts::{events as reasons, labels};
+use controller::hub::credentials::{self, Missing};
 use controller::hub::{ClusterKey, HubConfig, eligible, key_of, shard::fence_name};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::ListParams;
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client};
 use serde::Serialize;
 
 /// One Cluster as the hub sees it.
@@ -65,21 +66,21 @@ fn last_health(events: &[Event], cluster: &ClusterKey) -> Option<bool> {
         .map(|(_, up)| up)
 }
 
-/// The row of one Cluster from what was read.
+/// The row of one Cluster from what was read (`credentials`: why it has none to use).
 pub fn row(
     cluster: &Cluster,
-    has_credentials: bool,
+    credentials: Result<(), &Missing>,
     owner: Option<String>,
     health: Option<bool>,
 ) -> ClusterRow {
     let key = key_of(cluster);
-    let (state, reason) = match eligible(cluster, &HubConfig::default()) {
-        Err(why) => ("ineligible", why.to_string()),
-        Ok(()) if !has_credentials => (
+    let (state, reason) = match (eligible(cluster, &HubConfig::default()), credentials) {
+        (Err(why), _) => ("ineligible", why.into_owned()),
+        (Ok(()), Err(missing)) => (
             "waiting-credentials",
-            "no kubeconfig Secret (annotation karpenter.cluster.x-k8s.io/kubeconfig-secret, else <cluster>-kubeconfig, key value)".into(),
+            format!("{}: {missing}", missing.kind()),
         ),
-        Ok(()) => match (health, &owner) {
+        (Ok(()), Ok(())) => match (health, &owner) {
             (Some(false), _) => (
                 "disconnected",
                 "its API server failed its last probes: no disruption, GC or deletes".into(),
@@ -101,33 +102,13 @@ pub fn row(
     }
 }
 
-/// The name of `cluster`'s kubeconfig Secret.
-fn secret_name(cluster: &Cluster) -> String {
-    cluster
-        .annotations()
-        .get(api::consts::annotations::KUBECONFIG_SECRET)
-        .filter(|s| !s.is_empty())
-        .cloned()
-        .unwrap_or_else(|| format!("{}-kubeconfig", cluster.name_any()))
-}
-
-/// The kubeconfig in `cluster`'s Secret, if there is one.
-async fn kubeconfig(management: &Client, cluster: &Cluster) -> Result<Option<String>, kube::Error> {
-    let ns = cluster.namespace().unwrap_or_default();
-    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(management.clone(), &ns);
-    let secret = secrets.get_opt(&secret_name(cluster)).await?;
-    Ok(secret
-        .and_then(|s| s.data)
-        .and_then(|d| d.get("value").cloned())
-        .and_then(|v| String::from_utf8(v.0).ok()))
-}
-
 /// Every opted-in Cluster's row; fence Leases read in `lease_namespace`.
 pub async fn clusters(
     management: &Client,
     lease_namespace: &str,
 ) -> Result<Vec<ClusterRow>, kube::Error> {
-    let opted_in = ListParams::default().labels(&format!("{}=true", labels::HUB_ENABLED));
+    // Every value of the opt-in label: one that is not "true" is shown as ineligible.
+    let opted_in = ListParams::default().labels(labels::HUB_ENABLED);
     let clusters = Api::<Cluster>::all(management.clone())
         .list(&opted_in)
         .await?
@@ -146,8 +127,13 @@ pub async fn clusters(
             // No read access to the Leases: the owner is not shown.
             Err(_) => None,
         };
-        let creds = kubeconfig(management, c).await?.is_some();
-        rows.push(row(c, creds, owner, last_health(&events, &key)));
+        let creds = credentials::read(management, c).await?;
+        rows.push(row(
+            c,
+            creds.as_ref().map(|_| ()),
+            owner,
+            last_health(&events, &key),
+        ));
     }
     rows.sort_by(|a, b| a.cluster.cmp(&b.cluster));
     Ok(rows)
@@ -165,13 +151,10 @@ pub async fn workload_client(
     let c = Api::<Cluster>::namespaced(management.clone(), ns)
         .get(name)
         .await?;
-    let yaml = kubeconfig(management, &c).await?.ok_or_else(|| {
-        anyhow::anyhow!(
-            "Cluster {cluster} has no kubeconfig Secret ({})",
-            secret_name(&c)
-        )
-    })?;
-    Ok(controller::runtime::client_from_yaml(&yaml, options).await?)
+    let creds = credentials::read(management, &c)
+        .await?
+        .map_err(|missing| anyhow::anyhow!("Cluster {cluster}: {missing}"))?;
+    Ok(controller::runtime::client_from_yaml(&creds.kubeconfig, options).await?)
 }
 
 pub fn render_table(rows: &[ClusterRow]) -> String {
@@ -217,7 +200,9 @@ mod tests {
 
     #[test]
     fn the_state_follows_eligibility_credentials_lease_and_health() {
-        let state = |c: &Cluster, creds, owner: Option<&str>, health| {
+        let no_secret = Missing::Secret("t1/a-kubeconfig".into());
+        let state = |c: &Cluster, creds: bool, owner: Option<&str>, health| {
+            let creds = if creds { Ok(()) } else { Err(&no_secret) };
             row(c, creds, owner.map(str::to_string), health).state
         };
         assert_eq!(state(&cluster(true), true, None, None), "ineligible");
@@ -228,7 +213,7 @@ mod tests {
         assert_eq!(state(&c, true, Some("hub-0"), Some(true)), "engaged");
         assert_eq!(state(&c, true, None, Some(true)), "engaged");
         assert_eq!(state(&c, true, Some("hub-0"), Some(false)), "disconnected");
-        let r = row(&c, true, Some("hub-0".into()), None);
+        let r = row(&c, Ok(()), Some("hub-0".into()), None);
         assert_eq!(
             (r.cluster.as_str(), r.owner.as_deref()),
             ("t1/a", Some("hub-0"))
@@ -237,6 +222,51 @@ mod tests {
         assert!(
             table.starts_with("CLUSTER") && table.contains("t1/a") && table.contains("hub-0"),
             "{table}"
+        );
+    }
+
+    /// Each reason a Cluster is not engaged is its own line: the label's value, the missing
+    /// Secret, the wrong key.
+    #[test]
+    fn the_reason_names_the_label_value_the_missing_secret_or_the_wrong_key() {
+        let mut yes = cluster(false);
+        yes.metadata.labels = Some(
+            [(
+                "karpenter.cluster.x-k8s.io/enabled".to_string(),
+                "yes".to_string(),
+            )]
+            .into(),
+        );
+        let r = row(&yes, Ok(()), None, None);
+        assert_eq!(
+            (r.state.as_str(), r.reason.as_str()),
+            (
+                "ineligible",
+                "label karpenter.cluster.x-k8s.io/enabled is \"yes\": only \"true\" opts in"
+            )
+        );
+        let c = cluster(false);
+        let r = row(
+            &c,
+            Err(&Missing::Secret("t1/a-kubeconfig".into())),
+            None,
+            None,
+        );
+        assert_eq!(r.state, "waiting-credentials");
+        assert!(
+            r.reason
+                .starts_with("missing Secret: no kubeconfig Secret t1/a-kubeconfig"),
+            "{}",
+            r.reason
+        );
+        let wrong = Missing::Key {
+            secret: "t1/a-kubeconfig".into(),
+            keys: vec!["config".into()],
+        };
+        let r = row(&c, Err(&wrong), None, None);
+        assert_eq!(
+            r.reason,
+            "wrong key: Secret t1/a-kubeconfig has no key `value` or `kubeconfig` (its keys: config)"
         );
     }
 }

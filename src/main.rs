@@ -91,7 +91,7 @@ struct InspectArgs {
     mode: Mode,
     /// Hub mode: inspect the workload cluster of Cluster `<namespace>/<name>` (through its
     /// kubeconfig Secret).
-    #[arg(long)]
+    #[arg(long, value_parser = parse_cluster)]
     cluster: Option<String>,
     /// Hub mode: the namespace of the hub's Leases.
     #[arg(long, env = "LEADER_ELECTION_NAMESPACE", default_value = "karpenter")]
@@ -237,7 +237,7 @@ struct RunArgs {
     #[arg(long, env = "MODE", value_enum, default_value = "single")]
     mode: Mode,
     /// Hub mode: only Clusters matching this label selector too.
-    #[arg(long, env = "CLUSTER_SELECTOR")]
+    #[arg(long, env = "CLUSTER_SELECTOR", value_parser = parse_selector)]
     cluster_selector: Option<String>,
     /// Hub mode: only Clusters in these namespaces (comma-separated; default all).
     #[arg(long, env = "NAMESPACES", value_delimiter = ',')]
@@ -248,7 +248,7 @@ struct RunArgs {
     watch_filter: Option<String>,
     /// Hub mode: how often each engaged cluster's API server is probed (3 failures in a row
     /// mark it disconnected).
-    #[arg(long, env = "HUB_PROBE_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "HUB_PROBE_INTERVAL", default_value = "10s", value_parser = parse_interval)]
     hub_probe_interval: std::time::Duration,
     /// Hub mode: static sharding across replicas — this replica engages the Clusters with
     /// `fnv1a64("<ns>/<name>") % N == --shard-index` (no peer Leases; each Cluster still
@@ -322,6 +322,41 @@ fn parse_feature_gates(s: &str) -> Result<std::collections::BTreeMap<String, boo
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     api::duration::parse_duration(s)
         .ok_or_else(|| format!("{s:?} is not a duration (e.g. 1s, 500ms, 1m)"))
+}
+
+/// A duration above zero (a zero interval would loop without pause).
+fn parse_interval(s: &str) -> Result<std::time::Duration, String> {
+    match parse_duration(s)? {
+        d if d.is_zero() => Err(format!("{s:?} must be more than 0 (e.g. 10s)")),
+        d => Ok(d),
+    }
+}
+
+/// A label selector the API server accepts.
+fn parse_selector(s: &str) -> Result<String, String> {
+    templates::labels::validate_selector(s)?;
+    Ok(s.to_string())
+}
+
+/// `<namespace>/<name>` of a Cluster.
+fn parse_cluster(s: &str) -> Result<String, String> {
+    let dns = |part: &str, max: usize| {
+        !part.is_empty()
+            && part.len() <= max
+            && part.split('.').all(|l| {
+                !l.is_empty()
+                    && !l.starts_with('-')
+                    && !l.ends_with('-')
+                    && l.bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            })
+    };
+    match s.split_once('/') {
+        Some((ns, name)) if dns(ns, 63) && !ns.contains('.') && dns(name, 253) => Ok(s.into()),
+        _ => Err(format!(
+            "{s:?}: expected <namespace>/<name> of a Cluster (lowercase DNS names)"
+        )),
+    }
 }
 
 /// `--shard-count/--shard-index`, checked.
@@ -556,6 +591,65 @@ mod tests {
         assert!(run_args(&[]).expect("parses").metrics_cluster_label);
         let off = run_args(&["--metrics-cluster-label=false"]).expect("parses");
         assert!(!off.metrics_cluster_label);
+    }
+
+    /// Refused at start, naming the flag (and no client is built before).
+    #[test]
+    fn bad_hub_flags_are_refused_naming_the_flag() {
+        let refused = |a: &[&str]| match run_args(a) {
+            Ok(_) => panic!("{a:?} accepted"),
+            Err(e) => e.to_string(),
+        };
+        let e = refused(&["--mode", "hub", "--hub-probe-interval", "0"]);
+        assert!(
+            e.contains("--hub-probe-interval") && e.contains("must be more than 0"),
+            "{e}"
+        );
+        assert!(refused(&["--hub-probe-interval", "0s"]).contains("--hub-probe-interval"));
+        let e = refused(&["--mode", "hub", "--cluster-selector", "env in (prod"]);
+        assert!(
+            e.contains("--cluster-selector") && e.contains("unbalanced '('"),
+            "{e}"
+        );
+        let e = refused(&["--cluster-selector", "env=a b"]);
+        assert!(e.contains("--cluster-selector"), "{e}");
+        // The positive controls: the same flags, well formed.
+        let ok = run_args(&[
+            "--hub-probe-interval",
+            "500ms",
+            "--cluster-selector",
+            "env in (prod),!legacy",
+        ])
+        .expect("parses");
+        assert_eq!(ok.hub_probe_interval, std::time::Duration::from_millis(500));
+        assert_eq!(
+            ok.cluster_selector.as_deref(),
+            Some("env in (prod),!legacy")
+        );
+    }
+
+    #[test]
+    fn a_malformed_inspect_cluster_is_refused_naming_the_flag() {
+        let inspect = |c: &str| {
+            Cli::try_parse_from(["karpenter-capi", "inspect", "--mode", "hub", "--cluster", c])
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        for bad in [
+            "alpha",
+            "a/b/c",
+            "/alpha",
+            "alpha/",
+            "Team/alpha",
+            "a.b/alpha",
+        ] {
+            let e = inspect(bad).expect_err(bad);
+            assert!(
+                e.contains("--cluster") && e.contains("expected <namespace>/<name>"),
+                "{bad}: {e}"
+            );
+        }
+        assert_eq!(inspect("team-a/alpha.v2"), Ok(()));
     }
 
     #[test]

@@ -569,6 +569,11 @@ fn static_pool_and_overlay_rows() -> Vec<Row> {
             ),
         ),
         row(
+            "pool: replicas -1",
+            vec![pool("bi-23", "healthy", json!({"replicas": -1}))],
+            rejected("spec.replicas", "should be greater than or equal to 0"),
+        ),
+        row(
             "overlay: weight 10001",
             vec![overlay(
                 "bi-20",
@@ -599,6 +604,9 @@ fn static_pool_and_overlay_rows() -> Vec<Row> {
 fn pool_rows(apps: &str) -> Vec<Row> {
     let ec2 = json!({"template": {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "healthy"}}}});
     let cron = json!({"disruption": {"consolidateAfter": "Never", "budgets": [{"nodes": "0", "schedule": "x y z w v", "duration": "1h"}]}});
+    let mut spread_typo = pool("spread-typo", "healthy", json!({"replicas": 0}));
+    spread_typo["metadata"]["annotations"] =
+        json!({"karpenter.cluster.x-k8s.io/static-zone-spread": "yes"});
     vec![
         row(
             "pool: unknown nodeClassRef kind",
@@ -660,6 +668,12 @@ fn pool_rows(apps: &str) -> Vec<Row> {
                 pod("for-bad-cron", apps, "bad-cron", "100m", json!(null)),
             ],
             provisions("for-bad-cron", "bad-cron-"),
+        ),
+        row(
+            // Read as off (only "true" spreads), and said so on the pool.
+            "pool: static-zone-spread 'yes'",
+            vec![spread_typo],
+            event("spread-typo", "UnknownAnnotationValue"),
         ),
         row(
             // Disruption fails closed on it, and says so on the pool.
@@ -737,6 +751,54 @@ fn class_rows(ns: &str) -> Vec<Row> {
             )
         })
         .collect()
+}
+
+/// NodeClasses whose `spec.inventory` cannot be read: an `InventoryReady=False` condition
+/// with the cause as its reason, and a Warning Event with the same reason (the healthy pool,
+/// another NodeClass, keeps provisioning meanwhile).
+fn inventory_rows(ns: &str) -> Vec<Row> {
+    let hosts = |api_version: &str, kind: &str| {
+        json!({"inventory": {"hosts": {"apiVersion": api_version, "kind": kind,
+            "selectorPath": "spec.template.spec.hostSelector"}}})
+    };
+    // Selects only its own templates: a template counted by an inventory is counted so
+    // for every NodeClass.
+    let own = |name: &str, mut spec: Value| {
+        spec["machineTemplateSelector"] = json!({"matchLabels": {"badinput": name}});
+        class(name, ns, spec)
+    };
+    let unreadable = template(
+        "inv-selector-t",
+        "inv-selector",
+        ns,
+        ann(PRICE, "0.1"),
+        json!({"hostSelector": {"matchLabels": ["not", "a", "map"]}}),
+    );
+    let mut rows = Vec::new();
+    for (what, said, objects, name, reason) in [
+        (
+            "class: inventory of an unserved host kind",
+            "class: inventory of an unserved host kind: event",
+            vec![own("inv-unserved", hosts("example.com/v1", "Widget"))],
+            "inv-unserved",
+            "HostKindNotServed",
+        ),
+        (
+            "class: inventory with an unreadable host selector",
+            "class: inventory with an unreadable host selector: event",
+            vec![unreadable, own("inv-selector", hosts("v1", "ConfigMap"))],
+            "inv-selector",
+            "HostSelectorInvalid",
+        ),
+    ] {
+        rows.push(row(
+            what,
+            objects,
+            cond("ClusterAPINodeClass", name, "InventoryReady", reason),
+        ));
+        rows.push(row(said, vec![], event(name, reason)));
+    }
+    rows
 }
 
 /// Hand-made NodeClaims and pods no template can serve.
@@ -1079,6 +1141,7 @@ async fn bad_inputs_get_precise_reasons_and_never_stall_a_healthy_pool() {
     let mut rows = rejected_rows(&ns);
     rows.extend(pool_rows(&apps));
     rows.extend(class_rows(&ns));
+    rows.extend(inventory_rows(&ns));
     rows.extend(claim_and_pod_rows(&apps));
     rows.extend(template_rows(&ns));
     assert_names_are_neutral(&rows);

@@ -78,6 +78,21 @@ async fn metal_hosts(env: &Env, large: usize) {
     })
     .await
     .expect("the NodeClass status counts the free large hosts");
+    // The control of bad_input's InventoryReady=False rows: a readable inventory is True.
+    let nc = nodeclasses(&client)
+        .get("default")
+        .await
+        .expect("nodeclass");
+    let ready = nc.data["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "InventoryReady"))
+        .map(|c| (c["status"].clone(), c["reason"].clone()));
+    assert_eq!(
+        ready,
+        Some((json!("True"), json!("HostsCounted"))),
+        "{:?}",
+        nc.data["status"]["conditions"]
+    );
 }
 
 /// Waits until the NodeClass status shows an offering of `metal` for which `ok` holds.

@@ -211,6 +211,8 @@ pub(super) fn check_node_pool(v: &Value) -> Result<(), String> {
         }
     }
     check_quantities(&v["spec"]["limits"], "spec.limits")?;
+    // The CRD's `minimum: 0`: a snapshot is not read more leniently than the API server.
+    count(v, "/spec/replicas", "spec.replicas")?;
     match count(v, "/spec/weight", "spec.weight")? {
         Some(w) if !(1..=100).contains(&w) => Err(format!("spec.weight: {w} is not in 1..100")),
         _ => Ok(()),

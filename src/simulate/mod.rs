@@ -334,6 +334,21 @@ status:
             err,
             "p.yaml: document 1: NodePool p: spec.template.spec.nodeClassRef: missing field `group`"
         );
+        // As the API server: `replicas` is at least 0 (and 0 is a static pool).
+        let static_pool = |r: &str| {
+            format!(
+                "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: p}}\nspec: {{replicas: {r}, template: {{spec: {{nodeClassRef: {{group: g, kind: k, name: nc}}}}}}}}\n"
+            )
+        };
+        let err = load_yaml(Path::new("p.yaml"), &static_pool("-1"))
+            .expect_err("replicas -1")
+            .to_string();
+        assert_eq!(
+            err,
+            "p.yaml: document 1: NodePool p: spec.replicas: expected a non-negative integer, got -1"
+        );
+        let loaded = load_yaml(Path::new("p.yaml"), &static_pool("0")).expect("replicas 0");
+        assert_eq!(loaded.state.nodepools[0].spec.replicas, Some(0));
         let pool = "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: p}\nspec: {template: {spec: {}}}\n";
         let err = load_yaml(Path::new("p.yaml"), pool)
             .expect_err("nodeClassRef required")

@@ -268,6 +268,9 @@ pub mod conditions {
     pub const CLUSTER_REF_MISMATCH: &str = "ClusterRefMismatch";
     /// NodeClass `Ready` = all of these True.
     pub const NODECLASS_READY_PARTS: &[&str] = &[CLUSTER_READY, TEMPLATES_READY, BOOTSTRAP_READY];
+    /// NodeClass with `spec.inventory`: whether its hosts can be read (not a part of
+    /// `Ready`: a template that counts no host is not offered, the others are).
+    pub const INVENTORY_READY: &str = "InventoryReady";
 
     // NodeOverlay.
     /// NodeOverlay `Ready` = this True.
@@ -320,6 +323,18 @@ pub mod reasons {
     pub const CLUSTER_NOT_FOUND: &str = "ClusterNotFound";
     pub const READY: &str = "Ready";
     pub const NOT_READY_DEPENDENCIES: &str = "DependenciesNotReady";
+    // NodeClass InventoryReady.
+    pub const HOSTS_COUNTED: &str = "HostsCounted";
+    /// Unknown: the host kind's first list has not completed (its templates count no host).
+    pub const HOSTS_NOT_LISTED: &str = "HostsNotListed";
+    /// The API server does not serve the host kind (no such CRD or version).
+    pub const HOST_KIND_NOT_SERVED: &str = "HostKindNotServed";
+    /// The operator may not list or watch the host kind (RBAC).
+    pub const HOSTS_FORBIDDEN: &str = "HostsForbidden";
+    /// Listing or watching the host kind fails otherwise.
+    pub const HOSTS_UNREADABLE: &str = "HostsUnreadable";
+    /// A template's host selector cannot be read: it matches no host.
+    pub const HOST_SELECTOR_INVALID: &str = "HostSelectorInvalid";
     // NodeOverlay ValidationSucceeded.
     pub const VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
     /// An overlay of equal weight was recorded first on a field the overlay sets.
@@ -340,6 +355,9 @@ pub mod events {
     pub const UNREGISTERED_TAINT_MISSING: &str = "UnregisteredTaintMissing";
     pub const NODECLASS_NOT_READY: &str = "NodeClassNotReady";
     pub const DISRUPTION_BLOCKED: &str = "DisruptionBlocked";
+    /// Ours, Warning: one of our boolean annotations (`"true"` on) holds another value and
+    /// is read as off (`karpenter.cluster.x-k8s.io/static-zone-spread: "yes"`).
+    pub const UNKNOWN_ANNOTATION_VALUE: &str = "UnknownAnnotationValue";
     pub const DISRUPTION_LAUNCHING: &str = "DisruptionLaunching";
     pub const DISRUPTION_TERMINATING: &str = "DisruptionTerminating";
     pub const DISRUPTION_WAITING_READINESS: &str = "DisruptionWaitingReadiness";

@@ -7,6 +7,10 @@
 //! - Until a kind's first list has completed, its templates count zero: nothing is launched
 //!   from an inventory not read yet (the list's arrival is a change: the pending pods are
 //!   planned again).
+//! - A kind that cannot be read — not served, RBAC forbids it, the list fails — is a
+//!   [`HostProblem`] (logged once as a warning, the watch keeps retrying); it and a template
+//!   whose host selector cannot be read are the NodeClass's `InventoryReady` condition
+//!   ([`Inventory::condition`]), so "0 available" is never the only sign.
 //! - Every host event bumps [`Hosts::subscribe`]'s counter: the provisioner plans the
 //!   pending pods again and the NodeClass status is rewritten, so a freed host offers its
 //!   template at once (no TTL).
@@ -23,6 +27,8 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
 use templates::inventory::{HostQuery, HostTally, selector_of, tally};
+use templates::model::TemplateRef;
+use templates::status::ConditionValue;
 use tokio::sync::watch;
 
 use crate::catalogs::Catalogs;
@@ -36,7 +42,93 @@ pub type Tallies = HashMap<TemplateKey, HostTally>;
 struct Watched {
     store: Store<DynamicObject>,
     synced: Arc<AtomicBool>,
+    /// Why the kind cannot be read now (cleared by the next successful event).
+    problem: Arc<Mutex<Option<HostProblem>>>,
     task: tokio::task::AbortHandle,
+}
+
+/// Why a host kind's hosts cannot be read (its watch keeps retrying).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostProblem {
+    /// Discovery or the list says the API server does not serve the kind.
+    NotServed(String),
+    /// The operator may not list or watch it (RBAC).
+    Forbidden(String),
+    /// Any other error listing or watching it.
+    Failed(String),
+}
+
+impl HostProblem {
+    fn of(e: &kube::Error) -> HostProblem {
+        match e {
+            kube::Error::Api(s) => Self::of_status(s.code, Self::said(s)),
+            kube::Error::Discovery(_) => HostProblem::NotServed(e.to_string()),
+            other => HostProblem::Failed(other.to_string()),
+        }
+    }
+
+    fn of_status(code: u16, message: String) -> HostProblem {
+        match code {
+            404 => HostProblem::NotServed(message),
+            401 | 403 => HostProblem::Forbidden(message),
+            _ => HostProblem::Failed(message),
+        }
+    }
+
+    fn of_watch(e: &watcher::Error) -> HostProblem {
+        match e {
+            watcher::Error::InitialListFailed(k)
+            | watcher::Error::WatchStartFailed(k)
+            | watcher::Error::WatchFailed(k) => Self::of(k),
+            watcher::Error::WatchError(s) => Self::of_status(s.code, Self::said(s)),
+            other => HostProblem::Failed(other.to_string()),
+        }
+    }
+
+    /// What the API server said (its message, not the error's debug form).
+    fn said(s: &kube::core::Status) -> String {
+        match s.message.trim() {
+            "" => format!("HTTP {}", s.code),
+            m if m.starts_with(&s.code.to_string()) => m.to_string(),
+            m => format!("HTTP {}: {m}", s.code),
+        }
+    }
+
+    /// The `InventoryReady` reason.
+    pub fn reason(&self) -> &'static str {
+        use api::consts::reasons;
+        match self {
+            HostProblem::NotServed(_) => reasons::HOST_KIND_NOT_SERVED,
+            HostProblem::Forbidden(_) => reasons::HOSTS_FORBIDDEN,
+            HostProblem::Failed(_) => reasons::HOSTS_UNREADABLE,
+        }
+    }
+
+    /// What it says, for `kind` (`BareMetalHost (metal3.io/v1alpha1)`).
+    pub fn describe(&self, kind: &str) -> String {
+        match self {
+            HostProblem::NotServed(e) => {
+                format!("the API server does not serve {kind}: {e}; no template counts a host")
+            }
+            HostProblem::Forbidden(e) => format!(
+                "the operator may not list and watch {kind} (RBAC): {e}; no template counts a host"
+            ),
+            HostProblem::Failed(e) => {
+                format!("listing {kind} fails: {e}; no template counts a host")
+            }
+        }
+    }
+}
+
+/// Where a host kind's watch stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostsState {
+    /// Listed: its hosts are counted.
+    Listed,
+    /// Its first list has not completed yet.
+    NotListed,
+    /// It cannot be read.
+    Problem(HostProblem),
 }
 
 struct HostsInner {
@@ -82,12 +174,30 @@ impl Hosts {
 
     /// The hosts of `query`'s kind, once listed; starts the watch the first time.
     pub fn store(&self, query: &HostQuery) -> Option<Store<DynamicObject>> {
+        self.with(query, |w| {
+            w.synced.load(Ordering::Acquire).then(|| w.store.clone())
+        })
+    }
+
+    /// Where `query`'s kind stands; starts the watch the first time. A problem wins over a
+    /// completed list (a watch that lost its access after listing).
+    pub fn state(&self, query: &HostQuery) -> HostsState {
+        self.with(query, |w| {
+            let problem = w.problem.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            match problem {
+                Some(p) => HostsState::Problem(p),
+                None if w.synced.load(Ordering::Acquire) => HostsState::Listed,
+                None => HostsState::NotListed,
+            }
+        })
+    }
+
+    fn with<T>(&self, query: &HostQuery, f: impl FnOnce(&Watched) -> T) -> T {
         let key = (query.api_version.clone(), query.kind.clone());
         let mut watched = self.inner.watched.lock().unwrap_or_else(|p| p.into_inner());
-        let w = watched
+        f(watched
             .entry(key)
-            .or_insert_with(|| self.start(query.clone()));
-        w.synced.load(Ordering::Acquire).then(|| w.store.clone())
+            .or_insert_with(|| self.start(query.clone())))
     }
 
     fn start(&self, query: HostQuery) -> Watched {
@@ -103,9 +213,28 @@ impl Hosts {
         let writer = reflector::store::Writer::<DynamicObject>::new(dyntype);
         let store = writer.as_reader();
         let synced = Arc::new(AtomicBool::new(false));
+        let problem: Arc<Mutex<Option<HostProblem>>> = Arc::default();
         let client = self.inner.client.clone();
         let changed = self.inner.changed.clone();
         let flag = synced.clone();
+        let report = {
+            let (problem, changed, kind) = (problem.clone(), changed.clone(), query.kind.clone());
+            // A change of problem is a change: the NodeClass status says it at once.
+            move |now: Option<HostProblem>| {
+                let mut p = problem.lock().unwrap_or_else(|p| p.into_inner());
+                if *p == now {
+                    return;
+                }
+                match &now {
+                    Some(e) => {
+                        tracing::warn!(%kind, reason = e.reason(), "host kind cannot be read (retrying): {}", e.describe(&kind))
+                    }
+                    None => tracing::info!(%kind, "host kind read again"),
+                }
+                *p = now;
+                changed.send_modify(|n| *n = n.wrapping_add(1));
+            }
+        };
         let task = tokio::spawn(async move {
             let ar = loop {
                 if query.plural.is_some() {
@@ -117,7 +246,7 @@ impl Hosts {
                 match kube::discovery::pinned_kind(&client, &gvk).await {
                     Ok((ar, _)) => break ar,
                     Err(e) => {
-                        tracing::debug!(kind = %query.kind, error = %e, "host kind not served yet");
+                        report(Some(HostProblem::of(&e)));
                         tokio::time::sleep(DISCOVERY_RETRY).await;
                     }
                 }
@@ -130,11 +259,14 @@ impl Hosts {
             futures::pin_mut!(events);
             while let Some(event) = events.next().await {
                 match event {
-                    Ok(watcher::Event::InitDone) => flag.store(true, Ordering::Release),
+                    Ok(watcher::Event::InitDone) => {
+                        report(None);
+                        flag.store(true, Ordering::Release);
+                    }
                     Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => continue,
-                    Ok(_) => {}
+                    Ok(_) => report(None),
                     Err(e) => {
-                        tracing::debug!(kind = %query.kind, error = %e, "host watch error (retrying)");
+                        report(Some(HostProblem::of_watch(&e)));
                         continue;
                     }
                 }
@@ -145,6 +277,7 @@ impl Hosts {
         Watched {
             store,
             synced,
+            problem,
             task,
         }
     }
@@ -220,6 +353,56 @@ impl Inventory {
         self.0.as_ref().map(|i| i.hosts.subscribe())
     }
 
+    /// NodeClass `nc`'s `InventoryReady` condition: `None` without an inventory. False (and
+    /// why) when its host kind cannot be read, or a template's host selector cannot be (that
+    /// template counts no host; the others are counted); Unknown until the first list.
+    pub fn condition(&self, nc: &ClusterAPINodeClass) -> Option<ConditionValue> {
+        use api::consts::reasons;
+        let inner = self.0.as_ref()?;
+        let query = nc.spec.inventory.as_ref().and_then(HostQuery::of)?;
+        let kind = format!("{} ({})", query.kind, query.api_version);
+        let (status, reason, message) = match inner.hosts.state(&query) {
+            HostsState::Problem(p) => ("False", p.reason(), p.describe(&kind)),
+            HostsState::NotListed => (
+                "Unknown",
+                reasons::HOSTS_NOT_LISTED,
+                format!("waiting for the first list of {kind}: no template counts a host yet"),
+            ),
+            HostsState::Listed => {
+                let name = nc.metadata.name.as_deref().unwrap_or_default();
+                let unreadable: Vec<String> = templates_of(inner, name)
+                    .into_iter()
+                    .filter_map(|(t, obj)| {
+                        let e = selector_of(obj?.as_ref(), &query).err()?;
+                        Some(format!("{t}: {e}"))
+                    })
+                    .collect();
+                if unreadable.is_empty() {
+                    (
+                        "True",
+                        reasons::HOSTS_COUNTED,
+                        format!("the hosts of {kind} are counted"),
+                    )
+                } else {
+                    (
+                        "False",
+                        reasons::HOST_SELECTOR_INVALID,
+                        format!(
+                            "host selector unreadable, the template matches no host: {} (the other templates are counted)",
+                            unreadable.join("; ")
+                        ),
+                    )
+                }
+            }
+        };
+        Some(ConditionValue {
+            type_: api::consts::conditions::INVENTORY_READY,
+            status,
+            reason,
+            message,
+        })
+    }
+
     /// The hosts of every template of every NodeClass with an inventory, now. A template
     /// whose host kind is not listed yet counts none; one whose selector cannot be read
     /// matches none (logged).
@@ -235,39 +418,54 @@ impl Inventory {
                 continue;
             };
             let name = nc.metadata.name.as_deref().unwrap_or_default();
-            let Some(catalog) = inner.catalogs.catalog(name) else {
-                continue;
-            };
             let hosts = inner.hosts.store(&query).map(|s| s.state());
-            for it in &catalog.instance_types {
-                for t in &it.templates {
-                    let ns = t.namespace.clone().unwrap_or_default();
-                    let key = (ns.clone(), t.name.clone());
-                    if out.contains_key(&key) {
-                        continue;
-                    }
-                    let empty = HostTally::none(query.zone_label.is_some());
-                    let Some(hosts) = &hosts else {
-                        out.insert(key, empty);
-                        continue;
-                    };
-                    let group = t.api_version.rsplit_once('/').map_or("", |(g, _)| g);
-                    let Some(obj) = inner.catalogs.template(group, &t.kind, &ns, &t.name) else {
-                        continue;
-                    };
-                    let counted = match selector_of(&obj, &query) {
-                        Ok(sel) => tally(&query, &sel, &ns, hosts.iter().map(|h| h.as_ref())),
-                        Err(e) => {
-                            tracing::warn!(template = %t, error = %e, "host selector unreadable; no host matches");
-                            empty
-                        }
-                    };
-                    out.insert(key, counted);
+            for (t, obj) in templates_of(inner, name) {
+                let ns = t.namespace.clone().unwrap_or_default();
+                let key = (ns.clone(), t.name.clone());
+                if out.contains_key(&key) {
+                    continue;
                 }
+                let empty = HostTally::none(query.zone_label.is_some());
+                let Some(hosts) = &hosts else {
+                    out.insert(key, empty);
+                    continue;
+                };
+                let Some(obj) = obj else {
+                    continue;
+                };
+                // An unreadable selector matches none (the NodeClass's InventoryReady says so).
+                let counted = match selector_of(&obj, &query) {
+                    Ok(sel) => tally(&query, &sel, &ns, hosts.iter().map(|h| h.as_ref())),
+                    Err(_) => empty,
+                };
+                out.insert(key, counted);
             }
         }
         out
     }
+}
+
+/// The distinct templates of NodeClass `nodeclass`'s catalog (none without one), each with
+/// its cached object (`None`: not cached).
+fn templates_of(
+    inner: &InventoryInner,
+    nodeclass: &str,
+) -> Vec<(TemplateRef, Option<Arc<DynamicObject>>)> {
+    let Some(catalog) = inner.catalogs.catalog(nodeclass) else {
+        return Vec::new();
+    };
+    let mut seen = std::collections::HashSet::new();
+    catalog
+        .instance_types
+        .iter()
+        .flat_map(|it| it.templates.iter())
+        .filter(|t| seen.insert((*t).clone()))
+        .map(|t| {
+            let ns = t.namespace.as_deref().unwrap_or_default();
+            let obj = inner.catalogs.template(t.group(), &t.kind, ns, &t.name);
+            (t.clone(), obj)
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -291,6 +489,48 @@ mod tests {
             .chain((0..taken).map(|i| host(100 + i, Some("m"))))
             .collect();
         tally(&q, &HostSelector::default(), "capi", &hosts)
+    }
+
+    /// Each cause of an unreadable host kind has its own reason; a watch error is read
+    /// through to the API server's code.
+    #[test]
+    fn a_host_kind_that_cannot_be_read_has_one_reason_per_cause() {
+        let api = |code: u16, reason: &str| {
+            kube::Error::Api(
+                kube::core::Status::failure("refused", reason)
+                    .with_code(code)
+                    .boxed(),
+            )
+        };
+        let reason = |e: &kube::Error| HostProblem::of(e).reason();
+        assert_eq!(reason(&api(404, "NotFound")), "HostKindNotServed");
+        assert_eq!(reason(&api(403, "Forbidden")), "HostsForbidden");
+        assert_eq!(reason(&api(401, "Unauthorized")), "HostsForbidden");
+        assert_eq!(reason(&api(500, "InternalError")), "HostsUnreadable");
+        let missing =
+            kube::Error::Discovery(kube::error::DiscoveryError::MissingKind("Widget".into()));
+        assert_eq!(reason(&missing), "HostKindNotServed");
+        let listed = watcher::Error::InitialListFailed(api(403, "Forbidden"));
+        let p = HostProblem::of_watch(&listed);
+        assert_eq!(p.reason(), "HostsForbidden");
+        let said = p.describe("BareMetalHost (metal3.io/v1alpha1)");
+        assert!(
+            said.starts_with(
+                "the operator may not list and watch BareMetalHost (metal3.io/v1alpha1) (RBAC): "
+            ) && said.ends_with("; no template counts a host"),
+            "{said}"
+        );
+        assert_eq!(
+            HostProblem::of(&api(404, "Failed to parse error data")),
+            HostProblem::NotServed("HTTP 404: refused".into()),
+            "the API server's words, never the error's debug form"
+        );
+        let during = watcher::Error::WatchError(
+            kube::core::Status::failure("gone", "NotFound")
+                .with_code(404)
+                .boxed(),
+        );
+        assert_eq!(HostProblem::of_watch(&during).reason(), "HostKindNotServed");
     }
 
     #[test]

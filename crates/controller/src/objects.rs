@@ -90,6 +90,24 @@ pub fn annotation<'a, K: Resource>(obj: &'a K, key: &str) -> Option<&'a str> {
         .map(String::as_str)
 }
 
+/// A boolean annotation (`"true"` on): `Ok(true)` for `"true"`, `Ok(false)` when absent or
+/// `"false"`; any other value is off too, returned as `Err(value)` so the caller can warn
+/// ([`unknown_flag_note`]) instead of leaving a typo silently off.
+pub fn flag<'a, K: Resource>(obj: &'a K, key: &str) -> Result<bool, &'a str> {
+    match annotation(obj, key) {
+        Some("true") => Ok(true),
+        None | Some("false") => Ok(false),
+        Some(other) => Err(other),
+    }
+}
+
+/// The note of an `UnknownAnnotationValue` Warning about [`flag`] `key` holding `value`.
+pub fn unknown_flag_note(key: &str, value: &str) -> String {
+    format!(
+        "annotation {key} is {value:?}, read as off: only \"true\" turns it on (\"false\" or none: off)"
+    )
+}
+
 /// `namespace/name` of a namespaced object.
 pub fn namespaced_name<K: Resource>(obj: &K) -> String {
     let meta = obj.meta();
@@ -220,6 +238,26 @@ mod tests {
             "spec": {"containers": [], "affinity": affinity}
         }))
         .expect("pod")
+    }
+
+    #[test]
+    fn a_flag_is_true_false_or_a_value_to_warn_about() {
+        let with = |v: Option<&str>| -> Pod {
+            let mut p = pod(serde_json::json!(null));
+            p.metadata.annotations =
+                v.map(|v| std::iter::once(("k".to_string(), v.to_string())).collect());
+            p
+        };
+        assert_eq!(flag(&with(Some("true")), "k"), Ok(true));
+        assert_eq!(flag(&with(Some("false")), "k"), Ok(false));
+        assert_eq!(flag(&with(None), "k"), Ok(false));
+        for odd in ["yes", "True", "1", ""] {
+            assert_eq!(flag(&with(Some(odd)), "k"), Err(odd));
+        }
+        assert_eq!(
+            unknown_flag_note("k", "yes"),
+            "annotation k is \"yes\", read as off: only \"true\" turns it on (\"false\" or none: off)"
+        );
     }
 
     #[test]

@@ -83,6 +83,82 @@ pub fn parse_labels(s: &str) -> Result<BTreeMap<String, String>, (String, String
     Ok(out)
 }
 
+/// Checks a label selector in the API server's syntax (`a=b,c!=d,e in (f,g),h notin (i),j,!k`,
+/// `l>1`): what a `labelSelector` query accepts, so a bad one is refused before it is sent.
+/// The error names the requirement and why.
+pub fn validate_selector(s: &str) -> Result<(), String> {
+    let mut parts = Vec::new();
+    let (mut depth, mut start) = (0usize, 0usize);
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => {
+                depth = depth
+                    .checked_sub(1)
+                    .ok_or(format!("{s:?}: unbalanced ')'"))?
+            }
+            ',' if depth == 0 => {
+                parts.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    if depth != 0 {
+        return Err(format!("{s:?}: unbalanced '('"));
+    }
+    parts.push(&s[start..]);
+    for part in parts {
+        requirement(part.trim()).map_err(|e| format!("{:?}: {e}", part.trim()))?;
+    }
+    Ok(())
+}
+
+/// One requirement of a label selector.
+fn requirement(r: &str) -> Result<(), String> {
+    if r.is_empty() {
+        return Err("empty requirement".into());
+    }
+    if let Some(key) = r.strip_prefix('!') {
+        return validate_label_key(key.trim()).map_err(|e| format!("key: {e}"));
+    }
+    let end = r
+        .find(|c: char| c.is_whitespace() || matches!(c, '=' | '!' | '<' | '>' | '('))
+        .unwrap_or(r.len());
+    let (key, rest) = (&r[..end], r[end..].trim_start());
+    validate_label_key(key).map_err(|e| format!("key: {e}"))?;
+    let value = |v: &str| validate_label_value(v.trim()).map_err(|e| format!("value: {e}"));
+    if rest.is_empty() {
+        return Ok(());
+    }
+    if let Some(v) = ["==", "!=", "="]
+        .iter()
+        .find_map(|op| rest.strip_prefix(op))
+    {
+        return value(v);
+    }
+    if let Some(v) = rest.strip_prefix('>').or_else(|| rest.strip_prefix('<')) {
+        return v
+            .trim()
+            .parse::<i64>()
+            .map(|_| ())
+            .map_err(|_| format!("{:?} is not an integer", v.trim()));
+    }
+    let set = rest
+        .strip_prefix("notin")
+        .or_else(|| rest.strip_prefix("in"))
+        .map(str::trim_start)
+        .and_then(|v| v.strip_prefix('('))
+        .and_then(|v| v.strip_suffix(')'))
+        .ok_or(format!(
+            "expected =, ==, !=, in (...), notin (...), < or > after the key, got {rest:?}"
+        ))?;
+    if set.trim().is_empty() {
+        return Err("an empty set of values".into());
+    }
+    set.split(',').try_for_each(value)
+}
+
 /// Parses `key=value:Effect,key:Effect` (the cluster-autoscaler taints annotation).
 pub fn parse_taints(s: &str) -> Result<Vec<Taint>, (String, String)> {
     let mut out: Vec<Taint> = Vec::new();
@@ -120,6 +196,32 @@ pub fn parse_taints(s: &str) -> Result<Vec<Taint>, (String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn selectors_in_the_api_servers_syntax() {
+        for good in [
+            "env=prod",
+            "env==prod, tier != db",
+            "env in (prod, staging),team notin (a),example.com/x,!gone",
+            "gen>3,gen<10",
+            "empty=",
+        ] {
+            assert_eq!(validate_selector(good), Ok(()), "{good}");
+        }
+        for (bad, why) in [
+            ("env=prod,", "\"\": empty requirement"),
+            ("env in (prod", "unbalanced '('"),
+            ("env in ()", "an empty set of values"),
+            ("env=prod!", "value: must be alphanumerics"),
+            ("bad key=x", "expected =, ==, !=, in (...)"),
+            ("-env=x", "key: name must be alphanumerics"),
+            ("gen>three", "\"three\" is not an integer"),
+            ("env ~ x", "expected =, ==, !="),
+        ] {
+            let err = validate_selector(bad).expect_err(bad);
+            assert!(err.contains(why), "{bad}: {err}");
+        }
+    }
 
     #[test]
     fn taints() {

@@ -12,8 +12,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ObjectReference, Secret};
-use kube::{Api, Client, ResourceExt};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::Client;
 use tokio::sync::watch;
 
 use super::shard::Fencing;
@@ -58,43 +58,8 @@ pub(crate) struct Hub {
     pub(crate) status: Table,
 }
 
-/// A Cluster's kubeconfig, as read from its Secret.
-pub(crate) struct Credentials {
-    pub(crate) secret: String,
-    /// The Secret's resourceVersion: a change re-engages.
-    pub(crate) version: String,
-    kubeconfig: String,
-}
-
-/// The Secret named by annotation `karpenter.cluster.x-k8s.io/kubeconfig-secret`, else
-/// Cluster API's `<cluster>-kubeconfig`, in the Cluster's namespace, key `value`; `None` while
-/// it (or the key) is missing.
-pub(crate) async fn credentials(
-    management: &Client,
-    cluster: &Cluster,
-) -> Result<Option<Credentials>, kube::Error> {
-    let name = cluster
-        .annotations()
-        .get(api::consts::annotations::KUBECONFIG_SECRET)
-        .filter(|s| !s.is_empty())
-        .cloned()
-        .unwrap_or_else(|| format!("{}-kubeconfig", cluster.name_any()));
-    let ns = cluster.namespace().unwrap_or_default();
-    let secrets: Api<Secret> = Api::namespaced(management.clone(), &ns);
-    let Some(secret) = secrets.get_opt(&name).await? else {
-        return Ok(None);
-    };
-    let value = secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get("value"))
-        .and_then(|v| String::from_utf8(v.0.clone()).ok());
-    Ok(value.map(|kubeconfig| Credentials {
-        secret: format!("{ns}/{name}"),
-        version: secret.resource_version().unwrap_or_default(),
-        kubeconfig,
-    }))
-}
+/// A Cluster's kubeconfig, as read from its Secret ([`super::credentials`]).
+pub(crate) type Credentials = super::credentials::Kubeconfig;
 
 /// Why a workload cluster could not be reached (retried).
 #[derive(Debug, thiserror::Error)]

@@ -20,11 +20,13 @@
 //! it ([`engage`]). A Cluster that moves to another replica is cancelled here (its loops
 //! aborted) and its fence Lease released; the new owner takes it then (or once it expires).
 
+pub mod credentials;
 pub(crate) mod engage;
 pub mod peers;
 pub mod shard;
 pub mod status;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -77,9 +79,11 @@ impl Default for HubConfig {
 }
 
 impl HubConfig {
-    /// The label selector of the Clusters watch: opted in, the watch filter, the selector.
+    /// The label selector of the Clusters watch: the opt-in label with any value (one that
+    /// is not `"true"` is counted and shown as ineligible, not left unseen), the watch
+    /// filter, the selector.
     pub fn selector(&self) -> String {
-        let mut parts = vec![format!("{}=true", labels::HUB_ENABLED)];
+        let mut parts = vec![labels::HUB_ENABLED.to_string()];
         if let Some(v) = &self.watch_filter {
             parts.push(format!("{}={v}", labels::WATCH_FILTER));
         }
@@ -124,22 +128,30 @@ pub fn key_of(c: &Cluster) -> ClusterKey {
 }
 
 /// Whether the hub engages `c` now; `Err(why not)` otherwise.
-pub fn eligible(c: &Cluster, config: &HubConfig) -> Result<(), &'static str> {
+pub fn eligible(c: &Cluster, config: &HubConfig) -> Result<(), Cow<'static, str>> {
     let label = |k: &str| c.metadata.labels.as_ref().and_then(|l| l.get(k));
-    if label(labels::HUB_ENABLED).map(String::as_str) != Some("true") {
-        return Err("not opted in");
+    match label(labels::HUB_ENABLED).map(String::as_str) {
+        Some("true") => {}
+        None => return Err("not opted in".into()),
+        Some(other) => {
+            return Err(format!(
+                "label {} is {other:?}: only \"true\" opts in",
+                labels::HUB_ENABLED
+            )
+            .into());
+        }
     }
     if let Some(v) = &config.watch_filter
         && label(labels::WATCH_FILTER) != Some(v)
     {
-        return Err("outside the watch filter");
+        return Err("outside the watch filter".into());
     }
     let ns = c.metadata.namespace.as_deref().unwrap_or_default();
     if !config.namespaces.is_empty() && !config.namespaces.iter().any(|n| n == ns) {
-        return Err("outside --namespaces");
+        return Err("outside --namespaces".into());
     }
     if c.metadata.deletion_timestamp.is_some() {
-        return Err("being deleted");
+        return Err("being deleted".into());
     }
     let paused_annotation = c
         .metadata
@@ -147,7 +159,7 @@ pub fn eligible(c: &Cluster, config: &HubConfig) -> Result<(), &'static str> {
         .as_ref()
         .is_some_and(|a| a.contains_key(annotations::PAUSED));
     if c.spec.paused == Some(true) || paused_annotation {
-        return Err("paused");
+        return Err("paused".into());
     }
     let status = c.status.as_ref();
     let initialized = status
@@ -157,7 +169,7 @@ pub fn eligible(c: &Cluster, config: &HubConfig) -> Result<(), &'static str> {
             api::conditions::is_true(&s.conditions, conditions::CLUSTER_CONTROL_PLANE_INITIALIZED)
         });
     if !initialized {
-        return Err("control plane not initialized");
+        return Err("control plane not initialized".into());
     }
     Ok(())
 }
@@ -212,8 +224,10 @@ async fn reconcile(
     let mut moved: Vec<ClusterKey> = Vec::new();
     for c in all {
         let key = key_of(&c);
-        if eligible(&c, &hub.config).is_err() {
-            hub.status.set(&key, status::State::Ineligible);
+        if let Err(why) = eligible(&c, &hub.config) {
+            if hub.status.set(&key, status::State::Ineligible) {
+                tracing::info!(cluster = %key, %why, "not engaged: ineligible");
+            }
         } else if !hub.ownership.owns(&key) {
             moved.push(key);
         } else {
@@ -243,12 +257,14 @@ async fn reconcile(
         if engaged.contains_key(&key) && !reread {
             continue;
         }
-        let creds = match engage::credentials(&hub.management, &cluster).await {
-            Ok(Some(c)) => c,
-            Ok(None) => {
-                tracing::debug!(cluster = %key, "waiting for the kubeconfig Secret");
-                if !engaged.contains_key(&key) {
-                    hub.status.set(&key, status::State::WaitingCredentials);
+        let creds = match credentials::read(&hub.management, &cluster).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(missing)) => {
+                if !engaged.contains_key(&key)
+                    && hub.status.set(&key, status::State::WaitingCredentials)
+                {
+                    // Once per wait (the state's change), not every pass.
+                    tracing::warn!(cluster = %key, problem = missing.kind(), "waiting for credentials: {missing}");
                 }
                 continue;
             }
@@ -299,19 +315,30 @@ mod tests {
         assert!(eligible(&cluster(ready(serde_json::json!({}))), &config).is_err());
         let off = serde_json::json!({"karpenter.cluster.x-k8s.io/enabled": "false"});
         assert!(eligible(&cluster(ready(off)), &config).is_err());
+        let yes = serde_json::json!({"karpenter.cluster.x-k8s.io/enabled": "yes"});
+        assert_eq!(
+            eligible(&cluster(ready(yes)), &config)
+                .expect_err("yes")
+                .as_ref(),
+            "label karpenter.cluster.x-k8s.io/enabled is \"yes\": only \"true\" opts in"
+        );
+        assert_eq!(
+            eligible(&cluster(ready(serde_json::json!({}))), &config),
+            Err("not opted in".into())
+        );
 
         let mut paused = ready(on.clone());
         paused["spec"]["paused"] = true.into();
-        assert_eq!(eligible(&cluster(paused), &config), Err("paused"));
+        assert_eq!(eligible(&cluster(paused), &config), Err("paused".into()));
         let mut annotated = ready(on.clone());
         annotated["metadata"]["annotations"] = serde_json::json!({"cluster.x-k8s.io/paused": ""});
-        assert_eq!(eligible(&cluster(annotated), &config), Err("paused"));
+        assert_eq!(eligible(&cluster(annotated), &config), Err("paused".into()));
 
         let mut uninit = ready(on.clone());
         uninit["status"] = serde_json::json!({});
         assert_eq!(
             eligible(&cluster(uninit.clone()), &config),
-            Err("control plane not initialized")
+            Err("control plane not initialized".into())
         );
         uninit["status"] = serde_json::json!({"conditions": [{"type": "ControlPlaneInitialized",
             "status": "True", "reason": "x", "message": "", "lastTransitionTime": "2026-11-24T00:00:00Z"}]});
@@ -327,7 +354,7 @@ mod tests {
         };
         assert_eq!(
             eligible(&cluster(ready(on.clone())), &namespaced),
-            Err("outside --namespaces")
+            Err("outside --namespaces".into())
         );
         let filtered = HubConfig {
             watch_filter: Some("shard-a".into()),
@@ -343,7 +370,7 @@ mod tests {
     fn the_watch_selector_combines_opt_in_filter_and_selector() {
         assert_eq!(
             HubConfig::default().selector(),
-            "karpenter.cluster.x-k8s.io/enabled=true"
+            "karpenter.cluster.x-k8s.io/enabled"
         );
         let config = HubConfig {
             watch_filter: Some("a".into()),
@@ -352,7 +379,7 @@ mod tests {
         };
         assert_eq!(
             config.selector(),
-            "karpenter.cluster.x-k8s.io/enabled=true,cluster.x-k8s.io/watch-filter=a,env in (prod)"
+            "karpenter.cluster.x-k8s.io/enabled,cluster.x-k8s.io/watch-filter=a,env in (prod)"
         );
     }
 }

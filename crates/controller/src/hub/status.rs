@@ -26,7 +26,8 @@ pub enum State {
     WaitingCredentials,
     /// Another replica's.
     NotOwned,
-    /// Not engaged by anyone: paused, being deleted, not initialized, filtered out.
+    /// Not engaged by anyone: its opt-in label is not `"true"`, paused, being deleted, not
+    /// initialized, outside `--namespaces`.
     Ineligible,
 }
 
@@ -86,13 +87,15 @@ impl Table {
         }
     }
 
-    pub(crate) fn set(&self, key: &ClusterKey, state: State) {
+    /// Sets `key`'s state; whether it changed.
+    pub(crate) fn set(&self, key: &ClusterKey, state: State) -> bool {
         let mut states = self.lock();
         if states.get(key) == Some(&state) {
-            return;
+            return false;
         }
         states.insert(key.clone(), state);
         self.publish(&states);
+        true
     }
 
     /// Forgets the Clusters not in `keep` (deleted, or no longer opted in).

@@ -19,7 +19,7 @@ use super::context::{Ctx, Error};
 use super::labels::nodepool_of;
 use super::repair::{self, Blocked, Unhealthy};
 use crate::cloudprovider::Instance;
-use api::consts::events::{DISRUPTION_BLOCKED, NODE_REPAIR_BLOCKED};
+use api::consts::events::{DISRUPTION_BLOCKED, NODE_REPAIR_BLOCKED, UNKNOWN_ANNOTATION_VALUE};
 use api::duration::format_duration;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
@@ -243,6 +243,20 @@ async fn give_up(
     Ok(Verdict::Deleted)
 }
 
+/// A `karpenter.sh/do-not-repair` on the claim or its Node that is neither `"true"` nor
+/// `"false"` vetoes nothing: a Warning says so before the repair goes ahead.
+async fn warn_unknown_veto(ctx: &Ctx, claim: &NodeClaim, node: Option<&Node>) {
+    let key = api::consts::annotations::DO_NOT_REPAIR;
+    let odd = crate::objects::flag(claim, key)
+        .err()
+        .or_else(|| node.and_then(|n| crate::objects::flag(n, key).err()));
+    if let Some(value) = odd {
+        let note = crate::objects::unknown_flag_note(key, value);
+        ctx.event(claim, EventType::Warning, UNKNOWN_ANNOTATION_VALUE, note)
+            .await;
+    }
+}
+
 /// Repairs (deletes) a NodeClaim matching a repair policy past its toleration, unless it is
 /// vetoed (`karpenter.sh/do-not-repair`), its pool is over the repair threshold or its
 /// `Unhealthy` budget is used up: then an event and a look again later.
@@ -267,6 +281,7 @@ async fn repair(
             .await;
         return Ok(Verdict::Alive(Some(ctx.settings.poll)));
     }
+    warn_unknown_veto(ctx, claim, node.as_deref()).await;
     let view = repair_view(ctx, &pool).await;
     if let Err(blocked) = ctx.repairs.reserve(&uid, &pool, &view) {
         report_blocked(ctx, claim, &pool, node_name, u, blocked).await;

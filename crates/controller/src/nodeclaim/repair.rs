@@ -89,12 +89,8 @@ pub fn allowed(nodes: usize) -> usize {
 
 /// Whether `claim` or its `node` vetoes repair (`karpenter.sh/do-not-repair: "true"`).
 pub fn do_not_repair(claim: &NodeClaim, node: Option<&Node>) -> bool {
-    let vetoes = |a: Option<&std::collections::BTreeMap<String, String>>| {
-        a.and_then(|a| a.get(DO_NOT_REPAIR))
-            .is_some_and(|v| v == "true")
-    };
-    vetoes(claim.metadata.annotations.as_ref())
-        || node.is_some_and(|n| vetoes(n.metadata.annotations.as_ref()))
+    crate::objects::flag(claim, DO_NOT_REPAIR) == Ok(true)
+        || node.is_some_and(|n| crate::objects::flag(n, DO_NOT_REPAIR) == Ok(true))
 }
 
 /// Repair refused, and why.

@@ -151,6 +151,18 @@ impl StaticPools {
         {
             return Ok(()); // our last delete is not cached yet
         }
+        let spread = api::consts::annotations::STATIC_ZONE_SPREAD;
+        if let Err(value) = crate::objects::flag(pool, spread) {
+            // Aggregated by the recorder while it repeats.
+            publish(
+                &self.recorder,
+                pool.object_ref(&()),
+                EventType::Warning,
+                api::consts::events::UNKNOWN_ANNOTATION_VALUE,
+                crate::objects::unknown_flag_note(spread, value),
+            )
+            .await;
+        }
         let now = Instant::now();
         let in_flight = self.in_flight.of_pool(pool_name, cluster, now);
         let counts = OfferingCounts::new(

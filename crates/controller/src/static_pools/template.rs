@@ -102,7 +102,8 @@ pub fn zones(pool: &NodePool, catalog: &Catalog, offerings: &dyn Offerings) -> V
 }
 
 /// Whether `pool` asks for its claims to be spread over zones
-/// ([`api::consts::annotations::STATIC_ZONE_SPREAD`] `"true"`).
+/// ([`api::consts::annotations::STATIC_ZONE_SPREAD`] `"true"`; another value is off, and
+/// warned about by the static pools loop).
 pub fn spreads(pool: &NodePool) -> bool {
-    crate::objects::annotation(pool, api::consts::annotations::STATIC_ZONE_SPREAD) == Some("true")
+    crate::objects::flag(pool, api::consts::annotations::STATIC_ZONE_SPREAD) == Ok(true)
 }

@@ -2,7 +2,9 @@
 //! [`crate::catalogs`]). Conditions (computed by [`templates::status`]): ClusterReady (the Cluster exists,
 //! its infrastructure is provisioned and its control plane initialized), TemplatesReady (at
 //! least one instance type; broken templates are named but do not block the good ones),
-//! BootstrapReady (the bootstrap template or data Secret exists), Ready (all three).
+//! BootstrapReady (the bootstrap template or data Secret exists), Ready (all three);
+//! with `spec.inventory`, InventoryReady (its hosts can be read: [`crate::inventory`]; not
+//! a part of Ready) and a Warning Event with its reason while it is False.
 //! `status.instanceTypes` summarises the catalog ([`templates::status::summarize`]).
 //! Termination (as Karpenter's NodeClass termination controller): every NodeClass carries the
 //! finalizer `karpenter.cluster.x-k8s.io/termination`; a deleted NodeClass keeps it, with a
@@ -27,7 +29,7 @@ use crate::cache::Cache;
 use crate::catalogs::IndexCatalogs;
 use crate::write::{Expectations, Outcome, Writer, manager};
 use api::ClusterAPINodeClass;
-use api::consts::conditions::NODECLASS_READY_PARTS;
+use api::consts::conditions::{INVENTORY_READY, NODECLASS_READY_PARTS};
 use api::nodeclass::ClusterAPINodeClassStatus;
 
 /// The status the controller computes for one NodeClass (pure, given what was looked up):
@@ -246,11 +248,13 @@ async fn reconcile(
         },
         None => status::cluster_ready(cluster.as_deref(), &r.namespace, &r.name),
     };
-    let parts = [
+    let inventory = ctx.offerings.inventory.condition(&obj);
+    let mut parts = vec![
         cluster_ready,
         status::templates_ready(&catalog),
         status::bootstrap_ready(&bootstrap, &r.namespace),
     ];
+    parts.extend(inventory.clone());
     let mut status = compute_status(
         &stored.conditions,
         obj.metadata.generation,
@@ -258,6 +262,20 @@ async fn reconcile(
         &catalog,
         Timestamp::now(),
     );
+    if inventory.is_none() {
+        api::conditions::remove(&mut status.conditions, INVENTORY_READY);
+    }
+    if let Some(c) = inventory.filter(|c| c.status == "False") {
+        // Aggregated by the recorder while it repeats.
+        crate::nodeclaim::context::publish(
+            &ctx.recorder,
+            kube::Resource::object_ref(obj.as_ref(), &()),
+            kube::runtime::events::EventType::Warning,
+            c.reason,
+            c.message,
+        )
+        .await;
+    }
     status.resize_corrections = resize_corrections(&ctx, &obj, &stored);
     status.offerings = ctx.offerings.compute(
         &obj.name_any(),
