@@ -8,7 +8,8 @@
 // defaultconstraints_test.go, reservationmanager_test.go, reserved_fallback_test.go, ...)
 // unchanged against envtest (kube-apiserver and etcd from -assets). Every Solve writes
 // solve-NNNNN.json into -out: the scenario, the scheduler's input and Karpenter's result.
-// Test failures do not stop the run (the records are what matters); they are reported.
+// Failing specs do not stop the recording; the failures are printed and the exit status is 1
+// (as it is when no Solve was recorded), so hack/conformance/run.sh compares and then fails.
 //
 //	go run . -assets DIR -out DIR [-work DIR] [-focus REGEXP] [-seed N]
 package main
@@ -90,7 +91,14 @@ func main() {
 	_ = os.WriteFile(filepath.Join(outAbs, "go-test.log"), log.Bytes(), 0o644)
 	records, _ := filepath.Glob(filepath.Join(outAbs, "solve-*.json"))
 	fmt.Fprintf(os.Stderr, "conformance: %d Solve records in %s (go test: %v; log in go-test.log)\n", len(records), outAbs, status(runErr))
-	if len(records) == 0 {
+	if runErr != nil {
+		for _, line := range strings.Split(log.String(), "\n") {
+			if strings.Contains(line, "[FAIL]") || strings.HasPrefix(line, "FAIL") || strings.HasPrefix(line, "panic:") {
+				fmt.Fprintln(os.Stderr, "conformance: go test:", strings.TrimSpace(line))
+			}
+		}
+	}
+	if len(records) == 0 || runErr != nil {
 		os.Exit(1)
 	}
 }
