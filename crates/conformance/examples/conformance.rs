@@ -87,9 +87,7 @@ fn select(records: Vec<Record>, max_types: usize, large: &[(String, usize)]) -> 
             .values()
             .all(|v| v.len() <= max_types)
     };
-    let mut keep: BTreeSet<usize> = (0..records.len())
-        .filter(|&i| small(&records[i]))
-        .collect();
+    let mut keep: BTreeSet<usize> = (0..records.len()).filter(|&i| small(&records[i])).collect();
     for (prefix, k) in large {
         let candidates: Vec<usize> = (0..records.len())
             .filter(|&i| !keep.contains(&i) && records[i].scenario.starts_with(prefix.as_str()))

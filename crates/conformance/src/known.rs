@@ -89,7 +89,9 @@ pub fn judge(outcomes: &[Outcome], excuses: &[Excuse]) -> Verdict {
                 Some(i) => {
                     used.insert(i);
                 }
-                None => verdict.unexcused.push(format!("{}: {kind}: {}", o.id, detail(d))),
+                None => verdict
+                    .unexcused
+                    .push(format!("{}: {kind}: {}", o.id, detail(d))),
             }
         }
     }
@@ -120,7 +122,10 @@ mod tests {
         assert!(!list.is_empty());
         let pairs: BTreeSet<_> = list.iter().map(|e| (&e.scenario, &e.kind)).collect();
         assert_eq!(pairs.len(), list.len(), "a (scenario, kind) listed twice");
-        assert!(list.iter().all(|e| !e.why.is_empty()), "every excuse says why");
+        assert!(
+            list.iter().all(|e| !e.why.is_empty()),
+            "every excuse says why"
+        );
     }
 
     fn outcome(scenario: &str, disagreements: Vec<Disagreement>) -> Outcome {
