@@ -77,7 +77,7 @@ func main() {
 	if err := os.MkdirAll(outAbs, 0o755); err != nil {
 		fail(err)
 	}
-	args := []string{"test", "-tags", "karpenter_conformance", "-count=1", "-timeout", "90m", "./" + pkg + "/", "-args", "-ginkgo.no-color", "-ginkgo.seed", *seed}
+	args := []string{"test", "-v", "-tags", "karpenter_conformance", "-count=1", "-timeout", "90m", "./" + pkg + "/", "-args", "-ginkgo.no-color", "-ginkgo.seed", *seed}
 	if *focus != "" {
 		args = append(args, "-ginkgo.focus", *focus)
 	}
@@ -91,6 +91,12 @@ func main() {
 	_ = os.WriteFile(filepath.Join(outAbs, "go-test.log"), log.Bytes(), 0o644)
 	records, _ := filepath.Glob(filepath.Join(outAbs, "solve-*.json"))
 	fmt.Fprintf(os.Stderr, "conformance: %d Solve records in %s (go test: %v; log in go-test.log)\n", len(records), outAbs, status(runErr))
+	for _, line := range strings.Split(log.String(), "\n") {
+		// Ginkgo's summary: the specs the suite declares and how many ran.
+		if strings.HasPrefix(line, "Ran ") && strings.Contains(line, " Specs in ") {
+			fmt.Fprintln(os.Stderr, "conformance: go test:", strings.TrimSpace(line))
+		}
+	}
 	if runErr != nil {
 		for _, line := range strings.Split(log.String(), "\n") {
 			if strings.Contains(line, "[FAIL]") || strings.HasPrefix(line, "FAIL") || strings.HasPrefix(line, "panic:") {
