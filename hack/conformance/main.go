@@ -8,7 +8,8 @@
 // defaultconstraints_test.go, reservationmanager_test.go, reserved_fallback_test.go, ...)
 // unchanged against envtest (kube-apiserver and etcd from -assets). Every Solve writes
 // solve-NNNNN.json into -out: the scenario, the scheduler's input and Karpenter's result.
-// Test failures do not stop the run (the records are what matters); they are reported.
+// Failing specs do not stop the recording; the failures are printed and the exit status is 1
+// (as it is when no Solve was recorded), so hack/conformance/run.sh compares and then fails.
 //
 //	go run . -assets DIR -out DIR [-work DIR] [-focus REGEXP] [-seed N]
 package main
@@ -76,7 +77,7 @@ func main() {
 	if err := os.MkdirAll(outAbs, 0o755); err != nil {
 		fail(err)
 	}
-	args := []string{"test", "-tags", "karpenter_conformance", "-count=1", "-timeout", "90m", "./" + pkg + "/", "-args", "-ginkgo.no-color", "-ginkgo.seed", *seed}
+	args := []string{"test", "-v", "-tags", "karpenter_conformance", "-count=1", "-timeout", "90m", "./" + pkg + "/", "-args", "-ginkgo.no-color", "-ginkgo.seed", *seed}
 	if *focus != "" {
 		args = append(args, "-ginkgo.focus", *focus)
 	}
@@ -90,7 +91,20 @@ func main() {
 	_ = os.WriteFile(filepath.Join(outAbs, "go-test.log"), log.Bytes(), 0o644)
 	records, _ := filepath.Glob(filepath.Join(outAbs, "solve-*.json"))
 	fmt.Fprintf(os.Stderr, "conformance: %d Solve records in %s (go test: %v; log in go-test.log)\n", len(records), outAbs, status(runErr))
-	if len(records) == 0 {
+	for _, line := range strings.Split(log.String(), "\n") {
+		// Ginkgo's summary: the specs the suite declares and how many ran.
+		if strings.HasPrefix(line, "Ran ") && strings.Contains(line, " Specs in ") {
+			fmt.Fprintln(os.Stderr, "conformance: go test:", strings.TrimSpace(line))
+		}
+	}
+	if runErr != nil {
+		for _, line := range strings.Split(log.String(), "\n") {
+			if strings.Contains(line, "[FAIL]") || strings.HasPrefix(line, "FAIL") || strings.HasPrefix(line, "panic:") {
+				fmt.Fprintln(os.Stderr, "conformance: go test:", strings.TrimSpace(line))
+			}
+		}
+	}
+	if len(records) == 0 || runErr != nil {
 		os.Exit(1)
 	}
 }

@@ -8,6 +8,7 @@
 
 pub mod check;
 pub mod compare;
+pub mod known;
 pub mod record;
 pub mod replay;
 
