@@ -950,8 +950,8 @@ fn baseline_check_catches_an_edited_figure_and_an_unnamed_table() {
     let (line, row) = scope
         .lines()
         .enumerate()
-        .find(|(_, l)| l.starts_with('|') && l.contains("all Running"))
-        .expect("a row with all Running");
+        .find(|(_, l)| l.starts_with('|') && l.contains("all pods Running"))
+        .expect("a row with all pods Running");
     let figure = row
         .split('|')
         .nth(2)

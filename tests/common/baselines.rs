@@ -14,10 +14,10 @@
 
 use std::path::Path;
 
-pub const BASELINE_DIR: &str = "hack/bench/baseline";
+pub(crate) const BASELINE_DIR: &str = "hack/bench/baseline";
 
 /// The documents whose tables are checked, with the part of each that is.
-pub fn in_scope(file: &str, text: &str) -> String {
+pub(crate) fn in_scope(file: &str, text: &str) -> String {
     if file != "README.md" {
         return text.to_string();
     }
@@ -36,7 +36,7 @@ pub fn in_scope(file: &str, text: &str) -> String {
 }
 
 /// The numbers of `text` (digits with an optional fraction), not inside a word.
-pub fn numbers(text: &str) -> Vec<String> {
+pub(crate) fn numbers(text: &str) -> Vec<String> {
     let chars: Vec<char> = text.chars().collect();
     let word = |c: char| c.is_alphanumeric() || c == '_' || c == '.';
     let mut out = Vec::new();
@@ -78,7 +78,7 @@ pub fn numbers(text: &str) -> Vec<String> {
 }
 
 /// Whether `figure` is one of the numbers of `source` (a file's name and text).
-pub fn shows(source: &str, text: &str, figure: &str) -> bool {
+pub(crate) fn shows(source: &str, text: &str, figure: &str) -> bool {
     if !source.ends_with(".json") {
         return numbers(text).iter().any(|n| n == figure);
     }
@@ -130,7 +130,7 @@ fn named_files(text: &str) -> Vec<String> {
 
 /// Checks the figures of `text` (the document `file`) against the summaries under
 /// `root/hack/bench/baseline/`; returns the problems and how many figures were checked.
-pub fn check(root: &Path, file: &str, text: &str) -> (Vec<String>, usize) {
+pub(crate) fn check(root: &Path, file: &str, text: &str) -> (Vec<String>, usize) {
     let text = in_scope(file, text);
     let lines: Vec<&str> = text.lines().collect();
     let mut problems = Vec::new();
