@@ -29,9 +29,9 @@
 //!
 //! The testbed (etcd and kube-apiserver only) is started once, on first need.
 
-mod common;
 #[path = "common/baselines.rs"]
 mod baselines;
+mod common;
 #[path = "common/docs.rs"]
 mod doc_blocks;
 
@@ -982,7 +982,10 @@ fn baseline_check_catches_an_edited_figure_and_an_unnamed_table() {
     let (problems, _) = baselines::check(root(), "docs/performance.md", doc);
     assert_eq!(problems.len(), 2, "{problems:?}");
     assert!(problems[0].contains("name no summary"), "{problems:?}");
-    assert!(problems[1].contains("nope.json does not exist"), "{problems:?}");
+    assert!(
+        problems[1].contains("nope.json does not exist"),
+        "{problems:?}"
+    );
     assert_eq!(
         baselines::numbers("v1.15.0 p99 2.4× 88–102 s, 21.2 (1482 / 70) 5.6."),
         ["2.4", "88", "102", "21.2", "1482", "70", "5.6"]

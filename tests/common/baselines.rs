@@ -89,12 +89,11 @@ pub(crate) fn shows(source: &str, text: &str, figure: &str) -> bool {
     let mut stack = vec![&value];
     while let Some(v) = stack.pop() {
         match v {
-            serde_json::Value::Number(n) => {
+            serde_json::Value::Number(n)
                 if n.as_f64()
-                    .is_some_and(|x| format!("{x:.decimals$}") == figure)
-                {
-                    return true;
-                }
+                    .is_some_and(|x| format!("{x:.decimals$}") == figure) =>
+            {
+                return true;
             }
             serde_json::Value::Array(a) => stack.extend(a),
             serde_json::Value::Object(o) => stack.extend(o.values()),
@@ -198,10 +197,7 @@ pub(crate) fn check(root: &Path, file: &str, text: &str) -> (Vec<String>, usize)
             }
             for f in figures {
                 if !texts.iter().any(|(s, t)| shows(s, t, &f)) {
-                    problems.push(format!(
-                        "{at}: {f} ({}) is in none of {sources:?}",
-                        row[0]
-                    ));
+                    problems.push(format!("{at}: {f} ({}) is in none of {sources:?}", row[0]));
                 }
             }
         }

@@ -135,7 +135,9 @@ fn main() -> Result<()> {
 /// Our solver leaves no more pods unschedulable than Karpenter's did on the same `n` pods.
 fn placed_as_karpenter(n: usize, karpenter: &Value, ours: usize) -> Result<(), String> {
     let Some(karpenter) = karpenter.as_u64() else {
-        return Err(format!("{n} pods: karpenter-{n}.json has no podErrors count"));
+        return Err(format!(
+            "{n} pods: karpenter-{n}.json has no podErrors count"
+        ));
     };
     if ours as u64 > karpenter {
         return Err(format!(
