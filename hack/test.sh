@@ -50,6 +50,34 @@ for line in open(sys.argv[1]):
 EOF
 )
 
+# A broken filter above (or a cargo whose JSON changed) would leave binaries out, and the run
+# would pass on what is left: compare what it listed with the test targets the workspace
+# declares (targets with test = true: lib/bin unit tests, tests/*.rs, tested examples and
+# benches), by count and by name.
+cargo metadata --no-deps --format-version 1 --locked >"$out/metadata.json" || exit 1
+printf '%s\n' "${binaries[@]}" >"$out/binaries.tsv"
+python3 - "$out/metadata.json" "$out/binaries.tsv" <<'EOF' || exit 1
+import json, sys
+meta = json.load(open(sys.argv[1]))
+members = set(meta["workspace_members"])
+declared = [
+    (p["name"], t["kind"][0], t["name"])
+    for p in meta["packages"] if p["id"] in members
+    for t in p["targets"]
+    if t.get("test") and t["kind"][0] in ("lib", "bin", "proc-macro", "test", "example", "bench")
+]
+listed = {line.split("\t")[0] for line in open(sys.argv[2]) if line.strip()}
+def names(pkg, kind, name):  # what the filter calls it (see above)
+    return {name, f"{pkg}-{name}"} if kind == "test" else {f"{pkg}-{kind}-{name}"}
+missing = [d for d in declared if not names(*d) & listed]
+print(f"== test binaries: the build listed {len(listed)}, the workspace declares {len(declared)}")
+if missing or len(listed) < len(declared):
+    print("== FAIL: test binaries missing from the list (package, kind, target):", file=sys.stderr)
+    for m in missing:
+        print(f"   {m}", file=sys.stderr)
+    sys.exit(1)
+EOF
+
 declare -A dir exe
 names=()
 for b in "${binaries[@]}"; do

@@ -251,9 +251,10 @@ struct RunArgs {
     #[arg(long, env = "HUB_PROBE_INTERVAL", default_value = "10s", value_parser = parse_interval)]
     hub_probe_interval: std::time::Duration,
     /// Hub mode: static sharding across replicas — this replica engages the Clusters with
-    /// `fnv1a64("<ns>/<name>") % N == --shard-index` (no peer Leases; each Cluster still
-    /// fenced by its Lease unless leader election is disabled). Without it, replicas split
-    /// the Clusters by rendezvous hashing over their peer Leases.
+    /// `murmur3_fmix64(fnv1a64("<ns>/<name>")) % N == --shard-index` (FNV-1a 64 then
+    /// MurmurHash3's 64-bit finalizer; no peer Leases; each Cluster still fenced by its Lease
+    /// unless leader election is disabled). Without it, replicas split the Clusters by
+    /// rendezvous hashing over their peer Leases.
     #[arg(long, env = "SHARD_COUNT", requires = "shard_index", value_parser = clap::value_parser!(u32).range(1..))]
     shard_count: Option<u32>,
     /// Hub mode: this replica's shard, 0..N-1 (with `--shard-count`).

@@ -23,8 +23,14 @@
 //! `examples/templates/` or `examples/resizable/` (same kind and name, every field shown
 //! equal).
 //!
+//! The benchmark figures of README.md's Performance tables and docs/performance.md's tables
+//! each appear in a committed summary under `hack/bench/baseline/` that the table (or row)
+//! names (`common/baselines.rs` says exactly what is checked).
+//!
 //! The testbed (etcd and kube-apiserver only) is started once, on first need.
 
+#[path = "common/baselines.rs"]
+mod baselines;
 mod common;
 #[path = "common/docs.rs"]
 mod doc_blocks;
@@ -909,4 +915,79 @@ kubectl apply -f deploy/missing.yaml
     let mut want: Vec<String> = expected.iter().map(|s| s.to_string()).collect();
     want.sort();
     assert_eq!(got, want);
+}
+
+/// The documents whose benchmark tables must name their committed summaries.
+const FIGURE_DOCS: [&str; 2] = ["README.md", "docs/performance.md"];
+
+#[test]
+fn benchmark_figures_appear_in_committed_baselines() {
+    let mut problems = Vec::new();
+    let mut counts = Vec::new();
+    for f in FIGURE_DOCS {
+        let text = std::fs::read_to_string(root().join(f)).expect("readable");
+        let (p, n) = baselines::check(root(), f, &text);
+        problems.extend(p);
+        counts.push((f, n));
+    }
+    assert!(
+        problems.is_empty(),
+        "figures without a committed summary ({counts:?} figures):\n{}",
+        problems.join("\n")
+    );
+    for (f, n) in &counts {
+        assert!(*n > 0, "{f}: no figure found: are its tables gone?");
+    }
+    println!("benchmark figures found in their baselines: {counts:?}");
+}
+
+#[test]
+fn baseline_check_catches_an_edited_figure_and_an_unnamed_table() {
+    // Positive control on the real README: its first checked figure edited to a value no
+    // summary holds is reported; the same text unedited is not.
+    let readme = std::fs::read_to_string(root().join("README.md")).expect("readable");
+    let (clean, n) = baselines::check(root(), "README.md", &readme);
+    assert!(clean.is_empty() && n > 0, "{clean:?}");
+    let scope = baselines::in_scope("README.md", &readme);
+    let (line, row) = scope
+        .lines()
+        .enumerate()
+        .find(|(_, l)| l.starts_with('|') && l.contains("all pods Running"))
+        .expect("a row with all pods Running");
+    let figure = row
+        .split('|')
+        .nth(2)
+        .map(baselines::numbers)
+        .and_then(|n| n.into_iter().next())
+        .expect("a figure in its second cell");
+    let edited: Vec<String> = readme
+        .lines()
+        .enumerate()
+        .map(|(i, l)| {
+            if i == line {
+                l.replacen(&format!(" {figure} "), " 987.6 ", 1)
+            } else {
+                l.to_string()
+            }
+        })
+        .collect();
+    let (problems, _) = baselines::check(root(), "README.md", &edited.join("\n"));
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(
+        problems[0].starts_with(&format!("README.md:{}: 987.6", line + 1)),
+        "{problems:?}"
+    );
+    // A table naming no summary, and one naming a file that does not exist.
+    let doc = "| run | s |\n|---|---:|\n| a | 55.7 |\n\n<!-- baseline: nope.json -->\n| run | s |\n|---|---:|\n| b | 1.0 |\n";
+    let (problems, _) = baselines::check(root(), "docs/performance.md", doc);
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    assert!(problems[0].contains("name no summary"), "{problems:?}");
+    assert!(
+        problems[1].contains("nope.json does not exist"),
+        "{problems:?}"
+    );
+    assert_eq!(
+        baselines::numbers("v1.15.0 p99 2.4× 88–102 s, 21.2 (1482 / 70) 5.6."),
+        ["2.4", "88", "102", "21.2", "1482", "70", "5.6"]
+    );
 }

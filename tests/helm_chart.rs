@@ -215,6 +215,48 @@ fn settings_become_the_flags_the_binary_parses() {
     );
 }
 
+/// `helm template` with `args`: its success and stdout + stderr.
+fn try_template(args: &[&str]) -> (bool, String) {
+    let mut cmd = std::process::Command::new(helm());
+    cmd.args(["template", "karpenter-capi"])
+        .arg(root().join(CHART))
+        .args(["--namespace", NAMESPACE])
+        .args(args);
+    let out = cmd.output().expect("helm runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[test]
+fn a_static_shard_index_needs_one_replica() {
+    // The replicas of one Deployment would all get the same index: the other shards'
+    // Clusters would be served by nobody. The chart refuses, naming both values.
+    let (ok, text) = try_template(&[
+        "--set",
+        "mode=hub,replicas=2,settings.shardCount=2,settings.shardIndex=0",
+    ]);
+    assert!(!ok, "two replicas with one shard index rendered:\n{text}");
+    assert!(
+        text.contains("settings.shardIndex (0)") && text.contains("replicas: 2"),
+        "the refusal names both values: {text}"
+    );
+    // Positive control: one replica per release (one release per index) renders, and the
+    // binary gets that index.
+    let (ok, text) = try_template(&[
+        "--set",
+        "mode=hub,replicas=1,settings.shardCount=2,settings.shardIndex=1",
+    ]);
+    assert!(ok, "one replica with a shard index: {text}");
+    let args = args(&docs(&text));
+    for expected in ["--shard-count=2", "--shard-index=1"] {
+        assert!(args.iter().any(|a| a == expected), "{expected} in {args:?}");
+    }
+}
+
 #[test]
 fn default_values_render_a_hardened_highly_available_operator() {
     let rendered = docs(&helm_template(&[]));

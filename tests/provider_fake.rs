@@ -2,7 +2,8 @@
 //! Karpenter's lifecycle suite runs over `cloudprovider/fake`) on a real kube-apiserver:
 //! launch (success, transient, permanent and insufficient-capacity errors), registration and
 //! initialization, liveness (a failed instance, an instance gone behind our back), repair,
-//! drift and termination. No Cluster API here: the loops know only the trait.
+//! drift and termination. The instance goes through the trait only; the loops still start
+//! their Cluster API caches (Machines, Clusters), which stay empty here.
 
 use std::sync::Arc;
 use std::time::Duration;

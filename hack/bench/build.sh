@@ -10,6 +10,9 @@
 # Env: BENCH_CACHE (default <repo>/.cache/bench).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=../lib/go.sh
+source "$here/../lib/go.sh"
+need_go bench/build
 version=$(sed -n 's/^\tsigs.k8s.io\/karpenter v\(.*\)$/\1/p' "$here/go/go.mod")
 [ -n "$version" ] || { echo "bench/build: no sigs.k8s.io/karpenter in $here/go/go.mod" >&2; exit 1; }
 cache=${BENCH_CACHE:-$(cd "$here/../.." && pwd)/.cache/bench}

@@ -20,11 +20,15 @@
 # demo's Deployment (500m / 512Mi per pod) goes from 0 to N pods and back to 0 while
 # bench-e2e (crates/testbed/src/bin/bench-e2e.rs) watches; it reports times, the per-pod
 # breakdown, the autoscaler's peak RSS and CPU, and its API requests from the audit log
-# (by User-Agent prefix: karpenter-capi/ and karpenter/). Results: .cache/bench/e2e/.
-# Figures are reported, not asserted.
+# (by User-Agent prefix: karpenter-capi/ and karpenter/). Results: .cache/bench/e2e/; the
+# summaries (JSON, reports, the side-by-side table) are also copied to
+# hack/bench/baseline/<date>-e2e-<pods>[-qps<N>][-<label>]/ to be committed with the figures
+# the docs quote (BENCH_BASELINE=0: not). Figures are reported, not asserted.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
+# shellcheck source=baseline.sh
+source "$here/baseline.sh"
 pods=${E2E_PODS:-1000}
 only=
 qps=()
@@ -36,7 +40,7 @@ while [ $# -gt 0 ]; do
     --only) only=$2; shift 2 ;;
     --kube-api-qps) qps=(--kube-api-qps "$2"); shift 2 ;;
     --cycles) cycles=$2; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "e2e.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -134,5 +138,18 @@ if [ -z "$only" ]; then
   echo
   echo "Side by side, $pods pods, $(nproc) cores, $(date -u +%F) (hack/bench/e2e.sh --pods $pods):"
   "$target/bench-e2e" compare "$out/${E2E_LABEL:-karpenter-capi}-$pods.json" "$out/karpenter-$pods.json" | tee "$out/compare-$pods.md"
+fi
+# This run's summaries (not an earlier run's left in $out) for the docs.
+ran=()
+[ "$only" = karpenter ] || ran+=("${E2E_LABEL:-karpenter-capi}-$pods.json" "${E2E_LABEL:-karpenter-capi}-$pods.txt")
+[ "$only" = ours ] || ran+=("karpenter-$pods.json" "karpenter-$pods.txt")
+[ -n "$only" ] || ran+=("compare-$pods.md")
+name=e2e-$pods${qps[1]:+-qps${qps[1]}}
+[ "$cycles" = 1 ] || name=$name-cycles$cycles
+[ "${E2E_LABEL:-karpenter-capi}" = karpenter-capi ] || name=$name-$E2E_LABEL
+dest=$(baseline_dir "$name")
+if [ -n "$dest" ]; then
+  for f in "${ran[@]}"; do cp "$out/$f" "$dest/"; done
+  say "summaries for the docs in ${dest#"$repo"/}/ (commit them with the figures they back)"
 fi
 say "done; logs and JSON in $out"

@@ -12,17 +12,21 @@
 # cluster, N idle, one at P pods, all at P pods; the singles idle and at P pods), the time
 # until all pods of a cluster are Running (per cluster: min–max), and API writes per
 # NodeClaim (audit logs, User-Agent karpenter-capi/). Release build. Results:
-# .cache/bench/hub/report.md (operator logs beside it). Figures are reported, not asserted.
+# .cache/bench/hub/report.md (operator logs beside it), the report also copied to
+# hack/bench/baseline/<date>-hub-<N>x<P>/ to be committed with the figures the docs quote
+# (BENCH_BASELINE=0: not). Figures are reported, not asserted.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
+# shellcheck source=baseline.sh
+source "$here/baseline.sh"
 clusters=10
 pods=200
 while [ $# -gt 0 ]; do
   case $1 in
     --clusters) clusters=$2; shift 2 ;;
     --pods) pods=$2; shift 2 ;;
-    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "hub.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -33,3 +37,8 @@ echo "hub.sh: building (release) karpenter-capi and bench-hub; the testbed binar
 target=${CARGO_TARGET_DIR:-$repo/target}/release
 bash "$repo/hack/testbed/build.sh" >/dev/null
 "$target/bench-hub" --operator "$target/karpenter-capi" --clusters "$clusters" --pods "$pods" --out "$out"
+dest=$(baseline_dir "hub-${clusters}x$pods")
+if [ -n "$dest" ]; then
+  cp "$out/report.md" "$dest/"
+  echo "hub.sh: the report for the docs in ${dest#"$repo"/}/ (commit it with the figures it backs)" >&2
+fi

@@ -10,6 +10,8 @@ if [ -n "${HELM_BIN:-}" ]; then
   echo "$HELM_BIN"
   exit 0
 fi
+# shellcheck source=../lib/go.sh
+source "$here/../lib/go.sh"
 version=$(sed -n 's#^[[:space:]]*helm.sh/helm/v4 \(v[0-9.]*\).*#\1#p' "$here/go.mod")
 [ -n "$version" ] || { echo "helm/build: no helm.sh/helm/v4 version in $here/go.mod" >&2; exit 1; }
 cache=${HELM_CACHE:-$(cd "$here/../.." && pwd)/.cache/helm}
@@ -20,6 +22,7 @@ if [ ! -x "$out/helm" ]; then
   exec 9> "$cache/.build.lock"
   flock 9
   if [ ! -x "$out/helm" ]; then
+    need_go helm/build
     echo "helm/build: building helm $version (first time takes a few minutes)" >&2
     t0=$SECONDS
     tmp=$(mktemp -d "$out/build.XXXX")

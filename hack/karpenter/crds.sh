@@ -4,16 +4,17 @@
 # them. tests/karpenter_crds.rs compares our CRD schemas with these.
 #
 # The module comes from the Go module proxy through `go mod download` (the module cache of the
-# testbed build, ~/go/pkg/mod); v1.15.0 declares Go 1.26.9, so the pinned toolchain below is
-# fetched from the proxy too when the local go is older. After the first run the cache
+# testbed build, ~/go/pkg/mod); v1.15.0 declares Go 1.26.9, so the pinned toolchain of
+# hack/lib/go.sh is fetched from the proxy too. After the first run the cache
 # serves offline.
 #
 # Env: KARPENTER_CRDS_DIR (use these CRDs instead), KARPENTER_CACHE (default
 # <repo>/.cache/karpenter).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=../lib/go.sh
+source "$here/../lib/go.sh"
 version=1.15.0
-toolchain=go1.27.3
 if [ -n "${KARPENTER_CRDS_DIR:-}" ]; then
   echo "$KARPENTER_CRDS_DIR"
   exit 0
@@ -27,17 +28,14 @@ if [ ! -s "$out/karpenter.sh_nodepools.yaml" ]; then
   flock 9
 fi
 if [ ! -s "$out/karpenter.sh_nodepools.yaml" ]; then
-  command -v go >/dev/null 2>&1 || {
-    echo "karpenter/crds: no go on PATH: cannot fetch sigs.k8s.io/karpenter@v$version (install Go, or set KARPENTER_CRDS_DIR)" >&2
-    exit 1
-  }
+  need_go "karpenter/crds (or set KARPENTER_CRDS_DIR)"
   echo "karpenter/crds: fetching sigs.k8s.io/karpenter@v$version from the Go module proxy" >&2
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
   # Outside any module (so no go.mod of ours is consulted or changed).
-  if ! json=$(cd "$work" && GOTOOLCHAIN=$toolchain go mod download -json "sigs.k8s.io/karpenter@v$version" 2>"$work/err"); then
+  if ! json=$(cd "$work" && go mod download -json "sigs.k8s.io/karpenter@v$version" 2>"$work/err"); then
     {
-      echo "karpenter/crds: cannot download sigs.k8s.io/karpenter@v$version (toolchain $toolchain): offline, or the Go module proxy is unreachable."
+      echo "karpenter/crds: cannot download sigs.k8s.io/karpenter@v$version (toolchain $hack_go_toolchain): offline, or the Go module proxy is unreachable."
       echo "karpenter/crds: run once with network access (the CRDs are then cached in $out), or set KARPENTER_CRDS_DIR."
       sed 's/^/  go: /' "$work/err"
       [ -z "$json" ] || echo "$json" | sed -n 's/.*"Error": \(.*\)/  go: \1/p'

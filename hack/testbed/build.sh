@@ -11,6 +11,8 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=versions.env
 source "$here/versions.env"
+# shellcheck source=../lib/go.sh
+source "$here/../lib/go.sh"
 cache=${TESTBED_CACHE:-$(cd "$here/../.." && pwd)/.cache/testbed}
 out="$cache/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION-capi-$CAPI_VERSION"
 bin="$out/bin"

@@ -58,6 +58,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if and .Values.settings.disableLeaderElection (gt (int .Values.replicas) 1) -}}
 {{- fail "settings.disableLeaderElection needs replicas: 1" -}}
 {{- end -}}
+{{- if and (not (kindIs "invalid" .Values.settings.shardIndex)) (gt (int .Values.replicas) 1) -}}
+{{- fail (printf "settings.shardIndex (%v) needs replicas: 1, not replicas: %v: the replicas of one Deployment would all get the same index and the other shards' Clusters nobody; install one release per shard index" .Values.settings.shardIndex .Values.replicas) -}}
+{{- end -}}
 {{- if and (eq .Values.mode "workload") (not .Values.managementCluster.kubeconfigSecret.name) -}}
 {{- fail "mode=workload needs managementCluster.kubeconfigSecret.name" -}}
 {{- end -}}

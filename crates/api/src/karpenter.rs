@@ -271,8 +271,9 @@ pub struct NodePoolSpec {
     pub weight: Option<i32>,
     /// Static pool (alpha in Karpenter): the number of nodes to keep, whatever the pods. A pool
     /// is static or dynamic for life; a static pool supports only `limits.nodes` and no
-    /// `weight`, and ignores `consolidationPolicy` and `consolidateAfter`. The API only:
-    /// the operator does not yet provision static pools (they are served as dynamic ones).
+    /// `weight`, and ignores `consolidationPolicy` and `consolidateAfter`. The operator keeps
+    /// exactly this many NodeClaims, whatever the pods (scaled up within `limits.nodes`, the
+    /// surplus deleted), and never provisions for pending pods on a static pool.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub replicas: Option<i64>,

@@ -8,6 +8,9 @@
 //! through the operator's own conversion (`provisioning::convert::pod`), then one `solve` is
 //! timed. Price: per NodeClaim, the cheapest available compatible offering, summed (Karpenter's
 //! fake price, 0.1×cpu + 0.1×memory bytes/1e9). `hack/bench/scheduling.sh` drives this.
+//!
+//! Exits non-zero (after the whole table) when our solver leaves more pods unschedulable than
+//! Karpenter's did on the same input: those are pods a scheduler places, and we do not.
 
 use std::time::Instant;
 
@@ -97,6 +100,7 @@ fn main() -> Result<()> {
         "| pods | Karpenter s | ours s | Karpenter/ours | NodeClaims K / ours | price K / ours | unschedulable K / ours |"
     );
     println!("|---:|---:|---:|---:|---:|---:|---:|");
+    let mut failures = Vec::new();
     for n in sizes {
         let k = read(&dir.join(format!("karpenter-{n}.json")))?;
         let inp = input(&read(&dir.join(format!("input-{n}.json")))?)?;
@@ -118,6 +122,27 @@ fn main() -> Result<()> {
             k["podErrors"],
             out.unschedulable.len(),
         );
+        if let Err(e) = placed_as_karpenter(n, &k["podErrors"], out.unschedulable.len()) {
+            failures.push(e);
+        }
+    }
+    if !failures.is_empty() {
+        bail!("{}", failures.join("; "));
+    }
+    Ok(())
+}
+
+/// Our solver leaves no more pods unschedulable than Karpenter's did on the same `n` pods.
+fn placed_as_karpenter(n: usize, karpenter: &Value, ours: usize) -> Result<(), String> {
+    let Some(karpenter) = karpenter.as_u64() else {
+        return Err(format!(
+            "{n} pods: karpenter-{n}.json has no podErrors count"
+        ));
+    };
+    if ours as u64 > karpenter {
+        return Err(format!(
+            "{n} pods: our solver left {ours} pods unschedulable, Karpenter's {karpenter}"
+        ));
     }
     Ok(())
 }

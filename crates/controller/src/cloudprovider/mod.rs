@@ -1,7 +1,11 @@
 //! The provider seam: Karpenter's cloudprovider interface (`pkg/cloudprovider/types.go`) as a
-//! Rust trait. The NodeClaim loops know nothing of Cluster API: they launch, look up, delete
-//! and judge drift of a NodeClaim's instance through [`CloudProvider`] only, and read the
-//! instance types of a NodeClass from it. `clusterapi` is the implementation (one standalone
+//! Rust trait. The NodeClaim loops launch, look up, delete and judge drift of a NodeClaim's
+//! instance through [`CloudProvider`], and read the instance types of a NodeClass from it.
+//! The seam is not complete yet: about 30 files outside `clusterapi/` still know Cluster API
+//! (the NodeClaim context and lifecycle watch Machines and Clusters and read the NodeClass
+//! through `clusterapi::nodeclass`; liveness, repair and termination read Machines; the
+//! caches, catalogs, counts, hub and engagement are built on Clusters, Machines and
+//! templates), so a second provider would need more than this trait today. `clusterapi` is the implementation (one standalone
 //! Machine per NodeClaim); `fake` is an in-memory one for tests, like Karpenter's
 //! `cloudprovider/fake`.
 //!
