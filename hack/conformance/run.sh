@@ -3,7 +3,7 @@
 # Runs Karpenter's pkg/controllers/provisioning/scheduling suite (the version pinned in
 # hack/conformance/go.mod) with every Solve recorded (main.go), then replays each record with
 # our solver and checks both results (crates/conformance, example `conformance`), printing the
-# table. Needs Go (GOTOOLCHAIN=go1.27.3 or newer; the pinned Karpenter needs Go >= 1.26.9) and
+# table. Needs Go (the toolchain hack/lib/go.sh pins, fetched by any Go >= 1.21) and
 # the testbed's kube-apiserver and etcd (hack/testbed/build.sh, for Karpenter's envtest).
 #
 #   hack/conformance/run.sh                 # record (about 6 min) and compare
@@ -21,6 +21,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
+# shellcheck source=../lib/go.sh
+source "$repo/hack/lib/go.sh"
 out=$repo/.cache/conformance
 mkdir -p "$out"
 records=${CONFORMANCE_RECORDS:-}
@@ -29,7 +31,8 @@ if [ -z "$records" ]; then
   records=$out/records
   assets=$(bash "$repo/hack/testbed/build.sh")/bin
   rm -rf "$records"
-  (cd "$here" && GOTOOLCHAIN=${GOTOOLCHAIN:-go1.27.3} go run . -assets "$assets" -out "$records" -work "$out/work") || recorded=$?
+  need_go conformance
+  (cd "$here" && go run . -assets "$assets" -out "$records" -work "$out/work") || recorded=$?
   if ! compgen -G "$records/solve-*.json" >/dev/null; then
     echo "conformance: no Solve recorded (log: $records/go-test.log)" >&2
     exit 1
