@@ -380,9 +380,12 @@ async fn rotation(m: &Client, b: &Testbed, ns_b: &str, addr: std::net::SocketAdd
         .expect("the Secret's kubeconfig");
     // New credentials: a ServiceAccount of beta bound to cluster-admin, and its token.
     let sas: Api<ServiceAccount> = Api::namespaced(wb.clone(), "default");
-    sas.create(&PostParams::default(), &from_json(json!({"metadata": {"name": SA}})))
-        .await
-        .expect("service account");
+    sas.create(
+        &PostParams::default(),
+        &from_json(json!({"metadata": {"name": SA}})),
+    )
+    .await
+    .expect("service account");
     Api::<ClusterRoleBinding>::all(wb.clone())
         .create(
             &PostParams::default(),
@@ -397,12 +400,7 @@ async fn rotation(m: &Client, b: &Testbed, ns_b: &str, addr: std::net::SocketAdd
         .expect("binding");
     let request: TokenRequest = from_json(json!({"spec": {"expirationSeconds": 3600}}));
     let token: TokenRequest = sas
-        .create_subresource(
-            "token",
-            SA,
-            &PostParams::default(),
-            &request,
-        )
+        .create_subresource("token", SA, &PostParams::default(), &request)
         .await
         .expect("token");
     let token = token.status.expect("token status").token;
@@ -517,7 +515,13 @@ async fn disengage(
         .patch("alpha", &PatchParams::default(), &enabled(true))
         .await
         .expect("opt alpha in again");
-    wait_metric(addr, "karpenter_capi_cluster_connected", &format!("{ns_a}/alpha"), 1.0).await;
+    wait_metric(
+        addr,
+        "karpenter_capi_cluster_connected",
+        &format!("{ns_a}/alpha"),
+        1.0,
+    )
+    .await;
     orphan_collected(m, "orphan-while-beta-paused", ns_a, "alpha", &ids[0]).await;
     // (A launch in flight when it was disengaged may have added one.)
     let beta_after = live(m, ns_b).await;

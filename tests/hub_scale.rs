@@ -166,7 +166,10 @@ async fn fairness(backlog: usize) {
             waiting > 0,
             "busy's backlog was served before loaded sample {i} ended: nothing competed"
         );
-        eprintln!("loaded sample {i}: {:?}, busy still has {waiting} pods pending", loaded[i]);
+        eprintln!(
+            "loaded sample {i}: {:?}, busy still has {waiting} pods pending",
+            loaded[i]
+        );
     }
     // ... and was being served while the samples ran: NodeClaims for it already exist.
     let served = claim_names(&wb).await.len();

@@ -591,8 +591,7 @@ async fn one_server_at_a_time(bed: &Bed, replicas: &[&str]) {
                     && e.is_complete()
                     && e.resource() == "leases"
                     && e.object_ref.as_ref().and_then(|o| o.name.as_deref()) == Some(fence.as_str())
-                    && e
-                        .response_status
+                    && e.response_status
                         .as_ref()
                         .and_then(|s| s.code)
                         .is_some_and(|c| (200..300).contains(&c))

@@ -109,7 +109,8 @@ async fn env() -> Env {
 
 /// RFC 3339 of `secs` seconds ago (whole seconds, as the API server keeps them).
 fn ago(secs: i64) -> String {
-    let t = k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(secs);
+    let t =
+        k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(secs);
     t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
@@ -471,10 +472,8 @@ async fn disconnected(env: &Env) {
         env.reconcile(name).await.expect("launch");
     }
     env.join(repair).await;
-    env.reconcile_until(repair, "initialized", |c| {
-        is_true(c, types::INITIALIZED)
-    })
-    .await;
+    env.reconcile_until(repair, "initialized", |c| is_true(c, types::INITIALIZED))
+        .await;
     env.connected.send_replace(false);
     env.fake.fail(failed, "quota exceeded");
     env.node_ready(&format!("node-{repair}"), "False", &ago(3600))

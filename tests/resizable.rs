@@ -273,7 +273,10 @@ async fn a_pending_pod_gets_a_machine_of_the_shrunk_size() {
     })
     .await;
     if let Err(e) = found {
-        panic!("{e}: want {want:?}, have {:?}", events_for(&client, &huge).await);
+        panic!(
+            "{e}: want {want:?}, have {:?}",
+            events_for(&client, &huge).await
+        );
     }
 }
 
