@@ -44,10 +44,8 @@ async fn pending_pods(client: &Client, n: usize) {
 async fn machines(m: &Client, ns: &str) -> Vec<(String, String, String, bool)> {
     let api: Api<DynamicObject> =
         Api::namespaced_with(m.clone(), ns, &provider::machine_resource());
-    api.list(&ListParams::default())
+    common::list(&api, &ListParams::default())
         .await
-        .map(|l| l.items)
-        .unwrap_or_default()
         .into_iter()
         .map(|o| {
             let label = |k: &str| o.labels().get(k).cloned().unwrap_or_default();
@@ -91,11 +89,11 @@ async fn kube_system_uid(client: &Client) -> String {
         .expect("uid")
 }
 
-/// A Machine fenced to `cluster_id` for a NodeClaim that does not exist.
-fn orphan_machine(ns: &str, cluster: &str, cluster_id: &str) -> DynamicObject {
+/// Machine `name` (`orphan-…`) fenced to `cluster_id` for a NodeClaim that does not exist.
+fn orphan_machine(name: &str, ns: &str, cluster: &str, cluster_id: &str) -> DynamicObject {
     from_json(json!({
         "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-        "metadata": {"name": "orphan", "namespace": ns,
+        "metadata": {"name": name, "namespace": ns,
             "labels": {"karpenter.cluster.x-k8s.io/nodeclaim": "gone",
                        "karpenter.sh/nodepool": "default",
                        CLUSTER_ID_LABEL: cluster_id,
@@ -104,8 +102,49 @@ fn orphan_machine(ns: &str, cluster: &str, cluster_id: &str) -> DynamicObject {
                             "00000000-0000-0000-0000-00000000dead"}},
         "spec": {"clusterName": cluster, "bootstrap": {"dataSecretName": "bootstrap-data"},
                  "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
-                                       "kind": "TestMachine", "name": "orphan"}}
+                                       "kind": "TestMachine", "name": name}}
     }))
+}
+
+/// Creates `orphan` in `ns` and waits until garbage collection took it (gone or being
+/// deleted): the positive sentinel that the collector of `cluster` ran its passes.
+async fn orphan_collected(m: &Client, name: &str, ns: &str, cluster: &str, cluster_id: &str) {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(m.clone(), ns, &provider::machine_resource());
+    api.create(
+        &PostParams::default(),
+        &orphan_machine(name, ns, cluster, cluster_id),
+    )
+    .await
+    .expect("orphan Machine");
+    wait_for(
+        &format!("{ns}/{name} collected"),
+        Duration::from_secs(60),
+        || async {
+            match api.get_opt(name).await {
+                Ok(None) => Some(()),
+                Ok(Some(o)) => o.metadata.deletion_timestamp.is_some().then_some(()),
+                Err(_) => None,
+            }
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{cluster}'s garbage collection takes {name}: {e}"));
+}
+
+/// The Machines of `ns` that are not orphans and not being deleted.
+async fn live(m: &Client, ns: &str) -> BTreeSet<String> {
+    machines(m, ns)
+        .await
+        .into_iter()
+        .filter(|(name, _, _, deleting)| !name.starts_with("orphan") && !deleting)
+        .map(|x| x.0)
+        .collect()
+}
+
+/// A counter's series `name{cluster="<cluster>"}` (0 when absent).
+async fn counter(addr: std::net::SocketAddr, name: &str, cluster: &str) -> f64 {
+    metric(addr, name, cluster).await.unwrap_or(0.0)
 }
 
 #[tokio::test]
@@ -245,9 +284,9 @@ async fn a_hub_serves_each_opted_in_cluster_apart_and_only_those() {
 
     scrape_gauges(metrics_addr, [ns_a, ns_b]).await;
     tenant_guard(&m, &wa, ns_b, &ids[0]).await;
-    rotation(&m, &wb, ns_b, metrics_addr).await;
-    disconnect(&m, &a, ns_a, &ids[0], metrics_addr).await;
-    disengage(&m, [ns_a, ns_b], metrics_addr).await;
+    rotation(&m, &b, ns_b, metrics_addr).await;
+    disconnect(&m, &a, [ns_a, ns_b], &ids, metrics_addr).await;
+    disengage(&m, [ns_a, ns_b], &ids, metrics_addr).await;
 
     operator.abort();
 }
@@ -318,80 +357,118 @@ async fn scrape_gauges(addr: std::net::SocketAddr, [ns_a, ns_b]: [&String; 2]) {
     }
 }
 
-/// A changed kubeconfig Secret re-engages beta, which keeps provisioning.
-async fn rotation(m: &Client, wb: &Client, ns_b: &str, addr: std::net::SocketAddr) {
-    let cluster = format!("{ns_b}/beta");
-    wait_metric(
-        addr,
-        "karpenter_capi_cluster_engagements_total",
-        &cluster,
-        1.0,
-    )
-    .await;
+/// Beta's kubeconfig Secret rotated to new credentials (a ServiceAccount token of beta's
+/// API server instead of the admin client certificate): beta re-engages and provisions with
+/// them; they are the ones in use, since revoking them (the ServiceAccount deleted; the old
+/// certificate stays valid) disconnects beta; rotated back, it reconnects.
+async fn rotation(m: &Client, b: &Testbed, ns_b: &str, addr: std::net::SocketAddr) {
+    use k8s_openapi::api::authentication::v1::TokenRequest;
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+    const SA: &str = "hub-rotated";
+    let (cluster, wb) = (format!("{ns_b}/beta"), b.client());
+    let engagements = "karpenter_capi_cluster_engagements_total";
+    let connected = "karpenter_capi_cluster_connected";
+    wait_metric(addr, engagements, &cluster, 1.0).await;
     let secrets: Api<Secret> = Api::namespaced(m.clone(), ns_b);
-    secrets
-        .patch(
-            "beta-kubeconfig",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {"rotated": "1"}}})),
+    let original = secrets.get("beta-kubeconfig").await.expect("secret");
+    let original = original
+        .data
+        .as_ref()
+        .and_then(|d| d.get("value"))
+        .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+        .expect("the Secret's kubeconfig");
+    // New credentials: a ServiceAccount of beta bound to cluster-admin, and its token.
+    let sas: Api<ServiceAccount> = Api::namespaced(wb.clone(), "default");
+    sas.create(
+        &PostParams::default(),
+        &from_json(json!({"metadata": {"name": SA}})),
+    )
+    .await
+    .expect("service account");
+    Api::<ClusterRoleBinding>::all(wb.clone())
+        .create(
+            &PostParams::default(),
+            &from_json(json!({
+                "metadata": {"name": SA},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                            "name": "cluster-admin"},
+                "subjects": [{"kind": "ServiceAccount", "name": SA, "namespace": "default"}]
+            })),
         )
         .await
-        .expect("rotate");
-    wait_metric(
-        addr,
-        "karpenter_capi_cluster_engagements_total",
-        &cluster,
-        2.0,
-    )
-    .await;
-    wait_metric(addr, "karpenter_capi_cluster_connected", &cluster, 1.0).await;
-    let before: BTreeSet<String> = machines(m, ns_b).await.into_iter().map(|x| x.0).collect();
-    pending_pods(wb, 6).await;
+        .expect("binding");
+    let request: TokenRequest = from_json(json!({"spec": {"expirationSeconds": 3600}}));
+    let token: TokenRequest = sas
+        .create_subresource("token", SA, &PostParams::default(), &request)
+        .await
+        .expect("token");
+    let token = token.status.expect("token status").token;
+    let mut kubeconfig =
+        kube::config::Kubeconfig::read_from(b.kubeconfig()).expect("beta's kubeconfig");
+    for user in &mut kubeconfig.auth_infos {
+        user.auth_info = Some(from_json(json!({"token": token})));
+    }
+    let rotated = serde_json::to_string(&kubeconfig).expect("kubeconfig");
+    assert!(!rotated.contains("client-certificate"), "{rotated}");
+    let write = |kubeconfig: String| {
+        let secrets = secrets.clone();
+        async move {
+            secrets
+                .patch(
+                    "beta-kubeconfig",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"stringData": {"value": kubeconfig}})),
+                )
+                .await
+                .expect("rotate")
+        }
+    };
+    write(rotated).await;
+    wait_metric(addr, engagements, &cluster, 2.0).await;
+    wait_metric(addr, connected, &cluster, 1.0).await;
+    let before = live(m, ns_b).await;
+    pending_pods(&wb, 6).await;
     wait_for(
         "re-engaged beta launches again",
         Duration::from_secs(120),
-        || async {
-            let now: BTreeSet<String> = machines(m, ns_b).await.into_iter().map(|x| x.0).collect();
-            (now.difference(&before).count() > 0).then_some(())
-        },
+        || async { (live(m, ns_b).await.difference(&before).count() > 0).then_some(()) },
     )
     .await
     .expect("the re-engaged cluster provisions");
+    // Revoked: only the new credentials stop working, and beta disconnects.
+    sas.delete(SA, &Default::default())
+        .await
+        .expect("revoke the token");
+    wait_metric(addr, connected, &cluster, 0.0).await;
+    assert_eq!(
+        metric(addr, engagements, &cluster).await,
+        Some(2.0),
+        "disconnected, not re-engaged"
+    );
+    // Rotated back: re-engaged with the admin certificate, connected again.
+    write(original).await;
+    wait_metric(addr, engagements, &cluster, 3.0).await;
+    wait_metric(addr, connected, &cluster, 1.0).await;
 }
 
-/// Alpha unlabelled, beta paused: both disengaged (their series go), none of their Machines
-/// deleted.
-async fn disengage(m: &Client, [ns_a, ns_b]: [&String; 2], addr: std::net::SocketAddr) {
-    let live = |ms: Vec<(String, String, String, bool)>| -> BTreeSet<String> {
-        ms.into_iter()
-            .filter(|(name, _, _, deleting)| name != "orphan" && !deleting)
-            .map(|x| x.0)
-            .collect()
-    };
-    let before = (live(machines(m, ns_a).await), live(machines(m, ns_b).await));
-    assert!(!before.0.is_empty() && !before.1.is_empty(), "{before:?}");
+/// Alpha unlabelled, then beta paused: each disengaged (its series go), and none of its
+/// Machines deleted over a window that provably holds garbage-collection passes (of the
+/// cluster still engaged: beta while alpha is out, alpha again while beta is paused).
+async fn disengage(
+    m: &Client,
+    [ns_a, ns_b]: [&String; 2],
+    ids: &[String; 2],
+    addr: std::net::SocketAddr,
+) {
     let clusters = |ns: &str| -> Api<DynamicObject> {
         Api::namespaced_with(m.clone(), ns, &provider::cluster_resource())
     };
-    clusters(ns_a)
-        .patch(
-            "alpha",
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({"metadata": {"labels": {"karpenter.cluster.x-k8s.io/enabled": null}}}),
-            ),
-        )
-        .await
-        .expect("unlabel alpha");
-    clusters(ns_b)
-        .patch(
-            "beta",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {"cluster.x-k8s.io/paused": ""}}})),
-        )
-        .await
-        .expect("pause beta");
-    for cluster in [format!("{ns_a}/alpha"), format!("{ns_b}/beta")] {
+    let enabled = |on: bool| {
+        let value = on.then_some("true");
+        Patch::Merge(json!({"metadata": {"labels": {"karpenter.cluster.x-k8s.io/enabled": value}}}))
+    };
+    let gone = |cluster: String| async move {
         wait_for(
             &format!("{cluster} disengaged"),
             Duration::from_secs(60),
@@ -407,74 +484,127 @@ async fn disengage(m: &Client, [ns_a, ns_b]: [&String; 2], addr: std::net::Socke
         )
         .await
         .expect("an unlabelled or paused Cluster is disengaged");
-    }
-    let after = (live(machines(m, ns_a).await), live(machines(m, ns_b).await));
-    // (A launch in flight when it was disengaged may have added one.)
+    };
+    // Alpha unlabelled; beta's collector takes an orphan meanwhile.
+    let alpha_before = live(m, ns_a).await;
+    assert!(!alpha_before.is_empty(), "alpha has Machines");
+    clusters(ns_a)
+        .patch("alpha", &PatchParams::default(), &enabled(false))
+        .await
+        .expect("unlabel alpha");
+    gone(format!("{ns_a}/alpha")).await;
+    orphan_collected(m, "orphan-while-alpha-out", ns_b, "beta", &ids[1]).await;
+    let alpha_after = live(m, ns_a).await;
     assert!(
-        before.0.is_subset(&after.0) && before.1.is_subset(&after.1),
-        "disengaging deletes no Machine: {before:?} -> {after:?}"
+        alpha_before.is_subset(&alpha_after),
+        "disengaging alpha deletes none of its Machines: {alpha_before:?} -> {alpha_after:?}"
+    );
+    // Beta paused; alpha, opted in again, collects an orphan meanwhile.
+    let beta_before = live(m, ns_b).await;
+    assert!(!beta_before.is_empty(), "beta has Machines");
+    clusters(ns_b)
+        .patch(
+            "beta",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"cluster.x-k8s.io/paused": ""}}})),
+        )
+        .await
+        .expect("pause beta");
+    gone(format!("{ns_b}/beta")).await;
+    clusters(ns_a)
+        .patch("alpha", &PatchParams::default(), &enabled(true))
+        .await
+        .expect("opt alpha in again");
+    wait_metric(
+        addr,
+        "karpenter_capi_cluster_connected",
+        &format!("{ns_a}/alpha"),
+        1.0,
+    )
+    .await;
+    orphan_collected(m, "orphan-while-beta-paused", ns_a, "alpha", &ids[0]).await;
+    // (A launch in flight when it was disengaged may have added one.)
+    let beta_after = live(m, ns_b).await;
+    assert!(
+        beta_before.is_subset(&beta_after),
+        "pausing beta deletes none of its Machines: {beta_before:?} -> {beta_after:?}"
     );
 }
 
-/// Alpha's API server goes down: disconnected (0), its orphan is not collected while it is
-/// down, and is once it answers again (1).
+/// Alpha's API server goes down: disconnected (0); while it is down, alpha's orphan is not
+/// collected (alpha's own skip counter shows its collector's passes), while beta, served
+/// by the same operator, keeps its live Machines and has its own orphan collected (its
+/// skip counter does not move); alpha's orphan goes once it answers again (1).
 async fn disconnect(
     m: &Client,
     a: &Testbed,
-    ns_a: &str,
-    alpha_id: &str,
+    [ns_a, ns_b]: [&String; 2],
+    ids: &[String; 2],
     addr: std::net::SocketAddr,
 ) {
-    let cluster = format!("{ns_a}/alpha");
-    wait_metric(addr, "karpenter_capi_cluster_connected", &cluster, 1.0).await;
+    let (alpha, beta) = (format!("{ns_a}/alpha"), format!("{ns_b}/beta"));
+    let skipped = "karpenter_capi_garbage_collection_skipped_total";
+    wait_metric(addr, "karpenter_capi_cluster_connected", &alpha, 1.0).await;
+    wait_metric(addr, "karpenter_capi_cluster_connected", &beta, 1.0).await;
     let api: Api<DynamicObject> =
         Api::namespaced_with(m.clone(), ns_a, &provider::machine_resource());
     let outage = a.restart("kube-apiserver", Duration::from_secs(25));
     let during = async {
-        wait_metric(addr, "karpenter_capi_cluster_connected", &cluster, 0.0).await;
+        wait_metric(addr, "karpenter_capi_cluster_connected", &alpha, 0.0).await;
+        let beta_live = live(m, ns_b).await;
+        let beta_skipped = counter(addr, skipped, &beta).await;
         api.create(
             &PostParams::default(),
-            &orphan_machine(ns_a, "alpha", alpha_id),
+            &orphan_machine("orphan", ns_a, "alpha", &ids[0]),
         )
         .await
         .expect("orphan Machine");
-        // Past the grace (5 s), through passes of the collector that skipped the cluster
-        // (counted): still there, because the cluster is disconnected (the sentinel: it goes
-        // once the cluster is back).
-        let skipped = || async {
-            common::scrape(addr)
-                .await
-                .lines()
-                .find_map(|l| l.strip_prefix("karpenter_capi_garbage_collection_skipped_total "))
-                .and_then(|v| v.trim().parse::<f64>().ok())
-                .unwrap_or(0.0)
-        };
-        let before = skipped().await;
+        // Past the grace (5 s), through passes of alpha's collector that skipped it
+        // (counted under alpha's label: beta's passes would not count).
+        let before = counter(addr, skipped, &alpha).await;
         let started = std::time::Instant::now();
+        // Beta's collector works meanwhile (the same operator, the other cluster).
+        orphan_collected(m, "orphan-during-alpha-outage", ns_b, "beta", &ids[1]).await;
         wait_for(
-            "garbage collection passes skipped past the grace",
+            "alpha's garbage collection passes skipped past the grace",
             Duration::from_secs(60),
             || async {
-                (started.elapsed() > Duration::from_secs(6) && skipped().await >= before + 3.0)
+                (started.elapsed() > Duration::from_secs(6)
+                    && counter(addr, skipped, &alpha).await >= before + 3.0)
                     .then_some(())
             },
         )
         .await
-        .expect("the collector ran (and skipped) while disconnected");
+        .expect("alpha's collector ran (and skipped) while disconnected");
         let orphan = api.get("orphan").await.expect("orphan still there");
         assert!(
             orphan.metadata.deletion_timestamp.is_none(),
             "garbage collection ran for a disconnected cluster"
         );
         assert_eq!(
-            metric(addr, "karpenter_capi_cluster_connected", &cluster).await,
+            metric(addr, "karpenter_capi_cluster_connected", &alpha).await,
             Some(0.0),
             "still disconnected when checked"
+        );
+        let beta_now = live(m, ns_b).await;
+        assert!(
+            beta_live.is_subset(&beta_now),
+            "beta's live Machines kept during alpha's outage: {beta_live:?} -> {beta_now:?}"
+        );
+        assert_eq!(
+            counter(addr, skipped, &beta).await,
+            beta_skipped,
+            "beta's collector skipped nothing during alpha's outage"
+        );
+        assert_eq!(
+            metric(addr, "karpenter_capi_cluster_connected", &beta).await,
+            Some(1.0),
+            "beta stayed connected"
         );
     };
     let (restarted, ()) = tokio::join!(outage, during);
     restarted.expect("kube-apiserver restarts");
-    wait_metric(addr, "karpenter_capi_cluster_connected", &cluster, 1.0).await;
+    wait_metric(addr, "karpenter_capi_cluster_connected", &alpha, 1.0).await;
     wait_for(
         "orphan collected after reconnect",
         Duration::from_secs(60),

@@ -198,10 +198,8 @@ async fn pending_pods(client: &Client, prefix: &str, n: usize) {
 async fn machines(m: &Client, ns: &str) -> BTreeMap<String, String> {
     let api: Api<DynamicObject> =
         Api::namespaced_with(m.clone(), ns, &provider::machine_resource());
-    api.list(&ListParams::default())
+    common::list(&api, &ListParams::default())
         .await
-        .map(|l| l.items)
-        .unwrap_or_default()
         .into_iter()
         .map(|o| {
             let claim = o
@@ -215,11 +213,11 @@ async fn machines(m: &Client, ns: &str) -> BTreeMap<String, String> {
 }
 
 async fn claim_names(w: &Client) -> BTreeSet<String> {
-    nodeclaims(w)
-        .list(&ListParams::default())
+    common::list(&nodeclaims(w), &ListParams::default())
         .await
-        .map(|l| l.items.iter().map(|c| c.name_any()).collect())
-        .unwrap_or_default()
+        .iter()
+        .map(|c| c.name_any())
+        .collect()
 }
 
 /// Waits until the workload cluster has at least `min` NodeClaims, each with exactly one
@@ -565,6 +563,77 @@ async fn replicas_split_clusters_fence_them_and_take_over() {
         );
     }
     eprintln!("static shards: {want_static:?} (dynamic replicas stopped at {dead_at})");
+    one_server_at_a_time(&bed, &["hub-a", "hub-b", "hub-s0", "hub-s1"]).await;
+}
+
+/// Two replicas never serve one Cluster at once: every write a replica sent for alpha or
+/// beta (to its workload API server, or into its management namespace) was received while
+/// that replica was the last replica to have written the Cluster's fence Lease (a write to
+/// the Lease succeeds only for its holder or a taker of an expired Lease, and the next
+/// holder's write ends the tenure). Windows where a non-replica (the thief) holds it are
+/// `demote`'s to check.
+async fn one_server_at_a_time(bed: &Bed, replicas: &[&str]) {
+    let identity = |e: &AuditEvent| {
+        replicas
+            .iter()
+            .find(|id| e.user_agent == agent(id))
+            .copied()
+    };
+    let mgmt = audit(&bed.mgmt).await;
+    for name in ["alpha", "beta"] {
+        let k = key(name);
+        let fence = fence_name(&k);
+        // (received, Some(replica) | None: someone else), successful writes, in order.
+        let mut tenures: Vec<(Timestamp, Option<&str>)> = mgmt
+            .iter()
+            .filter(|e| {
+                e.is_write()
+                    && e.is_complete()
+                    && e.resource() == "leases"
+                    && e.object_ref.as_ref().and_then(|o| o.name.as_deref()) == Some(fence.as_str())
+                    && e.response_status
+                        .as_ref()
+                        .and_then(|s| s.code)
+                        .is_some_and(|c| (200..300).contains(&c))
+            })
+            .filter_map(|e| Some((received(e)?, identity(e))))
+            .collect();
+        tenures.sort_by_key(|(t, _)| *t);
+        let workload = audit(&bed.workloads[name]).await;
+        let for_cluster = mgmt
+            .iter()
+            .filter(|e| {
+                e.object_ref.as_ref().and_then(|o| o.namespace.as_deref())
+                    == Some(k.namespace.as_str())
+            })
+            .chain(workload.iter());
+        let mut checked: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut violations = Vec::new();
+        for e in for_cluster.filter(|e| e.is_write()) {
+            let (Some(writer), Some(at)) = (identity(e), received(e)) else {
+                continue;
+            };
+            let holder = tenures.iter().rev().find(|(t, _)| *t < at).map(|(_, h)| *h);
+            match holder {
+                Some(None) => continue, // the thief's: `demote` checks those
+                Some(Some(h)) if h == writer => *checked.entry(writer).or_default() += 1,
+                other => violations.push(format!(
+                    "{writer} {} {} at {at} (fence held by {other:?})",
+                    e.verb, e.request_uri
+                )),
+            }
+        }
+        assert!(
+            violations.is_empty(),
+            "{name} served by a replica not holding its fence: {violations:?}; tenures {tenures:?}"
+        );
+        // The positive sentinel: the writes were there, from more than one replica.
+        assert!(
+            checked.len() >= 2,
+            "{name}: writes checked per replica {checked:?}"
+        );
+        eprintln!("{name}: every replica write inside its fence tenure: {checked:?}");
+    }
 }
 
 /// Beta's fence Lease is taken from `survivor` while it runs: it writes nothing more for
@@ -579,6 +648,29 @@ async fn demote(bed: &Bed, survivor: &str, addr: std::net::SocketAddr) {
     let leases: Api<Lease> = Api::namespaced(m.clone(), OPERATOR_NS);
     let beta_claims = one_machine_per_claim(&m, &wb, &beta.namespace, 1).await;
     steal(&leases, &fence_name(&beta), "thief", 3600).await;
+    let stolen = Timestamp::now();
+    // Seen taken: the API server received the survivor's next request for beta's fence
+    // Lease (its renewal, answered with the thief's Lease). The window starts there.
+    let seen = wait_for(
+        "the survivor reads beta's stolen Lease",
+        Duration::from_secs(30),
+        || async {
+            audit(&bed.mgmt)
+                .await
+                .iter()
+                .filter(|e| {
+                    e.user_agent == agent(survivor)
+                        && e.is_complete()
+                        && e.resource() == "leases"
+                        && e.object_ref.as_ref().and_then(|o| o.name.as_deref())
+                            == Some(fence_name(&beta).as_str())
+                })
+                .filter_map(received)
+                .find(|t| *t > stolen)
+        },
+    )
+    .await
+    .expect("the survivor looks at beta's fence Lease again");
     // Noticed: the survivor counts beta as waiting for its Lease (its engagement dropped).
     wait_for(
         "beta waiting for its Lease",
@@ -587,7 +679,7 @@ async fn demote(bed: &Bed, survivor: &str, addr: std::net::SocketAddr) {
     )
     .await
     .expect("the survivor notices the stolen Lease");
-    let dropped = Timestamp::now();
+    let dropped = seen;
     // Work for both: alpha's is done (the survivor keeps writing), beta's waits.
     let alpha_before = claim_names(&wa).await.len();
     pending_pods(&wb, "third", 2).await;

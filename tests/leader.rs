@@ -6,9 +6,13 @@
 //! is taken away while it runs, it writes nothing more, exits (as the process does), and
 //! sends nothing after that.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use common::free_addr;
+use common::replica::Replica;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
@@ -20,52 +24,6 @@ use testbed::{Options, Testbed, wait_for};
 /// A request the API server receives this long after a replica's end may still have been
 /// sent before it (in the socket); later ones cannot.
 const IN_FLIGHT: SignedDuration = SignedDuration::from_secs(1);
-
-fn free_addr() -> std::net::SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr")
-}
-
-/// How a replica's `run_operator` ended on its own: when its runtime had stopped, and the
-/// result (the binary exits with it).
-#[derive(Clone, Debug)]
-struct Exit {
-    at: Timestamp,
-    result: Result<(), String>,
-}
-
-/// An operator replica on its own runtime and thread, as if in its own process: when
-/// `run_operator` returns, the runtime stops with every task (as the process would exit).
-struct Replica {
-    kill: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-    exit: Arc<Mutex<Option<Exit>>>,
-}
-
-impl Replica {
-    /// Stops the replica as a crash would: its runtime drops every task at once, so it
-    /// neither releases the Lease nor sends anything else. Returns when it has stopped.
-    fn kill(&mut self) -> Timestamp {
-        if let Some(kill) = self.kill.take() {
-            let _ = kill.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-        Timestamp::now()
-    }
-
-    /// How `run_operator` ended, if it did on its own.
-    fn exit(&self) -> Option<Exit> {
-        self.exit.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
 
 fn replica(tb: &Testbed, identity: &str) -> Replica {
     let config = controller::runtime::RunConfig {
@@ -81,35 +39,7 @@ fn replica(tb: &Testbed, identity: &str) -> Replica {
         }),
         ..Default::default()
     };
-    let (kill, killed) = tokio::sync::oneshot::channel::<()>();
-    let exit = Arc::new(Mutex::new(None));
-    let exit_of_thread = exit.clone();
-    let thread = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("replica runtime");
-        let ended = runtime.block_on(async {
-            tokio::select! {
-                result = controller::runtime::run_operator(config) => Some(result),
-                _ = killed => None,
-            }
-        });
-        // Every task stops with the runtime: no connection of this replica is left open.
-        runtime.shutdown_timeout(Duration::from_secs(5));
-        if let Some(result) = ended {
-            *exit_of_thread.lock().unwrap_or_else(|p| p.into_inner()) = Some(Exit {
-                at: Timestamp::now(),
-                result: result.map_err(|e| e.to_string()),
-            });
-        }
-    });
-    Replica {
-        kill: Some(kill),
-        thread: Some(thread),
-        exit,
-    }
+    Replica::start(config)
 }
 
 async fn holder(leases: &Api<Lease>) -> Option<String> {

@@ -2,8 +2,10 @@
 //! Karpenter's lifecycle suite runs over `cloudprovider/fake`) on a real kube-apiserver:
 //! launch (success, transient, permanent and insufficient-capacity errors), registration and
 //! initialization, liveness (a failed instance, an instance gone behind our back), repair,
-//! drift and termination. The instance goes through the trait only; the loops still start
-//! their Cluster API caches (Machines, Clusters), which stay empty here.
+//! drift and termination; and a disconnected workload cluster (as hub mode marks one whose
+//! API server stops answering): no termination delete, no liveness give-up, no repair until
+//! it answers again. The instance goes through the trait only; the loops still start their
+//! Cluster API caches (Machines, Clusters), which stay empty here.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,6 +36,8 @@ struct Env {
     caches: Caches,
     ctx: Arc<Ctx>,
     fake: FakeCloudProvider,
+    /// Flips the workload cluster's connection (as hub mode's probes do).
+    connected: tokio::sync::watch::Sender<bool>,
 }
 
 async fn env() -> Env {
@@ -51,6 +55,7 @@ async fn env() -> Env {
         overlays: Default::default(),
         engaged: None,
     };
+    let (connected, connection) = controller::health::Connection::new();
     let shared = Shared {
         workload: client.clone(),
         management: client.clone(),
@@ -73,7 +78,9 @@ async fn env() -> Env {
         unavailable: Arc::default(),
         inventory: Default::default(),
         settings: Settings {
-            node_repair_after: Duration::from_secs(1),
+            // Neither the default nor the fake's 600 s policy: the "not yet" and "due"
+            // cases below tell them apart.
+            node_repair_after: Duration::from_secs(20),
             ..Settings::default()
         },
         kinds: Arc::default(),
@@ -83,7 +90,7 @@ async fn env() -> Env {
         lookups: Arc::default(),
         cluster_id: "fake-test".into(),
         repairs: Arc::default(),
-        connection: Default::default(),
+        connection,
     };
     let fake = FakeCloudProvider::default();
     let ctx = Arc::new(Ctx {
@@ -97,7 +104,15 @@ async fn env() -> Env {
         caches,
         ctx,
         fake,
+        connected,
     }
+}
+
+/// RFC 3339 of `secs` seconds ago (whole seconds, as the API server keeps them).
+fn ago(secs: i64) -> String {
+    let t =
+        k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(secs);
+    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 impl Env {
@@ -320,8 +335,21 @@ async fn the_lifecycle_over_the_fake_provider() {
     ] {
         env.fake.state(|s| s.create_errors.push_back(error));
         env.create_claim(name).await;
+        let before_refusal = env.claim(name).await.expect("claim");
         env.reconcile(name).await.expect("refused, not failed");
         assert!(env.claim(name).await.is_none(), "{name} deleted");
+        // A requeue of the claim as the cache had it before the refusal launches nothing:
+        // the error queue is empty now, so a second create would make an instance (as the
+        // transient case above shows).
+        lifecycle::reconcile(Arc::new(before_refusal), env.ctx.clone())
+            .await
+            .expect("requeue");
+        assert_eq!(
+            env.fake
+                .state(|s| s.create_calls.iter().filter(|c| *c == name).count()),
+            1,
+            "{name}: one create, not relaunched"
+        );
         assert!(
             env.events(name).await.iter().any(|r| r == reason),
             "{name}: event {reason}: {:?}",
@@ -358,9 +386,20 @@ async fn the_lifecycle_over_the_fake_provider() {
     })
     .await;
 
-    // Repair: a Node NotReady for longer than the repair period is replaced.
-    env.node_ready("node-fk-launch", "False", "2026-01-01T00:00:00Z")
-        .await;
+    // Repair: a Node NotReady for less than the repair period (20 s) is not replaced yet...
+    env.node_ready("node-fk-launch", "False", &ago(5)).await;
+    env.reconcile("fk-launch").await.expect("not yet");
+    assert!(
+        !env.events("fk-launch")
+            .await
+            .iter()
+            .any(|r| r == "NodeRepair"),
+        "repaired 5 s into a 20 s period"
+    );
+    let not_yet = env.claim("fk-launch").await.expect("claim");
+    assert!(not_yet.metadata.deletion_timestamp.is_none(), "not yet");
+    // ... and is once it has been for longer (40 s: far inside the fake's 600 s policy).
+    env.node_ready("node-fk-launch", "False", &ago(40)).await;
     env.reconcile("fk-launch").await.expect("repair");
     assert!(
         env.events("fk-launch")
@@ -416,9 +455,84 @@ async fn the_lifecycle_over_the_fake_provider() {
         "{:?}",
         env.events("fk-vanish").await
     );
+    disconnected(&env).await;
     let claims = env.claims();
     claims
         .delete("fk-transient", &DeleteParams::default())
         .await
         .expect("delete");
+}
+
+/// The workload cluster disconnected: a failed instance is not given up, an unhealthy Node
+/// not repaired, a deleted claim's instance not deleted — each for several passes — and
+/// each happens once it is connected again (the positive controls).
+async fn disconnected(env: &Env) {
+    let (repair, failed, deleted) = ("fk-off-repair", "fk-off-failed", "fk-off-deleted");
+    for name in [repair, failed, deleted] {
+        env.create_claim(name).await;
+        env.reconcile(name).await.expect("launch");
+    }
+    env.join(repair).await;
+    env.reconcile_until(repair, "initialized", |c| is_true(c, types::INITIALIZED))
+        .await;
+    env.connected.send_replace(false);
+    env.fake.fail(failed, "quota exceeded");
+    env.node_ready(&format!("node-{repair}"), "False", &ago(3600))
+        .await;
+    env.claims()
+        .delete(deleted, &DeleteParams::default())
+        .await
+        .expect("delete");
+    for _ in 0..3 {
+        for name in [repair, failed, deleted] {
+            env.reconcile(name).await.expect("a disconnected pass");
+        }
+    }
+    assert!(env.claim(failed).await.is_some(), "not given up");
+    assert!(
+        env.fake
+            .state(|s| s.launch_failures.iter().all(|(c, _)| c != failed)),
+        "the provider is not told of a launch failure"
+    );
+    assert!(
+        !env.events(repair).await.iter().any(|r| r == "NodeRepair"),
+        "not repaired"
+    );
+    let held = env.claim(repair).await.expect("claim");
+    assert!(held.metadata.deletion_timestamp.is_none(), "not repaired");
+    let terminating = env.claim(deleted).await.expect("held by its finalizer");
+    assert!(terminating.metadata.deletion_timestamp.is_some());
+    assert_eq!(
+        env.fake
+            .state(|s| s.delete_calls.iter().filter(|c| *c == deleted).count()),
+        0,
+        "no termination delete"
+    );
+    assert!(env.fake.state(|s| s.instances.contains_key(deleted)));
+
+    // Connected again: each happens.
+    env.connected.send_replace(true);
+    env.reconcile_until(failed, "given up", |c| c.is_none())
+        .await;
+    assert!(
+        env.fake
+            .state(|s| s.launch_failures.iter().any(|(c, _)| c == failed)),
+        "{:?}",
+        env.fake.state(|s| s.launch_failures.clone())
+    );
+    env.reconcile(repair).await.expect("repair");
+    assert!(
+        env.events(repair).await.iter().any(|r| r == "NodeRepair"),
+        "{:?}",
+        env.events(repair).await
+    );
+    env.reconcile_until(deleted, "terminated", |c| c.is_none())
+        .await;
+    assert!(
+        env.fake
+            .state(|s| s.delete_calls.iter().any(|c| c == deleted)),
+        "the instance is deleted through the provider"
+    );
+    env.reconcile_until(repair, "repaired", |c| c.is_none())
+        .await;
 }

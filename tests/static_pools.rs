@@ -57,11 +57,11 @@ async fn create_static(client: &Client, replicas: i64, limits: Value, annotation
 
 /// The NodeClaims of pool `pool`.
 async fn claims_of(client: &Client, pool: &str) -> Vec<DynamicObject> {
-    nodeclaims(client)
-        .list(&ListParams::default().labels(&format!("karpenter.sh/nodepool={pool}")))
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default()
+    list(
+        &nodeclaims(client),
+        &ListParams::default().labels(&format!("karpenter.sh/nodepool={pool}")),
+    )
+    .await
 }
 
 fn deleting(c: &DynamicObject) -> bool {
@@ -138,8 +138,11 @@ async fn kubectl_scale_restarts_zone_spread_limits_and_scale_down_order() {
     .await;
     let (most, watcher) = count_max(&client, POOL);
 
-    // 0 → 3 through the scale subresource; the operator is killed and restarted as soon as
-    // the first NodeClaim exists (the others are being created, or not yet).
+    // 0 → 3 through the scale subresource; the operator is killed and restarted in the
+    // middle: an admission policy lets only the pool's first slot be created, so the scale
+    // stops at 1 of 3 (a pass stops at its first refused create); the operator dies there
+    // and the policy goes before its successor starts.
+    let gate = MidScaleGate::close(&client).await;
     scale(&client, 3).await;
     wait_for(
         "a first static NodeClaim",
@@ -150,6 +153,12 @@ async fn kubectl_scale_restarts_zone_spread_limits_and_scale_down_order() {
     .expect("the scale starts");
     env.operator.abort();
     let _ = (&mut env.operator).await;
+    let at_restart = claims_of(&client, POOL).await.len();
+    assert_eq!(
+        at_restart, 1,
+        "the restart lands mid-scale: some but not all of the 3 NodeClaims exist"
+    );
+    gate.open(&client).await;
     env.operator = start_operator(&env.tb);
     let claims = settled(&client, 3, Duration::from_secs(180)).await;
     assert_eq!(most.load(Ordering::SeqCst), 3, "never more than replicas");
@@ -363,5 +372,123 @@ async fn drifted_static_claims_are_replaced_within_limits_and_never_consolidated
             "{} is a surge-first replacement",
             c.name_any()
         );
+    }
+}
+
+/// A ValidatingAdmissionPolicy that refuses every NodeClaim of pool `fixed` but its first
+/// slot's (`scale::slot_name(pool, 0)`): a scale stops after one create.
+struct MidScaleGate;
+
+const GATE: &str = "static-pools-mid-scale-gate";
+
+impl MidScaleGate {
+    fn policies(client: &Client) -> (Api<DynamicObject>, Api<DynamicObject>) {
+        let group = "admissionregistration.k8s.io";
+        (
+            Api::all_with(
+                client.clone(),
+                &ar(
+                    group,
+                    "v1",
+                    "ValidatingAdmissionPolicy",
+                    "validatingadmissionpolicies",
+                ),
+            ),
+            Api::all_with(
+                client.clone(),
+                &ar(
+                    group,
+                    "v1",
+                    "ValidatingAdmissionPolicyBinding",
+                    "validatingadmissionpolicybindings",
+                ),
+            ),
+        )
+    }
+
+    /// A dry-run create of a NodeClaim of the pool that is not its first slot.
+    async fn probe(client: &Client) -> Result<DynamicObject, kube::Error> {
+        let mut probe = nodeclaim("gate-probe", json!([]));
+        probe.metadata.labels =
+            Some([("karpenter.sh/nodepool".to_string(), POOL.to_string())].into());
+        let dry_run = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        nodeclaims(client).create(&dry_run, &probe).await
+    }
+
+    /// Installs the policy and returns once the API server enforces it (a dry-run create
+    /// of another slot is refused).
+    async fn close(client: &Client) -> MidScaleGate {
+        let pool: api::NodePool = from_json(
+            serde_json::to_value(nodepools(client).get(POOL).await.expect("pool"))
+                .expect("pool json"),
+        );
+        let first = controller::static_pools::scale::slot_name(&pool, 0);
+        let (policies, bindings) = Self::policies(client);
+        let expression = format!(
+            "!has(object.metadata.labels) || !('karpenter.sh/nodepool' in object.metadata.labels) \
+             || object.metadata.labels['karpenter.sh/nodepool'] != '{POOL}' \
+             || object.metadata.name == '{first}'"
+        );
+        policies
+            .create(
+                &PostParams::default(),
+                &from_json(json!({
+                    "apiVersion": "admissionregistration.k8s.io/v1",
+                    "kind": "ValidatingAdmissionPolicy",
+                    "metadata": {"name": GATE},
+                    "spec": {
+                        "failurePolicy": "Fail",
+                        "matchConstraints": {"resourceRules": [{
+                            "apiGroups": ["karpenter.sh"], "apiVersions": ["v1"],
+                            "operations": ["CREATE"], "resources": ["nodeclaims"]}]},
+                        "validations": [{"expression": expression,
+                                         "message": "mid-scale gate: only the first slot"}]
+                    }
+                })),
+            )
+            .await
+            .expect("gate policy");
+        bindings
+            .create(
+                &PostParams::default(),
+                &from_json(json!({
+                    "apiVersion": "admissionregistration.k8s.io/v1",
+                    "kind": "ValidatingAdmissionPolicyBinding",
+                    "metadata": {"name": GATE},
+                    "spec": {"policyName": GATE, "validationActions": ["Deny"]}
+                })),
+            )
+            .await
+            .expect("gate binding");
+        wait_for("the gate enforced", Duration::from_secs(30), || async {
+            match Self::probe(client).await {
+                Err(kube::Error::Api(e)) if e.message.contains("mid-scale gate") => Some(()),
+                _ => None,
+            }
+        })
+        .await
+        .expect("the API server enforces the gate");
+        MidScaleGate
+    }
+
+    /// Removes the policy and returns once the API server no longer enforces it.
+    async fn open(self, client: &Client) {
+        let (policies, bindings) = Self::policies(client);
+        bindings
+            .delete(GATE, &Default::default())
+            .await
+            .expect("delete gate binding");
+        policies
+            .delete(GATE, &Default::default())
+            .await
+            .expect("delete gate policy");
+        wait_for("the gate open", Duration::from_secs(30), || async {
+            Self::probe(client).await.ok().map(|_| ())
+        })
+        .await
+        .expect("the API server stops enforcing the gate");
     }
 }

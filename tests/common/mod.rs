@@ -66,6 +66,23 @@ pub fn nodeclasses(c: &Client) -> Api<DynamicObject> {
     )
 }
 
+/// Every object `api` lists with `params`. A failed list fails the test, naming what was
+/// listed: read as an empty list it would pass every "none left" and "nothing new" check.
+pub async fn list<K>(api: &Api<K>, params: &kube::api::ListParams) -> Vec<K>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    match api.list(params).await {
+        Ok(l) => l.items,
+        Err(e) => panic!(
+            "list {} ({:?}, {:?}): {e}",
+            api.resource_url(),
+            params.label_selector,
+            params.field_selector
+        ),
+    }
+}
+
 pub fn free_addr() -> SocketAddr {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     l.local_addr().expect("addr")

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
-/// How a replica's `run_operator` ended on its own: when, and the result.
+/// How a replica's `run_operator` ended on its own: when it returned, and the result.
 #[derive(Clone, Debug)]
 pub struct Exit {
     pub at: Timestamp,
@@ -38,14 +38,18 @@ impl Replica {
                     _ = killed => None,
                 }
             });
-            // Every task stops with the runtime: no connection of this replica is left open.
-            runtime.shutdown_timeout(Duration::from_secs(5));
+            // The end is when `run_operator` returned (the process would exit now), not
+            // when the runtime has stopped: what its tasks send while the runtime stops is
+            // sent after the end.
+            let ended_at = Timestamp::now();
             if let Some(result) = ended {
                 *exit_of_thread.lock().unwrap_or_else(|p| p.into_inner()) = Some(Exit {
-                    at: Timestamp::now(),
+                    at: ended_at,
                     result: result.map_err(|e| e.to_string()),
                 });
             }
+            // Every task stops with the runtime: no connection of this replica is left open.
+            runtime.shutdown_timeout(Duration::from_secs(5));
         });
         Replica {
             kill: Some(kill),
@@ -54,15 +58,18 @@ impl Replica {
         }
     }
 
-    /// Stops the replica as a crash would; returns when it has stopped.
+    /// Stops the replica as a crash would; returns, once it has stopped, the moment it was
+    /// killed (taken before the kill is sent: anything the replica sends while its runtime
+    /// stops is sent after its death).
     pub fn kill(&mut self) -> Timestamp {
+        let at = Timestamp::now();
         if let Some(kill) = self.kill.take() {
             let _ = kill.send(());
         }
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
-        Timestamp::now()
+        at
     }
 
     /// How `run_operator` ended, if it did on its own.

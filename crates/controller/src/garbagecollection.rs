@@ -11,6 +11,7 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::cloudprovider::{CloudProvider, Instance};
+use crate::metrics_labels::NoLabels;
 use crate::nodeclaim::context::Ctx;
 
 pub(crate) use crate::nodeclaim::context::MACHINE_GRACE;
@@ -83,7 +84,7 @@ pub(crate) async fn run(ctx: Ctx, interval: Duration, grace: Duration) {
             // The workload cluster does not answer: its NodeClaim cache may be stale, and a
             // Machine whose NodeClaim we cannot see is not an orphan.
             tracing::info!("garbage collection skipped: workload cluster disconnected");
-            ctx.metrics.gc_skipped.inc();
+            ctx.metrics.gc_skipped.get_or_create(&NoLabels {}).inc();
             continue;
         }
         let claims: HashSet<String> = ctx

@@ -93,8 +93,12 @@ pub struct Metrics {
     /// Hub mode: engagements started per Cluster (the first, and one per re-engagement after
     /// its kubeconfig Secret changed).
     pub cluster_engagements: Family<ClusterLabels, Counter>,
-    /// Garbage-collection passes skipped because the workload cluster was disconnected.
-    pub gc_skipped: Counter,
+    /// Garbage-collection passes skipped because the workload cluster was disconnected
+    /// (per cluster in hub mode).
+    pub gc_skipped: ScopedFamily<NoLabels, Counter>,
+    /// Disruption passes skipped because the workload cluster was disconnected (per
+    /// cluster in hub mode).
+    pub disruption_skipped: ScopedFamily<NoLabels, Counter>,
     /// Hub mode: the opted-in Clusters by state (engaged, disconnected, waiting, not owned).
     pub clusters: Family<StateLabels, Gauge>,
 }
@@ -109,7 +113,7 @@ crate::metrics_scope::scoped_families! {
     cloudprovider_duration, cloudprovider_errors, nodepools_usage, nodepools_limit,
     machines_launched, launch_duration, catalog_instance_types, nodeoverlay_matched_offerings,
     voluntary_disruption_eligible_nodes, nodepools_allowed_disruptions, consolidation_score,
-    launch_steps,
+    launch_steps, gc_skipped, disruption_skipped,
 }
 
 impl Metrics {
@@ -153,7 +157,8 @@ impl Metrics {
             cluster: ClusterState::default(),
             cluster_connected: Family::default(),
             cluster_engagements: Family::default(),
-            gc_skipped: Counter::default(),
+            gc_skipped: ScopedFamily::default(),
+            disruption_skipped: ScopedFamily::default(),
             clusters: Family::default(),
         };
         registry.register_collector(Box::new(m.cluster.clone()));
@@ -339,7 +344,12 @@ impl Metrics {
         r.register(
             "garbage_collection_skipped",
             "Garbage-collection passes skipped because the workload cluster was disconnected.",
-            self.gc_skipped.clone(),
+            Declared(self.gc_skipped.family()),
+        );
+        r.register(
+            "disruption_skipped",
+            "Disruption passes skipped because the workload cluster was disconnected.",
+            Declared(self.disruption_skipped.family()),
         );
         r.register(
             "cluster_engagements",

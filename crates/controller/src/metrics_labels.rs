@@ -2,6 +2,10 @@
 
 use prometheus_client::encoding::EncodeLabelSet;
 
+/// No labels of its own: a per-cluster series that carries only `cluster` (in hub mode).
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NoLabels {}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NodePoolLabels {
     pub nodepool: String,

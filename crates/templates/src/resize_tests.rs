@@ -200,10 +200,29 @@ fn bad_annotations_exclude_the_template_naming_the_annotation() {
         assert!(c.instance_types.is_empty(), "{key}={value}");
         let e = &c.excluded[0].error;
         assert_eq!(e.reason(), "InvalidResizable", "{key}={value}");
-        assert!(
-            e.to_string().contains(key) || e.to_string().contains(ann::RESIZABLE_MEMORY),
-            "{e}"
+        // Each row names its own annotation and value (not merely one that contains it:
+        // `resizable-memory` is a prefix of `resizable-memory-per-cpu`).
+        let TemplateError::Resizable {
+            field,
+            value: named,
+            reason,
+            ..
+        } = e
+        else {
+            panic!("{key}={value}: {e:?}");
+        };
+        assert_eq!(
+            (field.as_str(), named.as_str()),
+            (format!("metadata.annotations[{key}]").as_str(), value),
+            "{key}={value}: {e}"
         );
+        if extra.is_some() {
+            assert_eq!(
+                reason,
+                &format!("needs {} too", ann::RESIZABLE_MEMORY),
+                "{e}"
+            );
+        }
     }
     // An unknown kind needs the field map.
     let t = template(

@@ -192,6 +192,10 @@ pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> 
         }
         if !d.connection.connected() {
             // Disconnected: the caches are stale; disrupt nothing until it answers again.
+            d.metrics
+                .disruption_skipped
+                .get_or_create(&crate::metrics_labels::NoLabels {})
+                .inc();
             continue;
         }
         if d.state.pending() {
