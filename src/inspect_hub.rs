@@ -90,7 +90,10 @@ pub fn row(
                 "connecting",
                 format!("fence Lease held by {o}; not engaged yet (no ClusterEngaged Event)"),
             ),
-            (Some(true), None) => ("engaged", "no fence Lease (leader election disabled)".into()),
+            (Some(true), None) => (
+                "engaged",
+                "no fence Lease (leader election disabled)".into(),
+            ),
             (None, None) => ("waiting", "no replica has engaged it yet".into()),
         },
     };

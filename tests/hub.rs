@@ -185,17 +185,9 @@ async fn a_hub_serves_each_opted_in_cluster_apart_and_only_those() {
 
     let metrics_addr = free_addr();
     let config = controller::runtime::RunConfig {
-        management_kubeconfig: Some(mgmt.kubeconfig().to_path_buf()),
-        metrics_addr,
-        health_addr: free_addr(),
         gc_interval: Duration::from_secs(2),
         gc_grace: Duration::from_secs(5),
-        hub: Some(controller::hub::HubConfig {
-            probe_interval: Duration::from_secs(1),
-            resync: Duration::from_secs(1),
-            ..Default::default()
-        }),
-        ..Default::default()
+        ..common::hub::hub_run_config(&mgmt, metrics_addr)
     };
     let operator = common::spawn_operator(config);
 

@@ -85,17 +85,7 @@ async fn clusters_the_hub_cannot_serve_are_counted_and_say_why() {
     }
 
     let metrics_addr = free_addr();
-    let config = controller::runtime::RunConfig {
-        management_kubeconfig: Some(mgmt.kubeconfig().to_path_buf()),
-        metrics_addr,
-        health_addr: free_addr(),
-        hub: Some(controller::hub::HubConfig {
-            probe_interval: Duration::from_secs(1),
-            resync: Duration::from_secs(1),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
+    let config = common::hub::hub_run_config(&mgmt, metrics_addr);
     let operator = common::spawn_operator(config);
 
     // The positive control: beta, its kubeconfig under `kubeconfig`, is engaged.

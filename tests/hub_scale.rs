@@ -118,17 +118,7 @@ async fn fairness(backlog: usize) {
         opt_in(&m, &ns, name).await;
         create_nodeclass(client, "default", &ns, name).await;
     }
-    let config = controller::runtime::RunConfig {
-        management_kubeconfig: Some(mgmt.kubeconfig().to_path_buf()),
-        metrics_addr: free_addr(),
-        health_addr: free_addr(),
-        hub: Some(controller::hub::HubConfig {
-            probe_interval: Duration::from_secs(1),
-            resync: Duration::from_secs(1),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
+    let config = common::hub::hub_run_config(&mgmt, free_addr());
     let operator = common::spawn_operator(config);
 
     // Engaged (the NodeClasses are served), yet no NodePool: no pod is listed or watched.

@@ -1,5 +1,6 @@
 //! Hub mode set-up shared by `tests/hub.rs` and `tests/hub_scale.rs`: a tenant's fixtures
-//! in the management cluster, its NodeClass, opting a Cluster in, pending pods.
+//! in the management cluster, its NodeClass, opting a Cluster in, pending pods, the hub
+//! operator's configuration.
 
 use std::time::Duration;
 
@@ -134,4 +135,23 @@ pub async fn nodeclass_ready(client: &Client, name: &str) {
     )
     .await
     .expect("the engaged cluster's NodeClass turns Ready");
+}
+
+/// The hub-mode operator's configuration against `mgmt`, metrics on `metrics_addr`: every
+/// engaged cluster probed and the Clusters resynced each second.
+pub fn hub_run_config(
+    mgmt: &Testbed,
+    metrics_addr: std::net::SocketAddr,
+) -> controller::runtime::RunConfig {
+    controller::runtime::RunConfig {
+        management_kubeconfig: Some(mgmt.kubeconfig().to_path_buf()),
+        metrics_addr,
+        health_addr: super::free_addr(),
+        hub: Some(controller::hub::HubConfig {
+            probe_interval: Duration::from_secs(1),
+            resync: Duration::from_secs(1),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
 }

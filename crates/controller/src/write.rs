@@ -195,9 +195,18 @@ where
     /// was read at.
     pub async fn patch_status(&self, obj: &K, status: Value) -> kube::Result<Outcome<K>> {
         let patch = Patch::Merge(guard(json!({ "status": status }), obj.resource_version()));
+        self.send_status(obj, &patch).await
+    }
+
+    /// Sends `patch` to `obj`'s status subresource and records the write.
+    async fn send_status<P: serde::Serialize + std::fmt::Debug>(
+        &self,
+        obj: &K,
+        patch: &Patch<P>,
+    ) -> kube::Result<Outcome<K>> {
         let out = classify(
             self.api
-                .patch_status(&obj.name_any(), &self.params(), &patch)
+                .patch_status(&obj.name_any(), &self.params(), patch)
                 .await,
         )?;
         self.record(obj, &out);
@@ -218,14 +227,7 @@ where
         obj: &K,
         ops: json_patch::Patch,
     ) -> kube::Result<Outcome<K>> {
-        let patch = Patch::Json::<()>(ops);
-        let out = classify(
-            self.api
-                .patch_status(&obj.name_any(), &self.params(), &patch)
-                .await,
-        )?;
-        self.record(obj, &out);
-        Ok(out)
+        self.send_status(obj, &Patch::Json::<()>(ops)).await
     }
 
     /// Server-side applies `body` (a full apply configuration) to `name`'s status, forcing
