@@ -4,10 +4,12 @@
 //!
 //! DIR holds, per size, what `hack/bench/go/schedbench` wrote: `input-<n>.json` (Karpenter's
 //! fake instance types and the pods of its scheduling benchmark, as Kubernetes JSON) and
-//! `karpenter-<n>.json` (its Solve time, NodeClaims, total price, pod errors). The pods go
+//! `karpenter-<n>.json` (its Solve time, NodeClaims, total price, pod errors), and the same
+//! per further catalog (`input-<catalog>-<n>.json`, ...; one row each when present). The pods go
 //! through the operator's own conversion (`provisioning::convert::pod`), then one `solve` is
 //! timed. Price: per NodeClaim, the cheapest available compatible offering, summed (Karpenter's
-//! fake price, 0.1×cpu + 0.1×memory bytes/1e9). `hack/bench/scheduling.sh` drives this.
+//! fake price, 0.1×cpu + 0.1×memory bytes/1e9, or the catalog's); `ours/K` is our price over
+//! Karpenter's, and `first-fit` what our plan would have cost packed first-fit. `hack/bench/scheduling.sh` drives this.
 
 use std::time::Instant;
 
@@ -94,27 +96,49 @@ fn main() -> Result<()> {
         .map(|a| a.parse().with_context(|| format!("size {a}")))
         .collect::<Result<_>>()?;
     println!(
-        "| pods | Karpenter s | ours s | Karpenter/ours | NodeClaims K / ours | price K / ours | unschedulable K / ours |"
+        "| catalog | pods | Karpenter s | ours s | Karpenter/ours | NodeClaims K / ours | price K / ours | ours/K | ours first-fit | unschedulable K / ours |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for n in sizes {
-        let k = read(&dir.join(format!("karpenter-{n}.json")))?;
-        let inp = input(&read(&dir.join(format!("input-{n}.json")))?)?;
+        for catalog in CATALOGS {
+            row(&dir, catalog, n)?;
+        }
+    }
+    Ok(())
+}
+
+/// The catalogs `schedbench -catalogs` writes; "karpenter" has no file prefix.
+const CATALOGS: [&str; 4] = ["karpenter", "bare-metal", "resizable", "overlay"];
+
+/// One table row: catalog `catalog` at `n` pods, when schedbench wrote it.
+fn row(dir: &std::path::Path, catalog: &str, n: usize) -> Result<()> {
+    let prefix = match catalog {
+        "karpenter" => String::new(),
+        c => format!("{c}-"),
+    };
+    let kpath = dir.join(format!("karpenter-{prefix}{n}.json"));
+    if !kpath.exists() {
+        return Ok(());
+    }
+    {
+        let k = read(&kpath)?;
+        let inp = input(&read(&dir.join(format!("input-{prefix}{n}.json")))?)?;
         if inp.pods.len() != n {
             bail!("input-{n}.json holds {} pods", inp.pods.len());
         }
         let t = Instant::now();
         let out = scheduling::solve(&inp);
         let ours = t.elapsed().as_secs_f64();
-        let price: f64 = out.new_node_claims.iter().map(|c| c.cheapest.price).sum();
+        let price = out.price();
+        let kprice = k["price"].as_f64().unwrap_or(f64::NAN);
         let ks = k["seconds"].as_f64().unwrap_or(f64::NAN);
         println!(
-            "| {n} | {ks:.3} | {ours:.4} | {:.0}× | {} / {} | {:.2} / {:.2} | {} / {} |",
+            "| {catalog} | {n} | {ks:.3} | {ours:.4} | {:.0}× | {} / {} | {kprice:.2} / {price:.2} | {:.3} | {:.2} | {} / {} |",
             ks / ours,
             k["nodeClaims"],
             out.new_node_claims.len(),
-            k["price"].as_f64().unwrap_or(f64::NAN),
-            price,
+            price / kprice,
+            out.first_fit_price.unwrap_or(price),
             k["podErrors"],
             out.unschedulable.len(),
         );

@@ -23,7 +23,7 @@ impl LabelValue for Sym {
 /// Interned label key.
 pub(crate) type Key = u32;
 
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(crate) struct Interner {
     map: HashMap<String, u32>,
     names: Vec<String>,

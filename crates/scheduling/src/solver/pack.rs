@@ -5,7 +5,7 @@ use super::*;
 
 /// Claim indices kept sorted by pod count ascending in O(1) per change: `order[end[k-1]..end[k]]`
 /// holds the claims with exactly `k` pods.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(super) struct CountOrder {
     pub(super) order: Vec<usize>,
     pub(super) pos: Vec<usize>,
@@ -315,6 +315,8 @@ impl Solver {
             .map(|p| self.pool_check(p, &self.pods[pi]))
             .collect();
         let base = self.nodes.len();
+        // Under a price cap: the first claim skipped for its price, taken if nothing else can.
+        let mut skipped: Option<(usize, ClaimUpdate)> = None;
         for oi in 0..self.by_count.order.len() {
             let ci = self.by_count.order[oi];
             let c = &self.claims[ci];
@@ -332,6 +334,10 @@ impl Solver {
                 &self.pods[pi],
                 &plan,
             ) {
+                if self.over_cap(ci, &u) {
+                    skipped = skipped.or(Some((ci, u)));
+                    continue;
+                }
                 self.commit(pi, ci, u);
                 return Ok(());
             }
@@ -347,6 +353,10 @@ impl Solver {
                 Ok(()) => return Ok(()),
                 Err(f) => failures.push((pool, f)),
             }
+        }
+        if let Some((ci, u)) = skipped {
+            self.commit(pi, ci, u);
+            return Ok(());
         }
         Err(failures)
     }
@@ -407,6 +417,7 @@ impl Solver {
             ports: Vec::new(),
             held: None,
             relaxed: false,
+            price: f64::INFINITY,
         });
         let ci = self.claims.len() - 1;
         self.by_count.push(ci);
@@ -450,6 +461,10 @@ impl Solver {
         let reqs = c.reqs.clone();
         self.record(pi, slot, Some(&reqs));
         self.hold(ci);
+        if self.cap.is_finite() {
+            let c = &self.claims[ci];
+            self.claims[ci].price = self.claim_price(c.pool, &c.reqs, &c.cands, c.held);
+        }
     }
 
     /// Moves claim `ci`'s unit to the count of its preferred offering now (reserved first,

@@ -1,0 +1,161 @@
+//! Price-aware packing: the cheapest of Karpenter's first-fit plan and a few price-capped plans.
+//!
+//! First-fit (Karpenter's `NodeClaim.Add`) lets a planned NodeClaim take pods while any of its
+//! instance types still holds them, so a claim grows into the largest types whatever they cost
+//! per CPU. A capped packing runs the same simulation with one extra rule: a pod joins a planned
+//! claim only if that leaves the claim's launch price at most `max(cap, its price before)`;
+//! otherwise it tries the next claim and then a new one (and takes the first claim it skipped
+//! if no new claim can hold it). Every other rule of the simulation is unchanged, so every
+//! constraint holds on a capped plan as it does on first-fit's.
+//!
+//! The caps are the prices of the instance types that could save the most: per first-fit claim
+//! pricier than the type, its price minus the type's price × the fewest nodes of the type its
+//! requests need (`ceil` per resource), summed; at most [`MAX_CAPS`] of them, only when that
+//! bound exceeds [`MIN_SAVING`] of first-fit's price (so a catalog priced linearly in size,
+//! where it is about zero, costs one packing). The plan kept is the cheapest that
+//! schedules no fewer pods than first-fit; equal prices go to fewer NodeClaims, then to
+//! first-fit. Deterministic: the caps and the comparison depend on the input only.
+
+use super::*;
+
+/// Capped packings tried at most, besides first-fit.
+pub(super) const MAX_CAPS: usize = 3;
+
+/// Relative tolerance of price comparisons (sums of the same prices in another order).
+const EPSILON: f64 = 1e-9;
+
+/// A cap is tried only if it could save more than this share of first-fit's price.
+const MIN_SAVING: f64 = 1e-3;
+
+/// The cheapest plan for `input`; see the module documentation.
+pub(super) fn cheapest(input: &Input) -> Output {
+    let base = build::build(input);
+    // The clone costs far less than a second setup (interning, groups).
+    let mut first_fit_solver = base.clone();
+    let first_fit = pack_all(&mut first_fit_solver, input);
+    let caps = first_fit_solver.caps();
+    if caps.is_empty() {
+        return first_fit;
+    }
+    let first_fit_price = first_fit.price();
+    let mut best: Option<Output> = None;
+    for cap in caps {
+        let mut s = base.clone();
+        s.cap = cap;
+        let out = pack_all(&mut s, input);
+        if better(&out, best.as_ref().unwrap_or(&first_fit), &first_fit) {
+            best = Some(out);
+        }
+    }
+    match best {
+        Some(mut out) => {
+            out.first_fit_price = Some(first_fit_price);
+            out
+        }
+        None => first_fit,
+    }
+}
+
+/// Whether `cand` beats `best`: it schedules no fewer pods than `first_fit` and is cheaper, or
+/// as cheap with fewer NodeClaims.
+fn better(cand: &Output, best: &Output, first_fit: &Output) -> bool {
+    if cand.unschedulable.len() > first_fit.unschedulable.len() {
+        return false;
+    }
+    let (pc, pb) = (cand.price(), best.price());
+    let eps = EPSILON * pb.abs().max(1.0);
+    pc < pb - eps || (pc <= pb + eps && cand.new_node_claims.len() < best.new_node_claims.len())
+}
+
+impl Solver {
+    /// The launch price of a claim: its preferred launchable offering's (reserved first, then
+    /// the cheapest), as the output lists it; `INFINITY` when it has none.
+    pub(super) fn claim_price(
+        &self,
+        pool: usize,
+        reqs: &IReqs,
+        cands: &BitSet,
+        held: Option<u32>,
+    ) -> f64 {
+        let p = &self.pools[pool];
+        cands
+            .iter()
+            .filter_map(|t| self.preferred_offering(&p.types[t], reqs, Counts::Held(held)))
+            .map(|o| self.rank(&o))
+            .min_by(|a, b| by_rank(*a, *b))
+            .map_or(f64::INFINITY, |r| r.1)
+    }
+
+    /// Whether adding a pod to claim `ci` as `u` says would raise its price above the cap
+    /// (never under first-fit, whose cap is infinite).
+    pub(super) fn over_cap(&self, ci: usize, u: &pack::ClaimUpdate) -> bool {
+        if !self.cap.is_finite() {
+            return false;
+        }
+        let c = &self.claims[ci];
+        let reqs = u.reqs.as_ref().unwrap_or(&c.reqs);
+        self.claim_price(c.pool, reqs, &u.cands, c.held) > self.cap.max(c.price)
+    }
+
+    /// The caps worth a packing, from a finished first-fit packing (see the module
+    /// documentation), in the order they are tried.
+    pub(super) fn caps(&self) -> Vec<f64> {
+        let claims: Vec<(f64, &Claim)> = self
+            .claims
+            .iter()
+            .map(|c| (self.claim_price(c.pool, &c.reqs, &c.cands, c.held), c))
+            .filter(|(p, _)| p.is_finite())
+            .collect();
+        let total: f64 = claims.iter().map(|(p, _)| p).sum();
+        // (what moving first-fit's claims onto this type alone could save at most, its price)
+        let mut scored: Vec<(f64, f64)> = Vec::new();
+        for (pi, pool) in self.pools.iter().enumerate() {
+            for t in pool.base.iter() {
+                let td = &pool.types[t];
+                let Some(price) = td
+                    .offerings
+                    .iter()
+                    .filter(|o| o.available)
+                    .map(|o| o.price)
+                    .reduce(f64::min)
+                else {
+                    continue;
+                };
+                let saving: f64 = claims
+                    .iter()
+                    .filter(|(p, c)| c.pool == pi && *p > price)
+                    .map(|(p, c)| (p - price * nodes_needed(&c.used, &td.usable)).max(0.0))
+                    .sum();
+                if saving > total * MIN_SAVING {
+                    scored.push((saving, price));
+                }
+            }
+        }
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.total_cmp(&b.1)));
+        let mut caps: Vec<f64> = Vec::new();
+        for (_, price) in scored {
+            if !caps.contains(&price) {
+                caps.push(price);
+                if caps.len() == MAX_CAPS {
+                    break;
+                }
+            }
+        }
+        caps
+    }
+}
+
+/// At least how many nodes of allocatable `usable` hold requests `used` (`INFINITY`: none).
+fn nodes_needed(used: &[i64], usable: &[i64]) -> f64 {
+    used.iter()
+        .zip(usable)
+        .filter(|(u, _)| **u > 0)
+        .map(|(u, a)| {
+            if *a > 0 {
+                (*u as f64 / *a as f64).ceil()
+            } else {
+                f64::INFINITY
+            }
+        })
+        .fold(1.0, f64::max)
+}
