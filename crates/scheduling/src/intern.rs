@@ -74,6 +74,10 @@ impl BitSet {
         self.words[i / 64] |= 1 << (i % 64);
     }
 
+    pub(crate) fn contains(&self, i: usize) -> bool {
+        self.words.get(i / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.words.iter().all(|w| *w == 0)
     }

@@ -320,7 +320,12 @@ impl Solver {
         for oi in 0..self.by_count.order.len() {
             let ci = self.by_count.order[oi];
             let c = &self.claims[ci];
-            if !fits(&self.pods[pi].requests, &c.max_free) || pool_ok[c.pool].is_err() {
+            let room = if self.cap.is_finite() {
+                &c.cap_free
+            } else {
+                &c.max_free
+            };
+            if !fits(&self.pods[pi].requests, room) || pool_ok[c.pool].is_err() {
                 continue;
             }
             if let Ok(u) = self.try_claim(
@@ -418,6 +423,8 @@ impl Solver {
             held: None,
             relaxed: false,
             price: f64::INFINITY,
+            launch: usize::MAX,
+            cap_free: Vec::new(),
         });
         let ci = self.claims.len() - 1;
         self.by_count.push(ci);
@@ -463,7 +470,10 @@ impl Solver {
         self.hold(ci);
         if self.cap.is_finite() {
             let c = &self.claims[ci];
-            self.claims[ci].price = self.claim_price(c.pool, &c.reqs, &c.cands, c.held);
+            let (price, launch) = self.claim_launch(c.pool, &c.reqs, &c.cands, c.held);
+            let cap_free = self.cap_free(c, price);
+            let c = &mut self.claims[ci];
+            (c.price, c.launch, c.cap_free) = (price, launch, cap_free);
         }
     }
 

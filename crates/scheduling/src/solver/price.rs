@@ -77,13 +77,45 @@ impl Solver {
         cands: &BitSet,
         held: Option<u32>,
     ) -> f64 {
+        self.claim_launch(pool, reqs, cands, held).0
+    }
+
+    /// [`Self::claim_price`] and the type it launches (`usize::MAX`: none).
+    pub(super) fn claim_launch(
+        &self,
+        pool: usize,
+        reqs: &IReqs,
+        cands: &BitSet,
+        held: Option<u32>,
+    ) -> (f64, usize) {
         let p = &self.pools[pool];
         cands
             .iter()
-            .filter_map(|t| self.preferred_offering(&p.types[t], reqs, Counts::Held(held)))
-            .map(|o| self.rank(&o))
-            .min_by(|a, b| by_rank(*a, *b))
-            .map_or(f64::INFINITY, |r| r.1)
+            .filter_map(|t| {
+                let o = self.preferred_offering(&p.types[t], reqs, Counts::Held(held))?;
+                Some((self.rank(&o), t))
+            })
+            .min_by(|a, b| by_rank(a.0, b.0))
+            .map_or((f64::INFINITY, usize::MAX), |(r, t)| (r.1, t))
+    }
+
+    /// Per resource, the most room left on a candidate of claim `c` that could launch at most
+    /// at `max(cap, price)` (its cheapest available offering is no dearer): a pod needing more
+    /// cannot join it within the cap, whatever the rest of the check says.
+    pub(super) fn cap_free(&self, c: &Claim, price: f64) -> Vec<i64> {
+        let limit = self.cap.max(price);
+        let p = &self.pools[c.pool];
+        let mut free = vec![i64::MIN; c.used.len()];
+        for t in c.cands.iter() {
+            let td = &p.types[t];
+            if !td.offerings.iter().any(|o| o.available && o.price <= limit) {
+                continue;
+            }
+            for (f, (a, u)) in free.iter_mut().zip(td.usable.iter().zip(&c.used)) {
+                *f = (*f).max(a - u);
+            }
+        }
+        free
     }
 
     /// Whether adding a pod to claim `ci` as `u` says would raise its price above the cap
@@ -93,6 +125,10 @@ impl Solver {
             return false;
         }
         let c = &self.claims[ci];
+        // The type it launches still holds the pod, under the same requirements: same price.
+        if u.reqs.is_none() && c.launch != usize::MAX && u.cands.contains(c.launch) {
+            return false;
+        }
         let reqs = u.reqs.as_ref().unwrap_or(&c.reqs);
         self.claim_price(c.pool, reqs, &u.cands, c.held) > self.cap.max(c.price)
     }
