@@ -163,6 +163,11 @@ struct Solver {
     /// a planned claim only if that leaves its price at most `max(cap, price before)`; see
     /// [`price`].
     cap: f64,
+    /// Under a cap: the planned claims' prices so far, summed (a claim's price never drops as
+    /// pods join, so the plan costs at least this), and the price of the best plan already
+    /// found, above which the packing stops.
+    spent: f64,
+    budget: f64,
 }
 
 fn res_index(res_names: &mut Vec<String>, name: &str) -> usize {
@@ -309,11 +314,17 @@ pub fn solve(input: &Input) -> Output {
 /// instance types still holds): the plan [`solve`] starts from and compares against.
 pub fn solve_first_fit(input: &Input) -> Output {
     let mut s = build::build(input);
-    pack_all(&mut s, input)
+    // Without a cap nothing is priced on the way, so the packing runs to the end.
+    let (failed, errors) = pack_all(&mut s, input).unwrap_or_default();
+    output::output(&s, input, failed, errors)
 }
 
-/// Packs every pending pod of `s` (built from `input`) in Karpenter's queue order.
-fn pack_all(s: &mut Solver, input: &Input) -> Output {
+/// Pods left unscheduled, and every pod's failures.
+type Unplaced = (Vec<usize>, Vec<Vec<(usize, Failure)>>);
+
+/// Packs every pending pod of `s` (built from `input`) in Karpenter's queue order; `None` when
+/// a capped packing's claims already cost more than [`Solver::budget`] (it cannot win).
+fn pack_all(s: &mut Solver, input: &Input) -> Option<Unplaced> {
     let cpu = 0;
     let mem = 1;
     // Queue: cpu desc, memory desc, creation, uid.
@@ -337,6 +348,7 @@ fn pack_all(s: &mut Solver, input: &Input) -> Output {
         last_len[pi] = queue.len();
         queue.pop_front();
         match s.add(pi) {
+            Ok(()) if s.spent > s.budget => return None,
             Ok(()) => errors[pi].clear(),
             Err(f) => {
                 errors[pi] = f;
@@ -348,5 +360,5 @@ fn pack_all(s: &mut Solver, input: &Input) -> Output {
             }
         }
     }
-    output::output(s, input, queue.into_iter().collect(), errors)
+    Some((queue.into_iter().collect(), errors))
 }

@@ -473,6 +473,8 @@ impl Solver {
             let (price, launch) = self.claim_launch(c.pool, &c.reqs, &c.cands, c.held);
             let cap_free = self.cap_free(c, price);
             let c = &mut self.claims[ci];
+            let before = if c.price.is_finite() { c.price } else { 0.0 };
+            self.spent += price - before;
             (c.price, c.launch, c.cap_free) = (price, launch, cap_free);
         }
     }

@@ -31,40 +31,80 @@ const MIN_SAVING: f64 = 1e-3;
 pub(super) fn cheapest(input: &Input) -> Output {
     let base = build::build(input);
     // The clone costs far less than a second setup (interning, groups).
-    let mut first_fit_solver = base.clone();
-    let first_fit = pack_all(&mut first_fit_solver, input);
-    let caps = first_fit_solver.caps();
-    if caps.is_empty() {
-        return first_fit;
-    }
-    let first_fit_price = first_fit.price();
-    let mut best: Option<Output> = None;
-    for cap in caps {
+    let mut s = base.clone();
+    let Some(unplaced) = pack_all(&mut s, input) else {
+        // Unreachable: nothing is priced without a cap.
+        return Output::default();
+    };
+    let first_fit = Packed::of(s, unplaced);
+    let mut best: Option<Packed> = None;
+    for cap in first_fit.solver.caps() {
         let mut s = base.clone();
         s.cap = cap;
-        let out = pack_all(&mut s, input);
-        if better(&out, best.as_ref().unwrap_or(&first_fit), &first_fit) {
-            best = Some(out);
+        // A packing whose claims already cost more than the best plan cannot win.
+        let to_beat = best.as_ref().unwrap_or(&first_fit).price;
+        s.budget = to_beat * (1.0 + EPSILON) + EPSILON;
+        let Some(unplaced) = pack_all(&mut s, input) else {
+            continue;
+        };
+        let cand = Packed::of(s, unplaced);
+        if cand.beats(best.as_ref().unwrap_or(&first_fit), &first_fit) {
+            best = Some(cand);
         }
     }
     match best {
-        Some(mut out) => {
-            out.first_fit_price = Some(first_fit_price);
+        Some(b) => {
+            let mut out = b.output(input);
+            out.first_fit_price = Some(first_fit.price);
             out
         }
-        None => first_fit,
+        None => first_fit.output(input),
     }
 }
 
-/// Whether `cand` beats `best`: it schedules no fewer pods than `first_fit` and is cheaper, or
-/// as cheap with fewer NodeClaims.
-fn better(cand: &Output, best: &Output, first_fit: &Output) -> bool {
-    if cand.unschedulable.len() > first_fit.unschedulable.len() {
-        return false;
+/// A finished packing, priced as its output will be.
+struct Packed {
+    solver: Solver,
+    unplaced: Unplaced,
+    /// The claims' launch prices, summed in output order ([`Output::price`]).
+    price: f64,
+    /// Claims with a launchable offering (those the output lists).
+    claims: usize,
+}
+
+impl Packed {
+    fn of(solver: Solver, unplaced: Unplaced) -> Self {
+        let mut price = 0.0;
+        let mut claims = 0;
+        for c in &solver.claims {
+            let p = solver.claim_price(c.pool, &c.reqs, &c.cands, c.held);
+            if p.is_finite() {
+                price += p;
+                claims += 1;
+            }
+        }
+        Packed {
+            solver,
+            unplaced,
+            price,
+            claims,
+        }
     }
-    let (pc, pb) = (cand.price(), best.price());
-    let eps = EPSILON * pb.abs().max(1.0);
-    pc < pb - eps || (pc <= pb + eps && cand.new_node_claims.len() < best.new_node_claims.len())
+
+    /// Whether this plan beats `best`: it schedules no fewer pods than `first_fit` and is
+    /// cheaper, or as cheap with fewer NodeClaims.
+    fn beats(&self, best: &Packed, first_fit: &Packed) -> bool {
+        if self.unplaced.0.len() > first_fit.unplaced.0.len() {
+            return false;
+        }
+        let eps = EPSILON * best.price.abs().max(1.0);
+        self.price < best.price - eps || (self.price <= best.price + eps && self.claims < best.claims)
+    }
+
+    fn output(self, input: &Input) -> Output {
+        let (failed, errors) = self.unplaced;
+        output::output(&self.solver, input, failed, errors)
+    }
 }
 
 impl Solver {
@@ -177,6 +217,9 @@ impl Solver {
                 }
             }
         }
+        // The highest cap first: it packs densest, often wins, and its price then stops the
+        // lower caps' packings early.
+        caps.sort_by(|a, b| b.total_cmp(a));
         caps
     }
 }
