@@ -836,12 +836,16 @@ fn price_aware_example_plans_small_nodes() {
     let price = total["pricePerHour"].as_f64().expect("price");
     assert!(price <= 0.25 + 1e-9, "{price}");
     // The NodeOverlay did price `large` at 1.00/h: first-fit's one `large` is what it beat.
-    let first_fit = total["firstFitPricePerHour"].as_f64().expect("firstFitPricePerHour");
+    let first_fit = total["firstFitPricePerHour"]
+        .as_f64()
+        .expect("firstFitPricePerHour");
     assert!((first_fit - 1.00).abs() < 1e-9, "{first_fit}");
 
     let table = stdout(&simulate(&["-f", "examples/price-aware/"], None));
     assert!(
-        table.contains("Price-aware packing: 0.2000/h; first-fit packing (Karpenter's) would cost 1.0000/h"),
+        table.contains(
+            "Price-aware packing: 0.2000/h; first-fit packing (Karpenter's) would cost 1.0000/h"
+        ),
         "{table}"
     );
 }

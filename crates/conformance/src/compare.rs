@@ -231,7 +231,10 @@ pub fn table(records: &[Record], outcomes: &[Outcome]) -> String {
         // Karpenter's price is not within tolerance of ours or below it.
         .filter(|o| o.same_pods() && !cheaper(&o.ours, &o.karpenter))
         .collect();
-    let saved: f64 = strictly.iter().map(|o| o.karpenter.price - o.ours.price).sum();
+    let saved: f64 = strictly
+        .iter()
+        .map(|o| o.karpenter.price - o.ours.price)
+        .sum();
     let k_total: f64 = strictly.iter().map(|o| o.karpenter.price).sum();
     let cheaper = count(&|o| o.same_pods() && cheaper(&o.karpenter, &o.ours));
     let same_claims = count(&|o| o.ours.claims == o.karpenter.claims);

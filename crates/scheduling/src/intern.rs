@@ -75,7 +75,9 @@ impl BitSet {
     }
 
     pub(crate) fn contains(&self, i: usize) -> bool {
-        self.words.get(i / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
+        self.words
+            .get(i / 64)
+            .is_some_and(|w| w & (1 << (i % 64)) != 0)
     }
 
     pub(crate) fn is_empty(&self) -> bool {

@@ -25,7 +25,10 @@ fn why_case() -> Input {
         priced("small", 2000, 4, "amd64", 0.05),
         priced("large", 8000, 16, "amd64", 1.00),
     ];
-    input(vec![NodePool::new("default", types)], pods("p", 10, 500, 128))
+    input(
+        vec![NodePool::new("default", types)],
+        pods("p", 10, 500, 128),
+    )
 }
 
 #[test]
@@ -54,7 +57,11 @@ fn why_case_plans_small_nodes() {
     assert_eq!(out.new_node_claims.len(), 4);
     assert!(out.price() <= 0.25, "{}", out.price());
     assert_eq!(out.first_fit_price, Some(ff.price()));
-    assert!(violations(&inp, &out).is_empty(), "{:?}", violations(&inp, &out));
+    assert!(
+        violations(&inp, &out).is_empty(),
+        "{:?}",
+        violations(&inp, &out)
+    );
 }
 
 #[test]
@@ -104,7 +111,11 @@ fn capped_plan_keeps_anti_affinity_spread_and_selectors() {
     }
     let inp = input(vec![NodePool::new("default", types)], ps);
     let ff = solve_first_fit(&inp);
-    assert!(violations(&inp, &ff).is_empty(), "{:?}", violations(&inp, &ff));
+    assert!(
+        violations(&inp, &ff).is_empty(),
+        "{:?}",
+        violations(&inp, &ff)
+    );
     let out = solve(&inp);
     assert!(out.unschedulable.is_empty());
     assert_eq!(placed(&out), 20);
@@ -115,7 +126,11 @@ fn capped_plan_keeps_anti_affinity_spread_and_selectors() {
         ff.price()
     );
     assert_eq!(out.first_fit_price, Some(ff.price()));
-    assert!(violations(&inp, &out).is_empty(), "{:?}", violations(&inp, &out));
+    assert!(
+        violations(&inp, &out).is_empty(),
+        "{:?}",
+        violations(&inp, &out)
+    );
 }
 
 #[test]

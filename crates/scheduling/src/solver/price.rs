@@ -98,7 +98,8 @@ impl Packed {
             return false;
         }
         let eps = EPSILON * best.price.abs().max(1.0);
-        self.price < best.price - eps || (self.price <= best.price + eps && self.claims < best.claims)
+        self.price < best.price - eps
+            || (self.price <= best.price + eps && self.claims < best.claims)
     }
 
     fn output(self, input: &Input) -> Output {
