@@ -121,31 +121,29 @@ fn row(dir: &std::path::Path, catalog: &str, n: usize) -> Result<()> {
     if !kpath.exists() {
         return Ok(());
     }
-    {
-        let k = read(&kpath)?;
-        let inp = input(&read(&dir.join(format!("input-{prefix}{n}.json")))?)?;
-        if inp.pods.len() != n {
-            bail!("input-{n}.json holds {} pods", inp.pods.len());
-        }
-        let t = Instant::now();
-        let out = scheduling::solve(&inp);
-        let ours = t.elapsed().as_secs_f64();
-        let t = Instant::now();
-        let first_fit = scheduling::solve_first_fit(&inp);
-        let first_fit_s = t.elapsed().as_secs_f64();
-        let price = out.price();
-        let kprice = k["price"].as_f64().unwrap_or(f64::NAN);
-        let ks = k["seconds"].as_f64().unwrap_or(f64::NAN);
-        println!(
-            "| {catalog} | {n} | {ks:.3} | {ours:.4} | {:.0}× | {first_fit_s:.4} | {} / {} | {kprice:.2} / {price:.2} | {:.3} | {:.2} | {} / {} |",
-            ks / ours,
-            k["nodeClaims"],
-            out.new_node_claims.len(),
-            price / kprice,
-            first_fit.price(),
-            k["podErrors"],
-            out.unschedulable.len(),
-        );
+    let k = read(&kpath)?;
+    let inp = input(&read(&dir.join(format!("input-{prefix}{n}.json")))?)?;
+    if inp.pods.len() != n {
+        bail!("input-{prefix}{n}.json holds {} pods", inp.pods.len());
     }
+    let t = Instant::now();
+    let out = scheduling::solve(&inp);
+    let ours = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let first_fit = scheduling::solve_first_fit(&inp);
+    let first_fit_s = t.elapsed().as_secs_f64();
+    let price = out.price();
+    let kprice = k["price"].as_f64().unwrap_or(f64::NAN);
+    let ks = k["seconds"].as_f64().unwrap_or(f64::NAN);
+    println!(
+        "| {catalog} | {n} | {ks:.3} | {ours:.4} | {:.0}× | {first_fit_s:.4} | {} / {} | {kprice:.2} / {price:.2} | {:.3} | {:.2} | {} / {} |",
+        ks / ours,
+        k["nodeClaims"],
+        out.new_node_claims.len(),
+        price / kprice,
+        first_fit.price(),
+        k["podErrors"],
+        out.unschedulable.len(),
+    );
     Ok(())
 }
