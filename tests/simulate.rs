@@ -816,3 +816,45 @@ spec:
         "{table}"
     );
 }
+
+/// Issue 39's case (`examples/price-aware/`): `small` 2 cpu at 0.05/h, `large` 8 cpu priced at
+/// 1.00/h by a NodeOverlay, ten pods of 500m. First-fit would put them on one `large` (1.00/h,
+/// shown as what the plan beat); the plan is four `small` (0.20/h).
+#[test]
+fn price_aware_example_plans_small_nodes() {
+    let out = simulate(&["-f", "examples/price-aware/", "-o", "json"], None);
+    let plan: Value = serde_json::from_str(&stdout(&out)).expect("JSON plan");
+    assert_eq!(plan["warnings"], serde_json::json!([]), "{plan:#}");
+    let claims = plan["nodeClaims"].as_array().expect("nodeClaims");
+    assert_eq!(claims.len(), 4, "{plan:#}");
+    for c in claims {
+        assert_eq!(c["instanceType"], "small", "{c:#}");
+        assert_eq!(c["pricePerHour"], 0.05, "{c:#}");
+    }
+    let total = &plan["total"];
+    assert_eq!(total["podsOnNewNodeClaims"], 10, "{plan:#}");
+    let price = total["pricePerHour"].as_f64().expect("price");
+    assert!(price <= 0.25 + 1e-9, "{price}");
+    // The NodeOverlay did price `large` at 1.00/h: first-fit's one `large` is what it beat.
+    let first_fit = total["firstFitPricePerHour"]
+        .as_f64()
+        .expect("firstFitPricePerHour");
+    assert!((first_fit - 1.00).abs() < 1e-9, "{first_fit}");
+
+    let table = stdout(&simulate(&["-f", "examples/price-aware/"], None));
+    assert!(
+        table.contains(
+            "Price-aware packing: 0.2000/h; first-fit packing (Karpenter's) would cost 1.0000/h"
+        ),
+        "{table}"
+    );
+}
+
+/// A plan first-fit already makes (the example snapshot) shows no first-fit price.
+#[test]
+fn first_fit_price_only_when_it_lost() {
+    let out = simulate(&["-f", "examples/snapshot/", "-o", "json"], None);
+    let plan: Value = serde_json::from_str(&stdout(&out)).expect("JSON plan");
+    assert!(plan["total"]["pricePerHour"].as_f64().is_some(), "{plan:#}");
+    assert_eq!(plan["total"].get("firstFitPricePerHour"), None, "{plan:#}");
+}

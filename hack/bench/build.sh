@@ -28,7 +28,8 @@ for what in "$@"; do
     karpenter-kwok) pkg=sigs.k8s.io/karpenter/kwok ;;
     *) echo "bench/build: unknown binary $what" >&2; exit 2 ;;
   esac
-  [ -x "$out/$what" ] && continue
+  # schedbench is our source: rebuilt when it changed since the cached build.
+  [ -x "$out/$what" ] && { [ "$what" != schedbench ] || [ "$out/$what" -nt "$here/go/schedbench/main.go" ]; } && continue
   echo "bench/build: building $what from sigs.k8s.io/karpenter v$version (first time takes minutes)" >&2
   t0=$SECONDS
   (cd "$here/go" && go build -ldflags "-s -w -X sigs.k8s.io/karpenter/pkg/operator.Version=v$version" \

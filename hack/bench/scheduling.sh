@@ -5,13 +5,16 @@
 # (fake.InstanceTypes(400), makeDiversePods(n)) and writes those instance types and pods as
 # JSON; our solver then solves exactly those pods, converted by the operator's own code. One
 # Solve per side and size; one table row per size (times, ratio, NodeClaims, total price of
-# the cheapest offering per NodeClaim, unschedulable pods). Fails (after the table) when our
-# solver leaves more pods unschedulable than Karpenter's on the same input. A full run (not
-# quick) also writes the table and Karpenter's figures to hack/bench/baseline/<date>-scheduling/
-# to be committed with the figures the docs quote (BENCH_BASELINE=0: not).
-#   hack/bench/scheduling.sh                 # 1000, 5000, 20000 pods
+# the cheapest offering per NodeClaim, unschedulable pods), per catalog: Karpenter's benchmark
+# catalog and three that are not priced linearly in size (bare-metal, resizable, overlay; see
+# go/schedbench/main.go). Fails (after the table) when our solver leaves more pods unschedulable
+# than Karpenter's on the same input. A full run (not quick) also writes the table and
+# Karpenter's figures to hack/bench/baseline/<date>-scheduling/ to be committed with the figures
+# the docs quote (BENCH_BASELINE=0: not).
+#   hack/bench/scheduling.sh                 # 1000, 5000, 20000 pods, every catalog
 #   BENCH_QUICK=1 hack/bench/scheduling.sh   # 1000 pods (make test, CI)
 #   BENCH_SIZES=2000,10000 hack/bench/scheduling.sh
+#   BENCH_CATALOGS=karpenter,overlay hack/bench/scheduling.sh   # quick mode: karpenter only
 # For criterion statistics of our solver alone: cargo bench -p scheduling
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -19,17 +22,18 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/baseline.sh"
 cd "$here/../.."
 sizes=${BENCH_SIZES:-1000,5000,20000}
+catalogs=${BENCH_CATALOGS:-karpenter,bare-metal,resizable,overlay}
 # Quick mode (make test, after `cargo test --workspace`) uses the dev build of the example: the
 # solver crate is optimised in dev builds too (Cargo.toml), the conversion is not timed.
 profile=release
-[ "${BENCH_QUICK:-}" = 1 ] || [ "${1:-}" = --quick ] && sizes=1000 profile=dev
+[ "${BENCH_QUICK:-}" = 1 ] || [ "${1:-}" = --quick ] && sizes=1000 profile=dev catalogs=${BENCH_CATALOGS:-karpenter}
 out=$(bash "$here/build.sh" schedbench)
 run=.cache/bench/scheduling
 rm -rf "$run" && mkdir -p "$run"
 cargo build --quiet --profile "$profile" --locked -p controller --example vs_karpenter
 dir=$profile; [ "$profile" = dev ] && dir=debug
 echo "Karpenter $(basename "$out" | sed 's/karpenter-/v/') scheduler vs ours ($profile build), one Solve each, on $(nproc) cores ($(date -u +%F)):"
-"$out/schedbench" -sizes "$sizes" -out "$run"
+"$out/schedbench" -sizes "$sizes" -catalogs "$catalogs" -out "$run"
 "${CARGO_TARGET_DIR:-target}/$dir/examples/vs_karpenter" "$run" ${sizes//,/ } | tee "$run/table.md"
 if [ "$profile" = release ] && dest=$(baseline_dir scheduling) && [ -n "$dest" ]; then
   cp "$run/table.md" "$run"/karpenter-*.json "$dest/"

@@ -95,6 +95,10 @@ pub struct Total {
     pub pods_on_new_node_claims: usize,
     pub pods_on_existing: usize,
     pub pods_unplaceable: usize,
+    /// What `price_per_hour` would have been with Karpenter's first-fit packing, when the
+    /// price-aware plan beat it (`scheduling::Output::first_fit_price`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_fit_price_per_hour: Option<f64>,
 }
 
 /// The provisioner's plan for a snapshot.
@@ -187,11 +191,15 @@ pub fn plan(loaded: &Loaded) -> Plan {
         .collect();
     let on_new: usize = node_claims.iter().map(|c| c.pods.len()).sum();
     let on_existing = output.existing.len();
+    let price_per_hour = node_claims
+        .iter()
+        .fold(0.0, |sum, c| sum + c.price_per_hour);
     let total = Total {
         node_claims: node_claims.len(),
-        price_per_hour: node_claims
-            .iter()
-            .fold(0.0, |sum, c| sum + c.price_per_hour),
+        price_per_hour,
+        first_fit_price_per_hour: output
+            .first_fit_price
+            .map(|ff| price_per_hour - output.price() + ff),
         pods_placed: on_new + on_existing,
         pods_on_new_node_claims: on_new,
         pods_on_existing: on_existing,

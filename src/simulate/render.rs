@@ -54,6 +54,13 @@ pub fn render_table(plan: &Plan) -> String {
         t.pods_on_existing,
         t.pods_unplaceable
     );
+    if let Some(ff) = t.first_fit_price_per_hour {
+        let _ = writeln!(
+            out,
+            "Price-aware packing: {:.4}/h; first-fit packing (Karpenter's) would cost {ff:.4}/h",
+            t.price_per_hour
+        );
+    }
     out
 }
 

@@ -226,6 +226,16 @@ pub fn table(records: &[Record], outcomes: &[Outcome]) -> String {
     let valid = count(&|o| o.ours.violations.is_empty());
     let k_valid = count(&|o| o.karpenter.violations.is_empty());
     let same = count(&|o| o.same_pods());
+    let strictly: Vec<&Outcome> = outcomes
+        .iter()
+        // Karpenter's price is not within tolerance of ours or below it.
+        .filter(|o| o.same_pods() && !cheaper(&o.ours, &o.karpenter))
+        .collect();
+    let saved: f64 = strictly
+        .iter()
+        .map(|o| o.karpenter.price - o.ours.price)
+        .sum();
+    let k_total: f64 = strictly.iter().map(|o| o.karpenter.price).sum();
     let cheaper = count(&|o| o.same_pods() && cheaper(&o.karpenter, &o.ours));
     let same_claims = count(&|o| o.ours.claims == o.karpenter.claims);
     let more = count(&|o| !o.more.is_empty());
@@ -254,6 +264,16 @@ pub fn table(records: &[Record], outcomes: &[Outcome]) -> String {
         s,
         "| … of which our price ≤ Karpenter's | {cheaper} | {} of {same} |",
         pct(cheaper, same)
+    );
+    let _ = writeln!(
+        s,
+        "| … of which our price < Karpenter's | {} | saves {saved:.4}/h of their {k_total:.4}/h ({}) |",
+        strictly.len(),
+        if k_total > 0.0 {
+            format!("{:.1} %", 100.0 * saved / k_total)
+        } else {
+            "–".into()
+        }
     );
     let _ = writeln!(
         s,

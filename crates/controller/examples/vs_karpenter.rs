@@ -4,10 +4,13 @@
 //!
 //! DIR holds, per size, what `hack/bench/go/schedbench` wrote: `input-<n>.json` (Karpenter's
 //! fake instance types and the pods of its scheduling benchmark, as Kubernetes JSON) and
-//! `karpenter-<n>.json` (its Solve time, NodeClaims, total price, pod errors). The pods go
+//! `karpenter-<n>.json` (its Solve time, NodeClaims, total price, pod errors), and the same
+//! per further catalog (`input-<catalog>-<n>.json`, ...; one row each when present). The pods go
 //! through the operator's own conversion (`provisioning::convert::pod`), then one `solve` is
 //! timed. Price: per NodeClaim, the cheapest available compatible offering, summed (Karpenter's
-//! fake price, 0.1×cpu + 0.1×memory bytes/1e9). `hack/bench/scheduling.sh` drives this.
+//! fake price, 0.1×cpu + 0.1×memory bytes/1e9, or the catalog's); `ours/K` is our price over
+//! Karpenter's; `ours first-fit` is our first-fit packing alone (`solve_first_fit`, timed
+//! after `solve`), what the price-aware plan is compared with. `hack/bench/scheduling.sh` drives this.
 //!
 //! Exits non-zero (after the whole table) when our solver leaves more pods unschedulable than
 //! Karpenter's did on the same input: those are pods a scheduler places, and we do not.
@@ -97,33 +100,15 @@ fn main() -> Result<()> {
         .map(|a| a.parse().with_context(|| format!("size {a}")))
         .collect::<Result<_>>()?;
     println!(
-        "| pods | Karpenter s | ours s | Karpenter/ours | NodeClaims K / ours | price K / ours | unschedulable K / ours |"
+        "| catalog | pods | Karpenter s | ours s | Karpenter/ours | ours first-fit s | NodeClaims K / ours | price K / ours | ours/K | ours first-fit | unschedulable K / ours |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut failures = Vec::new();
     for n in sizes {
-        let k = read(&dir.join(format!("karpenter-{n}.json")))?;
-        let inp = input(&read(&dir.join(format!("input-{n}.json")))?)?;
-        if inp.pods.len() != n {
-            bail!("input-{n}.json holds {} pods", inp.pods.len());
-        }
-        let t = Instant::now();
-        let out = scheduling::solve(&inp);
-        let ours = t.elapsed().as_secs_f64();
-        let price: f64 = out.new_node_claims.iter().map(|c| c.cheapest.price).sum();
-        let ks = k["seconds"].as_f64().unwrap_or(f64::NAN);
-        println!(
-            "| {n} | {ks:.3} | {ours:.4} | {:.0}× | {} / {} | {:.2} / {:.2} | {} / {} |",
-            ks / ours,
-            k["nodeClaims"],
-            out.new_node_claims.len(),
-            k["price"].as_f64().unwrap_or(f64::NAN),
-            price,
-            k["podErrors"],
-            out.unschedulable.len(),
-        );
-        if let Err(e) = placed_as_karpenter(n, &k["podErrors"], out.unschedulable.len()) {
-            failures.push(e);
+        for catalog in CATALOGS {
+            if let Err(e) = row(&dir, catalog, n)? {
+                failures.push(e);
+            }
         }
     }
     if !failures.is_empty() {
@@ -133,16 +118,59 @@ fn main() -> Result<()> {
 }
 
 /// Our solver leaves no more pods unschedulable than Karpenter's did on the same `n` pods.
-fn placed_as_karpenter(n: usize, karpenter: &Value, ours: usize) -> Result<(), String> {
+fn placed_as_karpenter(what: &str, karpenter: &Value, ours: usize) -> Result<(), String> {
     let Some(karpenter) = karpenter.as_u64() else {
-        return Err(format!(
-            "{n} pods: karpenter-{n}.json has no podErrors count"
-        ));
+        return Err(format!("{what}: Karpenter's result has no podErrors count"));
     };
     if ours as u64 > karpenter {
         return Err(format!(
-            "{n} pods: our solver left {ours} pods unschedulable, Karpenter's {karpenter}"
+            "{what}: our solver left {ours} pods unschedulable, Karpenter's {karpenter}"
         ));
     }
     Ok(())
+}
+
+/// The catalogs `schedbench -catalogs` writes; "karpenter" has no file prefix.
+const CATALOGS: [&str; 4] = ["karpenter", "bare-metal", "resizable", "overlay"];
+
+/// One table row: catalog `catalog` at `n` pods, when schedbench wrote it; `Err` inside when
+/// our solver left pods unschedulable that Karpenter's placed.
+fn row(dir: &std::path::Path, catalog: &str, n: usize) -> Result<Result<(), String>> {
+    let prefix = match catalog {
+        "karpenter" => String::new(),
+        c => format!("{c}-"),
+    };
+    let kpath = dir.join(format!("karpenter-{prefix}{n}.json"));
+    if !kpath.exists() {
+        return Ok(Ok(()));
+    }
+    let k = read(&kpath)?;
+    let inp = input(&read(&dir.join(format!("input-{prefix}{n}.json")))?)?;
+    if inp.pods.len() != n {
+        bail!("input-{prefix}{n}.json holds {} pods", inp.pods.len());
+    }
+    let t = Instant::now();
+    let out = scheduling::solve(&inp);
+    let ours = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let first_fit = scheduling::solve_first_fit(&inp);
+    let first_fit_s = t.elapsed().as_secs_f64();
+    let price = out.price();
+    let kprice = k["price"].as_f64().unwrap_or(f64::NAN);
+    let ks = k["seconds"].as_f64().unwrap_or(f64::NAN);
+    println!(
+        "| {catalog} | {n} | {ks:.3} | {ours:.4} | {:.0}× | {first_fit_s:.4} | {} / {} | {kprice:.2} / {price:.2} | {:.3} | {:.2} | {} / {} |",
+        ks / ours,
+        k["nodeClaims"],
+        out.new_node_claims.len(),
+        price / kprice,
+        first_fit.price(),
+        k["podErrors"],
+        out.unschedulable.len(),
+    );
+    Ok(placed_as_karpenter(
+        &format!("{catalog}, {n} pods"),
+        &k["podErrors"],
+        out.unschedulable.len(),
+    ))
 }

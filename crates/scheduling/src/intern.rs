@@ -23,7 +23,7 @@ impl LabelValue for Sym {
 /// Interned label key.
 pub(crate) type Key = u32;
 
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(crate) struct Interner {
     map: HashMap<String, u32>,
     names: Vec<String>,
@@ -72,6 +72,12 @@ impl BitSet {
 
     pub(crate) fn insert(&mut self, i: usize) {
         self.words[i / 64] |= 1 << (i % 64);
+    }
+
+    pub(crate) fn contains(&self, i: usize) -> bool {
+        self.words
+            .get(i / 64)
+            .is_some_and(|w| w & (1 << (i % 64)) != 0)
     }
 
     pub(crate) fn is_empty(&self) -> bool {

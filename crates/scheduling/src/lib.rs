@@ -13,7 +13,7 @@ mod solver;
 
 pub use model::*;
 pub use requirements::{Operator, Requirement, Requirements, ValueSet};
-pub use solver::{MAX_INSTANCE_TYPES, solve};
+pub use solver::{MAX_INSTANCE_TYPES, solve, solve_first_fit};
 
 /// Why a pod could not go onto a new NodeClaim of one NodePool.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -530,6 +530,16 @@ pub struct Output {
     pub new_node_claims: Vec<NewNodeClaim>,
     pub existing: Vec<Placement>,
     pub unschedulable: Vec<Unschedulable>,
+    /// The price per hour of Karpenter's first-fit plan for the same pods, when this plan beat
+    /// it (is cheaper, or as cheap with fewer NodeClaims); `None` when the plan is first-fit's.
+    pub first_fit_price: Option<f64>,
+}
+
+impl Output {
+    /// The launch price per hour of the new NodeClaims: each one's cheapest offering, summed.
+    pub fn price(&self) -> f64 {
+        self.new_node_claims.iter().map(|c| c.cheapest.price).sum()
+    }
 }
 
 impl Output {

@@ -219,7 +219,10 @@ pub fn simulate(view: &View, candidates: &[&Priced], now: Timestamp) -> Result<M
     for p in &mut snap.input.pods {
         p.moving = true;
     }
-    let out = scheduling::solve(&snap.input);
+    // First-fit (Karpenter's packing): a replace is one new node, and no single NodeClaim is
+    // cheaper than first-fit's; the price-aware plan may split the pods over several cheaper
+    // nodes, which a replace cannot take yet (issue 39, split consolidation).
+    let out = scheduling::solve_first_fit(&snap.input);
     own_pods_placed(&snap, &out, &own)?;
     let price: f64 = candidates.iter().map(|c| c.price).sum();
     let disruption: f64 = candidates.iter().map(|c| c.cost).sum();

@@ -183,6 +183,9 @@ fn new_solver() -> Solver {
         placements: Vec::new(),
         counts: Vec::new(),
         best_effort: false,
+        cap: f64::INFINITY,
+        spent: 0.0,
+        budget: f64::INFINITY,
     };
     // A new node's hostname is unknown: a pod requiring a specific hostname cannot get one.
     s.well_known = WELL_KNOWN_LABELS

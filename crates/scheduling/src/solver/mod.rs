@@ -12,6 +12,7 @@ mod groups;
 mod output;
 mod pack;
 mod pod;
+mod price;
 mod topology;
 
 use std::collections::{BTreeMap, HashMap};
@@ -33,6 +34,7 @@ type MatchKey = (u32, Vec<(Key, Sym)>);
 /// Instance types kept on a NodeClaim, cheapest first.
 pub const MAX_INSTANCE_TYPES: usize = 600;
 
+#[derive(Clone)]
 struct TypeData {
     name: String,
     reqs: IReqs,
@@ -81,12 +83,14 @@ enum Counts {
 }
 
 /// A shared count: its key, the units at the start, the units left.
+#[derive(Clone)]
 struct Count {
     key: String,
     available: u32,
     left: i64,
 }
 
+#[derive(Clone)]
 struct PoolData {
     name: String,
     taints: Vec<Taint>,
@@ -100,6 +104,7 @@ struct PoolData {
     counted: bool,
 }
 
+#[derive(Clone)]
 struct NodeData {
     name: String,
     labels: Vec<(Key, Sym)>,
@@ -109,6 +114,7 @@ struct NodeData {
     refuses_moving: bool,
 }
 
+#[derive(Clone)]
 struct Claim {
     pool: usize,
     reqs: IReqs,
@@ -121,8 +127,15 @@ struct Claim {
     held: Option<u32>,
     /// A `minValues` of its requirements was relaxed.
     relaxed: bool,
+    /// Its launch price now; kept only under a price cap ([`Solver::cap`]).
+    price: f64,
+    /// Under a price cap: the type it launches now (`usize::MAX`: none), and the most room
+    /// left on a candidate that could launch within the cap (see [`Solver::cap_free`]).
+    launch: usize,
+    cap_free: Vec<i64>,
 }
 
+#[derive(Clone)]
 struct Solver {
     names: Interner,
     res_names: Vec<String>,
@@ -146,6 +159,15 @@ struct Solver {
     counts: Vec<Count>,
     /// `minValues` is relaxed rather than failed ([`crate::MinValuesPolicy::BestEffort`]).
     best_effort: bool,
+    /// Price cap of planned NodeClaims (`INFINITY`: first-fit, Karpenter's packing): a pod joins
+    /// a planned claim only if that leaves its price at most `max(cap, price before)`; see
+    /// [`price`].
+    cap: f64,
+    /// Under a cap: the planned claims' prices so far, summed (a claim's price never drops as
+    /// pods join, so the plan costs at least this), and the price of the best plan already
+    /// found, above which the packing stops.
+    spent: f64,
+    budget: f64,
 }
 
 fn res_index(res_names: &mut Vec<String>, name: &str) -> usize {
@@ -281,8 +303,28 @@ impl Solver {
 }
 
 /// Runs one scheduling simulation. Deterministic: the same input gives the same output.
+///
+/// The plan is the cheapest of Karpenter's first-fit packing and a few price-capped packings
+/// ([`price`]); [`Output::first_fit_price`] says what first-fit would have cost when it lost.
 pub fn solve(input: &Input) -> Output {
+    price::cheapest(input)
+}
+
+/// Karpenter's first-fit packing alone (a planned NodeClaim takes every pod one of its
+/// instance types still holds): the plan [`solve`] starts from and compares against.
+pub fn solve_first_fit(input: &Input) -> Output {
     let mut s = build::build(input);
+    // Without a cap nothing is priced on the way, so the packing runs to the end.
+    let (failed, errors) = pack_all(&mut s, input).unwrap_or_default();
+    output::output(&s, input, failed, errors)
+}
+
+/// Pods left unscheduled, and every pod's failures.
+type Unplaced = (Vec<usize>, Vec<Vec<(usize, Failure)>>);
+
+/// Packs every pending pod of `s` (built from `input`) in Karpenter's queue order; `None` when
+/// a capped packing's claims already cost more than [`Solver::budget`] (it cannot win).
+fn pack_all(s: &mut Solver, input: &Input) -> Option<Unplaced> {
     let cpu = 0;
     let mem = 1;
     // Queue: cpu desc, memory desc, creation, uid.
@@ -306,6 +348,7 @@ pub fn solve(input: &Input) -> Output {
         last_len[pi] = queue.len();
         queue.pop_front();
         match s.add(pi) {
+            Ok(()) if s.spent > s.budget => return None,
             Ok(()) => errors[pi].clear(),
             Err(f) => {
                 errors[pi] = f;
@@ -317,5 +360,5 @@ pub fn solve(input: &Input) -> Output {
             }
         }
     }
-    output::output(&s, input, queue.into_iter().collect(), errors)
+    Some((queue.into_iter().collect(), errors))
 }

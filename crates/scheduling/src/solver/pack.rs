@@ -5,7 +5,7 @@ use super::*;
 
 /// Claim indices kept sorted by pod count ascending in O(1) per change: `order[end[k-1]..end[k]]`
 /// holds the claims with exactly `k` pods.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(super) struct CountOrder {
     pub(super) order: Vec<usize>,
     pub(super) pos: Vec<usize>,
@@ -315,10 +315,17 @@ impl Solver {
             .map(|p| self.pool_check(p, &self.pods[pi]))
             .collect();
         let base = self.nodes.len();
+        // Under a price cap: the first claim skipped for its price, taken if nothing else can.
+        let mut skipped: Option<(usize, ClaimUpdate)> = None;
         for oi in 0..self.by_count.order.len() {
             let ci = self.by_count.order[oi];
             let c = &self.claims[ci];
-            if !fits(&self.pods[pi].requests, &c.max_free) || pool_ok[c.pool].is_err() {
+            let room = if self.cap.is_finite() {
+                &c.cap_free
+            } else {
+                &c.max_free
+            };
+            if !fits(&self.pods[pi].requests, room) || pool_ok[c.pool].is_err() {
                 continue;
             }
             if let Ok(u) = self.try_claim(
@@ -332,6 +339,10 @@ impl Solver {
                 &self.pods[pi],
                 &plan,
             ) {
+                if self.over_cap(ci, &u) {
+                    skipped = skipped.or(Some((ci, u)));
+                    continue;
+                }
                 self.commit(pi, ci, u);
                 return Ok(());
             }
@@ -347,6 +358,10 @@ impl Solver {
                 Ok(()) => return Ok(()),
                 Err(f) => failures.push((pool, f)),
             }
+        }
+        if let Some((ci, u)) = skipped {
+            self.commit(pi, ci, u);
+            return Ok(());
         }
         Err(failures)
     }
@@ -407,6 +422,9 @@ impl Solver {
             ports: Vec::new(),
             held: None,
             relaxed: false,
+            price: f64::INFINITY,
+            launch: usize::MAX,
+            cap_free: Vec::new(),
         });
         let ci = self.claims.len() - 1;
         self.by_count.push(ci);
@@ -450,6 +468,15 @@ impl Solver {
         let reqs = c.reqs.clone();
         self.record(pi, slot, Some(&reqs));
         self.hold(ci);
+        if self.cap.is_finite() {
+            let c = &self.claims[ci];
+            let (price, launch) = self.claim_launch(c.pool, &c.reqs, &c.cands, c.held);
+            let cap_free = self.cap_free(c, price);
+            let c = &mut self.claims[ci];
+            let before = if c.price.is_finite() { c.price } else { 0.0 };
+            self.spent += price - before;
+            (c.price, c.launch, c.cap_free) = (price, launch, cap_free);
+        }
     }
 
     /// Moves claim `ci`'s unit to the count of its preferred offering now (reserved first,

@@ -2,6 +2,7 @@
 
 use super::*;
 
+#[derive(Clone)]
 pub(super) struct PodData {
     pub(super) input: usize,
     pub(super) requests: Vec<i64>,

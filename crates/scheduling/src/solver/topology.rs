@@ -82,6 +82,7 @@ pub(super) struct GroupKey {
     pub(super) filter: NodeFilter,
 }
 
+#[derive(Clone)]
 pub(super) struct Group {
     pub(super) kind: GroupKind,
     pub(super) key: Key,

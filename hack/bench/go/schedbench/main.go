@@ -13,6 +13,18 @@
 //	karpenter-<n>.json  {"pods", "seconds", "nodeClaims", "price", "podErrors"}: price sums,
 //	                    per NodeClaim, the cheapest available offering compatible with its
 //	                    requirements among its instance type options
+//
+// -catalogs picks the instance types (comma-separated; files of a catalog other than
+// "karpenter" are named input-<catalog>-<n>.json and karpenter-<catalog>-<n>.json):
+//
+//	karpenter   fake.InstanceTypes(400), the benchmark's own (price linear in cpu and memory)
+//	bare-metal  VM flavours of 1-48 cpu (4Gi per cpu, 110 pods) at 0.04/cpu + 0.005/GiB, and
+//	            bare-metal flavours of 64, 96 and 128 cpu (4Gi per cpu, 250 pods) billed 30 %
+//	            more per cpu and GiB (whole hosts)
+//	resizable   one resizable template's sizes: 2-64 cpu in steps of 2 × 2, 4 or 8 GiB per
+//	            cpu (96 types, 110 pods) at 0.03/cpu + 0.004/GiB
+//	overlay     fake.InstanceTypes(400) with a NodeOverlay-style discount of 30 % on the types
+//	            of at most 4 cpu (the prices the scheduler sees after overlays)
 package main
 
 import (
@@ -47,12 +59,14 @@ import (
 	"sigs.k8s.io/karpenter/pkg/operator/injection"
 	"sigs.k8s.io/karpenter/pkg/operator/logging"
 	"sigs.k8s.io/karpenter/pkg/operator/options"
+	kscheduling "sigs.k8s.io/karpenter/pkg/scheduling"
 	"sigs.k8s.io/karpenter/pkg/test"
 )
 
 func main() {
 	sizes := flag.String("sizes", "1000", "comma-separated pod counts")
 	out := flag.String("out", ".", "directory for input-<n>.json and karpenter-<n>.json")
+	catalogs := flag.String("catalogs", "karpenter", "comma-separated catalogs: karpenter, bare-metal, resizable, overlay")
 	flag.Parse()
 	log.SetLogger(logging.NopLogger)
 	if err := os.MkdirAll(*out, 0o755); err != nil {
@@ -63,10 +77,73 @@ func main() {
 		if err != nil {
 			fail(fmt.Errorf("size %q: %w", s, err))
 		}
-		if err := run(n, *out); err != nil {
-			fail(err)
+		for _, c := range strings.Split(*catalogs, ",") {
+			if err := run(n, strings.TrimSpace(c), *out); err != nil {
+				fail(err)
+			}
 		}
 	}
+}
+
+// catalog returns the instance types of a named catalog (see the package documentation).
+func catalog(name string) ([]*cloudprovider.InstanceType, error) {
+	switch name {
+	case "karpenter":
+		return fake.InstanceTypes(400), nil
+	case "overlay":
+		its := fake.InstanceTypes(400)
+		for _, it := range its {
+			if it.Capacity.Cpu().Value() <= 4 {
+				for _, o := range it.Offerings {
+					o.Price *= 0.7
+				}
+			}
+		}
+		return its, nil
+	case "bare-metal":
+		var its []*cloudprovider.InstanceType
+		for _, cpu := range []int64{1, 2, 4, 8, 16, 32, 48} {
+			its = append(its, priced(fmt.Sprintf("vm-%dc", cpu), cpu, 4*cpu, 110, 0.04*float64(cpu)+0.005*float64(4*cpu)))
+		}
+		for _, cpu := range []int64{64, 96, 128} {
+			its = append(its, priced(fmt.Sprintf("metal-%dc", cpu), cpu, 4*cpu, 250, 1.3*(0.04*float64(cpu)+0.005*float64(4*cpu))))
+		}
+		return its, nil
+	case "resizable":
+		var its []*cloudprovider.InstanceType
+		for cpu := int64(2); cpu <= 64; cpu += 2 {
+			for _, per := range []int64{2, 4, 8} {
+				its = append(its, priced(fmt.Sprintf("vm-%dc-%dg", cpu, per*cpu), cpu, per*cpu, 110, 0.03*float64(cpu)+0.004*float64(per*cpu)))
+			}
+		}
+		return its, nil
+	}
+	return nil, fmt.Errorf("unknown catalog %q", name)
+}
+
+// priced is a fake instance type with the fake provider's five offerings (spot in two zones,
+// on-demand in three) at one price.
+func priced(name string, cpu, memGi, pods int64, price float64) *cloudprovider.InstanceType {
+	var offerings []cloudprovider.Offering
+	for _, o := range []struct{ ct, zone string }{
+		{"spot", "test-zone-1"}, {"spot", "test-zone-2"},
+		{"on-demand", "test-zone-1"}, {"on-demand", "test-zone-2"}, {"on-demand", "test-zone-3"},
+	} {
+		offerings = append(offerings, cloudprovider.Offering{
+			Available: true,
+			Requirements: kscheduling.NewLabelRequirements(map[string]string{
+				v1.CapacityTypeLabelKey: o.ct, corev1.LabelTopologyZone: o.zone,
+			}),
+			Price: price,
+		})
+	}
+	return fake.NewInstanceType(name,
+		fake.WithResources(corev1.ResourceList{
+			corev1.ResourceCPU:    *resource.NewQuantity(cpu, resource.DecimalSI),
+			corev1.ResourceMemory: resource.MustParse(fmt.Sprintf("%dGi", memGi)),
+			corev1.ResourcePods:   *resource.NewQuantity(pods, resource.DecimalSI),
+		}),
+		fake.WithOfferings(offerings...))
 }
 
 func fail(err error) {
@@ -82,10 +159,17 @@ type result struct {
 	PodErrors  int     `json:"podErrors"`
 }
 
-func run(n int, out string) error {
+func run(n int, catalogName, out string) error {
 	pods := diversePods(n)
-	instanceTypes := fake.InstanceTypes(400)
-	if err := writeJSON(filepath.Join(out, fmt.Sprintf("input-%d.json", n)), input(instanceTypes, pods)); err != nil {
+	instanceTypes, err := catalog(catalogName)
+	if err != nil {
+		return err
+	}
+	prefix := ""
+	if catalogName != "karpenter" {
+		prefix = catalogName + "-"
+	}
+	if err := writeJSON(filepath.Join(out, fmt.Sprintf("input-%s%d.json", prefix, n)), input(instanceTypes, pods)); err != nil {
 		return err
 	}
 	ctx := options.ToContext(injection.WithControllerName(context.Background(), "provisioner"), test.Options())
@@ -102,8 +186,8 @@ func run(n int, out string) error {
 	for _, nc := range results.NewNodeClaims {
 		r.Price += cheapest(nc)
 	}
-	fmt.Fprintf(os.Stderr, "schedbench: karpenter %d pods: %.3fs, %d NodeClaims, %d pod errors\n", n, r.Seconds, r.NodeClaims, r.PodErrors)
-	return writeJSON(filepath.Join(out, fmt.Sprintf("karpenter-%d.json", n)), r)
+	fmt.Fprintf(os.Stderr, "schedbench: karpenter %s %d pods: %.3fs, %d NodeClaims, %d pod errors\n", catalogName, n, r.Seconds, r.NodeClaims, r.PodErrors)
+	return writeJSON(filepath.Join(out, fmt.Sprintf("karpenter-%s%d.json", prefix, n)), r)
 }
 
 // newScheduler is the benchmark's setupScheduler: one NodePool with huge limits, the fake

@@ -1,0 +1,241 @@
+//! Price-aware packing: the cheapest of Karpenter's first-fit plan and a few price-capped plans.
+//!
+//! First-fit (Karpenter's `NodeClaim.Add`) lets a planned NodeClaim take pods while any of its
+//! instance types still holds them, so a claim grows into the largest types whatever they cost
+//! per CPU. A capped packing runs the same simulation with one extra rule: a pod joins a planned
+//! claim only if that leaves the claim's launch price at most `max(cap, its price before)`;
+//! otherwise it tries the next claim and then a new one (and takes the first claim it skipped
+//! if no new claim can hold it). Every other rule of the simulation is unchanged, so every
+//! constraint holds on a capped plan as it does on first-fit's.
+//!
+//! The caps are the prices of the instance types that could save the most: per first-fit claim
+//! pricier than the type, its price minus the type's price × the fewest nodes of the type its
+//! requests need (`ceil` per resource), summed; at most [`MAX_CAPS`] of them, only when that
+//! bound exceeds [`MIN_SAVING`] of first-fit's price (so a catalog priced linearly in size,
+//! where it is about zero, costs one packing). The plan kept is the cheapest that
+//! schedules no fewer pods than first-fit; equal prices go to fewer NodeClaims, then to
+//! first-fit. Deterministic: the caps and the comparison depend on the input only.
+
+use super::*;
+
+/// Capped packings tried at most, besides first-fit.
+pub(super) const MAX_CAPS: usize = 3;
+
+/// Relative tolerance of price comparisons (sums of the same prices in another order).
+const EPSILON: f64 = 1e-9;
+
+/// A cap is tried only if it could save more than this share of first-fit's price.
+const MIN_SAVING: f64 = 1e-3;
+
+/// The cheapest plan for `input`; see the module documentation.
+pub(super) fn cheapest(input: &Input) -> Output {
+    let base = build::build(input);
+    // The clone costs far less than a second setup (interning, groups).
+    let mut s = base.clone();
+    let Some(unplaced) = pack_all(&mut s, input) else {
+        // Unreachable: nothing is priced without a cap.
+        return Output::default();
+    };
+    let first_fit = Packed::of(s, unplaced);
+    let mut best: Option<Packed> = None;
+    for cap in first_fit.solver.caps() {
+        let mut s = base.clone();
+        s.cap = cap;
+        // A packing whose claims already cost more than the best plan cannot win.
+        let to_beat = best.as_ref().unwrap_or(&first_fit).price;
+        s.budget = to_beat * (1.0 + EPSILON) + EPSILON;
+        let Some(unplaced) = pack_all(&mut s, input) else {
+            continue;
+        };
+        let cand = Packed::of(s, unplaced);
+        if cand.beats(best.as_ref().unwrap_or(&first_fit), &first_fit) {
+            best = Some(cand);
+        }
+    }
+    match best {
+        Some(b) => {
+            let mut out = b.output(input);
+            out.first_fit_price = Some(first_fit.price);
+            out
+        }
+        None => first_fit.output(input),
+    }
+}
+
+/// A finished packing, priced as its output will be.
+struct Packed {
+    solver: Solver,
+    unplaced: Unplaced,
+    /// The claims' launch prices, summed in output order ([`Output::price`]).
+    price: f64,
+    /// Claims with a launchable offering (those the output lists).
+    claims: usize,
+}
+
+impl Packed {
+    fn of(solver: Solver, unplaced: Unplaced) -> Self {
+        let mut price = 0.0;
+        let mut claims = 0;
+        for c in &solver.claims {
+            let p = solver.claim_price(c.pool, &c.reqs, &c.cands, c.held);
+            if p.is_finite() {
+                price += p;
+                claims += 1;
+            }
+        }
+        Packed {
+            solver,
+            unplaced,
+            price,
+            claims,
+        }
+    }
+
+    /// Whether this plan beats `best`: it schedules no fewer pods than `first_fit` and is
+    /// cheaper, or as cheap with fewer NodeClaims.
+    fn beats(&self, best: &Packed, first_fit: &Packed) -> bool {
+        if self.unplaced.0.len() > first_fit.unplaced.0.len() {
+            return false;
+        }
+        let eps = EPSILON * best.price.abs().max(1.0);
+        self.price < best.price - eps
+            || (self.price <= best.price + eps && self.claims < best.claims)
+    }
+
+    fn output(self, input: &Input) -> Output {
+        let (failed, errors) = self.unplaced;
+        output::output(&self.solver, input, failed, errors)
+    }
+}
+
+impl Solver {
+    /// The launch price of a claim: its preferred launchable offering's (reserved first, then
+    /// the cheapest), as the output lists it; `INFINITY` when it has none.
+    pub(super) fn claim_price(
+        &self,
+        pool: usize,
+        reqs: &IReqs,
+        cands: &BitSet,
+        held: Option<u32>,
+    ) -> f64 {
+        self.claim_launch(pool, reqs, cands, held).0
+    }
+
+    /// [`Self::claim_price`] and the type it launches (`usize::MAX`: none).
+    pub(super) fn claim_launch(
+        &self,
+        pool: usize,
+        reqs: &IReqs,
+        cands: &BitSet,
+        held: Option<u32>,
+    ) -> (f64, usize) {
+        let p = &self.pools[pool];
+        cands
+            .iter()
+            .filter_map(|t| {
+                let o = self.preferred_offering(&p.types[t], reqs, Counts::Held(held))?;
+                Some((self.rank(&o), t))
+            })
+            .min_by(|a, b| by_rank(a.0, b.0))
+            .map_or((f64::INFINITY, usize::MAX), |(r, t)| (r.1, t))
+    }
+
+    /// Per resource, the most room left on a candidate of claim `c` that could launch at most
+    /// at `max(cap, price)` (its cheapest available offering is no dearer): a pod needing more
+    /// cannot join it within the cap, whatever the rest of the check says.
+    pub(super) fn cap_free(&self, c: &Claim, price: f64) -> Vec<i64> {
+        let limit = self.cap.max(price);
+        let p = &self.pools[c.pool];
+        let mut free = vec![i64::MIN; c.used.len()];
+        for t in c.cands.iter() {
+            let td = &p.types[t];
+            if !td.offerings.iter().any(|o| o.available && o.price <= limit) {
+                continue;
+            }
+            for (f, (a, u)) in free.iter_mut().zip(td.usable.iter().zip(&c.used)) {
+                *f = (*f).max(a - u);
+            }
+        }
+        free
+    }
+
+    /// Whether adding a pod to claim `ci` as `u` says would raise its price above the cap
+    /// (never under first-fit, whose cap is infinite).
+    pub(super) fn over_cap(&self, ci: usize, u: &pack::ClaimUpdate) -> bool {
+        if !self.cap.is_finite() {
+            return false;
+        }
+        let c = &self.claims[ci];
+        // The type it launches still holds the pod, under the same requirements: same price.
+        if u.reqs.is_none() && c.launch != usize::MAX && u.cands.contains(c.launch) {
+            return false;
+        }
+        let reqs = u.reqs.as_ref().unwrap_or(&c.reqs);
+        self.claim_price(c.pool, reqs, &u.cands, c.held) > self.cap.max(c.price)
+    }
+
+    /// The caps worth a packing, from a finished first-fit packing (see the module
+    /// documentation), in the order they are tried.
+    pub(super) fn caps(&self) -> Vec<f64> {
+        let claims: Vec<(f64, &Claim)> = self
+            .claims
+            .iter()
+            .map(|c| (self.claim_price(c.pool, &c.reqs, &c.cands, c.held), c))
+            .filter(|(p, _)| p.is_finite())
+            .collect();
+        let total: f64 = claims.iter().map(|(p, _)| p).sum();
+        // (what moving first-fit's claims onto this type alone could save at most, its price)
+        let mut scored: Vec<(f64, f64)> = Vec::new();
+        for (pi, pool) in self.pools.iter().enumerate() {
+            for t in pool.base.iter() {
+                let td = &pool.types[t];
+                let Some(price) = td
+                    .offerings
+                    .iter()
+                    .filter(|o| o.available)
+                    .map(|o| o.price)
+                    .reduce(f64::min)
+                else {
+                    continue;
+                };
+                let saving: f64 = claims
+                    .iter()
+                    .filter(|(p, c)| c.pool == pi && *p > price)
+                    .map(|(p, c)| (p - price * nodes_needed(&c.used, &td.usable)).max(0.0))
+                    .sum();
+                if saving > total * MIN_SAVING {
+                    scored.push((saving, price));
+                }
+            }
+        }
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.total_cmp(&b.1)));
+        let mut caps: Vec<f64> = Vec::new();
+        for (_, price) in scored {
+            if !caps.contains(&price) {
+                caps.push(price);
+                if caps.len() == MAX_CAPS {
+                    break;
+                }
+            }
+        }
+        // The highest cap first: it packs densest, often wins, and its price then stops the
+        // lower caps' packings early.
+        caps.sort_by(|a, b| b.total_cmp(a));
+        caps
+    }
+}
+
+/// At least how many nodes of allocatable `usable` hold requests `used` (`INFINITY`: none).
+fn nodes_needed(used: &[i64], usable: &[i64]) -> f64 {
+    used.iter()
+        .zip(usable)
+        .filter(|(u, _)| **u > 0)
+        .map(|(u, a)| {
+            if *a > 0 {
+                (*u as f64 / *a as f64).ceil()
+            } else {
+                f64::INFINITY
+            }
+        })
+        .fold(1.0, f64::max)
+}
