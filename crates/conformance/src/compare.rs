@@ -285,6 +285,13 @@ pub fn table(records: &[Record], outcomes: &[Outcome]) -> String {
         "| we schedule pods Karpenter does not | {more} | {} |",
         pct(more, n)
     );
+    breakdowns(&mut s, records, outcomes);
+    s
+}
+
+/// The tables by cause under the summary: our disagreements, the pods only we schedule (with
+/// Karpenter's reason), and what Karpenter's placements break.
+fn breakdowns(s: &mut String, records: &[Record], outcomes: &[Outcome]) {
     let mut causes: BTreeMap<String, usize> = BTreeMap::new();
     for o in outcomes {
         let cats: BTreeSet<String> = o.disagreements.iter().map(Disagreement::category).collect();
@@ -333,7 +340,6 @@ pub fn table(records: &[Record], outcomes: &[Outcome]) -> String {
     for (c, k) in &k_bad {
         let _ = writeln!(s, "| {c} | {k} |");
     }
-    s
 }
 
 /// Every disagreement and every Karpenter violation, one line each (Markdown list).

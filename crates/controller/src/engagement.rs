@@ -191,6 +191,7 @@ impl Engagement {
             self.static_pools,
             stopped(stop.clone()),
         ));
+        let pod_event_writes = self.disruption.pod_event_writes.clone();
         loops.spawn(crate::disruption::run(
             self.disruption,
             stopped(stop.clone()),
@@ -200,6 +201,7 @@ impl Engagement {
             self.pods,
             self.nodeclaims,
             self.nodepools,
+            pod_event_writes,
             stopped(stop.clone()),
         ));
         loops.spawn(crate::nodepool_status::run(
@@ -443,5 +445,6 @@ fn disruption(
         inventory,
         command_timeout: ctx.knobs.disruption_timeout,
         connection: ctx.connection.clone(),
+        pod_event_writes: Arc::default(),
     }
 }

@@ -104,7 +104,7 @@ pub fn flag<'a, K: Resource>(obj: &'a K, key: &str) -> Result<bool, &'a str> {
 /// The note of an `UnknownAnnotationValue` Warning about [`flag`] `key` holding `value`.
 pub fn unknown_flag_note(key: &str, value: &str) -> String {
     format!(
-        "annotation {key} is {value:?}, read as off: only \"true\" turns it on (\"false\" or none: off)"
+        "annotation {key} is \"{value}\", read as off: only \"true\" turns it on (\"false\" or none: off)"
     )
 }
 

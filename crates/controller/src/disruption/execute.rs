@@ -51,9 +51,27 @@ pub struct Disruption {
     pub command_timeout: Duration,
     /// No pass while the workload cluster does not answer (see `health`).
     pub connection: crate::health::Connection,
+    /// The pod-event loop's NodeClaim writes: a claim it wrote after the cache's copy gets no
+    /// `Consolidatable` write from this pass (that copy's condition and time are stale; the
+    /// next pass decides on the written version).
+    pub pod_event_writes: Arc<crate::write::OwnWrites<api::NodeClaim>>,
 }
 
 impl Disruption {
+    /// Whether a pass may run now: the workload cluster answers (else the caches are stale:
+    /// disrupt nothing, counted as skipped), its pods are listed (a lazy watch just started:
+    /// every node would look empty), and our last writes are cached.
+    fn may_pass(&self, orchestrator: &Orchestrator) -> bool {
+        if !self.connection.connected() {
+            self.metrics
+                .disruption_skipped
+                .get_or_create(&crate::metrics_labels::NoLabels {})
+                .inc();
+            return false;
+        }
+        !self.state.pending() && !orchestrator.caches_lag()
+    }
+
     /// One pass over `cluster` (the cluster state as it is now).
     pub fn pass(&self, cluster: &Cluster, timers: &mut Timers) -> Outcome {
         let catalog = |nodeclass: &str| self.provider.instance_types(nodeclass);
@@ -190,21 +208,7 @@ pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> 
             _ = &mut shutdown => return,
             _ = tokio::time::sleep(TICK) => {}
         }
-        if !d.connection.connected() {
-            // Disconnected: the caches are stale; disrupt nothing until it answers again.
-            d.metrics
-                .disruption_skipped
-                .get_or_create(&crate::metrics_labels::NoLabels {})
-                .inc();
-            continue;
-        }
-        if d.state.pending() {
-            // The pods are not listed yet (a lazy watch just started): every node would
-            // look empty.
-            continue;
-        }
-        if orchestrator.caches_lag() {
-            // Our last writes are not cached yet: decide on the next tick.
+        if !d.may_pass(&orchestrator) {
             continue;
         }
         orchestrator.progress().await;
@@ -252,7 +256,7 @@ pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> 
             &orchestrator.claims(),
             &claims,
             &outcome.verdicts,
-            &mut written,
+            (&mut written, &d.pod_event_writes),
         )
         .await;
         let now_blocked: HashMap<String, String> = timers

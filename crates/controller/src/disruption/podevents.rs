@@ -101,11 +101,12 @@ pub async fn run(
     pods: Cache<Pod>,
     nodeclaims: Store<NodeClaim>,
     nodepools: Store<NodePool>,
+    written: Arc<OwnWrites<NodeClaim>>,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) {
     let writer: Writer<NodeClaim> = Writer::new(Api::all(client), manager::POD_EVENTS);
-    // Read-your-writes ahead of the cache: the NodeClaims our writes returned.
-    let written: OwnWrites<NodeClaim> = OwnWrites::default();
+    // Read-your-writes ahead of the cache: the NodeClaims our writes returned (shared with the
+    // disruption pass, which leaves a claim written here to its next pass).
     let events = pods.subscribe();
     futures::pin_mut!(events);
     tokio::pin!(shutdown);

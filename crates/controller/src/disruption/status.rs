@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::write::Writer;
+use crate::write::{OwnWrites, Writer};
 use api::NodeClaim;
 use api::consts::conditions as types;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -109,17 +109,22 @@ impl Written {
 }
 
 /// Writes the changed `Consolidatable` conditions that are due (a 409 means a newer object:
-/// the next pass computes again from it).
+/// the next pass computes again from it). A claim the pod-event loop has written since the
+/// cached copy (`pod_writes`) is left to the next pass: its condition was computed from a
+/// stale pod-event time.
 pub async fn write_conditions(
     writer: &Writer<NodeClaim>,
     claims: &[Arc<NodeClaim>],
     verdicts: &BTreeMap<String, Verdict>,
-    written: &mut Written,
+    (written, pod_writes): (&mut Written, &OwnWrites<NodeClaim>),
 ) {
     let now = Timestamp::now();
     let instant = Instant::now();
     written.retain(claims);
-    for c in claims.iter().filter(|c| !deleting(c.as_ref())) {
+    for c in claims
+        .iter()
+        .filter(|c| !deleting(c.as_ref()) && Arc::ptr_eq(&pod_writes.latest(c), c))
+    {
         let name = c.name_any();
         let Some((status, change)) = updated(c, verdicts.get(&name), now) else {
             continue;

@@ -135,7 +135,7 @@ pub fn eligible(c: &Cluster, config: &HubConfig) -> Result<(), Cow<'static, str>
         None => return Err("not opted in".into()),
         Some(other) => {
             return Err(format!(
-                "label {} is {other:?}: only \"true\" opts in",
+                "label {} is \"{other}\": only \"true\" opts in",
                 labels::HUB_ENABLED
             )
             .into());
