@@ -119,7 +119,9 @@ async fn thirty_mixed_pods_get_nodes_of_the_right_shapes_and_run() {
         .items;
     assert_eq!(claims.len(), nodes.len(), "one NodeClaim per Node");
     // 32 cpu requested: at least 5 nodes (large ≈ 7.8 cpu allocatable), and packing must
-    // not degrade to a node per pod or so.
+    // not degrade to a node per pod or so. Price-aware packing may take a few more `small`
+    // nodes than first-fit's fewest when they cost less in all (docs/concepts.md#price-aware-packing):
+    // 11 of them (7 small, 4 large) on this catalog.
     let shapes: BTreeMap<String, usize> = nodes.keys().fold(BTreeMap::new(), |mut m, n| {
         *m.entry(label(n, "node.kubernetes.io/instance-type"))
             .or_default() += 1;
@@ -127,7 +129,7 @@ async fn thirty_mixed_pods_get_nodes_of_the_right_shapes_and_run() {
     });
     eprintln!("nodes: {} {shapes:?}", nodes.len());
     assert!(
-        (5..=10).contains(&nodes.len()),
+        (5..=12).contains(&nodes.len()),
         "{} nodes {shapes:?}",
         nodes.len()
     );
