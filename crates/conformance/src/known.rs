@@ -24,13 +24,8 @@ pub struct Excuse {
     pub why: String,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("reading {0}: {1}")]
-    Io(String, std::io::Error),
-    #[error("parsing {0}: {1}")]
-    Json(String, serde_json::Error),
-}
+/// Reading the list fails as reading a corpus does.
+pub use crate::record::Error;
 
 /// The checked-in list (`crates/conformance/known.json`).
 pub fn builtin() -> Result<Vec<Excuse>, Error> {
