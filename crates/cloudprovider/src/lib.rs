@@ -1,0 +1,3 @@
+//! The provider seam, provider-neutral: what the core asks of a provider (Karpenter's
+//! `pkg/cloudprovider`) and the instance-type model it answers with. It knows no provider:
+//! nothing here names Cluster API, kwok or a template kind.
