@@ -5,13 +5,16 @@
 //!   `*_tests.rs` files and the files of `#[cfg(test)] mod x;`); a path counts for the
 //!   longest module prefix it names (never the crate root), as `../shared/tools/shape.py` does;
 //! - no function outside tests (free, in `impl` and `trait` blocks, nested) longer than
-//!   [`MAX_LINES`] lines, from its `fn` line to its closing brace.
+//!   [`MAX_LINES`] lines, from its `fn` line to its closing brace;
+//! - no folder knot (issue 36): the same graph with every module folded into its crate's
+//!   top-level module (`a/x.rs` and `a/y/z.rs` are `a`), so that each top-level module could
+//!   become a crate of its own; `crates/controller`, which issue 36 dissolves, is the one
+//!   crate allowed a knot until it is gone ([`KNOTTED`]).
 //!
 //! Offenders are printed with file and line. `SHAPE_DOT=FILE` with the ignored test
 //! `write_module_graph_dot` writes the module graph as Graphviz DOT (`hack/modgraph.sh`).
 //!
-//! The checker itself is tested on small sources here; the two checks of the workspace are
-//! ignored until the shape work of issue 23 lands (run them with `--ignored`).
+//! The checker itself is tested on small sources here.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -392,6 +395,30 @@ fn analyse(label: &str, files: &[SourceFile]) -> Shape {
 }
 
 impl Shape {
+    /// The same graph with every module folded into its top-level module (the crate root
+    /// stays the root).
+    fn folders(&self) -> Shape {
+        let top = |m: &Module| m.iter().take(1).cloned().collect::<Module>();
+        let mut folded = Shape {
+            modules: self.modules.iter().map(top).collect(),
+            ..Shape::default()
+        };
+        for (a, targets) in &self.edges {
+            for (b, at) in targets {
+                let (ta, tb) = (top(a), top(b));
+                if ta != tb && !ta.is_empty() && !tb.is_empty() {
+                    folded
+                        .edges
+                        .entry(ta)
+                        .or_default()
+                        .entry(tb)
+                        .or_insert_with(|| at.clone());
+                }
+            }
+        }
+        folded
+    }
+
     /// The strongly connected components of more than one module (Tarjan).
     fn cycles(&self) -> Vec<Vec<Module>> {
         struct T<'a> {
@@ -545,6 +572,34 @@ fn no_module_cycles() {
     );
 }
 
+/// Crates allowed one folder knot, until issue 36 dissolves them.
+const KNOTTED: &[&str] = &["crates/controller/src"];
+
+#[test]
+fn no_folder_knots() {
+    let mut found = Vec::new();
+    for (label, shape) in workspace_shapes() {
+        let knots = shape.folders().cycles();
+        let allowed = usize::from(KNOTTED.contains(&label.as_str()));
+        if knots.len() > allowed {
+            for comp in &knots {
+                found.push(
+                    shape
+                        .folders()
+                        .describe(&label, comp)
+                        .replace("cycle", "knot"),
+                );
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "{} folder knots:\n{}",
+        found.len(),
+        found.join("\n")
+    );
+}
+
 #[test]
 fn no_function_over_100_lines() {
     let mut long: Vec<LongFn> = workspace_shapes()
@@ -687,6 +742,42 @@ fn finds_cycles_through_use_groups_super_paths_and_macros() {
     assert!(text.contains("b -> a (x/src/b.rs:2)"), "{text}");
     assert!(!shape.edges.contains_key(&vec!["e".to_string()]));
     assert!(dot(&[("x/src".into(), shape)]).contains("\"x/src:a\" -> \"x/src:b\" [color=red];"));
+}
+
+#[test]
+fn folds_modules_into_their_folders_for_knots() {
+    let shape = analyse(
+        "x/src",
+        &files(&[
+            ("lib.rs", "pub mod a; pub mod b; pub mod c;"),
+            ("a/mod.rs", "pub mod x; pub mod y;"),
+            ("a/x.rs", "use crate::b::B;"),
+            ("a/y.rs", "pub struct Y;"),
+            (
+                "b.rs",
+                "pub struct B; fn f() -> crate::a::y::Y { crate::a::y::Y }",
+            ),
+            ("c.rs", "use crate::a::x;"),
+        ]),
+    );
+    // No module cycle: a::x -> b -> a::y. Folded, a and b are a knot; c only points in.
+    assert!(shape.cycles().is_empty());
+    let knots = shape.folders().cycles();
+    let names: Vec<Vec<String>> = knots
+        .iter()
+        .map(|c| c.iter().map(module_name).collect())
+        .collect();
+    assert_eq!(names, vec![vec!["a".to_string(), "b".into()]]);
+    // Positive control of the other side: without b's path back there is no knot.
+    let straight = analyse(
+        "x/src",
+        &files(&[
+            ("lib.rs", "pub mod a; pub mod b;"),
+            ("a.rs", "use crate::b::B;"),
+            ("b.rs", "pub struct B;"),
+        ]),
+    );
+    assert!(straight.folders().cycles().is_empty());
 }
 
 #[test]

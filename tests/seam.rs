@@ -1,0 +1,171 @@
+//! The seam is a boundary (issue 36): the provider-neutral crates compile without Cluster
+//! API. For each crate of [`NEUTRAL`], its dependency closure (normal dependencies, from
+//! `cargo metadata`) holds no package of [`PROVIDER_PACKAGES`], and no source file of a
+//! workspace package in that closure names `cluster.x-k8s.io`.
+//!
+//! The checker is run against `controller` as its positive control: that crate knows
+//! Cluster API today, and the check must say so.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+/// Crates that must know no provider.
+const NEUTRAL: &[&str] = &["cloudprovider", "scheduling"];
+
+/// Packages that define Cluster API kinds or templates, or are a provider.
+const PROVIDER_PACKAGES: &[&str] = &["templates", "clusterapi", "kwok", "controller"];
+
+/// The API group no neutral source may name.
+const CLUSTER_API_GROUP: &str = "cluster.x-k8s.io";
+
+struct Package {
+    name: String,
+    /// The directory of its Cargo.toml (workspace members only).
+    dir: Option<PathBuf>,
+    /// Normal (non-dev, non-build) dependencies, by package id.
+    deps: Vec<String>,
+}
+
+fn metadata() -> BTreeMap<String, Package> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["metadata", "--format-version", "1"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        out.status.success(),
+        "cargo metadata failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: Value = serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON");
+    let members: BTreeSet<&str> = meta["workspace_members"]
+        .as_array()
+        .expect("workspace_members")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let mut packages: BTreeMap<String, Package> = BTreeMap::new();
+    for p in meta["packages"].as_array().expect("packages") {
+        let id = p["id"].as_str().expect("package id").to_string();
+        let dir = members.contains(id.as_str()).then(|| {
+            Path::new(p["manifest_path"].as_str().expect("manifest_path"))
+                .parent()
+                .expect("a manifest has a directory")
+                .to_path_buf()
+        });
+        let name = p["name"].as_str().expect("package name").to_string();
+        packages.insert(
+            id,
+            Package {
+                name,
+                dir,
+                deps: Vec::new(),
+            },
+        );
+    }
+    for node in meta["resolve"]["nodes"].as_array().expect("resolve graph") {
+        let id = node["id"].as_str().expect("node id");
+        let normal: Vec<String> = node["deps"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|d| {
+                d["dep_kinds"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|k| k["kind"].is_null())
+            })
+            .filter_map(|d| d["pkg"].as_str().map(str::to_string))
+            .collect();
+        if let Some(p) = packages.get_mut(id) {
+            p.deps = normal;
+        }
+    }
+    packages
+}
+
+/// Every package `name` depends on, itself included (normal dependencies only).
+fn closure<'a>(packages: &'a BTreeMap<String, Package>, name: &str) -> Vec<&'a Package> {
+    let start = packages
+        .iter()
+        .find(|(_, p)| p.name == name && p.dir.is_some())
+        .map(|(id, _)| id.clone())
+        .unwrap_or_else(|| panic!("{name} is not a workspace package"));
+    let mut seen = BTreeSet::from([start.clone()]);
+    let mut todo = vec![start];
+    while let Some(id) = todo.pop() {
+        for d in &packages[&id].deps {
+            if seen.insert(d.clone()) {
+                todo.push(d.clone());
+            }
+        }
+    }
+    seen.iter().map(|id| &packages[id]).collect()
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// What makes `name` not neutral: provider packages in its closure, and source files of
+/// workspace packages in its closure naming the Cluster API group.
+fn violations(packages: &BTreeMap<String, Package>, name: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for p in closure(packages, name) {
+        if PROVIDER_PACKAGES.contains(&p.name.as_str()) {
+            found.push(format!("{name} depends on {}", p.name));
+        }
+        let Some(dir) = &p.dir else { continue };
+        let mut files = Vec::new();
+        rust_files(&dir.join("src"), &mut files);
+        for f in files {
+            let text = std::fs::read_to_string(&f).unwrap_or_default();
+            if text.contains(CLUSTER_API_GROUP) {
+                found.push(format!(
+                    "{name}'s closure: {} names {CLUSTER_API_GROUP}",
+                    f.display()
+                ));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn neutral_crates_know_no_cluster_api() {
+    let packages = metadata();
+    let found: Vec<String> = NEUTRAL
+        .iter()
+        .flat_map(|n| violations(&packages, n))
+        .collect();
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+#[test]
+fn the_check_sees_cluster_api_where_it_is() {
+    let packages = metadata();
+    let found = violations(&packages, "controller");
+    assert!(
+        found.iter().any(|f| f == "controller depends on templates"),
+        "{found:?}"
+    );
+    assert!(
+        found.iter().any(|f| f.contains(CLUSTER_API_GROUP)),
+        "{found:?}"
+    );
+}
