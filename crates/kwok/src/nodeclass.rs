@@ -131,7 +131,7 @@ mod tests {
         );
         let (name, yaml) = rendered().expect("renders");
         assert_eq!(name, "karpenter.kwok.sh_kwoknodeclasses.yaml");
-        assert!(yaml.contains("nullable") == false, "{yaml}");
+        assert!(!yaml.contains("nullable"), "{yaml}");
         assert!(yaml.contains("^([0-9]+(s|m|h))+$"), "{yaml}");
         assert!(
             yaml.contains("2024-01-01T01:01:01Z"),

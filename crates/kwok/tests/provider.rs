@@ -26,16 +26,24 @@ use testbed::{Component, Options, Testbed, wait_for};
 const BENCH_TYPES: &str = "../../hack/bench/e2e/kwok-instance-types.json";
 const WAIT: Duration = Duration::from_secs(60);
 
-async fn testbed() -> &'static Testbed {
-    testbed::shared(Options::default().with(Component::Kwok))
+/// A client of the shared testbed (kube-apiserver and kwok), its Nodes, and a provider of
+/// the bench's instance types.
+async fn setup() -> (Client, Api<Node>, KwokCloudProvider) {
+    let tb: &'static Testbed = testbed::shared(Options::default().with(Component::Kwok))
         .await
-        .expect("the testbed starts")
-}
-
-fn provider(client: Client) -> KwokCloudProvider {
+        .expect("the testbed starts");
+    let client = tb.client();
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(BENCH_TYPES);
     let types = instance_types::read_file(&path).expect("the bench's instance types read");
-    KwokCloudProvider::new(client, types)
+    let provider = KwokCloudProvider::new(client.clone(), types);
+    (client.clone(), Api::all(client), provider)
+}
+
+/// Deletes what a test left (best effort: the shared testbed outlives it).
+async fn clean(nodes: &Api<Node>, names: &[&str]) {
+    for n in names {
+        let _ = nodes.delete(n, &DeleteParams::default()).await;
+    }
 }
 
 /// A NodeClaim as the provisioner makes it (not stored: the provider reads only the object
@@ -105,11 +113,8 @@ fn ready(node: &Node) -> bool {
 
 #[tokio::test]
 async fn create_get_list_delete_on_nodes_kwok_runs() {
-    let tb = testbed().await;
-    let client = tb.client();
-    let nodes: Api<Node> = Api::all(client.clone());
+    let (client, nodes, p) = setup().await;
     make_nodeclass(&client, "lifecycle", KWOKNodeClassSpec::default()).await;
-    let p = provider(client.clone());
     let a = claim("kwok-lifecycle-a", "lifecycle", "uid-a");
 
     let created = p.create(a.clone()).await.expect("create");
@@ -215,17 +220,12 @@ async fn create_get_list_delete_on_nodes_kwok_runs() {
             .expect("get")
             .is_none_or(|n| n.metadata.deletion_timestamp.is_some())
     );
-    for n in ["kwok-lifecycle-foreign", "kwok-lifecycle-b"] {
-        let _ = nodes.delete(n, &DeleteParams::default()).await;
-    }
+    clean(&nodes, &["kwok-lifecycle-foreign", "kwok-lifecycle-b"]).await;
 }
 
 #[tokio::test]
 async fn nodeclass_and_name_problems_are_typed() {
-    let tb = testbed().await;
-    let client = tb.client();
-    let nodes: Api<Node> = Api::all(client.clone());
-    let p = provider(client.clone());
+    let (client, nodes, p) = setup().await;
 
     // Missing NodeClass: InsufficientCapacity (Karpenter kwok), nothing made.
     let missing = claim("kwok-typed-missing", "kwok-typed-none", "uid-m");
@@ -283,21 +283,16 @@ async fn nodeclass_and_name_problems_are_typed() {
         "another UID's Node is not adopted"
     );
 
-    for n in ["kwok-typed-ok", "kwok-typed-taken"] {
-        let _ = nodes.delete(n, &DeleteParams::default()).await;
-    }
+    clean(&nodes, &["kwok-typed-ok", "kwok-typed-taken"]).await;
 }
 
 #[tokio::test]
 async fn registration_delay_holds_the_node_back() {
-    let tb = testbed().await;
-    let client = tb.client();
-    let nodes: Api<Node> = Api::all(client.clone());
+    let (client, nodes, p) = setup().await;
     let spec = KWOKNodeClassSpec {
         node_registration_delay: Some("1h".into()),
     };
     make_nodeclass(&client, "kwok-delay", spec).await;
-    let p = provider(client.clone());
     let mut young = (*claim("kwok-delay-young", "kwok-delay", "uid-y")).clone();
     young.metadata.creation_timestamp = Some(Time(Timestamp::now()));
     p.create(Arc::new(young.clone())).await.expect("create");
