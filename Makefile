@@ -46,3 +46,4 @@ crds:
 	cargo run -q --bin karpenter-capi -- crds
 	cargo run -q --bin karpenter-capi -- crds --out deploy/base/crds
 	cargo run -q --bin karpenter-capi -- crds --out charts/karpenter-capi/crds
+	cargo run -q -p kwok --example crd -- crds

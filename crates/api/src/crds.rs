@@ -27,7 +27,9 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
     ]
 }
 
-fn finish(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+/// A derived CRD as installed: no `nullable`, with the top-level type meta (also used for
+/// another provider's NodeClass CRD, e.g. crates/kwok).
+pub fn finish(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
     for version in &mut crd.spec.versions {
         if let Some(schema) = version
             .schema

@@ -1,0 +1,242 @@
+//! The kwok provider: [`CloudProvider`] over Nodes. `create` makes the NodeClaim's Node
+//! itself (kwok has no kubelet to register one) and kwok makes it Ready; `get`, `list` and
+//! `delete` read and delete Nodes, only those this provider made (the
+//! `karpenter.kwok.sh/nodeclaim` label and a `kwok://` providerID); the instance types come
+//! from Karpenter kwok's instance-type file.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use api::NodeClaim;
+use controller::cloudprovider::{
+    CloudProvider, Deletion, Drift, Error, Instance, NodeClassKind, RepairPolicy,
+};
+use controller::nodeclaim::error::Error as LoopError;
+use controller::write::{Created, Outcome, Writer, manager};
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt};
+use templates::model::Catalog;
+
+use crate::instance_types::InstanceType;
+use crate::nodeclass::{self, KWOKNodeClass};
+use crate::{labels, node};
+
+/// The kwok provider of one cluster.
+pub struct KwokCloudProvider {
+    client: Client,
+    types: Arc<Vec<InstanceType>>,
+    /// The catalog of each NodeClass asked for (the same instance types for every one).
+    catalogs: Mutex<BTreeMap<String, Arc<Catalog>>>,
+}
+
+fn api_error(e: kube::Error) -> Error {
+    Error::Retryable(LoopError::Kube(e))
+}
+
+impl KwokCloudProvider {
+    /// A provider making Nodes through `client` of `types` (see
+    /// [`crate::instance_types::read_file`]).
+    pub fn new(client: Client, types: Vec<InstanceType>) -> Self {
+        KwokCloudProvider {
+            client,
+            types: Arc::new(types),
+            catalogs: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn nodes(&self) -> Api<Node> {
+        Api::all(self.client.clone())
+    }
+
+    /// The Node of `claim` if this provider made it for that claim (`None`: no such Node, or
+    /// another's).
+    async fn node_of(&self, claim: &NodeClaim) -> Result<Option<Node>, Error> {
+        let found = self.nodes().get_opt(&node::node_name(claim)).await;
+        Ok(found
+            .map_err(api_error)?
+            .filter(|n| node::ours_for(n, claim)))
+    }
+
+    /// The claim's KWOKNodeClass, Ready (missing: InsufficientCapacity, as in Karpenter kwok).
+    async fn nodeclass(&self, claim: &NodeClaim) -> Result<KWOKNodeClass, Error> {
+        let r = &claim.spec.node_class_ref;
+        if r.group != nodeclass::GROUP || r.kind != nodeclass::KIND {
+            return Err(Error::NodeClassNotReady(format!(
+                "nodeClassRef {}/{} {} is not a {}/{}",
+                r.group,
+                r.kind,
+                r.name,
+                nodeclass::GROUP,
+                nodeclass::KIND
+            )));
+        }
+        let api: Api<KWOKNodeClass> = Api::all(self.client.clone());
+        let Some(nc) = api.get_opt(&r.name).await.map_err(api_error)? else {
+            return Err(Error::InsufficientCapacity(format!(
+                "KWOKNodeClass {} not found",
+                r.name
+            )));
+        };
+        if let Some(why) = nc.not_ready() {
+            return Err(Error::NodeClassNotReady(why));
+        }
+        Ok(nc)
+    }
+
+    async fn launch(&self, claim: Arc<NodeClaim>) -> Result<Arc<NodeClaim>, Error> {
+        let name = node::node_name(&claim);
+        // Idempotent: an earlier call (or a restart's) already made it.
+        if let Some(existing) = self.nodes().get_opt(&name).await.map_err(api_error)? {
+            return adopt(&claim, &existing);
+        }
+        let nc = self.nodeclass(&claim).await?;
+        let delay = nc
+            .registration_delay()
+            .map_err(|e| Error::NodeClassNotReady(e.to_string()))?;
+        let age = claim
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(Duration::MAX, |t| {
+                Timestamp::now()
+                    .duration_since(t.0)
+                    .try_into()
+                    .unwrap_or(Duration::ZERO)
+            });
+        if age < delay {
+            // The instance "boots": its Node is made by the first call after the delay.
+            return Ok(claim);
+        }
+        let choice = node::choose(&self.types, &claim)
+            .map_err(|e| Error::InsufficientCapacity(e.to_string()))?;
+        let made = node::build(&claim, &choice);
+        let writer = Writer::new(self.nodes(), manager::LIFECYCLE);
+        match writer.create(&made).await.map_err(api_error)? {
+            Created::Created(node) => Ok(Arc::new(node::claim_of(&claim, &node))),
+            Created::Exists => match self.nodes().get_opt(&name).await.map_err(api_error)? {
+                Some(existing) => adopt(&claim, &existing),
+                // Made and deleted meanwhile: the next reconcile makes it again.
+                None => Err(LoopError::Launch(format!("Node {name} went away while made")).into()),
+            },
+        }
+    }
+
+    async fn remove(&self, claim: &NodeClaim) -> Result<Deletion, Error> {
+        let Some(found) = self.node_of(claim).await? else {
+            return Ok(Deletion::Gone);
+        };
+        if found.metadata.deletion_timestamp.is_none() {
+            let writer = Writer::new(self.nodes(), manager::TERMINATION);
+            if writer.delete(&found).await.map_err(api_error)? == Outcome::Conflict {
+                // The name holds another Node now: ours is gone.
+                tracing::debug!(node = %found.name_any(), "kwok: Node replaced before deletion");
+            }
+        }
+        // As in Karpenter kwok, the instance is gone once its deletion is issued: the Node
+        // object itself goes when the core releases its finalizer.
+        Ok(Deletion::Gone)
+    }
+
+    async fn instances(&self) -> Result<Vec<Instance>, Error> {
+        let listed = self
+            .nodes()
+            .list(&ListParams::default().labels(labels::NODECLAIM))
+            .await
+            .map_err(api_error)?;
+        Ok(listed
+            .items
+            .iter()
+            .filter(|n| node::is_ours(n))
+            .map(node::instance)
+            .collect())
+    }
+}
+
+/// The claim's own Node made earlier is adopted; a Node of that name made for another
+/// NodeClaim (or by anyone else) is a permanent conflict.
+fn adopt(claim: &Arc<NodeClaim>, existing: &Node) -> Result<Arc<NodeClaim>, Error> {
+    if node::ours_for(existing, claim) {
+        return Ok(Arc::new(node::claim_of(claim, existing)));
+    }
+    Err(Error::Create {
+        reason: "NameConflict",
+        message: format!(
+            "Node {} exists and is not this NodeClaim's",
+            existing.name_any()
+        ),
+    })
+}
+
+impl CloudProvider for KwokCloudProvider {
+    fn create(&self, claim: Arc<NodeClaim>) -> BoxFuture<'_, Result<Arc<NodeClaim>, Error>> {
+        self.launch(claim).boxed()
+    }
+
+    fn delete<'a>(&'a self, claim: &'a NodeClaim) -> BoxFuture<'a, Result<Deletion, Error>> {
+        self.remove(claim).boxed()
+    }
+
+    fn get<'a>(&'a self, claim: &'a NodeClaim) -> BoxFuture<'a, Result<Instance, Error>> {
+        async move {
+            match self.node_of(claim).await? {
+                // A Node being deleted is an instance terminated (Karpenter kwok).
+                Some(n) if n.metadata.deletion_timestamp.is_none() => Ok(node::instance(&n)),
+                _ => Err(Error::NodeClaimNotFound(claim.name_any())),
+            }
+        }
+        .boxed()
+    }
+
+    fn list(&self) -> BoxFuture<'_, Result<Vec<Instance>, Error>> {
+        self.instances().boxed()
+    }
+
+    fn instance_types(&self, nodeclass: &str) -> Option<Arc<Catalog>> {
+        let mut catalogs = self.catalogs.lock().unwrap_or_else(|p| p.into_inner());
+        let catalog = catalogs
+            .entry(nodeclass.to_string())
+            .or_insert_with(|| Arc::new(crate::catalog::to_catalog(&self.types, nodeclass)));
+        Some(catalog.clone())
+    }
+
+    fn is_drifted<'a>(
+        &'a self,
+        _claim: &'a NodeClaim,
+    ) -> BoxFuture<'a, Result<Option<Drift>, Error>> {
+        // No provider drift (Karpenter kwok's `IsDrifted` returns "").
+        futures::future::ready(Ok(None)).boxed()
+    }
+
+    fn repair_policies(&self) -> Vec<RepairPolicy> {
+        // Karpenter kwok's: the kubelet's Ready condition False or Unknown for 10 minutes.
+        ["False", "Unknown"]
+            .into_iter()
+            .map(|status| RepairPolicy {
+                condition_type: "Ready".into(),
+                condition_status: status.into(),
+                toleration: Duration::from_secs(600),
+            })
+            .collect()
+    }
+
+    fn name(&self) -> &'static str {
+        "kwok"
+    }
+
+    fn supported_node_classes(&self) -> Vec<NodeClassKind> {
+        vec![NodeClassKind {
+            group: nodeclass::GROUP,
+            kind: nodeclass::KIND,
+        }]
+    }
+
+    fn launch_failed(&self, _claim: &NodeClaim, _why: &str) {
+        // Every kwok offering is always available (Karpenter kwok forces it): nothing to
+        // avoid.
+    }
+}
