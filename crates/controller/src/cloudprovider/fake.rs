@@ -13,7 +13,6 @@ use kube::ResourceExt;
 use templates::model::Catalog;
 
 use super::{CloudProvider, Deletion, Drift, Error, Instance, NodeClassKind, RepairPolicy};
-use crate::nodeclaim::repair::Unhealthy;
 use crate::objects::claim_requests;
 
 /// What the fake holds; every field is readable by tests through [`FakeCloudProvider::state`].
@@ -62,24 +61,6 @@ impl FakeCloudProvider {
         self.state(|s| {
             if let Some(i) = s.instances.get_mut(nodeclaim) {
                 i.failure = Some(why.to_string());
-            }
-        });
-    }
-
-    /// Gives an instance a provider health signal.
-    pub fn set_unhealthy(&self, nodeclaim: &str, unhealthy: Option<Unhealthy>) {
-        self.state(|s| {
-            if let Some(i) = s.instances.get_mut(nodeclaim) {
-                i.unhealthy = unhealthy;
-            }
-        });
-    }
-
-    /// Sets (or clears) the providerID of a held instance.
-    pub fn set_provider_id(&self, nodeclaim: &str, provider_id: Option<String>) {
-        self.state(|s| {
-            if let Some(i) = s.instances.get_mut(nodeclaim) {
-                i.provider_id = provider_id;
             }
         });
     }
