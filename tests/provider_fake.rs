@@ -15,7 +15,7 @@ use api::consts::conditions as types;
 use controller::cache::Caches;
 use controller::catalogs::IndexCatalogs;
 use controller::cloudprovider::fake::FakeCloudProvider;
-use controller::cloudprovider::{CloudProvider as _, Drift, Error as ProviderError};
+use controller::cloudprovider::{CloudProvider as _, Drift, Error as ProviderError, Retry};
 use controller::events::{Recorder, Reporter};
 use controller::metrics::Metrics;
 use controller::nodeclaim::context::{Ctx, Settings, Shared};
@@ -298,9 +298,7 @@ async fn the_lifecycle_over_the_fake_provider() {
     // A transient launch error is retried; the instance is launched on the next try.
     env.fake.state(|s| {
         s.create_errors
-            .push_back(ProviderError::Retryable(LoopError::Launch(
-                "api hiccup".into(),
-            )))
+            .push_back(ProviderError::retryable(Retry::Waiting, "api hiccup"))
     });
     env.create_claim("fk-transient").await;
     let err = env.reconcile("fk-transient").await.expect_err("transient");

@@ -64,12 +64,37 @@ pub enum Error {
         reason: &'static str,
         message: String,
     },
-    /// Anything that may go away by itself (API errors, caches filling): retried.
-    #[error(transparent)]
-    Retryable(#[from] LoopError),
+    /// Anything that may go away by itself (API errors, caches filling): retried with
+    /// backoff; `kind` says what for retries and metrics.
+    #[error("{message}")]
+    Retryable { kind: Retry, message: String },
+}
+
+/// What kind of passing failure an [`Error::Retryable`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// A write computed from a stale read (409): retried at once from the fresh object.
+    Conflict,
+    /// The API server failed or refused.
+    Api,
+    /// Something read could not be decoded.
+    Decode,
+    /// Waiting for something to settle (a cache filling, a NodeClass not judged yet).
+    Waiting,
+    /// An attempt to launch the instance failed: the core records `Launched=Unknown` with
+    /// reason `LaunchFailed` and the message, and retries.
+    Launch,
 }
 
 impl Error {
+    /// A passing failure of `kind`.
+    pub fn retryable(kind: Retry, message: impl std::fmt::Display) -> Error {
+        Error::Retryable {
+            kind,
+            message: message.to_string(),
+        }
+    }
+
     /// The condition/event reason of a permanent launch failure, with its message; `None`
     /// for errors that are retried.
     pub fn permanent(&self) -> Option<(&'static str, String)> {
@@ -81,11 +106,19 @@ impl Error {
                 Some((api::consts::events::NODECLASS_NOT_READY, m.clone()))
             }
             Error::Create { reason, message } => Some((reason, message.clone())),
-            Error::Retryable(LoopError::Permanent { reason, message }) => {
-                Some((reason, message.clone()))
-            }
-            Error::NodeClaimNotFound(_) | Error::Retryable(_) => None,
+            Error::NodeClaimNotFound(_) | Error::Retryable { .. } => None,
         }
+    }
+
+    /// A write computed from a stale read: retried at once.
+    pub fn is_conflict(&self) -> bool {
+        matches!(
+            self,
+            Error::Retryable {
+                kind: Retry::Conflict,
+                ..
+            }
+        )
     }
 
     /// A short label for the cloudprovider error metric.
@@ -95,19 +128,20 @@ impl Error {
             Error::InsufficientCapacity(_) => "insufficient_capacity",
             Error::NodeClassNotReady(_) => "nodeclass_not_ready",
             Error::Create { .. } => "permanent",
-            Error::Retryable(e) => e.metric_label(),
+            Error::Retryable { kind, .. } => match kind {
+                Retry::Conflict | Retry::Api => "api",
+                Retry::Decode => "decode",
+                Retry::Waiting | Retry::Launch => "launch",
+            },
         }
     }
 }
 
 impl From<Error> for LoopError {
     fn from(e: Error) -> LoopError {
-        match e {
-            Error::Retryable(e) => e,
-            other => match other.permanent() {
-                Some((reason, message)) => LoopError::Permanent { reason, message },
-                None => LoopError::Launch(other.to_string()),
-            },
+        match e.permanent() {
+            Some((reason, message)) => LoopError::Permanent { reason, message },
+            None => LoopError::Provider(e),
         }
     }
 }

@@ -77,7 +77,7 @@ impl ClusterApi {
                 .machines_api(&plan.namespace)
                 .get_opt(&plan.machine)
                 .await
-                .map_err(|e| Error::Retryable(e.into()))?
+                .map_err(|e| typed(e.into()))?
             {
                 Some(m) => Arc::new(m),
                 None => return Err(not_found()),
@@ -101,7 +101,7 @@ impl ClusterApi {
         let found = machines
             .get_opt(&plan.machine)
             .await
-            .map_err(|e| Error::Retryable(e.into()))?;
+            .map_err(|e| typed(e.into()))?;
         if let Some(m) = found
             && fence::ownership(&m, &uid, &ctx.cluster_id) != Ownership::Foreign
         {
@@ -110,7 +110,7 @@ impl ClusterApi {
                 crate::write::Writer::new(machines, crate::write::manager::LIFECYCLE)
                     .delete(&m)
                     .await
-                    .map_err(|e| Error::Retryable(e.into()))?;
+                    .map_err(|e| typed(e.into()))?;
                 // A stand-in for an orphaned instance (garbage collection) is no object to
                 // hang an event on.
                 if claim.metadata.resource_version.is_none() {
@@ -132,16 +132,21 @@ impl ClusterApi {
         }
         // Machine gone: anything of the plan that is left (a launch interrupted before the
         // Machine existed, or a provider that did not clean up).
-        objects::delete_ours(ctx, &plan.namespace, &plan.infrastructure, &uid).await?;
+        objects::delete_ours(ctx, &plan.namespace, &plan.infrastructure, &uid)
+            .await
+            .map_err(typed)?;
         if let Some(b) = &plan.bootstrap {
-            objects::delete_ours(ctx, &plan.namespace, b, &uid).await?;
+            objects::delete_ours(ctx, &plan.namespace, b, &uid)
+                .await
+                .map_err(typed)?;
         }
         Ok(Deletion::Gone)
     }
 }
 
-/// A permanent launch failure as the typed error Karpenter's providers return.
-fn typed(e: crate::nodeclaim::error::Error) -> Error {
+/// An error of the Cluster API provider's steps as the typed error Karpenter's providers
+/// return.
+pub(crate) fn typed(e: crate::nodeclaim::error::Error) -> Error {
     use crate::nodeclaim::error::Error as E;
     match e {
         E::Permanent { reason, message } => {
@@ -153,7 +158,7 @@ fn typed(e: crate::nodeclaim::error::Error) -> Error {
                 Error::Create { reason, message }
             }
         }
-        other => Error::Retryable(other),
+        other => other.to_provider(),
     }
 }
 
