@@ -15,7 +15,9 @@ use api::consts::conditions as types;
 use controller::cache::Caches;
 use controller::catalogs::IndexCatalogs;
 use controller::cloudprovider::fake::FakeCloudProvider;
-use controller::cloudprovider::{CloudProvider as _, Drift, Error as ProviderError, Retry};
+use controller::cloudprovider::{
+    CloudProvider as _, Drift, Error as ProviderError, RepairPolicy, Retry,
+};
 use controller::events::{Recorder, Reporter};
 use controller::metrics::Metrics;
 use controller::nodeclaim::context::{Ctx, Settings, Shared};
@@ -78,8 +80,7 @@ async fn env() -> Env {
         unavailable: Arc::default(),
         inventory: Default::default(),
         settings: Settings {
-            // Neither the default nor the fake's 600 s policy: the "not yet" and "due"
-            // cases below tell them apart.
+            // The provider's own health signal is tolerated this long.
             node_repair_after: Duration::from_secs(20),
             ..Settings::default()
         },
@@ -93,6 +94,9 @@ async fn env() -> Env {
         connection,
     };
     let fake = FakeCloudProvider::default();
+    // The fake's repair policy, tolerated for 20 s: the "not yet" and "due" cases below
+    // tell it from the 600 s the fake has by default.
+    fake.state(|s| s.repair_policies = Some(vec![ready_false(Duration::from_secs(20))]));
     let ctx = Arc::new(Ctx {
         shared,
         provider: Arc::new(fake.clone()),
@@ -396,7 +400,7 @@ async fn the_lifecycle_over_the_fake_provider() {
     );
     let not_yet = env.claim("fk-launch").await.expect("claim");
     assert!(not_yet.metadata.deletion_timestamp.is_none(), "not yet");
-    // ... and is once it has been for longer (40 s: far inside the fake's 600 s policy).
+    // ... and is once it has been for longer (40 s: past the policy's 20 s).
     env.node_ready("node-fk-launch", "False", &ago(40)).await;
     env.reconcile("fk-launch").await.expect("repair");
     assert!(
@@ -454,11 +458,54 @@ async fn the_lifecycle_over_the_fake_provider() {
         env.events("fk-vanish").await
     );
     disconnected(&env).await;
+    no_repair_policies(&env).await;
     let claims = env.claims();
     claims
         .delete("fk-transient", &DeleteParams::default())
         .await
         .expect("delete");
+}
+
+/// Karpenter's Node `Ready=False` policy with `toleration`.
+fn ready_false(toleration: Duration) -> RepairPolicy {
+    RepairPolicy {
+        condition_type: "Ready".into(),
+        condition_status: "False".into(),
+        toleration,
+    }
+}
+
+/// A provider without repair policies gets nothing repaired, however long its Node has been
+/// NotReady; with the policy the same Node is repaired (the positive control).
+async fn no_repair_policies(env: &Env) {
+    let name = "fk-no-policies";
+    env.create_claim(name).await;
+    env.reconcile(name).await.expect("launch");
+    env.join(name).await;
+    env.reconcile_until(name, "initialized", |c| is_true(c, types::INITIALIZED))
+        .await;
+    env.fake.state(|s| s.repair_policies = Some(Vec::new()));
+    env.node_ready(&format!("node-{name}"), "False", &ago(3600))
+        .await;
+    for _ in 0..3 {
+        env.reconcile(name).await.expect("a pass without policies");
+    }
+    assert!(
+        !env.events(name).await.iter().any(|r| r == "NodeRepair"),
+        "not repaired without policies"
+    );
+    let held = env.claim(name).await.expect("claim");
+    assert!(held.metadata.deletion_timestamp.is_none(), "not repaired");
+
+    env.fake
+        .state(|s| s.repair_policies = Some(vec![ready_false(Duration::from_secs(20))]));
+    env.reconcile(name).await.expect("repair");
+    assert!(
+        env.events(name).await.iter().any(|r| r == "NodeRepair"),
+        "{:?}",
+        env.events(name).await
+    );
+    env.reconcile_until(name, "repaired", |c| c.is_none()).await;
 }
 
 /// The workload cluster disconnected: a failed instance is not given up, an unhealthy Node

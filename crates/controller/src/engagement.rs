@@ -111,6 +111,10 @@ impl Engagement {
             client: ctx.workload.clone(),
             metrics: ctx.metrics.clone(),
             state: state.clone(),
+            provider: lifecycle_ctx.provider.clone(),
+            nodeclasses: crate::cloudprovider::clusterapi::nodeclass::readiness_lookup(
+                caches.nodeclasses.store(),
+            ),
             registration_failures,
             expectations: Default::default(),
         };

@@ -37,6 +37,10 @@ pub struct FakeState {
     pub catalogs: BTreeMap<String, Arc<Catalog>>,
     /// Whether launched instances get their providerID at once (else a test sets it).
     pub hold_provider_id: bool,
+    /// What `repair_policies` answers (`None`: [`FakeCloudProvider::DEFAULT_REPAIR`]).
+    pub repair_policies: Option<Vec<RepairPolicy>>,
+    /// What `supported_node_classes` answers (`None`: ClusterAPINodeClass).
+    pub node_classes: Option<Vec<NodeClassKind>>,
 }
 
 /// The fake provider; cheap to clone (one shared state).
@@ -46,6 +50,9 @@ pub struct FakeCloudProvider {
 }
 
 impl FakeCloudProvider {
+    /// The repair policy of a fake left alone: its Node `Ready=False` for 10 minutes.
+    pub const DEFAULT_REPAIR: Duration = Duration::from_secs(600);
+
     /// Runs `f` on the state (tests arrange and inspect through it).
     pub fn state<T>(&self, f: impl FnOnce(&mut FakeState) -> T) -> T {
         f(&mut self.state.lock().unwrap_or_else(|p| p.into_inner()))
@@ -148,11 +155,14 @@ impl CloudProvider for FakeCloudProvider {
     }
 
     fn repair_policies(&self) -> Vec<RepairPolicy> {
-        vec![RepairPolicy {
-            condition_type: "Ready".into(),
-            condition_status: "False".into(),
-            toleration: Duration::from_secs(600),
-        }]
+        self.state(|s| s.repair_policies.clone())
+            .unwrap_or_else(|| {
+                vec![RepairPolicy {
+                    condition_type: "Ready".into(),
+                    condition_status: "False".into(),
+                    toleration: Self::DEFAULT_REPAIR,
+                }]
+            })
     }
 
     fn name(&self) -> &'static str {
@@ -160,10 +170,12 @@ impl CloudProvider for FakeCloudProvider {
     }
 
     fn supported_node_classes(&self) -> Vec<NodeClassKind> {
-        vec![NodeClassKind {
-            group: api::consts::groups::NODECLASS,
-            kind: "ClusterAPINodeClass",
-        }]
+        self.state(|s| s.node_classes.clone()).unwrap_or_else(|| {
+            vec![NodeClassKind {
+                group: api::consts::groups::NODECLASS,
+                kind: "ClusterAPINodeClass",
+            }]
+        })
     }
 
     fn launch_failed(&self, claim: &NodeClaim, why: &str) {

@@ -200,7 +200,7 @@ pub(crate) fn machine_unhealthy(m: &Machine) -> Option<Unhealthy> {
         && c.status == api::conditions::FALSE
     {
         found.push(Unhealthy {
-            condition: "NodeHealthy",
+            condition: "NodeHealthy".into(),
             detail: format!("Machine NodeHealthy=False ({})", c.reason),
             since: c.last_transition_time.0,
         });
@@ -210,7 +210,7 @@ pub(crate) fn machine_unhealthy(m: &Machine) -> Option<Unhealthy> {
             .map(|c| c.last_transition_time.0)
             .unwrap_or(Timestamp::UNIX_EPOCH);
         found.push(Unhealthy {
-            condition: "InfrastructureReady",
+            condition: "InfrastructureReady".into(),
             detail: format!("Machine infrastructure failed: {why}"),
             since,
         });

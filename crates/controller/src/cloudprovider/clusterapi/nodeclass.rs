@@ -64,6 +64,26 @@ impl NodeClass {
     }
 }
 
+/// NodePool status's view of the ClusterAPINodeClasses in `store` (another kind: not found).
+pub(crate) fn readiness_lookup(
+    store: kube::runtime::reflector::Store<api::ClusterAPINodeClass>,
+) -> crate::nodepool_status::NodeClassLookup {
+    std::sync::Arc::new(move |group: &str, kind: &str, name: &str| {
+        if group != api::consts::groups::NODECLASS || kind != api::consts::groups::NODECLASS_KIND {
+            return None;
+        }
+        let nc = store.get(&kube::runtime::reflector::ObjectRef::new(name))?;
+        Some(crate::nodepool_status::NodeClassReadiness {
+            generation: nc.metadata.generation,
+            conditions: nc
+                .status
+                .as_ref()
+                .map(|s| s.conditions.clone())
+                .unwrap_or_default(),
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
