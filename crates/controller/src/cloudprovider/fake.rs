@@ -12,7 +12,9 @@ use futures::future::BoxFuture;
 use kube::ResourceExt;
 use templates::model::Catalog;
 
-use super::{CloudProvider, Deletion, Drift, Error, Instance, NodeClassKind, RepairPolicy};
+use super::{
+    CloudProvider, Created, Deletion, Drift, Error, Instance, NodeClassKind, RepairPolicy,
+};
 use crate::objects::claim_requests;
 
 /// What the fake holds; every field is readable by tests through [`FakeCloudProvider::state`].
@@ -123,8 +125,8 @@ impl FakeCloudProvider {
 }
 
 impl CloudProvider for FakeCloudProvider {
-    fn create(&self, claim: Arc<NodeClaim>) -> BoxFuture<'_, Result<Arc<NodeClaim>, Error>> {
-        let result = self.launch(&claim).map(|()| claim);
+    fn create<'a>(&'a self, claim: &'a NodeClaim) -> BoxFuture<'a, Result<Created, Error>> {
+        let result = self.launch(claim).map(|()| Created::Launched);
         futures::future::ready(result).boxed()
     }
 

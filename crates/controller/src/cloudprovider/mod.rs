@@ -11,10 +11,14 @@
 //!
 //! The checklist a provider answers, in the order the lifecycle asks:
 //! 1. [`CloudProvider::create`]: launch the claim's instance exactly once (idempotent; a
-//!    restart adopts what an earlier attempt made). Typed errors say what happened:
+//!    restart adopts what an earlier attempt made); what must be remembered before any side
+//!    effect comes back as [`Created::Record`] for the core to write on the NodeClaim (with
+//!    its finalizer), then `create` runs again on the written claim. The core persists the
+//!    NodeClaim and its status; the provider never writes it. Typed errors say what happened:
 //!    [`Error::InsufficientCapacity`], [`Error::NodeClassNotReady`] and [`Error::Create`] give
 //!    the claim up (`Launched=False` with the reason, an event, the claim deleted so its pods
-//!    are planned again); [`Error::Retryable`] retries with backoff, bound by the launch timeout.
+//!    are planned again); [`Error::Retryable`] retries with backoff, bound by the launch
+//!    timeout ([`Retry::Launch`]: the core records `Launched=Unknown`, `LaunchFailed`).
 //! 2. [`CloudProvider::get`]: the instance as the provider sees it now: its providerID once it
 //!    exists (then `Launched=True`), a failure that means it never will, a provider health
 //!    signal for repair. [`Error::NodeClaimNotFound`]: the instance is gone.
@@ -146,6 +150,24 @@ impl From<Error> for LoopError {
     }
 }
 
+/// What [`CloudProvider::create`] answers.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Created {
+    /// Record this on the NodeClaim before anything is launched, then call `create` again
+    /// with the written claim: every restart resumes the same launch.
+    Record(Intent),
+    /// The instance is launched, or being launched ([`CloudProvider::get`] says how far).
+    Launched,
+}
+
+/// What a provider records on a NodeClaim before it launches (Karpenter's providers return
+/// the NodeClaim to persist from `Create`; the core writes it, with its finalizer).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Intent {
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+}
+
 /// An instance as its provider sees it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Instance {
@@ -224,6 +246,28 @@ pub enum Deletion {
     Waiting(Duration),
 }
 
+/// How long the core waits for a claim's instance to get a providerID (`launch`) and for its
+/// Node to register (`registration`) before it gives the claim up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    pub launch: Duration,
+    pub registration: Duration,
+}
+
+impl Timeouts {
+    /// Karpenter's: 10 minutes to launch, 15 to register.
+    pub const DEFAULT: Timeouts = Timeouts {
+        launch: Duration::from_secs(600),
+        registration: Duration::from_secs(900),
+    };
+}
+
+impl Default for Timeouts {
+    fn default() -> Timeouts {
+        Timeouts::DEFAULT
+    }
+}
+
 /// A kind of NodeClass the provider serves.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeClassKind {
@@ -234,9 +278,11 @@ pub struct NodeClassKind {
 /// Karpenter's cloudprovider interface. Object-safe: the loops hold an
 /// `Arc<dyn CloudProvider>`.
 pub trait CloudProvider: Send + Sync {
-    /// Launches the instance of `claim`, once. Returns the claim as the provider left it (its
-    /// freshest copy, when the provider recorded its intent on it before any side effect).
-    fn create(&self, claim: Arc<NodeClaim>) -> BoxFuture<'_, Result<Arc<NodeClaim>, Error>>;
+    /// Launches the instance of `claim`, once (idempotent: a restart adopts what an earlier
+    /// attempt made). A provider that must remember a decision before its first side effect
+    /// answers [`Created::Record`] first: the core writes it on the NodeClaim (conditional
+    /// on the version it was computed from) and calls `create` again with the written claim.
+    fn create<'a>(&'a self, claim: &'a NodeClaim) -> BoxFuture<'a, Result<Created, Error>>;
 
     /// Deletes the instance of `claim`; called again until it answers [`Deletion::Gone`].
     fn delete<'a>(&'a self, claim: &'a NodeClaim) -> BoxFuture<'a, Result<Deletion, Error>>;
@@ -265,6 +311,11 @@ pub trait CloudProvider: Send + Sync {
 
     /// The NodeClass kinds this provider serves.
     fn supported_node_classes(&self) -> Vec<NodeClassKind>;
+
+    /// The launch and registration timeouts of `claim` (its NodeClass may set them).
+    fn timeouts(&self, _claim: &NodeClaim) -> Timeouts {
+        Timeouts::DEFAULT
+    }
 
     /// The launch of `claim` failed after `create` returned (its instance failed, or never
     /// got a providerID in time): avoid its offering for a while. Karpenter's providers learn

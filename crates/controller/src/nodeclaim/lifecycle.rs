@@ -27,11 +27,8 @@ use super::liveness::{self, Verdict};
 use super::registration::{self, Progress};
 use super::termination::{self, Termination};
 use crate::cache::Cache;
-use crate::cloudprovider::Instance;
-use crate::cloudprovider::clusterapi::nodeclass::{
-    DEFAULT_LAUNCH_TIMEOUT, DEFAULT_REGISTRATION_TIMEOUT,
-};
 use crate::cloudprovider::clusterapi::plan::Plan;
+use crate::cloudprovider::{Created, Instance, Intent};
 use crate::metrics::NodePoolLabels;
 
 /// How soon a reconcile that found the cache behind our own write looks again (the watch
@@ -103,9 +100,8 @@ async fn reconcile_fresh(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Action, Err
         observe_instance(ctx, &claim, i, &mut status);
     }
     let progress = registration::reconcile(ctx, &claim, &mut status).await?;
-    let (launch_timeout, registration_timeout) = super::context::nodeclass_of(ctx, &claim)
-        .map(|n| (n.launch_timeout, n.registration_timeout))
-        .unwrap_or((DEFAULT_LAUNCH_TIMEOUT, DEFAULT_REGISTRATION_TIMEOUT));
+    let timeouts = ctx.provider.timeouts(&claim);
+    let (launch_timeout, registration_timeout) = (timeouts.launch, timeouts.registration);
     let verdict = liveness::reconcile(
         ctx,
         &claim,
@@ -153,9 +149,10 @@ async fn disconnected(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Action, Error>
     Ok(Action::requeue(ctx.settings.poll))
 }
 
-/// Launch through the provider: the claim as the provider left it, or `None` when it was
-/// given up (a permanent failure, or the launch timeout passed): `Launched=False` with the
-/// reason, an event, and the claim deleted so that its pods are planned again.
+/// Launch through the provider: the claim with what the provider asked to record on it, or
+/// `None` when it was given up (a permanent failure, or the launch timeout passed):
+/// `Launched=False` with the reason, an event, and the claim deleted so that its pods are
+/// planned again.
 async fn launch(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Option<Arc<NodeClaim>>, Error> {
     // Like Karpenter, a launched claim is not launched again: a vanished instance is
     // liveness's to notice, not create's to replace.
@@ -163,32 +160,41 @@ async fn launch(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Option<Arc<NodeClaim
         .status
         .as_ref()
         .is_some_and(|s| api::conditions::is_true(&s.conditions, types::LAUNCHED));
-    let created = if launched {
-        Ok(claim.clone())
-    } else {
-        ctx.provider.create(claim.clone()).await
-    };
-    let e = match created {
-        // The Cluster API provider adds our finalizer with its plan, in one write; any other
-        // provider's claim (or one whose finalizer was removed by hand) gets it here.
-        Ok(claim) if has_finalizer(&claim) => return Ok(Some(claim)),
-        Ok(claim) => {
-            let mut finalizers = claim.finalizers().to_vec();
-            finalizers.push(api::consts::finalizers::TERMINATION.into());
-            let written = ctx
-                .patch_claim(&claim, serde_json::json!({"finalizers": finalizers}))
-                .await?;
-            return Ok(Some(Arc::new(written)));
+    if launched {
+        return with_finalizer(ctx, claim).await.map(Some);
+    }
+    let mut claim = claim;
+    // At most one record: a provider asked again records nothing new.
+    let mut recorded = false;
+    let e = loop {
+        match ctx.provider.create(&claim).await {
+            Ok(Created::Record(intent)) if !recorded => {
+                claim = Arc::new(record(ctx, &claim, &intent).await?);
+                recorded = true;
+            }
+            Ok(Created::Record(_)) => {
+                break crate::cloudprovider::Error::retryable(
+                    crate::cloudprovider::Retry::Waiting,
+                    "the provider asked to record its launch twice",
+                );
+            }
+            Ok(Created::Launched) => return with_finalizer(ctx, claim).await.map(Some),
+            Err(e) => break e,
         }
-        Err(e) => e,
     };
     if let Some((reason, message)) = e.permanent() {
         refuse(ctx, &claim, reason, message).await?;
         return Ok(None);
     }
+    if let crate::cloudprovider::Error::Retryable {
+        kind: crate::cloudprovider::Retry::Launch,
+        message,
+    } = &e
+    {
+        launch_failed(ctx, &claim, message).await;
+    }
     // A launch that keeps failing is still bound by the launch timeout.
-    let timeout = super::context::nodeclass_of(ctx, &claim)
-        .map_or(DEFAULT_LAUNCH_TIMEOUT, |n| n.launch_timeout);
+    let timeout = ctx.provider.timeouts(&claim).launch;
     let age = claim
         .metadata
         .creation_timestamp
@@ -209,6 +215,58 @@ async fn launch(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Option<Arc<NodeClaim
     )
     .await?;
     Ok(None)
+}
+
+/// Writes what the provider asked to record before it launches (labels, annotations) with
+/// our finalizer, in one write conditional on the version it was computed from: a restart
+/// resumes exactly this launch, and a stale claim is refused (409) instead of launched twice.
+async fn record(ctx: &Ctx, claim: &NodeClaim, intent: &Intent) -> Result<NodeClaim, Error> {
+    let mut finalizers = claim.finalizers().to_vec();
+    if !has_finalizer(claim) {
+        finalizers.push(api::consts::finalizers::TERMINATION.into());
+    }
+    ctx.patch_claim(
+        claim,
+        serde_json::json!({
+            "finalizers": finalizers,
+            "labels": intent.labels,
+            "annotations": intent.annotations,
+        }),
+    )
+    .await
+}
+
+/// The claim with our finalizer (written when it lacks it: another provider's claim, or one
+/// whose finalizer was removed by hand).
+async fn with_finalizer(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Arc<NodeClaim>, Error> {
+    if has_finalizer(&claim) {
+        return Ok(claim);
+    }
+    let mut finalizers = claim.finalizers().to_vec();
+    finalizers.push(api::consts::finalizers::TERMINATION.into());
+    let written = ctx
+        .patch_claim(&claim, serde_json::json!({"finalizers": finalizers}))
+        .await?;
+    Ok(Arc::new(written))
+}
+
+/// An attempt to launch failed and is retried: `Launched=Unknown` with reason
+/// `LaunchFailed` and the message (best effort: the retry does not wait for it).
+async fn launch_failed(ctx: &Ctx, claim: &NodeClaim, message: &str) {
+    let mut status = claim.status.clone().unwrap_or_default();
+    api::conditions::set(
+        &mut status.conditions,
+        types::LAUNCHED,
+        api::conditions::UNKNOWN,
+        reasons::LAUNCH_FAILED,
+        &api::conditions::truncate(message, 300),
+        None,
+        Timestamp::now(),
+    );
+    set_ready(&mut status.conditions);
+    if let Err(write) = ctx.write_status(claim, &status).await {
+        tracing::debug!(nodeclaim = %claim.name_any(), error = %write, "recording LaunchFailed failed");
+    }
 }
 
 /// Deletes a NodeClaim that cannot be launched, with the Karpenter event reason.

@@ -40,8 +40,10 @@ use templates::model::Catalog;
 use self::fence::Ownership;
 use self::plan::Plan;
 use super::inventory::instance;
-use super::{CloudProvider, Deletion, Drift, Error, Instance, NodeClassKind, RepairPolicy};
-use crate::nodeclaim::context::{Ctx, Shared, uid_of};
+use super::{
+    CloudProvider, Created, Deletion, Drift, Error, Instance, NodeClassKind, RepairPolicy, Timeouts,
+};
+use crate::nodeclaim::context::{Ctx, Shared, nodeclass_of, uid_of};
 
 /// The Cluster API provider of one workload cluster.
 #[derive(Clone)]
@@ -163,7 +165,7 @@ pub(crate) fn typed(e: crate::nodeclaim::error::Error) -> Error {
 }
 
 impl CloudProvider for ClusterApi {
-    fn create(&self, claim: Arc<NodeClaim>) -> BoxFuture<'_, Result<Arc<NodeClaim>, Error>> {
+    fn create<'a>(&'a self, claim: &'a NodeClaim) -> BoxFuture<'a, Result<Created, Error>> {
         async move { launch::reconcile(&self.shared, claim).await.map_err(typed) }.boxed()
     }
 
@@ -216,6 +218,13 @@ impl CloudProvider for ClusterApi {
             group: api::consts::groups::NODECLASS,
             kind: "ClusterAPINodeClass",
         }]
+    }
+
+    fn timeouts(&self, claim: &NodeClaim) -> Timeouts {
+        nodeclass_of(&self.shared, claim).map_or(Timeouts::DEFAULT, |n| Timeouts {
+            launch: n.launch_timeout,
+            registration: n.registration_timeout,
+        })
     }
 
     fn launch_failed(&self, claim: &NodeClaim, why: &str) {

@@ -8,8 +8,9 @@ use api::nodeclass::{Bootstrap, ClusterReference, MachineSettings};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 /// Defaults of the API (`launchTimeout` 10m, `registrationTimeout` 15m).
-pub(crate) const DEFAULT_LAUNCH_TIMEOUT: Duration = Duration::from_secs(600);
-pub(crate) const DEFAULT_REGISTRATION_TIMEOUT: Duration = Duration::from_secs(900);
+pub(crate) const DEFAULT_LAUNCH_TIMEOUT: Duration = crate::cloudprovider::Timeouts::DEFAULT.launch;
+pub(crate) const DEFAULT_REGISTRATION_TIMEOUT: Duration =
+    crate::cloudprovider::Timeouts::DEFAULT.registration;
 
 /// What launch and liveness need of a NodeClass.
 #[derive(Clone, Debug, Default)]
