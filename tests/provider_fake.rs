@@ -4,8 +4,8 @@
 //! initialization, liveness (a failed instance, an instance gone behind our back), repair,
 //! drift and termination; and a disconnected workload cluster (as hub mode marks one whose
 //! API server stops answering): no termination delete, no liveness give-up, no repair until
-//! it answers again. The instance goes through the trait only; the loops still start their
-//! Cluster API caches (Machines, Clusters), which stay empty here.
+//! it answers again. The instance goes through the trait only: the NodeClaim loops' context
+//! holds no Cluster API cache or client.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +13,6 @@ use std::time::Duration;
 use api::NodeClaim;
 use api::consts::conditions as types;
 use controller::cache::Caches;
-use controller::catalogs::IndexCatalogs;
 use controller::cloudprovider::fake::FakeCloudProvider;
 use controller::cloudprovider::{
     CloudProvider as _, Drift, Error as ProviderError, RepairPolicy, Retry,
@@ -50,17 +49,9 @@ async fn env() -> Env {
     let mut tasks = controller::tasks::Tasks::default();
     let caches = Caches::start(&mut tasks, &client, &client, "fake-test");
     caches.ready().await;
-    let catalogs = IndexCatalogs {
-        index: templates::watch::TemplateIndex::new(),
-        nodeclasses: caches.nodeclasses.store(),
-        clusters: caches.clusters.store(),
-        overlays: Default::default(),
-        engaged: None,
-    };
     let (connected, connection) = controller::health::Connection::new();
     let shared = Shared {
         workload: client.clone(),
-        management: client.clone(),
         recorder: Recorder::new(
             client.clone(),
             Reporter {
@@ -71,25 +62,16 @@ async fn env() -> Env {
         metrics: Metrics::register(&mut prometheus_client::registry::Registry::default()),
         nodes: caches.nodes.clone(),
         pods: caches.pods.store(),
-        machines: caches.machines.store(),
-        nodeclasses: caches.nodeclasses.store(),
         nodeclaims: caches.nodeclaims.store(),
         nodepools: caches.nodepools.store(),
-        clusters: caches.clusters.store(),
-        catalogs: Arc::new(catalogs),
-        unavailable: Arc::default(),
-        inventory: Default::default(),
         settings: Settings {
             // The provider's own health signal is tolerated this long.
             node_repair_after: Duration::from_secs(20),
             ..Settings::default()
         },
-        kinds: Arc::default(),
         expectations: Arc::default(),
         backoff: Arc::default(),
         registration_failures: Arc::default(),
-        lookups: Arc::default(),
-        cluster_id: "fake-test".into(),
         repairs: Arc::default(),
         connection,
     };

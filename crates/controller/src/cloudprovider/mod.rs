@@ -43,6 +43,7 @@ use std::time::Duration;
 
 use api::NodeClaim;
 use futures::future::BoxFuture;
+use futures::stream::BoxStream;
 use k8s_openapi::jiff::Timestamp;
 use templates::model::Catalog;
 
@@ -312,6 +313,14 @@ pub trait CloudProvider: Send + Sync {
     /// The NodeClass kinds this provider serves.
     fn supported_node_classes(&self) -> Vec<NodeClassKind>;
 
+    /// The names of NodeClaims whose instance, or what the provider judges it on, changed
+    /// (its own watches: for Cluster API a Machine, NodeClass, Cluster or template); the
+    /// lifecycle reconciles each. A new stream on each call; `None`: the provider watches
+    /// nothing (the lifecycle then sees changes through `get` on its own triggers and polls).
+    fn changes(&self) -> Option<BoxStream<'static, String>> {
+        None
+    }
+
     /// The launch and registration timeouts of `claim` (its NodeClass may set them).
     fn timeouts(&self, _claim: &NodeClaim) -> Timeouts {
         Timeouts::DEFAULT
@@ -321,4 +330,8 @@ pub trait CloudProvider: Send + Sync {
     /// got a providerID in time): avoid its offering for a while. Karpenter's providers learn
     /// this inside a synchronous Create; a Cluster API launch fails asynchronously.
     fn launch_failed(&self, claim: &NodeClaim, why: &str);
+
+    /// The instance of `claim` got its providerID: what `launch_failed` held against its
+    /// offering may start over from the first hold.
+    fn launch_succeeded(&self, _claim: &NodeClaim) {}
 }

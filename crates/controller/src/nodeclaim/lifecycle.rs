@@ -3,16 +3,16 @@
 //! computes the status from the cached object plus what it observed and writes it once, at
 //! the end, only if it changed. A reconcile never decides on a cached NodeClaim older than
 //! our own last write to it. Triggers: NodeClaim changes, Node changes mapped by providerID
-//! (or owner reference), Machine changes mapped by our label, NodeClass, NodePool and
-//! Cluster changes mapped to their NodeClaims, template changes (drift); deadlines nothing
-//! else triggers on are requeues.
+//! (or owner reference), NodePool changes mapped to their NodeClaims, and the NodeClaims the
+//! provider says changed (`CloudProvider::changes`: for Cluster API its Machines, NodeClasses,
+//! Clusters and templates); deadlines nothing else triggers on are requeues.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use api::NodeClaim;
 use api::consts::{conditions as types, reasons};
 use api::karpenter::NodeClaimStatus;
-use api::{ClusterAPINodeClass, Machine, NodeClaim};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
@@ -27,7 +27,6 @@ use super::liveness::{self, Verdict};
 use super::registration::{self, Progress};
 use super::termination::{self, Termination};
 use crate::cache::Cache;
-use crate::cloudprovider::clusterapi::plan::Plan;
 use crate::cloudprovider::{Created, Instance, Intent};
 use crate::metrics::NodePoolLabels;
 
@@ -337,10 +336,10 @@ fn observe_instance(
     };
     status.capacity = quantities(&instance.capacity);
     status.allocatable = quantities(&instance.allocatable);
-    // The offering launched: a later failure backs off from the first hold again.
-    if let Some(plan) = Plan::of(claim) {
-        ctx.unavailable.succeeded(&plan.offering_key());
-    }
+    ctx.provider.launch_succeeded(claim);
+    // A Node that joins before this status is written still finds its claim.
+    ctx.expectations
+        .saw_provider_id(&uid_of(claim), &claim.name_any(), pid);
     let now = Timestamp::now();
     api::conditions::set(
         &mut status.conditions,
@@ -372,16 +371,12 @@ pub fn error_policy(claim: Arc<NodeClaim>, error: &Error, ctx: Arc<Ctx>) -> Acti
     Action::requeue(wait)
 }
 
-/// The shared caches the lifecycle is triggered by.
+/// The shared caches the lifecycle is triggered by (the provider adds its own, see
+/// `CloudProvider::changes`).
 pub struct Triggers {
     pub nodeclaims: Cache<NodeClaim>,
     pub nodes: Cache<Node>,
-    pub machines: Cache<Machine>,
-    pub nodeclasses: Cache<ClusterAPINodeClass>,
     pub nodepools: Cache<api::NodePool>,
-    pub clusters: Cache<api::Cluster>,
-    /// Bumped on every template change (drift re-check of every NodeClaim).
-    pub templates: Option<tokio::sync::watch::Receiver<u64>>,
 }
 
 /// Runs the lifecycle controller until `shutdown` resolves.
@@ -391,11 +386,11 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let claims = triggers.nodeclaims.clone();
-    let machines = triggers.machines.clone();
+    let expectations = ctx.expectations.clone();
     let by_node = move |node: Arc<Node>| {
         // Registered Nodes point at their NodeClaim; a Node that just joined is found by
-        // its providerID: on the NodeClaim once its status has it, else on its Machine
-        // (the first `Launched` status write may be held back to coalesce with
+        // its providerID: on the NodeClaim once its status has it, else as the provider
+        // gave it (the first `Launched` status write may be held back to coalesce with
         // registration, and the Node's own changes, e.g. its not-ready taint lifted, must
         // still wake the claim).
         let mut refs: Vec<ObjectRef<NodeClaim>> = node
@@ -407,46 +402,30 @@ pub async fn run(
         if let Some(pid) = crate::cache::node_provider_id(&node) {
             let found = claims.by_index(&pid);
             if found.is_empty() {
-                refs.extend(machines.by_index(&pid).iter().filter_map(|m| {
-                    m.labels()
-                        .get(api::consts::labels::NODECLAIM)
-                        .map(|n| ObjectRef::new(n))
-                }));
+                refs.extend(
+                    expectations
+                        .claims_of_provider_id(&pid)
+                        .iter()
+                        .map(|n| ObjectRef::new(n)),
+                );
             }
             refs.extend(found.iter().map(|c| ObjectRef::from_obj(c.as_ref())));
         }
         refs
     };
-    let by_machine = |m: Arc<Machine>| {
-        m.labels()
-            .get(api::consts::labels::NODECLAIM)
-            .map(|n| ObjectRef::new(n))
-    };
-    // Claims waiting for their NodeClass (not planned yet), and every claim of it (drift:
-    // version, bootstrap source, selection).
-    let by_nodeclass = claims_where(&triggers.nodeclaims, |c, nc: &ClusterAPINodeClass| {
-        c.spec.node_class_ref.name == nc.name_any()
-    });
     let by_nodepool = claims_where(&triggers.nodeclaims, |c, np: &api::NodePool| {
         nodepool_of(c) == np.name_any()
     });
-    let by_cluster = claims_where(&triggers.nodeclaims, |c, cl: &api::Cluster| {
-        Plan::of(c).is_some_and(|p| {
-            p.cluster == cl.name_any() && Some(p.namespace.as_str()) == cl.namespace().as_deref()
-        })
-    });
-    let templates = futures::stream::unfold(triggers.templates, |rx| async move {
-        let mut rx = rx?;
-        rx.changed().await.ok()?;
-        Some(((), Some(rx)))
-    });
+    let provider = ctx
+        .provider
+        .changes()
+        .unwrap_or_else(|| futures::stream::pending().boxed())
+        .map(|name| ObjectRef::new(&name));
     Controller::for_shared_stream(triggers.nodeclaims.subscribe(), triggers.nodeclaims.store())
         .watches_shared_stream(triggers.nodes.subscribe(), by_node)
-        .watches_shared_stream(triggers.machines.subscribe(), by_machine)
-        .watches_shared_stream(triggers.nodeclasses.subscribe(), by_nodeclass)
         .watches_shared_stream(triggers.nodepools.subscribe(), by_nodepool)
-        .watches_shared_stream(triggers.clusters.subscribe(), by_cluster)
-        .reconcile_all_on(futures::stream::once(futures::future::ready(())).chain(templates))
+        .reconcile_on(provider)
+        .reconcile_all_on(futures::stream::once(futures::future::ready(())))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, Arc::new(ctx))
         .for_each(|r| {

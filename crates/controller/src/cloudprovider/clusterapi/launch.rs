@@ -20,6 +20,7 @@ use api::consts::reasons;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
+use super::context::{Context, nodeclass_of};
 use super::fence::{self, Ownership};
 use super::names;
 use super::nodeclass::NodeClass;
@@ -29,12 +30,13 @@ use super::plan::{Plan, PlanSize, TypedRef, kind_without_template, spec_hash};
 use crate::cloudprovider::{Created, Error as ProviderError, Intent, Retry};
 use crate::counts::{LaunchState, OfferingCounts};
 use crate::metrics::NodePoolLabels;
-use crate::nodeclaim::context::{Error, Shared, nodeclass_of, uid_of};
+use crate::nodeclaim::error::Error;
 use crate::nodeclaim::labels::nodepool_of;
+use crate::objects::uid_of;
 
 /// Runs launch for a NodeClaim: plans it (once: the plan comes back for the core to record
 /// on the claim), then makes sure the Machine of the recorded plan exists.
-pub(crate) async fn reconcile(ctx: &Shared, claim: &NodeClaim) -> Result<Created, Error> {
+pub(crate) async fn reconcile(ctx: &Context, claim: &NodeClaim) -> Result<Created, Error> {
     let uid = uid_of(claim);
     let Some(plan) = Plan::of(claim) else {
         let plan = match plan(ctx, claim).await? {
@@ -76,11 +78,11 @@ pub(crate) async fn reconcile(ctx: &Shared, claim: &NodeClaim) -> Result<Created
             ),
         ));
     }
-    if cached.is_some() || ctx.expectations.machine_created(&uid) {
+    if cached.is_some() || ctx.launched.contains(&uid) {
         return Ok(Created::Launched);
     }
     if super::objects::adopt_existing(ctx, &plan, &uid).await? {
-        ctx.expectations.set_machine_created(&uid);
+        ctx.launched.insert(&uid);
         return Ok(Created::Launched);
     }
     create(ctx, claim, &plan).await?;
@@ -96,7 +98,7 @@ enum Planned {
 /// The bootstrap config template a plan clones, its clone (named `object`, in the served
 /// version resolved now so that the plan names it) and the template's spec hash.
 async fn bootstrap_refs(
-    ctx: &Shared,
+    ctx: &Context,
     nodeclass: &NodeClass,
     ns: &str,
     object: &str,
@@ -134,7 +136,7 @@ fn claim_requests(claim: &NodeClaim) -> Result<templates::model::Resources, Stri
 }
 
 /// Hub mode: a tenant's NodeClass naming another tenant's Cluster launches nothing.
-fn foreign_cluster(ctx: &Shared, nodeclass: &str) -> Option<Planned> {
+fn foreign_cluster(ctx: &Context, nodeclass: &str) -> Option<Planned> {
     let nc = ctx
         .nodeclasses
         .get(&kube::runtime::reflector::ObjectRef::new(nodeclass))?;
@@ -147,7 +149,7 @@ fn foreign_cluster(ctx: &Shared, nodeclass: &str) -> Option<Planned> {
 
 /// The claim's NodeClass when it may launch: it exists, names the engaged Cluster and is
 /// Ready (Karpenter deletes the NodeClaim otherwise: `Ok(Err(refusal))`); `Err` to retry.
-fn admitted(ctx: &Shared, claim: &NodeClaim) -> Result<Result<NodeClass, Planned>, Error> {
+fn admitted(ctx: &Context, claim: &NodeClaim) -> Result<Result<NodeClass, Planned>, Error> {
     // NodeClass must exist and be Ready (Karpenter deletes the NodeClaim otherwise).
     let Some(nodeclass) = nodeclass_of(ctx, claim) else {
         return Ok(Err(Planned::Refused(
@@ -179,7 +181,7 @@ fn admitted(ctx: &Shared, claim: &NodeClaim) -> Result<Result<NodeClass, Planned
 }
 
 /// Chooses the offering and names everything launch will create.
-async fn plan(ctx: &Shared, claim: &NodeClaim) -> Result<Planned, Error> {
+async fn plan(ctx: &Context, claim: &NodeClaim) -> Result<Planned, Error> {
     let name = claim.name_any();
     let nodeclass = match admitted(ctx, claim)? {
         Ok(nodeclass) => nodeclass,
@@ -279,7 +281,7 @@ async fn plan(ctx: &Shared, claim: &NodeClaim) -> Result<Planned, Error> {
 /// The offering to launch `claim` on: compatible, fitting `requests`, not backed off, with
 /// count left (as the caches hold them now, without the unit this claim holds itself).
 fn choice<'a>(
-    ctx: &Shared,
+    ctx: &Context,
     claim: &NodeClaim,
     catalog: &'a templates::model::Catalog,
     requests: &templates::model::Resources,
@@ -320,13 +322,13 @@ fn requirements(claim: &NodeClaim) -> Vec<Requirement> {
 }
 
 /// Creates (or adopts) the clones and the Machine of a recorded plan.
-async fn create(ctx: &Shared, claim: &NodeClaim, plan: &Plan) -> Result<(), Error> {
+async fn create(ctx: &Context, claim: &NodeClaim, plan: &Plan) -> Result<(), Error> {
     let started = Instant::now();
     let result = super::objects::create_objects(ctx, claim, plan).await;
     let uid = uid_of(claim);
     match result {
         Ok(created) => {
-            ctx.expectations.set_machine_created(&uid);
+            ctx.launched.insert(&uid);
             ctx.metrics
                 .cloudprovider_duration
                 .get_or_create(&crate::metrics::MethodLabels {
