@@ -4,8 +4,8 @@
 //! initialization, liveness (a failed instance, an instance gone behind our back), repair,
 //! drift and termination; and a disconnected workload cluster (as hub mode marks one whose
 //! API server stops answering): no termination delete, no liveness give-up, no repair until
-//! it answers again. The instance goes through the trait only; the loops still start their
-//! Cluster API caches (Machines, Clusters), which stay empty here.
+//! it answers again. The instance goes through the trait only: the NodeClaim loops' context
+//! holds no Cluster API cache or client.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,9 +13,10 @@ use std::time::Duration;
 use api::NodeClaim;
 use api::consts::conditions as types;
 use controller::cache::Caches;
-use controller::catalogs::IndexCatalogs;
 use controller::cloudprovider::fake::FakeCloudProvider;
-use controller::cloudprovider::{CloudProvider as _, Drift, Error as ProviderError};
+use controller::cloudprovider::{
+    CloudProvider as _, Drift, Error as ProviderError, RepairPolicy, Retry,
+};
 use controller::events::{Recorder, Reporter};
 use controller::metrics::Metrics;
 use controller::nodeclaim::context::{Ctx, Settings, Shared};
@@ -48,17 +49,9 @@ async fn env() -> Env {
     let mut tasks = controller::tasks::Tasks::default();
     let caches = Caches::start(&mut tasks, &client, &client, "fake-test");
     caches.ready().await;
-    let catalogs = IndexCatalogs {
-        index: templates::watch::TemplateIndex::new(),
-        nodeclasses: caches.nodeclasses.store(),
-        clusters: caches.clusters.store(),
-        overlays: Default::default(),
-        engaged: None,
-    };
     let (connected, connection) = controller::health::Connection::new();
     let shared = Shared {
         workload: client.clone(),
-        management: client.clone(),
         recorder: Recorder::new(
             client.clone(),
             Reporter {
@@ -69,30 +62,23 @@ async fn env() -> Env {
         metrics: Metrics::register(&mut prometheus_client::registry::Registry::default()),
         nodes: caches.nodes.clone(),
         pods: caches.pods.store(),
-        machines: caches.machines.store(),
-        nodeclasses: caches.nodeclasses.store(),
         nodeclaims: caches.nodeclaims.store(),
         nodepools: caches.nodepools.store(),
-        clusters: caches.clusters.store(),
-        catalogs: Arc::new(catalogs),
-        unavailable: Arc::default(),
-        inventory: Default::default(),
         settings: Settings {
-            // Neither the default nor the fake's 600 s policy: the "not yet" and "due"
-            // cases below tell them apart.
+            // The provider's own health signal is tolerated this long.
             node_repair_after: Duration::from_secs(20),
             ..Settings::default()
         },
-        kinds: Arc::default(),
         expectations: Arc::default(),
         backoff: Arc::default(),
         registration_failures: Arc::default(),
-        lookups: Arc::default(),
-        cluster_id: "fake-test".into(),
         repairs: Arc::default(),
         connection,
     };
     let fake = FakeCloudProvider::default();
+    // The fake's repair policy, tolerated for 20 s: the "not yet" and "due" cases below
+    // tell it from the 600 s the fake has by default.
+    fake.state(|s| s.repair_policies = Some(vec![ready_false(Duration::from_secs(20))]));
     let ctx = Arc::new(Ctx {
         shared,
         provider: Arc::new(fake.clone()),
@@ -298,9 +284,7 @@ async fn the_lifecycle_over_the_fake_provider() {
     // A transient launch error is retried; the instance is launched on the next try.
     env.fake.state(|s| {
         s.create_errors
-            .push_back(ProviderError::Retryable(LoopError::Launch(
-                "api hiccup".into(),
-            )))
+            .push_back(ProviderError::retryable(Retry::Waiting, "api hiccup"))
     });
     env.create_claim("fk-transient").await;
     let err = env.reconcile("fk-transient").await.expect_err("transient");
@@ -398,7 +382,7 @@ async fn the_lifecycle_over_the_fake_provider() {
     );
     let not_yet = env.claim("fk-launch").await.expect("claim");
     assert!(not_yet.metadata.deletion_timestamp.is_none(), "not yet");
-    // ... and is once it has been for longer (40 s: far inside the fake's 600 s policy).
+    // ... and is once it has been for longer (40 s: past the policy's 20 s).
     env.node_ready("node-fk-launch", "False", &ago(40)).await;
     env.reconcile("fk-launch").await.expect("repair");
     assert!(
@@ -456,11 +440,54 @@ async fn the_lifecycle_over_the_fake_provider() {
         env.events("fk-vanish").await
     );
     disconnected(&env).await;
+    no_repair_policies(&env).await;
     let claims = env.claims();
     claims
         .delete("fk-transient", &DeleteParams::default())
         .await
         .expect("delete");
+}
+
+/// Karpenter's Node `Ready=False` policy with `toleration`.
+fn ready_false(toleration: Duration) -> RepairPolicy {
+    RepairPolicy {
+        condition_type: "Ready".into(),
+        condition_status: "False".into(),
+        toleration,
+    }
+}
+
+/// A provider without repair policies gets nothing repaired, however long its Node has been
+/// NotReady; with the policy the same Node is repaired (the positive control).
+async fn no_repair_policies(env: &Env) {
+    let name = "fk-no-policies";
+    env.create_claim(name).await;
+    env.reconcile(name).await.expect("launch");
+    env.join(name).await;
+    env.reconcile_until(name, "initialized", |c| is_true(c, types::INITIALIZED))
+        .await;
+    env.fake.state(|s| s.repair_policies = Some(Vec::new()));
+    env.node_ready(&format!("node-{name}"), "False", &ago(3600))
+        .await;
+    for _ in 0..3 {
+        env.reconcile(name).await.expect("a pass without policies");
+    }
+    assert!(
+        !env.events(name).await.iter().any(|r| r == "NodeRepair"),
+        "not repaired without policies"
+    );
+    let held = env.claim(name).await.expect("claim");
+    assert!(held.metadata.deletion_timestamp.is_none(), "not repaired");
+
+    env.fake
+        .state(|s| s.repair_policies = Some(vec![ready_false(Duration::from_secs(20))]));
+    env.reconcile(name).await.expect("repair");
+    assert!(
+        env.events(name).await.iter().any(|r| r == "NodeRepair"),
+        "{:?}",
+        env.events(name).await
+    );
+    env.reconcile_until(name, "repaired", |c| c.is_none()).await;
 }
 
 /// The workload cluster disconnected: a failed instance is not given up, an unhealthy Node

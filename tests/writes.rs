@@ -13,11 +13,13 @@ use std::time::Duration;
 
 use api::{Machine, NodeClaim};
 use controller::cache::Caches;
+use controller::catalogs::Catalogs;
 use controller::catalogs::IndexCatalogs;
 use controller::cloudprovider::clusterapi::ClusterApi;
+use controller::cloudprovider::clusterapi::context::{Context, Settings as ProviderSettings};
 use controller::events::{Recorder, Reporter};
 use controller::metrics::{Metrics, NodePoolLabels};
-use controller::nodeclaim::context::{Catalogs, Settings, Shared};
+use controller::nodeclaim::context::{Ctx, Settings, Shared};
 use controller::nodeclaim::lifecycle;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
@@ -265,37 +267,49 @@ async fn a_launch_happens_once_per_uid_when_the_cache_lags() {
     .expect("catalog of the NodeClass");
     let delayed: Writer<NodeClaim> = Writer::default();
     let metrics = Metrics::register(&mut prometheus_client::registry::Registry::default());
-    let ctx = ClusterApi::context(Shared {
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "test".into(),
+            instance: None,
+        },
+    );
+    let shared = Shared {
         workload: client.clone(),
-        management: client.clone(),
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "test".into(),
-                instance: None,
-            },
-        ),
+        recorder: recorder.clone(),
         metrics: metrics.clone(),
         nodes: caches.nodes.clone(),
         pods: caches.pods.store(),
-        machines: caches.machines.store(),
-        nodeclasses: caches.nodeclasses.store(),
         nodeclaims: delayed.as_reader(),
         nodepools: caches.nodepools.store(),
-        clusters: caches.clusters.store(),
-        catalogs: Arc::new(catalogs),
-        unavailable: Arc::default(),
-        inventory: Default::default(),
         settings: Settings::default(),
-        kinds: Arc::default(),
         expectations: Arc::default(),
         backoff: Arc::default(),
         registration_failures: Arc::default(),
-        lookups: Arc::default(),
-        cluster_id: CLUSTER_ID.into(),
         repairs: Arc::default(),
         connection: Default::default(),
-    });
+    };
+    let provider = Context {
+        management: client.clone(),
+        recorder,
+        metrics: metrics.clone(),
+        machines: caches.machines.store(),
+        nodeclasses: caches.nodeclasses.store(),
+        clusters: caches.clusters.store(),
+        nodeclaims: delayed.as_reader(),
+        catalogs: Arc::new(catalogs),
+        unavailable: Arc::default(),
+        inventory: Default::default(),
+        settings: ProviderSettings::default(),
+        kinds: Arc::default(),
+        lookups: Arc::default(),
+        launched: Arc::default(),
+        cluster_id: CLUSTER_ID.into(),
+    };
+    let ctx = Ctx {
+        shared: shared.clone(),
+        provider: Arc::new(ClusterApi::new(provider.clone(), None)),
+    };
     let api: Api<NodeClaim> = Api::all(client.clone());
     let stale: Arc<NodeClaim> = Arc::new(
         api.create(
@@ -343,10 +357,19 @@ async fn a_launch_happens_once_per_uid_when_the_cache_lags() {
     // A process that lost its memory (a restart) with the same stale object: the plan write
     // is conditional on the resourceVersion it was computed from, so it is refused (409)
     // instead of planning and launching again.
-    let restarted = Arc::new(ClusterApi::context(Shared {
-        expectations: Arc::default(),
-        ..ctx.shared.clone()
-    }));
+    let restarted = Arc::new(Ctx {
+        shared: Shared {
+            expectations: Arc::default(),
+            ..shared
+        },
+        provider: Arc::new(ClusterApi::new(
+            Context {
+                launched: Arc::default(),
+                ..provider
+            },
+            None,
+        )),
+    });
     let err = lifecycle::reconcile(stale.clone(), restarted.clone())
         .await
         .expect_err("a decision from the stale object is refused");

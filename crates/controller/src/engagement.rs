@@ -12,8 +12,9 @@ use tokio::task::AbortHandle;
 
 use crate::cache::Caches;
 use crate::catalogs::IndexCatalogs;
-use crate::cloudprovider::clusterapi::ClusterApi;
+use crate::cloudprovider::clusterapi::context::{Context, Settings as ProviderSettings};
 use crate::cloudprovider::clusterapi::nodeclass_status::{self, StatusCtx};
+use crate::cloudprovider::clusterapi::{ClusterApi, Watches};
 use crate::events::{Recorder, Reporter};
 use crate::metrics::Metrics;
 use crate::nodeclaim::context::{Ctx, Settings, Shared};
@@ -98,19 +99,29 @@ impl Engagement {
         let recorder = Recorder::new(ctx.workload.clone(), reporter);
         let unavailable: Arc<Unavailable> = Arc::default();
         let registration_failures: Arc<Failures> = Arc::default();
-        let lifecycle_ctx = ClusterApi::context(shared(
-            ctx,
-            caches,
-            recorder,
-            Arc::new(catalogs.clone()),
-            unavailable.clone(),
-            registration_failures.clone(),
-            (cluster_id, inventory.clone()),
-        ));
+        let provider = ClusterApi::new(
+            provider_context(
+                ctx,
+                caches,
+                recorder.clone(),
+                Arc::new(catalogs.clone()),
+                (unavailable.clone(), inventory.clone()),
+                cluster_id,
+            ),
+            Some(watches(caches, &catalogs.index)),
+        );
+        let lifecycle_ctx = Ctx {
+            shared: shared(ctx, caches, recorder, registration_failures.clone()),
+            provider: Arc::new(provider),
+        };
         let nodepool_status = crate::nodepool_status::NodePoolStatus {
             client: ctx.workload.clone(),
             metrics: ctx.metrics.clone(),
             state: state.clone(),
+            provider: lifecycle_ctx.provider.clone(),
+            nodeclasses: crate::cloudprovider::clusterapi::nodeclass::readiness_lookup(
+                caches.nodeclasses.store(),
+            ),
             registration_failures,
             expectations: Default::default(),
         };
@@ -128,11 +139,11 @@ impl Engagement {
             state.clone(),
             lifecycle_ctx.recorder.clone(),
             lifecycle_ctx.provider.clone(),
-            (unavailable, inventory.clone()),
+            (unavailable.clone(), inventory.clone()),
         );
         let static_pools = static_pools(ctx, caches, &provisioner);
         let lifecycle_ctx_recorder = lifecycle_ctx.recorder.clone();
-        let triggers = triggers(caches, &catalogs.index);
+        let triggers = triggers(caches);
         attach_gauges(ctx, caches, state);
         let latency = crate::latency::Latency {
             metrics: ctx.metrics.clone(),
@@ -148,7 +159,7 @@ impl Engagement {
                 caches,
                 catalogs,
                 lifecycle_ctx_recorder,
-                (lifecycle_ctx.unavailable.clone(), inventory),
+                (unavailable.clone(), inventory),
             ),
             gc_interval: ctx.knobs.gc_interval,
             gc_grace: ctx.knobs.gc_grace,
@@ -318,56 +329,84 @@ fn attach_gauges(ctx: &Sources, caches: &Caches, state: ClusterState) {
     );
 }
 
-fn triggers(caches: &Caches, index: &templates::watch::TemplateIndex) -> lifecycle::Triggers {
+fn triggers(caches: &Caches) -> lifecycle::Triggers {
     lifecycle::Triggers {
         nodeclaims: caches.nodeclaims.clone(),
         nodes: caches.nodes.clone(),
+        nodepools: caches.nodepools.clone(),
+    }
+}
+
+/// What tells the lifecycle of the Cluster API objects' changes: the provider's caches and
+/// the templates'.
+fn watches(caches: &Caches, index: &templates::watch::TemplateIndex) -> Watches {
+    Watches {
         machines: caches.machines.clone(),
         nodeclasses: caches.nodeclasses.clone(),
-        nodepools: caches.nodepools.clone(),
         clusters: caches.clusters.clone(),
         templates: Some(index.subscribe()),
     }
 }
 
-/// What the lifecycle and the Cluster API provider share, over the engagement's caches.
+/// What the lifecycle shares, over the engagement's caches.
 fn shared(
     ctx: &Sources,
     caches: &Caches,
     recorder: Recorder,
-    catalogs: Arc<IndexCatalogs>,
-    unavailable: Arc<crate::unavailable::UnavailableOfferings>,
     registration_failures: Arc<crate::nodepool_status::RegistrationFailures>,
-    (cluster_id, inventory): (String, crate::inventory::Inventory),
 ) -> Shared {
     Shared {
         workload: ctx.workload.clone(),
-        management: ctx.management.clone(),
         recorder,
         metrics: ctx.metrics.clone(),
         nodes: caches.nodes.clone(),
         pods: caches.pods.store(),
-        machines: caches.machines.store(),
-        nodeclasses: caches.nodeclasses.store(),
         nodeclaims: caches.nodeclaims.store(),
         nodepools: caches.nodepools.store(),
-        clusters: caches.clusters.store(),
-        catalogs,
-        unavailable,
-        inventory,
         settings: Settings {
             node_repair_after: ctx.knobs.node_repair_after,
-            count_staleness: ctx.knobs.count_staleness,
             ..Settings::default()
         },
-        kinds: Arc::default(),
         expectations: Arc::default(),
         backoff: Arc::default(),
         registration_failures,
-        lookups: Arc::default(),
-        cluster_id,
         repairs: Arc::default(),
         connection: ctx.connection.clone(),
+    }
+}
+
+/// The Cluster API provider's context, over the engagement's caches.
+fn provider_context(
+    ctx: &Sources,
+    caches: &Caches,
+    recorder: Recorder,
+    catalogs: Arc<IndexCatalogs>,
+    (unavailable, inventory): (
+        Arc<crate::unavailable::UnavailableOfferings>,
+        crate::inventory::Inventory,
+    ),
+    cluster_id: String,
+) -> Context {
+    Context {
+        management: ctx.management.clone(),
+        recorder,
+        metrics: ctx.metrics.clone(),
+        machines: caches.machines.store(),
+        nodeclasses: caches.nodeclasses.store(),
+        clusters: caches.clusters.store(),
+        nodeclaims: caches.nodeclaims.store(),
+        catalogs,
+        unavailable,
+        inventory,
+        settings: ProviderSettings {
+            node_repair_after: ctx.knobs.node_repair_after,
+            count_staleness: ctx.knobs.count_staleness,
+            ..ProviderSettings::default()
+        },
+        kinds: Arc::default(),
+        lookups: Arc::default(),
+        launched: Arc::default(),
+        cluster_id,
     }
 }
 

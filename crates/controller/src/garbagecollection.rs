@@ -14,7 +14,7 @@ use crate::cloudprovider::{CloudProvider, Instance};
 use crate::metrics_labels::NoLabels;
 use crate::nodeclaim::context::Ctx;
 
-pub(crate) use crate::nodeclaim::context::MACHINE_GRACE;
+pub(crate) use crate::nodeclaim::context::INSTANCE_GRACE;
 
 /// Instances older than `grace`, not being deleted, whose NodeClaim (by UID) is not in
 /// `claims`. An instance without a UID mark is never ours to judge.
@@ -74,10 +74,7 @@ pub(crate) async fn collect(
 pub(crate) async fn run(ctx: Ctx, interval: Duration, grace: Duration) {
     loop {
         tokio::time::sleep(interval).await;
-        if ctx.machines.wait_until_ready().await.is_err()
-            || ctx.nodeclaims.wait_until_ready().await.is_err()
-            || ctx.nodeclasses.wait_until_ready().await.is_err()
-        {
+        if ctx.nodeclaims.wait_until_ready().await.is_err() {
             return;
         }
         if !ctx.connection.connected() {
@@ -133,7 +130,7 @@ mod tests {
             &instances,
             &claims,
             NOW.parse().expect("time"),
-            MACHINE_GRACE,
+            INSTANCE_GRACE,
         )
         .iter()
         .map(|i| i.nodeclaim.as_str())
@@ -153,7 +150,7 @@ mod tests {
         )];
         let claims = HashSet::from(["uid-of-the-new-default-abc".to_string()]);
         let now = NOW.parse().expect("time");
-        assert_eq!(orphaned(&instances, &claims, now, MACHINE_GRACE).len(), 1);
+        assert_eq!(orphaned(&instances, &claims, now, INSTANCE_GRACE).len(), 1);
     }
 
     /// A pass over the fake provider: the orphan is deleted through the provider, the rest
@@ -168,7 +165,7 @@ mod tests {
         });
         let claims = HashSet::from(["live-uid".to_string()]);
         let now = NOW.parse().expect("time");
-        let deleted = collect(&fake, &claims, now, MACHINE_GRACE).await;
+        let deleted = collect(&fake, &claims, now, INSTANCE_GRACE).await;
         assert_eq!(deleted, ["fake instance orphan"]);
         let (left, calls) = fake.state(|s| {
             (
@@ -178,7 +175,11 @@ mod tests {
         });
         assert_eq!(calls, ["orphan"]);
         assert_eq!(left, ["alive", "deleting", "no-uid-mark", "young"]);
-        assert!(collect(&fake, &claims, now, MACHINE_GRACE).await.is_empty());
+        assert!(
+            collect(&fake, &claims, now, INSTANCE_GRACE)
+                .await
+                .is_empty()
+        );
         // A failing delete is reported, not counted, and retried on the next pass.
         fake.state(|s| {
             s.instances.insert("orphan".into(), fixtures().remove(0));
@@ -187,9 +188,13 @@ mod tests {
                     "orphan".into(),
                 ));
         });
-        assert!(collect(&fake, &claims, now, MACHINE_GRACE).await.is_empty());
+        assert!(
+            collect(&fake, &claims, now, INSTANCE_GRACE)
+                .await
+                .is_empty()
+        );
         assert_eq!(
-            collect(&fake, &claims, now, MACHINE_GRACE).await,
+            collect(&fake, &claims, now, INSTANCE_GRACE).await,
             ["fake instance orphan"]
         );
     }

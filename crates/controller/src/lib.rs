@@ -29,7 +29,6 @@ pub mod overlays;
 pub mod provisioning;
 pub mod ratelimit;
 pub(crate) mod reports;
-pub(crate) mod resources;
 pub mod runtime;
 pub(crate) mod server;
 pub mod state;

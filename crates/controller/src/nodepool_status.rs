@@ -8,10 +8,12 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use api::conditions::{self as cond, FALSE, TRUE, UNKNOWN};
-use api::consts::{conditions as types, groups};
+use api::consts::conditions as types;
 use api::karpenter::NodePoolStatus as Status;
-use api::{ClusterAPINodeClass, NodeClaim, NodePool};
+use api::{NodeClaim, NodePool};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
@@ -19,6 +21,7 @@ use kube::api::Api;
 use crate::write::{Expectations, Outcome, Writer, manager};
 use serde_json::json;
 
+use crate::cloudprovider::{CloudProvider, NodeClassKind};
 use crate::metrics::{Metrics, ResourceLabels};
 use crate::objects::{deleting, name};
 use crate::provisioning::{convert, snapshot};
@@ -34,11 +37,25 @@ const NODECLASS_NOT_FOUND: &str = "NodeClassNotFound";
 const NODECLASS_NOT_READY: &str = "NodeClassNotReady";
 const REGISTRATION_FAILED: &str = "RegistrationFailed";
 
-/// The status `pool` should have, given its NodeClaims and its NodeClass (if found).
+/// What NodePool status reads of a NodeClass, whatever its kind.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct NodeClassReadiness {
+    pub generation: Option<i64>,
+    pub conditions: Vec<Condition>,
+}
+
+/// Finds a NodeClass by its reference (group, kind, name); `None`: not found.
+pub(crate) type NodeClassLookup =
+    Arc<dyn Fn(&str, &str, &str) -> Option<NodeClassReadiness> + Send + Sync>;
+
+/// The status `pool` should have, given its NodeClaims, the NodeClass kinds the provider
+/// serves (`supported`, from `CloudProvider::supported_node_classes`) and its NodeClass
+/// (if found).
 pub(crate) fn desired(
     pool: &NodePool,
     claims: &[&NodeClaim],
-    nodeclass: Option<&ClusterAPINodeClass>,
+    supported: &[NodeClassKind],
+    nodeclass: Option<&NodeClassReadiness>,
     last_failure: Option<&(Timestamp, String)>,
     now: Timestamp,
 ) -> Status {
@@ -50,9 +67,9 @@ pub(crate) fn desired(
         .unwrap_or_default();
     let class_ref = &pool.spec.template.spec.node_class_ref;
     let (group, kind) = (class_ref.group.as_str(), class_ref.kind.as_str());
-    let served = group == groups::NODECLASS && kind == groups::NODECLASS_KIND;
-    set_validation(&mut conditions, served, group, kind, generation, now);
-    // A ClusterAPINodeClass of the same name does not make another kind's reference ready.
+    let served = supported.iter().any(|k| k.group == group && k.kind == kind);
+    set_validation(&mut conditions, supported, (group, kind), generation, now);
+    // A NodeClass of the same name does not make an unserved kind's reference ready.
     let nodeclass = if served { nodeclass } else { None };
     set_nodeclass_ready(&mut conditions, pool, served, nodeclass, generation, now);
     set_registration_healthy(&mut conditions, claims, last_failure, generation, now);
@@ -76,7 +93,7 @@ pub(crate) fn desired(
     Status {
         resources: convert::quantities(&resources),
         nodes: Some(i64::try_from(counted.len()).unwrap_or(i64::MAX)),
-        node_class_observed_generation: nodeclass.and_then(|nc| nc.metadata.generation),
+        node_class_observed_generation: nodeclass.and_then(|nc| nc.generation),
         conditions,
     }
 }
@@ -89,16 +106,24 @@ fn leaving(c: &NodeClaim) -> bool {
             .is_some_and(|s| cond::is_true(&s.conditions, types::INSTANCE_TERMINATING))
 }
 
-/// ValidationSucceeded: the nodeClassRef names the kind this operator serves.
+/// The kinds the provider serves, for messages: `Kind.group, ...`.
+fn kinds(supported: &[NodeClassKind]) -> String {
+    let names: Vec<String> = supported
+        .iter()
+        .map(|k| format!("{}.{}", k.kind, k.group))
+        .collect();
+    names.join(", ")
+}
+
+/// ValidationSucceeded: the nodeClassRef names a kind the provider serves.
 fn set_validation(
     conditions: &mut Vec<Condition>,
-    served: bool,
-    group: &str,
-    kind: &str,
+    supported: &[NodeClassKind],
+    (group, kind): (&str, &str),
     generation: Option<i64>,
     now: Timestamp,
 ) {
-    if served {
+    if supported.iter().any(|k| k.group == group && k.kind == kind) {
         cond::set(
             conditions,
             types::VALIDATION_SUCCEEDED,
@@ -115,9 +140,8 @@ fn set_validation(
             FALSE,
             VALIDATION_FAILED,
             &format!(
-                "nodeClassRef {kind}.{group} is not served by this operator; use {}.{}",
-                groups::NODECLASS_KIND,
-                groups::NODECLASS
+                "nodeClassRef {kind}.{group} is not served by this operator; use {}",
+                kinds(supported)
             ),
             generation,
             now,
@@ -125,13 +149,13 @@ fn set_validation(
     }
 }
 
-/// NodeClassReady: the referenced ClusterAPINodeClass (`nodeclass`, if found and of the
-/// served kind) exists and is Ready.
+/// NodeClassReady: the referenced NodeClass (`nodeclass`, if found and of a served kind)
+/// exists and is Ready.
 fn set_nodeclass_ready(
     conditions: &mut Vec<Condition>,
     pool: &NodePool,
     served: bool,
-    nodeclass: Option<&ClusterAPINodeClass>,
+    nodeclass: Option<&NodeClassReadiness>,
     generation: Option<i64>,
     now: Timestamp,
 ) {
@@ -144,7 +168,9 @@ fn set_nodeclass_ready(
             types::NODECLASS_READY,
             FALSE,
             VALIDATION_FAILED,
-            &format!("nodeClassRef {kind}.{group} {class_name} is not a ClusterAPINodeClass"),
+            &format!(
+                "nodeClassRef {kind}.{group} {class_name} is not of a kind this operator serves"
+            ),
             generation,
             now,
         ),
@@ -153,17 +179,12 @@ fn set_nodeclass_ready(
             types::NODECLASS_READY,
             FALSE,
             NODECLASS_NOT_FOUND,
-            &format!("{} {class_name} not found", groups::NODECLASS_KIND),
+            &format!("{kind} {class_name} not found"),
             generation,
             now,
         ),
         Some(nc) => {
-            let nc_conditions = nc
-                .status
-                .as_ref()
-                .map(|s| s.conditions.as_slice())
-                .unwrap_or_default();
-            let ready = cond::get(nc_conditions, types::READY);
+            let ready = cond::get(&nc.conditions, types::READY);
             match ready.map(|c| c.status.as_str()) {
                 Some(TRUE) => cond::set(
                     conditions,
@@ -184,8 +205,7 @@ fn set_nodeclass_ready(
                     },
                     NODECLASS_NOT_READY,
                     &format!(
-                        "{} {class_name}: {}",
-                        groups::NODECLASS_KIND,
+                        "{kind} {class_name}: {}",
                         ready.map_or("status not reported yet", |c| c.message.as_str())
                     ),
                     generation,
@@ -262,8 +282,12 @@ fn differs(pool: &NodePool, status: &Status) -> bool {
 pub(crate) struct NodePoolStatus {
     pub client: kube::Client,
     pub metrics: Metrics,
-    /// The NodePools, their NodeClaims and NodeClasses.
+    /// The NodePools and their NodeClaims.
     pub state: ClusterState,
+    /// Which NodeClass kinds count as served.
+    pub provider: Arc<dyn CloudProvider>,
+    /// The NodeClasses pools refer to.
+    pub nodeclasses: NodeClassLookup,
     pub registration_failures: std::sync::Arc<RegistrationFailures>,
     /// Our status writes the cache has not shown yet: such a pool is not decided again.
     pub expectations: std::sync::Arc<Expectations>,
@@ -282,17 +306,15 @@ impl NodePoolStatus {
                 .iter()
                 .any(|p| p.metadata.uid.as_deref() == Some(uid))
         });
+        let supported = self.provider.supported_node_classes();
         let mut written = 0;
         for pool in &cluster.nodepools {
             let pool_name = name(pool.as_ref());
             if self.expectations.stale_object(pool.as_ref()) {
                 continue;
             }
-            let class_name = &pool.spec.template.spec.node_class_ref.name;
-            let nodeclass = cluster
-                .nodeclasses
-                .iter()
-                .find(|nc| name(nc.as_ref()) == class_name);
+            let r = &pool.spec.template.spec.node_class_ref;
+            let nodeclass = (self.nodeclasses)(&r.group, &r.kind, &r.name);
             let pool_claims: Vec<&NodeClaim> = cluster
                 .claims_of_pool(pool_name)
                 .map(|(c, _)| c.as_ref())
@@ -301,7 +323,8 @@ impl NodePoolStatus {
             let status = desired(
                 pool,
                 &pool_claims,
-                nodeclass.map(|n| n.as_ref()),
+                &supported,
+                nodeclass.as_ref(),
                 failure.as_ref(),
                 Timestamp::now(),
             );
@@ -393,12 +416,68 @@ mod tests {
         }))
     }
 
-    fn nodeclass(ready: &str) -> ClusterAPINodeClass {
-        typed(json!({"metadata": {"name": "default", "generation": 7},
-            "spec": {"clusterRef": {"name": "c", "namespace": "capi"}, "bootstrap": {"dataSecretName": "s"}},
-            "status": {"conditions": [
+    fn nodeclass(ready: &str) -> NodeClassReadiness {
+        NodeClassReadiness {
+            generation: Some(7),
+            conditions: vec![typed(json!(
             {"type": "Ready", "status": ready, "reason": "r", "message": "TemplatesReady=False",
-             "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}))
+             "lastTransitionTime": "2026-01-01T00:00:00Z"}))],
+        }
+    }
+
+    /// `desired` for a provider serving ClusterAPINodeClass.
+    fn want(
+        pool: &NodePool,
+        claims: &[&NodeClaim],
+        nodeclass: Option<&NodeClassReadiness>,
+        last_failure: Option<&(Timestamp, String)>,
+        now: Timestamp,
+    ) -> Status {
+        let capi = [NodeClassKind {
+            group: api::consts::groups::NODECLASS,
+            kind: api::consts::groups::NODECLASS_KIND,
+        }];
+        desired(pool, claims, &capi, nodeclass, last_failure, now)
+    }
+
+    #[test]
+    fn a_pool_is_ready_only_for_a_kind_the_provider_serves() {
+        use crate::cloudprovider::fake::FakeCloudProvider;
+        let fake = FakeCloudProvider::default();
+        fake.state(|s| {
+            s.node_classes = Some(vec![NodeClassKind {
+                group: "karpenter.cluster.x-k8s.io",
+                kind: "FakeNodeClass",
+            }])
+        });
+        let supported = fake.supported_node_classes();
+        let nc = nodeclass("True");
+        let served = desired(
+            &pool("FakeNodeClass"),
+            &[],
+            &supported,
+            Some(&nc),
+            None,
+            Timestamp::now(),
+        );
+        assert_eq!(condition(&served, "ValidationSucceeded").status, "True");
+        assert_eq!(condition(&served, "NodeClassReady").status, "True");
+        assert_eq!(condition(&served, "Ready").status, "True");
+        // ClusterAPINodeClass is not this provider's kind: not Ready, even with a Ready
+        // NodeClass of that name.
+        let other = desired(
+            &pool("ClusterAPINodeClass"),
+            &[],
+            &supported,
+            Some(&nc),
+            None,
+            Timestamp::now(),
+        );
+        let v = condition(&other, "ValidationSucceeded");
+        assert_eq!(v.status, "False");
+        assert!(v.message.contains("FakeNodeClass"), "{v:?}");
+        assert_eq!(condition(&other, "NodeClassReady").status, "False");
+        assert_eq!(condition(&other, "Ready").status, "False");
     }
 
     fn condition<'a>(status: &'a Status, t: &str) -> &'a Condition {
@@ -408,7 +487,7 @@ mod tests {
     #[test]
     fn ready_pool_sums_claims_capacity() {
         let (a, b) = (claim("4", true), claim("2500m", false));
-        let s = desired(
+        let s = want(
             &pool("ClusterAPINodeClass"),
             &[&a, &b],
             Some(&nodeclass("True")),
@@ -443,7 +522,7 @@ mod tests {
                 Timestamp::now(),
             );
         }
-        let s = desired(
+        let s = want(
             &pool("ClusterAPINodeClass"),
             &[&live, &deleted, &terminating],
             Some(&nodeclass("True")),
@@ -457,7 +536,7 @@ mod tests {
 
     #[test]
     fn missing_or_unready_nodeclass_and_foreign_kind_make_the_pool_not_ready() {
-        let s = desired(
+        let s = want(
             &pool("ClusterAPINodeClass"),
             &[],
             None,
@@ -469,7 +548,7 @@ mod tests {
         assert_eq!(condition(&s, "NodeRegistrationHealthy").status, "Unknown");
         assert_eq!(s.nodes, Some(0));
 
-        let s = desired(
+        let s = want(
             &pool("ClusterAPINodeClass"),
             &[],
             Some(&nodeclass("False")),
@@ -480,7 +559,7 @@ mod tests {
         assert_eq!(c.status, "False");
         assert!(c.message.contains("TemplatesReady=False"), "{c:?}");
 
-        let s = desired(
+        let s = want(
             &pool("EC2NodeClass"),
             &[],
             Some(&nodeclass("True")),
@@ -504,7 +583,7 @@ mod tests {
         let registered = claim("4", true); // Registered since 2026-01-01
         let at = |s: &str| s.parse::<Timestamp>().expect("time");
         let failure = (at("2026-02-01T00:00:00Z"), "no Node registered".to_string());
-        let s = desired(
+        let s = want(
             &p,
             &[&registered],
             Some(&nc),
@@ -518,7 +597,7 @@ mod tests {
         // Ready does not depend on it.
         assert_eq!(condition(&s, "Ready").status, "True");
         let old_failure = (at("2025-12-01T00:00:00Z"), "old".to_string());
-        let s = desired(
+        let s = want(
             &p,
             &[&registered],
             Some(&nc),
@@ -532,10 +611,10 @@ mod tests {
     fn unchanged_status_is_not_rewritten() {
         let mut p = pool("ClusterAPINodeClass");
         let nc = nodeclass("True");
-        let s = desired(&p, &[], Some(&nc), None, Timestamp::now());
+        let s = want(&p, &[], Some(&nc), None, Timestamp::now());
         assert!(differs(&p, &s));
         p.status = Some(s);
-        let again = desired(&p, &[], Some(&nc), None, Timestamp::now());
+        let again = want(&p, &[], Some(&nc), None, Timestamp::now());
         assert!(!differs(&p, &again), "{again:?}");
     }
 }

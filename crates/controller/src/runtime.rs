@@ -90,7 +90,7 @@ impl Default for RunConfig {
             batch_idle: Duration::from_secs(1),
             batch_max: Duration::from_secs(10),
             gc_interval: Duration::from_secs(30),
-            gc_grace: crate::garbagecollection::MACHINE_GRACE,
+            gc_grace: crate::garbagecollection::INSTANCE_GRACE,
             node_repair_after: Duration::from_secs(600),
             client_rate: ClientRate::default(),
             cluster_id: None,

@@ -12,8 +12,9 @@ use futures::future::BoxFuture;
 use kube::ResourceExt;
 use templates::model::Catalog;
 
-use super::{CloudProvider, Deletion, Drift, Error, Instance, NodeClassKind, RepairPolicy};
-use crate::nodeclaim::repair::Unhealthy;
+use super::{
+    CloudProvider, Created, Deletion, Drift, Error, Instance, NodeClassKind, RepairPolicy,
+};
 use crate::objects::claim_requests;
 
 /// What the fake holds; every field is readable by tests through [`FakeCloudProvider::state`].
@@ -38,6 +39,10 @@ pub struct FakeState {
     pub catalogs: BTreeMap<String, Arc<Catalog>>,
     /// Whether launched instances get their providerID at once (else a test sets it).
     pub hold_provider_id: bool,
+    /// What `repair_policies` answers (`None`: [`FakeCloudProvider::DEFAULT_REPAIR`]).
+    pub repair_policies: Option<Vec<RepairPolicy>>,
+    /// What `supported_node_classes` answers (`None`: ClusterAPINodeClass).
+    pub node_classes: Option<Vec<NodeClassKind>>,
 }
 
 /// The fake provider; cheap to clone (one shared state).
@@ -47,6 +52,9 @@ pub struct FakeCloudProvider {
 }
 
 impl FakeCloudProvider {
+    /// The repair policy of a fake left alone: its Node `Ready=False` for 10 minutes.
+    pub const DEFAULT_REPAIR: Duration = Duration::from_secs(600);
+
     /// Runs `f` on the state (tests arrange and inspect through it).
     pub fn state<T>(&self, f: impl FnOnce(&mut FakeState) -> T) -> T {
         f(&mut self.state.lock().unwrap_or_else(|p| p.into_inner()))
@@ -62,24 +70,6 @@ impl FakeCloudProvider {
         self.state(|s| {
             if let Some(i) = s.instances.get_mut(nodeclaim) {
                 i.failure = Some(why.to_string());
-            }
-        });
-    }
-
-    /// Gives an instance a provider health signal.
-    pub fn set_unhealthy(&self, nodeclaim: &str, unhealthy: Option<Unhealthy>) {
-        self.state(|s| {
-            if let Some(i) = s.instances.get_mut(nodeclaim) {
-                i.unhealthy = unhealthy;
-            }
-        });
-    }
-
-    /// Sets (or clears) the providerID of a held instance.
-    pub fn set_provider_id(&self, nodeclaim: &str, provider_id: Option<String>) {
-        self.state(|s| {
-            if let Some(i) = s.instances.get_mut(nodeclaim) {
-                i.provider_id = provider_id;
             }
         });
     }
@@ -135,8 +125,8 @@ impl FakeCloudProvider {
 }
 
 impl CloudProvider for FakeCloudProvider {
-    fn create(&self, claim: Arc<NodeClaim>) -> BoxFuture<'_, Result<Arc<NodeClaim>, Error>> {
-        let result = self.launch(&claim).map(|()| claim);
+    fn create<'a>(&'a self, claim: &'a NodeClaim) -> BoxFuture<'a, Result<Created, Error>> {
+        let result = self.launch(claim).map(|()| Created::Launched);
         futures::future::ready(result).boxed()
     }
 
@@ -167,11 +157,14 @@ impl CloudProvider for FakeCloudProvider {
     }
 
     fn repair_policies(&self) -> Vec<RepairPolicy> {
-        vec![RepairPolicy {
-            condition_type: "Ready".into(),
-            condition_status: "False".into(),
-            toleration: Duration::from_secs(600),
-        }]
+        self.state(|s| s.repair_policies.clone())
+            .unwrap_or_else(|| {
+                vec![RepairPolicy {
+                    condition_type: "Ready".into(),
+                    condition_status: "False".into(),
+                    toleration: Self::DEFAULT_REPAIR,
+                }]
+            })
     }
 
     fn name(&self) -> &'static str {
@@ -179,10 +172,12 @@ impl CloudProvider for FakeCloudProvider {
     }
 
     fn supported_node_classes(&self) -> Vec<NodeClassKind> {
-        vec![NodeClassKind {
-            group: api::consts::groups::NODECLASS,
-            kind: "ClusterAPINodeClass",
-        }]
+        self.state(|s| s.node_classes.clone()).unwrap_or_else(|| {
+            vec![NodeClassKind {
+                group: api::consts::groups::NODECLASS,
+                kind: "ClusterAPINodeClass",
+            }]
+        })
     }
 
     fn launch_failed(&self, claim: &NodeClaim, why: &str) {

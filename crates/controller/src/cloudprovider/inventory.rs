@@ -19,10 +19,10 @@ use api::Machine;
 use k8s_openapi::jiff::Timestamp;
 
 use super::Instance;
+use crate::cloudprovider::clusterapi::context::Context;
 use crate::cloudprovider::clusterapi::fence;
 use crate::cloudprovider::clusterapi::machine;
 use crate::cloudprovider::clusterapi::plan::{Plan, TypedRef, kind_without_template};
-use crate::nodeclaim::context::Shared;
 use crate::nodeclaim::repair::Unhealthy;
 
 /// Ours (cluster id), of a Cluster in `clusters`, not owned by a Machine.
@@ -46,7 +46,7 @@ pub(crate) fn fenced<K: Resource>(
 }
 
 /// `(namespace, name)` of the Clusters our NodeClasses reference.
-fn referenced_clusters(shared: &Shared) -> HashSet<(String, String)> {
+fn referenced_clusters(shared: &Context) -> HashSet<(String, String)> {
     shared
         .nodeclasses
         .state()
@@ -62,7 +62,7 @@ fn referenced_clusters(shared: &Shared) -> HashSet<(String, String)> {
 
 /// The clone kinds (group, kind): every InfrastructureMachineTemplate kind watched and every
 /// bootstrap config template kind a NodeClass names, each without its `Template` suffix.
-fn clone_kinds(shared: &Shared) -> BTreeSet<(String, String)> {
+fn clone_kinds(shared: &Context) -> BTreeSet<(String, String)> {
     let mut kinds: BTreeSet<(String, String)> = shared
         .catalogs
         .template_kinds()
@@ -116,7 +116,7 @@ fn clone_instance(obj: &DynamicObject, api_version: &str, kind: &str) -> Option<
 }
 
 /// Every instance of ours: Machines from the cache, clones no Machine owns from the API.
-pub(super) async fn list(shared: &Shared) -> Result<Vec<Instance>, super::Error> {
+pub(super) async fn list(shared: &Context) -> Result<Vec<Instance>, super::Error> {
     let clusters = referenced_clusters(shared);
     let cluster_id = shared.cluster_id.as_str();
     let machines = shared.machines.state();
@@ -200,7 +200,7 @@ pub(crate) fn machine_unhealthy(m: &Machine) -> Option<Unhealthy> {
         && c.status == api::conditions::FALSE
     {
         found.push(Unhealthy {
-            condition: "NodeHealthy",
+            condition: "NodeHealthy".into(),
             detail: format!("Machine NodeHealthy=False ({})", c.reason),
             since: c.last_transition_time.0,
         });
@@ -210,7 +210,7 @@ pub(crate) fn machine_unhealthy(m: &Machine) -> Option<Unhealthy> {
             .map(|c| c.last_transition_time.0)
             .unwrap_or(Timestamp::UNIX_EPOCH);
         found.push(Unhealthy {
-            condition: "InfrastructureReady",
+            condition: "InfrastructureReady".into(),
             detail: format!("Machine infrastructure failed: {why}"),
             since,
         });

@@ -11,10 +11,14 @@
 //!
 //! The checklist a provider answers, in the order the lifecycle asks:
 //! 1. [`CloudProvider::create`]: launch the claim's instance exactly once (idempotent; a
-//!    restart adopts what an earlier attempt made). Typed errors say what happened:
+//!    restart adopts what an earlier attempt made); what must be remembered before any side
+//!    effect comes back as [`Created::Record`] for the core to write on the NodeClaim (with
+//!    its finalizer), then `create` runs again on the written claim. The core persists the
+//!    NodeClaim and its status; the provider never writes it. Typed errors say what happened:
 //!    [`Error::InsufficientCapacity`], [`Error::NodeClassNotReady`] and [`Error::Create`] give
 //!    the claim up (`Launched=False` with the reason, an event, the claim deleted so its pods
-//!    are planned again); [`Error::Retryable`] retries with backoff, bound by the launch timeout.
+//!    are planned again); [`Error::Retryable`] retries with backoff, bound by the launch
+//!    timeout ([`Retry::Launch`]: the core records `Launched=Unknown`, `LaunchFailed`).
 //! 2. [`CloudProvider::get`]: the instance as the provider sees it now: its providerID once it
 //!    exists (then `Launched=True`), a failure that means it never will, a provider health
 //!    signal for repair. [`Error::NodeClaimNotFound`]: the instance is gone.
@@ -39,6 +43,7 @@ use std::time::Duration;
 
 use api::NodeClaim;
 use futures::future::BoxFuture;
+use futures::stream::BoxStream;
 use k8s_openapi::jiff::Timestamp;
 use templates::model::Catalog;
 
@@ -64,12 +69,37 @@ pub enum Error {
         reason: &'static str,
         message: String,
     },
-    /// Anything that may go away by itself (API errors, caches filling): retried.
-    #[error(transparent)]
-    Retryable(#[from] LoopError),
+    /// Anything that may go away by itself (API errors, caches filling): retried with
+    /// backoff; `kind` says what for retries and metrics.
+    #[error("{message}")]
+    Retryable { kind: Retry, message: String },
+}
+
+/// What kind of passing failure an [`Error::Retryable`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// A write computed from a stale read (409): retried at once from the fresh object.
+    Conflict,
+    /// The API server failed or refused.
+    Api,
+    /// Something read could not be decoded.
+    Decode,
+    /// Waiting for something to settle (a cache filling, a NodeClass not judged yet).
+    Waiting,
+    /// An attempt to launch the instance failed: the core records `Launched=Unknown` with
+    /// reason `LaunchFailed` and the message, and retries.
+    Launch,
 }
 
 impl Error {
+    /// A passing failure of `kind`.
+    pub fn retryable(kind: Retry, message: impl std::fmt::Display) -> Error {
+        Error::Retryable {
+            kind,
+            message: message.to_string(),
+        }
+    }
+
     /// The condition/event reason of a permanent launch failure, with its message; `None`
     /// for errors that are retried.
     pub fn permanent(&self) -> Option<(&'static str, String)> {
@@ -81,11 +111,19 @@ impl Error {
                 Some((api::consts::events::NODECLASS_NOT_READY, m.clone()))
             }
             Error::Create { reason, message } => Some((reason, message.clone())),
-            Error::Retryable(LoopError::Permanent { reason, message }) => {
-                Some((reason, message.clone()))
-            }
-            Error::NodeClaimNotFound(_) | Error::Retryable(_) => None,
+            Error::NodeClaimNotFound(_) | Error::Retryable { .. } => None,
         }
+    }
+
+    /// A write computed from a stale read: retried at once.
+    pub fn is_conflict(&self) -> bool {
+        matches!(
+            self,
+            Error::Retryable {
+                kind: Retry::Conflict,
+                ..
+            }
+        )
     }
 
     /// A short label for the cloudprovider error metric.
@@ -95,21 +133,40 @@ impl Error {
             Error::InsufficientCapacity(_) => "insufficient_capacity",
             Error::NodeClassNotReady(_) => "nodeclass_not_ready",
             Error::Create { .. } => "permanent",
-            Error::Retryable(e) => e.metric_label(),
+            Error::Retryable { kind, .. } => match kind {
+                Retry::Conflict | Retry::Api => "api",
+                Retry::Decode => "decode",
+                Retry::Waiting | Retry::Launch => "launch",
+            },
         }
     }
 }
 
 impl From<Error> for LoopError {
     fn from(e: Error) -> LoopError {
-        match e {
-            Error::Retryable(e) => e,
-            other => match other.permanent() {
-                Some((reason, message)) => LoopError::Permanent { reason, message },
-                None => LoopError::Launch(other.to_string()),
-            },
+        match e.permanent() {
+            Some((reason, message)) => LoopError::Permanent { reason, message },
+            None => LoopError::Provider(e),
         }
     }
+}
+
+/// What [`CloudProvider::create`] answers.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Created {
+    /// Record this on the NodeClaim before anything is launched, then call `create` again
+    /// with the written claim: every restart resumes the same launch.
+    Record(Intent),
+    /// The instance is launched, or being launched ([`CloudProvider::get`] says how far).
+    Launched,
+}
+
+/// What a provider records on a NodeClaim before it launches (Karpenter's providers return
+/// the NodeClaim to persist from `Create`; the core writes it, with its finalizer).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Intent {
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// An instance as its provider sees it.
@@ -190,6 +247,28 @@ pub enum Deletion {
     Waiting(Duration),
 }
 
+/// How long the core waits for a claim's instance to get a providerID (`launch`) and for its
+/// Node to register (`registration`) before it gives the claim up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    pub launch: Duration,
+    pub registration: Duration,
+}
+
+impl Timeouts {
+    /// Karpenter's: 10 minutes to launch, 15 to register.
+    pub const DEFAULT: Timeouts = Timeouts {
+        launch: Duration::from_secs(600),
+        registration: Duration::from_secs(900),
+    };
+}
+
+impl Default for Timeouts {
+    fn default() -> Timeouts {
+        Timeouts::DEFAULT
+    }
+}
+
 /// A kind of NodeClass the provider serves.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeClassKind {
@@ -200,9 +279,11 @@ pub struct NodeClassKind {
 /// Karpenter's cloudprovider interface. Object-safe: the loops hold an
 /// `Arc<dyn CloudProvider>`.
 pub trait CloudProvider: Send + Sync {
-    /// Launches the instance of `claim`, once. Returns the claim as the provider left it (its
-    /// freshest copy, when the provider recorded its intent on it before any side effect).
-    fn create(&self, claim: Arc<NodeClaim>) -> BoxFuture<'_, Result<Arc<NodeClaim>, Error>>;
+    /// Launches the instance of `claim`, once (idempotent: a restart adopts what an earlier
+    /// attempt made). A provider that must remember a decision before its first side effect
+    /// answers [`Created::Record`] first: the core writes it on the NodeClaim (conditional
+    /// on the version it was computed from) and calls `create` again with the written claim.
+    fn create<'a>(&'a self, claim: &'a NodeClaim) -> BoxFuture<'a, Result<Created, Error>>;
 
     /// Deletes the instance of `claim`; called again until it answers [`Deletion::Gone`].
     fn delete<'a>(&'a self, claim: &'a NodeClaim) -> BoxFuture<'a, Result<Deletion, Error>>;
@@ -232,8 +313,25 @@ pub trait CloudProvider: Send + Sync {
     /// The NodeClass kinds this provider serves.
     fn supported_node_classes(&self) -> Vec<NodeClassKind>;
 
+    /// The names of NodeClaims whose instance, or what the provider judges it on, changed
+    /// (its own watches: for Cluster API a Machine, NodeClass, Cluster or template); the
+    /// lifecycle reconciles each. A new stream on each call; `None`: the provider watches
+    /// nothing (the lifecycle then sees changes through `get` on its own triggers and polls).
+    fn changes(&self) -> Option<BoxStream<'static, String>> {
+        None
+    }
+
+    /// The launch and registration timeouts of `claim` (its NodeClass may set them).
+    fn timeouts(&self, _claim: &NodeClaim) -> Timeouts {
+        Timeouts::DEFAULT
+    }
+
     /// The launch of `claim` failed after `create` returned (its instance failed, or never
     /// got a providerID in time): avoid its offering for a while. Karpenter's providers learn
     /// this inside a synchronous Create; a Cluster API launch fails asynchronously.
     fn launch_failed(&self, claim: &NodeClaim, why: &str);
+
+    /// The instance of `claim` got its providerID: what `launch_failed` held against its
+    /// offering may start over from the first hold.
+    fn launch_succeeded(&self, _claim: &NodeClaim) {}
 }

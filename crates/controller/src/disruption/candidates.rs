@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use api::consts::conditions as types;
-use api::karpenter::{ConsolidationPolicy, NodePoolSpec};
+use api::karpenter::NodePoolSpec;
 use api::{NodeClaim, NodePool};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -43,17 +43,6 @@ impl Candidate<'_> {
     pub fn empty(&self) -> bool {
         self.disruptable() && self.pods.is_empty()
     }
-
-    /// `namespace/name` of its pods, sorted.
-    pub fn pod_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self
-            .pods
-            .iter()
-            .map(|p| crate::objects::namespaced_name(*p))
-            .collect();
-        names.sort();
-        names
-    }
 }
 
 /// One NodePool and its candidates.
@@ -73,18 +62,6 @@ pub struct Pool<'a> {
     pub replicas: Option<i64>,
     /// Its NodeClaims neither being deleted nor in a command, in name order.
     pub candidates: Vec<Candidate<'a>>,
-}
-
-impl Pool<'_> {
-    /// Whether the pool's policy consolidates nodes that still run pods (never a static
-    /// pool's).
-    pub fn consolidates_underutilized(&self) -> bool {
-        self.replicas.is_none()
-            && matches!(
-                self.spec.disruption.consolidation_policy,
-                ConsolidationPolicy::WhenEmptyOrUnderutilized | ConsolidationPolicy::Balanced
-            )
-    }
 }
 
 /// Being deleted, or a candidate of a surge-first command.

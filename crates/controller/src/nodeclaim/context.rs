@@ -1,50 +1,43 @@
-//! What the NodeClaim loops share: clients, the shared caches, the catalog, events, metrics,
-//! and thin NodeClaim write helpers over [`crate::write`] (the lifecycle's field manager,
+//! What the NodeClaim loops share: the workload cluster's client and caches, events,
+//! metrics, and thin NodeClaim write helpers over [`crate::write`] (the lifecycle's field manager,
 //! each write carrying the resourceVersion it was computed from, once per reconcile, and
 //! only when something changed). [`Expectations`] remembers our own last writes so that no
 //! decision re-runs on a cache that has not seen them yet.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::events::{Event, EventType, Recorder};
-use api::{ClusterAPINodeClass, Machine, NodeClaim};
+use api::NodeClaim;
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::api::Api;
 use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::cache::Cache;
 use crate::cloudprovider::CloudProvider;
-use crate::cloudprovider::clusterapi::nodeclass::NodeClass;
 use crate::metrics::Metrics;
-use crate::unavailable::UnavailableOfferings;
 use crate::write::{Writer, manager};
-use kube::runtime::reflector::ObjectRef;
 
-pub use crate::catalogs::Catalogs;
 pub use crate::objects::uid_of;
-pub use crate::resources::{nodeclaim_resource, nodeclass_resource, nodepool_resource};
 
 pub use super::error::Error;
 
-/// How long an orphaned Machine (no NodeClaim) is left alone before it is collected.
-pub const MACHINE_GRACE: Duration = Duration::from_secs(60);
+/// How long an orphaned instance (no NodeClaim) is left alone before it is collected.
+pub const INSTANCE_GRACE: Duration = Duration::from_secs(60);
 
 /// Timing knobs (defaults follow Karpenter).
 #[derive(Clone, Debug)]
 pub struct Settings {
-    /// A Node NotReady/Unknown this long is replaced (CAPI's MachineHealthCheck does not
-    /// remediate orphan Machines).
+    /// How long the provider's own health signal of an instance is tolerated before its
+    /// Node is replaced.
     pub node_repair_after: Duration,
     /// Requeue while waiting on a deadline nothing else triggers on.
     pub poll: Duration,
-    /// Grace before an orphaned Machine is collected.
+    /// Grace before an orphaned instance is collected.
     pub gc_grace: Duration,
-    /// How long a template's reported `available-count` is trusted.
-    pub count_staleness: Duration,
 }
 
 impl Default for Settings {
@@ -52,36 +45,15 @@ impl Default for Settings {
         Settings {
             node_repair_after: Duration::from_secs(600),
             poll: Duration::from_secs(30),
-            gc_grace: MACHINE_GRACE,
-            count_staleness: crate::counts::DEFAULT_STALENESS,
+            gc_grace: INSTANCE_GRACE,
         }
-    }
-}
-
-/// Discovered API resources, by `apiVersion/kind` (or `group//kind` for the preferred
-/// version): one discovery request per kind per process instead of one per launch.
-#[derive(Debug, Default)]
-pub struct Kinds(Mutex<HashMap<String, (String, ApiResource)>>);
-
-impl Kinds {
-    fn get(&self, key: &str) -> Option<(String, ApiResource)> {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(key)
-            .cloned()
-    }
-    fn put(&self, key: String, value: (String, ApiResource)) {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key, value);
     }
 }
 
 /// Read-your-writes of the NodeClaim loops: our own writes to NodeClaims by UID until the
 /// cache shows them (the [`crate::write::Expectations`] their writer records into), and
-/// what else this process knows ahead of its caches (Machines it created, held writes).
+/// what else this process knows ahead of its caches (held writes, providerIDs learnt from
+/// the provider and not written yet).
 #[derive(Debug, Default)]
 pub struct Expectations {
     pub writes: Arc<crate::write::Expectations>,
@@ -90,10 +62,11 @@ pub struct Expectations {
 
 #[derive(Clone, Debug, Default)]
 struct Local {
-    /// The Machine of this claim was created (or adopted) by this process.
-    machine: bool,
     /// Since when a progress-only status change has been held back.
     held_since: Option<std::time::Instant>,
+    /// The claim's name and the providerID the provider gave its instance, until the
+    /// claim's status carries it (a Node that joins meanwhile still finds its claim).
+    provider_id: Option<(String, String)>,
 }
 
 impl Expectations {
@@ -106,13 +79,23 @@ impl Expectations {
         self.writes.stale(uid, resource_version)
     }
 
-    /// Whether this process already created (or adopted) the Machine of `uid`.
-    pub fn machine_created(&self, uid: &str) -> bool {
-        self.with(|m| m.get(uid).is_some_and(|e| e.machine))
+    /// The provider gave the instance of claim `name` (`uid`) its providerID `pid`.
+    pub fn saw_provider_id(&self, uid: &str, name: &str, pid: &str) {
+        self.with(|m| {
+            m.entry(uid.to_string()).or_default().provider_id =
+                Some((name.to_string(), pid.to_string()))
+        });
     }
 
-    pub fn set_machine_created(&self, uid: &str) {
-        self.with(|m| m.entry(uid.to_string()).or_default().machine = true);
+    /// The claims whose instance got providerID `pid` (not written on the claim yet).
+    pub fn claims_of_provider_id(&self, pid: &str) -> Vec<String> {
+        self.with(|m| {
+            m.values()
+                .filter_map(|e| e.provider_id.as_ref())
+                .filter(|(_, p)| p == pid)
+                .map(|(n, _)| n.clone())
+                .collect()
+        })
     }
 
     /// Holds back a progress-only status write of `uid` for at most `max` (so that it can
@@ -142,35 +125,6 @@ impl Expectations {
     }
 }
 
-/// How long a control-plane version or bootstrap template read is reused.
-pub const LOOKUP_TTL: Duration = Duration::from_secs(15);
-
-/// Reads from the API remembered for [`LOOKUP_TTL`] (control-plane versions, bootstrap
-/// template hashes), so a periodic re-check of every NodeClaim is not a read each.
-#[derive(Debug, Default)]
-pub struct Lookups(Mutex<HashMap<String, (Instant, Option<String>)>>);
-
-impl Lookups {
-    pub(crate) async fn get<F>(&self, key: String, read: F) -> Result<Option<String>, Error>
-    where
-        F: std::future::Future<Output = Result<Option<String>, Error>>,
-    {
-        {
-            let m = self.0.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some((at, v)) = m.get(&key)
-                && at.elapsed() < LOOKUP_TTL
-            {
-                return Ok(v.clone());
-            }
-        }
-        let v = read.await?;
-        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        m.retain(|_, (at, _)| at.elapsed() < LOOKUP_TTL);
-        m.insert(key, (Instant::now(), v.clone()));
-        Ok(v)
-    }
-}
-
 /// Per-object exponential backoff of failed reconciles: 1 s, 2 s, 4 s, … capped at 1 min,
 /// reset by a reconcile that succeeds.
 #[derive(Debug, Default)]
@@ -194,36 +148,23 @@ impl Backoff {
     }
 }
 
-/// What the NodeClaim loops and the Cluster API provider share: clients, caches, the write
-/// helpers and the bookkeeping of our own writes.
+/// What the NodeClaim loops share: the workload cluster's client and caches, events,
+/// metrics, the write helpers and the bookkeeping of our own writes. Nothing of a provider:
+/// the loops reach it through [`Ctx::provider`].
 #[derive(Clone)]
 pub struct Shared {
     pub workload: Client,
-    pub management: Client,
     pub recorder: Recorder,
     pub metrics: Metrics,
     pub nodes: Cache<Node>,
     /// The workload cluster's pods (repair's tie-break and metrics).
     pub pods: Store<k8s_openapi::api::core::v1::Pod>,
-    pub machines: Store<Machine>,
-    pub nodeclasses: Store<ClusterAPINodeClass>,
     pub nodeclaims: Store<NodeClaim>,
     pub nodepools: Store<api::NodePool>,
-    pub clusters: Store<api::Cluster>,
-    pub catalogs: Arc<dyn Catalogs>,
-    pub unavailable: Arc<UnavailableOfferings>,
-    /// The NodeClasses' host inventories (templates' free hosts).
-    pub inventory: crate::inventory::Inventory,
     pub settings: Settings,
-    pub kinds: Arc<Kinds>,
     pub expectations: Arc<Expectations>,
     pub backoff: Arc<Backoff>,
     pub registration_failures: Arc<crate::reports::RegistrationFailures>,
-    /// API reads drift detection reuses for a few seconds.
-    pub lookups: Arc<Lookups>,
-    /// The workload cluster's identity on our Cluster API objects (see
-    /// `cloudprovider::clusterapi::fence`).
-    pub cluster_id: String,
     /// NodeClaims this process deleted for repair, until the cache shows them gone.
     pub repairs: Arc<super::repair::Repairs>,
     /// Whether the workload cluster answers (hub mode's probe; always up otherwise): while
@@ -231,8 +172,8 @@ pub struct Shared {
     pub connection: crate::health::Connection,
 }
 
-/// The NodeClaim loops' context: what they share with the provider, and the provider seam
-/// they launch, look up, delete and judge drift through.
+/// The NodeClaim loops' context: what they share, and the provider seam they launch, look
+/// up, delete and judge drift through.
 #[derive(Clone)]
 pub struct Ctx {
     pub shared: Shared,
@@ -246,50 +187,7 @@ impl std::ops::Deref for Ctx {
     }
 }
 
-/// The NodeClass a claim refers to, from the cache.
-pub fn nodeclass_of(ctx: &Shared, claim: &NodeClaim) -> Option<NodeClass> {
-    ctx.nodeclasses
-        .get(&ObjectRef::new(&claim.spec.node_class_ref.name))
-        .map(|nc| NodeClass::from_typed(&nc))
-}
-
 impl Shared {
-    /// The API resource of `apiVersion` + `kind` in the management cluster.
-    pub async fn resource(
-        &self,
-        api_version: &str,
-        kind: &str,
-    ) -> Result<ApiResource, kube::Error> {
-        let key = format!("{api_version}/{kind}");
-        if let Some((_, ar)) = self.kinds.get(&key) {
-            return Ok(ar);
-        }
-        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-        let gvk = GroupVersionKind::gvk(group, version, kind);
-        let (ar, _) = kube::discovery::pinned_kind(&self.management, &gvk).await?;
-        self.kinds.put(key, (api_version.to_string(), ar.clone()));
-        Ok(ar)
-    }
-
-    /// The preferred served version of `group` + `kind`: (apiVersion, resource).
-    pub async fn preferred(&self, group: &str, kind: &str) -> Result<(String, ApiResource), Error> {
-        let key = format!("{group}//{kind}");
-        if let Some(v) = self.kinds.get(&key) {
-            return Ok(v);
-        }
-        let apigroup = kube::discovery::oneshot::group(&self.management, group).await?;
-        for (ar, _) in apigroup.versioned_resources(apigroup.preferred_version_or_latest()) {
-            if ar.kind == kind {
-                let v = (ar.api_version.clone(), ar);
-                self.kinds.put(key, v.clone());
-                return Ok(v);
-            }
-        }
-        Err(Error::Launch(format!(
-            "kind {kind} is not served in group {group}"
-        )))
-    }
-
     /// A NodePool from the cache ("" = none).
     pub fn nodepool(&self, name: &str) -> Option<Arc<api::NodePool>> {
         (!name.is_empty())
@@ -302,20 +200,6 @@ impl Shared {
 
     pub fn nodeclaims_api(&self) -> Api<NodeClaim> {
         Api::all(self.workload.clone())
-    }
-
-    /// Machines in `namespace` as we create them (the object is built as JSON so that the
-    /// fields a newer Cluster API adds survive).
-    pub fn machines_dynamic(&self, namespace: &str) -> Api<DynamicObject> {
-        Api::namespaced_with(
-            self.management.clone(),
-            namespace,
-            &crate::cloudprovider::clusterapi::machine::machine_resource(),
-        )
-    }
-
-    pub fn machines_api(&self, namespace: &str) -> Api<Machine> {
-        Api::namespaced(self.management.clone(), namespace)
     }
 
     /// The NodeClaim writer of the lifecycle: records into [`Shared::expectations`].
@@ -455,11 +339,15 @@ mod tests {
         );
         e.forget("u");
         assert!(!e.stale("u", "5"), "forgotten with the claim");
-        assert!(!e.machine_created("u"));
-        e.set_machine_created("u");
-        assert!(e.machine_created("u") && !e.machine_created("v"));
+        assert!(e.claims_of_provider_id("p1").is_empty());
+        e.saw_provider_id("u", "claim-u", "p1");
+        assert_eq!(e.claims_of_provider_id("p1"), ["claim-u"]);
+        assert!(e.claims_of_provider_id("p2").is_empty());
         e.forget("u");
-        assert!(!e.machine_created("u"));
+        assert!(
+            e.claims_of_provider_id("p1").is_empty(),
+            "forgotten with the claim"
+        );
         let t0 = std::time::Instant::now();
         let max = Duration::from_secs(3);
         assert_eq!(e.hold("u", t0, max), Some(max));

@@ -24,6 +24,9 @@ pub enum Error {
         reason: &'static str,
         message: String,
     },
+    /// The provider failed in a way that may pass (see `cloudprovider::Error`).
+    #[error("cloud provider: {0}")]
+    Provider(crate::cloudprovider::Error),
 }
 
 impl Error {
@@ -34,6 +37,7 @@ impl Error {
             Error::Decode { .. } => "decode",
             Error::Launch(_) => "launch",
             Error::Permanent { .. } => "permanent",
+            Error::Provider(e) => e.metric_label(),
         }
     }
 
@@ -62,5 +66,22 @@ impl Error {
     pub fn is_conflict(&self) -> bool {
         matches!(self, Error::Kube(e) if crate::write::is_conflict(e))
             || matches!(self, Error::Write(crate::write::Refused::Conflict(_)))
+            || matches!(self, Error::Provider(e) if e.is_conflict())
+    }
+
+    /// The provider's form of this error (a passing failure unless it is permanent).
+    pub fn to_provider(self) -> crate::cloudprovider::Error {
+        use crate::cloudprovider::{Error as P, Retry};
+        let kind = match &self {
+            e if e.is_conflict() => Retry::Conflict,
+            Error::Decode { .. } => Retry::Decode,
+            Error::Launch(_) => Retry::Waiting,
+            _ => Retry::Api,
+        };
+        match self {
+            Error::Permanent { reason, message } => P::Create { reason, message },
+            Error::Provider(e) => e,
+            other => P::retryable(kind, other),
+        }
     }
 }

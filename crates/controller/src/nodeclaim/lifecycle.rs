@@ -3,16 +3,16 @@
 //! computes the status from the cached object plus what it observed and writes it once, at
 //! the end, only if it changed. A reconcile never decides on a cached NodeClaim older than
 //! our own last write to it. Triggers: NodeClaim changes, Node changes mapped by providerID
-//! (or owner reference), Machine changes mapped by our label, NodeClass, NodePool and
-//! Cluster changes mapped to their NodeClaims, template changes (drift); deadlines nothing
-//! else triggers on are requeues.
+//! (or owner reference), NodePool changes mapped to their NodeClaims, and the NodeClaims the
+//! provider says changed (`CloudProvider::changes`: for Cluster API its Machines, NodeClasses,
+//! Clusters and templates); deadlines nothing else triggers on are requeues.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use api::NodeClaim;
 use api::consts::{conditions as types, reasons};
 use api::karpenter::NodeClaimStatus;
-use api::{ClusterAPINodeClass, Machine, NodeClaim};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
@@ -27,11 +27,7 @@ use super::liveness::{self, Verdict};
 use super::registration::{self, Progress};
 use super::termination::{self, Termination};
 use crate::cache::Cache;
-use crate::cloudprovider::Instance;
-use crate::cloudprovider::clusterapi::nodeclass::{
-    DEFAULT_LAUNCH_TIMEOUT, DEFAULT_REGISTRATION_TIMEOUT,
-};
-use crate::cloudprovider::clusterapi::plan::Plan;
+use crate::cloudprovider::{Created, Instance, Intent};
 use crate::metrics::NodePoolLabels;
 
 /// How soon a reconcile that found the cache behind our own write looks again (the watch
@@ -103,9 +99,8 @@ async fn reconcile_fresh(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Action, Err
         observe_instance(ctx, &claim, i, &mut status);
     }
     let progress = registration::reconcile(ctx, &claim, &mut status).await?;
-    let (launch_timeout, registration_timeout) = super::context::nodeclass_of(ctx, &claim)
-        .map(|n| (n.launch_timeout, n.registration_timeout))
-        .unwrap_or((DEFAULT_LAUNCH_TIMEOUT, DEFAULT_REGISTRATION_TIMEOUT));
+    let timeouts = ctx.provider.timeouts(&claim);
+    let (launch_timeout, registration_timeout) = (timeouts.launch, timeouts.registration);
     let verdict = liveness::reconcile(
         ctx,
         &claim,
@@ -153,9 +148,10 @@ async fn disconnected(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Action, Error>
     Ok(Action::requeue(ctx.settings.poll))
 }
 
-/// Launch through the provider: the claim as the provider left it, or `None` when it was
-/// given up (a permanent failure, or the launch timeout passed): `Launched=False` with the
-/// reason, an event, and the claim deleted so that its pods are planned again.
+/// Launch through the provider: the claim with what the provider asked to record on it, or
+/// `None` when it was given up (a permanent failure, or the launch timeout passed):
+/// `Launched=False` with the reason, an event, and the claim deleted so that its pods are
+/// planned again.
 async fn launch(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Option<Arc<NodeClaim>>, Error> {
     // Like Karpenter, a launched claim is not launched again: a vanished instance is
     // liveness's to notice, not create's to replace.
@@ -163,32 +159,41 @@ async fn launch(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Option<Arc<NodeClaim
         .status
         .as_ref()
         .is_some_and(|s| api::conditions::is_true(&s.conditions, types::LAUNCHED));
-    let created = if launched {
-        Ok(claim.clone())
-    } else {
-        ctx.provider.create(claim.clone()).await
-    };
-    let e = match created {
-        // The Cluster API provider adds our finalizer with its plan, in one write; any other
-        // provider's claim (or one whose finalizer was removed by hand) gets it here.
-        Ok(claim) if has_finalizer(&claim) => return Ok(Some(claim)),
-        Ok(claim) => {
-            let mut finalizers = claim.finalizers().to_vec();
-            finalizers.push(api::consts::finalizers::TERMINATION.into());
-            let written = ctx
-                .patch_claim(&claim, serde_json::json!({"finalizers": finalizers}))
-                .await?;
-            return Ok(Some(Arc::new(written)));
+    if launched {
+        return with_finalizer(ctx, claim).await.map(Some);
+    }
+    let mut claim = claim;
+    // At most one record: a provider asked again records nothing new.
+    let mut recorded = false;
+    let e = loop {
+        match ctx.provider.create(&claim).await {
+            Ok(Created::Record(intent)) if !recorded => {
+                claim = Arc::new(record(ctx, &claim, &intent).await?);
+                recorded = true;
+            }
+            Ok(Created::Record(_)) => {
+                break crate::cloudprovider::Error::retryable(
+                    crate::cloudprovider::Retry::Waiting,
+                    "the provider asked to record its launch twice",
+                );
+            }
+            Ok(Created::Launched) => return with_finalizer(ctx, claim).await.map(Some),
+            Err(e) => break e,
         }
-        Err(e) => e,
     };
     if let Some((reason, message)) = e.permanent() {
         refuse(ctx, &claim, reason, message).await?;
         return Ok(None);
     }
+    if let crate::cloudprovider::Error::Retryable {
+        kind: crate::cloudprovider::Retry::Launch,
+        message,
+    } = &e
+    {
+        launch_failed(ctx, &claim, message).await;
+    }
     // A launch that keeps failing is still bound by the launch timeout.
-    let timeout = super::context::nodeclass_of(ctx, &claim)
-        .map_or(DEFAULT_LAUNCH_TIMEOUT, |n| n.launch_timeout);
+    let timeout = ctx.provider.timeouts(&claim).launch;
     let age = claim
         .metadata
         .creation_timestamp
@@ -209,6 +214,58 @@ async fn launch(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Option<Arc<NodeClaim
     )
     .await?;
     Ok(None)
+}
+
+/// Writes what the provider asked to record before it launches (labels, annotations) with
+/// our finalizer, in one write conditional on the version it was computed from: a restart
+/// resumes exactly this launch, and a stale claim is refused (409) instead of launched twice.
+async fn record(ctx: &Ctx, claim: &NodeClaim, intent: &Intent) -> Result<NodeClaim, Error> {
+    let mut finalizers = claim.finalizers().to_vec();
+    if !has_finalizer(claim) {
+        finalizers.push(api::consts::finalizers::TERMINATION.into());
+    }
+    ctx.patch_claim(
+        claim,
+        serde_json::json!({
+            "finalizers": finalizers,
+            "labels": intent.labels,
+            "annotations": intent.annotations,
+        }),
+    )
+    .await
+}
+
+/// The claim with our finalizer (written when it lacks it: another provider's claim, or one
+/// whose finalizer was removed by hand).
+async fn with_finalizer(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Arc<NodeClaim>, Error> {
+    if has_finalizer(&claim) {
+        return Ok(claim);
+    }
+    let mut finalizers = claim.finalizers().to_vec();
+    finalizers.push(api::consts::finalizers::TERMINATION.into());
+    let written = ctx
+        .patch_claim(&claim, serde_json::json!({"finalizers": finalizers}))
+        .await?;
+    Ok(Arc::new(written))
+}
+
+/// An attempt to launch failed and is retried: `Launched=Unknown` with reason
+/// `LaunchFailed` and the message (best effort: the retry does not wait for it).
+async fn launch_failed(ctx: &Ctx, claim: &NodeClaim, message: &str) {
+    let mut status = claim.status.clone().unwrap_or_default();
+    api::conditions::set(
+        &mut status.conditions,
+        types::LAUNCHED,
+        api::conditions::UNKNOWN,
+        reasons::LAUNCH_FAILED,
+        &api::conditions::truncate(message, 300),
+        None,
+        Timestamp::now(),
+    );
+    set_ready(&mut status.conditions);
+    if let Err(write) = ctx.write_status(claim, &status).await {
+        tracing::debug!(nodeclaim = %claim.name_any(), error = %write, "recording LaunchFailed failed");
+    }
 }
 
 /// Deletes a NodeClaim that cannot be launched, with the Karpenter event reason.
@@ -279,10 +336,10 @@ fn observe_instance(
     };
     status.capacity = quantities(&instance.capacity);
     status.allocatable = quantities(&instance.allocatable);
-    // The offering launched: a later failure backs off from the first hold again.
-    if let Some(plan) = Plan::of(claim) {
-        ctx.unavailable.succeeded(&plan.offering_key());
-    }
+    ctx.provider.launch_succeeded(claim);
+    // A Node that joins before this status is written still finds its claim.
+    ctx.expectations
+        .saw_provider_id(&uid_of(claim), &claim.name_any(), pid);
     let now = Timestamp::now();
     api::conditions::set(
         &mut status.conditions,
@@ -314,16 +371,12 @@ pub fn error_policy(claim: Arc<NodeClaim>, error: &Error, ctx: Arc<Ctx>) -> Acti
     Action::requeue(wait)
 }
 
-/// The shared caches the lifecycle is triggered by.
+/// The shared caches the lifecycle is triggered by (the provider adds its own, see
+/// `CloudProvider::changes`).
 pub struct Triggers {
     pub nodeclaims: Cache<NodeClaim>,
     pub nodes: Cache<Node>,
-    pub machines: Cache<Machine>,
-    pub nodeclasses: Cache<ClusterAPINodeClass>,
     pub nodepools: Cache<api::NodePool>,
-    pub clusters: Cache<api::Cluster>,
-    /// Bumped on every template change (drift re-check of every NodeClaim).
-    pub templates: Option<tokio::sync::watch::Receiver<u64>>,
 }
 
 /// Runs the lifecycle controller until `shutdown` resolves.
@@ -333,11 +386,11 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let claims = triggers.nodeclaims.clone();
-    let machines = triggers.machines.clone();
+    let expectations = ctx.expectations.clone();
     let by_node = move |node: Arc<Node>| {
         // Registered Nodes point at their NodeClaim; a Node that just joined is found by
-        // its providerID: on the NodeClaim once its status has it, else on its Machine
-        // (the first `Launched` status write may be held back to coalesce with
+        // its providerID: on the NodeClaim once its status has it, else as the provider
+        // gave it (the first `Launched` status write may be held back to coalesce with
         // registration, and the Node's own changes, e.g. its not-ready taint lifted, must
         // still wake the claim).
         let mut refs: Vec<ObjectRef<NodeClaim>> = node
@@ -349,46 +402,30 @@ pub async fn run(
         if let Some(pid) = crate::cache::node_provider_id(&node) {
             let found = claims.by_index(&pid);
             if found.is_empty() {
-                refs.extend(machines.by_index(&pid).iter().filter_map(|m| {
-                    m.labels()
-                        .get(api::consts::labels::NODECLAIM)
-                        .map(|n| ObjectRef::new(n))
-                }));
+                refs.extend(
+                    expectations
+                        .claims_of_provider_id(&pid)
+                        .iter()
+                        .map(|n| ObjectRef::new(n)),
+                );
             }
             refs.extend(found.iter().map(|c| ObjectRef::from_obj(c.as_ref())));
         }
         refs
     };
-    let by_machine = |m: Arc<Machine>| {
-        m.labels()
-            .get(api::consts::labels::NODECLAIM)
-            .map(|n| ObjectRef::new(n))
-    };
-    // Claims waiting for their NodeClass (not planned yet), and every claim of it (drift:
-    // version, bootstrap source, selection).
-    let by_nodeclass = claims_where(&triggers.nodeclaims, |c, nc: &ClusterAPINodeClass| {
-        c.spec.node_class_ref.name == nc.name_any()
-    });
     let by_nodepool = claims_where(&triggers.nodeclaims, |c, np: &api::NodePool| {
         nodepool_of(c) == np.name_any()
     });
-    let by_cluster = claims_where(&triggers.nodeclaims, |c, cl: &api::Cluster| {
-        Plan::of(c).is_some_and(|p| {
-            p.cluster == cl.name_any() && Some(p.namespace.as_str()) == cl.namespace().as_deref()
-        })
-    });
-    let templates = futures::stream::unfold(triggers.templates, |rx| async move {
-        let mut rx = rx?;
-        rx.changed().await.ok()?;
-        Some(((), Some(rx)))
-    });
+    let provider = ctx
+        .provider
+        .changes()
+        .unwrap_or_else(|| futures::stream::pending().boxed())
+        .map(|name| ObjectRef::new(&name));
     Controller::for_shared_stream(triggers.nodeclaims.subscribe(), triggers.nodeclaims.store())
         .watches_shared_stream(triggers.nodes.subscribe(), by_node)
-        .watches_shared_stream(triggers.machines.subscribe(), by_machine)
-        .watches_shared_stream(triggers.nodeclasses.subscribe(), by_nodeclass)
         .watches_shared_stream(triggers.nodepools.subscribe(), by_nodepool)
-        .watches_shared_stream(triggers.clusters.subscribe(), by_cluster)
-        .reconcile_all_on(futures::stream::once(futures::future::ready(())).chain(templates))
+        .reconcile_on(provider)
+        .reconcile_all_on(futures::stream::once(futures::future::ready(())))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, Arc::new(ctx))
         .for_each(|r| {

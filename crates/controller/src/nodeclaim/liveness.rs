@@ -162,24 +162,36 @@ pub async fn reconcile(
         .node_name
         .as_ref()
         .and_then(|n| ctx.nodes.store().get(&ObjectRef::new(n)));
+    let policies = ctx.provider.repair_policies();
     let unhealthy = registered
-        .then(|| repair::unhealthy(node.as_deref(), instance.and_then(|i| i.unhealthy.clone())))
+        .then(|| {
+            repair::unhealthy(
+                node.as_deref(),
+                instance.and_then(|i| i.unhealthy.clone()),
+                repair::Policies {
+                    node: &policies,
+                    provider_toleration: ctx.settings.node_repair_after,
+                },
+            )
+        })
         .flatten();
     match missed_deadline(
         created,
         now,
         status.provider_id.is_some(),
         registered,
-        unhealthy.as_ref().map(|u| u.since),
+        unhealthy.as_ref().map(|u| u.unhealthy.since),
         Deadlines {
             launch_timeout,
             registration_timeout,
-            repair_after: ctx.settings.node_repair_after,
+            repair_after: unhealthy
+                .as_ref()
+                .map_or(ctx.settings.node_repair_after, |u| u.toleration),
         },
     ) {
         Ok(next) => Ok(Verdict::Alive(next)),
         Err(Missed::NodeUnhealthy) => match unhealthy {
-            Some(u) => repair(ctx, claim, status, &u).await,
+            Some(u) => repair(ctx, claim, status, &u, &policies).await,
             None => Ok(Verdict::Alive(None)),
         },
         Err(missed) => {
@@ -264,8 +276,10 @@ async fn repair(
     ctx: &Ctx,
     claim: &NodeClaim,
     status: &NodeClaimStatus,
-    u: &Unhealthy,
+    matched: &repair::Matched,
+    policies: &[crate::cloudprovider::RepairPolicy],
 ) -> Result<Verdict, Error> {
+    let u = &matched.unhealthy;
     let uid = crate::objects::uid_of(claim);
     let pool = nodepool_of(claim);
     let node_name = status.node_name.as_deref().unwrap_or("(unknown)");
@@ -282,7 +296,7 @@ async fn repair(
         return Ok(Verdict::Alive(Some(ctx.settings.poll)));
     }
     warn_unknown_veto(ctx, claim, node.as_deref()).await;
-    let view = repair_view(ctx, &pool).await;
+    let view = repair_view(ctx, &pool, policies).await;
     if let Err(blocked) = ctx.repairs.reserve(&uid, &pool, &view) {
         report_blocked(ctx, claim, &pool, node_name, u, blocked).await;
         return Ok(Verdict::Alive(Some(ctx.settings.poll)));
@@ -290,7 +304,7 @@ async fn repair(
     let message = format!(
         "Node {node_name} has been unhealthy ({}) for more than {}; replacing it",
         u.detail,
-        format_duration(ctx.settings.node_repair_after)
+        format_duration(matched.toleration)
     );
     tracing::info!(nodeclaim = %claim.name_any(), condition = u.condition, %message, "repairing node");
     ctx.event(claim, EventType::Warning, "NodeRepair", message)
@@ -304,7 +318,11 @@ async fn repair(
 }
 
 /// The cap's and the budget's inputs for `pool`, from the caches and the provider.
-async fn repair_view(ctx: &Ctx, pool: &str) -> repair::PoolView {
+async fn repair_view(
+    ctx: &Ctx,
+    pool: &str,
+    policies: &[crate::cloudprovider::RepairPolicy],
+) -> repair::PoolView {
     let claims = ctx.nodeclaims.state();
     // The provider's health signal of each claim of the pool (the cap counts them too).
     let mut unhealthy_instances = std::collections::HashMap::<String, Unhealthy>::new();
@@ -347,7 +365,10 @@ async fn repair_view(ctx: &Ctx, pool: &str) -> repair::PoolView {
             budgets: nodepool
                 .as_ref()
                 .map(|np| np.spec.disruption.budgets.as_slice()),
-            repair_after: ctx.settings.node_repair_after,
+            policies: repair::Policies {
+                node: policies,
+                provider_toleration: ctx.settings.node_repair_after,
+            },
             now,
         },
     )
@@ -420,7 +441,7 @@ fn record_repair(ctx: &Ctx, claim: &NodeClaim, pool: &str, u: &Unhealthy, node: 
     ctx.metrics
         .nodeclaims_unhealthy_disrupted
         .get_or_create(&crate::metrics::UnhealthyLabels {
-            condition: u.condition.to_string(),
+            condition: u.condition.clone(),
             nodepool: pool.to_string(),
             capacity_type,
         })

@@ -54,38 +54,6 @@ impl ClaimView {
     }
 }
 
-#[derive(Debug, PartialEq)]
-pub enum NodeMatch<'a> {
-    /// No providerID yet, or no Node carries it.
-    NotFound,
-    One(&'a Node),
-    /// More than one Node has the providerID (Karpenter: MultipleNodesFound).
-    Multiple(Vec<String>),
-}
-
-/// Finds the Nodes whose `spec.providerID` equals the NodeClaim's.
-pub fn match_node<'a>(
-    claim: &ClaimView,
-    nodes: impl IntoIterator<Item = &'a Node>,
-) -> NodeMatch<'a> {
-    let Some(pid) = claim.provider_id.as_deref().filter(|p| !p.is_empty()) else {
-        return NodeMatch::NotFound;
-    };
-    let found: Vec<&Node> = nodes
-        .into_iter()
-        .filter(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(pid))
-        .collect();
-    match found.as_slice() {
-        [] => NodeMatch::NotFound,
-        [one] => NodeMatch::One(one),
-        many => NodeMatch::Multiple(
-            many.iter()
-                .map(|n| n.metadata.name.clone().unwrap_or_default())
-                .collect(),
-        ),
-    }
-}
-
 fn same_taint(a: &Taint, b: &Taint) -> bool {
     a.key == b.key && a.effect == b.effect
 }
@@ -285,24 +253,6 @@ mod tests {
             "status": {"conditions": [{"type": "Ready", "status": "True"}],
                        "allocatable": {"cpu": "4", "nvidia.com/gpu": "0"}}
         }))
-    }
-
-    #[test]
-    fn matches_by_provider_id() {
-        let a = joined();
-        let mut b = joined();
-        b.metadata.name = Some("n2".into());
-        let mut other = joined();
-        other.spec.as_mut().expect("spec").provider_id = Some("test://ns/x".into());
-        assert_eq!(match_node(&claim(), [&a, &other]), NodeMatch::One(&a));
-        assert_eq!(match_node(&claim(), [&other]), NodeMatch::NotFound);
-        assert_eq!(
-            match_node(&claim(), [&a, &b]),
-            NodeMatch::Multiple(vec!["n1".into(), "n2".into()])
-        );
-        let mut no_pid = claim();
-        no_pid.provider_id = None;
-        assert_eq!(match_node(&no_pid, [&a]), NodeMatch::NotFound);
     }
 
     #[test]

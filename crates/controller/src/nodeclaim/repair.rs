@@ -1,11 +1,12 @@
 //! Node repair (Karpenter's repair method, v1.15; CAPI's MachineHealthCheck does not
 //! remediate orphan Machines, so we repair ours).
 //!
-//! Repair policies, each tolerated for `--node-repair-after`:
-//! - the Node's `Ready` condition False or Unknown;
-//! - the Machine's `NodeHealthy` condition False (Cluster API's view of the Node);
-//! - the Machine's infrastructure failed (phase Failed, `InfrastructureReady=False` with a
-//!   failure reason) after the Node registered (before that it is a launch failure).
+//! What is unhealthy is the provider's to say (`CloudProvider::repair_policies`, each a Node
+//! condition held for its toleration; for Cluster API the Node's `Ready` False or Unknown
+//! for `--node-repair-after`), plus the provider's own health signal of the instance
+//! (`Instance::unhealthy` from `CloudProvider::get`, e.g. a Machine's `NodeHealthy=False`;
+//! tolerated for `--node-repair-after`). A provider without repair policies gets nothing
+//! repaired, as Karpenter runs no node repair then.
 //!
 //! A NodeClaim past its toleration is repaired unless, in this order:
 //! 1. it or its Node is annotated `karpenter.sh/do-not-repair: "true"` (the operator's
@@ -44,6 +45,8 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
+use crate::cloudprovider::RepairPolicy;
+
 /// Share of a pool's Nodes that may be under repair at once, in percent.
 pub const MAX_UNHEALTHY_PERCENT: usize = 20;
 
@@ -51,35 +54,79 @@ pub const MAX_UNHEALTHY_PERCENT: usize = 20;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Unhealthy {
     /// The condition that failed (the metric's `condition` label).
-    pub condition: &'static str,
+    pub condition: String,
     /// e.g. `Ready=Unknown`, `NodeHealthy=False (NodeConditionsFailed)`.
     pub detail: String,
     /// Since when.
     pub since: Timestamp,
 }
 
+/// A repair policy that matches, and how long it is tolerated before the Node is replaced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Matched {
+    pub unhealthy: Unhealthy,
+    pub toleration: Duration,
+}
+
+impl Matched {
+    /// When the toleration runs out.
+    pub fn due(&self) -> Timestamp {
+        self.unhealthy
+            .since
+            .checked_add(self.toleration)
+            .unwrap_or(Timestamp::MAX)
+    }
+}
+
 fn condition_time(t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>) -> Timestamp {
     t.map(|t| t.0).unwrap_or(Timestamp::UNIX_EPOCH)
 }
 
-/// The repair policies that match a registered NodeClaim's Node, with the provider's own
-/// signal (`provider`, e.g. a Machine's `NodeHealthy=False`); the one that
-/// matched first (longest unhealthy) wins.
-pub fn unhealthy(node: Option<&Node>, provider: Option<Unhealthy>) -> Option<Unhealthy> {
-    let mut found: Vec<Unhealthy> = Vec::new();
-    if let Some(c) = node
-        .and_then(|n| n.status.as_ref()?.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
-        && c.status != "True"
-    {
-        found.push(Unhealthy {
-            condition: "Ready",
-            detail: format!("Ready={}", c.status),
-            since: condition_time(c.last_transition_time.as_ref()),
-        });
+/// The provider's repair policies and how long its own health signal
+/// ([`crate::cloudprovider::Instance::unhealthy`]) is tolerated.
+#[derive(Clone, Copy, Debug)]
+pub struct Policies<'a> {
+    pub node: &'a [RepairPolicy],
+    pub provider_toleration: Duration,
+}
+
+/// The repair policies (`policies`, from `CloudProvider::repair_policies`) that match a
+/// registered NodeClaim's Node, with the provider's own signal (`provider`, e.g. a
+/// Machine's `NodeHealthy=False`); the one whose toleration runs out first wins. A provider
+/// without repair policies repairs nothing (Karpenter does not run node repair then).
+pub fn unhealthy(
+    node: Option<&Node>,
+    provider: Option<Unhealthy>,
+    policies: Policies,
+) -> Option<Matched> {
+    if policies.node.is_empty() {
+        return None;
     }
-    found.extend(provider);
-    found.into_iter().min_by_key(|u| u.since)
+    let conditions = node
+        .and_then(|n| n.status.as_ref()?.conditions.as_ref())
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let mut found: Vec<Matched> = Vec::new();
+    for p in policies.node {
+        if let Some(c) = conditions
+            .iter()
+            .find(|c| c.type_ == p.condition_type && c.status == p.condition_status)
+        {
+            found.push(Matched {
+                unhealthy: Unhealthy {
+                    condition: c.type_.clone(),
+                    detail: format!("{}={}", c.type_, c.status),
+                    since: condition_time(c.last_transition_time.as_ref()),
+                },
+                toleration: p.toleration,
+            });
+        }
+    }
+    found.extend(provider.map(|unhealthy| Matched {
+        unhealthy,
+        toleration: policies.provider_toleration,
+    }));
+    found.into_iter().min_by_key(Matched::due)
 }
 
 /// How many Nodes of a pool of `nodes` may be under repair at once: ceil(20 %).
@@ -213,11 +260,12 @@ pub struct Lookups<'a> {
     pub node: &'a dyn Fn(&str) -> Option<std::sync::Arc<Node>>,
     /// The provider's health signal of a NodeClaim.
     pub provider: &'a dyn Fn(&NodeClaim) -> Option<Unhealthy>,
+    /// The provider's repair policies.
+    pub policies: Policies<'a>,
     /// A NodeClaim's disruption cost (repair's tie-break).
     pub cost: &'a dyn Fn(&NodeClaim) -> f64,
     /// The pool's disruption budgets (None: no pool, no budget).
     pub budgets: Option<&'a [Budget]>,
-    pub repair_after: Duration,
     pub now: Timestamp,
 }
 
@@ -268,16 +316,13 @@ pub fn pool_view(claims: &[std::sync::Arc<NodeClaim>], pool: &str, look: &Lookup
             continue;
         }
         view.nodes += 1;
-        let Some(u) = unhealthy(node.as_deref(), (look.provider)(c)) else {
+        let Some(m) = unhealthy(node.as_deref(), (look.provider)(c), look.policies) else {
             continue;
         };
         view.unhealthy.insert(uid.clone());
-        let eligible = u
-            .since
-            .checked_add(look.repair_after)
-            .is_ok_and(|t| t <= look.now);
+        let eligible = m.due() <= look.now;
         if eligible && is_counted && !disrupting(c) && !do_not_repair(c, node.as_deref()) {
-            queue.push((u.since, (look.cost)(c), c.name_any(), uid));
+            queue.push((m.unhealthy.since, (look.cost)(c), c.name_any(), uid));
         }
     }
     queue.sort_by(|a, b| {
@@ -395,16 +440,49 @@ mod tests {
         );
     }
 
+    /// The Cluster API provider's policies: `Ready` False or Unknown for 10 minutes.
+    fn ready_policies() -> Vec<RepairPolicy> {
+        ["False", "Unknown"]
+            .into_iter()
+            .map(|status| RepairPolicy {
+                condition_type: "Ready".into(),
+                condition_status: status.into(),
+                toleration: Duration::from_secs(600),
+            })
+            .collect()
+    }
+
     #[test]
     fn policies_match_node_ready_and_machine_signals() {
+        let ready_policies = ready_policies();
+        let policies = Policies {
+            node: &ready_policies,
+            provider_toleration: Duration::from_secs(600),
+        };
         let node: Node = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "n"},
             "status": {"conditions": [{"type": "Ready", "status": "Unknown",
                 "lastTransitionTime": "2026-11-22T10:00:00Z"}]}
         }))
         .expect("fixture");
-        let u = unhealthy(Some(&node), None).expect("matches");
-        assert_eq!((u.condition, u.detail.as_str()), ("Ready", "Ready=Unknown"));
+        let u = unhealthy(Some(&node), None, policies).expect("matches");
+        assert_eq!(
+            (u.unhealthy.condition.as_str(), u.unhealthy.detail.as_str()),
+            ("Ready", "Ready=Unknown")
+        );
+        assert_eq!(u.toleration, Duration::from_secs(600));
+        assert_eq!(
+            unhealthy(
+                Some(&node),
+                None,
+                Policies {
+                    node: &[],
+                    provider_toleration: Duration::from_secs(1)
+                }
+            ),
+            None,
+            "no policies, no repair"
+        );
         let machine: Machine = serde_json::from_value(serde_json::json!({
             "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "metadata": {"name": "m"},
             "spec": {"clusterName": "c", "infrastructureRef": {"apiGroup": "g", "kind": "K", "name": "m"}},
@@ -416,16 +494,20 @@ mod tests {
         let u = unhealthy(
             Some(&node),
             crate::cloudprovider::inventory::machine_unhealthy(&machine),
+            policies,
         )
         .expect("matches");
-        assert_eq!(u.condition, "NodeHealthy", "the older signal wins");
+        assert_eq!(
+            u.unhealthy.condition, "NodeHealthy",
+            "the signal due first wins"
+        );
         let ready: Node = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "n"},
             "status": {"conditions": [{"type": "Ready", "status": "True"}]}
         }))
         .expect("fixture");
-        assert_eq!(unhealthy(Some(&ready), None), None);
-        assert_eq!(unhealthy(None, None), None);
+        assert_eq!(unhealthy(Some(&ready), None, policies), None);
+        assert_eq!(unhealthy(None, None, policies), None);
     }
 
     fn budget(allowed: usize, disrupting: &[&str], queue: &[&str]) -> Option<BudgetView> {
@@ -592,7 +674,10 @@ mod tests {
                 provider: &|_| None,
                 cost: &|c| if c.name_any() == "new-dear" { 5.0 } else { 1.0 },
                 budgets: Some(&budgets),
-                repair_after: Duration::from_secs(600),
+                policies: Policies {
+                    node: &ready_policies(),
+                    provider_toleration: Duration::from_secs(600),
+                },
                 now: "2026-11-22T10:00:00Z".parse().expect("now"),
             },
         );

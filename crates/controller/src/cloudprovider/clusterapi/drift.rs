@@ -9,7 +9,7 @@
 //!    is gone, or is no longer selected by the NodeClass.
 //!
 //! The control-plane version and bootstrap template are read from the API, remembered for
-//! [`LOOKUP_TTL`](crate::nodeclaim::context::LOOKUP_TTL).
+//! [`LOOKUP_TTL`](super::context::LOOKUP_TTL).
 
 use api::consts::reasons;
 use api::{ClusterAPINodeClass, NodeClaim};
@@ -20,7 +20,7 @@ use templates::model::Catalog;
 use super::objects::{bootstrap_template_hash, cluster_version};
 use super::plan::{Plan, spec_hash};
 use crate::cloudprovider::Drift;
-use crate::nodeclaim::context::Shared;
+use crate::cloudprovider::clusterapi::context::Context;
 
 /// Everything the provider's reasons are judged on.
 #[derive(Debug, Clone, Copy)]
@@ -140,7 +140,7 @@ fn template_drifted(o: &Observed) -> Option<Drift> {
 
 /// The Cluster API provider's drift reasons of a launched claim (its `is_drifted`), from the
 /// caches and the API reads remembered in `lookups`.
-pub(crate) async fn observe(ctx: &Shared, claim: &NodeClaim, plan: &Plan) -> Option<Drift> {
+pub(crate) async fn observe(ctx: &Context, claim: &NodeClaim, plan: &Plan) -> Option<Drift> {
     let nodeclass = ctx
         .nodeclasses
         .get(&ObjectRef::new(&claim.spec.node_class_ref.name));

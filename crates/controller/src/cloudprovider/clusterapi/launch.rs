@@ -1,9 +1,10 @@
 //! Launch: one Cluster API Machine per NodeClaim, exactly once.
 //!
-//! 1. Choose the cheapest available compatible offering and record the whole plan on the
-//!    NodeClaim (annotation `karpenter.cluster.x-k8s.io/launch`, with the deterministic names
-//!    of every object it will create), together with the offering's labels and our finalizer,
-//!    in one write, before anything is created: a restart at any line resumes the same plan.
+//! 1. Choose the cheapest available compatible offering and hand the whole plan back to the
+//!    core to record on the NodeClaim (`Created::Record`: annotation
+//!    `karpenter.cluster.x-k8s.io/launch`, with the deterministic names of every object it
+//!    will create, and the offering's labels; the core writes them with its finalizer in one
+//!    write) before anything is created: a restart at any line resumes the same plan.
 //! 2. Clone the bootstrap template (or use `dataSecretName`) and the infrastructure template
 //!    under the Machine's deterministic name (the NodeClaim's plus a hash of the cluster id,
 //!    see `names::object_name`), then create the Machine (`objects`). AlreadyExists means a
@@ -12,104 +13,80 @@
 //! 3. `Launched=True` is written by the lifecycle once the Machine has a providerID (the
 //!    infrastructure exists), in the same status write as whatever else changed.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use api::NodeClaim;
-use api::consts::{conditions as types, reasons};
+use api::consts::reasons;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
-use serde_json::json;
 
+use super::context::{Context, nodeclass_of};
 use super::fence::{self, Ownership};
 use super::names;
 use super::nodeclass::NodeClass;
 use super::objects::bootstrap_template_hash;
 use super::offering::{Choice, NoOffering, Requirement, choose, requests_from_quantities};
 use super::plan::{Plan, PlanSize, TypedRef, kind_without_template, spec_hash};
+use crate::cloudprovider::{Created, Error as ProviderError, Intent, Retry};
 use crate::counts::{LaunchState, OfferingCounts};
 use crate::metrics::NodePoolLabels;
-use crate::nodeclaim::context::{Error, Shared, nodeclass_of, set_ready, uid_of};
+use crate::nodeclaim::error::Error;
 use crate::nodeclaim::labels::nodepool_of;
+use crate::objects::uid_of;
 
-/// Runs launch for a NodeClaim: plans it (once), then makes sure its Machine exists.
-/// Returns the freshest copy of the claim (the response of our own write when we wrote).
-pub(crate) async fn reconcile(
-    ctx: &Shared,
-    claim: Arc<NodeClaim>,
-) -> Result<Arc<NodeClaim>, Error> {
-    let uid = uid_of(claim.as_ref());
-    if let Some(plan) = Plan::of(&claim) {
-        let cached = ctx
-            .machines
-            .get(&ObjectRef::new(&plan.machine).within(&plan.namespace));
-        let has_finalizer = claim
-            .finalizers()
-            .iter()
-            .any(|f| f == api::consts::finalizers::TERMINATION);
-        if !has_finalizer {
-            // A claim launched by an older version, or whose finalizer was removed by hand.
-            let mut finalizers = claim.finalizers().to_vec();
-            finalizers.push(api::consts::finalizers::TERMINATION.into());
-            ctx.patch_claim(&claim, json!({"finalizers": finalizers}))
-                .await?;
-        }
-        if let Some(m) = &cached
-            && fence::ownership(m.as_ref(), &uid, &ctx.cluster_id) == Ownership::Foreign
-        {
-            // A plan copied from another NodeClaim (re-applied under another name, or
-            // restored from a backup with a new UID): that Machine is not ours.
-            return Err(Error::permanent(
-                "NameConflict",
-                format!(
-                    "Machine {}/{} of the launch plan belongs to another NodeClaim (uid {})",
-                    plan.namespace,
-                    plan.machine,
-                    fence::claim_uid(m.as_ref()).unwrap_or("none")
+/// Runs launch for a NodeClaim: plans it (once: the plan comes back for the core to record
+/// on the claim), then makes sure the Machine of the recorded plan exists.
+pub(crate) async fn reconcile(ctx: &Context, claim: &NodeClaim) -> Result<Created, Error> {
+    let uid = uid_of(claim);
+    let Some(plan) = Plan::of(claim) else {
+        let plan = match plan(ctx, claim).await? {
+            Planned::Plan(p) => *p,
+            Planned::Refused(reason, message) => return Err(Error::permanent(reason, message)),
+        };
+        // Recorded first: from then on every restart resumes exactly this launch.
+        let plan_json = serde_json::to_string(&plan).map_err(|source| Error::Decode {
+            what: "launch plan".into(),
+            source,
+        })?;
+        return Ok(Created::Record(Intent {
+            labels: plan.labels.clone(),
+            annotations: [
+                (api::consts::annotations::LAUNCH_PLAN.to_string(), plan_json),
+                (
+                    api::consts::annotations::MACHINE.to_string(),
+                    format!("{}/{}", plan.namespace, plan.machine),
                 ),
-            ));
-        }
-        if cached.is_some() || ctx.expectations.machine_created(&uid) {
-            return Ok(claim);
-        }
-        if super::objects::adopt_existing(ctx, &plan, &uid).await? {
-            ctx.expectations.set_machine_created(&uid);
-            return Ok(claim);
-        }
-        create(ctx, &claim, &plan).await?;
-        return Ok(claim);
-    }
-    let plan = match plan(ctx, &claim).await? {
-        Planned::Plan(p) => *p,
-        Planned::Refused(reason, message) => return Err(Error::permanent(reason, message)),
+            ]
+            .into(),
+        }));
     };
-    // Record the plan first: from here on every restart resumes exactly this launch.
-    let plan_json = serde_json::to_string(&plan).map_err(|source| Error::Decode {
-        what: "launch plan".into(),
-        source,
-    })?;
-    let mut finalizers = claim.finalizers().to_vec();
-    if !finalizers
-        .iter()
-        .any(|f| f == api::consts::finalizers::TERMINATION)
+    let cached = ctx
+        .machines
+        .get(&ObjectRef::new(&plan.machine).within(&plan.namespace));
+    if let Some(m) = &cached
+        && fence::ownership(m.as_ref(), &uid, &ctx.cluster_id) == Ownership::Foreign
     {
-        finalizers.push(api::consts::finalizers::TERMINATION.into());
+        // A plan copied from another NodeClaim (re-applied under another name, or restored
+        // from a backup with a new UID): that Machine is not ours.
+        return Err(Error::permanent(
+            "NameConflict",
+            format!(
+                "Machine {}/{} of the launch plan belongs to another NodeClaim (uid {})",
+                plan.namespace,
+                plan.machine,
+                fence::claim_uid(m.as_ref()).unwrap_or("none")
+            ),
+        ));
     }
-    let written = ctx
-        .patch_claim(
-            &claim,
-            json!({
-                "finalizers": finalizers,
-                "labels": plan.labels,
-                "annotations": {
-                    api::consts::annotations::LAUNCH_PLAN: plan_json,
-                    api::consts::annotations::MACHINE: format!("{}/{}", plan.namespace, plan.machine),
-                },
-            }),
-        )
-        .await?;
-    create(ctx, &written, &plan).await?;
-    Ok(Arc::new(written))
+    if cached.is_some() || ctx.launched.contains(&uid) {
+        return Ok(Created::Launched);
+    }
+    if super::objects::adopt_existing(ctx, &plan, &uid).await? {
+        ctx.launched.insert(&uid);
+        return Ok(Created::Launched);
+    }
+    create(ctx, claim, &plan).await?;
+    Ok(Created::Launched)
 }
 
 enum Planned {
@@ -121,7 +98,7 @@ enum Planned {
 /// The bootstrap config template a plan clones, its clone (named `object`, in the served
 /// version resolved now so that the plan names it) and the template's spec hash.
 async fn bootstrap_refs(
-    ctx: &Shared,
+    ctx: &Context,
     nodeclass: &NodeClass,
     ns: &str,
     object: &str,
@@ -159,7 +136,7 @@ fn claim_requests(claim: &NodeClaim) -> Result<templates::model::Resources, Stri
 }
 
 /// Hub mode: a tenant's NodeClass naming another tenant's Cluster launches nothing.
-fn foreign_cluster(ctx: &Shared, nodeclass: &str) -> Option<Planned> {
+fn foreign_cluster(ctx: &Context, nodeclass: &str) -> Option<Planned> {
     let nc = ctx
         .nodeclasses
         .get(&kube::runtime::reflector::ObjectRef::new(nodeclass))?;
@@ -172,7 +149,7 @@ fn foreign_cluster(ctx: &Shared, nodeclass: &str) -> Option<Planned> {
 
 /// The claim's NodeClass when it may launch: it exists, names the engaged Cluster and is
 /// Ready (Karpenter deletes the NodeClaim otherwise: `Ok(Err(refusal))`); `Err` to retry.
-fn admitted(ctx: &Shared, claim: &NodeClaim) -> Result<Result<NodeClass, Planned>, Error> {
+fn admitted(ctx: &Context, claim: &NodeClaim) -> Result<Result<NodeClass, Planned>, Error> {
     // NodeClass must exist and be Ready (Karpenter deletes the NodeClaim otherwise).
     let Some(nodeclass) = nodeclass_of(ctx, claim) else {
         return Ok(Err(Planned::Refused(
@@ -204,7 +181,7 @@ fn admitted(ctx: &Shared, claim: &NodeClaim) -> Result<Result<NodeClass, Planned
 }
 
 /// Chooses the offering and names everything launch will create.
-async fn plan(ctx: &Shared, claim: &NodeClaim) -> Result<Planned, Error> {
+async fn plan(ctx: &Context, claim: &NodeClaim) -> Result<Planned, Error> {
     let name = claim.name_any();
     let nodeclass = match admitted(ctx, claim)? {
         Ok(nodeclass) => nodeclass,
@@ -304,7 +281,7 @@ async fn plan(ctx: &Shared, claim: &NodeClaim) -> Result<Planned, Error> {
 /// The offering to launch `claim` on: compatible, fitting `requests`, not backed off, with
 /// count left (as the caches hold them now, without the unit this claim holds itself).
 fn choice<'a>(
-    ctx: &Shared,
+    ctx: &Context,
     claim: &NodeClaim,
     catalog: &'a templates::model::Catalog,
     requests: &templates::model::Resources,
@@ -345,13 +322,13 @@ fn requirements(claim: &NodeClaim) -> Vec<Requirement> {
 }
 
 /// Creates (or adopts) the clones and the Machine of a recorded plan.
-async fn create(ctx: &Shared, claim: &NodeClaim, plan: &Plan) -> Result<(), Error> {
+async fn create(ctx: &Context, claim: &NodeClaim, plan: &Plan) -> Result<(), Error> {
     let started = Instant::now();
     let result = super::objects::create_objects(ctx, claim, plan).await;
     let uid = uid_of(claim);
     match result {
         Ok(created) => {
-            ctx.expectations.set_machine_created(&uid);
+            ctx.launched.insert(&uid);
             ctx.metrics
                 .cloudprovider_duration
                 .get_or_create(&crate::metrics::MethodLabels {
@@ -383,20 +360,6 @@ async fn create(ctx: &Shared, claim: &NodeClaim, plan: &Plan) -> Result<(), Erro
                 tracing::info!(nodeclaim = %claim.name_any(), template = %plan.infrastructure_template.name,
                     hold_seconds = hold.as_secs(), "offering backed off after a refused create");
             }
-            let mut status = claim.status.clone().unwrap_or_default();
-            api::conditions::set(
-                &mut status.conditions,
-                types::LAUNCHED,
-                api::conditions::UNKNOWN,
-                reasons::LAUNCH_FAILED,
-                &api::conditions::truncate(&e.to_string(), 300),
-                None,
-                k8s_openapi::jiff::Timestamp::now(),
-            );
-            set_ready(&mut status.conditions);
-            if let Err(write) = ctx.write_status(claim, &status).await {
-                tracing::debug!(nodeclaim = %claim.name_any(), error = %write, "recording LaunchFailed failed");
-            }
             ctx.metrics
                 .cloudprovider_errors
                 .get_or_create(&crate::metrics::ErrorLabels {
@@ -406,7 +369,11 @@ async fn create(ctx: &Shared, claim: &NodeClaim, plan: &Plan) -> Result<(), Erro
                     error: e.metric_label().into(),
                 })
                 .inc();
-            Err(e)
+            // The core records `Launched=Unknown` (`LaunchFailed`) with the message.
+            if e.is_conflict() {
+                return Err(e);
+            }
+            Err(Error::Provider(ProviderError::retryable(Retry::Launch, e)))
         }
     }
 }

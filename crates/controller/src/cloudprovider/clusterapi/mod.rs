@@ -14,6 +14,7 @@
 
 pub(crate) mod calibration;
 pub(crate) mod clone;
+pub mod context;
 pub(crate) mod drift;
 pub(crate) mod fence;
 pub(crate) mod launch;
@@ -29,39 +30,105 @@ pub(crate) mod plan;
 use std::sync::Arc;
 use std::time::Instant;
 
-use api::{Machine, NodeClaim};
-use futures::FutureExt;
+use api::{ClusterAPINodeClass, Machine, NodeClaim};
 use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use futures::{FutureExt, Stream, StreamExt};
 use kube::ResourceExt;
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use templates::model::Catalog;
 
+use self::context::{Context, nodeclass_of};
 use self::fence::Ownership;
 use self::plan::Plan;
 use super::inventory::instance;
-use super::{CloudProvider, Deletion, Drift, Error, Instance, NodeClassKind, RepairPolicy};
-use crate::nodeclaim::context::{Ctx, Shared, uid_of};
+use super::{
+    CloudProvider, Created, Deletion, Drift, Error, Instance, NodeClassKind, RepairPolicy, Retry,
+    Timeouts,
+};
+use crate::cache::Cache;
+use crate::objects::uid_of;
 
 /// The Cluster API provider of one workload cluster.
 #[derive(Clone)]
 pub struct ClusterApi {
-    pub shared: Shared,
+    pub ctx: Context,
+    /// What tells the lifecycle which NodeClaims changed (`None`: nothing does).
+    watches: Option<Watches>,
+}
+
+/// The caches whose changes concern NodeClaims: a Machine (by its NodeClaim label), a
+/// NodeClass (its NodeClaims: waiting for it, or drift), a Cluster (the NodeClaims planned on
+/// it: drift of the control plane's version), any template (drift of every NodeClaim).
+#[derive(Clone)]
+pub struct Watches {
+    pub machines: Cache<Machine>,
+    pub nodeclasses: Cache<ClusterAPINodeClass>,
+    pub clusters: Cache<api::Cluster>,
+    /// Bumped on every template change.
+    pub templates: Option<tokio::sync::watch::Receiver<u64>>,
+}
+
+impl Watches {
+    /// The names of the NodeClaims each change concerns.
+    fn changes(&self, claims: &Store<NodeClaim>) -> BoxStream<'static, String> {
+        let by_machine = self
+            .machines
+            .subscribe()
+            .filter_map(|m| {
+                futures::future::ready(m.labels().get(api::consts::labels::NODECLAIM).cloned())
+            })
+            .boxed();
+        let by_nodeclass = claims_where(
+            self.nodeclasses.subscribe(),
+            claims,
+            |c, nc: &ClusterAPINodeClass| c.spec.node_class_ref.name == nc.name_any(),
+        );
+        let by_cluster = claims_where(self.clusters.subscribe(), claims, |c, cl: &api::Cluster| {
+            Plan::of(c).is_some_and(|p| {
+                p.cluster == cl.name_any()
+                    && Some(p.namespace.as_str()) == cl.namespace().as_deref()
+            })
+        });
+        let templates = futures::stream::unfold(self.templates.clone(), |rx| async move {
+            let mut rx = rx?;
+            rx.changed().await.ok()?;
+            Some((Arc::new(()), Some(rx)))
+        });
+        let every = claims_where(templates, claims, |_, _: &()| true);
+        futures::stream::select_all([by_machine, by_nodeclass, by_cluster, every]).boxed()
+    }
+}
+
+/// For each object of `changes`, the names of the cached NodeClaims `related` to it.
+fn claims_where<K: Send + Sync + 'static>(
+    changes: impl Stream<Item = Arc<K>> + Send + 'static,
+    claims: &Store<NodeClaim>,
+    related: impl Fn(&NodeClaim, &K) -> bool + Send + Sync + 'static,
+) -> BoxStream<'static, String> {
+    let claims = claims.clone();
+    changes
+        .flat_map(move |obj| {
+            let names: Vec<String> = claims
+                .state()
+                .iter()
+                .filter(|c| related(c, &obj))
+                .map(|c| c.name_any())
+                .collect();
+            futures::stream::iter(names)
+        })
+        .boxed()
 }
 
 impl ClusterApi {
-    /// The NodeClaim loops' context over `shared`, with this provider behind the seam.
-    pub fn context(shared: Shared) -> Ctx {
-        Ctx {
-            provider: Arc::new(ClusterApi {
-                shared: shared.clone(),
-            }),
-            shared,
-        }
+    /// The provider over `ctx`, telling the lifecycle of changes in `watches`.
+    pub fn new(ctx: Context, watches: Option<Watches>) -> ClusterApi {
+        ClusterApi { ctx, watches }
     }
 
     fn cached(&self, plan: &Plan) -> Option<Arc<Machine>> {
-        self.shared
+        self.ctx
             .machines
             .get(&ObjectRef::new(&plan.machine).within(&plan.namespace))
     }
@@ -73,17 +140,17 @@ impl ClusterApi {
             Some(m) => m,
             // The cache may lag behind our own create: ask the API server before concluding.
             None => match self
-                .shared
+                .ctx
                 .machines_api(&plan.namespace)
                 .get_opt(&plan.machine)
                 .await
-                .map_err(|e| Error::Retryable(e.into()))?
+                .map_err(|e| typed(e.into()))?
             {
                 Some(m) => Arc::new(m),
                 None => return Err(not_found()),
             },
         };
-        if fence::ownership(machine.as_ref(), &uid_of(claim), &self.shared.cluster_id)
+        if fence::ownership(machine.as_ref(), &uid_of(claim), &self.ctx.cluster_id)
             == Ownership::Foreign
         {
             return Err(not_found());
@@ -95,13 +162,13 @@ impl ClusterApi {
         let Some(plan) = Plan::of(claim) else {
             return Ok(Deletion::Gone);
         };
-        let ctx = &self.shared;
+        let ctx = &self.ctx;
         let uid = uid_of(claim);
         let machines = ctx.machines_api(&plan.namespace);
         let found = machines
             .get_opt(&plan.machine)
             .await
-            .map_err(|e| Error::Retryable(e.into()))?;
+            .map_err(|e| typed(e.into()))?;
         if let Some(m) = found
             && fence::ownership(&m, &uid, &ctx.cluster_id) != Ownership::Foreign
         {
@@ -110,7 +177,7 @@ impl ClusterApi {
                 crate::write::Writer::new(machines, crate::write::manager::LIFECYCLE)
                     .delete(&m)
                     .await
-                    .map_err(|e| Error::Retryable(e.into()))?;
+                    .map_err(|e| typed(e.into()))?;
                 // A stand-in for an orphaned instance (garbage collection) is no object to
                 // hang an event on.
                 if claim.metadata.resource_version.is_none() {
@@ -132,16 +199,22 @@ impl ClusterApi {
         }
         // Machine gone: anything of the plan that is left (a launch interrupted before the
         // Machine existed, or a provider that did not clean up).
-        objects::delete_ours(ctx, &plan.namespace, &plan.infrastructure, &uid).await?;
+        objects::delete_ours(ctx, &plan.namespace, &plan.infrastructure, &uid)
+            .await
+            .map_err(typed)?;
         if let Some(b) = &plan.bootstrap {
-            objects::delete_ours(ctx, &plan.namespace, b, &uid).await?;
+            objects::delete_ours(ctx, &plan.namespace, b, &uid)
+                .await
+                .map_err(typed)?;
         }
+        ctx.launched.forget(&uid);
         Ok(Deletion::Gone)
     }
 }
 
-/// A permanent launch failure as the typed error Karpenter's providers return.
-fn typed(e: crate::nodeclaim::error::Error) -> Error {
+/// An error of the Cluster API provider's steps as the typed error Karpenter's providers
+/// return.
+pub(crate) fn typed(e: crate::nodeclaim::error::Error) -> Error {
     use crate::nodeclaim::error::Error as E;
     match e {
         E::Permanent { reason, message } => {
@@ -153,13 +226,13 @@ fn typed(e: crate::nodeclaim::error::Error) -> Error {
                 Error::Create { reason, message }
             }
         }
-        other => Error::Retryable(other),
+        other => other.to_provider(),
     }
 }
 
 impl CloudProvider for ClusterApi {
-    fn create(&self, claim: Arc<NodeClaim>) -> BoxFuture<'_, Result<Arc<NodeClaim>, Error>> {
-        async move { launch::reconcile(&self.shared, claim).await.map_err(typed) }.boxed()
+    fn create<'a>(&'a self, claim: &'a NodeClaim) -> BoxFuture<'a, Result<Created, Error>> {
+        async move { launch::reconcile(&self.ctx, claim).await.map_err(typed) }.boxed()
     }
 
     fn delete<'a>(&'a self, claim: &'a NodeClaim) -> BoxFuture<'a, Result<Deletion, Error>> {
@@ -171,11 +244,26 @@ impl CloudProvider for ClusterApi {
     }
 
     fn list(&self) -> BoxFuture<'_, Result<Vec<Instance>, Error>> {
-        super::inventory::list(&self.shared).boxed()
+        async move {
+            // Listed from the caches: never from one still filling.
+            if self.ctx.machines.wait_until_ready().await.is_err()
+                || self.ctx.nodeclasses.wait_until_ready().await.is_err()
+            {
+                return Err(Error::retryable(Retry::Waiting, "the caches were dropped"));
+            }
+            super::inventory::list(&self.ctx).await
+        }
+        .boxed()
+    }
+
+    fn changes(&self) -> Option<BoxStream<'static, String>> {
+        self.watches
+            .as_ref()
+            .map(|w| w.changes(&self.ctx.nodeclaims))
     }
 
     fn instance_types(&self, nodeclass: &str) -> Option<Arc<Catalog>> {
-        self.shared.catalogs.catalog(nodeclass)
+        self.ctx.catalogs.catalog(nodeclass)
     }
 
     fn is_drifted<'a>(
@@ -186,7 +274,7 @@ impl CloudProvider for ClusterApi {
             let Some(plan) = Plan::of(claim) else {
                 return Ok(None);
             };
-            Ok(drift::observe(&self.shared, claim, &plan).await)
+            Ok(drift::observe(&self.ctx, claim, &plan).await)
         }
         .boxed()
     }
@@ -197,7 +285,7 @@ impl CloudProvider for ClusterApi {
             .map(|status| RepairPolicy {
                 condition_type: "Ready".into(),
                 condition_status: status.into(),
-                toleration: self.shared.settings.node_repair_after,
+                toleration: self.ctx.settings.node_repair_after,
             })
             .collect()
     }
@@ -213,11 +301,24 @@ impl CloudProvider for ClusterApi {
         }]
     }
 
+    fn timeouts(&self, claim: &NodeClaim) -> Timeouts {
+        nodeclass_of(&self.ctx, claim).map_or(Timeouts::DEFAULT, |n| Timeouts {
+            launch: n.launch_timeout,
+            registration: n.registration_timeout,
+        })
+    }
+
+    fn launch_succeeded(&self, claim: &NodeClaim) {
+        if let Some(plan) = Plan::of(claim) {
+            self.ctx.unavailable.succeeded(&plan.offering_key());
+        }
+    }
+
     fn launch_failed(&self, claim: &NodeClaim, why: &str) {
         if let Some(plan) = Plan::of(claim) {
             let key = plan.offering_key();
             let hold = self
-                .shared
+                .ctx
                 .unavailable
                 .mark(key, why.to_string(), Instant::now());
             tracing::info!(nodeclaim = %claim.name_any(), template = %plan.infrastructure_template.name,

@@ -8,8 +8,9 @@ use api::nodeclass::{Bootstrap, ClusterReference, MachineSettings};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 /// Defaults of the API (`launchTimeout` 10m, `registrationTimeout` 15m).
-pub(crate) const DEFAULT_LAUNCH_TIMEOUT: Duration = Duration::from_secs(600);
-pub(crate) const DEFAULT_REGISTRATION_TIMEOUT: Duration = Duration::from_secs(900);
+pub(crate) const DEFAULT_LAUNCH_TIMEOUT: Duration = crate::cloudprovider::Timeouts::DEFAULT.launch;
+pub(crate) const DEFAULT_REGISTRATION_TIMEOUT: Duration =
+    crate::cloudprovider::Timeouts::DEFAULT.registration;
 
 /// What launch and liveness need of a NodeClass.
 #[derive(Clone, Debug, Default)]
@@ -62,6 +63,26 @@ impl NodeClass {
             None => (false, "Ready condition not reported yet".into()),
         }
     }
+}
+
+/// NodePool status's view of the ClusterAPINodeClasses in `store` (another kind: not found).
+pub(crate) fn readiness_lookup(
+    store: kube::runtime::reflector::Store<api::ClusterAPINodeClass>,
+) -> crate::nodepool_status::NodeClassLookup {
+    std::sync::Arc::new(move |group: &str, kind: &str, name: &str| {
+        if group != api::consts::groups::NODECLASS || kind != api::consts::groups::NODECLASS_KIND {
+            return None;
+        }
+        let nc = store.get(&kube::runtime::reflector::ObjectRef::new(name))?;
+        Some(crate::nodepool_status::NodeClassReadiness {
+            generation: nc.metadata.generation,
+            conditions: nc
+                .status
+                .as_ref()
+                .map(|s| s.conditions.clone())
+                .unwrap_or_default(),
+        })
+    })
 }
 
 #[cfg(test)]

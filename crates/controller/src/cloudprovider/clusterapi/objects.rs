@@ -17,12 +17,14 @@ use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
 use super::clone::{CloneTarget, clone_template, inject_unregistered_taint};
+use super::context::{Context, nodeclass_of};
 use super::fence::{self, Ownership};
 use super::machine::{Bootstrap, MachineParams, build_machine};
 use super::nodeclass::NodeClass;
 use super::plan::{Plan, TypedRef, spec_hash};
-use crate::nodeclaim::context::{Error, Shared, nodeclass_of, uid_of};
+use crate::nodeclaim::error::Error;
 use crate::nodeclaim::labels::nodepool_of;
+use crate::objects::uid_of;
 use crate::write::{Created, Writer, manager};
 use api::duration::parse_duration;
 
@@ -95,7 +97,7 @@ async fn create_or_adopt(
 /// The Machine of a recorded plan, if it exists already (an earlier attempt, or a Machine
 /// made before fencing that our cache does not show): adopted with its clones. Returns
 /// whether it existed.
-pub(super) async fn adopt_existing(ctx: &Shared, plan: &Plan, uid: &str) -> Result<bool, Error> {
+pub(super) async fn adopt_existing(ctx: &Context, plan: &Plan, uid: &str) -> Result<bool, Error> {
     let machines = ctx.machines_dynamic(&plan.namespace);
     let Some(machine) = machines.get_opt(&plan.machine).await? else {
         return Ok(false);
@@ -140,7 +142,7 @@ async fn delete_quietly(api: &Api<DynamicObject>, name: &str) {
 /// index when it holds it (the copy the plan's hash was computed from: no read per launch),
 /// else read.
 async fn cloned(
-    ctx: &Shared,
+    ctx: &Context,
     ns: &str,
     template: &TypedRef,
     target: &CloneTarget<'_>,
@@ -178,7 +180,7 @@ async fn cloned(
 /// The served resource of `apiVersion` + `kind`; a kind that is not served (its CRD gone)
 /// is permanent for this launch.
 async fn served(
-    ctx: &Shared,
+    ctx: &Context,
     api_version: &str,
     kind: &str,
 ) -> Result<kube::api::ApiResource, Error> {
@@ -204,7 +206,7 @@ type Clone = (Api<DynamicObject>, DynamicObject);
 
 /// The plan's InfraMachine, cloned from its template (not created yet).
 async fn infra_clone(
-    ctx: &Shared,
+    ctx: &Context,
     plan: &Plan,
     target: &CloneTarget<'_>,
     uid: &str,
@@ -251,7 +253,7 @@ async fn infra_clone(
 /// The plan's bootstrap config, cloned from its template (not created yet); `None` when the
 /// NodeClass names a data secret instead.
 async fn bootstrap_clone(
-    ctx: &Shared,
+    ctx: &Context,
     plan: &Plan,
     nodeclass: &NodeClass,
     target: &CloneTarget<'_>,
@@ -285,7 +287,7 @@ async fn bootstrap_clone(
 
 /// The Kubernetes version of the plan's Machine: the NodeClass's, else the Cluster's.
 async fn machine_version(
-    ctx: &Shared,
+    ctx: &Context,
     plan: &Plan,
     nodeclass: &NodeClass,
 ) -> Result<Option<String>, Error> {
@@ -367,7 +369,7 @@ fn machine_object(
 /// Machine's version is read, then the Machine: two round trips to the API server after the
 /// plan is recorded, whatever the number of objects.
 pub(super) async fn create_objects(
-    ctx: &Shared,
+    ctx: &Context,
     claim: &NodeClaim,
     plan: &Plan,
 ) -> Result<bool, Error> {
@@ -448,7 +450,7 @@ pub(super) async fn create_objects(
 }
 
 /// The Cluster from the cache; not cached (yet) is an error launch retries.
-fn cached_cluster(ctx: &Shared, ns: &str, cluster: &str) -> Result<Arc<api::Cluster>, Error> {
+fn cached_cluster(ctx: &Context, ns: &str, cluster: &str) -> Result<Arc<api::Cluster>, Error> {
     ctx.clusters
         .get(&ObjectRef::new(cluster).within(ns))
         .ok_or_else(|| {
@@ -462,7 +464,7 @@ fn cached_cluster(ctx: &Shared, ns: &str, cluster: &str) -> Result<Arc<api::Clus
 /// `spec.version`; `None` when neither is set. Errors (Cluster not cached yet, control plane
 /// unreadable) are returned so that launch retries.
 pub(super) async fn cluster_version(
-    ctx: &Shared,
+    ctx: &Context,
     ns: &str,
     cluster: &str,
 ) -> Result<Option<String>, Error> {
@@ -486,7 +488,7 @@ pub(super) async fn cluster_version(
 
 /// The spec hash of a bootstrap config template (`None`: gone).
 pub(super) async fn bootstrap_template_hash(
-    ctx: &Shared,
+    ctx: &Context,
     ns: &str,
     template: &TypedRef,
 ) -> Result<Option<String>, Error> {
@@ -504,7 +506,7 @@ pub(super) async fn bootstrap_template_hash(
 }
 /// Deletes the object `r` names if it is this NodeClaim's (`uid`); returns whether it did.
 pub(super) async fn delete_ours(
-    ctx: &Shared,
+    ctx: &Context,
     ns: &str,
     r: &TypedRef,
     uid: &str,
