@@ -192,7 +192,10 @@ impl Offering {
         if let Some(z) = &self.zone {
             l.insert(labels::ZONE.to_string(), z.clone());
         }
-        l.insert(labels::CAPACITY_TYPE.to_string(), self.capacity_type.clone());
+        l.insert(
+            labels::CAPACITY_TYPE.to_string(),
+            self.capacity_type.clone(),
+        );
         l
     }
 
@@ -306,7 +309,10 @@ mod tests {
         assert_eq!(format_milli(3500), "3500m");
         assert_eq!(format_bytes(16 << 30), "16Gi");
         assert_eq!(format_bytes(0), "0");
-        let r = Resources(BTreeMap::from([("cpu".into(), 3500), ("nvidia.com/gpu".into(), 2)]));
+        let r = Resources(BTreeMap::from([
+            ("cpu".into(), 3500),
+            ("nvidia.com/gpu".into(), 2),
+        ]));
         assert_eq!(r.quantity("cpu"), "3500m");
         assert_eq!(r.gpu_count(), 2);
     }

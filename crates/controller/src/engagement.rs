@@ -13,6 +13,7 @@ use tokio::task::AbortHandle;
 use crate::cache::Caches;
 use crate::catalogs::IndexCatalogs;
 use crate::cloudprovider::clusterapi::ClusterApi;
+use crate::cloudprovider::clusterapi::availability::unavailable::UnavailableOfferings as Unavailable;
 use crate::cloudprovider::clusterapi::nodeclass_status::{self, StatusCtx};
 use crate::events::{Recorder, Reporter};
 use crate::metrics::Metrics;
@@ -21,7 +22,6 @@ use crate::nodeclaim::lifecycle;
 use crate::nodepool_status::RegistrationFailures as Failures;
 use crate::state::ClusterState;
 use crate::tasks::Tasks;
-use crate::unavailable::UnavailableOfferings as Unavailable;
 
 /// The loops' timing knobs (from the command line).
 #[derive(Clone, Debug)]
@@ -86,8 +86,10 @@ impl Engagement {
         // The one cluster state every reader of this workload cluster shares.
         let state = ClusterState::new(crate::state::Sources::of(caches));
         let catalogs = catalogs(ctx, caches, index);
-        let inventory = crate::inventory::Inventory::new(
-            crate::inventory::Hosts::new(ctx.management.clone()),
+        let inventory = crate::cloudprovider::clusterapi::availability::hosts::Inventory::new(
+            crate::cloudprovider::clusterapi::availability::hosts::Hosts::new(
+                ctx.management.clone(),
+            ),
             caches.nodeclasses.store(),
             Arc::new(catalogs.clone()),
         );
@@ -120,17 +122,15 @@ impl Engagement {
             state.clone(),
             lifecycle_ctx.recorder.clone(),
             lifecycle_ctx.provider.clone(),
-            (unavailable.clone(), inventory.clone()),
         );
         let provisioner = provisioner(
             ctx,
-            caches,
             state.clone(),
             lifecycle_ctx.recorder.clone(),
             lifecycle_ctx.provider.clone(),
-            (unavailable, inventory.clone()),
+            crate::cloudprovider::clusterapi::availability::changes(inventory.clone(), unavailable),
         );
-        let static_pools = static_pools(ctx, caches, &provisioner);
+        let static_pools = static_pools(ctx, &provisioner);
         let lifecycle_ctx_recorder = lifecycle_ctx.recorder.clone();
         let triggers = triggers(caches, &catalogs.index);
         attach_gauges(ctx, caches, state);
@@ -237,7 +237,10 @@ fn status(
     caches: &Caches,
     catalogs: IndexCatalogs,
     recorder: Recorder,
-    (unavailable, inventory): (Arc<Unavailable>, crate::inventory::Inventory),
+    (unavailable, inventory): (
+        Arc<Unavailable>,
+        crate::cloudprovider::clusterapi::availability::hosts::Inventory,
+    ),
 ) -> StatusCtx {
     StatusCtx {
         workload: ctx.workload.clone(),
@@ -336,9 +339,14 @@ fn shared(
     caches: &Caches,
     recorder: Recorder,
     catalogs: Arc<IndexCatalogs>,
-    unavailable: Arc<crate::unavailable::UnavailableOfferings>,
+    unavailable: Arc<
+        crate::cloudprovider::clusterapi::availability::unavailable::UnavailableOfferings,
+    >,
     registration_failures: Arc<crate::nodepool_status::RegistrationFailures>,
-    (cluster_id, inventory): (String, crate::inventory::Inventory),
+    (cluster_id, inventory): (
+        String,
+        crate::cloudprovider::clusterapi::availability::hosts::Inventory,
+    ),
 ) -> Shared {
     Shared {
         workload: ctx.workload.clone(),
@@ -374,14 +382,10 @@ fn shared(
 /// The provisioner of the engagement.
 fn provisioner(
     ctx: &Sources,
-    caches: &Caches,
     state: ClusterState,
     recorder: Recorder,
     provider: Arc<dyn crate::cloudprovider::CloudProvider>,
-    (unavailable, inventory): (
-        Arc<crate::unavailable::UnavailableOfferings>,
-        crate::inventory::Inventory,
-    ),
+    offerings: crate::provisioning::OfferingChanges,
 ) -> crate::provisioning::Provisioner {
     crate::provisioning::Provisioner {
         client: ctx.workload.clone(),
@@ -389,10 +393,7 @@ fn provisioner(
         metrics: ctx.metrics.clone(),
         state,
         provider,
-        unavailable,
-        machines: caches.machines.store(),
-        count_staleness: ctx.knobs.count_staleness,
-        inventory,
+        offerings,
         min_values_policy: ctx.knobs.min_values_policy,
         batch_idle: ctx.knobs.batch_idle,
         batch_max: ctx.knobs.batch_max,
@@ -402,7 +403,6 @@ fn provisioner(
 /// The static NodePools' loop, over what the provisioner reads.
 fn static_pools(
     ctx: &Sources,
-    caches: &Caches,
     provisioner: &crate::provisioning::Provisioner,
 ) -> crate::static_pools::StaticPools {
     crate::static_pools::StaticPools {
@@ -411,9 +411,6 @@ fn static_pools(
         metrics: ctx.metrics.clone(),
         state: provisioner.state.clone(),
         provider: provisioner.provider.clone(),
-        unavailable: provisioner.unavailable.clone(),
-        machines: caches.machines.store(),
-        count_staleness: ctx.knobs.count_staleness,
         in_flight: Arc::default(),
         expectations: Arc::default(),
         connection: ctx.connection.clone(),
@@ -427,10 +424,6 @@ fn disruption(
     state: ClusterState,
     recorder: Recorder,
     provider: Arc<dyn crate::cloudprovider::CloudProvider>,
-    (unavailable, inventory): (
-        Arc<crate::unavailable::UnavailableOfferings>,
-        crate::inventory::Inventory,
-    ),
 ) -> crate::disruption::Disruption {
     crate::disruption::Disruption {
         client: ctx.workload.clone(),
@@ -440,9 +433,6 @@ fn disruption(
         nodeclaims: caches.nodeclaims.store(),
         nodes: caches.nodes.store(),
         provider,
-        unavailable,
-        count_staleness: ctx.knobs.count_staleness,
-        inventory,
         command_timeout: ctx.knobs.disruption_timeout,
         connection: ctx.connection.clone(),
         pod_event_writes: Arc::default(),

@@ -18,9 +18,9 @@ use serde_json::{Value, json};
 
 use crate::cache::Cache;
 use crate::cloudprovider::CloudProvider;
+use crate::cloudprovider::clusterapi::availability::unavailable::UnavailableOfferings;
 use crate::cloudprovider::clusterapi::nodeclass::NodeClass;
 use crate::metrics::Metrics;
-use crate::unavailable::UnavailableOfferings;
 use crate::write::{Writer, manager};
 use kube::runtime::reflector::ObjectRef;
 
@@ -53,7 +53,8 @@ impl Default for Settings {
             node_repair_after: Duration::from_secs(600),
             poll: Duration::from_secs(30),
             gc_grace: MACHINE_GRACE,
-            count_staleness: crate::counts::DEFAULT_STALENESS,
+            count_staleness:
+                crate::cloudprovider::clusterapi::availability::counts::DEFAULT_STALENESS,
         }
     }
 }
@@ -213,7 +214,7 @@ pub struct Shared {
     pub catalogs: Arc<dyn Catalogs>,
     pub unavailable: Arc<UnavailableOfferings>,
     /// The NodeClasses' host inventories (templates' free hosts).
-    pub inventory: crate::inventory::Inventory,
+    pub inventory: crate::cloudprovider::clusterapi::availability::hosts::Inventory,
     pub settings: Settings,
     pub kinds: Arc<Kinds>,
     pub expectations: Arc<Expectations>,

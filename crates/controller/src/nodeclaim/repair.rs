@@ -415,7 +415,7 @@ mod tests {
         .expect("fixture");
         let u = unhealthy(
             Some(&node),
-            crate::cloudprovider::inventory::machine_unhealthy(&machine),
+            crate::cloudprovider::clusterapi::instances::machine_unhealthy(&machine),
         )
         .expect("matches");
         assert_eq!(u.condition, "NodeHealthy", "the older signal wins");

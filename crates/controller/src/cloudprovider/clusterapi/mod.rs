@@ -12,10 +12,12 @@
 //! ClusterAPINodeClass status controller ([`nodeclass_status`], with [`offering_status`] and
 //! [`calibration`]).
 
+pub mod availability;
 pub(crate) mod calibration;
 pub(crate) mod clone;
 pub(crate) mod drift;
 pub(crate) mod fence;
+pub(crate) mod instances;
 pub(crate) mod launch;
 pub mod machine;
 pub mod names;
@@ -38,8 +40,8 @@ use kube::runtime::reflector::ObjectRef;
 use templates::model::Catalog;
 
 use self::fence::Ownership;
+use self::instances::instance;
 use self::plan::Plan;
-use super::inventory::instance;
 use super::{CloudProvider, Deletion, Drift, Error, Instance, NodeClassKind, RepairPolicy};
 use crate::nodeclaim::context::{Ctx, Shared, uid_of};
 
@@ -171,11 +173,11 @@ impl CloudProvider for ClusterApi {
     }
 
     fn list(&self) -> BoxFuture<'_, Result<Vec<Instance>, Error>> {
-        super::inventory::list(&self.shared).boxed()
+        instances::list(&self.shared).boxed()
     }
 
     fn instance_types(&self, nodeclass: &str) -> Option<Arc<Catalog>> {
-        self.shared.catalogs.catalog(nodeclass)
+        availability::offered(&self.shared, nodeclass)
     }
 
     fn is_drifted<'a>(
