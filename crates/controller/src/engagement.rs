@@ -133,7 +133,7 @@ impl Engagement {
         let static_pools = static_pools(ctx, &provisioner);
         let lifecycle_ctx_recorder = lifecycle_ctx.recorder.clone();
         let triggers = triggers(caches, &catalogs.index);
-        attach_gauges(ctx, caches, state);
+        attach_gauges(ctx, caches, state, lifecycle_ctx.provider.clone());
         let latency = crate::latency::Latency {
             metrics: ctx.metrics.clone(),
             pods: caches.pods.clone(),
@@ -305,7 +305,12 @@ fn overlay_loop(ctx: &Sources, caches: &Caches, catalogs: &IndexCatalogs) -> Opt
 /// What wakes the NodeClaim lifecycle: its caches' changes and the templates'.
 /// The scrape-time gauges: the leader's, as Karpenter's; in a hub, every engaged cluster's,
 /// under its `cluster` label (detached when it is disengaged).
-fn attach_gauges(ctx: &Sources, caches: &Caches, state: ClusterState) {
+fn attach_gauges(
+    ctx: &Sources,
+    caches: &Caches,
+    state: ClusterState,
+    provider: Arc<dyn crate::cloudprovider::CloudProvider>,
+) {
     let key = ctx
         .engaged
         .as_ref()
@@ -317,6 +322,7 @@ fn attach_gauges(ctx: &Sources, caches: &Caches, state: ClusterState) {
         crate::cluster_metrics::Sources {
             state,
             machines: caches.machines.clone(),
+            provider,
         },
     );
 }

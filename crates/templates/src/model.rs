@@ -238,6 +238,19 @@ impl Catalog {
         self.instance_types.iter().find(|t| t.name == name)
     }
 
+    /// The price of the offering of instance type `name` (a size of a resizable group too)
+    /// in `capacity_type` and `zone` (an offering without a zone matches any), as a node
+    /// with these labels is priced.
+    pub fn price_of(&self, name: &str, capacity_type: &str, zone: Option<&str>) -> Option<f64> {
+        let it = self.lookup(name)?;
+        it.offerings
+            .iter()
+            .find(|o| {
+                o.capacity_type == capacity_type && (o.zone.is_none() || o.zone.as_deref() == zone)
+            })
+            .map(|o| o.price)
+    }
+
     /// The resizable group `name` is a size of, and the size.
     pub fn resizable_of(&self, name: &str) -> Option<(&ResizableGroup, Size)> {
         self.resizable

@@ -312,12 +312,13 @@ impl Provisioner {
 }
 
 /// Whether a NodeClaim counts against its NodePool's limits at the size it will have: its
-/// capacity is known (status), or its launch plan names the instance type, or it will never
-/// launch (being deleted, `Launched=False`).
+/// capacity is known (status), or its offering is chosen (the provider labelled it with one
+/// instance type and capacity type, as a launch does before it creates anything), or it will
+/// never launch (being deleted, `Launched=False`).
 pub fn charged(c: &NodeClaim) -> bool {
-    let planned = c
-        .annotations()
-        .contains_key(api::consts::annotations::LAUNCH_PLAN);
+    let labels = c.labels();
+    let planned = labels.contains_key(scheduling::LABEL_INSTANCE_TYPE)
+        && labels.contains_key(scheduling::LABEL_CAPACITY_TYPE);
     let status = c.status.as_ref();
     let sized = status.is_some_and(|s| !s.capacity.is_empty());
     let failed = status.is_some_and(|s| {
@@ -477,7 +478,8 @@ mod tests {
             "just created: counts its requests only"
         );
         assert!(charged(&claim(
-            json!({"metadata": {"annotations": {"karpenter.cluster.x-k8s.io/launch": "{}"}}})
+            json!({"metadata": {"labels": {"node.kubernetes.io/instance-type": "m",
+                                           "karpenter.sh/capacity-type": "on-demand"}}})
         )));
         assert!(charged(&claim(
             json!({"status": {"capacity": {"cpu": "2"}}})
