@@ -2,7 +2,7 @@
 //! gauges (`karpenter_capi_offering_available`, `karpenter_capi_offering_unavailable`):
 //! each counted or backed-off offering of its catalog with its count, the source that set
 //! it, why it is unavailable and until when. The counts are the ones launch and the solver
-//! use ([`crate::counts`], with the host inventory).
+//! use ([`super::availability::counts`], with the host inventory).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
