@@ -7,11 +7,14 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use controller::counts::{DEFAULT_STALENESS, OfferingCounts, Offerings};
+use controller::cloudprovider::clusterapi::availability::counts::template;
+use controller::cloudprovider::clusterapi::availability::unavailable::UnavailableOfferings;
+use controller::cloudprovider::clusterapi::availability::{
+    DEFAULT_STALENESS, LaunchState, OfferingCounts, resolve,
+};
 use controller::state::Cluster;
 use kube::api::DynamicObject;
 use templates::inventory::{HostQuery, HostTally, selector_of, tally};
-use templates::model::{InstanceType, Offering};
 
 /// Each NodeClass's catalog, by name (as the plan builds them).
 type Catalogs = std::collections::HashMap<String, std::sync::Arc<templates::model::Catalog>>;
@@ -34,7 +37,8 @@ impl Counted {
 impl Counted {
     /// With the hosts of the snapshot that the NodeClasses' inventories count.
     pub(super) fn with_hosts(self, loaded: &super::Loaded, catalogs: &Catalogs) -> Counted {
-        let mut tallies = controller::inventory::Tallies::new();
+        let mut tallies =
+            controller::cloudprovider::clusterapi::availability::hosts::Tallies::new();
         for nc in &loaded.inputs.node_classes {
             let Some(query) = inventory_of(nc) else {
                 continue;
@@ -52,7 +56,11 @@ impl Counted {
                         .is_some_and(|t| t.api_version == query.api_version && t.kind == query.kind)
                 })
                 .collect();
-            for t in catalog.instance_types.iter().flat_map(|it| &it.templates) {
+            for t in catalog
+                .instance_types
+                .iter()
+                .flat_map(|it| templates::model::templates_of(it))
+            {
                 let ns = t.namespace.clone().unwrap_or_default();
                 let Some(obj) = loaded.inputs.templates.iter().find(|o| {
                     o.metadata.name.as_deref() == Some(t.name.as_str())
@@ -90,9 +98,20 @@ pub(super) fn inventory_kinds(loaded: &super::Loaded) -> Vec<String> {
         .collect()
 }
 
-impl Offerings for Counted {
-    fn count(&self, it: &InstanceType, offering: &Offering) -> Option<scheduling::OfferingCount> {
-        self.0.scheduling(it, offering)
+impl Counted {
+    /// The catalogs with their offerings counted, as the provider hands them to the core
+    /// (none backed off: no launch has failed offline).
+    pub(super) fn offer(&self, catalogs: &Catalogs) -> Catalogs {
+        let none_failed = UnavailableOfferings::default();
+        let state = LaunchState {
+            unavailable: &none_failed,
+            counts: &self.0,
+            now: std::time::Instant::now(),
+        };
+        catalogs
+            .iter()
+            .map(|(name, c)| (name.clone(), resolve(c, &state)))
+            .collect()
     }
 }
 
@@ -124,13 +143,13 @@ pub(super) fn counted_templates(
     for catalog in catalogs.values() {
         for it in &catalog.instance_types {
             for o in &it.offerings {
-                let Some(a) = counted.0.available(it, o) else {
+                let Some(a) = counted.0.available(catalog, it, o) else {
                     continue;
                 };
                 by_template
-                    .entry(o.template.to_string())
+                    .entry(template(o).to_string())
                     .or_insert_with(|| CountedTemplate {
-                        template: o.template.to_string(),
+                        template: template(o).to_string(),
                         source: a.source.annotation().to_string(),
                         limit: a.limit,
                         live: counted.0.use_of(it, o).live,
@@ -150,7 +169,7 @@ pub(super) fn counted_templates(
                         && o.capacity_type == c.cheapest.capacity_type
                 })
         });
-        if let Some(t) = chosen.and_then(|o| by_template.get_mut(&o.template.to_string())) {
+        if let Some(t) = chosen.and_then(|o| by_template.get_mut(&template(o).to_string())) {
             t.planned += 1;
         }
     }

@@ -48,7 +48,7 @@ pub(super) fn drifted(
                 &without.nodepools,
                 &moving,
                 &|nc| catalogs.get(nc).cloned(),
-                &controller::counts::AllAvailable,
+                controller::provisioning::convert::Availability::Ignored,
             );
             let output = scheduling::solve(&snap.input);
             Some(DriftedNodeClaim {

@@ -7,6 +7,7 @@ use serde::Serialize;
 use templates::model::Catalog;
 
 use controller::objects::{name, namespaced_name, pod_node_name, terminal};
+use controller::provisioning::convert::Availability;
 use controller::provisioning::{convert, snapshot};
 use controller::state::Cluster;
 
@@ -138,6 +139,8 @@ pub fn plan(loaded: &Loaded) -> Plan {
     let mut node_pools = node_pool_summaries(loaded, &catalogs, &mut warnings);
     let cluster = Cluster::new(loaded.state.clone());
     let counted = Counted::of(&cluster).with_hosts(loaded, &catalogs);
+    // As the provider offers them: each offering with its count.
+    let catalogs = counted.offer(&catalogs);
     // Hosts an inventory counts are read, not ignored.
     let hosts = super::counts::inventory_kinds(loaded);
     let ignored: Vec<String> = loaded
@@ -151,7 +154,7 @@ pub fn plan(loaded: &Loaded) -> Plan {
         &cluster.nodepools,
         &loaded.pending,
         &|nc| catalogs.get(nc).cloned(),
-        &counted,
+        Availability::Offered,
     );
     for summary in &mut node_pools {
         if let Some(p) = snap
@@ -168,13 +171,13 @@ pub fn plan(loaded: &Loaded) -> Plan {
     warnings.retain(|w| seen.insert(w.clone()));
     let output = scheduling::solve(&snap.input);
     let mut node_claims = planned_node_claims(loaded, &catalogs, &output);
-    let static_claims = super::static_pools::planned(&cluster, &catalogs, &counted, &mut warnings);
+    let static_claims = super::static_pools::planned(&cluster, &catalogs, &mut warnings);
     node_claims.extend(
         static_claims
             .iter()
             .map(|c| planned_node_claim(loaded, &catalogs, c)),
     );
-    for p in super::static_pools::pools(&cluster, &catalogs, &counted) {
+    for p in super::static_pools::pools(&cluster, &catalogs) {
         if let Some(s) = node_pools.iter_mut().find(|s| s.name == p.name) {
             s.instance_types = compatible_instance_types(&p);
         }

@@ -7,13 +7,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use controller::objects::name;
-use controller::provisioning::convert;
+use controller::provisioning::convert::{self, Availability};
 use controller::state::Cluster;
 use controller::static_pools::{scale, template};
 
 use templates::model::Catalog;
-
-use super::counts::Counted;
 
 /// Each NodeClass's catalog, by name (as the plan builds them).
 type Catalogs = HashMap<String, Arc<Catalog>>;
@@ -22,7 +20,6 @@ type Catalogs = HashMap<String, Arc<Catalog>>;
 pub(super) fn planned(
     cluster: &Cluster,
     catalogs: &Catalogs,
-    counted: &Counted,
     warnings: &mut Vec<String>,
 ) -> Vec<scheduling::NewNodeClaim> {
     let now = k8s_openapi::jiff::Timestamp::now();
@@ -37,7 +34,7 @@ pub(super) fn planned(
             continue; // warned about with the pool's summary
         };
         let zones = if template::spreads(pool) {
-            template::zones(pool, catalog, counted)
+            template::zones(pool, catalog, Availability::Offered)
         } else {
             Vec::new()
         };
@@ -55,7 +52,7 @@ pub(super) fn planned(
             ));
         }
         for slot in &plan.create {
-            match template::planned(pool, catalog, counted, slot.zone.as_deref()) {
+            match template::planned(pool, catalog, Availability::Offered, slot.zone.as_deref()) {
                 Ok(c) => out.push(c),
                 Err(why) => {
                     warnings.push(format!("NodePool {pool_name}: no static NodeClaim: {why}"));
@@ -69,11 +66,7 @@ pub(super) fn planned(
 
 /// The static pools of `cluster` as the solver's pools, with their instance types (the
 /// provisioner's snapshot leaves static pools out): for their summaries.
-pub(super) fn pools(
-    cluster: &Cluster,
-    catalogs: &Catalogs,
-    counted: &Counted,
-) -> Vec<scheduling::NodePool> {
+pub(super) fn pools(cluster: &Cluster, catalogs: &Catalogs) -> Vec<scheduling::NodePool> {
     cluster
         .nodepools
         .iter()
@@ -84,7 +77,7 @@ pub(super) fn pools(
             p.instance_types = catalog
                 .instance_types
                 .iter()
-                .map(|it| convert::instance_type(it, counted))
+                .map(|it| convert::instance_type(it, Availability::Offered))
                 .collect();
             Some(p)
         })

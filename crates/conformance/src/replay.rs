@@ -71,7 +71,7 @@ pub fn input(rec: &Record) -> Input {
         &pools,
         &pending,
         &|_| None,
-        &controller::counts::AllAvailable,
+        controller::provisioning::convert::Availability::Ignored,
     );
     let mut input = snap.input;
     for pool in &mut input.node_pools {

@@ -37,6 +37,8 @@ use crate::state::{self as cluster_state, Cluster};
 pub struct Sources {
     pub state: cluster_state::ClusterState,
     pub machines: Cache<Machine>,
+    /// The provider: its instance types price the NodeClaims.
+    pub provider: Arc<dyn crate::cloudprovider::CloudProvider>,
 }
 
 /// One attached cluster: its sources, and the `cluster` label of its series (`None`:
@@ -83,9 +85,11 @@ impl Collector for ClusterState {
         for (i, a) in self.attached().values().enumerate() {
             let cluster = a.sources.state.current();
             let machines = a.sources.machines.store().state();
+            let provider = &a.sources.provider;
             let view = View {
                 cluster: &cluster,
                 machines: &machines,
+                catalog: &|nodeclass| provider.instance_types(nodeclass),
                 synced: a.sources.state.synced() && a.sources.machines.is_synced(),
             };
             // Unlabelled series of a second cluster may repeat a label set: merged.
@@ -143,10 +147,15 @@ fn add(into: &mut Family, samples: Vec<(Labels, f64)>, cluster: Option<&str>, me
 pub(crate) struct View<'a> {
     pub cluster: &'a Cluster,
     pub machines: &'a [Arc<Machine>],
+    /// A NodeClass's instance types (the provider's).
+    pub catalog: &'a Catalogs<'a>,
     pub synced: bool,
 }
 
 pub(crate) type Labels = Vec<(&'static str, String)>;
+
+/// A NodeClass's instance types, by NodeClass name.
+pub(crate) type Catalogs<'a> = dyn Fn(&str) -> Option<Arc<templates::model::Catalog>> + 'a;
 
 /// One gauge family and its samples.
 pub(crate) struct Family {
@@ -281,7 +290,7 @@ pub(crate) fn families(view: Option<&View>) -> Vec<Family> {
             waiting as f64,
         )];
         machines.samples = machine_phases(v.machines);
-        cost.samples = pool_costs(c);
+        cost.samples = pool_costs(c, v.catalog);
     }
     let mut out = vec![pods_state];
     out.extend(node_families);
@@ -289,10 +298,11 @@ pub(crate) fn families(view: Option<&View>) -> Vec<Family> {
     out
 }
 
-/// Per NodePool, the summed hourly price of its NodeClaims not being deleted (the price
-/// their launch plans recorded; a claim not planned yet costs nothing yet), every NodePool
-/// listed (0 without claims).
-fn pool_costs(c: &Cluster) -> Vec<(Labels, f64)> {
+/// Per NodePool, the summed hourly price of its NodeClaims not being deleted (the price of
+/// the offering their labels name in the provider's instance types; a claim whose offering
+/// is not chosen yet, or no longer offered, costs nothing), every NodePool listed (0
+/// without claims).
+fn pool_costs(c: &Cluster, catalog: &Catalogs<'_>) -> Vec<(Labels, f64)> {
     let mut costs: BTreeMap<String, f64> =
         c.nodepools.iter().map(|p| (p.name_any(), 0.0)).collect();
     for claim in c
@@ -300,12 +310,25 @@ fn pool_costs(c: &Cluster) -> Vec<(Labels, f64)> {
         .iter()
         .filter(|x| x.metadata.deletion_timestamp.is_none())
     {
-        let Some(plan) = crate::cloudprovider::clusterapi::plan::Plan::of(claim) else {
+        let labels = claim.labels();
+        let label = |k: &str| labels.get(k).map(String::as_str);
+        let price = (|| {
+            let (it, ct) = (
+                label(scheduling::LABEL_INSTANCE_TYPE)?,
+                label(scheduling::LABEL_CAPACITY_TYPE)?,
+            );
+            catalog(&claim.spec.node_class_ref.name)?.price_of(
+                it,
+                ct,
+                label(scheduling::LABEL_ZONE),
+            )
+        })();
+        let Some(price) = price else {
             continue;
         };
         *costs
             .entry(crate::nodeclaim::labels::nodepool_of(claim))
-            .or_default() += plan.price;
+            .or_default() += price;
     }
     costs
         .into_iter()
@@ -540,6 +563,7 @@ mod tests {
         let fs = families(Some(&View {
             cluster: &cluster,
             machines: &machines,
+            catalog: &|_| None,
             synced: true,
         }));
 
@@ -610,6 +634,66 @@ mod tests {
                 ("Running".into(), 2.0)
             ]
         );
+    }
+
+    #[test]
+    fn a_pool_costs_the_price_of_the_offerings_its_claims_are_labelled_with() {
+        let template = templates::model::TemplateRef {
+            api_version: "infrastructure.cluster.x-k8s.io/v1beta2".into(),
+            kind: "DockerMachineTemplate".into(),
+            namespace: Some("ns".into()),
+            name: "small".into(),
+        };
+        let offering = |zone: &str, price: f64| {
+            templates::model::offering(
+                &template,
+                Some(zone.into()),
+                "on-demand",
+                price,
+                templates::model::PriceSource::Annotation,
+            )
+        };
+        let catalog = Arc::new(templates::model::Catalog {
+            instance_types: vec![templates::model::InstanceType {
+                name: "small".into(),
+                capacity: Default::default(),
+                allocatable: Default::default(),
+                labels: Default::default(),
+                taints: Vec::new(),
+                offerings: vec![offering("z1", 0.25), offering("z2", 0.5)],
+                capacity_overlaid: false,
+            }],
+            ..Default::default()
+        });
+        let claim = |name: &str, labels: serde_json::Value| {
+            obj::<NodeClaim>(json!({
+                "metadata": {"name": name, "labels": labels},
+                "spec": {"nodeClassRef": {"group": "g", "kind": "k", "name": "n"}, "requirements": []}
+            }))
+        };
+        let on = |zone: &str| {
+            json!({"karpenter.sh/nodepool": "default", "node.kubernetes.io/instance-type": "small",
+                   "karpenter.sh/capacity-type": "on-demand", "topology.kubernetes.io/zone": zone})
+        };
+        let cluster = Cluster::new(cluster_state::Objects {
+            nodeclaims: vec![
+                claim("a", on("z2")),
+                // Not launched yet: no offering chosen, costs nothing.
+                claim("b", json!({"karpenter.sh/nodepool": "default"})),
+            ],
+            nodepools: vec![obj(json!({"metadata": {"name": "default"},
+                "spec": {"template": {"spec": {"nodeClassRef": {"group": "g", "kind": "k", "name": "n"},
+                         "requirements": []}}}}))],
+            ..Default::default()
+        });
+        let fs = families(Some(&View {
+            cluster: &cluster,
+            machines: &[],
+            catalog: &|nc| (nc == "n").then(|| Arc::clone(&catalog)),
+            synced: true,
+        }));
+        let cost = samples(&fs, "karpenter_nodepools_cost_total");
+        assert_eq!(cost, [(vec![("nodepool", "default".to_string())], 0.5)]);
     }
 
     #[test]

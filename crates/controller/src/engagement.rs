@@ -13,6 +13,7 @@ use tokio::task::AbortHandle;
 use crate::cache::Caches;
 use crate::catalogs::IndexCatalogs;
 use crate::cloudprovider::clusterapi::context::{Context, Settings as ProviderSettings};
+use crate::cloudprovider::clusterapi::availability::unavailable::UnavailableOfferings as Unavailable;
 use crate::cloudprovider::clusterapi::nodeclass_status::{self, StatusCtx};
 use crate::cloudprovider::clusterapi::{ClusterApi, Watches};
 use crate::events::{Recorder, Reporter};
@@ -22,7 +23,6 @@ use crate::nodeclaim::lifecycle;
 use crate::nodepool_status::RegistrationFailures as Failures;
 use crate::state::ClusterState;
 use crate::tasks::Tasks;
-use crate::unavailable::UnavailableOfferings as Unavailable;
 
 /// The loops' timing knobs (from the command line).
 #[derive(Clone, Debug)]
@@ -87,8 +87,10 @@ impl Engagement {
         // The one cluster state every reader of this workload cluster shares.
         let state = ClusterState::new(crate::state::Sources::of(caches));
         let catalogs = catalogs(ctx, caches, index);
-        let inventory = crate::inventory::Inventory::new(
-            crate::inventory::Hosts::new(ctx.management.clone()),
+        let inventory = crate::cloudprovider::clusterapi::availability::hosts::Inventory::new(
+            crate::cloudprovider::clusterapi::availability::hosts::Hosts::new(
+                ctx.management.clone(),
+            ),
             caches.nodeclasses.store(),
             Arc::new(catalogs.clone()),
         );
@@ -131,20 +133,18 @@ impl Engagement {
             state.clone(),
             lifecycle_ctx.recorder.clone(),
             lifecycle_ctx.provider.clone(),
-            (unavailable.clone(), inventory.clone()),
         );
         let provisioner = provisioner(
             ctx,
-            caches,
             state.clone(),
             lifecycle_ctx.recorder.clone(),
             lifecycle_ctx.provider.clone(),
-            (unavailable.clone(), inventory.clone()),
+            crate::cloudprovider::clusterapi::availability::changes(inventory.clone(), unavailable.clone()),
         );
-        let static_pools = static_pools(ctx, caches, &provisioner);
+        let static_pools = static_pools(ctx, &provisioner);
         let lifecycle_ctx_recorder = lifecycle_ctx.recorder.clone();
         let triggers = triggers(caches);
-        attach_gauges(ctx, caches, state);
+        attach_gauges(ctx, caches, state, lifecycle_ctx.provider.clone());
         let latency = crate::latency::Latency {
             metrics: ctx.metrics.clone(),
             pods: caches.pods.clone(),
@@ -248,7 +248,10 @@ fn status(
     caches: &Caches,
     catalogs: IndexCatalogs,
     recorder: Recorder,
-    (unavailable, inventory): (Arc<Unavailable>, crate::inventory::Inventory),
+    (unavailable, inventory): (
+        Arc<Unavailable>,
+        crate::cloudprovider::clusterapi::availability::hosts::Inventory,
+    ),
 ) -> StatusCtx {
     StatusCtx {
         workload: ctx.workload.clone(),
@@ -313,7 +316,12 @@ fn overlay_loop(ctx: &Sources, caches: &Caches, catalogs: &IndexCatalogs) -> Opt
 /// What wakes the NodeClaim lifecycle: its caches' changes and the templates'.
 /// The scrape-time gauges: the leader's, as Karpenter's; in a hub, every engaged cluster's,
 /// under its `cluster` label (detached when it is disengaged).
-fn attach_gauges(ctx: &Sources, caches: &Caches, state: ClusterState) {
+fn attach_gauges(
+    ctx: &Sources,
+    caches: &Caches,
+    state: ClusterState,
+    provider: Arc<dyn crate::cloudprovider::CloudProvider>,
+) {
     let key = ctx
         .engaged
         .as_ref()
@@ -325,6 +333,7 @@ fn attach_gauges(ctx: &Sources, caches: &Caches, state: ClusterState) {
         crate::cluster_metrics::Sources {
             state,
             machines: caches.machines.clone(),
+            provider,
         },
     );
 }
@@ -382,8 +391,8 @@ fn provider_context(
     recorder: Recorder,
     catalogs: Arc<IndexCatalogs>,
     (unavailable, inventory): (
-        Arc<crate::unavailable::UnavailableOfferings>,
-        crate::inventory::Inventory,
+        Arc<crate::cloudprovider::clusterapi::availability::unavailable::UnavailableOfferings>,
+        crate::cloudprovider::clusterapi::availability::hosts::Inventory,
     ),
     cluster_id: String,
 ) -> Context {
@@ -413,14 +422,10 @@ fn provider_context(
 /// The provisioner of the engagement.
 fn provisioner(
     ctx: &Sources,
-    caches: &Caches,
     state: ClusterState,
     recorder: Recorder,
     provider: Arc<dyn crate::cloudprovider::CloudProvider>,
-    (unavailable, inventory): (
-        Arc<crate::unavailable::UnavailableOfferings>,
-        crate::inventory::Inventory,
-    ),
+    offerings: crate::provisioning::OfferingChanges,
 ) -> crate::provisioning::Provisioner {
     crate::provisioning::Provisioner {
         client: ctx.workload.clone(),
@@ -428,10 +433,7 @@ fn provisioner(
         metrics: ctx.metrics.clone(),
         state,
         provider,
-        unavailable,
-        machines: caches.machines.store(),
-        count_staleness: ctx.knobs.count_staleness,
-        inventory,
+        offerings,
         min_values_policy: ctx.knobs.min_values_policy,
         batch_idle: ctx.knobs.batch_idle,
         batch_max: ctx.knobs.batch_max,
@@ -441,7 +443,6 @@ fn provisioner(
 /// The static NodePools' loop, over what the provisioner reads.
 fn static_pools(
     ctx: &Sources,
-    caches: &Caches,
     provisioner: &crate::provisioning::Provisioner,
 ) -> crate::static_pools::StaticPools {
     crate::static_pools::StaticPools {
@@ -450,9 +451,6 @@ fn static_pools(
         metrics: ctx.metrics.clone(),
         state: provisioner.state.clone(),
         provider: provisioner.provider.clone(),
-        unavailable: provisioner.unavailable.clone(),
-        machines: caches.machines.store(),
-        count_staleness: ctx.knobs.count_staleness,
         in_flight: Arc::default(),
         expectations: Arc::default(),
         connection: ctx.connection.clone(),
@@ -466,10 +464,6 @@ fn disruption(
     state: ClusterState,
     recorder: Recorder,
     provider: Arc<dyn crate::cloudprovider::CloudProvider>,
-    (unavailable, inventory): (
-        Arc<crate::unavailable::UnavailableOfferings>,
-        crate::inventory::Inventory,
-    ),
 ) -> crate::disruption::Disruption {
     crate::disruption::Disruption {
         client: ctx.workload.clone(),
@@ -479,9 +473,6 @@ fn disruption(
         nodeclaims: caches.nodeclaims.store(),
         nodes: caches.nodes.store(),
         provider,
-        unavailable,
-        count_staleness: ctx.knobs.count_staleness,
-        inventory,
         command_timeout: ctx.knobs.disruption_timeout,
         connection: ctx.connection.clone(),
         pod_event_writes: Arc::default(),

@@ -3,7 +3,7 @@
 //! ([`CloudProvider::delete`]), after a grace period (a launch in flight has created it but
 //! the watch cache may not show the NodeClaim yet). A NodeClaim is recognised by its UID,
 //! never by its name — two workload clusters may both have a NodeClaim `default-x7k2p`; the
-//! provider lists only what is fenced to this cluster (see `cloudprovider::inventory`).
+//! provider lists only what is fenced to this cluster (see `cloudprovider::clusterapi::instances`).
 
 use std::collections::HashSet;
 use std::time::Duration;

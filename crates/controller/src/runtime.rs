@@ -95,7 +95,8 @@ impl Default for RunConfig {
             client_rate: ClientRate::default(),
             cluster_id: None,
             disruption_timeout: crate::disruption::orchestrate::TIMEOUT,
-            count_staleness: crate::counts::DEFAULT_STALENESS,
+            count_staleness:
+                crate::cloudprovider::clusterapi::availability::counts::DEFAULT_STALENESS,
             min_values_policy: scheduling::MinValuesPolicy::Strict,
             node_overlay: true,
             hub: None,

@@ -29,7 +29,7 @@ use kube::ResourceExt;
 use kube::api::DynamicObject;
 
 use crate::error::{SettingsError, TemplateError};
-use crate::model::{Catalog, Excluded, InstanceType, Offering, ResizableGroup, TemplateRef};
+use crate::model::{Catalog, Excluded, InstanceType, Offering, ResizableGroup, template_of};
 use crate::reference::template_ref;
 use crate::resize::{self, ResizeSpec, Size};
 use crate::settings::{CatalogSettings, Resolved};
@@ -76,8 +76,8 @@ fn describe_difference(a: &TemplateShape, b: &TemplateShape) -> String {
     String::new()
 }
 
-/// Instance type name → (first shape, templates, offerings).
-type Merged = BTreeMap<String, (TemplateShape, Vec<TemplateRef>, Vec<Offering>)>;
+/// Instance type name → (first shape, offerings).
+type Merged = BTreeMap<String, (TemplateShape, Vec<Offering>)>;
 
 /// Builds the catalog of one NodeClass from the templates it selects.
 ///
@@ -96,6 +96,7 @@ pub fn build_catalog(
 
     let mut excluded = Vec::new();
     let mut defaults_applied = Vec::new();
+    let mut limits = BTreeMap::new();
     let mut types = Merged::new();
     // base name → (spec, templates) of the resizable templates.
     let mut groups: BTreeMap<String, (ResizeSpec, Vec<DynamicObject>)> = BTreeMap::new();
@@ -112,6 +113,9 @@ pub fn build_catalog(
         };
         for (i, shape) in shapes.into_iter().enumerate() {
             let defaults = shape.defaults_applied.clone();
+            if !shape.limits.is_empty() {
+                limits.insert(shape.template.id(), shape.limits);
+            }
             match merge(&mut types, shape) {
                 // A resizable template's defaults are the same for every size: once.
                 Ok(()) if i == 0 => defaults_applied.extend(defaults),
@@ -129,10 +133,14 @@ pub fn build_catalog(
 
     let mut instance_types: Vec<InstanceType> = types
         .into_iter()
-        .map(|(name, (shape, templates, offerings))| {
-            instance_type(name, shape, templates, offerings)
-        })
+        .map(|(name, (shape, offerings))| instance_type(name, shape, offerings))
         .collect();
+    // A template excluded after its limits were read offers nothing.
+    let offered: std::collections::BTreeSet<&str> = instance_types
+        .iter()
+        .flat_map(|it| it.offerings.iter().map(|o| o.id.as_str()))
+        .collect();
+    limits.retain(|id, _| offered.contains(id.as_str()));
     sort_instance_types(&mut instance_types);
     excluded.sort_by(|a, b| a.template.cmp(&b.template));
     let resizable = groups
@@ -143,6 +151,7 @@ pub fn build_catalog(
         instance_types,
         excluded,
         defaults_applied,
+        limits,
         resizable,
     })
 }
@@ -209,8 +218,8 @@ fn resizable_group(
             let shape = sized_shape_of(obj, &resolved, Some((&make_spec, size))).ok()?;
             merge(&mut types, shape).ok()?;
         }
-        let (name, (shape, templates, offerings)) = types.into_iter().next()?;
-        Some(instance_type(name, shape, templates, offerings))
+        let (name, (shape, offerings)) = types.into_iter().next()?;
+        Some(instance_type(name, shape, offerings))
     };
     ResizableGroup {
         base,
@@ -226,27 +235,24 @@ fn merge(types: &mut Merged, shape: TemplateShape) -> Result<(), TemplateError> 
     let offerings: Vec<Offering> = shape
         .zones
         .iter()
-        .map(|zone| Offering {
-            zone: zone.clone(),
-            capacity_type: shape.capacity_type.clone(),
-            price: shape.price,
-            price_source: shape.price_source,
-            template: shape.template.clone(),
-            limits: shape.limits,
-            reservation_id: (shape.capacity_type == label::CAPACITY_TYPE_RESERVED)
-                .then(|| shape.template.name.clone()),
+        .map(|zone| {
+            crate::model::offering(
+                &shape.template,
+                zone.clone(),
+                &shape.capacity_type,
+                shape.price,
+                shape.price_source,
+            )
         })
         .collect();
     match types.get_mut(&shape.instance_type) {
         None => {
-            let tref = shape.template.clone();
-            types.insert(shape.instance_type.clone(), (shape, vec![tref], offerings));
+            types.insert(shape.instance_type.clone(), (shape, offerings));
         }
-        Some((first, trefs, existing)) => {
+        Some((first, existing)) => {
             if let Some(error) = merge_conflict(first, &shape, &offerings, existing) {
                 return Err(error);
             }
-            trefs.push(shape.template.clone());
             existing.extend(offerings);
         }
     }
@@ -255,12 +261,7 @@ fn merge(types: &mut Merged, shape: TemplateShape) -> Result<(), TemplateError> 
 
 /// The instance type of the templates merged under `name`: offerings reserved first, then by price, zone,
 /// capacity type and template; capacity type and template labelled when all offerings agree.
-fn instance_type(
-    name: String,
-    shape: TemplateShape,
-    templates: Vec<TemplateRef>,
-    mut offerings: Vec<Offering>,
-) -> InstanceType {
+fn instance_type(name: String, shape: TemplateShape, mut offerings: Vec<Offering>) -> InstanceType {
     sort_offerings(&mut offerings);
     let mut labels = shape.labels;
     let uniform = |f: &dyn Fn(&Offering) -> &str| -> Option<String> {
@@ -273,12 +274,15 @@ fn instance_type(
     if let Some(ct) = uniform(&|o: &Offering| o.capacity_type.as_str()) {
         labels.insert(label::CAPACITY_TYPE.to_string(), ct);
     }
-    if let Some(t) = uniform(&|o: &Offering| o.template.name.as_str()) {
+    if let Some(t) = uniform(&|o: &Offering| {
+        o.labels
+            .get(label::INSTANCE_TEMPLATE)
+            .map_or("", String::as_str)
+    }) {
         labels.insert(label::INSTANCE_TEMPLATE.to_string(), t);
     }
     InstanceType {
         name,
-        templates,
         capacity: shape.capacity,
         allocatable: shape.allocatable,
         labels,
@@ -299,7 +303,7 @@ pub(crate) fn sort_offerings(offerings: &mut [Offering]) {
             .then_with(|| a.price.total_cmp(&b.price))
             .then_with(|| a.zone.cmp(&b.zone))
             .then_with(|| a.capacity_type.cmp(&b.capacity_type))
-            .then_with(|| a.template.cmp(&b.template))
+            .then_with(|| a.id.cmp(&b.id))
     });
 }
 
@@ -330,7 +334,7 @@ fn merge_conflict(
         instance_type: shape.instance_type.clone(),
         zone: dup.zone.clone().unwrap_or_else(|| "(none)".into()),
         capacity_type: dup.capacity_type.clone(),
-        other: Box::new(dup.template.clone()),
+        other: Box::new(template_of(dup).unwrap_or_else(|| shape.template.clone())),
     })
 }
 

@@ -8,107 +8,14 @@ use api::consts::labels as label;
 use k8s_openapi::api::core::v1::Taint;
 use serde::{Serialize, Serializer};
 
+pub use cloudprovider::model::{
+    InstanceType, Offering, PriceSource, Resources, format_resource, is_gpu_resource,
+};
+
 use crate::count::CountLimits;
 use crate::error::TemplateError;
-use crate::quantity::{format_bytes, format_milli};
 pub use crate::reference::TemplateRef;
 use crate::resize::{ResizeSpec, Size};
-
-/// Resource amounts in canonical integer units: `cpu` in millicores, everything else
-/// (memory, ephemeral-storage, pods, GPUs, hugepages) in bytes or counts.
-///
-/// Serialized as a Kubernetes ResourceList (`{"cpu": "3500m", "memory": "16Gi"}`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Resources(pub BTreeMap<String, i64>);
-
-impl Resources {
-    pub const CPU: &'static str = "cpu";
-    pub const MEMORY: &'static str = "memory";
-    pub(crate) const EPHEMERAL_STORAGE: &'static str = "ephemeral-storage";
-    pub const PODS: &'static str = "pods";
-
-    /// The amount of `name` (0 when absent).
-    pub fn get(&self, name: &str) -> i64 {
-        self.0.get(name).copied().unwrap_or(0)
-    }
-    /// Millicores.
-    pub fn cpu_milli(&self) -> i64 {
-        self.get(Self::CPU)
-    }
-    /// Bytes.
-    pub fn memory_bytes(&self) -> i64 {
-        self.get(Self::MEMORY)
-    }
-    /// Pods.
-    pub fn pods(&self) -> i64 {
-        self.get(Self::PODS)
-    }
-    /// Sum of all `*/gpu` resources (nvidia.com/gpu, amd.com/gpu, ...).
-    pub fn gpu_count(&self) -> i64 {
-        self.0
-            .iter()
-            .filter(|(k, _)| is_gpu_resource(k))
-            .map(|(_, v)| *v)
-            .sum()
-    }
-    /// The amount of `name` as a Kubernetes quantity string.
-    pub fn quantity(&self, name: &str) -> String {
-        format_resource(name, self.get(name))
-    }
-    /// As a k8s ResourceList.
-    pub fn to_resource_list(
-        &self,
-    ) -> BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity> {
-        self.0
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.clone(),
-                    k8s_openapi::apimachinery::pkg::api::resource::Quantity(format_resource(k, *v)),
-                )
-            })
-            .collect()
-    }
-}
-
-pub(crate) fn is_gpu_resource(name: &str) -> bool {
-    name.ends_with("/gpu")
-}
-
-fn is_byte_resource(name: &str) -> bool {
-    name == Resources::MEMORY
-        || name == Resources::EPHEMERAL_STORAGE
-        || name == "storage"
-        || name.starts_with("hugepages-")
-}
-
-/// Formats one resource amount in its natural unit.
-pub(crate) fn format_resource(name: &str, v: i64) -> String {
-    if name == Resources::CPU {
-        format_milli(v)
-    } else if is_byte_resource(name) {
-        format_bytes(v)
-    } else {
-        v.to_string()
-    }
-}
-
-impl Serialize for Resources {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_map(self.0.iter().map(|(k, v)| (k, format_resource(k, *v))))
-    }
-}
-
-/// Where a price came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum PriceSource {
-    /// The `karpenter.cluster.x-k8s.io/price` annotation.
-    Annotation,
-    /// The documented default formula ([`default_price`]).
-    Default,
-    /// A NodeOverlay's `price` or `priceAdjustment` (see the overlay module).
-    Overlay,
-}
 
 /// Default price per hour of an offering without a price annotation:
 ///
@@ -128,99 +35,47 @@ fn round6(v: f64) -> f64 {
     (v * 1e6).round() / 1e6
 }
 
-/// One way to launch an instance type: a template, in a zone, with a capacity type.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Offering {
-    /// `topology.kubernetes.io/zone` of launched nodes; `None` when the template has no zone
-    /// and the Cluster no failure domains.
-    pub zone: Option<String>,
-    /// `karpenter.sh/capacity-type`: spot, on-demand or reserved.
-    pub capacity_type: String,
-    /// Price per hour.
-    pub price: f64,
-    pub price_source: PriceSource,
-    /// The template a Machine for this offering is cloned from.
-    pub template: TemplateRef,
-    /// The template's count annotations (see [`crate::count`]); empty: unbounded.
-    #[serde(skip_serializing_if = "CountLimits::is_empty")]
-    pub limits: CountLimits,
-    /// For a `reserved` offering: the reservation it draws from (the template's name).
-    /// Reserved offerings are preferred over any other, as Karpenter prefers reserved capacity.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reservation_id: Option<String>,
-}
-
-impl Offering {
-    /// Labels that vary per offering: zone, capacity type, instance template.
-    pub fn labels(&self) -> BTreeMap<String, String> {
-        let mut l = BTreeMap::new();
-        if let Some(z) = &self.zone {
-            l.insert(label::ZONE.to_string(), z.clone());
-        }
-        l.insert(label::CAPACITY_TYPE.to_string(), self.capacity_type.clone());
-        l.insert(
-            label::INSTANCE_TEMPLATE.to_string(),
-            self.template.name.clone(),
-        );
-        if let Some(id) = &self.reservation_id {
-            l.insert(label::RESERVATION_ID.to_string(), id.clone());
-        }
-        l
+/// The offering a catalog builds for one zone of `template`: its id is the template
+/// ([`TemplateRef::id`]), its provider labels the template's name and any reservation.
+pub fn offering(
+    template: &TemplateRef,
+    zone: Option<String>,
+    capacity_type: &str,
+    price: f64,
+    price_source: PriceSource,
+) -> Offering {
+    let reservation_id =
+        (capacity_type == label::CAPACITY_TYPE_RESERVED).then(|| template.name.clone());
+    let mut labels =
+        BTreeMap::from([(label::INSTANCE_TEMPLATE.to_string(), template.name.clone())]);
+    if let Some(id) = &reservation_id {
+        labels.insert(label::RESERVATION_ID.to_string(), id.clone());
     }
-
-    /// The value of one of [`Self::labels`] without building them (`None`: not an
-    /// offering label, or unset).
-    pub fn label(&self, key: &str) -> Option<&str> {
-        match key {
-            label::ZONE => self.zone.as_deref(),
-            label::CAPACITY_TYPE => Some(&self.capacity_type),
-            label::INSTANCE_TEMPLATE => Some(&self.template.name),
-            label::RESERVATION_ID => self.reservation_id.as_deref(),
-            _ => None,
-        }
-    }
-
-    /// Whether this offering draws from a reservation (preferred over any other).
-    pub fn is_reserved(&self) -> bool {
-        self.capacity_type == label::CAPACITY_TYPE_RESERVED
+    Offering {
+        id: template.id(),
+        zone,
+        capacity_type: capacity_type.to_string(),
+        price,
+        price_source,
+        reservation_id,
+        labels,
+        available: true,
+        count: None,
     }
 }
 
-/// An instance type with Karpenter semantics.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct InstanceType {
-    /// `node.kubernetes.io/instance-type`.
-    pub name: String,
-    /// Every template this type is launched from (one per distinct template of its offerings).
-    pub templates: Vec<TemplateRef>,
-    pub capacity: Resources,
-    /// capacity − kubeReserved − systemReserved − evictionHard.
-    pub allocatable: Resources,
-    /// Labels every node of this type carries, whichever offering it is launched from.
-    /// `karpenter.sh/capacity-type` and `…/instance-template` are here only when all
-    /// offerings agree; the zone never is (see [`Offering::labels`]).
-    pub labels: BTreeMap<String, String>,
-    pub taints: Vec<Taint>,
-    /// Reserved first, then by price, zone, capacity type.
-    pub offerings: Vec<Offering>,
-    /// Whether a NodeOverlay added to (or set) its capacity (see the overlay module).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub capacity_overlaid: bool,
+/// The template `offering` launches from (`None`: not an offering of a catalog).
+pub fn template_of(offering: &Offering) -> Option<TemplateRef> {
+    TemplateRef::from_id(&offering.id)
 }
 
-impl InstanceType {
-    /// The labels of a node launched from `offering`.
-    pub fn node_labels(&self, offering: &Offering) -> BTreeMap<String, String> {
-        let mut l = self.labels.clone();
-        l.extend(offering.labels());
-        l
-    }
-    /// The preferred offering: a reserved one, else the cheapest.
-    pub fn cheapest(&self) -> Option<&Offering> {
-        self.offerings.first()
-    }
+/// Every template `it` is launched from (one per distinct template of its offerings), in
+/// the order the catalog read them (namespace, name, kind).
+pub fn templates_of(it: &InstanceType) -> Vec<TemplateRef> {
+    let mut refs: Vec<TemplateRef> = it.offerings.iter().filter_map(template_of).collect();
+    refs.sort_by(|a, b| (&a.namespace, &a.name, &a.kind).cmp(&(&b.namespace, &b.name, &b.kind)));
+    refs.dedup();
+    refs
 }
 
 /// A template that yields no instance type, and why.
@@ -253,19 +108,83 @@ pub struct DefaultApplied {
     pub value: String,
 }
 
-/// The instance types one NodeClass can launch.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
+/// The instance types one NodeClass can launch (the neutral model), with what only the
+/// templates know: the templates that yield nothing, the defaults applied, the count
+/// annotations of each template, the resizable groups.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Catalog {
-    /// Sorted by cheapest offering, then name.
+    /// Sorted by cheapest offering, then name. Each offering's id is its template
+    /// ([`template_of`]).
     pub instance_types: Vec<InstanceType>,
     /// Templates that yield nothing, sorted by template.
     pub excluded: Vec<Excluded>,
     pub defaults_applied: Vec<DefaultApplied>,
+    /// The count annotations of the templates that have any, by offering id (see
+    /// [`crate::count`]); a template not here is unbounded.
+    pub limits: BTreeMap<String, CountLimits>,
     /// The resizable templates (by instance-type base name): their grid is in
     /// `instance_types`, any other size of theirs is made on demand ([`Catalog::lookup`]).
-    #[serde(skip)]
     pub resizable: Vec<ResizableGroup>,
+}
+
+/// An offering as the catalog shows it: with its template and count annotations.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct OfferingView<'a> {
+    #[serde(flatten)]
+    offering: &'a Offering,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    template: Option<TemplateRef>,
+    #[serde(skip_serializing_if = "CountLimits::is_empty")]
+    limits: CountLimits,
+}
+
+/// An instance type as the catalog shows it: with its templates.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct InstanceTypeView<'a> {
+    name: &'a str,
+    templates: Vec<TemplateRef>,
+    capacity: &'a Resources,
+    allocatable: &'a Resources,
+    labels: &'a BTreeMap<String, String>,
+    taints: &'a [Taint],
+    offerings: Vec<OfferingView<'a>>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    capacity_overlaid: bool,
+}
+
+impl Serialize for Catalog {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let types: Vec<InstanceTypeView<'_>> = self
+            .instance_types
+            .iter()
+            .map(|it| InstanceTypeView {
+                name: &it.name,
+                templates: templates_of(it),
+                capacity: &it.capacity,
+                allocatable: &it.allocatable,
+                labels: &it.labels,
+                taints: &it.taints,
+                offerings: it
+                    .offerings
+                    .iter()
+                    .map(|o| OfferingView {
+                        offering: o,
+                        template: template_of(o),
+                        limits: self.limits_of(o),
+                    })
+                    .collect(),
+                capacity_overlaid: it.capacity_overlaid,
+            })
+            .collect();
+        let mut st = s.serialize_struct("Catalog", 3)?;
+        st.serialize_field("instanceTypes", &types)?;
+        st.serialize_field("excluded", &self.excluded)?;
+        st.serialize_field("defaultsApplied", &self.defaults_applied)?;
+        st.end()
+    }
 }
 
 /// Makes the instance type of one size of a resizable group (`None`: not a size of it).
@@ -309,9 +228,27 @@ impl ResizableGroup {
 }
 
 impl Catalog {
+    /// The count annotations of `offering`'s template (empty: unbounded).
+    pub fn limits_of(&self, offering: &Offering) -> CountLimits {
+        self.limits.get(&offering.id).copied().unwrap_or_default()
+    }
+
     /// The instance type called `name`.
     pub fn get(&self, name: &str) -> Option<&InstanceType> {
         self.instance_types.iter().find(|t| t.name == name)
+    }
+
+    /// The price of the offering of instance type `name` (a size of a resizable group too)
+    /// in `capacity_type` and `zone` (an offering without a zone matches any), as a node
+    /// with these labels is priced.
+    pub fn price_of(&self, name: &str, capacity_type: &str, zone: Option<&str>) -> Option<f64> {
+        let it = self.lookup(name)?;
+        it.offerings
+            .iter()
+            .find(|o| {
+                o.capacity_type == capacity_type && (o.zone.is_none() || o.zone.as_deref() == zone)
+            })
+            .map(|o| o.price)
     }
 
     /// The resizable group `name` is a size of, and the size.
@@ -348,11 +285,4 @@ impl Catalog {
         Cow::Owned(c)
     }
 }
-/// Instance types by cheapest offering, then name.
-pub(crate) fn sort_instance_types(instance_types: &mut [InstanceType]) {
-    instance_types.sort_by(|a, b| {
-        let pa = a.cheapest().map(|o| o.price).unwrap_or(f64::MAX);
-        let pb = b.cheapest().map(|o| o.price).unwrap_or(f64::MAX);
-        pa.total_cmp(&pb).then_with(|| a.name.cmp(&b.name))
-    });
-}
+pub(crate) use cloudprovider::model::sort_instance_types;

@@ -486,8 +486,7 @@ fn instance_type_row(it: &InstanceType) -> Vec<String> {
             .collect::<Vec<_>>()
             .join(",")
     };
-    let templates = it
-        .templates
+    let templates = crate::model::templates_of(it)
         .iter()
         .map(|t| format!("{}/{}", t.kind, t.name))
         .collect::<Vec<_>>()

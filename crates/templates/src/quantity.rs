@@ -179,33 +179,7 @@ pub fn parse_milli(input: &str) -> Result<i64, QuantityError> {
     scaled(input, 3)
 }
 
-/// Formats millicores the way Kubernetes does: whole cores as `"4"`, otherwise `"3500m"`.
-pub fn format_milli(milli: i64) -> String {
-    if milli % 1000 == 0 {
-        format!("{}", milli / 1000)
-    } else {
-        format!("{milli}m")
-    }
-}
-
-/// Formats a byte count with the largest exact binary suffix: `"16Gi"`, `"1536Mi"`, `"1000"`.
-pub fn format_bytes(bytes: i64) -> String {
-    const SUFFIXES: [(&str, i64); 5] = [
-        ("Pi", 1 << 50),
-        ("Ti", 1 << 40),
-        ("Gi", 1 << 30),
-        ("Mi", 1 << 20),
-        ("Ki", 1 << 10),
-    ];
-    if bytes != 0 {
-        for (suffix, unit) in SUFFIXES {
-            if bytes % unit == 0 {
-                return format!("{}{suffix}", bytes / unit);
-            }
-        }
-    }
-    format!("{bytes}")
-}
+pub use cloudprovider::model::{format_bytes, format_milli};
 
 /// A byte count shown for people: `"15.5Gi"`, `"512Mi"`.
 pub(crate) struct HumanBytes(pub i64);

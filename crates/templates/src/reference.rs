@@ -27,6 +27,35 @@ impl TemplateRef {
     }
 }
 
+impl TemplateRef {
+    /// The offering id of this template: `<apiVersion>/<kind>/<namespace>/<name>` (an empty
+    /// namespace when it has none); [`TemplateRef::from_id`] reads it back.
+    pub fn id(&self) -> String {
+        format!(
+            "{}/{}/{}/{}",
+            self.api_version,
+            self.kind,
+            self.namespace.as_deref().unwrap_or(""),
+            self.name
+        )
+    }
+
+    /// The template an offering id names (`None`: not an id of [`TemplateRef::id`]).
+    pub fn from_id(id: &str) -> Option<TemplateRef> {
+        let mut parts = id.rsplitn(4, '/');
+        let name = parts.next()?;
+        let namespace = parts.next()?;
+        let kind = parts.next()?;
+        let api_version = parts.next()?;
+        Some(TemplateRef {
+            api_version: api_version.to_string(),
+            kind: kind.to_string(),
+            namespace: (!namespace.is_empty()).then(|| namespace.to_string()),
+            name: name.to_string(),
+        })
+    }
+}
+
 impl fmt::Display for TemplateRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.namespace {
@@ -56,5 +85,27 @@ pub(crate) fn template_ref(obj: &DynamicObject) -> TemplateRef {
         kind,
         namespace: obj.metadata.namespace.clone(),
         name: obj.metadata.name.clone().unwrap_or_default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_offering_id_names_its_template() {
+        for (api_version, namespace) in [
+            ("infrastructure.cluster.x-k8s.io/v1beta1", Some("capi")),
+            ("v1", None),
+        ] {
+            let t = TemplateRef {
+                api_version: api_version.into(),
+                kind: "Metal3MachineTemplate".into(),
+                namespace: namespace.map(Into::into),
+                name: "metal".into(),
+            };
+            assert_eq!(TemplateRef::from_id(&t.id()), Some(t));
+        }
+        assert_eq!(TemplateRef::from_id("metal"), None);
     }
 }

@@ -47,7 +47,10 @@ pub fn summary(it: &InstanceType) -> InstanceTypeSummary {
             .reduce(f64::max)
             .map(|p| format!("{p:.4}"))
             .unwrap_or_default(),
-        templates: it.templates.iter().map(|t| t.name.clone()).collect(),
+        templates: crate::model::templates_of(it)
+            .into_iter()
+            .map(|t| t.name)
+            .collect(),
     }
 }
 
@@ -112,7 +115,7 @@ pub fn templates_ready(catalog: &Result<std::sync::Arc<Catalog>, SettingsError>)
     let selected_templates = catalog
         .instance_types
         .iter()
-        .map(|it| it.templates.len())
+        .map(|it| crate::model::templates_of(it).len())
         .sum::<usize>()
         + catalog.excluded.len();
     if selected_templates == 0 {

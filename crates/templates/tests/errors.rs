@@ -408,14 +408,14 @@ status:
     assert!(c.excluded.is_empty(), "{:?}", c.excluded);
     let metal = c.get("metal-large").expect("metal-large");
     let o = &metal.offerings[0];
-    assert_eq!(o.limits.max_machines, Some(3));
-    assert_eq!(o.limits.node_group_max_size, Some(5));
+    assert_eq!(c.limits_of(o).max_machines, Some(3));
+    assert_eq!(c.limits_of(o).node_group_max_size, Some(5));
     assert_eq!(o.reservation_id.as_deref(), Some("metal-large"));
     assert_eq!(
         metal.node_labels(o)["karpenter.cluster.x-k8s.io/reservation-id"],
         "metal-large"
     );
     let good = c.get("good").expect("good");
-    assert!(good.offerings[0].limits.is_empty());
+    assert!(c.limits_of(&good.offerings[0]).is_empty());
     assert_eq!(good.offerings[0].reservation_id, None);
 }

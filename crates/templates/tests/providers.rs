@@ -124,7 +124,8 @@ fn check(case: &Case) {
         })
         .collect();
     assert_eq!(taints, w.taints, "{ctx}: taints");
-    let templates: Vec<&str> = it.templates.iter().map(|t| t.name.as_str()).collect();
+    let refs = templates::model::templates_of(it);
+    let templates: Vec<&str> = refs.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(templates, w.templates, "{ctx}: templates");
     // Allocatable never exceeds capacity and is positive for cpu and memory.
     assert!(it.allocatable.cpu_milli() > 0 && it.allocatable.cpu_milli() < w.cpu_milli);
@@ -720,7 +721,7 @@ status:
     );
     assert!(it.offerings[0].price < it.offerings[3].price);
     assert!(!it.labels.contains_key("karpenter.sh/capacity-type"));
-    assert_eq!(it.templates.len(), 2);
+    assert_eq!(templates::model::templates_of(it).len(), 2);
 }
 
 #[test]

@@ -203,7 +203,7 @@ async fn catalog_follows_templates_and_crds() {
     assert_eq!(names(&c), ["acme-small", "zeta-gpu"]);
     let small = c.get("acme-small").expect("acme-small");
     assert_eq!(
-        small.templates[0].api_version,
+        templates::model::templates_of(small)[0].api_version,
         "infrastructure.cluster.x-k8s.io/v1beta2"
     );
     let zones: Vec<_> = small

@@ -35,7 +35,6 @@
 
 pub mod clusterapi;
 pub mod fake;
-pub(crate) mod inventory;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -30,7 +30,7 @@ use super::plan::{Action, Move, Priced};
 use super::search::{Limits, PoolInfo, PoolTotals, Pools, search, validate};
 use super::verdict::Verdict;
 use super::{Clock, Decision, Method, Note, Pass, Surge, VALIDATION, View, consolidation_verdict};
-use crate::objects::{annotation, claim_condition, name};
+use crate::objects::{claim_condition, name};
 
 /// Without a change in the pool, a search is repeated this often at most.
 const RESEARCH: Duration = Duration::from_secs(300);
@@ -63,49 +63,27 @@ impl Consolidation {
     }
 }
 
-/// The offering a NodeClaim runs on, priced from its NodePool's current catalog (else its
-/// launch plan's price; 0 if neither is known).
+/// The offering a NodeClaim runs on, found from its labels (the Node's, else the claim's:
+/// instance type, zone, capacity type, as Karpenter's core finds it) and priced from its
+/// NodePool's current catalog (0 when the catalog no longer offers it).
 pub fn priced<'a>(view: &View, pool: &Pool<'a>, c: &'a Candidate<'a>) -> Option<Priced<'a>> {
-    #[derive(serde::Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Plan {
-        instance_type: String,
-        zone: Option<String>,
-        capacity_type: String,
-        #[serde(default)]
-        price: f64,
-    }
     let label = |k: &str| {
         c.node
             .and_then(|n| n.metadata.labels.as_ref()?.get(k).cloned())
             .or_else(|| c.claim.metadata.labels.as_ref()?.get(k).cloned())
     };
-    let plan = annotation(c.claim, api::consts::annotations::LAUNCH_PLAN)
-        .and_then(|p| serde_json::from_str::<Plan>(p).ok())
-        .or_else(|| {
-            Some(Plan {
-                instance_type: label(scheduling::LABEL_INSTANCE_TYPE)?,
-                zone: label(scheduling::LABEL_ZONE),
-                capacity_type: label(scheduling::LABEL_CAPACITY_TYPE)?,
-                price: 0.0,
-            })
-        })?;
-    let current = (view.catalog)(&pool.spec.template.spec.node_class_ref.name).and_then(|cat| {
-        // A size of a resizable template is priced as that size.
-        let it = cat.lookup(&plan.instance_type)?;
-        it.offerings
-            .iter()
-            .find(|o| {
-                o.capacity_type == plan.capacity_type && (o.zone.is_none() || o.zone == plan.zone)
-            })
-            .map(|o| o.price)
-    });
+    let instance_type = label(scheduling::LABEL_INSTANCE_TYPE)?;
+    let capacity_type = label(scheduling::LABEL_CAPACITY_TYPE)?;
+    let zone = label(scheduling::LABEL_ZONE);
+    // A size of a resizable template is priced as that size.
+    let current = (view.catalog)(&pool.spec.template.spec.node_class_ref.name)
+        .and_then(|cat| cat.price_of(&instance_type, &capacity_type, zone.as_deref()));
     Some(Priced {
         candidate: c,
         nodepool: pool.name,
-        price: current.unwrap_or(plan.price),
-        instance_type: plan.instance_type,
-        capacity_type: plan.capacity_type,
+        price: current.unwrap_or(0.0),
+        instance_type,
+        capacity_type,
         cost: disruption_cost(&c.pods),
     })
 }

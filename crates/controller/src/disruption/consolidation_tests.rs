@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
-use templates::model::{Catalog, InstanceType, Offering, PriceSource, Resources, TemplateRef};
+use templates::model::{Catalog, InstanceType, PriceSource, Resources, TemplateRef};
 
 use super::tests::NoSim;
 use super::{Outcome, Timers, VALIDATION, View, pass};
@@ -40,20 +40,17 @@ fn catalog() -> Arc<Catalog> {
                 ]));
                 InstanceType {
                     name: name.to_string(),
-                    templates: vec![template.clone()],
                     capacity: r.clone(),
                     allocatable: r,
                     labels: BTreeMap::new(),
                     taints: Vec::new(),
-                    offerings: vec![Offering {
-                        zone: Some("z1".into()),
-                        capacity_type: "on-demand".into(),
-                        price: *price,
-                        price_source: PriceSource::Annotation,
-                        template: template.clone(),
-                        limits: Default::default(),
-                        reservation_id: None,
-                    }],
+                    offerings: vec![templates::model::offering(
+                        &template,
+                        Some("z1".into()),
+                        "on-demand",
+                        *price,
+                        PriceSource::Annotation,
+                    )],
                     capacity_overlaid: false,
                 }
             })

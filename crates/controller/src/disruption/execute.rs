@@ -4,7 +4,7 @@
 //! deletes its NodeClaim at once (an event first, the delete preconditioned on the uid).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use api::karpenter::DisruptionReason;
@@ -13,17 +13,16 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
+use templates::model::Catalog;
 
 use super::orchestrate::{Command, Orchestrator, delete_disrupted, reason_label};
 use super::simulate::Simulator;
 use super::{Decision, Note, Outcome, Timers, View, pass, status};
 use crate::cloudprovider::CloudProvider;
-use crate::counts::{LaunchState, OfferingCounts};
 use crate::events::Recorder;
 use crate::metrics::Metrics;
 use crate::nodeclaim::context::publish;
 use crate::state::{Cluster, ClusterState};
-use crate::unavailable::UnavailableOfferings;
 
 /// How often candidates are evaluated (Karpenter: 10 s).
 const TICK: Duration = Duration::from_secs(5);
@@ -39,14 +38,9 @@ pub struct Disruption {
     /// The stores surge-first commands follow their NodeClaims and Nodes in.
     pub nodeclaims: Store<api::NodeClaim>,
     pub nodes: Store<Node>,
-    /// The provider's instance types and the launch failures: replacements are planned
-    /// as the provisioner would plan them.
+    /// The provider's instance types, with each offering's availability and count:
+    /// replacements are planned as the provisioner would plan them.
     pub provider: Arc<dyn CloudProvider>,
-    pub unavailable: Arc<UnavailableOfferings>,
-    /// How long a template's reported `available-count` is trusted.
-    pub count_staleness: Duration,
-    /// The NodeClasses' host inventories: replacements take free hosts too.
-    pub inventory: crate::inventory::Inventory,
     /// How long a surge-first command may wait for its replacements to initialize.
     pub command_timeout: Duration,
     /// No pass while the workload cluster does not answer (see `health`).
@@ -74,30 +68,25 @@ impl Disruption {
 
     /// One pass over `cluster` (the cluster state as it is now).
     pub fn pass(&self, cluster: &Cluster, timers: &mut Timers) -> Outcome {
-        let catalog = |nodeclass: &str| self.provider.instance_types(nodeclass);
+        // One answer per NodeClass for the whole pass: its simulations plan on the same
+        // offerings (replacements count against templates' counts as launches do).
+        let answers: Mutex<HashMap<String, Option<Arc<Catalog>>>> = Mutex::default();
+        let catalog = |nodeclass: &str| {
+            let mut answers = answers.lock().unwrap_or_else(|p| p.into_inner());
+            answers
+                .entry(nodeclass.to_string())
+                .or_insert_with(|| self.provider.instance_types(nodeclass))
+                .clone()
+        };
         let view = View {
             cluster,
             catalog: &catalog,
         };
-        let instant = Instant::now();
-        // Replacements count against templates' counts as launches do (use from the
-        // NodeClaims: disruption replaces our own nodes).
-        let counts = OfferingCounts::new(
-            &cluster.nodeclaims,
-            &[],
-            Timestamp::now(),
-            self.count_staleness,
-        )
-        .with_hosts(self.inventory.tallies());
         let simulator = Simulator {
-            catalog: &|nodeclass| self.provider.instance_types(nodeclass),
-            available: &LaunchState {
-                unavailable: &self.unavailable,
-                counts: &counts,
-                now: instant,
-            },
+            catalog: &catalog,
+            available: crate::provisioning::convert::Availability::Offered,
         };
-        pass(&view, timers, &simulator, Timestamp::now(), instant)
+        pass(&view, timers, &simulator, Timestamp::now(), Instant::now())
     }
 
     /// An Event on a NodePool.

@@ -210,7 +210,7 @@ pub fn simulate(view: &View, candidates: &[&Priced], now: Timestamp) -> Result<M
         &pools,
         &moving,
         view.catalog,
-        &crate::counts::AllAvailable,
+        crate::provisioning::convert::Availability::Ignored,
     );
     let settling = in_consolidate_after_window(view, now);
     for n in &mut snap.input.nodes {

@@ -70,7 +70,8 @@ pub fn without(cluster: &Cluster, nodes: &[&str], claims: &[&str]) -> (Cluster, 
 /// The real simulation: the provisioner's snapshot and solver, Ready NodePools only.
 pub struct Simulator<'a> {
     pub catalog: &'a dyn Fn(&str) -> Option<Arc<Catalog>>,
-    pub available: &'a dyn crate::counts::Offerings,
+    /// Whether replacements read the offerings' availability (the loop) or not.
+    pub available: crate::provisioning::convert::Availability,
 }
 
 impl Simulate for Simulator<'_> {

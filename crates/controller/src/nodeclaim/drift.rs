@@ -226,7 +226,7 @@ pub(crate) async fn reconcile(
 pub(crate) mod tests {
     use super::*;
     use serde_json::Value;
-    use templates::model::{InstanceType, Offering, PriceSource, Resources, TemplateRef};
+    use templates::model::{InstanceType, PriceSource, Resources, TemplateRef};
 
     pub(crate) fn typed<T: serde::de::DeserializeOwned>(v: Value) -> T {
         serde_json::from_value(v).expect("fixture")
@@ -272,20 +272,17 @@ pub(crate) mod tests {
         Catalog {
             instance_types: vec![InstanceType {
                 name: "small".into(),
-                templates: vec![tref.clone()],
                 capacity: Resources::default(),
                 allocatable: Resources::default(),
                 labels: Default::default(),
                 taints: vec![],
-                offerings: vec![Offering {
-                    zone: Some(zone.into()),
-                    capacity_type: "on-demand".into(),
-                    price: 0.1,
-                    price_source: PriceSource::Default,
-                    template: tref,
-                    limits: Default::default(),
-                    reservation_id: None,
-                }],
+                offerings: vec![templates::model::offering(
+                    &tref,
+                    Some(zone.into()),
+                    "on-demand",
+                    0.1,
+                    PriceSource::Default,
+                )],
                 capacity_overlaid: false,
             }],
             ..Catalog::default()

@@ -493,7 +493,7 @@ mod tests {
         .expect("fixture");
         let u = unhealthy(
             Some(&node),
-            crate::cloudprovider::inventory::machine_unhealthy(&machine),
+            crate::cloudprovider::clusterapi::instances::machine_unhealthy(&machine),
             policies,
         )
         .expect("matches");

@@ -472,11 +472,21 @@ pub fn daemonset(ds: &K8sDaemonSet) -> DaemonSet {
     }
 }
 
-/// A catalog instance type → the solver's, with each offering's availability and count.
-pub fn instance_type(
-    it: &templates::model::InstanceType,
-    offerings: &dyn crate::counts::Offerings,
-) -> InstanceType {
+/// Whether a plan reads the availability the provider gave each offering, as launching
+/// does, or ignores it (every offering available and unbounded: plans of what could be,
+/// e.g. `inspect`'s verdicts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Availability {
+    /// `Offering::available` and `Offering::count` as the provider set them.
+    Offered,
+    /// Every offering available and unbounded.
+    Ignored,
+}
+
+/// A provider's instance type → the solver's, with each offering's availability and count
+/// (as the provider marked them, or ignored).
+pub fn instance_type(it: &cloudprovider::InstanceType, availability: Availability) -> InstanceType {
+    let offered = availability == Availability::Offered;
     let mut overhead = Resources::new();
     for (k, cap) in &it.capacity.0 {
         let alloc = it.allocatable.0.get(k).copied().unwrap_or(*cap);
@@ -500,8 +510,15 @@ pub fn instance_type(
                 zone: o.zone.clone().unwrap_or_default(),
                 capacity_type: o.capacity_type.clone(),
                 price: o.price,
-                available: offerings.available(o),
-                count: offerings.count(it, o),
+                available: !offered || o.available,
+                count: o
+                    .count
+                    .as_ref()
+                    .filter(|_| offered)
+                    .map(|c| scheduling::OfferingCount {
+                        key: c.key.clone(),
+                        available: c.available,
+                    }),
             })
             .collect(),
         taints: it

@@ -23,10 +23,8 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource, ResourceExt};
 
 use crate::cloudprovider::CloudProvider;
-use crate::counts::{LaunchState, OfferingCounts};
 use crate::metrics::{ControllerLabels, CreatedLabels, Metrics};
 use crate::state::{Cluster, ClusterState};
-use crate::unavailable::UnavailableOfferings;
 use crate::write::{Created, Writer, manager};
 use api::NodeClaim;
 use batch::Batcher;
@@ -51,15 +49,11 @@ pub struct Provisioner {
     /// The cluster state of the workload cluster: what is read, and the caches whose
     /// events trigger a batch.
     pub state: ClusterState,
-    /// The provider: its instance types are what the solver packs onto.
+    /// The provider: its instance types, with each offering's availability and count, are
+    /// what the solver packs onto.
     pub provider: Arc<dyn CloudProvider>,
-    pub unavailable: Arc<UnavailableOfferings>,
-    /// The Machines of the management cluster (a template's use, for counted offerings).
-    pub machines: kube::runtime::reflector::Store<api::Machine>,
-    /// How long a template's reported `available-count` is trusted.
-    pub count_staleness: Duration,
-    /// The NodeClasses' host inventories (templates' free hosts).
-    pub inventory: crate::inventory::Inventory,
+    /// What the provider says when its offerings' availability may have changed.
+    pub offerings: OfferingChanges,
     /// `--min-values-policy`: the solver relaxes `minValues` under `BestEffort`.
     pub min_values_policy: scheduling::MinValuesPolicy,
     pub batch_idle: Duration,
@@ -70,23 +64,12 @@ impl Provisioner {
     /// Builds the solver input for `pods` from `cluster` (Ready NodePools only: Karpenter
     /// provisions only for valid NodePools whose NodeClass is Ready).
     pub fn snapshot(&self, cluster: &Cluster, pods: &[Arc<Pod>]) -> Snapshot {
-        let counts = OfferingCounts::new(
-            &cluster.nodeclaims,
-            &self.machines.state(),
-            k8s_openapi::jiff::Timestamp::now(),
-            self.count_staleness,
-        )
-        .with_hosts(self.inventory.tallies());
         let mut snap = snapshot::build(
             cluster,
             &cluster.ready_nodepools(),
             pods,
             &|nodeclass| self.provider.instance_types(nodeclass),
-            &LaunchState {
-                unavailable: &self.unavailable,
-                counts: &counts,
-                now: Instant::now(),
-            },
+            convert::Availability::Offered,
         );
         snap.input.min_values_policy = self.min_values_policy;
         snap
@@ -115,7 +98,7 @@ impl Provisioner {
         let (created, first_error) = self.create_claims(&snapshot, &output, &by_uid).await;
         self.nominate_in_flight(&cluster, &snapshot, &output, &by_uid)
             .await;
-        let notes = self.count_notes(&cluster, &snapshot, &output);
+        let notes = count_notes(&snapshot, &output);
         for u in &output.unschedulable {
             if let Some(v) = by_uid.get(u.pod.uid.as_str()) {
                 self.event(
@@ -142,46 +125,6 @@ impl Provisioner {
             Some(e) => Err(e),
             None => Ok(created),
         }
-    }
-
-    /// The counts in words, by the solver's count key, of the counted offerings of the
-    /// snapshot's catalogs (only when a pod failed on an exhausted count):
-    /// `template metal-large: 0 of 4 hosts available`.
-    fn count_notes(
-        &self,
-        cluster: &Cluster,
-        snapshot: &Snapshot,
-        output: &scheduling::Output,
-    ) -> HashMap<String, CountNote> {
-        let any = output.unschedulable.iter().any(|u| {
-            u.failures
-                .iter()
-                .any(|(_, f)| matches!(f, scheduling::Failure::CountExhausted { .. }))
-        });
-        if !any {
-            return HashMap::new();
-        }
-        let counts = OfferingCounts::new(
-            &cluster.nodeclaims,
-            &self.machines.state(),
-            k8s_openapi::jiff::Timestamp::now(),
-            self.count_staleness,
-        )
-        .with_hosts(self.inventory.tallies());
-        let mut notes = HashMap::new();
-        for catalog in snapshot.catalogs.values() {
-            for it in &catalog.instance_types {
-                for o in &it.offerings {
-                    if let (Some(c), Some(a)) = (counts.scheduling(it, o), counts.available(it, o))
-                    {
-                        notes
-                            .entry(c.key)
-                            .or_insert_with(|| (o.template.name.clone(), a.source, a.limit));
-                    }
-                }
-            }
-        }
-        notes
     }
 
     /// Snapshots `cluster` and solves for `pods`, off the async workers (CPU work: a long
@@ -369,12 +312,13 @@ impl Provisioner {
 }
 
 /// Whether a NodeClaim counts against its NodePool's limits at the size it will have: its
-/// capacity is known (status), or its launch plan names the instance type, or it will never
-/// launch (being deleted, `Launched=False`).
+/// capacity is known (status), or its offering is chosen (the provider labelled it with one
+/// instance type and capacity type, as a launch does before it creates anything), or it will
+/// never launch (being deleted, `Launched=False`).
 pub fn charged(c: &NodeClaim) -> bool {
-    let planned = c
-        .annotations()
-        .contains_key(api::consts::annotations::LAUNCH_PLAN);
+    let labels = c.labels();
+    let planned = labels.contains_key(scheduling::LABEL_INSTANCE_TYPE)
+        && labels.contains_key(scheduling::LABEL_CAPACITY_TYPE);
     let status = c.status.as_ref();
     let sized = status.is_some_and(|s| !s.capacity.is_empty());
     let failed = status.is_some_and(|s| {
@@ -390,34 +334,55 @@ const CACHE_WAIT: Duration = Duration::from_secs(5);
 const PARALLEL_WRITES: usize = 32;
 
 /// A count key's template name, source and limit.
-type CountNote = (String, templates::count::CountSource, u32);
+/// What to say of each exhausted count, by the solver's count key, of the counted offerings
+/// of the snapshot's catalogs (only when a pod failed on an exhausted count): the provider's
+/// words, e.g. `template metal-large: 0 of 4 hosts available`.
+fn count_notes(snapshot: &Snapshot, output: &scheduling::Output) -> HashMap<String, String> {
+    let any = output.unschedulable.iter().any(|u| {
+        u.failures
+            .iter()
+            .any(|(_, f)| matches!(f, scheduling::Failure::CountExhausted { .. }))
+    });
+    if !any {
+        return HashMap::new();
+    }
+    let mut notes = HashMap::new();
+    for catalog in snapshot.catalogs.values() {
+        for o in catalog.instance_types.iter().flat_map(|it| &it.offerings) {
+            if let Some(c) = &o.count {
+                notes
+                    .entry(c.key.clone())
+                    .or_insert_with(|| c.exhausted.clone());
+            }
+        }
+    }
+    notes
+}
 
 /// The exhausted counts a pod failed on, in words (`template metal: 0 of 3 hosts
 /// available`), from `notes` (see `count_notes`).
-fn exhausted_notes(
-    u: &scheduling::Unschedulable,
-    notes: &HashMap<String, CountNote>,
-) -> Vec<String> {
+fn exhausted_notes(u: &scheduling::Unschedulable, notes: &HashMap<String, String>) -> Vec<String> {
     let mut out: Vec<String> = u
         .failures
         .iter()
         .filter_map(|(_, f)| match f {
-            scheduling::Failure::CountExhausted { key, .. } => {
-                let (name, source, limit) = notes.get(key)?;
-                // Exhausted: none left once the solve handed out what it had.
-                let a = templates::count::Available {
-                    count: 0,
-                    source: *source,
-                    limit: *limit,
-                };
-                Some(format!("template {name}: {}", a.describe()))
-            }
+            scheduling::Failure::CountExhausted { key, .. } => notes.get(key).cloned(),
             _ => None,
         })
         .collect();
     out.sort();
     out.dedup();
     out
+}
+
+/// What a provider tells the provisioner of its offerings: a counter that moves when their
+/// availability may have changed (every pending pod is then planned again), and what to
+/// call first when it moves (the provider's own bookkeeping, e.g. ending the backoff of an
+/// offering whose host was freed).
+#[derive(Clone, Default)]
+pub struct OfferingChanges {
+    pub changes: Option<tokio::sync::watch::Receiver<u64>>,
+    pub seen: Option<Arc<dyn Fn() + Send + Sync>>,
 }
 
 /// Offers every pending pod of the cluster state to the batcher.
@@ -436,9 +401,8 @@ fn offer_pending(state: &ClusterState, batcher: &mut Batcher, now: Instant) {
 pub async fn run(p: Provisioner, shutdown: impl std::future::Future<Output = ()> + Send) {
     tokio::pin!(shutdown);
     // Subscribed before the first read: no event between them is lost.
-    let mut events = triggers(&p.state, p.inventory.subscribe());
+    let mut events = triggers(&p.state, p.offerings.changes.clone());
     let mut pools = PoolsSeen::new();
-    let mut free_hosts = HashMap::new();
     let mut batcher = Batcher::new(p.batch_idle, p.batch_max);
     offer_pending(&p.state, &mut batcher, Instant::now());
     loop {
@@ -452,8 +416,8 @@ pub async fn run(p: Provisioner, shutdown: impl std::future::Future<Output = ()>
         tokio::select! {
             _ = &mut shutdown => return,
             t = events.next() => match t.map(|t| {
-                if matches!(t, trigger::Trigger::Hosts) {
-                    p.inventory.forgive_freed(&mut free_hosts, &p.unavailable);
+                if let (trigger::Trigger::Offerings, Some(seen)) = (&t, &p.offerings.seen) {
+                    seen();
                 }
                 wake(&p.state, &mut pools, t)
             }) {
@@ -514,7 +478,8 @@ mod tests {
             "just created: counts its requests only"
         );
         assert!(charged(&claim(
-            json!({"metadata": {"annotations": {"karpenter.cluster.x-k8s.io/launch": "{}"}}})
+            json!({"metadata": {"labels": {"node.kubernetes.io/instance-type": "m",
+                                           "karpenter.sh/capacity-type": "on-demand"}}})
         )));
         assert!(charged(&claim(
             json!({"status": {"capacity": {"cpu": "2"}}})

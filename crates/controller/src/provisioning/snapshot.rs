@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use templates::model::Catalog;
 
 use super::convert;
-use crate::counts::Offerings;
+use super::convert::Availability;
 use crate::objects::{claim_condition, claim_node_name, deleting, name};
 use crate::state::Cluster;
 
@@ -53,14 +53,15 @@ fn add(into: &mut scheduling::Resources, r: &scheduling::Resources) {
 /// Builds the solver input: the Nodes with room and the NodeClaims in flight of `cluster`,
 /// `nodepools` (those of `cluster` to launch from; static ones never are) and the `pending`
 /// pods.
-/// `catalog(nodeclass)` gives a NodeClass's instance types; `offerings` says which offerings
-/// can be launched (e.g. not ones that just failed to launch) and their counts.
+/// `catalog(nodeclass)` gives a NodeClass's instance types (with each offering's availability
+/// and count as the provider marked them, e.g. not ones that just failed to launch);
+/// `offerings` says whether the plan reads those or ignores them.
 pub fn build(
     cluster: &Cluster,
     nodepools: &[Arc<NodePool>],
     pending: &[Arc<Pod>],
     catalog: &dyn Fn(&str) -> Option<Arc<Catalog>>,
-    offerings: &dyn Offerings,
+    offerings: Availability,
 ) -> Snapshot {
     let mut nodes: Vec<scheduling::ExistingNode> = cluster
         .nodes
@@ -293,6 +294,88 @@ mod tests {
         None
     }
 
+    /// One instance type offered in z1 (cheaper) and z2; the provider marks z1 as it says.
+    fn offered(z1_available: bool) -> Arc<Catalog> {
+        let template = templates::model::TemplateRef {
+            api_version: "infrastructure.cluster.x-k8s.io/v1beta2".into(),
+            kind: "DockerMachineTemplate".into(),
+            namespace: Some("ns".into()),
+            name: "small".into(),
+        };
+        let price_source = templates::model::PriceSource::Annotation;
+        let mut z1 = templates::model::offering(
+            &template,
+            Some("z1".into()),
+            "on-demand",
+            0.1,
+            price_source,
+        );
+        z1.available = z1_available;
+        let z2 = templates::model::offering(
+            &template,
+            Some("z2".into()),
+            "on-demand",
+            0.2,
+            price_source,
+        );
+        let r = templates::model::Resources(BTreeMap::from([
+            ("cpu".to_string(), 4000),
+            ("memory".to_string(), 8 << 30),
+            ("pods".to_string(), 110),
+        ]));
+        Arc::new(Catalog {
+            instance_types: vec![templates::model::InstanceType {
+                name: "small".into(),
+                capacity: r.clone(),
+                allocatable: r,
+                labels: BTreeMap::from([("kubernetes.io/arch".into(), "amd64".into())]),
+                taints: Vec::new(),
+                offerings: vec![z1, z2],
+                capacity_overlaid: false,
+            }],
+            ..Catalog::default()
+        })
+    }
+
+    /// The zone of the one NodeClaim planned for a pending pod over `catalog`.
+    fn planned_zone(catalog: Arc<Catalog>, availability: Availability) -> Vec<String> {
+        let state = Cluster::new(Objects {
+            pods: vec![typed(json!({
+                "metadata": {"name": "p", "namespace": "d", "uid": "p"},
+                "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+                "status": {"phase": "Pending"}
+            }))],
+            nodepools: vec![typed(
+                json!({"metadata": {"name": "default"}, "spec": {"template": {"spec": {
+                "nodeClassRef": {"group": "g", "kind": "K", "name": "n"}, "requirements": []}}}}),
+            )],
+            ..Objects::default()
+        });
+        let pending = state.pods.clone();
+        let s = build(
+            &state,
+            &state.nodepools,
+            &pending,
+            &|_| Some(Arc::clone(&catalog)),
+            availability,
+        );
+        let out = scheduling::solve(&s.input);
+        out.new_node_claims
+            .iter()
+            .map(|c| c.cheapest.zone.clone())
+            .collect()
+    }
+
+    #[test]
+    fn an_offering_the_provider_marks_unavailable_is_not_planned() {
+        // Positive control: available, the cheaper z1 is planned.
+        assert_eq!(planned_zone(offered(true), Availability::Offered), ["z1"]);
+        // Marked unavailable by the provider: the pod goes to z2.
+        assert_eq!(planned_zone(offered(false), Availability::Offered), ["z2"]);
+        // A plan that ignores availability still takes z1.
+        assert_eq!(planned_zone(offered(false), Availability::Ignored), ["z1"]);
+    }
+
     #[test]
     fn nodes_of_uninitialized_claims_are_in_flight_and_claims_count_towards_usage() {
         let unregistered = json!([{"key": "karpenter.sh/unregistered", "effect": "NoExecute"}]);
@@ -323,7 +406,7 @@ mod tests {
             &state.nodepools,
             &[],
             &no_catalog,
-            &crate::counts::AllAvailable,
+            Availability::Ignored,
         );
         let by_name: HashMap<&str, &scheduling::ExistingNode> =
             s.input.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
@@ -369,7 +452,7 @@ mod tests {
             nodeclaims: vec![claim("c1", "new", false), claim("c2", "old", true)],
             ..Objects::default()
         });
-        let s = build(&state, &[], &[], &no_catalog, &crate::counts::AllAvailable);
+        let s = build(&state, &[], &[], &no_catalog, Availability::Ignored);
         let by_name: HashMap<&str, &scheduling::ExistingNode> =
             s.input.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
         let new = &by_name["new"].allocatable;
@@ -400,7 +483,7 @@ mod tests {
             nodeclaims: vec![Arc::new(gone)],
             ..Objects::default()
         });
-        let s = build(&state, &[], &[], &no_catalog, &crate::counts::AllAvailable);
+        let s = build(&state, &[], &[], &no_catalog, Availability::Ignored);
         let names: Vec<&str> = s.input.nodes.iter().map(|n| n.name.as_str()).collect();
         assert_eq!(names, ["n3"]);
     }

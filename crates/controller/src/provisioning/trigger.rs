@@ -19,26 +19,27 @@ pub enum Trigger {
     Node(Arc<Node>),
     NodeClaim(Arc<NodeClaim>),
     NodePool(Arc<NodePool>),
-    /// A host of an inventory changed (freed, taken, added, gone).
-    Hosts,
+    /// The provider says its offerings' availability may have changed (e.g. a host of an
+    /// inventory was freed, taken, added or gone).
+    Offerings,
 }
 
 /// The events of the caches the provisioner reacts to, as one stream.
 pub fn triggers(
     state: &ClusterState,
-    hosts: Option<tokio::sync::watch::Receiver<u64>>,
+    offerings: Option<tokio::sync::watch::Receiver<u64>>,
 ) -> BoxStream<'static, Trigger> {
     let s = state.sources();
-    let hosts = match hosts {
+    let offerings = match offerings {
         Some(rx) => futures::stream::unfold(rx, |mut rx| async move {
             rx.changed().await.ok()?;
-            Some((Trigger::Hosts, rx))
+            Some((Trigger::Offerings, rx))
         })
         .boxed(),
         None => futures::stream::pending().boxed(),
     };
     futures::stream::select_all([
-        hosts,
+        offerings,
         s.pods.subscribe().map(Trigger::Pod).boxed(),
         s.nodes.subscribe().map(Trigger::Node).boxed(),
         s.nodeclaims.subscribe().map(Trigger::NodeClaim).boxed(),
@@ -97,7 +98,7 @@ pub fn wake(state: &ClusterState, pools: &mut PoolsSeen, t: Trigger) -> Wake {
                 Wake::Nothing
             }
         }
-        Trigger::Hosts => Wake::Capacity,
+        Trigger::Offerings => Wake::Capacity,
         Trigger::Node(_) | Trigger::NodeClaim(_) => Wake::Nothing,
     }
 }

@@ -29,13 +29,11 @@ use kube::runtime::events::EventType;
 use kube::{Client, Resource};
 
 use crate::cloudprovider::CloudProvider;
-use crate::counts::{LaunchState, OfferingCounts};
 use crate::events::Recorder;
 use crate::metrics::{CreatedLabels, Metrics};
 use crate::nodeclaim::context::publish;
 use crate::objects::{deleting, name, pool_condition};
 use crate::state::{Cluster, ClusterState};
-use crate::unavailable::UnavailableOfferings;
 use crate::write::{Created, Expectations, Writer, manager};
 
 /// How long a create may stay unseen by the cache before it is no longer counted.
@@ -103,12 +101,9 @@ pub struct StaticPools {
     pub recorder: Recorder,
     pub metrics: Metrics,
     pub state: ClusterState,
-    /// The instance types the pools' claims are planned on.
+    /// The instance types the pools' claims are planned on, with each offering's
+    /// availability and count.
     pub provider: Arc<dyn CloudProvider>,
-    pub unavailable: Arc<UnavailableOfferings>,
-    /// The Machines of the management cluster (a template's use, for counted offerings).
-    pub machines: kube::runtime::reflector::Store<api::Machine>,
-    pub count_staleness: Duration,
     pub in_flight: Arc<InFlight>,
     pub expectations: Arc<Expectations>,
     /// No pass while the workload cluster does not answer (see `health`).
@@ -165,22 +160,12 @@ impl StaticPools {
         }
         let now = Instant::now();
         let in_flight = self.in_flight.of_pool(pool_name, cluster, now);
-        let counts = OfferingCounts::new(
-            &cluster.nodeclaims,
-            &self.machines.state(),
-            k8s_openapi::jiff::Timestamp::now(),
-            self.count_staleness,
-        );
-        let offerings = LaunchState {
-            unavailable: &self.unavailable,
-            counts: &counts,
-            now,
-        };
+        let offerings = crate::provisioning::convert::Availability::Offered;
         let catalog = self
             .provider
             .instance_types(&pool.spec.template.spec.node_class_ref.name);
         let zones = match &catalog {
-            Some(c) if template::spreads(pool) => template::zones(pool, c, &offerings),
+            Some(c) if template::spreads(pool) => template::zones(pool, c, offerings),
             _ => Vec::new(),
         };
         let plan = scale::plan(
@@ -216,7 +201,7 @@ impl StaticPools {
             let obj = template::claim(
                 pool,
                 &catalog,
-                &offerings,
+                offerings,
                 slot.zone.as_deref(),
                 Some(&slot.name),
             )

@@ -11,15 +11,14 @@ use api::NodePool;
 use scheduling::{Operator, Requirement, Toleration};
 use templates::model::Catalog;
 
-use crate::counts::Offerings;
-use crate::provisioning::convert;
+use crate::provisioning::convert::{self, Availability};
 
 /// The solver's claim for a static claim of `pool` (the placeholder pod's, asking for
 /// nothing), in `zone` if given; `Err(why)` when no offering of `catalog` is compatible.
 pub fn planned(
     pool: &NodePool,
     catalog: &Catalog,
-    offerings: &dyn Offerings,
+    offerings: Availability,
     zone: Option<&str>,
 ) -> Result<scheduling::NewNodeClaim, String> {
     let mut p = convert::node_pool(pool);
@@ -73,7 +72,7 @@ pub fn planned(
 pub fn claim(
     pool: &NodePool,
     catalog: &Catalog,
-    offerings: &dyn Offerings,
+    offerings: Availability,
     zone: Option<&str>,
     name: Option<&str>,
 ) -> Result<NodeClaim, String> {
@@ -88,7 +87,7 @@ pub fn claim(
 
 /// The zones a claim of `pool` can launch in (sorted): those of `catalog`'s offerings for
 /// which the solver finds a compatible, available offering.
-pub fn zones(pool: &NodePool, catalog: &Catalog, offerings: &dyn Offerings) -> Vec<String> {
+pub fn zones(pool: &NodePool, catalog: &Catalog, offerings: Availability) -> Vec<String> {
     let mut all: Vec<String> = catalog
         .instance_types
         .iter()

@@ -10,7 +10,7 @@ use api::{NodeClaim, NodePool};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
-use templates::model::{Catalog, InstanceType, Offering, PriceSource, Resources, TemplateRef};
+use templates::model::{Catalog, InstanceType, PriceSource, Resources, TemplateRef};
 
 use super::scale::{Plan, plan, slot_name};
 use crate::state::{Cluster, Objects};
@@ -295,20 +295,17 @@ fn catalog() -> Catalog {
                 ]));
                 InstanceType {
                     name: name.to_string(),
-                    templates: vec![template.clone()],
                     capacity: r.clone(),
                     allocatable: r,
                     labels: BTreeMap::from([("kubernetes.io/arch".into(), "amd64".into())]),
                     taints: Vec::new(),
-                    offerings: vec![Offering {
-                        zone: Some(zone.to_string()),
-                        capacity_type: "on-demand".into(),
-                        price: *price,
-                        price_source: PriceSource::Annotation,
-                        template: template.clone(),
-                        limits: Default::default(),
-                        reservation_id: None,
-                    }],
+                    offerings: vec![templates::model::offering(
+                        &template,
+                        Some(zone.to_string()),
+                        "on-demand",
+                        *price,
+                        PriceSource::Annotation,
+                    )],
                     capacity_overlaid: false,
                 }
             })
@@ -327,8 +324,8 @@ fn the_template_claim_lists_compatible_types_cheapest_first_and_asks_for_nothing
         effect: api::karpenter::TaintEffect::NoSchedule,
         time_added: None,
     }];
-    let any = crate::counts::AllAvailable;
-    let nc = super::template::claim(&p, &catalog(), &any, None, Some("fixed-0")).expect("claim");
+    let any = crate::provisioning::convert::Availability::Ignored;
+    let nc = super::template::claim(&p, &catalog(), any, None, Some("fixed-0")).expect("claim");
     let v = serde_json::to_value(&nc).expect("json");
     assert_eq!(v["metadata"]["name"], "fixed-0");
     assert!(v["metadata"].get("generateName").is_none());
@@ -350,7 +347,7 @@ fn the_template_claim_lists_compatible_types_cheapest_first_and_asks_for_nothing
     let requests = nc.spec.resources.as_ref().map(|r| r.requests.len());
     assert_eq!(requests, Some(0), "requests nothing");
     // In a zone: only the types offered there.
-    let nc = super::template::claim(&p, &catalog(), &any, Some("z1"), None).expect("claim");
+    let nc = super::template::claim(&p, &catalog(), any, Some("z1"), None).expect("claim");
     let types = nc
         .spec
         .requirements
@@ -360,7 +357,7 @@ fn the_template_claim_lists_compatible_types_cheapest_first_and_asks_for_nothing
     assert_eq!(types, Some(vec!["mid".into(), "big".into()]));
     assert_eq!(nc.metadata.generate_name.as_deref(), Some("fixed-"));
     assert_eq!(
-        super::template::zones(&p, &catalog(), &any),
+        super::template::zones(&p, &catalog(), any),
         vec!["z1", "z2"]
     );
     // Requirements no offering meets: an error, not a claim.
@@ -371,7 +368,7 @@ fn the_template_claim_lists_compatible_types_cheapest_first_and_asks_for_nothing
             values: vec!["arm64".into()],
             min_values: None,
         }];
-    assert!(super::template::claim(&p, &catalog(), &any, None, None).is_err());
+    assert!(super::template::claim(&p, &catalog(), any, None, None).is_err());
 }
 
 #[test]

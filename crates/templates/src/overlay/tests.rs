@@ -3,24 +3,22 @@ use std::collections::BTreeMap;
 use api::consts::labels as label;
 
 use super::*;
-use crate::count::CountLimits;
 use crate::model::{Resources, TemplateRef};
 
 fn offering(template: &str, zone: &str, capacity_type: &str, price: f64) -> Offering {
-    Offering {
-        zone: Some(zone.into()),
-        capacity_type: capacity_type.into(),
+    let template = TemplateRef {
+        api_version: "infrastructure.cluster.x-k8s.io/v1beta2".into(),
+        kind: "DockerMachineTemplate".into(),
+        namespace: Some("ns".into()),
+        name: template.into(),
+    };
+    crate::model::offering(
+        &template,
+        Some(zone.into()),
+        capacity_type,
         price,
-        price_source: PriceSource::Annotation,
-        template: TemplateRef {
-            api_version: "infrastructure.cluster.x-k8s.io/v1beta2".into(),
-            kind: "DockerMachineTemplate".into(),
-            namespace: Some("ns".into()),
-            name: template.into(),
-        },
-        limits: CountLimits::default(),
-        reservation_id: None,
-    }
+        PriceSource::Annotation,
+    )
 }
 
 /// An instance type `name` of `cpu` cores with one on-demand offering per zone (a, b) at
@@ -37,7 +35,6 @@ fn it(name: &str, cpu: i64, price: f64) -> InstanceType {
     sort_offerings(&mut offerings);
     InstanceType {
         name: name.into(),
-        templates: vec![offerings[0].template.clone()],
         capacity: res.clone(),
         allocatable: res,
         labels: BTreeMap::from([

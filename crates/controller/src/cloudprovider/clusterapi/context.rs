@@ -19,7 +19,7 @@ use crate::catalogs::Catalogs;
 use crate::events::Recorder;
 use crate::metrics::Metrics;
 use crate::nodeclaim::error::Error;
-use crate::unavailable::UnavailableOfferings;
+use crate::cloudprovider::clusterapi::availability::unavailable::UnavailableOfferings;
 
 /// The provider's timing knobs.
 #[derive(Clone, Debug)]
@@ -38,7 +38,7 @@ impl Default for Settings {
         Settings {
             node_repair_after: Duration::from_secs(600),
             poll: Duration::from_secs(30),
-            count_staleness: crate::counts::DEFAULT_STALENESS,
+            count_staleness: crate::cloudprovider::clusterapi::availability::counts::DEFAULT_STALENESS,
         }
     }
 }
@@ -133,7 +133,7 @@ pub struct Context {
     pub catalogs: Arc<dyn Catalogs>,
     pub unavailable: Arc<UnavailableOfferings>,
     /// The NodeClasses' host inventories (templates' free hosts).
-    pub inventory: crate::inventory::Inventory,
+    pub inventory: crate::cloudprovider::clusterapi::availability::hosts::Inventory,
     pub settings: Settings,
     pub kinds: Arc<Kinds>,
     /// API reads drift detection reuses for a few seconds.

@@ -107,7 +107,8 @@ fn template_drifted(o: &Observed) -> Option<Drift> {
         && !catalog
             .instance_types
             .iter()
-            .flat_map(|t| &t.templates)
+            .flat_map(|t| &t.offerings)
+            .filter_map(templates::model::template_of)
             .any(|t| t.kind == it.kind && t.name == it.name)
     {
         return Drift::hit(
@@ -297,7 +298,11 @@ mod tests {
             "a plan of an older version records no hash"
         );
         let mut c = Case::new();
-        c.catalog.instance_types[0].templates[0].name = "small-v2".into();
+        for o in &mut c.catalog.instance_types[0].offerings {
+            let mut t = templates::model::template_of(o).expect("a template's offering");
+            t.name = "small-v2".into();
+            o.id = t.id();
+        }
         assert_eq!(
             c.drift(),
             Some(reasons::TEMPLATE_DRIFTED),

@@ -28,7 +28,7 @@ use super::objects::bootstrap_template_hash;
 use super::offering::{Choice, NoOffering, Requirement, choose, requests_from_quantities};
 use super::plan::{Plan, PlanSize, TypedRef, kind_without_template, spec_hash};
 use crate::cloudprovider::{Created, Error as ProviderError, Intent, Retry};
-use crate::counts::{LaunchState, OfferingCounts};
+use crate::cloudprovider::clusterapi::availability::counts::{LaunchState, OfferingCounts};
 use crate::metrics::NodePoolLabels;
 use crate::nodeclaim::error::Error;
 use crate::nodeclaim::labels::nodepool_of;
@@ -218,7 +218,7 @@ async fn plan(ctx: &Context, claim: &NodeClaim) -> Result<Planned, Error> {
         }
     };
     let ns = nodeclass.cluster.namespace.clone();
-    let template = &choice.offering.template;
+    let template = &super::availability::counts::template(choice.offering);
     // One name for the Machine and its clones, unique per workload cluster (see
     // `cloudprovider::clusterapi::fence`).
     let object = names::object_name(&name, &ctx.cluster_id);
@@ -300,7 +300,7 @@ fn choice<'a>(
         now: Instant::now(),
     };
     choose(catalog, &requirements(claim), requests, &|it, o| {
-        state.skip(it, o)
+        state.skip(catalog, it, o)
     })
 }
 

@@ -12,11 +12,13 @@
 //! ClusterAPINodeClass status controller ([`nodeclass_status`], with [`offering_status`] and
 //! [`calibration`]).
 
+pub mod availability;
 pub(crate) mod calibration;
 pub(crate) mod clone;
 pub mod context;
 pub(crate) mod drift;
 pub(crate) mod fence;
+pub(crate) mod instances;
 pub(crate) mod launch;
 pub mod machine;
 pub mod names;
@@ -41,8 +43,8 @@ use templates::model::Catalog;
 
 use self::context::{Context, nodeclass_of};
 use self::fence::Ownership;
+use self::instances::instance;
 use self::plan::Plan;
-use super::inventory::instance;
 use super::{
     CloudProvider, Created, Deletion, Drift, Error, Instance, NodeClassKind, RepairPolicy, Retry,
     Timeouts,
@@ -251,7 +253,7 @@ impl CloudProvider for ClusterApi {
             {
                 return Err(Error::retryable(Retry::Waiting, "the caches were dropped"));
             }
-            super::inventory::list(&self.ctx).await
+            instances::list(&self.ctx).await
         }
         .boxed()
     }
@@ -263,7 +265,7 @@ impl CloudProvider for ClusterApi {
     }
 
     fn instance_types(&self, nodeclass: &str) -> Option<Arc<Catalog>> {
-        self.ctx.catalogs.catalog(nodeclass)
+        availability::offered(&self.ctx, nodeclass)
     }
 
     fn is_drifted<'a>(

@@ -3,7 +3,7 @@
 //! its infrastructure is provisioned and its control plane initialized), TemplatesReady (at
 //! least one instance type; broken templates are named but do not block the good ones),
 //! BootstrapReady (the bootstrap template or data Secret exists), Ready (all three);
-//! with `spec.inventory`, InventoryReady (its hosts can be read: [`crate::inventory`]; not
+//! with `spec.inventory`, InventoryReady (its hosts can be read: [`super::availability::hosts`]; not
 //! a part of Ready) and a Warning Event with its reason while it is False.
 //! `status.instanceTypes` summarises the catalog ([`templates::status::summarize`]).
 //! Termination (as Karpenter's NodeClass termination controller): every NodeClass carries the

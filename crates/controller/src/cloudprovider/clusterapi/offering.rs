@@ -171,8 +171,10 @@ mod tests {
     use std::time::Instant;
     use templates::model::{PriceSource, TemplateRef};
 
-    use crate::counts::{LaunchState, OfferingCounts};
-    use crate::unavailable::{OfferingKey, UnavailableOfferings};
+    use crate::cloudprovider::clusterapi::availability::counts::{LaunchState, OfferingCounts};
+    use crate::cloudprovider::clusterapi::availability::unavailable::{
+        OfferingKey, UnavailableOfferings,
+    };
 
     fn all(_: &InstanceType, _: &Offering) -> Option<String> {
         None
@@ -187,7 +189,6 @@ mod tests {
         };
         InstanceType {
             name: name.into(),
-            templates: vec![template.clone()],
             capacity: Resources(BTreeMap::from([("cpu".into(), cpu * 1000)])),
             allocatable: Resources(BTreeMap::from([
                 ("cpu".into(), cpu * 1000 - 100),
@@ -213,14 +214,14 @@ mod tests {
             taints: vec![],
             offerings: zones
                 .iter()
-                .map(|(z, price)| Offering {
-                    zone: Some(z.to_string()),
-                    capacity_type: "on-demand".into(),
-                    price: *price,
-                    price_source: PriceSource::Annotation,
-                    template: template.clone(),
-                    limits: Default::default(),
-                    reservation_id: None,
+                .map(|(z, price)| {
+                    templates::model::offering(
+                        &template,
+                        Some(z.to_string()),
+                        "on-demand",
+                        *price,
+                        PriceSource::Annotation,
+                    )
                 })
                 .collect(),
             capacity_overlaid: false,
@@ -329,20 +330,26 @@ mod tests {
             counts: &counts,
             now,
         };
-        let skip = |it: &InstanceType, o: &Offering| state.skip(it, o);
-        let choice = choose(&c, &[], &cpu(1000), &skip).expect("choice");
+        let choice = choose(&c, &[], &cpu(1000), &|it, o| state.skip(&c, it, o)).expect("choice");
         assert_eq!(choice.offering.zone.as_deref(), Some("a"));
         let only_b = [req("topology.kubernetes.io/zone", "In", &["b"])];
         assert!(matches!(
-            choose(&c, &only_b, &cpu(1000), &skip),
+            choose(&c, &only_b, &cpu(1000), &|it, o| state.skip(&c, it, o)),
             Err(NoOffering::Unavailable(_))
         ));
         // large's template allows no Machine at all: skipped, with the count in the reason.
-        for o in &mut c.instance_types[1].offerings {
-            o.limits.max_machines = Some(0);
+        for o in &c.instance_types[1].offerings {
+            c.limits.insert(
+                o.id.clone(),
+                templates::count::CountLimits {
+                    max_machines: Some(0),
+                    ..Default::default()
+                },
+            );
         }
         let only_large = [req("node.kubernetes.io/instance-type", "In", &["large"])];
-        let e = choose(&c, &only_large, &cpu(1000), &skip).expect_err("exhausted");
+        let e = choose(&c, &only_large, &cpu(1000), &|it, o| state.skip(&c, it, o))
+            .expect_err("exhausted");
         assert!(
             e.to_string()
                 .contains("no count left (karpenter.cluster.x-k8s.io/max-machines 0)"),

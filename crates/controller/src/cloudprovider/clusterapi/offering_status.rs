@@ -2,7 +2,7 @@
 //! gauges (`karpenter_capi_offering_available`, `karpenter_capi_offering_unavailable`):
 //! each counted or backed-off offering of its catalog with its count, the source that set
 //! it, why it is unavailable and until when. The counts are the ones launch and the solver
-//! use ([`crate::counts`], with the host inventory).
+//! use ([`super::availability::counts`], with the host inventory).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -14,10 +14,12 @@ use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::Store;
 use templates::model::Catalog;
 
-use crate::counts::OfferingCounts;
-use crate::inventory::Inventory;
+use crate::cloudprovider::clusterapi::availability::counts::OfferingCounts;
+use crate::cloudprovider::clusterapi::availability::hosts::Inventory;
+use crate::cloudprovider::clusterapi::availability::unavailable::{
+    OfferingKey, UnavailableOfferings,
+};
 use crate::metrics::{Metrics, OfferingLabels};
-use crate::unavailable::{OfferingKey, UnavailableOfferings};
 
 /// The offerings of `catalog` that are counted or backed off, sorted by template, zone and
 /// capacity type.
@@ -31,16 +33,17 @@ pub(crate) fn offerings(
     for it in &catalog.instance_types {
         for o in &it.offerings {
             let key = OfferingKey::of(o);
-            let count = counts.available(it, o);
+            let count = counts.available(catalog, it, o);
+            let template = crate::cloudprovider::clusterapi::availability::counts::template(o);
             let backoff = unavailable.reason(&key, now);
             if count.is_none() && backoff.is_none() {
                 continue;
             }
             let exhausted = count
                 .filter(|a| a.count == 0)
-                .map(|a| format!("template {}: {}", o.template.name, a.describe()));
+                .map(|a| format!("template {}: {}", template.name, a.describe()));
             let state = OfferingState {
-                template: o.template.name.clone(),
+                template: template.name,
                 zone: o.zone.clone(),
                 capacity_type: o.capacity_type.clone(),
                 available: count.map(|a| i64::from(a.count)),
@@ -134,27 +137,28 @@ impl OfferingStatus {
 mod tests {
     use super::*;
     use templates::count::CountLimits;
-    use templates::model::{InstanceType, Offering, PriceSource, TemplateRef};
+    use templates::model::{InstanceType, PriceSource, TemplateRef};
 
     fn catalog(limits: CountLimits) -> Catalog {
-        let o = |zone: &str| Offering {
-            zone: Some(zone.into()),
-            capacity_type: "on-demand".into(),
-            price: 1.0,
-            price_source: PriceSource::Default,
-            template: TemplateRef {
-                api_version: "infrastructure.cluster.x-k8s.io/v1beta1".into(),
-                kind: "Metal3MachineTemplate".into(),
-                namespace: Some("capi".into()),
-                name: "metal".into(),
-            },
-            limits,
-            reservation_id: None,
+        let template = TemplateRef {
+            api_version: "infrastructure.cluster.x-k8s.io/v1beta1".into(),
+            kind: "Metal3MachineTemplate".into(),
+            namespace: Some("capi".into()),
+            name: "metal".into(),
+        };
+        let o = |zone: &str| {
+            templates::model::offering(
+                &template,
+                Some(zone.into()),
+                "on-demand",
+                1.0,
+                PriceSource::Default,
+            )
         };
         Catalog {
+            limits: [(template.id(), limits)].into(),
             instance_types: vec![InstanceType {
                 name: "metal".into(),
-                templates: Vec::new(),
                 capacity: Default::default(),
                 allocatable: Default::default(),
                 labels: Default::default(),

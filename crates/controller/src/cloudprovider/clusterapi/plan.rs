@@ -93,9 +93,11 @@ impl Plan {
     }
 
     /// The offering launched: template, zone, capacity type (the launch-failure backoff key).
-    pub(crate) fn offering_key(&self) -> crate::unavailable::OfferingKey {
+    pub(crate) fn offering_key(
+        &self,
+    ) -> crate::cloudprovider::clusterapi::availability::unavailable::OfferingKey {
         let t = &self.infrastructure_template;
-        crate::unavailable::OfferingKey {
+        crate::cloudprovider::clusterapi::availability::unavailable::OfferingKey {
             template: templates::model::TemplateRef {
                 api_version: t.api_version.clone(),
                 kind: t.kind.clone(),

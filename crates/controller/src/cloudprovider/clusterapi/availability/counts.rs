@@ -11,7 +11,7 @@
 //! lists first (the one the solver held a unit for), so the next solve cannot hand that
 //! unit out again before launch records the template.
 //!
-//! A template of a NodeClass with a host inventory ([`crate::inventory`]) also counts its
+//! A template of a NodeClass with a host inventory ([`super::hosts`]) also counts its
 //! free hosts, minus the launches in flight whose InfraMachine holds no host yet (one that
 //! does is no longer free: counting it again would under-count).
 
@@ -21,30 +21,14 @@ use std::time::Duration;
 
 use api::consts::{annotations as ann, labels as label};
 use api::{Machine, NodeClaim};
+use cloudprovider::OfferingCount;
 use k8s_openapi::jiff::Timestamp;
 use templates::count::{Available, CountSource, TemplateUse, smallest};
-use templates::model::{InstanceType, Offering};
+use templates::model::{Catalog, InstanceType, Offering, TemplateRef, template_of};
 
+use super::hosts::{Tallies, TemplateKey};
+use super::unavailable::{OfferingKey, UnavailableOfferings};
 use crate::cloudprovider::clusterapi::plan::Plan;
-use crate::inventory::{Tallies, TemplateKey};
-use crate::unavailable::{OfferingKey, UnavailableOfferings};
-
-/// How a catalog offering enters a solve (the snapshot asks for every offering).
-pub trait Offerings {
-    /// Whether it can be launched now (not backed off after a failed launch).
-    fn available(&self, _offering: &Offering) -> bool {
-        true
-    }
-    /// Its count (`it` is the instance type it is an offering of); `None` is unbounded.
-    fn count(&self, _it: &InstanceType, _offering: &Offering) -> Option<scheduling::OfferingCount> {
-        None
-    }
-}
-
-/// Every offering available and unbounded (plans that ignore the launch state).
-pub struct AllAvailable;
-
-impl Offerings for AllAvailable {}
 
 /// The launch state of offerings now: the launch-failure backoff and the counts.
 pub struct LaunchState<'a> {
@@ -53,39 +37,55 @@ pub struct LaunchState<'a> {
     pub now: std::time::Instant,
 }
 
-impl Offerings for LaunchState<'_> {
-    fn available(&self, offering: &Offering) -> bool {
+impl LaunchState<'_> {
+    /// Whether `offering` can be launched now (not backed off after a failed launch).
+    pub fn available(&self, offering: &Offering) -> bool {
         !self
             .unavailable
             .is_unavailable(&OfferingKey::of(offering), self.now)
     }
-    fn count(&self, it: &InstanceType, offering: &Offering) -> Option<scheduling::OfferingCount> {
-        self.counts.scheduling(it, offering)
-    }
-}
 
-impl LaunchState<'_> {
-    /// Why launch must skip `offering` now (backed off, or no count left), if it must.
-    pub fn skip(&self, it: &InstanceType, offering: &Offering) -> Option<String> {
+    /// Why launch must skip `offering` (of `it`, in `catalog`) now (backed off, or no count
+    /// left), if it must.
+    pub fn skip(
+        &self,
+        catalog: &Catalog,
+        it: &InstanceType,
+        offering: &Offering,
+    ) -> Option<String> {
         if let Some((reason, _)) = self
             .unavailable
             .reason(&OfferingKey::of(offering), self.now)
         {
             return Some(reason);
         }
-        let a = self.counts.available(it, offering)?;
+        let a = self.counts.available(catalog, it, offering)?;
+        let template = template(offering);
         (a.count == 0).then(|| match a.source {
-            CountSource::Inventory => {
-                format!("template {}: {}", offering.template.name, a.describe())
-            }
+            CountSource::Inventory => format!("template {}: {}", template.name, a.describe()),
             source => format!(
-                "{}: no count left ({} {})",
-                offering.template,
+                "{template}: no count left ({} {})",
                 source.annotation(),
                 a.limit
             ),
         })
     }
+}
+
+/// The template `offering` launches from (its id; a bare name for an id that is none).
+pub fn template(offering: &Offering) -> TemplateRef {
+    template_of(offering).unwrap_or_else(|| TemplateRef {
+        api_version: String::new(),
+        kind: String::new(),
+        namespace: None,
+        name: offering.id.clone(),
+    })
+}
+
+/// The key counts keep a template's use under: its namespace and name.
+fn key_of(offering: &Offering) -> TemplateKey {
+    let t = template(offering);
+    (t.namespace.unwrap_or_default(), t.name)
 }
 
 /// How long a reported `available-count` is trusted by default: a job that counts hosts
@@ -219,8 +219,7 @@ impl OfferingCounts {
     /// The use of the template `offering` (of instance type `it`) is launched from:
     /// NodeClaims and Machines from it, and NodeClaims not yet planned that list `it` first.
     pub fn use_of(&self, it: &InstanceType, offering: &Offering) -> TemplateUse {
-        let t = &offering.template;
-        let key = (t.namespace.clone().unwrap_or_default(), t.name.clone());
+        let key = key_of(offering);
         let mut u = self.uses.get(&key).copied().unwrap_or_default();
         let unplanned = self.unplanned.get(&it.name).copied().unwrap_or(0);
         u.live += unplanned;
@@ -228,14 +227,19 @@ impl OfferingCounts {
         u
     }
 
-    /// The count `offering` (of instance type `it`) has left now; `None` is unbounded.
-    pub fn available(&self, it: &InstanceType, offering: &Offering) -> Option<Available> {
-        let limits = (!offering.limits.is_empty())
+    /// The count `offering` (of instance type `it`, in `catalog`) has left now; `None` is
+    /// unbounded.
+    pub fn available(
+        &self,
+        catalog: &Catalog,
+        it: &InstanceType,
+        offering: &Offering,
+    ) -> Option<Available> {
+        let limits = catalog.limits_of(offering);
+        let limits = (!limits.is_empty())
             .then(|| {
                 let now = self.now.unwrap_or_else(Timestamp::now);
-                offering
-                    .limits
-                    .available(self.use_of(it, offering), now, self.staleness)
+                limits.available(self.use_of(it, offering), now, self.staleness)
             })
             .flatten();
         smallest(limits.into_iter().chain(self.hosts_available(it, offering)))
@@ -245,8 +249,7 @@ impl OfferingCounts {
     /// hosts of its zone minus the launches in flight there holding none yet and the
     /// NodeClaims not planned yet that list its instance type first.
     fn hosts_available(&self, it: &InstanceType, offering: &Offering) -> Option<Available> {
-        let t = &offering.template;
-        let key = (t.namespace.clone().unwrap_or_default(), t.name.clone());
+        let key = key_of(offering);
         let tally = self.hosts.get(&key)?;
         let zone = offering.zone.as_deref();
         let in_zone = |z: &Option<String>| !tally.zone_split || z.is_none() || z.as_deref() == zone;
@@ -263,36 +266,36 @@ impl OfferingCounts {
     }
 
     /// The offering's count as the solver shares it: one per template, named with the
-    /// source that set it.
-    pub fn scheduling(
+    /// source that set it, with what to say once none is left.
+    pub fn count(
         &self,
+        catalog: &Catalog,
         it: &InstanceType,
         offering: &Offering,
-    ) -> Option<scheduling::OfferingCount> {
-        let a = self.available(it, offering)?;
+    ) -> Option<OfferingCount> {
+        let a = self.available(catalog, it, offering)?;
+        let template = template(offering);
         let key = match (&a.source, &offering.zone) {
             // Hosts split per zone: each zone's count is its own.
             (CountSource::Inventory, Some(z)) if self.split(offering) => {
-                format!("template {} zone {z}, inventory", offering.template)
+                format!("template {template} zone {z}, inventory")
             }
-            _ => format!(
-                "template {}, {} {}",
-                offering.template,
-                a.source.annotation(),
-                a.limit
-            ),
+            _ => format!("template {template}, {} {}", a.source.annotation(), a.limit),
         };
-        Some(scheduling::OfferingCount {
+        // Exhausted: none left once the solve handed out what it had.
+        let none_left = Available { count: 0, ..a };
+        Some(OfferingCount {
             key,
             available: a.count,
+            exhausted: format!("template {}: {}", template.name, none_left.describe()),
         })
     }
 
     /// Whether the offering's template counts its hosts per zone.
     fn split(&self, offering: &Offering) -> bool {
-        let t = &offering.template;
-        let key = (t.namespace.clone().unwrap_or_default(), t.name.clone());
-        self.hosts.get(&key).is_some_and(|h| h.zone_split)
+        self.hosts
+            .get(&key_of(offering))
+            .is_some_and(|h| h.zone_split)
     }
 }
 
@@ -312,29 +315,41 @@ mod tests {
     use super::*;
     use serde_json::json;
     use templates::count::{CountLimits, CountSource, Reported};
-    use templates::model::{PriceSource, TemplateRef};
+    use templates::model::PriceSource;
 
-    fn offering(limits: CountLimits) -> Offering {
+    /// The offering of the `metal` template (its count annotations are the catalog's:
+    /// [`limited`]).
+    fn offering() -> Offering {
+        let template = TemplateRef {
+            api_version: "infrastructure.cluster.x-k8s.io/v1beta1".into(),
+            kind: "Metal3MachineTemplate".into(),
+            namespace: Some("capi".into()),
+            name: "metal".into(),
+        };
         Offering {
+            id: template.id(),
             zone: None,
             capacity_type: "on-demand".into(),
             price: 1.0,
             price_source: PriceSource::Default,
-            template: TemplateRef {
-                api_version: "infrastructure.cluster.x-k8s.io/v1beta1".into(),
-                kind: "Metal3MachineTemplate".into(),
-                namespace: Some("capi".into()),
-                name: "metal".into(),
-            },
-            limits,
             reservation_id: None,
+            labels: Default::default(),
+            available: true,
+            count: None,
+        }
+    }
+
+    /// A catalog whose `metal` template has `limits`.
+    fn limited(limits: CountLimits) -> Catalog {
+        Catalog {
+            limits: [(offering().id, limits)].into(),
+            ..Catalog::default()
         }
     }
 
     fn metal() -> InstanceType {
         InstanceType {
             name: "metal-type".into(),
-            templates: Vec::new(),
             capacity: Default::default(),
             allocatable: Default::default(),
             labels: Default::default(),
@@ -405,7 +420,8 @@ mod tests {
             machine("x", "uid-elsewhere", None),
         ];
         let counts = OfferingCounts::new(&claims, &machines, now(), DEFAULT_STALENESS);
-        let o = offering(CountLimits::default());
+        let o = offering();
+        let unbounded = limited(CountLimits::default());
         assert_eq!(
             counts.use_of(&metal(), &o),
             TemplateUse {
@@ -414,7 +430,7 @@ mod tests {
             }
         );
         assert_eq!(
-            counts.available(&metal(), &o),
+            counts.available(&unbounded, &metal(), &o),
             None,
             "no annotation: unbounded"
         );
@@ -427,30 +443,35 @@ mod tests {
             claim("b", "metal", None),
         ];
         let counts = OfferingCounts::new(&claims, &[], now(), DEFAULT_STALENESS);
-        let reported = offering(CountLimits {
+        let reported = limited(CountLimits {
             reported: Some(Reported {
                 count: 4,
                 updated: now(),
             }),
             ..CountLimits::default()
         });
+        let o = offering();
         // The job counted 4 free hosts; b's launch is in flight and not seen by the job yet.
         assert_eq!(
-            counts.available(&metal(), &reported).map(|a| a.count),
+            counts.available(&reported, &metal(), &o).map(|a| a.count),
             Some(3)
         );
-        let max = offering(CountLimits {
+        let max = limited(CountLimits {
             max_machines: Some(3),
             ..CountLimits::default()
         });
-        let a = counts.available(&metal(), &max).expect("bounded");
+        let a = counts.available(&max, &metal(), &o).expect("bounded");
         assert_eq!((a.count, a.source), (1, CountSource::MaxMachines));
-        let shared = counts.scheduling(&metal(), &max).expect("bounded");
+        let shared = counts.count(&max, &metal(), &o).expect("bounded");
         assert_eq!(
             shared.key,
             "template Metal3MachineTemplate capi/metal, karpenter.cluster.x-k8s.io/max-machines 3"
         );
         assert_eq!(shared.available, 1);
+        assert_eq!(
+            shared.exhausted,
+            "template metal: 0 left of karpenter.cluster.x-k8s.io/max-machines 3"
+        );
     }
 
     #[test]
@@ -461,17 +482,21 @@ mod tests {
             Arc::clone(&waiting),
             unplanned("x", "other-type"),
         ];
-        let max = offering(CountLimits {
+        let max = limited(CountLimits {
             max_machines: Some(3),
             ..CountLimits::default()
         });
+        let o = offering();
         let counts = OfferingCounts::new(&claims, &[], now(), DEFAULT_STALENESS);
         // a (planned) and w (lists metal-type first); x holds a unit of another type.
-        assert_eq!(counts.available(&metal(), &max).map(|a| a.count), Some(1));
+        assert_eq!(
+            counts.available(&max, &metal(), &o).map(|a| a.count),
+            Some(1)
+        );
         // Launching w: its own unit is what it launches with.
         let launching = counts.launching(&waiting);
         assert_eq!(
-            launching.available(&metal(), &max).map(|a| a.count),
+            launching.available(&max, &metal(), &o).map(|a| a.count),
             Some(2)
         );
     }
@@ -497,7 +522,7 @@ mod tests {
             host("h3", "z1", Some("b")),
             host("h4", "z2", None),
         ];
-        let tallies = crate::inventory::Tallies::from([(
+        let tallies = Tallies::from([(
             ("capi".to_string(), "metal".to_string()),
             tally(&q, &HostSelector::default(), "capi", &hosts),
         )]);
@@ -518,26 +543,30 @@ mod tests {
         ];
         let counts =
             OfferingCounts::new(&claims, &[], now(), DEFAULT_STALENESS).with_hosts(tallies);
-        let mut z1 = offering(CountLimits::default());
+        let unbounded = limited(CountLimits::default());
+        let mut z1 = offering();
         z1.zone = Some("z1".into());
-        let a = counts.available(&metal(), &z1).expect("counted");
+        let a = counts
+            .available(&unbounded, &metal(), &z1)
+            .expect("counted");
         // 2 free in z1, minus c (b already holds h3): 1 of the 3 hosts of z1.
         assert_eq!((a.count, a.source, a.limit), (1, CountSource::Inventory, 3));
         assert_eq!(a.describe(), "1 of 3 hosts available");
-        let shared = counts.scheduling(&metal(), &z1).expect("counted");
+        let shared = counts.count(&unbounded, &metal(), &z1).expect("counted");
         assert!(shared.key.contains("zone z1"), "{}", shared.key);
+        assert_eq!(shared.exhausted, "template metal: 0 of 3 hosts available");
         let mut z2 = z1.clone();
         z2.zone = Some("z2".into());
-        assert_eq!(counts.available(&metal(), &z2).map(|a| a.count), Some(1));
+        assert_eq!(
+            counts.available(&unbounded, &metal(), &z2).map(|a| a.count),
+            Some(1)
+        );
         // A max-machines smaller than the free hosts wins.
-        let capped = Offering {
-            limits: CountLimits {
-                max_machines: Some(3),
-                ..CountLimits::default()
-            },
-            ..z2
-        };
-        let a = counts.available(&metal(), &capped).expect("counted");
+        let capped = limited(CountLimits {
+            max_machines: Some(3),
+            ..CountLimits::default()
+        });
+        let a = counts.available(&capped, &metal(), &z2).expect("counted");
         assert_eq!((a.count, a.source), (0, CountSource::MaxMachines));
     }
 }

@@ -329,7 +329,7 @@ impl Inventory {
     pub fn forgive_freed(
         &self,
         seen: &mut HashMap<TemplateKey, u32>,
-        unavailable: &crate::unavailable::UnavailableOfferings,
+        unavailable: &super::unavailable::UnavailableOfferings,
     ) {
         let freed = freed(seen, &self.tallies());
         if freed.is_empty() {
@@ -458,12 +458,12 @@ fn templates_of(
     catalog
         .instance_types
         .iter()
-        .flat_map(|it| it.templates.iter())
-        .filter(|t| seen.insert((*t).clone()))
+        .flat_map(|it| it.offerings.iter().map(super::counts::template))
+        .filter(|t| seen.insert(t.clone()))
         .map(|t| {
             let ns = t.namespace.as_deref().unwrap_or_default();
             let obj = inner.catalogs.template(t.group(), &t.kind, ns, &t.name);
-            (t.clone(), obj)
+            (t, obj)
         })
         .collect()
 }
@@ -561,7 +561,7 @@ mod tests {
 
     #[test]
     fn forgiving_ends_only_the_freed_templates_backoff() {
-        use crate::unavailable::{OfferingKey, UnavailableOfferings};
+        use super::super::unavailable::{OfferingKey, UnavailableOfferings};
         let key = |name: &str| OfferingKey {
             template: templates::model::TemplateRef {
                 api_version: "infrastructure.cluster.x-k8s.io/v1beta1".into(),
