@@ -35,6 +35,7 @@ use serde_json::json;
 use super::error::Error;
 use crate::disruption::blockers::{pod_do_not_disrupt, tolerates_disrupted};
 use crate::events::{EventType, Recorder};
+use crate::metrics::{CodeLabels, DrainedLabels, Metrics};
 use crate::objects::{annotation, namespaced_name, owned_by, terminal};
 use crate::write::{Outcome, Refused, Writer, is_too_many_requests, manager};
 
@@ -170,6 +171,7 @@ pub enum Progress {
 pub struct Drainer<'a> {
     pub client: &'a Client,
     pub recorder: &'a Recorder,
+    pub metrics: &'a Metrics,
     pub pods: &'a Store<Pod>,
 }
 
@@ -239,7 +241,7 @@ impl Drainer<'_> {
         }
         let mut work: Vec<BoxFuture<'_, Result<Step, Error>>> = Vec::new();
         for (p, grace) in &plan.delete {
-            work.push(self.delete(p, *grace, deadline).boxed());
+            work.push(self.delete(p, *grace, deadline, reason).boxed());
         }
         for p in &plan.evict {
             work.push(self.evict(p, reason).boxed());
@@ -283,11 +285,28 @@ impl Drainer<'_> {
 
     async fn evict(&self, pod: &Pod, reason: &str) -> Result<Step, Error> {
         let who = namespaced_name(pod);
-        match self.writer(pod).evict(pod).await {
+        let out = self.writer(pod).evict(pod).await;
+        let code = match &out {
+            Ok(Outcome::Written(())) => 200,
+            Ok(Outcome::Gone) => 404,
+            Ok(Outcome::Conflict) => 409,
+            Err(kube::Error::Api(s)) => s.code,
+            Err(_) => 0,
+        };
+        if code != 0 {
+            self.metrics
+                .pods_eviction_requests
+                .get_or_create(&CodeLabels {
+                    code: code.to_string(),
+                })
+                .inc();
+        }
+        match out {
             // Gone, or the name holds another pod now: this one has left.
             Ok(Outcome::Gone | Outcome::Conflict) => Ok(Step::Moved),
             Ok(Outcome::Written(())) => {
                 tracing::info!(pod = %who, reason, "evicted");
+                self.drained(reason);
                 self.event(
                     pod.object_ref(&()),
                     EventType::Normal,
@@ -307,11 +326,21 @@ impl Drainer<'_> {
         }
     }
 
+    fn drained(&self, reason: &str) {
+        self.metrics
+            .pods_drained
+            .get_or_create(&DrainedLabels {
+                reason: reason.into(),
+            })
+            .inc();
+    }
+
     async fn delete(
         &self,
         pod: &Pod,
         grace: u32,
         deadline: Option<Timestamp>,
+        reason: &str,
     ) -> Result<Step, Error> {
         let own = pod
             .spec
@@ -331,7 +360,9 @@ impl Drainer<'_> {
             ),
         )
         .await;
-        self.writer(pod).delete_within(pod, Some(grace)).await?;
+        if self.writer(pod).delete_within(pod, Some(grace)).await? == Outcome::Written(()) {
+            self.drained(reason);
+        }
         tracing::info!(pod = %namespaced_name(pod), grace, "deleted past the termination time");
         Ok(Step::Moved)
     }

@@ -14,6 +14,7 @@ use api::NodeClaim;
 use api::consts::annotations::NODECLAIM_TERMINATION_TIMESTAMP;
 use api::consts::{conditions as types, reasons};
 use api::karpenter::NodeClaimStatus;
+use futures::FutureExt;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
@@ -150,6 +151,11 @@ async fn drain(
     else {
         return Ok(None);
     };
+    // An empty pod cache before its first list is no drained Node (hub mode starts the pod
+    // watch of a workload cluster lazily).
+    if !matches!(ctx.pods.wait_until_ready().now_or_never(), Some(Ok(()))) {
+        return Ok(Some(crate::nodeclaim::context::Backoff::FIRST));
+    }
     let ready = node_ready(&node);
     if !ready {
         match ctx.provider.get(claim).await {
@@ -161,6 +167,7 @@ async fn drain(
     let drainer = Drainer {
         client: &ctx.workload,
         recorder: &ctx.recorder,
+        metrics: &ctx.metrics,
         pods: &ctx.pods,
     };
     drainer.taint(&node).await?;
