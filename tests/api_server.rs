@@ -357,6 +357,8 @@ update core                          nodes                     -          -
 delete core                          nodes                     -          -
 list   core                          pods                      -          -
 watch  core                          pods                      -          -
+delete core                          pods                      -          default
+create core                          pods                      eviction   default
 list   apps                          daemonsets                -          -
 watch  apps                          daemonsets                -          -
 watch  policy                        poddisruptionbudgets      -          -
@@ -366,6 +368,7 @@ create coordination.k8s.io           leases                    -          karpen
 update coordination.k8s.io           leases                    -          karpenter
 create cluster.x-k8s.io              machines                  -          capi-demo
 delete cluster.x-k8s.io              machines                  -          capi-demo
+patch  cluster.x-k8s.io              machines                  -          capi-demo
 watch  cluster.x-k8s.io              machines                  -          -
 watch  cluster.x-k8s.io              clusters                  -          -
 list   bootstrap.cluster.x-k8s.io    kubeadmconfigtemplates    -          -
@@ -382,8 +385,6 @@ list     core                            secrets                   -        -
 watch    core                            secrets                   -        -
 list     core                            secrets                   -        capi-demo
 create   core                            secrets                   -        capi-demo
-delete   core                            pods                      -        default
-create   core                            pods                      eviction default
 create   core                            nodes                     -        -
 get      core                            configmaps                -        default
 create   apps                            deployments               -        default

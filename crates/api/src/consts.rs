@@ -300,6 +300,8 @@ pub mod reasons {
     pub const INITIALIZED: &str = "Initialized";
     pub const NOT_READY: &str = "NotReady";
     pub const INSTANCE_TERMINATING: &str = "InstanceTerminating";
+    /// `Drained` Unknown: the Node of a deleted NodeClaim is being drained.
+    pub const DRAINING: &str = "Draining";
     // Drift.
     pub const NODEPOOL_DRIFTED: &str = "NodePoolDrifted";
     pub const REQUIREMENTS_DRIFTED: &str = "RequirementsDrifted";
@@ -364,6 +366,9 @@ pub mod events {
     /// Ours: a surge-first command failed (a replacement never initialized) and was undone.
     pub const DISRUPTION_ROLLED_BACK: &str = "DisruptionRolledBack";
     pub const EVICTED: &str = "Evicted";
+    /// On a pod deleted past its NodeClaim's termination time (PDBs and do-not-disrupt
+    /// bypassed).
+    pub const DISRUPTED: &str = "Disrupted";
     pub const FAILED_DRAINING: &str = "FailedDraining";
     pub const TERMINATION_GRACE_PERIOD_EXPIRING: &str = "TerminationGracePeriodExpiring";
     pub const NODE_REPAIR_BLOCKED: &str = "NodeRepairBlocked";

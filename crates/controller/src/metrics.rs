@@ -63,6 +63,10 @@ pub struct Metrics {
     pub pods_disruption_initiated: ScopedFamily<PodDisruptionLabels, Counter>,
     pub nodes_created: ScopedFamily<NodeLabels, Counter>,
     pub nodes_terminated: ScopedFamily<NodeLabels, Counter>,
+    /// Eviction API requests of drains, by response code.
+    pub pods_eviction_requests: ScopedFamily<CodeLabels, Counter>,
+    /// Pods evicted or deleted by drains, by the reason their Node was drained.
+    pub pods_drained: ScopedFamily<DrainedLabels, Counter>,
     /// Pending pods the provisioner ignores (invalid for scheduling), as of its last batch.
     pub ignored_pods: Gauge,
     pub scheduling_duration: ScopedFamily<ControllerLabels, Histogram, fn() -> Histogram>,
@@ -109,7 +113,8 @@ crate::metrics_scope::scoped_families! {
     nodeclaims_created, nodeclaims_terminated, nodeclaims_disrupted,
     nodeclaims_unhealthy_disrupted, nodeclaims_drifted, disruption_decisions,
     disruption_queue_failures, decisions_by_nodepool, nodes_consuming_budgets,
-    pods_disruption_initiated, nodes_created, nodes_terminated, scheduling_duration,
+    pods_disruption_initiated, nodes_created, nodes_terminated, pods_eviction_requests,
+    pods_drained, scheduling_duration,
     cloudprovider_duration, cloudprovider_errors, nodepools_usage, nodepools_limit,
     machines_launched, launch_duration, catalog_instance_types, nodeoverlay_matched_offerings,
     voluntary_disruption_eligible_nodes, nodepools_allowed_disruptions, consolidation_score,
@@ -137,6 +142,8 @@ impl Metrics {
             pods_disruption_initiated: ScopedFamily::default(),
             nodes_created: ScopedFamily::default(),
             nodes_terminated: ScopedFamily::default(),
+            pods_eviction_requests: ScopedFamily::default(),
+            pods_drained: ScopedFamily::default(),
             ignored_pods: Gauge::default(),
             scheduling_duration: ScopedFamily::new_with_constructor(duration_histogram),
             cloudprovider_duration: ScopedFamily::new_with_constructor(duration_histogram),
@@ -242,6 +249,16 @@ impl Metrics {
             "nodes_terminated",
             "Number of nodes terminated, by nodepool and zone.",
             Declared(self.nodes_terminated.family()),
+        );
+        r.register(
+            "pods_eviction_requests",
+            "The total number of pod eviction requests made by Karpenter, labeled by response code",
+            Declared(self.pods_eviction_requests.family()),
+        );
+        r.register(
+            "pods_drained",
+            "The total number of pods drained during node termination by Karpenter, labeled by reason",
+            Declared(self.pods_drained.family()),
         );
     }
 

@@ -152,3 +152,15 @@ pub struct ClusterLabels {
 pub struct StateLabels {
     pub state: String,
 }
+
+/// `karpenter_pods_eviction_requests_total`: the Eviction API's response code.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CodeLabels {
+    pub code: String,
+}
+
+/// `karpenter_pods_drained_total`: why the pod's Node was drained.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DrainedLabels {
+    pub reason: String,
+}

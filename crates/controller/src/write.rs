@@ -279,11 +279,19 @@ where
     /// Deletes `obj`, only the very object decided on (UID precondition): a
     /// [`Outcome::Conflict`] when the name now holds another object.
     pub async fn delete(&self, obj: &K) -> kube::Result<Outcome<()>> {
+        self.delete_within(obj, None).await
+    }
+
+    /// [`Writer::delete`] with `grace_seconds` for the object to go (a pod's
+    /// `terminationGracePeriodSeconds` shortened); `None`: the object's own.
+    pub async fn delete_within(
+        &self,
+        obj: &K,
+        grace_seconds: Option<u32>,
+    ) -> kube::Result<Outcome<()>> {
         let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: obj.meta().uid.clone(),
-                resource_version: None,
-            }),
+            grace_period_seconds: grace_seconds,
+            preconditions: Some(uid_precondition(obj)),
             ..DeleteParams::default()
         };
         let out = classify(self.api.delete(&obj.name_any(), &params).await)?;
@@ -311,6 +319,48 @@ where
             Outcome::Gone => Outcome::Gone,
         })
     }
+}
+
+/// Only the very object decided on: its UID.
+fn uid_precondition<K: Resource>(obj: &K) -> Preconditions {
+    Preconditions {
+        uid: obj.meta().uid.clone(),
+        resource_version: None,
+    }
+}
+
+impl Writer<k8s_openapi::api::core::v1::Pod> {
+    /// Evicts `pod` through the Eviction API (`policy/v1`, so PodDisruptionBudgets apply),
+    /// only the very pod decided on (UID precondition): [`Outcome::Gone`] when it is gone,
+    /// [`Outcome::Conflict`] when the name now holds another pod. A PDB refusing (429) is an
+    /// error for the caller to read ([`is_too_many_requests`]).
+    pub async fn evict(&self, pod: &k8s_openapi::api::core::v1::Pod) -> kube::Result<Outcome<()>> {
+        let eviction = json!({
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod.name_any(), "namespace": pod.namespace()},
+            "deleteOptions": {"preconditions": uid_precondition(pod)},
+        });
+        let out = self
+            .api
+            .create_subresource::<_, Value>(
+                "eviction",
+                &pod.name_any(),
+                &PostParams::default(),
+                &eviction,
+            )
+            .await;
+        Ok(match classify(out)? {
+            Outcome::Written(_) => Outcome::Written(()),
+            Outcome::Conflict => Outcome::Conflict,
+            Outcome::Gone => Outcome::Gone,
+        })
+    }
+}
+
+/// Whether the API server answered 429 (an eviction a PodDisruptionBudget refuses).
+pub fn is_too_many_requests(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 429)
 }
 
 /// Our own writes by object UID until the cache shows them: read-your-writes for a loop

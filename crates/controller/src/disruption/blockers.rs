@@ -100,7 +100,7 @@ pub fn active(pod: &Pod) -> bool {
 }
 
 /// Whether a pod tolerates `karpenter.sh/disrupted:NoSchedule` (it would come back).
-fn tolerates_disrupted(pod: &Pod) -> bool {
+pub(crate) fn tolerates_disrupted(pod: &Pod) -> bool {
     let taint = scheduling::Taint::new(
         api::consts::taints::DISRUPTED,
         "",

@@ -4,6 +4,7 @@
 //! live under `cloudprovider::clusterapi`.
 
 pub mod context;
+pub mod drain;
 pub(crate) mod drift;
 pub mod error;
 pub(crate) mod labels;

@@ -175,8 +175,28 @@ impl ClusterApi {
             && fence::ownership(&m, &uid, &ctx.cluster_id) != Ownership::Foreign
         {
             if m.metadata.deletion_timestamp.is_none() {
+                let writer = crate::write::Writer::new(machines, crate::write::manager::LIFECYCLE);
+                // The core drained the Node of a NodeClaim being deleted: Cluster API's own
+                // drain is excluded (not for a stand-in of an orphaned instance, which nothing
+                // drained). A conflict is decided again from the fresh Machine.
+                let exclude = api::consts::annotations::EXCLUDE_NODE_DRAINING;
+                if claim.metadata.resource_version.is_some()
+                    && !m.annotations().contains_key(exclude)
+                {
+                    let body =
+                        serde_json::json!({"metadata": {"annotations": {exclude: "karpenter"}}});
+                    let out = writer.patch(&m, body).await;
+                    if out.map_err(|e| Error::Retryable(e.into()))?
+                        == crate::write::Outcome::Conflict
+                    {
+                        let what = format!("Machine {}/{}", plan.namespace, plan.machine);
+                        return Err(Error::Retryable(
+                            crate::write::Refused::Conflict(what).into(),
+                        ));
+                    }
+                }
                 // The very Machine judged ours (UID precondition); gone meanwhile is fine.
-                crate::write::Writer::new(machines, crate::write::manager::LIFECYCLE)
+                writer
                     .delete(&m)
                     .await
                     .map_err(|e| typed(e.into()))?;

@@ -1,0 +1,398 @@
+//! Termination drains the Node before the Machine is deleted, on the testbed with the real
+//! Cluster API Machine controller, kwok and the operator (in process): pods leave through the
+//! Eviction API (a PodDisruptionBudget that allows nothing holds the NodeClaim and its
+//! Machine), DaemonSet pods after the others, and the NodeClaim's terminationGracePeriod
+//! bounds the drain (pods deleted, PDBs and do-not-disrupt bypassed, then the Machine goes).
+//! The Machine is deleted with Cluster API's own drain excluded.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use testbed::provider;
+use testbed::wait_for;
+
+/// Holds an evicted pod in Terminating, so the test sees it was asked to go.
+const HOLD: &str = "karpenter-capi.test/hold";
+const WAIT: Duration = Duration::from_secs(90);
+
+/// Creates the NodeClaim `name` (`spec` merged into its spec) and waits until it is Ready:
+/// its Node's name.
+async fn ready_claim(client: &Client, name: &str, spec: Value) -> String {
+    let mut nc = nodeclaim(name, json!([]));
+    if let (Some(s), Some(extra)) = (nc.data["spec"].as_object_mut(), spec.as_object()) {
+        s.extend(extra.clone());
+    }
+    nodeclaims(client)
+        .create(&PostParams::default(), &nc)
+        .await
+        .expect("nodeclaim");
+    let ready = wait_for("NodeClaim Ready", WAIT, || async {
+        let nc = nodeclaims(client).get(name).await.ok()?;
+        (condition(&nc, "Ready").as_deref() == Some("True")).then_some(nc)
+    })
+    .await
+    .expect("NodeClaim Ready");
+    ready.data["status"]["nodeName"]
+        .as_str()
+        .expect("nodeName")
+        .to_string()
+}
+
+/// A pod bound to `node` (labels `app: <name>`), `extra` merged into its JSON.
+fn pod(name: &str, node: &str, extra: Value) -> Pod {
+    let mut v = json!({
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 5,
+            "tolerations": [{"key": "team", "operator": "Exists"}],
+            "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]
+        }
+    });
+    merge(&mut v, extra);
+    from_json(v)
+}
+
+fn merge(a: &mut Value, b: Value) {
+    match (a, b) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (a, b) => *a = b,
+    }
+}
+
+/// A PDB over `app: <name>` that allows no disruption.
+fn pdb(name: &str) -> PodDisruptionBudget {
+    from_json(json!({
+        "metadata": {"name": name},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": name}}}
+    }))
+}
+
+fn deleting(p: &Option<Pod>) -> bool {
+    p.as_ref()
+        .is_some_and(|p| p.metadata.deletion_timestamp.is_some())
+}
+
+/// Whether the API server marked the pod as evicted through the Eviction API.
+fn evicted_by_api(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.type_ == "DisruptionTarget"
+                    && c.reason.as_deref() == Some("EvictionByEvictionAPI")
+            })
+        })
+}
+
+async fn release(pods: &Api<Pod>, name: &str) {
+    pods.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .expect("finalizer removed");
+}
+
+/// The operator's `karpenter_pods_eviction_requests_total{code}` (0 before the first).
+async fn eviction_requests(env: &Env, code: &str) -> f64 {
+    let page = scrape(env.metrics_addr).await;
+    let series = format!("karpenter_pods_eviction_requests_total{{code=\"{code}\"}} ");
+    page.lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Waits until the operator has asked for an eviction answered `code` more than `than`
+/// times (proves the drain loop ran again).
+async fn more_eviction_requests(env: &Env, code: &str, than: f64) {
+    wait_for("another eviction request", WAIT, || async {
+        (eviction_requests(env, code).await > than).then_some(())
+    })
+    .await
+    .expect("the drain asked again");
+}
+
+async fn machine(client: &Client, ns: &str, claim: &str) -> Option<DynamicObject> {
+    let machines: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &provider::machine_resource());
+    machines
+        .get_opt(&machine_name(claim))
+        .await
+        .expect("get machine")
+}
+
+fn machine_deleting(m: &Option<DynamicObject>) -> bool {
+    m.as_ref()
+        .is_none_or(|m| m.metadata.deletion_timestamp.is_some())
+}
+
+/// Waits until the NodeClaim, its Machine and its Node are gone.
+async fn all_gone(client: &Client, ns: &str, claim: &str, node: &str) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    wait_for("NodeClaim, Machine and Node gone", WAIT, || async {
+        let gone = nodeclaims(client).get_opt(claim).await.ok()?.is_none()
+            && machine(client, ns, claim).await.is_none()
+            && nodes.get_opt(node).await.ok()?.is_none();
+        gone.then_some(())
+    })
+    .await
+    .expect("terminated");
+}
+
+#[tokio::test]
+async fn drain_evicts_through_the_eviction_api_in_groups_and_waits_for_a_pdb() {
+    let env = env(default_templates(json!({}))).await;
+    let client = env.tb.client();
+    let ns = env.cluster.namespace.clone();
+    let node = ready_claim(&client, "drain-a1", json!({})).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    // A DaemonSet that runs nowhere, as the owner of the DaemonSet pod below.
+    let dsets: Api<DaemonSet> = Api::namespaced(client.clone(), &ns);
+    let ds = dsets
+        .create(
+            &PostParams::default(),
+            &from_json(json!({
+                "metadata": {"name": "agent"},
+                "spec": {
+                    "selector": {"matchLabels": {"ds": "agent"}},
+                    "template": {
+                        "metadata": {"labels": {"ds": "agent"}},
+                        "spec": {"nodeSelector": {"no-such": "node"},
+                                 "containers": [{"name": "a", "image": "registry.k8s.io/pause:3.10"}]}
+                    }
+                }
+            })),
+        )
+        .await
+        .expect("daemonset");
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns);
+    pdbs.create(&PostParams::default(), &pdb("guarded"))
+        .await
+        .expect("pdb");
+    let held = json!({"metadata": {"finalizers": [HOLD]}});
+    let daemon = json!({"metadata": {"finalizers": [HOLD], "ownerReferences": [{
+        "apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent",
+        "uid": ds.metadata.uid.clone().unwrap_or_default()}]}});
+    let tolerant = json!({"spec": {"tolerations": [
+        {"key": "team", "operator": "Exists"},
+        {"key": "karpenter.sh/disrupted", "operator": "Exists"}]}});
+    for p in [
+        pod("app", &node, held.clone()),
+        pod("guarded", &node, held),
+        pod("agent-x", &node, daemon),
+        pod("tolerant", &node, tolerant),
+    ] {
+        pods.create(&PostParams::default(), &p).await.expect("pod");
+    }
+    wait_for("pods running", WAIT, || async {
+        let all = pods.list(&Default::default()).await.ok()?.items;
+        (all.iter().filter(|p| running(p)).count() == 4).then_some(())
+    })
+    .await
+    .expect("kwok runs the pods");
+
+    nodeclaims(&client)
+        .delete("drain-a1", &DeleteParams::default())
+        .await
+        .expect("delete nodeclaim");
+
+    // The plain pod is evicted through the Eviction API; the PDB refuses the guarded one;
+    // the DaemonSet pod waits for both; the Machine stays.
+    let app = wait_for("app evicted", WAIT, || async {
+        let p = pods.get_opt("app").await.ok()?;
+        deleting(&p).then_some(p).flatten()
+    })
+    .await
+    .expect("app evicted");
+    assert!(evicted_by_api(&app), "{:?}", app.status);
+    let refused = wait_for("a PDB refusal", WAIT, || async {
+        let n = eviction_requests(&env, "429").await;
+        (n > 0.0).then_some(n)
+    })
+    .await
+    .expect("the eviction of guarded is refused (429)");
+    assert!(!deleting(&pods.get_opt("guarded").await.expect("get")));
+    assert!(!deleting(&pods.get_opt("agent-x").await.expect("get")));
+    assert!(!machine_deleting(&machine(&client, &ns, "drain-a1").await));
+    let n: Node = Api::all(client.clone()).get(&node).await.expect("node");
+    assert!(
+        n.spec
+            .and_then(|s| s.taints)
+            .unwrap_or_default()
+            .iter()
+            .any(|t| t.key == "karpenter.sh/disrupted" && t.effect == "NoSchedule"),
+        "the Node is tainted"
+    );
+    let claim = nodeclaims(&client).get("drain-a1").await.expect("claim");
+    assert_eq!(condition(&claim, "Drained").as_deref(), Some("Unknown"));
+
+    // app leaves; the PDB still holds guarded, so the DaemonSet pod and the Machine stay
+    // while the drain keeps asking.
+    release(&pods, "app").await;
+    more_eviction_requests(&env, "429", refused).await;
+    more_eviction_requests(&env, "429", refused + 1.0).await;
+    assert!(!deleting(&pods.get_opt("guarded").await.expect("get")));
+    assert!(!deleting(&pods.get_opt("agent-x").await.expect("get")));
+    assert!(!machine_deleting(&machine(&client, &ns, "drain-a1").await));
+    assert!(
+        events_for(&client, &node)
+            .await
+            .iter()
+            .any(|(r, note)| r == "FailedDraining" && note.contains("guarded")),
+        "{:?}",
+        events_for(&client, &node).await
+    );
+
+    // Positive control: the PDB allows (deleted), guarded is evicted, then the DaemonSet pod.
+    pdbs.delete("guarded", &DeleteParams::default())
+        .await
+        .expect("pdb deleted");
+    let guarded = wait_for("guarded evicted", WAIT, || async {
+        let p = pods.get_opt("guarded").await.ok()?;
+        deleting(&p).then_some(p).flatten()
+    })
+    .await
+    .expect("guarded evicted once the PDB allows");
+    assert!(evicted_by_api(&guarded));
+    assert!(!deleting(&pods.get_opt("agent-x").await.expect("get")));
+    release(&pods, "guarded").await;
+    let agent = wait_for("the DaemonSet pod evicted", WAIT, || async {
+        let p = pods.get_opt("agent-x").await.ok()?;
+        deleting(&p).then_some(p).flatten()
+    })
+    .await
+    .expect("DaemonSet pod evicted last");
+    assert!(evicted_by_api(&agent));
+    assert!(!machine_deleting(&machine(&client, &ns, "drain-a1").await));
+    release(&pods, "agent-x").await;
+
+    // Drained: the Machine is deleted with Cluster API's drain excluded; the pod tolerating
+    // the disrupted taint was never evicted.
+    let m = wait_for("Machine deleting", WAIT, || async {
+        let m = machine(&client, &ns, "drain-a1").await?;
+        m.metadata.deletion_timestamp.is_some().then_some(m)
+    })
+    .await
+    .expect("Machine deleted after the drain");
+    assert!(
+        m.annotations()
+            .contains_key("machine.cluster.x-k8s.io/exclude-node-draining"),
+        "{:?}",
+        m.annotations()
+    );
+    let tolerant = pods.get_opt("tolerant").await.expect("get");
+    assert!(
+        tolerant.as_ref().is_none_or(|p| !evicted_by_api(p)),
+        "{tolerant:?}"
+    );
+    all_gone(&client, &ns, "drain-a1", &node).await;
+}
+
+#[tokio::test]
+async fn termination_grace_period_bounds_the_drain() {
+    let env = env(default_templates(json!({}))).await;
+    let client = env.tb.client();
+    let ns = env.cluster.namespace.clone();
+    let node = ready_claim(
+        &client,
+        "drain-b1",
+        json!({"terminationGracePeriod": "20s"}),
+    )
+    .await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns);
+    pdbs.create(&PostParams::default(), &pdb("guarded"))
+        .await
+        .expect("pdb");
+    let keep = json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "true"}}});
+    for p in [pod("guarded", &node, json!({})), pod("keep", &node, keep)] {
+        pods.create(&PostParams::default(), &p).await.expect("pod");
+    }
+    wait_for("pods running", WAIT, || async {
+        let all = pods.list(&Default::default()).await.ok()?.items;
+        (all.iter().filter(|p| running(p)).count() == 2).then_some(())
+    })
+    .await
+    .expect("kwok runs the pods");
+
+    nodeclaims(&client)
+        .delete("drain-b1", &DeleteParams::default())
+        .await
+        .expect("delete nodeclaim");
+    let started = Instant::now();
+    let claim = wait_for("termination time recorded", WAIT, || async {
+        let c = nodeclaims(&client).get("drain-b1").await.ok()?;
+        c.annotations()
+            .contains_key("karpenter.sh/nodeclaim-termination-timestamp")
+            .then_some(c)
+    })
+    .await
+    .expect("annotated");
+    let deleted = claim
+        .metadata
+        .deletion_timestamp
+        .clone()
+        .expect("deleting")
+        .0;
+    let at: k8s_openapi::jiff::Timestamp =
+        claim.annotations()["karpenter.sh/nodeclaim-termination-timestamp"]
+            .parse()
+            .expect("RFC 3339");
+    assert_eq!(at.as_second(), deleted.as_second() + 20);
+
+    // Before the deadline (less its pods' 5 s grace): the PDB refuses, do-not-disrupt is
+    // waited for, the Machine stays (while the drain keeps asking).
+    let refused = wait_for("a PDB refusal", WAIT, || async {
+        let n = eviction_requests(&env, "429").await;
+        (n > 0.0).then_some(n)
+    })
+    .await
+    .expect("refused");
+    more_eviction_requests(&env, "429", refused).await;
+    if started.elapsed() < Duration::from_secs(12) {
+        assert!(!deleting(&pods.get_opt("guarded").await.expect("get")));
+        assert!(!deleting(&pods.get_opt("keep").await.expect("get")));
+        assert!(!machine_deleting(&machine(&client, &ns, "drain-b1").await));
+    }
+
+    // Past it: both pods deleted (not evicted), then the Machine.
+    wait_for("pods deleted past the deadline", WAIT, || async {
+        let g = pods.get_opt("guarded").await.ok()?;
+        let k = pods.get_opt("keep").await.ok()?;
+        ((g.is_none() || deleting(&g)) && (k.is_none() || deleting(&k))).then_some(())
+    })
+    .await
+    .expect("deleted at the termination time");
+    assert!(
+        started.elapsed() >= Duration::from_secs(13),
+        "not before deadline - grace: {:?}",
+        started.elapsed()
+    );
+    for name in ["guarded", "keep"] {
+        assert!(
+            events_for(&client, name)
+                .await
+                .iter()
+                .any(|(r, _)| r == "Disrupted"),
+            "{name}: {:?}",
+            events_for(&client, name).await
+        );
+    }
+    all_gone(&client, &ns, "drain-b1", &node).await;
+}
