@@ -186,13 +186,11 @@ impl ClusterApi {
                     let body =
                         serde_json::json!({"metadata": {"annotations": {exclude: "karpenter"}}});
                     let out = writer.patch(&m, body).await;
-                    if out.map_err(|e| Error::Retryable(e.into()))?
+                    if out.map_err(|e| typed(e.into()))?
                         == crate::write::Outcome::Conflict
                     {
                         let what = format!("Machine {}/{}", plan.namespace, plan.machine);
-                        return Err(Error::Retryable(
-                            crate::write::Refused::Conflict(what).into(),
-                        ));
+                        return Err(typed(crate::write::Refused::Conflict(what).into()));
                     }
                 }
                 // The very Machine judged ours (UID precondition); gone meanwhile is fine.
