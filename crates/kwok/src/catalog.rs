@@ -1,12 +1,12 @@
 //! The instance types as the seam takes them today: a `templates::model::Catalog`. This is
 //! the one place that knows that model (it becomes the neutral model of crates/cloudprovider);
-//! an offering's `template` names the KWOKNodeClass, and offering labels other than zone and
-//! capacity type are not carried (the model has no place for them).
+//! an offering's opaque id names the KWOKNodeClass; offering labels other than zone and
+//! capacity type are not carried.
 
 use std::collections::BTreeMap;
 
 use api::consts::labels as label;
-use templates::model::{self, Catalog, PriceSource, TemplateRef};
+use templates::model::{self, Catalog, PriceSource};
 
 use crate::instance_types::InstanceType;
 use crate::nodeclass;
@@ -14,12 +14,8 @@ use crate::nodeclass;
 /// The catalog of `nodeclass`: every instance type with its available offerings, cheapest
 /// first (ties: name).
 pub(crate) fn to_catalog(types: &[InstanceType], nodeclass: &str) -> Catalog {
-    let template = TemplateRef {
-        api_version: format!("{}/v1alpha1", nodeclass::GROUP),
-        kind: nodeclass::KIND.to_string(),
-        namespace: None,
-        name: nodeclass.to_string(),
-    };
+    // Every offering launches the same way (a Node of the KWOKNodeClass): one opaque id.
+    let id = format!("{}/{}", nodeclass::KIND, nodeclass);
     let mut instance_types: Vec<model::InstanceType> = types
         .iter()
         .map(|it| {
@@ -33,9 +29,11 @@ pub(crate) fn to_catalog(types: &[InstanceType], nodeclass: &str) -> Catalog {
                     price: o.price,
                     // The file's price, as given.
                     price_source: PriceSource::Annotation,
-                    template: template.clone(),
-                    limits: Default::default(),
+                    id: id.clone(),
                     reservation_id: None,
+                    labels: BTreeMap::new(),
+                    available: true,
+                    count: None,
                 })
                 .collect();
             offerings.sort_by(|a, b| {
@@ -52,7 +50,6 @@ pub(crate) fn to_catalog(types: &[InstanceType], nodeclass: &str) -> Catalog {
             }
             model::InstanceType {
                 name: it.name.clone(),
-                templates: vec![template.clone()],
                 capacity: it.capacity.clone(),
                 allocatable: it.allocatable.clone(),
                 labels,
@@ -92,7 +89,7 @@ mod tests {
         let small = &catalog.instance_types[0];
         assert_eq!(small.offerings.len(), 2);
         assert_eq!(small.offerings[0].zone.as_deref(), Some("zone-a"));
-        assert_eq!(small.offerings[0].template.kind, "KWOKNodeClass");
+        assert_eq!(small.offerings[0].id, "KWOKNodeClass/default");
         assert_eq!(small.labels[label::CAPACITY_TYPE], "on-demand");
         assert_eq!(small.allocatable.cpu_milli(), 1900);
     }

@@ -74,6 +74,17 @@ pub(crate) fn choose<'a>(
             min_values: None,
         });
     }
+    // The labels recorded on the claim (its first `create`) pin the offering chosen then.
+    for key in CLAIM_LABELS {
+        if let Some(v) = claim.labels().get(key) {
+            list.push(scheduling::Requirement {
+                key: key.to_string(),
+                operator: scheduling::Operator::In,
+                values: vec![v.clone()],
+                min_values: None,
+            });
+        }
+    }
     let allowed = scheduling::Requirements::from_list(&list);
     let requests = requests(claim)?;
     let mut best: Option<Choice<'a>> = None;
@@ -267,24 +278,42 @@ pub(crate) fn instance(node: &Node) -> Instance {
     }
 }
 
-/// The claim as `create` returns it: with the labels of its Node's instance type and offering
-/// (what the core records on the NodeClaim, as Karpenter's `PopulateNodeClaimDetails` does).
-pub(crate) fn claim_of(claim: &NodeClaim, node: &Node) -> NodeClaim {
-    let mut out = claim.clone();
-    let keys = [
-        label::INSTANCE_TYPE,
-        label::ZONE,
-        label::CAPACITY_TYPE,
-        label::ARCH,
-        label::OS,
-    ];
-    let labels = out.metadata.labels.get_or_insert_with(Default::default);
-    for key in keys {
-        if let Some(v) = node.labels().get(key) {
-            labels.insert(key.to_string(), v.clone());
-        }
-    }
-    out
+/// The labels a NodeClaim records of its instance (Karpenter's core writes them from what
+/// `Create` returns): instance type, zone, capacity type, architecture, OS.
+const CLAIM_LABELS: [&str; 5] = [
+    label::INSTANCE_TYPE,
+    label::ZONE,
+    label::CAPACITY_TYPE,
+    label::ARCH,
+    label::OS,
+];
+
+/// The claim labels of the Node made for a claim.
+pub(crate) fn claim_labels(node: &Node) -> BTreeMap<String, String> {
+    pick(node.labels())
+}
+
+/// The claim labels of an offering choice (what its Node will carry).
+pub(crate) fn labels_of(choice: &Choice<'_>) -> BTreeMap<String, String> {
+    let mut l = choice.instance_type.labels.clone();
+    l.extend(choice.offering.labels.clone());
+    l.insert(
+        label::CAPACITY_TYPE.into(),
+        choice.offering.capacity_type().into(),
+    );
+    pick(&l)
+}
+
+fn pick(l: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    CLAIM_LABELS
+        .iter()
+        .filter_map(|k| l.get(*k).map(|v| (k.to_string(), v.clone())))
+        .collect()
+}
+
+/// Whether the claim already carries every one of `labels`.
+pub(crate) fn labelled(claim: &NodeClaim, labels: &BTreeMap<String, String>) -> bool {
+    labels.iter().all(|(k, v)| claim.labels().get(k) == Some(v))
 }
 
 #[cfg(test)]
@@ -399,6 +428,6 @@ mod tests {
             ("default-abc", "small")
         );
         assert_eq!(i.nodeclaim_uid.as_deref(), Some("uid-1"));
-        assert_eq!(claim_of(&c, &node).labels()[label::ZONE], "zone-a");
+        assert_eq!(claim_labels(&node)[label::ZONE], "zone-a");
     }
 }

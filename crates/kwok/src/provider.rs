@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use api::NodeClaim;
 use controller::cloudprovider::{
-    CloudProvider, Deletion, Drift, Error, Instance, NodeClassKind, RepairPolicy,
+    CloudProvider, Created, Deletion, Drift, Error, Instance, Intent, NodeClassKind,
+    RepairPolicy, Retry,
 };
-use controller::nodeclaim::error::Error as LoopError;
-use controller::write::{Created, Outcome, Writer, manager};
+use controller::write::{Created as Written, Outcome, Writer, manager};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Node;
@@ -35,7 +35,7 @@ pub struct KwokCloudProvider {
 }
 
 fn api_error(e: kube::Error) -> Error {
-    Error::Retryable(LoopError::Kube(e))
+    Error::retryable(Retry::Api, e)
 }
 
 impl KwokCloudProvider {
@@ -88,16 +88,28 @@ impl KwokCloudProvider {
         Ok(nc)
     }
 
-    async fn launch(&self, claim: Arc<NodeClaim>) -> Result<Arc<NodeClaim>, Error> {
-        let name = node::node_name(&claim);
+    /// Launches in two steps, as the core persists what `create` returns: the first call
+    /// chooses the offering and answers the labels to record on the claim; the next one
+    /// (on the written claim, whose labels pin that offering) makes the Node.
+    async fn launch(&self, claim: &NodeClaim) -> Result<Created, Error> {
+        let name = node::node_name(claim);
         // Idempotent: an earlier call (or a restart's) already made it.
         if let Some(existing) = self.nodes().get_opt(&name).await.map_err(api_error)? {
-            return adopt(&claim, &existing);
+            return adopt(claim, &existing);
         }
-        let nc = self.nodeclass(&claim).await?;
+        let nc = self.nodeclass(claim).await?;
         let delay = nc
             .registration_delay()
             .map_err(|e| Error::NodeClassNotReady(e.to_string()))?;
+        let choice = node::choose(&self.types, claim)
+            .map_err(|e| Error::InsufficientCapacity(e.to_string()))?;
+        let intent = node::labels_of(&choice);
+        if !node::labelled(claim, &intent) {
+            return Ok(Created::Record(Intent {
+                labels: intent,
+                annotations: BTreeMap::new(),
+            }));
+        }
         let age = claim
             .metadata
             .creation_timestamp
@@ -110,18 +122,22 @@ impl KwokCloudProvider {
             });
         if age < delay {
             // The instance "boots": its Node is made by the first call after the delay.
-            return Ok(claim);
+            return Err(Error::retryable(
+                Retry::Waiting,
+                format!("registration delay: {}s left", (delay - age).as_secs()),
+            ));
         }
-        let choice = node::choose(&self.types, &claim)
-            .map_err(|e| Error::InsufficientCapacity(e.to_string()))?;
-        let made = node::build(&claim, &choice);
+        let made = node::build(claim, &choice);
         let writer = Writer::new(self.nodes(), manager::LIFECYCLE);
         match writer.create(&made).await.map_err(api_error)? {
-            Created::Created(node) => Ok(Arc::new(node::claim_of(&claim, &node))),
-            Created::Exists => match self.nodes().get_opt(&name).await.map_err(api_error)? {
-                Some(existing) => adopt(&claim, &existing),
+            Written::Created(_) => Ok(Created::Launched),
+            Written::Exists => match self.nodes().get_opt(&name).await.map_err(api_error)? {
+                Some(existing) => adopt(claim, &existing),
                 // Made and deleted meanwhile: the next reconcile makes it again.
-                None => Err(LoopError::Launch(format!("Node {name} went away while made")).into()),
+                None => Err(Error::retryable(
+                    Retry::Launch,
+                    format!("Node {name} went away while made"),
+                )),
             },
         }
     }
@@ -159,9 +175,16 @@ impl KwokCloudProvider {
 
 /// The claim's own Node made earlier is adopted; a Node of that name made for another
 /// NodeClaim (or by anyone else) is a permanent conflict.
-fn adopt(claim: &Arc<NodeClaim>, existing: &Node) -> Result<Arc<NodeClaim>, Error> {
+fn adopt(claim: &NodeClaim, existing: &Node) -> Result<Created, Error> {
     if node::ours_for(existing, claim) {
-        return Ok(Arc::new(node::claim_of(claim, existing)));
+        let labels = node::claim_labels(existing);
+        if node::labelled(claim, &labels) {
+            return Ok(Created::Launched);
+        }
+        return Ok(Created::Record(Intent {
+            labels,
+            annotations: BTreeMap::new(),
+        }));
     }
     Err(Error::Create {
         reason: "NameConflict",
@@ -173,7 +196,7 @@ fn adopt(claim: &Arc<NodeClaim>, existing: &Node) -> Result<Arc<NodeClaim>, Erro
 }
 
 impl CloudProvider for KwokCloudProvider {
-    fn create(&self, claim: Arc<NodeClaim>) -> BoxFuture<'_, Result<Arc<NodeClaim>, Error>> {
+    fn create<'a>(&'a self, claim: &'a NodeClaim) -> BoxFuture<'a, Result<Created, Error>> {
         self.launch(claim).boxed()
     }
 
