@@ -236,6 +236,14 @@ struct RunArgs {
     /// Cluster labelled `karpenter.cluster.x-k8s.io/enabled: "true"` (see docs/hub.md).
     #[arg(long, env = "MODE", value_enum, default_value = "single")]
     mode: Mode,
+    /// The provider: `clusterapi` launches one standalone Cluster API Machine per NodeClaim;
+    /// `kwok` makes each NodeClaim's Node directly for kwok to run (Karpenter's kwok
+    /// provider, for tests and benchmarks; needs `--instance-types-file`, single mode only).
+    #[arg(long, env = "PROVIDER", value_enum, default_value = "clusterapi")]
+    provider: ProviderKind,
+    /// `--provider kwok`: the instance types, in Karpenter kwok's JSON format.
+    #[arg(long, env = "INSTANCE_TYPES_FILE_PATH")]
+    instance_types_file: Option<PathBuf>,
     /// Hub mode: only Clusters matching this label selector too.
     #[arg(long, env = "CLUSTER_SELECTOR", value_parser = parse_selector)]
     cluster_selector: Option<String>,
@@ -294,6 +302,31 @@ impl From<MinValuesPolicy> for scheduling::MinValuesPolicy {
 enum Mode {
     Single,
     Hub,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ProviderKind {
+    Clusterapi,
+    Kwok,
+}
+
+/// The provider `--provider` names (`None`: Cluster API's, the runtime's own).
+fn provider(args: &RunArgs) -> anyhow::Result<Option<controller::runtime::ProviderFactory>> {
+    match args.provider {
+        ProviderKind::Clusterapi => Ok(None),
+        ProviderKind::Kwok => {
+            if args.mode == Mode::Hub {
+                anyhow::bail!("--provider kwok serves one cluster: it cannot run with --mode hub");
+            }
+            let Some(path) = &args.instance_types_file else {
+                anyhow::bail!(
+                    "--provider kwok needs --instance-types-file (Karpenter kwok's JSON)"
+                );
+            };
+            let types = kwok::instance_types::read_file(path)?;
+            Ok(Some(kwok::wiring::factory(types)))
+        }
+    }
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -375,6 +408,7 @@ fn static_shard(args: &RunArgs) -> anyhow::Result<Option<controller::hub::shard:
 
 fn run(args: RunArgs) -> anyhow::Result<()> {
     let shard = static_shard(&args)?;
+    let provider = provider(&args)?;
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)?;
     match args.log_format {
         LogFormat::Json => tracing_subscriber::fmt()
@@ -440,6 +474,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             metrics_cluster_label: args.metrics_cluster_label,
             ..Default::default()
         }),
+        provider,
         // GC interval and grace.
         ..Default::default()
     };

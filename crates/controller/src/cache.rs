@@ -259,6 +259,15 @@ where
         (cache, feed)
     }
 
+    /// A cache that is listed and stays empty: a kind this process does not watch (another
+    /// provider's objects).
+    pub fn empty() -> Cache<K> {
+        let (cache, mut feed) = Cache::detached();
+        feed.apply(watcher::Event::Init);
+        feed.apply(watcher::Event::InitDone);
+        cache
+    }
+
     /// Whether the store holds a complete list (false before the first list completes,
     /// while a re-list, after the watch lost its place, is in progress, and while a lazy
     /// watch is wanted but has not listed yet: [`Cache::pending`]).
@@ -405,6 +414,14 @@ pub struct Caches {
     pub nodeoverlays: Option<Cache<api::NodeOverlay>>,
 }
 
+/// The Cluster API watches of an engagement: Machines of the management cluster fenced by
+/// `cluster_id`, over the management side's shared `clusters` cache.
+pub struct ClusterApiWatches<'a> {
+    pub management: &'a kube::Client,
+    pub cluster_id: &'a str,
+    pub clusters: Cache<api::Cluster>,
+}
+
 impl Caches {
     /// Starts every watch on tasks owned by `tasks`; Machines are those of `cluster_id`.
     pub fn start(
@@ -420,7 +437,22 @@ impl Caches {
             keep,
             None,
         );
-        Self::start_engaged(tasks, workload, management, cluster_id, clusters, false)
+        Self::start_engaged(
+            tasks,
+            workload,
+            Some(ClusterApiWatches {
+                management,
+                cluster_id,
+                clusters,
+            }),
+            false,
+        )
+    }
+
+    /// Starts the workload cluster's watches only: no Cluster API kind is watched (their
+    /// caches are [`Cache::empty`]), for a provider other than Cluster API.
+    pub fn start_without_cluster_api(tasks: &mut Tasks, workload: &kube::Client) -> Caches {
+        Self::start_engaged(tasks, workload, None, false)
     }
 
     /// Starts the watches of one engagement over the management side's shared `clusters`
@@ -430,9 +462,7 @@ impl Caches {
     pub fn start_engaged(
         tasks: &mut Tasks,
         workload: &kube::Client,
-        management: &kube::Client,
-        cluster_id: &str,
-        clusters: Cache<api::Cluster>,
+        cluster_api: Option<ClusterApiWatches<'_>>,
         lazy: bool,
     ) -> Caches {
         let all = watcher::Config::default;
@@ -474,6 +504,22 @@ impl Caches {
                 Cache::start(tasks, Api::all(workload.clone()), all(), keep, None),
             )
         };
+        let (nodeclasses, machines, clusters) = match cluster_api {
+            Some(c) => (
+                Cache::start(tasks, Api::all(workload.clone()), all(), keep, None),
+                Cache::start(
+                    tasks,
+                    Api::all(c.management.clone()),
+                    all().labels(&crate::cloudprovider::clusterapi::fence::selector(
+                        c.cluster_id,
+                    )),
+                    keep,
+                    Some(crate::cloudprovider::clusterapi::machine::provider_id_key),
+                ),
+                c.clusters,
+            ),
+            None => (Cache::empty(), Cache::empty(), Cache::empty()),
+        };
         Caches {
             nodes: Cache::start(
                 tasks,
@@ -487,16 +533,8 @@ impl Caches {
             pdbs,
             nodeclaims,
             nodepools,
-            nodeclasses: Cache::start(tasks, Api::all(workload.clone()), all(), keep, None),
-            machines: Cache::start(
-                tasks,
-                Api::all(management.clone()),
-                all().labels(&crate::cloudprovider::clusterapi::fence::selector(
-                    cluster_id,
-                )),
-                keep,
-                Some(crate::cloudprovider::clusterapi::machine::provider_id_key),
-            ),
+            nodeclasses,
+            machines,
             clusters,
             nodeoverlays: None,
         }

@@ -1,8 +1,10 @@
 //! One engagement per workload cluster: everything the loops of one workload cluster need —
-//! the provider seam and its context, the shared caches' stores, the catalogs, the fencing
-//! id — built by one function ([`Engagement::build`]) and run by one ([`Engagement::run`]), so
-//! that a process could hold several. `runtime::run_operator` builds the management-side
-//! pieces (clients, caches, the template index, leadership) and one engagement.
+//! the provider seam, the shared caches' stores, the cluster state — built by one function
+//! for any provider ([`Engagement::build`], given the provider's [`ProviderParts`]) and run
+//! by one ([`Engagement::run`]), so that a process could hold several.
+//! `runtime::run_operator` builds the process-wide pieces (clients, caches, leadership) and
+//! one engagement; the Cluster API provider's parts come from
+//! `cloudprovider::clusterapi::wiring`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,12 +12,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
+use futures::future::BoxFuture;
+
 use crate::cache::Caches;
-use crate::catalogs::IndexCatalogs;
-use crate::cloudprovider::clusterapi::context::{Context, Settings as ProviderSettings};
-use crate::cloudprovider::clusterapi::availability::unavailable::UnavailableOfferings as Unavailable;
-use crate::cloudprovider::clusterapi::nodeclass_status::{self, StatusCtx};
-use crate::cloudprovider::clusterapi::{ClusterApi, Watches};
 use crate::events::{Recorder, Reporter};
 use crate::metrics::Metrics;
 use crate::nodeclaim::context::{Ctx, Settings, Shared};
@@ -55,8 +54,28 @@ pub struct Sources {
     pub connection: crate::health::Connection,
 }
 
+/// A provider as an engagement takes it: the seam, how NodePool status reads the readiness
+/// of its NodeClasses, what the provisioner hears of its offerings' availability changing,
+/// and its own loops (they get the engagement's stop signal).
+pub struct ProviderParts {
+    pub provider: Arc<dyn crate::cloudprovider::CloudProvider>,
+    pub nodeclasses: crate::nodepool_status::NodeClassLookup,
+    pub offering_changes: crate::provisioning::OfferingChanges,
+    pub loops: Vec<ProviderLoop>,
+}
+
+/// A provider's loop: given the engagement's stop signal (true: stop), the loop.
+pub type ProviderLoop = Box<dyn FnOnce(watch::Receiver<bool>) -> BoxFuture<'static, ()> + Send>;
+
+/// A future that resolves once `stop` turns true (or its sender is gone).
+pub fn stopped(mut stop: watch::Receiver<bool>) -> impl Future<Output = ()> + Send + Sync {
+    async move {
+        let _ = stop.wait_for(|s| *s).await;
+    }
+}
+
 /// The loops of one workload cluster, ready to run.
-pub(crate) struct Engagement {
+pub struct Engagement {
     lifecycle: Ctx,
     triggers: lifecycle::Triggers,
     provisioner: crate::provisioning::Provisioner,
@@ -64,11 +83,9 @@ pub(crate) struct Engagement {
     disruption: crate::disruption::Disruption,
     nodepool_status: crate::nodepool_status::NodePoolStatus,
     latency: crate::latency::Latency,
-    status: StatusCtx,
-    /// The NodeOverlay status loop and the caches that trigger it (feature gate on).
-    overlay_status: Option<OverlayLoop>,
+    /// The provider's own loops.
+    provider_loops: Vec<ProviderLoop>,
     pods: crate::cache::Cache<k8s_openapi::api::core::v1::Pod>,
-    nodeclasses: crate::cache::Cache<api::ClusterAPINodeClass>,
     nodeclaims: kube::runtime::reflector::Store<api::NodeClaim>,
     nodepools: kube::runtime::reflector::Store<api::NodePool>,
     gc_interval: Duration,
@@ -76,54 +93,34 @@ pub(crate) struct Engagement {
 }
 
 impl Engagement {
-    /// Builds the engagement of the workload cluster `ctx` serves, over its synced caches.
-    pub(crate) fn build(
+    /// Builds the engagement of the workload cluster `ctx` serves, over its synced caches,
+    /// for the provider `provider` makes (given the engagement's event recorder): the one
+    /// function every provider's engagement is built by.
+    pub fn build(
         ctx: &Sources,
         caches: &Caches,
-        index: templates::watch::TemplateIndex,
-        cluster_id: String,
         identity: String,
+        provider: impl FnOnce(Recorder) -> ProviderParts,
     ) -> Engagement {
         // The one cluster state every reader of this workload cluster shares.
         let state = ClusterState::new(crate::state::Sources::of(caches));
-        let catalogs = catalogs(ctx, caches, index);
-        let inventory = crate::cloudprovider::clusterapi::availability::hosts::Inventory::new(
-            crate::cloudprovider::clusterapi::availability::hosts::Hosts::new(
-                ctx.management.clone(),
-            ),
-            caches.nodeclasses.store(),
-            Arc::new(catalogs.clone()),
-        );
         let reporter = Reporter {
             controller: "karpenter".into(),
             instance: Some(identity),
         };
         let recorder = Recorder::new(ctx.workload.clone(), reporter);
-        let unavailable: Arc<Unavailable> = Arc::default();
+        let parts = provider(recorder.clone());
         let registration_failures: Arc<Failures> = Arc::default();
-        let provider = ClusterApi::new(
-            provider_context(
-                ctx,
-                caches,
-                recorder.clone(),
-                Arc::new(catalogs.clone()),
-                (unavailable.clone(), inventory.clone()),
-                cluster_id,
-            ),
-            Some(watches(caches, &catalogs.index)),
-        );
         let lifecycle_ctx = Ctx {
             shared: shared(ctx, caches, recorder, registration_failures.clone()),
-            provider: Arc::new(provider),
+            provider: parts.provider,
         };
         let nodepool_status = crate::nodepool_status::NodePoolStatus {
             client: ctx.workload.clone(),
             metrics: ctx.metrics.clone(),
             state: state.clone(),
             provider: lifecycle_ctx.provider.clone(),
-            nodeclasses: crate::cloudprovider::clusterapi::nodeclass::readiness_lookup(
-                caches.nodeclasses.store(),
-            ),
+            nodeclasses: parts.nodeclasses,
             registration_failures,
             expectations: Default::default(),
         };
@@ -139,10 +136,9 @@ impl Engagement {
             state.clone(),
             lifecycle_ctx.recorder.clone(),
             lifecycle_ctx.provider.clone(),
-            crate::cloudprovider::clusterapi::availability::changes(inventory.clone(), unavailable.clone()),
+            parts.offering_changes,
         );
         let static_pools = static_pools(ctx, &provisioner);
-        let lifecycle_ctx_recorder = lifecycle_ctx.recorder.clone();
         let triggers = triggers(caches);
         attach_gauges(ctx, caches, state, lifecycle_ctx.provider.clone());
         let latency = crate::latency::Latency {
@@ -151,16 +147,8 @@ impl Engagement {
             nodeclaims: caches.nodeclaims.clone(),
             machines: caches.machines.clone(),
         };
-        let overlay_status = overlay_loop(ctx, caches, &catalogs);
         Engagement {
-            overlay_status,
-            status: status(
-                ctx,
-                caches,
-                catalogs,
-                lifecycle_ctx_recorder,
-                (unavailable.clone(), inventory),
-            ),
+            provider_loops: parts.loops,
             gc_interval: ctx.knobs.gc_interval,
             gc_grace: ctx.knobs.gc_grace,
             lifecycle: lifecycle_ctx,
@@ -171,7 +159,6 @@ impl Engagement {
             nodepool_status,
             latency,
             pods: caches.pods.clone(),
-            nodeclasses: caches.nodeclasses.clone(),
             nodeclaims: caches.nodeclaims.store(),
             nodepools: caches.nodepools.store(),
         }
@@ -179,14 +166,7 @@ impl Engagement {
 
     /// Spawns the loops (they stop when `stop` turns true) and garbage collection (aborted
     /// by the caller through the returned handle).
-    pub(crate) fn run(
-        self,
-        tasks: &mut Tasks,
-        stop: &watch::Receiver<bool>,
-    ) -> (Tasks, AbortHandle) {
-        let stopped = |mut rx: watch::Receiver<bool>| async move {
-            let _ = rx.wait_for(|s| *s).await;
-        };
+    pub fn run(self, tasks: &mut Tasks, stop: &watch::Receiver<bool>) -> (Tasks, AbortHandle) {
         let mut loops = Tasks::default();
         loops.spawn(crate::latency::run(self.latency, stopped(stop.clone())));
         loops.spawn(lifecycle::run(
@@ -219,20 +199,9 @@ impl Engagement {
             self.nodepool_status,
             stopped(stop.clone()),
         ));
-        if let Some(o) = self.overlay_status {
-            loops.spawn(crate::overlay_status::run(
-                o.ctx,
-                o.overlays,
-                self.nodeclasses.clone(),
-                o.clusters,
-                stopped(stop.clone()),
-            ));
+        for provider_loop in self.provider_loops {
+            loops.spawn(provider_loop(stop.clone()));
         }
-        loops.spawn(nodeclass_status::run(
-            self.status,
-            self.nodeclasses,
-            stopped(stop.clone()),
-        ));
         let gc = tasks.spawn(crate::garbagecollection::run(
             self.lifecycle,
             self.gc_interval,
@@ -240,77 +209,6 @@ impl Engagement {
         ));
         (loops, gc)
     }
-}
-
-/// The NodeClass status loop's context.
-fn status(
-    ctx: &Sources,
-    caches: &Caches,
-    catalogs: IndexCatalogs,
-    recorder: Recorder,
-    (unavailable, inventory): (
-        Arc<Unavailable>,
-        crate::cloudprovider::clusterapi::availability::hosts::Inventory,
-    ),
-) -> StatusCtx {
-    StatusCtx {
-        workload: ctx.workload.clone(),
-        management: ctx.management.clone(),
-        catalogs,
-        nodeclaims: caches.nodeclaims.store(),
-        nodes: caches.nodes.store(),
-        recorder,
-        offerings: crate::cloudprovider::clusterapi::offering_status::OfferingStatus {
-            machines: caches.machines.store(),
-            unavailable,
-            inventory,
-            count_staleness: ctx.knobs.count_staleness,
-            metrics: ctx.metrics.clone(),
-            gauged: Arc::default(),
-        },
-        expectations: Arc::default(),
-    }
-}
-
-/// The catalogs over the caches: templates, NodeClasses, Clusters and NodeOverlays.
-fn catalogs(
-    ctx: &Sources,
-    caches: &Caches,
-    index: templates::watch::TemplateIndex,
-) -> IndexCatalogs {
-    IndexCatalogs {
-        index,
-        nodeclasses: caches.nodeclasses.store(),
-        clusters: caches.clusters.store(),
-        engaged: ctx.engaged.clone(),
-        overlays: caches
-            .nodeoverlays
-            .clone()
-            .map(crate::overlays::Overlays::new)
-            .unwrap_or_default(),
-    }
-}
-
-/// The NodeOverlay status loop's context and triggers.
-struct OverlayLoop {
-    ctx: crate::overlay_status::OverlayStatus,
-    overlays: crate::cache::Cache<api::NodeOverlay>,
-    clusters: crate::cache::Cache<api::Cluster>,
-}
-
-/// The NodeOverlay status loop, when the NodeOverlay cache runs (the feature gate).
-fn overlay_loop(ctx: &Sources, caches: &Caches, catalogs: &IndexCatalogs) -> Option<OverlayLoop> {
-    Some(OverlayLoop {
-        ctx: crate::overlay_status::OverlayStatus {
-            client: ctx.workload.clone(),
-            metrics: ctx.metrics.clone(),
-            catalogs: catalogs.clone(),
-            expectations: Arc::default(),
-            gauged: Arc::default(),
-        },
-        overlays: caches.nodeoverlays.clone()?,
-        clusters: caches.clusters.clone(),
-    })
 }
 
 /// What wakes the NodeClaim lifecycle: its caches' changes and the templates'.
@@ -346,17 +244,6 @@ fn triggers(caches: &Caches) -> lifecycle::Triggers {
     }
 }
 
-/// What tells the lifecycle of the Cluster API objects' changes: the provider's caches and
-/// the templates'.
-fn watches(caches: &Caches, index: &templates::watch::TemplateIndex) -> Watches {
-    Watches {
-        machines: caches.machines.clone(),
-        nodeclasses: caches.nodeclasses.clone(),
-        clusters: caches.clusters.clone(),
-        templates: Some(index.subscribe()),
-    }
-}
-
 /// What the lifecycle shares, over the engagement's caches.
 fn shared(
     ctx: &Sources,
@@ -381,41 +268,6 @@ fn shared(
         registration_failures,
         repairs: Arc::default(),
         connection: ctx.connection.clone(),
-    }
-}
-
-/// The Cluster API provider's context, over the engagement's caches.
-fn provider_context(
-    ctx: &Sources,
-    caches: &Caches,
-    recorder: Recorder,
-    catalogs: Arc<IndexCatalogs>,
-    (unavailable, inventory): (
-        Arc<crate::cloudprovider::clusterapi::availability::unavailable::UnavailableOfferings>,
-        crate::cloudprovider::clusterapi::availability::hosts::Inventory,
-    ),
-    cluster_id: String,
-) -> Context {
-    Context {
-        management: ctx.management.clone(),
-        recorder,
-        metrics: ctx.metrics.clone(),
-        machines: caches.machines.store(),
-        nodeclasses: caches.nodeclasses.store(),
-        clusters: caches.clusters.store(),
-        nodeclaims: caches.nodeclaims.store(),
-        catalogs,
-        unavailable,
-        inventory,
-        settings: ProviderSettings {
-            node_repair_after: ctx.knobs.node_repair_after,
-            count_staleness: ctx.knobs.count_staleness,
-            ..ProviderSettings::default()
-        },
-        kinds: Arc::default(),
-        lookups: Arc::default(),
-        launched: Arc::default(),
-        cluster_id,
     }
 }
 

@@ -39,13 +39,13 @@ const REGISTRATION_FAILED: &str = "RegistrationFailed";
 
 /// What NodePool status reads of a NodeClass, whatever its kind.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub(crate) struct NodeClassReadiness {
+pub struct NodeClassReadiness {
     pub generation: Option<i64>,
     pub conditions: Vec<Condition>,
 }
 
 /// Finds a NodeClass by its reference (group, kind, name); `None`: not found.
-pub(crate) type NodeClassLookup =
+pub type NodeClassLookup =
     Arc<dyn Fn(&str, &str, &str) -> Option<NodeClassReadiness> + Send + Sync>;
 
 /// The status `pool` should have, given its NodeClaims, the NodeClass kinds the provider

@@ -12,6 +12,7 @@ use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
 pub use crate::clients::{ClientOptions, client, client_from_yaml, user_agent};
+use crate::engagement::ProviderParts;
 use crate::leader::{Election, LeaderConfig, LeaderError};
 use crate::metrics::Metrics;
 use crate::ratelimit::ClientRate;
@@ -75,6 +76,29 @@ pub struct RunConfig {
     /// (`management_kubeconfig`, else `kubeconfig`, else in-cluster) and engages every
     /// opted-in Cluster API `Cluster` (see `hub`). `None`: single-cluster mode.
     pub hub: Option<crate::hub::HubConfig>,
+    /// The provider (`--provider`): `None` is Cluster API's; another is built by its
+    /// factory, with no Cluster API kind watched.
+    pub provider: Option<ProviderFactory>,
+}
+
+/// Builds the parts of a provider other than Cluster API (`run --provider`), given the
+/// tasks its own watches run on, the workload cluster's client and the engagement's event
+/// recorder.
+#[derive(Clone)]
+pub struct ProviderFactory {
+    pub name: &'static str,
+    #[allow(clippy::type_complexity)]
+    pub build: Arc<
+        dyn Fn(&mut crate::tasks::Tasks, &Client, crate::events::Recorder) -> ProviderParts
+            + Send
+            + Sync,
+    >,
+}
+
+impl std::fmt::Debug for ProviderFactory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ProviderFactory({})", self.name)
+    }
 }
 
 impl Default for RunConfig {
@@ -100,6 +124,7 @@ impl Default for RunConfig {
             min_values_policy: scheduling::MinValuesPolicy::Strict,
             node_overlay: true,
             hub: None,
+            provider: None,
         }
     }
 }
@@ -291,6 +316,17 @@ impl Running {
 
 /// Starts the caches of this replica's mode (every replica, so failover is warm).
 async fn warm(ctx: &Context, tasks: &mut crate::tasks::Tasks) -> Result<Warm, RuntimeError> {
+    if ctx.config.provider.is_some() {
+        // Another provider: the workload cluster's kinds only, no fencing id (nothing is
+        // made in a management cluster).
+        return Ok(Warm::Single {
+            caches: Box::new(crate::cache::Caches::start_without_cluster_api(
+                tasks,
+                &ctx.workload,
+            )),
+            cluster_id: String::new(),
+        });
+    }
     match &ctx.config.hub {
         None => {
             let cluster_id = crate::cloudprovider::clusterapi::fence::cluster_id(
@@ -399,8 +435,17 @@ fn start_single(
     tasks: &mut crate::tasks::Tasks,
     stop: &watch::Receiver<bool>,
 ) -> Running {
-    let engagement =
-        crate::engagement::Engagement::build(&ctx.sources(), caches, index, cluster_id, identity);
+    let sources = ctx.sources();
+    let engagement = match &ctx.config.provider {
+        Some(factory) => crate::engagement::Engagement::build(&sources, caches, identity, |r| {
+            (factory.build)(tasks, &ctx.workload, r)
+        }),
+        None => crate::engagement::Engagement::build(&sources, caches, identity, |recorder| {
+            crate::cloudprovider::clusterapi::wiring::parts(
+                &sources, caches, index, cluster_id, recorder,
+            )
+        }),
+    };
     let (loops, gc) = engagement.run(tasks, stop);
     Running::Single { loops, gc }
 }
@@ -421,16 +466,21 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
 
     let warmed = warm(&ctx, &mut tasks).await?;
     let index = templates::watch::TemplateIndex::new();
-    tasks.spawn(templates::watch::run(
-        ctx.management.clone(),
-        index.clone(),
-        templates::watch::WatchConfig::default(),
-    ));
+    let cluster_api = ctx.config.provider.is_none();
+    if cluster_api {
+        tasks.spawn(templates::watch::run(
+            ctx.management.clone(),
+            index.clone(),
+            templates::watch::WatchConfig::default(),
+        ));
+    }
     match &warmed {
         Warm::Single { caches, .. } => caches.ready().await,
         Warm::Hub { clusters } => clusters.ready().await,
     }
-    warm_templates(&ctx.management, &index).await;
+    if cluster_api {
+        warm_templates(&ctx.management, &index).await;
+    }
     ctx.readiness.set_ready();
     tracing::info!("caches synced");
 

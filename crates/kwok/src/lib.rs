@@ -9,6 +9,7 @@
 //!   defaults; errors name the file and the field.
 //! - [`nodeclass`]: `karpenter.kwok.sh/v1alpha1` KWOKNodeClass and its CRD.
 //! - [`labels`]: the labels and annotations kwok Nodes carry.
+//! - [`wiring`]: the provider's parts of an engagement (`karpenter-capi run --provider kwok`).
 
 mod catalog;
 pub mod instance_types;
@@ -16,6 +17,7 @@ pub mod labels;
 mod node;
 pub mod nodeclass;
 mod provider;
+pub mod wiring;
 
 use std::path::PathBuf;
 

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use api::NodeClaim;
 use controller::cloudprovider::{
-    CloudProvider, Created, Deletion, Drift, Error, Instance, Intent, NodeClassKind,
-    RepairPolicy, Retry,
+    CloudProvider, Created, Deletion, Drift, Error, Instance, Intent, NodeClassKind, RepairPolicy,
+    Retry,
 };
 use controller::write::{Created as Written, Outcome, Writer, manager};
 use futures::FutureExt;

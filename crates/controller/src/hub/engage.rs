@@ -303,9 +303,11 @@ impl Run {
         let mut caches = Caches::start_engaged(
             &mut tasks,
             &workload,
-            &management,
-            &cluster_id,
-            self.clusters.clone(),
+            Some(crate::cache::ClusterApiWatches {
+                management: &management,
+                cluster_id: &cluster_id,
+                clusters: self.clusters.clone(),
+            }),
             true,
         );
         if self.node_overlay {
@@ -342,13 +344,12 @@ impl Run {
             engaged: Some(self.key.clone()),
             connection,
         };
-        let engagement = Engagement::build(
-            &sources,
-            &caches,
-            self.index.clone(),
-            cluster_id,
-            self.identity.clone(),
-        );
+        let index = self.index.clone();
+        let engagement = Engagement::build(&sources, &caches, self.identity.clone(), |recorder| {
+            crate::cloudprovider::clusterapi::wiring::parts(
+                &sources, &caches, index, cluster_id, recorder,
+            )
+        });
         let (mut loops, gc) = engagement.run(&mut tasks, &stop);
         let _ = stop.wait_for(|s| *s).await;
         gc.abort();

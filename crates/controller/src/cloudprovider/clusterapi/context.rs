@@ -16,10 +16,10 @@ use kube::{Client, Resource};
 
 use super::nodeclass::NodeClass;
 use crate::catalogs::Catalogs;
+use crate::cloudprovider::clusterapi::availability::unavailable::UnavailableOfferings;
 use crate::events::Recorder;
 use crate::metrics::Metrics;
 use crate::nodeclaim::error::Error;
-use crate::cloudprovider::clusterapi::availability::unavailable::UnavailableOfferings;
 
 /// The provider's timing knobs.
 #[derive(Clone, Debug)]
@@ -38,7 +38,8 @@ impl Default for Settings {
         Settings {
             node_repair_after: Duration::from_secs(600),
             poll: Duration::from_secs(30),
-            count_staleness: crate::cloudprovider::clusterapi::availability::counts::DEFAULT_STALENESS,
+            count_staleness:
+                crate::cloudprovider::clusterapi::availability::counts::DEFAULT_STALENESS,
         }
     }
 }

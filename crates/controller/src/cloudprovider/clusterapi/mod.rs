@@ -28,6 +28,7 @@ pub(crate) mod objects;
 pub(crate) mod offering;
 pub(crate) mod offering_status;
 pub(crate) mod plan;
+pub(crate) mod wiring;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -186,18 +187,13 @@ impl ClusterApi {
                     let body =
                         serde_json::json!({"metadata": {"annotations": {exclude: "karpenter"}}});
                     let out = writer.patch(&m, body).await;
-                    if out.map_err(|e| typed(e.into()))?
-                        == crate::write::Outcome::Conflict
-                    {
+                    if out.map_err(|e| typed(e.into()))? == crate::write::Outcome::Conflict {
                         let what = format!("Machine {}/{}", plan.namespace, plan.machine);
                         return Err(typed(crate::write::Refused::Conflict(what).into()));
                     }
                 }
                 // The very Machine judged ours (UID precondition); gone meanwhile is fine.
-                writer
-                    .delete(&m)
-                    .await
-                    .map_err(|e| typed(e.into()))?;
+                writer.delete(&m).await.map_err(|e| typed(e.into()))?;
                 // A stand-in for an orphaned instance (garbage collection) is no object to
                 // hang an event on.
                 if claim.metadata.resource_version.is_none() {
