@@ -783,56 +783,42 @@ mod tests {
         let karpenter = summary_json(serde_json::json!({
             "label": "karpenter", "pods": 200, "all_running": 30.0, "nodeclaims": 12,
             "process": {"peak_rss_mib": 160.0, "cpu_scale_out": 3.0, "cpu_scale_in": 1.0}}));
-        let row = |table: &str, name: &str| {
-            table
-                .lines()
-                .find(|l| l.starts_with(&format!("| {name} |")))
-                .map(str::to_string)
-                .unwrap_or_default()
+        // The header, the rule, these rows among the others and one row per figure.
+        let check = |table: &str, head: [&str; 2], rows: &[&str]| {
+            let lines: Vec<&str> = table.lines().collect();
+            assert_eq!(lines[..2], head, "{table}");
+            for r in rows {
+                assert!(lines.contains(r), "{r} in\n{table}");
+            }
+            assert_eq!(lines.len(), 2 + FIGURES.len());
         };
 
         let two = compare(&[&kwok, &karpenter]);
-        let mut lines = two.lines();
-        assert_eq!(
-            lines.next(),
-            Some("| 200 pods | karpenter-capi-kwok | karpenter | karpenter/karpenter-capi-kwok |")
+        check(
+            &two,
+            [
+                "| 200 pods | karpenter-capi-kwok | karpenter | karpenter/karpenter-capi-kwok |",
+                "|---|---:|---:|---:|",
+            ],
+            &[
+                "| all pods Running (s) | 20 | 30 | 1.50 |",
+                "| peak RSS (MiB) | 40 | 160 | 4.00 |",
+            ],
         );
-        assert_eq!(lines.next(), Some("|---|---:|---:|---:|"));
-        assert_eq!(
-            row(&two, "all pods Running (s)"),
-            "| all pods Running (s) | 20 | 30 | 1.50 |"
-        );
-        assert_eq!(
-            row(&two, "peak RSS (MiB)"),
-            "| peak RSS (MiB) | 40 | 160 | 4.00 |"
-        );
-        assert!(
-            !two.contains("| karpenter-capi |"),
-            "no third column with two"
-        );
-        assert_eq!(two.lines().count(), 2 + FIGURES.len());
+        assert!(!two.contains("| karpenter-capi |"), "no third column");
 
         let three = compare(&[&capi, &kwok, &karpenter]);
-        let mut lines = three.lines();
-        assert_eq!(
-            lines.next(),
-            Some(
-                "| 200 pods | karpenter-capi | karpenter-capi-kwok | karpenter | karpenter/karpenter-capi | karpenter/karpenter-capi-kwok |"
-            )
+        check(
+            &three,
+            [
+                "| 200 pods | karpenter-capi | karpenter-capi-kwok | karpenter | karpenter/karpenter-capi | karpenter/karpenter-capi-kwok |",
+                "|---|---:|---:|---:|---:|---:|",
+            ],
+            &[
+                "| all pods Running (s) | 40 | 20 | 30 | 0.75 | 1.50 |",
+                "| NodeClaims | 10 | 10 | 12 | 1.20 | 1.20 |",
+                "| first NodeClaim (s) | - | - | - | - | - |",
+            ],
         );
-        assert_eq!(lines.next(), Some("|---|---:|---:|---:|---:|---:|"));
-        assert_eq!(
-            row(&three, "all pods Running (s)"),
-            "| all pods Running (s) | 40 | 20 | 30 | 0.75 | 1.50 |"
-        );
-        assert_eq!(
-            row(&three, "NodeClaims"),
-            "| NodeClaims | 10 | 10 | 12 | 1.20 | 1.20 |"
-        );
-        assert_eq!(
-            row(&three, "first NodeClaim (s)"),
-            "| first NodeClaim (s) | - | - | - | - | - |"
-        );
-        assert_eq!(three.lines().count(), 2 + FIGURES.len());
     }
 }
