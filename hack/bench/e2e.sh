@@ -4,6 +4,9 @@
 #   hack/bench/e2e.sh                 # 1000 pods, both
 #   hack/bench/e2e.sh --pods 5000     # (or --large)
 #   hack/bench/e2e.sh --only ours     # or --only karpenter; E2E_LABEL=after names the run
+#   hack/bench/e2e.sh --provider kwok # ours with its kwok provider (default clusterapi), on a
+#                                     # testbed identical to Karpenter's; both: ours over Cluster
+#                                     # API, ours over kwok and Karpenter, one three-way table
 #   hack/bench/e2e.sh --kube-api-qps 200   # kube-controller-manager, kube-scheduler and Cluster
 #                                     # API manager client rate limit (default theirs, 20 / 50 /
 #                                     # 100 QPS: the ReplicaSet then creates about 20 pods/s on
@@ -12,18 +15,23 @@
 #   E2E_FEATURES=system-alloc E2E_WRAP="heaptrack -o /tmp/op" hack/bench/e2e.sh --only ours  # run our operator under a
 #                                     # profiler (its RSS/CPU figures then include the wrapper)
 #
-# karpenter-capi: a testbed with every component (Cluster API included) and the kube-apiserver
-# audit log, the test infrastructure provider, the demo's templates (small/medium/large) and
-# the release operator. Karpenter: its kwok provider (sigs.k8s.io/karpenter/kwok, pinned in
-# hack/bench/go/go.mod, built once by hack/bench/build.sh) on a fresh testbed (no Cluster API)
-# with Karpenter's CRDs and instance types of the same shapes, prices and zones. On each, the
-# demo's Deployment (500m / 512Mi per pod) goes from 0 to N pods and back to 0 while
-# bench-e2e (crates/testbed/src/bin/bench-e2e.rs) watches; it reports times, the per-pod
-# breakdown, the autoscaler's peak RSS and CPU, and its API requests from the audit log
-# (by User-Agent prefix: karpenter-capi/ and karpenter/). Results: .cache/bench/e2e/; the
-# summaries (JSON, reports, the side-by-side table) are also copied to
-# hack/bench/baseline/<date>-e2e-<pods>[-qps<N>][-<label>]/ to be committed with the figures
-# the docs quote (BENCH_BASELINE=0: not). Figures are reported, not asserted.
+# karpenter-capi (--provider clusterapi): a testbed with every component (Cluster API included)
+# and the kube-apiserver audit log, the test infrastructure provider, the demo's templates
+# (small/medium/large) and the release operator. Karpenter: its kwok provider
+# (sigs.k8s.io/karpenter/kwok, pinned in hack/bench/go/go.mod, built once by
+# hack/bench/build.sh) on a fresh testbed without Cluster API (up.sh --no-cluster-api) with
+# Karpenter's CRDs and instance types of the same shapes, prices and zones. karpenter-capi-kwok
+# (--provider kwok): the release operator with its kwok provider (`run --provider kwok`) on a
+# testbed like Karpenter's (same components, no Cluster API, the same kwok stages) with this
+# project's CRDs, the same instance-type file (e2e/kwok-instance-types.json) and the same
+# NodePool and KWOKNodeClass (e2e/karpenter.yaml). On each, the demo's Deployment (500m /
+# 512Mi per pod) goes from 0 to N pods and back to 0 while bench-e2e
+# (crates/testbed/src/bin/bench-e2e.rs) watches; it reports times, the per-pod breakdown, the
+# autoscaler's peak RSS and CPU, and its API requests from the audit log (by User-Agent
+# prefix: karpenter-capi/ and karpenter/). Results: .cache/bench/e2e/; the summaries (JSON,
+# reports, the side-by-side table) are also copied to hack/bench/baseline/
+# <date>-e2e-<pods>[-qps<N>][-<label>][-kwok|-both]/ to be committed with the figures the docs
+# quote (BENCH_BASELINE=0: not). Figures are reported, not asserted.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -33,6 +41,7 @@ pods=${E2E_PODS:-1000}
 only=
 qps=()
 cycles=1
+provider=clusterapi
 while [ $# -gt 0 ]; do
   case $1 in
     --pods) pods=$2; shift 2 ;;
@@ -40,17 +49,34 @@ while [ $# -gt 0 ]; do
     --only) only=$2; shift 2 ;;
     --kube-api-qps) qps=(--kube-api-qps "$2"); shift 2 ;;
     --cycles) cycles=$2; shift 2 ;;
-    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --provider) provider=$2; shift 2 ;;
+    -h|--help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "e2e.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+case $provider in clusterapi|kwok|both) ;;
+  *) echo "e2e.sh: --provider clusterapi|kwok|both" >&2; exit 2 ;;
+esac
+case $only in ""|ours|karpenter) ;;
+  *) echo "e2e.sh: --only ours|karpenter" >&2; exit 2 ;;
+esac
+# Our runs' labels: over Cluster API, over kwok.
+capi_label=${E2E_LABEL:-karpenter-capi}
+kwok_label=$capi_label-kwok
 t0=$SECONDS
 say() { printf '[%4ss] %s\n' "$((SECONDS - t0))" "$*" >&2; }
 out=$repo/.cache/bench/e2e
 mkdir -p "$out"
 
-say "building (release) karpenter-capi, testbed-provider, bench-e2e; testbed and Karpenter binaries (cached)"
-(cd "$repo" && cargo build -q --release --locked -p karpenter-capi -p testbed --bins ${E2E_FEATURES:+--features "karpenter-capi/$E2E_FEATURES"})
+# What this run uses: bench-e2e; our operator unless --only karpenter; the test infrastructure
+# provider when ours runs over Cluster API.
+bins=(--bin bench-e2e)
+if [ "$only" != karpenter ]; then
+  bins+=(-p karpenter-capi --bin karpenter-capi ${E2E_FEATURES:+--features "karpenter-capi/$E2E_FEATURES"})
+  [ "$provider" = kwok ] || bins+=(--bin testbed-provider)
+fi
+say "building (release) ${bins[*]}; testbed and Karpenter binaries (cached)"
+(cd "$repo" && cargo build -q --release --locked -p testbed "${bins[@]}")
 target=${CARGO_TARGET_DIR:-$repo/target}/release
 tb=$(bash "$repo/hack/testbed/build.sh")
 kubectl=$tb/bin/kubectl
@@ -92,7 +118,7 @@ bench() { # bench LABEL PID AGENT METRICS_PORT ARGS...
 }
 
 run_ours() {
-  local label=${E2E_LABEL:-karpenter-capi}
+  local label=$capi_label
   say "$label: testbed (all components, audit log), test provider, Cluster demo/demo"
   up "$label" --components all
   # No simulated instance boot (--provision-delay 0s): Karpenter's kwok provider creates the
@@ -113,10 +139,28 @@ run_ours() {
   kill "$op" 2>/dev/null || true
 }
 
+# The testbed of both kwok sides: no Cluster API (neither its CRDs nor its manager).
+bare=(--no-cluster-api --components controller-manager,scheduler,kwok)
+
+run_ours_kwok() {
+  local label=$kwok_label
+  say "$label: testbed (no Cluster API, audit log), our kwok provider"
+  up "$label" "${bare[@]}"
+  "$kubectl" apply -f "$here/e2e/karpenter.yaml" -f "$repo/examples/demo/workload.yaml" >/dev/null
+  local mport hport; read -r mport hport <<< "$(ports)"
+  ${E2E_WRAP:-} "$target/karpenter-capi" run --provider kwok --instance-types-file "$here/e2e/kwok-instance-types.json" \
+    --kubeconfig "$KUBECONFIG" --disable-leader-election \
+    --metrics-addr "127.0.0.1:$mport" --health-addr "127.0.0.1:$hport" > "$out/$label/logs/operator.log" 2>&1 &
+  local op=$!; pids+=("$op")
+  wait_for 120 "our NodePool Ready" "$kubectl" wait --for=condition=Ready nodepool/default --timeout=5s
+  bench "$label" "$op" karpenter-capi/ "$mport"
+  kill "$op" 2>/dev/null || true
+}
+
 run_karpenter() {
   local label=karpenter
   say "$label: testbed (no Cluster API, audit log) with Karpenter's CRDs, its kwok provider"
-  up "$label" --components controller-manager,scheduler,kwok --crds "$kb/crds/karpenter.yaml" --crds "$kb/crds/kwok.yaml"
+  up "$label" "${bare[@]}" --crds "$kb/crds/karpenter.yaml" --crds "$kb/crds/kwok.yaml"
   "$kubectl" apply -f "$here/e2e/karpenter.yaml" -f "$repo/examples/demo/workload.yaml" >/dev/null
   local mport hport; read -r mport hport <<< "$(ports)"
   KUBECONFIG=$KUBECONFIG DISABLE_LEADER_ELECTION=true METRICS_PORT=$mport HEALTH_PROBE_PORT=$hport \
@@ -128,25 +172,36 @@ run_karpenter() {
   kill "$op" 2>/dev/null || true
 }
 
-case $only in
-  "") run_ours; run_karpenter ;;
-  ours) run_ours ;;
-  karpenter) run_karpenter ;;
-  *) echo "e2e.sh: --only ours|karpenter" >&2; exit 2 ;;
+# Ours: per provider, the labels of the runs.
+case $provider in
+  clusterapi) ours=("$capi_label") ;;
+  kwok) ours=("$kwok_label") ;;
+  both) ours=("$capi_label" "$kwok_label") ;;
 esac
+if [ "$only" != karpenter ]; then
+  for label in "${ours[@]}"; do
+    if [ "$label" = "$kwok_label" ]; then run_ours_kwok; else run_ours; fi
+  done
+fi
+[ "$only" = ours ] || run_karpenter
+compared=()
+for label in "${ours[@]}"; do compared+=("$out/$label-$pods.json"); done
 if [ -z "$only" ]; then
   echo
-  echo "Side by side, $pods pods, $(nproc) cores, $(date -u +%F) (hack/bench/e2e.sh --pods $pods):"
-  "$target/bench-e2e" compare "$out/${E2E_LABEL:-karpenter-capi}-$pods.json" "$out/karpenter-$pods.json" | tee "$out/compare-$pods.md"
+  echo "Side by side, $pods pods, $(nproc) cores, $(date -u +%F) (hack/bench/e2e.sh --pods $pods$([ "$provider" = clusterapi ] || echo " --provider $provider")):"
+  "$target/bench-e2e" compare "${compared[@]}" "$out/karpenter-$pods.json" | tee "$out/compare-$pods.md"
 fi
 # This run's summaries (not an earlier run's left in $out) for the docs.
 ran=()
-[ "$only" = karpenter ] || ran+=("${E2E_LABEL:-karpenter-capi}-$pods.json" "${E2E_LABEL:-karpenter-capi}-$pods.txt")
+if [ "$only" != karpenter ]; then
+  for label in "${ours[@]}"; do ran+=("$label-$pods.json" "$label-$pods.txt"); done
+fi
 [ "$only" = ours ] || ran+=("karpenter-$pods.json" "karpenter-$pods.txt")
 [ -n "$only" ] || ran+=("compare-$pods.md")
 name=e2e-$pods${qps[1]:+-qps${qps[1]}}
 [ "$cycles" = 1 ] || name=$name-cycles$cycles
-[ "${E2E_LABEL:-karpenter-capi}" = karpenter-capi ] || name=$name-$E2E_LABEL
+[ "$capi_label" = karpenter-capi ] || name=$name-$E2E_LABEL
+[ "$provider" = clusterapi ] || name=$name-$provider
 dest=$(baseline_dir "$name")
 if [ -n "$dest" ]; then
   for f in "${ran[@]}"; do cp "$out/$f" "$dest/"; done

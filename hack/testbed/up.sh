@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Starts a real local control plane on loopback: etcd, kube-apiserver (RBAC, client-cert
 # auth) and, by default, kube-controller-manager, kube-scheduler and kwok; optionally the
-# Cluster API core manager. Installs the Cluster API CRDs and this project's CRDs (crds/).
-# Returns when every started component reports healthy and prints `export KUBECONFIG=...`.
+# Cluster API core manager. Installs the Cluster API CRDs (unless --no-cluster-api) and this
+# project's CRDs (crds/). Returns when every started component reports healthy and prints
+# `export KUBECONFIG=...`.
 #
 #   hack/testbed/up.sh [--dir DIR] [--components LIST] [--crds PATH]... [--audit-log] [--kube-api-qps N]
-#                      [--etcd URL --etcd-prefix PREFIX] [--watch-pid PID] [--quiet]
+#                      [--no-cluster-api] [--etcd URL --etcd-prefix PREFIX] [--watch-pid PID] [--quiet]
 #
 #   --dir DIR          state, logs, certs and kubeconfig (default: .cache/testbed/run;
 #                      the default instance also copies its kubeconfig to .cache/testbed/kubeconfig)
@@ -19,6 +20,10 @@
 #                      Cluster API manager (burst 2N; default theirs: 20, 50 and 100 QPS), e.g.
 #                      so a ReplicaSet of thousands of pods is created faster than 20 pods/s
 #                      (also TESTBED_KUBE_API_QPS)
+#   --no-cluster-api   a control plane without Cluster API: its CRDs (cluster.x-k8s.io,
+#                      bootstrap.cluster.x-k8s.io) are not installed, so the API server does not
+#                      serve Machines or Clusters; refuses the capi component. This project's
+#                      CRDs (crds/) and --crds are installed as always (e.g. for the kwok provider)
 #   --etcd URL         use this running etcd (another testbed's) instead of starting one, with
 #   --etcd-prefix P    kube-apiserver's --etcd-prefix P: several API servers (e.g. the workload
 #                      clusters of a hub test) share one etcd, each its own key space
@@ -42,6 +47,7 @@ audit_log=${TESTBED_AUDIT_LOG:-}
 kube_api_qps=${TESTBED_KUBE_API_QPS:-}
 etcd_url=
 etcd_prefix=/registry
+cluster_api=1
 [ "$audit_log" = 0 ] && audit_log=
 
 while [ $# -gt 0 ]; do
@@ -51,11 +57,12 @@ while [ $# -gt 0 ]; do
     --crds) extra_crds+=("$2"); shift 2 ;;
     --audit-log) audit_log=1; shift ;;
     --kube-api-qps) kube_api_qps=$2; shift 2 ;;
+    --no-cluster-api) cluster_api=; shift ;;
     --etcd) etcd_url=$2; shift 2 ;;
     --etcd-prefix) etcd_prefix=$2; shift 2 ;;
     --watch-pid) watch_pid=$2; shift 2 ;;
     --quiet) quiet=1; shift ;;
-    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "up.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -66,6 +73,9 @@ for c in "${want[@]}"; do
   case $c in controller-manager|scheduler|kwok|capi) ;;
     *) echo "up.sh: unknown component '$c' (controller-manager, scheduler, kwok, capi)" >&2; exit 2 ;;
   esac
+  if [ "$c" = capi ] && [ -z "$cluster_api" ]; then
+    echo "up.sh: --no-cluster-api and the capi component exclude each other" >&2; exit 2
+  fi
 done
 
 say() { [ -n "$quiet" ] || echo "testbed: $*" >&2; }
@@ -267,11 +277,13 @@ kc=(--kubeconfig "$kubeconfig")
 say "kube-apiserver ready at https://127.0.0.1:$API_PORT ($(elapsed))"
 
 # --- CRDs -----------------------------------------------------------------------------
-crd_files=("$crds/cluster-api.yaml" "$crds/bootstrap-kubeadm.yaml")
+crd_files=()
+[ -n "$cluster_api" ] && crd_files+=("$crds/cluster-api.yaml" "$crds/bootstrap-kubeadm.yaml")
 [ -d "$repo/crds" ] && compgen -G "$repo/crds/*.yaml" >/dev/null && crd_files+=("$repo/crds")
-crd_files+=("${extra_crds[@]}")
+crd_files+=(${extra_crds[@]+"${extra_crds[@]}"})
 apply_args=()
-for f in "${crd_files[@]}"; do apply_args+=(-f "$f"); done
+for f in ${crd_files[@]+"${crd_files[@]}"}; do apply_args+=(-f "$f"); done
+[ ${#apply_args[@]} -gt 0 ] || die "no CRDs to install (crds/ is empty and no --crds)" crds
 "$bin/kubectl" "${kc[@]}" apply --server-side --force-conflicts -o name "${apply_args[@]}" > "$dir/logs/crds.log" 2>&1 \
   || die "installing CRDs failed" crds
 # `kubectl wait` errors (instead of waiting) on a CRD whose status is not written yet: retry.
@@ -283,7 +295,7 @@ for _ in $(seq 1 60); do
   sleep 0.5
 done
 [ -n "$established" ] || die "CRDs not Established" crds
-say "CRDs installed: $(grep -c customresourcedefinition "$dir/logs/crds.log") ($(elapsed))"
+say "CRDs installed: $(grep -c customresourcedefinition "$dir/logs/crds.log")$([ -n "$cluster_api" ] || echo ', none of Cluster API') ($(elapsed))"
 
 # --- optional components --------------------------------------------------------------
 has() { local c; for c in "${want[@]}"; do [ "$c" = "$1" ] && return 0; done; return 1; }

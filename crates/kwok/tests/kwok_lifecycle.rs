@@ -1,9 +1,10 @@
 //! The NodeClaim lifecycle loop of crates/controller over the kwok provider, on a control
-//! plane with kwok and kube-controller-manager and no Cluster API manager: a NodeClaim is
+//! plane with kwok and kube-controller-manager and no Cluster API (neither its manager nor its
+//! CRDs): a NodeClaim is
 //! launched (its Node made by `create`), registered and initialized once kwok makes the Node
 //! Ready, and on deletion terminated through `delete`, its Node gone. The context is built
-//! as `tests/provider_fake.rs` builds it (the loops still start their Cluster API caches,
-//! which stay empty here).
+//! as `tests/provider_fake.rs` builds it (the loops still start their Machine and Cluster
+//! caches: their watches fail here, the caches stay empty and are not waited for).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,7 +31,14 @@ async fn ctx(
     provider: kwok::KwokCloudProvider,
 ) -> Arc<Ctx> {
     let caches = Caches::start(tasks, client, client, "kwok-test");
-    caches.ready().await;
+    // Every cache but Machines and Clusters, which never list without their CRDs.
+    caches.nodes.ready().await;
+    caches.pods.ready().await;
+    caches.daemonsets.ready().await;
+    caches.pdbs.ready().await;
+    caches.nodeclaims.ready().await;
+    caches.nodepools.ready().await;
+    caches.nodeclasses.ready().await;
     let catalogs = IndexCatalogs {
         index: templates::watch::TemplateIndex::new(),
         nodeclasses: caches.nodeclasses.store(),
@@ -104,6 +112,7 @@ fn is_true(claim: Option<&NodeClaim>, type_: &str) -> bool {
 #[tokio::test]
 async fn a_nodeclaim_launches_initializes_and_terminates_over_kwok() {
     let options = Options::default()
+        .without_cluster_api()
         .with(Component::Kwok)
         .with(Component::ControllerManager);
     let tb = Testbed::start(options).await.expect("the testbed starts");

@@ -1,5 +1,6 @@
-//! The kwok provider on a real control plane without Cluster API running (kube-apiserver and
-//! kwok only; the testbed installs the CRDs, among them KWOKNodeClass): create makes the Node
+//! The kwok provider on a real control plane without Cluster API (kube-apiserver and kwok
+//! only, the Cluster API CRDs not installed; the testbed installs this project's CRDs, among
+//! them KWOKNodeClass): create makes the Node
 //! and kwok makes it Ready, get finds it, list lists only this provider's Nodes, delete
 //! removes only those; NodeClass and name problems are the typed errors the lifecycle acts on.
 
@@ -14,10 +15,14 @@ use api::karpenter::{
 };
 use controller::cloudprovider::{CloudProvider, Deletion, Error};
 use k8s_openapi::api::core::v1::{Node, NodeSpec};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{Timestamp, ToSpan};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, PostParams,
+};
 use kube::{Client, ResourceExt};
 use kwok::nodeclass::{KWOKNodeClass, KWOKNodeClassSpec};
 use kwok::{KwokCloudProvider, instance_types};
@@ -26,13 +31,17 @@ use testbed::{Component, Options, Testbed, wait_for};
 const BENCH_TYPES: &str = "../../hack/bench/e2e/kwok-instance-types.json";
 const WAIT: Duration = Duration::from_secs(60);
 
-/// A client of the shared testbed (kube-apiserver and kwok), its Nodes, and a provider of
-/// the bench's instance types.
+/// The shared testbed: kube-apiserver and kwok, no Cluster API.
+async fn bare() -> &'static Testbed {
+    let options = Options::default()
+        .without_cluster_api()
+        .with(Component::Kwok);
+    testbed::shared(options).await.expect("the testbed starts")
+}
+
+/// A client of the shared testbed, its Nodes, and a provider of the bench's instance types.
 async fn setup() -> (Client, Api<Node>, KwokCloudProvider) {
-    let tb: &'static Testbed = testbed::shared(Options::default().with(Component::Kwok))
-        .await
-        .expect("the testbed starts");
-    let client = tb.client();
+    let client = bare().await.client();
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(BENCH_TYPES);
     let types = instance_types::read_file(&path).expect("the bench's instance types read");
     let provider = KwokCloudProvider::new(client.clone(), types);
@@ -109,6 +118,46 @@ fn ready(node: &Node) -> bool {
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Whether the API server serves Cluster API's Machines: the CRD exists and a list of them
+/// answers (a 404 is "not served"; any other error fails the test, never read as either).
+async fn serves_machines(client: &Client) -> bool {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = crds
+        .get_opt("machines.cluster.x-k8s.io")
+        .await
+        .expect("get the CRD");
+    let gvk = GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", "Machine");
+    let machines: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource::from_gvk_with_plural(&gvk, "machines"),
+    );
+    let listed = match machines.list(&ListParams::default().limit(1)).await {
+        Ok(_) => true,
+        Err(kube::Error::Api(s)) if s.code == 404 => false,
+        Err(e) => panic!("listing Machines: {e}"),
+    };
+    assert_eq!(crd.is_some(), listed, "the CRD and the list agree");
+    listed
+}
+
+#[tokio::test]
+async fn the_testbed_has_no_cluster_api_and_the_kwok_crds() {
+    let client = bare().await.client();
+    assert!(!serves_machines(&client).await, "no Cluster API here");
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for name in [
+        "kwoknodeclasses.karpenter.kwok.sh",
+        "nodeclaims.karpenter.sh",
+    ] {
+        assert!(crds.get_opt(name).await.expect("get").is_some(), "{name}");
+    }
+    // Positive control: a default testbed (apiserver only) serves them.
+    let default = Testbed::start(Options::default())
+        .await
+        .expect("a default testbed starts");
+    assert!(serves_machines(&default.client()).await);
 }
 
 #[tokio::test]

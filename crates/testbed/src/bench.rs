@@ -331,7 +331,7 @@ pub struct Process {
     pub after_rss_mib: Vec<f64>,
 }
 
-/// One run's figures; `bench-e2e compare` puts two side by side.
+/// One run's figures; `bench-e2e compare` puts two or three side by side.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     pub label: String,
@@ -443,19 +443,38 @@ const FIGURES: &[Figure] = &[
     }),
 ];
 
-/// Markdown table: `a` and `b` side by side, with `b/a` ratios.
-pub fn compare(a: &Summary, b: &Summary) -> String {
-    let mut out = format!(
-        "| {} pods | {} | {} | {}/{} |\n|---|---:|---:|---:|\n",
-        a.pods, a.label, b.label, b.label, a.label
-    );
+/// Markdown table: the summaries side by side, the last one the reference (Karpenter's), then
+/// one ratio column `reference/x` for each of the others. With two (`a`, `b`): `a`, `b`,
+/// `b/a`; with three (ours over Cluster API, ours over kwok, Karpenter's kwok): the three and
+/// two ratios against Karpenter. `summaries` must not be empty.
+pub fn compare(summaries: &[&Summary]) -> String {
+    let Some((reference, ours)) = summaries.split_last() else {
+        return String::new();
+    };
+    let mut header = format!("| {} pods |", summaries[0].pods);
+    for s in summaries {
+        header += &format!(" {} |", s.label);
+    }
+    for s in ours {
+        header += &format!(" {}/{} |", reference.label, s.label);
+    }
+    let columns = summaries.len() + ours.len();
+    let mut out = format!("{header}\n|---|{}\n", "---:|".repeat(columns));
     let fmt = |v: Option<f64>| match v {
         Some(v) if v.fract() == 0.0 && v.abs() < 1e12 => format!("{v:.0}"),
         v => secs(v),
     };
     for (name, figure) in FIGURES {
-        let (x, y) = (figure(a), figure(b));
-        out += &format!("| {name} | {} | {} | {} |\n", fmt(x), fmt(y), ratio(x, y));
+        let y = figure(reference);
+        let mut row = format!("| {name} |");
+        for s in summaries {
+            row += &format!(" {} |", fmt(figure(s)));
+        }
+        for s in ours {
+            row += &format!(" {} |", ratio(figure(s), y));
+        }
+        out += &row;
+        out.push('\n');
     }
     out
 }
@@ -742,5 +761,64 @@ mod tests {
         let m = metric_sums(text, &["karpenter_capi_machines_launched_total", "missing"]);
         assert_eq!(m.len(), 1);
         assert_eq!(m["karpenter_capi_machines_launched_total"], 7.0);
+    }
+
+    /// A summary as `bench-e2e run` writes it (JSON), with `figures` over the defaults.
+    fn summary_json(figures: serde_json::Value) -> Summary {
+        let mut v = serde_json::to_value(Summary::default()).expect("serializes");
+        if let (Some(v), Some(f)) = (v.as_object_mut(), figures.as_object()) {
+            v.extend(f.clone());
+        }
+        serde_json::from_value(v).expect("a summary")
+    }
+
+    #[test]
+    fn compare_puts_each_of_ours_beside_the_reference_with_its_ratio() {
+        let capi = summary_json(serde_json::json!({
+            "label": "karpenter-capi", "pods": 200, "all_running": 40.0, "nodeclaims": 10,
+            "process": {"peak_rss_mib": 50.0, "cpu_scale_out": 2.0, "cpu_scale_in": 1.0}}));
+        let kwok = summary_json(serde_json::json!({
+            "label": "karpenter-capi-kwok", "pods": 200, "all_running": 20.0, "nodeclaims": 10,
+            "process": {"peak_rss_mib": 40.0, "cpu_scale_out": 1.0, "cpu_scale_in": 1.0}}));
+        let karpenter = summary_json(serde_json::json!({
+            "label": "karpenter", "pods": 200, "all_running": 30.0, "nodeclaims": 12,
+            "process": {"peak_rss_mib": 160.0, "cpu_scale_out": 3.0, "cpu_scale_in": 1.0}}));
+        // The header, the rule, these rows among the others and one row per figure.
+        let check = |table: &str, head: [&str; 2], rows: &[&str]| {
+            let lines: Vec<&str> = table.lines().collect();
+            assert_eq!(lines[..2], head, "{table}");
+            for r in rows {
+                assert!(lines.contains(r), "{r} in\n{table}");
+            }
+            assert_eq!(lines.len(), 2 + FIGURES.len());
+        };
+
+        let two = compare(&[&kwok, &karpenter]);
+        check(
+            &two,
+            [
+                "| 200 pods | karpenter-capi-kwok | karpenter | karpenter/karpenter-capi-kwok |",
+                "|---|---:|---:|---:|",
+            ],
+            &[
+                "| all pods Running (s) | 20 | 30 | 1.50 |",
+                "| peak RSS (MiB) | 40 | 160 | 4.00 |",
+            ],
+        );
+        assert!(!two.contains("| karpenter-capi |"), "no third column");
+
+        let three = compare(&[&capi, &kwok, &karpenter]);
+        check(
+            &three,
+            [
+                "| 200 pods | karpenter-capi | karpenter-capi-kwok | karpenter | karpenter/karpenter-capi | karpenter/karpenter-capi-kwok |",
+                "|---|---:|---:|---:|---:|---:|",
+            ],
+            &[
+                "| all pods Running (s) | 40 | 20 | 30 | 0.75 | 1.50 |",
+                "| NodeClaims | 10 | 10 | 12 | 1.20 | 1.20 |",
+                "| first NodeClaim (s) | - | - | - | - | - |",
+            ],
+        );
     }
 }

@@ -88,12 +88,15 @@ impl Component {
 }
 
 /// What to start. `Options::default()` is etcd + kube-apiserver with the Cluster API
-/// CRDs and this project's CRDs (`crds/`) installed.
+/// CRDs and this project's CRDs (`crds/`) installed ([`Options::without_cluster_api`]: without
+/// the Cluster API ones).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Options {
     components: Vec<Component>,
     crds: Vec<PathBuf>,
     audit_log: bool,
+    /// `up.sh --no-cluster-api`.
+    no_cluster_api: bool,
     /// Another testbed's etcd (URL) and this one's key prefix in it.
     etcd: Option<(String, String)>,
 }
@@ -114,6 +117,14 @@ impl Options {
             .with(Component::Scheduler)
             .with(Component::Kwok)
             .with(Component::ClusterApi)
+    }
+
+    /// A control plane without Cluster API: its CRDs are not installed, so the API server
+    /// serves no Machine or Cluster (this project's CRDs are installed as always). The start
+    /// fails if [`Component::ClusterApi`] is asked for too.
+    pub fn without_cluster_api(mut self) -> Self {
+        self.no_cluster_api = true;
+        self
     }
 
     /// kube-apiserver writes an audit log of every request (Metadata level: verb,
@@ -197,6 +208,9 @@ impl Testbed {
         }
         if options.audit_log {
             cmd.arg("--audit-log");
+        }
+        if options.no_cluster_api {
+            cmd.arg("--no-cluster-api");
         }
         if let Some((url, prefix)) = &options.etcd {
             cmd.arg("--etcd").arg(url).arg("--etcd-prefix").arg(prefix);

@@ -315,3 +315,17 @@ async fn no_audit_log_by_default() {
     assert!(!tb.log("audit").exists());
     assert!(tb.audit_events().is_err());
 }
+
+#[tokio::test]
+async fn without_cluster_api_refuses_the_cluster_api_manager() {
+    // (The shared testbed of the other tests, `Options::all()`, is the positive control: with
+    // Cluster API allowed the same components start.)
+    let refused = Testbed::start(Options::all().without_cluster_api()).await;
+    match refused {
+        Err(testbed::Error::Start { output, .. }) => {
+            assert!(output.contains("exclude each other"), "{output}");
+        }
+        Err(e) => panic!("another error: {e}"),
+        Ok(_) => panic!("a testbed without Cluster API started its manager"),
+    }
+}

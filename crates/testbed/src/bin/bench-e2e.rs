@@ -3,7 +3,7 @@
 //!   bench-e2e run --kubeconfig PATH --pods N --label NAME --agent UA_PREFIX --pid PID
 //!                 --audit-log PATH [--machines] [--deployment NS/NAME] [--metrics-url URL]
 //!                 [--metric NAME]... [--timeout SECS] [--cycles N] [--settle SECS] [--out FILE]
-//!   bench-e2e compare A.json B.json
+//!   bench-e2e compare A.json [B.json] REFERENCE.json
 //!   bench-e2e recount --audit-log PATH --agent UA_PREFIX SUMMARY.json   # API requests again
 //!
 //! `run` watches Pods (of the Deployment, label app=<name>), Nominated events, NodeClaims
@@ -15,8 +15,10 @@
 //! It also samples the autoscaler's RSS before the scale-up and `--settle` seconds (30) after the
 //! scale to 0 was complete; `--cycles N` repeats the scale-out and scale-in N times (the figures
 //! above are the first cycle's; the RSS after each cycle is reported), to show whether memory
-//! returns after a burst. `compare` prints two such files side by side. Figures are reported,
-//! never asserted.
+//! returns after a burst. `compare` prints two or three such files side by side, the last the
+//! reference (Karpenter's), with its ratio to each of the others: `compare karpenter-capi.json
+//! karpenter-capi-kwok.json karpenter.json` shows ours over Cluster API and ours over kwok
+//! beside Karpenter's kwok. Figures are reported, never asserted.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -543,14 +545,21 @@ async fn main() -> ExitCode {
             Err(e) => Err(e),
         },
         Some("recount") => recount(args),
-        Some("compare") => match (args.next(), args.next()) {
-            (Some(x), Some(y)) => read_summary(&x)
-                .and_then(|a| Ok((a, read_summary(&y)?)))
-                .map(|(a, b)| print!("{}", bench::compare(&a, &b))),
-            _ => Err("compare needs two summary files".into()),
-        },
+        Some("compare") => {
+            let files: Vec<String> = args.collect();
+            if (2..=3).contains(&files.len()) {
+                files
+                    .iter()
+                    .map(|f| read_summary(f))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map(|s| print!("{}", bench::compare(&s.iter().collect::<Vec<_>>())))
+            } else {
+                Err("compare needs two or three summary files".into())
+            }
+        }
         _ => Err(
-            "usage: bench-e2e run ... | bench-e2e compare A.json B.json (see the source)".into(),
+            "usage: bench-e2e run ... | bench-e2e compare A.json [B.json] REFERENCE.json (see the source)"
+                .into(),
         ),
     };
     match result {
