@@ -1,5 +1,5 @@
 //! The core over the kwok provider (issue 36): the operator as `karpenter-capi run --provider
-//! kwok` runs it, on a control plane with kwok and without the Cluster API manager,
+//! kwok` runs it, on a control plane with kwok and without Cluster API (no CRD of it),
 //! provisions Nodes for pending pods, consolidates them when the pods go, and terminates the
 //! replaced Node after draining it through the Eviction API. The NodePool, KWOKNodeClass and
 //! instance types are the benchmark's (hack/bench/e2e/).
@@ -85,6 +85,7 @@ async fn running_on_kwok_nodes(client: &Client, n: usize) -> Option<()> {
 async fn kwok_provisions_consolidates_and_terminates_drained() {
     let tb = Testbed::start(
         Options::default()
+            .without_cluster_api()
             .with(Component::ControllerManager)
             .with(Component::Scheduler)
             .with(Component::Kwok),

@@ -13,7 +13,7 @@ use api::karpenter::{
     NodeClaimSpec, NodeClassReference, NodeSelectorRequirementWithMinValues, Operator,
     ResourceRequirements,
 };
-use controller::cloudprovider::{CloudProvider, Deletion, Error};
+use controller::cloudprovider::{CloudProvider, Created, Deletion, Error};
 use k8s_openapi::api::core::v1::{Node, NodeSpec};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -142,6 +142,31 @@ async fn serves_machines(client: &Client) -> bool {
     listed
 }
 
+/// Launches `claim` as the core does: the first `create` answers the labels to record, the
+/// core writes them (here: onto the in-memory claim), the next `create` makes the Node.
+/// Returns the claim as recorded.
+async fn launch(p: &KwokCloudProvider, claim: Arc<NodeClaim>) -> Result<Arc<NodeClaim>, Error> {
+    let mut claim = (*claim).clone();
+    for _ in 0..2 {
+        match p.create(&claim).await? {
+            Created::Launched => return Ok(Arc::new(claim)),
+            Created::Record(intent) => {
+                claim
+                    .metadata
+                    .labels
+                    .get_or_insert_with(Default::default)
+                    .extend(intent.labels);
+                claim
+                    .metadata
+                    .annotations
+                    .get_or_insert_with(Default::default)
+                    .extend(intent.annotations);
+            }
+        }
+    }
+    panic!("create asked to record twice");
+}
+
 #[tokio::test]
 async fn the_testbed_has_no_cluster_api_and_the_kwok_crds() {
     let client = bare().await.client();
@@ -166,7 +191,7 @@ async fn create_get_list_delete_on_nodes_kwok_runs() {
     make_nodeclass(&client, "lifecycle", KWOKNodeClassSpec::default()).await;
     let a = claim("kwok-lifecycle-a", "lifecycle", "uid-a");
 
-    let created = p.create(a.clone()).await.expect("create");
+    let created = launch(&p, a.clone()).await.expect("create");
     assert_eq!(
         created.labels()["node.kubernetes.io/instance-type"],
         "small",
@@ -195,7 +220,7 @@ async fn create_get_list_delete_on_nodes_kwok_runs() {
     .expect("kwok makes the Node Ready");
 
     // Idempotent: a second create adopts the same Node.
-    p.create(a.clone()).await.expect("create again");
+    launch(&p, a.clone()).await.expect("create again");
     let again = nodes.get("kwok-lifecycle-a").await.expect("still there");
     assert_eq!(again.metadata.uid, node.metadata.uid, "not made twice");
 
@@ -210,7 +235,7 @@ async fn create_get_list_delete_on_nodes_kwok_runs() {
     // list: ours (two of them: the positive control that it lists more than one), never a
     // Node it did not make, even one with a kwok:// providerID.
     let b = claim("kwok-lifecycle-b", "lifecycle", "uid-b");
-    p.create(b.clone()).await.expect("create b");
+    launch(&p, b.clone()).await.expect("create b");
     foreign_node(
         &client,
         "kwok-lifecycle-foreign",
@@ -279,7 +304,7 @@ async fn nodeclass_and_name_problems_are_typed() {
     // Missing NodeClass: InsufficientCapacity (Karpenter kwok), nothing made.
     let missing = claim("kwok-typed-missing", "kwok-typed-none", "uid-m");
     assert!(matches!(
-        p.create(missing).await,
+        launch(&p, missing).await,
         Err(Error::InsufficientCapacity(m)) if m.contains("kwok-typed-none")
     ));
     assert!(
@@ -309,17 +334,17 @@ async fn nodeclass_and_name_problems_are_typed() {
     .expect("status patched");
     let c = claim("kwok-typed-c", "kwok-typed-broken", "uid-c");
     assert!(matches!(
-        p.create(c).await,
+        launch(&p, c).await,
         Err(Error::NodeClassNotReady(m)) if m == "broken on purpose"
     ));
     let ok = claim("kwok-typed-ok", "kwok-typed-ready", "uid-ok");
-    p.create(ok).await.expect("a Ready class launches");
+    launch(&p, ok).await.expect("a Ready class launches");
     assert!(nodes.get_opt("kwok-typed-ok").await.expect("get").is_some());
 
     // A Node of the claim's name that is not ours: a permanent conflict, the Node untouched.
     foreign_node(&client, "kwok-typed-taken", "kwok://kwok-typed-taken").await;
     let taken = claim("kwok-typed-taken", "kwok-typed-ready", "uid-t");
-    let err = p.create(taken).await.expect_err("conflict");
+    let err = launch(&p, taken).await.expect_err("conflict");
     assert_eq!(
         err.permanent().map(|(r, _)| r),
         Some("NameConflict"),
@@ -328,7 +353,7 @@ async fn nodeclass_and_name_problems_are_typed() {
     // So is our own Node of an earlier NodeClaim of the same name (another UID).
     let successor = claim("kwok-typed-ok", "kwok-typed-ready", "uid-other");
     assert!(
-        p.create(successor).await.is_err(),
+        launch(&p, successor).await.is_err(),
         "another UID's Node is not adopted"
     );
 
@@ -344,7 +369,13 @@ async fn registration_delay_holds_the_node_back() {
     make_nodeclass(&client, "kwok-delay", spec).await;
     let mut young = (*claim("kwok-delay-young", "kwok-delay", "uid-y")).clone();
     young.metadata.creation_timestamp = Some(Time(Timestamp::now()));
-    p.create(Arc::new(young.clone())).await.expect("create");
+    let held = launch(&p, Arc::new(young.clone()))
+        .await
+        .expect_err("held back");
+    assert!(
+        held.permanent().is_none(),
+        "a passing wait, retried: {held}"
+    );
     assert!(
         nodes
             .get_opt("kwok-delay-young")
@@ -361,7 +392,7 @@ async fn registration_delay_holds_the_node_back() {
     let mut old = (*claim("kwok-delay-old", "kwok-delay", "uid-o")).clone();
     let two_hours_ago = Timestamp::now() - 2.hours();
     old.metadata.creation_timestamp = Some(Time(two_hours_ago));
-    p.create(Arc::new(old)).await.expect("create");
+    launch(&p, Arc::new(old)).await.expect("create");
     assert!(
         nodes
             .get_opt("kwok-delay-old")
