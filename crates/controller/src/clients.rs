@@ -1,10 +1,17 @@
 //! Kubernetes clients: each with its own client-side rate limit (`ratelimit`) and the
 //! User-Agent by which the API server's audit log tells the replicas apart. Built from a
 //! kubeconfig path, the environment, or kubeconfig text (hub mode: a Cluster's Secret).
+//!
+//! Requests answered 429, 503 or 504 are retried as kube's default client does
+//! (`RetryPolicy::server_retry`), except evictions: a PodDisruptionBudget refusing one answers
+//! 429, which the drain reads at once and asks again later (as client-go, which retries a 429
+//! only with a `Retry-After` the eviction API does not send) instead of waiting minutes inside
+//! one request.
 
 use std::path::PathBuf;
 
-use kube::client::ClientBuilder;
+use kube::client::retry::RetryPolicy;
+use kube::client::{Body, ClientBuilder};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
@@ -90,7 +97,47 @@ fn client_from_config(mut config: Config, options: &ClientOptions) -> Result<Cli
     let agent = http::HeaderValue::from_str(&options.user_agent)
         .map_err(|_| ClientError::UserAgent(options.user_agent.clone()))?;
     config.headers.push((http::header::USER_AGENT, agent));
+    config.default_retry = false;
     Ok(ClientBuilder::try_from(config)?
+        // A cloneable service for the retry to send a request again through.
+        .with_layer(&tower::buffer::BufferLayer::new(1024))
+        .with_layer(&tower::retry::RetryLayer::new(NoEvictionRetry(
+            RetryPolicy::server_retry(),
+        )))
         .with_layer(&RateLimitLayer::new(options.rate))
         .build())
+}
+
+/// kube's default retry of transient answers, but never of an eviction.
+#[derive(Clone)]
+struct NoEvictionRetry(RetryPolicy);
+
+impl<Res, E> tower::retry::Policy<http::Request<Body>, http::Response<Res>, E> for NoEvictionRetry
+where
+    RetryPolicy: tower::retry::Policy<http::Request<Body>, http::Response<Res>, E>,
+{
+    type Future =
+        <RetryPolicy as tower::retry::Policy<http::Request<Body>, http::Response<Res>, E>>::Future;
+
+    fn retry(
+        &mut self,
+        req: &mut http::Request<Body>,
+        result: &mut Result<http::Response<Res>, E>,
+    ) -> Option<Self::Future> {
+        if is_eviction(req) {
+            return None;
+        }
+        self.0.retry(req, result)
+    }
+
+    fn clone_request(&mut self, req: &http::Request<Body>) -> Option<http::Request<Body>> {
+        if is_eviction(req) {
+            return None;
+        }
+        self.0.clone_request(req)
+    }
+}
+
+fn is_eviction<B>(req: &http::Request<B>) -> bool {
+    req.method() == http::Method::POST && req.uri().path().ends_with("/eviction")
 }

@@ -236,6 +236,8 @@ impl Drainer<'_> {
             .collect();
         let refs: Vec<&Pod> = on_node.iter().map(|p| p.as_ref()).collect();
         let plan = plan(&refs, deadline, now);
+        tracing::debug!(node = %name, pods = plan.waiting, evict = plan.evict.len(),
+            delete = plan.delete.len(), "drain pass");
         if plan.drained() {
             return Ok(Progress::Drained);
         }
