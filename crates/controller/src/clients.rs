@@ -141,3 +141,57 @@ where
 fn is_eviction<B>(req: &http::Request<B>) -> bool {
     req.method() == http::Method::POST && req.uri().path().ends_with("/eviction")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower::retry::Policy;
+
+    fn answer(code: u16) -> Result<http::Response<()>, tower::BoxError> {
+        Ok(http::Response::builder()
+            .status(code)
+            .body(())
+            .expect("response"))
+    }
+
+    fn request(method: http::Method, path: &str) -> http::Request<Body> {
+        http::Request::builder()
+            .method(method)
+            .uri(path)
+            .body(Body::from(b"{}".to_vec()))
+            .expect("request")
+    }
+
+    type P = dyn Policy<
+            http::Request<Body>,
+            http::Response<()>,
+            tower::BoxError,
+            Future = tokio::time::Sleep,
+        >;
+
+    fn clone_request(policy: &mut NoEvictionRetry, req: &http::Request<Body>) -> bool {
+        let p: &mut P = policy;
+        p.clone_request(req).is_some()
+    }
+
+    #[test]
+    fn an_eviction_is_never_retried_other_requests_are() {
+        let mut policy = NoEvictionRetry(RetryPolicy::server_retry());
+        let mut eviction = request(http::Method::POST, "/api/v1/namespaces/a/pods/p/eviction");
+        assert!(policy.retry(&mut eviction, &mut answer(429)).is_none());
+        assert!(!clone_request(&mut policy, &eviction));
+        // Positive control: a 429 to any other request is retried, as kube's default.
+        let mut patch = request(http::Method::PATCH, "/api/v1/namespaces/a/pods/p");
+        assert!(clone_request(&mut policy, &patch));
+        let retry = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime")
+            .block_on(async { policy.retry(&mut patch, &mut answer(429)).is_some() });
+        assert!(retry);
+        assert!(!is_eviction(&request(
+            http::Method::GET,
+            "/api/v1/namespaces/a/pods/eviction"
+        )));
+    }
+}
