@@ -7,20 +7,21 @@
 
 mod common;
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
+use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use testbed::provider;
 use testbed::wait_for;
 
-/// Holds an evicted pod in Terminating, so the test sees it was asked to go.
-const HOLD: &str = "karpenter-capi.test/hold";
 const WAIT: Duration = Duration::from_secs(90);
 
 /// Creates the NodeClaim `name` (`spec` merged into its spec) and waits until it is Ready:
@@ -98,16 +99,6 @@ fn evicted_by_api(p: &Pod) -> bool {
         })
 }
 
-async fn release(pods: &Api<Pod>, name: &str) {
-    pods.patch(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-    )
-    .await
-    .expect("finalizer removed");
-}
-
 /// The operator's `karpenter_pods_eviction_requests_total{code}` (0 before the first).
 async fn eviction_requests(env: &Env, code: &str) -> f64 {
     let page = scrape(env.metrics_addr).await;
@@ -155,6 +146,59 @@ async fn all_gone(client: &Client, ns: &str, claim: &str, node: &str) {
     .expect("terminated");
 }
 
+/// What a watch saw happen to the test's pods, in order: `(pod, what)` with `what` one of
+/// `evicted` (the API server's `DisruptionTarget` condition, reason `EvictionByEvictionAPI`:
+/// the pod went through the Eviction API), `deleting` (a deletionTimestamp) and `deleted`.
+type Seen = Arc<Mutex<Vec<(String, &'static str)>>>;
+
+fn watch_pods(pods: Api<Pod>) -> (Seen, tokio::task::JoinHandle<()>) {
+    let seen: Seen = Arc::default();
+    let log = seen.clone();
+    let task = tokio::spawn(async move {
+        let mut events = std::pin::pin!(watcher(pods, watcher::Config::default()));
+        while let Some(e) = events.next().await {
+            let (p, deleted) = match e {
+                Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => (p, false),
+                Ok(watcher::Event::Delete(p)) => (p, true),
+                _ => continue,
+            };
+            let name = p.name_any();
+            let mut log = log.lock().unwrap_or_else(|e| e.into_inner());
+            let mut note = |what: &'static str| {
+                if !log.iter().any(|(n, w)| *n == name && *w == what) {
+                    log.push((name.clone(), what));
+                }
+            };
+            if evicted_by_api(&p) {
+                note("evicted");
+            }
+            if p.metadata.deletion_timestamp.is_some() {
+                note("deleting");
+            }
+            if deleted {
+                note("deleted");
+            }
+        }
+    });
+    (seen, task)
+}
+
+/// Where `(pod, what)` is in `seen`.
+fn at(seen: &Seen, pod: &str, what: &str) -> Option<usize> {
+    seen.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .position(|(n, w)| n == pod && *w == what)
+}
+
+async fn seen(seen: &Seen, pod: &str, what: &str) -> usize {
+    wait_for(&format!("{pod} {what}"), WAIT, || async {
+        at(seen, pod, what)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}: {:?}", seen.lock().map(|l| l.clone())))
+}
+
 #[tokio::test]
 async fn drain_evicts_through_the_eviction_api_in_groups_and_waits_for_a_pdb() {
     let env = env(default_templates(json!({}))).await;
@@ -185,16 +229,15 @@ async fn drain_evicts_through_the_eviction_api_in_groups_and_waits_for_a_pdb() {
     pdbs.create(&PostParams::default(), &pdb("guarded"))
         .await
         .expect("pdb");
-    let held = json!({"metadata": {"finalizers": [HOLD]}});
-    let daemon = json!({"metadata": {"finalizers": [HOLD], "ownerReferences": [{
+    let daemon = json!({"metadata": {"ownerReferences": [{
         "apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent",
         "uid": ds.metadata.uid.clone().unwrap_or_default()}]}});
     let tolerant = json!({"spec": {"tolerations": [
         {"key": "team", "operator": "Exists"},
         {"key": "karpenter.sh/disrupted", "operator": "Exists"}]}});
     for p in [
-        pod("app", &node, held.clone()),
-        pod("guarded", &node, held),
+        pod("app", &node, json!({})),
+        pod("guarded", &node, json!({})),
         pod("agent-x", &node, daemon),
         pod("tolerant", &node, tolerant),
     ] {
@@ -206,29 +249,28 @@ async fn drain_evicts_through_the_eviction_api_in_groups_and_waits_for_a_pdb() {
     })
     .await
     .expect("kwok runs the pods");
+    let (log, _watch) = watch_pods(pods.clone());
 
     nodeclaims(&client)
         .delete("drain-a1", &DeleteParams::default())
         .await
         .expect("delete nodeclaim");
 
-    // The plain pod is evicted through the Eviction API; the PDB refuses the guarded one;
-    // the DaemonSet pod waits for both; the Machine stays.
-    let app = wait_for("app evicted", WAIT, || async {
-        let p = pods.get_opt("app").await.ok()?;
-        deleting(&p).then_some(p).flatten()
-    })
-    .await
-    .expect("app evicted");
-    assert!(evicted_by_api(&app), "{:?}", app.status);
+    // The plain pod goes through the Eviction API; the PDB refuses the guarded one; the
+    // DaemonSet pod waits for both; the Machine stays while the drain keeps asking.
+    seen(&log, "app", "evicted").await;
     let refused = wait_for("a PDB refusal", WAIT, || async {
         let n = eviction_requests(&env, "429").await;
         (n > 0.0).then_some(n)
     })
     .await
     .expect("the eviction of guarded is refused (429)");
-    assert!(!deleting(&pods.get_opt("guarded").await.expect("get")));
-    assert!(!deleting(&pods.get_opt("agent-x").await.expect("get")));
+    seen(&log, "app", "deleted").await;
+    more_eviction_requests(&env, "429", refused).await;
+    more_eviction_requests(&env, "429", refused + 1.0).await;
+    for p in ["guarded", "agent-x"] {
+        assert_eq!(at(&log, p, "deleting"), None, "{p}: {log:?}");
+    }
     assert!(!machine_deleting(&machine(&client, &ns, "drain-a1").await));
     let n: Node = Api::all(client.clone()).get(&node).await.expect("node");
     assert!(
@@ -241,66 +283,39 @@ async fn drain_evicts_through_the_eviction_api_in_groups_and_waits_for_a_pdb() {
     );
     let claim = nodeclaims(&client).get("drain-a1").await.expect("claim");
     assert_eq!(condition(&claim, "Drained").as_deref(), Some("Unknown"));
-
-    // app leaves; the PDB still holds guarded, so the DaemonSet pod and the Machine stay
-    // while the drain keeps asking.
-    release(&pods, "app").await;
-    more_eviction_requests(&env, "429", refused).await;
-    more_eviction_requests(&env, "429", refused + 1.0).await;
-    assert!(!deleting(&pods.get_opt("guarded").await.expect("get")));
-    assert!(!deleting(&pods.get_opt("agent-x").await.expect("get")));
-    assert!(!machine_deleting(&machine(&client, &ns, "drain-a1").await));
+    let events = events_for(&client, &node).await;
     assert!(
-        events_for(&client, &node)
-            .await
+        events
             .iter()
             .any(|(r, note)| r == "FailedDraining" && note.contains("guarded")),
-        "{:?}",
-        events_for(&client, &node).await
+        "{events:?}"
     );
 
-    // Positive control: the PDB allows (deleted), guarded is evicted, then the DaemonSet pod.
+    // Positive control: once the PDB allows (deleted), guarded is evicted, and only after it
+    // has gone the DaemonSet pod; then the Machine is deleted, with Cluster API's own drain
+    // excluded.
     pdbs.delete("guarded", &DeleteParams::default())
         .await
         .expect("pdb deleted");
-    let guarded = wait_for("guarded evicted", WAIT, || async {
-        let p = pods.get_opt("guarded").await.ok()?;
-        deleting(&p).then_some(p).flatten()
-    })
-    .await
-    .expect("guarded evicted once the PDB allows");
-    assert!(evicted_by_api(&guarded));
-    assert!(!deleting(&pods.get_opt("agent-x").await.expect("get")));
-    release(&pods, "guarded").await;
-    let agent = wait_for("the DaemonSet pod evicted", WAIT, || async {
-        let p = pods.get_opt("agent-x").await.ok()?;
-        deleting(&p).then_some(p).flatten()
-    })
-    .await
-    .expect("DaemonSet pod evicted last");
-    assert!(evicted_by_api(&agent));
-    assert!(!machine_deleting(&machine(&client, &ns, "drain-a1").await));
-    release(&pods, "agent-x").await;
-
-    // Drained: the Machine is deleted with Cluster API's drain excluded; the pod tolerating
-    // the disrupted taint was never evicted.
+    seen(&log, "guarded", "evicted").await;
+    let guarded_gone = seen(&log, "guarded", "deleted").await;
+    let agent = seen(&log, "agent-x", "evicted").await;
+    assert!(agent > guarded_gone, "{log:?}");
     let m = wait_for("Machine deleting", WAIT, || async {
         let m = machine(&client, &ns, "drain-a1").await?;
         m.metadata.deletion_timestamp.is_some().then_some(m)
     })
     .await
     .expect("Machine deleted after the drain");
+    assert!(at(&log, "agent-x", "deleted").is_some(), "{log:?}");
     assert!(
         m.annotations()
             .contains_key("machine.cluster.x-k8s.io/exclude-node-draining"),
         "{:?}",
         m.annotations()
     );
-    let tolerant = pods.get_opt("tolerant").await.expect("get");
-    assert!(
-        tolerant.as_ref().is_none_or(|p| !evicted_by_api(p)),
-        "{tolerant:?}"
-    );
+    // The pod tolerating the disrupted taint was never evicted.
+    assert_eq!(at(&log, "tolerant", "evicted"), None, "{log:?}");
     all_gone(&client, &ns, "drain-a1", &node).await;
 }
 

@@ -3,8 +3,8 @@
 //! `consolidateAfter` is deleted), drift (a `Drifted` NodeClaim is replaced surge-first) and
 //! consolidation (single- and multi-node, delete or replace by one cheaper node, Balanced),
 //! within the NodePool's disruption budgets.
-//! Deleting the NodeClaim runs the usual termination: the Machine is deleted, Cluster API
-//! drains and removes the Node.
+//! Deleting the NodeClaim runs the usual termination: the Node is drained, the Machine is
+//! deleted, Cluster API removes the Node.
 //!
 //! Surge-first commands (replacements initialized before the candidates go) run through
 //! [`orchestrate`]; replacements for drift are planned by [`simulate`].

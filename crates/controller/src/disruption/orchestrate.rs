@@ -7,7 +7,7 @@
 //!    NodeClaims, labelled [`COMMAND`] = the command id.
 //! 2. Every pass, [`Orchestrator::progress`] finds the commands on the cached objects and
 //!    takes one [`Step`] for each: wait while replacements initialize; once all are
-//!    `Initialized`, delete the candidates (Cluster API drains them); when a replacement is
+//!    `Initialized`, delete the candidates (termination drains them); when a replacement is
 //!    gone or the timeout passed, roll back: delete the replacements that never initialized,
 //!    untaint, clear the condition, and remove the record last (a crash mid-rollback rolls
 //!    back again), noting the failure ([`FAILED`]) so the candidate waits [`COOLDOWN`]

@@ -19,6 +19,7 @@
 //! [`plan`] is the pure decision, [`Drainer`] carries it out. No provider type here: every
 //! provider's Nodes are drained alike.
 
+use std::ops::Not;
 use std::time::Duration;
 
 use api::consts::events;
@@ -99,7 +100,11 @@ pub fn force_delete_grace(pod: &Pod, deadline: Option<Timestamp>, now: Timestamp
         Some(t) => t.0 > deadline,
         None => {
             let grace = pod.spec.as_ref()?.termination_grace_period_seconds?;
-            now > deadline - SignedDuration::from_secs(grace)
+            // A grace period reaching past the start of time runs past any deadline.
+            deadline
+                .checked_sub(SignedDuration::from_secs(grace))
+                .is_ok_and(|start| now <= start)
+                .not()
         }
     };
     let left = deadline
@@ -236,6 +241,8 @@ impl Drainer<'_> {
             .collect();
         let refs: Vec<&Pod> = on_node.iter().map(|p| p.as_ref()).collect();
         let plan = plan(&refs, deadline, now);
+        tracing::debug!(node = %name, pods = plan.waiting, evict = plan.evict.len(),
+            delete = plan.delete.len(), "drain pass");
         if plan.drained() {
             return Ok(Progress::Drained);
         }
@@ -554,6 +561,13 @@ mod tests {
         // Past it: at least 1 s, never 0.
         let p = plan(&refs[..1], Some(at(-100)), now());
         assert_eq!(p.delete[0].1, 1);
+        // A grace period beyond any time (user input) is due at once, no overflow.
+        let huge = [pod(
+            "huge",
+            json!({"spec": {"terminationGracePeriodSeconds": i64::MAX}}),
+        )];
+        let refs: Vec<&Pod> = huge.iter().collect();
+        assert_eq!(plan(&refs, Some(at(3600)), now()).delete[0].1, 3600);
     }
 
     #[test]

@@ -204,7 +204,7 @@ impl ClusterApi {
                     EventType::Normal,
                     api::consts::events::DISRUPTION_TERMINATING,
                     format!(
-                        "Deleting Machine {}/{}; Cluster API drains and removes the node",
+                        "Deleting Machine {}/{} (its Node drained); Cluster API removes the node",
                         plan.namespace, plan.machine
                     ),
                 )
