@@ -59,7 +59,7 @@ impl Counted {
             for t in catalog
                 .instance_types
                 .iter()
-                .flat_map(|it| templates::model::templates_of(it))
+                .flat_map(templates::model::templates_of)
             {
                 let ns = t.namespace.clone().unwrap_or_default();
                 let Some(obj) = loaded.inputs.templates.iter().find(|o| {
