@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use controller::cloudprovider::clusterapi::availability::counts::template;
 use controller::cloudprovider::clusterapi::availability::unavailable::UnavailableOfferings;
 use controller::cloudprovider::clusterapi::availability::{
     DEFAULT_STALENESS, LaunchState, OfferingCounts, resolve,
@@ -15,6 +14,7 @@ use controller::cloudprovider::clusterapi::availability::{
 use controller::state::Cluster;
 use kube::api::DynamicObject;
 use templates::inventory::{HostQuery, HostTally, selector_of, tally};
+use templates::model::launched_from as template;
 
 /// Each NodeClass's catalog, by name (as the plan builds them).
 type Catalogs = std::collections::HashMap<String, std::sync::Arc<templates::model::Catalog>>;
@@ -59,7 +59,7 @@ impl Counted {
             for t in catalog
                 .instance_types
                 .iter()
-                .flat_map(|it| templates::model::templates_of(it))
+                .flat_map(templates::model::templates_of)
             {
                 let ns = t.namespace.clone().unwrap_or_default();
                 let Some(obj) = loaded.inputs.templates.iter().find(|o| {

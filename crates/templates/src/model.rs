@@ -69,6 +69,17 @@ pub fn template_of(offering: &Offering) -> Option<TemplateRef> {
     TemplateRef::from_id(&offering.id)
 }
 
+/// The template `offering` launches from; an offering whose id is no template's is named by
+/// its id (no kind, no namespace).
+pub fn launched_from(offering: &Offering) -> TemplateRef {
+    template_of(offering).unwrap_or_else(|| TemplateRef {
+        api_version: String::new(),
+        kind: String::new(),
+        namespace: None,
+        name: offering.id.clone(),
+    })
+}
+
 /// Every template `it` is launched from (one per distinct template of its offerings), in
 /// the order the catalog read them (namespace, name, kind).
 pub fn templates_of(it: &InstanceType) -> Vec<TemplateRef> {

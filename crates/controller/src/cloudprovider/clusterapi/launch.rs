@@ -218,7 +218,7 @@ async fn plan(ctx: &Context, claim: &NodeClaim) -> Result<Planned, Error> {
         }
     };
     let ns = nodeclass.cluster.namespace.clone();
-    let template = &super::availability::counts::template(choice.offering);
+    let template = &templates::model::launched_from(choice.offering);
     // One name for the Machine and its clones, unique per workload cluster (see
     // `cloudprovider::clusterapi::fence`).
     let object = names::object_name(&name, &ctx.cluster_id);

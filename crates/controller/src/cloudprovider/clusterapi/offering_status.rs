@@ -34,7 +34,7 @@ pub(crate) fn offerings(
         for o in &it.offerings {
             let key = OfferingKey::of(o);
             let count = counts.available(catalog, it, o);
-            let template = crate::cloudprovider::clusterapi::availability::counts::template(o);
+            let template = templates::model::launched_from(o);
             let backoff = unavailable.reason(&key, now);
             if count.is_none() && backoff.is_none() {
                 continue;

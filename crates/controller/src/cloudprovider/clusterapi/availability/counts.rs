@@ -24,7 +24,7 @@ use api::{Machine, NodeClaim};
 use cloudprovider::OfferingCount;
 use k8s_openapi::jiff::Timestamp;
 use templates::count::{Available, CountSource, TemplateUse, smallest};
-use templates::model::{Catalog, InstanceType, Offering, TemplateRef, template_of};
+use templates::model::{Catalog, InstanceType, Offering, launched_from as template};
 
 use super::hosts::{Tallies, TemplateKey};
 use super::unavailable::{OfferingKey, UnavailableOfferings};
@@ -70,16 +70,6 @@ impl LaunchState<'_> {
             ),
         })
     }
-}
-
-/// The template `offering` launches from (its id; a bare name for an id that is none).
-pub fn template(offering: &Offering) -> TemplateRef {
-    template_of(offering).unwrap_or_else(|| TemplateRef {
-        api_version: String::new(),
-        kind: String::new(),
-        namespace: None,
-        name: offering.id.clone(),
-    })
 }
 
 /// The key counts keep a template's use under: its namespace and name.
@@ -315,7 +305,7 @@ mod tests {
     use super::*;
     use serde_json::json;
     use templates::count::{CountLimits, CountSource, Reported};
-    use templates::model::PriceSource;
+    use templates::model::{PriceSource, TemplateRef};
 
     /// The offering of the `metal` template (its count annotations are the catalog's:
     /// [`limited`]).

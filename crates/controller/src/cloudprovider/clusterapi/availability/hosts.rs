@@ -458,7 +458,7 @@ fn templates_of(
     catalog
         .instance_types
         .iter()
-        .flat_map(|it| it.offerings.iter().map(super::counts::template))
+        .flat_map(|it| it.offerings.iter().map(templates::model::launched_from))
         .filter(|t| seen.insert(t.clone()))
         .map(|t| {
             let ns = t.namespace.as_deref().unwrap_or_default();

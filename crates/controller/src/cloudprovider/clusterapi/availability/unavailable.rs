@@ -28,7 +28,7 @@ impl OfferingKey {
     /// The key of a catalog offering.
     pub fn of(offering: &templates::model::Offering) -> OfferingKey {
         OfferingKey {
-            template: super::counts::template(offering),
+            template: templates::model::launched_from(offering),
             zone: offering.zone.clone(),
             capacity_type: offering.capacity_type.clone(),
         }
