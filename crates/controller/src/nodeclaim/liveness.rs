@@ -1,9 +1,10 @@
-//! Liveness and repair: a NodeClaim whose Machine gets no providerID within the NodeClass
-//! `launchTimeout`, or whose Node does not register within `registrationTimeout`, is deleted;
-//! a Machine whose infrastructure reports a failure before its Node registered marks its
-//! offering unavailable and is replaced; a registered NodeClaim that matches a repair policy
-//! for longer than the repair period is replaced within the repair cap (see `repair`); a
-//! launched NodeClaim whose Machine has disappeared is deleted.
+//! Liveness and repair, from the provider's instance (`CloudProvider::get`) and the Node: a
+//! NodeClaim whose instance gets no providerID within its launch timeout, or whose Node does
+//! not register within its registration timeout (`CloudProvider::timeouts`), is deleted; an
+//! instance that failed before its Node registered has its offering avoided
+//! (`CloudProvider::launch_failed`) and is replaced; a registered NodeClaim that matches a
+//! repair policy for longer than its toleration is replaced within the repair cap (see
+//! `repair`); a launched NodeClaim whose instance has disappeared is deleted.
 
 use std::time::Duration;
 
