@@ -53,9 +53,6 @@ use futures::stream::BoxStream;
 use k8s_openapi::jiff::Timestamp;
 use templates::model::Catalog;
 
-use crate::nodeclaim::error::Error as LoopError;
-pub use crate::nodeclaim::repair::Unhealthy;
-
 /// Errors of a provider, typed like Karpenter's (`NodeClaimNotFoundError`,
 /// `InsufficientCapacityError`, `NodeClassNotReadyError`, `CreateError`).
 #[derive(Debug, thiserror::Error)]
@@ -148,15 +145,6 @@ impl Error {
     }
 }
 
-impl From<Error> for LoopError {
-    fn from(e: Error) -> LoopError {
-        match e.permanent() {
-            Some((reason, message)) => LoopError::Permanent { reason, message },
-            None => LoopError::Provider(e),
-        }
-    }
-}
-
 /// What [`CloudProvider::create`] answers.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Created {
@@ -173,6 +161,17 @@ pub enum Created {
 pub struct Intent {
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
+}
+
+/// A matched repair policy, or the provider's own health signal of an instance.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unhealthy {
+    /// The condition that failed (the metric's `condition` label).
+    pub condition: String,
+    /// e.g. `Ready=Unknown`, `NodeHealthy=False (NodeConditionsFailed)`.
+    pub detail: String,
+    /// Since when.
+    pub since: Timestamp,
 }
 
 /// An instance as its provider sees it.

@@ -159,22 +159,9 @@ pub async fn reconcile(
         .as_ref()
         .map(|t| t.0)
         .unwrap_or(now);
-    let node = status
-        .node_name
-        .as_ref()
-        .and_then(|n| ctx.nodes.store().get(&ObjectRef::new(n)));
     let policies = ctx.provider.repair_policies();
     let unhealthy = registered
-        .then(|| {
-            repair::unhealthy(
-                node.as_deref(),
-                instance.and_then(|i| i.unhealthy.clone()),
-                repair::Policies {
-                    node: &policies,
-                    provider_toleration: ctx.settings.node_repair_after,
-                },
-            )
-        })
+        .then(|| matched(ctx, status, instance, &policies))
         .flatten();
     match missed_deadline(
         created,
@@ -208,6 +195,28 @@ pub async fn reconcile(
             .await
         }
     }
+}
+
+/// The repair policy (of `policies`, or the provider's own signal on `instance`) the claim's
+/// Node matches, if any.
+fn matched(
+    ctx: &Ctx,
+    status: &NodeClaimStatus,
+    instance: Option<&Instance>,
+    policies: &[crate::cloudprovider::RepairPolicy],
+) -> Option<repair::Matched> {
+    let node = status
+        .node_name
+        .as_ref()
+        .and_then(|n| ctx.nodes.store().get(&ObjectRef::new(n)));
+    repair::unhealthy(
+        node.as_deref(),
+        instance.and_then(|i| i.unhealthy.clone()),
+        repair::Policies {
+            node: policies,
+            provider_toleration: ctx.settings.node_repair_after,
+        },
+    )
 }
 
 /// A deadline passed: the claim is given up (an event, deleted), and for a launch that

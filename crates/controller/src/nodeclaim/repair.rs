@@ -46,20 +46,10 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use crate::cloudprovider::RepairPolicy;
+pub use crate::cloudprovider::Unhealthy;
 
 /// Share of a pool's Nodes that may be under repair at once, in percent.
 pub const MAX_UNHEALTHY_PERCENT: usize = 20;
-
-/// A matched repair policy.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Unhealthy {
-    /// The condition that failed (the metric's `condition` label).
-    pub condition: String,
-    /// e.g. `Ready=Unknown`, `NodeHealthy=False (NodeConditionsFailed)`.
-    pub detail: String,
-    /// Since when.
-    pub since: Timestamp,
-}
 
 /// A repair policy that matches, and how long it is tolerated before the Node is replaced.
 #[derive(Clone, Debug, PartialEq, Eq)]
