@@ -78,8 +78,8 @@ pub(crate) async fn run(ctx: Ctx, interval: Duration, grace: Duration) {
             return;
         }
         if !ctx.connection.connected() {
-            // The workload cluster does not answer: its NodeClaim cache may be stale, and a
-            // Machine whose NodeClaim we cannot see is not an orphan.
+            // The workload cluster does not answer: its NodeClaim cache may be stale, and
+            // an instance whose NodeClaim we cannot see is not an orphan.
             tracing::info!("garbage collection skipped: workload cluster disconnected");
             ctx.metrics.gc_skipped.get_or_create(&NoLabels {}).inc();
             continue;

@@ -390,6 +390,7 @@ pub(crate) async fn run(s: NodePoolStatus, shutdown: impl std::future::Future<Ou
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cloudprovider::fake::FakeCloudProvider;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
     use serde_json::Value;
 
@@ -401,7 +402,7 @@ mod tests {
         typed(json!({
             "metadata": {"name": "default", "generation": 3},
             "spec": {"template": {"spec": {"requirements": [], "nodeClassRef": {
-                "group": "karpenter.cluster.x-k8s.io", "kind": kind, "name": "default"}}}}
+                "group": "karpenter.test.sh", "kind": kind, "name": "default"}}}}
         }))
     }
 
@@ -425,7 +426,7 @@ mod tests {
         }
     }
 
-    /// `desired` for a provider serving ClusterAPINodeClass.
+    /// `desired` for a provider serving the fake's `TestNodeClass`.
     fn want(
         pool: &NodePool,
         claims: &[&NodeClaim],
@@ -433,51 +434,54 @@ mod tests {
         last_failure: Option<&(Timestamp, String)>,
         now: Timestamp,
     ) -> Status {
-        let capi = [NodeClassKind {
-            group: api::consts::groups::NODECLASS,
-            kind: api::consts::groups::NODECLASS_KIND,
-        }];
-        desired(pool, claims, &capi, nodeclass, last_failure, now)
+        let supported = [FakeCloudProvider::NODE_CLASS];
+        desired(pool, claims, &supported, nodeclass, last_failure, now)
     }
 
     #[test]
     fn a_pool_is_ready_only_for_a_kind_the_provider_serves() {
-        use crate::cloudprovider::fake::FakeCloudProvider;
         let fake = FakeCloudProvider::default();
-        fake.state(|s| {
-            s.node_classes = Some(vec![NodeClassKind {
-                group: "karpenter.cluster.x-k8s.io",
-                kind: "FakeNodeClass",
-            }])
-        });
-        let supported = fake.supported_node_classes();
         let nc = nodeclass("True");
-        let served = desired(
-            &pool("FakeNodeClass"),
-            &[],
-            &supported,
-            Some(&nc),
-            None,
-            Timestamp::now(),
-        );
+        let of_kind = |kind: &str| {
+            desired(
+                &pool(kind),
+                &[],
+                &fake.supported_node_classes(),
+                Some(&nc),
+                None,
+                Timestamp::now(),
+            )
+        };
+        let served = of_kind("TestNodeClass");
         assert_eq!(condition(&served, "ValidationSucceeded").status, "True");
         assert_eq!(condition(&served, "NodeClassReady").status, "True");
         assert_eq!(condition(&served, "Ready").status, "True");
-        // ClusterAPINodeClass is not this provider's kind: not Ready, even with a Ready
-        // NodeClass of that name.
-        let other = desired(
-            &pool("ClusterAPINodeClass"),
-            &[],
-            &supported,
-            Some(&nc),
-            None,
-            Timestamp::now(),
-        );
+        // Another kind of the same group is not the provider's: not Ready, even with a
+        // Ready NodeClass of that name.
+        let other = of_kind("OtherNodeClass");
         let v = condition(&other, "ValidationSucceeded");
         assert_eq!(v.status, "False");
-        assert!(v.message.contains("FakeNodeClass"), "{v:?}");
+        assert!(
+            v.message.contains("TestNodeClass.karpenter.test.sh"),
+            "{v:?}"
+        );
         assert_eq!(condition(&other, "NodeClassReady").status, "False");
         assert_eq!(condition(&other, "Ready").status, "False");
+        // The provider serving that kind makes it Ready.
+        fake.state(|s| {
+            s.node_classes = Some(vec![NodeClassKind {
+                group: "karpenter.test.sh",
+                kind: "OtherNodeClass",
+            }])
+        });
+        assert_eq!(
+            condition(&of_kind("OtherNodeClass"), "Ready").status,
+            "True"
+        );
+        assert_eq!(
+            condition(&of_kind("TestNodeClass"), "Ready").status,
+            "False"
+        );
     }
 
     fn condition<'a>(status: &'a Status, t: &str) -> &'a Condition {
@@ -488,7 +492,7 @@ mod tests {
     fn ready_pool_sums_claims_capacity() {
         let (a, b) = (claim("4", true), claim("2500m", false));
         let s = want(
-            &pool("ClusterAPINodeClass"),
+            &pool("TestNodeClass"),
             &[&a, &b],
             Some(&nodeclass("True")),
             None,
@@ -523,7 +527,7 @@ mod tests {
             );
         }
         let s = want(
-            &pool("ClusterAPINodeClass"),
+            &pool("TestNodeClass"),
             &[&live, &deleted, &terminating],
             Some(&nodeclass("True")),
             None,
@@ -536,20 +540,14 @@ mod tests {
 
     #[test]
     fn missing_or_unready_nodeclass_and_foreign_kind_make_the_pool_not_ready() {
-        let s = want(
-            &pool("ClusterAPINodeClass"),
-            &[],
-            None,
-            None,
-            Timestamp::now(),
-        );
+        let s = want(&pool("TestNodeClass"), &[], None, None, Timestamp::now());
         assert_eq!(condition(&s, "NodeClassReady").reason, NODECLASS_NOT_FOUND);
         assert_eq!(condition(&s, "Ready").status, "False");
         assert_eq!(condition(&s, "NodeRegistrationHealthy").status, "Unknown");
         assert_eq!(s.nodes, Some(0));
 
         let s = want(
-            &pool("ClusterAPINodeClass"),
+            &pool("TestNodeClass"),
             &[],
             Some(&nodeclass("False")),
             None,
@@ -572,13 +570,13 @@ mod tests {
         assert_eq!(
             (c.status.as_str(), c.reason.as_str()),
             ("False", VALIDATION_FAILED),
-            "a ClusterAPINodeClass of the same name does not make another kind ready: {c:?}"
+            "a NodeClass of the same name does not make another kind ready: {c:?}"
         );
     }
 
     #[test]
     fn registration_health_follows_the_latest_registration_or_timeout() {
-        let p = pool("ClusterAPINodeClass");
+        let p = pool("TestNodeClass");
         let nc = nodeclass("True");
         let registered = claim("4", true); // Registered since 2026-01-01
         let at = |s: &str| s.parse::<Timestamp>().expect("time");
@@ -609,7 +607,7 @@ mod tests {
 
     #[test]
     fn unchanged_status_is_not_rewritten() {
-        let mut p = pool("ClusterAPINodeClass");
+        let mut p = pool("TestNodeClass");
         let nc = nodeclass("True");
         let s = want(&p, &[], Some(&nc), None, Timestamp::now());
         assert!(differs(&p, &s));

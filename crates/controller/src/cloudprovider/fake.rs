@@ -41,7 +41,7 @@ pub struct FakeState {
     pub hold_provider_id: bool,
     /// What `repair_policies` answers (`None`: [`FakeCloudProvider::DEFAULT_REPAIR`]).
     pub repair_policies: Option<Vec<RepairPolicy>>,
-    /// What `supported_node_classes` answers (`None`: ClusterAPINodeClass).
+    /// What `supported_node_classes` answers (`None`: [`FakeCloudProvider::NODE_CLASS`]).
     pub node_classes: Option<Vec<NodeClassKind>>,
 }
 
@@ -52,6 +52,12 @@ pub struct FakeCloudProvider {
 }
 
 impl FakeCloudProvider {
+    /// The NodeClass kind a fake left alone serves (Karpenter's fake: `TestNodeClass`).
+    pub const NODE_CLASS: NodeClassKind = NodeClassKind {
+        group: "karpenter.test.sh",
+        kind: "TestNodeClass",
+    };
+
     /// The repair policy of a fake left alone: its Node `Ready=False` for 10 minutes.
     pub const DEFAULT_REPAIR: Duration = Duration::from_secs(600);
 
@@ -172,12 +178,8 @@ impl CloudProvider for FakeCloudProvider {
     }
 
     fn supported_node_classes(&self) -> Vec<NodeClassKind> {
-        self.state(|s| s.node_classes.clone()).unwrap_or_else(|| {
-            vec![NodeClassKind {
-                group: api::consts::groups::NODECLASS,
-                kind: "ClusterAPINodeClass",
-            }]
-        })
+        self.state(|s| s.node_classes.clone())
+            .unwrap_or_else(|| vec![Self::NODE_CLASS])
     }
 
     fn launch_failed(&self, claim: &NodeClaim, why: &str) {

@@ -1,13 +1,13 @@
 //! The provider seam: Karpenter's cloudprovider interface (`pkg/cloudprovider/types.go`) as a
 //! Rust trait. The NodeClaim loops launch, look up, delete and judge drift of a NodeClaim's
 //! instance through [`CloudProvider`], and read the instance types of a NodeClass from it.
-//! The seam is not complete yet: about 30 files outside `clusterapi/` still know Cluster API
-//! (the NodeClaim context and lifecycle watch Machines and Clusters and read the NodeClass
-//! through `clusterapi::nodeclass`; liveness, repair and termination read Machines; the
-//! caches, catalogs, counts, hub and engagement are built on Clusters, Machines and
-//! templates), so a second provider would need more than this trait today. `clusterapi` is the implementation (one standalone
-//! Machine per NodeClaim); `fake` is an in-memory one for tests, like Karpenter's
-//! `cloudprovider/fake`.
+//! The NodeClaim loops (`nodeclaim`, but for termination's drain), garbage collection and
+//! NodePool status know no Cluster API type: they hold the core's context and this trait.
+//! The seam is not complete yet: provisioning, disruption and static pools still count
+//! Machines and read template catalogs, and the caches, catalogs, counts, hub and
+//! engagement are built on Clusters, Machines and templates. `clusterapi` is the
+//! implementation (one standalone Machine per NodeClaim, with its own context); `fake` is an
+//! in-memory one for tests, like Karpenter's `cloudprovider/fake`.
 //!
 //! The checklist a provider answers, in the order the lifecycle asks:
 //! 1. [`CloudProvider::create`]: launch the claim's instance exactly once (idempotent; a
@@ -23,7 +23,8 @@
 //!    exists (then `Launched=True`), a failure that means it never will, a provider health
 //!    signal for repair. [`Error::NodeClaimNotFound`]: the instance is gone.
 //! 3. Registration and initialization are the workload cluster's (Node by providerID).
-//! 4. [`CloudProvider::repair_policies`]: Node conditions that, held long enough, replace it.
+//! 4. [`CloudProvider::repair_policies`]: Node conditions that, held long enough, replace it
+//!    (none: nothing is repaired).
 //! 5. [`CloudProvider::is_drifted`]: the provider's drift reasons (for Cluster API: NodeClass,
 //!    templates); the core ones (NodePool hash, requirements, an instance type gone from
 //!    [`CloudProvider::instance_types`]) are judged by the lifecycle for every provider.
@@ -32,6 +33,11 @@
 //!    garbage collection (`garbagecollection`): an instance whose NodeClaim UID is gone, past
 //!    a grace period, is deleted through [`CloudProvider::delete`] with
 //!    [`Instance::as_claim`].
+//!
+//! Besides Karpenter's interface: [`CloudProvider::changes`] (which NodeClaims the provider's
+//! own watches say changed), [`CloudProvider::timeouts`], [`CloudProvider::private_annotations`],
+//! [`CloudProvider::launch_failed`] and [`CloudProvider::launch_succeeded`] (offering backoff
+//! after an asynchronous launch failure).
 
 pub mod clusterapi;
 pub mod fake;
@@ -45,9 +51,6 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use k8s_openapi::jiff::Timestamp;
 use templates::model::Catalog;
-
-use crate::nodeclaim::error::Error as LoopError;
-pub use crate::nodeclaim::repair::Unhealthy;
 
 /// Errors of a provider, typed like Karpenter's (`NodeClaimNotFoundError`,
 /// `InsufficientCapacityError`, `NodeClassNotReadyError`, `CreateError`).
@@ -141,15 +144,6 @@ impl Error {
     }
 }
 
-impl From<Error> for LoopError {
-    fn from(e: Error) -> LoopError {
-        match e.permanent() {
-            Some((reason, message)) => LoopError::Permanent { reason, message },
-            None => LoopError::Provider(e),
-        }
-    }
-}
-
 /// What [`CloudProvider::create`] answers.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Created {
@@ -166,6 +160,17 @@ pub enum Created {
 pub struct Intent {
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
+}
+
+/// A matched repair policy, or the provider's own health signal of an instance.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unhealthy {
+    /// The condition that failed (the metric's `condition` label).
+    pub condition: String,
+    /// e.g. `Ready=Unknown`, `NodeHealthy=False (NodeConditionsFailed)`.
+    pub detail: String,
+    /// Since when.
+    pub since: Timestamp,
 }
 
 /// An instance as its provider sees it.
@@ -318,6 +323,12 @@ pub trait CloudProvider: Send + Sync {
     /// nothing (the lifecycle then sees changes through `get` on its own triggers and polls).
     fn changes(&self) -> Option<BoxStream<'static, String>> {
         None
+    }
+
+    /// NodeClaim annotations that are the provider's own business (recorded through
+    /// [`Created::Record`]): not copied onto the Node at registration.
+    fn private_annotations(&self) -> Vec<&'static str> {
+        Vec::new()
     }
 
     /// The launch and registration timeouts of `claim` (its NodeClass may set them).

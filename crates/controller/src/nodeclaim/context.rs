@@ -263,7 +263,7 @@ impl Shared {
             .await;
     }
 
-    /// Publishes an event about any object (Node, Machine).
+    /// Publishes an event about any object (Node, NodePool).
     pub async fn event_for<K: Resource<DynamicType = ()>>(
         &self,
         obj: &K,

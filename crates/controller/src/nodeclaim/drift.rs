@@ -30,8 +30,8 @@ use serde_json::json;
 use templates::model::Catalog;
 
 use super::context::{Ctx, Error};
-use super::labels::{Recorded, nodepool_of, recorded};
-use crate::cloudprovider::Drift;
+use super::labels::{Recorded, nodepool_of};
+use crate::cloudprovider::{Drift, Instance};
 use crate::metrics::TypeLabels;
 use crate::objects::annotation;
 use crate::provisioning::convert;
@@ -47,7 +47,7 @@ pub(crate) struct Observed<'a> {
     pub(crate) claim: &'a NodeClaim,
     pub(crate) pool: Option<&'a NodePool>,
     pub(crate) catalog: Option<&'a Catalog>,
-    /// The offering the provider recorded, read where the claim's labels do not say.
+    /// The offering the provider says (its instance), read where the claim's labels do not.
     pub(crate) recorded: &'a Recorded,
     pub(crate) now: Timestamp,
 }
@@ -104,7 +104,7 @@ fn instance_type_not_found(o: &Observed) -> Option<Drift> {
         return None;
     }
     // The offering the claim was launched on: its labels (as Karpenter reads them), else
-    // what the provider recorded (the launch plan).
+    // what the provider says of its instance.
     let labels = o.claim.labels();
     let label = |k: &str| labels.get(k).filter(|v| !v.is_empty()).cloned();
     let p = o.recorded;
@@ -168,6 +168,7 @@ pub(crate) fn count(ctx: &Ctx, claim: &NodeClaim, newly: Option<&'static str>) {
 pub(crate) async fn reconcile(
     ctx: &Ctx,
     claim: &mut std::sync::Arc<NodeClaim>,
+    instance: Option<&Instance>,
     status: &mut NodeClaimStatus,
 ) -> Result<Option<&'static str>, Error> {
     if !api::conditions::is_true(&status.conditions, types::LAUNCHED) {
@@ -188,7 +189,7 @@ pub(crate) async fn reconcile(
         *claim = std::sync::Arc::new(written);
     }
     // Core reasons first (from the caches and the provider's catalog), then the provider's.
-    let recorded = recorded(claim);
+    let recorded = Recorded::of(instance);
     let catalog = ctx.provider.instance_types(&claim.spec.node_class_ref.name);
     let core = core_drifted(&Observed {
         claim,

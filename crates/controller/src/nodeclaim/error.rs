@@ -85,3 +85,12 @@ impl Error {
         }
     }
 }
+
+impl From<crate::cloudprovider::Error> for Error {
+    fn from(e: crate::cloudprovider::Error) -> Error {
+        match e.permanent() {
+            Some((reason, message)) => Error::Permanent { reason, message },
+            None => Error::Provider(e),
+        }
+    }
+}

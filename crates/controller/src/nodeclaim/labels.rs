@@ -1,14 +1,14 @@
 //! The small readers of a claim the loops share: what its labels say of the offering it was
-//! launched on and of its NodePool, and what its provider recorded of that offering where a
-//! label does not say (the Cluster API launch plan, `cloudprovider::clusterapi::plan`).
+//! launched on and of its NodePool, and what its provider says of that offering where a
+//! label does not (`CloudProvider::get`'s instance).
 
 use api::NodeClaim;
 use kube::ResourceExt;
 
-use crate::cloudprovider::clusterapi::plan::Plan;
+use crate::cloudprovider::Instance;
 
-/// The offering a claim was launched on as its provider recorded it (empty before launch,
-/// or when nothing was recorded).
+/// The offering a claim was launched on as its provider says (empty before launch, or when
+/// the provider does not say).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Recorded {
     pub(crate) instance_type: String,
@@ -16,15 +16,17 @@ pub(crate) struct Recorded {
     pub(crate) capacity_type: String,
 }
 
-/// What the provider recorded of the offering `claim` was launched on.
-pub(crate) fn recorded(claim: &NodeClaim) -> Recorded {
-    Plan::of(claim)
-        .map(|p| Recorded {
-            instance_type: p.instance_type,
-            zone: p.zone,
-            capacity_type: p.capacity_type,
-        })
-        .unwrap_or_default()
+impl Recorded {
+    /// What the provider says of the offering of its `instance`.
+    pub(crate) fn of(instance: Option<&Instance>) -> Recorded {
+        instance
+            .map(|i| Recorded {
+                instance_type: i.instance_type.clone(),
+                zone: i.zone.clone(),
+                capacity_type: i.capacity_type.clone(),
+            })
+            .unwrap_or_default()
+    }
 }
 
 /// The capacity-type label of a claim (empty before launch).
@@ -36,14 +38,13 @@ pub(crate) fn capacity_type_of(claim: &NodeClaim) -> String {
         .unwrap_or_default()
 }
 
-/// The zone of a claim: its zone label (the launch sets it from the chosen offering), else
-/// the zone its provider recorded; empty when neither says.
+/// The zone of a claim: its zone label (the launch records it from the chosen offering);
+/// empty when it has none.
 pub(crate) fn zone_of(claim: &NodeClaim) -> String {
     claim
         .labels()
         .get(api::consts::labels::ZONE)
         .cloned()
-        .or_else(|| recorded(claim).zone)
         .unwrap_or_default()
 }
 

@@ -113,7 +113,7 @@ async fn reconcile_fresh(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Action, Err
     if verdict == Verdict::Deleted {
         return Ok(Action::await_change());
     }
-    let drifted = super::drift::reconcile(ctx, &mut claim, &mut status).await?;
+    let drifted = super::drift::reconcile(ctx, &mut claim, instance.as_ref(), &mut status).await?;
     set_ready(&mut status.conditions);
     let Verdict::Alive(next) = verdict else {
         return Ok(Action::await_change());

@@ -1,9 +1,10 @@
-//! Liveness and repair: a NodeClaim whose Machine gets no providerID within the NodeClass
-//! `launchTimeout`, or whose Node does not register within `registrationTimeout`, is deleted;
-//! a Machine whose infrastructure reports a failure before its Node registered marks its
-//! offering unavailable and is replaced; a registered NodeClaim that matches a repair policy
-//! for longer than the repair period is replaced within the repair cap (see `repair`); a
-//! launched NodeClaim whose Machine has disappeared is deleted.
+//! Liveness and repair, from the provider's instance (`CloudProvider::get`) and the Node: a
+//! NodeClaim whose instance gets no providerID within its launch timeout, or whose Node does
+//! not register within its registration timeout (`CloudProvider::timeouts`), is deleted; an
+//! instance that failed before its Node registered has its offering avoided
+//! (`CloudProvider::launch_failed`) and is replaced; a registered NodeClaim that matches a
+//! repair policy for longer than its toleration is replaced within the repair cap (see
+//! `repair`); a launched NodeClaim whose instance has disappeared is deleted.
 
 use std::time::Duration;
 
@@ -158,22 +159,9 @@ pub async fn reconcile(
         .as_ref()
         .map(|t| t.0)
         .unwrap_or(now);
-    let node = status
-        .node_name
-        .as_ref()
-        .and_then(|n| ctx.nodes.store().get(&ObjectRef::new(n)));
     let policies = ctx.provider.repair_policies();
     let unhealthy = registered
-        .then(|| {
-            repair::unhealthy(
-                node.as_deref(),
-                instance.and_then(|i| i.unhealthy.clone()),
-                repair::Policies {
-                    node: &policies,
-                    provider_toleration: ctx.settings.node_repair_after,
-                },
-            )
-        })
+        .then(|| matched(ctx, status, instance, &policies))
         .flatten();
     match missed_deadline(
         created,
@@ -207,6 +195,28 @@ pub async fn reconcile(
             .await
         }
     }
+}
+
+/// The repair policy (of `policies`, or the provider's own signal on `instance`) the claim's
+/// Node matches, if any.
+fn matched(
+    ctx: &Ctx,
+    status: &NodeClaimStatus,
+    instance: Option<&Instance>,
+    policies: &[crate::cloudprovider::RepairPolicy],
+) -> Option<repair::Matched> {
+    let node = status
+        .node_name
+        .as_ref()
+        .and_then(|n| ctx.nodes.store().get(&ObjectRef::new(n)));
+    repair::unhealthy(
+        node.as_deref(),
+        instance.and_then(|i| i.unhealthy.clone()),
+        repair::Policies {
+            node: policies,
+            provider_toleration: ctx.settings.node_repair_after,
+        },
+    )
 }
 
 /// A deadline passed: the claim is given up (an event, deleted), and for a launch that

@@ -1,7 +1,8 @@
 //! The NodeClaim lifecycle: launch → registration → initialization → liveness, and
 //! termination, through the provider seam (`cloudprovider::CloudProvider`): what the loops
-//! judge for every provider. The Cluster API provider's launch, objects and drift reasons
-//! live under `cloudprovider::clusterapi`.
+//! judge for every provider, over the core's context (`context`) with no Cluster API type.
+//! The Cluster API provider's launch, objects, drift reasons and context live under
+//! `cloudprovider::clusterapi`.
 
 pub mod context;
 pub mod drain;

@@ -20,10 +20,10 @@ pub struct ClaimView {
     pub extended_resources: Vec<String>,
 }
 
-/// The outcome of looking for the NodeClaim's Node.
 impl ClaimView {
-    /// The view of a typed NodeClaim whose instance has `provider_id`.
-    pub fn of(claim: &api::NodeClaim, provider_id: Option<String>) -> ClaimView {
+    /// The view of a typed NodeClaim whose instance has `provider_id`; its annotations
+    /// without the provider's `private` ones (`CloudProvider::private_annotations`).
+    pub fn of(claim: &api::NodeClaim, provider_id: Option<String>, private: &[&str]) -> ClaimView {
         use kube::ResourceExt;
         let taints = |ts: &[api::karpenter::Taint]| ts.iter().map(Taint::from).collect();
         ClaimView {
@@ -35,8 +35,7 @@ impl ClaimView {
                 .annotations()
                 .iter()
                 .filter(|(k, _)| {
-                    !k.starts_with("kubectl.kubernetes.io/")
-                        && k.as_str() != api::consts::annotations::LAUNCH_PLAN
+                    !k.starts_with("kubectl.kubernetes.io/") && !private.contains(&k.as_str())
                 })
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
@@ -253,6 +252,29 @@ mod tests {
             "status": {"conditions": [{"type": "Ready", "status": "True"}],
                        "allocatable": {"cpu": "4", "nvidia.com/gpu": "0"}}
         }))
+    }
+
+    #[test]
+    fn the_providers_private_annotations_stay_on_the_claim() {
+        let claim: api::NodeClaim = serde_json::from_value(json!({
+            "metadata": {"name": "c", "annotations": {
+                "karpenter.sh/nodepool-hash": "123", "example.com/plan": "{...}",
+                "kubectl.kubernetes.io/last-applied-configuration": "{}"}},
+            "spec": {"nodeClassRef": {"group": "g", "kind": "K", "name": "n"}, "requirements": []}
+        }))
+        .expect("claim");
+        let keys = |private: &[&str]| -> Vec<String> {
+            ClaimView::of(&claim, None, private)
+                .annotations
+                .into_keys()
+                .collect()
+        };
+        assert_eq!(keys(&["example.com/plan"]), ["karpenter.sh/nodepool-hash"]);
+        assert_eq!(
+            keys(&[]),
+            ["example.com/plan", "karpenter.sh/nodepool-hash"],
+            "a provider without private annotations has them all copied"
+        );
     }
 
     #[test]

@@ -60,7 +60,7 @@ pub async fn reconcile(
         return Ok(Progress::Waiting);
     };
     let node_name = node.name_any();
-    let view = ClaimView::of(claim, Some(pid));
+    let view = ClaimView::of(claim, Some(pid), &ctx.provider.private_annotations());
     // A Node is synced once the sync would also initialize it (Ready, no known ephemeral
     // taint left but ours): the unregistered taint keeps pods off it until then anyway, and
     // registration and initialization become one Node write and one status write. Startup

@@ -46,20 +46,10 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use crate::cloudprovider::RepairPolicy;
+pub use crate::cloudprovider::Unhealthy;
 
 /// Share of a pool's Nodes that may be under repair at once, in percent.
 pub const MAX_UNHEALTHY_PERCENT: usize = 20;
-
-/// A matched repair policy.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Unhealthy {
-    /// The condition that failed (the metric's `condition` label).
-    pub condition: String,
-    /// e.g. `Ready=Unknown`, `NodeHealthy=False (NodeConditionsFailed)`.
-    pub detail: String,
-    /// Since when.
-    pub since: Timestamp,
-}
 
 /// A repair policy that matches, and how long it is tolerated before the Node is replaced.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -282,7 +272,7 @@ fn disrupting(claim: &NodeClaim) -> bool {
 }
 
 /// The cap's and the budget's inputs for `pool` ("" = NodeClaims without a pool: the whole
-/// cluster, no budget) from the cached NodeClaims, Nodes and Machines.
+/// cluster, no budget) from the cached NodeClaims and Nodes and the provider's signals.
 pub fn pool_view(claims: &[std::sync::Arc<NodeClaim>], pool: &str, look: &Lookups) -> PoolView {
     let in_pool = |c: &NodeClaim| {
         pool.is_empty() || crate::objects::nodepool_of(c).unwrap_or_default() == pool
@@ -341,7 +331,6 @@ pub fn pool_view(claims: &[std::sync::Arc<NodeClaim>], pool: &str, look: &Lookup
 #[cfg(test)]
 mod tests {
     use super::*;
-    use api::Machine;
 
     #[test]
     fn twenty_percent_rounded_up() {
@@ -483,23 +472,42 @@ mod tests {
             None,
             "no policies, no repair"
         );
-        let machine: Machine = serde_json::from_value(serde_json::json!({
-            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "metadata": {"name": "m"},
-            "spec": {"clusterName": "c", "infrastructureRef": {"apiGroup": "g", "kind": "K", "name": "m"}},
-            "status": {"conditions": [{"type": "NodeHealthy", "status": "False",
-                "reason": "NodeConditionsFailed", "message": "",
-                "lastTransitionTime": "2026-11-22T09:00:00Z"}]}
-        }))
-        .expect("fixture");
-        let u = unhealthy(
-            Some(&node),
-            crate::cloudprovider::clusterapi::instances::machine_unhealthy(&machine),
-            policies,
-        )
-        .expect("matches");
+        // The provider's own signal (e.g. a Machine's NodeHealthy=False), held since before
+        // the Node's: due first with the same toleration.
+        let signal = Unhealthy {
+            condition: "NodeHealthy".into(),
+            detail: "NodeHealthy=False (NodeConditionsFailed)".into(),
+            since: "2026-11-22T09:00:00Z".parse().expect("time"),
+        };
+        let u = unhealthy(Some(&node), Some(signal.clone()), policies).expect("matches");
         assert_eq!(
             u.unhealthy.condition, "NodeHealthy",
             "the signal due first wins"
+        );
+        // Tolerated for less, a later signal is due first.
+        let short = Policies {
+            node: &ready_policies,
+            provider_toleration: Duration::from_secs(60),
+        };
+        let later = Unhealthy {
+            since: "2026-11-22T10:05:00Z".parse().expect("time"),
+            ..signal.clone()
+        };
+        assert_eq!(
+            unhealthy(Some(&node), Some(later), short).map(|m| m.toleration),
+            Some(Duration::from_secs(60))
+        );
+        assert_eq!(
+            unhealthy(
+                None,
+                Some(signal),
+                Policies {
+                    node: &[],
+                    provider_toleration: Duration::from_secs(1)
+                }
+            ),
+            None,
+            "no policies: not even the provider's signal repairs"
         );
         let ready: Node = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "n"},

@@ -256,4 +256,32 @@ mod tests {
             Some("quota exceeded")
         );
     }
+
+    #[test]
+    fn a_machine_not_node_healthy_is_the_providers_repair_signal() {
+        let machine: api::Machine = serde_json::from_value(serde_json::json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "metadata": {"name": "m"},
+            "spec": {"clusterName": "c", "infrastructureRef": {"apiGroup": "g", "kind": "K", "name": "m"}},
+            "status": {"conditions": [{"type": "NodeHealthy", "status": "False",
+                "reason": "NodeConditionsFailed", "message": "",
+                "lastTransitionTime": "2026-11-22T09:00:00Z"}]}
+        }))
+        .expect("fixture");
+        let u = crate::cloudprovider::clusterapi::instances::machine_unhealthy(&machine).expect("unhealthy");
+        assert_eq!(u.condition, "NodeHealthy");
+        assert_eq!(
+            u.since,
+            "2026-11-22T09:00:00Z"
+                .parse::<k8s_openapi::jiff::Timestamp>()
+                .expect("time")
+        );
+        let mut healthy = machine.clone();
+        if let Some(s) = healthy.status.as_mut() {
+            s.conditions.clear();
+        }
+        assert_eq!(
+            crate::cloudprovider::clusterapi::instances::machine_unhealthy(&healthy),
+            None
+        );
+    }
 }

@@ -1,14 +1,16 @@
 //! The Cluster API provider: one standalone Machine per NodeClaim, cloned from the
-//! NodeClass's templates. Launch ([`launch`]) chooses the offering ([`offering`]) and
-//! records its plan on the NodeClaim ([`plan`]) before any side effect, then clones and
-//! creates ([`objects`]); an instance is the Machine named by the plan; drift compares the
-//! plan with the templates, the NodeClass and the control plane's version ([`drift`]);
-//! everything it creates is fenced to this workload cluster ([`fence`]).
+//! NodeClass's templates. Launch ([`launch`]) chooses the offering ([`offering`]) and hands
+//! its plan ([`plan`]) to the core to record on the NodeClaim before any side effect, then
+//! clones and creates ([`objects`]); an instance is the Machine named by the plan; drift
+//! compares the plan with the templates, the NodeClass and the control plane's version
+//! ([`drift`]); everything it creates is fenced to this workload cluster ([`fence`]). Its
+//! own context ([`context`]: the management cluster's client and caches) is built by the
+//! wiring; its [`Watches`] tell the lifecycle which NodeClaims its objects' changes concern.
 //!
 //! Everything else that knows Cluster API lives here too: [`machine`] (Machines as written
 //! and read), [`clone`] (templates cloned into InfraMachines and bootstrap configs),
 //! [`fence`] (which objects are ours), [`names`] (the deterministic names of what we create),
-//! [`nodeclass`] (what launch and liveness read of a ClusterAPINodeClass), the
+//! [`nodeclass`] (what launch and the timeouts read of a ClusterAPINodeClass), the
 //! ClusterAPINodeClass status controller ([`nodeclass_status`], with [`offering_status`] and
 //! [`calibration`]).
 
@@ -315,6 +317,11 @@ impl CloudProvider for ClusterApi {
             group: api::consts::groups::NODECLASS,
             kind: "ClusterAPINodeClass",
         }]
+    }
+
+    fn private_annotations(&self) -> Vec<&'static str> {
+        // The launch plan is large and means nothing on a Node.
+        vec![api::consts::annotations::LAUNCH_PLAN]
     }
 
     fn timeouts(&self, claim: &NodeClaim) -> Timeouts {
