@@ -267,7 +267,8 @@ mod tests {
                 "lastTransitionTime": "2026-11-22T09:00:00Z"}]}
         }))
         .expect("fixture");
-        let u = crate::cloudprovider::clusterapi::instances::machine_unhealthy(&machine).expect("unhealthy");
+        let u = crate::cloudprovider::clusterapi::instances::machine_unhealthy(&machine)
+            .expect("unhealthy");
         assert_eq!(u.condition, "NodeHealthy");
         assert_eq!(
             u.since,
