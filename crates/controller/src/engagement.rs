@@ -68,10 +68,8 @@ pub struct ProviderParts {
 pub type ProviderLoop = Box<dyn FnOnce(watch::Receiver<bool>) -> BoxFuture<'static, ()> + Send>;
 
 /// A future that resolves once `stop` turns true (or its sender is gone).
-pub fn stopped(mut stop: watch::Receiver<bool>) -> impl Future<Output = ()> + Send + Sync {
-    async move {
-        let _ = stop.wait_for(|s| *s).await;
-    }
+pub async fn stopped(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
 }
 
 /// The loops of one workload cluster, ready to run.
