@@ -15,6 +15,7 @@ use common::mirror::Mirror;
 use common::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
@@ -315,6 +316,19 @@ async fn consolidation_replaces_merges_explains_and_rolls_back() {
     // (a) A large node left with three small pods is replaced by a small one: `filler` (5
     // cpu) and `web` (3 × 300m) are packed onto one large; then `filler` goes.
     let large = large_with_web(&client, &ns).await;
+    // web's PodDisruptionBudget lets one pod go at a time: the drain (Eviction API) moves
+    // them one by one, so one runs throughout. Without one, a drain evicts them together, as
+    // Karpenter's does.
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns);
+    let pdb = serde_json::from_value(json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "web"},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}
+    }))
+    .expect("PodDisruptionBudget");
+    pdbs.create(&PostParams::default(), &pdb)
+        .await
+        .expect("web's PodDisruptionBudget");
     let (stop, watcher) = watch(&client, &ns).await;
     delete_deployment(&client, &ns, "filler").await;
     let small = wait_claims(&client, &["small"], 150).await[0].name_any();

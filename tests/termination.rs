@@ -399,12 +399,18 @@ async fn termination_grace_period_bounds_the_drain() {
         "not before deadline - grace: {:?}",
         started.elapsed()
     );
+    // The event follows the deletion (written after it): waited for.
     for name in ["guarded", "keep"] {
-        assert!(
+        let disrupted = wait_for("a Disrupted event", WAIT, || async {
             events_for(&client, name)
                 .await
                 .iter()
-                .any(|(r, _)| r == "Disrupted"),
+                .any(|(r, _)| r == "Disrupted")
+                .then_some(())
+        })
+        .await;
+        assert!(
+            disrupted.is_ok(),
             "{name}: {:?}",
             events_for(&client, name).await
         );

@@ -63,7 +63,9 @@ mod tests {
         let rss = rss_mib(pid);
         let (hwm, _) = proc_stats(pid);
         assert!(rss > 0.0, "{rss}");
-        assert!(hwm >= rss, "{hwm} < {rss}");
+        // The kernel folds each thread's RSS counter into the totals in batches, so the peak
+        // read a moment later may trail the current set by a few pages (seen: 4 KiB).
+        assert!(hwm >= rss - 1.0, "{hwm} < {rss}");
         assert_eq!(rss_mib(u32::MAX), 0.0);
     }
 }
