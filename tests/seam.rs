@@ -109,10 +109,12 @@ fn closure<'a>(packages: &'a BTreeMap<String, Package>, name: &str) -> Vec<&'a P
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
+    if !dir.exists() {
         return;
-    };
-    for e in entries.flatten() {
+    }
+    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    for e in entries {
+        let e = e.unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
         let p = e.path();
         if p.is_dir() {
             rust_files(&p, out);
@@ -134,7 +136,8 @@ fn violations(packages: &BTreeMap<String, Package>, name: &str) -> Vec<String> {
         let mut files = Vec::new();
         rust_files(&dir.join("src"), &mut files);
         for f in files {
-            let text = std::fs::read_to_string(&f).unwrap_or_default();
+            let text = std::fs::read_to_string(&f)
+                .unwrap_or_else(|e| panic!("reading {}: {e}", f.display()));
             if text.contains(CLUSTER_API_GROUP) {
                 found.push(format!(
                     "{name}'s closure: {} names {CLUSTER_API_GROUP}",
