@@ -237,14 +237,7 @@ impl CloudProvider for KwokCloudProvider {
 
     fn repair_policies(&self) -> Vec<RepairPolicy> {
         // Karpenter kwok's: the kubelet's Ready condition False or Unknown for 10 minutes.
-        ["False", "Unknown"]
-            .into_iter()
-            .map(|status| RepairPolicy {
-                condition_type: "Ready".into(),
-                condition_status: status.into(),
-                toleration: Duration::from_secs(600),
-            })
-            .collect()
+        RepairPolicy::node_not_ready(Duration::from_secs(600))
     }
 
     fn name(&self) -> &'static str {

@@ -228,6 +228,21 @@ pub struct RepairPolicy {
     pub toleration: Duration,
 }
 
+impl RepairPolicy {
+    /// The kubelet's `Ready` False or Unknown, each tolerated for `toleration` (the policies
+    /// of Karpenter's providers).
+    pub fn node_not_ready(toleration: Duration) -> Vec<RepairPolicy> {
+        ["False", "Unknown"]
+            .into_iter()
+            .map(|status| RepairPolicy {
+                condition_type: "Ready".into(),
+                condition_status: status.into(),
+                toleration,
+            })
+            .collect()
+    }
+}
+
 /// A drift reason and what changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Drift {

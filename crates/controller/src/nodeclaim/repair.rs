@@ -431,14 +431,7 @@ mod tests {
 
     /// The Cluster API provider's policies: `Ready` False or Unknown for 10 minutes.
     fn ready_policies() -> Vec<RepairPolicy> {
-        ["False", "Unknown"]
-            .into_iter()
-            .map(|status| RepairPolicy {
-                condition_type: "Ready".into(),
-                condition_status: status.into(),
-                toleration: Duration::from_secs(600),
-            })
-            .collect()
+        RepairPolicy::node_not_ready(Duration::from_secs(600))
     }
 
     #[test]

@@ -298,14 +298,7 @@ impl CloudProvider for ClusterApi {
     }
 
     fn repair_policies(&self) -> Vec<RepairPolicy> {
-        ["False", "Unknown"]
-            .into_iter()
-            .map(|status| RepairPolicy {
-                condition_type: "Ready".into(),
-                condition_status: status.into(),
-                toleration: self.ctx.settings.node_repair_after,
-            })
-            .collect()
+        RepairPolicy::node_not_ready(self.ctx.settings.node_repair_after)
     }
 
     fn name(&self) -> &'static str {
