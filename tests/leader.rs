@@ -214,6 +214,7 @@ async fn one_leader_writes_and_fails_over() {
         .expect("namespace");
     create_nodeclass(&tb, "first").await;
     let leases: Api<Lease> = Api::namespaced(client.clone(), "karpenter");
+    a_taken_lease_refuses_a_second_taker(&leases).await;
     let mut a = replica(&tb, "replica-a");
     let mut b = replica(&tb, "replica-b");
     let first = wait_for("a leader", Duration::from_secs(60), || async {
@@ -401,6 +402,60 @@ async fn one_leader_writes_and_fails_over() {
 }
 
 /// Makes `thief` the holder of the Lease for `seconds` (as another replica would).
+/// Takes a free Lease the way kube-lease-manager does (a server-side apply of the holder,
+/// not forced) as "first", then as "second" from a stale view: the second apply must
+/// conflict, or two replicas each see themselves as the holder. The positive control: the
+/// same second apply under the first's field manager goes through (as it did when every
+/// replica shared one manager).
+async fn a_taken_lease_refuses_a_second_taker(leases: &Api<Lease>) {
+    use kube::api::{Patch, PatchParams};
+    let take = |who: &str, manager: String| {
+        let patch = Patch::Apply(serde_json::json!({
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": "fence-probe"},
+            "spec": {"holderIdentity": who, "leaseDurationSeconds": 15},
+        }));
+        async move {
+            leases
+                .patch("fence-probe", &PatchParams::apply(&manager), &patch)
+                .await
+        }
+    };
+    let manager = controller::leader::field_manager;
+    take("first", manager("first"))
+        .await
+        .expect("a free Lease is taken");
+    match take("second", manager("second")).await {
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        other => panic!("a second taker replaced the holder: {other:?}"),
+    }
+    assert_eq!(
+        holder_of(leases, "fence-probe").await.as_deref(),
+        Some("first")
+    );
+    take("second", manager("first"))
+        .await
+        .expect("one shared manager does not fence");
+    assert_eq!(
+        holder_of(leases, "fence-probe").await.as_deref(),
+        Some("second")
+    );
+    leases
+        .delete("fence-probe", &Default::default())
+        .await
+        .expect("delete the probe Lease");
+}
+
+async fn holder_of(leases: &Api<Lease>, name: &str) -> Option<String> {
+    leases
+        .get(name)
+        .await
+        .expect("get the probe Lease")
+        .spec
+        .and_then(|s| s.holder_identity)
+}
+
 async fn steal(leases: &Api<Lease>, thief: &str, seconds: i32) {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
     wait_for("the Lease stolen", Duration::from_secs(10), || async {

@@ -37,6 +37,14 @@ pub struct Election {
     task: JoinHandle<Result<LeaseManager, kube_lease_manager::LeaseManagerError>>,
 }
 
+/// The field manager a replica's Lease writes carry: one per identity. kube-lease-manager
+/// takes a free Lease with a server-side apply that does not force, so only a manager of
+/// its own makes a second taker's apply conflict instead of silently replacing the holder
+/// the first taker has already seen itself as (two leaders until the next renewal).
+pub fn field_manager(identity: &str) -> String {
+    format!("karpenter-capi-lease-{identity}")
+}
+
 impl Election {
     /// Starts trying to acquire and then keeps renewing the Lease.
     pub async fn start(client: Client, config: &LeaderConfig) -> Result<Self, LeaderError> {
@@ -45,7 +53,7 @@ impl Election {
             .with_identity(&config.identity)
             .with_duration(config.duration.as_secs().max(2))
             .with_grace(config.grace.as_secs().max(1))
-            .with_field_manager("karpenter-capi")
+            .with_field_manager(field_manager(&config.identity))
             .build()
             .await
             .map_err(|e| LeaderError::Lease {
