@@ -233,6 +233,10 @@ pub struct InstanceType {
     /// Whether a NodeOverlay added to (or set) its capacity.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub capacity_overlaid: bool,
+    /// Volumes a node of this type is expected to attach per CSI driver, until its CSINode
+    /// says (Karpenter's `VolumeAttachmentLimits`); a driver not listed is unlimited.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub volume_limits: BTreeMap<String, u32>,
 }
 
 impl InstanceType {
@@ -285,6 +289,7 @@ mod tests {
     #[test]
     fn a_node_finds_its_offering_by_zone_and_capacity_type() {
         let it = InstanceType {
+            volume_limits: Default::default(),
             name: "m".into(),
             capacity: Resources::default(),
             allocatable: Resources::default(),

@@ -29,6 +29,7 @@ pub fn instance_type(it: &RecordedInstanceType) -> InstanceType {
         .cloned()
         .collect();
     InstanceType {
+        volume_limits: Default::default(),
         name: it.name.clone(),
         requirements: convert::requirements(&requirements),
         capacity: convert::resources(&it.capacity),

@@ -50,6 +50,7 @@ fn instance_type(v: &Value) -> Result<InstanceType> {
         )?))
     };
     Ok(InstanceType {
+        volume_limits: Default::default(),
         name: v["name"].as_str().unwrap_or_default().to_string(),
         requirements: convert::requirements(&requirements),
         capacity: resources("capacity")?,

@@ -655,6 +655,7 @@ mod tests {
         };
         let catalog = Arc::new(templates::model::Catalog {
             instance_types: vec![templates::model::InstanceType {
+                volume_limits: Default::default(),
                 name: "small".into(),
                 capacity: Default::default(),
                 allocatable: Default::default(),

@@ -49,6 +49,7 @@ pub(crate) fn to_catalog(types: &[InstanceType], nodeclass: &str) -> Catalog {
                 labels.insert(label::CAPACITY_TYPE.to_string(), first.to_string());
             }
             model::InstanceType {
+                volume_limits: Default::default(),
                 name: it.name.clone(),
                 capacity: it.capacity.clone(),
                 allocatable: it.allocatable.clone(),

@@ -66,6 +66,7 @@ fn resizable_types() -> Vec<scheduling::InstanceType> {
         .instance_types
         .iter()
         .map(|it| scheduling::InstanceType {
+            volume_limits: Default::default(),
             name: it.name.clone(),
             requirements: it
                 .labels

@@ -59,6 +59,7 @@ pub fn instance_types(count: usize) -> Vec<InstanceType> {
                 count: None,
             };
             InstanceType {
+                volume_limits: Default::default(),
                 name: format!("fake-it-{i}"),
                 requirements: vec![
                     Requirement::new(LABEL_ARCH, Operator::In, &["amd64"]),

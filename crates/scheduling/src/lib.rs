@@ -10,6 +10,7 @@ mod intern;
 mod model;
 mod requirements;
 mod solver;
+pub mod volumes;
 
 pub use model::*;
 pub use requirements::{Operator, Requirement, Requirements, ValueSet};
@@ -40,4 +41,6 @@ pub enum Failure {
     HostPort(u16),
     #[error("no count left on {key} ({available} available when the solve started)")]
     CountExhausted { key: String, available: u32 },
+    #[error("would exceed the volume attach limit of {driver} on every instance type")]
+    VolumeLimit { driver: String },
 }

@@ -310,6 +310,23 @@ pub struct Pod {
     /// Already running on a node the simulation takes away (consolidation moves it); false
     /// for a pending pod. Nodes that [`ExistingNode::refuses_moving`] do not take it.
     pub moving: bool,
+    /// What the pod's volumes require of its node (see [`crate::volumes::resolve`]):
+    /// alternatives (OR), each an AND of requirements; empty: no volume constrains the node.
+    /// They narrow the node the pod lands on, not the pod's node affinity (topology spread
+    /// counts domains by the pod's own affinity, as kube-scheduler does).
+    pub volume_requirements: Vec<Vec<Requirement>>,
+    /// The volumes it attaches, counted against the node's per-driver attach limits.
+    pub volumes: Vec<VolumeUse>,
+}
+
+/// One volume a pod attaches through a CSI driver: counted once per node however many of
+/// its pods use it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct VolumeUse {
+    /// The CSI driver (`ebs.csi.aws.com`); in-tree provisioners are translated.
+    pub driver: String,
+    /// What makes two uses one attachment: `<namespace>/<claim name>` (Karpenter's key).
+    pub id: String,
 }
 
 /// A pod already bound to an existing node (counts for topology and anti-affinity).
@@ -320,6 +337,8 @@ pub struct BoundPod {
     pub host_ports: Vec<HostPort>,
     /// Required anti-affinity of the bound pod: it repels matching pending pods.
     pub pod_anti_affinity: Vec<PodAffinityTerm>,
+    /// Its volumes: they count against the node's attach limits.
+    pub volumes: Vec<VolumeUse>,
 }
 
 /// A count offerings draw from (e.g. the Machines a template may still become): every
@@ -373,6 +392,9 @@ pub struct InstanceType {
     /// Taints every Node of this shape gets (e.g. from the template's cluster-autoscaler
     /// taints annotation): a pod lands on the shape only if it tolerates them.
     pub taints: Vec<Taint>,
+    /// Volumes a node of this shape can attach per CSI driver (Karpenter's
+    /// `VolumeAttachmentLimits`); a driver not listed is unlimited.
+    pub volume_limits: BTreeMap<String, u32>,
 }
 
 /// A pod of a DaemonSet: it lands on every new node whose taints and labels it accepts, so
@@ -442,6 +464,9 @@ pub struct ExistingNode {
     /// Takes no [`Pod::moving`] pod (pending pods may still land): consolidation's target
     /// inside its NodePool's `consolidateAfter` window, as Karpenter simulates it.
     pub refuses_moving: bool,
+    /// Attach limits per CSI driver: the node's CSINode where it lists the driver, else its
+    /// instance type's; a driver not listed is unlimited.
+    pub volume_limits: BTreeMap<String, u32>,
 }
 
 /// What the solver does when a NodeClaim's candidate instance types cannot meet a

@@ -282,6 +282,7 @@ fn instance_type(name: String, shape: TemplateShape, mut offerings: Vec<Offering
         labels.insert(label::INSTANCE_TEMPLATE.to_string(), t);
     }
     InstanceType {
+        volume_limits: Default::default(),
         name,
         capacity: shape.capacity,
         allocatable: shape.allocatable,

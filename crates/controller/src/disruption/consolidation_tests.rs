@@ -39,6 +39,7 @@ fn catalog() -> Arc<Catalog> {
                     ("pods".to_string(), 110),
                 ]));
                 InstanceType {
+                    volume_limits: Default::default(),
                     name: name.to_string(),
                     capacity: r.clone(),
                     allocatable: r,

@@ -272,6 +272,7 @@ pub(crate) mod tests {
         };
         Catalog {
             instance_types: vec![InstanceType {
+                volume_limits: Default::default(),
                 name: "small".into(),
                 capacity: Resources::default(),
                 allocatable: Resources::default(),

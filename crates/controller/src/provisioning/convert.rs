@@ -339,6 +339,8 @@ pub fn pod(p: &core::Pod) -> scheduling::Pod {
     let pa = aff.and_then(|a| a.pod_affinity.as_ref());
     let paa = aff.and_then(|a| a.pod_anti_affinity.as_ref());
     scheduling::Pod {
+        volume_requirements: Default::default(),
+        volumes: Default::default(),
         namespace: namespace.clone(),
         name: meta.name.clone().unwrap_or_default(),
         uid: meta.uid.clone().unwrap_or_default(),
@@ -441,6 +443,7 @@ pub fn bound_pod(p: &core::Pod) -> (Resources, scheduling::BoundPod) {
     (
         spec_requests(spec),
         scheduling::BoundPod {
+            volumes: Default::default(),
             pod_anti_affinity: required_terms(anti, &namespace),
             namespace,
             labels: str_map(p.metadata.labels.as_ref()),
@@ -495,6 +498,7 @@ pub fn instance_type(it: &cloudprovider::InstanceType, availability: Availabilit
         }
     }
     InstanceType {
+        volume_limits: it.volume_limits.clone(),
         name: it.name.clone(),
         requirements: it
             .labels

@@ -132,6 +132,7 @@ fn existing_node(cluster: &Cluster, n: &Node) -> scheduling::ExistingNode {
     let initialized = claim.is_none_or(|c| claim_condition(c, types::INITIALIZED));
     let (requested, pods) = bound(cluster, node_name);
     scheduling::ExistingNode {
+        volume_limits: Default::default(),
         name: node_name.to_string(),
         state: if initialized {
             scheduling::NodeState::Ready
@@ -191,6 +192,7 @@ fn in_flight_node(cluster: &Cluster, c: &NodeClaim) -> scheduling::ExistingNode 
         .unwrap_or_default();
     let (requested, pods) = bound(cluster, node_name);
     scheduling::ExistingNode {
+        volume_limits: Default::default(),
         name: claim_name,
         state: scheduling::NodeState::InFlight,
         labels,
@@ -325,6 +327,7 @@ mod tests {
         ]));
         Arc::new(Catalog {
             instance_types: vec![templates::model::InstanceType {
+                volume_limits: Default::default(),
                 name: "small".into(),
                 capacity: r.clone(),
                 allocatable: r,

@@ -294,6 +294,7 @@ fn catalog() -> Catalog {
                     ("pods".to_string(), 110),
                 ]));
                 InstanceType {
+                    volume_limits: Default::default(),
                     name: name.to_string(),
                     capacity: r.clone(),
                     allocatable: r,

@@ -42,6 +42,7 @@ pub fn it_with(
         requirements.push(Requirement::new(*k, Operator::In, &[v]));
     }
     InstanceType {
+        volume_limits: Default::default(),
         name: name.to_string(),
         requirements,
         capacity: res(&[(CPU, cpu_m), (MEMORY, mem_gi * GI), (PODS, 110)]),
@@ -106,6 +107,7 @@ pub fn input(node_pools: Vec<NodePool>, pods: Vec<Pod>) -> Input {
 
 pub fn node(name: &str, zone: &str, cpu_m: i64, mem_gi: i64) -> ExistingNode {
     ExistingNode {
+        volume_limits: Default::default(),
         name: name.to_string(),
         state: NodeState::Ready,
         labels: labels(&[

@@ -34,6 +34,7 @@ fn it(name: &str, cpu: i64, price: f64) -> InstanceType {
     ];
     sort_offerings(&mut offerings);
     InstanceType {
+        volume_limits: Default::default(),
         name: name.into(),
         capacity: res.clone(),
         allocatable: res,

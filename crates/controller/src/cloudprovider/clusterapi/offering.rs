@@ -188,6 +188,7 @@ mod tests {
             name: format!("{name}-tpl"),
         };
         InstanceType {
+            volume_limits: Default::default(),
             name: name.into(),
             capacity: Resources(BTreeMap::from([("cpu".into(), cpu * 1000)])),
             allocatable: Resources(BTreeMap::from([

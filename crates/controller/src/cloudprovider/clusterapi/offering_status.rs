@@ -158,6 +158,7 @@ mod tests {
         Catalog {
             limits: [(template.id(), limits)].into(),
             instance_types: vec![InstanceType {
+                volume_limits: Default::default(),
                 name: "metal".into(),
                 capacity: Default::default(),
                 allocatable: Default::default(),

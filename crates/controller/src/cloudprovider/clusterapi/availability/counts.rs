@@ -339,6 +339,7 @@ mod tests {
 
     fn metal() -> InstanceType {
         InstanceType {
+            volume_limits: Default::default(),
             name: "metal-type".into(),
             capacity: Default::default(),
             allocatable: Default::default(),

@@ -127,6 +127,7 @@ mod tests {
         Arc::new(Catalog {
             limits: [(template("counted").id(), limits)].into(),
             instance_types: vec![InstanceType {
+                volume_limits: Default::default(),
                 name: "metal".into(),
                 capacity: Default::default(),
                 allocatable: Default::default(),
