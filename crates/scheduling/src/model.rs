@@ -317,6 +317,10 @@ pub struct Pod {
     pub volume_requirements: Vec<Vec<Requirement>>,
     /// The volumes it attaches, counted against the node's per-driver attach limits.
     pub volumes: Vec<VolumeUse>,
+    /// Why no node can take it whatever the plan (e.g. its volume's claim does not exist
+    /// yet, see [`crate::volumes::Blocked`]): it is reported unschedulable with this reason
+    /// and takes no room.
+    pub unplaceable: Option<String>,
 }
 
 /// One volume a pod attaches through a CSI driver: counted once per node however many of

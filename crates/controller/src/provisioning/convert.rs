@@ -339,6 +339,7 @@ pub fn pod(p: &core::Pod) -> scheduling::Pod {
     let pa = aff.and_then(|a| a.pod_affinity.as_ref());
     let paa = aff.and_then(|a| a.pod_anti_affinity.as_ref());
     scheduling::Pod {
+        unplaceable: Default::default(),
         volume_requirements: Default::default(),
         volumes: Default::default(),
         namespace: namespace.clone(),

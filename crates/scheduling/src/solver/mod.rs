@@ -328,7 +328,8 @@ fn pack_all(s: &mut Solver, input: &Input) -> Option<Unplaced> {
     let cpu = 0;
     let mem = 1;
     // Queue: cpu desc, memory desc, creation, uid.
-    let mut queue: Vec<usize> = (0..s.pods.len()).collect();
+    let (mut queue, unplaceable): (Vec<usize>, Vec<usize>) =
+        (0..s.pods.len()).partition(|&pi| input.pods[s.pods[pi].input].unplaceable.is_none());
     queue.sort_by(|&a, &b| {
         let (pa, pb) = (&s.pods[a], &s.pods[b]);
         let (ia, ib) = (&input.pods[pa.input], &input.pods[pb.input]);
@@ -360,5 +361,5 @@ fn pack_all(s: &mut Solver, input: &Input) -> Option<Unplaced> {
             }
         }
     }
-    Some((queue.into_iter().collect(), errors))
+    Some((queue.into_iter().chain(unplaceable).collect(), errors))
 }

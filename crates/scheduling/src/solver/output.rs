@@ -38,7 +38,10 @@ pub(super) fn output(
             .into_iter()
             .map(|(p, f)| (s.pools[p].name.clone(), f))
             .collect();
-        let reason = if failures.is_empty() {
+        let unplaceable = input.pods[s.pods[pi].input].unplaceable.as_ref();
+        let reason = if let Some(why) = unplaceable {
+            why.clone()
+        } else if failures.is_empty() {
             "no existing node has room and no NodePool is defined".to_string()
         } else {
             failures
