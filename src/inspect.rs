@@ -350,6 +350,17 @@ pub async fn collect(
     nodepool: Option<&str>,
     why: bool,
 ) -> Result<Vec<Row>, kube::Error> {
+    Ok(collect_all(workload, management, nodepool, why).await?.0)
+}
+
+/// [`collect`], and with `why` the pending pods no plan places
+/// ([`crate::inspect_pending`]).
+pub async fn collect_all(
+    workload: &kube::Client,
+    management: &kube::Client,
+    nodepool: Option<&str>,
+    why: bool,
+) -> Result<(Vec<Row>, Vec<crate::inspect_pending::PendingPod>), kube::Error> {
     use kube::api::{Api, ListParams};
     let claims_api: Api<NodeClaim> = Api::all(workload.clone());
     let lp = match nodepool {
@@ -368,6 +379,7 @@ pub async fn collect(
         .items;
     let now = Timestamp::now();
     let mut out = rows(&claims, &machines, &nodes, now);
+    let mut pending = Vec::new();
     if why {
         use std::sync::Arc;
         let all = |v: Vec<NodeClaim>| v.into_iter().map(Arc::new).collect::<Vec<_>>();
@@ -382,6 +394,10 @@ pub async fn collect(
         let catalogs = live_catalogs(management, &nodeclasses).await;
         let catalog = |nc: &str| catalogs.get(nc).cloned();
         let cluster = controller::state::Cluster::new(controller::state::Objects {
+            storageclasses: list_all(workload).await?,
+            csinodes: list_all(workload).await?,
+            pvcs: list_all(workload).await?,
+            pvs: list_all(workload).await?,
             nodepools: pools,
             nodeclaims: every_claim,
             nodes: node_arcs,
@@ -395,8 +411,9 @@ pub async fn collect(
             catalog: &catalog,
         };
         add_why(&mut out, &claims, &view, now);
+        pending = crate::inspect_pending::pending(&cluster, &catalog);
     }
-    Ok(out)
+    Ok((out, pending))
 }
 
 #[cfg(test)]

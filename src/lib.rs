@@ -4,5 +4,6 @@
 
 pub mod inspect;
 pub mod inspect_hub;
+pub mod inspect_pending;
 pub mod memory;
 pub mod simulate;

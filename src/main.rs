@@ -1,7 +1,7 @@
 //! `karpenter-capi`: Karpenter for Cluster API. CLI and wiring only.
 
 use clap::{Parser, Subcommand};
-use karpenter_capi::{inspect, inspect_hub, simulate};
+use karpenter_capi::{inspect, inspect_hub, inspect_pending, simulate};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
@@ -147,11 +147,17 @@ fn inspect(args: InspectArgs) -> anyhow::Result<()> {
             }
         };
         anyhow::Ok(
-            inspect::collect(&workload, &management, args.nodepool.as_deref(), args.why).await?,
+            inspect::collect_all(&workload, &management, args.nodepool.as_deref(), args.why)
+                .await?,
         )
     })?;
+    let (rows, pending) = rows;
     match args.output {
-        InspectFormat::Table => print!("{}", inspect::render_table(&rows)),
+        InspectFormat::Table => print!(
+            "{}{}",
+            inspect::render_table(&rows),
+            inspect_pending::render(&pending)
+        ),
         InspectFormat::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
     }
     Ok(())

@@ -362,6 +362,14 @@ create core                          pods                      eviction   defaul
 list   apps                          daemonsets                -          -
 watch  apps                          daemonsets                -          -
 watch  policy                        poddisruptionbudgets      -          -
+list   core                          persistentvolumeclaims    -          -
+watch  core                          persistentvolumeclaims    -          -
+list   core                          persistentvolumes         -          -
+watch  core                          persistentvolumes         -          -
+list   storage.k8s.io                storageclasses            -          -
+watch  storage.k8s.io                storageclasses            -          -
+list   storage.k8s.io                csinodes                  -          -
+watch  storage.k8s.io                csinodes                  -          -
 create core                          events                    -          default
 create events.k8s.io                 events                    -          default
 create coordination.k8s.io           leases                    -          karpenter

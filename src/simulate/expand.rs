@@ -13,7 +13,9 @@ use super::doc::{Doc, count, normalize_pod_spec};
 use super::{Error, MAX_WORKLOAD_PODS};
 
 /// The pods a workload's controller would create: replicas (Job: parallelism, at most
-/// completions) minus the pods of the snapshot its selector already matches.
+/// completions) minus the pods of the snapshot its selector already matches. A
+/// StatefulSet's pods mount the claims of its `volumeClaimTemplates` (`<template>-<pod>`),
+/// which [`claims`] gives.
 pub(super) fn expand(doc: &Doc, obj: &Value, pods: &[Arc<Pod>]) -> Result<Vec<Value>, Error> {
     let field_err = |e: String| doc.err(e);
     let wanted = if doc.kind == "Job" {
@@ -80,6 +82,15 @@ pub(super) fn expand(doc: &Doc, obj: &Value, pods: &[Arc<Pod>]) -> Result<Vec<Va
         if taken.contains(name.as_str()) {
             continue;
         }
+        let mut spec = spec.clone();
+        for t in claim_templates(doc, obj) {
+            let volume = json!({"name": t["metadata"]["name"],
+                "persistentVolumeClaim": {"claimName": claim_name(t, &name)}});
+            match spec["volumes"].as_array_mut() {
+                Some(vs) => vs.push(volume),
+                None => spec["volumes"] = json!([volume]),
+            }
+        }
         out.push(json!({
             "apiVersion": "v1",
             "kind": "Pod",
@@ -96,4 +107,56 @@ pub(super) fn expand(doc: &Doc, obj: &Value, pods: &[Arc<Pod>]) -> Result<Vec<Va
         }));
     }
     Ok(out)
+}
+
+/// A StatefulSet's `volumeClaimTemplates` (none for other kinds).
+fn claim_templates<'a>(doc: &Doc, obj: &'a Value) -> Vec<&'a Value> {
+    if doc.kind != "StatefulSet" {
+        return Vec::new();
+    }
+    obj["spec"]["volumeClaimTemplates"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| t["metadata"]["name"].is_string())
+        .collect()
+}
+
+/// The claim a StatefulSet's pod `pod` mounts for `template`: `<template>-<pod>`.
+fn claim_name(template: &Value, pod: &str) -> String {
+    format!(
+        "{}-{pod}",
+        template["metadata"]["name"].as_str().unwrap_or_default()
+    )
+}
+
+/// The claims the StatefulSet controller creates for the pods `pods` of `obj` (not yet
+/// bound; the class is the template's, else `default_class`, as the admission plugin sets).
+pub(super) fn claims(
+    doc: &Doc,
+    obj: &Value,
+    pods: &[Value],
+    default_class: Option<&str>,
+) -> Vec<Value> {
+    let mut out = Vec::new();
+    for t in claim_templates(doc, obj) {
+        for p in pods {
+            let pod = p["metadata"]["name"].as_str().unwrap_or_default();
+            let mut spec = t["spec"].clone();
+            if spec["storageClassName"].is_null()
+                && let Some(c) = default_class
+            {
+                spec["storageClassName"] = json!(c);
+            }
+            out.push(json!({
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": claim_name(t, pod), "namespace": doc.ns(),
+                             "labels": t["metadata"]["labels"]},
+                "spec": spec,
+                "status": {"phase": "Pending"},
+            }));
+        }
+    }
+    out
 }

@@ -124,6 +124,23 @@ fn read_object(out: &mut Loaded, doc: &Doc, group: &str, mut obj: Value) -> Resu
             obj["metadata"]["namespace"] = json!(doc.ns());
             out.state.pdbs.push(Arc::new(typed(doc, obj)?));
         }
+        ("", "PersistentVolumeClaim") => {
+            require_object(doc)?;
+            obj["metadata"]["namespace"] = json!(doc.ns());
+            out.state.pvcs.push(Arc::new(typed(doc, obj)?));
+        }
+        ("", "PersistentVolume") => {
+            require_object(doc)?;
+            out.state.pvs.push(Arc::new(typed(doc, obj)?));
+        }
+        ("storage.k8s.io", "StorageClass") => {
+            require_object(doc)?;
+            out.state.storageclasses.push(Arc::new(typed(doc, obj)?));
+        }
+        ("storage.k8s.io", "CSINode") => {
+            require_object(doc)?;
+            out.state.csinodes.push(Arc::new(typed(doc, obj)?));
+        }
         _ => return Ok(false),
     }
     Ok(true)
@@ -184,12 +201,41 @@ fn expand_workloads(out: &mut Loaded, workloads: &[(Doc, Value)]) -> Result<(), 
             ));
             continue;
         }
-        for mut pod in expand(doc, obj, &out.state.pods)? {
+        let pods = expand(doc, obj, &out.state.pods)?;
+        for claim in super::expand::claims(doc, obj, &pods, default_class(out).as_deref()) {
+            let (ns, name) = (
+                claim["metadata"]["namespace"].as_str(),
+                claim["metadata"]["name"].as_str(),
+            );
+            let known = out.state.pvcs.iter().any(|c| {
+                c.metadata.namespace.as_deref() == ns && c.metadata.name.as_deref() == name
+            });
+            if !known {
+                out.state.pvcs.push(Arc::new(typed(doc, claim)?));
+            }
+        }
+        for mut pod in pods {
             default_fields(&mut pod, "Pod");
             out.pending.push(Arc::new(typed::<Pod>(doc, pod)?));
         }
     }
     Ok(())
+}
+
+/// The StorageClass annotated as the default (the admission plugin's choice for a claim
+/// without a class).
+fn default_class(out: &Loaded) -> Option<String> {
+    out.state
+        .storageclasses
+        .iter()
+        .find(|c| {
+            c.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("storageclass.kubernetes.io/is-default-class"))
+                .is_some_and(|v| v == "true")
+        })
+        .and_then(|c| c.metadata.name.clone())
 }
 
 pub(super) fn check_node_pool(v: &Value) -> Result<(), String> {

@@ -189,7 +189,16 @@ pub fn plan(loaded: &Loaded) -> Plan {
         .iter()
         .map(|u| UnplaceablePod {
             pod: pod_ref(&u.pod),
-            reason: u.reason.clone(),
+            reason: match loaded
+                .pending
+                .iter()
+                .find(|p| p.metadata.uid.as_deref() == Some(u.pod.uid.as_str()))
+            {
+                Some(p) => {
+                    controller::provisioning::volumes::explain(&u.reason, p, cluster.volumes())
+                }
+                None => u.reason.clone(),
+            },
         })
         .collect();
     let on_new: usize = node_claims.iter().map(|c| c.pods.len()).sum();

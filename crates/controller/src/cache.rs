@@ -18,7 +18,7 @@ use tokio::sync::broadcast;
 
 pub use crate::index::{Index, KeyFn};
 use crate::tasks::Tasks;
-pub use crate::trim::{keep, strip_metadata, trim_node, trim_pod};
+pub use crate::trim::{keep, strip_metadata, trim_node, trim_pod, trim_pv, trim_pvc};
 
 /// How many touched objects a slow subscriber may fall behind before it resyncs (it then
 /// gets every object of the store once). Each slot is allocated and written up front, for
@@ -412,6 +412,11 @@ pub struct Caches {
     pub clusters: Cache<api::Cluster>,
     /// NodeOverlays, when the `NodeOverlay` feature gate is on ([`Caches::with_overlays`]).
     pub nodeoverlays: Option<Cache<api::NodeOverlay>>,
+    /// What pods' volumes resolve against (trimmed: [`crate::trim`]).
+    pub pvcs: Cache<k8s_openapi::api::core::v1::PersistentVolumeClaim>,
+    pub pvs: Cache<k8s_openapi::api::core::v1::PersistentVolume>,
+    pub storageclasses: Cache<k8s_openapi::api::storage::v1::StorageClass>,
+    pub csinodes: Cache<k8s_openapi::api::storage::v1::CSINode>,
 }
 
 /// The Cluster API watches of an engagement: Machines of the management cluster fenced by
@@ -475,7 +480,7 @@ impl Caches {
         );
         let nodepools: Cache<api::NodePool> =
             Cache::start(tasks, Api::all(workload.clone()), all(), keep, None);
-        let (pods, pdbs) = if lazy {
+        let (pods, pdbs, pvcs, pvs) = if lazy {
             let (np, nc) = (nodepools.store(), nodeclaims.store());
             let wanted = move || !np.is_empty() || !nc.is_empty();
             let gate = Arc::new(Gate {
@@ -497,11 +502,21 @@ impl Caches {
                     trigger(),
                 ),
                 Cache::start_lazily(tasks, Api::all(workload.clone()), keep, &gate, trigger()),
+                Cache::start_lazily(
+                    tasks,
+                    Api::all(workload.clone()),
+                    trim_pvc,
+                    &gate,
+                    trigger(),
+                ),
+                Cache::start_lazily(tasks, Api::all(workload.clone()), trim_pv, &gate, trigger()),
             )
         } else {
             (
                 Cache::start(tasks, Api::all(workload.clone()), all(), trim_pod, None),
                 Cache::start(tasks, Api::all(workload.clone()), all(), keep, None),
+                Cache::start(tasks, Api::all(workload.clone()), all(), trim_pvc, None),
+                Cache::start(tasks, Api::all(workload.clone()), all(), trim_pv, None),
             )
         };
         let (nodeclasses, machines, clusters) = match cluster_api {
@@ -537,6 +552,10 @@ impl Caches {
             machines,
             clusters,
             nodeoverlays: None,
+            pvcs,
+            pvs,
+            storageclasses: Cache::start(tasks, Api::all(workload.clone()), all(), keep, None),
+            csinodes: Cache::start(tasks, Api::all(workload.clone()), all(), keep, None),
         }
     }
 
@@ -563,11 +582,13 @@ impl Caches {
         self.nodeclasses.ready().await;
         self.machines.ready().await;
         self.clusters.ready().await;
+        self.storageclasses.ready().await;
+        self.csinodes.ready().await;
         if let Some(o) = &self.nodeoverlays {
             o.ready().await;
         }
         // A lazy watch wanted from the start (the cluster has NodePools): its first list.
-        while self.pods.pending() || self.pdbs.pending() {
+        while self.pending() {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
     }
@@ -575,7 +596,7 @@ impl Caches {
     /// Whether a lazy pod or PDB watch is wanted but has not listed yet
     /// ([`Cache::pending`]): their stores are not the cluster's, decide nothing on them.
     pub fn pending(&self) -> bool {
-        self.pods.pending() || self.pdbs.pending()
+        self.pods.pending() || self.pdbs.pending() || self.pvcs.pending() || self.pvs.pending()
     }
 }
 

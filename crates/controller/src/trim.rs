@@ -30,9 +30,81 @@ pub fn trim_node(node: &mut k8s_openapi::api::core::v1::Node) {
     }
 }
 
+/// Of a pod's volumes, those that go through a claim (what volume topology and attach
+/// limits read), each with its name and claim only.
+fn slim_volumes(volumes: &mut Option<Vec<k8s_openapi::api::core::v1::Volume>>) {
+    use k8s_openapi::api::core::v1::{EphemeralVolumeSource, Volume};
+    let kept: Vec<Volume> = volumes
+        .take()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| {
+            let claim = v.persistent_volume_claim;
+            let ephemeral = v.ephemeral.map(|_| EphemeralVolumeSource::default());
+            (claim.is_some() || ephemeral.is_some()).then(|| Volume {
+                name: v.name,
+                persistent_volume_claim: claim,
+                ephemeral,
+                ..Volume::default()
+            })
+        })
+        .collect();
+    *volumes = (!kept.is_empty()).then_some(kept);
+}
+
+/// A claim as volume topology reads it: its class, volume, phase and annotations (the
+/// binding ones); no resources, selector, data source or conditions.
+pub fn trim_pvc(pvc: &mut k8s_openapi::api::core::v1::PersistentVolumeClaim) {
+    use k8s_openapi::api::core::v1::PersistentVolumeClaimSpec;
+    if let Some(spec) = pvc.spec.as_mut() {
+        *spec = PersistentVolumeClaimSpec {
+            storage_class_name: spec.storage_class_name.take(),
+            volume_name: spec.volume_name.take(),
+            ..PersistentVolumeClaimSpec::default()
+        };
+    }
+    if let Some(status) = pvc.status.as_mut() {
+        status.conditions = None;
+        status.capacity = None;
+        status.allocated_resources = None;
+        status.allocated_resource_statuses = None;
+        status.modify_volume_status = None;
+    }
+}
+
+/// A volume as volume topology reads it: its node affinity, whether it is local, its CSI
+/// driver (or in-tree EBS source), its class and claim.
+pub fn trim_pv(pv: &mut k8s_openapi::api::core::v1::PersistentVolume) {
+    use k8s_openapi::api::core::v1::{
+        CSIPersistentVolumeSource, HostPathVolumeSource, LocalVolumeSource, PersistentVolumeSpec,
+    };
+    if let Some(spec) = pv.spec.as_mut() {
+        *spec = PersistentVolumeSpec {
+            node_affinity: spec.node_affinity.take(),
+            local: spec.local.take().map(|l| LocalVolumeSource {
+                path: l.path,
+                fs_type: None,
+            }),
+            host_path: spec.host_path.take().map(|h| HostPathVolumeSource {
+                path: h.path,
+                type_: None,
+            }),
+            csi: spec.csi.take().map(|c| CSIPersistentVolumeSource {
+                driver: c.driver,
+                volume_handle: c.volume_handle,
+                ..CSIPersistentVolumeSource::default()
+            }),
+            aws_elastic_block_store: spec.aws_elastic_block_store.take(),
+            storage_class_name: spec.storage_class_name.take(),
+            claim_ref: spec.claim_ref.take(),
+            ..PersistentVolumeSpec::default()
+        };
+    }
+}
+
 /// A pod as scheduling, disruption and the metrics read it: the containers' resources and
 /// ports, placement rules, ownership, phase and the `PodScheduled` and `Ready` conditions;
-/// images, commands, environment, volumes, probes, container statuses and condition
+/// images, commands, environment, volumes other than claims, probes, container statuses and condition
 /// messages are dropped.
 pub fn trim_pod(pod: &mut k8s_openapi::api::core::v1::Pod) {
     use k8s_openapi::api::core::v1::Container;
@@ -51,7 +123,7 @@ pub fn trim_pod(pod: &mut k8s_openapi::api::core::v1::Pod) {
             init.iter_mut().for_each(slim);
         }
         spec.ephemeral_containers = None;
-        spec.volumes = None;
+        slim_volumes(&mut spec.volumes);
         spec.image_pull_secrets = None;
         spec.security_context = None;
         spec.host_aliases = None;
@@ -120,7 +192,9 @@ mod tests {
                 "managedFields": [{"manager": "kubectl"}]},
             "spec": {"containers": [{"name": "c", "image": "nginx", "env": [{"name": "A", "value": "1"}],
                 "resources": {"requests": {"cpu": "1"}}, "ports": [{"containerPort": 80, "hostPort": 8080}]}],
-                "nodeSelector": {"zone": "a"}, "volumes": [{"name": "v", "emptyDir": {}}]},
+                "nodeSelector": {"zone": "a"}, "volumes": [{"name": "v", "emptyDir": {}},
+                    {"name": "data", "persistentVolumeClaim": {"claimName": "data-p"}},
+                    {"name": "cache", "ephemeral": {"volumeClaimTemplate": {"spec": {"storageClassName": "fast"}}}}]},
             "status": {"phase": "Pending", "containerStatuses": [{"name": "c", "image": "nginx", "imageID": "", "ready": false, "restartCount": 0}],
                 "conditions": [
                     {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
@@ -142,7 +216,14 @@ mod tests {
         assert_eq!(c["ports"][0]["hostPort"], 8080);
         assert!(c.get("image").is_none() && c.get("env").is_none());
         assert_eq!(v["spec"]["nodeSelector"]["zone"], "a");
-        assert!(v["spec"].get("volumes").is_none());
+        assert_eq!(
+            v["spec"]["volumes"],
+            serde_json::json!([
+                {"name": "data", "persistentVolumeClaim": {"claimName": "data-p"}},
+                {"name": "cache", "ephemeral": {}}
+            ]),
+            "only the claims' volumes, trimmed"
+        );
         assert!(v["status"].get("containerStatuses").is_none());
         assert_eq!(v["status"]["phase"], "Pending");
         assert_eq!(

@@ -98,3 +98,14 @@ pub struct Blocked {
     pub volume: String,
     pub reason: String,
 }
+
+/// PLACEHOLDER until the resolver lands (branch `vsolve`): constrains nothing.
+pub fn resolve(
+    _namespace: &str,
+    _pod_name: &str,
+    _pod_uid: &str,
+    _volumes: &[PodVolume],
+    _objects: &Objects,
+) -> Result<Resolved, Blocked> {
+    Ok(Resolved::default())
+}

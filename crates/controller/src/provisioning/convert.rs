@@ -240,7 +240,7 @@ fn inclusion(policy: Option<&String>, default: NodeInclusionPolicy) -> NodeInclu
     }
 }
 
-fn node_selector_terms(s: Option<&core::NodeSelector>) -> Vec<Vec<Requirement>> {
+pub(crate) fn node_selector_terms(s: Option<&core::NodeSelector>) -> Vec<Vec<Requirement>> {
     s.map(|s| {
         s.node_selector_terms
             .iter()

@@ -7,6 +7,7 @@ pub mod convert;
 pub mod nodeclaim;
 pub mod snapshot;
 pub mod trigger;
+pub mod volumes;
 
 pub use snapshot::Snapshot;
 
@@ -105,7 +106,10 @@ impl Provisioner {
                     v,
                     EventType::Warning,
                     "FailedScheduling",
-                    format!("Failed to schedule pod, {}", u.reason),
+                    format!(
+                        "Failed to schedule pod, {}",
+                        volumes::explain(&u.reason, v, cluster.volumes())
+                    ),
                 )
                 .await;
                 let exhausted = exhausted_notes(u, &notes);

@@ -63,13 +63,19 @@ pub fn build(
     catalog: &dyn Fn(&str) -> Option<Arc<Catalog>>,
     offerings: Availability,
 ) -> Snapshot {
+    let type_limits =
+        |labels: Option<&BTreeMap<String, String>>| instance_type_limits(cluster, labels, catalog);
     let mut nodes: Vec<scheduling::ExistingNode> = cluster
         .nodes
         .iter()
         .filter(|n| cluster.has_room(n) && !deleting(n.as_ref()))
-        .map(|n| existing_node(cluster, n))
+        .map(|n| existing_node(cluster, n, &type_limits))
         .collect();
-    nodes.extend(cluster.in_flight().map(|c| in_flight_node(cluster, c)));
+    nodes.extend(
+        cluster
+            .in_flight()
+            .map(|c| in_flight_node(cluster, c, &type_limits)),
+    );
     let mut node_pools = Vec::new();
     let mut pools = BTreeMap::new();
     let mut catalogs = BTreeMap::new();
@@ -105,7 +111,14 @@ pub fn build(
                 .iter()
                 .map(|d| convert::daemonset(d))
                 .collect(),
-            pods: pending.iter().map(|p| convert::pod(p)).collect(),
+            pods: pending
+                .iter()
+                .map(|p| {
+                    let mut model = convert::pod(p);
+                    super::volumes::apply(p, cluster.volumes(), &mut model);
+                    model
+                })
+                .collect(),
             min_values_policy: Default::default(),
         },
         pools,
@@ -113,26 +126,70 @@ pub fn build(
     }
 }
 
-/// Requests and the scheduling model of the pods bound to `node` (by name).
+/// Requests and the scheduling model of the pods bound to `node` (by name), with the
+/// volumes they attach.
 fn bound(cluster: &Cluster, node: &str) -> (scheduling::Resources, Vec<scheduling::BoundPod>) {
     cluster
         .bound(node)
         .map(|b| {
-            let pods = b.pods.iter().map(|p| convert::bound_pod(p).1).collect();
+            let pods = b
+                .pods
+                .iter()
+                .map(|p| {
+                    let mut model = convert::bound_pod(p).1;
+                    model.volumes = super::volumes::uses(p, cluster.volumes());
+                    model
+                })
+                .collect();
             (b.requests.clone(), pods)
         })
         .unwrap_or_default()
 }
 
+/// The attach limits an instance type declares, for a node or NodeClaim with `labels`
+/// (its NodePool's NodeClass catalog, its instance-type label): what holds until its
+/// CSINode says.
+fn instance_type_limits(
+    cluster: &Cluster,
+    labels: Option<&BTreeMap<String, String>>,
+    catalog: &dyn Fn(&str) -> Option<Arc<Catalog>>,
+) -> BTreeMap<String, u32> {
+    let label = |k: &str| labels.and_then(|l| l.get(k));
+    let (Some(pool), Some(it)) = (
+        label(api::consts::labels::NODEPOOL),
+        label(scheduling::LABEL_INSTANCE_TYPE),
+    ) else {
+        return BTreeMap::new();
+    };
+    cluster
+        .nodepools
+        .iter()
+        .find(|p| name(p.as_ref()) == pool)
+        .and_then(|p| catalog(&p.spec.template.spec.node_class_ref.name))
+        .and_then(|c| {
+            c.instance_types
+                .iter()
+                .find(|t| &t.name == it)
+                .map(|t| t.volume_limits.clone())
+        })
+        .unwrap_or_default()
+}
+
+/// Limits of a node or NodeClaim from its labels: [`instance_type_limits`].
+type TypeLimits<'a> = dyn Fn(Option<&BTreeMap<String, String>>) -> BTreeMap<String, u32> + 'a;
+
 /// A Node with room. One whose NodeClaim is not initialized yet still carries ephemeral
 /// and startup taints that will go away: Karpenter schedules onto it as in flight.
-fn existing_node(cluster: &Cluster, n: &Node) -> scheduling::ExistingNode {
+fn existing_node(cluster: &Cluster, n: &Node, limits: &TypeLimits) -> scheduling::ExistingNode {
     let node_name = name(n);
     let claim = cluster.claim_of(node_name);
     let initialized = claim.is_none_or(|c| claim_condition(c, types::INITIALIZED));
     let (requested, pods) = bound(cluster, node_name);
     scheduling::ExistingNode {
-        volume_limits: Default::default(),
+        volume_limits: super::volumes::limits(
+            &limits(n.metadata.labels.as_ref()),
+            cluster.published_limits(node_name),
+        ),
         name: node_name.to_string(),
         state: if initialized {
             scheduling::NodeState::Ready
@@ -174,7 +231,11 @@ fn node_allocatable(n: &Node, uninitialized: Option<&NodeClaim>) -> scheduling::
 
 /// A NodeClaim in flight, as the node it will be: its labels and the single-valued
 /// requirements, its allocatable, the pods already bound to the Node it named.
-fn in_flight_node(cluster: &Cluster, c: &NodeClaim) -> scheduling::ExistingNode {
+fn in_flight_node(
+    cluster: &Cluster,
+    c: &NodeClaim,
+    limits: &TypeLimits,
+) -> scheduling::ExistingNode {
     let mut labels = c.metadata.labels.clone().unwrap_or_default();
     for r in convert::requirements(&c.spec.requirements) {
         if r.operator == scheduling::Operator::In && r.values.len() == 1 {
@@ -191,8 +252,10 @@ fn in_flight_node(cluster: &Cluster, c: &NodeClaim) -> scheduling::ExistingNode 
         .or_else(|| claim_node_name(c))
         .unwrap_or_default();
     let (requested, pods) = bound(cluster, node_name);
+    let volume_limits =
+        super::volumes::limits(&limits(Some(&labels)), cluster.published_limits(node_name));
     scheduling::ExistingNode {
-        volume_limits: Default::default(),
+        volume_limits,
         name: claim_name,
         state: scheduling::NodeState::InFlight,
         labels,

@@ -1,5 +1,5 @@
-//! What wakes the provisioner: the events of the caches of pods, Nodes, NodeClaims and
-//! NodePools (their `subscribe()` streams), and what each asks of the batch window.
+//! What wakes the provisioner: the events of the caches of pods, Nodes, NodeClaims,
+//! NodePools and the volume objects (their `subscribe()` streams), and what each asks of the batch window.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,6 +22,9 @@ pub enum Trigger {
     /// The provider says its offerings' availability may have changed (e.g. a host of an
     /// inventory was freed, taken, added or gone).
     Offerings,
+    /// A claim, volume, StorageClass or CSINode changed: what pods' volumes require (or
+    /// whether they can be placed at all) may have.
+    Volumes,
 }
 
 /// The events of the caches the provisioner reacts to, as one stream.
@@ -44,6 +47,13 @@ pub fn triggers(
         s.nodes.subscribe().map(Trigger::Node).boxed(),
         s.nodeclaims.subscribe().map(Trigger::NodeClaim).boxed(),
         s.nodepools.subscribe().map(Trigger::NodePool).boxed(),
+        s.pvcs.subscribe().map(|_| Trigger::Volumes).boxed(),
+        s.pvs.subscribe().map(|_| Trigger::Volumes).boxed(),
+        s.storageclasses
+            .subscribe()
+            .map(|_| Trigger::Volumes)
+            .boxed(),
+        s.csinodes.subscribe().map(|_| Trigger::Volumes).boxed(),
     ])
     .boxed()
 }
@@ -98,7 +108,7 @@ pub fn wake(state: &ClusterState, pools: &mut PoolsSeen, t: Trigger) -> Wake {
                 Wake::Nothing
             }
         }
-        Trigger::Offerings => Wake::Capacity,
+        Trigger::Offerings | Trigger::Volumes => Wake::Capacity,
         Trigger::Node(_) | Trigger::NodeClaim(_) => Wake::Nothing,
     }
 }
@@ -131,6 +141,10 @@ mod tests {
         let (nodeclaims, mut claim_feed) = Cache::detached();
         let (nodepools, mut pool_feed) = Cache::detached();
         let state = ClusterState::new(crate::state::Sources {
+            storageclasses: Cache::empty(),
+            csinodes: Cache::empty(),
+            pvcs: Cache::empty(),
+            pvs: Cache::empty(),
             pods,
             nodes,
             nodeclaims,

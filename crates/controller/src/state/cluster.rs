@@ -11,8 +11,9 @@ use std::sync::Arc;
 
 use api::{ClusterAPINodeClass, NodeClaim, NodePool};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use scheduling::Resources;
 
 use crate::objects::{
@@ -32,6 +33,10 @@ pub struct Objects {
     pub daemonsets: Vec<Arc<DaemonSet>>,
     pub pdbs: Vec<Arc<PodDisruptionBudget>>,
     pub nodeclasses: Vec<Arc<ClusterAPINodeClass>>,
+    pub pvcs: Vec<Arc<PersistentVolumeClaim>>,
+    pub pvs: Vec<Arc<PersistentVolume>>,
+    pub storageclasses: Vec<Arc<StorageClass>>,
+    pub csinodes: Vec<Arc<CSINode>>,
 }
 
 /// The unfinished pods bound to one Node, and their sums (`pods: 1` per pod included in
@@ -66,6 +71,10 @@ pub struct Cluster {
     leaving: HashSet<String>,
     /// The provisionable pods (see [`crate::objects::provisionable`]).
     pending: Vec<Arc<Pod>>,
+    /// The claims, volumes and classes pods' volumes resolve against.
+    volumes: scheduling::volumes::Objects,
+    /// Node name → what its CSINode publishes per driver.
+    published: HashMap<String, BTreeMap<String, Option<u32>>>,
 }
 
 impl Deref for Cluster {
@@ -132,7 +141,23 @@ impl Cluster {
                 .filter(|n| deleting(n.as_ref()))
                 .map(|n| name(n.as_ref()).to_string()),
         );
+        let volumes = crate::provisioning::volumes::objects(
+            objects.pvcs.iter().map(AsRef::as_ref),
+            objects.pvs.iter().map(AsRef::as_ref),
+            objects.storageclasses.iter().map(AsRef::as_ref),
+            objects.nodes.iter().map(AsRef::as_ref),
+        );
+        let published = objects
+            .csinodes
+            .iter()
+            .map(|c| {
+                let drivers = crate::provisioning::volumes::published(c);
+                (name(c.as_ref()).to_string(), drivers)
+            })
+            .collect();
         Cluster {
+            volumes,
+            published,
             bound: bound_pods(&objects.pods),
             pending: objects
                 .pods
@@ -153,6 +178,16 @@ impl Cluster {
     /// The objects (shared), to build a changed cluster from.
     pub fn objects(&self) -> &Objects {
         &self.objects
+    }
+
+    /// The claims, volumes, classes and node hostnames pods' volumes resolve against.
+    pub fn volumes(&self) -> &scheduling::volumes::Objects {
+        &self.volumes
+    }
+
+    /// What the CSINode of `node` publishes per driver (`None`: no CSINode yet).
+    pub fn published_limits(&self, node: &str) -> Option<&BTreeMap<String, Option<u32>>> {
+        self.published.get(node)
     }
 
     pub fn node(&self, name: &str) -> Option<&Arc<Node>> {

@@ -18,8 +18,9 @@ use std::sync::{Arc, Mutex};
 
 use api::{ClusterAPINodeClass, NodeClaim, NodePool};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 
 pub use cluster::{Cluster, NodePods, Objects};
 
@@ -35,6 +36,10 @@ pub struct Sources {
     pub daemonsets: Cache<DaemonSet>,
     pub pdbs: Cache<PodDisruptionBudget>,
     pub nodeclasses: Cache<ClusterAPINodeClass>,
+    pub pvcs: Cache<PersistentVolumeClaim>,
+    pub pvs: Cache<PersistentVolume>,
+    pub storageclasses: Cache<StorageClass>,
+    pub csinodes: Cache<CSINode>,
 }
 
 impl Sources {
@@ -47,6 +52,10 @@ impl Sources {
             daemonsets: caches.daemonsets.clone(),
             pdbs: caches.pdbs.clone(),
             nodeclasses: caches.nodeclasses.clone(),
+            pvcs: caches.pvcs.clone(),
+            pvs: caches.pvs.clone(),
+            storageclasses: caches.storageclasses.clone(),
+            csinodes: caches.csinodes.clone(),
         }
     }
 
@@ -60,6 +69,10 @@ impl Sources {
             self.daemonsets.generation(),
             self.pdbs.generation(),
             self.nodeclasses.generation(),
+            self.pvcs.generation(),
+            self.pvs.generation(),
+            self.storageclasses.generation(),
+            self.csinodes.generation(),
         ]
     }
 
@@ -72,12 +85,16 @@ impl Sources {
             daemonsets: self.daemonsets.store().state(),
             pdbs: self.pdbs.store().state(),
             nodeclasses: self.nodeclasses.store().state(),
+            pvcs: self.pvcs.store().state(),
+            pvs: self.pvs.store().state(),
+            storageclasses: self.storageclasses.store().state(),
+            csinodes: self.csinodes.store().state(),
         }
     }
 }
 
 /// The write counts of the caches, in [`Sources::generations`] order.
-type Generations = [u64; 7];
+type Generations = [u64; 11];
 
 /// A join, and the write counts it was built at.
 type Kept = Option<(Generations, Arc<Cluster>)>;

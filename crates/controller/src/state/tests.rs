@@ -169,6 +169,10 @@ fn detached() -> (ClusterState, Feed<Pod>, Feed<Node>, Feed<NodeClaim>) {
     let (nodes, node_feed) = Cache::detached();
     let (nodeclaims, claim_feed) = Cache::detached();
     let state = ClusterState::new(Sources {
+        storageclasses: Cache::empty(),
+        csinodes: Cache::empty(),
+        pvcs: Cache::empty(),
+        pvs: Cache::empty(),
         pods,
         nodes,
         nodeclaims,
