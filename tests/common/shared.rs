@@ -320,7 +320,8 @@ async fn purge_dynamic(client: &Client, kind: &ApiResource) -> Option<usize> {
     .await
 }
 
-/// Workloads and pods everywhere but in the system namespaces, and the test namespaces
+/// Workloads, pods and their volumes everywhere but in the system namespaces (volumes and
+/// StorageClasses everywhere), and the test namespaces
 /// (`test-*`) but `keep_ns`; how many workloads and pods there still were.
 async fn purge_workloads(client: &Client, keep_ns: &str) -> Option<usize> {
     use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
@@ -335,6 +336,20 @@ async fn purge_workloads(client: &Client, keep_ns: &str) -> Option<usize> {
     left += purge_typed::<ReplicaSet>(client, &skip).await?;
     left += purge_typed::<PodDisruptionBudget>(client, &skip).await?;
     left += purge_typed::<Pod>(client, &skip).await?;
+    left += purge_typed::<k8s_openapi::api::core::v1::PersistentVolumeClaim>(client, &skip).await?;
+    // Volumes and classes are cluster-scoped: every one is a test's.
+    left += purge(
+        Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(client.clone()),
+        |_| Api::all(client.clone()),
+        |_| false,
+    )
+    .await?;
+    left += purge(
+        Api::<k8s_openapi::api::storage::v1::StorageClass>::all(client.clone()),
+        |_| Api::all(client.clone()),
+        |_| false,
+    )
+    .await?;
     let namespaces: Api<Namespace> = Api::all(client.clone());
     for ns in namespaces.list(&ListParams::default()).await.ok()?.items {
         let name = ns.name_any();
