@@ -580,6 +580,7 @@ async fn one_server_at_a_time(bed: &Bed, replicas: &[&str]) {
             .copied()
     };
     let mgmt = audit(&bed.mgmt).await;
+    let mut writers = std::collections::BTreeSet::new();
     for name in ["alpha", "beta"] {
         let k = key(name);
         let fence = fence_name(&k);
@@ -607,33 +608,70 @@ async fn one_server_at_a_time(bed: &Bed, replicas: &[&str]) {
                     == Some(k.namespace.as_str())
             })
             .chain(workload.iter());
-        let mut checked: BTreeMap<&str, usize> = BTreeMap::new();
-        let mut violations = Vec::new();
-        for e in for_cluster.filter(|e| e.is_write()) {
-            let (Some(writer), Some(at)) = (identity(e), received(e)) else {
-                continue;
-            };
-            let holder = tenures.iter().rev().find(|(t, _)| *t < at).map(|(_, h)| *h);
-            match holder {
-                Some(None) => continue, // the thief's: `demote` checks those
-                Some(Some(h)) if h == writer => *checked.entry(writer).or_default() += 1,
-                other => violations.push(format!(
-                    "{writer} {} {} at {at} (fence held by {other:?})",
-                    e.verb, e.request_uri
-                )),
-            }
-        }
+        // (writer, received, what) of every replica write for the cluster.
+        let writes: Vec<(&str, Timestamp, String)> = for_cluster
+            .filter(|e| e.is_write())
+            .filter_map(|e| {
+                Some((
+                    identity(e)?,
+                    received(e)?,
+                    format!("{} {}", e.verb, e.request_uri),
+                ))
+            })
+            .collect();
+        let (violations, checked) = outside_tenure(&tenures, &writes);
         assert!(
             violations.is_empty(),
             "{name} served by a replica not holding its fence: {violations:?}; tenures {tenures:?}"
         );
-        // The positive sentinel: the writes were there, from more than one replica.
+        // The positive sentinel: the writes were there (from more than one replica over
+        // both clusters, below: a cluster whose owner survives may only ever see that one).
         assert!(
-            checked.len() >= 2,
+            !checked.is_empty(),
             "{name}: writes checked per replica {checked:?}"
+        );
+        writers.extend(checked.keys().copied());
+        // The positive control: the same writes with one replica's first write credited to
+        // another replica are caught.
+        let mut forged = writes.clone();
+        let inside = forged.iter_mut().find(|w| {
+            !outside_tenure(&tenures, std::slice::from_ref(w))
+                .1
+                .is_empty()
+        });
+        if let Some(w) = inside {
+            w.0 = replicas.iter().copied().find(|r| *r != w.0).unwrap_or(w.0);
+        }
+        assert!(
+            !outside_tenure(&tenures, &forged).0.is_empty(),
+            "{name}: a write forged onto another replica is not caught"
         );
         eprintln!("{name}: every replica write inside its fence tenure: {checked:?}");
     }
+    assert!(
+        writers.len() >= 2,
+        "writes checked from more than one replica: {writers:?}"
+    );
+}
+
+/// The writes (writer, received, what) sent outside their writer's fence tenure (`tenures`:
+/// successful fence writes in order, `None` for a non-replica), and the writes checked per
+/// replica; writes during a non-replica's tenure are `demote`'s to check.
+fn outside_tenure<'a>(
+    tenures: &[(Timestamp, Option<&str>)],
+    writes: &[(&'a str, Timestamp, String)],
+) -> (Vec<String>, BTreeMap<&'a str, usize>) {
+    let mut checked: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut violations = Vec::new();
+    for (writer, at, what) in writes {
+        let holder = tenures.iter().rev().find(|(t, _)| t < at).map(|(_, h)| *h);
+        match holder {
+            Some(None) => continue,
+            Some(Some(h)) if h == *writer => *checked.entry(*writer).or_default() += 1,
+            other => violations.push(format!("{writer} {what} at {at} (fence held by {other:?})")),
+        }
+    }
+    (violations, checked)
 }
 
 /// Beta's fence Lease is taken from `survivor` while it runs: it writes nothing more for
