@@ -12,8 +12,6 @@ use scheduling::{Operator, Requirement};
 
 use crate::objects::{deleting, name};
 
-/// `pv.kubernetes.io/bind-completed`: the PV controller finished binding the claim.
-pub const ANN_BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
 /// The legacy class annotation, read before `spec.storageClassName` (as kube-scheduler).
 pub const ANN_STORAGE_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
 
@@ -52,7 +50,7 @@ fn claim(c: &PersistentVolumeClaim) -> Claim {
         volume_name: spec
             .and_then(|s| s.volume_name.clone())
             .filter(|v| !v.is_empty()),
-        bind_completed: annotations.is_some_and(|a| a.contains_key(ANN_BIND_COMPLETED)),
+        bind_completed: annotations.is_some_and(|a| a.contains_key(scheduling::volumes::ANNOTATION_BIND_COMPLETED)),
         storage_class: annotations
             .and_then(|a| a.get(ANN_STORAGE_CLASS).cloned())
             .or_else(|| spec.and_then(|s| s.storage_class_name.clone()))
