@@ -1,5 +1,5 @@
 //! What wakes the provisioner: the events of the caches of pods, Nodes, NodeClaims,
-//! NodePools and the volume objects (their `subscribe()` streams), and what each asks of the batch window.
+//! NodePools, claims, volumes and StorageClasses (their `subscribe()` streams), and what each asks of the batch window.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,8 +22,9 @@ pub enum Trigger {
     /// The provider says its offerings' availability may have changed (e.g. a host of an
     /// inventory was freed, taken, added or gone).
     Offerings,
-    /// A claim, volume, StorageClass or CSINode changed: what pods' volumes require (or
-    /// whether they can be placed at all) may have.
+    /// A claim, volume or StorageClass changed: what pods' volumes require (or whether they
+    /// can be placed at all) may have. (A CSINode only refines a node's attach limits: it
+    /// appears with every Node, and wakes nothing.)
     Volumes,
 }
 
@@ -53,7 +54,6 @@ pub fn triggers(
             .subscribe()
             .map(|_| Trigger::Volumes)
             .boxed(),
-        s.csinodes.subscribe().map(|_| Trigger::Volumes).boxed(),
     ])
     .boxed()
 }

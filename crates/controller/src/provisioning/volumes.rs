@@ -50,7 +50,8 @@ fn claim(c: &PersistentVolumeClaim) -> Claim {
         volume_name: spec
             .and_then(|s| s.volume_name.clone())
             .filter(|v| !v.is_empty()),
-        bind_completed: annotations.is_some_and(|a| a.contains_key(scheduling::volumes::ANNOTATION_BIND_COMPLETED)),
+        bind_completed: annotations
+            .is_some_and(|a| a.contains_key(scheduling::volumes::ANNOTATION_BIND_COMPLETED)),
         storage_class: annotations
             .and_then(|a| a.get(ANN_STORAGE_CLASS).cloned())
             .or_else(|| spec.and_then(|s| s.storage_class_name.clone()))
