@@ -54,12 +54,15 @@ pub fn volume_limits(drivers: &BTreeMap<String, u32>) -> BTreeMap<String, u32> {
         .collect()
 }
 
-/// A CSI driver name as Kubernetes validates it (CSINode, CSIDriver, PV `spec.csi.driver`):
-/// at most 63 characters, alphanumerics, `-`, `_` and `.`, starting and ending with an
-/// alphanumeric.
+/// A CSI driver name as Kubernetes validates it (CSINode, CSIDriver, PV `spec.csi.driver`:
+/// `ValidateCSIDriverName`): 2 to 63 characters, alphanumerics, `-`, `_` and `.`, starting
+/// and ending with an alphanumeric.
 pub fn validate_driver_name(name: &str) -> Result<(), String> {
     if name.is_empty() {
         return Err("empty driver name".into());
+    }
+    if name.len() < 2 {
+        return Err("driver name shorter than 2 characters".into());
     }
     if name.len() > 63 {
         return Err("driver name longer than 63 characters".into());
@@ -101,6 +104,7 @@ mod tests {
     #[test]
     fn good_forms() {
         assert_eq!(ok("ebs.csi.aws.com=25"), [("ebs.csi.aws.com".into(), 25)]);
+        assert_eq!(ok("aa=+3"), [("aa".into(), 3)], "as Go's ParseInt");
         assert_eq!(
             ok(" csi.vsphere.vmware.com = 59 , cinder.csi.openstack.org=0 ,"),
             [
@@ -108,7 +112,7 @@ mod tests {
                 ("csi.vsphere.vmware.com".into(), 59)
             ]
         );
-        assert_eq!(ok("d=2147483647"), [("d".into(), i32::MAX as u32)]);
+        assert_eq!(ok("dd=2147483647"), [("dd".into(), i32::MAX as u32)]);
         assert!(ok("").is_empty());
         assert!(ok(" , ,").is_empty());
     }
@@ -131,15 +135,16 @@ mod tests {
                 "ebs.csi.aws.com",
                 "expected driver=limit",
             ),
-            ("a=1,ebs.csi.aws.com=-1", "ebs.csi.aws.com=-1", "integer"),
+            ("aa=1,ebs.csi.aws.com=-1", "ebs.csi.aws.com=-1", "integer"),
             ("ebs.csi.aws.com=ten", "ebs.csi.aws.com=ten", "integer"),
             ("ebs.csi.aws.com=2.5", "ebs.csi.aws.com=2.5", "integer"),
-            ("d=2147483648", "d=2147483648", "integer"),
-            ("d=", "d=", "integer"),
+            ("dd=2147483648", "dd=2147483648", "integer"),
+            ("dd=", "dd=", "integer"),
+            ("d=1", "d=1", "shorter than 2"),
             ("=5", "=5", "empty driver name"),
             ("ebs/csi=5", "ebs/csi=5", "alphanumerics"),
             ("-ebs=5", "-ebs=5", "alphanumerics"),
-            ("a=1, a = 2", "a = 2", "listed twice"),
+            ("aa=1, aa = 2", "aa = 2", "listed twice"),
         ] {
             let e = err(s);
             assert_eq!(e.item, item, "{s:?}");
