@@ -9,9 +9,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, StorageClass};
-use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use kube::{Client, ResourceExt};
-use serde_json::{Value, json};
 use testbed::provider::{
     self, ProviderConfig, SELECTED_NODE_ANNOTATION, TestProvider, ZONAL_DRIVER, volume_name,
     zonal_storage_class,
@@ -20,10 +19,6 @@ use testbed::{Options, Testbed, wait_for};
 
 const TEMPLATE: &str = "disks";
 const WAIT: Duration = Duration::from_secs(40);
-
-fn from_json<T: serde::de::DeserializeOwned>(value: Value) -> T {
-    serde_json::from_value(value).expect("test fixture is valid")
-}
 
 #[tokio::test]
 async fn zonal_volumes_follow_the_node() {
@@ -52,60 +47,43 @@ async fn zonal_volumes_follow_the_node() {
     for class in [
         zonal_storage_class("zonal", true, &[]),
         zonal_storage_class("zonal-now", false, &["zone-a"]),
-        from_json(json!({
-            "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
-            "metadata": {"name": "elsewhere"}, "provisioner": "other.example.com",
-            "volumeBindingMode": "WaitForFirstConsumer"
-        })),
     ] {
         classes
             .create(&PostParams::default(), &class)
             .await
             .expect("class");
     }
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
-    for (name, class) in [
-        ("data", "zonal"),
-        ("now", "zonal-now"),
-        ("foreign", "elsewhere"),
-    ] {
-        claims
-            .create(
-                &PostParams::default(),
-                &from_json(json!({
-                    "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                    "metadata": {"name": name},
-                    "spec": {"storageClassName": class, "accessModes": ["ReadWriteOnce"],
-                             "resources": {"requests": {"storage": "3Gi"}}}
-                })),
-            )
-            .await
-            .expect("claim");
-    }
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    for (name, claim) in [("app", "data"), ("control", "foreign")] {
-        pods.create(
-            &PostParams::default(),
-            &from_json(json!({
-                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-                "spec": {
-                    "containers": [{"name": "c", "image": "busybox",
-                                    "volumeMounts": [{"name": "v", "mountPath": "/data"}]}],
-                    "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": claim}}],
-                    "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists"}]
-                }
-            })),
+    let claim = |name: &str, class: &str| {
+        format!(
+            "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: {name}}}\nspec: {{storageClassName: {class}, accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 3Gi}}}}}}\n---\n"
         )
-        .await
-        .expect("pod");
-    }
+    };
+    let pod = |name: &str, claim: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  containers: [{{name: c, image: busybox, volumeMounts: [{{name: v, mountPath: /data}}]}}]\n  volumes: [{{name: v, persistentVolumeClaim: {{claimName: {claim}}}}}]\n---\n"
+        )
+    };
+    let workload = [
+        "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {name: elsewhere}\nprovisioner: other.example.com\nvolumeBindingMode: WaitForFirstConsumer\n---\n".to_string(),
+        claim("data", "zonal"),
+        claim("now", "zonal-now"),
+        claim("foreign", "elsewhere"),
+        pod("app", "data"),
+        pod("control", "foreign"),
+    ]
+    .concat();
+    tb.apply_yaml(&workload, &ns).await.expect("workload");
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
 
     // An Immediate claim needs no pod: its PV is made at once, in the class's zone.
     let now = wait_bound(&claims, "now").await;
     assert_eq!(zone_of(&pv(&client, &now).await), ["zone-a"]);
 
     // The Node, in zone-b, from a template declaring attach limits.
-    launch(&client, &cluster.namespace, &cluster.name, "m1").await;
+    tb.apply_yaml(&machine(&cluster.name), &cluster.namespace)
+        .await
+        .expect("template, TestMachine and Machine");
     let data = wait_bound(&claims, "data").await;
     let node = data
         .annotations()
@@ -170,19 +148,14 @@ async fn zonal_volumes_follow_the_node() {
             .is_some()
     );
 
-    // The control: the other provisioner's claim was placed too, but nobody makes its PV.
+    // The control: the other provisioner's claim was placed too, but nobody makes its PV
+    // (checked again at the end, when a wrong provisioner would long have made one).
     let foreign = wait_for("kube-scheduler to place the control", WAIT, || async {
         let c = claims.get("foreign").await.ok()?;
         (c.annotations().get(SELECTED_NODE_ANNOTATION) == Some(&node)).then_some(c)
     })
     .await
     .expect("control placed");
-    assert!(foreign.spec.and_then(|s| s.volume_name).is_none());
-    let control = pods.get("control").await.expect("pod");
-    assert_ne!(
-        control.status.and_then(|s| s.phase).as_deref(),
-        Some("Running")
-    );
 
     // Reclaim: the claim's PV goes with the claim.
     pods.delete("app", &DeleteParams::default().grace_period(0))
@@ -203,6 +176,15 @@ async fn zonal_volumes_follow_the_node() {
     })
     .await
     .expect("PV deleted");
+    let foreign_pv = volume_name(&foreign.uid().expect("uid"));
+    assert!(volumes.get_opt(&foreign_pv).await.expect("get").is_none());
+    let foreign = claims.get("foreign").await.expect("claim");
+    assert!(foreign.spec.and_then(|s| s.volume_name).is_none());
+    let control = pods.get("control").await.expect("pod");
+    assert_ne!(
+        control.status.and_then(|s| s.phase).as_deref(),
+        Some("Running")
+    );
     eprintln!("storage test took {:?}", started.elapsed());
 }
 
@@ -249,57 +231,36 @@ fn zone_of(pv: &PersistentVolume) -> Vec<String> {
 
 /// A template declaring attach limits, cloned by hand into a TestMachine, and an orphan
 /// Machine in zone-b referencing it (as in tests/provider.rs).
-async fn launch(client: &Client, ns: &str, cluster: &str, name: &str) {
-    let spec = json!({"instanceType": "test.disks",
-                      "capacity": {"cpu": "4", "memory": "16Gi", "pods": "110"}});
-    let templates: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        ns,
-        &provider::test_machine_template_resource(),
-    );
-    templates
-        .create(
-            &PostParams::default(),
-            &from_json(json!({
-                "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "TestMachineTemplate",
-                "metadata": {"name": TEMPLATE, "annotations": {
-                    "capacity.cluster-autoscaler.kubernetes.io/csi-driver": "ebs.csi.aws.com=25, efs.csi.aws.com=0"
-                }},
-                "spec": {"template": {"spec": spec}}
-            })),
-        )
-        .await
-        .expect("template");
-    let infra: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), ns, &provider::test_machine_resource());
-    infra
-        .create(
-            &PostParams::default(),
-            &from_json(json!({
-                "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "TestMachine",
-                "metadata": {"name": name, "labels": {"cluster.x-k8s.io/cluster-name": cluster},
-                             "annotations": {"cluster.x-k8s.io/cloned-from-name": TEMPLATE}},
-                "spec": spec
-            })),
-        )
-        .await
-        .expect("TestMachine");
-    let machines: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), ns, &provider::machine_resource());
-    machines
-        .create(
-            &PostParams::default(),
-            &from_json(json!({
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-                "metadata": {"name": name, "labels": {"cluster.x-k8s.io/cluster-name": cluster}},
-                "spec": {
-                    "clusterName": cluster, "version": "v1.36.3",
-                    "bootstrap": {"dataSecretName": "none"},
-                    "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "TestMachine", "name": name},
-                    "failureDomain": "zone-b"
-                }
-            })),
-        )
-        .await
-        .expect("Machine");
+fn machine(cluster: &str) -> String {
+    let spec = r#"{instanceType: test.disks, capacity: {cpu: "4", memory: 16Gi, pods: "110"}}"#;
+    format!(
+        r#"apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+kind: TestMachineTemplate
+metadata:
+  name: {TEMPLATE}
+  annotations:
+    capacity.cluster-autoscaler.kubernetes.io/csi-driver: "ebs.csi.aws.com=25, efs.csi.aws.com=0"
+spec: {{template: {{spec: {spec}}}}}
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+kind: TestMachine
+metadata:
+  name: m1
+  labels: {{cluster.x-k8s.io/cluster-name: {cluster}}}
+  annotations: {{cluster.x-k8s.io/cloned-from-name: {TEMPLATE}}}
+spec: {spec}
+---
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: Machine
+metadata:
+  name: m1
+  labels: {{cluster.x-k8s.io/cluster-name: {cluster}}}
+spec:
+  clusterName: {cluster}
+  version: v1.36.3
+  bootstrap: {{dataSecretName: none}}
+  infrastructureRef: {{apiGroup: infrastructure.cluster.x-k8s.io, kind: TestMachine, name: m1}}
+  failureDomain: zone-b
+"#
+    )
 }
