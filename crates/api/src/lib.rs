@@ -10,6 +10,7 @@
 //! - [`consts`]: every label, annotation, taint, finalizer and condition name.
 //! - [`conditions`]: metav1 `Condition` helpers.
 //! - [`crds`]: the CRDs we install, rendered as YAML (`karpenter-capi crds`).
+//! - [`csi`]: Cluster Autoscaler's `…/csi-driver` annotation (CSI drivers and attach limits).
 //! - [`duration`]: Go durations as the API writes them.
 //! - [`hash`]: FNV-1a, stable across releases.
 
@@ -17,6 +18,7 @@ mod capi;
 pub mod conditions;
 pub mod consts;
 pub mod crds;
+pub mod csi;
 pub mod duration;
 pub mod hash;
 // The `KubeSchema` derive copies a struct, `pub` included, into a private helper and strips

@@ -49,7 +49,7 @@ pub(crate) fn to_catalog(types: &[InstanceType], nodeclass: &str) -> Catalog {
                 labels.insert(label::CAPACITY_TYPE.to_string(), first.to_string());
             }
             model::InstanceType {
-                volume_limits: Default::default(),
+                volume_limits: it.volume_limits.clone(),
                 name: it.name.clone(),
                 capacity: it.capacity.clone(),
                 allocatable: it.allocatable.clone(),

@@ -2,7 +2,8 @@
 //! helpers.go`): a JSON array of
 //! `{"name", "architecture", "operatingSystems": [..], "resources": {ResourceList},
 //! "offerings": [{"Price", "Available", "ReservationCapacity", "Requirements": [{"key",
-//! "operator", "values"}]}]}`, read from a file or a ConfigMap key, with Karpenter's defaults:
+//! "operator", "values"}]}]}` (and, ours, an optional `"volumeLimits": {"<CSI driver>": N}`),
+//! read from a file or a ConfigMap key, with Karpenter's defaults:
 //! `pods: 110` unless given, every offering available, the four `karpenter.kwok.sh/instance-*`
 //! labels derived from the name and resources, and 100m CPU / 10Mi memory kube-reserved.
 //! Every error names where (file or ConfigMap) and which field.
@@ -40,6 +41,9 @@ pub struct InstanceType {
     /// Capacity less kube-reserved.
     pub allocatable: Resources,
     pub offerings: Vec<Offering>,
+    /// Attach limits per CSI driver (the optional `volumeLimits` map; a driver with `0` or
+    /// not listed is unlimited).
+    pub volume_limits: BTreeMap<String, u32>,
 }
 
 /// One way to get an instance type: its single-valued requirements (zone, capacity type,
@@ -116,6 +120,9 @@ struct InstanceTypeOptions {
     operating_systems: Vec<String>,
     #[serde(default, alias = "Resources")]
     resources: BTreeMap<String, QuantityValue>,
+    /// Ours (not Karpenter kwok's): attach limits per CSI driver, `0` for none.
+    #[serde(default, rename = "volumeLimits", alias = "VolumeLimits")]
+    volume_limits: BTreeMap<String, u32>,
 }
 
 #[derive(Deserialize)]
@@ -257,6 +264,11 @@ fn instance_type(o: InstanceTypeOptions, i: usize) -> Result<InstanceType, Field
         capacity,
         allocatable,
         offerings,
+        volume_limits: o
+            .volume_limits
+            .into_iter()
+            .filter(|(_, l)| *l > 0)
+            .collect(),
     })
 }
 
@@ -370,6 +382,14 @@ mod tests {
         assert_eq!(types[0].labels[labels::INSTANCE_SIZE], "xlarge");
         assert_eq!(types[0].labels[labels::INSTANCE_FAMILY], "m5");
         assert!(!types[0].labels.contains_key(label::OS), "no OS given");
+        assert!(types[0].volume_limits.is_empty());
+        let json = r#"[{"name": "m", "resources": {"cpu": 1, "memory": "1Gi"},
+            "volumeLimits": {"ebs.csi.aws.com": 25, "efs.csi.aws.com": 0}}]"#;
+        let types = parse(json.as_bytes(), "x").expect("reads");
+        assert_eq!(
+            types[0].volume_limits,
+            BTreeMap::from([("ebs.csi.aws.com".to_string(), 25)])
+        );
     }
 
     #[test]

@@ -12,14 +12,19 @@
 //!   the labels annotation, else `on-demand`), and our well-known
 //!   `karpenter.cluster.x-k8s.io/instance-{cpu,memory,gpu-count,template}`.
 //! - **taints**: the `…/taints` annotation, `key=value:Effect` or `key:Effect`, comma-separated.
+//! - **volume limits**: the `…/csi-driver` annotation, `driver=limit,…` (see [`api::csi`]):
+//!   a driver with a positive limit gets it in `volume_limits`; `0` (installed, unlimited)
+//!   and unlisted drivers are unlimited. A node's CSINode `allocatable.count` wins once the
+//!   node exists.
 //! - **zones**: the template's `topology.kubernetes.io/zone` label (or the labels annotation),
 //!   else one offering per Cluster failure domain, else one zone-less offering.
 //! - **price**: annotation `karpenter.cluster.x-k8s.io/price` (decimal per hour), else
 //!   [`default_price`].
 //!
 //! Templates with the same instance-type name merge into one instance type with the union of
-//! their offerings, provided capacity, labels and taints agree; otherwise the later template
-//! (in namespace/name order) is excluded with [`TemplateError::ConflictingShape`].
+//! their offerings, provided capacity, labels, taints and volume limits agree; otherwise the
+//! later template (in namespace/name order) is excluded with
+//! [`TemplateError::ConflictingShape`].
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -69,6 +74,24 @@ fn describe_difference(a: &TemplateShape, b: &TemplateShape) -> String {
     }
     if a.taints != b.taints {
         return "taints".into();
+    }
+    if a.volume_limits != b.volume_limits {
+        let keys: std::collections::BTreeSet<&String> = a
+            .volume_limits
+            .keys()
+            .chain(b.volume_limits.keys())
+            .collect();
+        let limit = |s: &TemplateShape, k: &String| {
+            s.volume_limits
+                .get(k)
+                .map_or_else(|| "unlimited".to_string(), u32::to_string)
+        };
+        let diffs: Vec<String> = keys
+            .into_iter()
+            .filter(|k| a.volume_limits.get(*k) != b.volume_limits.get(*k))
+            .map(|k| format!("{k} {} vs {}", limit(a, k), limit(b, k)))
+            .collect();
+        return format!("volume limits ({})", diffs.join(", "));
     }
     if a.allocatable != b.allocatable {
         return "allocatable".into();
@@ -282,7 +305,7 @@ fn instance_type(name: String, shape: TemplateShape, mut offerings: Vec<Offering
         labels.insert(label::INSTANCE_TEMPLATE.to_string(), t);
     }
     InstanceType {
-        volume_limits: Default::default(),
+        volume_limits: shape.volume_limits,
         name,
         capacity: shape.capacity,
         allocatable: shape.allocatable,

@@ -53,6 +53,17 @@ pub enum TemplateError {
         value: String,
         reason: String,
     },
+    /// An item of the CSI driver annotation is not `driver=limit` with a valid driver name
+    /// and a limit from 0 to 2147483647, or names a driver twice.
+    #[error(
+        "{template}: {field}: bad CSI driver limit {value:?}: {reason} (expected driver=limit,driver2=limit2)"
+    )]
+    CsiDriver {
+        template: Box<TemplateRef>,
+        field: String,
+        value: String,
+        reason: String,
+    },
     /// A label (labels annotation, instance-type name, zone) is malformed.
     #[error("{template}: {field}: bad label {value:?}: {reason}")]
     Label {
@@ -156,6 +167,7 @@ impl TemplateError {
             | Self::NoCpu { template }
             | Self::NoMemory { template }
             | Self::Taint { template, .. }
+            | Self::CsiDriver { template, .. }
             | Self::Label { template, .. }
             | Self::Architecture { template, .. }
             | Self::OperatingSystem { template, .. }
@@ -179,6 +191,7 @@ impl TemplateError {
             Self::NoCpu { .. } => "NoCPU",
             Self::NoMemory { .. } => "NoMemory",
             Self::Taint { .. } => "InvalidTaint",
+            Self::CsiDriver { .. } => "InvalidCSIDriver",
             Self::Label { .. } => "InvalidLabel",
             Self::Architecture { .. } => "UnknownArchitecture",
             Self::OperatingSystem { .. } => "UnknownOperatingSystem",

@@ -343,3 +343,18 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn sized_shapes_keep_the_volume_limits() {
+    let c = catalog(&vsphere(&[(
+        ann::CA_CSI_DRIVER,
+        "csi.vsphere.vmware.com=59",
+    )]));
+    assert!(c.excluded.is_empty(), "{:?}", c.excluded);
+    let want = BTreeMap::from([("csi.vsphere.vmware.com".to_string(), 59)]);
+    for it in &c.instance_types {
+        assert_eq!(it.volume_limits, want, "{}", it.name);
+    }
+    let made = c.lookup("vs-6c-20gi").expect("on demand");
+    assert_eq!(made.volume_limits, want);
+}

@@ -32,6 +32,9 @@ pub struct TemplateShape {
     /// Labels without the per-offering ones (zone, capacity type, instance template).
     pub labels: BTreeMap<String, String>,
     pub taints: Vec<Taint>,
+    /// Attach limits per CSI driver from the `…/csi-driver` annotation (a driver not listed,
+    /// or listed with `0`, is unlimited).
+    pub volume_limits: BTreeMap<String, u32>,
     pub capacity_type: String,
     /// One entry per offering.
     pub zones: Vec<Option<String>>,
@@ -188,6 +191,7 @@ pub(crate) fn sized_shape_of(
         })?,
         None => Vec::new(),
     };
+    let volume_limits = volume_limits_of(&cx, annotations)?;
     let (price, price_source) = match sized.and_then(|(spec, size)| spec.price(size)) {
         Some(p) => (p, PriceSource::Annotation),
         None if sized.is_some() => (
@@ -205,6 +209,7 @@ pub(crate) fn sized_shape_of(
         allocatable,
         labels,
         taints,
+        volume_limits,
         capacity_type,
         zones,
         price,
@@ -503,6 +508,20 @@ fn zones_of(
         }
         None => vec![None],
     })
+}
+
+/// Attach limits: the `…/csi-driver` annotation's drivers with a positive limit.
+fn volume_limits_of(cx: &Ctx, annotations: &Map) -> Result<BTreeMap<String, u32>, TemplateError> {
+    let Some(raw) = annotations.get(ann::CA_CSI_DRIVER) else {
+        return Ok(BTreeMap::new());
+    };
+    let drivers = api::csi::parse_csi_drivers(raw).map_err(|e| TemplateError::CsiDriver {
+        template: cx.t(),
+        field: ann_field(ann::CA_CSI_DRIVER),
+        value: e.item,
+        reason: e.reason,
+    })?;
+    Ok(api::csi::volume_limits(&drivers))
 }
 
 /// Price: the price annotation, else [`default_price`].

@@ -210,6 +210,27 @@ fn excluded_with_reason_and_field() {
             "allocatable memory",
         ),
         (
+            "bad CSI driver limit",
+            "AWSMachineTemplate",
+            "  annotations:\n    capacity.cluster-autoscaler.kubernetes.io/csi-driver: ebs.csi.aws.com=25, efs.csi.aws.com=many\nstatus:\n  capacity: {cpu: \"2\", memory: 8Gi}\n",
+            "InvalidCSIDriver",
+            "metadata.annotations[capacity.cluster-autoscaler.kubernetes.io/csi-driver]: bad CSI driver limit \"efs.csi.aws.com=many\"",
+        ),
+        (
+            "CSI driver limit above int32",
+            "AWSMachineTemplate",
+            "  annotations:\n    capacity.cluster-autoscaler.kubernetes.io/csi-driver: ebs.csi.aws.com=2147483648\nstatus:\n  capacity: {cpu: \"2\", memory: 8Gi}\n",
+            "InvalidCSIDriver",
+            "limit must be an integer from 0 to 2147483647",
+        ),
+        (
+            "CSI driver without a limit",
+            "OpenStackMachineTemplate",
+            "  annotations:\n    capacity.cluster-autoscaler.kubernetes.io/csi-driver: cinder.csi.openstack.org\nstatus:\n  capacity: {cpu: \"2\", memory: 8Gi}\n",
+            "InvalidCSIDriver",
+            "expected driver=limit",
+        ),
+        (
             "status.capacity not a map",
             "AWSMachineTemplate",
             "status:\n  capacity: [cpu, memory]\n",
@@ -418,4 +439,67 @@ status:
     let good = c.get("good").expect("good");
     assert!(c.limits_of(&good.offerings[0]).is_empty());
     assert_eq!(good.offerings[0].reservation_id, None);
+}
+
+#[test]
+fn csi_driver_limits_reach_the_instance_type_and_must_agree() {
+    let template = |name: &str, zone: &str, csi: Option<&str>| {
+        let annotations = csi
+            .map(|c| format!("  annotations:\n    capacity.cluster-autoscaler.kubernetes.io/csi-driver: \"{c}\"\n"))
+            .unwrap_or_default();
+        format!(
+            "apiVersion: infrastructure.cluster.x-k8s.io/v1beta2\nkind: AWSMachineTemplate\nmetadata:\n  name: {name}\n  namespace: default\n  labels: {{node.kubernetes.io/instance-type: m5.large, topology.kubernetes.io/zone: {zone}}}\n{annotations}status:\n  capacity: {{cpu: \"2\", memory: 8Gi}}\n---\n"
+        )
+    };
+    let yaml = [
+        template(
+            "a",
+            "us-east-1a",
+            Some("ebs.csi.aws.com=25, efs.csi.aws.com=0"),
+        ),
+        // The same limits written differently: one instance type.
+        template(
+            "b",
+            "us-east-1b",
+            Some(" efs.csi.aws.com = 0 ,ebs.csi.aws.com=25,"),
+        ),
+        template("c", "us-east-1c", Some("ebs.csi.aws.com=39")),
+        template("d", "us-east-1d", None),
+        template(
+            "e",
+            "us-east-1e",
+            Some("ebs.csi.aws.com=25,other.example.com=4"),
+        ),
+    ]
+    .concat();
+    let cat = build_catalog(&templates(&yaml), &CatalogSettings::default()).expect("valid");
+    let it = cat.get("m5.large").expect("the first shape");
+    assert_eq!(
+        it.volume_limits,
+        BTreeMap::from([("ebs.csi.aws.com".to_string(), 25)]),
+        "0 is unlimited: no entry"
+    );
+    assert_eq!(it.offerings.len(), 2);
+    let excluded: BTreeMap<&str, String> = cat
+        .excluded
+        .iter()
+        .map(|e| (e.template.name.as_str(), e.error.to_string()))
+        .collect();
+    assert_eq!(excluded.len(), 3, "{excluded:?}");
+    for (name, diff) in [
+        ("c", "volume limits (ebs.csi.aws.com 25 vs 39)"),
+        ("d", "volume limits (ebs.csi.aws.com 25 vs unlimited)"),
+        ("e", "volume limits (other.example.com unlimited vs 4)"),
+    ] {
+        assert!(
+            excluded[name].contains("already defined by AWSMachineTemplate default/a")
+                && excluded[name].contains(diff),
+            "{name}: {}",
+            excluded[name]
+        );
+    }
+
+    // A template without the annotation has no limits.
+    let cat = build_catalog(&templates(GOOD), &CatalogSettings::default()).expect("valid");
+    assert!(cat.get("good").expect("good").volume_limits.is_empty());
 }

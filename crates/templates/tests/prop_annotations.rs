@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
 use api::consts::{annotations as ann, labels as label};
+use api::csi::parse_csi_drivers;
 use proptest::prelude::*;
 use regex::Regex;
 use serde_json::{Value, json};
@@ -26,6 +27,10 @@ static NAME: LazyLock<Regex> =
 static SUBDOMAIN: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$").unwrap()
 });
+
+/// `csiDriverNameRexpFmt` (core validation, `ValidateCSIDriverName`).
+static CSI_DRIVER: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[a-zA-Z0-9][-a-zA-Z0-9_.]{0,61}[a-zA-Z0-9]$").unwrap());
 
 fn oracle_value(v: &str) -> bool {
     v.len() <= 63 && NAME.is_match(v)
@@ -241,6 +246,28 @@ proptest! {
                 prop_assert!(seen.insert((t.key.clone(), t.effect.clone())), "duplicate in {:?}", s);
             }
         }
+    }
+
+    #[test]
+    fn csi_driver_annotation_never_panics_and_yields_valid_drivers(
+        s in prop_oneof![any::<String>(), "[a-zA-Z0-9=,./ _-]{0,60}", "([a-z.]{0,8}=[-+ ]?[0-9]{0,11},?){0,4}"],
+    ) {
+        if let Ok(drivers) = parse_csi_drivers(&s) {
+            for (d, limit) in &drivers {
+                prop_assert!(CSI_DRIVER.is_match(d), "{:?} gave driver {:?}", s, d);
+                prop_assert!(i32::try_from(*limit).is_ok());
+            }
+        }
+    }
+
+    #[test]
+    fn csi_driver_annotation_round_trips(
+        drivers in prop::collection::btree_map("[a-z0-9][a-z0-9.-]{0,20}[a-z0-9]", 0..=i32::MAX as u32, 0..5),
+        spaced in any::<bool>(),
+    ) {
+        let sep = if spaced { " , " } else { "," };
+        let text = drivers.iter().map(|(d, l)| format!("{d}={l}")).collect::<Vec<_>>().join(sep);
+        prop_assert_eq!(parse_csi_drivers(&text), Ok(drivers));
     }
 
     #[test]

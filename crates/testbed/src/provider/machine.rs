@@ -209,9 +209,10 @@ async fn register_node(
     }
     let machine = owner_machine(ctx, obj).await?;
     let node = build_node(ctx, obj, machine.as_ref(), pid).await?;
-    let nodes: Api<Node> = Api::all(ctx.workload_of(obj).await);
-    match nodes.create(&PostParams::default(), &node).await {
-        Ok(_) => {}
+    let workload = ctx.workload_of(obj).await;
+    let nodes: Api<Node> = Api::all(workload.clone());
+    let node = match nodes.create(&PostParams::default(), &node).await {
+        Ok(created) => created,
         Err(kube::Error::Api(s)) if s.code == 409 => {
             let existing = nodes.get(&node.name_any()).await?;
             let existing_pid = existing
@@ -228,8 +229,12 @@ async fn register_node(
                     ),
                 });
             }
+            existing
         }
         Err(e) => return Err(e.into()),
+    };
+    if ctx.config.storage {
+        super::storage::publish_csinode(ctx, &workload, obj, &node).await?;
     }
     patch_status(api, obj, json!({"nodeName": node.name_any()})).await?;
     Ok(Action::await_change())

@@ -12,6 +12,8 @@
 //! | `TestMachine` | `infrastructure.cluster.x-k8s.io` | InfraMachine: providerID, provisioned, then a kwok Node |
 //! | `BareMetalHost` | `metal3.io` | with [`ProviderConfig::bare_metal_hosts`]: hosts a TestMachine with a `hostSelector` claims (the hosts module) |
 //!
+//! With [`ProviderConfig::storage`] it also plays a zonal CSI driver (the storage module).
+//!
 //! [`TestProvider::start`] installs the CRDs and runs the controllers in the test process;
 //! dropping it stops them. [`create_cluster`] / [`setup_cluster`] create a whole Cluster
 //! (namespace, `<cluster>-kubeconfig` Secret, TestCluster, TestControlPlane, Cluster) and
@@ -80,6 +82,7 @@ mod cluster;
 mod crds;
 mod hosts;
 mod machine;
+mod storage;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -182,6 +185,9 @@ pub struct ProviderConfig {
     /// Also install Metal3's BareMetalHost CRD (trimmed) and claim a host for every
     /// TestMachine with a `spec.hostSelector` (see the hosts module).
     pub bare_metal_hosts: bool,
+    /// Also play the zonal CSI driver [`ZONAL_DRIVER`] in the workload clusters: its
+    /// CSIDriver, a provisioner, a CSINode per Node (the storage module).
+    pub storage: bool,
 }
 
 impl Default for ProviderConfig {
@@ -203,6 +209,7 @@ impl Default for ProviderConfig {
             workloads_from_secrets: false,
             kubeadm_bootstrap: false,
             bare_metal_hosts: false,
+            storage: false,
         }
     }
 }
@@ -218,6 +225,7 @@ impl std::fmt::Debug for ProviderConfig {
             .field("workloads_from_secrets", &self.workloads_from_secrets)
             .field("kubeadm_bootstrap", &self.kubeadm_bootstrap)
             .field("bare_metal_hosts", &self.bare_metal_hosts)
+            .field("storage", &self.storage)
             .finish()
     }
 }
@@ -232,6 +240,10 @@ pub use hosts::{
     bare_metal_host_resource,
 };
 use machine::{reconcile_kubeadm_config, reconcile_machine};
+pub use storage::{
+    PROVISIONED_BY_ANNOTATION, SELECTED_NODE_ANNOTATION, ZONAL_DRIVER, volume_name,
+    zonal_storage_class,
+};
 
 /// The providerID the provider gives a TestMachine.
 pub fn provider_id(namespace: &str, name: &str) -> String {
@@ -337,6 +349,9 @@ impl TestProvider {
             }),
             spawn_machines(&ctx),
         ];
+        if ctx.config.storage {
+            tasks.extend(storage::spawn(&ctx));
+        }
         if ctx.config.kubeadm_bootstrap {
             tasks.push(spawn(&ctx, kubeadm_config_resource(), |o, c| {
                 Box::pin(reconcile_kubeadm_config(o, c))
