@@ -858,3 +858,64 @@ fn first_fit_price_only_when_it_lost() {
     assert!(plan["total"]["pricePerHour"].as_f64().is_some(), "{plan:#}");
     assert_eq!(plan["total"].get("firstFitPricePerHour"), None, "{plan:#}");
 }
+
+/// Issue 35's four cases (`examples/volumes/`): a pod goes to its bound volume's zone, to the
+/// zone its claim's class allows, not at all when its local volume's host is gone (the reason
+/// names the volume), and pods whose claims exceed the template's attach limit (4) are spread
+/// over enough NodeClaims at once. The claims, volumes and classes are read, not ignored.
+#[test]
+fn volumes_example_places_pods_by_their_volumes() {
+    let out = simulate(&["-f", "examples/volumes/", "-o", "json"], None);
+    let plan: Value = serde_json::from_str(&stdout(&out)).expect("JSON plan");
+    assert_eq!(plan["warnings"], serde_json::json!([]), "{plan:#}");
+    assert_eq!(plan["ignored"], serde_json::json!([]), "{plan:#}");
+    let claims = plan["nodeClaims"].as_array().expect("nodeClaims");
+    let zone_of = |pod: &str| {
+        claims
+            .iter()
+            .find(|c| strs(&c["pods"]).contains(&format!("default/{pod}").as_str()))
+            .map(|c| c["zone"].as_str().expect("zone").to_string())
+    };
+    assert_eq!(zone_of("db-0").as_deref(), Some("zone-c"), "{plan:#}");
+    assert_eq!(zone_of("report").as_deref(), Some("zone-b"), "{plan:#}");
+    assert_eq!(zone_of("cache-0"), None, "{plan:#}");
+    let unplaceable = plan["unplaceable"].as_array().expect("unplaceable");
+    assert_eq!(unplaceable.len(), 1, "{plan:#}");
+    assert_eq!(unplaceable[0]["pod"], "default/cache-0");
+    let reason = unplaceable[0]["reason"].as_str().expect("reason");
+    assert!(
+        reason.contains("local-cache-0") && reason.contains("worker-7"),
+        "{reason}"
+    );
+    let logs_per_claim = |claims: &[Value]| -> Vec<usize> {
+        claims
+            .iter()
+            .map(|c| {
+                strs(&c["pods"])
+                    .iter()
+                    .filter(|p| p.starts_with("default/logs-"))
+                    .count()
+            })
+            .filter(|n| *n > 0)
+            .collect()
+    };
+    let logs = logs_per_claim(claims);
+    assert_eq!(logs.iter().sum::<usize>(), 10, "{plan:#}");
+    assert!(logs.iter().all(|n| *n <= 4), "{logs:?}: {plan:#}");
+    // db-0 and report share the driver: no NodeClaim attaches more than 4 volumes.
+    for c in claims {
+        assert!(strs(&c["pods"]).len() <= 4, "{c:#}");
+    }
+
+    // The positive control: without the attach limit the same pods pack by cpu alone.
+    let text = std::fs::read_to_string("examples/volumes/00-snapshot.yaml").expect("example");
+    let unlimited = text.replace(
+        "capacity.cluster-autoscaler.kubernetes.io/csi-driver: \"disk.csi.example.com=4\"",
+        "capacity.cluster-autoscaler.kubernetes.io/csi-driver: \"disk.csi.example.com=0\"",
+    );
+    assert_ne!(unlimited, text);
+    let out = simulate(&["-f", "-", "-o", "json"], Some(&unlimited));
+    let plan: Value = serde_json::from_str(&stdout(&out)).expect("JSON plan");
+    let claims = plan["nodeClaims"].as_array().expect("nodeClaims");
+    assert!(logs_per_claim(claims).iter().any(|n| *n > 4), "{plan:#}");
+}

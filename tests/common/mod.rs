@@ -239,6 +239,9 @@ pub fn provider_config() -> ProviderConfig {
         // BareMetalHosts for the inventory tests (claimed only by TestMachines with a
         // hostSelector).
         bare_metal_hosts: true,
+        // A zonal CSI driver (CSIDriver, provisioner, a CSINode per Node) for the volume
+        // tests.
+        storage: true,
         ..ProviderConfig::default()
     }
 }
