@@ -277,10 +277,13 @@ async fn claims_over_the_attach_limit_get_enough_nodes_in_one_round() {
         .filter_map(|c| registered_at(c))
         .min()
         .expect("a registered NodeClaim");
-    assert!(
-        created.iter().all(|t| *t <= first_registered),
-        "created {created:?}, first registered {first_registered}"
-    );
+    if !created.iter().all(|t| *t <= first_registered) {
+        let mut events = Vec::new();
+        for p in &pods {
+            events.push((p.name_any(), events_for(&client, &p.name_any()).await));
+        }
+        panic!("created {created:?}, first registered {first_registered}: {events:#?}");
+    }
     // The positive control: cpu alone would have put them on one node, and each node's
     // CSINode carries the limit kube-scheduler enforces.
     let nodes: BTreeSet<String> = pods.iter().map(node_of).collect();

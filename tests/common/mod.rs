@@ -130,7 +130,8 @@ impl Drop for Env {
     }
 }
 
-/// A TestMachineTemplate: name, cpu, memory, price, annotations for the cloned TestMachines.
+/// A TestMachineTemplate: name, cpu, memory, price, annotations for the cloned TestMachines
+/// (Cluster Autoscaler's `capacity.cluster-autoscaler.kubernetes.io/*` go on the template).
 pub type Tpl = (
     &'static str,
     &'static str,
@@ -308,11 +309,27 @@ pub async fn install_fixtures(tb: &Testbed, ns: &str, templates_spec: &[Tpl]) {
 /// the namespace of `templates`.
 pub async fn create_template(templates: &Api<DynamicObject>, tpl: &Tpl) {
     let (name, cpu, mem, price, template_annotations) = tpl;
+    // Cluster Autoscaler's annotations belong on the template itself (the catalog reads them
+    // there); the others are for the cloned TestMachines.
+    let mut own = json!({"karpenter.cluster.x-k8s.io/price": price});
+    let mut template_annotations = template_annotations.clone();
+    if let (Some(map), Some(own)) = (template_annotations.as_object_mut(), own.as_object_mut()) {
+        let ca: Vec<String> = map
+            .keys()
+            .filter(|k| k.starts_with("capacity.cluster-autoscaler.kubernetes.io/"))
+            .cloned()
+            .collect();
+        for k in ca {
+            if let Some(v) = map.remove(&k) {
+                own.insert(k, v);
+            }
+        }
+    }
     let t: DynamicObject = from_json(json!({
         "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "TestMachineTemplate",
         "metadata": {"name": name,
             "labels": {"node.cluster.x-k8s.io/karpenter-member": ""},
-            "annotations": {"karpenter.cluster.x-k8s.io/price": price}},
+            "annotations": own},
         "spec": {"template": {"metadata": {"annotations": template_annotations},
                               "spec": {"capacity": {"cpu": cpu, "memory": mem, "pods": "110"}}}}
     }));

@@ -175,6 +175,33 @@ fn instance_type_limits(
         .unwrap_or_default()
 }
 
+/// The attach limits a NodeClaim not launched yet will have at most: per driver, the
+/// smallest limit among its candidate instance types (`node.kubernetes.io/instance-type In
+/// [...]`).
+fn candidate_limits(
+    c: &NodeClaim,
+    labels: &BTreeMap<String, String>,
+    limits: &TypeLimits,
+) -> BTreeMap<String, u32> {
+    let mut out: BTreeMap<String, u32> = BTreeMap::new();
+    let candidates = convert::requirements(&c.spec.requirements)
+        .into_iter()
+        .filter(|r| {
+            r.key == scheduling::LABEL_INSTANCE_TYPE && r.operator == scheduling::Operator::In
+        })
+        .flat_map(|r| r.values);
+    for it in candidates {
+        let mut one = labels.clone();
+        one.insert(scheduling::LABEL_INSTANCE_TYPE.to_string(), it);
+        for (driver, n) in limits(Some(&one)) {
+            out.entry(driver)
+                .and_modify(|m| *m = (*m).min(n))
+                .or_insert(n);
+        }
+    }
+    out
+}
+
 /// Limits of a node or NodeClaim from its labels: [`instance_type_limits`].
 type TypeLimits<'a> = dyn Fn(Option<&BTreeMap<String, String>>) -> BTreeMap<String, u32> + 'a;
 
@@ -252,8 +279,13 @@ fn in_flight_node(
         .or_else(|| claim_node_name(c))
         .unwrap_or_default();
     let (requested, pods) = bound(cluster, node_name);
-    let volume_limits =
-        super::volumes::limits(&limits(Some(&labels)), cluster.published_limits(node_name));
+    // Not launched yet: any of its candidate types may be, so each driver's smallest limit.
+    let fallback = if labels.contains_key(scheduling::LABEL_INSTANCE_TYPE) {
+        limits(Some(&labels))
+    } else {
+        candidate_limits(c, &labels, limits)
+    };
+    let volume_limits = super::volumes::limits(&fallback, cluster.published_limits(node_name));
     scheduling::ExistingNode {
         volume_limits,
         name: claim_name,
