@@ -12,7 +12,8 @@ use api::NodeClaim;
 use api::NodePool;
 use api::karpenter::NodeSelectorRequirementWithMinValues;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod, Taint};
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde::{Deserialize, Deserializer, Serialize};
 
@@ -60,6 +61,13 @@ pub struct RecordedInstanceType {
     pub overhead: BTreeMap<String, Quantity>,
     #[serde(default, deserialize_with = "nullable")]
     pub offerings: Vec<RecordedOffering>,
+    /// Expected attach limits per CSI driver (Karpenter's `VolumeAttachmentLimits`).
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub volume_attachment_limits: BTreeMap<String, i64>,
 }
 
 /// What Karpenter's scheduler was given (besides the pods to schedule).
@@ -83,7 +91,32 @@ pub struct RecordedInput {
     pub bound_pods: Vec<Pod>,
     #[serde(default, deserialize_with = "nullable")]
     pub daemon_sets: Vec<DaemonSet>,
-    /// Pods with volume topology requirements (not modelled by our solver).
+    /// The volume objects the scheduler's client saw (absent in records made before them).
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub persistent_volume_claims: Vec<PersistentVolumeClaim>,
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub persistent_volumes: Vec<PersistentVolume>,
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub storage_classes: Vec<StorageClass>,
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub csi_nodes: Vec<CSINode>,
+    /// Some pod to schedule has volume topology requirements (Karpenter's view).
     #[serde(default)]
     pub volume_requirements: bool,
     #[serde(default)]
@@ -147,6 +180,14 @@ impl Record {
             .chain(i.nodes.iter_mut().map(|o| &mut o.metadata))
             .chain(i.bound_pods.iter_mut().map(|o| &mut o.metadata))
             .chain(i.daemon_sets.iter_mut().map(|o| &mut o.metadata))
+            .chain(
+                i.persistent_volume_claims
+                    .iter_mut()
+                    .map(|o| &mut o.metadata),
+            )
+            .chain(i.persistent_volumes.iter_mut().map(|o| &mut o.metadata))
+            .chain(i.storage_classes.iter_mut().map(|o| &mut o.metadata))
+            .chain(i.csi_nodes.iter_mut().map(|o| &mut o.metadata))
             .chain(self.pods.iter_mut().map(|o| &mut o.metadata));
         for m in metas {
             m.managed_fields = None;
