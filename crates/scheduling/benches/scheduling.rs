@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use scheduling::bench_workload::{SIZES, input};
+use scheduling::bench_workload::{SIZES, input, input_with_volumes};
 
 fn bench(c: &mut Criterion) {
     let quick = std::env::var("BENCH_QUICK").is_ok_and(|v| v == "1");
@@ -125,5 +125,35 @@ fn bench_resizable(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench, bench_resizable);
+/// The same pods with and without volumes (`input_with_volumes`: half of them pinned to a
+/// zone by a bound volume and attaching one CSI volume, every type limited to 27), at 1000 and
+/// 5000 pods (1000 quick).
+fn bench_volumes(c: &mut Criterion) {
+    let quick = std::env::var("BENCH_QUICK").is_ok_and(|v| v == "1");
+    let mut group = c.benchmark_group("solve_volumes");
+    group.sample_size(10);
+    if quick {
+        group.warm_up_time(Duration::from_millis(200));
+        group.measurement_time(Duration::from_millis(500));
+    }
+    let sizes: &[usize] = if quick { &[1000] } else { &[1000, 5000] };
+    for &n in sizes {
+        for (name, inp) in [("plain", input(n)), ("volumes", input_with_volumes(n))] {
+            let out = scheduling::solve(&inp);
+            let placed: usize = out.new_node_claims.iter().map(|c| c.pods.len()).sum();
+            println!(
+                "solve_volumes/{name}/{n}: nodes={} pods_placed={placed} unschedulable={}",
+                out.new_node_claims.len(),
+                out.unschedulable.len()
+            );
+            group.throughput(Throughput::Elements(n as u64));
+            group.bench_with_input(BenchmarkId::new(name, n), &inp, |b, inp| {
+                b.iter(|| scheduling::solve(std::hint::black_box(inp)))
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench, bench_resizable, bench_volumes);
 criterion_main!(benches);

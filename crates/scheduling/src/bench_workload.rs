@@ -219,3 +219,26 @@ pub fn input(pods: usize) -> Input {
         min_values_policy: Default::default(),
     }
 }
+
+/// The CSI driver of [`input_with_volumes`].
+pub const BENCH_DRIVER: &str = "ebs.csi.aws.com";
+
+/// [`input`] with volumes: every other pod has its own claim bound to a volume in one zone
+/// (test-zone-1/2/3 in turn: `topology.kubernetes.io/zone In [zone]`) and attached through
+/// [`BENCH_DRIVER`], which every instance type attaches at most 27 of (EBS's common limit).
+pub fn input_with_volumes(pods: usize) -> Input {
+    let mut inp = input(pods);
+    for t in &mut inp.node_pools[0].instance_types {
+        t.volume_limits = BTreeMap::from([(BENCH_DRIVER.to_string(), 27)]);
+    }
+    let zones = ["test-zone-1", "test-zone-2", "test-zone-3"];
+    for (i, p) in inp.pods.iter_mut().enumerate().filter(|(i, _)| i % 2 == 0) {
+        let zone = zones[(i / 2) % zones.len()];
+        p.volume_requirements = vec![vec![Requirement::new(LABEL_ZONE, Operator::In, &[zone])]];
+        p.volumes = vec![VolumeUse {
+            driver: BENCH_DRIVER.to_string(),
+            id: format!("{}/data-{}", p.namespace, p.name),
+        }];
+    }
+    inp
+}

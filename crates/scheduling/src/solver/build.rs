@@ -126,9 +126,10 @@ pub(super) fn build(input: &Input) -> Solver {
     let nodepool_key = s.names.id(LABEL_NODEPOOL);
     intern_resources(&mut s, input);
     let ds = daemonsets(&mut s, input);
+    let vols = super::volumes::intern(&mut s, input);
     let mut universe: HashMap<Key, Vec<Sym>> = HashMap::new();
     let pool_domains = add_pools(&mut s, input, &ds, nodepool_key, &mut universe);
-    add_nodes(&mut s, input, &mut universe);
+    add_nodes(&mut s, input, &vols, &mut universe);
     for v in universe.values_mut() {
         v.sort_by(|a, b| s.names.name(a.id).cmp(s.names.name(b.id)));
         v.dedup();
@@ -139,7 +140,8 @@ pub(super) fn build(input: &Input) -> Solver {
     let mut gindex: HashMap<GroupKey, usize> = HashMap::new();
     let pods_id = res_index(&mut s.res_names, PODS);
     for (pi, p) in input.pods.iter().enumerate() {
-        let pd = pod_data(&mut s, &mut gindex, pods_id, pi, p);
+        let mut pd = pod_data(&mut s, &mut gindex, pods_id, pi, p);
+        pd.vols = vols.pods.get(pi).cloned().unwrap_or_default();
         s.pods.push(pd);
     }
     let bound_anti = bound_anti_groups(&mut s, input, &mut gindex);
@@ -182,6 +184,8 @@ fn new_solver() -> Solver {
         pods: Vec::new(),
         placements: Vec::new(),
         counts: Vec::new(),
+        drivers: Vec::new(),
+        vol_driver: Vec::new(),
         best_effort: false,
         cap: f64::INFINITY,
         spent: 0.0,
@@ -400,6 +404,7 @@ fn type_data(
         offerings,
         counted,
         taints: it.taints.clone(),
+        vol_limit: super::volumes::dense_limits(&s.drivers, &it.volume_limits),
     }
 }
 
@@ -422,7 +427,12 @@ fn count_of(s: &mut Solver, index: &mut HashMap<String, u32>, c: &OfferingCount)
 }
 
 /// Existing nodes (their labels join the universe), and the order they are tried in.
-fn add_nodes(s: &mut Solver, input: &Input, universe: &mut HashMap<Key, Vec<Sym>>) {
+fn add_nodes(
+    s: &mut Solver,
+    input: &Input,
+    vols: &super::volumes::VolIndex,
+    universe: &mut HashMap<Key, Vec<Sym>>,
+) {
     let mut order: Vec<usize> = (0..input.nodes.len()).collect();
     order.sort_by_key(|&i| {
         (
@@ -455,6 +465,8 @@ fn add_nodes(s: &mut Solver, input: &Input, universe: &mut HashMap<Key, Vec<Sym>
             free: alloc.iter().zip(&used).map(|(a, u)| a - u).collect(),
             ports: n.pods.iter().flat_map(|p| p.host_ports.clone()).collect(),
             refuses_moving: n.refuses_moving,
+            attached: vols.bound(s, n),
+            vol_limit: super::volumes::dense_limits(&s.drivers, &n.volume_limits),
         });
     }
 }

@@ -37,6 +37,7 @@ pub(super) fn pod_data(
     let mut pref: Vec<&Weighted<Vec<Requirement>>> = p.preferred_node_affinity.iter().collect();
     pref.sort_by_key(|w| std::cmp::Reverse(w.weight));
     let preferred_terms = pref.iter().map(|w| s.ireqs(&w.term)).collect();
+    let vol_alts = p.volume_requirements.iter().map(|t| s.ireqs(t)).collect();
     let mut spreads = Vec::new();
     for t in &p.topology_spread {
         let filter = spread_filter(t, p, &selector_reqs, &required_terms);
@@ -85,6 +86,9 @@ pub(super) fn pod_data(
         selector_reqs,
         required_terms,
         preferred_terms,
+        vol_alts,
+        vol_alt: 0,
+        vols: Vec::new(),
         spreads,
         affinity,
         anti,

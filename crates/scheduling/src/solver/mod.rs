@@ -14,6 +14,7 @@ mod pack;
 mod pod;
 mod price;
 mod topology;
+mod volumes;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -25,6 +26,7 @@ use crate::requirements::{Operator, Reqs, Requirement, ValueSet};
 use pack::CountOrder;
 use pod::PodData;
 use topology::Group;
+use volumes::Attached;
 
 type IReqs = Reqs<Key, Sym>;
 type ISet = ValueSet<Sym>;
@@ -47,6 +49,8 @@ struct TypeData {
     /// Some offering draws from a count.
     counted: bool,
     taints: Vec<Taint>,
+    /// Attach limit per interned driver ([`volumes::UNLIMITED`]; empty: none declared).
+    vol_limit: Vec<u32>,
 }
 
 /// Preference of an offering: not reserved (reserved first), price. See [`by_rank`].
@@ -112,6 +116,9 @@ struct NodeData {
     free: Vec<i64>,
     ports: Vec<HostPort>,
     refuses_moving: bool,
+    attached: Attached,
+    /// Attach limit per interned driver (empty: none declared).
+    vol_limit: Vec<u32>,
 }
 
 #[derive(Clone)]
@@ -123,6 +130,8 @@ struct Claim {
     max_free: Vec<i64>,
     pods: Vec<usize>,
     ports: Vec<HostPort>,
+    /// The union of its pods' volumes.
+    attached: Attached,
     /// The count unit this claim holds (its preferred offering's), if any.
     held: Option<u32>,
     /// A `minValues` of its requirements was relaxed.
@@ -157,6 +166,10 @@ struct Solver {
     placements: Vec<(usize, usize)>,
     /// Offering counts shared by every pool, by key.
     counts: Vec<Count>,
+    /// CSI drivers of pending pods' volumes, and each interned volume's driver (see
+    /// [`volumes`]).
+    drivers: Vec<String>,
+    vol_driver: Vec<u32>,
     /// `minValues` is relaxed rather than failed ([`crate::MinValuesPolicy::BestEffort`]).
     best_effort: bool,
     /// Price cap of planned NodeClaims (`INFINITY`: first-fit, Karpenter's packing): a pod joins
@@ -264,6 +277,8 @@ enum Why {
     HostPort(u16),
     /// Every otherwise fitting type's offerings draw from exhausted counts (one of them).
     CountExhausted(u32),
+    /// Every type with room for the pod would exceed this driver's attach limit.
+    VolumeLimit(u32),
 }
 
 fn taint_failure(t: &Taint) -> Failure {
@@ -297,6 +312,9 @@ impl Solver {
                     available: c.available,
                 },
                 None => Failure::NoCompatibleInstanceType,
+            },
+            Why::VolumeLimit(d) => Failure::VolumeLimit {
+                driver: self.driver_name(d),
             },
         }
     }

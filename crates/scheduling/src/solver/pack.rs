@@ -61,6 +61,8 @@ pub(super) struct ClaimUpdate {
     pub(super) max_free: Vec<i64>,
     /// A `minValues` was relaxed to get here.
     pub(super) relaxed: bool,
+    /// The claim's volumes with the pod's (`None`: the pod has none).
+    pub(super) attached: Option<Attached>,
 }
 
 impl Solver {
@@ -83,6 +85,7 @@ impl Solver {
         cands: &BitSet,
         used: &[i64],
         ports: &[HostPort],
+        attached: &Attached,
         slot: usize,
         held: Option<u32>,
         pod: &PodData,
@@ -104,6 +107,13 @@ impl Solver {
         let mut best_short: Option<usize> = None;
         let mut untolerated_taint: Option<(usize, usize)> = None;
         let mut exhausted: Option<u32> = None;
+        // Per driver of the pod's volumes, the claim's distinct volumes with them.
+        let vol_counts = if pod.vols.is_empty() {
+            Vec::new()
+        } else {
+            attached.with(&pod.vols, &self.vol_driver)
+        };
+        let mut vol_limited: Option<u32> = None;
         for t in cands.iter() {
             let td = &p.types[t];
             if let Some(r) = &new_reqs
@@ -138,6 +148,10 @@ impl Solver {
                 }
                 continue;
             }
+            if let Some(d) = volumes::exceeded(&td.vol_limit, &vol_counts) {
+                vol_limited.get_or_insert(d);
+                continue;
+            }
             out.insert(t);
             for (m, (a, u)) in max_free.iter_mut().zip(td.usable.iter().zip(&new_used)) {
                 *m = (*m).max(a - u);
@@ -153,6 +167,10 @@ impl Solver {
             if !any_req_ok {
                 return Err(Why::NoCompatibleInstanceType);
             }
+            // Some type had room: the attach limit is what excluded it.
+            if let Some(d) = vol_limited {
+                return Err(Why::VolumeLimit(d));
+            }
             return Err(Why::InsufficientResources(best_short.unwrap_or(0)));
         }
         let (new_reqs, relaxed) = self.min_values(pool, new_reqs, reqs, &out)?;
@@ -162,6 +180,11 @@ impl Solver {
             used: new_used,
             max_free,
             relaxed,
+            attached: (!pod.vols.is_empty()).then(|| {
+                let mut a = attached.clone();
+                a.add(&pod.vols, &self.vol_driver);
+                a
+            }),
         })
     }
 
@@ -281,6 +304,9 @@ impl Solver {
         if self.host_ok(plan, ni).is_err() {
             return false;
         }
+        if !self.node_volumes_ok(ni, pod) {
+            return false;
+        }
         // The node's domain is its label; a node without the label is no domain of the
         // constraint (only an exclusion can hold there).
         plan.rules.iter().all(|r| match lookup(&n.labels, r.key) {
@@ -305,6 +331,7 @@ impl Solver {
                     *f -= r;
                 }
                 n.ports.extend(self.pods[pi].host_ports());
+                n.attached.add(&self.pods[pi].vols, &self.vol_driver);
                 self.record(pi, ni, None);
                 self.placements.push((pi, ni));
                 return Ok(());
@@ -334,6 +361,7 @@ impl Solver {
                 &c.cands,
                 &c.used,
                 &c.ports,
+                &c.attached,
                 base + ci,
                 c.held,
                 &self.pods[pi],
@@ -399,6 +427,7 @@ impl Solver {
             &cands,
             &used,
             &[],
+            &Attached::default(),
             slot,
             None,
             &self.pods[pi],
@@ -420,6 +449,7 @@ impl Solver {
             max_free: Vec::new(),
             pods: Vec::new(),
             ports: Vec::new(),
+            attached: Attached::default(),
             held: None,
             relaxed: false,
             price: f64::INFINITY,
@@ -465,6 +495,9 @@ impl Solver {
         c.max_free = u.max_free;
         c.pods.push(pi);
         c.ports.extend(ports);
+        if let Some(a) = u.attached {
+            c.attached = a;
+        }
         let reqs = c.reqs.clone();
         self.record(pi, slot, Some(&reqs));
         self.hold(ci);

@@ -17,6 +17,12 @@ pub(super) struct PodData {
     pub(super) required_terms: Vec<IReqs>,
     /// Sorted by weight descending.
     pub(super) preferred_terms: Vec<IReqs>,
+    /// What its volumes require ([`crate::Pod::volume_requirements`]): alternatives, of
+    /// which `vol_alt` is the one tried.
+    pub(super) vol_alts: Vec<IReqs>,
+    pub(super) vol_alt: usize,
+    /// Its volumes (interned, sorted; see [`super::volumes`]).
+    pub(super) vols: Vec<u32>,
     pub(super) spreads: Vec<(usize, bool)>,
     pub(super) affinity: Vec<usize>,
     pub(super) anti: Vec<usize>,
@@ -34,7 +40,9 @@ pub(super) struct PodData {
     pub(super) schedule_anyway_removed: bool,
     pub(super) tolerate_prefer_no_schedule: bool,
     pub(super) reqs: IReqs,
-    /// `reqs` without the preferred term: what the pod requires.
+    /// What the pod itself requires: `reqs` without the preferred term and without its
+    /// volumes' alternative (topology spread counts domains by the pod's own affinity, as
+    /// Karpenter's `StrictRequirements`).
     pub(super) strict_reqs: IReqs,
 }
 
@@ -45,6 +53,9 @@ impl PodData {
             r.intersect(t);
         }
         self.strict_reqs = r.clone();
+        if let Some(t) = self.vol_alts.get(self.vol_alt) {
+            r.intersect(t);
+        }
         if let Some(t) = self.preferred_terms.get(self.pref_node_removed) {
             r.intersect(t);
         }
@@ -76,7 +87,29 @@ impl PodData {
     }
 
     /// Karpenter's relaxation order; false when nothing is left to relax.
+    ///
+    /// The volumes' alternatives come first and cycle under every other step: each
+    /// relaxation is tried with each alternative. Karpenter tries the alternatives per node
+    /// (the first that fits a node wins); here one alternative holds for a whole attempt
+    /// (existing nodes, planned and new NodeClaims), and the next is tried only when the pod
+    /// fits nowhere under it: a pod whose volumes allow two zones goes to a new node in the
+    /// first before an existing node in the second.
     pub(super) fn relax(&mut self) -> bool {
+        if self.vol_alt + 1 < self.vol_alts.len() {
+            self.vol_alt += 1;
+            self.rebuild_reqs();
+            return true;
+        }
+        let vol_alt = std::mem::take(&mut self.vol_alt);
+        if self.relax_pod() {
+            return true;
+        }
+        self.vol_alt = vol_alt;
+        false
+    }
+
+    /// Relaxes the pod's own preferences (Karpenter's order); false when nothing is left.
+    fn relax_pod(&mut self) -> bool {
         if self.term + 1 < self.required_terms.len() {
             self.term += 1;
         } else if self.pref_aff_removed < self.pref_affinity.len() {
