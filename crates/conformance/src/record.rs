@@ -15,6 +15,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod, Taint};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde::{Deserialize, Deserializer, Serialize};
 
 /// Go's `nil` slices and maps are `null`.
@@ -206,6 +207,51 @@ impl Record {
             .get(pool)
             .map(Vec::as_slice)
             .unwrap_or_default()
+    }
+}
+
+impl Record {
+    /// The recorded claims, each generic ephemeral volume's claim (`<pod>-<volume>`) given the
+    /// controller owner reference to its pod the ephemeral volume controller sets when it
+    /// creates the claim, where the claim has no owner at all: envtest runs no such controller
+    /// and Karpenter's tests create the claim bare (Karpenter does not check ownership;
+    /// kube-scheduler, and so our resolver, refuse a claim the pod does not own).
+    pub fn volume_claims(&self) -> Vec<PersistentVolumeClaim> {
+        let pods = self.pods.iter().chain(&self.input.bound_pods);
+        let mut made: BTreeMap<(String, String), &Pod> = BTreeMap::new();
+        for p in pods {
+            let ns = p.metadata.namespace.clone().unwrap_or_default();
+            let name = p.metadata.name.as_deref().unwrap_or_default();
+            for v in p.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+                if v.ephemeral.is_some() {
+                    made.insert((ns.clone(), format!("{name}-{}", v.name)), p);
+                }
+            }
+        }
+        let mut claims = self.input.persistent_volume_claims.clone();
+        for c in &mut claims {
+            let key = (
+                c.metadata.namespace.clone().unwrap_or_default(),
+                c.metadata.name.clone().unwrap_or_default(),
+            );
+            let Some(pod) = made.get(&key) else { continue };
+            if c.metadata
+                .owner_references
+                .as_ref()
+                .is_some_and(|o| !o.is_empty())
+            {
+                continue;
+            }
+            c.metadata.owner_references = Some(vec![OwnerReference {
+                api_version: "v1".into(),
+                kind: "Pod".into(),
+                name: pod.metadata.name.clone().unwrap_or_default(),
+                uid: pod.metadata.uid.clone().unwrap_or_default(),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            }]);
+        }
+        claims
     }
 }
 

@@ -4,7 +4,8 @@
 //! CSINodes join the cluster as the operator's caches hold them, so the snapshot resolves
 //! pending pods' volumes (`volumes::apply`), bound pods' attachments (`volumes::uses`) and
 //! each node's CSINode limits; the instance type limits a node falls back on come from the
-//! record's catalog (as Karpenter's scheduler looks up a state node's instance type).
+//! record's catalog (as Karpenter's scheduler looks up a state node's instance type). Bare
+//! ephemeral volume claims get their pod as owner ([`Record::volume_claims`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -81,7 +82,7 @@ pub fn input(rec: &Record) -> Input {
         nodeclaims: arcs(&rec.input.node_claims),
         nodepools: arcs(&rec.input.node_pools),
         daemonsets: arcs(&rec.input.daemon_sets),
-        pvcs: arcs(&rec.input.persistent_volume_claims),
+        pvcs: rec.volume_claims().into_iter().map(Arc::new).collect(),
         pvs: arcs(&rec.input.persistent_volumes),
         storageclasses: arcs(&rec.input.storage_classes),
         csinodes: arcs(&rec.input.csi_nodes),
