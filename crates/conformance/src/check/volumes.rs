@@ -266,3 +266,62 @@ pub(super) fn over_limit<'u>(
             .then(|| format!("{} volumes of {d} > limit {limit}", vols.len()))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn zone_use(claim: &str, zones: &[&str], driver: Option<&str>) -> Use {
+        Use {
+            claim: claim.into(),
+            refused: None,
+            terms: zones
+                .iter()
+                .map(|z| {
+                    vec![Req {
+                        key: "topology.kubernetes.io/zone".into(),
+                        op: "In".into(),
+                        values: vec![z.to_string()],
+                    }]
+                })
+                .collect(),
+            attach: driver.map(|d| (d.to_string(), claim.to_string())),
+        }
+    }
+
+    fn zone(v: Value) -> Labels {
+        [("topology.kubernetes.io/zone".to_string(), v)].into()
+    }
+
+    #[test]
+    fn volume_topology_must_hold_for_every_zone_the_launch_may_take() {
+        let uses = [zone_use("ns/a", &["z1", "z2"], None)];
+        assert_eq!(topology(&uses, &zone(Value::Fixed("z2".into()))), None);
+        assert!(topology(&uses, &zone(Value::Fixed("z3".into()))).is_some());
+        let both = Value::OneOf(["z1".to_string(), "z3".to_string()].into());
+        assert!(topology(&uses, &zone(both)).is_some());
+        let refused = Use {
+            refused: Some("claim not found".into()),
+            ..zone_use("ns/b", &[], None)
+        };
+        assert!(
+            topology(&[refused], &Labels::new())
+                .unwrap()
+                .contains("not found")
+        );
+    }
+
+    #[test]
+    fn attach_limit_counts_distinct_volumes_per_driver() {
+        let limits: BTreeMap<String, i64> = [("csi".to_string(), 2)].into();
+        let shared = [
+            zone_use("ns/a", &[], Some("csi")),
+            zone_use("ns/a", &[], Some("csi")),
+            zone_use("ns/b", &[], Some("csi")),
+            zone_use("ns/c", &[], Some("other")),
+        ];
+        assert_eq!(over_limit(shared.iter(), &limits), None);
+        let more = [zone_use("ns/d", &[], Some("csi"))];
+        assert!(over_limit(shared.iter().chain(&more), &limits).is_some());
+    }
+}
