@@ -6,6 +6,10 @@
 //! pods in Karpenter's queue order and tries existing nodes, planned NodeClaims (fewest pods
 //! first, as Karpenter sorts them) and finally a new NodeClaim per NodePool (by weight); a pod that fits nowhere
 //! is relaxed one preference at a time and requeued.
+//!
+//! A pod's volumes narrow the node it lands on by one topology alternative at a time (see
+//! [`pod::PodData::relax`]) and count against per-driver attach limits of existing nodes and
+//! of the instance types a planned NodeClaim keeps (see [`volumes`]).
 
 mod build;
 mod groups;
