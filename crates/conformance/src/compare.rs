@@ -140,9 +140,6 @@ fn unmodelled(rec: &Record) -> Vec<&'static str> {
     if reserved {
         out.push("reserved offerings");
     }
-    if rec.input.volume_requirements {
-        out.push("volume topology");
-    }
     if rec.input.dra {
         out.push("DRA");
     }

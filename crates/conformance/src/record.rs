@@ -12,8 +12,10 @@ use api::NodeClaim;
 use api::NodePool;
 use api::karpenter::NodeSelectorRequirementWithMinValues;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod, Taint};
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde::{Deserialize, Deserializer, Serialize};
 
 /// Go's `nil` slices and maps are `null`.
@@ -60,6 +62,13 @@ pub struct RecordedInstanceType {
     pub overhead: BTreeMap<String, Quantity>,
     #[serde(default, deserialize_with = "nullable")]
     pub offerings: Vec<RecordedOffering>,
+    /// Expected attach limits per CSI driver (Karpenter's `VolumeAttachmentLimits`).
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub volume_attachment_limits: BTreeMap<String, i64>,
 }
 
 /// What Karpenter's scheduler was given (besides the pods to schedule).
@@ -83,7 +92,32 @@ pub struct RecordedInput {
     pub bound_pods: Vec<Pod>,
     #[serde(default, deserialize_with = "nullable")]
     pub daemon_sets: Vec<DaemonSet>,
-    /// Pods with volume topology requirements (not modelled by our solver).
+    /// The volume objects the scheduler's client saw (absent in records made before them).
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub persistent_volume_claims: Vec<PersistentVolumeClaim>,
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub persistent_volumes: Vec<PersistentVolume>,
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub storage_classes: Vec<StorageClass>,
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub csi_nodes: Vec<CSINode>,
+    /// Some pod to schedule has volume topology requirements (Karpenter's view).
     #[serde(default)]
     pub volume_requirements: bool,
     #[serde(default)]
@@ -147,6 +181,14 @@ impl Record {
             .chain(i.nodes.iter_mut().map(|o| &mut o.metadata))
             .chain(i.bound_pods.iter_mut().map(|o| &mut o.metadata))
             .chain(i.daemon_sets.iter_mut().map(|o| &mut o.metadata))
+            .chain(
+                i.persistent_volume_claims
+                    .iter_mut()
+                    .map(|o| &mut o.metadata),
+            )
+            .chain(i.persistent_volumes.iter_mut().map(|o| &mut o.metadata))
+            .chain(i.storage_classes.iter_mut().map(|o| &mut o.metadata))
+            .chain(i.csi_nodes.iter_mut().map(|o| &mut o.metadata))
             .chain(self.pods.iter_mut().map(|o| &mut o.metadata));
         for m in metas {
             m.managed_fields = None;
@@ -165,6 +207,51 @@ impl Record {
             .get(pool)
             .map(Vec::as_slice)
             .unwrap_or_default()
+    }
+}
+
+impl Record {
+    /// The recorded claims, each generic ephemeral volume's claim (`<pod>-<volume>`) given the
+    /// controller owner reference to its pod the ephemeral volume controller sets when it
+    /// creates the claim, where the claim has no owner at all: envtest runs no such controller
+    /// and Karpenter's tests create the claim bare (Karpenter does not check ownership;
+    /// kube-scheduler, and so our resolver, refuse a claim the pod does not own).
+    pub fn volume_claims(&self) -> Vec<PersistentVolumeClaim> {
+        let pods = self.pods.iter().chain(&self.input.bound_pods);
+        let mut made: BTreeMap<(String, String), &Pod> = BTreeMap::new();
+        for p in pods {
+            let ns = p.metadata.namespace.clone().unwrap_or_default();
+            let name = p.metadata.name.as_deref().unwrap_or_default();
+            for v in p.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+                if v.ephemeral.is_some() {
+                    made.insert((ns.clone(), format!("{name}-{}", v.name)), p);
+                }
+            }
+        }
+        let mut claims = self.input.persistent_volume_claims.clone();
+        for c in &mut claims {
+            let key = (
+                c.metadata.namespace.clone().unwrap_or_default(),
+                c.metadata.name.clone().unwrap_or_default(),
+            );
+            let Some(pod) = made.get(&key) else { continue };
+            if c.metadata
+                .owner_references
+                .as_ref()
+                .is_some_and(|o| !o.is_empty())
+            {
+                continue;
+            }
+            c.metadata.owner_references = Some(vec![OwnerReference {
+                api_version: "v1".into(),
+                kind: "Pod".into(),
+                name: pod.metadata.name.clone().unwrap_or_default(),
+                uid: pod.metadata.uid.clone().unwrap_or_default(),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            }]);
+        }
+        claims
     }
 }
 

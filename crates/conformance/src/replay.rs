@@ -1,11 +1,16 @@
 //! Our side: a record's input through the operator's own conversion (the cluster join and
 //! `provisioning::snapshot::build`, as the provisioner builds its input from its caches) and
-//! our solver; the result as a [`Plan`].
+//! our solver; the result as a [`Plan`]. The recorded claims, volumes, StorageClasses and
+//! CSINodes join the cluster as the operator's caches hold them, so the snapshot resolves
+//! pending pods' volumes (`volumes::apply`), bound pods' attachments (`volumes::uses`) and
+//! each node's CSINode limits; the instance type limits a node falls back on come from the
+//! record's catalog (as Karpenter's scheduler looks up a state node's instance type). Bare
+//! ephemeral volume claims get their pod as owner ([`Record::volume_claims`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use controller::provisioning::{convert, nodeclaim, snapshot};
+use controller::provisioning::{convert, nodeclaim, snapshot, volumes};
 use controller::state::{Cluster, Objects};
 use scheduling::{Input, InstanceType, Offering, Output};
 
@@ -29,7 +34,7 @@ pub fn instance_type(it: &RecordedInstanceType) -> InstanceType {
         .cloned()
         .collect();
     InstanceType {
-        volume_limits: Default::default(),
+        volume_limits: volume_limits(it),
         name: it.name.clone(),
         requirements: convert::requirements(&requirements),
         capacity: convert::resources(&it.capacity),
@@ -49,6 +54,19 @@ pub fn instance_type(it: &RecordedInstanceType) -> InstanceType {
     }
 }
 
+/// A recorded instance type's attach limits per CSI driver.
+fn volume_limits(it: &RecordedInstanceType) -> BTreeMap<String, u32> {
+    it.volume_attachment_limits
+        .iter()
+        .map(|(driver, n)| {
+            (
+                driver.clone(),
+                u32::try_from((*n).max(0)).unwrap_or(u32::MAX),
+            )
+        })
+        .collect()
+}
+
 fn arcs<T: Clone>(v: &[T]) -> Vec<Arc<T>> {
     v.iter().cloned().map(Arc::new).collect()
 }
@@ -64,6 +82,10 @@ pub fn input(rec: &Record) -> Input {
         nodeclaims: arcs(&rec.input.node_claims),
         nodepools: arcs(&rec.input.node_pools),
         daemonsets: arcs(&rec.input.daemon_sets),
+        pvcs: rec.volume_claims().into_iter().map(Arc::new).collect(),
+        pvs: arcs(&rec.input.persistent_volumes),
+        storageclasses: arcs(&rec.input.storage_classes),
+        csinodes: arcs(&rec.input.csi_nodes),
         ..Objects::default()
     });
     let pools = arcs(&rec.input.node_pools);
@@ -82,7 +104,51 @@ pub fn input(rec: &Record) -> Input {
             .map(instance_type)
             .collect();
     }
+    for node in &mut input.nodes {
+        node.volume_limits = node_volume_limits(rec, &cluster, node);
+    }
     input
+}
+
+/// An existing node's attach limits: its instance type's from the record's catalog of its
+/// NodePool (by its `karpenter.sh/nodepool` and instance-type labels, Karpenter's
+/// `instanceTypeForNode`; the snapshot found no catalog), each driver its CSINode lists
+/// replaced by what that says.
+fn node_volume_limits(
+    rec: &Record,
+    cluster: &Cluster,
+    node: &scheduling::ExistingNode,
+) -> BTreeMap<String, u32> {
+    let label = |k: &str| node.labels.get(k).map(String::as_str);
+    let fallback = match (
+        label(api::consts::labels::NODEPOOL),
+        label(scheduling::LABEL_INSTANCE_TYPE),
+    ) {
+        (Some(pool), Some(name)) => rec
+            .instance_types(pool)
+            .iter()
+            .find(|it| it.name == name)
+            .map(volume_limits)
+            .unwrap_or_default(),
+        _ => BTreeMap::new(),
+    };
+    // An in-flight NodeClaim is named as the claim; its CSINode as its Node.
+    let node_name = if cluster.node(&node.name).is_some() {
+        Some(node.name.as_str())
+    } else {
+        cluster
+            .node_of(&node.name)
+            .and_then(|n| n.metadata.name.as_deref())
+            .or_else(|| {
+                cluster
+                    .nodeclaim(&node.name)
+                    .and_then(|c| controller::objects::claim_node_name(c))
+            })
+    };
+    volumes::limits(
+        &fallback,
+        node_name.and_then(|n| cluster.published_limits(n)),
+    )
 }
 
 /// Our solver's output as a plan.

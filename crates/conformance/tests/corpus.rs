@@ -127,7 +127,7 @@ fn merged(p: &Plan) -> Plan {
 }
 
 /// The checker is not a rubber stamp: crammed onto one NodeClaim, Karpenter's own plans break
-/// resources, anti-affinity and spread in the corpus.
+/// resources, anti-affinity, spread and attach limits in the corpus.
 #[test]
 fn checker_rejects_plans_crammed_onto_one_nodeclaim() {
     let mut kinds = BTreeSet::new();
@@ -143,7 +143,12 @@ fn checker_rejects_plans_crammed_onto_one_nodeclaim() {
                 .map(|v| v.constraint),
         );
     }
-    for want in ["resources", "pod anti-affinity", "topology spread"] {
+    for want in [
+        "resources",
+        "pod anti-affinity",
+        "topology spread",
+        "volume limits",
+    ] {
         assert!(
             kinds.contains(want),
             "no crammed plan broke {want}: {kinds:?}"

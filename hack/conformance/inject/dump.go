@@ -6,7 +6,8 @@
 // conformanceRecordOutput before Solve returns. With CONFORMANCE_OUT set, every Solve writes
 // one JSON file there: the scenario (the Ginkgo spec's full text), what the scheduler was
 // given (NodePools, instance types per NodePool with offerings, the state nodes' Node and
-// NodeClaim objects, the bound pods, the DaemonSets, the pods to schedule) and what it decided
+// NodeClaim objects, the bound pods, the DaemonSets, the PersistentVolumeClaims,
+// PersistentVolumes, StorageClasses and CSINodes, the pods to schedule) and what it decided
 // (new NodeClaims with their pods, requirements, instance type options and cheapest price;
 // pods placed on existing nodes; pod errors). Nothing else in Karpenter changes.
 package scheduling
@@ -23,6 +24,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -58,6 +60,8 @@ type conformanceInstanceType struct {
 	Capacity     corev1.ResourceList                       `json:"capacity"`
 	Overhead     corev1.ResourceList                       `json:"overhead"`
 	Offerings    []conformanceOffering                     `json:"offerings"`
+	// Expected attach limits per CSI driver until the node's CSINode says (no entry: none).
+	VolumeAttachmentLimits map[string]int `json:"volumeAttachmentLimits,omitempty"`
 }
 
 type conformanceInput struct {
@@ -67,7 +71,13 @@ type conformanceInput struct {
 	NodeClaims    []*v1.NodeClaim                      `json:"nodeClaims"`
 	BoundPods     []corev1.Pod                         `json:"boundPods"`
 	DaemonSets    []appsv1.DaemonSet                   `json:"daemonSets"`
-	// Modelled by Karpenter but not part of the scenario's objects: volumes, DRA.
+	// The volume objects the scheduler's client sees (the tests create them in envtest):
+	// what pods' volumes resolve against, and the nodes' published attach limits.
+	PersistentVolumeClaims []corev1.PersistentVolumeClaim `json:"persistentVolumeClaims,omitempty"`
+	PersistentVolumes      []corev1.PersistentVolume      `json:"persistentVolumes,omitempty"`
+	StorageClasses         []storagev1.StorageClass       `json:"storageClasses,omitempty"`
+	CSINodes               []storagev1.CSINode            `json:"csiNodes,omitempty"`
+	// Some pod to schedule has volume topology requirements; DRA is in use.
 	VolumeRequirements bool `json:"volumeRequirements,omitempty"`
 	DRA                bool `json:"dra,omitempty"`
 }
@@ -113,7 +123,8 @@ func conformanceRequirements(r interface {
 func conformanceInstanceTypes(its []*cloudprovider.InstanceType) []conformanceInstanceType {
 	out := make([]conformanceInstanceType, 0, len(its))
 	for _, it := range its {
-		t := conformanceInstanceType{Name: it.Name, Requirements: conformanceRequirements(it.Requirements), Capacity: it.Capacity}
+		t := conformanceInstanceType{Name: it.Name, Requirements: conformanceRequirements(it.Requirements), Capacity: it.Capacity,
+			VolumeAttachmentLimits: it.VolumeAttachmentLimits}
 		if it.Overhead != nil {
 			t.Overhead = it.Overhead.Total()
 		}
@@ -169,6 +180,22 @@ func conformanceRecordInput(ctx context.Context, s *Scheduler, kubeClient client
 	dss := &appsv1.DaemonSetList{}
 	if err := kubeClient.List(ctx, dss); err == nil {
 		in.DaemonSets = dss.Items
+	}
+	pvcs := &corev1.PersistentVolumeClaimList{}
+	if err := kubeClient.List(ctx, pvcs); err == nil {
+		in.PersistentVolumeClaims = pvcs.Items
+	}
+	pvs := &corev1.PersistentVolumeList{}
+	if err := kubeClient.List(ctx, pvs); err == nil {
+		in.PersistentVolumes = pvs.Items
+	}
+	scs := &storagev1.StorageClassList{}
+	if err := kubeClient.List(ctx, scs); err == nil {
+		in.StorageClasses = scs.Items
+	}
+	csiNodes := &storagev1.CSINodeList{}
+	if err := kubeClient.List(ctx, csiNodes); err == nil {
+		in.CSINodes = csiNodes.Items
 	}
 	conformanceMu.Lock()
 	conformanceInputs[s] = in

@@ -10,7 +10,9 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use super::labels::{self, Labels, NodeSelection, Value};
 use super::resources::{self, Amounts};
 use super::topology::{Place, Policy};
-use super::{Checker, Plan, Report, Violation, launch_labels, pool_reqs, pool_taints, port_clash};
+use super::{
+    Checker, Plan, Report, Violation, launch_labels, pool_reqs, pool_taints, port_clash, volumes,
+};
 
 /// Taints a node sheds once initialized (Karpenter ignores them on nodes not initialized).
 const EPHEMERAL: [&str; 4] = [
@@ -192,6 +194,12 @@ impl<'a> Checker<'a> {
                         format!("{k}: not satisfied on node {node}"),
                     ));
                 }
+                if let Some(why) = volumes::topology(&volumes::uses(self.rec, p), &e.place.labels) {
+                    self.out.insert(Violation::new(
+                        "volumes",
+                        format!("{k}: {why} on node {node}"),
+                    ));
+                }
                 if let Some(t) = labels::untolerated(&e.place.taints, p.spec.as_ref()) {
                     self.out.insert(Violation::new(
                         "taints",
@@ -208,6 +216,19 @@ impl<'a> Checker<'a> {
             if let Some(what) = resources::exceeded(&used, &e.allocatable) {
                 self.out
                     .insert(Violation::new("resources", format!("node {node}: {what}")));
+            }
+            let attached: Vec<_> = e
+                .place
+                .pods
+                .iter()
+                .flat_map(|p| volumes::uses(self.rec, p))
+                .collect();
+            let limits = volumes::node_limits(self.rec, node, &e.place.labels);
+            if let Some(what) = volumes::over_limit(attached.iter(), &limits) {
+                self.out.insert(Violation::new(
+                    "volume limits",
+                    format!("node {node}: {what}"),
+                ));
             }
             let specs: Vec<_> = e.place.pods.iter().map(|p| p.spec.as_ref()).collect();
             if let Some(port) = port_clash(&specs) {

@@ -9,11 +9,14 @@
 //! taints are tolerated. Pods placed on existing nodes are checked against that node. Then,
 //! over the whole placement: topology spread and pod (anti-)affinity ([`topology`]), NodePool
 //! limits (the cheapest launch counted), minValues (distinct values among the options).
+//! Volumes ([`volumes`]): a pod's claims usable, their topology met on every launch, and no
+//! CSI driver over the node's attach limit.
 
 mod existing;
 mod labels;
 mod resources;
 mod topology;
+mod volumes;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -343,7 +346,16 @@ impl<'a> Checker<'a> {
     fn launch(&mut self, name: &str, l: &Launch<'a>, pods: &[&'a Pod], taints: &[Taint]) {
         let mut used = Amounts::new();
         let mut specs = Vec::new();
+        let mut attached = Vec::new();
         for p in pods {
+            let uses = volumes::uses(self.rec, p);
+            if let Some(why) = volumes::topology(&uses, &l.labels) {
+                self.out.insert(Violation::new(
+                    "volumes",
+                    format!("{}: {why} on {name} as {}", crate::pod_key(p), l.it.name),
+                ));
+            }
+            attached.extend(uses);
             if !NodeSelection::of(p.spec.as_ref()).satisfied(&l.labels) {
                 self.out.insert(Violation::new(
                     "node affinity",
@@ -376,6 +388,12 @@ impl<'a> Checker<'a> {
             self.out.insert(Violation::new(
                 "host ports",
                 format!("{name}: host port {port} used twice"),
+            ));
+        }
+        if let Some(what) = volumes::over_limit(attached.iter(), &volumes::type_limits(l.it)) {
+            self.out.insert(Violation::new(
+                "volume limits",
+                format!("{name} as {}: {what}", l.it.name),
             ));
         }
     }
