@@ -274,7 +274,7 @@ async fn claims_over_the_attach_limit_get_enough_nodes_in_one_round() {
         .collect();
     let first_registered = claims
         .iter()
-        .filter_map(|c| registered_at(c))
+        .filter_map(registered_at)
         .min()
         .expect("a registered NodeClaim");
     if !created.iter().all(|t| *t <= first_registered) {
