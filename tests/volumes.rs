@@ -1,9 +1,9 @@
 //! Stateful pods on the testbed (issue 35), with the test provider playing a zonal CSI driver
 //! (its external-provisioner pins each volume to the zone of the Node kube-scheduler picked;
 //! a CSINode per Node carries the template's attach limit):
-//! (a) a StatefulSet of 6 with a claim per pod, spread over both zones, scaled to 0 and back:
-//!     every pod comes back Running in its volume's zone, and no NodeClaim is launched that no
-//!     pod uses;
+//! (a) a StatefulSet of 6 with a claim per pod, spread over both zones, scaled to 0 and back,
+//!     then every node drifted: every pod comes back Running in its volume's zone, and no
+//!     NodeClaim is launched that no pod uses;
 //! (b) pods whose claims exceed the template's attach limit (2) get enough NodeClaims in one
 //!     provisioning round;
 //! (c) a pod whose local volume is on a host that is gone: no launch, a `FailedScheduling`
@@ -235,7 +235,50 @@ async fn a_statefulset_comes_back_in_its_volumes_zones() {
     let again = in_volume_zones(&client, &ns, &second).await;
     assert_eq!(again, zones, "every pod back in its volume's zone");
     every_claim_used(&client, &second).await;
-    eprintln!("db pods by zone, twice: {again:?}");
+
+    // Drift (a new Kubernetes version): every node is replaced, each replacement planned for
+    // the pods it takes over, so in their volumes' zones.
+    let before: BTreeSet<String> = list(&nodeclaims(&client), &ListParams::default())
+        .await
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    nodeclasses(&client)
+        .patch(
+            "default",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"version": "v1.36.0"}})),
+        )
+        .await
+        .expect("drift the NodeClass");
+    let rolled = wait_for("every node replaced", Duration::from_secs(240), || async {
+        let claims = nodeclaims(&client)
+            .list(&ListParams::default())
+            .await
+            .ok()?;
+        let names: BTreeSet<String> = claims.items.iter().map(ResourceExt::name_any).collect();
+        let pods = Api::<Pod>::namespaced(client.clone(), &ns)
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items;
+        let done = names.is_disjoint(&before)
+            && pods.len() == 6
+            && pods.iter().all(running)
+            && pods
+                .iter()
+                .all(|p| names.iter().any(|n| node_of(p).starts_with(n.as_str())));
+        done.then_some(pods)
+    })
+    .await;
+    let third = match rolled {
+        Ok(p) => p,
+        Err(_) => panic!("drift did not roll: {}", state(&client, &ns).await),
+    };
+    let after_drift = in_volume_zones(&client, &ns, &third).await;
+    assert_eq!(after_drift, zones, "replacements in the volumes' zones");
+    every_claim_used(&client, &third).await;
+    eprintln!("db pods by zone, three times: {after_drift:?}");
 }
 
 #[tokio::test]
