@@ -907,6 +907,25 @@ fn volumes_example_places_pods_by_their_volumes() {
         assert!(strs(&c["pods"]).len() <= 4, "{c:#}");
     }
 
+    // `instance-types` shows the limit the template declares.
+    let listed = Command::new(env!("CARGO_BIN_EXE_karpenter-capi"))
+        .args([
+            "instance-types",
+            "-f",
+            "examples/volumes/00-snapshot.yaml",
+            "-o",
+            "json",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run instance-types");
+    let reports: Value = serde_json::from_str(&stdout(&listed)).expect("JSON");
+    assert_eq!(
+        reports[0]["catalog"]["instanceTypes"][0]["volumeLimits"],
+        serde_json::json!({"disk.csi.example.com": 4}),
+        "{reports:#}"
+    );
+
     // The positive control: without the attach limit the same pods pack by cpu alone.
     let text = std::fs::read_to_string("examples/volumes/00-snapshot.yaml").expect("example");
     let unlimited = text.replace(

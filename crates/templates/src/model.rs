@@ -163,6 +163,9 @@ struct InstanceTypeView<'a> {
     offerings: Vec<OfferingView<'a>>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     capacity_overlaid: bool,
+    /// Attach limits per CSI driver (the `…/csi-driver` annotation).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    volume_limits: &'a BTreeMap<String, u32>,
 }
 
 impl Serialize for Catalog {
@@ -188,6 +191,7 @@ impl Serialize for Catalog {
                     })
                     .collect(),
                 capacity_overlaid: it.capacity_overlaid,
+                volume_limits: &it.volume_limits,
             })
             .collect();
         let mut st = s.serialize_struct("Catalog", 3)?;
