@@ -184,23 +184,7 @@ pub fn plan(loaded: &Loaded) -> Plan {
     }
     let counted_templates = counted_templates(&counted, &catalogs, &output);
     let existing = existing_placements(&snap.input, &output);
-    let unplaceable: Vec<UnplaceablePod> = output
-        .unschedulable
-        .iter()
-        .map(|u| UnplaceablePod {
-            pod: pod_ref(&u.pod),
-            reason: match loaded
-                .pending
-                .iter()
-                .find(|p| p.metadata.uid.as_deref() == Some(u.pod.uid.as_str()))
-            {
-                Some(p) => {
-                    controller::provisioning::volumes::explain(&u.reason, p, cluster.volumes())
-                }
-                None => u.reason.clone(),
-            },
-        })
-        .collect();
+    let unplaceable = unplaceable(loaded, &cluster, &output);
     let on_new: usize = node_claims.iter().map(|c| c.pods.len()).sum();
     let on_existing = output.existing.len();
     let price_per_hour = node_claims
@@ -535,4 +519,31 @@ pub(super) fn taint_text(t: &scheduling::Taint) -> String {
     } else {
         format!("{}={}:{effect}", t.key, t.value)
     }
+}
+
+/// The pods no plan places, each with the solver's reason and what its volumes pin it to.
+fn unplaceable(
+    loaded: &Loaded,
+    cluster: &Cluster,
+    output: &scheduling::Output,
+) -> Vec<UnplaceablePod> {
+    output
+        .unschedulable
+        .iter()
+        .map(|u| {
+            let pod = loaded
+                .pending
+                .iter()
+                .find(|p| p.metadata.uid.as_deref() == Some(u.pod.uid.as_str()));
+            UnplaceablePod {
+                pod: pod_ref(&u.pod),
+                reason: match pod {
+                    Some(p) => {
+                        controller::provisioning::volumes::explain(&u.reason, p, cluster.volumes())
+                    }
+                    None => u.reason.clone(),
+                },
+            }
+        })
+        .collect()
 }

@@ -200,7 +200,7 @@ pub mod annotations {
     pub const CA_LABELS: &str = "capacity.cluster-autoscaler.kubernetes.io/labels";
     pub const CA_TAINTS: &str = "capacity.cluster-autoscaler.kubernetes.io/taints";
     /// `driver=limit,…`: the CSI drivers the template's nodes run and their attach limits
-    /// (`0`: no limit); read by [`crate::csi::parse_csi_drivers`].
+    /// (`0`: no limit); parsed in the `csi` module.
     pub const CA_CSI_DRIVER: &str = "capacity.cluster-autoscaler.kubernetes.io/csi-driver";
     /// cluster-autoscaler's node-group maximum size, honoured on templates as a count source.
     pub const CA_NODE_GROUP_MAX_SIZE: &str =

@@ -299,68 +299,79 @@ fn resolve_one(
             "persistentvolumeclaim {key} bound to non-existent persistentvolume (phase Lost)"
         )));
     }
-    let one = |alternatives, driver| One {
+    let (alternatives, driver) = match claim.volume_name.as_deref().filter(|n| !n.is_empty()) {
+        Some(pv_name) => bound(&key, pv_name, claim, objects),
+        None => unbound(&key, claim, objects),
+    }
+    .map_err(blocked)?;
+    Ok(One {
         volume: volume.clone(),
-        claim: claim_name.clone(),
+        claim: claim_name,
         alternatives,
         driver,
-    };
-    if let Some(pv_name) = claim.volume_name.as_deref().filter(|n| !n.is_empty()) {
-        if !claim.bind_completed {
-            return Err(blocked(format!(
-                "persistentvolumeclaim {key} is not fully bound to persistentvolume {pv_name} \
-                 (no annotation {ANNOTATION_BIND_COMPLETED}): pod has unbound immediate \
-                 PersistentVolumeClaims"
-            )));
-        }
-        let Some(pv) = objects.volumes.get(pv_name) else {
-            return Err(blocked(format!(
-                "persistentvolumeclaim {key} bound to non-existent persistentvolume {pv_name}"
-            )));
-        };
-        if pv.deleting {
-            return Err(blocked(format!(
-                "persistentvolume {pv_name} of persistentvolumeclaim {key} is being deleted"
-            )));
-        }
-        let alternatives = if pv.local {
-            local_terms(pv_name, pv, &objects.hostnames).map_err(blocked)?
-        } else {
-            pv.node_affinity.clone()
-        };
-        return Ok(one(alternatives, pv.csi_driver.clone()));
+    })
+}
+
+/// What a volume requires of the node, and its CSI driver.
+type Needs = (Vec<Vec<Requirement>>, Option<String>);
+
+/// A claim bound to `pv_name`: the volume's node affinity (a local volume's, if a node can
+/// meet it) and driver, or why the binding cannot be used.
+fn bound(key: &str, pv_name: &str, claim: &Claim, objects: &Objects) -> Result<Needs, String> {
+    if !claim.bind_completed {
+        return Err(format!(
+            "persistentvolumeclaim {key} is not fully bound to persistentvolume {pv_name} \
+             (no annotation {ANNOTATION_BIND_COMPLETED}): pod has unbound immediate \
+             PersistentVolumeClaims"
+        ));
     }
+    let Some(pv) = objects.volumes.get(pv_name) else {
+        return Err(format!(
+            "persistentvolumeclaim {key} bound to non-existent persistentvolume {pv_name}"
+        ));
+    };
+    if pv.deleting {
+        return Err(format!(
+            "persistentvolume {pv_name} of persistentvolumeclaim {key} is being deleted"
+        ));
+    }
+    let alternatives = if pv.local {
+        local_terms(pv_name, pv, &objects.hostnames)?
+    } else {
+        pv.node_affinity.clone()
+    };
+    Ok((alternatives, pv.csi_driver.clone()))
+}
+
+/// An unbound claim: its class's allowed topologies and provisioner, when the class waits
+/// for the first consumer; else why no node can take the pod.
+fn unbound(key: &str, claim: &Claim, objects: &Objects) -> Result<Needs, String> {
     let Some(class_name) = claim.storage_class.as_deref().filter(|c| !c.is_empty()) else {
-        return Err(blocked(format!(
+        return Err(format!(
             "unbound persistentvolumeclaim {key} has no storage class: pod has unbound \
              immediate PersistentVolumeClaims"
-        )));
+        ));
     };
     let Some(class) = objects.classes.get(class_name) else {
-        return Err(blocked(format!(
+        return Err(format!(
             "storageclass {class_name} of unbound persistentvolumeclaim {key} not found"
-        )));
+        ));
     };
     match class.wait_for_first_consumer {
-        Some(true) => {}
-        Some(false) => {
-            return Err(blocked(format!(
-                "persistentvolumeclaim {key} with immediate volume binding mode \
-                 (storageclass {class_name}) must be bound: pod has unbound immediate \
-                 PersistentVolumeClaims"
-            )));
-        }
-        None => {
-            return Err(blocked(format!(
-                "storageclass {class_name} of unbound persistentvolumeclaim {key} has no \
-                 volumeBindingMode"
-            )));
-        }
+        Some(true) => Ok((
+            class.allowed_topologies.clone(),
+            class_driver(&class.provisioner),
+        )),
+        Some(false) => Err(format!(
+            "persistentvolumeclaim {key} with immediate volume binding mode \
+             (storageclass {class_name}) must be bound: pod has unbound immediate \
+             PersistentVolumeClaims"
+        )),
+        None => Err(format!(
+            "storageclass {class_name} of unbound persistentvolumeclaim {key} has no \
+             volumeBindingMode"
+        )),
     }
-    Ok(one(
-        class.allowed_topologies.clone(),
-        class_driver(&class.provisioner),
-    ))
 }
 
 /// The node affinity terms of local volume `pv` that some node can meet: a term naming

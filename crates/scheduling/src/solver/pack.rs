@@ -65,6 +65,47 @@ pub(super) struct ClaimUpdate {
     pub(super) attached: Option<Attached>,
 }
 
+/// Why a claim's candidate types all failed a pod, as [`Solver::try_claim`] saw them.
+#[derive(Default)]
+struct Misses {
+    /// Some type met the requirements, taints and counts.
+    any_req_ok: bool,
+    /// The first resource short on a type that met them.
+    best_short: Option<usize>,
+    /// (type, taint index) of the first taint not tolerated.
+    untolerated_taint: Option<(usize, usize)>,
+    /// The first count exhausted.
+    exhausted: Option<u32>,
+    /// The first driver whose attach limit excluded a type with room.
+    vol_limited: Option<u32>,
+}
+
+impl Misses {
+    fn why(self, pool: usize) -> Why {
+        match self {
+            Misses {
+                any_req_ok: false,
+                exhausted: Some(c),
+                ..
+            } => Why::CountExhausted(c),
+            Misses {
+                any_req_ok: false,
+                untolerated_taint: Some((t, i)),
+                ..
+            } => Why::Taint(pool, t, i),
+            Misses {
+                any_req_ok: false, ..
+            } => Why::NoCompatibleInstanceType,
+            // Some type had room: the attach limit is what excluded it.
+            Misses {
+                vol_limited: Some(d),
+                ..
+            } => Why::VolumeLimit(d),
+            Misses { best_short, .. } => Why::InsufficientResources(best_short.unwrap_or(0)),
+        }
+    }
+}
+
 impl Solver {
     pub(super) fn pool_check(&self, pool: usize, pod: &PodData) -> Result<(), Failure> {
         let p = &self.pools[pool];
@@ -103,17 +144,13 @@ impl Solver {
         let new_used: Vec<i64> = used.iter().zip(&pod.requests).map(|(a, b)| a + b).collect();
         let mut out = BitSet::new(p.types.len());
         let mut max_free = vec![i64::MIN; new_used.len()];
-        let mut any_req_ok = false;
-        let mut best_short: Option<usize> = None;
-        let mut untolerated_taint: Option<(usize, usize)> = None;
-        let mut exhausted: Option<u32> = None;
+        let mut miss = Misses::default();
         // Per driver of the pod's volumes, the claim's distinct volumes with them.
         let vol_counts = if pod.vols.is_empty() {
             Vec::new()
         } else {
             attached.with(&pod.vols, &self.vol_driver)
         };
-        let mut vol_limited: Option<u32> = None;
         for t in cands.iter() {
             let td = &p.types[t];
             if let Some(r) = &new_reqs
@@ -126,7 +163,7 @@ impl Solver {
                 .iter()
                 .position(|t| !pod.tolerations.iter().any(|tol| tol.tolerates(t)))
             {
-                untolerated_taint.get_or_insert((t, i));
+                miss.untolerated_taint.get_or_insert((t, i));
                 continue;
             }
             if td.counted
@@ -134,22 +171,22 @@ impl Solver {
                     .preferred_offering(td, new_reqs.as_ref().unwrap_or(reqs), Counts::Held(held))
                     .is_none()
             {
-                exhausted = exhausted.or(td
+                miss.exhausted = miss.exhausted.or(td
                     .offerings
                     .iter()
                     .map(|o| o.count)
                     .find(|c| *c != UNCOUNTED));
                 continue;
             }
-            any_req_ok = true;
+            miss.any_req_ok = true;
             if !fits(&new_used, &td.usable) {
-                if best_short.is_none() {
-                    best_short = new_used.iter().zip(&td.usable).position(|(u, a)| u > a);
+                if miss.best_short.is_none() {
+                    miss.best_short = new_used.iter().zip(&td.usable).position(|(u, a)| u > a);
                 }
                 continue;
             }
             if let Some(d) = volumes::exceeded(&td.vol_limit, &vol_counts) {
-                vol_limited.get_or_insert(d);
+                miss.vol_limited.get_or_insert(d);
                 continue;
             }
             out.insert(t);
@@ -158,20 +195,7 @@ impl Solver {
             }
         }
         if out.is_empty() {
-            if let (false, Some(c)) = (any_req_ok, exhausted) {
-                return Err(Why::CountExhausted(c));
-            }
-            if let (false, Some((t, i))) = (any_req_ok, untolerated_taint) {
-                return Err(Why::Taint(pool, t, i));
-            }
-            if !any_req_ok {
-                return Err(Why::NoCompatibleInstanceType);
-            }
-            // Some type had room: the attach limit is what excluded it.
-            if let Some(d) = vol_limited {
-                return Err(Why::VolumeLimit(d));
-            }
-            return Err(Why::InsufficientResources(best_short.unwrap_or(0)));
+            return Err(miss.why(pool));
         }
         let (new_reqs, relaxed) = self.min_values(pool, new_reqs, reqs, &out)?;
         Ok(ClaimUpdate {
