@@ -6,9 +6,10 @@
 //!     NodeClaim is launched that no pod uses;
 //! (b) pods whose claims exceed the template's attach limit (2) get enough NodeClaims in one
 //!     provisioning round;
-//! (c) a pod whose local volume is on a host that is gone: no launch, a `FailedScheduling`
-//!     event naming the volume, and `inspect --why` lists it (a pod without volumes beside it
-//!     gets its node: the loop ran).
+//! (c) a pod whose claim's class provisions only in zone-b runs in zone-b; a pod whose local
+//!     volume is on a host that is gone: no launch, a `FailedScheduling` event naming the
+//!     volume, and `inspect --why` lists it (a pod without volumes beside it gets its node:
+//!     the loop ran).
 
 mod common;
 
@@ -428,10 +429,30 @@ async fn a_local_volume_on_a_gone_host_launches_nothing() {
     })
     .await
     .expect("kube-controller-manager binds the claim");
+    // report-0's claim may only be provisioned in zone-b.
+    Api::<StorageClass>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &zonal_storage_class("zone-b-only", true, &["zone-b"]),
+        )
+        .await
+        .expect("StorageClass");
+    apply(
+        &client,
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "report", "namespace": ns},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "zone-b-only",
+                 "resources": {"requests": {"storage": "1Gi"}}}}),
+    )
+    .await;
     for (name, volumes) in [
         (
             "cache-0",
             json!([{"name": "cache", "persistentVolumeClaim": {"claimName": "cache"}}]),
+        ),
+        (
+            "report-0",
+            json!([{"name": "data", "persistentVolumeClaim": {"claimName": "report"}}]),
         ),
         ("web-0", json!([])),
     ] {
@@ -467,8 +488,23 @@ async fn a_local_volume_on_a_gone_host_launches_nothing() {
     .await
     .expect("a FailedScheduling event from karpenter-capi naming the volume");
     assert!(event.1.contains("gone-host"), "{event:?}");
-    let claims = list(&nodeclaims(&client), &ListParams::default()).await;
-    assert_eq!(claims.len(), 1, "only web-0's NodeClaim");
+    // report-0 runs in zone-b, the only zone its class provisions in (elsewhere
+    // kube-scheduler would never place it, and its NodeClaim would run nothing).
+    let report = wait_for("report-0 Running", Duration::from_secs(180), || async {
+        pods.get("report-0").await.ok().filter(running)
+    })
+    .await;
+    let Ok(report) = report else {
+        panic!("report-0 not Running: {}", state(&client, &ns).await);
+    };
+    let zones = node_zones(&client).await;
+    assert_eq!(
+        zones.get(&node_of(&report)).map(String::as_str),
+        Some("zone-b"),
+        "{zones:?}"
+    );
+    let web = pods.get("web-0").await.expect("web-0");
+    every_claim_used(&client, &[web, report]).await;
     let cache = pods.get("cache-0").await.expect("cache-0");
     assert!(!running(&cache) && node_of(&cache).is_empty());
     let (_, pending) = karpenter_capi::inspect::collect_all(&client, &client, None, true)
