@@ -431,3 +431,5 @@ fn consolidation_verdict(mv: &plan::Move) -> Verdict {
 mod consolidation_search_tests;
 #[cfg(test)]
 mod consolidation_tests;
+#[cfg(test)]
+mod volume_tests;
