@@ -136,16 +136,17 @@ async fn node_zones(client: &Client) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// The zone a bound claim's volume is pinned to.
+/// The zone a bound claim's volume is pinned to (a failed read fails the test).
 async fn volume_zone(client: &Client, ns: &str, claim: &str) -> Option<String> {
     let pvc = Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
         .get(claim)
         .await
-        .ok()?;
+        .unwrap_or_else(|e| panic!("claim {ns}/{claim}: {e}"));
+    let pv_name = pvc.spec?.volume_name?;
     let pv = Api::<PersistentVolume>::all(client.clone())
-        .get(pvc.spec?.volume_name.as_deref()?)
+        .get(&pv_name)
         .await
-        .ok()?;
+        .unwrap_or_else(|e| panic!("volume {pv_name}: {e}"));
     let terms = pv.spec?.node_affinity?.required?.node_selector_terms;
     let e = terms.first()?.match_expressions.as_ref()?.first()?.clone();
     (e.key == ZONE).then(|| e.values?.first().cloned())?
@@ -173,7 +174,9 @@ async fn in_volume_zones(client: &Client, ns: &str, pods: &[Pod]) -> BTreeMap<St
 async fn every_claim_used(client: &Client, pods: &[Pod]) {
     let used: BTreeSet<String> = pods.iter().map(node_of).collect();
     for c in list(&nodeclaims(client), &ListParams::default()).await {
-        let node = c.data["status"]["nodeName"].as_str().unwrap_or_default();
+        let node = c.data["status"]["nodeName"]
+            .as_str()
+            .unwrap_or_else(|| panic!("NodeClaim {} has no node", c.name_any()));
         assert!(
             used.contains(node),
             "NodeClaim {} (node {node:?}) runs none of the pods: {used:?}",
@@ -367,10 +370,11 @@ fn registered_at(c: &DynamicObject) -> Option<String> {
 }
 
 fn scheduling_millis(q: &str) -> i64 {
-    match q.strip_suffix('m') {
-        Some(m) => m.parse().unwrap_or(0),
-        None => q.parse::<i64>().map(|c| c * 1000).unwrap_or(0),
-    }
+    let parsed = match q.strip_suffix('m') {
+        Some(m) => m.parse().ok(),
+        None => q.parse::<i64>().ok().map(|c| c * 1000),
+    };
+    parsed.unwrap_or_else(|| panic!("cpu quantity {q:?}"))
 }
 
 /// Creates the object `v` (apiVersion, kind, metadata) as it is.

@@ -16,19 +16,9 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use super::labels::{self, Labels, Req, Value};
 use crate::record::{Record, RecordedInstanceType};
 
-const BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
-const BETA_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
-
-/// In-tree provisioners and volume sources → the CSI driver that replaced them.
-const IN_TREE: [(&str, &str); 7] = [
-    ("kubernetes.io/aws-ebs", "ebs.csi.aws.com"),
-    ("kubernetes.io/gce-pd", "pd.csi.storage.gke.io"),
-    ("kubernetes.io/azure-disk", "disk.csi.azure.com"),
-    ("kubernetes.io/azure-file", "file.csi.azure.com"),
-    ("kubernetes.io/cinder", "cinder.csi.openstack.org"),
-    ("kubernetes.io/vsphere-volume", "csi.vsphere.vmware.com"),
-    ("kubernetes.io/portworx-volume", "pxd.portworx.com"),
-];
+// The names are Kubernetes' (shared with the operator); the rules below are the checker's own.
+use controller::provisioning::volumes::ANN_STORAGE_CLASS as BETA_CLASS;
+use scheduling::volumes::{ANNOTATION_BIND_COMPLETED as BIND_COMPLETED, IN_TREE_TO_CSI as IN_TREE};
 
 /// One claim of a pod, as it bears on a node.
 pub(super) struct Use {

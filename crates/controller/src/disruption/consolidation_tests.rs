@@ -18,7 +18,7 @@ use crate::state::{Cluster, Objects};
 
 const TYPES: [(&str, i64, f64); 3] = [("small", 2, 0.1), ("medium", 4, 0.2), ("large", 8, 0.4)];
 
-fn typed<T: serde::de::DeserializeOwned>(v: Value) -> Arc<T> {
+pub(super) fn typed<T: serde::de::DeserializeOwned>(v: Value) -> Arc<T> {
     Arc::new(serde_json::from_value(v).expect("fixture"))
 }
 

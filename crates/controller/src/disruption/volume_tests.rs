@@ -7,19 +7,15 @@ use std::sync::Arc;
 
 use api::NodeClaim;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
-use serde_json::{Value, json};
+use serde_json::json;
 use templates::model::{Catalog, InstanceType, PriceSource, Resources, TemplateRef};
 
 use super::View;
 use super::candidates::Candidate;
-use super::consolidation_tests::pool;
+use super::consolidation_tests::{pool, typed};
 use super::simulate::{Simulate, Simulator};
 use crate::provisioning::convert::Availability;
 use crate::state::{Cluster, Objects};
-
-fn typed<T: serde::de::DeserializeOwned>(v: Value) -> Arc<T> {
-    Arc::new(serde_json::from_value(v).expect("fixture"))
-}
 
 /// One type, offered in z1 (cheaper) and z2.
 fn catalog() -> Arc<Catalog> {

@@ -1,0 +1,231 @@
+//! The caches of one engagement ([`Caches`]): every kind its loops read, one watch each.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use futures::StreamExt;
+use kube::api::Api;
+use kube::runtime::watcher;
+
+use super::{Cache, Gate, keep, trim_node, trim_pod, trim_pv, trim_pvc};
+use crate::tasks::Tasks;
+
+/// Every cache one engagement reads: one watch per kind, shared by all its loops. The
+/// workload-side caches and the Machines (fenced by the engagement's cluster id) are the
+/// engagement's own; the Clusters cache is the management side's, shared by every
+/// engagement of a hub (see [`Caches::start_engaged`]).
+pub struct Caches {
+    pub nodes: Cache<k8s_openapi::api::core::v1::Node>,
+    pub pods: Cache<k8s_openapi::api::core::v1::Pod>,
+    pub daemonsets: Cache<k8s_openapi::api::apps::v1::DaemonSet>,
+    pub pdbs: Cache<k8s_openapi::api::policy::v1::PodDisruptionBudget>,
+    pub nodeclaims: Cache<api::NodeClaim>,
+    pub nodepools: Cache<api::NodePool>,
+    pub nodeclasses: Cache<api::ClusterAPINodeClass>,
+    /// Only Machines carrying our NodeClaim label and our cluster id (see
+    /// `cloudprovider::clusterapi::fence`).
+    pub machines: Cache<api::Machine>,
+    pub clusters: Cache<api::Cluster>,
+    /// NodeOverlays, when the `NodeOverlay` feature gate is on ([`Caches::with_overlays`]).
+    pub nodeoverlays: Option<Cache<api::NodeOverlay>>,
+    /// What pods' volumes resolve against (trimmed: [`crate::trim`]).
+    pub pvcs: Cache<k8s_openapi::api::core::v1::PersistentVolumeClaim>,
+    pub pvs: Cache<k8s_openapi::api::core::v1::PersistentVolume>,
+    pub storageclasses: Cache<k8s_openapi::api::storage::v1::StorageClass>,
+    pub csinodes: Cache<k8s_openapi::api::storage::v1::CSINode>,
+}
+
+/// The Cluster API watches of an engagement: Machines of the management cluster fenced by
+/// `cluster_id`, over the management side's shared `clusters` cache.
+pub struct ClusterApiWatches<'a> {
+    pub management: &'a kube::Client,
+    pub cluster_id: &'a str,
+    pub clusters: Cache<api::Cluster>,
+}
+
+impl Caches {
+    /// Starts every watch on tasks owned by `tasks`; Machines are those of `cluster_id`.
+    pub fn start(
+        tasks: &mut Tasks,
+        workload: &kube::Client,
+        management: &kube::Client,
+        cluster_id: &str,
+    ) -> Caches {
+        let clusters = Cache::start(
+            tasks,
+            Api::all(management.clone()),
+            watcher::Config::default(),
+            keep,
+            None,
+        );
+        Self::start_engaged(
+            tasks,
+            workload,
+            Some(ClusterApiWatches {
+                management,
+                cluster_id,
+                clusters,
+            }),
+            false,
+        )
+    }
+
+    /// Starts the workload cluster's watches only: no Cluster API kind is watched (their
+    /// caches are [`Cache::empty`]), for a provider other than Cluster API.
+    pub fn start_without_cluster_api(tasks: &mut Tasks, workload: &kube::Client) -> Caches {
+        Self::start_engaged(tasks, workload, None, false)
+    }
+
+    /// Starts the watches of one engagement over the management side's shared `clusters`
+    /// cache: the workload cluster's kinds, and the Machines fenced by `cluster_id`. With
+    /// `lazy` (hub mode), the pod and PDB watches run only while the cluster has a NodePool
+    /// or a NodeClaim ([`Cache::start_lazily`]): an idle cluster costs no pod cache.
+    pub fn start_engaged(
+        tasks: &mut Tasks,
+        workload: &kube::Client,
+        cluster_api: Option<ClusterApiWatches<'_>>,
+        lazy: bool,
+    ) -> Caches {
+        let all = watcher::Config::default;
+        let nodeclaims = Cache::start(
+            tasks,
+            Api::all(workload.clone()),
+            all(),
+            keep,
+            Some(claim_provider_id),
+        );
+        let nodepools: Cache<api::NodePool> =
+            Cache::start(tasks, Api::all(workload.clone()), all(), keep, None);
+        let (pods, pdbs, pvcs, pvs) = if lazy {
+            let (np, nc) = (nodepools.store(), nodeclaims.store());
+            let wanted = move || !np.is_empty() || !nc.is_empty();
+            let gate = Arc::new(Gate {
+                listed: AtomicBool::new(false),
+                wanted: Box::new(wanted),
+            });
+            let trigger = || {
+                futures::stream::select(
+                    nodepools.subscribe().map(|_| ()),
+                    nodeclaims.subscribe().map(|_| ()),
+                )
+            };
+            (
+                Cache::start_lazily(
+                    tasks,
+                    Api::all(workload.clone()),
+                    trim_pod,
+                    &gate,
+                    trigger(),
+                ),
+                Cache::start_lazily(tasks, Api::all(workload.clone()), keep, &gate, trigger()),
+                Cache::start_lazily(
+                    tasks,
+                    Api::all(workload.clone()),
+                    trim_pvc,
+                    &gate,
+                    trigger(),
+                ),
+                Cache::start_lazily(tasks, Api::all(workload.clone()), trim_pv, &gate, trigger()),
+            )
+        } else {
+            (
+                Cache::start(tasks, Api::all(workload.clone()), all(), trim_pod, None),
+                Cache::start(tasks, Api::all(workload.clone()), all(), keep, None),
+                Cache::start(tasks, Api::all(workload.clone()), all(), trim_pvc, None),
+                Cache::start(tasks, Api::all(workload.clone()), all(), trim_pv, None),
+            )
+        };
+        let (nodeclasses, machines, clusters) = match cluster_api {
+            Some(c) => (
+                Cache::start(tasks, Api::all(workload.clone()), all(), keep, None),
+                Cache::start(
+                    tasks,
+                    Api::all(c.management.clone()),
+                    all().labels(&crate::cloudprovider::clusterapi::fence::selector(
+                        c.cluster_id,
+                    )),
+                    keep,
+                    Some(crate::cloudprovider::clusterapi::machine::provider_id_key),
+                ),
+                c.clusters,
+            ),
+            None => (Cache::empty(), Cache::empty(), Cache::empty()),
+        };
+        Caches {
+            nodes: Cache::start(
+                tasks,
+                Api::all(workload.clone()),
+                all(),
+                trim_node,
+                Some(node_provider_id),
+            ),
+            pods,
+            daemonsets: Cache::start(tasks, Api::all(workload.clone()), all(), keep, None),
+            pdbs,
+            nodeclaims,
+            nodepools,
+            nodeclasses,
+            machines,
+            clusters,
+            nodeoverlays: None,
+            pvcs,
+            pvs,
+            storageclasses: Cache::start(tasks, Api::all(workload.clone()), all(), keep, None),
+            csinodes: Cache::start(tasks, Api::all(workload.clone()), all(), keep, None),
+        }
+    }
+
+    /// Also watches the workload cluster's NodeOverlays (the `NodeOverlay` feature gate).
+    pub fn with_overlays(mut self, tasks: &mut Tasks, workload: &kube::Client) -> Caches {
+        self.nodeoverlays = Some(Cache::start(
+            tasks,
+            Api::all(workload.clone()),
+            watcher::Config::default(),
+            keep,
+            None,
+        ));
+        self
+    }
+
+    /// Waits until every cache has its first full list.
+    pub async fn ready(&self) {
+        self.nodes.ready().await;
+        self.pods.ready().await;
+        self.daemonsets.ready().await;
+        self.pdbs.ready().await;
+        self.nodeclaims.ready().await;
+        self.nodepools.ready().await;
+        self.nodeclasses.ready().await;
+        self.machines.ready().await;
+        self.clusters.ready().await;
+        self.storageclasses.ready().await;
+        self.csinodes.ready().await;
+        if let Some(o) = &self.nodeoverlays {
+            o.ready().await;
+        }
+        // A lazy watch wanted from the start (the cluster has NodePools): its first list.
+        while self.pending() {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Whether a lazy pod or PDB watch is wanted but has not listed yet
+    /// ([`Cache::pending`]): their stores are not the cluster's, decide nothing on them.
+    pub fn pending(&self) -> bool {
+        self.pods.pending() || self.pdbs.pending() || self.pvcs.pending() || self.pvs.pending()
+    }
+}
+
+/// The NodeClaim index key: `status.providerID`.
+pub fn claim_provider_id(claim: &api::NodeClaim) -> Option<String> {
+    claim.status.as_ref()?.provider_id.clone()
+}
+
+/// A Node's `spec.providerID` (the registration index).
+pub fn node_provider_id(node: &k8s_openapi::api::core::v1::Node) -> Option<String> {
+    node.spec
+        .as_ref()?
+        .provider_id
+        .clone()
+        .filter(|p| !p.is_empty())
+}
