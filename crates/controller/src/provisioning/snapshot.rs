@@ -1,7 +1,8 @@
 //! Pure: a [`Cluster`] (the cluster state's join, or one built from files by `simulate`)
 //! → the solver's input. Shared by the provisioner loop, disruption and `simulate`.
 
-use std::collections::{BTreeMap, HashSet};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use api::consts::conditions as types;
@@ -63,8 +64,16 @@ pub fn build(
     catalog: &dyn Fn(&str) -> Option<Arc<Catalog>>,
     offerings: Availability,
 ) -> Snapshot {
+    // A NodeClass's catalog is asked for once per build, not once per node.
+    let seen: RefCell<HashMap<String, Option<Arc<Catalog>>>> = RefCell::default();
+    let once = |nodeclass: &str| {
+        seen.borrow_mut()
+            .entry(nodeclass.to_string())
+            .or_insert_with(|| catalog(nodeclass))
+            .clone()
+    };
     let type_limits =
-        |labels: Option<&BTreeMap<String, String>>| instance_type_limits(cluster, labels, catalog);
+        |labels: Option<&BTreeMap<String, String>>| instance_type_limits(cluster, labels, &once);
     let mut nodes: Vec<scheduling::ExistingNode> = cluster
         .nodes
         .iter()
@@ -91,7 +100,7 @@ pub fn build(
             add(&mut usage, &claim_usage(c));
         }
         pool.usage = usage;
-        if let Some(catalog) = catalog(&p.spec.template.spec.node_class_ref.name) {
+        if let Some(catalog) = once(&p.spec.template.spec.node_class_ref.name) {
             pool.instance_types = catalog
                 .instance_types
                 .iter()
