@@ -392,7 +392,7 @@ pub async fn collect_all(
         let nodeclasses = list_all::<api::ClusterAPINodeClass>(workload).await?;
         let node_arcs: Vec<Arc<Node>> = nodes.iter().cloned().map(Arc::new).collect();
         let catalogs = live_catalogs(management, &nodeclasses).await;
-        let catalog = |nc: &str| catalogs.get(nc).cloned();
+        let catalog = |nc: &str| catalogs.get(nc).map(|c| c.types.clone());
         let cluster = controller::state::Cluster::new(controller::state::Objects {
             storageclasses: list_all(workload).await?,
             csinodes: list_all(workload).await?,

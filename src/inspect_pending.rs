@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
+use cloudprovider::InstanceTypes;
 use controller::provisioning::{convert::Availability, snapshot, volumes};
 use controller::state::Cluster;
 use serde::Serialize;
-use templates::model::Catalog;
 
 /// A pending pod no plan places.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -21,7 +21,7 @@ pub struct PendingPod {
 /// nor a new NodeClaim of a Ready NodePool would take, as the provisioner solves them.
 pub fn pending(
     cluster: &Cluster,
-    catalog: &dyn Fn(&str) -> Option<Arc<Catalog>>,
+    catalog: &dyn Fn(&str) -> Option<Arc<InstanceTypes>>,
 ) -> Vec<PendingPod> {
     let pods: Vec<_> = cluster
         .pending()

@@ -45,7 +45,7 @@ pub(super) fn disruption(
     if cluster.nodeclaims.is_empty() {
         return Vec::new();
     }
-    let catalog = |nc: &str| catalogs.get(nc).cloned();
+    let catalog = |nc: &str| catalogs.get(nc).map(|c| c.types.clone());
     let view = View {
         cluster,
         catalog: &catalog,

@@ -47,7 +47,7 @@ pub(super) fn drifted(
                 &without,
                 &without.nodepools,
                 &moving,
-                &|nc| catalogs.get(nc).cloned(),
+                &|nc| catalogs.get(nc).map(|c| c.types.clone()),
                 controller::provisioning::convert::Availability::Ignored,
             );
             let output = scheduling::solve(&snap.input);

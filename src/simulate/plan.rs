@@ -153,7 +153,7 @@ pub fn plan(loaded: &Loaded) -> Plan {
         &cluster,
         &cluster.nodepools,
         &loaded.pending,
-        &|nc| catalogs.get(nc).cloned(),
+        &|nc| catalogs.get(nc).map(|c| c.types.clone()),
         Availability::Offered,
     );
     for summary in &mut node_pools {

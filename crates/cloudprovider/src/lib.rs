@@ -1,7 +1,18 @@
 //! The provider seam, provider-neutral: what the core asks of a provider (Karpenter's
 //! `pkg/cloudprovider`) and the instance-type model it answers with. It knows no provider:
 //! nothing here names Cluster API, kwok or a template kind.
+//!
+//! - [`provider`]: the [`CloudProvider`] trait, its typed errors and what it answers.
+//! - [`model`], [`instance_types`], [`resize`]: instance types and offerings, resizable ones.
+//! - [`fake`]: an in-memory provider for tests.
 
+pub mod fake;
+pub mod instance_types;
 pub mod model;
+pub mod provider;
+pub mod quantity;
+pub mod resize;
 
+pub use instance_types::InstanceTypes;
 pub use model::{InstanceType, Offering, OfferingCount, PriceSource, Resources};
+pub use provider::{CloudProvider, Error};

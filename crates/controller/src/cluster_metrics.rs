@@ -155,7 +155,7 @@ pub(crate) struct View<'a> {
 pub(crate) type Labels = Vec<(&'static str, String)>;
 
 /// A NodeClass's instance types, by NodeClass name.
-pub(crate) type Catalogs<'a> = dyn Fn(&str) -> Option<Arc<templates::model::Catalog>> + 'a;
+pub(crate) type Catalogs<'a> = dyn Fn(&str) -> Option<Arc<cloudprovider::InstanceTypes>> + 'a;
 
 /// One gauge family and its samples.
 pub(crate) struct Family {
@@ -653,7 +653,7 @@ mod tests {
                 templates::model::PriceSource::Annotation,
             )
         };
-        let catalog = Arc::new(templates::model::Catalog {
+        let catalog = Arc::new(cloudprovider::InstanceTypes {
             instance_types: vec![templates::model::InstanceType {
                 volume_limits: Default::default(),
                 name: "small".into(),

@@ -1,19 +1,19 @@
-//! The instance types as the seam takes them today: a `templates::model::Catalog`. This is
-//! the one place that knows that model (it becomes the neutral model of crates/cloudprovider);
-//! an offering's opaque id names the KWOKNodeClass; offering labels other than zone and
+//! Karpenter kwok's instance types as the seam takes them: the neutral
+//! [`cloudprovider::InstanceTypes`]; an offering's opaque id names the KWOKNodeClass; offering labels other than zone and
 //! capacity type are not carried.
 
 use std::collections::BTreeMap;
 
 use api::consts::labels as label;
-use templates::model::{self, Catalog, PriceSource};
+use cloudprovider::InstanceTypes;
+use cloudprovider::model::{self, PriceSource};
 
 use crate::instance_types::InstanceType;
 use crate::nodeclass;
 
 /// The catalog of `nodeclass`: every instance type with its available offerings, cheapest
 /// first (ties: name).
-pub(crate) fn to_catalog(types: &[InstanceType], nodeclass: &str) -> Catalog {
+pub(crate) fn to_catalog(types: &[InstanceType], nodeclass: &str) -> InstanceTypes {
     // Every offering launches the same way (a Node of the KWOKNodeClass): one opaque id.
     let id = format!("{}/{}", nodeclass::KIND, nodeclass);
     let mut instance_types: Vec<model::InstanceType> = types
@@ -66,10 +66,7 @@ pub(crate) fn to_catalog(types: &[InstanceType], nodeclass: &str) -> Catalog {
             .total_cmp(&price(b))
             .then_with(|| a.name.cmp(&b.name))
     });
-    Catalog {
-        instance_types,
-        ..Catalog::default()
-    }
+    InstanceTypes::of(instance_types)
 }
 
 #[cfg(test)]

@@ -12,10 +12,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use api::consts::labels as label;
+use cloudprovider::Resources;
+use cloudprovider::quantity::{parse_milli, parse_value};
 use k8s_openapi::api::core::v1::ConfigMap;
 use serde::Deserialize;
-use templates::model::Resources;
-use templates::quantity::{parse_milli, parse_value};
 
 use crate::Error;
 use crate::labels;

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use api::NodeClaim;
+use cloudprovider::InstanceTypes;
 use controller::cloudprovider::{
     CloudProvider, Created, Deletion, Drift, Error, Instance, Intent, NodeClassKind, RepairPolicy,
     Retry,
@@ -20,7 +21,6 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
-use templates::model::Catalog;
 
 use crate::instance_types::InstanceType;
 use crate::nodeclass::{self, KWOKNodeClass};
@@ -31,7 +31,7 @@ pub struct KwokCloudProvider {
     client: Client,
     types: Arc<Vec<InstanceType>>,
     /// The catalog of each NodeClass asked for (the same instance types for every one).
-    catalogs: Mutex<BTreeMap<String, Arc<Catalog>>>,
+    catalogs: Mutex<BTreeMap<String, Arc<InstanceTypes>>>,
 }
 
 fn api_error(e: kube::Error) -> Error {
@@ -219,7 +219,7 @@ impl CloudProvider for KwokCloudProvider {
         self.instances().boxed()
     }
 
-    fn instance_types(&self, nodeclass: &str) -> Option<Arc<Catalog>> {
+    fn instance_types(&self, nodeclass: &str) -> Option<Arc<InstanceTypes>> {
         let mut catalogs = self.catalogs.lock().unwrap_or_else(|p| p.into_inner());
         let catalog = catalogs
             .entry(nodeclass.to_string())

@@ -34,7 +34,9 @@ use kube::ResourceExt;
 use kube::api::DynamicObject;
 
 use crate::error::{SettingsError, TemplateError};
-use crate::model::{Catalog, Excluded, InstanceType, Offering, ResizableGroup, template_of};
+use crate::model::{
+    Catalog, Excluded, InstanceType, InstanceTypes, Offering, ResizableGroup, template_of,
+};
 use crate::reference::template_ref;
 use crate::resize::{self, ResizeSpec, Size};
 use crate::settings::{CatalogSettings, Resolved};
@@ -166,16 +168,23 @@ pub fn build_catalog(
     limits.retain(|id, _| offered.contains(id.as_str()));
     sort_instance_types(&mut instance_types);
     excluded.sort_by(|a, b| a.template.cmp(&b.template));
+    let resize_fields = groups
+        .iter()
+        .map(|(base, (spec, _))| (base.clone(), spec.fields.clone()))
+        .collect();
     let resizable = groups
         .into_iter()
         .map(|(base, (spec, objs))| resizable_group(base, spec, objs, &resolved))
         .collect();
     Ok(Catalog {
-        instance_types,
+        types: Arc::new(InstanceTypes {
+            instance_types,
+            resizable,
+        }),
         excluded,
         defaults_applied,
         limits,
-        resizable,
+        resize_fields,
     })
 }
 
@@ -232,7 +241,6 @@ fn resizable_group(
     objs: Vec<DynamicObject>,
     resolved: &Resolved,
 ) -> ResizableGroup {
-    let templates = objs.iter().map(template_ref).collect();
     let resolved = resolved.clone();
     let make_spec = spec.clone();
     let make = move |size: Size| -> Option<InstanceType> {
@@ -244,12 +252,7 @@ fn resizable_group(
         let (name, (shape, offerings)) = types.into_iter().next()?;
         Some(instance_type(name, shape, offerings))
     };
-    ResizableGroup {
-        base,
-        spec,
-        templates,
-        make: Arc::new(make),
-    }
+    ResizableGroup::new(base, spec.sizing, Arc::new(make))
 }
 
 /// Adds one template's shape to the instance types: a new one, or its offerings joined to

@@ -31,13 +31,13 @@ pub mod labels;
 pub mod model;
 pub mod offline;
 pub mod overlay;
-pub mod quantity;
+pub use cloudprovider::quantity;
 mod reference;
 pub mod resize;
 pub mod selection;
 pub mod settings;
 pub mod shape;
-pub mod sizing;
+pub use cloudprovider::resize as sizing;
 pub mod status;
 pub mod watch;
 

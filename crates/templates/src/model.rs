@@ -15,7 +15,9 @@ pub use cloudprovider::model::{
 use crate::count::CountLimits;
 use crate::error::TemplateError;
 pub use crate::reference::TemplateRef;
-use crate::resize::{ResizeSpec, Size};
+use crate::resize::FieldMap;
+pub use cloudprovider::InstanceTypes;
+pub use cloudprovider::resize::{MakeSized, ResizableGroup};
 
 /// Default price per hour of an offering without a price annotation:
 ///
@@ -124,18 +126,31 @@ pub struct DefaultApplied {
 /// annotations of each template, the resizable groups.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Catalog {
-    /// Sorted by cheapest offering, then name. Each offering's id is its template
-    /// ([`template_of`]).
-    pub instance_types: Vec<InstanceType>,
+    /// What the core sees ([`InstanceTypes`]): sorted by cheapest offering, then name; each
+    /// offering's id is its template ([`template_of`]); the resizable groups by base name.
+    /// The catalog derefs to it.
+    pub types: Arc<InstanceTypes>,
     /// Templates that yield nothing, sorted by template.
     pub excluded: Vec<Excluded>,
     pub defaults_applied: Vec<DefaultApplied>,
     /// The count annotations of the templates that have any, by offering id (see
     /// [`crate::count`]); a template not here is unbounded.
     pub limits: BTreeMap<String, CountLimits>,
-    /// The resizable templates (by instance-type base name): their grid is in
-    /// `instance_types`, any other size of theirs is made on demand ([`Catalog::lookup`]).
-    pub resizable: Vec<ResizableGroup>,
+    /// Where a size goes in the InfraMachine, by resizable group base name.
+    pub resize_fields: BTreeMap<String, FieldMap>,
+}
+
+impl std::ops::Deref for Catalog {
+    type Target = InstanceTypes;
+    fn deref(&self) -> &InstanceTypes {
+        &self.types
+    }
+}
+
+impl std::ops::DerefMut for Catalog {
+    fn deref_mut(&mut self) -> &mut InstanceTypes {
+        Arc::make_mut(&mut self.types)
+    }
 }
 
 /// An offering as the catalog shows it: with its template and count annotations.
@@ -202,102 +217,31 @@ impl Serialize for Catalog {
     }
 }
 
-/// Makes the instance type of one size of a resizable group (`None`: not a size of it).
-pub type MakeSized = dyn Fn(Size) -> Option<InstanceType> + Send + Sync;
-
-/// The resizable templates sharing one instance-type base name (one per zone, say).
-#[derive(Clone)]
-pub struct ResizableGroup {
-    /// The base name: `<base>-<cpu>c-<memory>` are its instance types.
-    pub base: String,
-    pub spec: ResizeSpec,
-    /// The templates of the group.
-    pub templates: Vec<TemplateRef>,
-    pub(crate) make: Arc<MakeSized>,
-}
-
-impl std::fmt::Debug for ResizableGroup {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ResizableGroup")
-            .field("base", &self.base)
-            .field("spec", &self.spec)
-            .field("templates", &self.templates)
-            .finish()
-    }
-}
-
-impl PartialEq for ResizableGroup {
-    fn eq(&self, other: &Self) -> bool {
-        self.base == other.base && self.spec == other.spec && self.templates == other.templates
-    }
-}
-
-impl ResizableGroup {
-    /// The instance type of `size` (`None` when the spec does not contain it).
-    pub fn instance_type(&self, size: Size) -> Option<InstanceType> {
-        if !self.spec.contains(size) {
-            return None;
-        }
-        (self.make)(size)
-    }
-}
-
 impl Catalog {
     /// The count annotations of `offering`'s template (empty: unbounded).
     pub fn limits_of(&self, offering: &Offering) -> CountLimits {
         self.limits.get(&offering.id).copied().unwrap_or_default()
     }
 
-    /// The instance type called `name`.
-    pub fn get(&self, name: &str) -> Option<&InstanceType> {
-        self.instance_types.iter().find(|t| t.name == name)
-    }
-
-    /// The price of the offering of instance type `name` (a size of a resizable group too)
-    /// in `capacity_type` and `zone` (an offering without a zone matches any), as a node
-    /// with these labels is priced.
-    pub fn price_of(&self, name: &str, capacity_type: &str, zone: Option<&str>) -> Option<f64> {
-        let it = self.lookup(name)?;
-        it.offerings
-            .iter()
-            .find(|o| {
-                o.capacity_type == capacity_type && (o.zone.is_none() || o.zone.as_deref() == zone)
-            })
-            .map(|o| o.price)
-    }
-
-    /// The resizable group `name` is a size of, and the size.
-    pub fn resizable_of(&self, name: &str) -> Option<(&ResizableGroup, Size)> {
-        self.resizable
-            .iter()
-            .find_map(|g| Some((g, crate::resize::parse_sized_name(&g.base, name)?)))
-    }
-
-    /// The instance type called `name`: in the catalog, or a size of a resizable group
-    /// within its bounds (made now).
-    pub fn lookup(&self, name: &str) -> Option<Cow<'_, InstanceType>> {
-        if let Some(it) = self.get(name) {
-            return Some(Cow::Borrowed(it));
+    /// A catalog of these instance types only (no templates excluded, no counts).
+    pub fn of(instance_types: Vec<InstanceType>) -> Catalog {
+        Catalog {
+            types: Arc::new(InstanceTypes::of(instance_types)),
+            ..Catalog::default()
         }
-        let (group, size) = self.resizable_of(name)?;
-        group.instance_type(size).map(Cow::Owned)
     }
 
     /// The catalog with the instance types of `names` that are sizes of its resizable
     /// groups but not in its grid added (borrowed when there are none).
     pub fn with_sizes<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> Cow<'_, Catalog> {
-        let extra: Vec<InstanceType> = names
-            .into_iter()
-            .filter(|n| self.get(n).is_none())
-            .filter_map(|n| self.lookup(n).map(Cow::into_owned))
-            .collect();
-        if extra.is_empty() {
-            return Cow::Borrowed(self);
+        match self.types.with_sizes(names) {
+            Cow::Borrowed(_) => Cow::Borrowed(self),
+            Cow::Owned(types) => Cow::Owned(Catalog {
+                types: Arc::new(types),
+                ..self.clone()
+            }),
         }
-        let mut c = self.clone();
-        c.instance_types.extend(extra);
-        sort_instance_types(&mut c.instance_types);
-        Cow::Owned(c)
     }
 }
+
 pub(crate) use cloudprovider::model::sort_instance_types;

@@ -442,24 +442,5 @@ fn apply_to(it: &mut InstanceType, applied: &[Overlay]) {
     sort_offerings(&mut it.offerings);
 }
 
-/// Whether any of `names` (instance types of `catalog`) has an offering priced by an
-/// overlay, and whether any has capacity an overlay extended: the NodeClaim annotations
-/// `karpenter.sh/price-overlay-applied` and `karpenter.sh/capacity-overlay-applied`.
-pub fn marks(catalog: &Catalog, names: &[String]) -> (bool, bool) {
-    let types = || {
-        catalog
-            .instance_types
-            .iter()
-            .filter(|it| names.contains(&it.name))
-    };
-    let price = types().any(|it| {
-        it.offerings
-            .iter()
-            .any(|o| o.price_source == PriceSource::Overlay)
-    });
-    let capacity = types().any(|it| it.capacity_overlaid);
-    (price, capacity)
-}
-
 #[cfg(test)]
 mod tests;

@@ -15,8 +15,6 @@
 //! solve each NodeClaim is shrunk to the smallest lattice size that fits it (the `sizing`
 //! module), which the catalog synthesizes by name on demand.
 
-use std::collections::BTreeSet;
-
 use api::consts::annotations as ann;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -25,92 +23,10 @@ use crate::error::TemplateError;
 use crate::quantity::{format_bytes, parse_milli, parse_value};
 use crate::reference::TemplateRef;
 
-/// At most this many synthetic instance types per resizable template.
-pub const MAX_GRID: usize = 200;
+pub use cloudprovider::resize::{MAX_GRID, Range, Size, Sizing, parse_sized_name, sized_name};
 
 const MIB: i64 = 1 << 20;
 const GIB: i64 = 1 << 30;
-
-/// One size: whole vCPUs (in millicores) and memory (bytes, whole MiB).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct Size {
-    /// Millicores (a multiple of 1000).
-    pub cpu: i64,
-    /// Bytes (a multiple of 1 MiB).
-    pub memory: i64,
-}
-
-impl Size {
-    /// Whole vCPUs.
-    pub fn vcpus(&self) -> i64 {
-        self.cpu / 1000
-    }
-    /// `cpu=6,memory=20Gi`, the value of [`ann::RESIZED`].
-    pub fn annotation(&self) -> String {
-        format!("cpu={},memory={}", self.vcpus(), format_bytes(self.memory))
-    }
-    /// The name suffix: `6c-20gi` (or `6c-1536mi`).
-    fn suffix(&self) -> String {
-        let mem = if self.memory % GIB == 0 {
-            format!("{}gi", self.memory / GIB)
-        } else {
-            format!("{}mi", self.memory / MIB)
-        };
-        format!("{}c-{mem}", self.vcpus())
-    }
-    fn parse_suffix(s: &str) -> Option<Size> {
-        let (cpu, mem) = s.split_once("c-")?;
-        let cpu: i64 = cpu.parse().ok()?;
-        let memory = if let Some(g) = mem.strip_suffix("gi") {
-            g.parse::<i64>().ok()?.checked_mul(GIB)?
-        } else {
-            mem.strip_suffix("mi")?
-                .parse::<i64>()
-                .ok()?
-                .checked_mul(MIB)?
-        };
-        Some(Size {
-            cpu: cpu.checked_mul(1000)?,
-            memory,
-        })
-    }
-}
-
-/// `min-max/step` of one resource, in its canonical unit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct Range {
-    pub min: i64,
-    pub max: i64,
-    pub step: i64,
-}
-
-impl Range {
-    /// Whether `v` is on the lattice `min + k × step` and within the bounds.
-    pub fn contains(&self, v: i64) -> bool {
-        v >= self.min && v <= self.max && (v - self.min) % self.step == 0
-    }
-    /// The smallest lattice value ≥ `v` (`None` above `max`).
-    pub fn round_up(&self, v: i64) -> Option<i64> {
-        if v <= self.min {
-            return Some(self.min);
-        }
-        let k = (v - self.min + self.step - 1) / self.step;
-        let r = self.min.checked_add(k.checked_mul(self.step)?)?;
-        (r <= self.max).then_some(r)
-    }
-    /// Roughly geometric values from `min` to `max` (each about ×`factor` the last, on the
-    /// lattice), both ends included.
-    fn geometric(&self, factor: f64) -> Vec<i64> {
-        let mut out = vec![self.min];
-        let mut v = self.min;
-        while v < self.max {
-            let next = ((v as f64) * factor).ceil() as i64;
-            v = self.round_up(next.max(v + 1)).unwrap_or(self.max);
-            out.push(v);
-        }
-        out
-    }
-}
 
 /// How a memory value is written in the clone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -314,116 +230,20 @@ impl FieldWrite {
     }
 }
 
-/// A resizable template's declaration.
+/// A resizable template's declaration: how it may be sized, and where a size goes in the
+/// InfraMachine.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ResizeSpec {
-    pub cpu: Range,
-    pub memory: Range,
-    /// Bytes of memory per vCPU a size keeps (min, max).
-    pub memory_per_cpu: Option<(i64, i64)>,
-    pub price_per_cpu: Option<f64>,
-    pub price_per_gib: Option<f64>,
-    /// Percent added to a NodeClaim's demand before sizing.
-    pub headroom_percent: i64,
+    #[serde(flatten)]
+    pub sizing: Sizing,
     pub fields: FieldMap,
 }
 
-impl ResizeSpec {
-    /// Whether `size` is a size of this template (on both lattices, inside the bounds and
-    /// the memory per cpu).
-    pub fn contains(&self, size: Size) -> bool {
-        self.cpu.contains(size.cpu) && self.memory.contains(size.memory) && self.ratio_ok(size)
+impl std::ops::Deref for ResizeSpec {
+    type Target = Sizing;
+    fn deref(&self) -> &Sizing {
+        &self.sizing
     }
-
-    fn ratio_ok(&self, size: Size) -> bool {
-        self.memory_per_cpu.is_none_or(|(lo, hi)| {
-            let v = size.vcpus().max(1);
-            size.memory >= lo.saturating_mul(v) && size.memory <= hi.saturating_mul(v)
-        })
-    }
-
-    /// The sizes the catalog offers: roughly geometric steps of cpu and memory (×1.5,
-    /// coarser when that would exceed [`MAX_GRID`]), every pair within the memory per cpu,
-    /// plus for each cpu the smallest memory it allows; both ends of each range included.
-    pub fn grid(&self) -> Vec<Size> {
-        let mut factor = 1.5;
-        loop {
-            let cpus = self.cpu.geometric(factor);
-            let mems = self.memory.geometric(factor);
-            let mut out = BTreeSet::new();
-            for &cpu in &cpus {
-                for &memory in &mems {
-                    let s = Size { cpu, memory };
-                    if self.ratio_ok(s) {
-                        out.insert(s);
-                    }
-                }
-                if let Some(s) = self.smallest_memory_for(cpu) {
-                    out.insert(s);
-                }
-            }
-            if out.len() <= MAX_GRID || factor > 16.0 {
-                return out.into_iter().take(MAX_GRID).collect();
-            }
-            factor *= 1.25;
-        }
-    }
-
-    /// The smallest size with `cpu` (memory raised to the memory per cpu); `None` when no
-    /// memory fits.
-    fn smallest_memory_for(&self, cpu: i64) -> Option<Size> {
-        let lo = self
-            .memory_per_cpu
-            .map(|(lo, _)| lo.saturating_mul(cpu / 1000))
-            .unwrap_or(0);
-        let memory = self.memory.round_up(lo)?;
-        let s = Size { cpu, memory };
-        self.ratio_ok(s).then_some(s)
-    }
-
-    /// The smallest size of this template with at least `cpu` millicores and `memory`
-    /// bytes (raised to keep the memory per cpu); `None` when it exceeds the ranges.
-    pub fn round_up(&self, cpu: i64, memory: i64) -> Option<Size> {
-        let mut cpu = self.cpu.round_up(cpu)?;
-        let mut memory = self.memory.round_up(memory)?;
-        for _ in 0..4 {
-            let s = Size { cpu, memory };
-            if self.ratio_ok(s) {
-                return Some(s);
-            }
-            let Some((lo, hi)) = self.memory_per_cpu else {
-                return Some(s);
-            };
-            if memory < lo.saturating_mul(cpu / 1000) {
-                memory = self.memory.round_up(lo.saturating_mul(cpu / 1000))?;
-            } else if memory > hi.saturating_mul(cpu / 1000) {
-                let need = (memory + hi - 1) / hi.max(1);
-                cpu = self.cpu.round_up(need.saturating_mul(1000))?;
-            }
-        }
-        let s = Size { cpu, memory };
-        self.ratio_ok(s).then_some(s)
-    }
-
-    /// The price of `size` from the per-cpu and per-GiB prices; `None` when neither is set.
-    pub fn price(&self, size: Size) -> Option<f64> {
-        if self.price_per_cpu.is_none() && self.price_per_gib.is_none() {
-            return None;
-        }
-        let p = self.price_per_cpu.unwrap_or(0.0) * size.vcpus() as f64
-            + self.price_per_gib.unwrap_or(0.0) * size.memory as f64 / GIB as f64;
-        Some((p * 1e6).round() / 1e6)
-    }
-}
-
-/// The instance-type name of `size` for the base name `base`.
-pub fn sized_name(base: &str, size: Size) -> String {
-    format!("{base}-{}", size.suffix())
-}
-
-/// The size a name of `base` stands for (`None`: not one of its names).
-pub fn parse_sized_name(base: &str, name: &str) -> Option<Size> {
-    Size::parse_suffix(name.strip_prefix(base)?.strip_prefix('-')?)
 }
 
 /// Reads the resizable annotations of a template of `kind`: `None` when it is not
@@ -503,12 +323,14 @@ pub fn spec_of(
     let fields =
         FieldMap::parse(fields_raw).map_err(|r| err(ann::RESIZABLE_FIELDS, fields_raw, r))?;
     let spec = ResizeSpec {
-        cpu,
-        memory,
-        memory_per_cpu,
-        price_per_cpu: price(ann::PRICE_PER_CPU)?,
-        price_per_gib: price(ann::PRICE_PER_GIB)?,
-        headroom_percent,
+        sizing: Sizing {
+            cpu,
+            memory,
+            memory_per_cpu,
+            price_per_cpu: price(ann::PRICE_PER_CPU)?,
+            price_per_gib: price(ann::PRICE_PER_GIB)?,
+            headroom_percent,
+        },
         fields,
     };
     if spec.grid().is_empty() {

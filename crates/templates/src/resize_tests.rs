@@ -334,11 +334,11 @@ proptest! {
         let it = g.instance_type(s).expect("a size");
         prop_assert!(it.allocatable.cpu_milli() >= cpu && it.allocatable.memory_bytes() >= mem_mi << 20);
         if s.cpu > g.spec.cpu.min {
-            let smaller = (g.make)(Size { cpu: s.cpu - g.spec.cpu.step, ..s }).expect("smaller");
+            let smaller = g.make(Size { cpu: s.cpu - g.spec.cpu.step, ..s }).expect("smaller");
             prop_assert!(smaller.allocatable.cpu_milli() < cpu);
         }
         if s.memory > g.spec.memory.min {
-            let smaller = (g.make)(Size { memory: s.memory - g.spec.memory.step, ..s }).expect("smaller");
+            let smaller = g.make(Size { memory: s.memory - g.spec.memory.step, ..s }).expect("smaller");
             prop_assert!(smaller.allocatable.memory_bytes() < mem_mi << 20);
         }
     }

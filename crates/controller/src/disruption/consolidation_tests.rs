@@ -6,11 +6,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use api::{NodeClaim, NodePool};
+use cloudprovider::InstanceTypes;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
-use templates::model::{Catalog, InstanceType, PriceSource, Resources, TemplateRef};
+use templates::model::{InstanceType, PriceSource, Resources, TemplateRef};
 
 use super::tests::NoSim;
 use super::{Outcome, Timers, VALIDATION, View, pass};
@@ -22,14 +23,14 @@ pub(super) fn typed<T: serde::de::DeserializeOwned>(v: Value) -> Arc<T> {
     Arc::new(serde_json::from_value(v).expect("fixture"))
 }
 
-fn catalog() -> Arc<Catalog> {
+fn catalog() -> Arc<InstanceTypes> {
     let template = TemplateRef {
         api_version: "infrastructure.cluster.x-k8s.io/v1beta1".into(),
         kind: "DockerMachineTemplate".into(),
         namespace: None,
         name: "t".into(),
     };
-    Arc::new(Catalog {
+    Arc::new(InstanceTypes {
         instance_types: TYPES
             .iter()
             .map(|(name, cpu, price)| {
@@ -56,7 +57,7 @@ fn catalog() -> Arc<Catalog> {
                 }
             })
             .collect(),
-        ..Catalog::default()
+        ..InstanceTypes::default()
     })
 }
 

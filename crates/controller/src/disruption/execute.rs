@@ -8,12 +8,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use api::karpenter::DisruptionReason;
+use cloudprovider::InstanceTypes;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
-use templates::model::Catalog;
 
 use super::orchestrate::{Command, Orchestrator, delete_disrupted, reason_label};
 use super::simulate::Simulator;
@@ -70,7 +70,7 @@ impl Disruption {
     pub fn pass(&self, cluster: &Cluster, timers: &mut Timers) -> Outcome {
         // One answer per NodeClass for the whole pass: its simulations plan on the same
         // offerings (replacements count against templates' counts as launches do).
-        let answers: Mutex<HashMap<String, Option<Arc<Catalog>>>> = Mutex::default();
+        let answers: Mutex<HashMap<String, Option<Arc<InstanceTypes>>>> = Mutex::default();
         let catalog = |nodeclass: &str| {
             let mut answers = answers.lock().unwrap_or_else(|p| p.into_inner());
             answers

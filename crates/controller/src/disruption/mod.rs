@@ -52,8 +52,8 @@ use std::time::{Duration, Instant};
 
 use api::NodeClaim;
 use api::karpenter::DisruptionReason;
+use cloudprovider::InstanceTypes;
 use k8s_openapi::jiff::Timestamp;
-use templates::model::Catalog;
 
 pub use budgets::{PoolBudget, allowed, budget_active, budget_nodes};
 pub use candidates::{Pool, reschedulable};
@@ -143,7 +143,7 @@ pub struct Outcome {
 pub struct View<'a> {
     pub cluster: &'a Cluster,
     /// A NodeClass's instance types (prices for consolidation).
-    pub catalog: &'a dyn Fn(&str) -> Option<Arc<Catalog>>,
+    pub catalog: &'a dyn Fn(&str) -> Option<Arc<InstanceTypes>>,
 }
 
 impl std::ops::Deref for View<'_> {
@@ -155,7 +155,7 @@ impl std::ops::Deref for View<'_> {
 }
 
 /// A catalog lookup that knows no NodeClass.
-pub fn no_catalog(_: &str) -> Option<Arc<Catalog>> {
+pub fn no_catalog(_: &str) -> Option<Arc<InstanceTypes>> {
     None
 }
 

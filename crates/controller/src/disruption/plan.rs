@@ -55,7 +55,7 @@ pub struct Replacement {
     pub instance_type: String,
     pub price: f64,
     /// The catalog the pool's instance types came from (the NodeClaim's overlay marks).
-    pub catalog: Option<Arc<templates::model::Catalog>>,
+    pub catalog: Option<Arc<cloudprovider::InstanceTypes>>,
 }
 
 /// A consolidation the simulation found.
@@ -295,7 +295,7 @@ fn choices(
 /// (priced as that size, with the planned size's available offerings), the template's other
 /// sizes dropped. So a node is shrunk when that saves at least one step.
 fn shrunk(
-    catalog: &templates::model::Catalog,
+    catalog: &cloudprovider::InstanceTypes,
     claim: &scheduling::NewNodeClaim,
     options: Vec<Choice>,
 ) -> Vec<Choice> {

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use api::NodeClaim;
+use cloudprovider::InstanceTypes;
 use k8s_openapi::api::core::v1::Pod;
-use templates::model::Catalog;
 
 use super::View;
 use super::candidates::{Candidate, reschedulable};
@@ -69,7 +69,7 @@ pub fn without(cluster: &Cluster, nodes: &[&str], claims: &[&str]) -> (Cluster, 
 
 /// The real simulation: the provisioner's snapshot and solver, Ready NodePools only.
 pub struct Simulator<'a> {
-    pub catalog: &'a dyn Fn(&str) -> Option<Arc<Catalog>>,
+    pub catalog: &'a dyn Fn(&str) -> Option<Arc<InstanceTypes>>,
     /// Whether replacements read the offerings' availability (the loop) or not.
     pub available: crate::provisioning::convert::Availability,
 }

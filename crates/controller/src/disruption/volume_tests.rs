@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use api::NodeClaim;
+use cloudprovider::InstanceTypes;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use serde_json::json;
-use templates::model::{Catalog, InstanceType, PriceSource, Resources, TemplateRef};
+use templates::model::{InstanceType, PriceSource, Resources, TemplateRef};
 
 use super::View;
 use super::candidates::Candidate;
@@ -18,7 +19,7 @@ use crate::provisioning::convert::Availability;
 use crate::state::{Cluster, Objects};
 
 /// One type, offered in z1 (cheaper) and z2.
-fn catalog() -> Arc<Catalog> {
+fn catalog() -> Arc<InstanceTypes> {
     let template = TemplateRef {
         api_version: "infrastructure.cluster.x-k8s.io/v1beta1".into(),
         kind: "DockerMachineTemplate".into(),
@@ -39,7 +40,7 @@ fn catalog() -> Arc<Catalog> {
             PriceSource::Annotation,
         )
     };
-    Arc::new(Catalog {
+    Arc::new(InstanceTypes {
         instance_types: vec![InstanceType {
             volume_limits: BTreeMap::new(),
             name: "medium".into(),
@@ -50,7 +51,7 @@ fn catalog() -> Arc<Catalog> {
             offerings: vec![offering("z1", 0.1), offering("z2", 0.2)],
             capacity_overlaid: false,
         }],
-        ..Catalog::default()
+        ..InstanceTypes::default()
     })
 }
 

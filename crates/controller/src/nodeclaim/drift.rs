@@ -23,11 +23,11 @@ use api::consts::annotations::{NODEPOOL_HASH, NODEPOOL_HASH_VERSION as HASH_VERS
 use api::consts::{conditions as types, reasons};
 use api::karpenter::NodeClaimStatus;
 use api::{NodeClaim, NodePool};
+use cloudprovider::InstanceTypes;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
-use templates::model::Catalog;
 
 use super::context::{Ctx, Error};
 use super::labels::{Recorded, nodepool_of};
@@ -46,7 +46,7 @@ pub(crate) const INSTANCE_TYPE_GRACE: Duration = Duration::from_secs(3600);
 pub(crate) struct Observed<'a> {
     pub(crate) claim: &'a NodeClaim,
     pub(crate) pool: Option<&'a NodePool>,
-    pub(crate) catalog: Option<&'a Catalog>,
+    pub(crate) catalog: Option<&'a InstanceTypes>,
     /// The offering the provider says (its instance), read where the claim's labels do not.
     pub(crate) recorded: &'a Recorded,
     pub(crate) now: Timestamp,
@@ -263,14 +263,14 @@ pub(crate) mod tests {
 
     /// A catalog of one instance type, `small`, from TestMachineTemplate `template`,
     /// offered on demand in `zone`.
-    pub(crate) fn catalog(template: &str, zone: &str) -> Catalog {
+    pub(crate) fn catalog(template: &str, zone: &str) -> InstanceTypes {
         let tref = TemplateRef {
             api_version: "infrastructure.cluster.x-k8s.io/v1beta2".into(),
             kind: "TestMachineTemplate".into(),
             namespace: Some("ns".into()),
             name: template.into(),
         };
-        Catalog {
+        InstanceTypes {
             instance_types: vec![InstanceType {
                 volume_limits: Default::default(),
                 name: "small".into(),
@@ -287,7 +287,7 @@ pub(crate) mod tests {
                 )],
                 capacity_overlaid: false,
             }],
-            ..Catalog::default()
+            ..InstanceTypes::default()
         }
     }
 
@@ -298,7 +298,7 @@ pub(crate) mod tests {
         pool: NodePool,
         claim: NodeClaim,
         recorded: Recorded,
-        catalog: Catalog,
+        catalog: InstanceTypes,
     }
 
     impl Case {
@@ -397,7 +397,7 @@ pub(crate) mod tests {
     /// ranges contain it; narrowed ranges drift it.
     #[test]
     fn a_size_outside_the_resizable_ranges_drifts() {
-        let flex = |cpu: &str| -> Catalog {
+        let flex = |cpu: &str| -> InstanceTypes {
             let t: kube::api::DynamicObject = typed(json!({
                 "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "TestMachineTemplate",
                 "metadata": {"name": "flex", "namespace": "ns",
@@ -405,7 +405,9 @@ pub(crate) mod tests {
                     "annotations": {"karpenter.cluster.x-k8s.io/resizable-cpu": cpu,
                         "karpenter.cluster.x-k8s.io/resizable-memory": "4Gi-32Gi/4Gi"}},
                 "spec": {"template": {"spec": {}}}}));
-            templates::build_catalog(&[t], &templates::CatalogSettings::default()).expect("catalog")
+            let catalog = templates::build_catalog(&[t], &templates::CatalogSettings::default())
+                .expect("catalog");
+            (*catalog.types).clone()
         };
         let mut c = Case::new();
         c.recorded.instance_type = "flex-6c-16gi".into();

@@ -7,10 +7,10 @@ use api::consts::annotations::{
 };
 use api::karpenter::{self as k, NodeSelectorRequirementWithMinValues};
 use api::{NodeClaim, NodePool};
+use cloudprovider::InstanceTypes;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use kube::api::ObjectMeta;
 use scheduling::{Operator, Requirement, Taint, TaintEffect};
-use templates::model::Catalog;
 
 use super::convert::quantities;
 
@@ -85,7 +85,7 @@ pub fn nodepool_hash(pool: &NodePool) -> String {
 /// first in place of the group's grid sizes (the other templates' types stay as fallbacks).
 /// `None`: not resizable, or an instance-type `minValues` the list must keep.
 pub fn shrink(
-    catalog: &Catalog,
+    catalog: &InstanceTypes,
     claim: &scheduling::NewNodeClaim,
 ) -> Option<(templates::resize::Size, Vec<String>)> {
     let (group, planned) = catalog.resizable_of(&claim.cheapest.instance_type)?;
@@ -122,7 +122,7 @@ pub fn shrink(
 pub fn nodeclaim(
     pool: &NodePool,
     claim: &scheduling::NewNodeClaim,
-    catalog: Option<&Catalog>,
+    catalog: Option<&InstanceTypes>,
 ) -> NodeClaim {
     let name = pool.metadata.name.clone().unwrap_or_default();
     let tpl = &pool.spec.template;
@@ -135,7 +135,7 @@ pub fn nodeclaim(
         NODEPOOL_HASH_VERSION.into(),
     );
     let (price, capacity) = catalog
-        .map(|c| templates::overlay::marks(c, claim.instance_types()))
+        .map(|c| c.overlay_marks(claim.instance_types()))
         .unwrap_or_default();
     // Karpenter's BestEffort minValues: whether the solver relaxed one (not under Strict).
     if let Some(relaxed) = claim.min_values_relaxed {

@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use api::consts::conditions as types;
 use api::{NodeClaim, NodePool};
+use cloudprovider::InstanceTypes;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use templates::model::Catalog;
 
 use super::convert;
 use super::convert::Availability;
@@ -21,7 +21,7 @@ use crate::state::Cluster;
 pub struct Snapshot {
     pub input: scheduling::Input,
     pub pools: BTreeMap<String, Arc<NodePool>>,
-    pub catalogs: BTreeMap<String, Arc<Catalog>>,
+    pub catalogs: BTreeMap<String, Arc<InstanceTypes>>,
 }
 
 impl Snapshot {
@@ -61,11 +61,11 @@ pub fn build(
     cluster: &Cluster,
     nodepools: &[Arc<NodePool>],
     pending: &[Arc<Pod>],
-    catalog: &dyn Fn(&str) -> Option<Arc<Catalog>>,
+    catalog: &dyn Fn(&str) -> Option<Arc<InstanceTypes>>,
     offerings: Availability,
 ) -> Snapshot {
     // A NodeClass's catalog is asked for once per build, not once per node.
-    let seen: RefCell<HashMap<String, Option<Arc<Catalog>>>> = RefCell::default();
+    let seen: RefCell<HashMap<String, Option<Arc<InstanceTypes>>>> = RefCell::default();
     let once = |nodeclass: &str| {
         seen.borrow_mut()
             .entry(nodeclass.to_string())
@@ -161,7 +161,7 @@ fn bound(cluster: &Cluster, node: &str) -> (scheduling::Resources, Vec<schedulin
 fn instance_type_limits(
     cluster: &Cluster,
     labels: Option<&BTreeMap<String, String>>,
-    catalog: &dyn Fn(&str) -> Option<Arc<Catalog>>,
+    catalog: &dyn Fn(&str) -> Option<Arc<InstanceTypes>>,
 ) -> BTreeMap<String, u32> {
     let label = |k: &str| labels.and_then(|l| l.get(k));
     let (Some(pool), Some(it)) = (
@@ -396,12 +396,12 @@ mod tests {
         }))
     }
 
-    fn no_catalog(_: &str) -> Option<Arc<Catalog>> {
+    fn no_catalog(_: &str) -> Option<Arc<InstanceTypes>> {
         None
     }
 
     /// One instance type offered in z1 (cheaper) and z2; the provider marks z1 as it says.
-    fn offered(z1_available: bool) -> Arc<Catalog> {
+    fn offered(z1_available: bool) -> Arc<InstanceTypes> {
         let template = templates::model::TemplateRef {
             api_version: "infrastructure.cluster.x-k8s.io/v1beta2".into(),
             kind: "DockerMachineTemplate".into(),
@@ -429,7 +429,7 @@ mod tests {
             ("memory".to_string(), 8 << 30),
             ("pods".to_string(), 110),
         ]));
-        Arc::new(Catalog {
+        Arc::new(InstanceTypes {
             instance_types: vec![templates::model::InstanceType {
                 volume_limits: Default::default(),
                 name: "small".into(),
@@ -440,12 +440,12 @@ mod tests {
                 offerings: vec![z1, z2],
                 capacity_overlaid: false,
             }],
-            ..Catalog::default()
+            ..InstanceTypes::default()
         })
     }
 
     /// The zone of the one NodeClaim planned for a pending pod over `catalog`.
-    fn planned_zone(catalog: Arc<Catalog>, availability: Availability) -> Vec<String> {
+    fn planned_zone(catalog: Arc<InstanceTypes>, availability: Availability) -> Vec<String> {
         let state = Cluster::new(Objects {
             pods: vec![typed(json!({
                 "metadata": {"name": "p", "namespace": "d", "uid": "p"},

@@ -8,8 +8,8 @@
 
 use api::NodeClaim;
 use api::NodePool;
+use cloudprovider::InstanceTypes;
 use scheduling::{Operator, Requirement, Toleration};
-use templates::model::Catalog;
 
 use crate::provisioning::convert::{self, Availability};
 
@@ -17,7 +17,7 @@ use crate::provisioning::convert::{self, Availability};
 /// nothing), in `zone` if given; `Err(why)` when no offering of `catalog` is compatible.
 pub fn planned(
     pool: &NodePool,
-    catalog: &Catalog,
+    catalog: &InstanceTypes,
     offerings: Availability,
     zone: Option<&str>,
 ) -> Result<scheduling::NewNodeClaim, String> {
@@ -71,7 +71,7 @@ pub fn planned(
 /// in `zone` if given; `Err(why)` when no offering of `catalog` is compatible.
 pub fn claim(
     pool: &NodePool,
-    catalog: &Catalog,
+    catalog: &InstanceTypes,
     offerings: Availability,
     zone: Option<&str>,
     name: Option<&str>,
@@ -87,7 +87,7 @@ pub fn claim(
 
 /// The zones a claim of `pool` can launch in (sorted): those of `catalog`'s offerings for
 /// which the solver finds a compatible, available offering.
-pub fn zones(pool: &NodePool, catalog: &Catalog, offerings: Availability) -> Vec<String> {
+pub fn zones(pool: &NodePool, catalog: &InstanceTypes, offerings: Availability) -> Vec<String> {
     let mut all: Vec<String> = catalog
         .instance_types
         .iter()

@@ -7,10 +7,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use api::{NodeClaim, NodePool};
+use cloudprovider::InstanceTypes;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
-use templates::model::{Catalog, InstanceType, PriceSource, Resources, TemplateRef};
+use templates::model::{InstanceType, PriceSource, Resources, TemplateRef};
 
 use super::scale::{Plan, plan, slot_name};
 use crate::state::{Cluster, Objects};
@@ -277,14 +278,14 @@ const TYPES: [(&str, i64, f64, &str); 3] = [
     ("mid", 4, 0.4, "z1"),
 ];
 
-fn catalog() -> Catalog {
+fn catalog() -> InstanceTypes {
     let template = TemplateRef {
         api_version: "infrastructure.cluster.x-k8s.io/v1beta1".into(),
         kind: "DockerMachineTemplate".into(),
         namespace: None,
         name: "t".into(),
     };
-    Catalog {
+    InstanceTypes {
         instance_types: TYPES
             .iter()
             .map(|(name, cpu, price, zone)| {
@@ -311,7 +312,7 @@ fn catalog() -> Catalog {
                 }
             })
             .collect(),
-        ..Catalog::default()
+        ..InstanceTypes::default()
     }
 }
 

@@ -53,10 +53,7 @@ fn it(name: &str, cpu: i64, price: f64) -> InstanceType {
 fn catalog() -> Catalog {
     let mut instance_types = vec![it("medium", 2, 0.1), it("large", 4, 0.2)];
     sort_instance_types(&mut instance_types);
-    Catalog {
-        instance_types,
-        ..Catalog::default()
-    }
+    Catalog::of(instance_types)
 }
 
 fn req(key: &str, operator: Operator, values: &[&str]) -> Requirement {
@@ -192,8 +189,8 @@ fn price_overlay_reorders_the_catalog() {
             matched: 2
         }
     );
-    assert_eq!(marks(&out, &["large".into()]), (true, false));
-    assert_eq!(marks(&out, &["medium".into()]), (false, false));
+    assert_eq!(out.overlay_marks(&["large".into()]), (true, false));
+    assert_eq!(out.overlay_marks(&["medium".into()]), (false, false));
     // Nothing applied: the catalog as it was.
     assert_eq!(apply(&c, &[]), c);
 }
@@ -323,7 +320,7 @@ fn capacity_is_merged_per_resource_and_conflicts_only_on_shared_resources() {
     assert!(large.capacity_overlaid);
     let medium = out.get("medium").expect("medium");
     assert_eq!(medium.capacity.get("example.com/fuse"), 9);
-    assert_eq!(marks(&out, &["medium".into()]), (false, true));
+    assert_eq!(out.overlay_marks(&["medium".into()]), (false, true));
 
     let e = eval(
         vec![
@@ -347,10 +344,7 @@ fn capacity_is_merged_per_resource_and_conflicts_only_on_shared_resources() {
 #[test]
 fn a_conflict_in_one_catalog_applies_the_overlay_nowhere() {
     let c1 = catalog();
-    let c2 = Catalog {
-        instance_types: vec![it("small", 1, 0.05)],
-        ..Catalog::default()
-    };
+    let c2 = Catalog::of(vec![it("small", 1, 0.05)]);
     let e = eval(
         vec![
             priced("a", 10, Vec::new(), "3"),

@@ -240,7 +240,10 @@ mod tests {
             Case {
                 plan: plan(),
                 nodeclass: nodeclass(json!({"dataSecretName": "data"})),
-                catalog: catalog("small", "zone-b"),
+                catalog: Catalog {
+                    types: std::sync::Arc::new(catalog("small", "zone-b")),
+                    ..Catalog::default()
+                },
                 machine_version: Some("v1.35.0"),
                 want_version: Some("v1.35.0"),
                 infra: Some("h1"),

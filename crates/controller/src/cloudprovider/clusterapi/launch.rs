@@ -234,12 +234,18 @@ async fn plan(ctx: &Context, claim: &NodeClaim) -> Result<Planned, Error> {
         .resizable_of(&choice.instance_type.name)
         .map(|(group, size)| PlanSize {
             size,
-            fields: group.spec.fields.writes(
-                size,
-                template_obj
-                    .as_ref()
-                    .map_or(&serde_json::Value::Null, |t| &t.data),
-            ),
+            fields: catalog
+                .resize_fields
+                .get(&group.base)
+                .map(|f| {
+                    f.writes(
+                        size,
+                        template_obj
+                            .as_ref()
+                            .map_or(&serde_json::Value::Null, |t| &t.data),
+                    )
+                })
+                .unwrap_or_default(),
         });
     let resource_list = |r: &templates::model::Resources| {
         r.to_resource_list()

@@ -36,13 +36,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use api::{ClusterAPINodeClass, Machine, NodeClaim};
+use cloudprovider::InstanceTypes;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use futures::{FutureExt, Stream, StreamExt};
 use kube::ResourceExt;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
-use templates::model::Catalog;
 
 use self::context::{Context, nodeclass_of};
 use self::fence::Ownership;
@@ -280,8 +280,8 @@ impl CloudProvider for ClusterApi {
             .map(|w| w.changes(&self.ctx.nodeclaims))
     }
 
-    fn instance_types(&self, nodeclass: &str) -> Option<Arc<Catalog>> {
-        availability::offered(&self.ctx, nodeclass)
+    fn instance_types(&self, nodeclass: &str) -> Option<Arc<InstanceTypes>> {
+        availability::offered(&self.ctx, nodeclass).map(|c| c.types.clone())
     }
 
     fn is_drifted<'a>(

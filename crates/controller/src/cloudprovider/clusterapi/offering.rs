@@ -230,14 +230,11 @@ mod tests {
     }
 
     fn catalog() -> Catalog {
-        Catalog {
-            instance_types: vec![
-                it("small", 2, &[("a", 0.2), ("b", 0.19)]),
-                it("large", 8, &[("a", 0.8)]),
-                it("arm-medium", 4, &[("a", 0.3)]),
-            ],
-            ..Catalog::default()
-        }
+        Catalog::of(vec![
+            it("small", 2, &[("a", 0.2), ("b", 0.19)]),
+            it("large", 8, &[("a", 0.8)]),
+            it("arm-medium", 4, &[("a", 0.3)]),
+        ])
     }
 
     fn req(key: &str, op: &str, values: &[&str]) -> Requirement {
@@ -339,7 +336,7 @@ mod tests {
             Err(NoOffering::Unavailable(_))
         ));
         // large's template allows no Machine at all: skipped, with the count in the reason.
-        for o in &c.instance_types[1].offerings {
+        for o in c.instance_types[1].offerings.clone() {
             c.limits.insert(
                 o.id.clone(),
                 templates::count::CountLimits {

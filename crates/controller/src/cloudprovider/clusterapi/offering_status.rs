@@ -157,7 +157,7 @@ mod tests {
         };
         Catalog {
             limits: [(template.id(), limits)].into(),
-            instance_types: vec![InstanceType {
+            ..Catalog::of(vec![InstanceType {
                 volume_limits: Default::default(),
                 name: "metal".into(),
                 capacity: Default::default(),
@@ -166,8 +166,7 @@ mod tests {
                 taints: Vec::new(),
                 offerings: vec![o("z1"), o("z2")],
                 capacity_overlaid: false,
-            }],
-            ..Catalog::default()
+            }])
         }
     }
 

@@ -126,7 +126,7 @@ mod tests {
         };
         Arc::new(Catalog {
             limits: [(template("counted").id(), limits)].into(),
-            instance_types: vec![InstanceType {
+            ..Catalog::of(vec![InstanceType {
                 volume_limits: Default::default(),
                 name: "metal".into(),
                 capacity: Default::default(),
@@ -135,8 +135,7 @@ mod tests {
                 taints: Vec::new(),
                 offerings: vec![o("counted", "z1"), o("free", "z1"), o("free", "z2")],
                 capacity_overlaid: false,
-            }],
-            ..Catalog::default()
+            }])
         })
     }
 

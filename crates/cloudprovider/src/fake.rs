@@ -10,12 +10,11 @@ use api::NodeClaim;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use kube::ResourceExt;
-use templates::model::Catalog;
 
-use super::{
+use crate::instance_types::InstanceTypes;
+use crate::provider::{
     CloudProvider, Created, Deletion, Drift, Error, Instance, NodeClassKind, RepairPolicy,
 };
-use crate::objects::claim_requests;
 
 /// What the fake holds; every field is readable by tests through [`FakeCloudProvider::state`].
 #[derive(Debug, Default)]
@@ -36,7 +35,7 @@ pub struct FakeState {
     /// `launch_failed` calls: (NodeClaim, why).
     pub launch_failures: Vec<(String, String)>,
     /// Instance types by NodeClass name.
-    pub catalogs: BTreeMap<String, Arc<Catalog>>,
+    pub catalogs: BTreeMap<String, Arc<InstanceTypes>>,
     /// Whether launched instances get their providerID at once (else a test sets it).
     pub hold_provider_id: bool,
     /// What `repair_policies` answers (`None`: [`FakeCloudProvider::DEFAULT_REPAIR`]).
@@ -99,8 +98,8 @@ impl FakeCloudProvider {
                 description: format!("fake instance {name}"),
                 instance_type: "fake-it".into(),
                 capacity_type: "on-demand".into(),
-                capacity: claim_requests(claim),
-                allocatable: claim_requests(claim),
+                capacity: requests(claim),
+                allocatable: requests(claim),
                 nodeclaim_uid: claim.metadata.uid.clone(),
                 created: Some(k8s_openapi::jiff::Timestamp::now()),
                 ..Instance::default()
@@ -150,7 +149,7 @@ impl CloudProvider for FakeCloudProvider {
         futures::future::ready(Ok(self.state(|s| s.instances.values().cloned().collect()))).boxed()
     }
 
-    fn instance_types(&self, nodeclass: &str) -> Option<Arc<Catalog>> {
+    fn instance_types(&self, nodeclass: &str) -> Option<Arc<InstanceTypes>> {
         self.state(|s| s.catalogs.get(nodeclass).cloned())
     }
 
@@ -185,4 +184,19 @@ impl CloudProvider for FakeCloudProvider {
     fn launch_failed(&self, claim: &NodeClaim, why: &str) {
         self.state(|s| s.launch_failures.push((claim.name_any(), why.to_string())));
     }
+}
+
+/// The claim's resource requests, as quantity strings.
+fn requests(claim: &NodeClaim) -> BTreeMap<String, String> {
+    claim
+        .spec
+        .resources
+        .as_ref()
+        .map(|r| {
+            r.requests
+                .iter()
+                .map(|(k, v)| (k.clone(), v.0.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
 }

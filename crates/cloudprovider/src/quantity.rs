@@ -179,10 +179,10 @@ pub fn parse_milli(input: &str) -> Result<i64, QuantityError> {
     scaled(input, 3)
 }
 
-pub use cloudprovider::model::{format_bytes, format_milli};
+pub use crate::model::{format_bytes, format_milli};
 
 /// A byte count shown for people: `"15.5Gi"`, `"512Mi"`.
-pub(crate) struct HumanBytes(pub i64);
+pub struct HumanBytes(pub i64);
 
 impl fmt::Display for HumanBytes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
