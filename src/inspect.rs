@@ -3,7 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use api::{Machine, NodeClaim};
+use api::NodeClaim;
+use clusterapi_api::Machine;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
@@ -287,7 +288,7 @@ where
 /// the user may not read is left out (fewer options, never an error).
 async fn live_catalogs(
     management: &kube::Client,
-    nodeclasses: &[std::sync::Arc<api::ClusterAPINodeClass>],
+    nodeclasses: &[std::sync::Arc<clusterapi_api::ClusterAPINodeClass>],
 ) -> std::collections::HashMap<String, std::sync::Arc<templates::model::Catalog>> {
     use api::consts::labels::KARPENTER_MEMBER as LABEL_KARPENTER_MEMBER;
     use kube::api::{Api, DynamicObject, ListParams, TypeMeta};
@@ -319,7 +320,7 @@ async fn live_catalogs(
             o
         }));
     }
-    let clusters = list_all::<api::Cluster>(management)
+    let clusters = list_all::<clusterapi_api::Cluster>(management)
         .await
         .unwrap_or_default();
     let mut out = std::collections::HashMap::new();
@@ -389,7 +390,7 @@ pub async fn collect_all(
         let pdbs = list_all::<k8s_openapi::api::policy::v1::PodDisruptionBudget>(workload).await?;
         let daemonsets = list_all::<k8s_openapi::api::apps::v1::DaemonSet>(workload).await?;
         // A NodeClass's drift policy `Manual` keeps its drifted nodes.
-        let nodeclasses = list_all::<api::ClusterAPINodeClass>(workload).await?;
+        let nodeclasses = list_all::<clusterapi_api::ClusterAPINodeClass>(workload).await?;
         let node_arcs: Vec<Arc<Node>> = nodes.iter().cloned().map(Arc::new).collect();
         let catalogs = live_catalogs(management, &nodeclasses).await;
         let catalog = |nc: &str| catalogs.get(nc).map(|c| c.types.clone());

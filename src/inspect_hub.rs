@@ -7,8 +7,8 @@
 
 use std::fmt::Write as _;
 
-use api::Cluster;
 use api::consts::{events as reasons, labels};
+use clusterapi_api::Cluster;
 use controller::hub::credentials::{self, Missing};
 use controller::hub::{ClusterKey, HubConfig, eligible, key_of, shard::fence_name};
 use k8s_openapi::api::coordination::v1::Lease;

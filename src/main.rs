@@ -540,7 +540,7 @@ fn main() -> anyhow::Result<()> {
         Command::Inspect(args) => inspect(args)?,
         Command::Simulate(args) => simulate(args)?,
         Command::Crds { out } => {
-            for path in api::crds::write_all(&out)? {
+            for path in clusterapi_api::crds::write_all(&out)? {
                 println!("{}", path.display());
             }
         }

@@ -5,7 +5,8 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use api::{ClusterAPINodeClass, NodeClaim, NodeOverlay, NodePool};
+use api::{NodeClaim, NodeOverlay, NodePool};
+use clusterapi_api::ClusterAPINodeClass;
 use common::is_subset;
 use serde_json::Value;
 

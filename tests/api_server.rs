@@ -63,7 +63,7 @@ async fn testbed() -> &'static Testbed {
 #[tokio::test]
 async fn crds_install_and_become_established() {
     let tb = testbed().await;
-    let crds = api::crds::crds();
+    let crds = clusterapi_api::crds::crds();
     tb.install_crds(&crds).await.expect("CRDs installed");
     let api: Api<CustomResourceDefinition> = Api::all(tb.client());
     for crd in &crds {
@@ -99,7 +99,9 @@ async fn crds_install_and_become_established() {
 #[tokio::test]
 async fn karpenter_v1_documents_are_accepted_unchanged() {
     let tb = testbed().await;
-    tb.install_crds(&api::crds::crds()).await.expect("CRDs");
+    tb.install_crds(&clusterapi_api::crds::crds())
+        .await
+        .expect("CRDs");
     let client = tb.client();
     let files = fixtures("valid");
     assert!(files.len() >= 12);
@@ -134,7 +136,7 @@ async fn karpenter_v1_documents_are_accepted_unchanged() {
                     let _: api::NodeOverlay = serde_json::from_value(stored).expect("NodeOverlay");
                 }
                 _ => {
-                    let _: api::ClusterAPINodeClass =
+                    let _: clusterapi_api::ClusterAPINodeClass =
                         serde_json::from_value(stored).expect("ClusterAPINodeClass");
                 }
             }
@@ -164,7 +166,7 @@ async fn karpenter_v1_documents_are_accepted_unchanged() {
     );
     let scaled = pool.get("static").await.expect("static");
     assert_eq!(scaled.spec.replicas, Some(4));
-    let class: Api<api::ClusterAPINodeClass> = Api::all(client.clone());
+    let class: Api<clusterapi_api::ClusterAPINodeClass> = Api::all(client.clone());
     let c = class.get("default").await.expect("nodeclass");
     assert_eq!(c.spec.launch_timeout, "10m");
     assert_eq!(c.spec.registration_timeout, "15m");
@@ -246,7 +248,9 @@ fn expectation(text: &str, key: &str) -> String {
 #[tokio::test]
 async fn invalid_documents_are_rejected_naming_the_field() {
     let tb = testbed().await;
-    tb.install_crds(&api::crds::crds()).await.expect("CRDs");
+    tb.install_crds(&clusterapi_api::crds::crds())
+        .await
+        .expect("CRDs");
     let files = fixtures("invalid");
     assert!(files.len() >= 10);
     let mut failures = Vec::new();

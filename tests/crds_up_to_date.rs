@@ -7,7 +7,7 @@ use std::path::Path;
 
 /// The CRDs of crates/api, plus kwok's KWOKNodeClass when `with_kwok`.
 fn rendered(with_kwok: bool) -> Vec<(String, String)> {
-    let mut rendered = api::crds::rendered().expect("CRDs render");
+    let mut rendered = clusterapi_api::crds::rendered().expect("CRDs render");
     if with_kwok {
         rendered.push(kwok::nodeclass::rendered().expect("the KWOKNodeClass CRD renders"));
     }
@@ -64,7 +64,7 @@ fn kustomization_lists_every_crd() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let kustomization = std::fs::read_to_string(root.join("deploy/base/kustomization.yaml"))
         .expect("kustomization");
-    for (name, _) in api::crds::rendered().expect("CRDs render") {
+    for (name, _) in clusterapi_api::crds::rendered().expect("CRDs render") {
         assert!(
             kustomization.contains(&format!("crds/{name}")),
             "deploy/base/kustomization.yaml does not list crds/{name}"

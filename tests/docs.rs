@@ -338,7 +338,7 @@ fn check_yaml(b: &Block, fixtures: &[Value]) -> Result<(), String> {
         let kind = d["kind"].as_str().unwrap_or_default().to_string();
         let typed = match kind.as_str() {
             "ClusterAPINodeClass" => {
-                serde_json::from_value::<api::ClusterAPINodeClass>(d.clone()).map(drop)
+                serde_json::from_value::<clusterapi_api::ClusterAPINodeClass>(d.clone()).map(drop)
             }
             "NodePool" => serde_json::from_value::<api::NodePool>(d.clone()).map(drop),
             "NodeClaim" => serde_json::from_value::<api::NodeClaim>(d.clone()).map(drop),

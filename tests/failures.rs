@@ -100,7 +100,7 @@ async fn launches_that_cannot_succeed_are_given_up_with_a_reason() {
         }
     }
     // Nothing of the rejected launch is left behind (its InfraMachine clone rolled back).
-    let machines: Api<api::Machine> = Api::namespaced(client.clone(), &ns);
+    let machines: Api<clusterapi_api::Machine> = Api::namespaced(client.clone(), &ns);
     let left = machines
         .list(&ListParams::default())
         .await

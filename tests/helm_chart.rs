@@ -318,7 +318,7 @@ fn default_values_render_a_hardened_highly_available_operator() {
     let crds = docs(&helm_template(&["--include-crds"]));
     assert_eq!(
         of_kind(&crds, "CustomResourceDefinition").len(),
-        api::crds::crds().len()
+        clusterapi_api::crds::crds().len()
     );
 }
 

@@ -123,7 +123,7 @@ async fn metal_offering(client: &Client, ok: impl Fn(&Value) -> bool) -> Result<
 
 /// The Machines launched from template `name`.
 async fn machines_from(client: &Client, ns: &str, name: &str) -> usize {
-    let machines: Api<api::Machine> = Api::namespaced(client.clone(), ns);
+    let machines: Api<clusterapi_api::Machine> = Api::namespaced(client.clone(), ns);
     machines
         .list(&ListParams::default().labels(&format!("{TEMPLATE_LABEL}={name}")))
         .await

@@ -229,7 +229,7 @@ fn our_crds_offer_everything_karpenters_do() {
         "expected Karpenter's NodePool, NodeClaim and NodeOverlay CRDs in {}",
         dir.display()
     );
-    let ours: Vec<Value> = api::crds::rendered()
+    let ours: Vec<Value> = clusterapi_api::crds::rendered()
         .expect("our CRDs render")
         .iter()
         .map(|(name, yaml)| parse(yaml, name))

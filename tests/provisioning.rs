@@ -1093,7 +1093,7 @@ async fn max_machines_caps_a_template_without_a_launch_loop() {
         3
     );
     assert_eq!(counter(&env, "karpenter_nodeclaims_created_total").await, 3);
-    let machines: Api<api::Machine> = Api::namespaced(client.clone(), &cluster_ns);
+    let machines: Api<clusterapi_api::Machine> = Api::namespaced(client.clone(), &cluster_ns);
     let from_metal = machines
         .list(&ListParams::default().labels("karpenter.cluster.x-k8s.io/instance-template=metal"))
         .await

@@ -11,7 +11,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use api::{Machine, NodeClaim};
+use api::NodeClaim;
+use clusterapi_api::Machine;
 use controller::cache::Caches;
 use controller::catalogs::Catalogs;
 use controller::catalogs::IndexCatalogs;

@@ -82,7 +82,7 @@ impl Counted {
 
 /// A snapshot NodeClass's inventory, if it has one.
 fn inventory_of(nc: &DynamicObject) -> Option<HostQuery> {
-    let inv: api::nodeclass::Inventory =
+    let inv: clusterapi_api::nodeclass::Inventory =
         serde_json::from_value(nc.data["spec"]["inventory"].clone()).ok()?;
     HostQuery::of(&inv)
 }

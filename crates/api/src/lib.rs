@@ -1,20 +1,18 @@
-//! The API every controller codes against.
+//! The provider-neutral API every controller codes against. The Cluster API kinds and the
+//! ClusterAPINodeClass are in the `clusterapi-api` crate.
 //!
 //! - [`karpenter`]: `karpenter.sh/v1` [`NodePool`] and [`NodeClaim`], field for field as
 //!   Karpenter defines them (defaults, enums, patterns and CEL rules included), so a user's
 //!   existing NodePool YAML applies unchanged.
-//! - [`nodeclass`]: `karpenter.cluster.x-k8s.io/v1alpha1` [`ClusterAPINodeClass`].
 //! - [`overlay`]: `karpenter.sh/v1alpha1` [`NodeOverlay`] (applied by `templates::overlay`).
-//! - `capi`: typed clients for the Cluster API kinds we read and create (`Machine`,
-//!   `Cluster`, `cluster.x-k8s.io/v1beta2`). Cluster API installs those CRDs, never us.
 //! - [`consts`]: every label, annotation, taint, finalizer and condition name.
 //! - [`conditions`]: metav1 `Condition` helpers.
-//! - [`crds`]: the CRDs we install, rendered as YAML (`karpenter-capi crds`).
+//! - [`crds`]: rendering CRDs as installed (the provider crates add their NodeClass).
+//! - [`schema`]: schema fragments schemars cannot derive.
 //! - [`csi`]: Cluster Autoscaler's `…/csi-driver` annotation (CSI drivers and attach limits).
 //! - [`duration`]: Go durations as the API writes them.
 //! - [`hash`]: FNV-1a, stable across releases.
 
-mod capi;
 pub mod conditions;
 pub mod consts;
 pub mod crds;
@@ -27,14 +25,10 @@ pub mod hash;
 #[allow(unreachable_pub)]
 pub mod karpenter;
 #[allow(unreachable_pub)] // the `KubeSchema` derive, as for `karpenter`
-pub mod nodeclass;
-#[allow(unreachable_pub)] // the `KubeSchema` derive, as for `karpenter`
 pub mod overlay;
-mod schema;
+pub mod schema;
 
-pub use capi::{Cluster, Machine};
 pub use karpenter::{NodeClaim, NodePool};
-pub use nodeclass::ClusterAPINodeClass;
 pub use overlay::NodeOverlay;
 
 /// Errors of this crate.

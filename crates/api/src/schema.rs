@@ -1,37 +1,37 @@
 //! Schema fragments schemars cannot derive: quantity maps, constrained label maps,
-//! requirement values. Patterns are Karpenter's own, so the same objects are accepted and
+//! requirement values. Public for the other API crates (the Cluster API NodeClass). Patterns are Karpenter's own, so the same objects are accepted and
 //! rejected as upstream.
 
 use schemars::{Schema, SchemaGenerator, json_schema};
 
 /// resource.Quantity.
-pub(crate) const QUANTITY: &str = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
+pub const QUANTITY: &str = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
 /// A label value (may be empty).
-pub(crate) const LABEL_VALUE: &str = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
+pub const LABEL_VALUE: &str = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
 /// A qualified name (label key, taint key).
-pub(crate) const QUALIFIED_NAME: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*(\/))?([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$";
+pub const QUALIFIED_NAME: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*(\/))?([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$";
 /// A duration in s/m/h, or `Never`.
-pub(crate) const DURATION_OR_NEVER: &str = r"^(([0-9]+(s|m|h))+|Never)$";
+pub const DURATION_OR_NEVER: &str = r"^(([0-9]+(s|m|h))+|Never)$";
 /// A duration in s/m/h.
-pub(crate) const DURATION: &str = r"^([0-9]+(s|m|h))+$";
+pub const DURATION: &str = r"^([0-9]+(s|m|h))+$";
 /// A duration in ms/s/m/h (our own timeouts).
-pub(crate) const TIMEOUT: &str = r"^([0-9]+(ms|s|m|h))+$";
+pub const TIMEOUT: &str = r"^([0-9]+(ms|s|m|h))+$";
 /// Budget `nodes`: a count or a percentage.
-pub(crate) const BUDGET_NODES: &str = r"^((100|[0-9]{1,2})%|[0-9]+)$";
+pub const BUDGET_NODES: &str = r"^((100|[0-9]{1,2})%|[0-9]+)$";
 /// Budget `duration`: minutes and hours only (cron has no seconds).
-pub(crate) const BUDGET_DURATION: &str = r"^((([0-9]+(h|m))|([0-9]+h[0-9]+m))(0s)?)$";
+pub const BUDGET_DURATION: &str = r"^((([0-9]+(h|m))|([0-9]+h[0-9]+m))(0s)?)$";
 /// Budget `schedule`: a cron expression or macro.
-pub(crate) const BUDGET_SCHEDULE: &str =
+pub const BUDGET_SCHEDULE: &str =
     r"^(@(annually|yearly|monthly|weekly|daily|midnight|hourly))|((.+)\s(.+)\s(.+)\s(.+)\s(.+))$";
 /// A Kubernetes version (`v` optional; the operator adds it).
-pub(crate) const VERSION: &str =
+pub const VERSION: &str =
     r"^v?(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)([-+][0-9A-Za-z.+-]*)?$";
 
 /// The domain of a label key (`x.find(...)` in CEL).
 const DOMAIN: &str = r#"find("^([^/]+)")"#;
 
 /// `map[string]resource.Quantity`.
-pub(crate) fn quantity_map(_: &mut SchemaGenerator) -> Schema {
+pub fn quantity_map(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "object",
         "additionalProperties": {
@@ -41,16 +41,8 @@ pub(crate) fn quantity_map(_: &mut SchemaGenerator) -> Schema {
     })
 }
 
-/// `ClusterAPINodeClass` `spec.inventory.preset`: one of the presets (no `null`).
-pub(crate) fn inventory_preset(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({
-        "type": "string",
-        "enum": ["Metal3"],
-    })
-}
-
 /// `map[string]string`.
-pub(crate) fn string_map(_: &mut SchemaGenerator) -> Schema {
+pub fn string_map(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "object",
         "additionalProperties": {"type": "string"},
@@ -144,7 +136,7 @@ fn cel_list(items: &[&str]) -> String {
 }
 
 /// A requirement `key`.
-pub(crate) fn requirement_key(_: &mut SchemaGenerator) -> Schema {
+pub fn requirement_key(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "description": "The label key that the selector applies to.",
         "type": "string",
@@ -156,9 +148,7 @@ pub(crate) fn requirement_key(_: &mut SchemaGenerator) -> Schema {
 
 /// NodePool template requirements (`T`, a list of requirements): the key is also never
 /// `karpenter.sh/nodepool` (the operator sets that label).
-pub(crate) fn with_nodepool_key_rule<T: schemars::JsonSchema>(
-    generator: &mut SchemaGenerator,
-) -> Schema {
+pub fn with_nodepool_key_rule<T: schemars::JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
     let mut list = generator.subschema_for::<T>();
     if let Some(rules) = list
         .get_mut("items")
@@ -174,7 +164,7 @@ pub(crate) fn with_nodepool_key_rule<T: schemars::JsonSchema>(
 
 /// A NodeOverlay requirement `key`: only Karpenter's own restrictions (an overlay selects
 /// instance types; it labels nothing).
-pub(crate) fn overlay_requirement_key(_: &mut SchemaGenerator) -> Schema {
+pub fn overlay_requirement_key(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "description": "The label key that the selector applies to.",
         "type": "string",
@@ -185,7 +175,7 @@ pub(crate) fn overlay_requirement_key(_: &mut SchemaGenerator) -> Schema {
 }
 
 /// NodeOverlay `capacity`: extended resources only.
-pub(crate) fn overlay_capacity(_: &mut SchemaGenerator) -> Schema {
+pub fn overlay_capacity(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "description": "Extended resources added to the capacity of matching instance types; never cpu, memory, ephemeral-storage or pods.",
         "type": "object",
@@ -201,7 +191,7 @@ pub(crate) fn overlay_capacity(_: &mut SchemaGenerator) -> Schema {
 }
 
 /// Requirement `values`.
-pub(crate) fn requirement_values(_: &mut SchemaGenerator) -> Schema {
+pub fn requirement_values(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "description": "An array of string values. If the operator is In or NotIn, the values array must be non-empty. If the operator is Exists or DoesNotExist, the values array must be empty. If the operator is Gt, Lt, Gte or Lte, the values array must have a single element, which will be interpreted as an integer.",
         "type": "array",
@@ -211,7 +201,7 @@ pub(crate) fn requirement_values(_: &mut SchemaGenerator) -> Schema {
 }
 
 /// NodePool `template.metadata.labels`.
-pub(crate) fn template_labels(_: &mut SchemaGenerator) -> Schema {
+pub fn template_labels(_: &mut SchemaGenerator) -> Schema {
     let mut rules = label_key_rules("x", true);
     let mut nodepool = nodepool_label_rule("x");
     nodepool["rule"] = format!(
@@ -229,40 +219,9 @@ pub(crate) fn template_labels(_: &mut SchemaGenerator) -> Schema {
     })
 }
 
-/// ClusterAPINodeClass `kubelet.kubeReserved` / `systemReserved`.
-pub(crate) fn reserved_resources(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({
-        "type": "object",
-        "additionalProperties": {
-            "x-kubernetes-int-or-string": true,
-            "pattern": QUANTITY,
-        },
-        "x-kubernetes-validations": [{
-            "message": "valid keys are ['cpu','memory','ephemeral-storage','pid']",
-            "rule": "self.all(x, x in ['cpu', 'memory', 'ephemeral-storage', 'pid'])",
-        }],
-    })
-}
-
-/// ClusterAPINodeClass `kubelet.evictionHard`.
-pub(crate) fn eviction_thresholds(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({
-        "description": "Hard eviction thresholds (quantity or percentage), as the kubelet's --eviction-hard.",
-        "type": "object",
-        "additionalProperties": {
-            "type": "string",
-            "pattern": r"^((\d{1,2}(\.\d{1,2})?|100(\.0{1,2})?)%|(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?)$",
-        },
-        "x-kubernetes-validations": [{
-            "message": "valid keys are ['memory.available','nodefs.available','nodefs.inodesFree','imagefs.available','imagefs.inodesFree','pid.available']",
-            "rule": "self.all(x, x in ['memory.available', 'nodefs.available', 'nodefs.inodesFree', 'imagefs.available', 'imagefs.inodesFree', 'pid.available'])",
-        }],
-    })
-}
-
 /// metav1 `Condition` list (status), every field of an item required but
 /// `observedGeneration`, as Karpenter's NodePool and NodeOverlay have it.
-pub(crate) fn conditions(generator: &mut SchemaGenerator) -> Schema {
+pub fn conditions(generator: &mut SchemaGenerator) -> Schema {
     condition_list(
         generator,
         &["lastTransitionTime", "message", "reason", "status", "type"],
@@ -270,7 +229,7 @@ pub(crate) fn conditions(generator: &mut SchemaGenerator) -> Schema {
 }
 
 /// metav1 `Condition` list as Karpenter's NodeClaim has it: `message` and `reason` optional.
-pub(crate) fn claim_conditions(generator: &mut SchemaGenerator) -> Schema {
+pub fn claim_conditions(generator: &mut SchemaGenerator) -> Schema {
     condition_list(generator, &["lastTransitionTime", "status", "type"])
 }
 

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use api::{Cluster, ClusterAPINodeClass};
+use clusterapi_api::{Cluster, ClusterAPINodeClass};
 use kube::api::DynamicObject;
 use kube::runtime::reflector::{ObjectRef, Store};
 use templates::model::Catalog;

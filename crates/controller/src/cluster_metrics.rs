@@ -20,8 +20,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use api::NodeClaim;
 use api::consts::labels;
-use api::{Machine, NodeClaim};
+use clusterapi_api::Machine;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use prometheus_client::collector::Collector;

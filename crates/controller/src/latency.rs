@@ -14,8 +14,9 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use api::NodeClaim;
 use api::consts::conditions as types;
-use api::{Machine, NodeClaim};
+use clusterapi_api::Machine;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;

@@ -178,8 +178,8 @@ fn error_policy(obj: Arc<NodeOverlay>, error: &StatusError, _ctx: Arc<OverlaySta
 pub(crate) async fn run(
     ctx: OverlayStatus,
     overlays: Cache<NodeOverlay>,
-    nodeclasses: Cache<api::ClusterAPINodeClass>,
-    clusters: Cache<api::Cluster>,
+    nodeclasses: Cache<clusterapi_api::ClusterAPINodeClass>,
+    clusters: Cache<clusterapi_api::Cluster>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let templates = futures::stream::unfold(ctx.catalogs.index.subscribe(), |mut rx| async move {

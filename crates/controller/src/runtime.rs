@@ -275,7 +275,7 @@ enum Warm {
         cluster_id: String,
     },
     Hub {
-        clusters: crate::cache::Cache<api::Cluster>,
+        clusters: crate::cache::Cache<clusterapi_api::Cluster>,
     },
 }
 
@@ -348,7 +348,7 @@ async fn warm(ctx: &Context, tasks: &mut crate::tasks::Tasks) -> Result<Warm, Ru
         Some(hub) => {
             let selector = hub.selector();
             // A bad selector fails here, not as a watch that never lists.
-            let api: kube::Api<api::Cluster> = kube::Api::all(ctx.management.clone());
+            let api: kube::Api<clusterapi_api::Cluster> = kube::Api::all(ctx.management.clone());
             api.list_metadata(&kube::api::ListParams::default().labels(&selector).limit(1))
                 .await?;
             tracing::info!(selector = %selector, "hub mode: engaging the Clusters matching");
@@ -379,7 +379,7 @@ fn fencing(config: &RunConfig) -> Option<crate::hub::shard::Fencing> {
 /// first decisions see the other replicas) and the hub's task.
 async fn start_hub(
     ctx: &Context,
-    clusters: crate::cache::Cache<api::Cluster>,
+    clusters: crate::cache::Cache<clusterapi_api::Cluster>,
     index: templates::watch::TemplateIndex,
     identity: String,
     stop: &watch::Receiver<bool>,

@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use api::nodeclass::{Inventory, InventoryPreset};
+use clusterapi_api::nodeclass::{Inventory, InventoryPreset};
 use kube::api::DynamicObject;
 use serde_json::Value;
 

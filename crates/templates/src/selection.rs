@@ -25,7 +25,7 @@ pub struct Selection {
 impl Selection {
     /// The selection of a (typed) ClusterAPINodeClass: namespace from `spec.clusterRef`
     /// (else the object's own), its selector and kinds.
-    pub fn from_node_class(nc: &api::ClusterAPINodeClass) -> Self {
+    pub fn from_node_class(nc: &clusterapi_api::ClusterAPINodeClass) -> Self {
         let namespace = Some(nc.spec.cluster_ref.namespace.as_str())
             .filter(|n| !n.is_empty())
             .or(nc.metadata.namespace.as_deref())

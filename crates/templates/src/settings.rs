@@ -191,7 +191,10 @@ impl CatalogSettings {
 
     /// The settings of a (typed) ClusterAPINodeClass's `spec.kubelet` and its Cluster's
     /// failure domains.
-    pub fn from_node_class(nc: &api::ClusterAPINodeClass, cluster: Option<&api::Cluster>) -> Self {
+    pub fn from_node_class(
+        nc: &clusterapi_api::ClusterAPINodeClass,
+        cluster: Option<&clusterapi_api::Cluster>,
+    ) -> Self {
         let kubelet = nc.spec.kubelet.as_ref();
         let quantities = |m: Option<
             &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
@@ -205,7 +208,7 @@ impl CatalogSettings {
             eviction_hard: kubelet.map(|k| k.eviction_hard.clone()).unwrap_or_default(),
             max_pods: kubelet.and_then(|k| k.max_pods),
             failure_domains: cluster
-                .map(api::Cluster::failure_domain_names)
+                .map(clusterapi_api::Cluster::failure_domain_names)
                 .unwrap_or_default(),
             resize_corrections: nc
                 .status

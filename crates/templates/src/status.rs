@@ -4,10 +4,10 @@
 //! bootstrap source, catalog from [`crate::watch::TemplateIndex`]), sets `Ready` from these
 //! three and writes the result.
 
-use api::Cluster;
 use api::consts::labels as label;
 use api::consts::{conditions as types, reasons};
-use api::nodeclass::InstanceTypeSummary;
+use clusterapi_api::Cluster;
+use clusterapi_api::nodeclass::InstanceTypeSummary;
 
 use crate::error::SettingsError;
 use crate::model::{Catalog, InstanceType};

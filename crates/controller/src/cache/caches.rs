@@ -21,11 +21,11 @@ pub struct Caches {
     pub pdbs: Cache<k8s_openapi::api::policy::v1::PodDisruptionBudget>,
     pub nodeclaims: Cache<api::NodeClaim>,
     pub nodepools: Cache<api::NodePool>,
-    pub nodeclasses: Cache<api::ClusterAPINodeClass>,
+    pub nodeclasses: Cache<clusterapi_api::ClusterAPINodeClass>,
     /// Only Machines carrying our NodeClaim label and our cluster id (see
     /// `cloudprovider::clusterapi::fence`).
-    pub machines: Cache<api::Machine>,
-    pub clusters: Cache<api::Cluster>,
+    pub machines: Cache<clusterapi_api::Machine>,
+    pub clusters: Cache<clusterapi_api::Cluster>,
     /// NodeOverlays, when the `NodeOverlay` feature gate is on ([`Caches::with_overlays`]).
     pub nodeoverlays: Option<Cache<api::NodeOverlay>>,
     /// What pods' volumes resolve against (trimmed: [`crate::trim`]).
@@ -40,7 +40,7 @@ pub struct Caches {
 pub struct ClusterApiWatches<'a> {
     pub management: &'a kube::Client,
     pub cluster_id: &'a str,
-    pub clusters: Cache<api::Cluster>,
+    pub clusters: Cache<clusterapi_api::Cluster>,
 }
 
 impl Caches {

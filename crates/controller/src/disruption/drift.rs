@@ -12,7 +12,7 @@
 
 use api::consts::conditions as types;
 use api::karpenter::DisruptionReason;
-use api::nodeclass::DriftPolicy;
+use clusterapi_api::nodeclass::DriftPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 

@@ -424,7 +424,7 @@ fn drift_is_blocked_by_pdbs_do_not_disrupt_misfits_and_manual_policy() {
         why[0].starts_with("drifted (NodeClassDrifted); blocked: its pods cannot be placed"),
         "{why:?}"
     );
-    let manual: Arc<api::ClusterAPINodeClass> = typed(json!({"metadata": {"name": "n"},
+    let manual: Arc<clusterapi_api::ClusterAPINodeClass> = typed(json!({"metadata": {"name": "n"},
         "spec": {"clusterRef": {"namespace": "ns", "name": "c"}, "bootstrap": {"dataSecretName": "s"},
                  "drift": {"policy": "Manual"}}}));
     let (n, why) = run(&claims, &pods, &[], &[manual], &fits);

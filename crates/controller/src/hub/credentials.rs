@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-use api::Cluster;
+use clusterapi_api::Cluster;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client, ResourceExt};
 

@@ -27,7 +27,7 @@ use crate::events::{Event, EventType, Recorder};
 use crate::health::Connection;
 use crate::metrics::{ClusterLabels, Metrics};
 use crate::tasks::Tasks;
-use api::Cluster;
+use clusterapi_api::Cluster;
 
 /// How long a stopping engagement may take to finish its in-flight reconciles before it
 /// is aborted.

@@ -35,8 +35,8 @@ use futures::StreamExt;
 use tokio::sync::watch;
 
 pub use crate::catalogs::ClusterKey;
-use api::Cluster;
 use api::consts::{annotations, conditions, labels};
+use clusterapi_api::Cluster;
 
 /// Hub mode's settings (`run --mode hub`).
 #[derive(Clone, Debug)]

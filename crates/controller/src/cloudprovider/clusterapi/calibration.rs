@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use api::NodeClaim;
-use api::nodeclass::ResizeCorrection;
+use clusterapi_api::nodeclass::ResizeCorrection;
 use k8s_openapi::api::core::v1::Node;
 use templates::quantity::{format_bytes, format_milli, parse_milli, parse_value};
 

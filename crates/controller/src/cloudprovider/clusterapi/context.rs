@@ -8,7 +8,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use api::{ClusterAPINodeClass, Machine, NodeClaim};
+use api::NodeClaim;
+use clusterapi_api::{ClusterAPINodeClass, Machine};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -128,7 +129,7 @@ pub struct Context {
     pub metrics: Metrics,
     pub machines: Store<Machine>,
     pub nodeclasses: Store<ClusterAPINodeClass>,
-    pub clusters: Store<api::Cluster>,
+    pub clusters: Store<clusterapi_api::Cluster>,
     /// The workload cluster's NodeClaims (offering counts).
     pub nodeclaims: Store<NodeClaim>,
     pub catalogs: Arc<dyn Catalogs>,

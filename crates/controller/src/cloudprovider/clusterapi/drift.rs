@@ -11,8 +11,9 @@
 //! The control-plane version and bootstrap template are read from the API, remembered for
 //! [`LOOKUP_TTL`](super::context::LOOKUP_TTL).
 
+use api::NodeClaim;
 use api::consts::reasons;
-use api::{ClusterAPINodeClass, NodeClaim};
+use clusterapi_api::ClusterAPINodeClass;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use templates::model::Catalog;

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::{Resource, ResourceExt};
 
-use api::Machine;
+use clusterapi_api::Machine;
 use k8s_openapi::jiff::Timestamp;
 
 use super::Instance;

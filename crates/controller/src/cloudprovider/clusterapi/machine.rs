@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use api::Machine;
+use clusterapi_api::Machine;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::{Value, json};
 
@@ -259,7 +259,7 @@ mod tests {
 
     #[test]
     fn a_machine_not_node_healthy_is_the_providers_repair_signal() {
-        let machine: api::Machine = serde_json::from_value(serde_json::json!({
+        let machine: clusterapi_api::Machine = serde_json::from_value(serde_json::json!({
             "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "metadata": {"name": "m"},
             "spec": {"clusterName": "c", "infrastructureRef": {"apiGroup": "g", "kind": "K", "name": "m"}},
             "status": {"conditions": [{"type": "NodeHealthy", "status": "False",

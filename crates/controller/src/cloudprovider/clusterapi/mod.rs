@@ -35,8 +35,9 @@ pub(crate) mod wiring;
 use std::sync::Arc;
 use std::time::Instant;
 
-use api::{ClusterAPINodeClass, Machine, NodeClaim};
+use api::NodeClaim;
 use cloudprovider::InstanceTypes;
+use clusterapi_api::{ClusterAPINodeClass, Machine};
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use futures::{FutureExt, Stream, StreamExt};
@@ -70,7 +71,7 @@ pub struct ClusterApi {
 pub struct Watches {
     pub machines: Cache<Machine>,
     pub nodeclasses: Cache<ClusterAPINodeClass>,
-    pub clusters: Cache<api::Cluster>,
+    pub clusters: Cache<clusterapi_api::Cluster>,
     /// Bumped on every template change.
     pub templates: Option<tokio::sync::watch::Receiver<u64>>,
 }
@@ -90,12 +91,16 @@ impl Watches {
             claims,
             |c, nc: &ClusterAPINodeClass| c.spec.node_class_ref.name == nc.name_any(),
         );
-        let by_cluster = claims_where(self.clusters.subscribe(), claims, |c, cl: &api::Cluster| {
-            Plan::of(c).is_some_and(|p| {
-                p.cluster == cl.name_any()
-                    && Some(p.namespace.as_str()) == cl.namespace().as_deref()
-            })
-        });
+        let by_cluster = claims_where(
+            self.clusters.subscribe(),
+            claims,
+            |c, cl: &clusterapi_api::Cluster| {
+                Plan::of(c).is_some_and(|p| {
+                    p.cluster == cl.name_any()
+                        && Some(p.namespace.as_str()) == cl.namespace().as_deref()
+                })
+            },
+        );
         let templates = futures::stream::unfold(self.templates.clone(), |rx| async move {
             let mut rx = rx?;
             rx.changed().await.ok()?;

@@ -1,10 +1,10 @@
 //! What launch and liveness read of a ClusterAPINodeClass: a view over the typed object
-//! (`api::ClusterAPINodeClass`, the one model of the API) with the API's defaults applied.
+//! (`clusterapi_api::ClusterAPINodeClass`, the one model of the API) with the API's defaults applied.
 
 use std::time::Duration;
 
 use api::duration::parse_duration;
-use api::nodeclass::{Bootstrap, ClusterReference, MachineSettings};
+use clusterapi_api::nodeclass::{Bootstrap, ClusterReference, MachineSettings};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 /// Defaults of the API (`launchTimeout` 10m, `registrationTimeout` 15m).
@@ -28,7 +28,7 @@ pub struct NodeClass {
 
 impl NodeClass {
     /// The launch view of a typed ClusterAPINodeClass.
-    pub fn from_typed(nc: &api::ClusterAPINodeClass) -> NodeClass {
+    pub fn from_typed(nc: &clusterapi_api::ClusterAPINodeClass) -> NodeClass {
         let spec = &nc.spec;
         NodeClass {
             name: nc.metadata.name.clone().unwrap_or_default(),
@@ -67,7 +67,7 @@ impl NodeClass {
 
 /// NodePool status's view of the ClusterAPINodeClasses in `store` (another kind: not found).
 pub(crate) fn readiness_lookup(
-    store: kube::runtime::reflector::Store<api::ClusterAPINodeClass>,
+    store: kube::runtime::reflector::Store<clusterapi_api::ClusterAPINodeClass>,
 ) -> crate::nodepool_status::NodeClassLookup {
     std::sync::Arc::new(move |group: &str, kind: &str, name: &str| {
         if group != api::consts::groups::NODECLASS || kind != api::consts::groups::NODECLASS_KIND {
@@ -92,7 +92,7 @@ mod tests {
 
     #[test]
     fn reads_a_typed_nodeclass_with_the_api_defaults() {
-        let typed: api::ClusterAPINodeClass = serde_json::from_value(json!({
+        let typed: clusterapi_api::ClusterAPINodeClass = serde_json::from_value(json!({
             "apiVersion": "karpenter.cluster.x-k8s.io/v1alpha1", "kind": "ClusterAPINodeClass",
             "metadata": {"name": "default", "generation": 3},
             "spec": {

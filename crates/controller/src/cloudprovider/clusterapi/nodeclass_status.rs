@@ -28,9 +28,9 @@ use templates::status::{self, BootstrapState, ConditionValue};
 use crate::cache::Cache;
 use crate::catalogs::IndexCatalogs;
 use crate::write::{Expectations, Outcome, Writer, manager};
-use api::ClusterAPINodeClass;
 use api::consts::conditions::{INVENTORY_READY, NODECLASS_READY_PARTS};
-use api::nodeclass::ClusterAPINodeClassStatus;
+use clusterapi_api::ClusterAPINodeClass;
+use clusterapi_api::nodeclass::ClusterAPINodeClassStatus;
 
 /// The status the controller computes for one NodeClass (pure, given what was looked up):
 /// `parts` (ClusterReady, TemplatesReady, BootstrapReady) set on `current`, Ready from them,
@@ -302,7 +302,7 @@ fn resize_corrections(
     ctx: &StatusCtx,
     nc: &ClusterAPINodeClass,
     stored: &ClusterAPINodeClassStatus,
-) -> Vec<api::nodeclass::ResizeCorrection> {
+) -> Vec<clusterapi_api::nodeclass::ResizeCorrection> {
     let name = nc.metadata.name.as_deref().unwrap_or_default();
     let observed = ctx
         .nodeclaims
@@ -412,7 +412,7 @@ pub(crate) async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use api::Cluster;
+    use clusterapi_api::Cluster;
     use serde_json::Value;
     use templates::CatalogSettings;
 

@@ -450,7 +450,11 @@ pub(super) async fn create_objects(
 }
 
 /// The Cluster from the cache; not cached (yet) is an error launch retries.
-fn cached_cluster(ctx: &Context, ns: &str, cluster: &str) -> Result<Arc<api::Cluster>, Error> {
+fn cached_cluster(
+    ctx: &Context,
+    ns: &str,
+    cluster: &str,
+) -> Result<Arc<clusterapi_api::Cluster>, Error> {
     ctx.clusters
         .get(&ObjectRef::new(cluster).within(ns))
         .ok_or_else(|| {

@@ -8,8 +8,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use api::nodeclass::OfferingState;
-use api::{Machine, NodeClaim};
+use api::NodeClaim;
+use clusterapi_api::Machine;
+use clusterapi_api::nodeclass::OfferingState;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::Store;
 use templates::model::Catalog;

@@ -129,7 +129,7 @@ fn catalogs(
 struct OverlayLoop {
     ctx: crate::overlay_status::OverlayStatus,
     overlays: crate::cache::Cache<api::NodeOverlay>,
-    clusters: crate::cache::Cache<api::Cluster>,
+    clusters: crate::cache::Cache<clusterapi_api::Cluster>,
 }
 
 /// The NodeOverlay status loop, when the NodeOverlay cache runs (the feature gate).

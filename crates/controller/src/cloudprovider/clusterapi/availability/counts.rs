@@ -19,9 +19,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use api::NodeClaim;
 use api::consts::{annotations as ann, labels as label};
-use api::{Machine, NodeClaim};
 use cloudprovider::OfferingCount;
+use clusterapi_api::Machine;
 use k8s_openapi::jiff::Timestamp;
 use templates::count::{Available, CountSource, TemplateUse, smallest};
 use templates::model::{Catalog, InstanceType, Offering, launched_from as template};

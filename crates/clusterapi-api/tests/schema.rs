@@ -1,7 +1,7 @@
 //! The generated CRDs carry Karpenter's names, scopes, defaults, enums, patterns, CEL rules
 //! and printer columns.
 
-use api::crds::crds;
+use clusterapi_api::crds::crds;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::Value;
 
@@ -380,11 +380,14 @@ fn printer_columns() {
 #[test]
 fn capi_types_are_typed_clients_only() {
     use kube::Resource;
-    assert_eq!(api::Machine::api_version(&()), "cluster.x-k8s.io/v1beta2");
-    assert_eq!(api::Cluster::plural(&()), "clusters");
-    assert_eq!(api::Machine::plural(&()), "machines");
+    assert_eq!(
+        clusterapi_api::Machine::api_version(&()),
+        "cluster.x-k8s.io/v1beta2"
+    );
+    assert_eq!(clusterapi_api::Cluster::plural(&()), "clusters");
+    assert_eq!(clusterapi_api::Machine::plural(&()), "machines");
     assert!(crds().iter().all(|c| c.spec.group != "cluster.x-k8s.io"));
-    let cluster: api::Cluster = serde_json::from_value(serde_json::json!({
+    let cluster: clusterapi_api::Cluster = serde_json::from_value(serde_json::json!({
         "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
         "metadata": {"name": "demo", "namespace": "ns"},
         "spec": {"topology": {"classRef": {"name": "quick-start"}, "version": "v1.36.3"},
@@ -398,7 +401,7 @@ fn capi_types_are_typed_clients_only() {
     .expect("Cluster parses");
     assert_eq!(cluster.topology_version(), Some("v1.36.3"));
     assert_eq!(cluster.failure_domain_names(), ["a", "b"]);
-    let machine: api::Machine = serde_json::from_value(serde_json::json!({
+    let machine: clusterapi_api::Machine = serde_json::from_value(serde_json::json!({
         "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
         "metadata": {"name": "m", "namespace": "ns"},
         "spec": {"clusterName": "demo", "bootstrap": {"dataSecretName": "boot"},

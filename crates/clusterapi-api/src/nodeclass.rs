@@ -10,6 +10,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::schema;
+use api::schema::{TIMEOUT, VERSION};
 
 fn default_launch_timeout() -> String {
     "10m".into()
@@ -55,7 +56,7 @@ pub struct ClusterAPINodeClassSpec {
     /// Kubernetes version of the Machines; defaults to the Cluster's (topology or control
     /// plane).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = schema::VERSION))]
+    #[schemars(regex(pattern = VERSION))]
     pub version: Option<String>,
     /// Kubelet reservations used to compute allocatable (they must match what the bootstrap
     /// configuration passes to the kubelet).
@@ -66,11 +67,11 @@ pub struct ClusterAPINodeClassSpec {
     pub machine: Option<MachineSettings>,
     /// A Machine without a providerID after this long is deleted and its NodeClaim retried.
     #[serde(default = "default_launch_timeout")]
-    #[schemars(regex(pattern = schema::TIMEOUT))]
+    #[schemars(regex(pattern = TIMEOUT))]
     pub launch_timeout: String,
     /// A launched Machine whose Node has not registered after this long is deleted.
     #[serde(default = "default_registration_timeout")]
-    #[schemars(regex(pattern = schema::TIMEOUT))]
+    #[schemars(regex(pattern = TIMEOUT))]
     pub registration_timeout: String,
     /// What happens to drifted nodes (Kubernetes version, templates, NodePool changed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -248,22 +249,22 @@ pub struct KubeletConfiguration {
 #[serde(rename_all = "camelCase")]
 pub struct MachineSettings {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(schema_with = "schema::string_map")]
+    #[schemars(schema_with = "api::schema::string_map")]
     pub labels: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(schema_with = "schema::string_map")]
+    #[schemars(schema_with = "api::schema::string_map")]
     pub annotations: BTreeMap<String, String>,
     /// Machine `spec.deletion.nodeDrainTimeoutSeconds`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = schema::TIMEOUT))]
+    #[schemars(regex(pattern = TIMEOUT))]
     pub node_drain_timeout: Option<String>,
     /// Machine `spec.deletion.nodeVolumeDetachTimeoutSeconds`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = schema::TIMEOUT))]
+    #[schemars(regex(pattern = TIMEOUT))]
     pub node_volume_detach_timeout: Option<String>,
     /// Machine `spec.deletion.nodeDeletionTimeoutSeconds`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = schema::TIMEOUT))]
+    #[schemars(regex(pattern = TIMEOUT))]
     pub node_deletion_timeout: Option<String>,
 }
 
@@ -273,7 +274,7 @@ pub struct MachineSettings {
 pub struct ClusterAPINodeClassStatus {
     /// Ready, ClusterReady, TemplatesReady, BootstrapReady.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(schema_with = "schema::conditions")]
+    #[schemars(schema_with = "api::schema::conditions")]
     pub conditions: Vec<Condition>,
     /// The instance types offered, cheapest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
