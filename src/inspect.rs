@@ -405,11 +405,16 @@ pub async fn collect_all(
             pods,
             daemonsets,
             pdbs,
-            nodeclasses,
         });
+        let manual_drift = |name: &str| {
+            nodeclasses
+                .iter()
+                .any(|nc| nc.metadata.name.as_deref() == Some(name) && nc.manual_drift())
+        };
         let view = controller::disruption::View {
             cluster: &cluster,
             catalog: &catalog,
+            manual_drift: &manual_drift,
         };
         add_why(&mut out, &claims, &view, now);
         pending = crate::inspect_pending::pending(&cluster, &catalog);
@@ -587,6 +592,7 @@ mod tests {
         let view = controller::disruption::View {
             cluster: &cluster,
             catalog: &controller::disruption::no_catalog,
+            manual_drift: &controller::disruption::no_manual_drift,
         };
         let mut r = rows(&claims, &[], &[], now);
         add_why(&mut r, &claims, &view, now);

@@ -40,6 +40,7 @@ pub struct DisruptionVerdict {
 pub(super) fn disruption(
     cluster: &Cluster,
     catalogs: &HashMap<String, Arc<Catalog>>,
+    manual_drift: &dyn Fn(&str) -> bool,
     now: Timestamp,
 ) -> Vec<DisruptionVerdict> {
     if cluster.nodeclaims.is_empty() {
@@ -49,6 +50,7 @@ pub(super) fn disruption(
     let view = View {
         cluster,
         catalog: &catalog,
+        manual_drift,
     };
     let verdicts = verdicts(&view, now);
     cluster

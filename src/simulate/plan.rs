@@ -222,7 +222,12 @@ pub fn plan(loaded: &Loaded) -> Plan {
         unplaceable,
         counted_templates,
         total,
-        disruption: disruption(&cluster, &catalogs, k8s_openapi::jiff::Timestamp::now()),
+        disruption: disruption(
+            &cluster,
+            &catalogs,
+            &|nc| manual_drift(loaded, nc),
+            k8s_openapi::jiff::Timestamp::now(),
+        ),
         drifted: super::drift::drifted(&cluster, &catalogs),
     }
 }
@@ -546,4 +551,15 @@ fn unplaceable(
             }
         })
         .collect()
+}
+
+/// Whether the snapshot's NodeClass `nodeclass` leaves drift to the user.
+fn manual_drift(loaded: &Loaded, nodeclass: &str) -> bool {
+    loaded.inputs.node_classes.iter().any(|o| {
+        o.metadata.name.as_deref() == Some(nodeclass)
+            && serde_json::to_value(o)
+                .ok()
+                .and_then(|v| serde_json::from_value::<clusterapi_api::ClusterAPINodeClass>(v).ok())
+                .is_some_and(|nc| nc.manual_drift())
+    })
 }

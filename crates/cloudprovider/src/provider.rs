@@ -350,6 +350,12 @@ pub trait CloudProvider: Send + Sync {
     /// this inside a synchronous Create; a Cluster API launch fails asynchronously.
     fn launch_failed(&self, claim: &NodeClaim, why: &str);
 
+    /// Whether drift of the NodeClass `nodeclass`'s NodeClaims is left to the user: the core
+    /// then marks them `Drifted` but never replaces them for it.
+    fn manual_drift(&self, _nodeclass: &str) -> bool {
+        false
+    }
+
     /// The instance of `claim` got its providerID: what `launch_failed` held against its
     /// offering may start over from the first hold.
     fn launch_succeeded(&self, _claim: &NodeClaim) {}

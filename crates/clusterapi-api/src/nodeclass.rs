@@ -369,3 +369,13 @@ pub struct InstanceTypeSummary {
 fn is_zero(v: &i64) -> bool {
     *v == 0
 }
+
+impl ClusterAPINodeClass {
+    /// Whether its drift is left to the user (`spec.drift.policy: Manual`).
+    pub fn manual_drift(&self) -> bool {
+        self.spec
+            .drift
+            .as_ref()
+            .is_some_and(|d| d.policy == DriftPolicy::Manual)
+    }
+}

@@ -155,6 +155,7 @@ impl World {
         let view = View {
             cluster: &cluster,
             catalog: &lookup,
+            manual_drift: &crate::disruption::no_manual_drift,
         };
         let now: Timestamp = now.parse().expect("ts");
         let t0 = Instant::now();
@@ -355,6 +356,7 @@ fn validation_drops_a_move_whose_candidate_changed() {
     let view = View {
         cluster: &cluster,
         catalog: &lookup,
+        manual_drift: &crate::disruption::no_manual_drift,
     };
     assert!(
         pass(&view, &mut timers, &NoSim, now, t0)

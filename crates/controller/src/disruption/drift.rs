@@ -12,9 +12,7 @@
 
 use api::consts::conditions as types;
 use api::karpenter::DisruptionReason;
-use clusterapi_api::nodeclass::DriftPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::ResourceExt;
 
 use super::blockers::{self, Blocker};
 use super::budgets::PoolBudget;
@@ -50,11 +48,7 @@ pub(super) fn condition<'a>(c: &'a Candidate) -> Option<(&'a str, &'a str)> {
 
 /// Whether the candidate's NodeClass leaves drift to the user (policy `Manual`).
 pub(super) fn manual(view: &View, c: &Candidate) -> bool {
-    view.nodeclasses
-        .iter()
-        .find(|nc| nc.name_any() == c.claim.spec.node_class_ref.name)
-        .and_then(|nc| nc.spec.drift.as_ref())
-        .is_some_and(|d| d.policy == DriftPolicy::Manual)
+    (view.manual_drift)(&c.claim.spec.node_class_ref.name)
 }
 
 /// What keeps `c` from a graceful disruption: a do-not-disrupt pod or a PDB allowing no

@@ -78,9 +78,11 @@ impl Disruption {
                 .or_insert_with(|| self.provider.instance_types(nodeclass))
                 .clone()
         };
+        let manual_drift = |nodeclass: &str| self.provider.manual_drift(nodeclass);
         let view = View {
             cluster,
             catalog: &catalog,
+            manual_drift: &manual_drift,
         };
         let simulator = Simulator {
             catalog: &catalog,

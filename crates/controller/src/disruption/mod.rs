@@ -144,6 +144,10 @@ pub struct View<'a> {
     pub cluster: &'a Cluster,
     /// A NodeClass's instance types (prices for consolidation).
     pub catalog: &'a dyn Fn(&str) -> Option<Arc<InstanceTypes>>,
+    /// Whether a NodeClass leaves drift to the user ([`CloudProvider::manual_drift`]).
+    ///
+    /// [`CloudProvider::manual_drift`]: cloudprovider::CloudProvider::manual_drift
+    pub manual_drift: &'a dyn Fn(&str) -> bool,
 }
 
 impl std::ops::Deref for View<'_> {
@@ -152,6 +156,11 @@ impl std::ops::Deref for View<'_> {
     fn deref(&self) -> &Cluster {
         self.cluster
     }
+}
+
+/// No NodeClass leaves drift to the user.
+pub fn no_manual_drift(_: &str) -> bool {
+    false
 }
 
 /// A catalog lookup that knows no NodeClass.

@@ -42,6 +42,7 @@ fn view(cluster: &Cluster) -> View<'_> {
     View {
         cluster,
         catalog: &super::no_catalog,
+        manual_drift: &super::no_manual_drift,
     }
 }
 
@@ -371,14 +372,17 @@ fn drift_is_blocked_by_pdbs_do_not_disrupt_misfits_and_manual_policy() {
     let run = |claims: &[Arc<NodeClaim>],
                pods: &[Arc<Pod>],
                pdbs: &[Arc<_>],
-               nodeclasses: &[Arc<_>],
+               manual: &[&str],
                sim: &OneEach| {
         let c = Cluster::new(Objects {
             pdbs: pdbs.to_vec(),
-            nodeclasses: nodeclasses.to_vec(),
             ..cluster(&pools, claims, &nodes, pods).objects().clone()
         });
-        let v = view(&c);
+        let manual_drift = |nodeclass: &str| manual.contains(&nodeclass);
+        let v = View {
+            manual_drift: &manual_drift,
+            ..view(&c)
+        };
         let mut timers = Timers::default();
         let out = super::pass(&v, &mut timers, sim, now, Instant::now());
         let why: Vec<String> = timers.blocked().into_iter().map(|b| b.message).collect();
@@ -424,10 +428,8 @@ fn drift_is_blocked_by_pdbs_do_not_disrupt_misfits_and_manual_policy() {
         why[0].starts_with("drifted (NodeClassDrifted); blocked: its pods cannot be placed"),
         "{why:?}"
     );
-    let manual: Arc<clusterapi_api::ClusterAPINodeClass> = typed(json!({"metadata": {"name": "n"},
-        "spec": {"clusterRef": {"namespace": "ns", "name": "c"}, "bootstrap": {"dataSecretName": "s"},
-                 "drift": {"policy": "Manual"}}}));
-    let (n, why) = run(&claims, &pods, &[], &[manual], &fits);
+    // The claims' NodeClass `n` leaves drift to the user (the provider says so).
+    let (n, why) = run(&claims, &pods, &[], &["n"], &fits);
     assert_eq!(n, 0);
     assert!(
         why[0].starts_with(

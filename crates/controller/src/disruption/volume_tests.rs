@@ -107,6 +107,7 @@ fn replacement_zone(volume: bool) -> Vec<String> {
     let view = View {
         cluster: &cluster,
         catalog: &lookup,
+        manual_drift: &crate::disruption::no_manual_drift,
     };
     let claim = cluster.nodeclaims[0].as_ref();
     let node = cluster.nodes[0].as_ref();

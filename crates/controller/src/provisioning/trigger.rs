@@ -151,7 +151,6 @@ mod tests {
             nodepools,
             daemonsets: Cache::detached().0,
             pdbs: Cache::detached().0,
-            nodeclasses: Cache::detached().0,
         });
         let mut seen = PoolsSeen::new();
         let mut wake = |t| wake(&state, &mut seen, t);

@@ -10,7 +10,6 @@ use std::ops::Deref;
 use std::sync::Arc;
 
 use api::{NodeClaim, NodePool};
-use clusterapi_api::ClusterAPINodeClass;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -33,7 +32,6 @@ pub struct Objects {
     pub nodepools: Vec<Arc<NodePool>>,
     pub daemonsets: Vec<Arc<DaemonSet>>,
     pub pdbs: Vec<Arc<PodDisruptionBudget>>,
-    pub nodeclasses: Vec<Arc<ClusterAPINodeClass>>,
     pub pvcs: Vec<Arc<PersistentVolumeClaim>>,
     pub pvs: Vec<Arc<PersistentVolume>>,
     pub storageclasses: Vec<Arc<StorageClass>>,

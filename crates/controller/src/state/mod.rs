@@ -17,7 +17,6 @@ mod tests;
 use std::sync::{Arc, Mutex};
 
 use api::{NodeClaim, NodePool};
-use clusterapi_api::ClusterAPINodeClass;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -36,7 +35,6 @@ pub struct Sources {
     pub nodepools: Cache<NodePool>,
     pub daemonsets: Cache<DaemonSet>,
     pub pdbs: Cache<PodDisruptionBudget>,
-    pub nodeclasses: Cache<ClusterAPINodeClass>,
     pub pvcs: Cache<PersistentVolumeClaim>,
     pub pvs: Cache<PersistentVolume>,
     pub storageclasses: Cache<StorageClass>,
@@ -52,7 +50,6 @@ impl Sources {
             nodepools: caches.nodepools.clone(),
             daemonsets: caches.daemonsets.clone(),
             pdbs: caches.pdbs.clone(),
-            nodeclasses: caches.nodeclasses.clone(),
             pvcs: caches.pvcs.clone(),
             pvs: caches.pvs.clone(),
             storageclasses: caches.storageclasses.clone(),
@@ -69,7 +66,6 @@ impl Sources {
             self.nodepools.generation(),
             self.daemonsets.generation(),
             self.pdbs.generation(),
-            self.nodeclasses.generation(),
             self.pvcs.generation(),
             self.pvs.generation(),
             self.storageclasses.generation(),
@@ -85,7 +81,6 @@ impl Sources {
             nodepools: self.nodepools.store().state(),
             daemonsets: self.daemonsets.store().state(),
             pdbs: self.pdbs.store().state(),
-            nodeclasses: self.nodeclasses.store().state(),
             pvcs: self.pvcs.store().state(),
             pvs: self.pvs.store().state(),
             storageclasses: self.storageclasses.store().state(),
@@ -95,7 +90,7 @@ impl Sources {
 }
 
 /// The write counts of the caches, in [`Sources::generations`] order.
-type Generations = [u64; 11];
+type Generations = [u64; 10];
 
 /// A join, and the write counts it was built at.
 type Kept = Option<(Generations, Arc<Cluster>)>;

@@ -179,7 +179,6 @@ fn detached() -> (ClusterState, Feed<Pod>, Feed<Node>, Feed<NodeClaim>) {
         nodepools: Cache::detached().0,
         daemonsets: Cache::detached().0,
         pdbs: Cache::detached().0,
-        nodeclasses: Cache::detached().0,
     });
     (state, pod_feed, node_feed, claim_feed)
 }

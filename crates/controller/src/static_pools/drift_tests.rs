@@ -73,6 +73,7 @@ fn decisions(
     let view = View {
         cluster: &c,
         catalog: &no_catalog,
+        manual_drift: &crate::disruption::no_manual_drift,
     };
     decide(
         &view,
@@ -136,6 +137,7 @@ fn a_surge_waits_for_room_being_freed_rather_than_deleting_first() {
         let view = View {
             cluster: &c,
             catalog: &no_catalog,
+            manual_drift: &crate::disruption::no_manual_drift,
         };
         decide(
             &view,
@@ -183,6 +185,7 @@ fn static_claims_are_never_consolidation_candidates() {
     let view = View {
         cluster: &c,
         catalog: &no_catalog,
+        manual_drift: &crate::disruption::no_manual_drift,
     };
     let out = decide(
         &view,

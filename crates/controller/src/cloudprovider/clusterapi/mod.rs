@@ -289,6 +289,13 @@ impl CloudProvider for ClusterApi {
         availability::offered(&self.ctx, nodeclass).map(|c| c.types.clone())
     }
 
+    fn manual_drift(&self, nodeclass: &str) -> bool {
+        self.ctx
+            .nodeclasses
+            .get(&kube::runtime::reflector::ObjectRef::new(nodeclass))
+            .is_some_and(|nc| nc.manual_drift())
+    }
+
     fn is_drifted<'a>(
         &'a self,
         claim: &'a NodeClaim,
