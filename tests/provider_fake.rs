@@ -47,7 +47,7 @@ async fn env() -> Env {
         .expect("kube-apiserver");
     let client = tb.client();
     let mut tasks = controller::tasks::Tasks::default();
-    let caches = Caches::start(&mut tasks, &client, &client, "fake-test");
+    let caches = Caches::start(&mut tasks, &client);
     caches.ready().await;
     let (connected, connection) = controller::health::Connection::new();
     let shared = Shared {

@@ -246,8 +246,12 @@ async fn a_launch_happens_once_per_uid_when_the_cache_lags() {
     .expect("operator stops");
     let mut tasks = controller::tasks::Tasks::default();
     const CLUSTER_ID: &str = "writes-test";
-    let caches = Caches::start(&mut tasks, &client, &client, CLUSTER_ID);
+    let caches = Caches::start(&mut tasks, &client);
+    let capi = controller::cloudprovider::clusterapi::caches::ClusterApiCaches::start_single(
+        &mut tasks, &client, &client, CLUSTER_ID,
+    );
     caches.ready().await;
+    capi.ready().await;
     let index = templates::watch::TemplateIndex::new();
     tasks.spawn(templates::watch::run(
         client.clone(),
@@ -256,8 +260,8 @@ async fn a_launch_happens_once_per_uid_when_the_cache_lags() {
     ));
     let catalogs = IndexCatalogs {
         index,
-        nodeclasses: caches.nodeclasses.store(),
-        clusters: caches.clusters.store(),
+        nodeclasses: capi.nodeclasses.store(),
+        clusters: capi.clusters.store(),
         overlays: Default::default(),
         engaged: None,
     };
@@ -294,9 +298,9 @@ async fn a_launch_happens_once_per_uid_when_the_cache_lags() {
         management: client.clone(),
         recorder,
         metrics: metrics.clone(),
-        machines: caches.machines.store(),
-        nodeclasses: caches.nodeclasses.store(),
-        clusters: caches.clusters.store(),
+        machines: capi.machines.store(),
+        nodeclasses: capi.nodeclasses.store(),
+        clusters: capi.clusters.store(),
         nodeclaims: delayed.as_reader(),
         catalogs: Arc::new(catalogs),
         unavailable: Arc::default(),
@@ -378,7 +382,7 @@ async fn a_launch_happens_once_per_uid_when_the_cache_lags() {
     // With the fresh object it resumes the recorded plan and adopts the Machine.
     let fresh = Arc::new(api.get("delayed").await.expect("fresh"));
     wait_for("Machine cached", Duration::from_secs(10), || async {
-        (caches.machines.store().state().len() == 1).then_some(())
+        (capi.machines.store().state().len() == 1).then_some(())
     })
     .await
     .expect("machine in cache");

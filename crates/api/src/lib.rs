@@ -27,6 +27,7 @@ pub mod karpenter;
 #[allow(unreachable_pub)] // the `KubeSchema` derive, as for `karpenter`
 pub mod overlay;
 pub mod schema;
+pub mod selector;
 
 pub use karpenter::{NodeClaim, NodePool};
 pub use overlay::NodeOverlay;

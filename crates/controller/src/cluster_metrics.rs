@@ -15,14 +15,13 @@
 //! - `karpenter_cluster_state_node_count` (Nodes and launched NodeClaims, one per
 //!   providerID) and `karpenter_cluster_state_synced` (every cache holds a complete list);
 //! - `karpenter_scheduler_queue_depth`: the provisionable pods waiting for the provisioner;
-//! - `karpenter_capi_machines`: our Cluster API Machines by nodepool and phase.
+//! - a provider's own gauges ([`ProviderGauges`]; Cluster API: its Machines by phase).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use api::NodeClaim;
 use api::consts::labels;
-use clusterapi_api::Machine;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use prometheus_client::collector::Collector;
@@ -30,16 +29,23 @@ use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType;
 use scheduling::Resources;
 
-use crate::cache::Cache;
 use crate::provisioning::convert::resources;
 use crate::state::{self as cluster_state, Cluster};
 
-/// What the gauges are computed from: the cluster state, and our Machines.
+/// What the gauges are computed from: the cluster state, and the provider's own gauges.
 pub struct Sources {
     pub state: cluster_state::ClusterState,
-    pub machines: Cache<Machine>,
     /// The provider: its instance types price the NodeClaims.
     pub provider: Arc<dyn crate::cloudprovider::CloudProvider>,
+    /// The provider's own gauges of the cluster, if any.
+    pub gauges: Option<Arc<dyn ProviderGauges>>,
+}
+
+/// A provider's own scrape-time gauges of one cluster (Cluster API: its Machines by phase),
+/// served beside the core's, under the cluster's label in a hub.
+pub trait ProviderGauges: Send + Sync {
+    /// The families with their samples now (the same names on every call).
+    fn families(&self) -> Vec<Family>;
 }
 
 /// One attached cluster: its sources, and the `cluster` label of its series (`None`:
@@ -85,18 +91,29 @@ impl Collector for ClusterState {
         let mut out = families(None);
         for (i, a) in self.attached().values().enumerate() {
             let cluster = a.sources.state.current();
-            let machines = a.sources.machines.store().state();
             let provider = &a.sources.provider;
             let view = View {
                 cluster: &cluster,
-                machines: &machines,
                 catalog: &|nodeclass| provider.instance_types(nodeclass),
-                synced: a.sources.state.synced() && a.sources.machines.is_synced(),
+                synced: a.sources.state.synced(),
             };
             // Unlabelled series of a second cluster may repeat a label set: merged.
             let merge = i > 0 && a.cluster.is_none();
             for (into, from) in out.iter_mut().zip(families(Some(&view))) {
                 add(into, from.samples, a.cluster.as_deref(), merge);
+            }
+            for from in a.sources.gauges.iter().flat_map(|g| g.families()) {
+                let at = match out.iter().position(|f| f.name == from.name) {
+                    Some(at) => at,
+                    None => {
+                        out.push(Family {
+                            samples: Vec::new(),
+                            ..from
+                        });
+                        out.len() - 1
+                    }
+                };
+                add(&mut out[at], from.samples, a.cluster.as_deref(), merge);
             }
         }
         for f in &out {
@@ -147,19 +164,20 @@ fn add(into: &mut Family, samples: Vec<(Labels, f64)>, cluster: Option<&str>, me
 /// What the gauges are computed from.
 pub(crate) struct View<'a> {
     pub cluster: &'a Cluster,
-    pub machines: &'a [Arc<Machine>],
     /// A NodeClass's instance types (the provider's).
     pub catalog: &'a Catalogs<'a>,
     pub synced: bool,
 }
 
-pub(crate) type Labels = Vec<(&'static str, String)>;
+/// A sample's labels, in order.
+pub type Labels = Vec<(&'static str, String)>;
 
 /// A NodeClass's instance types, by NodeClass name.
 pub(crate) type Catalogs<'a> = dyn Fn(&str) -> Option<Arc<cloudprovider::InstanceTypes>> + 'a;
 
 /// One gauge family and its samples.
-pub(crate) struct Family {
+/// One gauge family of a scrape.
+pub struct Family {
     pub name: &'static str,
     pub help: &'static str,
     pub samples: Vec<(Labels, f64)>,
@@ -229,10 +247,6 @@ pub(crate) fn families(view: Option<&View>) -> Vec<Family> {
         "karpenter_scheduler_queue_depth",
         "The number of pods currently waiting to be scheduled.",
     );
-    let mut machines = family(
-        "karpenter_capi_machines",
-        "Cluster API Machines of nodeclaims, by nodepool and phase.",
-    );
     let mut cost = family(
         "karpenter_nodepools_cost_total",
         "Total cost of the nodepool from Karpenter's perspective: the hourly price of the offering each of its NodeClaims was launched on (NodeOverlay prices included). Not an authoritative source for billing.",
@@ -290,12 +304,11 @@ pub(crate) fn families(view: Option<&View>) -> Vec<Family> {
             vec![("controller", "provisioner".to_string())],
             waiting as f64,
         )];
-        machines.samples = machine_phases(v.machines);
         cost.samples = pool_costs(c, v.catalog);
     }
     let mut out = vec![pods_state];
     out.extend(node_families);
-    out.extend([node_count, synced, queue, machines, cost]);
+    out.extend([node_count, synced, queue, cost]);
     out
 }
 
@@ -449,29 +462,6 @@ fn state_node_count(v: &View) -> usize {
     ids.len() + without
 }
 
-/// Machines by nodepool and phase (`Pending` until Cluster API reports one).
-fn machine_phases(machines: &[Arc<Machine>]) -> Vec<(Labels, f64)> {
-    let mut counts: BTreeMap<(String, String), usize> = BTreeMap::new();
-    for m in machines {
-        let pool = m
-            .labels()
-            .get(labels::NODEPOOL)
-            .cloned()
-            .unwrap_or_default();
-        let phase = m
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.clone())
-            .filter(|p| !p.is_empty())
-            .unwrap_or_else(|| "Pending".into());
-        *counts.entry((pool, phase)).or_default() += 1;
-    }
-    counts
-        .into_iter()
-        .map(|((nodepool, phase), n)| (vec![("nodepool", nodepool), ("phase", phase)], n as f64))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -539,22 +529,9 @@ mod tests {
             "spec": {"nodeClassRef": {"group": "g", "kind": "k", "name": "n"}, "requirements": []},
             "status": {"providerID": "test://n2"}
         }));
-        let machine = |name: &str, phase: Option<&str>| {
-            obj::<Machine>(json!({
-                "metadata": {"name": name, "namespace": "ns", "labels": {"karpenter.sh/nodepool": "default"}},
-                "spec": {"clusterName": "c1", "bootstrap": {}, "infrastructureRef": {"apiGroup": "g", "kind": "k", "name": name}},
-                "status": phase.map_or(json!({}), |p| json!({"phase": p}))
-            }))
-        };
         let pods = [web, daemon, done, pending];
         let nodes = [node, other];
         let claims = [launched, in_flight];
-        let machines = [
-            machine("m1", Some("Running")),
-            machine("m2", Some("Provisioning")),
-            machine("m3", None),
-            machine("m4", Some("Running")),
-        ];
         let cluster = Cluster::new(cluster_state::Objects {
             pods: pods.to_vec(),
             nodes: nodes.to_vec(),
@@ -563,7 +540,6 @@ mod tests {
         });
         let fs = families(Some(&View {
             cluster: &cluster,
-            machines: &machines,
             catalog: &|_| None,
             synced: true,
         }));
@@ -623,18 +599,6 @@ mod tests {
         assert_eq!(samples(&fs, "karpenter_cluster_state_node_count")[0].1, 3.0);
         assert_eq!(samples(&fs, "karpenter_cluster_state_synced")[0].1, 1.0);
         assert_eq!(samples(&fs, "karpenter_scheduler_queue_depth")[0].1, 1.0);
-        let phases: Vec<(String, f64)> = samples(&fs, "karpenter_capi_machines")
-            .iter()
-            .map(|(l, v)| (get(l, "phase"), *v))
-            .collect();
-        assert_eq!(
-            phases,
-            [
-                ("Pending".into(), 1.0),
-                ("Provisioning".into(), 1.0),
-                ("Running".into(), 2.0)
-            ]
-        );
     }
 
     #[test]
@@ -690,7 +654,6 @@ mod tests {
         });
         let fs = families(Some(&View {
             cluster: &cluster,
-            machines: &[],
             catalog: &|nc| (nc == "n").then(|| Arc::clone(&catalog)),
             synced: true,
         }));

@@ -62,6 +62,8 @@ pub struct ProviderParts {
     pub nodeclasses: crate::nodepool_status::NodeClassLookup,
     pub offering_changes: crate::provisioning::OfferingChanges,
     pub loops: Vec<ProviderLoop>,
+    /// The provider's own gauges of the cluster, if any.
+    pub gauges: Option<Arc<dyn crate::cluster_metrics::ProviderGauges>>,
 }
 
 /// A provider's loop: given the engagement's stop signal (true: stop), the loop.
@@ -80,7 +82,6 @@ pub struct Engagement {
     static_pools: crate::static_pools::StaticPools,
     disruption: crate::disruption::Disruption,
     nodepool_status: crate::nodepool_status::NodePoolStatus,
-    latency: crate::latency::Latency,
     /// The provider's own loops.
     provider_loops: Vec<ProviderLoop>,
     pods: crate::cache::Cache<k8s_openapi::api::core::v1::Pod>,
@@ -138,13 +139,7 @@ impl Engagement {
         );
         let static_pools = static_pools(ctx, &provisioner);
         let triggers = triggers(caches);
-        attach_gauges(ctx, caches, state, lifecycle_ctx.provider.clone());
-        let latency = crate::latency::Latency {
-            metrics: ctx.metrics.clone(),
-            pods: caches.pods.clone(),
-            nodeclaims: caches.nodeclaims.clone(),
-            machines: caches.machines.clone(),
-        };
+        attach_gauges(ctx, state, lifecycle_ctx.provider.clone(), parts.gauges);
         Engagement {
             provider_loops: parts.loops,
             gc_interval: ctx.knobs.gc_interval,
@@ -155,7 +150,6 @@ impl Engagement {
             static_pools,
             disruption,
             nodepool_status,
-            latency,
             pods: caches.pods.clone(),
             nodeclaims: caches.nodeclaims.store(),
             nodepools: caches.nodepools.store(),
@@ -166,7 +160,6 @@ impl Engagement {
     /// by the caller through the returned handle).
     pub fn run(self, tasks: &mut Tasks, stop: &watch::Receiver<bool>) -> (Tasks, AbortHandle) {
         let mut loops = Tasks::default();
-        loops.spawn(crate::latency::run(self.latency, stopped(stop.clone())));
         loops.spawn(lifecycle::run(
             self.lifecycle.clone(),
             self.triggers,
@@ -214,9 +207,9 @@ impl Engagement {
 /// under its `cluster` label (detached when it is disengaged).
 fn attach_gauges(
     ctx: &Sources,
-    caches: &Caches,
     state: ClusterState,
     provider: Arc<dyn crate::cloudprovider::CloudProvider>,
+    gauges: Option<Arc<dyn crate::cluster_metrics::ProviderGauges>>,
 ) {
     let key = ctx
         .engaged
@@ -228,8 +221,8 @@ fn attach_gauges(
         ctx.metrics.scope(),
         crate::cluster_metrics::Sources {
             state,
-            machines: caches.machines.clone(),
             provider,
+            gauges,
         },
     );
 }

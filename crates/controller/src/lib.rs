@@ -14,7 +14,6 @@ pub(crate) mod garbagecollection;
 pub mod health;
 pub mod hub;
 pub mod index;
-pub(crate) mod latency;
 pub mod leader;
 pub mod metrics;
 pub mod metrics_labels;

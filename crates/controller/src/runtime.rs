@@ -272,11 +272,22 @@ pub async fn lead(ctx: &Context) -> Result<Option<Election>, RuntimeError> {
 enum Warm {
     Single {
         caches: Box<crate::cache::Caches>,
-        cluster_id: String,
+        provider: WarmProvider,
     },
     Hub {
         clusters: crate::cache::Cache<clusterapi_api::Cluster>,
     },
+}
+
+/// The provider of a single-cluster replica, with what it warms.
+enum WarmProvider {
+    /// Cluster API: its own caches and the fencing id.
+    ClusterApi {
+        capi: Box<crate::cloudprovider::clusterapi::caches::ClusterApiCaches>,
+        cluster_id: String,
+    },
+    /// Another provider (`run --provider`), built by its factory.
+    Other(ProviderFactory),
 }
 
 /// What runs once this replica leads.
@@ -316,15 +327,12 @@ impl Running {
 
 /// Starts the caches of this replica's mode (every replica, so failover is warm).
 async fn warm(ctx: &Context, tasks: &mut crate::tasks::Tasks) -> Result<Warm, RuntimeError> {
-    if ctx.config.provider.is_some() {
+    if let Some(factory) = &ctx.config.provider {
         // Another provider: the workload cluster's kinds only, no fencing id (nothing is
         // made in a management cluster).
         return Ok(Warm::Single {
-            caches: Box::new(crate::cache::Caches::start_without_cluster_api(
-                tasks,
-                &ctx.workload,
-            )),
-            cluster_id: String::new(),
+            caches: Box::new(crate::cache::Caches::start(tasks, &ctx.workload)),
+            provider: WarmProvider::Other(factory.clone()),
         });
     }
     match &ctx.config.hub {
@@ -335,14 +343,22 @@ async fn warm(ctx: &Context, tasks: &mut crate::tasks::Tasks) -> Result<Warm, Ru
             )
             .await?;
             tracing::info!(cluster_id = %cluster_id, "fencing our Cluster API objects by cluster id");
-            let mut caches =
-                crate::cache::Caches::start(tasks, &ctx.workload, &ctx.management, &cluster_id);
+            let mut caches = crate::cache::Caches::start(tasks, &ctx.workload);
+            let capi = crate::cloudprovider::clusterapi::caches::ClusterApiCaches::start_single(
+                tasks,
+                &ctx.workload,
+                &ctx.management,
+                &cluster_id,
+            );
             if ctx.config.node_overlay {
                 caches = caches.with_overlays(tasks, &ctx.workload);
             }
             Ok(Warm::Single {
                 caches: Box::new(caches),
-                cluster_id,
+                provider: WarmProvider::ClusterApi {
+                    capi: Box::new(capi),
+                    cluster_id,
+                },
             })
         }
         Some(hub) => {
@@ -429,22 +445,26 @@ async fn start_hub(
 fn start_single(
     ctx: &Context,
     caches: &crate::cache::Caches,
-    cluster_id: String,
+    provider: WarmProvider,
     index: templates::watch::TemplateIndex,
     identity: String,
     tasks: &mut crate::tasks::Tasks,
     stop: &watch::Receiver<bool>,
 ) -> Running {
     let sources = ctx.sources();
-    let engagement = match &ctx.config.provider {
-        Some(factory) => crate::engagement::Engagement::build(&sources, caches, identity, |r| {
-            (factory.build)(tasks, &ctx.workload, r)
-        }),
-        None => crate::engagement::Engagement::build(&sources, caches, identity, |recorder| {
-            crate::cloudprovider::clusterapi::wiring::parts(
-                &sources, caches, index, cluster_id, recorder,
-            )
-        }),
+    let engagement = match provider {
+        WarmProvider::Other(factory) => {
+            crate::engagement::Engagement::build(&sources, caches, identity, |r| {
+                (factory.build)(tasks, &ctx.workload, r)
+            })
+        }
+        WarmProvider::ClusterApi { capi, cluster_id } => {
+            crate::engagement::Engagement::build(&sources, caches, identity, |recorder| {
+                crate::cloudprovider::clusterapi::wiring::parts(
+                    &sources, caches, &capi, index, cluster_id, recorder,
+                )
+            })
+        }
     };
     let (loops, gc) = engagement.run(tasks, stop);
     Running::Single { loops, gc }
@@ -475,7 +495,12 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
         ));
     }
     match &warmed {
-        Warm::Single { caches, .. } => caches.ready().await,
+        Warm::Single { caches, provider } => {
+            caches.ready().await;
+            if let WarmProvider::ClusterApi { capi, .. } = provider {
+                capi.ready().await;
+            }
+        }
         Warm::Hub { clusters } => clusters.ready().await,
     }
     if cluster_api {
@@ -505,8 +530,8 @@ pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
 
     let running = match warmed {
         Warm::Hub { clusters } => start_hub(&ctx, clusters, index, identity, &stop_rx).await,
-        Warm::Single { caches, cluster_id } => start_single(
-            &ctx, &caches, cluster_id, index, identity, &mut tasks, &stop_rx,
+        Warm::Single { caches, provider } => start_single(
+            &ctx, &caches, provider, index, identity, &mut tasks, &stop_rx,
         ),
     };
 

@@ -49,6 +49,7 @@ pub fn parts(
         provider: Arc::new(KwokCloudProvider::new(client.clone(), types)),
         nodeclasses: readiness_lookup(nodeclasses.store()),
         offering_changes: Default::default(),
+        gauges: None,
         loops: Vec::new(),
     }
 }

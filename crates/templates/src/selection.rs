@@ -122,27 +122,7 @@ pub(crate) fn is_opted_in(template: &DynamicObject) -> bool {
         .is_some_and(|l| l.contains_key(label::KARPENTER_MEMBER))
 }
 
-/// Whether `labels` match a Kubernetes label selector, as kube's `Selector` matches them
-/// without building one: an empty selector matches everything; an invalid one (an unknown
-/// operator, `In`/`NotIn` without values) matches nothing.
-pub fn selector_matches(sel: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    let by_labels = sel
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
-    by_labels
-        && sel.match_expressions.iter().flatten().all(|e| {
-            let v = labels.get(&e.key);
-            match (e.operator.as_str(), e.values.as_deref()) {
-                ("In", Some(values)) => v.is_some_and(|v| values.contains(v)),
-                ("NotIn", Some(values)) => v.is_none_or(|v| !values.contains(v)),
-                ("Exists", _) => v.is_some(),
-                ("DoesNotExist", _) => v.is_none(),
-                _ => false,
-            }
-        })
-}
+pub use api::selector::selector_matches;
 
 #[cfg(test)]
 mod tests {

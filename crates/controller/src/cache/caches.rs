@@ -10,10 +10,8 @@ use kube::runtime::watcher;
 use super::{Cache, Gate, keep, trim_node, trim_pod, trim_pv, trim_pvc};
 use crate::tasks::Tasks;
 
-/// Every cache one engagement reads: one watch per kind, shared by all its loops. The
-/// workload-side caches and the Machines (fenced by the engagement's cluster id) are the
-/// engagement's own; the Clusters cache is the management side's, shared by every
-/// engagement of a hub (see [`Caches::start_engaged`]).
+/// Every cache the core's loops of one engagement read: one watch per kind of the workload
+/// cluster, shared by all its loops. A provider watches its own kinds.
 pub struct Caches {
     pub nodes: Cache<k8s_openapi::api::core::v1::Node>,
     pub pods: Cache<k8s_openapi::api::core::v1::Pod>,
@@ -21,11 +19,6 @@ pub struct Caches {
     pub pdbs: Cache<k8s_openapi::api::policy::v1::PodDisruptionBudget>,
     pub nodeclaims: Cache<api::NodeClaim>,
     pub nodepools: Cache<api::NodePool>,
-    pub nodeclasses: Cache<clusterapi_api::ClusterAPINodeClass>,
-    /// Only Machines carrying our NodeClaim label and our cluster id (see
-    /// `cloudprovider::clusterapi::fence`).
-    pub machines: Cache<clusterapi_api::Machine>,
-    pub clusters: Cache<clusterapi_api::Cluster>,
     /// NodeOverlays, when the `NodeOverlay` feature gate is on ([`Caches::with_overlays`]).
     pub nodeoverlays: Option<Cache<api::NodeOverlay>>,
     /// What pods' volumes resolve against (trimmed: [`crate::trim`]).
@@ -35,57 +28,15 @@ pub struct Caches {
     pub csinodes: Cache<k8s_openapi::api::storage::v1::CSINode>,
 }
 
-/// The Cluster API watches of an engagement: Machines of the management cluster fenced by
-/// `cluster_id`, over the management side's shared `clusters` cache.
-pub struct ClusterApiWatches<'a> {
-    pub management: &'a kube::Client,
-    pub cluster_id: &'a str,
-    pub clusters: Cache<clusterapi_api::Cluster>,
-}
-
 impl Caches {
-    /// Starts every watch on tasks owned by `tasks`; Machines are those of `cluster_id`.
-    pub fn start(
-        tasks: &mut Tasks,
-        workload: &kube::Client,
-        management: &kube::Client,
-        cluster_id: &str,
-    ) -> Caches {
-        let clusters = Cache::start(
-            tasks,
-            Api::all(management.clone()),
-            watcher::Config::default(),
-            keep,
-            None,
-        );
-        Self::start_engaged(
-            tasks,
-            workload,
-            Some(ClusterApiWatches {
-                management,
-                cluster_id,
-                clusters,
-            }),
-            false,
-        )
+    /// Starts every watch on tasks owned by `tasks`.
+    pub fn start(tasks: &mut Tasks, workload: &kube::Client) -> Caches {
+        Self::start_engaged(tasks, workload, false)
     }
 
-    /// Starts the workload cluster's watches only: no Cluster API kind is watched (their
-    /// caches are [`Cache::empty`]), for a provider other than Cluster API.
-    pub fn start_without_cluster_api(tasks: &mut Tasks, workload: &kube::Client) -> Caches {
-        Self::start_engaged(tasks, workload, None, false)
-    }
-
-    /// Starts the watches of one engagement over the management side's shared `clusters`
-    /// cache: the workload cluster's kinds, and the Machines fenced by `cluster_id`. With
-    /// `lazy` (hub mode), the pod and PDB watches run only while the cluster has a NodePool
+    /// Starts the watches of one engagement. With `lazy` (hub mode), the pod and PDB watches run only while the cluster has a NodePool
     /// or a NodeClaim ([`Cache::start_lazily`]): an idle cluster costs no pod cache.
-    pub fn start_engaged(
-        tasks: &mut Tasks,
-        workload: &kube::Client,
-        cluster_api: Option<ClusterApiWatches<'_>>,
-        lazy: bool,
-    ) -> Caches {
+    pub fn start_engaged(tasks: &mut Tasks, workload: &kube::Client, lazy: bool) -> Caches {
         let all = watcher::Config::default;
         let nodeclaims = Cache::start(
             tasks,
@@ -135,22 +86,6 @@ impl Caches {
                 Cache::start(tasks, Api::all(workload.clone()), all(), trim_pv, None),
             )
         };
-        let (nodeclasses, machines, clusters) = match cluster_api {
-            Some(c) => (
-                Cache::start(tasks, Api::all(workload.clone()), all(), keep, None),
-                Cache::start(
-                    tasks,
-                    Api::all(c.management.clone()),
-                    all().labels(&crate::cloudprovider::clusterapi::fence::selector(
-                        c.cluster_id,
-                    )),
-                    keep,
-                    Some(crate::cloudprovider::clusterapi::machine::provider_id_key),
-                ),
-                c.clusters,
-            ),
-            None => (Cache::empty(), Cache::empty(), Cache::empty()),
-        };
         Caches {
             nodes: Cache::start(
                 tasks,
@@ -164,9 +99,6 @@ impl Caches {
             pdbs,
             nodeclaims,
             nodepools,
-            nodeclasses,
-            machines,
-            clusters,
             nodeoverlays: None,
             pvcs,
             pvs,
@@ -195,9 +127,6 @@ impl Caches {
         self.pdbs.ready().await;
         self.nodeclaims.ready().await;
         self.nodepools.ready().await;
-        self.nodeclasses.ready().await;
-        self.machines.ready().await;
-        self.clusters.ready().await;
         self.storageclasses.ready().await;
         self.csinodes.ready().await;
         if let Some(o) = &self.nodeoverlays {

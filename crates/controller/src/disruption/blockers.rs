@@ -10,11 +10,11 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use api::consts::annotations::DO_NOT_DISRUPT;
+use api::selector::selector_matches;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
-use templates::selection::selector_matches;
 
 pub use crate::cost::disruption_cost;
 use crate::objects::{annotation, deleting, namespaced_name, owned_by, terminal};

@@ -300,22 +300,20 @@ impl Run {
             cluster_id,
         } = connected;
         let mut tasks = Tasks::default();
-        let mut caches = Caches::start_engaged(
+        let mut caches = Caches::start_engaged(&mut tasks, &workload, true);
+        let capi = crate::cloudprovider::clusterapi::caches::ClusterApiCaches::start(
             &mut tasks,
             &workload,
-            Some(crate::cache::ClusterApiWatches {
-                management: &management,
-                cluster_id: &cluster_id,
-                clusters: self.clusters.clone(),
-            }),
-            true,
+            &management,
+            &cluster_id,
+            self.clusters.clone(),
         );
         if self.node_overlay {
             caches = caches.with_overlays(&mut tasks, &workload);
         }
         tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
-            _ = caches.ready() => {}
+            _ = async { caches.ready().await; capi.ready().await } => {}
         }
         let (tx, connection) = Connection::new();
         self.metrics
@@ -347,7 +345,7 @@ impl Run {
         let index = self.index.clone();
         let engagement = Engagement::build(&sources, &caches, self.identity.clone(), |recorder| {
             crate::cloudprovider::clusterapi::wiring::parts(
-                &sources, &caches, index, cluster_id, recorder,
+                &sources, &caches, &capi, index, cluster_id, recorder,
             )
         });
         let (mut loops, gc) = engagement.run(&mut tasks, &stop);

@@ -15,12 +15,15 @@
 //! [`calibration`]).
 
 pub mod availability;
+pub mod caches;
 pub(crate) mod calibration;
 pub(crate) mod clone;
 pub mod context;
 pub(crate) mod drift;
 pub(crate) mod fence;
+pub(crate) mod gauges;
 pub(crate) mod instances;
+pub(crate) mod latency;
 pub(crate) mod launch;
 pub mod machine;
 pub mod names;

@@ -7,6 +7,8 @@
 use std::sync::Arc;
 
 use crate::cache::Caches;
+
+use super::caches::ClusterApiCaches;
 use crate::catalogs::IndexCatalogs;
 use crate::engagement::{ProviderLoop, ProviderParts, Sources, stopped};
 use crate::events::Recorder;
@@ -22,14 +24,15 @@ use super::{ClusterApi, Watches};
 pub(crate) fn parts(
     ctx: &Sources,
     caches: &Caches,
+    capi: &ClusterApiCaches,
     index: templates::watch::TemplateIndex,
     cluster_id: String,
     recorder: Recorder,
 ) -> ProviderParts {
-    let catalogs = catalogs(ctx, caches, index);
+    let catalogs = catalogs(ctx, caches, capi, index);
     let inventory = Inventory::new(
         Hosts::new(ctx.management.clone()),
-        caches.nodeclasses.store(),
+        capi.nodeclasses.store(),
         Arc::new(catalogs.clone()),
     );
     let unavailable: Arc<Unavailable> = Arc::default();
@@ -37,16 +40,17 @@ pub(crate) fn parts(
         provider_context(
             ctx,
             caches,
+            capi,
             recorder.clone(),
             Arc::new(catalogs.clone()),
             (unavailable.clone(), inventory.clone()),
             cluster_id,
         ),
-        Some(watches(caches, &catalogs.index)),
+        Some(watches(capi, &catalogs.index)),
     );
     let mut loops: Vec<ProviderLoop> = Vec::new();
-    if let Some(o) = overlay_loop(ctx, caches, &catalogs) {
-        let nodeclasses = caches.nodeclasses.clone();
+    if let Some(o) = overlay_loop(ctx, caches, capi, &catalogs) {
+        let nodeclasses = capi.nodeclasses.clone();
         loops.push(Box::new(move |stop| {
             Box::pin(crate::overlay_status::run(
                 o.ctx,
@@ -60,19 +64,32 @@ pub(crate) fn parts(
     let status = status(
         ctx,
         caches,
+        capi,
         catalogs,
         recorder,
         (unavailable.clone(), inventory.clone()),
     );
-    let nodeclasses = caches.nodeclasses.clone();
+    let nodeclasses = capi.nodeclasses.clone();
     loops.push(Box::new(move |stop| {
         Box::pin(nodeclass_status::run(status, nodeclasses, stopped(stop)))
     }));
+    let latency = super::latency::Latency {
+        metrics: ctx.metrics.clone(),
+        pods: caches.pods.clone(),
+        nodeclaims: caches.nodeclaims.clone(),
+        machines: capi.machines.clone(),
+    };
+    loops.push(Box::new(move |stop| {
+        Box::pin(super::latency::run(latency, stopped(stop)))
+    }));
     ProviderParts {
         provider: Arc::new(provider),
-        nodeclasses: super::nodeclass::readiness_lookup(caches.nodeclasses.store()),
+        nodeclasses: super::nodeclass::readiness_lookup(capi.nodeclasses.store()),
         offering_changes: super::availability::changes(inventory, unavailable),
         loops,
+        gauges: Some(Arc::new(super::gauges::MachineGauges {
+            machines: capi.machines.clone(),
+        })),
     }
 }
 
@@ -80,6 +97,7 @@ pub(crate) fn parts(
 fn status(
     ctx: &Sources,
     caches: &Caches,
+    capi: &ClusterApiCaches,
     catalogs: IndexCatalogs,
     recorder: Recorder,
     (unavailable, inventory): (
@@ -95,7 +113,7 @@ fn status(
         nodes: caches.nodes.store(),
         recorder,
         offerings: crate::cloudprovider::clusterapi::offering_status::OfferingStatus {
-            machines: caches.machines.store(),
+            machines: capi.machines.store(),
             unavailable,
             inventory,
             count_staleness: ctx.knobs.count_staleness,
@@ -110,12 +128,13 @@ fn status(
 fn catalogs(
     ctx: &Sources,
     caches: &Caches,
+    capi: &ClusterApiCaches,
     index: templates::watch::TemplateIndex,
 ) -> IndexCatalogs {
     IndexCatalogs {
         index,
-        nodeclasses: caches.nodeclasses.store(),
-        clusters: caches.clusters.store(),
+        nodeclasses: capi.nodeclasses.store(),
+        clusters: capi.clusters.store(),
         engaged: ctx.engaged.clone(),
         overlays: caches
             .nodeoverlays
@@ -133,7 +152,12 @@ struct OverlayLoop {
 }
 
 /// The NodeOverlay status loop, when the NodeOverlay cache runs (the feature gate).
-fn overlay_loop(ctx: &Sources, caches: &Caches, catalogs: &IndexCatalogs) -> Option<OverlayLoop> {
+fn overlay_loop(
+    ctx: &Sources,
+    caches: &Caches,
+    capi: &ClusterApiCaches,
+    catalogs: &IndexCatalogs,
+) -> Option<OverlayLoop> {
     Some(OverlayLoop {
         ctx: crate::overlay_status::OverlayStatus {
             client: ctx.workload.clone(),
@@ -143,17 +167,17 @@ fn overlay_loop(ctx: &Sources, caches: &Caches, catalogs: &IndexCatalogs) -> Opt
             gauged: Arc::default(),
         },
         overlays: caches.nodeoverlays.clone()?,
-        clusters: caches.clusters.clone(),
+        clusters: capi.clusters.clone(),
     })
 }
 
 /// What tells the lifecycle of the Cluster API objects' changes: the provider's caches and
 /// the templates'.
-fn watches(caches: &Caches, index: &templates::watch::TemplateIndex) -> Watches {
+fn watches(capi: &ClusterApiCaches, index: &templates::watch::TemplateIndex) -> Watches {
     Watches {
-        machines: caches.machines.clone(),
-        nodeclasses: caches.nodeclasses.clone(),
-        clusters: caches.clusters.clone(),
+        machines: capi.machines.clone(),
+        nodeclasses: capi.nodeclasses.clone(),
+        clusters: capi.clusters.clone(),
         templates: Some(index.subscribe()),
     }
 }
@@ -162,6 +186,7 @@ fn watches(caches: &Caches, index: &templates::watch::TemplateIndex) -> Watches 
 fn provider_context(
     ctx: &Sources,
     caches: &Caches,
+    capi: &ClusterApiCaches,
     recorder: Recorder,
     catalogs: Arc<IndexCatalogs>,
     (unavailable, inventory): (
@@ -174,9 +199,9 @@ fn provider_context(
         management: ctx.management.clone(),
         recorder,
         metrics: ctx.metrics.clone(),
-        machines: caches.machines.store(),
-        nodeclasses: caches.nodeclasses.store(),
-        clusters: caches.clusters.store(),
+        machines: capi.machines.store(),
+        nodeclasses: capi.nodeclasses.store(),
+        clusters: capi.clusters.store(),
         nodeclaims: caches.nodeclaims.store(),
         catalogs,
         unavailable,
