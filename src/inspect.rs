@@ -11,7 +11,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use serde::Serialize;
 
-use controller::cloudprovider::clusterapi::machine;
+use clusterapi::machine;
 use templates::offline::column_lines;
 
 /// One NodeClaim and what hangs off it.
@@ -259,10 +259,10 @@ pub fn render_table(rows: &[Row]) -> String {
 pub(crate) fn add_why(
     rows: &mut [Row],
     claims: &[NodeClaim],
-    view: &controller::disruption::View,
+    view: &karpenter_core::disruption::View,
     now: Timestamp,
 ) {
-    let local = controller::disruption::verdicts(view, now);
+    let local = karpenter_core::disruption::verdicts(view, now);
     for r in rows {
         let written = claims
             .iter()
@@ -394,7 +394,7 @@ pub async fn collect_all(
         let node_arcs: Vec<Arc<Node>> = nodes.iter().cloned().map(Arc::new).collect();
         let catalogs = live_catalogs(management, &nodeclasses).await;
         let catalog = |nc: &str| catalogs.get(nc).map(|c| c.types.clone());
-        let cluster = controller::state::Cluster::new(controller::state::Objects {
+        let cluster = karpenter_core::state::Cluster::new(karpenter_core::state::Objects {
             storageclasses: list_all(workload).await?,
             csinodes: list_all(workload).await?,
             pvcs: list_all(workload).await?,
@@ -411,7 +411,7 @@ pub async fn collect_all(
                 .iter()
                 .any(|nc| nc.metadata.name.as_deref() == Some(name) && nc.manual_drift())
         };
-        let view = controller::disruption::View {
+        let view = karpenter_core::disruption::View {
             cluster: &cluster,
             catalog: &catalog,
             manual_drift: &manual_drift,
@@ -582,17 +582,17 @@ mod tests {
             vec![node("n-a"), node("n-b")],
             vec![Arc::new(pod)],
         );
-        let cluster = controller::state::Cluster::new(controller::state::Objects {
+        let cluster = karpenter_core::state::Cluster::new(karpenter_core::state::Objects {
             nodepools: pools,
             nodeclaims: arcs,
             nodes,
             pods,
             ..Default::default()
         });
-        let view = controller::disruption::View {
+        let view = karpenter_core::disruption::View {
             cluster: &cluster,
-            catalog: &controller::disruption::no_catalog,
-            manual_drift: &controller::disruption::no_manual_drift,
+            catalog: &karpenter_core::disruption::no_catalog,
+            manual_drift: &karpenter_core::disruption::no_manual_drift,
         };
         let mut r = rows(&claims, &[], &[], now);
         add_why(&mut r, &claims, &view, now);

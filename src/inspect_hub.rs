@@ -8,9 +8,9 @@
 use std::fmt::Write as _;
 
 use api::consts::{events as reasons, labels};
+use clusterapi::hub::credentials::{self, Missing};
+use clusterapi::hub::{ClusterKey, HubConfig, eligible, key_of, shard::fence_name};
 use clusterapi_api::Cluster;
-use controller::hub::credentials::{self, Missing};
-use controller::hub::{ClusterKey, HubConfig, eligible, key_of, shard::fence_name};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -146,7 +146,7 @@ pub async fn clusters(
 pub async fn workload_client(
     management: &Client,
     cluster: &str,
-    options: &controller::runtime::ClientOptions,
+    options: &operator::ClientOptions,
 ) -> anyhow::Result<Client> {
     let (ns, name) = cluster
         .split_once('/')
@@ -157,7 +157,7 @@ pub async fn workload_client(
     let creds = credentials::read(management, &c)
         .await?
         .map_err(|missing| anyhow::anyhow!("Cluster {cluster}: {missing}"))?;
-    Ok(controller::runtime::client_from_yaml(&creds.kubeconfig, options).await?)
+    Ok(operator::client_from_yaml(&creds.kubeconfig, options).await?)
 }
 
 pub fn render_table(rows: &[ClusterRow]) -> String {

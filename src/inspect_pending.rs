@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use cloudprovider::InstanceTypes;
-use controller::provisioning::{convert::Availability, snapshot, volumes};
-use controller::state::Cluster;
+use karpenter_core::provisioning::{convert::Availability, snapshot, volumes};
+use karpenter_core::state::Cluster;
 use serde::Serialize;
 
 /// A pending pod no plan places.
@@ -26,7 +26,7 @@ pub fn pending(
     let pods: Vec<_> = cluster
         .pending()
         .iter()
-        .filter(|p| !controller::objects::avoids_karpenter(p))
+        .filter(|p| !karpenter_core::objects::avoids_karpenter(p))
         .cloned()
         .collect();
     if pods.is_empty() {

@@ -110,12 +110,12 @@ fn inspect(args: InspectArgs) -> anyhow::Result<()> {
         .build()?;
     if args.mode == Mode::Hub && args.cluster.is_none() {
         let rows = runtime.block_on(async {
-            let options = controller::runtime::ClientOptions::default();
+            let options = operator::ClientOptions::default();
             let path = args
                 .management_kubeconfig
                 .as_ref()
                 .or(args.kubeconfig.as_ref());
-            let management = controller::runtime::client(path, &options).await?;
+            let management = operator::client(path, &options).await?;
             anyhow::Ok(inspect_hub::clusters(&management, &args.lease_namespace).await?)
         })?;
         match args.output {
@@ -125,22 +125,21 @@ fn inspect(args: InspectArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let rows = runtime.block_on(async {
-        let options = controller::runtime::ClientOptions::default();
+        let options = operator::ClientOptions::default();
         let (workload, management) = match &args.cluster {
             Some(cluster) => {
                 let path = args
                     .management_kubeconfig
                     .as_ref()
                     .or(args.kubeconfig.as_ref());
-                let management = controller::runtime::client(path, &options).await?;
+                let management = operator::client(path, &options).await?;
                 let workload = inspect_hub::workload_client(&management, cluster, &options).await?;
                 (workload, management)
             }
             None => {
-                let workload =
-                    controller::runtime::client(args.kubeconfig.as_ref(), &options).await?;
+                let workload = operator::client(args.kubeconfig.as_ref(), &options).await?;
                 let management = match &args.management_kubeconfig {
-                    Some(p) => controller::runtime::client(Some(p), &options).await?,
+                    Some(p) => operator::client(Some(p), &options).await?,
                     None => workload.clone(),
                 };
                 (workload, management)
@@ -205,10 +204,10 @@ struct RunArgs {
     min_values_policy: MinValuesPolicy,
     /// Client-side rate limit of each Kubernetes client (workload, management): requests
     /// per second once the burst is spent.
-    #[arg(long, env = "KUBE_CLIENT_QPS", default_value_t = controller::ratelimit::DEFAULT_QPS)]
+    #[arg(long, env = "KUBE_CLIENT_QPS", default_value_t = karpenter_core::ratelimit::DEFAULT_QPS)]
     kube_client_qps: std::num::NonZeroU32,
     /// Client-side rate limit: requests sent at once before the QPS limit applies.
-    #[arg(long, env = "KUBE_CLIENT_BURST", default_value_t = controller::ratelimit::DEFAULT_BURST)]
+    #[arg(long, env = "KUBE_CLIENT_BURST", default_value_t = karpenter_core::ratelimit::DEFAULT_BURST)]
     kube_client_burst: std::num::NonZeroU32,
     /// Disable leader election (a single replica only).
     #[arg(long, env = "DISABLE_LEADER_ELECTION")]
@@ -317,7 +316,7 @@ enum ProviderKind {
 }
 
 /// The provider `--provider` names (`None`: Cluster API's, the runtime's own).
-fn provider(args: &RunArgs) -> anyhow::Result<Option<controller::runtime::ProviderFactory>> {
+fn provider(args: &RunArgs) -> anyhow::Result<Option<karpenter_core::engagement::ProviderFactory>> {
     match args.provider {
         ProviderKind::Clusterapi => Ok(None),
         ProviderKind::Kwok => {
@@ -400,10 +399,10 @@ fn parse_cluster(s: &str) -> Result<String, String> {
 }
 
 /// `--shard-count/--shard-index`, checked.
-fn static_shard(args: &RunArgs) -> anyhow::Result<Option<controller::hub::shard::StaticShard>> {
+fn static_shard(args: &RunArgs) -> anyhow::Result<Option<clusterapi::hub::shard::StaticShard>> {
     match (args.shard_count, args.shard_index) {
         (Some(count), Some(index)) if index < count => {
-            Ok(Some(controller::hub::shard::StaticShard { count, index }))
+            Ok(Some(clusterapi::hub::shard::StaticShard { count, index }))
         }
         (Some(count), Some(index)) => {
             anyhow::bail!("--shard-index {index} is not below --shard-count {count}")
@@ -436,13 +435,13 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             .map(|h| h.trim().to_string())
             .unwrap_or_else(|_| format!("karpenter-capi-{}", std::process::id()))
     });
-    let config = controller::runtime::RunConfig {
+    let config = operator::RunConfig {
         kubeconfig: args.kubeconfig,
         management_kubeconfig: args.management_kubeconfig,
         metrics_addr: args.metrics_addr,
         health_addr: args.health_addr,
         leader_election: (!args.disable_leader_election).then(|| {
-            controller::leader::LeaderConfig {
+            karpenter_core::leader::LeaderConfig {
                 namespace: args.leader_election_namespace,
                 name: args.leader_election_name,
                 identity,
@@ -456,7 +455,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         disruption_timeout: args.disruption_timeout,
         count_staleness: args.available_count_staleness,
         min_values_policy: args.min_values_policy.into(),
-        client_rate: controller::ratelimit::ClientRate {
+        client_rate: karpenter_core::ratelimit::ClientRate {
             qps: args.kube_client_qps,
             burst: args.kube_client_burst,
         },
@@ -466,7 +465,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             .get("NodeOverlay")
             .copied()
             .unwrap_or(true),
-        hub: (args.mode == Mode::Hub).then(|| controller::hub::HubConfig {
+        hub: (args.mode == Mode::Hub).then(|| clusterapi::hub::HubConfig {
             cluster_selector: args.cluster_selector,
             namespaces: args.namespaces,
             watch_filter: args.watch_filter,
@@ -487,7 +486,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(controller::runtime::run_operator(config))?;
+    runtime.block_on(operator::run_operator(config))?;
     Ok(())
 }
 
@@ -613,7 +612,7 @@ mod tests {
             .expect("parses");
         assert_eq!(
             static_shard(&args).expect("valid"),
-            Some(controller::hub::shard::StaticShard { count: 3, index: 2 })
+            Some(clusterapi::hub::shard::StaticShard { count: 3, index: 2 })
         );
         assert!(
             run_args(&["--shard-count", "3"]).is_err(),

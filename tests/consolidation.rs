@@ -189,7 +189,7 @@ async fn watch(
 async fn wait_why(client: &Client, claim: &str, want: &str) {
     let why = wait_for(
         "inspect --why",
-        Duration::from_secs(60) + controller::disruption::status::MESSAGE_REFRESH,
+        Duration::from_secs(60) + karpenter_core::disruption::status::MESSAGE_REFRESH,
         || async {
             let rows = karpenter_capi::inspect::collect(client, client, None, true)
                 .await
@@ -395,7 +395,7 @@ async fn consolidation_replaces_merges_explains_and_rolls_back() {
     // message alone is written at most once a minute).
     let written = wait_for(
         "the Consolidatable message",
-        Duration::from_secs(60) + controller::disruption::status::MESSAGE_REFRESH,
+        Duration::from_secs(60) + karpenter_core::disruption::status::MESSAGE_REFRESH,
         || async {
             let claim = nodeclaims(&client).get(&db_claim).await.ok()?;
             let c = claim.data["status"]["conditions"]

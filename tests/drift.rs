@@ -376,7 +376,7 @@ async fn drift_rolls_nodes_surge_first_and_rolls_back_a_failed_replacement() {
     let old = std::mem::replace(&mut env.operator, tokio::spawn(async {}));
     old.abort();
     let _ = old.await;
-    env.operator = spawn_operator(controller::runtime::RunConfig {
+    env.operator = spawn_operator(operator::RunConfig {
         disruption_timeout: Duration::from_secs(20),
         ..operator_config(&env.tb)
     });
@@ -513,7 +513,7 @@ async fn nodepool_changes_drift_what_they_change_and_budgets_or_manual_keep_node
         async move {
             let said = wait_for(
                 why,
-                Duration::from_secs(30) + controller::disruption::status::MESSAGE_REFRESH,
+                Duration::from_secs(30) + karpenter_core::disruption::status::MESSAGE_REFRESH,
                 || async {
                     let rows = karpenter_capi::inspect::collect(&client, &client, None, true)
                         .await

@@ -229,7 +229,7 @@ async fn repair_is_capped(env: &mut common::Env) -> std::net::SocketAddr {
     let old = std::mem::replace(&mut env.operator, tokio::spawn(async {}));
     let _ = old.await;
     let metrics_addr = common::free_addr();
-    env.operator = common::spawn_operator(controller::runtime::RunConfig {
+    env.operator = common::spawn_operator(operator::RunConfig {
         node_repair_after: Duration::from_secs(5),
         metrics_addr,
         ..common::operator_config(&env.tb)

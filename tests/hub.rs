@@ -184,7 +184,7 @@ async fn a_hub_serves_each_opted_in_cluster_apart_and_only_those() {
     }
 
     let metrics_addr = free_addr();
-    let config = controller::runtime::RunConfig {
+    let config = operator::RunConfig {
         gc_interval: Duration::from_secs(2),
         gc_grace: Duration::from_secs(5),
         ..common::hub::hub_run_config(&mgmt, metrics_addr)

@@ -16,10 +16,10 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use clusterapi::hub::ClusterKey;
+use clusterapi::hub::shard::{StaticShard, fence_name, owner, peer_lease_name, static_shard};
 use common::replica::Replica;
 use common::{create_nodepool, free_addr, from_json, nodeclaims, nodeclasses};
-use controller::hub::ClusterKey;
-use controller::hub::shard::{StaticShard, fence_name, owner, peer_lease_name, static_shard};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
@@ -44,7 +44,7 @@ fn key(name: &str) -> ClusterKey {
 }
 
 fn agent(identity: &str) -> String {
-    controller::runtime::user_agent(Some(identity))
+    operator::user_agent(Some(identity))
 }
 
 /// A hub replica: Leases of 4 s renewed every 3 s, probes and resyncs every second.
@@ -54,20 +54,20 @@ fn hub_replica(
     shard: Option<StaticShard>,
 ) -> (Replica, std::net::SocketAddr) {
     let metrics_addr = free_addr();
-    let config = controller::runtime::RunConfig {
+    let config = operator::RunConfig {
         management_kubeconfig: Some(mgmt.kubeconfig().to_path_buf()),
         metrics_addr,
         health_addr: free_addr(),
         gc_interval: Duration::from_secs(2),
         gc_grace: Duration::from_secs(5),
-        leader_election: Some(controller::leader::LeaderConfig {
+        leader_election: Some(karpenter_core::leader::LeaderConfig {
             namespace: OPERATOR_NS.into(),
             name: "unused-in-hub-mode".into(),
             identity: identity.into(),
             duration: Duration::from_secs(4),
             grace: Duration::from_secs(1),
         }),
-        hub: Some(controller::hub::HubConfig {
+        hub: Some(clusterapi::hub::HubConfig {
             probe_interval: Duration::from_secs(1),
             resync: Duration::from_secs(1),
             shard,

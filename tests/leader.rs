@@ -26,11 +26,11 @@ use testbed::{Options, Testbed, wait_for};
 const IN_FLIGHT: SignedDuration = SignedDuration::from_secs(1);
 
 fn replica(tb: &Testbed, identity: &str) -> Replica {
-    let config = controller::runtime::RunConfig {
+    let config = operator::RunConfig {
         kubeconfig: Some(tb.kubeconfig().to_path_buf()),
         metrics_addr: free_addr(),
         health_addr: free_addr(),
-        leader_election: Some(controller::leader::LeaderConfig {
+        leader_election: Some(karpenter_core::leader::LeaderConfig {
             namespace: "karpenter".into(),
             name: "karpenter-capi-leader-election".into(),
             identity: identity.into(),
@@ -95,7 +95,7 @@ async fn wait_for_status(tb: &Testbed, name: &str) {
 }
 
 fn agent(identity: &str) -> String {
-    controller::runtime::user_agent(Some(identity))
+    operator::user_agent(Some(identity))
 }
 
 /// When the API server received a request.
@@ -422,7 +422,7 @@ async fn a_taken_lease_refuses_a_second_taker(leases: &Api<Lease>) {
                 .await
         }
     };
-    let manager = controller::leader::field_manager;
+    let manager = karpenter_core::leader::field_manager;
     take("first", manager("first"))
         .await
         .expect("a free Lease is taken");

@@ -843,7 +843,7 @@ async fn split_management_and_workload_clusters() {
     let mut config = operator_config(&work);
     config.management_kubeconfig = Some(mgmt.kubeconfig().to_path_buf());
     let operator = tokio::spawn(async move {
-        if let Err(e) = controller::runtime::run_operator(config).await {
+        if let Err(e) = operator::run_operator(config).await {
             panic!("operator failed: {e}");
         }
     });

@@ -12,17 +12,15 @@ use std::time::Duration;
 
 use api::NodeClaim;
 use api::consts::conditions as types;
-use controller::cache::Caches;
-use controller::cloudprovider::fake::FakeCloudProvider;
-use controller::cloudprovider::{
-    CloudProvider as _, Drift, Error as ProviderError, RepairPolicy, Retry,
-};
-use controller::events::{Recorder, Reporter};
-use controller::metrics::Metrics;
-use controller::nodeclaim::context::{Ctx, Settings, Shared};
-use controller::nodeclaim::error::Error as LoopError;
-use controller::nodeclaim::lifecycle;
+use cloudprovider::fake::FakeCloudProvider;
+use cloudprovider::{CloudProvider as _, Drift, Error as ProviderError, RepairPolicy, Retry};
 use k8s_openapi::api::core::v1::Node;
+use karpenter_core::cache::Caches;
+use karpenter_core::events::{Recorder, Reporter};
+use karpenter_core::metrics::Metrics;
+use karpenter_core::nodeclaim::context::{Ctx, Settings, Shared};
+use karpenter_core::nodeclaim::error::Error as LoopError;
+use karpenter_core::nodeclaim::lifecycle;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -32,7 +30,7 @@ const WAIT: Duration = Duration::from_secs(20);
 
 struct Env {
     _tb: Testbed,
-    _tasks: controller::tasks::Tasks,
+    _tasks: karpenter_core::tasks::Tasks,
     client: Client,
     caches: Caches,
     ctx: Arc<Ctx>,
@@ -46,10 +44,10 @@ async fn env() -> Env {
         .await
         .expect("kube-apiserver");
     let client = tb.client();
-    let mut tasks = controller::tasks::Tasks::default();
+    let mut tasks = karpenter_core::tasks::Tasks::default();
     let caches = Caches::start(&mut tasks, &client);
     caches.ready().await;
-    let (connected, connection) = controller::health::Connection::new();
+    let (connected, connection) = karpenter_core::health::Connection::new();
     let shared = Shared {
         workload: client.clone(),
         recorder: Recorder::new(

@@ -933,7 +933,7 @@ async fn pods_arriving_while_a_nodeclaim_launches_are_packed_onto_it() {
 /// every pod still runs.
 #[tokio::test]
 async fn a_burst_of_pods_is_nominated_within_the_event_rate() {
-    use controller::events::{NOMINATION_BURST, NOMINATION_QPS};
+    use karpenter_core::events::{NOMINATION_BURST, NOMINATION_QPS};
     let env = env(default_templates(json!({}))).await;
     let client = env.tb.client();
     create_nodepool(&client, json!({"cpu": "200"})).await;

@@ -425,7 +425,7 @@ impl MidScaleGate {
             serde_json::to_value(nodepools(client).get(POOL).await.expect("pool"))
                 .expect("pool json"),
         );
-        let first = controller::static_pools::scale::slot_name(&pool, 0);
+        let first = karpenter_core::static_pools::scale::slot_name(&pool, 0);
         let (policies, bindings) = Self::policies(client);
         let expression = format!(
             "!has(object.metadata.labels) || !('karpenter.sh/nodepool' in object.metadata.labels) \

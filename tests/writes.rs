@@ -12,18 +12,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use api::NodeClaim;
+use clusterapi::ClusterApi;
+use clusterapi::catalogs::Catalogs;
+use clusterapi::catalogs::IndexCatalogs;
+use clusterapi::context::{Context, Settings as ProviderSettings};
 use clusterapi_api::Machine;
-use controller::cache::Caches;
-use controller::catalogs::Catalogs;
-use controller::catalogs::IndexCatalogs;
-use controller::cloudprovider::clusterapi::ClusterApi;
-use controller::cloudprovider::clusterapi::context::{Context, Settings as ProviderSettings};
-use controller::events::{Recorder, Reporter};
-use controller::metrics::{Metrics, NodePoolLabels};
-use controller::nodeclaim::context::{Ctx, Settings, Shared};
-use controller::nodeclaim::lifecycle;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
+use karpenter_core::cache::Caches;
+use karpenter_core::events::{Recorder, Reporter};
+use karpenter_core::metrics::{Metrics, NodePoolLabels};
+use karpenter_core::nodeclaim::context::{Ctx, Settings, Shared};
+use karpenter_core::nodeclaim::lifecycle;
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::runtime::reflector::store::Writer;
@@ -114,7 +114,7 @@ async fn a_scale_out_costs_at_most_six_writes_to_each_nodeclaim_and_no_conflict(
     let mut nameless_creates = 0;
     let mut unattributed = Vec::new();
     let mut conflicts = Vec::new();
-    // Patches and creates that name no field manager of ours (`controller::write::manager`).
+    // Patches and creates that name no field manager of ours (`karpenter_core::write::manager`).
     let mut unmanaged = Vec::new();
     for e in ours.iter().filter(|e| e.is_write()) {
         let code = e.response_status.as_ref().and_then(|s| s.code);
@@ -244,10 +244,10 @@ async fn a_launch_happens_once_per_uid_when_the_cache_lags() {
     })
     .await
     .expect("operator stops");
-    let mut tasks = controller::tasks::Tasks::default();
+    let mut tasks = karpenter_core::tasks::Tasks::default();
     const CLUSTER_ID: &str = "writes-test";
     let caches = Caches::start(&mut tasks, &client);
-    let capi = controller::cloudprovider::clusterapi::caches::ClusterApiCaches::start_single(
+    let capi = clusterapi::caches::ClusterApiCaches::start_single(
         &mut tasks, &client, &client, CLUSTER_ID,
     );
     caches.ready().await;

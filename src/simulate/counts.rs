@@ -7,11 +7,9 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use controller::cloudprovider::clusterapi::availability::unavailable::UnavailableOfferings;
-use controller::cloudprovider::clusterapi::availability::{
-    DEFAULT_STALENESS, LaunchState, OfferingCounts, resolve,
-};
-use controller::state::Cluster;
+use clusterapi::availability::unavailable::UnavailableOfferings;
+use clusterapi::availability::{DEFAULT_STALENESS, LaunchState, OfferingCounts, resolve};
+use karpenter_core::state::Cluster;
 use kube::api::DynamicObject;
 use templates::inventory::{HostQuery, HostTally, selector_of, tally};
 use templates::model::launched_from as template;
@@ -37,8 +35,7 @@ impl Counted {
 impl Counted {
     /// With the hosts of the snapshot that the NodeClasses' inventories count.
     pub(super) fn with_hosts(self, loaded: &super::Loaded, catalogs: &Catalogs) -> Counted {
-        let mut tallies =
-            controller::cloudprovider::clusterapi::availability::hosts::Tallies::new();
+        let mut tallies = clusterapi::availability::hosts::Tallies::new();
         for nc in &loaded.inputs.node_classes {
             let Some(query) = inventory_of(nc) else {
                 continue;

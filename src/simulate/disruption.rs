@@ -9,10 +9,10 @@ use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 use templates::model::Catalog;
 
-use controller::disruption::{View, verdicts};
-use controller::objects::name;
+use karpenter_core::disruption::{View, verdicts};
+use karpenter_core::objects::name;
 
-use controller::state::Cluster;
+use karpenter_core::state::Cluster;
 
 /// One NodeClaim's disruption verdict.
 #[derive(Debug, Clone, Serialize)]

@@ -5,14 +5,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use api::consts::conditions as types;
-use controller::disruption::simulate;
-use controller::objects::{claim_node_name, name};
-use controller::provisioning::snapshot;
+use karpenter_core::disruption::simulate;
+use karpenter_core::objects::{claim_node_name, name};
+use karpenter_core::provisioning::snapshot;
 use serde::Serialize;
 use templates::model::Catalog;
 
 use super::pod_ref;
-use controller::state::Cluster;
+use karpenter_core::state::Cluster;
 
 /// One drifted NodeClaim.
 #[derive(Debug, Clone, Serialize)]
@@ -48,7 +48,7 @@ pub(super) fn drifted(
                 &without.nodepools,
                 &moving,
                 &|nc| catalogs.get(nc).map(|c| c.types.clone()),
-                controller::provisioning::convert::Availability::Ignored,
+                karpenter_core::provisioning::convert::Availability::Ignored,
             );
             let output = scheduling::solve(&snap.input);
             Some(DriftedNodeClaim {

@@ -3,9 +3,9 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use controller::objects::terminal;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use karpenter_core::objects::terminal;
 use serde_json::{Value, json};
 use templates::offline::selector_matches;
 

@@ -5,8 +5,8 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use controller::objects::{deleting, owned_by, pod_node_name, terminal};
 use k8s_openapi::api::core::v1::Pod;
+use karpenter_core::objects::{deleting, owned_by, pod_node_name, terminal};
 use serde_json::{Value, json};
 use templates::offline::Inputs;
 

@@ -24,7 +24,7 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 use templates::offline::{Inputs, LoadError};
 
-use controller::state::Objects;
+use karpenter_core::state::Objects;
 
 pub use counts::CountedTemplate;
 pub use disruption::DisruptionVerdict;
@@ -98,7 +98,7 @@ fn pod_ref(p: &scheduling::PodRef) -> String {
 mod tests {
     use super::render::{POD_LIST_WIDTH, pod_list};
     use super::*;
-    use controller::provisioning::convert;
+    use karpenter_core::provisioning::convert;
 
     const CATALOG: &str = r#"
 apiVersion: cluster.x-k8s.io/v1beta2

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use serde::Serialize;
 use templates::model::Catalog;
 
-use controller::objects::{name, namespaced_name, pod_node_name, terminal};
-use controller::provisioning::convert::Availability;
-use controller::provisioning::{convert, snapshot};
-use controller::state::Cluster;
+use karpenter_core::objects::{name, namespaced_name, pod_node_name, terminal};
+use karpenter_core::provisioning::convert::Availability;
+use karpenter_core::provisioning::{convert, snapshot};
+use karpenter_core::state::Cluster;
 
 use super::counts::{Counted, CountedTemplate, counted_templates};
 use super::disruption::{DisruptionVerdict, disruption};
@@ -427,7 +427,7 @@ fn planned_node_claim(
         .and_then(|p| catalogs.get(&p.spec.template.spec.node_class_ref.name));
     // As the provisioner writes it: shrunk to its size when resizable.
     let shrunk = catalog.and_then(|cat| {
-        let (size, names) = controller::provisioning::nodeclaim::shrink(cat, c)?;
+        let (size, names) = karpenter_core::provisioning::nodeclaim::shrink(cat, c)?;
         let it = cat.lookup(names.first()?)?.into_owned();
         Some((size, names, it))
     });
@@ -543,9 +543,11 @@ fn unplaceable(
             UnplaceablePod {
                 pod: pod_ref(&u.pod),
                 reason: match pod {
-                    Some(p) => {
-                        controller::provisioning::volumes::explain(&u.reason, p, cluster.volumes())
-                    }
+                    Some(p) => karpenter_core::provisioning::volumes::explain(
+                        &u.reason,
+                        p,
+                        cluster.volumes(),
+                    ),
                     None => u.reason.clone(),
                 },
             }

@@ -6,10 +6,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use controller::objects::name;
-use controller::provisioning::convert::{self, Availability};
-use controller::state::Cluster;
-use controller::static_pools::{scale, template};
+use karpenter_core::objects::name;
+use karpenter_core::provisioning::convert::{self, Availability};
+use karpenter_core::state::Cluster;
+use karpenter_core::static_pools::{scale, template};
 
 use templates::model::Catalog;
 

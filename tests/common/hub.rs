@@ -139,15 +139,12 @@ pub async fn nodeclass_ready(client: &Client, name: &str) {
 
 /// The hub-mode operator's configuration against `mgmt`, metrics on `metrics_addr`: every
 /// engaged cluster probed and the Clusters resynced each second.
-pub fn hub_run_config(
-    mgmt: &Testbed,
-    metrics_addr: std::net::SocketAddr,
-) -> controller::runtime::RunConfig {
-    controller::runtime::RunConfig {
+pub fn hub_run_config(mgmt: &Testbed, metrics_addr: std::net::SocketAddr) -> operator::RunConfig {
+    operator::RunConfig {
         management_kubeconfig: Some(mgmt.kubeconfig().to_path_buf()),
         metrics_addr,
         health_addr: super::free_addr(),
-        hub: Some(controller::hub::HubConfig {
+        hub: Some(clusterapi::hub::HubConfig {
             probe_interval: Duration::from_secs(1),
             resync: Duration::from_secs(1),
             ..Default::default()

@@ -183,7 +183,7 @@ pub async fn env_tuned(
     templates_spec: Vec<Tpl>,
     identity: Identity,
     options: Options,
-    tune: impl FnOnce(&mut controller::runtime::RunConfig),
+    tune: impl FnOnce(&mut operator::RunConfig),
 ) -> Env {
     let share =
         options == Options::all() && std::env::var("TESTBED_SHARED").map_or(true, |v| v != "0");
@@ -354,11 +354,11 @@ pub const CLUSTER_ID: &str = "testbed";
 /// The name of the Machine (and its clones) of NodeClaim `claim` launched by the tests'
 /// operator.
 pub fn machine_name(claim: &str) -> String {
-    controller::cloudprovider::clusterapi::names::object_name(claim, CLUSTER_ID)
+    clusterapi::names::object_name(claim, CLUSTER_ID)
 }
 
-pub fn operator_config(tb: &Testbed) -> controller::runtime::RunConfig {
-    controller::runtime::RunConfig {
+pub fn operator_config(tb: &Testbed) -> operator::RunConfig {
+    operator::RunConfig {
         cluster_id: Some(CLUSTER_ID.into()),
         kubeconfig: Some(tb.kubeconfig().to_path_buf()),
         metrics_addr: free_addr(),
@@ -387,10 +387,10 @@ fn init_test_log() {
     }
 }
 
-pub fn spawn_operator(config: controller::runtime::RunConfig) -> tokio::task::JoinHandle<()> {
+pub fn spawn_operator(config: operator::RunConfig) -> tokio::task::JoinHandle<()> {
     init_test_log();
     tokio::spawn(async move {
-        if let Err(e) = controller::runtime::run_operator(config).await {
+        if let Err(e) = operator::run_operator(config).await {
             panic!("operator failed: {e}");
         }
     })

@@ -22,7 +22,7 @@ pub struct Replica {
 
 impl Replica {
     /// Starts `run_operator(config)` on a runtime of its own.
-    pub fn start(config: controller::runtime::RunConfig) -> Replica {
+    pub fn start(config: operator::RunConfig) -> Replica {
         let (kill, killed) = tokio::sync::oneshot::channel::<()>();
         let exit = Arc::new(Mutex::new(None));
         let exit_of_thread = exit.clone();
@@ -34,7 +34,7 @@ impl Replica {
                 .expect("replica runtime");
             let ended = runtime.block_on(async {
                 tokio::select! {
-                    result = controller::runtime::run_operator(config) => Some(result),
+                    result = operator::run_operator(config) => Some(result),
                     _ = killed => None,
                 }
             });

@@ -15,4 +15,7 @@ pub mod resize;
 
 pub use instance_types::InstanceTypes;
 pub use model::{InstanceType, Offering, OfferingCount, PriceSource, Resources};
-pub use provider::{CloudProvider, Error};
+pub use provider::{
+    CloudProvider, Created, Deletion, Drift, Error, Instance, Intent, NodeClassKind, RepairPolicy,
+    Retry, Timeouts, Unhealthy,
+};

@@ -186,6 +186,27 @@ pub struct Offering {
 }
 
 impl Offering {
+    /// An available, unbounded offering of the provider's `id`, without provider labels.
+    pub fn new(
+        id: &str,
+        zone: Option<&str>,
+        capacity_type: &str,
+        price: f64,
+        price_source: PriceSource,
+    ) -> Offering {
+        Offering {
+            id: id.to_string(),
+            zone: zone.map(str::to_string),
+            capacity_type: capacity_type.to_string(),
+            price,
+            price_source,
+            reservation_id: None,
+            labels: BTreeMap::new(),
+            available: true,
+            count: None,
+        }
+    }
+
     /// Labels that vary per offering: zone, capacity type, the provider's.
     pub fn labels(&self) -> BTreeMap<String, String> {
         let mut l = self.labels.clone();

@@ -10,8 +10,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use controller::provisioning::{convert, nodeclaim, snapshot, volumes};
-use controller::state::{Cluster, Objects};
+use karpenter_core::provisioning::{convert, nodeclaim, snapshot, volumes};
+use karpenter_core::state::{Cluster, Objects};
 use scheduling::{Input, InstanceType, Offering, Output};
 
 use crate::check::{Plan, PlannedClaim};
@@ -94,7 +94,7 @@ pub fn input(rec: &Record) -> Input {
         &pools,
         &pending,
         &|_| None,
-        controller::provisioning::convert::Availability::Ignored,
+        karpenter_core::provisioning::convert::Availability::Ignored,
     );
     let mut input = snap.input;
     for pool in &mut input.node_pools {
@@ -142,7 +142,7 @@ fn node_volume_limits(
             .or_else(|| {
                 cluster
                     .nodeclaim(&node.name)
-                    .and_then(|c| controller::objects::claim_node_name(c))
+                    .and_then(|c| karpenter_core::objects::claim_node_name(c))
             })
     };
     volumes::limits(

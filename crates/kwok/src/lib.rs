@@ -24,7 +24,7 @@ use std::path::PathBuf;
 pub use nodeclass::KWOKNodeClass;
 pub use provider::KwokCloudProvider;
 
-/// Errors of this crate (the provider's own are `controller::cloudprovider::Error`).
+/// Errors of this crate (the provider's own are `cloudprovider::Error`).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The instance types could not be read: where (`origin`: file or ConfigMap), which

@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 
 use api::NodeClaim;
 use api::consts::labels as label;
+use cloudprovider::Instance;
 use cloudprovider::Resources;
 use cloudprovider::quantity::{parse_milli, parse_value};
-use controller::cloudprovider::Instance;
 use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Taint};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::ResourceExt;

@@ -10,15 +10,15 @@ use std::time::Duration;
 
 use api::NodeClaim;
 use cloudprovider::InstanceTypes;
-use controller::cloudprovider::{
+use cloudprovider::{
     CloudProvider, Created, Deletion, Drift, Error, Instance, Intent, NodeClassKind, RepairPolicy,
     Retry,
 };
-use controller::write::{Created as Written, Outcome, Writer, manager};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
+use karpenter_core::write::{Created as Written, Outcome, Writer, manager};
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 

@@ -5,12 +5,12 @@
 
 use std::sync::Arc;
 
-use controller::cache::Cache;
-use controller::engagement::ProviderParts;
-use controller::events::Recorder;
-use controller::nodepool_status::{NodeClassLookup, NodeClassReadiness};
-use controller::runtime::ProviderFactory;
-use controller::tasks::Tasks;
+use karpenter_core::cache::Cache;
+use karpenter_core::engagement::ProviderFactory;
+use karpenter_core::engagement::ProviderParts;
+use karpenter_core::events::Recorder;
+use karpenter_core::nodepool_status::{NodeClassLookup, NodeClassReadiness};
+use karpenter_core::tasks::Tasks;
 use kube::Client;
 use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -42,7 +42,7 @@ pub fn parts(
         tasks,
         Api::all(client.clone()),
         watcher::Config::default(),
-        controller::trim::keep,
+        karpenter_core::trim::keep,
         None,
     );
     ProviderParts {

@@ -13,7 +13,7 @@ use api::karpenter::{
     NodeClaimSpec, NodeClassReference, NodeSelectorRequirementWithMinValues, Operator,
     ResourceRequirements,
 };
-use controller::cloudprovider::{CloudProvider, Created, Deletion, Error};
+use cloudprovider::{CloudProvider, Created, Deletion, Error};
 use k8s_openapi::api::core::v1::{Node, NodeSpec};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;

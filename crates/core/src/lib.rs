@@ -1,0 +1,31 @@
+//! The provider-neutral core (Karpenter's `pkg/controllers`): control loops, one module per
+//! loop, and the runtime pieces they share. It knows providers only through the
+//! `cloudprovider` crate's trait; no Cluster API type is in its dependencies.
+
+pub mod budgets;
+pub mod cache;
+pub mod clients;
+pub mod cluster_metrics;
+pub mod cost;
+pub mod disruption;
+pub mod engagement;
+pub mod events;
+pub mod garbagecollection;
+pub mod health;
+pub mod index;
+pub mod leader;
+pub mod metrics;
+pub mod metrics_labels;
+pub mod metrics_scope;
+pub mod nodeclaim;
+pub mod nodepool_status;
+pub mod objects;
+pub mod provisioning;
+pub mod ratelimit;
+pub mod reports;
+pub mod server;
+pub mod state;
+pub mod static_pools;
+pub mod tasks;
+pub mod trim;
+pub mod write;
