@@ -8,14 +8,14 @@ use clusterapi_api::Machine;
 use kube::ResourceExt;
 
 use karpenter_core::cache::Cache;
-use karpenter_core::cluster_metrics::{Family, Labels, ProviderGauges};
+use karpenter_core::metrics::gauges::{Family, Gauges, Labels};
 
 /// `karpenter_capi_machines`, from the engagement's Machines cache.
 pub(crate) struct MachineGauges {
     pub machines: Cache<Machine>,
 }
 
-impl ProviderGauges for MachineGauges {
+impl Gauges for MachineGauges {
     fn families(&self) -> Vec<Family> {
         vec![Family {
             name: "karpenter_capi_machines",

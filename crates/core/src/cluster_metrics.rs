@@ -15,151 +15,20 @@
 //! - `karpenter_cluster_state_node_count` (Nodes and launched NodeClaims, one per
 //!   providerID) and `karpenter_cluster_state_synced` (every cache holds a complete list);
 //! - `karpenter_scheduler_queue_depth`: the provisionable pods waiting for the provisioner;
-//! - a provider's own gauges ([`ProviderGauges`]; Cluster API: its Machines by phase).
+//! - a provider's own gauges ([`Gauges`]; Cluster API: its Machines by phase).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 
 use api::NodeClaim;
 use api::consts::labels;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::DescriptorEncoder;
-use prometheus_client::metrics::MetricType;
 use scheduling::Resources;
 
+use crate::metrics::gauges::{Family, Gauges, Labels, declared};
 use crate::provisioning::convert::resources;
 use crate::state::{self as cluster_state, Cluster};
-
-/// What the gauges are computed from: the cluster state, and the provider's own gauges.
-pub struct Sources {
-    pub state: cluster_state::ClusterState,
-    /// The provider: its instance types price the NodeClaims.
-    pub provider: Arc<dyn cloudprovider::CloudProvider>,
-    /// The provider's own gauges of the cluster, if any.
-    pub gauges: Option<Arc<dyn ProviderGauges>>,
-}
-
-/// A provider's own scrape-time gauges of one cluster (Cluster API: its Machines by phase),
-/// served beside the core's, under the cluster's label in a hub.
-pub trait ProviderGauges: Send + Sync {
-    /// The families with their samples now (the same names on every call).
-    fn families(&self) -> Vec<Family>;
-}
-
-/// One attached cluster: its sources, and the `cluster` label of its series (`None`:
-/// unlabelled).
-struct Attached {
-    cluster: Option<Arc<str>>,
-    sources: Sources,
-}
-
-/// The scrape-time collector; samples the clusters [`ClusterState::attach`]ed (by key: `""`
-/// in single-cluster mode, the Cluster's `<namespace>/<name>` in hub mode).
-#[derive(Clone, Default)]
-pub struct ClusterState(Arc<Mutex<BTreeMap<String, Attached>>>);
-
-impl ClusterState {
-    /// Serves the gauges of the cluster `key` from `sources` from now on (replacing what
-    /// `key` had), its series labelled `cluster` when given.
-    pub fn attach(&self, key: &str, cluster: Option<Arc<str>>, sources: Sources) {
-        self.attached()
-            .insert(key.to_owned(), Attached { cluster, sources });
-    }
-
-    /// Stops serving the gauges of the cluster `key` (disengaged).
-    pub fn detach(&self, key: &str) {
-        self.attached().remove(key);
-    }
-
-    fn attached(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Attached>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-impl std::fmt::Debug for ClusterState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClusterState")
-            .field("attached", &self.attached().keys().collect::<Vec<_>>())
-            .finish()
-    }
-}
-
-impl Collector for ClusterState {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
-        let mut out = families(None);
-        for (i, a) in self.attached().values().enumerate() {
-            let cluster = a.sources.state.current();
-            let provider = &a.sources.provider;
-            let view = View {
-                cluster: &cluster,
-                catalog: &|nodeclass| provider.instance_types(nodeclass),
-                synced: a.sources.state.synced(),
-            };
-            // Unlabelled series of a second cluster may repeat a label set: merged.
-            let merge = i > 0 && a.cluster.is_none();
-            for (into, from) in out.iter_mut().zip(families(Some(&view))) {
-                add(into, from.samples, a.cluster.as_deref(), merge);
-            }
-            for from in a.sources.gauges.iter().flat_map(|g| g.families()) {
-                let at = match out.iter().position(|f| f.name == from.name) {
-                    Some(at) => at,
-                    None => {
-                        out.push(Family {
-                            samples: Vec::new(),
-                            ..from
-                        });
-                        out.len() - 1
-                    }
-                };
-                add(&mut out[at], from.samples, a.cluster.as_deref(), merge);
-            }
-        }
-        for f in &out {
-            let mut metric = encoder.encode_descriptor(f.name, f.help, None, MetricType::Gauge)?;
-            for (labels, value) in &f.samples {
-                metric.encode_family(labels)?.encode_gauge(value)?;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Adds one cluster's `samples` to `into`, labelled `cluster` first when given; with
-/// `merge`, a label set already there takes the sum (the lowest for `synced`).
-fn add(into: &mut Family, samples: Vec<(Labels, f64)>, cluster: Option<&str>, merge: bool) {
-    let mut at: HashMap<Labels, usize> = if merge {
-        into.samples
-            .iter()
-            .enumerate()
-            .map(|(i, (l, _))| (l.clone(), i))
-            .collect()
-    } else {
-        HashMap::new()
-    };
-    for (mut labels, v) in samples {
-        if let Some(c) = cluster {
-            labels.insert(0, ("cluster", c.to_owned()));
-        }
-        match at.get(&labels) {
-            Some(&i) => {
-                let have = &mut into.samples[i].1;
-                *have = if into.name == SYNCED {
-                    have.min(v)
-                } else {
-                    *have + v
-                };
-            }
-            None => {
-                if merge {
-                    at.insert(labels.clone(), into.samples.len());
-                }
-                into.samples.push((labels, v));
-            }
-        }
-    }
-}
 
 /// What the gauges are computed from.
 pub(crate) struct View<'a> {
@@ -169,44 +38,8 @@ pub(crate) struct View<'a> {
     pub synced: bool,
 }
 
-/// A sample's labels, in order.
-pub type Labels = Vec<(&'static str, String)>;
-
 /// A NodeClass's instance types, by NodeClass name.
 pub(crate) type Catalogs<'a> = dyn Fn(&str) -> Option<Arc<cloudprovider::InstanceTypes>> + 'a;
-
-/// One gauge family and its samples.
-/// One gauge family of a scrape.
-pub struct Family {
-    pub name: &'static str,
-    pub help: &'static str,
-    pub samples: Vec<(Labels, f64)>,
-}
-
-const PODS_STATE: &str = "karpenter_pods_state";
-const SYNCED: &str = "karpenter_cluster_state_synced";
-const NODE_FAMILIES: [(&str, &str); 5] = [
-    (
-        "karpenter_nodes_allocatable",
-        "Node allocatable are the resources allocatable by nodes.",
-    ),
-    (
-        "karpenter_nodes_total_pod_requests",
-        "Node total pod requests are the resources requested by pods bound to nodes, including the DaemonSet pods.",
-    ),
-    (
-        "karpenter_nodes_total_pod_limits",
-        "Node total pod limits are the resources specified by pod limits, including the DaemonSet pods.",
-    ),
-    (
-        "karpenter_nodes_total_daemon_requests",
-        "Node total daemon requests are the resource requested by DaemonSet pods bound to nodes.",
-    ),
-    (
-        "karpenter_nodes_total_daemon_limits",
-        "Node total daemon limits are the resources specified by DaemonSet pod limits.",
-    ),
-];
 
 /// Node labels Karpenter copies into its node metrics, by their metric label name.
 const NODE_LABELS: [(&str, &str); 8] = [
@@ -222,36 +55,19 @@ const NODE_LABELS: [(&str, &str); 8] = [
 
 /// Every family with its samples (`None`: the descriptions only).
 pub(crate) fn families(view: Option<&View>) -> Vec<Family> {
-    let family = |name, help| Family {
-        name,
-        help,
-        samples: Vec::new(),
-    };
-    let mut pods_state = family(
-        PODS_STATE,
-        "Pod state is the current state of pods. This metric can be used several ways as it is labeled by the pod name, namespace, owner, node, nodepool name, zone, architecture, capacity type, instance type and pod phase.",
-    );
-    let mut node_families: Vec<Family> = NODE_FAMILIES
-        .iter()
-        .map(|(name, help)| family(name, help))
-        .collect();
-    let mut node_count = family(
-        "karpenter_cluster_state_node_count",
-        "Current count of nodes in cluster state",
-    );
-    let mut synced = family(
-        SYNCED,
-        "Returns 1 if cluster state is synced and 0 otherwise. Synced checks that nodeclaims and nodes that are stored in the APIServer have the same representation as Karpenter's cluster state",
-    );
-    let mut queue = family(
-        "karpenter_scheduler_queue_depth",
-        "The number of pods currently waiting to be scheduled.",
-    );
-    let mut cost = family(
-        "karpenter_nodepools_cost_total",
-        "Total cost of the nodepool from Karpenter's perspective: the hourly price of the offering each of its NodeClaims was launched on (NodeOverlay prices included). Not an authoritative source for billing.",
-    );
+    let mut out = declared();
     if let Some(v) = view {
+        let [
+            pods_state,
+            node_families @ ..,
+            node_count,
+            synced,
+            queue,
+            cost,
+        ] = &mut out[..]
+        else {
+            return out;
+        };
         let c = v.cluster;
         pods_state.samples = c
             .pods
@@ -306,10 +122,26 @@ pub(crate) fn families(view: Option<&View>) -> Vec<Family> {
         )];
         cost.samples = pool_costs(c, v.catalog);
     }
-    let mut out = vec![pods_state];
-    out.extend(node_families);
-    out.extend([node_count, synced, queue, cost]);
     out
+}
+
+/// The core's gauges of one cluster: from its cluster state, priced by its provider.
+pub struct CoreGauges {
+    pub state: cluster_state::ClusterState,
+    /// The provider: its instance types price the NodeClaims.
+    pub provider: Arc<dyn cloudprovider::CloudProvider>,
+}
+
+impl Gauges for CoreGauges {
+    fn families(&self) -> Vec<Family> {
+        let cluster = self.state.current();
+        let provider = &self.provider;
+        families(Some(&View {
+            cluster: &cluster,
+            catalog: &|nodeclass| provider.instance_types(nodeclass),
+            synced: self.state.synced(),
+        }))
+    }
 }
 
 /// Per NodePool, the summed hourly price of its NodeClaims not being deleted (the price of
@@ -544,7 +376,7 @@ mod tests {
             synced: true,
         }));
 
-        let state = samples(&fs, PODS_STATE);
+        let state = samples(&fs, crate::metrics::gauges::PODS_STATE);
         assert_eq!(state.len(), 4, "one series per pod");
         let web = &state[0].0;
         assert_eq!(
@@ -666,55 +498,12 @@ mod tests {
         let fs = families(None);
         assert!(fs.iter().all(|f| f.samples.is_empty()));
         let mut registry = prometheus_client::registry::Registry::default();
-        registry.register_collector(Box::new(ClusterState::default()));
+        registry.register_collector(Box::new(crate::metrics::ClusterGauges::default()));
         let text = crate::metrics::encode(&registry).expect("encodes");
         assert!(text.contains("# TYPE karpenter_pods_state gauge"), "{text}");
         assert!(
             text.contains("# TYPE karpenter_cluster_state_synced gauge"),
             "{text}"
         );
-    }
-
-    #[test]
-    fn clusters_are_labelled_or_merged() {
-        let sample = |pool: &str, v: f64| (vec![("nodepool", pool.to_string())], v);
-        let of = |name: &str| {
-            families(None)
-                .into_iter()
-                .find(|f| f.name == name)
-                .expect(name)
-        };
-        let mut cost = of("karpenter_nodepools_cost_total");
-        // Hub with the label: each cluster's series apart, the label first.
-        add(&mut cost, vec![sample("a", 1.0)], Some("ns/one"), false);
-        add(&mut cost, vec![sample("a", 2.0)], Some("ns/two"), false);
-        assert_eq!(
-            cost.samples,
-            vec![
-                (
-                    vec![("cluster", "ns/one".into()), ("nodepool", "a".into())],
-                    1.0
-                ),
-                (
-                    vec![("cluster", "ns/two".into()), ("nodepool", "a".into())],
-                    2.0
-                ),
-            ]
-        );
-        // Without it: one series per label set, summed.
-        let mut cost = of("karpenter_nodepools_cost_total");
-        add(
-            &mut cost,
-            vec![sample("a", 1.0), sample("b", 4.0)],
-            None,
-            false,
-        );
-        add(&mut cost, vec![sample("a", 2.0)], None, true);
-        assert_eq!(cost.samples, vec![sample("a", 3.0), sample("b", 4.0)]);
-        // `synced` takes the lowest: one cluster not synced is not synced.
-        let mut synced = of(SYNCED);
-        add(&mut synced, vec![(Vec::new(), 1.0)], None, false);
-        add(&mut synced, vec![(Vec::new(), 0.0)], None, true);
-        assert_eq!(synced.samples, vec![(Vec::new(), 0.0)]);
     }
 }

@@ -78,7 +78,7 @@ pub struct ProviderParts {
     pub offering_changes: crate::provisioning::OfferingChanges,
     pub loops: Vec<ProviderLoop>,
     /// The provider's own gauges of the cluster, if any.
-    pub gauges: Option<Arc<dyn crate::cluster_metrics::ProviderGauges>>,
+    pub gauges: Option<Arc<dyn crate::metrics::gauges::Gauges>>,
 }
 
 /// Builds the parts of a provider other than Cluster API (`run --provider`), given the
@@ -237,14 +237,13 @@ impl Engagement {
     }
 }
 
-/// What wakes the NodeClaim lifecycle: its caches' changes and the templates'.
 /// The scrape-time gauges: the leader's, as Karpenter's; in a hub, every engaged cluster's,
 /// under its `cluster` label (detached when it is disengaged).
 fn attach_gauges(
     ctx: &Sources,
     state: ClusterState,
     provider: Arc<dyn cloudprovider::CloudProvider>,
-    gauges: Option<Arc<dyn crate::cluster_metrics::ProviderGauges>>,
+    gauges: Option<Arc<dyn crate::metrics::gauges::Gauges>>,
 ) {
     let key = ctx
         .engaged
@@ -254,14 +253,16 @@ fn attach_gauges(
     ctx.metrics.cluster.attach(
         &key,
         ctx.metrics.scope(),
-        crate::cluster_metrics::Sources {
-            state,
-            provider,
-            gauges,
-        },
+        std::iter::once(
+            Arc::new(crate::cluster_metrics::CoreGauges { state, provider })
+                as Arc<dyn crate::metrics::gauges::Gauges>,
+        )
+        .chain(gauges)
+        .collect(),
     );
 }
 
+/// What wakes the NodeClaim lifecycle: its caches' changes.
 fn triggers(caches: &Caches) -> lifecycle::Triggers {
     lifecycle::Triggers {
         nodeclaims: caches.nodeclaims.clone(),

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
-use crate::metrics_labels::NoLabels;
+use crate::metrics::NoLabels;
 use crate::nodeclaim::context::Ctx;
 use cloudprovider::{CloudProvider, Instance};
 

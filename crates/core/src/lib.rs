@@ -15,8 +15,6 @@ pub mod health;
 pub mod index;
 pub mod leader;
 pub mod metrics;
-pub mod metrics_labels;
-pub mod metrics_scope;
 pub mod nodeclaim;
 pub mod nodepool_status;
 pub mod objects;

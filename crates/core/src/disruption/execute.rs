@@ -59,7 +59,7 @@ impl Disruption {
         if !self.connection.connected() {
             self.metrics
                 .disruption_skipped
-                .get_or_create(&crate::metrics_labels::NoLabels {})
+                .get_or_create(&crate::metrics::NoLabels {})
                 .inc();
             return false;
         }

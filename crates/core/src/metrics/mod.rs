@@ -14,10 +14,14 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-pub use crate::cluster_metrics::ClusterState;
-pub use crate::metrics_scope::ScopedFamily;
+pub mod gauges;
+pub mod labels;
+pub mod scope;
 
-pub use crate::metrics_labels::*;
+pub use gauges::ClusterGauges;
+pub use scope::ScopedFamily;
+
+pub use labels::*;
 
 fn duration_histogram() -> Histogram {
     // 1 ms .. ~65 s
@@ -90,7 +94,7 @@ pub struct Metrics {
     /// NodeClaim creation to each launch step.
     pub launch_steps: ScopedFamily<StepLabels, Histogram, fn() -> Histogram>,
     /// The gauges computed from the caches at scrape time (attached on the leader).
-    pub cluster: ClusterState,
+    pub cluster: ClusterGauges,
     /// Hub mode: 1 while an engaged cluster's API server answers its probes, 0 after
     /// repeated failures (see `health`).
     pub cluster_connected: Family<ClusterLabels, Gauge>,
@@ -107,9 +111,9 @@ pub struct Metrics {
     pub clusters: Family<StateLabels, Gauge>,
 }
 
-// The per-engagement families: labelled with their cluster in hub mode (see `metrics_scope`).
+// The per-engagement families: labelled with their cluster in hub mode (see `scope`).
 #[rustfmt::skip]
-crate::metrics_scope::scoped_families! {
+crate::metrics::scope::scoped_families! {
     nodeclaims_created, nodeclaims_terminated, nodeclaims_disrupted,
     nodeclaims_unhealthy_disrupted, nodeclaims_drifted, disruption_decisions,
     disruption_queue_failures, decisions_by_nodepool, nodes_consuming_budgets,
@@ -161,7 +165,7 @@ impl Metrics {
             consolidation_score: ScopedFamily::default(),
             pod_startup: Summary::default(),
             launch_steps: ScopedFamily::new_with_constructor(launch_histogram),
-            cluster: ClusterState::default(),
+            cluster: ClusterGauges::default(),
             cluster_connected: Family::default(),
             cluster_engagements: Family::default(),
             gc_skipped: ScopedFamily::default(),
