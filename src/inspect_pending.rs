@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use cloudprovider::InstanceTypes;
-use karpenter_core::provisioning::{convert::Availability, snapshot, volumes};
+use karpenter_core::model::{convert::Availability, volumes};
+use karpenter_core::provisioning::snapshot;
 use karpenter_core::state::Cluster;
 use serde::Serialize;
 

@@ -303,7 +303,7 @@ fn quantity(node: &Node, resource: &str) -> f64 {
         .allocatable
         .as_ref()
         .expect("allocatable")[resource];
-    let resources = karpenter_core::provisioning::convert::resources(
+    let resources = karpenter_core::model::convert::resources(
         &[(resource.to_string(), q.clone())].into_iter().collect(),
     );
     let v = resources[resource] as f64;
@@ -401,8 +401,7 @@ async fn dashboard_metrics_follow_a_pod_and_its_node_and_are_all_exported() {
         .items
         .iter()
         .map(|p| {
-            karpenter_core::provisioning::convert::spec_requests(p.spec.as_ref())["cpu"] as f64
-                / 1000.0
+            karpenter_core::model::convert::spec_requests(p.spec.as_ref())["cpu"] as f64 / 1000.0
         })
         .sum();
     assert_eq!(expected_requests, 1.0, "only our pod runs on the new node");

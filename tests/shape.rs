@@ -8,8 +8,7 @@
 //!   [`MAX_LINES`] lines, from its `fn` line to its closing brace;
 //! - no folder knot (issue 36): the same graph with every module folded into its crate's
 //!   top-level module (`a/x.rs` and `a/y/z.rs` are `a`), so that each top-level module could
-//!   become a crate of its own; `crates/controller`, which issue 36 dissolves, is the one
-//!   crate allowed a knot until it is gone ([`KNOTTED`]).
+//!   become a crate of its own.
 //!
 //! Offenders are printed with file and line. `SHAPE_DOT=FILE` with the ignored test
 //! `write_module_graph_dot` writes the module graph as Graphviz DOT (`hack/modgraph.sh`).
@@ -572,24 +571,17 @@ fn no_module_cycles() {
     );
 }
 
-/// Crates allowed one folder knot, until issue 36 dissolves them.
-const KNOTTED: &[&str] = &["crates/controller/src"];
-
 #[test]
 fn no_folder_knots() {
     let mut found = Vec::new();
     for (label, shape) in workspace_shapes() {
-        let knots = shape.folders().cycles();
-        let allowed = usize::from(KNOTTED.contains(&label.as_str()));
-        if knots.len() > allowed {
-            for comp in &knots {
-                found.push(
-                    shape
-                        .folders()
-                        .describe(&label, comp)
-                        .replace("cycle", "knot"),
-                );
-            }
+        for comp in &shape.folders().cycles() {
+            found.push(
+                shape
+                    .folders()
+                    .describe(&label, comp)
+                    .replace("cycle", "knot"),
+            );
         }
     }
     assert!(

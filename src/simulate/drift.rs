@@ -48,7 +48,7 @@ pub(super) fn drifted(
                 &without.nodepools,
                 &moving,
                 &|nc| catalogs.get(nc).map(|c| c.types.clone()),
-                karpenter_core::provisioning::convert::Availability::Ignored,
+                karpenter_core::model::convert::Availability::Ignored,
             );
             let output = scheduling::solve(&snap.input);
             Some(DriftedNodeClaim {

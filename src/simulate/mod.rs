@@ -98,7 +98,7 @@ fn pod_ref(p: &scheduling::PodRef) -> String {
 mod tests {
     use super::render::{POD_LIST_WIDTH, pod_list};
     use super::*;
-    use karpenter_core::provisioning::convert;
+    use karpenter_core::model::convert;
 
     const CATALOG: &str = r#"
 apiVersion: cluster.x-k8s.io/v1beta2

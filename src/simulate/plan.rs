@@ -6,9 +6,10 @@ use std::sync::Arc;
 use serde::Serialize;
 use templates::model::Catalog;
 
+use karpenter_core::model::convert;
+use karpenter_core::model::convert::Availability;
 use karpenter_core::objects::{name, namespaced_name, pod_node_name, terminal};
-use karpenter_core::provisioning::convert::Availability;
-use karpenter_core::provisioning::{convert, snapshot};
+use karpenter_core::provisioning::snapshot;
 use karpenter_core::state::Cluster;
 
 use super::counts::{Counted, CountedTemplate, counted_templates};
@@ -543,11 +544,9 @@ fn unplaceable(
             UnplaceablePod {
                 pod: pod_ref(&u.pod),
                 reason: match pod {
-                    Some(p) => karpenter_core::provisioning::volumes::explain(
-                        &u.reason,
-                        p,
-                        cluster.volumes(),
-                    ),
+                    Some(p) => {
+                        karpenter_core::model::volumes::explain(&u.reason, p, cluster.volumes())
+                    }
                     None => u.reason.clone(),
                 },
             }

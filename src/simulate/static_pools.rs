@@ -6,8 +6,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use karpenter_core::model::convert::{self, Availability};
 use karpenter_core::objects::name;
-use karpenter_core::provisioning::convert::{self, Availability};
 use karpenter_core::state::Cluster;
 use karpenter_core::static_pools::{scale, template};
 

@@ -25,6 +25,16 @@ impl InstanceTypes {
         }
     }
 
+    /// The grid of one resizable group, and the group.
+    pub fn of_group(group: ResizableGroup) -> InstanceTypes {
+        let mut instance_types = group.grid();
+        sort_instance_types(&mut instance_types);
+        InstanceTypes {
+            instance_types,
+            resizable: vec![group],
+        }
+    }
+
     /// The instance type called `name`.
     pub fn get(&self, name: &str) -> Option<&InstanceType> {
         self.instance_types.iter().find(|t| t.name == name)

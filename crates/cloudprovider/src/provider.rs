@@ -2,7 +2,7 @@
 //! Rust trait. The NodeClaim loops launch, look up, delete and judge drift of a NodeClaim's
 //! instance through [`CloudProvider`], and read the instance types of a NodeClass from it.
 //! Implementations: the Cluster API provider (one standalone Machine per NodeClaim), the
-//! kwok provider (a Node per NodeClaim), and [`crate::fake`], an in-memory one for tests
+//! kwok provider (a Node per NodeClaim), and the `fake` module, an in-memory one for tests
 //! like Karpenter's `cloudprovider/fake`.
 //!
 //! The checklist a provider answers, in the order the lifecycle asks:

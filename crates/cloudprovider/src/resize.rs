@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{InstanceType, Resources, format_bytes, format_resource};
+use crate::model::{InstanceType, Offering, Resources, format_bytes, format_resource};
 
 /// At most this many synthetic instance types per resizable template.
 pub const MAX_GRID: usize = 200;
@@ -249,6 +249,43 @@ impl ResizableGroup {
             return None;
         }
         (self.make)(size)
+    }
+
+    /// A group whose every size is an instance type of that capacity (allocatable the same,
+    /// no labels or taints), launched from `offering`, priced by `spec` when it has prices.
+    pub fn uniform(base: &str, spec: Sizing, offering: Offering) -> ResizableGroup {
+        let (name_base, priced) = (base.to_string(), spec.clone());
+        let make = move |size: Size| {
+            let resources = Resources(
+                [
+                    (Resources::CPU.to_string(), size.cpu),
+                    (Resources::MEMORY.to_string(), size.memory),
+                ]
+                .into(),
+            );
+            let mut o = offering.clone();
+            o.price = priced.price(size).unwrap_or(o.price);
+            Some(InstanceType {
+                name: sized_name(&name_base, size),
+                capacity: resources.clone(),
+                allocatable: resources,
+                labels: Default::default(),
+                taints: Vec::new(),
+                offerings: vec![o],
+                capacity_overlaid: false,
+                volume_limits: Default::default(),
+            })
+        };
+        ResizableGroup::new(base.to_string(), spec, Arc::new(make))
+    }
+
+    /// The instance types of its grid ([`Sizing::grid`]).
+    pub fn grid(&self) -> Vec<InstanceType> {
+        self.spec
+            .grid()
+            .into_iter()
+            .filter_map(|s| self.instance_type(s))
+            .collect()
     }
 
     /// The instance type of `size` as the provider makes it, on the lattice or not.

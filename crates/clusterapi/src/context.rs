@@ -214,3 +214,30 @@ impl Context {
         .await;
     }
 }
+
+/// The catalog of NodeClass `nodeclass` with its offerings' availability now (what
+/// `instance_types` answers): the backoff, and the counts from the cached NodeClaims and
+/// Machines and the free hosts. Nothing is counted when no template of any NodeClass has a
+/// count annotation or an inventory (the common case costs no pass over the caches).
+pub(crate) fn offered(shared: &Context, nodeclass: &str) -> Option<Arc<templates::model::Catalog>> {
+    use crate::availability::{LaunchState, OfferingCounts, resolve};
+    let catalog = shared.catalogs.catalog(nodeclass)?;
+    let hosts = shared.inventory.tallies();
+    let counts = if catalog.limits.is_empty() && hosts.is_empty() {
+        OfferingCounts::default()
+    } else {
+        OfferingCounts::new(
+            &shared.nodeclaims.state(),
+            &shared.machines.state(),
+            k8s_openapi::jiff::Timestamp::now(),
+            shared.settings.count_staleness,
+        )
+        .with_hosts(hosts)
+    };
+    let state = LaunchState {
+        unavailable: &shared.unavailable,
+        counts: &counts,
+        now: Instant::now(),
+    };
+    Some(resolve(&catalog, &state))
+}

@@ -230,23 +230,11 @@ async fn plan(ctx: &Context, claim: &NodeClaim) -> Result<Planned, Error> {
         .catalogs
         .template(template.group(), &template.kind, &ns, &template.name);
     let infrastructure_template_hash = template_obj.as_ref().map(|t| spec_hash(t));
-    let resize = catalog
-        .resizable_of(&choice.instance_type.name)
-        .map(|(group, size)| PlanSize {
-            size,
-            fields: catalog
-                .resize_fields
-                .get(&group.base)
-                .map(|f| {
-                    f.writes(
-                        size,
-                        template_obj
-                            .as_ref()
-                            .map_or(&serde_json::Value::Null, |t| &t.data),
-                    )
-                })
-                .unwrap_or_default(),
-        });
+    let resize = plan_size(
+        &catalog,
+        &choice.instance_type.name,
+        template_obj.as_deref(),
+    );
     let resource_list = |r: &templates::model::Resources| {
         r.to_resource_list()
             .into_iter()
@@ -360,9 +348,11 @@ async fn create(ctx: &Context, claim: &NodeClaim, plan: &Plan) -> Result<(), Err
             if rejected(&e) {
                 // The API server refused the objects of this offering (a quota, an admission
                 // webhook): other claims and the scheduler skip it for a while.
-                let hold = ctx
-                    .unavailable
-                    .mark(plan.offering_key(), e.to_string(), Instant::now());
+                let hold = ctx.unavailable.mark(
+                    crate::availability::unavailable::OfferingKey::of_plan(&plan),
+                    e.to_string(),
+                    Instant::now(),
+                );
                 tracing::info!(nodeclaim = %claim.name_any(), template = %plan.infrastructure_template.name,
                     hold_seconds = hold.as_secs(), "offering backed off after a refused create");
             }
@@ -388,4 +378,23 @@ async fn create(ctx: &Context, claim: &NodeClaim, plan: &Plan) -> Result<(), Err
 /// rejected by a webhook), not for a passing condition (conflict, timeout, unavailable).
 fn rejected(e: &Error) -> bool {
     matches!(e, Error::Kube(kube::Error::Api(s)) if matches!(s.code, 400 | 403 | 422))
+}
+
+/// The size a resizable instance type `name` launches at, with where it goes in the
+/// InfraMachine cloned from `template` (`None`: not a size of a resizable group).
+fn plan_size(
+    catalog: &templates::model::Catalog,
+    name: &str,
+    template: Option<&kube::api::DynamicObject>,
+) -> Option<PlanSize> {
+    let (group, size) = catalog.resizable_of(name)?;
+    let data = template.map_or(&serde_json::Value::Null, |t| &t.data);
+    Some(PlanSize {
+        size,
+        fields: catalog
+            .resize_fields
+            .get(&group.base)
+            .map(|f| f.writes(size, data))
+            .unwrap_or_default(),
+    })
 }

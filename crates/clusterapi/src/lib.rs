@@ -299,7 +299,7 @@ impl CloudProvider for ClusterApi {
     }
 
     fn instance_types(&self, nodeclass: &str) -> Option<Arc<InstanceTypes>> {
-        availability::offered(&self.ctx, nodeclass).map(|c| c.types.clone())
+        context::offered(&self.ctx, nodeclass).map(|c| c.types.clone())
     }
 
     fn manual_drift(&self, nodeclass: &str) -> bool {
@@ -351,13 +351,15 @@ impl CloudProvider for ClusterApi {
 
     fn launch_succeeded(&self, claim: &NodeClaim) {
         if let Some(plan) = Plan::of(claim) {
-            self.ctx.unavailable.succeeded(&plan.offering_key());
+            self.ctx
+                .unavailable
+                .succeeded(&availability::unavailable::OfferingKey::of_plan(&plan));
         }
     }
 
     fn launch_failed(&self, claim: &NodeClaim, why: &str) {
         if let Some(plan) = Plan::of(claim) {
-            let key = plan.offering_key();
+            let key = availability::unavailable::OfferingKey::of_plan(&plan);
             let hold = self
                 .ctx
                 .unavailable

@@ -91,21 +91,6 @@ impl Plan {
     pub(crate) fn of(claim: &NodeClaim) -> Option<Plan> {
         Self::from_annotations(claim.annotations())
     }
-
-    /// The offering launched: template, zone, capacity type (the launch-failure backoff key).
-    pub(crate) fn offering_key(&self) -> crate::availability::unavailable::OfferingKey {
-        let t = &self.infrastructure_template;
-        crate::availability::unavailable::OfferingKey {
-            template: templates::model::TemplateRef {
-                api_version: t.api_version.clone(),
-                kind: t.kind.clone(),
-                namespace: Some(self.namespace.clone()),
-                name: t.name.clone(),
-            },
-            zone: self.zone.clone(),
-            capacity_type: self.capacity_type.clone(),
-        }
-    }
 }
 
 pub(crate) fn kind_without_template(kind: &str) -> String {

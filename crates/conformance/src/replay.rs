@@ -10,7 +10,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use karpenter_core::provisioning::{convert, nodeclaim, snapshot, volumes};
+use karpenter_core::model::{convert, volumes};
+use karpenter_core::provisioning::{nodeclaim, snapshot};
 use karpenter_core::state::{Cluster, Objects};
 use scheduling::{Input, InstanceType, Offering, Output};
 
@@ -94,7 +95,7 @@ pub fn input(rec: &Record) -> Input {
         &pools,
         &pending,
         &|_| None,
-        karpenter_core::provisioning::convert::Availability::Ignored,
+        karpenter_core::model::convert::Availability::Ignored,
     );
     let mut input = snap.input;
     for pool in &mut input.node_pools {

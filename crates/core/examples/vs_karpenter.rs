@@ -23,7 +23,7 @@ use anyhow::{Context, Result, bail};
 use api::karpenter::NodeSelectorRequirementWithMinValues;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use karpenter_core::provisioning::convert;
+use karpenter_core::model::convert;
 use scheduling::{Input, InstanceType, NodePool, Offering};
 use serde_json::Value;
 

@@ -27,7 +27,7 @@ use kube::ResourceExt;
 use scheduling::Resources;
 
 use crate::metrics::gauges::{Family, Gauges, Labels, declared};
-use crate::provisioning::convert::resources;
+use crate::model::convert::resources;
 use crate::state::{self as cluster_state, Cluster};
 
 /// What the gauges are computed from.
@@ -435,23 +435,17 @@ mod tests {
 
     #[test]
     fn a_pool_costs_the_price_of_the_offerings_its_claims_are_labelled_with() {
-        let template = templates::model::TemplateRef {
-            api_version: "infrastructure.cluster.x-k8s.io/v1beta2".into(),
-            kind: "DockerMachineTemplate".into(),
-            namespace: Some("ns".into()),
-            name: "small".into(),
-        };
         let offering = |zone: &str, price: f64| {
-            templates::model::offering(
-                &template,
-                Some(zone.into()),
+            cloudprovider::Offering::new(
+                "t",
+                Some(zone),
                 "on-demand",
                 price,
-                templates::model::PriceSource::Annotation,
+                cloudprovider::PriceSource::Annotation,
             )
         };
         let catalog = Arc::new(cloudprovider::InstanceTypes {
-            instance_types: vec![templates::model::InstanceType {
+            instance_types: vec![cloudprovider::InstanceType {
                 volume_limits: Default::default(),
                 name: "small".into(),
                 capacity: Default::default(),

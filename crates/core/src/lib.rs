@@ -2,6 +2,7 @@
 //! loop, and the runtime pieces they share. It knows providers only through the
 //! `cloudprovider` crate's trait; no Cluster API type is in its dependencies.
 
+pub mod blockers;
 pub mod budgets;
 pub mod cache;
 pub mod clients;
@@ -15,6 +16,7 @@ pub mod health;
 pub mod index;
 pub mod leader;
 pub mod metrics;
+pub mod model;
 pub mod nodeclaim;
 pub mod nodepool_status;
 pub mod objects;

@@ -22,8 +22,9 @@ use crate::write::{Expectations, Outcome, Writer, manager};
 use serde_json::json;
 
 use crate::metrics::{Metrics, ResourceLabels};
+use crate::model::convert;
 use crate::objects::{deleting, name};
-use crate::provisioning::{convert, snapshot};
+use crate::provisioning::snapshot;
 use crate::state::ClusterState;
 use cloudprovider::{CloudProvider, NodeClassKind};
 

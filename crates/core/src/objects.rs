@@ -228,6 +228,12 @@ pub fn claim_requests(claim: &NodeClaim) -> std::collections::BTreeMap<String, S
         .unwrap_or_default()
 }
 
+/// Whether a NodeClaim is a candidate of a disruption command in flight (it carries the
+/// command's annotation).
+pub fn in_command(claim: &NodeClaim) -> bool {
+    annotation(claim, api::consts::annotations::DISRUPTION_COMMAND).is_some()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

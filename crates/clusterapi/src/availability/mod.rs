@@ -14,12 +14,8 @@ pub mod hosts;
 pub mod unavailable;
 
 use std::sync::Arc;
-use std::time::Instant;
 
-use k8s_openapi::jiff::Timestamp;
 use templates::model::Catalog;
-
-use super::context::Context;
 
 pub use counts::{DEFAULT_STALENESS, LaunchState, OfferingCounts};
 
@@ -52,32 +48,6 @@ pub fn resolve(catalog: &Arc<Catalog>, state: &LaunchState<'_>) -> Arc<Catalog> 
         }
     }
     Arc::new(resolved)
-}
-
-/// The catalog of NodeClass `nodeclass` with its offerings' availability now (what
-/// `instance_types` answers): the backoff, and the counts from the cached NodeClaims and
-/// Machines and the free hosts. Nothing is counted when no template of any NodeClass has a
-/// count annotation or an inventory (the common case costs no pass over the caches).
-pub(crate) fn offered(shared: &Context, nodeclass: &str) -> Option<Arc<Catalog>> {
-    let catalog = shared.catalogs.catalog(nodeclass)?;
-    let hosts = shared.inventory.tallies();
-    let counts = if catalog.limits.is_empty() && hosts.is_empty() {
-        OfferingCounts::default()
-    } else {
-        OfferingCounts::new(
-            &shared.nodeclaims.state(),
-            &shared.machines.state(),
-            Timestamp::now(),
-            shared.settings.count_staleness,
-        )
-        .with_hosts(hosts)
-    };
-    let state = LaunchState {
-        unavailable: &shared.unavailable,
-        counts: &counts,
-        now: Instant::now(),
-    };
-    Some(resolve(&catalog, &state))
 }
 
 /// What the provisioner hears of the offerings: host changes of the NodeClasses'
@@ -144,7 +114,7 @@ mod tests {
         let c = catalog();
         let unavailable = unavailable::UnavailableOfferings::default();
         let counts = OfferingCounts::default();
-        let now = Instant::now();
+        let now = std::time::Instant::now();
         let backed_off = &c.instance_types[0].offerings[2];
         unavailable.mark(
             unavailable::OfferingKey::of(backed_off),

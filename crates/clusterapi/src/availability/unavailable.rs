@@ -25,6 +25,21 @@ pub struct OfferingKey {
 }
 
 impl OfferingKey {
+    /// The offering a plan launched: template, zone, capacity type.
+    pub(crate) fn of_plan(plan: &crate::plan::Plan) -> OfferingKey {
+        let t = &plan.infrastructure_template;
+        OfferingKey {
+            template: TemplateRef {
+                api_version: t.api_version.clone(),
+                kind: t.kind.clone(),
+                namespace: Some(plan.namespace.clone()),
+                name: t.name.clone(),
+            },
+            zone: plan.zone.clone(),
+            capacity_type: plan.capacity_type.clone(),
+        }
+    }
+
     /// The key of a catalog offering.
     pub fn of(offering: &templates::model::Offering) -> OfferingKey {
         OfferingKey {

@@ -17,7 +17,7 @@ use super::labels::{self, Labels, Req, Value};
 use crate::record::{Record, RecordedInstanceType};
 
 // The names are Kubernetes' (shared with the operator); the rules below are the checker's own.
-use karpenter_core::provisioning::volumes::ANN_STORAGE_CLASS as BETA_CLASS;
+use karpenter_core::model::volumes::ANN_STORAGE_CLASS as BETA_CLASS;
 use scheduling::volumes::{ANNOTATION_BIND_COMPLETED as BIND_COMPLETED, IN_TREE_TO_CSI as IN_TREE};
 
 /// One claim of a pod, as it bears on a node.

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::View;
-pub use super::blockers::{do_not_disrupt, reschedulable};
+pub use crate::blockers::{do_not_disrupt, reschedulable};
 use crate::objects::{claim_condition, deleting, name, nodepool_of};
 use api::duration::parse_duration;
 

@@ -69,10 +69,7 @@ pub fn retry_after(claim: &NodeClaim, now: Timestamp) -> Option<Timestamp> {
     (until > now).then_some(until)
 }
 
-/// Whether a NodeClaim is a candidate of a command in flight.
-pub fn in_command(claim: &NodeClaim) -> bool {
-    annotation(claim, COMMAND).is_some()
-}
+pub use crate::objects::in_command;
 
 /// The lowercase metric/event label of a reason.
 pub fn reason_label(reason: DisruptionReason) -> &'static str {

@@ -1,7 +1,7 @@
 //! Consolidation of nodes that still run pods (pools under `WhenEmptyOrUnderutilized` or
 //! `Balanced`), as Karpenter does it:
 //! - candidates: `Consolidatable` (`consolidateAfter` after their last pod event), no
-//!   blocker (see [`super::blockers`]), price known; sorted by price per disruption cost;
+//!   blocker (see [`crate::blockers`]), price known; sorted by price per disruption cost;
 //! - the candidates of all pools are weighed together ([`super::search`]): multi-node
 //!   first, the largest prefix (≥ 2, ≤ 100, each within its pool's `Underutilized`
 //!   budget) whose pods fit elsewhere or on one strictly cheaper new node of any pool
@@ -23,13 +23,13 @@ use std::time::{Duration, Instant};
 use api::consts::conditions as types;
 use api::karpenter::{ConsolidationPolicy, DisruptionReason};
 
-use super::blockers::{Blocker, disruption_cost, do_not_disrupt, pod_blocker};
 use super::budgets::PoolBudget;
 use super::candidates::{Candidate, Pool, consolidatable_at};
 use super::plan::{Action, Move, Priced};
 use super::search::{Limits, PoolInfo, PoolTotals, Pools, search, validate};
 use super::verdict::Verdict;
 use super::{Clock, Decision, Method, Note, Pass, Surge, VALIDATION, View, consolidation_verdict};
+use crate::blockers::{Blocker, disruption_cost, do_not_disrupt, pod_blocker};
 use crate::objects::{claim_condition, name};
 
 /// Without a change in the pool, a search is repeated this often at most.

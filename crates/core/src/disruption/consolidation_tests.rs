@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 
 use api::{NodeClaim, NodePool};
 use cloudprovider::InstanceTypes;
+use cloudprovider::{InstanceType, PriceSource, Resources};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
-use templates::model::{InstanceType, PriceSource, Resources, TemplateRef};
 
 use super::tests::NoSim;
 use super::{Outcome, Timers, VALIDATION, View, pass};
@@ -24,12 +24,6 @@ pub(super) fn typed<T: serde::de::DeserializeOwned>(v: Value) -> Arc<T> {
 }
 
 fn catalog() -> Arc<InstanceTypes> {
-    let template = TemplateRef {
-        api_version: "infrastructure.cluster.x-k8s.io/v1beta1".into(),
-        kind: "DockerMachineTemplate".into(),
-        namespace: None,
-        name: "t".into(),
-    };
     Arc::new(InstanceTypes {
         instance_types: TYPES
             .iter()
@@ -46,9 +40,9 @@ fn catalog() -> Arc<InstanceTypes> {
                     allocatable: r,
                     labels: BTreeMap::new(),
                     taints: Vec::new(),
-                    offerings: vec![templates::model::offering(
-                        &template,
-                        Some("z1".into()),
+                    offerings: vec![cloudprovider::Offering::new(
+                        "t",
+                        Some("z1"),
                         "on-demand",
                         *price,
                         PriceSource::Annotation,

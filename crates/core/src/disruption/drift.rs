@@ -14,11 +14,11 @@ use api::consts::conditions as types;
 use api::karpenter::DisruptionReason;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
-use super::blockers::{self, Blocker};
 use super::budgets::PoolBudget;
 use super::candidates::{Candidate, Pool};
 use super::verdict::Verdict;
 use super::{Clock, Decision, Method, Pass, Surge, View};
+use crate::blockers::{self, Blocker};
 
 /// A candidate that may not be disrupted now, and why (a `DisruptionBlocked` event).
 #[derive(Debug, Clone, PartialEq, Eq)]

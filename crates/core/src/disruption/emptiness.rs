@@ -7,10 +7,10 @@
 
 use api::karpenter::DisruptionReason;
 
-use super::blockers::pod_blocker;
 use super::budgets::PoolBudget;
 use super::candidates::{Pool, consolidatable_at};
 use super::{Clock, Decision, Method, Pass, VALIDATION, Verdict};
+use crate::blockers::pod_blocker;
 
 /// Deletes empty NodeClaims (no state: see the module documentation).
 #[derive(Debug, Default)]

@@ -86,7 +86,7 @@ impl Disruption {
         };
         let simulator = Simulator {
             catalog: &catalog,
-            available: crate::provisioning::convert::Availability::Offered,
+            available: crate::model::convert::Availability::Offered,
         };
         pass(&view, timers, &simulator, Timestamp::now(), Instant::now())
     }

@@ -23,7 +23,6 @@
 //! anywhere is safe (a move under validation is searched again; commands in flight resume
 //! or roll back).
 
-pub mod blockers;
 pub use crate::budgets;
 pub mod candidates;
 pub mod command;

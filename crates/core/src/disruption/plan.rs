@@ -210,7 +210,7 @@ pub fn simulate(view: &View, candidates: &[&Priced], now: Timestamp) -> Result<M
         &pools,
         &moving,
         view.catalog,
-        crate::provisioning::convert::Availability::Ignored,
+        crate::model::convert::Availability::Ignored,
     );
     let settling = in_consolidate_after_window(view, now);
     for n in &mut snap.input.nodes {

@@ -71,7 +71,7 @@ pub fn without(cluster: &Cluster, nodes: &[&str], claims: &[&str]) -> (Cluster, 
 pub struct Simulator<'a> {
     pub catalog: &'a dyn Fn(&str) -> Option<Arc<InstanceTypes>>,
     /// Whether replacements read the offerings' availability (the loop) or not.
-    pub available: crate::provisioning::convert::Availability,
+    pub available: crate::model::convert::Availability,
 }
 
 impl Simulate for Simulator<'_> {

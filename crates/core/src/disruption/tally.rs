@@ -4,9 +4,7 @@
 use api::NodeClaim;
 use kube::ResourceExt;
 
-use crate::metrics::{
-    CreatedLabels, DecisionLabels, Metrics, PodDisruptionLabels, PoolDecisionLabels,
-};
+use crate::metrics::{DecisionLabels, Metrics, PoolDecisionLabels};
 use crate::state::ClusterState;
 
 /// A decision taken: `karpenter_voluntary_disruption_decisions_total` and its per-NodePool
@@ -56,7 +54,7 @@ pub fn record_disrupted(
         .map_or(0, |b| {
             b.pods
                 .iter()
-                .filter(|p| super::blockers::reschedulable(p))
+                .filter(|p| crate::blockers::reschedulable(p))
                 .count()
         });
     // Karpenter reports a policy for consolidation only.
@@ -69,46 +67,14 @@ pub fn record_disrupted(
             .unwrap_or_default(),
         _ => String::new(),
     };
-    record_disrupted_pods(metrics, claim, reason, nodepool, pods, consolidation_policy);
-}
-
-/// [`record_disrupted`] with the reschedulable pods counted and the consolidation policy
-/// label (empty but for consolidation) known.
-pub fn record_disrupted_pods(
-    metrics: &Metrics,
-    claim: &NodeClaim,
-    reason: &str,
-    nodepool: &str,
-    pods: usize,
-    consolidation_policy: String,
-) {
-    metrics
-        .nodeclaims_disrupted
-        .get_or_create(&CreatedLabels {
-            reason: reason.into(),
-            nodepool: nodepool.into(),
-        })
-        .inc();
-    let termination_mode = match claim
-        .spec
-        .termination_grace_period
-        .as_deref()
-        .map(api::duration::parse_duration)
-    {
-        None => "graceful",
-        Some(Some(d)) if d.is_zero() => "forceful",
-        Some(_) => "eventual",
-    };
-    metrics
-        .pods_disruption_initiated
-        .get_or_create(&PodDisruptionLabels {
-            reason: reason.into(),
-            nodepool: nodepool.into(),
-            capacity_type: crate::nodeclaim::labels::capacity_type_of(claim),
-            consolidation_policy,
-            termination_mode: termination_mode.into(),
-        })
-        .inc_by(pods as u64);
+    crate::nodeclaim::disrupted::record_disrupted_pods(
+        metrics,
+        claim,
+        reason,
+        nodepool,
+        pods,
+        consolidation_policy,
+    );
 }
 
 /// A consolidation policy in snake case, as Karpenter's metric labels spell it.

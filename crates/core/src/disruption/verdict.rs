@@ -112,7 +112,7 @@ pub fn verdicts(view: &View, now: Timestamp) -> BTreeMap<String, Verdict> {
     let mut timers = Timers::default();
     let simulator = super::simulate::Simulator {
         catalog: view.catalog,
-        available: crate::provisioning::convert::Availability::Ignored,
+        available: crate::model::convert::Availability::Ignored,
     };
     super::pass(view, &mut timers, &simulator, now, Instant::now()).verdicts
 }

@@ -7,38 +7,26 @@ use std::sync::Arc;
 
 use api::NodeClaim;
 use cloudprovider::InstanceTypes;
+use cloudprovider::{InstanceType, PriceSource, Resources};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use serde_json::json;
-use templates::model::{InstanceType, PriceSource, Resources, TemplateRef};
 
 use super::View;
 use super::candidates::Candidate;
 use super::consolidation_tests::{pool, typed};
 use super::simulate::{Simulate, Simulator};
-use crate::provisioning::convert::Availability;
+use crate::model::convert::Availability;
 use crate::state::{Cluster, Objects};
 
 /// One type, offered in z1 (cheaper) and z2.
 fn catalog() -> Arc<InstanceTypes> {
-    let template = TemplateRef {
-        api_version: "infrastructure.cluster.x-k8s.io/v1beta1".into(),
-        kind: "DockerMachineTemplate".into(),
-        namespace: None,
-        name: "t".into(),
-    };
     let r = Resources(BTreeMap::from([
         ("cpu".to_string(), 4000),
         ("memory".to_string(), 8 << 30),
         ("pods".to_string(), 110),
     ]));
     let offering = |zone: &str, price| {
-        templates::model::offering(
-            &template,
-            Some(zone.into()),
-            "on-demand",
-            price,
-            PriceSource::Annotation,
-        )
+        cloudprovider::Offering::new("t", Some(zone), "on-demand", price, PriceSource::Annotation)
     };
     Arc::new(InstanceTypes {
         instance_types: vec![InstanceType {

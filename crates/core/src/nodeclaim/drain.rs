@@ -34,7 +34,7 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 
 use super::error::Error;
-use crate::disruption::blockers::{pod_do_not_disrupt, tolerates_disrupted};
+use crate::blockers::{pod_do_not_disrupt, tolerates_disrupted};
 use crate::events::{EventType, Recorder};
 use crate::metrics::{CodeLabels, DrainedLabels, Metrics};
 use crate::objects::{annotation, namespaced_name, owned_by, terminal};

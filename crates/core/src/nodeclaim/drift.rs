@@ -32,8 +32,8 @@ use serde_json::json;
 use super::context::{Ctx, Error};
 use super::labels::{Recorded, nodepool_of};
 use crate::metrics::TypeLabels;
+use crate::model::convert;
 use crate::objects::annotation;
-use crate::provisioning::convert;
 use crate::provisioning::nodeclaim::{NODEPOOL_HASH_VERSION, nodepool_hash};
 use cloudprovider::{Drift, Instance};
 
@@ -390,24 +390,41 @@ mod tests {
     /// ranges contain it; narrowed ranges drift it.
     #[test]
     fn a_size_outside_the_resizable_ranges_drifts() {
-        let flex = |cpu: &str| -> InstanceTypes {
-            let t: kube::api::DynamicObject = typed(json!({
-                "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "TestMachineTemplate",
-                "metadata": {"name": "flex", "namespace": "ns",
-                    "labels": {"topology.kubernetes.io/zone": "zone-b"},
-                    "annotations": {"karpenter.cluster.x-k8s.io/resizable-cpu": cpu,
-                        "karpenter.cluster.x-k8s.io/resizable-memory": "4Gi-32Gi/4Gi"}},
-                "spec": {"template": {"spec": {}}}}));
-            let catalog = templates::build_catalog(&[t], &templates::CatalogSettings::default())
-                .expect("catalog");
-            (*catalog.types).clone()
+        let flex = |max_cpu: i64| -> InstanceTypes {
+            let gib = 1 << 30;
+            let sizing = cloudprovider::resize::Sizing {
+                cpu: cloudprovider::resize::Range {
+                    min: 2000,
+                    max: max_cpu,
+                    step: 2000,
+                },
+                memory: cloudprovider::resize::Range {
+                    min: 4 * gib,
+                    max: 32 * gib,
+                    step: 4 * gib,
+                },
+                memory_per_cpu: None,
+                price_per_cpu: None,
+                price_per_gib: None,
+                headroom_percent: 0,
+            };
+            let offering = Offering::new(
+                "flex",
+                Some("zone-b"),
+                "on-demand",
+                0.1,
+                PriceSource::Default,
+            );
+            InstanceTypes::of_group(cloudprovider::resize::ResizableGroup::uniform(
+                "flex", sizing, offering,
+            ))
         };
         let mut c = Case::new();
         c.recorded.instance_type = "flex-6c-16gi".into();
-        c.catalog = flex("2-8/2");
+        c.catalog = flex(8000);
         assert!(c.catalog.get("flex-6c-16gi").is_none(), "off the grid");
         assert_eq!(c.drift(), None);
-        c.catalog = flex("2-4/2");
+        c.catalog = flex(4000);
         assert_eq!(c.drift(), Some(reasons::INSTANCE_TYPE_NOT_FOUND));
     }
 }

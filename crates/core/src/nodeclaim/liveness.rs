@@ -462,10 +462,10 @@ fn record_repair(ctx: &Ctx, claim: &NodeClaim, pool: &str, u: &Unhealthy, node: 
             .state()
             .iter()
             .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str()))
-            .filter(|p| crate::disruption::blockers::reschedulable(p))
+            .filter(|p| crate::blockers::reschedulable(p))
             .count()
     });
-    crate::disruption::tally::record_disrupted_pods(
+    crate::nodeclaim::disrupted::record_disrupted_pods(
         &ctx.metrics,
         claim,
         "unhealthy",

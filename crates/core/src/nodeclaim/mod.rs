@@ -5,6 +5,7 @@
 //! `cloudprovider::clusterapi`.
 
 pub mod context;
+pub mod disrupted;
 pub mod drain;
 pub(crate) mod drift;
 pub mod error;

@@ -3,11 +3,9 @@
 //! NodeClaim per planned claim.
 
 pub mod batch;
-pub mod convert;
 pub mod nodeclaim;
 pub mod snapshot;
 pub mod trigger;
-pub mod volumes;
 
 pub use snapshot::Snapshot;
 
@@ -70,7 +68,7 @@ impl Provisioner {
             &cluster.ready_nodepools(),
             pods,
             &|nodeclass| self.provider.instance_types(nodeclass),
-            convert::Availability::Offered,
+            crate::model::convert::Availability::Offered,
         );
         snap.input.min_values_policy = self.min_values_policy;
         snap
@@ -108,7 +106,7 @@ impl Provisioner {
                     "FailedScheduling",
                     format!(
                         "Failed to schedule pod, {}",
-                        volumes::explain(&u.reason, v, cluster.volumes())
+                        crate::model::volumes::explain(&u.reason, v, cluster.volumes())
                     ),
                 )
                 .await;

@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use kube::api::ObjectMeta;
 use scheduling::{Operator, Requirement, Taint, TaintEffect};
 
-use super::convert::quantities;
+use crate::model::convert::quantities;
 
 /// The API's operator for the scheduler's.
 pub fn api_operator(op: Operator) -> k::Operator {
@@ -197,7 +197,7 @@ pub fn nodeclaim(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provisioning::convert::node_pool;
+    use crate::model::convert::node_pool;
     use serde_json::json;
 
     fn typed<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
@@ -321,14 +321,33 @@ mod tests {
     /// other templates' types after it, no other size of the group.
     #[test]
     fn a_claim_on_a_resizable_template_is_shrunk() {
-        let t: kube::api::DynamicObject = typed(json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "VSphereMachineTemplate",
-            "metadata": {"name": "vs", "namespace": "ns", "annotations": {
-                "karpenter.cluster.x-k8s.io/resizable-cpu": "2-64/2",
-                "karpenter.cluster.x-k8s.io/resizable-memory": "4Gi-512Gi/4Gi"}},
-            "spec": {"template": {"spec": {}}}}));
-        let catalog = templates::build_catalog(&[t], &templates::CatalogSettings::default())
-            .expect("catalog");
+        let gib = 1 << 30;
+        let sizing = cloudprovider::resize::Sizing {
+            cpu: cloudprovider::resize::Range {
+                min: 2000,
+                max: 64000,
+                step: 2000,
+            },
+            memory: cloudprovider::resize::Range {
+                min: 4 * gib,
+                max: 512 * gib,
+                step: 4 * gib,
+            },
+            memory_per_cpu: None,
+            price_per_cpu: None,
+            price_per_gib: None,
+            headroom_percent: 0,
+        };
+        let offering = cloudprovider::Offering::new(
+            "vs",
+            None,
+            "on-demand",
+            0.1,
+            cloudprovider::PriceSource::Default,
+        );
+        let catalog = cloudprovider::InstanceTypes::of_group(
+            cloudprovider::resize::ResizableGroup::uniform("vs", sizing, offering),
+        );
         assert!(catalog.get("vs-10c-32gi").is_some() && catalog.get("vs-8c-24gi").is_none());
         let pool: NodePool = typed(json!({"metadata": {"name": "default", "uid": "pu"},
             "spec": {"template": {"spec": {"nodeClassRef": {"group": "g", "kind": "K", "name": "nc"},
@@ -354,7 +373,7 @@ mod tests {
         };
         let nc = serde_json::to_value(nodeclaim(&pool, &claim, Some(&catalog))).expect("json");
         assert_eq!(
-            nc["metadata"]["annotations"]["karpenter.cluster.x-k8s.io/size"],
+            nc["metadata"]["annotations"][api::consts::annotations::RESIZED],
             "cpu=8,memory=24Gi"
         );
         assert_eq!(
@@ -374,7 +393,7 @@ mod tests {
         );
         assert!(
             nc["metadata"]["annotations"]
-                .get("karpenter.cluster.x-k8s.io/size")
+                .get(api::consts::annotations::RESIZED)
                 .is_none()
         );
     }

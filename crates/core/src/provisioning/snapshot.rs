@@ -11,8 +11,8 @@ use cloudprovider::InstanceTypes;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::convert;
-use super::convert::Availability;
+use crate::model::convert;
+use crate::model::convert::Availability;
 use crate::objects::{claim_condition, claim_node_name, deleting, name};
 use crate::state::Cluster;
 
@@ -124,7 +124,7 @@ pub fn build(
                 .iter()
                 .map(|p| {
                     let mut model = convert::pod(p);
-                    super::volumes::apply(p, cluster.volumes(), &mut model);
+                    crate::model::volumes::apply(p, cluster.volumes(), &mut model);
                     model
                 })
                 .collect(),
@@ -146,7 +146,7 @@ fn bound(cluster: &Cluster, node: &str) -> (scheduling::Resources, Vec<schedulin
                 .iter()
                 .map(|p| {
                     let mut model = convert::bound_pod(p).1;
-                    model.volumes = super::volumes::uses(p, cluster.volumes());
+                    model.volumes = crate::model::volumes::uses(p, cluster.volumes());
                     model
                 })
                 .collect();
@@ -222,7 +222,7 @@ fn existing_node(cluster: &Cluster, n: &Node, limits: &TypeLimits) -> scheduling
     let initialized = claim.is_none_or(|c| claim_condition(c, types::INITIALIZED));
     let (requested, pods) = bound(cluster, node_name);
     scheduling::ExistingNode {
-        volume_limits: super::volumes::limits(
+        volume_limits: crate::model::volumes::limits(
             &limits(n.metadata.labels.as_ref()),
             cluster.published_limits(node_name),
         ),
@@ -294,7 +294,8 @@ fn in_flight_node(
     } else {
         candidate_limits(c, &labels, limits)
     };
-    let volume_limits = super::volumes::limits(&fallback, cluster.published_limits(node_name));
+    let volume_limits =
+        crate::model::volumes::limits(&fallback, cluster.published_limits(node_name));
     scheduling::ExistingNode {
         volume_limits,
         name: claim_name,
@@ -402,35 +403,17 @@ mod tests {
 
     /// One instance type offered in z1 (cheaper) and z2; the provider marks z1 as it says.
     fn offered(z1_available: bool) -> Arc<InstanceTypes> {
-        let template = templates::model::TemplateRef {
-            api_version: "infrastructure.cluster.x-k8s.io/v1beta2".into(),
-            kind: "DockerMachineTemplate".into(),
-            namespace: Some("ns".into()),
-            name: "small".into(),
-        };
-        let price_source = templates::model::PriceSource::Annotation;
-        let mut z1 = templates::model::offering(
-            &template,
-            Some("z1".into()),
-            "on-demand",
-            0.1,
-            price_source,
-        );
+        let price_source = cloudprovider::PriceSource::Annotation;
+        let mut z1 = cloudprovider::Offering::new("t", Some("z1"), "on-demand", 0.1, price_source);
         z1.available = z1_available;
-        let z2 = templates::model::offering(
-            &template,
-            Some("z2".into()),
-            "on-demand",
-            0.2,
-            price_source,
-        );
-        let r = templates::model::Resources(BTreeMap::from([
+        let z2 = cloudprovider::Offering::new("t", Some("z2"), "on-demand", 0.2, price_source);
+        let r = cloudprovider::Resources(BTreeMap::from([
             ("cpu".to_string(), 4000),
             ("memory".to_string(), 8 << 30),
             ("pods".to_string(), 110),
         ]));
         Arc::new(InstanceTypes {
-            instance_types: vec![templates::model::InstanceType {
+            instance_types: vec![cloudprovider::InstanceType {
                 volume_limits: Default::default(),
                 name: "small".into(),
                 capacity: r.clone(),

@@ -16,11 +16,11 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use scheduling::Resources;
 
+use crate::model::convert::{spec_limits, spec_requests};
 use crate::objects::{
     claim_node_name, deleting, name, node_ready, nodepool_of, owned_by, pod_node_name,
     pool_condition, provisionable, terminal,
 };
-use crate::provisioning::convert::{spec_limits, spec_requests};
 
 /// The objects a decision reads, as the caches (or files) hold them.
 #[derive(Debug, Default, Clone)]
@@ -140,7 +140,7 @@ impl Cluster {
                 .filter(|n| deleting(n.as_ref()))
                 .map(|n| name(n.as_ref()).to_string()),
         );
-        let volumes = crate::provisioning::volumes::objects(
+        let volumes = crate::model::volumes::objects(
             objects.pvcs.iter().map(AsRef::as_ref),
             objects.pvs.iter().map(AsRef::as_ref),
             objects.storageclasses.iter().map(AsRef::as_ref),
@@ -150,7 +150,7 @@ impl Cluster {
             .csinodes
             .iter()
             .map(|c| {
-                let drivers = crate::provisioning::volumes::published(c);
+                let drivers = crate::model::volumes::published(c);
                 (name(c.as_ref()).to_string(), drivers)
             })
             .collect();

@@ -160,7 +160,7 @@ impl StaticPools {
         }
         let now = Instant::now();
         let in_flight = self.in_flight.of_pool(pool_name, cluster, now);
-        let offerings = crate::provisioning::convert::Availability::Offered;
+        let offerings = crate::model::convert::Availability::Offered;
         let catalog = self
             .provider
             .instance_types(&pool.spec.template.spec.node_class_ref.name);

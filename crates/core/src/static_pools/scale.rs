@@ -20,8 +20,8 @@ use api::{NodeClaim, NodePool};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 
-use crate::disruption::blockers::{disruption_cost, pod_do_not_disrupt, reschedulable};
-use crate::disruption::command::in_command;
+use crate::blockers::{disruption_cost, pod_do_not_disrupt, reschedulable};
+use crate::objects::in_command;
 use crate::objects::{deleting, name};
 use crate::state::Cluster;
 
@@ -51,7 +51,7 @@ pub fn replicas(pool: &NodePool) -> Option<usize> {
 
 /// `limits.nodes`, if set and parsable.
 pub fn node_limit(pool: &NodePool) -> Option<usize> {
-    let limits = crate::provisioning::convert::resources(&pool.spec.limits);
+    let limits = crate::model::convert::resources(&pool.spec.limits);
     limits
         .get("nodes")
         .map(|n| usize::try_from((*n).max(0)).unwrap_or(usize::MAX))

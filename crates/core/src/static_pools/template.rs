@@ -11,7 +11,7 @@ use api::NodePool;
 use cloudprovider::InstanceTypes;
 use scheduling::{Operator, Requirement, Toleration};
 
-use crate::provisioning::convert::{self, Availability};
+use crate::model::convert::{self, Availability};
 
 /// The solver's claim for a static claim of `pool` (the placeholder pod's, asking for
 /// nothing), in `zone` if given; `Err(why)` when no offering of `catalog` is compatible.

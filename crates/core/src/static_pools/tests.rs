@@ -8,10 +8,10 @@ use std::time::Instant;
 
 use api::{NodeClaim, NodePool};
 use cloudprovider::InstanceTypes;
+use cloudprovider::{InstanceType, PriceSource, Resources};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
-use templates::model::{InstanceType, PriceSource, Resources, TemplateRef};
 
 use super::scale::{Plan, plan, slot_name};
 use crate::state::{Cluster, Objects};
@@ -227,7 +227,7 @@ fn scale_down_skips_claims_being_replaced_or_deleted_and_waits_for_creates() {
     let p = pool(1);
     let in_command = running(
         "candidate",
-        json!({"metadata": {"annotations": {"karpenter.cluster.x-k8s.io/disruption-command": "{}"}}}),
+        json!({"metadata": {"annotations": {api::consts::annotations::DISRUPTION_COMMAND: "{}"}}}),
     );
     let gone = running(
         "gone",
@@ -279,12 +279,6 @@ const TYPES: [(&str, i64, f64, &str); 3] = [
 ];
 
 fn catalog() -> InstanceTypes {
-    let template = TemplateRef {
-        api_version: "infrastructure.cluster.x-k8s.io/v1beta1".into(),
-        kind: "DockerMachineTemplate".into(),
-        namespace: None,
-        name: "t".into(),
-    };
     InstanceTypes {
         instance_types: TYPES
             .iter()
@@ -301,9 +295,9 @@ fn catalog() -> InstanceTypes {
                     allocatable: r,
                     labels: BTreeMap::from([("kubernetes.io/arch".into(), "amd64".into())]),
                     taints: Vec::new(),
-                    offerings: vec![templates::model::offering(
-                        &template,
-                        Some(zone.to_string()),
+                    offerings: vec![cloudprovider::Offering::new(
+                        "t",
+                        Some(zone),
                         "on-demand",
                         *price,
                         PriceSource::Annotation,
@@ -326,7 +320,7 @@ fn the_template_claim_lists_compatible_types_cheapest_first_and_asks_for_nothing
         effect: api::karpenter::TaintEffect::NoSchedule,
         time_added: None,
     }];
-    let any = crate::provisioning::convert::Availability::Ignored;
+    let any = crate::model::convert::Availability::Ignored;
     let nc = super::template::claim(&p, &catalog(), any, None, Some("fixed-0")).expect("claim");
     let v = serde_json::to_value(&nc).expect("json");
     assert_eq!(v["metadata"]["name"], "fixed-0");

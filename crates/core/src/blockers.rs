@@ -106,7 +106,7 @@ pub(crate) fn tolerates_disrupted(pod: &Pod) -> bool {
         "",
         scheduling::TaintEffect::NoSchedule,
     );
-    crate::provisioning::convert::pod(pod)
+    crate::model::convert::pod(pod)
         .tolerations
         .iter()
         .any(|t| t.tolerates(&taint))
