@@ -774,7 +774,7 @@ async fn two_operators_sharing_a_management_namespace_never_touch_each_other() {
 
 /// (e) A partition: half of a pool's Nodes go NotReady at once. Repair (after 5 s here) is
 /// capped at 20 % of the pool, and over the cap nothing is repaired (Karpenter's rule,
-/// `crates/controller/src/nodeclaim/repair.rs`): every partitioned NodeClaim gets a
+/// `crates/core/src/nodeclaim/repair.rs`): every partitioned NodeClaim gets a
 /// NodeRepairBlocked event and none is deleted; once only one Node is left unhealthy (10 %)
 /// it is repaired and the 9 healed ones are kept.
 #[tokio::test]

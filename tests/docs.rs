@@ -886,7 +886,7 @@ fn drift_check_catches_a_bad_path_and_a_bad_flag() {
     }
     assert!(known.script_accepts("hack/bench/e2e.sh", "--pods"));
     let doc = "\
-See `crates/controller/src/disruption/` and `crates/controller/src/disruption.rs`, \
+See `crates/core/src/disruption/` and `crates/core/src/disruption.rs`, \
 [a link](../nowhere.md), `hack/bench/baseline/karpenter-capi-{1000,9999}.json`,
 `crates/*/tests/prop_*.rs` and `crates/*/tests/nothing_*.rs`; `kubectl logs deploy/karpenter-capi`.
 Flags: `--batch-idle-duration`, `--no-such-flag`, `karpenter-capi run --cluster-id x`,
@@ -901,7 +901,7 @@ kubectl apply -f deploy/missing.yaml
     let problems = drift(&known, "docs/x.md", doc);
     // Line 1 holds the first two source lines (joined by the `\` above).
     let expected = [
-        "docs/x.md:1: `crates/controller/src/disruption.rs` does not exist",
+        "docs/x.md:1: `crates/core/src/disruption.rs` does not exist",
         "docs/x.md:1: link target `../nowhere.md` does not exist",
         "docs/x.md:1: `hack/bench/baseline/karpenter-capi-9999.json` does not exist",
         "docs/x.md:2: `crates/*/tests/nothing_*.rs` does not exist",

@@ -30,7 +30,7 @@ profile=release
 out=$(bash "$here/build.sh" schedbench)
 run=.cache/bench/scheduling
 rm -rf "$run" && mkdir -p "$run"
-cargo build --quiet --profile "$profile" --locked -p controller --example vs_karpenter
+cargo build --quiet --profile "$profile" --locked -p karpenter-core --example vs_karpenter
 dir=$profile; [ "$profile" = dev ] && dir=debug
 echo "Karpenter $(basename "$out" | sed 's/karpenter-/v/') scheduler vs ours ($profile build), one Solve each, on $(nproc) cores ($(date -u +%F)):"
 "$out/schedbench" -sizes "$sizes" -catalogs "$catalogs" -out "$run"

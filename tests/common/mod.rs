@@ -375,7 +375,7 @@ pub fn start_operator(tb: &Testbed) -> tokio::task::JoinHandle<()> {
 }
 
 /// The operator's log on the test's output when `TEST_LOG` is set (an env filter such as
-/// `controller=debug`); once per test process.
+/// `karpenter_core=debug,clusterapi=debug`); once per test process.
 fn init_test_log() {
     if let Ok(filter) = std::env::var("TEST_LOG")
         && let Ok(filter) = tracing_subscriber::EnvFilter::try_new(filter)

@@ -5,7 +5,7 @@
 //! Not jiff's `SignedDuration` parser: its friendly format is close to Go's but not equal
 //! (no leading-dot fractions such as `.5m`, a fraction only on the last unit, at most 9
 //! fraction digits, no U+03BC `μs`, a wider range than Go's `i64` nanoseconds), and
-//! `crates/controller/tests/prop_durations_budgets.rs` checks this parser against Go's.
+//! `crates/core/tests/prop_durations_budgets.rs` checks this parser against Go's.
 
 use std::time::Duration;
 
@@ -122,7 +122,7 @@ mod tests {
         assert_eq!(parse_duration("0"), Some(Duration::ZERO));
         assert_eq!(parse_duration("ten"), None);
         assert_eq!(parse_duration("5d"), None);
-        // Found by crates/controller/tests/prop_durations_budgets.rs: floating point lost the last nanosecond.
+        // Found by crates/core/tests/prop_durations_budgets.rs: floating point lost the last nanosecond.
         assert_eq!(
             parse_duration("2990h4m33.820873122s"),
             Some(Duration::from_nanos(10_764_273_820_873_122))

@@ -2,7 +2,7 @@
 //! (`pkg/controllers/provisioning/scheduling/scheduling_benchmark_test.go`) for
 //! `cargo bench -p scheduling` and tests. `hack/bench/scheduling.sh` does not use it: it runs
 //! Karpenter's own scheduler and ours on the very pods Karpenter generated
-//! (`hack/bench/go/schedbench`, `crates/controller/examples/vs_karpenter.rs`).
+//! (`hack/bench/go/schedbench`, `crates/core/examples/vs_karpenter.rs`).
 //!
 //! 400 instance types `fake-it-<i>` (cpu i+1, memory 2(i+1)Gi, pods 10(i+1); spot offerings in
 //! test-zone-1/2, on-demand in test-zone-1/2/3; Karpenter's fake price 0.1×cpu + 0.1×memory
