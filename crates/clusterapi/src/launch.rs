@@ -349,7 +349,7 @@ async fn create(ctx: &Context, claim: &NodeClaim, plan: &Plan) -> Result<(), Err
                 // The API server refused the objects of this offering (a quota, an admission
                 // webhook): other claims and the scheduler skip it for a while.
                 let hold = ctx.unavailable.mark(
-                    crate::availability::unavailable::OfferingKey::of_plan(&plan),
+                    crate::availability::unavailable::OfferingKey::of_plan(plan),
                     e.to_string(),
                     Instant::now(),
                 );
