@@ -422,7 +422,7 @@ fn consolidation_verdict(mv: &plan::Move) -> Verdict {
     Verdict::candidate(
         mv.kind(),
         mv.candidates.clone(),
-        mv.replacement_type().map(str::to_string),
+        mv.replacement_type(),
         mv.savings,
         DisruptionReason::Underutilized,
     )
