@@ -224,7 +224,8 @@ fn three_half_empty_nodes_split_onto_cheaper_ones() {
     let (first, second) = w.run(LATER);
     assert_eq!(
         why(&first, "a"),
-        "candidate: replace 3 nodes with small ×3 (saves 0.30/h)"
+        "candidate: replace 3 nodes with small ×3 (saves 0.30/h); \
+         first-fit packing would launch 0.40/h"
     );
     assert_eq!(second.decisions.len(), 1, "{:?}", second.decisions);
     let surge = second.decisions[0].surge.as_ref().expect("surge");
@@ -271,7 +272,7 @@ fn one_dear_node_splits_onto_cheaper_ones_only_when_that_saves() {
     let (first, second) = three.run(LATER);
     assert_eq!(
         why(&first, "a"),
-        "candidate: replace with small ×3 (saves 0.10/h)"
+        "candidate: replace with small ×3 (saves 0.10/h); first-fit packing would launch 0.40/h"
     );
     let surge = second.decisions[0].surge.as_ref().expect("surge");
     assert_eq!(surge.replacements.len(), 3);

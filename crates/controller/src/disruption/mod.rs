@@ -426,6 +426,7 @@ fn consolidation_verdict(mv: &plan::Move) -> Verdict {
         mv.savings,
         DisruptionReason::Underutilized,
     )
+    .first_fit(mv.first_fit_price)
 }
 #[cfg(test)]
 mod consolidation_search_tests;

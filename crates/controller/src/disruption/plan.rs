@@ -69,6 +69,9 @@ pub struct Move {
     pub savings: f64,
     /// Σ of the candidates' disruption cost.
     pub disruption: f64,
+    /// What Karpenter's first-fit packing of the same pods would launch per hour, when the
+    /// price-aware plan beat it ([`scheduling::Output::first_fit_price`]).
+    pub first_fit_price: Option<f64>,
 }
 
 impl Move {
@@ -259,7 +262,7 @@ pub fn simulate(view: &View, candidates: &[&Priced], now: Timestamp) -> Result<M
         .iter()
         .map(|c| c.candidate.name.to_string())
         .collect();
-    let action = match found.plan {
+    let action = match found.plan.clone() {
         replace::Plan::Delete => Action::Delete,
         replace::Plan::Replace(planned) => Action::Replace(
             planned
@@ -278,6 +281,7 @@ pub fn simulate(view: &View, candidates: &[&Priced], now: Timestamp) -> Result<M
         savings: pricing::savings(price, new_price),
         action,
         disruption,
+        first_fit_price: found.output.first_fit_price,
     })
 }
 
