@@ -247,29 +247,14 @@ fn three_half_empty_nodes_split_onto_cheaper_ones() {
 fn one_dear_node_splits_onto_cheaper_ones_only_when_that_saves() {
     // Two 1500m pods on a large (0.4): two smalls (0.2) replace it; first-fit's one medium
     // (0.2) is as cheap with fewer nodes and wins the tie.
-    let two = World::new(
-        "WhenEmptyOrUnderutilized",
-        &[("a", "large")],
-        vec![
-            pod("p0", "a", "1500m", json!({})),
-            pod("p1", "a", "1500m", json!({})),
-        ],
-    );
-    let (first, _) = two.run(LATER);
+    let (first, _) = pods_on("large", 2).run(LATER);
     assert_eq!(
         why(&first, "a"),
         "candidate: replace with medium (saves 0.20/h)"
     );
     // Three 1500m pods on a large: a large again (first-fit) is no saving, two mediums are
     // 0.4 too; three smalls (0.3) save 0.1.
-    let three = World::new(
-        "WhenEmptyOrUnderutilized",
-        &[("a", "large")],
-        (0..3)
-            .map(|i| pod(&format!("p{i}"), "a", "1500m", json!({})))
-            .collect(),
-    );
-    let (first, second) = three.run(LATER);
+    let (first, second) = pods_on("large", 3).run(LATER);
     assert_eq!(
         why(&first, "a"),
         "candidate: replace with small ×3 (saves 0.10/h); first-fit packing would launch 0.40/h"
@@ -278,15 +263,7 @@ fn one_dear_node_splits_onto_cheaper_ones_only_when_that_saves() {
     assert_eq!(surge.replacements.len(), 3);
     assert_eq!(surge.consolidation_type, "single");
     // Control: on a medium (0.2) the same two pods have no cheaper home (two smalls cost 0.2).
-    let control = World::new(
-        "WhenEmptyOrUnderutilized",
-        &[("a", "medium")],
-        vec![
-            pod("p0", "a", "1500m", json!({})),
-            pod("p1", "a", "1500m", json!({})),
-        ],
-    );
-    let (first, second) = control.run(LATER);
+    let (first, second) = pods_on("medium", 2).run(LATER);
     assert!(second.decisions.is_empty());
     assert_eq!(why(&first, "a"), "no cheaper option");
 }
@@ -495,6 +472,14 @@ pub(super) fn one_pod_each(nodes: &[(&str, &str, &str)]) -> World {
         .collect();
     let types: Vec<(&str, &str)> = nodes.iter().map(|(n, t, _)| (*n, *t)).collect();
     World::new("WhenEmptyOrUnderutilized", &types, pods)
+}
+
+/// Node `a` of type `it` running `n` pods of 1500m.
+fn pods_on(it: &str, n: usize) -> World {
+    let pods = (0..n)
+        .map(|i| pod(&format!("p{i}"), "a", "1500m", json!({})))
+        .collect();
+    World::new("WhenEmptyOrUnderutilized", &[("a", it)], pods)
 }
 
 pub(super) fn half_empty_mediums() -> World {
