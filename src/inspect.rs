@@ -354,14 +354,14 @@ pub async fn collect(
     Ok(collect_all(workload, management, nodepool, why).await?.0)
 }
 
-/// [`collect`], and with `why` the pending pods no plan places
-/// ([`crate::inspect_pending`]).
+/// [`collect`], and with `why` the pending pods no plan places and the price of the plan
+/// for the others ([`crate::inspect_pending`]).
 pub async fn collect_all(
     workload: &kube::Client,
     management: &kube::Client,
     nodepool: Option<&str>,
     why: bool,
-) -> Result<(Vec<Row>, Vec<crate::inspect_pending::PendingPod>), kube::Error> {
+) -> Result<(Vec<Row>, crate::inspect_pending::Pending), kube::Error> {
     use kube::api::{Api, ListParams};
     let claims_api: Api<NodeClaim> = Api::all(workload.clone());
     let lp = match nodepool {
@@ -380,7 +380,7 @@ pub async fn collect_all(
         .items;
     let now = Timestamp::now();
     let mut out = rows(&claims, &machines, &nodes, now);
-    let mut pending = Vec::new();
+    let mut pending = crate::inspect_pending::Pending::default();
     if why {
         use std::sync::Arc;
         let all = |v: Vec<NodeClaim>| v.into_iter().map(Arc::new).collect::<Vec<_>>();

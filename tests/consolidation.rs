@@ -1,10 +1,11 @@
 //! Consolidation end to end on the testbed (the real Cluster API manager, the test provider,
 //! kwok Nodes, kube-scheduler): (a) a large node left with small pods is replaced by a small
 //! one (the replacement initialized before any pod stops), (b) three under-used nodes become
-//! one, (c) a do-not-disrupt pod keeps its node with `inspect --why` saying so, (d) a
-//! `Balanced` pool refuses a move whose saving is tiny against its disruption (`inspect
-//! --why` and the score metric say so) and approves a large one, and (e) a replacement that
-//! never initializes is rolled back. One testbed, the cases one after the other (each starts
+//! one, (c) a do-not-disrupt pod keeps its node with `inspect --why` saying so, (f) one large
+//! node is split onto three cheaper smalls (all initialized before it goes), after a control
+//! where no split is cheaper and nothing moves, (d) a `Balanced` pool refuses a move whose
+//! saving is small against its disruption (`inspect --why` and the score metric say so) and
+//! approves a large one, and (e) a replacement that never initializes is rolled back. One testbed, the cases one after the other (each starts
 //! from an empty cluster).
 
 mod common;
@@ -137,35 +138,46 @@ async fn delete_deployment(client: &Client, ns: &str, name: &str) {
         .expect("delete deployment");
 }
 
-/// One sample of the watcher: when, web pods Running, whether a `small` NodeClaim was
-/// Initialized.
+/// One sample of the watcher: when, web pods Running, `small` NodeClaims Initialized, and
+/// whether NodeClaim [`Sample::gone`] names is deleting or gone.
 #[derive(Debug, Clone, Copy)]
 struct Sample {
     at: Duration,
     running: usize,
-    small_initialized: bool,
+    small_initialized: usize,
+    gone: bool,
 }
 
 /// Follows the web pods and the NodeClaims by their watches (started before this returns)
-/// until `stop` fires: one sample now and one after every change.
+/// until `stop` fires: one sample now and one after every change. `leaving`: the NodeClaim
+/// whose deletion [`Sample::gone`] follows.
 async fn watch(
     client: &Client,
     ns: &str,
+    leaving: &str,
 ) -> (
     tokio::sync::oneshot::Sender<()>,
     tokio::task::JoinHandle<Vec<Sample>>,
 ) {
     let mut mirror = Mirror::start(client, ns).await;
     let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+    let leaving = leaving.to_string();
     let task = tokio::spawn(async move {
         let start = Instant::now();
         let sample = |m: &Mirror| Sample {
             at: start.elapsed(),
             running: m.pods_of("web").filter(|p| running(p)).count(),
-            small_initialized: m.claims().any(|c| {
-                instance_type(c) == "small"
-                    && condition(c, "Initialized").as_deref() == Some("True")
-            }),
+            small_initialized: m
+                .claims()
+                .filter(|c| {
+                    instance_type(c) == "small"
+                        && condition(c, "Initialized").as_deref() == Some("True")
+                })
+                .count(),
+            gone: m
+                .claims()
+                .find(|c| c.name_any() == leaving)
+                .is_none_or(|c| c.metadata.deletion_timestamp.is_some()),
         };
         let mut out = vec![sample(&mirror)];
         let limit = start + Duration::from_secs(600);
@@ -183,6 +195,28 @@ async fn watch(
         out
     });
     (stop, task)
+}
+
+/// Waits until the operator has written `want` as NodeClaim `claim`'s `Consolidatable`
+/// message (a new message alone is written at most once a minute).
+async fn wait_consolidatable_message(client: &Client, claim: &str, want: &str) {
+    let written = wait_for(
+        "the Consolidatable message",
+        Duration::from_secs(60) + karpenter_core::disruption::status::MESSAGE_REFRESH,
+        || async {
+            let claim = nodeclaims(client).get(claim).await.ok()?;
+            let c = claim.data["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == "Consolidatable")?
+                .clone();
+            (c["message"] == want).then_some(c)
+        },
+    )
+    .await;
+    if written.is_err() {
+        panic!("no Consolidatable {want:?}: {}", diagnose(client).await);
+    }
 }
 
 /// Waits until `karpenter-capi inspect --why` says `want` of NodeClaim `claim`.
@@ -329,7 +363,7 @@ async fn consolidation_replaces_merges_explains_and_rolls_back() {
     pdbs.create(&PostParams::default(), &pdb)
         .await
         .expect("web's PodDisruptionBudget");
-    let (stop, watcher) = watch(&client, &ns).await;
+    let (stop, watcher) = watch(&client, &ns, &large).await;
     delete_deployment(&client, &ns, "filler").await;
     let small = wait_claims(&client, &["small"], 150).await[0].name_any();
     wait_running(&client, &ns, "web", 3, 60).await;
@@ -347,7 +381,10 @@ async fn consolidation_replaces_merges_explains_and_rolls_back() {
     );
     // Capacity first: the replacement was Initialized before any web pod stopped.
     let first_dip = samples.iter().find(|s| s.running < 3);
-    let ready_at = samples.iter().find(|s| s.small_initialized).map(|s| s.at);
+    let ready_at = samples
+        .iter()
+        .find(|s| s.small_initialized > 0)
+        .map(|s| s.at);
     if let Some(dip) = first_dip {
         assert!(
             ready_at.is_some_and(|r| r <= dip.at),
@@ -391,25 +428,8 @@ async fn consolidation_replaces_merges_explains_and_rolls_back() {
         .name_any();
     let want = format!("pod {ns}/{db_pod} has do-not-disrupt");
     wait_why(&client, &db_claim, &want).await;
-    // The operator writes the same verdict as the claim's Consolidatable message (a new
-    // message alone is written at most once a minute).
-    let written = wait_for(
-        "the Consolidatable message",
-        Duration::from_secs(60) + karpenter_core::disruption::status::MESSAGE_REFRESH,
-        || async {
-            let claim = nodeclaims(&client).get(&db_claim).await.ok()?;
-            let c = claim.data["status"]["conditions"]
-                .as_array()?
-                .iter()
-                .find(|c| c["type"] == "Consolidatable")?
-                .clone();
-            (c["message"] == want.as_str()).then_some(c)
-        },
-    )
-    .await;
-    if written.is_err() {
-        panic!("no Consolidatable {want:?}: {}", diagnose(&client).await);
-    }
+    // The operator writes the same verdict as the claim's Consolidatable message.
+    wait_consolidatable_message(&client, &db_claim, &want).await;
     delete_deployment(&client, &ns, "db").await;
     delete_deployment(&client, &ns, "web").await;
     wait_claims(&client, &[], 120).await;
@@ -448,10 +468,71 @@ async fn consolidation_replaces_merges_explains_and_rolls_back() {
     delete_deployment(&client, &ns, "trio").await;
     wait_claims(&client, &[], 120).await;
 
-    // (d) Balanced. With a `medium` (4 cpu) at 0.36/h, a large (0.40/h) left with 3 × 900m
-    // (too much for a small) could only become a medium: it saves 0.04 of the pool's 0.40/h
-    // (10 %) for all of the pool's disruption, score 0.10 < 0.5: refused. With one pod left
-    // it becomes a small: saves 0.30/h, score 0.75: approved.
+    // (f) Split: one dear node's pods move onto several cheaper nodes. `split` (4 × 1200m, one
+    // per small) is packed onto one large (0.40/h; four smalls cost as much, and the tie goes
+    // to fewer nodes). Control: no plan is cheaper than the large (a large again is like for
+    // like, four smalls cost 0.40/h), and the operator's pass says so. With one pod fewer,
+    // three smalls (0.30/h) replace it, all Initialized before it goes.
+    let t = Instant::now();
+    run_all(&client, &ns, &[("split", 4, "1200m")]).await;
+    let large = wait_claims(&client, &["large"], 30).await[0].name_any();
+    wait_consolidatable_message(&client, &large, "no cheaper option").await;
+    let (stop, watcher) = watch(&client, &ns, &large).await;
+    deployments
+        .patch(
+            "split",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .expect("scale split");
+    let smalls = wait_claims(&client, &["small", "small", "small"], 150).await;
+    wait_running(&client, &ns, "split", 3, 60).await;
+    let _ = stop.send(());
+    let samples = watcher.await.expect("watcher");
+    let mut small_nodes = Vec::new();
+    for c in &smalls {
+        small_nodes.push(node_of_claim(&client, &c.name_any()).await);
+    }
+    let mut hosts = hosts_of(&client, &ns, "split").await;
+    hosts.sort();
+    small_nodes.sort();
+    assert_eq!(hosts, small_nodes, "one split pod on each small");
+    // Surge-first: the watcher saw the large before it went, and all three smalls were
+    // Initialized before the large was deleted.
+    assert!(
+        !samples[0].gone,
+        "the watcher ran from before the move: {samples:?}"
+    );
+    let deleted = samples.iter().find(|s| s.gone);
+    assert!(
+        deleted.is_some_and(|s| s.small_initialized == 3),
+        "the large went before its three replacements were Initialized: {samples:?}"
+    );
+    let moves: Vec<String> = events_for(&client, &large)
+        .await
+        .into_iter()
+        .filter(|(r, _)| r == "DisruptionTerminating")
+        .map(|(_, note)| note)
+        .collect();
+    // 0.40/h became 3 × 0.10/h; Karpenter's packing would have launched a large again.
+    assert!(
+        moves.iter().any(|m| m.contains(
+            "replace with small ×3 (saves 0.10/h); first-fit packing would launch 0.40/h"
+        )),
+        "{moves:?}"
+    );
+    eprintln!(
+        "(f) one large split onto three smalls in {:?}: {moves:?}",
+        t.elapsed()
+    );
+    delete_deployment(&client, &ns, "split").await;
+    wait_claims(&client, &[], 120).await;
+
+    // (d) Balanced. With a `medium` (4 cpu) at 0.36/h, a large (0.40/h) left with 3 × 1200m
+    // (one per small) could become three smalls (0.30/h; the medium costs more): it saves
+    // 0.10 of the pool's 0.40/h (25 %) for all of the pool's disruption, score 0.25 < 0.5:
+    // refused. With one pod left it becomes a small: saves 0.30/h, score 0.75: approved.
     let t = Instant::now();
     let templates: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
@@ -467,15 +548,15 @@ async fn consolidation_replaces_merges_explains_and_rolls_back() {
     .await
     .expect("the NodeClass offers medium");
     set_policy(&client, "Balanced").await;
-    run_all(&client, &ns, &[("filler", 1, "5"), ("heavy", 3, "900m")]).await;
+    run_all(&client, &ns, &[("filler", 1, "4"), ("heavy", 3, "1200m")]).await;
     let large = wait_claims(&client, &["large"], 30).await[0].name_any();
     delete_deployment(&client, &ns, "filler").await;
     // The operator's pass scored the move (the gauge is set by the pass that refuses it; no
     // earlier case ran under Balanced) ...
     let refused = balanced_score(&env, |s| s < 0.5).await;
-    assert!((refused - 0.1).abs() < 1e-6, "score {refused}");
+    assert!((refused - 0.25).abs() < 1e-6, "score {refused}");
     // ... and inspect --why says why.
-    let want = "Balanced: score 0.10 < 0.5 (saves 0.04/h of 0.40/h)";
+    let want = "Balanced: score 0.25 < 0.5 (saves 0.10/h of 0.40/h)";
     wait_why(&client, &large, want).await;
     // Nothing moved: the same large, not being disrupted, no approval.
     let kept = wait_claims(&client, &["large"], 1).await;

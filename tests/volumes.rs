@@ -515,12 +515,13 @@ async fn a_local_volume_on_a_gone_host_launches_nothing() {
         .await
         .expect("inspect --why");
     let line = pending
+        .pods
         .iter()
         .find(|p| p.pod == format!("{ns}/cache-0"))
         .unwrap_or_else(|| panic!("inspect --why lists cache-0: {pending:?}"));
     assert!(line.reason.contains("local-cache"), "{line:?}");
     assert!(
-        !pending.iter().any(|p| p.pod.ends_with("/web-0")),
+        !pending.pods.iter().any(|p| p.pod.ends_with("/web-0")),
         "{pending:?}"
     );
 }

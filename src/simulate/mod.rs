@@ -13,7 +13,7 @@ mod doc;
 mod drift;
 mod expand;
 mod load;
-mod plan;
+pub(crate) mod plan;
 mod render;
 mod static_pools;
 

@@ -131,7 +131,7 @@ pub struct Plan {
     pub drifted: Vec<super::DriftedNodeClaim>,
 }
 
-type Catalogs = HashMap<String, Arc<Catalog>>;
+pub(crate) type Catalogs = HashMap<String, Arc<Catalog>>;
 
 /// Builds the catalogs, runs the provisioner's scheduling simulation and collects the plan.
 pub fn plan(loaded: &Loaded) -> Plan {
@@ -250,7 +250,7 @@ fn warn_bound_elsewhere(loaded: &Loaded, input: &scheduling::Input, warnings: &m
 
 /// Each NodeClass's catalog (as `instance-types` builds it) and its summary; problems become
 /// warnings.
-fn node_class_catalogs(
+pub(crate) fn node_class_catalogs(
     loaded: &Loaded,
     warnings: &mut Vec<String>,
 ) -> (Vec<NodeClassSummary>, Catalogs) {

@@ -8,6 +8,7 @@
 pub mod bench_workload;
 mod intern;
 mod model;
+pub mod replace;
 mod requirements;
 mod solver;
 pub mod volumes;

@@ -325,3 +325,152 @@ proptest! {
         prop_assert_eq!(&solve(&inp), &out);
     }
 }
+
+// Split consolidation (`scheduling::replace::consolidate`): the pods of nodes being
+// consolidated go onto several cheaper new nodes when that saves the margin a single replace
+// needs (the replacements' worst launch prices, summed, strictly below the nodes' price).
+
+use scheduling::replace::{Plan, Refused, Replaced, consolidate};
+
+fn replaced(types: &[(&str, f64)]) -> Replaced {
+    Replaced {
+        types: types.iter().map(|(t, p)| ((*t).to_string(), *p)).collect(),
+        all_spot: false,
+    }
+}
+
+/// Every pod placed (else the number left).
+fn all_placed(o: &Output) -> Result<(), usize> {
+    match o.unschedulable.len() {
+        0 => Ok(()),
+        n => Err(n),
+    }
+}
+
+/// The plan's replacements as the output's new NodeClaims (their narrowed options).
+fn narrowed_output(out: &Output, plan: &Plan) -> Output {
+    let mut out = out.clone();
+    if let Plan::Replace(rs) = plan {
+        out.new_node_claims = rs.iter().map(|r| r.claim.clone()).collect();
+    }
+    out
+}
+
+#[test]
+fn one_dear_node_splits_into_cheaper_ones() {
+    // The ten pods ran on one `large` at 1.00/h: four `small` (0.20/h) replace it.
+    let inp = why_case();
+    let c =
+        consolidate(&inp, &replaced(&[("large", 1.00)]), all_placed, |_, o| o).expect("a split");
+    let Plan::Replace(rs) = &c.plan else {
+        panic!("not a replace: {:?}", c.plan)
+    };
+    assert_eq!(rs.len(), 4);
+    assert!(rs.iter().all(|r| r.instance_type == "small"), "{rs:?}");
+    assert!((c.price() - 0.20).abs() < 1e-9, "{}", c.price());
+    let worst: f64 = rs.iter().map(|r| r.worst).sum();
+    assert!(worst < 1.00, "{worst}");
+    assert_eq!(placed(&c.output), 10);
+    assert_valid(&inp, &narrowed_output(&c.output, &c.plan));
+    // Positive control: when the node cost what four smalls cost, nothing is saved.
+    assert_eq!(
+        consolidate(&inp, &replaced(&[("large", 0.20)]), all_placed, |_, o| o),
+        Err(Refused::Price(
+            scheduling::replace::NoReplacement::NoCheaperOption
+        ))
+    );
+}
+
+#[test]
+fn a_refused_split_falls_back_to_first_fits_replace() {
+    // The pods ran on a `small` (0.05) and a `big` (0.60). The price-aware plan is four
+    // smalls, but a small is a candidate's own type and not cheaper than it: refused. First-fit
+    // (Karpenter's) packs one `large` at 0.40 < 0.65: that replace is kept.
+    let types = vec![
+        priced("small", 2000, 4, "amd64", 0.05),
+        priced("large", 8000, 16, "amd64", 0.40),
+    ];
+    let inp = input(
+        vec![NodePool::new("default", types)],
+        pods("p", 10, 500, 128),
+    );
+    assert!(solve(&inp).first_fit_price.is_some(), "the plans differ");
+    let r = replaced(&[("small", 0.05), ("big", 0.60)]);
+    let c = consolidate(&inp, &r, all_placed, |_, o| o).expect("first-fit's replace");
+    let Plan::Replace(rs) = &c.plan else {
+        panic!("not a replace: {:?}", c.plan)
+    };
+    assert_eq!(rs.len(), 1);
+    assert_eq!(rs[0].instance_type, "large");
+    // Control: without the small among the candidates the split is taken.
+    let c = consolidate(&inp, &replaced(&[("big", 0.65)]), all_placed, |_, o| o).expect("a split");
+    assert!(matches!(&c.plan, Plan::Replace(rs) if rs.len() == 4));
+}
+
+#[test]
+fn pods_fitting_elsewhere_are_a_delete_and_a_refused_placement_is_reported() {
+    let mut inp = input(vec![pool("default")], pods("p", 3, 500, 128));
+    inp.nodes.push(node("n1", ZONES[0], 4000, 8));
+    let c =
+        consolidate(&inp, &replaced(&[("large", 0.4)]), all_placed, |_, o| o).expect("a delete");
+    assert_eq!(c.plan, Plan::Delete);
+    assert_eq!(c.price(), 0.0);
+    // A pod that fits nowhere: the placement is refused with accept's answer.
+    let mut inp = input(vec![pool("default")], pods("p", 1, 500, 128));
+    inp.pods.push(pod("huge", 64_000, 128));
+    assert_eq!(
+        consolidate(&inp, &replaced(&[("large", 9.0)]), all_placed, |_, o| o),
+        Err(Refused::Placement(1))
+    );
+}
+
+proptest! {
+    #![proptest_config(prop_cases::config(256, 20_000))]
+
+    #[test]
+    fn split_consolidation_saves_the_margin_keeps_constraints_and_every_pod(
+        inp in case(),
+        cents in 1u32..4000,
+    ) {
+        let current = cents as f64 / 100.0;
+        let r = replaced(&[("current", current)]);
+        let got = consolidate(&inp, &r, all_placed, |_, o| o);
+        prop_assert_eq!(&got, &consolidate(&inp, &r, all_placed, |_, o| o), "deterministic");
+        let ff = solve_first_fit(&inp);
+        let out = solve(&inp);
+        match got {
+            Ok(c) => {
+                // No pod lost.
+                prop_assert!(c.output.unschedulable.is_empty());
+                prop_assert_eq!(placed(&c.output), inp.pods.len());
+                let Plan::Replace(rs) = &c.plan else {
+                    return Err(TestCaseError::fail("a delete without existing nodes"));
+                };
+                prop_assert_eq!(rs.len(), c.output.new_node_claims.len());
+                // Never pricier than the nodes, by the margin: at worst.
+                let worst: f64 = rs.iter().map(|r| r.worst).sum();
+                prop_assert!(worst < current, "worst {} current {}", worst, current);
+                prop_assert!(c.price() <= worst + 1e-9);
+                // Every constraint holds on the narrowed claims.
+                if violations(&inp, &ff).is_empty() {
+                    let v = violations(&inp, &narrowed_output(&c.output, &c.plan));
+                    prop_assert!(v.is_empty(), "{:?}", v);
+                }
+            }
+            // Some pod fits nowhere, in either plan.
+            Err(Refused::Placement(_)) => {
+                prop_assert!(!out.unschedulable.is_empty() && !ff.unschedulable.is_empty());
+            }
+            // One price per type here (worst = cheapest): refused only when no plan that
+            // places every pod is cheaper.
+            Err(Refused::Price(_)) => {
+                for plan in [&out, &ff] {
+                    prop_assert!(
+                        !plan.unschedulable.is_empty() || plan.price() >= current - 1e-9,
+                        "refused at {} with a plan at {}", current, plan.price()
+                    );
+                }
+            }
+        }
+    }
+}

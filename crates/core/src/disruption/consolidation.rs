@@ -4,9 +4,10 @@
 //!   blocker (see [`crate::blockers`]), price known; sorted by price per disruption cost;
 //! - the candidates of all pools are weighed together ([`super::search`]): multi-node
 //!   first, the largest prefix (≥ 2, ≤ 100, each within its pool's `Underutilized`
-//!   budget) whose pods fit elsewhere or on one strictly cheaper new node of any pool
-//!   (binary search); then single-node, pools taking turns: the first candidate that can
-//!   be deleted or replaced;
+//!   budget) whose pods fit elsewhere or on new nodes of any pool that together cost
+//!   strictly less (binary search); then single-node, pools taking turns: the first
+//!   candidate that can be deleted or replaced — by one cheaper node or split onto several
+//!   (see [`super::plan`]);
 //! - every `Balanced` pool of a move's candidates approves it only if its score is ≥ 0.5;
 //! - a move found is validated [`VALIDATION`] later by the same simulation (candidates
 //!   still eligible, the move still possible) before it is decided.
@@ -268,17 +269,20 @@ impl Consolidation {
             .iter()
             .find(|p| p.candidate.name == first)
             .map_or("", |p| p.nodepool);
-        // Surge-first through the shared orchestration: candidates tainted, the
+        // Surge-first through the shared orchestration: candidates tainted, every
         // replacement initialized, then the candidates deleted.
         let replacements = match &mv.action {
             Action::Delete => Vec::new(),
-            Action::Replace(r) => {
-                vec![crate::provisioning::nodeclaim::nodeclaim(
-                    &r.nodepool,
-                    &r.claim,
-                    r.catalog.as_deref(),
-                )]
-            }
+            Action::Replace(rs) => rs
+                .iter()
+                .map(|r| {
+                    crate::provisioning::nodeclaim::nodeclaim(
+                        &r.nodepool,
+                        &r.claim,
+                        r.catalog.as_deref(),
+                    )
+                })
+                .collect(),
         };
         vec![Decision {
             nodeclaim: first.clone(),

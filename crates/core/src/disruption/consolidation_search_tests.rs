@@ -127,7 +127,7 @@ impl World {
 
 #[test]
 fn multi_node_takes_candidates_of_several_pools_each_within_its_budget() {
-    // a, b in "default", c in "other": the three become one large, across the pools.
+    // a, b in "default", c in "other": the three become three smalls, across the pools.
     let mut w = half_empty_mediums();
     w.in_pool("c", "other", "WhenEmptyOrUnderutilized", "100%");
     let (first, second) = w.run(LATER);
@@ -137,7 +137,7 @@ fn multi_node_takes_candidates_of_several_pools_each_within_its_budget() {
     assert_eq!(d.nodepool, "default");
     assert_eq!(d.surge.as_ref().expect("surge").with, ["b", "c"]);
     let mv = d.command.as_ref().expect("move");
-    assert_eq!(mv.replacement_type(), Some("large"));
+    assert_eq!(mv.replacement_type().as_deref(), Some("small ×3"));
     // "other" allows no Underutilized disruption: c stays out, a and b still merge.
     let mut w = half_empty_mediums();
     w.in_pool("c", "other", "WhenEmptyOrUnderutilized", "0");
@@ -152,10 +152,10 @@ fn multi_node_takes_candidates_of_several_pools_each_within_its_budget() {
 
 #[test]
 fn balanced_pools_score_their_share_of_a_move_across_pools() {
-    // c (large, 0.4/h, the whole Balanced pool "bal") and a (medium) are replaced by a
-    // small: saves 0.5/h, of which "bal" is credited 0.4/0.6 (0.33 of its 0.4/h) while all
-    // its disruption happens: score 0.83, approved. c, a and b together would need a
-    // large, c's own type: no option.
+    // c (large, 0.4/h, the whole Balanced pool "bal"), a and b (mediums) are replaced by
+    // three smalls: saves 0.5/h, of which "bal" is credited 0.4/0.8 (0.25 of its 0.4/h)
+    // while all its disruption happens: score 0.625, approved. (First-fit would pack the
+    // three pods onto a large, c's own type: no option.)
     let mut w = one_pod_each(&[
         ("a", "medium", "1500m"),
         ("b", "medium", "1500m"),
@@ -163,10 +163,10 @@ fn balanced_pools_score_their_share_of_a_move_across_pools() {
     ]);
     w.in_pool("c", "bal", "Balanced", "100%");
     let (first, second) = w.run(LATER);
-    assert_eq!(first.verdicts["c"].nodes, ["c", "a"]);
+    assert_eq!(first.verdicts["c"].nodes, ["c", "a", "b"]);
     let (pool, score) = first.scores.last().expect("a score");
     assert_eq!(pool, "bal");
-    assert!((score - 0.5 * (0.4 / 0.6) / 0.4).abs() < 1e-9, "{score}");
+    assert!((score - 0.5 * (0.4 / 0.8) / 0.4).abs() < 1e-9, "{score}");
     let notes: Vec<String> = first
         .notes
         .iter()
@@ -181,8 +181,8 @@ fn balanced_pools_score_their_share_of_a_move_across_pools() {
     );
     assert_eq!(second.decisions.len(), 1);
     // Now c is a medium with six small pods in a Balanced pool of nine more busy nodes
-    // (kept by do-not-disrupt): merging a, b and c into a large saves 0.2/h, "bal" is
-    // credited a third of it (0.07 of its 2.0/h) for 7 of its 25 disruption: refused;
+    // (kept by do-not-disrupt): moving a, b and c onto three smalls saves 0.3/h, "bal" is
+    // credited a third of it (0.1 of its 2.0/h) for 7 of its 25 disruption: refused;
     // a and b (both in "default") go instead.
     let mut pods: Vec<Arc<Pod>> = vec![
         pod("p-a", "a", "1500m", json!({})),

@@ -189,11 +189,12 @@ fn a_large_node_with_small_pods_is_replaced_by_a_cheaper_type_after_validation()
     assert_eq!(second.decisions.len(), 1);
     let mv = second.decisions[0].command.as_ref().expect("a move");
     assert_eq!(mv.kind(), "replace");
-    let super::plan::Action::Replace(r) = &mv.action else {
+    let super::plan::Action::Replace(rs) = &mv.action else {
         unreachable!()
     };
+    assert_eq!(rs.len(), 1);
     assert_eq!(
-        r.claim.instance_types(),
+        rs[0].claim.instance_types(),
         ["small", "medium"],
         "strictly cheaper than large"
     );
@@ -212,20 +213,55 @@ fn the_smallest_node_is_never_replaced_like_for_like() {
 }
 
 #[test]
-fn three_half_empty_nodes_become_one() {
+fn three_half_empty_nodes_split_onto_cheaper_ones() {
+    // 4.5 cpu in three pods: first-fit's one large (0.4) saves 0.2; three smalls (0.3) save
+    // 0.3, and that is the move: N into M nodes, surge-first like any replace.
     let w = half_empty_mediums();
     let (first, second) = w.run(LATER);
-    let v = &first.verdicts["a"];
-    assert_eq!(v.nodes.len(), 3, "{v}");
-    // One surge-first command for the three.
+    assert_eq!(
+        why(&first, "a"),
+        "candidate: replace 3 nodes with small ×3 (saves 0.30/h); \
+         first-fit packing would launch 0.40/h"
+    );
     assert_eq!(second.decisions.len(), 1, "{:?}", second.decisions);
     let surge = second.decisions[0].surge.as_ref().expect("surge");
     assert_eq!(surge.with, ["b", "c"]);
-    assert_eq!(surge.replacements.len(), 1);
+    assert_eq!(surge.replacements.len(), 3, "one NodeClaim per replacement");
+    assert_eq!(surge.consolidation_type, "multi");
     let mv = second.decisions[0].command.as_ref().expect("move");
-    // 4.5 cpu: one large (0.4) for three mediums (0.6).
-    assert_eq!(mv.replacement_type(), Some("large"));
-    assert!((mv.savings - 0.2).abs() < 1e-9);
+    assert!((mv.savings - 0.3).abs() < 1e-9);
+    let super::plan::Action::Replace(rs) = &mv.action else {
+        unreachable!()
+    };
+    for r in rs {
+        assert_eq!(r.claim.instance_types(), ["small"], "cheap enough alone");
+        assert_eq!(r.claim.pods.len(), 1);
+    }
+}
+
+#[test]
+fn one_dear_node_splits_onto_cheaper_ones_only_when_that_saves() {
+    // Two 1500m pods on a large (0.4): two smalls (0.2) replace it; first-fit's one medium
+    // (0.2) is as cheap with fewer nodes and wins the tie.
+    let (first, _) = pods_on("large", 2).run(LATER);
+    assert_eq!(
+        why(&first, "a"),
+        "candidate: replace with medium (saves 0.20/h)"
+    );
+    // Three 1500m pods on a large: a large again (first-fit) is no saving, two mediums are
+    // 0.4 too; three smalls (0.3) save 0.1.
+    let (first, second) = pods_on("large", 3).run(LATER);
+    assert_eq!(
+        why(&first, "a"),
+        "candidate: replace with small ×3 (saves 0.10/h); first-fit packing would launch 0.40/h"
+    );
+    let surge = second.decisions[0].surge.as_ref().expect("surge");
+    assert_eq!(surge.replacements.len(), 3);
+    assert_eq!(surge.consolidation_type, "single");
+    // Control: on a medium (0.2) the same two pods have no cheaper home (two smalls cost 0.2).
+    let (first, second) = pods_on("medium", 2).run(LATER);
+    assert!(second.decisions.is_empty());
+    assert_eq!(why(&first, "a"), "no cheaper option");
 }
 
 #[test]
@@ -433,6 +469,14 @@ pub(super) fn one_pod_each(nodes: &[(&str, &str, &str)]) -> World {
         .collect();
     let types: Vec<(&str, &str)> = nodes.iter().map(|(n, t, _)| (*n, *t)).collect();
     World::new("WhenEmptyOrUnderutilized", &types, pods)
+}
+
+/// Node `a` of type `it` running `n` pods of 1500m.
+fn pods_on(it: &str, n: usize) -> World {
+    let pods = (0..n)
+        .map(|i| pod(&format!("p{i}"), "a", "1500m", json!({})))
+        .collect();
+    World::new("WhenEmptyOrUnderutilized", &[("a", it)], pods)
 }
 
 pub(super) fn half_empty_mediums() -> World {

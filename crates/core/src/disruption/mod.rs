@@ -430,10 +430,11 @@ fn consolidation_verdict(mv: &plan::Move) -> Verdict {
     Verdict::candidate(
         mv.kind(),
         mv.candidates.clone(),
-        mv.replacement_type().map(str::to_string),
+        mv.replacement_type(),
         mv.savings,
         DisruptionReason::Underutilized,
     )
+    .first_fit(mv.first_fit_price)
 }
 #[cfg(test)]
 mod consolidation_search_tests;

@@ -1,8 +1,9 @@
 //! The consolidation simulation: would the pods of these candidates fit on the rest of the
-//! cluster (a delete), or on the rest plus exactly one new node strictly cheaper than the
-//! candidates (a replace)? The provisioner's own snapshot and solver, with the candidates
-//! taken out and their pods pending. Nodes inside their `consolidateAfter` window take none
-//! of the moved pods, as in Karpenter.
+//! cluster (a delete), or on the rest plus new nodes that together cost strictly less than
+//! the candidates (a replace: one node as in Karpenter, or several cheaper ones, a split)?
+//! The provisioner's own snapshot and price-aware solver, with the candidates taken out and
+//! their pods pending; the price rules are [`scheduling::replace`]'s. Nodes inside their
+//! `consolidateAfter` window take none of the moved pods, as in Karpenter.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -12,11 +13,11 @@ use std::time::Duration;
 use api::NodePool;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use scheduling::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE, Operator};
+use scheduling::replace::{self, Choice, NoReplacement, Offer, Planned, Refused, Replaced};
 
 use super::View;
 use super::candidates::{Candidate, consolidatable_at, consolidate_after, reschedulable};
-use super::pricing::{self, Choice, Chosen, NoReplacement, Offer, Replaced};
+use super::pricing;
 use crate::objects::{claim_node_name, name, nodepool_of, pod_node_name};
 use crate::provisioning::snapshot;
 use crate::state::{Cluster, Objects};
@@ -40,11 +41,11 @@ pub struct Priced<'a> {
 pub enum Action {
     /// Their pods fit on the other nodes.
     Delete,
-    /// Their pods fit on the other nodes plus this one new node.
-    Replace(Box<Replacement>),
+    /// Their pods fit on the other nodes plus these new nodes (one, or several: a split).
+    Replace(Vec<Replacement>),
 }
 
-/// The one new node a replace launches.
+/// A new node a replace launches.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Replacement {
     pub nodepool: Arc<NodePool>,
@@ -68,6 +69,9 @@ pub struct Move {
     pub savings: f64,
     /// Σ of the candidates' disruption cost.
     pub disruption: f64,
+    /// What Karpenter's first-fit packing of the same pods would launch per hour, when the
+    /// price-aware plan beat it ([`scheduling::Output::first_fit_price`]).
+    pub first_fit_price: Option<f64>,
 }
 
 impl Move {
@@ -79,12 +83,27 @@ impl Move {
         }
     }
 
-    /// The replacement's cheapest instance type.
-    pub fn replacement_type(&self) -> Option<&str> {
-        match &self.action {
-            Action::Delete => None,
-            Action::Replace(r) => Some(&r.instance_type),
+    /// The replacements' cheapest instance types: `large`, or for a split `small ×3 +
+    /// medium` (in the order planned).
+    pub fn replacement_type(&self) -> Option<String> {
+        let Action::Replace(rs) = &self.action else {
+            return None;
+        };
+        let mut counts: Vec<(&str, usize)> = Vec::new();
+        for r in rs {
+            match counts.iter_mut().find(|(t, _)| *t == r.instance_type) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((&r.instance_type, 1)),
+            }
         }
+        let parts: Vec<String> = counts
+            .iter()
+            .map(|(t, n)| match n {
+                1 => (*t).to_string(),
+                n => format!("{t} ×{n}"),
+            })
+            .collect();
+        Some(parts.join(" + "))
     }
 }
 
@@ -95,8 +114,6 @@ pub enum NoMove {
     PodsDoNotFit(String),
     /// A candidate pod would land on a node that has not initialized.
     Uninitialized(String),
-    /// The pods need more than one new node.
-    MoreThanOneNode(usize),
     NoReplacement(NoReplacement),
 }
 
@@ -107,7 +124,6 @@ impl fmt::Display for NoMove {
             NoMove::Uninitialized(node) => {
                 write!(f, "pods would land on uninitialized node {node}")
             }
-            NoMove::MoreThanOneNode(n) => write!(f, "pods need {n} new nodes"),
             NoMove::NoReplacement(r) => r.fmt(f),
         }
     }
@@ -219,75 +235,54 @@ pub fn simulate(view: &View, candidates: &[&Priced], now: Timestamp) -> Result<M
     for p in &mut snap.input.pods {
         p.moving = true;
     }
-    // First-fit (Karpenter's packing): a replace is one new node, and no single NodeClaim is
-    // cheaper than first-fit's; the price-aware plan may split the pods over several cheaper
-    // nodes, which a replace cannot take yet (issue 39, split consolidation).
-    let out = scheduling::solve_first_fit(&snap.input);
-    own_pods_placed(&snap, &out, &own)?;
-    let price: f64 = candidates.iter().map(|c| c.price).sum();
+    let replaced = Replaced {
+        types: candidates
+            .iter()
+            .map(|c| (c.instance_type.clone(), c.price))
+            .collect(),
+        all_spot: candidates.iter().all(|c| c.capacity_type == replace::SPOT),
+    };
+    // The price-aware plan (one node or several cheaper ones), else Karpenter's first-fit.
+    let found = replace::consolidate(
+        &snap.input,
+        &replaced,
+        |out| own_pods_placed(&snap, out, &own),
+        |claim, options| match snap.catalogs.get(&claim.node_pool) {
+            Some(cat) => shrunk(cat, claim, options),
+            None => options,
+        },
+    )
+    .map_err(|e| match e {
+        Refused::Placement(why) => why,
+        Refused::Price(why) => NoMove::NoReplacement(why),
+    })?;
+    let price = replaced.price();
     let disruption: f64 = candidates.iter().map(|c| c.cost).sum();
     let names = candidates
         .iter()
         .map(|c| c.candidate.name.to_string())
         .collect();
-    match out.new_node_claims.as_slice() {
-        [] => Ok(Move {
-            candidates: names,
-            action: Action::Delete,
-            savings: price,
-            disruption,
-        }),
-        [claim] => {
-            let replacement =
-                replacement(&snap, claim, candidates).map_err(NoMove::NoReplacement)?;
-            Ok(Move {
-                candidates: names,
-                savings: pricing::savings(price, Some(replacement.price)),
-                action: Action::Replace(Box::new(replacement)),
-                disruption,
-            })
-        }
-        many => Err(NoMove::MoreThanOneNode(many.len())),
-    }
-}
-
-/// The values a claim's requirement on `key` allows (`None`: unconstrained).
-fn allowed<'a>(claim: &'a scheduling::NewNodeClaim, key: &str) -> Option<&'a [String]> {
-    claim
-        .requirements
-        .iter()
-        .find(|r| r.key == key && r.operator == Operator::In)
-        .map(|r| r.values.as_slice())
-}
-
-/// The pool's offerings of the claim's instance types, within the zones and capacity types
-/// the claim allows.
-fn choices(
-    pool: &scheduling::NodePool,
-    claim: &scheduling::NewNodeClaim,
-    zones: Option<&[String]>,
-    capacity_types: Option<&[String]>,
-) -> Vec<Choice> {
-    let ok = |set: Option<&[String]>, v: &str| set.is_none_or(|s| s.iter().any(|x| x == v));
-    claim
-        .instance_types()
-        .iter()
-        .filter_map(|t| pool.instance_types.iter().find(|it| &it.name == t))
-        .map(|it| Choice {
-            instance_type: it.name.clone(),
-            offers: it
-                .offerings
-                .iter()
-                .filter(|o| {
-                    o.available && ok(zones, &o.zone) && ok(capacity_types, &o.capacity_type)
-                })
-                .map(|o| Offer {
-                    capacity_type: o.capacity_type.clone(),
-                    price: o.price,
-                })
-                .collect(),
-        })
-        .collect()
+    let action = match found.plan.clone() {
+        replace::Plan::Delete => Action::Delete,
+        replace::Plan::Replace(planned) => Action::Replace(
+            planned
+                .into_iter()
+                .map(|p| replacement(&snap, p))
+                .collect::<Result<_, _>>()
+                .map_err(NoMove::NoReplacement)?,
+        ),
+    };
+    let new_price = match &action {
+        Action::Delete => None,
+        Action::Replace(rs) => Some(rs.iter().map(|r| r.price).sum()),
+    };
+    Ok(Move {
+        candidates: names,
+        savings: pricing::savings(price, new_price),
+        action,
+        disruption,
+        first_fit_price: found.output.first_fit_price,
+    })
 }
 
 /// For a claim planned on a size of a resizable template, the options as the provisioner
@@ -339,116 +334,18 @@ fn shrunk(
         .collect()
 }
 
-/// The claim cut to the chosen instance types (and capacity types, when restricted).
-fn narrowed(claim: &scheduling::NewNodeClaim, chosen: &Chosen) -> scheduling::NewNodeClaim {
-    let mut claim = claim.clone();
-    let names: Vec<String> = chosen
-        .options
-        .iter()
-        .map(|o| o.instance_type.clone())
-        .collect();
-    for r in &mut claim.requirements {
-        if r.key == LABEL_INSTANCE_TYPE {
-            r.values = names.clone();
-        }
-    }
-    if let Some(cts) = &chosen.capacity_types {
-        match claim
-            .requirements
-            .iter_mut()
-            .find(|r| r.key == LABEL_CAPACITY_TYPE)
-        {
-            Some(r) => {
-                r.operator = Operator::In;
-                r.values = cts.clone();
-            }
-            None => claim.requirements.push(scheduling::Requirement {
-                key: LABEL_CAPACITY_TYPE.into(),
-                operator: Operator::In,
-                values: cts.clone(),
-                min_values: None,
-            }),
-        }
-    }
-    claim
-}
-
-/// The cheapest chosen instance type and its price, over the capacity types kept.
-fn cheapest(chosen: &Chosen) -> Result<(String, f64), NoReplacement> {
-    let keep_ct = |o: &Offer| {
-        chosen
-            .capacity_types
-            .as_ref()
-            .is_none_or(|c| c.contains(&o.capacity_type))
-    };
-    chosen
-        .options
-        .iter()
-        .filter_map(|o| {
-            let offers: Vec<Offer> = o.offers.iter().filter(|x| keep_ct(x)).cloned().collect();
-            Some((o.instance_type.clone(), pricing::cheapest_price(&offers)?))
-        })
-        .min_by(|a, b| a.1.total_cmp(&b.1))
-        .ok_or(NoReplacement::NoCheaperOption)
-}
-
-/// Applies the price rules to the solver's one new claim.
-fn replacement(
-    snap: &snapshot::Snapshot,
-    claim: &scheduling::NewNodeClaim,
-    candidates: &[&Priced],
-) -> Result<Replacement, NoReplacement> {
-    let pool = snap
-        .input
-        .node_pools
-        .iter()
-        .find(|p| p.name == claim.node_pool)
-        .ok_or(NoReplacement::NoCheaperOption)?;
+/// A planned replacement with its NodePool and catalog.
+fn replacement(snap: &snapshot::Snapshot, p: Planned) -> Result<Replacement, NoReplacement> {
     let nodepool = snap
         .pools
-        .get(&claim.node_pool)
+        .get(&p.claim.node_pool)
         .cloned()
         .ok_or(NoReplacement::NoCheaperOption)?;
-    let zones = allowed(claim, LABEL_ZONE);
-    let capacity_types = allowed(claim, LABEL_CAPACITY_TYPE);
-    let ok = |set: Option<&[String]>, v: &str| set.is_none_or(|s| s.iter().any(|x| x == v));
-    let catalog = snap.catalogs.get(&claim.node_pool).cloned();
-    let mut options = choices(pool, claim, zones, capacity_types);
-    if let Some(cat) = catalog.as_deref() {
-        options = shrunk(cat, claim, options);
-    }
-    let offered = |ct: &str| {
-        ok(capacity_types, ct)
-            && options
-                .iter()
-                .any(|o| o.offers.iter().any(|x| x.capacity_type == ct))
-    };
-    let replaced = Replaced {
-        types: candidates
-            .iter()
-            .map(|c| (c.instance_type.clone(), c.price))
-            .collect(),
-        all_spot: candidates.iter().all(|c| c.capacity_type == pricing::SPOT),
-    };
-    let min_values = claim
-        .requirements
-        .iter()
-        .find(|r| r.key == LABEL_INSTANCE_TYPE)
-        .and_then(|r| r.min_values);
-    let chosen = pricing::choose(
-        &replaced,
-        &options,
-        offered(pricing::SPOT),
-        offered(pricing::ON_DEMAND),
-        min_values,
-    )?;
-    let claim = narrowed(claim, &chosen);
-    let (instance_type, price) = cheapest(&chosen)?;
     Ok(Replacement {
-        catalog,
+        catalog: snap.catalogs.get(&p.claim.node_pool).cloned(),
         nodepool,
-        claim,
-        instance_type,
-        price,
+        claim: p.claim,
+        instance_type: p.instance_type,
+        price: p.price,
     })
 }

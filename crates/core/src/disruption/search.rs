@@ -1,8 +1,8 @@
 //! Finding a consolidation move among the eligible candidates of every NodePool (sorted by
 //! price per disruption cost), as Karpenter does and within its time limits:
 //! - multi-node: the candidates each pool's `Underutilized` budget allows (≤ [`MAX_MULTI`]),
-//!   binary search for the largest prefix (≥ 2) that can be deleted or replaced by one
-//!   cheaper node of any pool; stops after [`MULTI_LIMIT`] with the best move so far;
+//!   binary search for the largest prefix (≥ 2) that can be deleted or replaced by new
+//!   nodes of any pool that cost less (one, or several: a split); stops after [`MULTI_LIMIT`] with the best move so far;
 //! - then single-node, the pools taking turns: the first candidate that can be deleted or
 //!   replaced; stops after [`SINGLE_LIMIT`] without a move;
 //! - every `Balanced` pool of a move's candidates must approve it ([`balanced`]).
@@ -279,8 +279,8 @@ pub fn search(
 }
 
 /// Revalidates a pending move at `now`: its candidates still eligible and within their
-/// pools' budgets, the simulation still finds a delete or a replace whose options include
-/// the ones chosen, every Balanced pool still approves.
+/// pools' budgets, the simulation still finds a delete or a replace by as many nodes whose
+/// options include the ones chosen, every Balanced pool still approves.
 pub fn validate(
     pools: &Pools,
     eligible: &[Priced],
@@ -311,13 +311,13 @@ pub fn validate(
     match (&mv.action, &moved.action) {
         (_, Action::Delete) => Ok(()),
         (Action::Replace(before), Action::Replace(after)) => {
-            let opts = after.claim.instance_types();
-            if before
-                .claim
-                .instance_types()
-                .iter()
-                .all(|t| opts.contains(t))
-            {
+            // As many replacements, each offering at least the options it had.
+            let kept = before.len() == after.len()
+                && before.iter().zip(after).all(|(b, a)| {
+                    let opts = a.claim.instance_types();
+                    b.claim.instance_types().iter().all(|t| opts.contains(t))
+                });
+            if kept {
                 Ok(())
             } else {
                 Err("the replacement's options changed".into())

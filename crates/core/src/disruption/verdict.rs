@@ -31,6 +31,10 @@ pub struct Verdict {
     /// The disruption reason of the move.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<DisruptionReason>,
+    /// What Karpenter's first-fit packing of the move's pods would launch per hour, when the
+    /// move's price-aware plan beat it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_fit_price_per_hour: Option<f64>,
     /// What keeps it (when not part of a move).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub blocker: Option<String>,
@@ -49,6 +53,7 @@ impl Verdict {
             replacement: None,
             savings_per_hour: None,
             reason: None,
+            first_fit_price_per_hour: None,
             blocker: Some(why.to_string()),
             consolidatable: None,
         }
@@ -68,9 +73,16 @@ impl Verdict {
             replacement,
             savings_per_hour: Some(savings),
             reason: Some(reason),
+            first_fit_price_per_hour: None,
             blocker: None,
             consolidatable: Some(true),
         }
+    }
+
+    /// With the price of the first-fit plan the move's plan beat, if it did.
+    pub fn first_fit(mut self, price: Option<f64>) -> Self {
+        self.first_fit_price_per_hour = price;
+        self
     }
 
     /// With the `Consolidatable` state set.
@@ -96,8 +108,12 @@ impl fmt::Display for Verdict {
                     write!(f, " with {r}")?;
                 }
                 match self.savings_per_hour {
-                    Some(s) if s > 0.0 => write!(f, " (saves {s:.2}/h)"),
-                    _ => Ok(()),
+                    Some(s) if s > 0.0 => write!(f, " (saves {s:.2}/h)")?,
+                    _ => {}
+                }
+                match self.first_fit_price_per_hour {
+                    Some(p) => write!(f, "; first-fit packing would launch {p:.2}/h"),
+                    None => Ok(()),
                 }
             }
             (None, Some(b)) => f.write_str(b),

@@ -510,6 +510,12 @@ impl Solver {
         }
         let ports = self.pods[pi].host_ports();
         let c = &mut self.claims[ci];
+        // Under a cap: the same requirements and candidates keep the launch type and price,
+        // and the room within the cap shrinks by the pod (see `Solver::cap_free`).
+        let same = self.cap.is_finite()
+            && !self.pools[c.pool].counted
+            && u.reqs.is_none()
+            && u.cands == c.cands;
         if let Some(r) = u.reqs {
             c.reqs = r;
         }
@@ -525,7 +531,12 @@ impl Solver {
         let reqs = c.reqs.clone();
         self.record(pi, slot, Some(&reqs));
         self.hold(ci);
-        if self.cap.is_finite() {
+        if same && self.claims[ci].price.is_finite() {
+            let requests = &self.pods[pi].requests;
+            for (f, r) in self.claims[ci].cap_free.iter_mut().zip(requests) {
+                *f = f.saturating_sub(*r);
+            }
+        } else if self.cap.is_finite() {
             let c = &self.claims[ci];
             let (price, launch) = self.claim_launch(c.pool, &c.reqs, &c.cands, c.held);
             let cap_free = self.cap_free(c, price);

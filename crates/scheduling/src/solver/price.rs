@@ -171,7 +171,22 @@ impl Solver {
             return false;
         }
         let reqs = u.reqs.as_ref().unwrap_or(&c.reqs);
-        self.claim_price(c.pool, reqs, &u.cands, c.held) > self.cap.max(c.price)
+        let limit = self.cap.max(c.price);
+        // Without a reserved offering the price is the cheapest preferred offering's: the
+        // first candidate within the limit settles it (the full minimum is the slow path).
+        let p = &self.pools[c.pool];
+        let mut reserved = false;
+        for t in u.cands.iter() {
+            match self.preferred_offering(&p.types[t], reqs, Counts::Held(c.held)) {
+                Some(o) if o.reserved => {
+                    reserved = true;
+                    break;
+                }
+                Some(o) if o.price <= limit => return false,
+                _ => {}
+            }
+        }
+        !reserved || self.claim_price(c.pool, reqs, &u.cands, c.held) > limit
     }
 
     /// The caps worth a packing, from a finished first-fit packing (see the module
