@@ -43,10 +43,7 @@ pub struct Pending {
 /// The provisionable pods of `cluster` that neither an existing node, a NodeClaim in flight
 /// nor a new NodeClaim of a Ready NodePool would take, as the provisioner solves them, and
 /// the price of that solve's new NodeClaims.
-pub fn pending(
-    cluster: &Cluster,
-    catalog: &dyn Fn(&str) -> Option<Arc<InstanceTypes>>,
-) -> Pending {
+pub fn pending(cluster: &Cluster, catalog: &dyn Fn(&str) -> Option<Arc<InstanceTypes>>) -> Pending {
     let pods: Vec<_> = cluster
         .pending()
         .iter()
@@ -155,7 +152,7 @@ mod tests {
                 .push(Arc::new(serde_json::from_value(v).expect("a Pod")));
         }
         pending(&Cluster::new(objects), &|nc: &str| {
-            catalogs.get(nc).cloned()
+            catalogs.get(nc).map(|c| c.types.clone())
         })
     }
 
