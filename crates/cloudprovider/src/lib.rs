@@ -4,4 +4,6 @@
 
 pub mod model;
 
-pub use model::{InstanceType, Offering, OfferingCount, PriceSource, Resources};
+pub use model::{
+    DeviceSlice, DeviceSource, Devices, InstanceType, Offering, OfferingCount, PriceSource, Resources,
+};

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use scheduling::bench_workload::{SIZES, input, input_with_volumes};
+use scheduling::bench_workload::{SIZES, input, input_with_devices, input_with_volumes};
 
 fn bench(c: &mut Criterion) {
     let quick = std::env::var("BENCH_QUICK").is_ok_and(|v| v == "1");
@@ -155,5 +155,38 @@ fn bench_volumes(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench, bench_resizable, bench_volumes);
+/// The same pods with and without ResourceClaims (`input_with_devices`: every fourth type
+/// publishes GPUs, 20 % of the pods claim one), at 1000 and 5000 pods (1000 quick).
+fn bench_devices(c: &mut Criterion) {
+    let quick = std::env::var("BENCH_QUICK").is_ok_and(|v| v == "1");
+    let mut group = c.benchmark_group("solve_devices");
+    group.sample_size(10);
+    if quick {
+        group.warm_up_time(Duration::from_millis(200));
+        group.measurement_time(Duration::from_millis(500));
+    }
+    let sizes: &[usize] = if quick { &[1000] } else { &[1000, 5000] };
+    for &n in sizes {
+        let (inp, dra) = input_with_devices(n);
+        let mut plain = dra.clone();
+        plain.claims.clear();
+        plain.pod_claims.clear();
+        for (name, dra) in [("plain", plain), ("claims", dra)] {
+            let out = scheduling::solve_with_devices(&inp, &dra);
+            let placed: usize = out.new_node_claims.iter().map(|c| c.pods.len()).sum();
+            println!(
+                "solve_devices/{name}/{n}: nodes={} pods_placed={placed} unschedulable={}",
+                out.new_node_claims.len(),
+                out.unschedulable.len()
+            );
+            group.throughput(Throughput::Elements(n as u64));
+            group.bench_with_input(BenchmarkId::new(name, n), &(&inp, &dra), |b, (inp, dra)| {
+                b.iter(|| scheduling::solve_with_devices(std::hint::black_box(inp), dra))
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench, bench_resizable, bench_volumes, bench_devices);
 criterion_main!(benches);

@@ -24,6 +24,7 @@
 
 mod catalog;
 pub mod count;
+pub mod devices;
 pub mod crd;
 mod error;
 pub mod inventory;

@@ -48,12 +48,15 @@ pub struct Dra {
     /// publishes the devices of its instance type (an in-flight NodeClaim whose driver has
     /// not published yet), if that type has any.
     pub nodes: BTreeMap<String, Vec<Slice>>,
+    /// Pending pods whose claims cannot be read (e.g. their ResourceClaimTemplate does not
+    /// exist), by (namespace, name), with why: no node can take them.
+    pub blocked: BTreeMap<(String, String), String>,
 }
 
 impl Dra {
     /// Whether any pending pod claims devices (a solve without claims skips DRA entirely).
     pub fn is_empty(&self) -> bool {
-        self.pod_claims.values().all(Vec::is_empty)
+        self.pod_claims.values().all(Vec::is_empty) && self.blocked.is_empty()
     }
 }
 

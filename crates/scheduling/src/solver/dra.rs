@@ -112,13 +112,16 @@ pub(super) fn setup(s: &mut Solver, input: &Input, dra: &Dra) {
     let env = Environment::new();
     // Pods' claims.
     for (pi, p) in input.pods.iter().enumerate() {
-        let Some(keys) = dra.pod_claims.get(&(p.namespace.clone(), p.name.clone())) else {
-            continue;
-        };
-        if keys.is_empty() {
+        let key = (p.namespace.clone(), p.name.clone());
+        let keys = dra.pod_claims.get(&key).map_or(&[][..], Vec::as_slice);
+        let blocked = dra.blocked.get(&key);
+        if keys.is_empty() && blocked.is_none() {
             continue;
         }
-        let pd = b.pod(s, pi, keys, dra, &env);
+        let mut pd = b.pod(s, pi, keys, dra, &env);
+        if let Some(why) = blocked {
+            pd.blocked = Some(why.clone());
+        }
         s.pods[pi].dra = Some(Box::new(pd));
     }
     // Sources: instance types, then existing nodes.
