@@ -334,6 +334,7 @@ fn add_pools(
             remaining,
             nodes_remaining,
             counted,
+            dev_types: BitSet::new(0),
         });
     }
     pool_domains

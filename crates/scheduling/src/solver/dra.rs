@@ -78,6 +78,20 @@ pub(super) struct PodDra {
     claims: Vec<u32>,
     /// Why no node can take it.
     pub(super) blocked: Option<String>,
+    /// Per pool, the types a fresh node of which can allocate its claims not allocated in
+    /// the cluster (empty when it has none): a planned NodeClaim with none of them among its
+    /// candidates cannot take it.
+    ok: Vec<BitSet>,
+    /// The fewest devices its claims not allocated in the cluster take.
+    min_devices: usize,
+}
+
+impl PodDra {
+    /// The types of pool `pool` that can allocate its claims on a fresh node (`None`: it has
+    /// none to allocate).
+    pub(super) fn fresh(&self, pool: usize) -> Option<&BitSet> {
+        self.ok.get(pool)
+    }
 }
 
 /// A planned NodeClaim's devices taken, per candidate type (sorted by type).
@@ -127,6 +141,7 @@ pub(super) fn setup(s: &mut Solver, input: &Input, dra: &Dra) {
     // Sources: instance types, then existing nodes.
     let mut by_type: HashMap<String, usize> = HashMap::new();
     for p in 0..s.pools.len() {
+        s.pools[p].dev_types = BitSet::new(s.pools[p].types.len());
         for t in 0..s.pools[p].types.len() {
             let name = s.pools[p].types[t].name.clone();
             let Some(slices) = dra.instance_types.get(&name).filter(|v| !v.is_empty()) else {
@@ -136,6 +151,7 @@ pub(super) fn setup(s: &mut Solver, input: &Input, dra: &Dra) {
                 .entry(name)
                 .or_insert_with(|| b.source(slices, None, dra));
             s.pools[p].types[t].dev = Some(src as u32);
+            s.pools[p].dev_types.insert(t);
         }
     }
     for (ni, n) in input.nodes.iter().enumerate() {
@@ -159,6 +175,57 @@ pub(super) fn setup(s: &mut Solver, input: &Input, dra: &Dra) {
         }),
         placed,
     }));
+    fresh_types(s);
+}
+
+/// Per pod with claims to allocate, the types of each pool that can allocate them alone.
+fn fresh_types(s: &mut Solver) {
+    for pi in 0..s.pods.len() {
+        let Some(pd) = s.pods[pi].dra.as_deref() else {
+            continue;
+        };
+        let Some(state) = s.dra.as_deref() else {
+            return;
+        };
+        let claims: Vec<u32> = pd
+            .claims
+            .iter()
+            .copied()
+            .filter(|c| state.st.claims[*c as usize].allocated.is_none())
+            .collect();
+        if claims.is_empty() {
+            continue;
+        }
+        let ok: Vec<BitSet> = (0..s.pools.len())
+            .map(|p| {
+                let mut set = BitSet::new(s.pools[p].types.len());
+                for t in s.pools[p].dev_types.iter() {
+                    if s.allocate(&claims, s.pools[p].types[t].dev, None).is_ok() {
+                        set.insert(t);
+                    }
+                }
+                set
+            })
+            .collect();
+        let min_devices = claims
+            .iter()
+            .flat_map(|c| &state.st.claims[*c as usize].requests)
+            .map(|r| {
+                r.alts
+                    .iter()
+                    .map(|a| match a.mode {
+                        AllocationMode::ExactCount(n) => n as usize,
+                        AllocationMode::All => 1,
+                    })
+                    .min()
+                    .unwrap_or(0)
+            })
+            .sum();
+        if let Some(pd) = s.pods[pi].dra.as_deref_mut() {
+            pd.ok = ok;
+            pd.min_devices = min_devices;
+        }
+    }
 }
 
 #[derive(Default)]
@@ -616,6 +683,42 @@ impl Solver {
     /// (an error if one is pinned elsewhere).
     pub(super) fn claim_devices_needed(&self, pod: &PodData, slot: usize) -> Result<Vec<u32>, Why> {
         self.to_allocate(pod, slot).map_err(why)
+    }
+
+    /// Whether planned claim `ci` may take the pod as far as its claims go: the claim it
+    /// shares is not allocated elsewhere, and some candidate type publishes devices if it
+    /// needs any (a cheap test before [`Solver::try_claim`]).
+    pub(super) fn claim_may_host(&self, ci: usize, pod: &PodData) -> bool {
+        let c = &self.claims[ci];
+        let Some(ok) = pod.dra.as_deref().and_then(|d| d.ok.get(c.pool)) else {
+            return self.to_allocate(pod, self.nodes.len() + ci).is_ok();
+        };
+        match self.to_allocate(pod, self.nodes.len() + ci) {
+            Err(_) => return false,
+            Ok(need) if need.is_empty() => return true,
+            Ok(_) if !c.cands.intersects(ok) => return false,
+            Ok(_) => {}
+        }
+        let min = pod.dra.as_deref().map_or(0, |d| d.min_devices);
+        // Under a price cap the claim would keep only types of `ok`: when even the cheapest
+        // of them is over the cap, it is skipped anyway.
+        let limit = if self.cap.is_finite() {
+            self.cap.max(c.price)
+        } else {
+            f64::INFINITY
+        };
+        let p = &self.pools[c.pool];
+        c.cands.iter().filter(|t| ok.contains(*t)).any(|t| {
+            let free = c
+                .dev
+                .as_deref()
+                .and_then(|d| d.of(t))
+                .is_none_or(|taken| taken.iter().filter(|x| !**x).count() >= min);
+            free && p.types[t]
+                .offerings
+                .iter()
+                .any(|o| o.available && o.price <= limit)
+        })
     }
 
     /// Whether type `t` of `pool` can allocate `claims` after `planned`: its devices taken

@@ -114,6 +114,8 @@ struct PoolData {
     nodes_remaining: Option<i64>,
     /// Some type has a counted offering.
     counted: bool,
+    /// The types whose nodes publish devices (empty unless some pod claims devices).
+    dev_types: BitSet,
 }
 
 #[derive(Clone)]

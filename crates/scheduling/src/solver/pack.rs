@@ -160,6 +160,7 @@ impl Solver {
             None => Vec::new(),
         };
         let mut dev: Option<Box<super::dra::Planned>> = None;
+        let fresh = pod.dra.as_deref().and_then(|d| d.fresh(pool));
         // Per driver of the pod's volumes, the claim's distinct volumes with them.
         let vol_counts = if pod.vols.is_empty() {
             Vec::new()
@@ -205,6 +206,10 @@ impl Solver {
                 continue;
             }
             if !claims.is_empty() {
+                if td.dev.is_none() || fresh.is_some_and(|ok| !ok.contains(t)) {
+                    miss.devices.get_or_insert(Why::Devices(claims[0], 0));
+                    continue;
+                }
                 match self.type_devices(pool, t, &claims, planned) {
                     Ok(taken) => super::dra::record(
                         dev.get_or_insert_with(|| Box::new(planned.cloned().unwrap_or_default())),
@@ -410,6 +415,9 @@ impl Solver {
                 &c.max_free
             };
             if !fits(&self.pods[pi].requests, room) || pool_ok[c.pool].is_err() {
+                continue;
+            }
+            if self.pods[pi].dra.is_some() && !self.claim_may_host(ci, &self.pods[pi]) {
                 continue;
             }
             if let Ok(u) = self.try_claim(
