@@ -11,6 +11,8 @@
 //! - [`conditions`]: metav1 `Condition` helpers.
 //! - [`crds`]: the CRDs we install, rendered as YAML (`karpenter-capi crds`).
 //! - [`csi`]: Cluster Autoscaler's `…/csi-driver` annotation (CSI drivers and attach limits).
+//! - [`dra`]: the devices a template declares (resource-slices, or Cluster Autoscaler's
+//!   dra-driver with gpu-count).
 //! - [`duration`]: Go durations as the API writes them.
 //! - [`hash`]: FNV-1a, stable across releases.
 
@@ -19,6 +21,7 @@ pub mod conditions;
 pub mod consts;
 pub mod crds;
 pub mod csi;
+pub mod dra;
 pub mod duration;
 pub mod hash;
 // The `KubeSchema` derive copies a struct, `pub` included, into a private helper and strips

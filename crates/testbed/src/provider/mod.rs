@@ -13,6 +13,8 @@
 //! | `BareMetalHost` | `metal3.io` | with [`ProviderConfig::bare_metal_hosts`]: hosts a TestMachine with a `hostSelector` claims (the hosts module) |
 //!
 //! With [`ProviderConfig::storage`] it also plays a zonal CSI driver (the storage module).
+//! For a template that declares devices it plays their DRA driver (the dra module): the
+//! Node's ResourceSlices.
 //!
 //! [`TestProvider::start`] installs the CRDs and runs the controllers in the test process;
 //! dropping it stops them. [`create_cluster`] / [`setup_cluster`] create a whole Cluster
@@ -82,6 +84,7 @@ mod cluster;
 mod crds;
 mod hosts;
 mod machine;
+mod dra;
 mod storage;
 
 use std::collections::BTreeMap;
@@ -240,6 +243,7 @@ pub use hosts::{
     bare_metal_host_resource,
 };
 use machine::{reconcile_kubeadm_config, reconcile_machine};
+pub use dra::slice_name;
 pub use storage::{
     PROVISIONED_BY_ANNOTATION, SELECTED_NODE_ANNOTATION, ZONAL_DRIVER, volume_name,
     zonal_storage_class,
