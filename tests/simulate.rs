@@ -970,7 +970,9 @@ fn dra_example_puts_claiming_pods_on_templates_with_their_devices() {
         .output()
         .expect("run instance-types");
     let reports: Value = serde_json::from_str(&stdout(&listed)).expect("JSON");
-    let types = reports[0]["catalog"]["instanceTypes"].as_array().expect("types");
+    let types = reports[0]["catalog"]["instanceTypes"]
+        .as_array()
+        .expect("types");
     let devices = |name: &str| {
         types
             .iter()
@@ -979,7 +981,10 @@ fn dra_example_puts_claiming_pods_on_templates_with_their_devices() {
             .expect("type")
     };
     assert_eq!(devices("gpu-2x")["source"], "Declared");
-    assert_eq!(devices("gpu-2x")["slices"][0]["devices"][1]["name"], "gpu-1");
+    assert_eq!(
+        devices("gpu-2x")["slices"][0]["devices"][1]["name"],
+        "gpu-1"
+    );
     assert_eq!(
         devices("a100-80g")["slices"][0]["devices"][0]["capacity"]["memory"]["value"],
         "80Gi"

@@ -41,7 +41,9 @@ pub fn declared(
     if let Some(raw) = annotations.get(annotations::RESOURCE_SLICES) {
         parse_resource_slices(raw).map_err(|r| (annotations::RESOURCE_SLICES, r))
     } else if let Some(driver) = annotations.get(annotations::CA_DRA_DRIVER) {
-        let count = annotations.get(annotations::CA_GPU_COUNT).map_or("0", String::as_str);
+        let count = annotations
+            .get(annotations::CA_GPU_COUNT)
+            .map_or("0", String::as_str);
         ca_slices(driver, count)
     } else {
         Ok(Vec::new())
@@ -111,7 +113,10 @@ pub fn parse_resource_slices(raw: &str) -> Result<Vec<DeclaredSlice>, String> {
     for s in &out {
         let mut seen = BTreeSet::new();
         if let Some(d) = s.devices.iter().find(|d| !seen.insert(d.name.as_str())) {
-            return Err(format!("driver {}: device {} listed twice", s.driver, d.name));
+            return Err(format!(
+                "driver {}: device {} listed twice",
+                s.driver, d.name
+            ));
         }
     }
     Ok(out)
@@ -159,7 +164,12 @@ fn check_device(d: &Device) -> Result<(), String> {
         return Err("partitionable devices (consumesCounters) are not supported".into());
     }
     for (k, a) in d.attributes.iter().flatten() {
-        let set = [a.int.is_some(), a.bool.is_some(), a.string.is_some(), a.version.is_some()];
+        let set = [
+            a.int.is_some(),
+            a.bool.is_some(),
+            a.string.is_some(),
+            a.version.is_some(),
+        ];
         if set.iter().filter(|s| **s).count() != 1 {
             return Err(format!(
                 "attribute {k}: exactly one of int, bool, string, version must be set"
@@ -168,7 +178,9 @@ fn check_device(d: &Device) -> Result<(), String> {
         if let Some(v) = &a.version
             && semver_ok(v).is_err()
         {
-            return Err(format!("attribute {k}: version {v:?} is not a semantic version"));
+            return Err(format!(
+                "attribute {k}: version {v:?} is not a semantic version"
+            ));
         }
     }
     Ok(())
@@ -179,7 +191,9 @@ fn semver_ok(v: &str) -> Result<(), ()> {
     let core = v.split(['-', '+']).next().unwrap_or_default();
     let parts: Vec<&str> = core.split('.').collect();
     let numeric = |p: &&str| {
-        !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && (p.len() == 1 || !p.starts_with('0'))
+        !p.is_empty()
+            && p.bytes().all(|b| b.is_ascii_digit())
+            && (p.len() == 1 || !p.starts_with('0'))
     };
     if parts.len() == 3 && parts.iter().all(numeric) {
         Ok(())
@@ -194,7 +208,8 @@ fn validate_driver(name: &str) -> Result<(), String> {
         && name.len() <= 63
         && name.split('.').all(|l| {
             !l.is_empty()
-                && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && l.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
                 && !l.starts_with('-')
                 && !l.ends_with('-')
         });

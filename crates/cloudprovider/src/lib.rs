@@ -5,5 +5,6 @@
 pub mod model;
 
 pub use model::{
-    DeviceSlice, DeviceSource, Devices, InstanceType, Offering, OfferingCount, PriceSource, Resources,
+    DeviceSlice, DeviceSource, Devices, InstanceType, Offering, OfferingCount, PriceSource,
+    Resources,
 };

@@ -48,8 +48,11 @@ pub fn dra<'a>(
     for c in objects.claims {
         out.claims.insert(key(&c.metadata), claim(c));
     }
-    let templates: HashMap<ClaimKey, &k8s::ResourceClaimTemplate> =
-        objects.templates.iter().map(|t| (key(&t.metadata), t)).collect();
+    let templates: HashMap<ClaimKey, &k8s::ResourceClaimTemplate> = objects
+        .templates
+        .iter()
+        .map(|t| (key(&t.metadata), t))
+        .collect();
     for p in pending {
         let pod_key = key(&p.metadata);
         match pod_claims(p, &templates, &mut out.claims) {
@@ -217,9 +220,7 @@ fn request(r: &k8s::DeviceRequest) -> model::DeviceRequest {
 fn mode(m: Option<&str>, count: Option<i64>) -> model::AllocationMode {
     match m {
         Some("All") => model::AllocationMode::All,
-        _ => model::AllocationMode::ExactCount(
-            count.map_or(1, |c| u32::try_from(c).unwrap_or(0)),
-        ),
+        _ => model::AllocationMode::ExactCount(count.map_or(1, |c| u32::try_from(c).unwrap_or(0))),
     }
 }
 

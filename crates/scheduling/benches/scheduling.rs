@@ -188,5 +188,11 @@ fn bench_devices(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench, bench_resizable, bench_volumes, bench_devices);
+criterion_group!(
+    benches,
+    bench,
+    bench_resizable,
+    bench_volumes,
+    bench_devices
+);
 criterion_main!(benches);

@@ -252,9 +252,7 @@ pub const BENCH_GPU_DRIVER: &str = "gpu.bench.example.com";
 /// [`BENCH_GPU_DRIVER`], every other one of them with a request selector on 80Gi of memory.
 /// The same pods without claims are `(input(pods), Dra with the types' devices only)`.
 pub fn input_with_devices(pods: usize) -> (Input, crate::dra::Dra) {
-    use crate::dra::{
-        Device, DeviceClass, DeviceRequest, Dra, Quantity, ResourceClaim, Slice,
-    };
+    use crate::dra::{Device, DeviceClass, DeviceRequest, Dra, Quantity, ResourceClaim, Slice};
     let inp = input(pods);
     let mut dra = Dra::default();
     dra.classes.insert(

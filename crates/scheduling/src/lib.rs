@@ -6,11 +6,11 @@
 //! with the constraint that failed.
 
 pub mod bench_workload;
+pub mod dra;
 mod intern;
 mod model;
 mod requirements;
 mod solver;
-pub mod dra;
 pub mod volumes;
 
 pub use model::*;

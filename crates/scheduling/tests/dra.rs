@@ -75,7 +75,10 @@ fn with_selector(class: &str, count: u32, selector: &str) -> DeviceRequest {
 /// A cheap CPU type and a dearer 2-GPU type.
 fn cpu_and_gpu() -> (Input, Dra) {
     let pool = NodePool::new("default", vec![it("cpu", 4000, 16), it("gpu2", 8000, 32)]);
-    (input(vec![pool], pods("train", 2, 1000, 1024)), dra(&[("gpu2", gpus(2, "40Gi", "a100"))]))
+    (
+        input(vec![pool], pods("train", 2, 1000, 1024)),
+        dra(&[("gpu2", gpus(2, "40Gi", "a100"))]),
+    )
 }
 
 fn types_of(out: &Output) -> Vec<Vec<String>> {
@@ -103,14 +106,25 @@ fn two_pods_claiming_two_gpus_each_get_a_gpu_node_each() {
     for p in ["train-0", "train-1"] {
         claim(&mut d, p, vec![DeviceRequest::exactly("gpu", GPU, 1)]);
     }
-    assert_eq!(types_of(&solve_with_devices(&inp, &d)), vec![vec!["gpu2".to_string()]]);
+    assert_eq!(
+        types_of(&solve_with_devices(&inp, &d)),
+        vec![vec!["gpu2".to_string()]]
+    );
 }
 
 #[test]
 fn no_type_with_enough_devices_says_which_request() {
     let (inp, mut d) = cpu_and_gpu();
-    claim(&mut d, "train-0", vec![DeviceRequest::exactly("gpu", GPU, 3)]);
-    claim(&mut d, "train-1", vec![DeviceRequest::exactly("gpu", GPU, 2)]);
+    claim(
+        &mut d,
+        "train-0",
+        vec![DeviceRequest::exactly("gpu", GPU, 3)],
+    );
+    claim(
+        &mut d,
+        "train-1",
+        vec![DeviceRequest::exactly("gpu", GPU, 2)],
+    );
     let out = solve_with_devices(&inp, &d);
     assert_eq!(out.unschedulable.len(), 1, "{:?}", out.unschedulable);
     let u = &out.unschedulable[0];
@@ -128,13 +142,23 @@ fn no_type_with_enough_devices_says_which_request() {
 
 #[test]
 fn a_capacity_selector_picks_the_type_whose_devices_match() {
-    let pool = NodePool::new("default", vec![it("gpu40", 8000, 32), it("gpu80", 16000, 64)]);
-    let types = [("gpu40", gpus(1, "40Gi", "a100")), ("gpu80", gpus(1, "80Gi", "h100"))];
+    let pool = NodePool::new(
+        "default",
+        vec![it("gpu40", 8000, 32), it("gpu80", 16000, 64)],
+    );
+    let types = [
+        ("gpu40", gpus(1, "40Gi", "a100")),
+        ("gpu80", gpus(1, "80Gi", "h100")),
+    ];
     let inp = input(vec![pool], pods("train", 1, 1000, 1024));
-    let sel = |q: &str| format!("device.capacity[\"{GPU}\"].memory.compareTo(quantity(\"{q}\")) >= 0");
+    let sel =
+        |q: &str| format!("device.capacity[\"{GPU}\"].memory.compareTo(quantity(\"{q}\")) >= 0");
     let mut d = dra(&types);
     claim(&mut d, "train-0", vec![with_selector(GPU, 1, &sel("60Gi"))]);
-    assert_eq!(types_of(&solve_with_devices(&inp, &d)), vec![vec!["gpu80".to_string()]]);
+    assert_eq!(
+        types_of(&solve_with_devices(&inp, &d)),
+        vec![vec!["gpu80".to_string()]]
+    );
     // Control: a selector both types meet keeps both, the cheaper first.
     let mut d = dra(&types);
     claim(&mut d, "train-0", vec![with_selector(GPU, 1, &sel("20Gi"))]);
@@ -146,13 +170,19 @@ fn a_capacity_selector_picks_the_type_whose_devices_match() {
     let mut d = dra(&types);
     let model = format!("device.attributes[\"{GPU}\"].model.upperAscii() == \"H100\"");
     claim(&mut d, "train-0", vec![with_selector(GPU, 1, &model)]);
-    assert_eq!(types_of(&solve_with_devices(&inp, &d)), vec![vec!["gpu80".to_string()]]);
+    assert_eq!(
+        types_of(&solve_with_devices(&inp, &d)),
+        vec![vec!["gpu80".to_string()]]
+    );
 }
 
 #[test]
 fn a_selector_on_an_attribute_a_type_lacks_rules_that_type_out() {
     // gpu-plain: devices as Cluster Autoscaler declares them (no memory capacity).
-    let pool = NodePool::new("default", vec![it("gpu-plain", 8000, 32), it("gpu80", 16000, 64)]);
+    let pool = NodePool::new(
+        "default",
+        vec![it("gpu-plain", 8000, 32), it("gpu80", 16000, 64)],
+    );
     let plain = vec![Slice {
         driver: GPU.into(),
         pool: String::new(),
@@ -160,12 +190,22 @@ fn a_selector_on_an_attribute_a_type_lacks_rules_that_type_out() {
     }];
     let inp = input(vec![pool], pods("train", 1, 1000, 1024));
     let sel = format!("device.capacity[\"{GPU}\"].memory.compareTo(quantity(\"40Gi\")) >= 0");
-    let mut d = dra(&[("gpu-plain", plain.clone()), ("gpu80", gpus(1, "80Gi", "h100"))]);
+    let mut d = dra(&[
+        ("gpu-plain", plain.clone()),
+        ("gpu80", gpus(1, "80Gi", "h100")),
+    ]);
     claim(&mut d, "train-0", vec![with_selector(GPU, 1, &sel)]);
-    assert_eq!(types_of(&solve_with_devices(&inp, &d)), vec![vec!["gpu80".to_string()]]);
+    assert_eq!(
+        types_of(&solve_with_devices(&inp, &d)),
+        vec![vec!["gpu80".to_string()]]
+    );
     // Control: a selector without the attribute keeps the cheaper plain type.
     let mut d = dra(&[("gpu-plain", plain), ("gpu80", gpus(1, "80Gi", "h100"))]);
-    claim(&mut d, "train-0", vec![DeviceRequest::exactly("gpu", GPU, 1)]);
+    claim(
+        &mut d,
+        "train-0",
+        vec![DeviceRequest::exactly("gpu", GPU, 1)],
+    );
     assert_eq!(
         types_of(&solve_with_devices(&inp, &d))[0][0],
         "gpu-plain".to_string()
@@ -183,22 +223,49 @@ fn an_expression_that_cannot_be_evaluated_makes_the_pod_unplaceable() {
     ] {
         let mut d = dra(&[("gpu2", gpus(2, "40Gi", "a100"))]);
         claim(&mut d, "train-0", vec![with_selector(GPU, 1, expr)]);
-        claim(&mut d, "train-1", vec![DeviceRequest::exactly("gpu", GPU, 1)]);
+        claim(
+            &mut d,
+            "train-1",
+            vec![DeviceRequest::exactly("gpu", GPU, 1)],
+        );
         let out = solve_with_devices(&inp, &d);
-        assert_eq!(out.unschedulable.len(), 1, "{expr}: {:?}", out.unschedulable);
+        assert_eq!(
+            out.unschedulable.len(),
+            1,
+            "{expr}: {:?}",
+            out.unschedulable
+        );
         assert_eq!(out.unschedulable[0].pod.name, "train-0");
-        assert!(out.unschedulable[0].reason.contains(why), "{expr}: {}", out.unschedulable[0].reason);
+        assert!(
+            out.unschedulable[0].reason.contains(why),
+            "{expr}: {}",
+            out.unschedulable[0].reason
+        );
         // Control: the other pod, whose claim has no selector, is placed.
         assert_eq!(out.find("train-1"), Some(Ok(0)), "{expr}");
     }
     // A missing class or claim says so.
     let mut d = dra(&[("gpu2", gpus(2, "40Gi", "a100"))]);
-    claim(&mut d, "train-0", vec![DeviceRequest::exactly("gpu", "nope.example.com", 1)]);
+    claim(
+        &mut d,
+        "train-0",
+        vec![DeviceRequest::exactly("gpu", "nope.example.com", 1)],
+    );
     share(&mut d, "train-1", "missing");
     let out = solve_with_devices(&inp, &d);
-    let reasons: Vec<&str> = out.unschedulable.iter().map(|u| u.reason.as_str()).collect();
-    assert!(reasons[0].contains("device class nope.example.com does not exist"), "{reasons:?}");
-    assert!(reasons[1].contains("resourceclaim default/missing does not exist"), "{reasons:?}");
+    let reasons: Vec<&str> = out
+        .unschedulable
+        .iter()
+        .map(|u| u.reason.as_str())
+        .collect();
+    assert!(
+        reasons[0].contains("device class nope.example.com does not exist"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons[1].contains("resourceclaim default/missing does not exist"),
+        "{reasons:?}"
+    );
 }
 
 #[test]
@@ -233,7 +300,10 @@ fn two_gpu_nodes() -> (Input, Dra) {
         vec![NodePool::new("default", vec![it("gpu2", 8000, 32)])],
         pods("w", 1, 1000, 1024),
     );
-    inp.nodes = vec![node("n1", ZONES[0], 8000, 32), node("n2", ZONES[0], 8000, 32)];
+    inp.nodes = vec![
+        node("n1", ZONES[0], 8000, 32),
+        node("n2", ZONES[0], 8000, 32),
+    ];
     let mut d = dra(&[("gpu2", gpus(2, "40Gi", "a100"))]);
     for n in ["n1", "n2"] {
         let mut s = gpus(2, "40Gi", "a100");
@@ -265,7 +335,8 @@ fn allocated(node: &str, devices: &[&str]) -> ResourceClaim {
 #[test]
 fn an_allocated_claim_pins_its_pod_to_its_node() {
     let (inp, mut d) = two_gpu_nodes();
-    d.claims.insert(("default".into(), "c".into()), allocated("n2", &["gpu-0"]));
+    d.claims
+        .insert(("default".into(), "c".into()), allocated("n2", &["gpu-0"]));
     share(&mut d, "w-0", "c");
     let out = solve_with_devices(&inp, &d);
     assert_eq!(out.find("w-0"), Some(Err("n2")));
@@ -275,27 +346,47 @@ fn an_allocated_claim_pins_its_pod_to_its_node() {
     assert_eq!(solve_with_devices(&inp, &d).find("w-0"), Some(Err("n1")));
     // A claim allocated on a node that is gone: nowhere.
     let (inp, mut d) = two_gpu_nodes();
-    d.claims.insert(("default".into(), "c".into()), allocated("gone", &["gpu-0"]));
+    d.claims.insert(
+        ("default".into(), "c".into()),
+        allocated("gone", &["gpu-0"]),
+    );
     share(&mut d, "w-0", "c");
     let out = solve_with_devices(&inp, &d);
     assert!(out.new_node_claims.is_empty());
-    assert!(out.unschedulable[0].reason.contains("allocated on node gone"), "{out:?}");
+    assert!(
+        out.unschedulable[0]
+            .reason
+            .contains("allocated on node gone"),
+        "{out:?}"
+    );
 }
 
 #[test]
 fn devices_allocated_on_existing_nodes_are_taken() {
     // n1's two GPUs are held by a running pod's claim; n2 has one left.
     let (inp, mut d) = two_gpu_nodes();
-    d.claims.insert(("default".into(), "held1".into()), allocated("n1", &["gpu-0", "gpu-1"]));
-    d.claims.insert(("default".into(), "held2".into()), allocated("n2", &["gpu-1"]));
+    d.claims.insert(
+        ("default".into(), "held1".into()),
+        allocated("n1", &["gpu-0", "gpu-1"]),
+    );
+    d.claims.insert(
+        ("default".into(), "held2".into()),
+        allocated("n2", &["gpu-1"]),
+    );
     claim(&mut d, "w-0", vec![DeviceRequest::exactly("gpu", GPU, 2)]);
     let out = solve_with_devices(&inp, &d);
     assert!(out.existing.is_empty(), "{out:?}");
     assert_eq!(types_of(&out), vec![vec!["gpu2".to_string()]]);
     // Control: one GPU fits what n2 has left.
     let (inp, mut d) = two_gpu_nodes();
-    d.claims.insert(("default".into(), "held1".into()), allocated("n1", &["gpu-0", "gpu-1"]));
-    d.claims.insert(("default".into(), "held2".into()), allocated("n2", &["gpu-1"]));
+    d.claims.insert(
+        ("default".into(), "held1".into()),
+        allocated("n1", &["gpu-0", "gpu-1"]),
+    );
+    d.claims.insert(
+        ("default".into(), "held2".into()),
+        allocated("n2", &["gpu-1"]),
+    );
     claim(&mut d, "w-0", vec![DeviceRequest::exactly("gpu", GPU, 1)]);
     assert_eq!(solve_with_devices(&inp, &d).find("w-0"), Some(Err("n2")));
 }
@@ -316,13 +407,21 @@ fn first_available_takes_the_first_alternative_a_type_has() {
     };
     let mut d = dra(&[("gpu40", gpus(2, "40Gi", "a100"))]);
     claim(&mut d, "w-0", vec![req]);
-    assert_eq!(types_of(&solve_with_devices(&inp, &d)), vec![vec!["gpu40".to_string()]]);
+    assert_eq!(
+        types_of(&solve_with_devices(&inp, &d)),
+        vec![vec!["gpu40".to_string()]]
+    );
     // Control: the first alternative alone has no type.
     let mut d = dra(&[("gpu40", gpus(2, "40Gi", "a100"))]);
     claim(&mut d, "w-0", vec![with_selector(GPU, 1, &big)]);
     let out = solve_with_devices(&inp, &d);
     assert!(out.new_node_claims.is_empty());
-    assert!(out.unschedulable[0].reason.contains("matching its selectors"), "{out:?}");
+    assert!(
+        out.unschedulable[0]
+            .reason
+            .contains("matching its selectors"),
+        "{out:?}"
+    );
 }
 
 #[test]
@@ -355,10 +454,16 @@ fn match_attribute_needs_devices_with_one_value() {
     mixed[0].devices[1]
         .attributes
         .insert(format!("{GPU}/model"), Attribute::String("h100".into()));
-    let pool = NodePool::new("default", vec![it("gpu-mixed", 8000, 32), it("gpu-same", 16000, 64)]);
+    let pool = NodePool::new(
+        "default",
+        vec![it("gpu-mixed", 8000, 32), it("gpu-same", 16000, 64)],
+    );
     let inp = input(vec![pool], pods("w", 1, 1000, 1024));
     let claim_with = |constraints: Vec<Constraint>| {
-        let mut d = dra(&[("gpu-mixed", mixed.clone()), ("gpu-same", gpus(2, "40Gi", "a100"))]);
+        let mut d = dra(&[
+            ("gpu-mixed", mixed.clone()),
+            ("gpu-same", gpus(2, "40Gi", "a100")),
+        ]);
         claim(&mut d, "w-0", vec![DeviceRequest::exactly("gpu", GPU, 2)]);
         if let Some(c) = d.claims.values_mut().next() {
             c.constraints = constraints;
@@ -369,22 +474,35 @@ fn match_attribute_needs_devices_with_one_value() {
         requests: Vec::new(),
         kind: ConstraintKind::MatchAttribute(format!("{GPU}/model")),
     }]);
-    assert_eq!(types_of(&solve_with_devices(&inp, &same)), vec![vec!["gpu-same".to_string()]]);
+    assert_eq!(
+        types_of(&solve_with_devices(&inp, &same)),
+        vec![vec!["gpu-same".to_string()]]
+    );
     // Control: without the constraint the cheaper mixed type is first.
     let free = claim_with(Vec::new());
-    assert_eq!(types_of(&solve_with_devices(&inp, &free))[0][0], "gpu-mixed");
+    assert_eq!(
+        types_of(&solve_with_devices(&inp, &free))[0][0],
+        "gpu-mixed"
+    );
     // distinctAttribute: only the mixed type has two distinct models.
     let distinct = claim_with(vec![Constraint {
         requests: vec!["gpu".into()],
         kind: ConstraintKind::DistinctAttribute(format!("{GPU}/model")),
     }]);
-    assert_eq!(types_of(&solve_with_devices(&inp, &distinct)), vec![vec!["gpu-mixed".to_string()]]);
+    assert_eq!(
+        types_of(&solve_with_devices(&inp, &distinct)),
+        vec![vec!["gpu-mixed".to_string()]]
+    );
 }
 
 #[test]
 fn pods_without_claims_plan_as_without_dra() {
     let (inp, mut d) = cpu_and_gpu();
-    claim(&mut d, "someone-else", vec![DeviceRequest::exactly("gpu", GPU, 2)]);
+    claim(
+        &mut d,
+        "someone-else",
+        vec![DeviceRequest::exactly("gpu", GPU, 2)],
+    );
     assert_eq!(solve_with_devices(&inp, &d), solve(&inp));
     assert_eq!(
         solve_with_devices(&bench_workload::input(300), &d),
@@ -403,13 +521,21 @@ fn a_semver_attribute_compares_as_a_version() {
             .insert(format!("{GPU}/driverVersion"), Attribute::Version(v.into()));
         s
     };
-    let types = [("old", with_driver("1.9.0")), ("new", with_driver("1.10.0"))];
-    let sel = format!("device.attributes[\"{GPU}\"].driverVersion.isGreaterThan(semver(\"1.9.5\"))");
+    let types = [
+        ("old", with_driver("1.9.0")),
+        ("new", with_driver("1.10.0")),
+    ];
+    let sel =
+        format!("device.attributes[\"{GPU}\"].driverVersion.isGreaterThan(semver(\"1.9.5\"))");
     let mut d = dra(&types);
     claim(&mut d, "w-0", vec![with_selector(GPU, 1, &sel)]);
-    assert_eq!(types_of(&solve_with_devices(&inp, &d)), vec![vec!["new".to_string()]]);
+    assert_eq!(
+        types_of(&solve_with_devices(&inp, &d)),
+        vec![vec!["new".to_string()]]
+    );
     // Control: compared as strings "1.10.0" < "1.9.5"; as versions both exceed 1.0.0.
-    let sel = format!("device.attributes[\"{GPU}\"].driverVersion.compareTo(semver(\"1.0.0\")) > 0");
+    let sel =
+        format!("device.attributes[\"{GPU}\"].driverVersion.compareTo(semver(\"1.0.0\")) > 0");
     let mut d = dra(&types);
     claim(&mut d, "w-0", vec![with_selector(GPU, 1, &sel)]);
     assert_eq!(types_of(&solve_with_devices(&inp, &d))[0].len(), 2);

@@ -24,8 +24,8 @@
 
 mod catalog;
 pub mod count;
-pub mod devices;
 pub mod crd;
+pub mod devices;
 mod error;
 pub mod inventory;
 pub mod labels;

@@ -63,16 +63,27 @@ fn both_forms_declare_devices() {
     .concat();
     let cat = catalog(&yaml);
     assert!(cat.excluded.is_empty(), "{:?}", cat.excluded);
-    let copied = cat.get("copied").and_then(|t| t.devices.as_ref()).expect("copied");
+    let copied = cat
+        .get("copied")
+        .and_then(|t| t.devices.as_ref())
+        .expect("copied");
     assert_eq!(copied.source, DeviceSource::Declared);
     assert_eq!(copied.drivers(), vec!["gpu.example.com", "nic.example.com"]);
     let gpu = &copied.slices[0].devices[0];
     assert_eq!(gpu.name, "gpu-0");
-    let mem = gpu.capacity.as_ref().and_then(|c| c.get("memory")).expect("memory");
+    let mem = gpu
+        .capacity
+        .as_ref()
+        .and_then(|c| c.get("memory"))
+        .expect("memory");
     assert_eq!(mem.value.0, "80Gi");
 
     let ca = cat.get("ca").and_then(|t| t.devices.as_ref()).expect("ca");
-    let names: Vec<&str> = ca.slices[0].devices.iter().map(|d| d.name.as_str()).collect();
+    let names: Vec<&str> = ca.slices[0]
+        .devices
+        .iter()
+        .map(|d| d.name.as_str())
+        .collect();
     assert_eq!(names, ["gpu-0", "gpu-1", "gpu-2"]);
     let ty = ca.slices[0].devices[0]
         .attributes
@@ -92,7 +103,9 @@ fn both_forms_declare_devices() {
     assert_eq!(json["devices"]["source"], "Declared");
     assert_eq!(json["devices"]["slices"][0]["driver"], "gpu.example.com");
     assert_eq!(json["devices"]["slices"][0]["devices"][2]["name"], "gpu-2");
-    assert!(serde_json::to_value(cat.get("plain").expect("plain")).expect("json")["devices"].is_null());
+    assert!(
+        serde_json::to_value(cat.get("plain").expect("plain")).expect("json")["devices"].is_null()
+    );
 }
 
 #[test]
@@ -100,7 +113,9 @@ fn bad_device_annotations_exclude_the_template_naming_the_annotation() {
     let slices = |body: &str| {
         format!(
             "    karpenter.cluster.x-k8s.io/resource-slices: |\n{}",
-            body.lines().map(|l| format!("      {l}\n")).collect::<String>()
+            body.lines()
+                .map(|l| format!("      {l}\n"))
+                .collect::<String>()
         )
     };
     let cases: Vec<(String, &str, &str)> = vec![

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
+use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
-use kube::Client;
 use testbed::provider::{self, ProviderConfig, TestProvider, slice_name};
 use testbed::{Options, Testbed, wait_for};
 
@@ -84,7 +84,8 @@ async fn nodes_of_device_templates_publish_slices_and_claims_are_allocated() {
     .expect("node plain");
     let all = slices.list(&Default::default()).await.expect("slices");
     assert!(
-        all.iter().all(|s| s.spec.node_name.as_deref() != Some("plain")),
+        all.iter()
+            .all(|s| s.spec.node_name.as_deref() != Some("plain")),
         "no slice for a template without devices"
     );
 
@@ -132,7 +133,11 @@ async fn nodes_of_device_templates_publish_slices_and_claims_are_allocated() {
         ]
     );
     let three = pods.get("three").await.expect("pod three");
-    assert_eq!(three.spec.and_then(|s| s.node_name), None, "no node has 3 GPUs");
+    assert_eq!(
+        three.spec.and_then(|s| s.node_name),
+        None,
+        "no node has 3 GPUs"
+    );
 
     // Deleting the TestMachine deletes its Node and the slice.
     let machines = test_machines(&client, &cluster.namespace);

@@ -81,7 +81,9 @@ impl Environment {
             c.add_function("quantity", quantity_fn),
             c.add_function("isQuantity", |s: Arc<String>| Quantity::parse(&s).is_ok()),
             c.add_function("semver", semver_fn),
-            c.add_function("isSemver", |s: Arc<String>| semver::Version::parse(&s).is_ok()),
+            c.add_function("isSemver", |s: Arc<String>| {
+                semver::Version::parse(&s).is_ok()
+            }),
             c.add_function("compareTo", compare_to),
             c.add_function("isGreaterThan", |this: This<Value>, o: Value| {
                 compare_to(this, o).map(|c| c > 0)
@@ -267,7 +269,10 @@ fn compare_to(This(a): This<Value>, b: Value) -> Result<i64, ExecutionError> {
 fn as_integer(This(q): This<Value>) -> Result<i64, ExecutionError> {
     let q = quantity_of(&q, "asInteger")?;
     if !q.is_integer() {
-        return Err(ExecutionError::function_error("asInteger", "not an integer"));
+        return Err(ExecutionError::function_error(
+            "asInteger",
+            "not an integer",
+        ));
     }
     i64::try_from(q.units()).map_err(|_| ExecutionError::function_error("asInteger", "overflow"))
 }

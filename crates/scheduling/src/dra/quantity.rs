@@ -47,11 +47,15 @@ impl Quantity {
     }
 
     pub fn checked_add(self, other: Quantity) -> Option<Quantity> {
-        self.nanos.checked_add(other.nanos).map(|nanos| Quantity { nanos })
+        self.nanos
+            .checked_add(other.nanos)
+            .map(|nanos| Quantity { nanos })
     }
 
     pub fn checked_sub(self, other: Quantity) -> Option<Quantity> {
-        self.nanos.checked_sub(other.nanos).map(|nanos| Quantity { nanos })
+        self.nanos
+            .checked_sub(other.nanos)
+            .map(|nanos| Quantity { nanos })
     }
 
     /// Parses a Kubernetes quantity: a signed decimal, then a binary (`Ki`…`Ei`), decimal
@@ -133,7 +137,14 @@ impl fmt::Display for Quantity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.nanos % NANO == 0 {
             let units = self.nanos / NANO;
-            for (suffix, unit) in [("Ei", 60), ("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)] {
+            for (suffix, unit) in [
+                ("Ei", 60),
+                ("Pi", 50),
+                ("Ti", 40),
+                ("Gi", 30),
+                ("Mi", 20),
+                ("Ki", 10),
+            ] {
                 let u = 1i128 << unit;
                 if units != 0 && units % u == 0 {
                     return write!(f, "{}{suffix}", units / u);

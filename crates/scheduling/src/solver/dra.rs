@@ -241,7 +241,14 @@ struct Builder {
 
 impl Builder {
     /// A pending pod's claims, interned; `blocked` says why none can be allocated.
-    fn pod(&mut self, s: &mut Solver, pi: usize, keys: &[ClaimKey], dra: &Dra, env: &Environment) -> PodDra {
+    fn pod(
+        &mut self,
+        s: &mut Solver,
+        pi: usize,
+        keys: &[ClaimKey],
+        dra: &Dra,
+        env: &Environment,
+    ) -> PodDra {
         let mut pd = PodDra::default();
         for key in keys {
             let id = match self.claim(key, dra, env) {
@@ -300,10 +307,15 @@ impl Builder {
                         key.0, key.1, a.device_class
                     )
                 })?;
-                let selectors: Vec<String> =
-                    class.selectors.iter().chain(&a.selectors).cloned().collect();
+                let selectors: Vec<String> = class
+                    .selectors
+                    .iter()
+                    .chain(&a.selectors)
+                    .cloned()
+                    .collect();
                 for e in &selectors {
-                    env.compile(e).map_err(|e| format!("resourceclaim {}/{}: {e}", key.0, key.1))?;
+                    env.compile(e)
+                        .map_err(|e| format!("resourceclaim {}/{}: {e}", key.0, key.1))?;
                 }
                 if matches!(a.mode, AllocationMode::ExactCount(0)) {
                     return Err(format!(
@@ -607,7 +619,12 @@ impl Solver {
     }
 
     /// Allocates `claims` on source `src` with `taken` already used: the devices taken after.
-    fn allocate(&self, claims: &[u32], src: Option<u32>, taken: Option<&[bool]>) -> Result<Vec<bool>, Miss> {
+    fn allocate(
+        &self,
+        claims: &[u32],
+        src: Option<u32>,
+        taken: Option<&[bool]>,
+    ) -> Result<Vec<bool>, Miss> {
         let Some(state) = self.dra.as_deref() else {
             return Ok(Vec::new());
         };
@@ -616,7 +633,9 @@ impl Solver {
             .flat_map(|c| (0..state.st.claims[*c as usize].requests.len()).map(move |r| (*c, r)))
             .collect();
         let Some(src) = src else {
-            return Err(items.first().map_or(Miss::Pinned(0), |(c, r)| Miss::Request(*c, *r)));
+            return Err(items
+                .first()
+                .map_or(Miss::Pinned(0), |(c, r)| Miss::Request(*c, *r)));
         };
         let src = src as usize;
         let taken = taken.map_or_else(|| state.st.sources[src].taken.clone(), <[bool]>::to_vec);
@@ -646,8 +665,12 @@ impl Solver {
             return Ok(None);
         }
         let n = self.nodes[ni].dev.as_ref();
-        self.allocate(&claims, n.map(|d| d.source as u32), n.map(|d| d.taken.as_slice()))
-            .map(Some)
+        self.allocate(
+            &claims,
+            n.map(|d| d.source as u32),
+            n.map(|d| d.taken.as_slice()),
+        )
+        .map(Some)
     }
 
     /// Places pod `pi`'s claims on existing node `ni` (after [`Self::node_devices`] said yes).
@@ -737,7 +760,10 @@ impl Solver {
 
     /// Whether pod `pi` is blocked by its claims, and why.
     pub(super) fn dra_blocked(&self, pi: usize) -> Option<&str> {
-        self.pods[pi].dra.as_deref().and_then(|d| d.blocked.as_deref())
+        self.pods[pi]
+            .dra
+            .as_deref()
+            .and_then(|d| d.blocked.as_deref())
     }
 
     /// The failure of a request that no type could allocate.
@@ -758,7 +784,11 @@ impl Solver {
                     AllocationMode::ExactCount(n) => format!("{n} devices"),
                     AllocationMode::All => "all devices".to_string(),
                 };
-                let sel = if a.selective { " matching its selectors" } else { "" };
+                let sel = if a.selective {
+                    " matching its selectors"
+                } else {
+                    ""
+                };
                 format!("{n} of class {}{sel}", a.class)
             })
             .collect::<Vec<_>>()

@@ -375,10 +375,9 @@ fn pack_all(s: &mut Solver, input: &Input) -> Option<Unplaced> {
     let cpu = 0;
     let mem = 1;
     // Queue: cpu desc, memory desc, creation, uid.
-    let (mut queue, unplaceable): (Vec<usize>, Vec<usize>) =
-        (0..s.pods.len()).partition(|&pi| {
-            input.pods[s.pods[pi].input].unplaceable.is_none() && s.dra_blocked(pi).is_none()
-        });
+    let (mut queue, unplaceable): (Vec<usize>, Vec<usize>) = (0..s.pods.len()).partition(|&pi| {
+        input.pods[s.pods[pi].input].unplaceable.is_none() && s.dra_blocked(pi).is_none()
+    });
     queue.sort_by(|&a, &b| {
         let (pa, pb) = (&s.pods[a], &s.pods[b]);
         let (ia, ib) = (&input.pods[pa.input], &input.pods[pb.input]);

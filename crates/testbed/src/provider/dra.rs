@@ -84,8 +84,10 @@ async fn declared(ctx: &Ctx, machine: &DynamicObject) -> Result<Vec<api::dra::De
             annotations = t.annotations().clone();
         }
     }
-    Ok(api::dra::declared(&annotations).unwrap_or_else(|(key, error)| {
-        tracing::warn!(machine = %machine.name_any(), %error, "test provider: ignoring {key}");
-        Vec::new()
-    }))
+    Ok(
+        api::dra::declared(&annotations).unwrap_or_else(|(key, error)| {
+            tracing::warn!(machine = %machine.name_any(), %error, "test provider: ignoring {key}");
+            Vec::new()
+        }),
+    )
 }

@@ -82,9 +82,9 @@
 
 mod cluster;
 mod crds;
+mod dra;
 mod hosts;
 mod machine;
-mod dra;
 mod storage;
 
 use std::collections::BTreeMap;
@@ -238,12 +238,12 @@ pub use crds::{
     cluster_resource, crds, machine_resource, test_machine_resource, test_machine_template_resource,
 };
 use crds::{kubeadm_config_resource, test_cluster_resource, test_control_plane_resource};
+pub use dra::slice_name;
 pub use hosts::{
     BARE_METAL_HOST_KIND, METAL3_GROUP, METAL3_VERSION, NO_HOST_REASON, bare_metal_host_crd,
     bare_metal_host_resource,
 };
 use machine::{reconcile_kubeadm_config, reconcile_machine};
-pub use dra::slice_name;
 pub use storage::{
     PROVISIONED_BY_ANNOTATION, SELECTED_NODE_ANNOTATION, ZONAL_DRIVER, volume_name,
     zonal_storage_class,
