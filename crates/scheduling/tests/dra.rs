@@ -81,6 +81,27 @@ fn cpu_and_gpu() -> (Input, Dra) {
     )
 }
 
+/// A request `gpu` of `n` devices of class `GPU`, alone.
+fn gpu(n: u32) -> Vec<DeviceRequest> {
+    vec![DeviceRequest::exactly("gpu", GPU, n)]
+}
+
+/// The candidate types of each NodeClaim the plan of `inp` with `d` creates.
+fn plan(inp: &Input, d: &Dra) -> Vec<Vec<String>> {
+    types_of(&solve_with_devices(inp, d))
+}
+
+/// One NodeClaim of type `t` alone.
+fn one(t: &str) -> Vec<Vec<String>> {
+    vec![vec![t.to_string()]]
+}
+
+/// No NodeClaim, and the one pod's reason says `why`.
+fn assert_nowhere(out: &Output, why: &str) {
+    assert!(out.new_node_claims.is_empty(), "{out:?}");
+    assert!(out.unschedulable[0].reason.contains(why), "{out:?}");
+}
+
 fn types_of(out: &Output) -> Vec<Vec<String>> {
     out.new_node_claims
         .iter()
@@ -92,7 +113,7 @@ fn types_of(out: &Output) -> Vec<Vec<String>> {
 fn two_pods_claiming_two_gpus_each_get_a_gpu_node_each() {
     let (inp, mut d) = cpu_and_gpu();
     for p in ["train-0", "train-1"] {
-        claim(&mut d, p, vec![DeviceRequest::exactly("gpu", GPU, 2)]);
+        claim(&mut d, p, gpu(2));
     }
     let out = solve_with_devices(&inp, &d);
     assert!(out.unschedulable.is_empty(), "{:?}", out.unschedulable);
@@ -104,27 +125,16 @@ fn two_pods_claiming_two_gpus_each_get_a_gpu_node_each() {
     // And with claims of one GPU each, both fit one GPU node.
     let (inp, mut d) = cpu_and_gpu();
     for p in ["train-0", "train-1"] {
-        claim(&mut d, p, vec![DeviceRequest::exactly("gpu", GPU, 1)]);
+        claim(&mut d, p, gpu(1));
     }
-    assert_eq!(
-        types_of(&solve_with_devices(&inp, &d)),
-        vec![vec!["gpu2".to_string()]]
-    );
+    assert_eq!(plan(&inp, &d), one("gpu2"));
 }
 
 #[test]
 fn no_type_with_enough_devices_says_which_request() {
     let (inp, mut d) = cpu_and_gpu();
-    claim(
-        &mut d,
-        "train-0",
-        vec![DeviceRequest::exactly("gpu", GPU, 3)],
-    );
-    claim(
-        &mut d,
-        "train-1",
-        vec![DeviceRequest::exactly("gpu", GPU, 2)],
-    );
+    claim(&mut d, "train-0", gpu(3));
+    claim(&mut d, "train-1", gpu(2));
     let out = solve_with_devices(&inp, &d);
     assert_eq!(out.unschedulable.len(), 1, "{:?}", out.unschedulable);
     let u = &out.unschedulable[0];
@@ -137,7 +147,7 @@ fn no_type_with_enough_devices_says_which_request() {
     );
     assert!(matches!(u.failures[0].1, Failure::Devices { .. }));
     // Control: the pod asking for 2 got the GPU type.
-    assert_eq!(types_of(&out), vec![vec!["gpu2".to_string()]]);
+    assert_eq!(types_of(&out), one("gpu2"));
 }
 
 #[test]
@@ -155,25 +165,19 @@ fn a_capacity_selector_picks_the_type_whose_devices_match() {
         |q: &str| format!("device.capacity[\"{GPU}\"].memory.compareTo(quantity(\"{q}\")) >= 0");
     let mut d = dra(&types);
     claim(&mut d, "train-0", vec![with_selector(GPU, 1, &sel("60Gi"))]);
-    assert_eq!(
-        types_of(&solve_with_devices(&inp, &d)),
-        vec![vec!["gpu80".to_string()]]
-    );
+    assert_eq!(plan(&inp, &d), one("gpu80"));
     // Control: a selector both types meet keeps both, the cheaper first.
     let mut d = dra(&types);
     claim(&mut d, "train-0", vec![with_selector(GPU, 1, &sel("20Gi"))]);
     assert_eq!(
-        types_of(&solve_with_devices(&inp, &d)),
+        plan(&inp, &d),
         vec![vec!["gpu40".to_string(), "gpu80".to_string()]]
     );
     // An attribute selector, with the strings extension.
     let mut d = dra(&types);
     let model = format!("device.attributes[\"{GPU}\"].model.upperAscii() == \"H100\"");
     claim(&mut d, "train-0", vec![with_selector(GPU, 1, &model)]);
-    assert_eq!(
-        types_of(&solve_with_devices(&inp, &d)),
-        vec![vec!["gpu80".to_string()]]
-    );
+    assert_eq!(plan(&inp, &d), one("gpu80"));
 }
 
 #[test]
@@ -195,21 +199,11 @@ fn a_selector_on_an_attribute_a_type_lacks_rules_that_type_out() {
         ("gpu80", gpus(1, "80Gi", "h100")),
     ]);
     claim(&mut d, "train-0", vec![with_selector(GPU, 1, &sel)]);
-    assert_eq!(
-        types_of(&solve_with_devices(&inp, &d)),
-        vec![vec!["gpu80".to_string()]]
-    );
+    assert_eq!(plan(&inp, &d), one("gpu80"));
     // Control: a selector without the attribute keeps the cheaper plain type.
     let mut d = dra(&[("gpu-plain", plain), ("gpu80", gpus(1, "80Gi", "h100"))]);
-    claim(
-        &mut d,
-        "train-0",
-        vec![DeviceRequest::exactly("gpu", GPU, 1)],
-    );
-    assert_eq!(
-        types_of(&solve_with_devices(&inp, &d))[0][0],
-        "gpu-plain".to_string()
-    );
+    claim(&mut d, "train-0", gpu(1));
+    assert_eq!(plan(&inp, &d)[0][0], "gpu-plain".to_string());
 }
 
 #[test]
@@ -223,11 +217,7 @@ fn an_expression_that_cannot_be_evaluated_makes_the_pod_unplaceable() {
     ] {
         let mut d = dra(&[("gpu2", gpus(2, "40Gi", "a100"))]);
         claim(&mut d, "train-0", vec![with_selector(GPU, 1, expr)]);
-        claim(
-            &mut d,
-            "train-1",
-            vec![DeviceRequest::exactly("gpu", GPU, 1)],
-        );
+        claim(&mut d, "train-1", gpu(1));
         let out = solve_with_devices(&inp, &d);
         assert_eq!(
             out.unschedulable.len(),
@@ -276,7 +266,7 @@ fn pods_sharing_a_claim_go_to_one_node() {
     d.claims.insert(
         ("default".into(), "shared".into()),
         ResourceClaim {
-            requests: vec![DeviceRequest::exactly("gpu", GPU, 1)],
+            requests: gpu(1),
             ..ResourceClaim::default()
         },
     );
@@ -289,7 +279,7 @@ fn pods_sharing_a_claim_go_to_one_node() {
     // Control: a claim each, one GPU per node, three nodes.
     let mut d = dra(&[("gpu1", gpus(1, "40Gi", "a100"))]);
     for p in ["w-0", "w-1", "w-2"] {
-        claim(&mut d, p, vec![DeviceRequest::exactly("gpu", GPU, 1)]);
+        claim(&mut d, p, gpu(1));
     }
     assert_eq!(solve_with_devices(&inp, &d).new_node_claims.len(), 3);
 }
@@ -342,7 +332,7 @@ fn an_allocated_claim_pins_its_pod_to_its_node() {
     assert_eq!(out.find("w-0"), Some(Err("n2")));
     // Control: an unallocated claim goes to the first node.
     let (inp, mut d) = two_gpu_nodes();
-    claim(&mut d, "w-0", vec![DeviceRequest::exactly("gpu", GPU, 1)]);
+    claim(&mut d, "w-0", gpu(1));
     assert_eq!(solve_with_devices(&inp, &d).find("w-0"), Some(Err("n1")));
     // A claim allocated on a node that is gone: nowhere.
     let (inp, mut d) = two_gpu_nodes();
@@ -351,44 +341,29 @@ fn an_allocated_claim_pins_its_pod_to_its_node() {
         allocated("gone", &["gpu-0"]),
     );
     share(&mut d, "w-0", "c");
-    let out = solve_with_devices(&inp, &d);
-    assert!(out.new_node_claims.is_empty());
-    assert!(
-        out.unschedulable[0]
-            .reason
-            .contains("allocated on node gone"),
-        "{out:?}"
-    );
+    assert_nowhere(&solve_with_devices(&inp, &d), "allocated on node gone");
 }
 
 #[test]
 fn devices_allocated_on_existing_nodes_are_taken() {
     // n1's two GPUs are held by a running pod's claim; n2 has one left.
-    let (inp, mut d) = two_gpu_nodes();
-    d.claims.insert(
-        ("default".into(), "held1".into()),
-        allocated("n1", &["gpu-0", "gpu-1"]),
-    );
-    d.claims.insert(
-        ("default".into(), "held2".into()),
-        allocated("n2", &["gpu-1"]),
-    );
-    claim(&mut d, "w-0", vec![DeviceRequest::exactly("gpu", GPU, 2)]);
-    let out = solve_with_devices(&inp, &d);
+    let held = |n: u32| {
+        let (inp, mut d) = two_gpu_nodes();
+        for (claim, node, devices) in [
+            ("held1", "n1", &["gpu-0", "gpu-1"][..]),
+            ("held2", "n2", &["gpu-1"]),
+        ] {
+            d.claims
+                .insert(("default".into(), claim.into()), allocated(node, devices));
+        }
+        claim(&mut d, "w-0", gpu(n));
+        solve_with_devices(&inp, &d)
+    };
+    let out = held(2);
     assert!(out.existing.is_empty(), "{out:?}");
-    assert_eq!(types_of(&out), vec![vec!["gpu2".to_string()]]);
+    assert_eq!(types_of(&out), one("gpu2"));
     // Control: one GPU fits what n2 has left.
-    let (inp, mut d) = two_gpu_nodes();
-    d.claims.insert(
-        ("default".into(), "held1".into()),
-        allocated("n1", &["gpu-0", "gpu-1"]),
-    );
-    d.claims.insert(
-        ("default".into(), "held2".into()),
-        allocated("n2", &["gpu-1"]),
-    );
-    claim(&mut d, "w-0", vec![DeviceRequest::exactly("gpu", GPU, 1)]);
-    assert_eq!(solve_with_devices(&inp, &d).find("w-0"), Some(Err("n2")));
+    assert_eq!(held(1).find("w-0"), Some(Err("n2")));
 }
 
 #[test]
@@ -407,21 +382,11 @@ fn first_available_takes_the_first_alternative_a_type_has() {
     };
     let mut d = dra(&[("gpu40", gpus(2, "40Gi", "a100"))]);
     claim(&mut d, "w-0", vec![req]);
-    assert_eq!(
-        types_of(&solve_with_devices(&inp, &d)),
-        vec![vec!["gpu40".to_string()]]
-    );
+    assert_eq!(plan(&inp, &d), one("gpu40"));
     // Control: the first alternative alone has no type.
     let mut d = dra(&[("gpu40", gpus(2, "40Gi", "a100"))]);
     claim(&mut d, "w-0", vec![with_selector(GPU, 1, &big)]);
-    let out = solve_with_devices(&inp, &d);
-    assert!(out.new_node_claims.is_empty());
-    assert!(
-        out.unschedulable[0]
-            .reason
-            .contains("matching its selectors"),
-        "{out:?}"
-    );
+    assert_nowhere(&solve_with_devices(&inp, &d), "matching its selectors");
 }
 
 #[test]
@@ -437,13 +402,13 @@ fn all_mode_takes_every_matching_device() {
     };
     let mut d = dra(&[("gpu4", gpus(4, "40Gi", "a100"))]);
     claim(&mut d, "w-0", vec![all.clone()]);
-    claim(&mut d, "w-1", vec![DeviceRequest::exactly("gpu", GPU, 1)]);
+    claim(&mut d, "w-1", gpu(1));
     // w-0 takes all four: w-1 needs a node of its own.
     assert_eq!(solve_with_devices(&inp, &d).new_node_claims.len(), 2);
     // Control: with one device each, both share a node.
     let mut d = dra(&[("gpu4", gpus(4, "40Gi", "a100"))]);
-    claim(&mut d, "w-0", vec![DeviceRequest::exactly("gpu", GPU, 1)]);
-    claim(&mut d, "w-1", vec![DeviceRequest::exactly("gpu", GPU, 1)]);
+    claim(&mut d, "w-0", gpu(1));
+    claim(&mut d, "w-1", gpu(1));
     assert_eq!(solve_with_devices(&inp, &d).new_node_claims.len(), 1);
 }
 
@@ -464,7 +429,7 @@ fn match_attribute_needs_devices_with_one_value() {
             ("gpu-mixed", mixed.clone()),
             ("gpu-same", gpus(2, "40Gi", "a100")),
         ]);
-        claim(&mut d, "w-0", vec![DeviceRequest::exactly("gpu", GPU, 2)]);
+        claim(&mut d, "w-0", gpu(2));
         if let Some(c) = d.claims.values_mut().next() {
             c.constraints = constraints;
         }
@@ -474,35 +439,22 @@ fn match_attribute_needs_devices_with_one_value() {
         requests: Vec::new(),
         kind: ConstraintKind::MatchAttribute(format!("{GPU}/model")),
     }]);
-    assert_eq!(
-        types_of(&solve_with_devices(&inp, &same)),
-        vec![vec!["gpu-same".to_string()]]
-    );
+    assert_eq!(plan(&inp, &same), one("gpu-same"));
     // Control: without the constraint the cheaper mixed type is first.
     let free = claim_with(Vec::new());
-    assert_eq!(
-        types_of(&solve_with_devices(&inp, &free))[0][0],
-        "gpu-mixed"
-    );
+    assert_eq!(plan(&inp, &free)[0][0], "gpu-mixed");
     // distinctAttribute: only the mixed type has two distinct models.
     let distinct = claim_with(vec![Constraint {
         requests: vec!["gpu".into()],
         kind: ConstraintKind::DistinctAttribute(format!("{GPU}/model")),
     }]);
-    assert_eq!(
-        types_of(&solve_with_devices(&inp, &distinct)),
-        vec![vec!["gpu-mixed".to_string()]]
-    );
+    assert_eq!(plan(&inp, &distinct), one("gpu-mixed"));
 }
 
 #[test]
 fn pods_without_claims_plan_as_without_dra() {
     let (inp, mut d) = cpu_and_gpu();
-    claim(
-        &mut d,
-        "someone-else",
-        vec![DeviceRequest::exactly("gpu", GPU, 2)],
-    );
+    claim(&mut d, "someone-else", gpu(2));
     assert_eq!(solve_with_devices(&inp, &d), solve(&inp));
     assert_eq!(
         solve_with_devices(&bench_workload::input(300), &d),
@@ -529,14 +481,11 @@ fn a_semver_attribute_compares_as_a_version() {
         format!("device.attributes[\"{GPU}\"].driverVersion.isGreaterThan(semver(\"1.9.5\"))");
     let mut d = dra(&types);
     claim(&mut d, "w-0", vec![with_selector(GPU, 1, &sel)]);
-    assert_eq!(
-        types_of(&solve_with_devices(&inp, &d)),
-        vec![vec!["new".to_string()]]
-    );
+    assert_eq!(plan(&inp, &d), one("new"));
     // Control: compared as strings "1.10.0" < "1.9.5"; as versions both exceed 1.0.0.
     let sel =
         format!("device.attributes[\"{GPU}\"].driverVersion.compareTo(semver(\"1.0.0\")) > 0");
     let mut d = dra(&types);
     claim(&mut d, "w-0", vec![with_selector(GPU, 1, &sel)]);
-    assert_eq!(types_of(&solve_with_devices(&inp, &d))[0].len(), 2);
+    assert_eq!(plan(&inp, &d)[0].len(), 2);
 }

@@ -120,18 +120,11 @@ async fn nodes_of_device_templates_publish_slices_and_claims_are_allocated() {
         .and_then(|a| a.devices)
         .and_then(|d| d.results)
         .expect("claim two allocated");
-    let mut devices: Vec<(String, String)> = results
+    let devices: std::collections::BTreeSet<(&str, &str)> = results
         .iter()
-        .map(|r| (r.pool.clone(), r.device.clone()))
+        .map(|r| (r.pool.as_str(), r.device.as_str()))
         .collect();
-    devices.sort();
-    assert_eq!(
-        devices,
-        [
-            ("gpus".to_string(), "gpu-0".to_string()),
-            ("gpus".to_string(), "gpu-1".to_string())
-        ]
-    );
+    assert_eq!(devices, [("gpus", "gpu-0"), ("gpus", "gpu-1")].into());
     let three = pods.get("three").await.expect("pod three");
     assert_eq!(
         three.spec.and_then(|s| s.node_name),
@@ -198,38 +191,8 @@ spec:
     )
 }
 
-/// A template `name` with `annotations` (one flow-map body), a TestMachine cloned from it by
-/// hand and an orphan Machine (as in tests/storage.rs).
+/// A template `name` with `annotations` (one flow-map body) and its Machine, in zone-a.
 fn machine(cluster: &str, name: &str, annotations: &str) -> String {
     let spec = r#"{instanceType: test.gpu, capacity: {cpu: "4", memory: 16Gi, pods: "110"}}"#;
-    format!(
-        r#"apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
-kind: TestMachineTemplate
-metadata:
-  name: {name}
-  annotations: {{{annotations}}}
-spec: {{template: {{spec: {spec}}}}}
----
-apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
-kind: TestMachine
-metadata:
-  name: {name}
-  labels: {{cluster.x-k8s.io/cluster-name: {cluster}}}
-  annotations: {{cluster.x-k8s.io/cloned-from-name: {name}}}
-spec: {spec}
----
-apiVersion: cluster.x-k8s.io/v1beta2
-kind: Machine
-metadata:
-  name: {name}
-  labels: {{cluster.x-k8s.io/cluster-name: {cluster}}}
-spec:
-  clusterName: {cluster}
-  version: v1.36.3
-  bootstrap: {{dataSecretName: none}}
-  infrastructureRef: {{apiGroup: infrastructure.cluster.x-k8s.io, kind: TestMachine, name: {name}}}
-  failureDomain: zone-a
----
-"#
-    )
+    provider::orphan_machine_yaml(cluster, (name, name), annotations, spec, "zone-a")
 }

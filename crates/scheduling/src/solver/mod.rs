@@ -11,6 +11,7 @@
 //! [`pod::PodData::relax`]) and count against per-driver attach limits of existing nodes and
 //! of the instance types a planned NodeClaim keeps (see [`volumes`]).
 
+mod allocate;
 mod build;
 mod dra;
 mod groups;

@@ -141,26 +141,14 @@ impl Solver {
         pod: &PodData,
         plan: &TopoPlan,
     ) -> Result<ClaimUpdate, Why> {
-        if let Some(hp) = pod.host_ports_conflict(ports) {
-            return Err(Why::HostPort(hp));
-        }
-        self.host_ok(plan, slot)?;
-        reqs.compatible(&pod.reqs, |k| self.allow_undefined(k))
-            .map_err(|e| Why::Requirements(incompat_key(e)))?;
-        self.rules_possible(plan, reqs, &pod.reqs)?;
+        self.claim_prechecks(reqs, ports, slot, pod, plan)?;
         let p = &self.pools[pool];
         let new_reqs = self.claim_reqs(pool, reqs, cands, used, pod, plan)?;
         let new_used: Vec<i64> = used.iter().zip(&pod.requests).map(|(a, b)| a + b).collect();
         let mut out = BitSet::new(p.types.len());
         let mut max_free = vec![i64::MIN; new_used.len()];
         let mut miss = Misses::default();
-        // The pod's claims still to allocate (none: no device to find).
-        let claims = match pod.dra {
-            Some(_) => self.claim_devices_needed(pod, slot)?,
-            None => Vec::new(),
-        };
-        let mut dev: Option<Box<super::dra::Planned>> = None;
-        let fresh = pod.dra.as_deref().and_then(|d| d.fresh(pool));
+        let mut devices = self.claim_devices(pod, pool, slot, planned)?;
         // Per driver of the pod's volumes, the claim's distinct volumes with them.
         let vol_counts = if pod.vols.is_empty() {
             Vec::new()
@@ -205,22 +193,9 @@ impl Solver {
                 miss.vol_limited.get_or_insert(d);
                 continue;
             }
-            if !claims.is_empty() {
-                if td.dev.is_none() || fresh.is_some_and(|ok| !ok.contains(t)) {
-                    miss.devices.get_or_insert(Why::Devices(claims[0], 0));
-                    continue;
-                }
-                match self.type_devices(pool, t, &claims, planned) {
-                    Ok(taken) => super::dra::record(
-                        dev.get_or_insert_with(|| Box::new(planned.cloned().unwrap_or_default())),
-                        t,
-                        taken,
-                    ),
-                    Err(w) => {
-                        miss.devices.get_or_insert(w);
-                        continue;
-                    }
-                }
+            if let Err(w) = devices.take(self, pool, t) {
+                miss.devices.get_or_insert(w);
+                continue;
             }
             out.insert(t);
             for (m, (a, u)) in max_free.iter_mut().zip(td.usable.iter().zip(&new_used)) {
@@ -242,7 +217,7 @@ impl Solver {
                 a.add(&pod.vols, &self.vol_driver);
                 a
             }),
-            dev,
+            dev: devices.planned(),
         })
     }
 

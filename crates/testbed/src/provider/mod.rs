@@ -233,7 +233,7 @@ impl std::fmt::Debug for ProviderConfig {
     }
 }
 
-pub use cluster::{CapiCluster, ClusterSetup, create_cluster, setup_cluster};
+pub use cluster::{CapiCluster, ClusterSetup, create_cluster, orphan_machine_yaml, setup_cluster};
 pub use crds::{
     cluster_resource, crds, machine_resource, test_machine_resource, test_machine_template_resource,
 };
