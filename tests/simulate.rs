@@ -938,3 +938,65 @@ fn volumes_example_places_pods_by_their_volumes() {
     let claims = plan["nodeClaims"].as_array().expect("nodeClaims");
     assert!(logs_per_claim(claims).iter().any(|n| *n > 4), "{plan:#}");
 }
+
+/// Issue 37's case (`examples/dra/`): two pods claiming two GPUs each through a
+/// ResourceClaimTemplate get a NodeClaim each of the GPU template (Cluster Autoscaler's
+/// dra-driver + gpu-count), and a claim selecting 60Gi GPUs gets the template whose
+/// resource-slices annotation declares them. The DRA objects are read, not ignored.
+#[test]
+fn dra_example_puts_claiming_pods_on_templates_with_their_devices() {
+    let types_of = |plan: &Value, pod: &str| -> Vec<String> {
+        plan["nodeClaims"]
+            .as_array()
+            .expect("nodeClaims")
+            .iter()
+            .filter(|c| strs(&c["pods"]).contains(&pod))
+            .map(|c| c["instanceType"].as_str().expect("type").to_string())
+            .collect()
+    };
+    let out = simulate(&["-f", "examples/dra/", "-o", "json"], None);
+    let plan: Value = serde_json::from_str(&stdout(&out)).expect("JSON plan");
+    assert_eq!(plan["ignored"], serde_json::json!([]), "{plan:#}");
+    assert_eq!(plan["unplaceable"], serde_json::json!([]), "{plan:#}");
+    assert_eq!(types_of(&plan, "ml/train-0"), ["gpu-2x"], "{plan:#}");
+    assert_eq!(types_of(&plan, "ml/train-1"), ["gpu-2x"], "{plan:#}");
+    assert_eq!(types_of(&plan, "ml/big"), ["a100-80g"], "{plan:#}");
+    assert_eq!(plan["total"]["nodeClaims"], 3, "{plan:#}");
+
+    // `instance-types` shows each template's devices and their source.
+    let listed = Command::new(env!("CARGO_BIN_EXE_karpenter-capi"))
+        .args(["instance-types", "-f", "examples/dra/", "-o", "json"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run instance-types");
+    let reports: Value = serde_json::from_str(&stdout(&listed)).expect("JSON");
+    let types = reports[0]["catalog"]["instanceTypes"]
+        .as_array()
+        .expect("types");
+    let devices = |name: &str| {
+        types
+            .iter()
+            .find(|t| t["name"] == name)
+            .map(|t| t["devices"].clone())
+            .expect("type")
+    };
+    assert_eq!(devices("gpu-2x")["source"], "Declared");
+    assert_eq!(
+        devices("gpu-2x")["slices"][0]["devices"][1]["name"],
+        "gpu-1"
+    );
+    assert_eq!(
+        devices("a100-80g")["slices"][0]["devices"][0]["capacity"]["memory"]["value"],
+        "80Gi"
+    );
+    assert!(devices("cpu-8c").is_null());
+
+    // The positive control: without their claims the pods share the cheap CPU template.
+    let text = std::fs::read_to_string("examples/dra/00-snapshot.yaml").expect("example");
+    let unclaimed = text.replace("resourceClaims:", "x-resourceClaims:");
+    assert_ne!(unclaimed, text);
+    let out = simulate(&["-f", "-", "-o", "json"], Some(&unclaimed));
+    let plan: Value = serde_json::from_str(&stdout(&out)).expect("JSON plan");
+    assert_eq!(types_of(&plan, "ml/train-0"), ["cpu-8c"], "{plan:#}");
+    assert_eq!(plan["total"]["nodeClaims"], 1, "{plan:#}");
+}

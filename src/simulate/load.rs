@@ -141,6 +141,24 @@ fn read_object(out: &mut Loaded, doc: &Doc, group: &str, mut obj: Value) -> Resu
             require_object(doc)?;
             out.state.csinodes.push(Arc::new(typed(doc, obj)?));
         }
+        ("resource.k8s.io", "DeviceClass") => {
+            require_object(doc)?;
+            out.dra.classes.push(typed(doc, obj)?);
+        }
+        ("resource.k8s.io", "ResourceClaim") => {
+            require_object(doc)?;
+            obj["metadata"]["namespace"] = json!(doc.ns());
+            out.dra.claims.push(typed(doc, obj)?);
+        }
+        ("resource.k8s.io", "ResourceClaimTemplate") => {
+            require_object(doc)?;
+            obj["metadata"]["namespace"] = json!(doc.ns());
+            out.dra.templates.push(typed(doc, obj)?);
+        }
+        ("resource.k8s.io", "ResourceSlice") => {
+            require_object(doc)?;
+            out.dra.slices.push(typed(doc, obj)?);
+        }
         _ => return Ok(false),
     }
     Ok(true)

@@ -63,6 +63,9 @@ pub struct Loaded {
     pub pending: Vec<Arc<Pod>>,
     /// NodeOverlays, applied to the catalogs as the operator applies them.
     pub overlays: Vec<api::NodeOverlay>,
+    /// DeviceClasses, ResourceClaims, ResourceClaimTemplates and ResourceSlices: what pods'
+    /// claims ask for and what nodes publish.
+    pub dra: DraObjects,
     /// `Kind namespace/name` of the objects the simulation does not read.
     pub ignored: Vec<String>,
     /// Objects of other kinds, as given: the hosts a NodeClass's inventory counts are
@@ -70,6 +73,26 @@ pub struct Loaded {
     pub others: Vec<kube::api::DynamicObject>,
     /// Problems with the snapshot that do not stop the simulation.
     pub warnings: Vec<String>,
+}
+
+/// The snapshot's Dynamic Resource Allocation objects (`resource.k8s.io/v1`).
+#[derive(Debug, Default)]
+pub struct DraObjects {
+    pub classes: Vec<k8s_openapi::api::resource::v1::DeviceClass>,
+    pub claims: Vec<k8s_openapi::api::resource::v1::ResourceClaim>,
+    pub templates: Vec<k8s_openapi::api::resource::v1::ResourceClaimTemplate>,
+    pub slices: Vec<k8s_openapi::api::resource::v1::ResourceSlice>,
+}
+
+impl DraObjects {
+    pub fn objects(&self) -> devices::Objects<'_> {
+        devices::Objects {
+            classes: &self.classes,
+            claims: &self.claims,
+            templates: &self.templates,
+            slices: &self.slices,
+        }
+    }
 }
 
 /// Reads one YAML text; `path` names it in errors.

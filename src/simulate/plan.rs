@@ -170,7 +170,12 @@ pub fn plan(loaded: &Loaded) -> Plan {
     warn_bound_elsewhere(loaded, &snap.input, &mut warnings);
     let mut seen = HashSet::new();
     warnings.retain(|w| seen.insert(w.clone()));
-    let output = scheduling::solve(&snap.input);
+    let dra = devices::dra(
+        loaded.dra.objects(),
+        loaded.pending.iter().map(AsRef::as_ref),
+        catalogs.values().flat_map(|c| c.instance_types.iter()),
+    );
+    let output = scheduling::solve_with_devices(&snap.input, &dra);
     let mut node_claims = planned_node_claims(loaded, &catalogs, &output);
     let static_claims = super::static_pools::planned(&cluster, &catalogs, &mut warnings);
     node_claims.extend(

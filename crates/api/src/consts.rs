@@ -202,6 +202,12 @@ pub mod annotations {
     /// `driver=limit,…`: the CSI drivers the template's nodes run and their attach limits
     /// (`0`: no limit); parsed in the `csi` module.
     pub const CA_CSI_DRIVER: &str = "capacity.cluster-autoscaler.kubernetes.io/csi-driver";
+    /// A DRA driver: with `…/gpu-count`, the template's nodes publish that many devices
+    /// `gpu-0…` of this driver (Cluster Autoscaler's synthetic ResourceSlice).
+    pub const CA_DRA_DRIVER: &str = "capacity.cluster-autoscaler.kubernetes.io/dra-driver";
+    /// The devices the template's nodes publish, as ResourceSlices (YAML): what
+    /// `kubectl get resourceslices -o yaml` shows for a running node, or its slices' `spec`s.
+    pub const RESOURCE_SLICES: &str = "karpenter.cluster.x-k8s.io/resource-slices";
     /// cluster-autoscaler's node-group maximum size, honoured on templates as a count source.
     pub const CA_NODE_GROUP_MAX_SIZE: &str =
         "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size";

@@ -10,6 +10,8 @@
 //! - [`crds`]: rendering CRDs as installed (the provider crates add their NodeClass).
 //! - [`schema`]: schema fragments schemars cannot derive.
 //! - [`csi`]: Cluster Autoscaler's `…/csi-driver` annotation (CSI drivers and attach limits).
+//! - [`dra`]: the devices a template declares (resource-slices, or Cluster Autoscaler's
+//!   dra-driver with gpu-count).
 //! - [`duration`]: Go durations as the API writes them.
 //! - [`hash`]: FNV-1a, stable across releases.
 
@@ -17,6 +19,7 @@ pub mod conditions;
 pub mod consts;
 pub mod crds;
 pub mod csi;
+pub mod dra;
 pub mod duration;
 pub mod hash;
 // The `KubeSchema` derive copies a struct, `pub` included, into a private helper and strips

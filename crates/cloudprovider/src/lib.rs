@@ -14,7 +14,10 @@ pub mod quantity;
 pub mod resize;
 
 pub use instance_types::InstanceTypes;
-pub use model::{InstanceType, Offering, OfferingCount, PriceSource, Resources};
+pub use model::{
+    DeviceSlice, DeviceSource, Devices, InstanceType, Offering, OfferingCount, PriceSource,
+    Resources,
+};
 pub use provider::{
     CloudProvider, Created, Deletion, Drift, Error, Instance, Intent, NodeClassKind, RepairPolicy,
     Retry, Timeouts, Unhealthy,

@@ -258,6 +258,10 @@ pub struct InstanceType {
     /// says (Karpenter's `VolumeAttachmentLimits`); a driver not listed is unlimited.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub volume_limits: BTreeMap<String, u32>,
+    /// The devices (Dynamic Resource Allocation) a node of this type publishes, and where
+    /// that is known from; `None`: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub devices: Option<Devices>,
 }
 
 impl InstanceType {
@@ -277,6 +281,52 @@ impl InstanceType {
         self.offerings
             .iter()
             .find(|o| o.labels().iter().all(|(k, v)| node.get(k) == Some(v)))
+    }
+}
+
+/// The ResourceSlices a node of an instance type publishes (Karpenter's `DynamicResources`:
+/// its `ResourceSliceTemplates`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Devices {
+    pub source: DeviceSource,
+    pub slices: Vec<DeviceSlice>,
+}
+
+/// Where an instance type's devices are known from, in order of precedence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum DeviceSource {
+    /// What a node of the type published once it ran.
+    Learned,
+    /// What the provider was told (for Cluster API: the template's annotations).
+    Declared,
+}
+
+/// One ResourceSlice of a node: a driver's devices, in the pool named after the node.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceSlice {
+    pub driver: String,
+    /// As in a ResourceSlice's `spec.devices` (name, attributes, capacity).
+    pub devices: Vec<k8s_openapi::api::resource::v1::Device>,
+}
+
+impl Devices {
+    /// The drivers, sorted, each once.
+    pub fn drivers(&self) -> Vec<&str> {
+        let mut d: Vec<&str> = self.slices.iter().map(|s| s.driver.as_str()).collect();
+        d.sort_unstable();
+        d.dedup();
+        d
+    }
+
+    /// How many devices each driver publishes.
+    pub fn counts(&self) -> BTreeMap<&str, usize> {
+        let mut out = BTreeMap::new();
+        for s in &self.slices {
+            *out.entry(s.driver.as_str()).or_insert(0) += s.devices.len();
+        }
+        out
     }
 }
 
@@ -311,6 +361,7 @@ mod tests {
     fn a_node_finds_its_offering_by_zone_and_capacity_type() {
         let it = InstanceType {
             volume_limits: Default::default(),
+            devices: None,
             name: "m".into(),
             capacity: Resources::default(),
             allocatable: Resources::default(),

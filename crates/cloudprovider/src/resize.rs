@@ -274,6 +274,7 @@ impl ResizableGroup {
                 offerings: vec![o],
                 capacity_overlaid: false,
                 volume_limits: Default::default(),
+                devices: None,
             })
         };
         ResizableGroup::new(base.to_string(), spec, Arc::new(make))

@@ -219,6 +219,7 @@ mod tests {
             name: template.into(),
         };
         Catalog::of(vec![InstanceType {
+            devices: None,
             volume_limits: Default::default(),
             name: "small".into(),
             capacity: Resources::default(),

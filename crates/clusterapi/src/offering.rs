@@ -186,6 +186,7 @@ mod tests {
             name: format!("{name}-tpl"),
         };
         InstanceType {
+            devices: None,
             volume_limits: Default::default(),
             name: name.into(),
             capacity: Resources(BTreeMap::from([("cpu".into(), cpu * 1000)])),

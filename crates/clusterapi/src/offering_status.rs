@@ -157,6 +157,7 @@ mod tests {
         Catalog {
             limits: [(template.id(), limits)].into(),
             ..Catalog::of(vec![InstanceType {
+                devices: None,
                 volume_limits: Default::default(),
                 name: "metal".into(),
                 capacity: Default::default(),

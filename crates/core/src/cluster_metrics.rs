@@ -446,6 +446,7 @@ mod tests {
         };
         let catalog = Arc::new(cloudprovider::InstanceTypes {
             instance_types: vec![cloudprovider::InstanceType {
+                devices: None,
                 volume_limits: Default::default(),
                 name: "small".into(),
                 capacity: Default::default(),

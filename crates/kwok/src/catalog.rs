@@ -50,6 +50,7 @@ pub(crate) fn to_catalog(types: &[InstanceType], nodeclass: &str) -> InstanceTyp
             }
             model::InstanceType {
                 volume_limits: it.volume_limits.clone(),
+                devices: None,
                 name: it.name.clone(),
                 capacity: it.capacity.clone(),
                 allocatable: it.allocatable.clone(),

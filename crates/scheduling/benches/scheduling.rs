@@ -10,7 +10,8 @@
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use scheduling::bench_workload::{SIZES, input, input_with_volumes};
+use scheduling::bench_workload::{SIZES, input, input_with_devices, input_with_volumes};
+use scheduling::dra::Dra;
 
 fn bench(c: &mut Criterion) {
     let quick = std::env::var("BENCH_QUICK").is_ok_and(|v| v == "1");
@@ -129,8 +130,34 @@ fn bench_resizable(c: &mut Criterion) {
 /// zone by a bound volume and attaching one CSI volume, every type limited to 27), at 1000 and
 /// 5000 pods (1000 quick).
 fn bench_volumes(c: &mut Criterion) {
+    side_by_side(c, "solve_volumes", |n| {
+        vec![
+            ("plain", input(n), Dra::default()),
+            ("volumes", input_with_volumes(n), Dra::default()),
+        ]
+    });
+}
+
+/// The same pods with and without ResourceClaims (`input_with_devices`: every fourth type
+/// publishes GPUs, 20 % of the pods claim one), at 1000 and 5000 pods (1000 quick).
+fn bench_devices(c: &mut Criterion) {
+    side_by_side(c, "solve_devices", |n| {
+        let (inp, dra) = input_with_devices(n);
+        let mut plain = dra.clone();
+        plain.claims.clear();
+        plain.pod_claims.clear();
+        vec![("plain", inp.clone(), plain), ("claims", inp, dra)]
+    });
+}
+
+/// Benchmarks the cases `cases(n)` gives side by side, at 1000 and 5000 pods (1000 quick).
+fn side_by_side(
+    c: &mut Criterion,
+    name: &str,
+    cases: impl Fn(usize) -> Vec<(&'static str, scheduling::Input, Dra)>,
+) {
     let quick = std::env::var("BENCH_QUICK").is_ok_and(|v| v == "1");
-    let mut group = c.benchmark_group("solve_volumes");
+    let mut group = c.benchmark_group(name);
     group.sample_size(10);
     if quick {
         group.warm_up_time(Duration::from_millis(200));
@@ -138,22 +165,28 @@ fn bench_volumes(c: &mut Criterion) {
     }
     let sizes: &[usize] = if quick { &[1000] } else { &[1000, 5000] };
     for &n in sizes {
-        for (name, inp) in [("plain", input(n)), ("volumes", input_with_volumes(n))] {
-            let out = scheduling::solve(&inp);
+        for (case, inp, dra) in cases(n) {
+            let out = scheduling::solve_with_devices(&inp, &dra);
             let placed: usize = out.new_node_claims.iter().map(|c| c.pods.len()).sum();
             println!(
-                "solve_volumes/{name}/{n}: nodes={} pods_placed={placed} unschedulable={}",
+                "{name}/{case}/{n}: nodes={} pods_placed={placed} unschedulable={}",
                 out.new_node_claims.len(),
                 out.unschedulable.len()
             );
             group.throughput(Throughput::Elements(n as u64));
-            group.bench_with_input(BenchmarkId::new(name, n), &inp, |b, inp| {
-                b.iter(|| scheduling::solve(std::hint::black_box(inp)))
+            group.bench_with_input(BenchmarkId::new(case, n), &(&inp, &dra), |b, (inp, dra)| {
+                b.iter(|| scheduling::solve_with_devices(std::hint::black_box(inp), dra))
             });
         }
     }
     group.finish();
 }
 
-criterion_group!(benches, bench, bench_resizable, bench_volumes);
+criterion_group!(
+    benches,
+    bench,
+    bench_resizable,
+    bench_volumes,
+    bench_devices
+);
 criterion_main!(benches);

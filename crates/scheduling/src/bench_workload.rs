@@ -242,3 +242,67 @@ pub fn input_with_volumes(pods: usize) -> Input {
     }
     inp
 }
+
+/// The driver (and device class) of [`input_with_devices`].
+pub const BENCH_GPU_DRIVER: &str = "gpu.bench.example.com";
+
+/// [`input`] over mixed GPU and CPU instance types, with 20 % of the pods claiming GPUs: every
+/// fourth type's nodes publish 1 to 8 GPUs (alternately 40Gi and 80Gi of memory), and every
+/// fifth pod has a claim of its own (as from a ResourceClaimTemplate) for one GPU of class
+/// [`BENCH_GPU_DRIVER`], every other one of them with a request selector on 80Gi of memory.
+/// The same pods without claims are `(input(pods), Dra with the types' devices only)`.
+pub fn input_with_devices(pods: usize) -> (Input, crate::dra::Dra) {
+    use crate::dra::{Device, DeviceClass, DeviceRequest, Dra, Quantity, ResourceClaim, Slice};
+    let inp = input(pods);
+    let mut dra = Dra::default();
+    dra.classes.insert(
+        BENCH_GPU_DRIVER.to_string(),
+        DeviceClass {
+            selectors: vec![format!("device.driver == \"{BENCH_GPU_DRIVER}\"")],
+        },
+    );
+    for (i, t) in inp.node_pools[0].instance_types.iter().enumerate() {
+        if i % 4 != 3 {
+            continue;
+        }
+        let memory = if (i / 4) % 2 == 0 { 40 * GI } else { 80 * GI };
+        let devices = (0..1 + (i / 4) % 8)
+            .map(|d| Device {
+                name: format!("gpu-{d}"),
+                capacity: [(
+                    format!("{BENCH_GPU_DRIVER}/memory"),
+                    Quantity::from_units(memory),
+                )]
+                .into(),
+                ..Device::default()
+            })
+            .collect();
+        dra.instance_types.insert(
+            t.name.clone(),
+            vec![Slice {
+                driver: BENCH_GPU_DRIVER.to_string(),
+                pool: String::new(),
+                devices,
+            }],
+        );
+    }
+    for (i, p) in inp.pods.iter().enumerate().filter(|(i, _)| i % 5 == 0) {
+        let key = (p.namespace.clone(), format!("{}-gpu", p.name));
+        let mut req = DeviceRequest::exactly("gpu", BENCH_GPU_DRIVER, 1);
+        if i % 10 == 0 {
+            req.alternatives[0].selectors.push(format!(
+                "device.capacity[\"{BENCH_GPU_DRIVER}\"].memory.compareTo(quantity(\"80Gi\")) >= 0"
+            ));
+        }
+        dra.claims.insert(
+            key.clone(),
+            ResourceClaim {
+                requests: vec![req],
+                ..ResourceClaim::default()
+            },
+        );
+        dra.pod_claims
+            .insert((p.namespace.clone(), p.name.clone()), vec![key]);
+    }
+    (inp, dra)
+}

@@ -80,6 +80,11 @@ impl BitSet {
             .is_some_and(|w| w & (1 << (i % 64)) != 0)
     }
 
+    /// Whether some element is in both.
+    pub(crate) fn intersects(&self, other: &BitSet) -> bool {
+        self.words.iter().zip(&other.words).any(|(a, b)| a & b != 0)
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.words.iter().all(|w| *w == 0)
     }

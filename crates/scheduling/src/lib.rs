@@ -6,6 +6,7 @@
 //! with the constraint that failed.
 
 pub mod bench_workload;
+pub mod dra;
 mod intern;
 mod model;
 pub mod replace;
@@ -15,7 +16,7 @@ pub mod volumes;
 
 pub use model::*;
 pub use requirements::{Operator, Requirement, Requirements, ValueSet};
-pub use solver::{MAX_INSTANCE_TYPES, solve, solve_first_fit};
+pub use solver::{MAX_INSTANCE_TYPES, solve, solve_first_fit, solve_with_devices};
 
 /// Why a pod could not go onto a new NodeClaim of one NodePool.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -44,4 +45,15 @@ pub enum Failure {
     CountExhausted { key: String, available: u32 },
     #[error("would exceed the volume attach limit of {driver} on every instance type")]
     VolumeLimit { driver: String },
+    /// No instance type with room for the pod publishes the devices a request of its
+    /// ResourceClaim asks for (or has them left).
+    #[error("no instance type publishes {devices} (claim {claim}, request {request})")]
+    Devices {
+        devices: String,
+        claim: String,
+        request: String,
+    },
+    /// The pod's ResourceClaim is allocated on another node: the pod can go only there.
+    #[error("resourceclaim {claim} is {at}")]
+    ClaimPinned { claim: String, at: String },
 }

@@ -98,6 +98,9 @@ fn describe_difference(a: &TemplateShape, b: &TemplateShape) -> String {
     if a.allocatable != b.allocatable {
         return "allocatable".into();
     }
+    if a.devices != b.devices {
+        return "devices".into();
+    }
     String::new()
 }
 
@@ -309,6 +312,7 @@ fn instance_type(name: String, shape: TemplateShape, mut offerings: Vec<Offering
     }
     InstanceType {
         volume_limits: shape.volume_limits,
+        devices: shape.devices,
         name,
         capacity: shape.capacity,
         allocatable: shape.allocatable,

@@ -64,6 +64,14 @@ pub enum TemplateError {
         value: String,
         reason: String,
     },
+    /// A device annotation (the resource-slices YAML, or Cluster Autoscaler's dra-driver
+    /// with gpu-count) is malformed.
+    #[error("{template}: {field}: bad devices: {reason}")]
+    Devices {
+        template: Box<TemplateRef>,
+        field: String,
+        reason: String,
+    },
     /// A label (labels annotation, instance-type name, zone) is malformed.
     #[error("{template}: {field}: bad label {value:?}: {reason}")]
     Label {
@@ -168,6 +176,7 @@ impl TemplateError {
             | Self::NoMemory { template }
             | Self::Taint { template, .. }
             | Self::CsiDriver { template, .. }
+            | Self::Devices { template, .. }
             | Self::Label { template, .. }
             | Self::Architecture { template, .. }
             | Self::OperatingSystem { template, .. }
@@ -192,6 +201,7 @@ impl TemplateError {
             Self::NoMemory { .. } => "NoMemory",
             Self::Taint { .. } => "InvalidTaint",
             Self::CsiDriver { .. } => "InvalidCSIDriver",
+            Self::Devices { .. } => "InvalidDevices",
             Self::Label { .. } => "InvalidLabel",
             Self::Architecture { .. } => "UnknownArchitecture",
             Self::OperatingSystem { .. } => "UnknownOperatingSystem",

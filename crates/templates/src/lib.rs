@@ -25,6 +25,7 @@
 mod catalog;
 pub mod count;
 pub mod crd;
+pub mod devices;
 mod error;
 pub mod inventory;
 pub mod labels;

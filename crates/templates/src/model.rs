@@ -181,6 +181,9 @@ struct InstanceTypeView<'a> {
     /// Attach limits per CSI driver (the `…/csi-driver` annotation).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     volume_limits: &'a BTreeMap<String, u32>,
+    /// The devices its nodes publish (Dynamic Resource Allocation), and their source.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    devices: Option<&'a cloudprovider::Devices>,
 }
 
 impl Serialize for Catalog {
@@ -207,6 +210,7 @@ impl Serialize for Catalog {
                     .collect(),
                 capacity_overlaid: it.capacity_overlaid,
                 volume_limits: &it.volume_limits,
+                devices: it.devices.as_ref(),
             })
             .collect();
         let mut st = s.serialize_struct("Catalog", 3)?;

@@ -443,6 +443,22 @@ fn write_catalog(out: &mut String, c: &Catalog) {
     if c.instance_types.is_empty() {
         let _ = writeln!(out, "(no instance types)");
     }
+    for it in &c.instance_types {
+        if let Some(d) = &it.devices {
+            let per: Vec<String> = d
+                .counts()
+                .iter()
+                .map(|(k, n)| format!("{k} x{n}"))
+                .collect();
+            let _ = writeln!(
+                out,
+                "devices: {}: {} ({:?})",
+                it.name,
+                per.join(", "),
+                d.source
+            );
+        }
+    }
     for e in &c.excluded {
         let _ = writeln!(
             out,

@@ -35,6 +35,8 @@ pub struct TemplateShape {
     /// Attach limits per CSI driver from the `…/csi-driver` annotation (a driver not listed,
     /// or listed with `0`, is unlimited).
     pub volume_limits: BTreeMap<String, u32>,
+    /// The devices its nodes publish, from the device annotations (see [`crate::devices`]).
+    pub devices: Option<cloudprovider::Devices>,
     pub capacity_type: String,
     /// One entry per offering.
     pub zones: Vec<Option<String>>,
@@ -192,6 +194,7 @@ pub(crate) fn sized_shape_of(
         None => Vec::new(),
     };
     let volume_limits = volume_limits_of(&cx, annotations)?;
+    let devices = crate::devices::declared(cx.tref, annotations)?;
     let (price, price_source) = match sized.and_then(|(spec, size)| spec.price(size)) {
         Some(p) => (p, PriceSource::Annotation),
         None if sized.is_some() => (
@@ -210,6 +213,7 @@ pub(crate) fn sized_shape_of(
         labels,
         taints,
         volume_limits,
+        devices,
         capacity_type,
         zones,
         price,
@@ -329,6 +333,9 @@ fn gpu_capacity(
             validate_label_key(t).map_err(|e| cx.label_err(&ann_field(ann::CA_GPU_TYPE), t, e))?;
             t.to_string()
         }
+        // With a DRA driver the GPUs are devices, not an extended resource (as Cluster
+        // Autoscaler reads them: a resource only with an explicit gpu-type).
+        _ if annotations.contains_key(ann::CA_DRA_DRIVER) => return Ok(()),
         _ => {
             if n > 0 {
                 cx.note(ann::CA_GPU_TYPE, DEFAULT_GPU_RESOURCE);

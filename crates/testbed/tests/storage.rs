@@ -230,37 +230,9 @@ fn zone_of(pv: &PersistentVolume) -> Vec<String> {
 }
 
 /// A template declaring attach limits, cloned by hand into a TestMachine, and an orphan
-/// Machine in zone-b referencing it (as in tests/provider.rs).
+/// Machine `m1` in zone-b referencing it (as in tests/provider.rs).
 fn machine(cluster: &str) -> String {
     let spec = r#"{instanceType: test.disks, capacity: {cpu: "4", memory: 16Gi, pods: "110"}}"#;
-    format!(
-        r#"apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
-kind: TestMachineTemplate
-metadata:
-  name: {TEMPLATE}
-  annotations:
-    capacity.cluster-autoscaler.kubernetes.io/csi-driver: "ebs.csi.aws.com=25, efs.csi.aws.com=0"
-spec: {{template: {{spec: {spec}}}}}
----
-apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
-kind: TestMachine
-metadata:
-  name: m1
-  labels: {{cluster.x-k8s.io/cluster-name: {cluster}}}
-  annotations: {{cluster.x-k8s.io/cloned-from-name: {TEMPLATE}}}
-spec: {spec}
----
-apiVersion: cluster.x-k8s.io/v1beta2
-kind: Machine
-metadata:
-  name: m1
-  labels: {{cluster.x-k8s.io/cluster-name: {cluster}}}
-spec:
-  clusterName: {cluster}
-  version: v1.36.3
-  bootstrap: {{dataSecretName: none}}
-  infrastructureRef: {{apiGroup: infrastructure.cluster.x-k8s.io, kind: TestMachine, name: m1}}
-  failureDomain: zone-b
-"#
-    )
+    let annotations = r#"capacity.cluster-autoscaler.kubernetes.io/csi-driver: "ebs.csi.aws.com=25, efs.csi.aws.com=0""#;
+    provider::orphan_machine_yaml(cluster, (TEMPLATE, "m1"), annotations, spec, "zone-b")
 }

@@ -340,6 +340,7 @@ mod tests {
 
     fn metal() -> InstanceType {
         InstanceType {
+            devices: None,
             volume_limits: Default::default(),
             name: "metal-type".into(),
             capacity: Default::default(),

@@ -97,6 +97,7 @@ mod tests {
         Arc::new(Catalog {
             limits: [(template("counted").id(), limits)].into(),
             ..Catalog::of(vec![InstanceType {
+                devices: None,
                 volume_limits: Default::default(),
                 name: "metal".into(),
                 capacity: Default::default(),

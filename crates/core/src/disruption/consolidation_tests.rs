@@ -34,6 +34,7 @@ fn catalog() -> Arc<InstanceTypes> {
                     ("pods".to_string(), 110),
                 ]));
                 InstanceType {
+                    devices: None,
                     volume_limits: Default::default(),
                     name: name.to_string(),
                     capacity: r.clone(),

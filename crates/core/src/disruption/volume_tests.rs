@@ -30,6 +30,7 @@ fn catalog() -> Arc<InstanceTypes> {
     };
     Arc::new(InstanceTypes {
         instance_types: vec![InstanceType {
+            devices: None,
             volume_limits: BTreeMap::new(),
             name: "medium".into(),
             capacity: r.clone(),

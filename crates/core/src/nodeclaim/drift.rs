@@ -265,6 +265,7 @@ mod tests {
     fn catalog(id: &str, zone: &str) -> InstanceTypes {
         InstanceTypes {
             instance_types: vec![InstanceType {
+                devices: None,
                 volume_limits: Default::default(),
                 name: "small".into(),
                 capacity: Resources::default(),

@@ -414,6 +414,7 @@ mod tests {
         ]));
         Arc::new(InstanceTypes {
             instance_types: vec![cloudprovider::InstanceType {
+                devices: None,
                 volume_limits: Default::default(),
                 name: "small".into(),
                 capacity: r.clone(),

@@ -289,6 +289,7 @@ fn catalog() -> InstanceTypes {
                     ("pods".to_string(), 110),
                 ]));
                 InstanceType {
+                    devices: None,
                     volume_limits: Default::default(),
                     name: name.to_string(),
                     capacity: r.clone(),

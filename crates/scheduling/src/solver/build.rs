@@ -120,7 +120,7 @@ impl Solver {
 /// A daemonset as the setup reads it: requirements, tolerations, dense requests.
 type DsData = (IReqs, Vec<Toleration>, Vec<i64>);
 
-pub(super) fn build(input: &Input) -> Solver {
+pub(super) fn build(input: &Input, dra: &crate::dra::Dra) -> Solver {
     let mut s = new_solver();
     s.best_effort = input.min_values_policy == MinValuesPolicy::BestEffort;
     let nodepool_key = s.names.id(LABEL_NODEPOOL);
@@ -162,6 +162,7 @@ pub(super) fn build(input: &Input) -> Solver {
     for (ni, g) in bound_anti {
         record_node(&mut s, g, ni, true);
     }
+    super::dra::setup(&mut s, input, dra);
     s
 }
 
@@ -186,6 +187,7 @@ fn new_solver() -> Solver {
         counts: Vec::new(),
         drivers: Vec::new(),
         vol_driver: Vec::new(),
+        dra: None,
         best_effort: false,
         cap: f64::INFINITY,
         spent: 0.0,
@@ -332,6 +334,7 @@ fn add_pools(
             remaining,
             nodes_remaining,
             counted,
+            dev_types: BitSet::new(0),
         });
     }
     pool_domains
@@ -405,6 +408,7 @@ fn type_data(
         counted,
         taints: it.taints.clone(),
         vol_limit: super::volumes::dense_limits(&s.drivers, &it.volume_limits),
+        dev: None,
     }
 }
 
@@ -467,6 +471,7 @@ fn add_nodes(
             refuses_moving: n.refuses_moving,
             attached: vols.bound(s, n),
             vol_limit: super::volumes::dense_limits(&s.drivers, &n.volume_limits),
+            dev: None,
         });
     }
 }

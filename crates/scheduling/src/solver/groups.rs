@@ -89,6 +89,7 @@ pub(super) fn pod_data(
         vol_alts,
         vol_alt: 0,
         vols: Vec::new(),
+        dra: None,
         spreads,
         affinity,
         anti,

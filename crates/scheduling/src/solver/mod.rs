@@ -11,7 +11,9 @@
 //! [`pod::PodData::relax`]) and count against per-driver attach limits of existing nodes and
 //! of the instance types a planned NodeClaim keeps (see [`volumes`]).
 
+mod allocate;
 mod build;
+mod dra;
 mod groups;
 mod output;
 mod pack;
@@ -55,6 +57,9 @@ struct TypeData {
     taints: Vec<Taint>,
     /// Attach limit per interned driver ([`volumes::UNLIMITED`]; empty: none declared).
     vol_limit: Vec<u32>,
+    /// Its devices' source (see [`dra`]), when a node of it publishes devices and some pod
+    /// claims devices.
+    dev: Option<u32>,
 }
 
 /// Preference of an offering: not reserved (reserved first), price. See [`by_rank`].
@@ -110,6 +115,8 @@ struct PoolData {
     nodes_remaining: Option<i64>,
     /// Some type has a counted offering.
     counted: bool,
+    /// The types whose nodes publish devices (empty unless some pod claims devices).
+    dev_types: BitSet,
 }
 
 #[derive(Clone)]
@@ -123,6 +130,8 @@ struct NodeData {
     attached: Attached,
     /// Attach limit per interned driver (empty: none declared).
     vol_limit: Vec<u32>,
+    /// Its devices and those taken (see [`dra`]).
+    dev: Option<dra::NodeDev>,
 }
 
 #[derive(Clone)]
@@ -136,6 +145,8 @@ struct Claim {
     ports: Vec<HostPort>,
     /// The union of its pods' volumes.
     attached: Attached,
+    /// The devices its pods' claims take, per candidate type (see [`dra`]).
+    dev: Option<Box<dra::Planned>>,
     /// The count unit this claim holds (its preferred offering's), if any.
     held: Option<u32>,
     /// A `minValues` of its requirements was relaxed.
@@ -174,6 +185,9 @@ struct Solver {
     /// [`volumes`]).
     drivers: Vec<String>,
     vol_driver: Vec<u32>,
+    /// The pending pods' ResourceClaims and the devices they can take (`None`: no pod
+    /// claims devices).
+    dra: Option<Box<dra::State>>,
     /// `minValues` is relaxed rather than failed ([`crate::MinValuesPolicy::BestEffort`]).
     best_effort: bool,
     /// Price cap of planned NodeClaims (`INFINITY`: first-fit, Karpenter's packing): a pod joins
@@ -283,6 +297,10 @@ enum Why {
     CountExhausted(u32),
     /// Every type with room for the pod would exceed this driver's attach limit.
     VolumeLimit(u32),
+    /// No type with room for the pod can allocate this request (claim, request).
+    Devices(u32, usize),
+    /// The pod's claim is allocated on another node.
+    ClaimPinned(u32),
 }
 
 fn taint_failure(t: &Taint) -> Failure {
@@ -320,6 +338,8 @@ impl Solver {
             Why::VolumeLimit(d) => Failure::VolumeLimit {
                 driver: self.driver_name(d),
             },
+            Why::Devices(c, r) => self.device_failure(c, r),
+            Why::ClaimPinned(c) => self.pinned_failure(c),
         }
     }
 }
@@ -329,13 +349,19 @@ impl Solver {
 /// The plan is the cheapest of Karpenter's first-fit packing and a few price-capped packings
 /// ([`price`]); [`Output::first_fit_price`] says what first-fit would have cost when it lost.
 pub fn solve(input: &Input) -> Output {
-    price::cheapest(input)
+    price::cheapest(input, &crate::dra::Dra::default())
+}
+
+/// [`solve`] with the pods' ResourceClaims: a pod with claims goes only where its claims can
+/// be allocated (see [`crate::dra`]).
+pub fn solve_with_devices(input: &Input, dra: &crate::dra::Dra) -> Output {
+    price::cheapest(input, dra)
 }
 
 /// Karpenter's first-fit packing alone (a planned NodeClaim takes every pod one of its
 /// instance types still holds): the plan [`solve`] starts from and compares against.
 pub fn solve_first_fit(input: &Input) -> Output {
-    let mut s = build::build(input);
+    let mut s = build::build(input, &crate::dra::Dra::default());
     // Without a cap nothing is priced on the way, so the packing runs to the end.
     let (failed, errors) = pack_all(&mut s, input).unwrap_or_default();
     output::output(&s, input, failed, errors)
@@ -350,8 +376,9 @@ fn pack_all(s: &mut Solver, input: &Input) -> Option<Unplaced> {
     let cpu = 0;
     let mem = 1;
     // Queue: cpu desc, memory desc, creation, uid.
-    let (mut queue, unplaceable): (Vec<usize>, Vec<usize>) =
-        (0..s.pods.len()).partition(|&pi| input.pods[s.pods[pi].input].unplaceable.is_none());
+    let (mut queue, unplaceable): (Vec<usize>, Vec<usize>) = (0..s.pods.len()).partition(|&pi| {
+        input.pods[s.pods[pi].input].unplaceable.is_none() && s.dra_blocked(pi).is_none()
+    });
     queue.sort_by(|&a, &b| {
         let (pa, pb) = (&s.pods[a], &s.pods[b]);
         let (ia, ib) = (&input.pods[pa.input], &input.pods[pb.input]);

@@ -38,9 +38,12 @@ pub(super) fn output(
             .into_iter()
             .map(|(p, f)| (s.pools[p].name.clone(), f))
             .collect();
-        let unplaceable = input.pods[s.pods[pi].input].unplaceable.as_ref();
+        let unplaceable = input.pods[s.pods[pi].input]
+            .unplaceable
+            .as_deref()
+            .or(s.dra_blocked(pi));
         let reason = if let Some(why) = unplaceable {
-            why.clone()
+            why.to_string()
         } else if failures.is_empty() {
             "no existing node has room and no NodePool is defined".to_string()
         } else {

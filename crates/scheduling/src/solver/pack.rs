@@ -63,6 +63,8 @@ pub(super) struct ClaimUpdate {
     pub(super) relaxed: bool,
     /// The claim's volumes with the pod's (`None`: the pod has none).
     pub(super) attached: Option<Attached>,
+    /// The claim's devices with the pod's claims' (`None`: the pod allocates none).
+    pub(super) dev: Option<Box<super::dra::Planned>>,
 }
 
 /// Why a claim's candidate types all failed a pod, as [`Solver::try_claim`] saw them.
@@ -78,6 +80,8 @@ struct Misses {
     exhausted: Option<u32>,
     /// The first driver whose attach limit excluded a type with room.
     vol_limited: Option<u32>,
+    /// The first device request that excluded a type with room.
+    devices: Option<Why>,
 }
 
 impl Misses {
@@ -101,6 +105,10 @@ impl Misses {
                 vol_limited: Some(d),
                 ..
             } => Why::VolumeLimit(d),
+            // Some type had room: its devices are what excluded it.
+            Misses {
+                devices: Some(w), ..
+            } => w,
             Misses { best_short, .. } => Why::InsufficientResources(best_short.unwrap_or(0)),
         }
     }
@@ -127,24 +135,20 @@ impl Solver {
         used: &[i64],
         ports: &[HostPort],
         attached: &Attached,
+        planned: Option<&super::dra::Planned>,
         slot: usize,
         held: Option<u32>,
         pod: &PodData,
         plan: &TopoPlan,
     ) -> Result<ClaimUpdate, Why> {
-        if let Some(hp) = pod.host_ports_conflict(ports) {
-            return Err(Why::HostPort(hp));
-        }
-        self.host_ok(plan, slot)?;
-        reqs.compatible(&pod.reqs, |k| self.allow_undefined(k))
-            .map_err(|e| Why::Requirements(incompat_key(e)))?;
-        self.rules_possible(plan, reqs, &pod.reqs)?;
+        self.claim_prechecks(reqs, ports, slot, pod, plan)?;
         let p = &self.pools[pool];
         let new_reqs = self.claim_reqs(pool, reqs, cands, used, pod, plan)?;
         let new_used: Vec<i64> = used.iter().zip(&pod.requests).map(|(a, b)| a + b).collect();
         let mut out = BitSet::new(p.types.len());
         let mut max_free = vec![i64::MIN; new_used.len()];
         let mut miss = Misses::default();
+        let mut devices = self.claim_devices(pod, pool, slot, planned)?;
         // Per driver of the pod's volumes, the claim's distinct volumes with them.
         let vol_counts = if pod.vols.is_empty() {
             Vec::new()
@@ -189,6 +193,10 @@ impl Solver {
                 miss.vol_limited.get_or_insert(d);
                 continue;
             }
+            if let Err(w) = devices.take(self, pool, t) {
+                miss.devices.get_or_insert(w);
+                continue;
+            }
             out.insert(t);
             for (m, (a, u)) in max_free.iter_mut().zip(td.usable.iter().zip(&new_used)) {
                 *m = (*m).max(a - u);
@@ -209,6 +217,7 @@ impl Solver {
                 a.add(&pod.vols, &self.vol_driver);
                 a
             }),
+            dev: devices.planned(),
         })
     }
 
@@ -331,6 +340,9 @@ impl Solver {
         if !self.node_volumes_ok(ni, pod) {
             return false;
         }
+        if pod.dra.is_some() && self.node_devices(ni, pod).is_err() {
+            return false;
+        }
         // The node's domain is its label; a node without the label is no domain of the
         // constraint (only an exclusion can hold there).
         plan.rules.iter().all(|r| match lookup(&n.labels, r.key) {
@@ -356,6 +368,7 @@ impl Solver {
                 }
                 n.ports.extend(self.pods[pi].host_ports());
                 n.attached.add(&self.pods[pi].vols, &self.vol_driver);
+                self.commit_node_devices(pi, ni);
                 self.record(pi, ni, None);
                 self.placements.push((pi, ni));
                 return Ok(());
@@ -379,6 +392,9 @@ impl Solver {
             if !fits(&self.pods[pi].requests, room) || pool_ok[c.pool].is_err() {
                 continue;
             }
+            if self.pods[pi].dra.is_some() && !self.claim_may_host(ci, &self.pods[pi]) {
+                continue;
+            }
             if let Ok(u) = self.try_claim(
                 c.pool,
                 &c.reqs,
@@ -386,6 +402,7 @@ impl Solver {
                 &c.used,
                 &c.ports,
                 &c.attached,
+                c.dev.as_deref(),
                 base + ci,
                 c.held,
                 &self.pods[pi],
@@ -452,6 +469,7 @@ impl Solver {
             &used,
             &[],
             &Attached::default(),
+            None,
             slot,
             None,
             &self.pods[pi],
@@ -474,6 +492,7 @@ impl Solver {
             pods: Vec::new(),
             ports: Vec::new(),
             attached: Attached::default(),
+            dev: None,
             held: None,
             relaxed: false,
             price: f64::INFINITY,
@@ -528,8 +547,12 @@ impl Solver {
         if let Some(a) = u.attached {
             c.attached = a;
         }
+        if let Some(d) = u.dev {
+            c.dev = Some(d);
+        }
         let reqs = c.reqs.clone();
         self.record(pi, slot, Some(&reqs));
+        self.place_claims(pi, slot);
         self.hold(ci);
         if same && self.claims[ci].price.is_finite() {
             let requests = &self.pods[pi].requests;

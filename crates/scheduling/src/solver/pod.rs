@@ -23,6 +23,8 @@ pub(super) struct PodData {
     pub(super) vol_alt: usize,
     /// Its volumes (interned, sorted; see [`super::volumes`]).
     pub(super) vols: Vec<u32>,
+    /// Its ResourceClaims (see [`super::dra`]); `None`: it claims no device.
+    pub(super) dra: Option<Box<super::dra::PodDra>>,
     pub(super) spreads: Vec<(usize, bool)>,
     pub(super) affinity: Vec<usize>,
     pub(super) anti: Vec<usize>,

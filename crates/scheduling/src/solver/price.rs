@@ -28,8 +28,8 @@ const EPSILON: f64 = 1e-9;
 const MIN_SAVING: f64 = 1e-3;
 
 /// The cheapest plan for `input`; see the module documentation.
-pub(super) fn cheapest(input: &Input) -> Output {
-    let base = build::build(input);
+pub(super) fn cheapest(input: &Input, dra: &crate::dra::Dra) -> Output {
+    let base = build::build(input, dra);
     // The clone costs far less than a second setup (interning, groups).
     let mut s = base.clone();
     let Some(unplaced) = pack_all(&mut s, input) else {

@@ -525,3 +525,24 @@ impl Solver {
         }
     }
 }
+
+impl Solver {
+    /// What a claim's requirements aside rules the pod out: host ports, topology on the
+    /// node's slot, the pod's requirements, its topology rules.
+    pub(super) fn claim_prechecks(
+        &self,
+        reqs: &IReqs,
+        ports: &[HostPort],
+        slot: usize,
+        pod: &PodData,
+        plan: &TopoPlan,
+    ) -> Result<(), Why> {
+        if let Some(hp) = pod.host_ports_conflict(ports) {
+            return Err(Why::HostPort(hp));
+        }
+        self.host_ok(plan, slot)?;
+        reqs.compatible(&pod.reqs, |k| self.allow_undefined(k))
+            .map_err(|e| Why::Requirements(incompat_key(e)))?;
+        self.rules_possible(plan, reqs, &pod.reqs)
+    }
+}

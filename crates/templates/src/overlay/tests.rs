@@ -35,6 +35,7 @@ fn it(name: &str, cpu: i64, price: f64) -> InstanceType {
     sort_offerings(&mut offerings);
     InstanceType {
         volume_limits: Default::default(),
+        devices: None,
         name: name.into(),
         capacity: res.clone(),
         allocatable: res,

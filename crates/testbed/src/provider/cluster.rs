@@ -184,3 +184,46 @@ pub async fn setup_cluster(
         .failure_domains(failure_domains.iter().copied());
     create_cluster(&tb.client(), &setup).await
 }
+
+/// YAML of a TestMachineTemplate `template` with `annotations` (the body of a flow map), a
+/// TestMachine `name` cloned from it by hand (spec `spec`, a flow map) and an orphan Machine
+/// `name` of Cluster `cluster` in failure domain `zone` referencing it: one Node, made as
+/// Cluster API would, without a MachineDeployment.
+pub fn orphan_machine_yaml(
+    cluster: &str,
+    (template, name): (&str, &str),
+    annotations: &str,
+    spec: &str,
+    zone: &str,
+) -> String {
+    format!(
+        r#"apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+kind: TestMachineTemplate
+metadata:
+  name: {template}
+  annotations: {{{annotations}}}
+spec: {{template: {{spec: {spec}}}}}
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+kind: TestMachine
+metadata:
+  name: {name}
+  labels: {{cluster.x-k8s.io/cluster-name: {cluster}}}
+  annotations: {{cluster.x-k8s.io/cloned-from-name: {template}}}
+spec: {spec}
+---
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: Machine
+metadata:
+  name: {name}
+  labels: {{cluster.x-k8s.io/cluster-name: {cluster}}}
+spec:
+  clusterName: {cluster}
+  version: v1.36.3
+  bootstrap: {{dataSecretName: none}}
+  infrastructureRef: {{apiGroup: infrastructure.cluster.x-k8s.io, kind: TestMachine, name: {name}}}
+  failureDomain: {zone}
+---
+"#
+    )
+}

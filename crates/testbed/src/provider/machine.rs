@@ -236,6 +236,7 @@ async fn register_node(
     if ctx.config.storage {
         super::storage::publish_csinode(ctx, &workload, obj, &node).await?;
     }
+    super::dra::publish_slices(ctx, &workload, obj, &node).await?;
     patch_status(api, obj, json!({"nodeName": node.name_any()})).await?;
     Ok(Action::await_change())
 }
@@ -254,6 +255,7 @@ pub(super) async fn delete_node(workload: &Client, name: &str, pid: &str) -> Res
     if node.spec.as_ref().and_then(|s| s.provider_id.as_deref()) != Some(pid) {
         return Ok(());
     }
+    super::dra::delete_slices(workload, name).await?;
     match nodes.delete(name, &DeleteParams::default()).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),

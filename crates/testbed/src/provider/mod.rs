@@ -13,6 +13,8 @@
 //! | `BareMetalHost` | `metal3.io` | with [`ProviderConfig::bare_metal_hosts`]: hosts a TestMachine with a `hostSelector` claims (the hosts module) |
 //!
 //! With [`ProviderConfig::storage`] it also plays a zonal CSI driver (the storage module).
+//! For a template that declares devices it plays their DRA driver (the dra module): the
+//! Node's ResourceSlices.
 //!
 //! [`TestProvider::start`] installs the CRDs and runs the controllers in the test process;
 //! dropping it stops them. [`create_cluster`] / [`setup_cluster`] create a whole Cluster
@@ -80,6 +82,7 @@
 
 mod cluster;
 mod crds;
+mod dra;
 mod hosts;
 mod machine;
 mod storage;
@@ -230,11 +233,12 @@ impl std::fmt::Debug for ProviderConfig {
     }
 }
 
-pub use cluster::{CapiCluster, ClusterSetup, create_cluster, setup_cluster};
+pub use cluster::{CapiCluster, ClusterSetup, create_cluster, orphan_machine_yaml, setup_cluster};
 pub use crds::{
     cluster_resource, crds, machine_resource, test_machine_resource, test_machine_template_resource,
 };
 use crds::{kubeadm_config_resource, test_cluster_resource, test_control_plane_resource};
+pub use dra::slice_name;
 pub use hosts::{
     BARE_METAL_HOST_KIND, METAL3_GROUP, METAL3_VERSION, NO_HOST_REASON, bare_metal_host_crd,
     bare_metal_host_resource,

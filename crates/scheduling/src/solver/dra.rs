@@ -1,0 +1,454 @@
+//! Devices in the simulation (Dynamic Resource Allocation): which existing nodes and which
+//! instance types of a planned NodeClaim can allocate a pod's ResourceClaims.
+//!
+//! Setup ([`setup`]) runs only when some pending pod has a claim. It interns the pending
+//! pods' claims and their requests, gives each instance type with devices and each existing
+//! node a device *source*, and evaluates every distinct selector set (class selectors and
+//! request selectors) on every source's devices once: the packing then only walks small
+//! boolean vectors. Allocation is kube-scheduler's, pod by pod: a pod's unallocated claims
+//! are allocated together (depth first over requests, `firstAvailable` alternatives in order,
+//! constraints checked per device) on the devices its node has left; a planned NodeClaim keeps
+//! what is taken per candidate instance type and drops the types that cannot allocate.
+//!
+//! A claim allocated in the cluster pins its pods to its node; one allocated during this
+//! solve pins the pods that share it to the node or NodeClaim that took it.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use super::*;
+use crate::dra::cel::{Environment, SelectorError, device_value, literals};
+use crate::dra::{
+    Allocation, AllocationMode, ClaimKey, ConstraintKind, Device, Dra, ResourceClaim, Slice,
+};
+
+/// The immutable part of the DRA state, shared by the packings' clones.
+pub(super) struct Static {
+    pub(super) claims: Vec<ClaimData>,
+    pub(super) sources: Vec<Source>,
+    /// Per selector set, per source: which devices match, or why the source cannot judge.
+    pub(super) matches: Vec<Vec<Result<Vec<bool>, String>>>,
+}
+
+/// The DRA state of a solve.
+#[derive(Clone)]
+pub(super) struct State {
+    pub(super) st: Arc<Static>,
+    /// Per interned claim, the node slot it was allocated on during this solve.
+    pub(super) placed: Vec<Option<usize>>,
+}
+
+pub(super) struct ClaimData {
+    pub(super) key: ClaimKey,
+    /// Allocated in the cluster: its node (`None`: any node its selector allows).
+    pub(super) allocated: Option<Option<String>>,
+    pub(super) requests: Vec<Req>,
+    pub(super) constraints: Vec<(Vec<usize>, ConstraintKind)>,
+}
+
+pub(super) struct Req {
+    pub(super) name: String,
+    pub(super) alts: Vec<Alt>,
+}
+
+pub(super) struct Alt {
+    /// Index into [`Static::matches`].
+    pub(super) sig: usize,
+    pub(super) mode: AllocationMode,
+    pub(super) class: String,
+    pub(super) selective: bool,
+}
+
+/// The devices one node (or a node of one instance type) publishes.
+pub(super) struct Source {
+    pub(super) devices: Vec<(String, Device)>,
+    /// Taken before the solve (allocated claims' devices).
+    pub(super) taken: Vec<bool>,
+}
+
+/// A pod's claims.
+#[derive(Clone, Default)]
+pub(super) struct PodDra {
+    /// Interned claims (deduplicated).
+    pub(super) claims: Vec<u32>,
+    /// Why no node can take it.
+    pub(super) blocked: Option<String>,
+    /// Per pool, the types a fresh node of which can allocate its claims not allocated in
+    /// the cluster (empty when it has none): a planned NodeClaim with none of them among its
+    /// candidates cannot take it.
+    pub(super) ok: Vec<BitSet>,
+    /// The fewest devices its claims not allocated in the cluster take.
+    pub(super) min_devices: usize,
+}
+
+impl PodDra {
+    /// The types of pool `pool` that can allocate its claims on a fresh node (`None`: it has
+    /// none to allocate).
+    pub(super) fn fresh(&self, pool: usize) -> Option<&BitSet> {
+        self.ok.get(pool)
+    }
+}
+
+/// A planned NodeClaim's devices taken, per candidate type (sorted by type).
+#[derive(Clone, Default)]
+pub(super) struct Planned {
+    pub(super) taken: Vec<(usize, Vec<bool>)>,
+}
+
+impl Planned {
+    pub(super) fn of(&self, t: usize) -> Option<&[bool]> {
+        self.taken
+            .binary_search_by_key(&t, |(i, _)| *i)
+            .ok()
+            .map(|i| self.taken[i].1.as_slice())
+    }
+}
+
+/// An existing node's device source and what is taken on it.
+#[derive(Clone)]
+pub(super) struct NodeDev {
+    pub(super) source: usize,
+    pub(super) taken: Vec<bool>,
+}
+
+/// Interns the DRA side of `input` into `s` (pods, types, nodes); nothing when no pending pod
+/// claims devices.
+pub(super) fn setup(s: &mut Solver, input: &Input, dra: &Dra) {
+    if dra.is_empty() {
+        return;
+    }
+    let mut b = Builder::default();
+    let env = Environment::new();
+    // Pods' claims.
+    for (pi, p) in input.pods.iter().enumerate() {
+        let key = (p.namespace.clone(), p.name.clone());
+        let keys = dra.pod_claims.get(&key).map_or(&[][..], Vec::as_slice);
+        let blocked = dra.blocked.get(&key);
+        if keys.is_empty() && blocked.is_none() {
+            continue;
+        }
+        let mut pd = b.pod(s, pi, keys, dra, &env);
+        if let Some(why) = blocked {
+            pd.blocked = Some(why.clone());
+        }
+        s.pods[pi].dra = Some(Box::new(pd));
+    }
+    // Sources: instance types, then existing nodes.
+    let mut by_type: HashMap<String, usize> = HashMap::new();
+    for p in 0..s.pools.len() {
+        s.pools[p].dev_types = BitSet::new(s.pools[p].types.len());
+        for t in 0..s.pools[p].types.len() {
+            let name = s.pools[p].types[t].name.clone();
+            let Some(slices) = dra.instance_types.get(&name).filter(|v| !v.is_empty()) else {
+                continue;
+            };
+            let src = *by_type
+                .entry(name)
+                .or_insert_with(|| b.source(slices, None, dra));
+            s.pools[p].types[t].dev = Some(src as u32);
+            s.pools[p].dev_types.insert(t);
+        }
+    }
+    for (ni, n) in input.nodes.iter().enumerate() {
+        let slices = dra.nodes.get(&n.name).or_else(|| {
+            n.labels
+                .get(LABEL_INSTANCE_TYPE)
+                .and_then(|t| dra.instance_types.get(t))
+        });
+        let Some(slices) = slices else { continue };
+        let source = b.source(slices, Some(&n.name), dra);
+        let taken = b.sources[source].taken.clone();
+        s.nodes[ni].dev = Some(NodeDev { source, taken });
+    }
+    b.evaluate(s, &env);
+    let placed = vec![None; b.claims.len()];
+    s.dra = Some(Box::new(State {
+        st: Arc::new(Static {
+            claims: b.claims,
+            sources: b.sources,
+            matches: b.matches,
+        }),
+        placed,
+    }));
+    fresh_types(s);
+}
+
+/// Per pod with claims to allocate, the types of each pool that can allocate them alone.
+fn fresh_types(s: &mut Solver) {
+    for pi in 0..s.pods.len() {
+        let Some(pd) = s.pods[pi].dra.as_deref() else {
+            continue;
+        };
+        let Some(state) = s.dra.as_deref() else {
+            return;
+        };
+        let claims: Vec<u32> = pd
+            .claims
+            .iter()
+            .copied()
+            .filter(|c| state.st.claims[*c as usize].allocated.is_none())
+            .collect();
+        if claims.is_empty() {
+            continue;
+        }
+        let ok: Vec<BitSet> = (0..s.pools.len())
+            .map(|p| {
+                let mut set = BitSet::new(s.pools[p].types.len());
+                for t in s.pools[p].dev_types.iter() {
+                    if s.allocate(&claims, s.pools[p].types[t].dev, None).is_ok() {
+                        set.insert(t);
+                    }
+                }
+                set
+            })
+            .collect();
+        let min_devices = claims
+            .iter()
+            .flat_map(|c| &state.st.claims[*c as usize].requests)
+            .map(|r| {
+                r.alts
+                    .iter()
+                    .map(|a| match a.mode {
+                        AllocationMode::ExactCount(n) => n as usize,
+                        AllocationMode::All => 1,
+                    })
+                    .min()
+                    .unwrap_or(0)
+            })
+            .sum();
+        if let Some(pd) = s.pods[pi].dra.as_deref_mut() {
+            pd.ok = ok;
+            pd.min_devices = min_devices;
+        }
+    }
+}
+
+#[derive(Default)]
+struct Builder {
+    claims: Vec<ClaimData>,
+    index: HashMap<ClaimKey, u32>,
+    /// Distinct selector sets, and the signature index.
+    sigs: Vec<Vec<String>>,
+    sig_index: HashMap<Vec<String>, usize>,
+    sources: Vec<Source>,
+    matches: Vec<Vec<Result<Vec<bool>, String>>>,
+}
+
+impl Builder {
+    /// A pending pod's claims, interned; `blocked` says why none can be allocated.
+    fn pod(
+        &mut self,
+        s: &mut Solver,
+        pi: usize,
+        keys: &[ClaimKey],
+        dra: &Dra,
+        env: &Environment,
+    ) -> PodDra {
+        let mut pd = PodDra::default();
+        for key in keys {
+            let id = match self.claim(key, dra, env) {
+                Ok(id) => id,
+                Err(why) => {
+                    pd.blocked.get_or_insert(why);
+                    continue;
+                }
+            };
+            if !pd.claims.contains(&id) {
+                pd.claims.push(id);
+            }
+            if let Some(Allocation { node_selector, .. }) =
+                dra.claims.get(key).and_then(|c| c.allocation.as_ref())
+            {
+                // Karpenter ANDs the terms of an allocation's node selector.
+                for term in node_selector {
+                    let r = s.ireqs(term);
+                    s.pods[pi].selector_reqs.intersect(&r);
+                }
+                s.pods[pi].rebuild_reqs();
+            }
+        }
+        pd
+    }
+
+    fn claim(&mut self, key: &ClaimKey, dra: &Dra, env: &Environment) -> Result<u32, String> {
+        if let Some(&id) = self.index.get(key) {
+            return Ok(id);
+        }
+        let c = dra
+            .claims
+            .get(key)
+            .ok_or_else(|| format!("resourceclaim {}/{} does not exist", key.0, key.1))?;
+        let data = self.claim_data(key, c, dra, env)?;
+        let id = self.claims.len() as u32;
+        self.claims.push(data);
+        self.index.insert(key.clone(), id);
+        Ok(id)
+    }
+
+    fn claim_data(
+        &mut self,
+        key: &ClaimKey,
+        c: &ResourceClaim,
+        dra: &Dra,
+        env: &Environment,
+    ) -> Result<ClaimData, String> {
+        let mut requests = Vec::new();
+        for r in &c.requests {
+            let mut alts = Vec::new();
+            for a in &r.alternatives {
+                let class = dra.classes.get(&a.device_class).ok_or_else(|| {
+                    format!(
+                        "resourceclaim {}/{}: device class {} does not exist",
+                        key.0, key.1, a.device_class
+                    )
+                })?;
+                let selectors: Vec<String> = class
+                    .selectors
+                    .iter()
+                    .chain(&a.selectors)
+                    .cloned()
+                    .collect();
+                for e in &selectors {
+                    env.compile(e)
+                        .map_err(|e| format!("resourceclaim {}/{}: {e}", key.0, key.1))?;
+                }
+                if matches!(a.mode, AllocationMode::ExactCount(0)) {
+                    return Err(format!(
+                        "resourceclaim {}/{}: request {} asks for 0 devices",
+                        key.0, key.1, r.name
+                    ));
+                }
+                let sig = self.sig(selectors);
+                alts.push(Alt {
+                    sig,
+                    mode: a.mode,
+                    class: a.device_class.clone(),
+                    selective: !a.selectors.is_empty(),
+                });
+            }
+            requests.push(Req {
+                name: r.name.clone(),
+                alts,
+            });
+        }
+        let constraints = c
+            .constraints
+            .iter()
+            .map(|k| {
+                let covered = (0..c.requests.len())
+                    .filter(|i| k.requests.is_empty() || k.requests.contains(&c.requests[*i].name))
+                    .collect();
+                (covered, k.kind.clone())
+            })
+            .collect();
+        Ok(ClaimData {
+            key: key.clone(),
+            allocated: c.allocation.as_ref().map(|a| a.node_name.clone()),
+            requests,
+            constraints,
+        })
+    }
+
+    fn sig(&mut self, selectors: Vec<String>) -> usize {
+        if let Some(&i) = self.sig_index.get(&selectors) {
+            return i;
+        }
+        self.sigs.push(selectors.clone());
+        self.sig_index.insert(selectors, self.sigs.len() - 1);
+        self.sigs.len() - 1
+    }
+
+    /// A source of `slices`; `node`: an existing node's, whose allocated devices are taken.
+    fn source(&mut self, slices: &[Slice], node: Option<&str>, dra: &Dra) -> usize {
+        let devices: Vec<(String, Device)> = slices
+            .iter()
+            .flat_map(|sl| sl.devices.iter().map(|d| (sl.driver.clone(), d.clone())))
+            .collect();
+        let mut taken = vec![false; devices.len()];
+        if let Some(node) = node {
+            let pools: Vec<&str> = slices.iter().map(|sl| sl.pool.as_str()).collect();
+            for a in dra.claims.values().filter_map(|c| c.allocation.as_ref()) {
+                let here = a.node_name.as_deref() == Some(node);
+                for id in &a.devices {
+                    if !(here || pools.contains(&id.pool.as_str()) && !id.pool.is_empty()) {
+                        continue;
+                    }
+                    if let Some(i) = devices
+                        .iter()
+                        .position(|(drv, d)| *drv == id.driver && d.name == id.device)
+                    {
+                        taken[i] = true;
+                    }
+                }
+            }
+        }
+        self.sources.push(Source { devices, taken });
+        self.sources.len() - 1
+    }
+
+    /// Every selector set on every source's devices.
+    fn evaluate(&mut self, s: &mut Solver, env: &Environment) {
+        let mut domains: BTreeSet<String> = BTreeSet::new();
+        for e in self.sigs.iter().flatten() {
+            domains.extend(literals(e));
+        }
+        let root = env.context();
+        let compiled: Vec<Vec<_>> = self
+            .sigs
+            .iter()
+            .map(|set| set.iter().filter_map(|e| env.compile(e).ok()).collect())
+            .collect();
+        let mut unevaluable: Vec<Option<String>> = vec![None; self.sigs.len()];
+        self.matches = vec![Vec::with_capacity(self.sources.len()); self.sigs.len()];
+        for src in &self.sources {
+            let values: Vec<_> = src
+                .devices
+                .iter()
+                .map(|(drv, d)| device_value(drv, d, &domains))
+                .collect();
+            for (sig, sels) in compiled.iter().enumerate() {
+                let mut out: Result<Vec<bool>, String> = Ok(Vec::with_capacity(values.len()));
+                for (v, (drv, d)) in values.iter().zip(&src.devices) {
+                    let mut ok = true;
+                    for sel in sels {
+                        match env.matches(&root, sel, v, &format!("{drv}/{}", d.name)) {
+                            Ok(true) => {}
+                            Ok(false) => {
+                                ok = false;
+                                break;
+                            }
+                            Err(e @ SelectorError::Device { .. }) => {
+                                out = Err(e.to_string());
+                                break;
+                            }
+                            Err(e) => {
+                                unevaluable[sig].get_or_insert(e.to_string());
+                                out = Err(e.to_string());
+                                break;
+                            }
+                        }
+                    }
+                    match &mut out {
+                        Ok(m) => m.push(ok),
+                        Err(_) => break,
+                    }
+                }
+                self.matches[sig].push(out);
+            }
+        }
+        // A selector that cannot be evaluated blocks every pod that uses it.
+        for pd in s.pods.iter_mut().filter_map(|p| p.dra.as_deref_mut()) {
+            if pd.blocked.is_some() {
+                continue;
+            }
+            let why = pd.claims.iter().find_map(|c| {
+                self.claims[*c as usize]
+                    .requests
+                    .iter()
+                    .flat_map(|r| &r.alts)
+                    .find_map(|a| unevaluable[a.sig].clone())
+            });
+            pd.blocked = why;
+        }
+    }
+}

@@ -1,0 +1,491 @@
+//! Dynamic Resource Allocation in the solver: pods go only where their ResourceClaims can be
+//! allocated, from the devices a node of each instance type publishes and those existing
+//! nodes have left. Every case has a positive control: the same pods without the constraint
+//! under test land where it forbids.
+
+mod common;
+use common::*;
+use scheduling::dra::*;
+
+const GPU: &str = "gpu.example.com";
+
+/// `n` devices `gpu-0…` of driver `GPU`, each with `memory` capacity and `model` attribute.
+fn gpus(n: usize, memory: &str, model: &str) -> Vec<Slice> {
+    vec![Slice {
+        driver: GPU.into(),
+        pool: String::new(),
+        devices: (0..n)
+            .map(|i| Device {
+                name: format!("gpu-{i}"),
+                attributes: [(format!("{GPU}/model"), Attribute::String(model.into()))].into(),
+                capacity: [(format!("{GPU}/memory"), Quantity::parse(memory).expect("q"))].into(),
+            })
+            .collect(),
+    }]
+}
+
+/// A DRA side: class `GPU` (selecting the driver), types' devices.
+fn dra(types: &[(&str, Vec<Slice>)]) -> Dra {
+    Dra {
+        classes: [(
+            GPU.to_string(),
+            DeviceClass {
+                selectors: vec![format!("device.driver == \"{GPU}\"")],
+            },
+        )]
+        .into(),
+        instance_types: types
+            .iter()
+            .map(|(n, s)| (n.to_string(), s.clone()))
+            .collect(),
+        ..Dra::default()
+    }
+}
+
+/// Pod `pod` claims a claim of its own (as from a ResourceClaimTemplate) with `requests`.
+fn claim(d: &mut Dra, pod: &str, requests: Vec<DeviceRequest>) {
+    let key = ("default".to_string(), format!("{pod}-gpu"));
+    d.claims.insert(
+        key.clone(),
+        ResourceClaim {
+            requests,
+            ..ResourceClaim::default()
+        },
+    );
+    d.pod_claims
+        .entry(("default".into(), pod.into()))
+        .or_default()
+        .push(key);
+}
+
+/// Pod `pod` uses the shared claim `name`.
+fn share(d: &mut Dra, pod: &str, name: &str) {
+    d.pod_claims
+        .entry(("default".into(), pod.into()))
+        .or_default()
+        .push(("default".into(), name.into()));
+}
+
+fn with_selector(class: &str, count: u32, selector: &str) -> DeviceRequest {
+    let mut r = DeviceRequest::exactly("gpu", class, count);
+    r.alternatives[0].selectors.push(selector.into());
+    r
+}
+
+/// A cheap CPU type and a dearer 2-GPU type.
+fn cpu_and_gpu() -> (Input, Dra) {
+    let pool = NodePool::new("default", vec![it("cpu", 4000, 16), it("gpu2", 8000, 32)]);
+    (
+        input(vec![pool], pods("train", 2, 1000, 1024)),
+        dra(&[("gpu2", gpus(2, "40Gi", "a100"))]),
+    )
+}
+
+/// A request `gpu` of `n` devices of class `GPU`, alone.
+fn gpu(n: u32) -> Vec<DeviceRequest> {
+    vec![DeviceRequest::exactly("gpu", GPU, n)]
+}
+
+/// The candidate types of each NodeClaim the plan of `inp` with `d` creates.
+fn plan(inp: &Input, d: &Dra) -> Vec<Vec<String>> {
+    types_of(&solve_with_devices(inp, d))
+}
+
+/// One NodeClaim of type `t` alone.
+fn one(t: &str) -> Vec<Vec<String>> {
+    vec![vec![t.to_string()]]
+}
+
+/// No NodeClaim, and the one pod's reason says `why`.
+fn assert_nowhere(out: &Output, why: &str) {
+    assert!(out.new_node_claims.is_empty(), "{out:?}");
+    assert!(out.unschedulable[0].reason.contains(why), "{out:?}");
+}
+
+fn types_of(out: &Output) -> Vec<Vec<String>> {
+    out.new_node_claims
+        .iter()
+        .map(|c| c.instance_types().to_vec())
+        .collect()
+}
+
+#[test]
+fn two_pods_claiming_two_gpus_each_get_a_gpu_node_each() {
+    let (inp, mut d) = cpu_and_gpu();
+    for p in ["train-0", "train-1"] {
+        claim(&mut d, p, gpu(2));
+    }
+    let out = solve_with_devices(&inp, &d);
+    assert!(out.unschedulable.is_empty(), "{:?}", out.unschedulable);
+    assert_eq!(types_of(&out), vec![vec!["gpu2".to_string()]; 2]);
+    // Control: without their claims both pods share one node of the cheapest type.
+    let plain = solve(&inp);
+    assert_eq!(plain.new_node_claims.len(), 1);
+    assert_eq!(plain.new_node_claims[0].cheapest.instance_type, "cpu");
+    // And with claims of one GPU each, both fit one GPU node.
+    let (inp, mut d) = cpu_and_gpu();
+    for p in ["train-0", "train-1"] {
+        claim(&mut d, p, gpu(1));
+    }
+    assert_eq!(plan(&inp, &d), one("gpu2"));
+}
+
+#[test]
+fn no_type_with_enough_devices_says_which_request() {
+    let (inp, mut d) = cpu_and_gpu();
+    claim(&mut d, "train-0", gpu(3));
+    claim(&mut d, "train-1", gpu(2));
+    let out = solve_with_devices(&inp, &d);
+    assert_eq!(out.unschedulable.len(), 1, "{:?}", out.unschedulable);
+    let u = &out.unschedulable[0];
+    assert_eq!(u.pod.name, "train-0");
+    assert!(
+        u.reason
+            .contains("no instance type publishes 3 devices of class gpu.example.com"),
+        "{}",
+        u.reason
+    );
+    assert!(matches!(u.failures[0].1, Failure::Devices { .. }));
+    // Control: the pod asking for 2 got the GPU type.
+    assert_eq!(types_of(&out), one("gpu2"));
+}
+
+#[test]
+fn a_capacity_selector_picks_the_type_whose_devices_match() {
+    let pool = NodePool::new(
+        "default",
+        vec![it("gpu40", 8000, 32), it("gpu80", 16000, 64)],
+    );
+    let types = [
+        ("gpu40", gpus(1, "40Gi", "a100")),
+        ("gpu80", gpus(1, "80Gi", "h100")),
+    ];
+    let inp = input(vec![pool], pods("train", 1, 1000, 1024));
+    let sel =
+        |q: &str| format!("device.capacity[\"{GPU}\"].memory.compareTo(quantity(\"{q}\")) >= 0");
+    let mut d = dra(&types);
+    claim(&mut d, "train-0", vec![with_selector(GPU, 1, &sel("60Gi"))]);
+    assert_eq!(plan(&inp, &d), one("gpu80"));
+    // Control: a selector both types meet keeps both, the cheaper first.
+    let mut d = dra(&types);
+    claim(&mut d, "train-0", vec![with_selector(GPU, 1, &sel("20Gi"))]);
+    assert_eq!(
+        plan(&inp, &d),
+        vec![vec!["gpu40".to_string(), "gpu80".to_string()]]
+    );
+    // An attribute selector, with the strings extension.
+    let mut d = dra(&types);
+    let model = format!("device.attributes[\"{GPU}\"].model.upperAscii() == \"H100\"");
+    claim(&mut d, "train-0", vec![with_selector(GPU, 1, &model)]);
+    assert_eq!(plan(&inp, &d), one("gpu80"));
+}
+
+#[test]
+fn a_selector_on_an_attribute_a_type_lacks_rules_that_type_out() {
+    // gpu-plain: devices as Cluster Autoscaler declares them (no memory capacity).
+    let pool = NodePool::new(
+        "default",
+        vec![it("gpu-plain", 8000, 32), it("gpu80", 16000, 64)],
+    );
+    let plain = vec![Slice {
+        driver: GPU.into(),
+        pool: String::new(),
+        devices: vec![Device::named("gpu-0")],
+    }];
+    let inp = input(vec![pool], pods("train", 1, 1000, 1024));
+    let sel = format!("device.capacity[\"{GPU}\"].memory.compareTo(quantity(\"40Gi\")) >= 0");
+    let mut d = dra(&[
+        ("gpu-plain", plain.clone()),
+        ("gpu80", gpus(1, "80Gi", "h100")),
+    ]);
+    claim(&mut d, "train-0", vec![with_selector(GPU, 1, &sel)]);
+    assert_eq!(plan(&inp, &d), one("gpu80"));
+    // Control: a selector without the attribute keeps the cheaper plain type.
+    let mut d = dra(&[("gpu-plain", plain), ("gpu80", gpus(1, "80Gi", "h100"))]);
+    claim(&mut d, "train-0", gpu(1));
+    assert_eq!(plan(&inp, &d)[0][0], "gpu-plain".to_string());
+}
+
+#[test]
+fn an_expression_that_cannot_be_evaluated_makes_the_pod_unplaceable() {
+    let (inp, _) = cpu_and_gpu();
+    for (expr, why) in [
+        ("device.driver ==", "Syntax error"),
+        ("device.driver", "not a bool"),
+        ("cel.bind(x, 1, x == 1)", "cannot be evaluated"),
+        ("ip(\"10.0.0.1\").family() == 4", "cannot be evaluated"),
+    ] {
+        let mut d = dra(&[("gpu2", gpus(2, "40Gi", "a100"))]);
+        claim(&mut d, "train-0", vec![with_selector(GPU, 1, expr)]);
+        claim(&mut d, "train-1", gpu(1));
+        let out = solve_with_devices(&inp, &d);
+        assert_eq!(
+            out.unschedulable.len(),
+            1,
+            "{expr}: {:?}",
+            out.unschedulable
+        );
+        assert_eq!(out.unschedulable[0].pod.name, "train-0");
+        assert!(
+            out.unschedulable[0].reason.contains(why),
+            "{expr}: {}",
+            out.unschedulable[0].reason
+        );
+        // Control: the other pod, whose claim has no selector, is placed.
+        assert_eq!(out.find("train-1"), Some(Ok(0)), "{expr}");
+    }
+    // A missing class or claim says so.
+    let mut d = dra(&[("gpu2", gpus(2, "40Gi", "a100"))]);
+    claim(
+        &mut d,
+        "train-0",
+        vec![DeviceRequest::exactly("gpu", "nope.example.com", 1)],
+    );
+    share(&mut d, "train-1", "missing");
+    let out = solve_with_devices(&inp, &d);
+    let reasons: Vec<&str> = out
+        .unschedulable
+        .iter()
+        .map(|u| u.reason.as_str())
+        .collect();
+    assert!(
+        reasons[0].contains("device class nope.example.com does not exist"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons[1].contains("resourceclaim default/missing does not exist"),
+        "{reasons:?}"
+    );
+}
+
+#[test]
+fn pods_sharing_a_claim_go_to_one_node() {
+    let pool = NodePool::new("default", vec![it("gpu1", 4000, 16)]);
+    let inp = input(vec![pool], pods("w", 3, 1000, 1024));
+    let mut d = dra(&[("gpu1", gpus(1, "40Gi", "a100"))]);
+    d.claims.insert(
+        ("default".into(), "shared".into()),
+        ResourceClaim {
+            requests: gpu(1),
+            ..ResourceClaim::default()
+        },
+    );
+    for p in ["w-0", "w-1", "w-2"] {
+        share(&mut d, p, "shared");
+    }
+    let out = solve_with_devices(&inp, &d);
+    assert_eq!(out.new_node_claims.len(), 1, "{out:?}");
+    assert_eq!(out.new_node_claims[0].pods.len(), 3);
+    // Control: a claim each, one GPU per node, three nodes.
+    let mut d = dra(&[("gpu1", gpus(1, "40Gi", "a100"))]);
+    for p in ["w-0", "w-1", "w-2"] {
+        claim(&mut d, p, gpu(1));
+    }
+    assert_eq!(solve_with_devices(&inp, &d).new_node_claims.len(), 3);
+}
+
+/// Two existing nodes with 2 GPUs each (published slices, pool = node name).
+fn two_gpu_nodes() -> (Input, Dra) {
+    let mut inp = input(
+        vec![NodePool::new("default", vec![it("gpu2", 8000, 32)])],
+        pods("w", 1, 1000, 1024),
+    );
+    inp.nodes = vec![
+        node("n1", ZONES[0], 8000, 32),
+        node("n2", ZONES[0], 8000, 32),
+    ];
+    let mut d = dra(&[("gpu2", gpus(2, "40Gi", "a100"))]);
+    for n in ["n1", "n2"] {
+        let mut s = gpus(2, "40Gi", "a100");
+        s[0].pool = n.into();
+        d.nodes.insert(n.into(), s);
+    }
+    (inp, d)
+}
+
+fn allocated(node: &str, devices: &[&str]) -> ResourceClaim {
+    ResourceClaim {
+        requests: vec![DeviceRequest::exactly("gpu", GPU, devices.len() as u32)],
+        allocation: Some(Allocation {
+            devices: devices
+                .iter()
+                .map(|d| DeviceId {
+                    driver: GPU.into(),
+                    pool: node.into(),
+                    device: d.to_string(),
+                })
+                .collect(),
+            node_name: Some(node.into()),
+            node_selector: Vec::new(),
+        }),
+        ..ResourceClaim::default()
+    }
+}
+
+#[test]
+fn an_allocated_claim_pins_its_pod_to_its_node() {
+    let (inp, mut d) = two_gpu_nodes();
+    d.claims
+        .insert(("default".into(), "c".into()), allocated("n2", &["gpu-0"]));
+    share(&mut d, "w-0", "c");
+    let out = solve_with_devices(&inp, &d);
+    assert_eq!(out.find("w-0"), Some(Err("n2")));
+    // Control: an unallocated claim goes to the first node.
+    let (inp, mut d) = two_gpu_nodes();
+    claim(&mut d, "w-0", gpu(1));
+    assert_eq!(solve_with_devices(&inp, &d).find("w-0"), Some(Err("n1")));
+    // A claim allocated on a node that is gone: nowhere.
+    let (inp, mut d) = two_gpu_nodes();
+    d.claims.insert(
+        ("default".into(), "c".into()),
+        allocated("gone", &["gpu-0"]),
+    );
+    share(&mut d, "w-0", "c");
+    assert_nowhere(&solve_with_devices(&inp, &d), "allocated on node gone");
+}
+
+#[test]
+fn devices_allocated_on_existing_nodes_are_taken() {
+    // n1's two GPUs are held by a running pod's claim; n2 has one left.
+    let held = |n: u32| {
+        let (inp, mut d) = two_gpu_nodes();
+        for (claim, node, devices) in [
+            ("held1", "n1", &["gpu-0", "gpu-1"][..]),
+            ("held2", "n2", &["gpu-1"]),
+        ] {
+            d.claims
+                .insert(("default".into(), claim.into()), allocated(node, devices));
+        }
+        claim(&mut d, "w-0", gpu(n));
+        solve_with_devices(&inp, &d)
+    };
+    let out = held(2);
+    assert!(out.existing.is_empty(), "{out:?}");
+    assert_eq!(types_of(&out), one("gpu2"));
+    // Control: one GPU fits what n2 has left.
+    assert_eq!(held(1).find("w-0"), Some(Err("n2")));
+}
+
+#[test]
+fn first_available_takes_the_first_alternative_a_type_has() {
+    let pool = NodePool::new("default", vec![it("gpu40", 8000, 32)]);
+    let inp = input(vec![pool], pods("w", 1, 1000, 1024));
+    let big = format!("device.capacity[\"{GPU}\"].memory.isGreaterThan(quantity(\"60Gi\"))");
+    let mut first = SubRequest::exactly(GPU, 1);
+    first.name = Some("big".into());
+    first.selectors.push(big.clone());
+    let mut second = SubRequest::exactly(GPU, 2);
+    second.name = Some("two-small".into());
+    let req = DeviceRequest {
+        name: "gpu".into(),
+        alternatives: vec![first, second],
+    };
+    let mut d = dra(&[("gpu40", gpus(2, "40Gi", "a100"))]);
+    claim(&mut d, "w-0", vec![req]);
+    assert_eq!(plan(&inp, &d), one("gpu40"));
+    // Control: the first alternative alone has no type.
+    let mut d = dra(&[("gpu40", gpus(2, "40Gi", "a100"))]);
+    claim(&mut d, "w-0", vec![with_selector(GPU, 1, &big)]);
+    assert_nowhere(&solve_with_devices(&inp, &d), "matching its selectors");
+}
+
+#[test]
+fn all_mode_takes_every_matching_device() {
+    let pool = NodePool::new("default", vec![it("gpu4", 16000, 64)]);
+    let inp = input(vec![pool], pods("w", 2, 1000, 1024));
+    let all = DeviceRequest {
+        name: "gpu".into(),
+        alternatives: vec![SubRequest {
+            mode: AllocationMode::All,
+            ..SubRequest::exactly(GPU, 1)
+        }],
+    };
+    let mut d = dra(&[("gpu4", gpus(4, "40Gi", "a100"))]);
+    claim(&mut d, "w-0", vec![all.clone()]);
+    claim(&mut d, "w-1", gpu(1));
+    // w-0 takes all four: w-1 needs a node of its own.
+    assert_eq!(solve_with_devices(&inp, &d).new_node_claims.len(), 2);
+    // Control: with one device each, both share a node.
+    let mut d = dra(&[("gpu4", gpus(4, "40Gi", "a100"))]);
+    claim(&mut d, "w-0", gpu(1));
+    claim(&mut d, "w-1", gpu(1));
+    assert_eq!(solve_with_devices(&inp, &d).new_node_claims.len(), 1);
+}
+
+#[test]
+fn match_attribute_needs_devices_with_one_value() {
+    // gpu-mixed: two devices of different models; gpu-same: two of one model.
+    let mut mixed = gpus(2, "40Gi", "a100");
+    mixed[0].devices[1]
+        .attributes
+        .insert(format!("{GPU}/model"), Attribute::String("h100".into()));
+    let pool = NodePool::new(
+        "default",
+        vec![it("gpu-mixed", 8000, 32), it("gpu-same", 16000, 64)],
+    );
+    let inp = input(vec![pool], pods("w", 1, 1000, 1024));
+    let claim_with = |constraints: Vec<Constraint>| {
+        let mut d = dra(&[
+            ("gpu-mixed", mixed.clone()),
+            ("gpu-same", gpus(2, "40Gi", "a100")),
+        ]);
+        claim(&mut d, "w-0", gpu(2));
+        if let Some(c) = d.claims.values_mut().next() {
+            c.constraints = constraints;
+        }
+        d
+    };
+    let same = claim_with(vec![Constraint {
+        requests: Vec::new(),
+        kind: ConstraintKind::MatchAttribute(format!("{GPU}/model")),
+    }]);
+    assert_eq!(plan(&inp, &same), one("gpu-same"));
+    // Control: without the constraint the cheaper mixed type is first.
+    let free = claim_with(Vec::new());
+    assert_eq!(plan(&inp, &free)[0][0], "gpu-mixed");
+    // distinctAttribute: only the mixed type has two distinct models.
+    let distinct = claim_with(vec![Constraint {
+        requests: vec!["gpu".into()],
+        kind: ConstraintKind::DistinctAttribute(format!("{GPU}/model")),
+    }]);
+    assert_eq!(plan(&inp, &distinct), one("gpu-mixed"));
+}
+
+#[test]
+fn pods_without_claims_plan_as_without_dra() {
+    let (inp, mut d) = cpu_and_gpu();
+    claim(&mut d, "someone-else", gpu(2));
+    assert_eq!(solve_with_devices(&inp, &d), solve(&inp));
+    assert_eq!(
+        solve_with_devices(&bench_workload::input(300), &d),
+        solve(&bench_workload::input(300))
+    );
+}
+
+#[test]
+fn a_semver_attribute_compares_as_a_version() {
+    let pool = NodePool::new("default", vec![it("old", 8000, 32), it("new", 16000, 64)]);
+    let inp = input(vec![pool], pods("w", 1, 1000, 1024));
+    let with_driver = |v: &str| {
+        let mut s = gpus(1, "40Gi", "a100");
+        s[0].devices[0]
+            .attributes
+            .insert(format!("{GPU}/driverVersion"), Attribute::Version(v.into()));
+        s
+    };
+    let types = [
+        ("old", with_driver("1.9.0")),
+        ("new", with_driver("1.10.0")),
+    ];
+    let sel =
+        format!("device.attributes[\"{GPU}\"].driverVersion.isGreaterThan(semver(\"1.9.5\"))");
+    let mut d = dra(&types);
+    claim(&mut d, "w-0", vec![with_selector(GPU, 1, &sel)]);
+    assert_eq!(plan(&inp, &d), one("new"));
+    // Control: compared as strings "1.10.0" < "1.9.5"; as versions both exceed 1.0.0.
+    let sel =
+        format!("device.attributes[\"{GPU}\"].driverVersion.compareTo(semver(\"1.0.0\")) > 0");
+    let mut d = dra(&types);
+    claim(&mut d, "w-0", vec![with_selector(GPU, 1, &sel)]);
+    assert_eq!(plan(&inp, &d)[0].len(), 2);
+}

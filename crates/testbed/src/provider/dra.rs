@@ -1,0 +1,93 @@
+//! The provider plays a DRA driver: for each Node it creates from a template that declares
+//! devices ([`api::dra`]: the resource-slices annotation or Cluster Autoscaler's dra-driver
+//! with gpu-count, on the TestMachine or the template it was cloned from), it publishes the
+//! ResourceSlices a driver's kubelet plugin would: one per driver, named
+//! `<node>-<driver>`, `spec.nodeName` the Node, pool the Node's name (generation 1, one
+//! slice), the declared devices (`gpu-0…` for the Cluster Autoscaler form), owned by the Node.
+//! Deleting the Node deletes them (the provider does, and the garbage collector would).
+//! A bad annotation is logged and publishes nothing. Idempotent: creates accept 409.
+
+use k8s_openapi::api::resource::v1::ResourceSlice;
+
+use super::*;
+
+/// The ResourceSlices of a Node the provider created for `machine` (a TestMachine).
+pub(super) async fn publish_slices(
+    ctx: &Ctx,
+    workload: &Client,
+    machine: &DynamicObject,
+    node: &Node,
+) -> Result<()> {
+    let slices = declared(ctx, machine).await?;
+    if slices.is_empty() {
+        return Ok(());
+    }
+    let name = node.name_any();
+    let api: Api<ResourceSlice> = Api::all(workload.clone());
+    for s in slices {
+        let slice: ResourceSlice = serde_json::from_value(json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": slice_name(&name, &s.driver), "ownerReferences": [{
+                "apiVersion": "v1", "kind": "Node", "name": name,
+                "uid": node.metadata.uid.clone().unwrap_or_default()
+            }]},
+            "spec": {
+                "driver": s.driver,
+                "nodeName": name,
+                "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+                "devices": s.devices,
+            }
+        }))?;
+        match api.create(&PostParams::default(), &slice).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// The name of the slice of `driver` on `node`.
+pub fn slice_name(node: &str, driver: &str) -> String {
+    format!("{node}-{driver}")
+}
+
+/// Deletes the ResourceSlices published for Node `node`.
+pub(super) async fn delete_slices(workload: &Client, node: &str) -> Result<()> {
+    let api: Api<ResourceSlice> = Api::all(workload.clone());
+    let lp = kube::api::ListParams::default().fields(&format!("spec.nodeName={node}"));
+    let list = match api.list(&lp).await {
+        Ok(l) => l,
+        // A workload cluster that does not serve resource.k8s.io/v1 has none.
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    for s in list {
+        match api.delete(&s.name_any(), &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// The devices the TestMachine's annotations declare, else its template's; a bad
+/// annotation is logged and read as none.
+async fn declared(ctx: &Ctx, machine: &DynamicObject) -> Result<Vec<api::dra::DeclaredSlice>> {
+    let mut annotations = machine.annotations().clone();
+    if api::dra::declared(&annotations).is_ok_and(|d| d.is_empty())
+        && let Some(template) = machine.annotations().get(CLONED_FROM_NAME_ANNOTATION)
+    {
+        let templates = namespaced(ctx, machine, &test_machine_template_resource())?;
+        if let Some(t) = templates.get_opt(template).await? {
+            annotations = t.annotations().clone();
+        }
+    }
+    Ok(
+        api::dra::declared(&annotations).unwrap_or_else(|(key, error)| {
+            tracing::warn!(machine = %machine.name_any(), %error, "test provider: ignoring {key}");
+            Vec::new()
+        }),
+    )
+}
