@@ -191,22 +191,7 @@ pub fn plan(loaded: &Loaded) -> Plan {
     let counted_templates = counted_templates(&counted, &catalogs, &output);
     let existing = existing_placements(&snap.input, &output);
     let unplaceable = unplaceable(loaded, &cluster, &output);
-    let on_new: usize = node_claims.iter().map(|c| c.pods.len()).sum();
-    let on_existing = output.existing.len();
-    let price_per_hour = node_claims
-        .iter()
-        .fold(0.0, |sum, c| sum + c.price_per_hour);
-    let total = Total {
-        node_claims: node_claims.len(),
-        price_per_hour,
-        first_fit_price_per_hour: output
-            .first_fit_price
-            .map(|ff| price_per_hour - output.price() + ff),
-        pods_placed: on_new + on_existing,
-        pods_on_new_node_claims: on_new,
-        pods_on_existing: on_existing,
-        pods_unplaceable: unplaceable.len(),
-    };
+    let total = total(&node_claims, &output, unplaceable.len());
     let nodes_in = |state| snap.input.nodes.iter().filter(|n| n.state == state).count();
     Plan {
         pods_pending: loaded.pending.len(),
@@ -235,6 +220,30 @@ pub fn plan(loaded: &Loaded) -> Plan {
             k8s_openapi::jiff::Timestamp::now(),
         ),
         drifted: super::drift::drifted(&cluster, &catalogs),
+    }
+}
+
+/// The plan's totals: what its new NodeClaims cost and where the pods go.
+fn total(
+    node_claims: &[PlannedNodeClaim],
+    output: &scheduling::Output,
+    unplaceable: usize,
+) -> Total {
+    let on_new: usize = node_claims.iter().map(|c| c.pods.len()).sum();
+    let on_existing = output.existing.len();
+    let price_per_hour = node_claims
+        .iter()
+        .fold(0.0, |sum, c| sum + c.price_per_hour);
+    Total {
+        node_claims: node_claims.len(),
+        price_per_hour,
+        first_fit_price_per_hour: output
+            .first_fit_price
+            .map(|ff| price_per_hour - output.price() + ff),
+        pods_placed: on_new + on_existing,
+        pods_on_new_node_claims: on_new,
+        pods_on_existing: on_existing,
+        pods_unplaceable: unplaceable,
     }
 }
 
