@@ -37,7 +37,7 @@ pub(crate) mod objects;
 pub(crate) mod offering;
 pub(crate) mod offering_status;
 pub(crate) mod overlay_status;
-pub mod overlays;
+pub(crate) mod overlays;
 pub(crate) mod plan;
 pub mod wiring;
 

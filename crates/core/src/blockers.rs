@@ -16,19 +16,19 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
 
-pub use crate::cost::disruption_cost;
+pub(crate) use crate::cost::disruption_cost;
 use crate::objects::{annotation, deleting, namespaced_name, owned_by, terminal};
 
 /// Whether a pod keeps its node from being empty: not owned by a DaemonSet or the Node
 /// (static), not a mirror pod, not finished, not terminating.
-pub fn reschedulable(pod: &Pod) -> bool {
+pub(crate) fn reschedulable(pod: &Pod) -> bool {
     let mirror = annotation(pod, "kubernetes.io/config.mirror").is_some();
     !(owned_by(pod, &["DaemonSet", "Node"]) || mirror || terminal(pod) || deleting(pod))
 }
 
 /// Why a node may not be disrupted gracefully.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Blocker {
+pub(crate) enum Blocker {
     /// `karpenter.sh/do-not-disrupt: "true"` on the Node or its NodeClaim.
     NodeDoNotDisrupt { kind: &'static str, name: String },
     /// `karpenter.sh/do-not-disrupt` on a pod (`"true"` or a duration not yet elapsed).
@@ -68,14 +68,14 @@ impl fmt::Display for Blocker {
 
 /// Whether `obj` carries `karpenter.sh/do-not-disrupt: "true"` (Nodes and NodeClaims accept
 /// only that exact value).
-pub fn do_not_disrupt<K: Resource>(obj: &K) -> bool {
+pub(crate) fn do_not_disrupt<K: Resource>(obj: &K) -> bool {
     annotation(obj, DO_NOT_DISRUPT) == Some("true")
 }
 
 /// Whether a pod's `karpenter.sh/do-not-disrupt` holds at `now`: `"true"`, or a positive
 /// duration not yet elapsed since the pod started (no start time: it holds). An invalid
 /// value is ignored, as Karpenter does.
-pub fn pod_do_not_disrupt(pod: &Pod, now: Timestamp) -> bool {
+pub(crate) fn pod_do_not_disrupt(pod: &Pod, now: Timestamp) -> bool {
     let Some(value) = annotation(pod, DO_NOT_DISRUPT) else {
         return false;
     };
@@ -95,7 +95,7 @@ pub fn pod_do_not_disrupt(pod: &Pod, now: Timestamp) -> bool {
 }
 
 /// Whether a pod is active (not finished, not terminating).
-pub fn active(pod: &Pod) -> bool {
+pub(crate) fn active(pod: &Pod) -> bool {
     !terminal(pod) && !deleting(pod)
 }
 
@@ -114,14 +114,14 @@ pub(crate) fn tolerates_disrupted(pod: &Pod) -> bool {
 
 /// Whether the eviction API is used for a pod during a drain (so PDBs apply): active, not a
 /// mirror pod, not tolerating the disrupted taint.
-pub fn evictable(pod: &Pod) -> bool {
+pub(crate) fn evictable(pod: &Pod) -> bool {
     active(pod)
         && annotation(pod, "kubernetes.io/config.mirror").is_none()
         && !tolerates_disrupted(pod)
 }
 
 /// Whether a pod has an owner reference marked `controller`.
-pub fn controller_owned(pod: &Pod) -> bool {
+pub(crate) fn controller_owned(pod: &Pod) -> bool {
     pod.metadata
         .owner_references
         .iter()
@@ -138,7 +138,7 @@ fn pod_ready(pod: &Pod) -> bool {
 }
 
 /// The PDBs matching a pod (same namespace, selector matches).
-pub fn matching_pdbs<'a>(
+pub(crate) fn matching_pdbs<'a>(
     pod: &Pod,
     pdbs: &'a [&'a PodDisruptionBudget],
 ) -> Vec<&'a PodDisruptionBudget> {
@@ -158,7 +158,7 @@ pub fn matching_pdbs<'a>(
 
 /// The PDB blocker of one evictable pod: more than one matching PDB, or one allowing no
 /// disruption (an `AlwaysAllow` PDB lets an unready pod go).
-pub fn pdb_blocker(pod: &Pod, pdbs: &[&PodDisruptionBudget]) -> Option<Blocker> {
+pub(crate) fn pdb_blocker(pod: &Pod, pdbs: &[&PodDisruptionBudget]) -> Option<Blocker> {
     let matching = matching_pdbs(pod, pdbs);
     let pod_name = namespaced_name(pod);
     if matching.len() > 1 {
@@ -190,7 +190,7 @@ pub fn pdb_blocker(pod: &Pod, pdbs: &[&PodDisruptionBudget]) -> Option<Blocker> 
 /// DaemonSet and mirror pods included): do-not-disrupt on an active pod, a PDB of an
 /// evictable pod, a reschedulable pod no controller owns. Pods in name order, so the answer
 /// is stable.
-pub fn pod_blocker(
+pub(crate) fn pod_blocker(
     pods: &[&Pod],
     pdbs: &[&PodDisruptionBudget],
     now: Timestamp,

@@ -126,7 +126,7 @@ pub(crate) fn families(view: Option<&View>) -> Vec<Family> {
 }
 
 /// The core's gauges of one cluster: from its cluster state, priced by its provider.
-pub struct CoreGauges {
+pub(crate) struct CoreGauges {
     pub state: cluster_state::ClusterState,
     /// The provider: its instance types price the NodeClaims.
     pub provider: Arc<dyn cloudprovider::CloudProvider>,

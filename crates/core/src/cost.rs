@@ -30,14 +30,14 @@ fn annotated(pod: &Pod) -> f64 {
 }
 
 /// The cost of evicting one pod (Karpenter's `EvictionCost`).
-pub fn eviction_cost(pod: &Pod) -> f64 {
+pub(crate) fn eviction_cost(pod: &Pod) -> f64 {
     let priority = pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
     (1.0 + annotated(pod) + f64::from(priority) / 2f64.powi(25)).clamp(-10.0, 10.0)
 }
 
 /// A node's `RescheduleDisruptionCost`: 1 + Σ max(0, eviction cost) over its reschedulable
 /// pods.
-pub fn disruption_cost(reschedulable: &[&Pod]) -> f64 {
+pub(crate) fn disruption_cost(reschedulable: &[&Pod]) -> f64 {
     1.0 + reschedulable
         .iter()
         .map(|p| eviction_cost(p).max(0.0))
@@ -47,7 +47,7 @@ pub fn disruption_cost(reschedulable: &[&Pod]) -> f64 {
 /// The share of `claim`'s lifetime left at `now`, in [0, 1]: 1 without an `expireAfter`
 /// (`Never`, or unreadable), falling to 0 as it nears expiry (Karpenter's
 /// `LifetimeRemaining`).
-pub fn lifetime_remaining(claim: &NodeClaim, now: Timestamp) -> f64 {
+pub(crate) fn lifetime_remaining(claim: &NodeClaim, now: Timestamp) -> f64 {
     let Some(total) = api::duration::parse_duration(&claim.spec.expire_after) else {
         return 1.0;
     };
@@ -66,7 +66,7 @@ pub fn lifetime_remaining(claim: &NodeClaim, now: Timestamp) -> f64 {
 
 /// A node's disruption cost (Karpenter's candidate `DisruptionCost`): Σ eviction cost over
 /// all its `pods` (not only the reschedulable ones), times its lifetime remaining.
-pub fn node_disruption_cost(pods: &[&Pod], claim: &NodeClaim, now: Timestamp) -> f64 {
+pub(crate) fn node_disruption_cost(pods: &[&Pod], claim: &NodeClaim, now: Timestamp) -> f64 {
     pods.iter().map(|p| eviction_cost(p)).sum::<f64>() * lifetime_remaining(claim, now)
 }
 

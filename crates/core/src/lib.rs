@@ -2,18 +2,18 @@
 //! loop, and the runtime pieces they share. It knows providers only through the
 //! `cloudprovider` crate's trait; no Cluster API type is in its dependencies.
 
-pub mod blockers;
+pub(crate) mod blockers;
 pub mod budgets;
 pub mod cache;
 pub mod clients;
-pub mod cluster_metrics;
-pub mod cost;
+pub(crate) mod cluster_metrics;
+pub(crate) mod cost;
 pub mod disruption;
 pub mod engagement;
 pub mod events;
 pub mod garbagecollection;
 pub mod health;
-pub mod index;
+pub(crate) mod index;
 pub mod leader;
 pub mod metrics;
 pub mod model;
@@ -22,7 +22,7 @@ pub mod nodepool_status;
 pub mod objects;
 pub mod provisioning;
 pub mod ratelimit;
-pub mod reports;
+pub(crate) mod reports;
 pub mod server;
 pub mod state;
 pub mod static_pools;

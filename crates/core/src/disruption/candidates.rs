@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::View;
-pub use crate::blockers::{do_not_disrupt, reschedulable};
+pub(crate) use crate::blockers::{do_not_disrupt, reschedulable};
 use crate::objects::{claim_condition, deleting, name, nodepool_of};
 use api::duration::parse_duration;
 
@@ -70,7 +70,7 @@ fn busy(claim: &NodeClaim) -> bool {
 }
 
 /// The NodePools of `view` with their candidates.
-pub fn pools<'a>(view: &'a View) -> Vec<Pool<'a>> {
+pub(crate) fn pools<'a>(view: &'a View) -> Vec<Pool<'a>> {
     view.nodepools
         .iter()
         .map(|p: &Arc<NodePool>| {
@@ -108,7 +108,7 @@ pub fn pools<'a>(view: &'a View) -> Vec<Pool<'a>> {
 
 /// A NodePool's `consolidateAfter`; `None` for `Never` (or unparsable), and for a static
 /// pool (`replicas`), whose nodes are never consolidated (no `Consolidatable` condition).
-pub fn consolidate_after(spec: &NodePoolSpec) -> Option<Duration> {
+pub(crate) fn consolidate_after(spec: &NodePoolSpec) -> Option<Duration> {
     if spec.replicas.is_some() {
         return None;
     }
@@ -120,7 +120,7 @@ pub fn consolidate_after(spec: &NodePoolSpec) -> Option<Duration> {
 
 /// Whether a NodeClaim of `pools` is `Consolidatable` at `now` (`None`: the condition does
 /// not apply).
-pub fn consolidatable(claim: &NodeClaim, pools: &[Arc<NodePool>], now: Timestamp) -> Option<bool> {
+pub(crate) fn consolidatable(claim: &NodeClaim, pools: &[Arc<NodePool>], now: Timestamp) -> Option<bool> {
     let pool = pools
         .iter()
         .find(|p| Some(name(p.as_ref())) == nodepool_of(claim))?;
@@ -130,7 +130,7 @@ pub fn consolidatable(claim: &NodeClaim, pools: &[Arc<NodePool>], now: Timestamp
 /// When a NodeClaim becomes `Consolidatable`: `consolidateAfter` after its last pod event
 /// (`status.lastPodEventTime`), or after it initialized. `None` when consolidation is off
 /// (`Never`) or it has not initialized: the condition is then absent.
-pub fn consolidatable_at(claim: &NodeClaim, after: Option<Duration>) -> Option<Timestamp> {
+pub(crate) fn consolidatable_at(claim: &NodeClaim, after: Option<Duration>) -> Option<Timestamp> {
     let after = SignedDuration::try_from(after?).ok()?;
     let status = claim.status.as_ref()?;
     let initialized = api::conditions::get(&status.conditions, types::INITIALIZED)

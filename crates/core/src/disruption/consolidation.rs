@@ -48,7 +48,7 @@ struct Pending {
 /// The move under validation, and the last search that found none (state fingerprint,
 /// time, verdicts).
 #[derive(Debug, Default)]
-pub struct Consolidation {
+pub(crate) struct Consolidation {
     pending: Option<Pending>,
     searched: Option<(u64, Instant, BTreeMap<String, Verdict>)>,
     limits: Limits,
@@ -56,7 +56,8 @@ pub struct Consolidation {
 
 impl Consolidation {
     /// With the search's time limits (and clock) `limits`.
-    pub fn with_limits(limits: Limits) -> Self {
+    #[cfg(test)]
+    pub(crate) fn with_limits(limits: Limits) -> Self {
         Consolidation {
             limits,
             ..Consolidation::default()
@@ -67,7 +68,7 @@ impl Consolidation {
 /// The offering a NodeClaim runs on, found from its labels (the Node's, else the claim's:
 /// instance type, zone, capacity type, as Karpenter's core finds it) and priced from its
 /// NodePool's current catalog (0 when the catalog no longer offers it).
-pub fn priced<'a>(view: &View, pool: &Pool<'a>, c: &'a Candidate<'a>) -> Option<Priced<'a>> {
+pub(crate) fn priced<'a>(view: &View, pool: &Pool<'a>, c: &'a Candidate<'a>) -> Option<Priced<'a>> {
     let label = |k: &str| {
         c.node
             .and_then(|n| n.metadata.labels.as_ref()?.get(k).cloned())

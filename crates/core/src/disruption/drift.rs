@@ -29,13 +29,13 @@ pub struct Blocked {
 
 /// What a drifted candidate's event and verdict say when `why` keeps it: `drifted
 /// (<Drifted reason>); blocked: <why>`.
-pub fn blocked_message(reason: &str, why: &str) -> String {
+pub(crate) fn blocked_message(reason: &str, why: &str) -> String {
     format!("drifted ({reason}); blocked: {why}")
 }
 
 /// What the last passes found blocked (drained by the loop).
 #[derive(Debug, Default)]
-pub struct Drift {
+pub(crate) struct Drift {
     pub(super) blocked: Vec<Blocked>,
 }
 
@@ -53,7 +53,7 @@ pub(super) fn manual(view: &View, c: &Candidate) -> bool {
 
 /// What keeps `c` from a graceful disruption: a do-not-disrupt pod or a PDB allowing no
 /// eviction (a pod no controller owns does not block drift, an eventual method).
-pub fn pod_blocker(
+pub(crate) fn pod_blocker(
     view: &View,
     c: &Candidate,
     now: k8s_openapi::jiff::Timestamp,

@@ -14,7 +14,7 @@ use crate::blockers::pod_blocker;
 
 /// Deletes empty NodeClaims (no state: see the module documentation).
 #[derive(Debug, Default)]
-pub struct Emptiness;
+pub(crate) struct Emptiness;
 
 /// The verdict of an empty NodeClaim not deleted yet. No countdown in the text: it becomes
 /// the `Consolidatable` condition's message, written only when it changes.

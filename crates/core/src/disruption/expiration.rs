@@ -12,7 +12,7 @@ use api::duration::parse_duration;
 
 /// Expiration has no timers: the claim's age is its creation timestamp's.
 #[derive(Debug, Default)]
-pub struct Expiration;
+pub(crate) struct Expiration;
 
 impl Method for Expiration {
     fn decide(

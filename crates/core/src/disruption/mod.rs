@@ -24,23 +24,23 @@
 //! or roll back).
 
 pub use crate::budgets;
-pub mod candidates;
-pub mod command;
-pub mod consolidation;
-pub mod drift;
-pub mod emptiness;
-pub mod execute;
-pub mod expiration;
+pub(crate) mod candidates;
+pub(crate) mod command;
+pub(crate) mod consolidation;
+pub(crate) mod drift;
+pub(crate) mod emptiness;
+pub(crate) mod execute;
+pub(crate) mod expiration;
 pub mod orchestrate;
-pub mod plan;
-pub mod podevents;
-pub mod pricing;
-pub mod search;
+pub(crate) mod plan;
+pub(crate) mod podevents;
+pub(crate) mod pricing;
+pub(crate) mod search;
 pub mod simulate;
-pub mod static_drift;
+pub(crate) mod static_drift;
 pub mod status;
-pub mod steps;
-pub mod tally;
+pub(crate) mod steps;
+pub(crate) mod tally;
 #[cfg(test)]
 mod tests;
 pub mod verdict;
@@ -55,7 +55,7 @@ use cloudprovider::InstanceTypes;
 use k8s_openapi::jiff::Timestamp;
 
 pub use budgets::{PoolBudget, allowed, budget_active, budget_nodes};
-pub use candidates::{Pool, reschedulable};
+pub use candidates::Pool;
 pub use execute::{Disruption, run};
 pub use verdict::{Verdict, verdicts};
 

@@ -24,7 +24,7 @@ use crate::state::{Cluster, Objects};
 
 /// A candidate with what consolidation weighs: its price and the cost of disrupting it.
 #[derive(Debug)]
-pub struct Priced<'a> {
+pub(crate) struct Priced<'a> {
     pub candidate: &'a Candidate<'a>,
     /// Its NodePool.
     pub nodepool: &'a str,
@@ -109,7 +109,7 @@ impl Move {
 
 /// Why the simulation found no move.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NoMove {
+pub(crate) enum NoMove {
     /// A candidate pod fits nowhere (not even on a new node).
     PodsDoNotFit(String),
     /// A candidate pod would land on a node that has not initialized.
@@ -213,7 +213,7 @@ fn own_pods_placed(
 }
 
 /// Simulates removing `candidates` (one or more Nodes of `view`) at `now`.
-pub fn simulate(view: &View, candidates: &[&Priced], now: Timestamp) -> Result<Move, NoMove> {
+pub(crate) fn simulate(view: &View, candidates: &[&Priced], now: Timestamp) -> Result<Move, NoMove> {
     let (rest, moving) = without_candidates(view, candidates);
     let own: HashSet<&str> = candidates
         .iter()

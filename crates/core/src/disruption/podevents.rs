@@ -27,7 +27,7 @@ use crate::objects::{claim_node_name, deleting, owned_by, pod_node_name, termina
 use crate::write::{Outcome, OwnWrites, Writer, manager};
 
 /// Events closer than this to the recorded one are not written (Karpenter: 10 s).
-pub const DEDUPE: Duration = Duration::from_secs(10);
+pub(crate) const DEDUPE: Duration = Duration::from_secs(10);
 
 fn transition(pod: &Pod, type_: &str, status: &str) -> Option<Timestamp> {
     pod.status
@@ -44,7 +44,7 @@ fn transition(pod: &Pod, type_: &str, status: &str) -> Option<Timestamp> {
 /// The time of a pod's last event that counts, and the Node it concerns: terminating
 /// (deletionTimestamp), finished (Ready turning False), else bound (PodScheduled True, else
 /// its start). DaemonSet and unbound pods have none.
-pub fn pod_event(pod: &Pod) -> Option<(&str, Timestamp)> {
+pub(crate) fn pod_event(pod: &Pod) -> Option<(&str, Timestamp)> {
     let node = pod_node_name(pod)?;
     if owned_by(pod, &["DaemonSet"]) {
         return None;
@@ -66,7 +66,7 @@ pub fn pod_event(pod: &Pod) -> Option<(&str, Timestamp)> {
 }
 
 /// The new `lastPodEventTime` if `at` is at least [`DEDUPE`] after the recorded one.
-pub fn advance(recorded: Option<Timestamp>, at: Timestamp) -> Option<Timestamp> {
+pub(crate) fn advance(recorded: Option<Timestamp>, at: Timestamp) -> Option<Timestamp> {
     let dedupe = SignedDuration::try_from(DEDUPE).ok()?;
     match recorded {
         Some(r) if at.duration_since(r) < dedupe => None,
@@ -77,7 +77,7 @@ pub fn advance(recorded: Option<Timestamp>, at: Timestamp) -> Option<Timestamp> 
 /// The claim's status after a pod event at `next`, when that also ends its `Consolidatable`
 /// condition (`consolidateAfter` counts again from `next`): one write instead of ours plus
 /// the disruption pass's. `None` when the condition stays as it is.
-pub fn ending_consolidatable(
+pub(crate) fn ending_consolidatable(
     claim: &NodeClaim,
     pools: &[Arc<NodePool>],
     next: Timestamp,
@@ -96,7 +96,7 @@ pub fn ending_consolidatable(
 }
 
 /// Follows pod changes until `shutdown`.
-pub async fn run(
+pub(crate) async fn run(
     client: kube::Client,
     pods: Cache<Pod>,
     nodeclaims: Store<NodeClaim>,

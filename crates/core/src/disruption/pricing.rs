@@ -4,18 +4,18 @@
 
 /// The Balanced policy's threshold (k = 2: a move must save at least half as much, as a
 /// share of the pool's cost, as it disrupts, as a share of the pool's disruption).
-pub const BALANCED_THRESHOLD: f64 = 0.5;
+pub(crate) const BALANCED_THRESHOLD: f64 = 0.5;
 
 /// The hourly saving of a move: the candidates' price minus the replacement's cheapest
 /// offering (0 for a delete).
-pub fn savings(replaced_price: f64, replacement_price: Option<f64>) -> f64 {
+pub(crate) fn savings(replaced_price: f64, replacement_price: Option<f64>) -> f64 {
     replaced_price - replacement_price.unwrap_or(0.0)
 }
 
 /// The Balanced policy's score of a move (Karpenter v1.14): (savings / pool cost) ÷
 /// (disruption / pool disruption). 0 when nothing is saved; a move that saves while the pool
 /// costs or disrupts nothing scores infinitely.
-pub fn balanced_score(savings: f64, pool_cost: f64, disruption: f64, pool_disruption: f64) -> f64 {
+pub(crate) fn balanced_score(savings: f64, pool_cost: f64, disruption: f64, pool_disruption: f64) -> f64 {
     if savings <= 0.0 {
         return 0.0;
     }
@@ -26,14 +26,14 @@ pub fn balanced_score(savings: f64, pool_cost: f64, disruption: f64, pool_disrup
 }
 
 /// Whether the Balanced policy approves a move of `score`.
-pub fn balanced_approves(score: f64) -> bool {
+pub(crate) fn balanced_approves(score: f64) -> bool {
     score >= BALANCED_THRESHOLD
 }
 
 /// Multi-node consolidation's search: the largest prefix length in `2..=n` for which
 /// `attempt(len)` gives a move, found by binary search (Karpenter assumes a prefix that
 /// works makes every shorter one work). Returns the length and the move.
-pub fn largest_prefix<T>(
+pub(crate) fn largest_prefix<T>(
     n: usize,
     mut attempt: impl FnMut(usize) -> Option<T>,
 ) -> Option<(usize, T)> {

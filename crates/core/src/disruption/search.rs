@@ -23,16 +23,16 @@ use super::verdict::Verdict;
 use super::{Pass, consolidation_verdict};
 
 /// At most this many candidates in one multi-node move.
-pub const MAX_MULTI: usize = 100;
+pub(crate) const MAX_MULTI: usize = 100;
 /// Multi-node consolidation's search stops after this long (Karpenter: 1 min).
-pub const MULTI_LIMIT: Duration = Duration::from_secs(60);
+pub(crate) const MULTI_LIMIT: Duration = Duration::from_secs(60);
 /// Single-node consolidation's search stops after this long (Karpenter: 3 min).
-pub const SINGLE_LIMIT: Duration = Duration::from_secs(180);
+pub(crate) const SINGLE_LIMIT: Duration = Duration::from_secs(180);
 
 /// The search's time limits and the clock they are measured with (the real monotonic
 /// clock by default; tests inject their own).
 #[derive(Clone)]
-pub struct Limits {
+pub(crate) struct Limits {
     pub multi: Duration,
     pub single: Duration,
     pub clock: Arc<dyn Fn() -> Instant + Send + Sync>,
@@ -89,14 +89,14 @@ impl<'a> Deadline<'a> {
 
 /// A pool's cost and disruption, for the Balanced score.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct PoolTotals {
+pub(crate) struct PoolTotals {
     pub cost: f64,
     pub disruption: f64,
 }
 
 /// What the search needs of each NodePool whose candidates it weighs.
 #[derive(Debug, Clone, Copy)]
-pub struct PoolInfo {
+pub(crate) struct PoolInfo {
     /// Its policy is `Balanced`: it approves a move of its nodes by score.
     pub balanced: bool,
     pub totals: PoolTotals,
@@ -105,13 +105,13 @@ pub struct PoolInfo {
 }
 
 /// The NodePools of a search, by name.
-pub type Pools<'a> = BTreeMap<&'a str, PoolInfo>;
+pub(crate) type Pools<'a> = BTreeMap<&'a str, PoolInfo>;
 
 /// The Balanced check of a move of `candidates`: every Balanced NodePool among theirs must
 /// approve, scoring its own nodes against its own totals; a move across pools credits each
 /// with the savings in proportion to its share of the candidates' cost (as Karpenter does).
 /// `Err(why)` names the first refusal.
-pub fn balanced(
+pub(crate) fn balanced(
     pools: &Pools,
     mv: &Move,
     candidates: &[&Priced],
@@ -157,7 +157,7 @@ pub fn balanced(
 }
 
 /// What a search found.
-pub struct Found {
+pub(crate) struct Found {
     pub mv: Option<Move>,
     /// Every eligible candidate's verdict.
     pub verdicts: BTreeMap<String, Verdict>,
@@ -198,7 +198,7 @@ fn round_robin<'a, 'p>(eligible: &'a [Priced<'p>]) -> Vec<&'a Priced<'p>> {
 /// Searches a move among `eligible` (sorted by price per disruption cost, from every pool
 /// in `pools`) for a pass at `now`: multi-node across pools, then single-node, each within
 /// its limit. Verdicts of the candidates not in the move say why.
-pub fn search(
+pub(crate) fn search(
     pools: &Pools,
     eligible: &[Priced],
     pass: &mut Pass,
@@ -281,7 +281,7 @@ pub fn search(
 /// Revalidates a pending move at `now`: its candidates still eligible and within their
 /// pools' budgets, the simulation still finds a delete or a replace by as many nodes whose
 /// options include the ones chosen, every Balanced pool still approves.
-pub fn validate(
+pub(crate) fn validate(
     pools: &Pools,
     eligible: &[Priced],
     mv: &Move,

@@ -16,7 +16,7 @@ use super::{Clock, Decision, Method, Pass, Surge};
 
 /// Replaces drifted claims of static pools (the blocks go to drift's report).
 #[derive(Debug, Default)]
-pub struct StaticDrift {
+pub(crate) struct StaticDrift {
     pub(super) blocked: Vec<Blocked>,
 }
 

@@ -9,7 +9,7 @@ use crate::state::ClusterState;
 
 /// A decision taken: `karpenter_voluntary_disruption_decisions_total` and its per-NodePool
 /// twin `…_decisions_by_nodepool_total`.
-pub fn record_decision(
+pub(crate) fn record_decision(
     metrics: &Metrics,
     nodepool: &str,
     decision: &str,
@@ -39,7 +39,7 @@ pub fn record_decision(
 /// `karpenter_nodeclaims_disrupted_total` (ours: reason and nodepool) and
 /// `karpenter_pods_disruption_initiated_total`, by the reschedulable pods on its Node (as
 /// of `state`).
-pub fn record_disrupted(
+pub(crate) fn record_disrupted(
     metrics: &Metrics,
     state: &ClusterState,
     claim: &NodeClaim,

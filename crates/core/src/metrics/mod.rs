@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 pub mod gauges;
 pub mod labels;
-pub mod scope;
+pub(crate) mod scope;
 
 pub use gauges::ClusterGauges;
 pub use scope::ScopedFamily;

@@ -8,7 +8,7 @@ use crate::metrics::{CreatedLabels, Metrics, PodDisruptionLabels};
 /// (`karpenter_nodeclaims_disrupted_total`, `karpenter_pods_disruption_initiated_total`),
 /// with the reschedulable pods counted and the consolidation policy label (empty but for
 /// consolidation) known.
-pub fn record_disrupted_pods(
+pub(crate) fn record_disrupted_pods(
     metrics: &Metrics,
     claim: &NodeClaim,
     reason: &str,

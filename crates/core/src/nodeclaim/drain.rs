@@ -42,20 +42,20 @@ use crate::write::{Outcome, Refused, Writer, is_too_many_requests, manager};
 
 /// A drained Node is declared drained only this long after its drain started (pods the
 /// scheduler bound before it saw the taint are caught): Karpenter's `MinDrainTime`.
-pub const MIN_DRAIN_TIME: Duration = Duration::from_secs(5);
+pub(crate) const MIN_DRAIN_TIME: Duration = Duration::from_secs(5);
 /// A pod terminating this long past its deletionTimestamp is not waited for.
-pub const STUCK_TERMINATING: Duration = Duration::from_secs(60);
+pub(crate) const STUCK_TERMINATING: Duration = Duration::from_secs(60);
 /// The label that takes a draining Node out of external load balancers.
-pub const EXCLUDE_FROM_LOAD_BALANCERS: &str =
+pub(crate) const EXCLUDE_FROM_LOAD_BALANCERS: &str =
     "node.kubernetes.io/exclude-from-external-load-balancers";
 /// What the API server answers when a pod matches more than one PodDisruptionBudget.
-pub const MULTIPLE_PDBS: &str = "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.";
+pub(crate) const MULTIPLE_PDBS: &str = "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.";
 /// At most this many evictions of one Node are in flight at once.
 const CONCURRENT: usize = 8;
 
 /// The eviction groups, in the order they leave.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Group {
+pub(crate) enum Group {
     NonCritical,
     NonCriticalDaemon,
     Critical,
@@ -63,7 +63,7 @@ pub enum Group {
 }
 
 /// A pod's eviction group.
-pub fn group(pod: &Pod) -> Group {
+pub(crate) fn group(pod: &Pod) -> Group {
     let critical = matches!(
         pod.spec
             .as_ref()
@@ -85,7 +85,7 @@ fn since(t: Option<&Time>, now: Timestamp) -> Option<SignedDuration> {
 
 /// Whether the drain waits for `pod`: not finished, not tolerating the disrupted taint, not
 /// static or mirror, not stuck terminating.
-pub fn waited_for(pod: &Pod, now: Timestamp) -> bool {
+pub(crate) fn waited_for(pod: &Pod, now: Timestamp) -> bool {
     let mirror = annotation(pod, "kubernetes.io/config.mirror").is_some();
     let stuck = since(pod.metadata.deletion_timestamp.as_ref(), now)
         .is_some_and(|d| d > SignedDuration::try_from(STUCK_TERMINATING).unwrap_or_default());
@@ -94,7 +94,7 @@ pub fn waited_for(pod: &Pod, now: Timestamp) -> bool {
 
 /// The grace period to delete `pod` with now, when its own would run past `deadline`
 /// (a terminating pod: when its deletionTimestamp is after it): the time left, at least 1 s.
-pub fn force_delete_grace(pod: &Pod, deadline: Option<Timestamp>, now: Timestamp) -> Option<u32> {
+pub(crate) fn force_delete_grace(pod: &Pod, deadline: Option<Timestamp>, now: Timestamp) -> Option<u32> {
     let deadline = deadline?;
     let due = match &pod.metadata.deletion_timestamp {
         Some(t) => t.0 > deadline,
@@ -116,7 +116,7 @@ pub fn force_delete_grace(pod: &Pod, deadline: Option<Timestamp>, now: Timestamp
 
 /// What to do with a Node's pods now.
 #[derive(Debug, Default, PartialEq)]
-pub struct Plan<'a> {
+pub(crate) struct Plan<'a> {
     /// Past the termination time: deleted with this grace period, every group at once.
     pub delete: Vec<(&'a Pod, u32)>,
     /// Evicted now: the evictable pods of the first group with pods left.
@@ -126,13 +126,13 @@ pub struct Plan<'a> {
 }
 
 impl Plan<'_> {
-    pub fn drained(&self) -> bool {
+    pub(crate) fn drained(&self) -> bool {
         self.waiting == 0
     }
 }
 
 /// The drain's next step over the pods bound to a Node.
-pub fn plan<'a>(pods: &[&'a Pod], deadline: Option<Timestamp>, now: Timestamp) -> Plan<'a> {
+pub(crate) fn plan<'a>(pods: &[&'a Pod], deadline: Option<Timestamp>, now: Timestamp) -> Plan<'a> {
     let waiting: Vec<&Pod> = pods
         .iter()
         .copied()
@@ -163,7 +163,7 @@ pub fn plan<'a>(pods: &[&'a Pod], deadline: Option<Timestamp>, now: Timestamp) -
 
 /// Where a drain stands after a pass.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Progress {
+pub(crate) enum Progress {
     Drained,
     /// Pods are left; `moved`: this pass evicted or deleted one.
     Waiting {
@@ -173,7 +173,7 @@ pub enum Progress {
 }
 
 /// Carries out [`plan`] on a workload cluster.
-pub struct Drainer<'a> {
+pub(crate) struct Drainer<'a> {
     pub client: &'a Client,
     pub recorder: &'a Recorder,
     pub metrics: &'a Metrics,
@@ -191,7 +191,7 @@ enum Step {
 impl Drainer<'_> {
     /// Taints `node` `karpenter.sh/disrupted:NoSchedule` and labels it out of external load
     /// balancers, unless it is already (a conflict is retried from the fresh Node).
-    pub async fn taint(&self, node: &Node) -> Result<(), Error> {
+    pub(crate) async fn taint(&self, node: &Node) -> Result<(), Error> {
         let key = api::consts::taints::DISRUPTED;
         let taints = node
             .spec
@@ -225,7 +225,7 @@ impl Drainer<'_> {
 
     /// One pass of the drain of `node` (deadline: the termination time, if any; `reason`:
     /// why its pods are evicted, for their `Evicted` events).
-    pub async fn drain(
+    pub(crate) async fn drain(
         &self,
         node: &Node,
         deadline: Option<Timestamp>,

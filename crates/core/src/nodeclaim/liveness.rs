@@ -26,7 +26,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 
 /// What liveness decided.
 #[derive(Debug, PartialEq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Healthy for now; look again after this long (the nearest deadline).
     Alive(Option<Duration>),
     /// The NodeClaim was deleted.
@@ -35,7 +35,7 @@ pub enum Verdict {
 
 /// Pure part: which deadline a NodeClaim has missed, if any.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Missed {
+pub(crate) enum Missed {
     Launch,
     Registration,
     NodeUnhealthy,
@@ -48,7 +48,7 @@ fn secs(a: Timestamp, b: Timestamp) -> f64 {
 
 /// The liveness periods.
 #[derive(Clone, Copy, Debug)]
-pub struct Deadlines {
+pub(crate) struct Deadlines {
     pub launch_timeout: Duration,
     pub registration_timeout: Duration,
     pub repair_after: Duration,
@@ -56,7 +56,7 @@ pub struct Deadlines {
 
 /// Decides liveness from times alone. `unhealthy_since` is when a repair policy started to
 /// match (None when healthy or not registered).
-pub fn missed_deadline(
+pub(crate) fn missed_deadline(
     created: Timestamp,
     now: Timestamp,
     has_provider_id: bool,
@@ -99,7 +99,7 @@ pub fn missed_deadline(
 
 /// Runs liveness for a planned NodeClaim; `status` is the status the lifecycle is about to
 /// write (providerID and Registered as of this reconcile).
-pub async fn reconcile(
+pub(crate) async fn reconcile(
     ctx: &Ctx,
     claim: &NodeClaim,
     status: &NodeClaimStatus,

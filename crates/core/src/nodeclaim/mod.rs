@@ -5,14 +5,14 @@
 //! `cloudprovider::clusterapi`.
 
 pub mod context;
-pub mod disrupted;
-pub mod drain;
+pub(crate) mod disrupted;
+pub(crate) mod drain;
 pub(crate) mod drift;
 pub mod error;
 pub mod labels;
 pub mod lifecycle;
-pub mod liveness;
-pub mod node_sync;
-pub mod registration;
+pub(crate) mod liveness;
+pub(crate) mod node_sync;
+pub(crate) mod registration;
 pub mod repair;
-pub mod termination;
+pub(crate) mod termination;

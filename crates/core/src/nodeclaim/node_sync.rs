@@ -8,10 +8,7 @@ use k8s_openapi::api::core::v1::{Node, Taint};
 
 /// What registration and initialization need to know of a NodeClaim.
 #[derive(Clone, Debug, Default)]
-pub struct ClaimView {
-    pub name: String,
-    pub uid: String,
-    pub provider_id: Option<String>,
+pub(crate) struct ClaimView {
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
     pub taints: Vec<Taint>,
@@ -23,13 +20,10 @@ pub struct ClaimView {
 impl ClaimView {
     /// The view of a typed NodeClaim whose instance has `provider_id`; its annotations
     /// without the provider's `private` ones (`CloudProvider::private_annotations`).
-    pub fn of(claim: &api::NodeClaim, provider_id: Option<String>, private: &[&str]) -> ClaimView {
+    pub(crate) fn of(claim: &api::NodeClaim, private: &[&str]) -> ClaimView {
         use kube::ResourceExt;
         let taints = |ts: &[api::karpenter::Taint]| ts.iter().map(Taint::from).collect();
         ClaimView {
-            name: claim.name_any(),
-            uid: claim.uid().unwrap_or_default(),
-            provider_id,
             labels: claim.labels().clone(),
             annotations: claim
                 .annotations()
@@ -62,14 +56,14 @@ fn same_taint(a: &Taint, b: &Taint) -> bool {
 /// opted out with `karpenter.sh/do-not-sync-taints=true`), the unregistered taint removed,
 /// `karpenter.sh/registered=true`.
 #[derive(Clone, Debug, PartialEq)]
-pub struct RegisteredNode {
+pub(crate) struct RegisteredNode {
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
     pub taints: Vec<Taint>,
     pub finalizers: Vec<String>,
 }
 
-pub fn registered_node(node: &Node, claim: &ClaimView) -> RegisteredNode {
+pub(crate) fn registered_node(node: &Node, claim: &ClaimView) -> RegisteredNode {
     let mut labels = node.metadata.labels.clone().unwrap_or_default();
     let mut annotations = node.metadata.annotations.clone().unwrap_or_default();
     let sync_taints = labels
@@ -114,29 +108,15 @@ pub fn registered_node(node: &Node, claim: &ClaimView) -> RegisteredNode {
     }
 }
 
-/// Whether a Node already has everything registration sets (so no write is needed).
-pub fn is_registered_in_sync(node: &Node, claim: &ClaimView) -> bool {
-    let want = registered_node(node, claim);
-    node.metadata.labels.clone().unwrap_or_default() == want.labels
-        && node.metadata.annotations.clone().unwrap_or_default() == want.annotations
-        && node
-            .spec
-            .as_ref()
-            .and_then(|s| s.taints.clone())
-            .unwrap_or_default()
-            == want.taints
-        && node.metadata.finalizers.clone().unwrap_or_default() == want.finalizers
-}
-
 /// Taints that are expected while a node starts and must be gone before it is initialized.
-pub fn is_ephemeral_taint(taint: &Taint) -> bool {
+pub(crate) fn is_ephemeral_taint(taint: &Taint) -> bool {
     api::consts::taints::EPHEMERAL.contains(&taint.key.as_str())
         || taint.key.starts_with(api::consts::taints::READINESS_PREFIX)
 }
 
 /// Why a registered Node is not initialized yet (the Initialized condition's message).
 #[derive(Debug, PartialEq, Eq)]
-pub enum NotInitialized {
+pub(crate) enum NotInitialized {
     NodeNotReady,
     StartupTaint(String),
     EphemeralTaint(String),
@@ -160,7 +140,7 @@ impl std::fmt::Display for NotInitialized {
 
 impl NotInitialized {
     /// Karpenter's condition reason.
-    pub fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> &'static str {
         match self {
             NotInitialized::NodeNotReady => "NodeNotReady",
             NotInitialized::StartupTaint(_) => "StartupTaintsExist",
@@ -171,7 +151,7 @@ impl NotInitialized {
 }
 
 /// Whether the Node's `Ready` condition is True.
-pub fn node_ready(node: &Node) -> bool {
+pub(crate) fn node_ready(node: &Node) -> bool {
     node.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
@@ -179,7 +159,7 @@ pub fn node_ready(node: &Node) -> bool {
 }
 
 /// Karpenter's initialization check for a registered Node.
-pub fn check_initialized(node: &Node, claim: &ClaimView) -> Result<(), NotInitialized> {
+pub(crate) fn check_initialized(node: &Node, claim: &ClaimView) -> Result<(), NotInitialized> {
     if !node_ready(node) {
         return Err(NotInitialized::NodeNotReady);
     }
@@ -230,9 +210,6 @@ mod tests {
 
     fn claim() -> ClaimView {
         ClaimView {
-            name: "default-abc".into(),
-            uid: "uid-1".into(),
-            provider_id: Some("test://ns/default-abc".into()),
             labels: BTreeMap::from([
                 ("karpenter.sh/nodepool".into(), "default".into()),
                 ("node.kubernetes.io/instance-type".into(), "large".into()),
@@ -264,7 +241,7 @@ mod tests {
         }))
         .expect("claim");
         let keys = |private: &[&str]| -> Vec<String> {
-            ClaimView::of(&claim, None, private)
+            ClaimView::of(&claim, private)
                 .annotations
                 .into_keys()
                 .collect()
@@ -291,7 +268,6 @@ mod tests {
         let keys: Vec<&str> = want.taints.iter().map(|t| t.key.as_str()).collect();
         assert_eq!(keys, ["dedicated", "example.com/agent-not-ready"]);
         assert_eq!(want.finalizers, ["karpenter.sh/termination"]);
-        assert!(!is_registered_in_sync(&n, &claim()));
     }
 
     #[test]

@@ -25,7 +25,7 @@ use crate::write::{Writer, manager};
 
 /// How far registration got.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Progress {
+pub(crate) enum Progress {
     Waiting,
     Registered,
     Initialized,
@@ -44,7 +44,7 @@ fn set(status: &mut NodeClaimStatus, type_: &str, value: &str, reason: &str, mes
 }
 
 /// Registration and initialization of a launched NodeClaim whose providerID is known.
-pub async fn reconcile(
+pub(crate) async fn reconcile(
     ctx: &Ctx,
     claim: &NodeClaim,
     status: &mut NodeClaimStatus,
@@ -60,7 +60,7 @@ pub async fn reconcile(
         return Ok(Progress::Waiting);
     };
     let node_name = node.name_any();
-    let view = ClaimView::of(claim, Some(pid), &ctx.provider.private_annotations());
+    let view = ClaimView::of(claim, &ctx.provider.private_annotations());
     // A Node is synced once the sync would also initialize it (Ready, no known ephemeral
     // taint left but ours): the unregistered taint keeps pods off it until then anyway, and
     // registration and initialization become one Node write and one status write. Startup
@@ -287,7 +287,7 @@ fn pointer_segment(key: &str) -> String {
 /// wrote stays); the taint list is atomic, so replacing it is guarded by a `test` of the
 /// list it was computed from: a concurrent taint change fails the patch (retried from the
 /// fresh Node), while the Node's status heartbeats never do — no resourceVersion needed.
-pub fn node_patch(
+pub(crate) fn node_patch(
     node: &Node,
     want: &super::node_sync::RegisteredNode,
     owner: &serde_json::Value,

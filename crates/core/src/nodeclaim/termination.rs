@@ -33,7 +33,7 @@ use cloudprovider::{Deletion, Error as ProviderError};
 
 /// Termination's result: done (finalizer released) or look again later.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Termination {
+pub(crate) enum Termination {
     Done,
     Waiting(Duration),
 }
@@ -81,7 +81,7 @@ fn termination_time_of(claim: &NodeClaim) -> Option<Timestamp> {
 
 /// The claim's termination time: its annotation (also set by others, e.g. a forceful
 /// repair), else what its terminationGracePeriod gives; none: the drain is unbounded.
-pub fn termination_time(claim: &NodeClaim) -> Option<Timestamp> {
+pub(crate) fn termination_time(claim: &NodeClaim) -> Option<Timestamp> {
     match annotation(claim, NODECLAIM_TERMINATION_TIMESTAMP) {
         Some(v) => v.parse().ok().or_else(|| {
             tracing::warn!(nodeclaim = %claim.name_any(), value = v,
@@ -225,7 +225,7 @@ async fn drain(
     Ok(None)
 }
 
-pub async fn reconcile(ctx: &Ctx, claim: &NodeClaim) -> Result<Termination, Error> {
+pub(crate) async fn reconcile(ctx: &Ctx, claim: &NodeClaim) -> Result<Termination, Error> {
     let name = claim.name_any();
     let uid = uid_of(claim);
     let recorded = record_termination_time(ctx, claim).await?;

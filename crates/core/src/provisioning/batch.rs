@@ -8,11 +8,11 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 /// A pod handled in a batch is not a reason to open a new window again before this.
-pub const RECONSIDER: Duration = Duration::from_secs(10);
+pub(crate) const RECONSIDER: Duration = Duration::from_secs(10);
 
 /// The window and the pods handled recently.
 #[derive(Debug)]
-pub struct Batcher {
+pub(crate) struct Batcher {
     idle: Duration,
     max: Duration,
     /// Opened at, last extended at, the pods seen in it.
@@ -22,7 +22,7 @@ pub struct Batcher {
 }
 
 impl Batcher {
-    pub fn new(idle: Duration, max: Duration) -> Batcher {
+    pub(crate) fn new(idle: Duration, max: Duration) -> Batcher {
         Batcher {
             idle,
             max,
@@ -33,7 +33,7 @@ impl Batcher {
 
     /// A provisionable pod (by uid) was seen at `now`: opens the window, or extends it when
     /// the pod is new to it. Pods handled less than [`RECONSIDER`] ago are ignored.
-    pub fn pod(&mut self, uid: &str, now: Instant) {
+    pub(crate) fn pod(&mut self, uid: &str, now: Instant) {
         if self
             .handled
             .get(uid)
@@ -53,7 +53,7 @@ impl Batcher {
 
     /// When the loop must wake without an event: the window closes, or a handled pod may
     /// be reconsidered.
-    pub fn deadline(&self) -> Option<Instant> {
+    pub(crate) fn deadline(&self) -> Option<Instant> {
         let close = self
             .window
             .as_ref()
@@ -67,7 +67,7 @@ impl Batcher {
 
     /// Whether a handled pod's time is up at `now` (the pending pods should be offered
     /// again through [`Self::pod`]); forgets those.
-    pub fn reconsider(&mut self, now: Instant) -> bool {
+    pub(crate) fn reconsider(&mut self, now: Instant) -> bool {
         let before = self.handled.len();
         self.handled
             .retain(|_, t| now.duration_since(*t) < RECONSIDER);
@@ -76,12 +76,12 @@ impl Batcher {
 
     /// Forgets every handled pod (the capacity they were planned on changed: a NodePool
     /// changed, a NodeClaim or Node went away).
-    pub fn forget_handled(&mut self) {
+    pub(crate) fn forget_handled(&mut self) {
         self.handled.clear();
     }
 
     /// Whether the window is open and closes at `now`; it is then closed.
-    pub fn close(&mut self, now: Instant) -> bool {
+    pub(crate) fn close(&mut self, now: Instant) -> bool {
         let due = self.window.as_ref().is_some_and(|(opened, last, _)| {
             now.duration_since(*last) >= self.idle || now.duration_since(*opened) >= self.max
         });
@@ -92,7 +92,7 @@ impl Batcher {
     }
 
     /// The pods (by uid) a batch handled at `now`.
-    pub fn handled<'a>(&mut self, uids: impl IntoIterator<Item = &'a str>, now: Instant) {
+    pub(crate) fn handled<'a>(&mut self, uids: impl IntoIterator<Item = &'a str>, now: Instant) {
         for u in uids {
             self.handled.insert(u.to_string(), now);
         }

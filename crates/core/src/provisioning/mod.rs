@@ -2,10 +2,10 @@
 //! ([`batch`]), reads the cluster state, runs the scheduling simulation and creates one
 //! NodeClaim per planned claim.
 
-pub mod batch;
+pub(crate) mod batch;
 pub mod nodeclaim;
 pub mod snapshot;
-pub mod trigger;
+pub(crate) mod trigger;
 
 pub use snapshot::Snapshot;
 

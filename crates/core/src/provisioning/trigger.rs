@@ -14,7 +14,7 @@ use crate::objects::provisionable;
 use crate::state::ClusterState;
 
 /// What wakes the provisioner.
-pub enum Trigger {
+pub(crate) enum Trigger {
     Pod(Arc<Pod>),
     Node(Arc<Node>),
     NodeClaim(Arc<NodeClaim>),
@@ -29,7 +29,7 @@ pub enum Trigger {
 }
 
 /// The events of the caches the provisioner reacts to, as one stream.
-pub fn triggers(
+pub(crate) fn triggers(
     state: &ClusterState,
     offerings: Option<tokio::sync::watch::Receiver<u64>>,
 ) -> BoxStream<'static, Trigger> {
@@ -59,7 +59,7 @@ pub fn triggers(
 }
 
 /// What a trigger asks of the batcher.
-pub enum Wake {
+pub(crate) enum Wake {
     /// A pod that may be provisionable (by uid).
     Pod(String),
     /// Capacity the handled pods were planned on changed: a NodePool's spec or readiness,
@@ -70,9 +70,9 @@ pub enum Wake {
 
 /// Per NodePool, the generation and readiness last seen (a status write that changes
 /// neither is no reason to re-plan).
-pub type PoolsSeen = HashMap<String, (Option<i64>, bool)>;
+pub(crate) type PoolsSeen = HashMap<String, (Option<i64>, bool)>;
 
-pub fn wake(state: &ClusterState, pools: &mut PoolsSeen, t: Trigger) -> Wake {
+pub(crate) fn wake(state: &ClusterState, pools: &mut PoolsSeen, t: Trigger) -> Wake {
     let s = state.sources();
     match t {
         Trigger::Pod(p) => match (&p.metadata.uid, provisionable(&p)) {
