@@ -58,7 +58,7 @@ impl FakeCloudProvider {
     };
 
     /// The repair policy of a fake left alone: its Node `Ready=False` for 10 minutes.
-    pub const DEFAULT_REPAIR: Duration = Duration::from_secs(600);
+    pub(crate) const DEFAULT_REPAIR: Duration = Duration::from_secs(600);
 
     /// Runs `f` on the state (tests arrange and inspect through it).
     pub fn state<T>(&self, f: impl FnOnce(&mut FakeState) -> T) -> T {

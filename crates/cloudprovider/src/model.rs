@@ -275,13 +275,6 @@ impl InstanceType {
     pub fn cheapest(&self) -> Option<&Offering> {
         self.offerings.first()
     }
-    /// The offering a node with `node` labels runs on: the first whose every label the
-    /// node carries (Karpenter's core finds a claim's offering from its labels this way).
-    pub fn offering_of(&self, node: &BTreeMap<String, String>) -> Option<&Offering> {
-        self.offerings
-            .iter()
-            .find(|o| o.labels().iter().all(|(k, v)| node.get(k) == Some(v)))
-    }
 }
 
 /// The ResourceSlices a node of an instance type publishes (Karpenter's `DynamicResources`:
@@ -358,7 +351,7 @@ mod tests {
     }
 
     #[test]
-    fn a_node_finds_its_offering_by_zone_and_capacity_type() {
+    fn a_node_carries_its_offerings_labels() {
         let it = InstanceType {
             volume_limits: Default::default(),
             devices: None,
@@ -372,12 +365,11 @@ mod tests {
         };
         let node = it.node_labels(&it.offerings[1]);
         assert_eq!(node.get("example.com/pool").map(String::as_str), Some("p"));
-        assert_eq!(it.offering_of(&node).map(|o| o.id.as_str()), Some("t-b"));
-        let elsewhere = BTreeMap::from([
-            (labels::ZONE.to_string(), "c".to_string()),
-            (labels::CAPACITY_TYPE.to_string(), "spot".to_string()),
-        ]);
-        assert_eq!(it.offering_of(&elsewhere), None);
+        assert_eq!(node.get(labels::ZONE).map(String::as_str), Some("b"));
+        assert_eq!(
+            node.get(labels::CAPACITY_TYPE).map(String::as_str),
+            Some("on-demand")
+        );
     }
 
     #[test]

@@ -76,7 +76,7 @@ impl Range {
         v >= self.min && v <= self.max && (v - self.min) % self.step == 0
     }
     /// The smallest lattice value ≥ `v` (`None` above `max`).
-    pub fn round_up(&self, v: i64) -> Option<i64> {
+    pub(crate) fn round_up(&self, v: i64) -> Option<i64> {
         if v <= self.min {
             return Some(self.min);
         }
@@ -167,7 +167,7 @@ impl Sizing {
 
     /// The smallest size of this type with at least `cpu` millicores and `memory`
     /// bytes (raised to keep the memory per cpu); `None` when it exceeds the ranges.
-    pub fn round_up(&self, cpu: i64, memory: i64) -> Option<Size> {
+    pub(crate) fn round_up(&self, cpu: i64, memory: i64) -> Option<Size> {
         let mut cpu = self.cpu.round_up(cpu)?;
         let mut memory = self.memory.round_up(memory)?;
         for _ in 0..4 {

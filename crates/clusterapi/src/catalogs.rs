@@ -80,7 +80,7 @@ impl IndexCatalogs {
     }
 
     /// The catalog of a NodeClass from its templates alone (no overlay applied).
-    pub fn base_catalog_for(
+    pub(crate) fn base_catalog_for(
         &self,
         nc: &ClusterAPINodeClass,
     ) -> Arc<Result<Arc<Catalog>, templates::SettingsError>> {
@@ -106,7 +106,7 @@ impl IndexCatalogs {
     }
 
     /// The catalog of a NodeClass, NodeOverlays applied.
-    pub fn catalog_for(
+    pub(crate) fn catalog_for(
         &self,
         nc: &ClusterAPINodeClass,
     ) -> Arc<Result<Arc<Catalog>, templates::SettingsError>> {

@@ -66,7 +66,7 @@ impl Kinds {
 }
 
 /// How long a control-plane version or bootstrap template read is reused.
-pub const LOOKUP_TTL: Duration = Duration::from_secs(15);
+pub(crate) const LOOKUP_TTL: Duration = Duration::from_secs(15);
 
 /// Reads from the API remembered for [`LOOKUP_TTL`] (control-plane versions, bootstrap
 /// template hashes), so a periodic re-check of every NodeClaim is not a read each.
@@ -145,7 +145,7 @@ pub struct Context {
 }
 
 /// The NodeClass a claim refers to, from the cache.
-pub fn nodeclass_of(ctx: &Context, claim: &NodeClaim) -> Option<NodeClass> {
+pub(crate) fn nodeclass_of(ctx: &Context, claim: &NodeClaim) -> Option<NodeClass> {
     ctx.nodeclasses
         .get(&ObjectRef::new(&claim.spec.node_class_ref.name))
         .map(|nc| NodeClass::from_typed(&nc))
@@ -190,7 +190,7 @@ impl Context {
 
     /// Machines in `namespace` as we create them (the object is built as JSON so that the
     /// fields a newer Cluster API adds survive).
-    pub fn machines_dynamic(&self, namespace: &str) -> Api<DynamicObject> {
+    pub(crate) fn machines_dynamic(&self, namespace: &str) -> Api<DynamicObject> {
         Api::namespaced_with(
             self.management.clone(),
             namespace,
@@ -198,7 +198,7 @@ impl Context {
         )
     }
 
-    pub fn machines_api(&self, namespace: &str) -> Api<Machine> {
+    pub(crate) fn machines_api(&self, namespace: &str) -> Api<Machine> {
         Api::namespaced(self.management.clone(), namespace)
     }
 

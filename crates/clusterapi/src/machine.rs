@@ -60,7 +60,7 @@ pub struct MachineParams {
 }
 
 /// Normalises a Kubernetes version to CAPI's form (`1.36.3` → `v1.36.3`).
-pub fn with_v_prefix(version: &str) -> String {
+pub(crate) fn with_v_prefix(version: &str) -> String {
     if version.starts_with('v') {
         version.to_string()
     } else {
@@ -69,7 +69,7 @@ pub fn with_v_prefix(version: &str) -> String {
 }
 
 /// The Machine object: no ownerReferences (an orphan), no MachineSet labels.
-pub fn build_machine(p: &MachineParams) -> Result<DynamicObject, serde_json::Error> {
+pub(crate) fn build_machine(p: &MachineParams) -> Result<DynamicObject, serde_json::Error> {
     let mut spec = serde_json::Map::new();
     spec.insert("clusterName".into(), json!(p.cluster_name));
     if let Some(v) = &p.version {
@@ -139,7 +139,7 @@ pub fn provider_id(m: &Machine) -> Option<&str> {
 
 /// [`provider_id`], the Machines cache's index key: a Node that joined before its
 /// NodeClaim's providerID was written finds its claim through its Machine.
-pub fn provider_id_key(m: &Machine) -> Option<String> {
+pub(crate) fn provider_id_key(m: &Machine) -> Option<String> {
     provider_id(m).map(str::to_owned)
 }
 
@@ -165,7 +165,7 @@ pub fn condition<'a>(m: &'a Machine, type_: &str) -> Option<(&'a str, &'a str, &
 
 /// Why the Machine's infrastructure failed, if it did: phase Failed (with the v1beta1
 /// failure message), or `InfrastructureReady=False` with a failure reason.
-pub fn infrastructure_failure(m: &Machine) -> Option<String> {
+pub(crate) fn infrastructure_failure(m: &Machine) -> Option<String> {
     if phase(m) == Some("Failed") {
         let message = m
             .status

@@ -14,7 +14,7 @@ pub(crate) const DEFAULT_REGISTRATION_TIMEOUT: Duration =
 
 /// What launch and liveness need of a NodeClass.
 #[derive(Clone, Debug, Default)]
-pub struct NodeClass {
+pub(crate) struct NodeClass {
     pub name: String,
     pub generation: i64,
     pub cluster: ClusterReference,
@@ -28,7 +28,7 @@ pub struct NodeClass {
 
 impl NodeClass {
     /// The launch view of a typed ClusterAPINodeClass.
-    pub fn from_typed(nc: &clusterapi_api::ClusterAPINodeClass) -> NodeClass {
+    pub(crate) fn from_typed(nc: &clusterapi_api::ClusterAPINodeClass) -> NodeClass {
         let spec = &nc.spec;
         NodeClass {
             name: nc.metadata.name.clone().unwrap_or_default(),
@@ -49,14 +49,14 @@ impl NodeClass {
     }
 
     /// Whether the status controller has written a `Ready` condition for this generation.
-    pub fn readiness_reported(&self) -> bool {
+    pub(crate) fn readiness_reported(&self) -> bool {
         self.conditions.iter().any(|c| {
             c.type_ == "Ready" && c.observed_generation.is_none_or(|g| g >= self.generation)
         })
     }
 
     /// `Ready` condition: (is ready, message when not).
-    pub fn readiness(&self) -> (bool, String) {
+    pub(crate) fn readiness(&self) -> (bool, String) {
         match self.conditions.iter().find(|c| c.type_ == "Ready") {
             Some(c) if c.status == "True" => (true, String::new()),
             Some(c) => (false, format!("{}: {}", c.reason, c.message)),

@@ -8,7 +8,7 @@ use api::duration::parse_duration;
 
 /// Why a budget's schedule and duration cannot be used, if they cannot: both or neither must
 /// be set, the schedule a cron expression, the duration a Go duration.
-pub fn budget_invalid(budget: &Budget) -> Option<String> {
+pub(crate) fn budget_invalid(budget: &Budget) -> Option<String> {
     match (&budget.schedule, &budget.duration) {
         (None, None) => None,
         (Some(_), None) | (None, Some(_)) => {
@@ -121,7 +121,7 @@ impl<'a> PoolBudget<'a> {
     }
 
     /// How many of the pool's nodes are being disrupted already (they consume its budgets).
-    pub fn disrupting(&self) -> usize {
+    pub(crate) fn disrupting(&self) -> usize {
         self.disrupting
     }
 

@@ -34,13 +34,13 @@ use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 pub use kube::runtime::events::{Event, EventType, Reporter};
 
 /// A series that saw no repeat for this long is finished (client-go: 6 minutes).
-pub const FINISH: Duration = Duration::from_secs(6 * 60);
+pub(crate) const FINISH: Duration = Duration::from_secs(6 * 60);
 /// A running series' count is written at most this often (client-go: 30 minutes).
-pub const REFRESH: Duration = Duration::from_secs(30 * 60);
+pub(crate) const REFRESH: Duration = Duration::from_secs(30 * 60);
 /// The most series remembered (client-go's LRU: 4096): past it, the least recently seen
 /// quarter is forgotten (a later repeat of one starts a new Event), so a burst of thousands
 /// of pods does not hold memory for [`FINISH`].
-pub const MAX_SERIES: usize = 4096;
+pub(crate) const MAX_SERIES: usize = 4096;
 /// New `Nominated` Events per second past the burst (Karpenter: 5).
 pub const NOMINATION_QPS: NonZeroU32 = NonZeroU32::new(5).expect("nonzero");
 /// New `Nominated` Events written at once before [`NOMINATION_QPS`] applies (Karpenter: 10;
@@ -49,7 +49,7 @@ pub const NOMINATION_BURST: NonZeroU32 = NonZeroU32::new(50).expect("nonzero");
 
 /// A pod nominated less than this ago gets no new `Nominated` Event (Karpenter's dedupe
 /// timeout for it: 2 minutes).
-pub const NOMINATION_WINDOW: Duration = Duration::from_secs(2 * 60);
+pub(crate) const NOMINATION_WINDOW: Duration = Duration::from_secs(2 * 60);
 
 type Limiter = governor::RateLimiter<
     governor::state::NotKeyed,

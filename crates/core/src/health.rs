@@ -18,7 +18,7 @@ pub const FAILURES: u32 = 3;
 pub const INTERVAL: Duration = Duration::from_secs(10);
 
 /// Timeout of one probe.
-pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The connection state of one workload cluster, as the loops read it.
 #[derive(Clone, Debug)]

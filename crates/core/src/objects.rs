@@ -21,7 +21,7 @@ pub fn node_ready(node: &Node) -> bool {
 }
 
 /// Whether a NodeClaim has condition `type_` True.
-pub fn claim_condition(claim: &NodeClaim, type_: &str) -> bool {
+pub(crate) fn claim_condition(claim: &NodeClaim, type_: &str) -> bool {
     claim
         .status
         .as_ref()
@@ -29,7 +29,7 @@ pub fn claim_condition(claim: &NodeClaim, type_: &str) -> bool {
 }
 
 /// Whether a NodePool has condition `type_` True.
-pub fn pool_condition(pool: &NodePool, type_: &str) -> bool {
+pub(crate) fn pool_condition(pool: &NodePool, type_: &str) -> bool {
     pool.status
         .as_ref()
         .is_some_and(|s| cond::is_true(&s.conditions, type_))
@@ -102,7 +102,7 @@ pub fn flag<'a, K: Resource>(obj: &'a K, key: &str) -> Result<bool, &'a str> {
 }
 
 /// The note of an `UnknownAnnotationValue` Warning about [`flag`] `key` holding `value`.
-pub fn unknown_flag_note(key: &str, value: &str) -> String {
+pub(crate) fn unknown_flag_note(key: &str, value: &str) -> String {
     format!(
         "annotation {key} is \"{value}\", read as off: only \"true\" turns it on (\"false\" or none: off)"
     )
@@ -230,7 +230,7 @@ pub fn claim_requests(claim: &NodeClaim) -> std::collections::BTreeMap<String, S
 
 /// Whether a NodeClaim is a candidate of a disruption command in flight (it carries the
 /// command's annotation).
-pub fn in_command(claim: &NodeClaim) -> bool {
+pub(crate) fn in_command(claim: &NodeClaim) -> bool {
     annotation(claim, api::consts::annotations::DISRUPTION_COMMAND).is_some()
 }
 

@@ -21,7 +21,7 @@ impl Readiness {
     pub fn set_ready(&self) {
         self.0.store(true, Ordering::Release);
     }
-    pub fn is_ready(&self) -> bool {
+    pub(crate) fn is_ready(&self) -> bool {
         self.0.load(Ordering::Acquire)
     }
 }

@@ -19,7 +19,7 @@ pub fn keep<K>(_: &mut K) {}
 /// A Node without what no loop reads and a real node carries a lot of: the images its
 /// kubelet reports (up to 50 entries, with every tag and digest), the volumes attached and
 /// in use, the kubelet's endpoints, config and features.
-pub fn trim_node(node: &mut k8s_openapi::api::core::v1::Node) {
+pub(crate) fn trim_node(node: &mut k8s_openapi::api::core::v1::Node) {
     if let Some(status) = node.status.as_mut() {
         status.images = None;
         status.volumes_attached = None;
@@ -54,7 +54,7 @@ fn slim_volumes(volumes: &mut Option<Vec<k8s_openapi::api::core::v1::Volume>>) {
 
 /// A claim as volume topology reads it: its class, volume, phase and annotations (the
 /// binding ones); no resources, selector, data source or conditions.
-pub fn trim_pvc(pvc: &mut k8s_openapi::api::core::v1::PersistentVolumeClaim) {
+pub(crate) fn trim_pvc(pvc: &mut k8s_openapi::api::core::v1::PersistentVolumeClaim) {
     use k8s_openapi::api::core::v1::PersistentVolumeClaimSpec;
     if let Some(spec) = pvc.spec.as_mut() {
         *spec = PersistentVolumeClaimSpec {
@@ -74,7 +74,7 @@ pub fn trim_pvc(pvc: &mut k8s_openapi::api::core::v1::PersistentVolumeClaim) {
 
 /// A volume as volume topology reads it: its node affinity, whether it is local, its CSI
 /// driver (or in-tree EBS source), its class and claim.
-pub fn trim_pv(pv: &mut k8s_openapi::api::core::v1::PersistentVolume) {
+pub(crate) fn trim_pv(pv: &mut k8s_openapi::api::core::v1::PersistentVolume) {
     use k8s_openapi::api::core::v1::{
         CSIPersistentVolumeSource, HostPathVolumeSource, LocalVolumeSource, PersistentVolumeSpec,
     };
@@ -106,7 +106,7 @@ pub fn trim_pv(pv: &mut k8s_openapi::api::core::v1::PersistentVolume) {
 /// ports, placement rules, ownership, phase and the `PodScheduled` and `Ready` conditions;
 /// images, commands, environment, volumes other than claims, probes, container statuses and condition
 /// messages are dropped.
-pub fn trim_pod(pod: &mut k8s_openapi::api::core::v1::Pod) {
+pub(crate) fn trim_pod(pod: &mut k8s_openapi::api::core::v1::Pod) {
     use k8s_openapi::api::core::v1::Container;
     let slim = |c: &mut Container| {
         *c = Container {

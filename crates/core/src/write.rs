@@ -34,14 +34,14 @@ pub mod manager {
     /// Releasing finalizers and deleting Nodes of a terminating NodeClaim.
     pub const TERMINATION: &str = "karpenter-capi-termination";
     /// NodeClaims created for pending pods.
-    pub const PROVISIONER: &str = "karpenter-capi-provisioner";
+    pub(crate) const PROVISIONER: &str = "karpenter-capi-provisioner";
     /// Static NodePools: their NodeClaims created and scaled down.
-    pub const STATIC: &str = "karpenter-capi-static";
+    pub(crate) const STATIC: &str = "karpenter-capi-static";
     /// Disruption: conditions, command records, taints, replacements and deletions.
     pub const DISRUPTION: &str = "karpenter-capi-disruption";
     /// `status.lastPodEventTime` (server-side apply: the one field only it owns).
-    pub const POD_EVENTS: &str = "karpenter-capi-podevents";
-    pub const NODEPOOL_STATUS: &str = "karpenter-capi-nodepool-status";
+    pub(crate) const POD_EVENTS: &str = "karpenter-capi-podevents";
+    pub(crate) const NODEPOOL_STATUS: &str = "karpenter-capi-nodepool-status";
     pub const NODECLASS_STATUS: &str = "karpenter-capi-nodeclass-status";
     /// NodeOverlay conditions (ValidationSucceeded, Ready).
     pub const NODEOVERLAY_STATUS: &str = "karpenter-capi-nodeoverlay-status";
@@ -97,7 +97,7 @@ pub fn is_conflict(e: &kube::Error) -> bool {
 /// Whether the API server refused to apply a JSON patch: a bare 422 (no causes, where a
 /// validation error names its fields), as it answers a failed `test` op or a path that is no
 /// longer there — a write computed from a stale read, like a 409.
-pub fn is_unapplied_patch(e: &kube::Error) -> bool {
+pub(crate) fn is_unapplied_patch(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s)
         if s.code == 422 && s.details.as_ref().is_none_or(|d| d.causes.is_empty()))
 }
@@ -108,7 +108,7 @@ pub fn is_gone(e: &kube::Error) -> bool {
 }
 
 /// The one 409/404 policy: a write's result as an [`Outcome`].
-pub fn classify<T>(result: kube::Result<T>) -> kube::Result<Outcome<T>> {
+pub(crate) fn classify<T>(result: kube::Result<T>) -> kube::Result<Outcome<T>> {
     match result {
         Ok(t) => Ok(Outcome::Written(t)),
         Err(e) if is_conflict(&e) => Ok(Outcome::Conflict),
@@ -232,14 +232,18 @@ where
 
     /// A JSON patch of `obj`; `ops` carry their own `test` guards of what they were computed
     /// from (a failed test is a [`Outcome::Conflict`]).
-    pub async fn json_patch(&self, obj: &K, ops: json_patch::Patch) -> kube::Result<Outcome<K>> {
+    pub(crate) async fn json_patch(
+        &self,
+        obj: &K,
+        ops: json_patch::Patch,
+    ) -> kube::Result<Outcome<K>> {
         unapplied_as_conflict(self.send(obj, &Patch::Json::<()>(ops)).await)
     }
 
     /// A JSON patch of `obj`'s status subresource; `ops` carry their own `test` guards (a
     /// failed test is a [`Outcome::Conflict`]): for one entry of a list other writers also
     /// edit, without making every other status write a conflict.
-    pub async fn json_patch_status(
+    pub(crate) async fn json_patch_status(
         &self,
         obj: &K,
         ops: json_patch::Patch,
@@ -249,7 +253,7 @@ where
 
     /// Server-side applies `body` (a full apply configuration) to `name`'s status, forcing
     /// ownership of its fields: for a field only this controller writes.
-    pub async fn apply_status(&self, name: &str, body: Value) -> kube::Result<Outcome<K>> {
+    pub(crate) async fn apply_status(&self, name: &str, body: Value) -> kube::Result<Outcome<K>> {
         let params = PatchParams::apply(self.manager).force();
         classify(
             self.api
@@ -284,7 +288,7 @@ where
 
     /// [`Writer::delete`] with `grace_seconds` for the object to go (a pod's
     /// `terminationGracePeriodSeconds` shortened); `None`: the object's own.
-    pub async fn delete_within(
+    pub(crate) async fn delete_within(
         &self,
         obj: &K,
         grace_seconds: Option<u32>,
@@ -334,7 +338,10 @@ impl Writer<k8s_openapi::api::core::v1::Pod> {
     /// only the very pod decided on (UID precondition): [`Outcome::Gone`] when it is gone,
     /// [`Outcome::Conflict`] when the name now holds another pod. A PDB refusing (429) is an
     /// error for the caller to read ([`is_too_many_requests`]).
-    pub async fn evict(&self, pod: &k8s_openapi::api::core::v1::Pod) -> kube::Result<Outcome<()>> {
+    pub(crate) async fn evict(
+        &self,
+        pod: &k8s_openapi::api::core::v1::Pod,
+    ) -> kube::Result<Outcome<()>> {
         let eviction = json!({
             "apiVersion": "policy/v1",
             "kind": "Eviction",
@@ -359,7 +366,7 @@ impl Writer<k8s_openapi::api::core::v1::Pod> {
 }
 
 /// Whether the API server answered 429 (an eviction a PodDisruptionBudget refuses).
-pub fn is_too_many_requests(e: &kube::Error) -> bool {
+pub(crate) fn is_too_many_requests(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 429)
 }
 
@@ -378,7 +385,7 @@ struct Expected {
 }
 
 /// How long a created object is waited for in the cache.
-pub const CREATE_LAG: Duration = Duration::from_secs(30);
+pub(crate) const CREATE_LAG: Duration = Duration::from_secs(30);
 
 impl Expectations {
     fn with<T>(&self, f: impl FnOnce(&mut HashMap<String, (String, String)>) -> T) -> T {
@@ -402,7 +409,7 @@ impl Expectations {
 
     /// Whether an object we created is not in the cache yet (`cached` says which UIDs it
     /// has); those it has, and those waited for longer than [`CREATE_LAG`], are dropped.
-    pub fn unseen_creates(&self, cached: impl Fn(&str) -> bool) -> bool {
+    pub(crate) fn unseen_creates(&self, cached: impl Fn(&str) -> bool) -> bool {
         let mut e = self.0.lock().unwrap_or_else(|p| p.into_inner());
         e.created
             .retain(|uid, at| !cached(uid) && at.elapsed() < CREATE_LAG);

@@ -326,7 +326,7 @@ impl Inventory {
 
     /// After a host change: ends the launch backoff of the templates a host was freed for
     /// (`seen`: the free hosts per template at the last change).
-    pub fn forgive_freed(
+    pub(crate) fn forgive_freed(
         &self,
         seen: &mut HashMap<TemplateKey, u32>,
         unavailable: &super::unavailable::UnavailableOfferings,

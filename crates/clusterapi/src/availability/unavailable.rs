@@ -124,7 +124,7 @@ impl UnavailableOfferings {
     }
 
     /// Until when (wall clock, as marked) the offering is unavailable at `now`, if it is.
-    pub fn wall_until(
+    pub(crate) fn wall_until(
         &self,
         key: &OfferingKey,
         now: Instant,
@@ -137,11 +137,11 @@ impl UnavailableOfferings {
 
     /// Ends the backoff of every offering `freed` names (a host of its template was freed:
     /// launching may succeed now, whatever the hold left).
-    pub fn forgive(&self, freed: impl Fn(&OfferingKey) -> bool) {
+    pub(crate) fn forgive(&self, freed: impl Fn(&OfferingKey) -> bool) {
         self.lock().retain(|k, _| !freed(k));
     }
 
-    pub fn is_unavailable(&self, key: &OfferingKey, now: Instant) -> bool {
+    pub(crate) fn is_unavailable(&self, key: &OfferingKey, now: Instant) -> bool {
         self.reason(key, now).is_some()
     }
 

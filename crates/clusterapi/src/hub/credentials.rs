@@ -81,7 +81,7 @@ impl fmt::Display for Missing {
 }
 
 /// The name of `cluster`'s kubeconfig Secret (in its namespace).
-pub fn secret_name(cluster: &Cluster) -> String {
+pub(crate) fn secret_name(cluster: &Cluster) -> String {
     cluster
         .annotations()
         .get(api::consts::annotations::KUBECONFIG_SECRET)
@@ -92,7 +92,7 @@ pub fn secret_name(cluster: &Cluster) -> String {
 
 /// The kubeconfig in `secret` (named `name`, `<namespace>/<name>`), from the first key of
 /// [`KEYS`] it has.
-pub fn kubeconfig_in(name: &str, secret: &Secret) -> Result<Kubeconfig, Missing> {
+pub(crate) fn kubeconfig_in(name: &str, secret: &Secret) -> Result<Kubeconfig, Missing> {
     let data = secret.data.as_ref();
     let Some((key, bytes)) = KEYS
         .iter()

@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use super::shard::{Fencing, peer_lease_name};
 
 /// The label of peer Leases.
-pub const PEER_LABEL: &str = "karpenter.cluster.x-k8s.io/hub-peer";
+pub(crate) const PEER_LABEL: &str = "karpenter.cluster.x-k8s.io/hub-peer";
 
 /// The registry of one replica.
 pub struct Registry {

@@ -33,7 +33,7 @@ pub struct Fencing {
 
 impl Fencing {
     /// How often a held Lease is renewed.
-    pub fn renew_every(&self) -> Duration {
+    pub(crate) fn renew_every(&self) -> Duration {
         self.duration
             .saturating_sub(self.grace)
             .max(Duration::from_secs(1))

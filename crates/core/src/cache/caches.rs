@@ -146,12 +146,12 @@ impl Caches {
 }
 
 /// The NodeClaim index key: `status.providerID`.
-pub fn claim_provider_id(claim: &api::NodeClaim) -> Option<String> {
+pub(crate) fn claim_provider_id(claim: &api::NodeClaim) -> Option<String> {
     claim.status.as_ref()?.provider_id.clone()
 }
 
 /// A Node's `spec.providerID` (the registration index).
-pub fn node_provider_id(node: &k8s_openapi::api::core::v1::Node) -> Option<String> {
+pub(crate) fn node_provider_id(node: &k8s_openapi::api::core::v1::Node) -> Option<String> {
     node.spec
         .as_ref()?
         .provider_id

@@ -18,7 +18,8 @@ use tokio::sync::broadcast;
 
 pub use crate::index::{Index, KeyFn};
 use crate::tasks::Tasks;
-pub use crate::trim::{keep, strip_metadata, trim_node, trim_pod, trim_pv, trim_pvc};
+pub use crate::trim::{keep, strip_metadata};
+pub(crate) use crate::trim::{trim_node, trim_pod, trim_pv, trim_pvc};
 
 /// How many touched objects a slow subscriber may fall behind before it resyncs (it then
 /// gets every object of the store once). Each slot is allocated and written up front, for
@@ -31,7 +32,7 @@ const POD_BROADCAST_CAPACITY: usize = 4096;
 
 /// How long a lazy watch ([`Cache::start_lazily`]) runs on after it is no longer wanted
 /// (the last NodePool and NodeClaim gone): a NodePool re-created soon after costs no re-list.
-pub const IDLE_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
+pub(crate) const IDLE_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// When a watch started lazily ([`Cache::start_lazily`]) is wanted, and whether it has listed since
 /// it was started.
@@ -179,7 +180,7 @@ where
     }
 
     /// Objects whose `key` (see [`Cache::start`]'s index) is `value`, from the store.
-    pub fn by_index(&self, value: &str) -> Vec<Arc<K>> {
+    pub(crate) fn by_index(&self, value: &str) -> Vec<Arc<K>> {
         let Some(index) = &self.index else {
             return Vec::new();
         };
@@ -271,7 +272,7 @@ where
     /// Whether the store holds a complete list (false before the first list completes,
     /// while a re-list, after the watch lost its place, is in progress, and while a lazy
     /// watch is wanted but has not listed yet: [`Cache::pending`]).
-    pub fn is_synced(&self) -> bool {
+    pub(crate) fn is_synced(&self) -> bool {
         self.synced.load(Ordering::Acquire) && !self.pending()
     }
 
@@ -387,7 +388,7 @@ where
 
     /// Tells the subscribers about every object in the store (after a lazy watch's first
     /// list: what they read on the earlier triggers was the empty store).
-    pub fn touch_all(&self) {
+    pub(crate) fn touch_all(&self) {
         for obj in self.store.state() {
             let _ = self.touched.send(obj);
         }
@@ -395,7 +396,8 @@ where
 }
 
 mod caches;
-pub use caches::{Caches, claim_provider_id, node_provider_id};
+pub use caches::Caches;
+pub(crate) use caches::{claim_provider_id, node_provider_id};
 
 #[cfg(test)]
 mod tests {

@@ -33,7 +33,7 @@ pub struct Candidate<'a> {
 impl Candidate<'_> {
     /// Initialized, with a Node, and neither annotated do-not-disrupt: what emptiness and
     /// consolidation both require.
-    pub fn disruptable(&self) -> bool {
+    pub(crate) fn disruptable(&self) -> bool {
         claim_condition(self.claim, types::INITIALIZED)
             && !do_not_disrupt(self.claim)
             && self.node.is_some_and(|n| !do_not_disrupt(n))
@@ -120,7 +120,11 @@ pub(crate) fn consolidate_after(spec: &NodePoolSpec) -> Option<Duration> {
 
 /// Whether a NodeClaim of `pools` is `Consolidatable` at `now` (`None`: the condition does
 /// not apply).
-pub(crate) fn consolidatable(claim: &NodeClaim, pools: &[Arc<NodePool>], now: Timestamp) -> Option<bool> {
+pub(crate) fn consolidatable(
+    claim: &NodeClaim,
+    pools: &[Arc<NodePool>],
+    now: Timestamp,
+) -> Option<bool> {
     let pool = pools
         .iter()
         .find(|p| Some(name(p.as_ref())) == nodepool_of(claim))?;

@@ -16,10 +16,10 @@ pub const COMMAND: &str = annotations::DISRUPTION_COMMAND;
 /// Default bound on a command (Karpenter: 10 min at least).
 pub const TIMEOUT: Duration = Duration::from_secs(600);
 /// Annotation on a candidate whose command was rolled back: when.
-pub const FAILED: &str = annotations::DISRUPTION_FAILED;
+pub(crate) const FAILED: &str = annotations::DISRUPTION_FAILED;
 /// A candidate whose command was rolled back is not tried again for this long (a template
 /// whose Machines never join would otherwise churn a Machine per pass).
-pub const COOLDOWN: Duration = Duration::from_secs(300);
+pub(crate) const COOLDOWN: Duration = Duration::from_secs(300);
 
 /// What a disruption method asks for: remove `candidates` (NodeClaim names), after
 /// `replacements` (NodeClaims to create, possibly none) have initialized.
@@ -61,7 +61,7 @@ impl Record {
 
 /// Until when a NodeClaim whose command was rolled back waits before it is tried again
 /// (`None`: it may be tried now).
-pub fn retry_after(claim: &NodeClaim, now: Timestamp) -> Option<Timestamp> {
+pub(crate) fn retry_after(claim: &NodeClaim, now: Timestamp) -> Option<Timestamp> {
     let failed: Timestamp = annotation(claim, FAILED)?.parse().ok()?;
     let until = failed
         .checked_add(k8s_openapi::jiff::SignedDuration::try_from(COOLDOWN).ok()?)
@@ -69,10 +69,10 @@ pub fn retry_after(claim: &NodeClaim, now: Timestamp) -> Option<Timestamp> {
     (until > now).then_some(until)
 }
 
-pub use crate::objects::in_command;
+pub(crate) use crate::objects::in_command;
 
 /// The lowercase metric/event label of a reason.
-pub fn reason_label(reason: DisruptionReason) -> &'static str {
+pub(crate) fn reason_label(reason: DisruptionReason) -> &'static str {
     match reason {
         DisruptionReason::Underutilized => "underutilized",
         DisruptionReason::Drifted => "drifted",
@@ -91,7 +91,7 @@ pub(super) fn reason_name(reason: DisruptionReason) -> &'static str {
 }
 
 /// A command id: short, a valid label value, unique per candidate set and start time.
-pub fn command_id(candidates: &[String], now: Timestamp) -> String {
+pub(crate) fn command_id(candidates: &[String], now: Timestamp) -> String {
     let text = format!("{}@{}", candidates.join(","), now.as_nanosecond());
     format!("d{:016x}", crate::objects::fnv64(&text))
 }

@@ -98,7 +98,7 @@ impl Orchestrator {
     /// Whether the caches have not shown one of our writes yet (a patch, a delete, a
     /// replacement created): no decision on them then. A command this process started is
     /// judged (rolled back, cleaned up) only on caches that show all of what it wrote.
-    pub fn caches_lag(&self) -> bool {
+    pub(crate) fn caches_lag(&self) -> bool {
         let claims = self.nodeclaims.state();
         let nodes = self.nodes.state();
         let live: std::collections::HashSet<&str> = claims
@@ -411,13 +411,16 @@ impl Orchestrator {
 }
 
 /// Deletes a NodeClaim (only the object decided on: same uid); gone already is fine.
-pub async fn delete_claim(claims: &Writer<NodeClaim>, claim: &NodeClaim) -> Result<bool, Error> {
+pub(crate) async fn delete_claim(
+    claims: &Writer<NodeClaim>,
+    claim: &NodeClaim,
+) -> Result<bool, Error> {
     Ok(claims.delete(claim).await?.written().is_some())
 }
 
 /// Deletes a disrupted NodeClaim with the `DisruptionTerminating` event and the
 /// disruption counts (`super::tally::record_disrupted`).
-pub async fn delete_disrupted(
+pub(crate) async fn delete_disrupted(
     orchestrator: &Orchestrator,
     claim: &NodeClaim,
     reason: &str,

@@ -85,7 +85,7 @@ impl Move {
 
     /// The replacements' cheapest instance types: `large`, or for a split `small ×3 +
     /// medium` (in the order planned).
-    pub fn replacement_type(&self) -> Option<String> {
+    pub(crate) fn replacement_type(&self) -> Option<String> {
         let Action::Replace(rs) = &self.action else {
             return None;
         };
@@ -213,7 +213,11 @@ fn own_pods_placed(
 }
 
 /// Simulates removing `candidates` (one or more Nodes of `view`) at `now`.
-pub(crate) fn simulate(view: &View, candidates: &[&Priced], now: Timestamp) -> Result<Move, NoMove> {
+pub(crate) fn simulate(
+    view: &View,
+    candidates: &[&Priced],
+    now: Timestamp,
+) -> Result<Move, NoMove> {
     let (rest, moving) = without_candidates(view, candidates);
     let own: HashSet<&str> = candidates
         .iter()

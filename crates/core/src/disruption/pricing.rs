@@ -15,7 +15,12 @@ pub(crate) fn savings(replaced_price: f64, replacement_price: Option<f64>) -> f6
 /// The Balanced policy's score of a move (Karpenter v1.14): (savings / pool cost) ÷
 /// (disruption / pool disruption). 0 when nothing is saved; a move that saves while the pool
 /// costs or disrupts nothing scores infinitely.
-pub(crate) fn balanced_score(savings: f64, pool_cost: f64, disruption: f64, pool_disruption: f64) -> f64 {
+pub(crate) fn balanced_score(
+    savings: f64,
+    pool_cost: f64,
+    disruption: f64,
+    pool_disruption: f64,
+) -> f64 {
     if savings <= 0.0 {
         return 0.0;
     }

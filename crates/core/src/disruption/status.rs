@@ -112,7 +112,7 @@ impl Written {
 /// the next pass computes again from it). A claim the pod-event loop has written since the
 /// cached copy (`pod_writes`) is left to the next pass: its condition was computed from a
 /// stale pod-event time.
-pub async fn write_conditions(
+pub(crate) async fn write_conditions(
     writer: &Writer<NodeClaim>,
     claims: &[Arc<NodeClaim>],
     verdicts: &BTreeMap<String, Verdict>,
@@ -160,7 +160,10 @@ pub async fn write_conditions(
 /// the lifecycle's other conditions — only by a change to what it was computed from.
 /// `None` when the claim has no conditions list to append to (the caller merge-patches) or
 /// nothing changes.
-pub fn condition_ops(claim: &NodeClaim, after: &[Condition]) -> Option<Vec<serde_json::Value>> {
+pub(crate) fn condition_ops(
+    claim: &NodeClaim,
+    after: &[Condition],
+) -> Option<Vec<serde_json::Value>> {
     let status = claim.status.as_ref()?;
     let at = status
         .conditions
@@ -191,7 +194,7 @@ pub fn condition_ops(claim: &NodeClaim, after: &[Condition]) -> Option<Vec<serde
 }
 
 /// JSON patch operations as a [`json_patch::Patch`] (`None` if they do not parse as one).
-pub fn json_patch(ops: Vec<serde_json::Value>) -> Option<json_patch::Patch> {
+pub(crate) fn json_patch(ops: Vec<serde_json::Value>) -> Option<json_patch::Patch> {
     serde_json::from_value(serde_json::Value::Array(ops)).ok()
 }
 
@@ -249,7 +252,7 @@ pub fn record(metrics: &Metrics, outcome: &Outcome) {
 }
 
 /// Karpenter's lower-case reason label.
-pub use super::orchestrate::reason_label;
+pub(crate) use super::orchestrate::reason_label;
 
 #[cfg(test)]
 mod tests {

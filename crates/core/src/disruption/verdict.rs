@@ -91,7 +91,7 @@ impl Verdict {
         self
     }
 
-    pub fn is_candidate(&self) -> bool {
+    pub(crate) fn is_candidate(&self) -> bool {
         self.action.is_some()
     }
 }

@@ -41,9 +41,9 @@ pub trait Gauges: Send + Sync {
     fn families(&self) -> Vec<Family>;
 }
 
-pub const PODS_STATE: &str = "karpenter_pods_state";
-pub const SYNCED: &str = "karpenter_cluster_state_synced";
-pub const NODE_FAMILIES: [(&str, &str); 5] = [
+pub(crate) const PODS_STATE: &str = "karpenter_pods_state";
+pub(crate) const SYNCED: &str = "karpenter_cluster_state_synced";
+pub(crate) const NODE_FAMILIES: [(&str, &str); 5] = [
     (
         "karpenter_nodes_allocatable",
         "Node allocatable are the resources allocatable by nodes.",
@@ -66,9 +66,9 @@ pub const NODE_FAMILIES: [(&str, &str); 5] = [
     ),
 ];
 
-pub const NODE_COUNT: &str = "karpenter_cluster_state_node_count";
-pub const QUEUE_DEPTH: &str = "karpenter_scheduler_queue_depth";
-pub const NODEPOOLS_COST: &str = "karpenter_nodepools_cost_total";
+pub(crate) const NODE_COUNT: &str = "karpenter_cluster_state_node_count";
+pub(crate) const QUEUE_DEPTH: &str = "karpenter_scheduler_queue_depth";
+pub(crate) const NODEPOOLS_COST: &str = "karpenter_nodepools_cost_total";
 
 /// The core's cluster gauges, described, in the order they are served.
 pub fn declared() -> Vec<Family> {

@@ -61,7 +61,7 @@ impl<L: Clone + Hash + Eq, M: Default> Default for ScopedFamily<L, M> {
 }
 
 impl<L: Clone + Hash + Eq, M, C: MetricConstructor<M> + Clone> ScopedFamily<L, M, C> {
-    pub fn new_with_constructor(constructor: C) -> Self {
+    pub(crate) fn new_with_constructor(constructor: C) -> Self {
         ScopedFamily {
             family: Family::new_with_constructor(constructor),
             scope: None,

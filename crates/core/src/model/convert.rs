@@ -278,7 +278,7 @@ pub fn spec_requests(spec: Option<&core::PodSpec>) -> Resources {
 }
 
 /// Total limits of a pod spec, by the same formula as [`spec_requests`].
-pub fn spec_limits(spec: Option<&core::PodSpec>) -> Resources {
+pub(crate) fn spec_limits(spec: Option<&core::PodSpec>) -> Resources {
     spec_amounts(spec, |r| r.limits.as_ref())
 }
 
@@ -431,7 +431,7 @@ pub fn pod(p: &core::Pod) -> scheduling::Pod {
 
 /// A pod bound to a node → its requests and what the solver keeps of it (no full pod
 /// conversion: this runs for every bound pod of the cluster).
-pub fn bound_pod(p: &core::Pod) -> (Resources, scheduling::BoundPod) {
+pub(crate) fn bound_pod(p: &core::Pod) -> (Resources, scheduling::BoundPod) {
     let spec = p.spec.as_ref();
     let namespace = p.metadata.namespace.clone().unwrap_or_default();
     let anti = spec

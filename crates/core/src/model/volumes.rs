@@ -16,7 +16,7 @@ use crate::objects::{deleting, name};
 pub const ANN_STORAGE_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
 
 /// The pod's volumes that go through a claim (the others constrain no node).
-pub fn pod_volumes(pod: &Pod) -> Vec<PodVolume> {
+pub(crate) fn pod_volumes(pod: &Pod) -> Vec<PodVolume> {
     let Some(volumes) = pod.spec.as_ref().and_then(|s| s.volumes.as_ref()) else {
         return Vec::new();
     };

@@ -80,7 +80,7 @@ impl Expectations {
     }
 
     /// The provider gave the instance of claim `name` (`uid`) its providerID `pid`.
-    pub fn saw_provider_id(&self, uid: &str, name: &str, pid: &str) {
+    pub(crate) fn saw_provider_id(&self, uid: &str, name: &str, pid: &str) {
         self.with(|m| {
             m.entry(uid.to_string()).or_default().provider_id =
                 Some((name.to_string(), pid.to_string()))
@@ -88,7 +88,7 @@ impl Expectations {
     }
 
     /// The claims whose instance got providerID `pid` (not written on the claim yet).
-    pub fn claims_of_provider_id(&self, pid: &str) -> Vec<String> {
+    pub(crate) fn claims_of_provider_id(&self, pid: &str) -> Vec<String> {
         self.with(|m| {
             m.values()
                 .filter_map(|e| e.provider_id.as_ref())
@@ -131,7 +131,7 @@ impl Expectations {
 pub struct Backoff(Mutex<HashMap<String, u32>>);
 
 impl Backoff {
-    pub const FIRST: Duration = Duration::from_secs(1);
+    pub(crate) const FIRST: Duration = Duration::from_secs(1);
     pub const MAX: Duration = Duration::from_secs(60);
 
     /// Records a failure of `key`; returns how long to wait before the next try.
@@ -198,7 +198,7 @@ impl Shared {
             .flatten()
     }
 
-    pub fn nodeclaims_api(&self) -> Api<NodeClaim> {
+    pub(crate) fn nodeclaims_api(&self) -> Api<NodeClaim> {
         Api::all(self.workload.clone())
     }
 
@@ -210,7 +210,7 @@ impl Shared {
 
     /// Merge-patches the NodeClaim's metadata, conditional on the resourceVersion it was
     /// computed from; returns the written object (read-your-writes).
-    pub async fn patch_claim(
+    pub(crate) async fn patch_claim(
         &self,
         claim: &NodeClaim,
         metadata: Value,
@@ -224,7 +224,7 @@ impl Shared {
 
     /// Writes the NodeClaim's status when it differs from the cached one (conditional on the
     /// cached resourceVersion). Returns whether it wrote.
-    pub async fn write_status(
+    pub(crate) async fn write_status(
         &self,
         claim: &NodeClaim,
         status: &api::karpenter::NodeClaimStatus,
@@ -234,7 +234,7 @@ impl Shared {
 
     /// [`Shared::write_status`], returning the written object (`None`: nothing to write), so
     /// that a later write in the same step is computed from it.
-    pub async fn write_status_returning(
+    pub(crate) async fn write_status_returning(
         &self,
         claim: &NodeClaim,
         status: &api::karpenter::NodeClaimStatus,
@@ -252,7 +252,7 @@ impl Shared {
 
     /// Deletes the NodeClaim (its finalizer then runs termination); only the object we
     /// decided on (same UID) is deleted, and one gone already needs nothing.
-    pub async fn delete_claim(&self, claim: &NodeClaim) -> Result<(), Error> {
+    pub(crate) async fn delete_claim(&self, claim: &NodeClaim) -> Result<(), Error> {
         self.claims().delete(claim).await?;
         Ok(())
     }
@@ -264,7 +264,7 @@ impl Shared {
     }
 
     /// Publishes an event about any object (Node, NodePool).
-    pub async fn event_for<K: Resource<DynamicType = ()>>(
+    pub(crate) async fn event_for<K: Resource<DynamicType = ()>>(
         &self,
         obj: &K,
         type_: EventType,

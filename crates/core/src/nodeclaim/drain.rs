@@ -94,7 +94,11 @@ pub(crate) fn waited_for(pod: &Pod, now: Timestamp) -> bool {
 
 /// The grace period to delete `pod` with now, when its own would run past `deadline`
 /// (a terminating pod: when its deletionTimestamp is after it): the time left, at least 1 s.
-pub(crate) fn force_delete_grace(pod: &Pod, deadline: Option<Timestamp>, now: Timestamp) -> Option<u32> {
+pub(crate) fn force_delete_grace(
+    pod: &Pod,
+    deadline: Option<Timestamp>,
+    now: Timestamp,
+) -> Option<u32> {
     let deadline = deadline?;
     let due = match &pod.metadata.deletion_timestamp {
         Some(t) => t.0 > deadline,

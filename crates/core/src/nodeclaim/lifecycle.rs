@@ -452,5 +452,3 @@ fn claims_where<K: 'static>(
             .collect()
     }
 }
-
-pub use crate::cache::claim_provider_id;

@@ -49,7 +49,7 @@ use cloudprovider::RepairPolicy;
 pub use cloudprovider::Unhealthy;
 
 /// Share of a pool's Nodes that may be under repair at once, in percent.
-pub const MAX_UNHEALTHY_PERCENT: usize = 20;
+pub(crate) const MAX_UNHEALTHY_PERCENT: usize = 20;
 
 /// A repair policy that matches, and how long it is tolerated before the Node is replaced.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -125,7 +125,7 @@ pub fn allowed(nodes: usize) -> usize {
 }
 
 /// Whether `claim` or its `node` vetoes repair (`karpenter.sh/do-not-repair: "true"`).
-pub fn do_not_repair(claim: &NodeClaim, node: Option<&Node>) -> bool {
+pub(crate) fn do_not_repair(claim: &NodeClaim, node: Option<&Node>) -> bool {
     crate::objects::flag(claim, DO_NOT_REPAIR) == Ok(true)
         || node.is_some_and(|n| crate::objects::flag(n, DO_NOT_REPAIR) == Ok(true))
 }
@@ -273,7 +273,11 @@ fn disrupting(claim: &NodeClaim) -> bool {
 
 /// The cap's and the budget's inputs for `pool` ("" = NodeClaims without a pool: the whole
 /// cluster, no budget) from the cached NodeClaims and Nodes and the provider's signals.
-pub fn pool_view(claims: &[std::sync::Arc<NodeClaim>], pool: &str, look: &Lookups) -> PoolView {
+pub(crate) fn pool_view(
+    claims: &[std::sync::Arc<NodeClaim>],
+    pool: &str,
+    look: &Lookups,
+) -> PoolView {
     let in_pool = |c: &NodeClaim| {
         pool.is_empty() || crate::objects::nodepool_of(c).unwrap_or_default() == pool
     };

@@ -317,7 +317,7 @@ impl Provisioner {
 /// capacity is known (status), or its offering is chosen (the provider labelled it with one
 /// instance type and capacity type, as a launch does before it creates anything), or it will
 /// never launch (being deleted, `Launched=False`).
-pub fn charged(c: &NodeClaim) -> bool {
+pub(crate) fn charged(c: &NodeClaim) -> bool {
     let labels = c.labels();
     let planned = labels.contains_key(scheduling::LABEL_INSTANCE_TYPE)
         && labels.contains_key(scheduling::LABEL_CAPACITY_TYPE);

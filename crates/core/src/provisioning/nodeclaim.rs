@@ -15,7 +15,7 @@ use scheduling::{Operator, Requirement, Taint, TaintEffect};
 use crate::model::convert::quantities;
 
 /// The API's operator for the scheduler's.
-pub fn api_operator(op: Operator) -> k::Operator {
+pub(crate) fn api_operator(op: Operator) -> k::Operator {
     match op {
         Operator::In => k::Operator::In,
         Operator::NotIn => k::Operator::NotIn,
@@ -41,7 +41,7 @@ pub fn api_requirements(reqs: &[Requirement]) -> Vec<NodeSelectorRequirementWith
 }
 
 /// The scheduler's taints → Karpenter's.
-pub fn api_taints(taints: &[Taint]) -> Vec<k::Taint> {
+pub(crate) fn api_taints(taints: &[Taint]) -> Vec<k::Taint> {
     taints
         .iter()
         .map(|t| k::Taint {
@@ -66,7 +66,7 @@ pub const NODEPOOL_HASH_VERSION: &str = "capi-1";
 /// sorted, empty values dropped, taint lists as sets) of the pool's `spec.template` without
 /// its requirements: labels, annotations, taints, startupTaints, nodeClassRef,
 /// terminationGracePeriod, expireAfter. Limits, weight, disruption are outside the template.
-pub fn nodepool_hash(pool: &NodePool) -> String {
+pub(crate) fn nodepool_hash(pool: &NodePool) -> String {
     let mut v = serde_json::to_value(&pool.spec.template).unwrap_or(serde_json::Value::Null);
     if let Some(spec) = v.get_mut("spec").and_then(|s| s.as_object_mut()) {
         spec.remove("requirements");

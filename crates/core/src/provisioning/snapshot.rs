@@ -312,7 +312,7 @@ fn in_flight_node(
 
 /// What one NodeClaim counts against its NodePool's limits: its capacity once known, its
 /// requests before, plus `nodes: 1`.
-pub fn claim_usage(c: &NodeClaim) -> scheduling::Resources {
+pub(crate) fn claim_usage(c: &NodeClaim) -> scheduling::Resources {
     let mut u = claim_resources(c, Which::Capacity);
     u.insert("nodes".into(), 1);
     u
@@ -337,7 +337,7 @@ struct PlannedResources {
 /// A NodeClaim's `capacity` or `allocatable`: from its status once launched, else from its
 /// launch plan (the instance type is chosen before anything is created), else what it
 /// requests.
-pub fn claim_resources(c: &NodeClaim, which: Which) -> scheduling::Resources {
+pub(crate) fn claim_resources(c: &NodeClaim, which: Which) -> scheduling::Resources {
     fn pick<'a, T>(which: Which, capacity: &'a T, allocatable: &'a T) -> &'a T {
         match which {
             Which::Capacity => capacity,

@@ -215,7 +215,7 @@ impl Cluster {
 
     /// A NodePool's NodeClaims (those being deleted included), in name order, each with
     /// its Node.
-    pub fn claims_of_pool<'a>(
+    pub(crate) fn claims_of_pool<'a>(
         &'a self,
         pool: &str,
     ) -> impl Iterator<Item = (&'a Arc<NodeClaim>, Option<&'a Arc<Node>>)> + 'a {
@@ -241,7 +241,7 @@ impl Cluster {
     }
 
     /// Whether new pods may land on `node`: Ready, not cordoned, not leaving.
-    pub fn has_room(&self, node: &Node) -> bool {
+    pub(crate) fn has_room(&self, node: &Node) -> bool {
         let cordoned = node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
         node_ready(node) && !cordoned && !self.leaving(name(node))
     }
@@ -261,7 +261,7 @@ impl Cluster {
     }
 
     /// The NodeClaims being deleted.
-    pub fn deleting_claims(&self) -> impl Iterator<Item = &Arc<NodeClaim>> {
+    pub(crate) fn deleting_claims(&self) -> impl Iterator<Item = &Arc<NodeClaim>> {
         self.objects
             .nodeclaims
             .iter()

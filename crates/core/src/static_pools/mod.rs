@@ -37,9 +37,9 @@ use crate::write::{Created, Expectations, Writer, manager};
 use cloudprovider::CloudProvider;
 
 /// How long a create may stay unseen by the cache before it is no longer counted.
-pub const IN_FLIGHT_TTL: Duration = Duration::from_secs(60);
+pub(crate) const IN_FLIGHT_TTL: Duration = Duration::from_secs(60);
 /// Event reason on a static NodePool that `limits.nodes` keeps below its replicas.
-pub const NODE_LIMIT_REACHED: &str = "NodeLimitReached";
+pub(crate) const NODE_LIMIT_REACHED: &str = "NodeLimitReached";
 /// Every static pool is looked at least this often (events do the rest).
 const TICK: Duration = Duration::from_secs(10);
 
@@ -68,7 +68,7 @@ impl InFlight {
 
     /// `pool`'s creates not in `cluster` yet (name → zone); those cached or older than
     /// [`IN_FLIGHT_TTL`] are dropped.
-    pub fn of_pool(
+    pub(crate) fn of_pool(
         &self,
         pool: &str,
         cluster: &Cluster,

@@ -50,7 +50,7 @@ pub fn replicas(pool: &NodePool) -> Option<usize> {
 }
 
 /// `limits.nodes`, if set and parsable.
-pub fn node_limit(pool: &NodePool) -> Option<usize> {
+pub(crate) fn node_limit(pool: &NodePool) -> Option<usize> {
     let limits = crate::model::convert::resources(&pool.spec.limits);
     limits
         .get("nodes")
