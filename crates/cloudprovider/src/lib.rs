@@ -8,6 +8,7 @@
 
 pub mod fake;
 pub mod instance_types;
+pub mod metered;
 pub mod model;
 pub mod provider;
 pub mod quantity;

@@ -317,20 +317,11 @@ fn requirements(claim: &NodeClaim) -> Vec<Requirement> {
 
 /// Creates (or adopts) the clones and the Machine of a recorded plan.
 async fn create(ctx: &Context, claim: &NodeClaim, plan: &Plan) -> Result<(), Error> {
-    let started = Instant::now();
     let result = super::objects::create_objects(ctx, claim, plan).await;
     let uid = uid_of(claim);
     match result {
         Ok(created) => {
             ctx.launched.insert(&uid);
-            ctx.metrics
-                .cloudprovider_duration
-                .get_or_create(&karpenter_core::metrics::MethodLabels {
-                    controller: "nodeclaim.lifecycle".into(),
-                    method: "Create".into(),
-                    provider: "clusterapi".into(),
-                })
-                .observe(started.elapsed().as_secs_f64());
             if created {
                 ctx.metrics
                     .machines_launched
@@ -356,15 +347,6 @@ async fn create(ctx: &Context, claim: &NodeClaim, plan: &Plan) -> Result<(), Err
                 tracing::info!(nodeclaim = %claim.name_any(), template = %plan.infrastructure_template.name,
                     hold_seconds = hold.as_secs(), "offering backed off after a refused create");
             }
-            ctx.metrics
-                .cloudprovider_errors
-                .get_or_create(&karpenter_core::metrics::ErrorLabels {
-                    controller: "nodeclaim.lifecycle".into(),
-                    method: "Create".into(),
-                    provider: "clusterapi".into(),
-                    error: e.metric_label().into(),
-                })
-                .inc();
             // The core records `Launched=Unknown` (`LaunchFailed`) with the message.
             if e.is_conflict() {
                 return Err(e);

@@ -147,7 +147,11 @@ impl Engagement {
         let registration_failures: Arc<Failures> = Arc::default();
         let lifecycle_ctx = Ctx {
             shared: shared(ctx, caches, recorder, registration_failures.clone()),
-            provider: parts.provider,
+            // Every call of the seam timed and its errors counted, for any provider.
+            provider: Arc::new(cloudprovider::metered::Metered::new(
+                parts.provider,
+                ctx.metrics.clone(),
+            )),
         };
         let nodepool_status = crate::nodepool_status::NodePoolStatus {
             client: ctx.workload.clone(),

@@ -394,6 +394,37 @@ impl Metrics {
     }
 }
 
+/// The seam's calls (`cloudprovider::metered::Metered`): `karpenter_cloudprovider_duration_seconds`
+/// and `karpenter_cloudprovider_errors_total` by method and provider (the calling loop is
+/// not known to the decorator: `controller` is empty).
+impl cloudprovider::metered::CallRecorder for Metrics {
+    fn record(
+        &self,
+        method: &'static str,
+        provider: &'static str,
+        took: Duration,
+        error: Option<&cloudprovider::Error>,
+    ) {
+        self.cloudprovider_duration
+            .get_or_create(&MethodLabels {
+                controller: String::new(),
+                method: method.into(),
+                provider: provider.into(),
+            })
+            .observe(took.as_secs_f64());
+        if let Some(e) = error {
+            self.cloudprovider_errors
+                .get_or_create(&ErrorLabels {
+                    controller: String::new(),
+                    method: method.into(),
+                    provider: provider.into(),
+                    error: e.metric_label().into(),
+                })
+                .inc();
+        }
+    }
+}
+
 /// How long an observation counts towards a summary's quantiles (Prometheus' default).
 const SUMMARY_MAX_AGE: Duration = Duration::from_secs(600);
 /// At most this many observations are kept for the quantiles (the oldest go first).
