@@ -576,6 +576,7 @@ async fn all_ready(client: &Client, names: &[String]) -> Option<()> {
 /// collection removes its own orphan and never the other's Machines, and emptying one cluster
 /// leaves the other's alone.
 #[tokio::test]
+#[ignore = "chaos, opt-in (about 2 minutes with the partition case): cargo test --test chaos -- --ignored"]
 async fn two_operators_sharing_a_management_namespace_never_touch_each_other() {
     use testbed::Component;
     use testbed::provider::{ClusterSetup, ProviderConfig};
@@ -778,6 +779,7 @@ async fn two_operators_sharing_a_management_namespace_never_touch_each_other() {
 /// NodeRepairBlocked event and none is deleted; once only one Node is left unhealthy (10 %)
 /// it is repaired and the 9 healed ones are kept.
 #[tokio::test]
+#[ignore = "chaos, opt-in: cargo test --test chaos -- --ignored"]
 async fn a_partition_of_half_a_pool_repairs_nothing_until_it_heals() {
     let (tb, _provider, _cluster) = common::prepare(
         vec![("small", "2", "4Gi", "0.10", json!({}))],
