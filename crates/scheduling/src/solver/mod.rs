@@ -13,6 +13,7 @@
 
 mod allocate;
 mod build;
+mod count_order;
 mod dra;
 mod groups;
 mod output;
@@ -29,7 +30,7 @@ use crate::intern::{BitSet, Interner, Key, Sym};
 use crate::model::*;
 use crate::requirements::{Operator, Reqs, Requirement, ValueSet};
 
-use pack::CountOrder;
+use count_order::CountOrder;
 use pod::PodData;
 use topology::Group;
 use volumes::Attached;
