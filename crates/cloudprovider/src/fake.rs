@@ -98,8 +98,8 @@ impl FakeCloudProvider {
                 description: format!("fake instance {name}"),
                 instance_type: "fake-it".into(),
                 capacity_type: "on-demand".into(),
-                capacity: requests(claim),
-                allocatable: requests(claim),
+                capacity: crate::provider::claim_requests(claim),
+                allocatable: crate::provider::claim_requests(claim),
                 nodeclaim_uid: claim.metadata.uid.clone(),
                 created: Some(k8s_openapi::jiff::Timestamp::now()),
                 ..Instance::default()
@@ -184,19 +184,4 @@ impl CloudProvider for FakeCloudProvider {
     fn launch_failed(&self, claim: &NodeClaim, why: &str) {
         self.state(|s| s.launch_failures.push((claim.name_any(), why.to_string())));
     }
-}
-
-/// The claim's resource requests, as quantity strings.
-fn requests(claim: &NodeClaim) -> BTreeMap<String, String> {
-    claim
-        .spec
-        .resources
-        .as_ref()
-        .map(|r| {
-            r.requests
-                .iter()
-                .map(|(k, v)| (k.clone(), v.0.clone()))
-                .collect()
-        })
-        .unwrap_or_default()
 }

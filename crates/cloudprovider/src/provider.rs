@@ -360,3 +360,18 @@ pub trait CloudProvider: Send + Sync {
     /// offering may start over from the first hold.
     fn launch_succeeded(&self, _claim: &NodeClaim) {}
 }
+
+/// A NodeClaim's resource requests, as written (name → quantity string).
+pub fn claim_requests(claim: &NodeClaim) -> BTreeMap<String, String> {
+    claim
+        .spec
+        .resources
+        .as_ref()
+        .map(|r| {
+            r.requests
+                .iter()
+                .map(|(k, v)| (k.clone(), v.0.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}

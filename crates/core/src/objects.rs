@@ -213,20 +213,7 @@ pub fn uid_of<K: Resource>(obj: &K) -> String {
     obj.meta().uid.clone().unwrap_or_default()
 }
 
-/// A NodeClaim's resource requests, as written (name → quantity string).
-pub fn claim_requests(claim: &NodeClaim) -> std::collections::BTreeMap<String, String> {
-    claim
-        .spec
-        .resources
-        .as_ref()
-        .map(|r| {
-            r.requests
-                .iter()
-                .map(|(k, v)| (k.clone(), v.0.clone()))
-                .collect()
-        })
-        .unwrap_or_default()
-}
+pub use cloudprovider::provider::claim_requests;
 
 /// Whether a NodeClaim is a candidate of a disruption command in flight (it carries the
 /// command's annotation).
