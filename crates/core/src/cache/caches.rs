@@ -4,6 +4,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use futures::StreamExt;
+use futures::stream::BoxStream;
+use k8s_openapi::api::resource::v1 as dra;
 use kube::api::Api;
 use kube::runtime::watcher;
 
@@ -26,6 +28,70 @@ pub struct Caches {
     pub pvs: Cache<k8s_openapi::api::core::v1::PersistentVolume>,
     pub storageclasses: Cache<k8s_openapi::api::storage::v1::StorageClass>,
     pub csinodes: Cache<k8s_openapi::api::storage::v1::CSINode>,
+    /// What pods' ResourceClaims allocate from (Dynamic Resource Allocation).
+    pub dra: DraCaches,
+}
+
+/// The Dynamic Resource Allocation kinds (`resource.k8s.io/v1`). Never waited for
+/// ([`Caches::ready`], [`Caches::pending`]): on a kube-apiserver that does not serve the
+/// group their watches retry quietly and the stores stay empty (no pod can claim a device
+/// there either).
+#[derive(Clone)]
+pub struct DraCaches {
+    pub classes: Cache<dra::DeviceClass>,
+    pub claims: Cache<dra::ResourceClaim>,
+    pub templates: Cache<dra::ResourceClaimTemplate>,
+    pub slices: Cache<dra::ResourceSlice>,
+}
+
+impl DraCaches {
+    /// Listed and empty (tests, offline tools).
+    pub fn empty() -> DraCaches {
+        DraCaches {
+            classes: Cache::empty(),
+            claims: Cache::empty(),
+            templates: Cache::empty(),
+            slices: Cache::empty(),
+        }
+    }
+
+    /// The watches, at once, or (`lazily`: hub mode) each while `gate()` wants it, on its own
+    /// gate (a kind the cluster does not serve never counts as listed for the others).
+    fn start(
+        tasks: &mut Tasks,
+        workload: &kube::Client,
+        lazily: Option<&dyn Fn() -> (Arc<Gate>, BoxStream<'static, ()>)>,
+    ) -> DraCaches {
+        fn one<K>(
+            tasks: &mut Tasks,
+            workload: &kube::Client,
+            lazily: Option<&dyn Fn() -> (Arc<Gate>, BoxStream<'static, ()>)>,
+        ) -> Cache<K>
+        where
+            K: kube::Resource<DynamicType = ()>
+                + Clone
+                + Send
+                + Sync
+                + std::fmt::Debug
+                + serde::de::DeserializeOwned
+                + 'static,
+        {
+            let api = Api::all(workload.clone());
+            match lazily {
+                Some(lazy) => {
+                    let (gate, trigger) = lazy();
+                    Cache::start_lazily(tasks, api, keep, &gate, trigger)
+                }
+                None => Cache::start(tasks, api, watcher::Config::default(), keep, None),
+            }
+        }
+        DraCaches {
+            classes: one(tasks, workload, lazily),
+            claims: one(tasks, workload, lazily),
+            templates: one(tasks, workload, lazily),
+            slices: one(tasks, workload, lazily),
+        }
+    }
 }
 
 impl Caches {
@@ -47,19 +113,25 @@ impl Caches {
         );
         let nodepools: Cache<api::NodePool> =
             Cache::start(tasks, Api::all(workload.clone()), all(), keep, None);
-        let (pods, pdbs, pvcs, pvs) = if lazy {
-            let (np, nc) = (nodepools.store(), nodeclaims.store());
-            let wanted = move || !np.is_empty() || !nc.is_empty();
-            let gate = Arc::new(Gate {
+        let (np, nc) = (nodepools.store(), nodeclaims.store());
+        // A lazy watch's gate: wanted while the cluster has a NodePool or a NodeClaim.
+        let gate = || {
+            let (np, nc) = (np.clone(), nc.clone());
+            Arc::new(Gate {
                 listed: AtomicBool::new(false),
-                wanted: Box::new(wanted),
-            });
-            let trigger = || {
-                futures::stream::select(
-                    nodepools.subscribe().map(|_| ()),
-                    nodeclaims.subscribe().map(|_| ()),
-                )
-            };
+                wanted: Box::new(move || !np.is_empty() || !nc.is_empty()),
+            })
+        };
+        let trigger = || {
+            futures::stream::select(
+                nodepools.subscribe().map(|_| ()),
+                nodeclaims.subscribe().map(|_| ()),
+            )
+            .boxed()
+        };
+        let (pods, pdbs, pvcs, pvs) = if lazy {
+            // One gate for the four: listed once the first of them has.
+            let gate = gate();
             (
                 Cache::start_lazily(
                     tasks,
@@ -86,6 +158,8 @@ impl Caches {
                 Cache::start(tasks, Api::all(workload.clone()), all(), trim_pv, None),
             )
         };
+        let lazily = || (gate(), trigger());
+        let dra = DraCaches::start(tasks, workload, lazy.then_some(&lazily));
         Caches {
             nodes: Cache::start(
                 tasks,
@@ -104,6 +178,7 @@ impl Caches {
             pvs,
             storageclasses: Cache::start(tasks, Api::all(workload.clone()), all(), keep, None),
             csinodes: Cache::start(tasks, Api::all(workload.clone()), all(), keep, None),
+            dra,
         }
     }
 

@@ -395,7 +395,7 @@ where
 }
 
 mod caches;
-pub use caches::{Caches, claim_provider_id, node_provider_id};
+pub use caches::{Caches, DraCaches, claim_provider_id, node_provider_id};
 
 #[cfg(test)]
 mod tests {

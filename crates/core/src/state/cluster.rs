@@ -13,6 +13,7 @@ use api::{NodeClaim, NodePool};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::resource::v1 as dra;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use scheduling::Resources;
 
@@ -36,6 +37,17 @@ pub struct Objects {
     pub pvs: Vec<Arc<PersistentVolume>>,
     pub storageclasses: Vec<Arc<StorageClass>>,
     pub csinodes: Vec<Arc<CSINode>>,
+    /// What pods' ResourceClaims allocate from.
+    pub dra: DraObjects,
+}
+
+/// The Dynamic Resource Allocation objects (`resource.k8s.io/v1`).
+#[derive(Debug, Default, Clone)]
+pub struct DraObjects {
+    pub classes: Vec<Arc<dra::DeviceClass>>,
+    pub claims: Vec<Arc<dra::ResourceClaim>>,
+    pub templates: Vec<Arc<dra::ResourceClaimTemplate>>,
+    pub slices: Vec<Arc<dra::ResourceSlice>>,
 }
 
 /// The unfinished pods bound to one Node, and their sums (`pods: 1` per pod included in
