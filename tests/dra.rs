@@ -116,20 +116,9 @@ async fn claims_by_type(client: &Client) -> BTreeSet<(String, String)> {
 
 /// What the cluster looks like, for a failure message.
 async fn state(client: &Client, ns: &str) -> String {
-    let pods = list(
-        &Api::<Pod>::namespaced(client.clone(), ns),
-        &ListParams::default(),
-    )
-    .await;
     format!(
         "pods {:?}; nodeclaims {:?}",
-        pods.iter()
-            .map(|p| (
-                p.name_any(),
-                node_of(p),
-                p.status.as_ref().and_then(|s| s.phase.clone())
-            ))
-            .collect::<Vec<_>>(),
+        pod_places(client, ns).await,
         claims_by_type(client).await,
     )
 }
@@ -201,6 +190,11 @@ async fn pods_claiming_gpus_get_nodes_of_the_gpu_template() {
             .iter()
             .map(|d| (node.clone(), d.to_string()))
             .collect();
-        assert_eq!(devices, want, "{}'s claim allocated on {node}", p.name_any());
+        assert_eq!(
+            devices,
+            want,
+            "{}'s claim allocated on {node}",
+            p.name_any()
+        );
     }
 }

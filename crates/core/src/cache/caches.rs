@@ -4,12 +4,11 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use futures::StreamExt;
-use futures::stream::BoxStream;
 use k8s_openapi::api::resource::v1 as dra;
 use kube::api::Api;
 use kube::runtime::watcher;
 
-use super::{Cache, Gate, keep, trim_node, trim_pod, trim_pv, trim_pvc};
+use super::{Cache, Gate, Lazily, keep, trim_node, trim_pod, trim_pv, trim_pvc};
 use crate::tasks::Tasks;
 
 /// Every cache the core's loops of one engagement read: one watch per kind of the workload
@@ -55,41 +54,14 @@ impl DraCaches {
         }
     }
 
-    /// The watches, at once, or (`lazily`: hub mode) each while `gate()` wants it, on its own
-    /// gate (a kind the cluster does not serve never counts as listed for the others).
-    fn start(
-        tasks: &mut Tasks,
-        workload: &kube::Client,
-        lazily: Option<&dyn Fn() -> (Arc<Gate>, BoxStream<'static, ()>)>,
-    ) -> DraCaches {
-        fn one<K>(
-            tasks: &mut Tasks,
-            workload: &kube::Client,
-            lazily: Option<&dyn Fn() -> (Arc<Gate>, BoxStream<'static, ()>)>,
-        ) -> Cache<K>
-        where
-            K: kube::Resource<DynamicType = ()>
-                + Clone
-                + Send
-                + Sync
-                + std::fmt::Debug
-                + serde::de::DeserializeOwned
-                + 'static,
-        {
-            let api = Api::all(workload.clone());
-            match lazily {
-                Some(lazy) => {
-                    let (gate, trigger) = lazy();
-                    Cache::start_lazily(tasks, api, keep, &gate, trigger)
-                }
-                None => Cache::start(tasks, api, watcher::Config::default(), keep, None),
-            }
-        }
+    /// The watches, at once, or (`lazily`: hub mode) each on a gate of its own that `lazily`
+    /// makes (a kind the cluster does not serve never counts as listed for another).
+    fn start(tasks: &mut Tasks, workload: &kube::Client, lazily: Option<&Lazily<'_>>) -> DraCaches {
         DraCaches {
-            classes: one(tasks, workload, lazily),
-            claims: one(tasks, workload, lazily),
-            templates: one(tasks, workload, lazily),
-            slices: one(tasks, workload, lazily),
+            classes: Cache::start_gated(tasks, Api::all(workload.clone()), lazily),
+            claims: Cache::start_gated(tasks, Api::all(workload.clone()), lazily),
+            templates: Cache::start_gated(tasks, Api::all(workload.clone()), lazily),
+            slices: Cache::start_gated(tasks, Api::all(workload.clone()), lazily),
         }
     }
 }

@@ -8,10 +8,18 @@ use std::sync::Arc;
 
 use cloudprovider::InstanceTypes;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::resource::v1 as dra;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use scheduling::dra::Dra;
 
-use crate::state::DraObjects;
+/// The Dynamic Resource Allocation objects (`resource.k8s.io/v1`) of a cluster.
+#[derive(Debug, Default, Clone)]
+pub struct DraObjects {
+    pub classes: Vec<Arc<dra::DeviceClass>>,
+    pub claims: Vec<Arc<dra::ResourceClaim>>,
+    pub templates: Vec<Arc<dra::ResourceClaimTemplate>>,
+    pub slices: Vec<Arc<dra::ResourceSlice>>,
+}
 
 /// The DRA model of a solve of `pending` pods over the instance types of `catalogs`.
 pub fn dra<'a>(

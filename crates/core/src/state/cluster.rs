@@ -13,11 +13,11 @@ use api::{NodeClaim, NodePool};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::resource::v1 as dra;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use scheduling::Resources;
 
 use crate::model::convert::{spec_limits, spec_requests};
+pub use crate::model::devices::DraObjects;
 use crate::objects::{
     claim_node_name, deleting, name, node_ready, nodepool_of, owned_by, pod_node_name,
     pool_condition, provisionable, terminal,
@@ -39,15 +39,6 @@ pub struct Objects {
     pub csinodes: Vec<Arc<CSINode>>,
     /// What pods' ResourceClaims allocate from.
     pub dra: DraObjects,
-}
-
-/// The Dynamic Resource Allocation objects (`resource.k8s.io/v1`).
-#[derive(Debug, Default, Clone)]
-pub struct DraObjects {
-    pub classes: Vec<Arc<dra::DeviceClass>>,
-    pub claims: Vec<Arc<dra::ResourceClaim>>,
-    pub templates: Vec<Arc<dra::ResourceClaimTemplate>>,
-    pub slices: Vec<Arc<dra::ResourceSlice>>,
 }
 
 /// The unfinished pods bound to one Node, and their sums (`pods: 1` per pod included in
