@@ -283,6 +283,17 @@ where
     Ok(list.items.into_iter().map(std::sync::Arc::new).collect())
 }
 
+/// The workload cluster's DRA objects; a kind it does not serve (or the user may not list) is
+/// left out, as an empty list.
+async fn dra_objects(client: &kube::Client) -> karpenter_core::state::DraObjects {
+    karpenter_core::state::DraObjects {
+        classes: list_all(client).await.unwrap_or_default(),
+        claims: list_all(client).await.unwrap_or_default(),
+        templates: list_all(client).await.unwrap_or_default(),
+        slices: list_all(client).await.unwrap_or_default(),
+    }
+}
+
 /// Each NodeClass's catalog as the operator builds it, from the opted-in templates of the
 /// management cluster (the replacement options and prices of the verdicts). A kind or a list
 /// the user may not read is left out (fewer options, never an error).
@@ -395,6 +406,7 @@ pub async fn collect_all(
         let catalogs = live_catalogs(management, &nodeclasses).await;
         let catalog = |nc: &str| catalogs.get(nc).map(|c| c.types.clone());
         let cluster = karpenter_core::state::Cluster::new(karpenter_core::state::Objects {
+            dra: dra_objects(workload).await,
             storageclasses: list_all(workload).await?,
             csinodes: list_all(workload).await?,
             pvcs: list_all(workload).await?,

@@ -60,7 +60,12 @@ pub fn pending(cluster: &Cluster, catalog: &dyn Fn(&str) -> Option<Arc<InstanceT
         catalog,
         Availability::Offered,
     );
-    let output = scheduling::solve(&snap.input);
+    let dra = karpenter_core::model::devices::dra(
+        &cluster.dra,
+        &pods,
+        snap.catalogs.values().map(AsRef::as_ref),
+    );
+    let output = scheduling::solve_with_devices(&snap.input, &dra);
     let plan = (!output.new_node_claims.is_empty()).then(|| PlanPrice {
         node_claims: output.new_node_claims.len(),
         price_per_hour: output.price(),

@@ -374,6 +374,14 @@ list   storage.k8s.io                storageclasses            -          -
 watch  storage.k8s.io                storageclasses            -          -
 list   storage.k8s.io                csinodes                  -          -
 watch  storage.k8s.io                csinodes                  -          -
+list   resource.k8s.io               deviceclasses             -          -
+watch  resource.k8s.io               deviceclasses             -          -
+list   resource.k8s.io               resourceclaims            -          -
+watch  resource.k8s.io               resourceclaims            -          -
+list   resource.k8s.io               resourceclaimtemplates    -          -
+watch  resource.k8s.io               resourceclaimtemplates    -          -
+list   resource.k8s.io               resourceslices            -          -
+watch  resource.k8s.io               resourceslices            -          -
 create core                          events                    -          default
 create events.k8s.io                 events                    -          default
 create coordination.k8s.io           leases                    -          karpenter

@@ -94,11 +94,6 @@ async fn running_pods(client: &Client, ns: &str, n: usize, secs: u64) -> Vec<Pod
 
 /// What the cluster looks like, for a failure message.
 async fn state(client: &Client, ns: &str) -> String {
-    let pods = list(
-        &Api::<Pod>::namespaced(client.clone(), ns),
-        &ListParams::default(),
-    )
-    .await;
     let claims = list(&nodeclaims(client), &ListParams::default()).await;
     let pvcs = list(
         &Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns),
@@ -107,13 +102,7 @@ async fn state(client: &Client, ns: &str) -> String {
     .await;
     format!(
         "pods {:?}; nodeclaims {:?}; claims {:?}",
-        pods.iter()
-            .map(|p| (
-                p.name_any(),
-                node_of(p),
-                p.status.as_ref().and_then(|s| s.phase.clone())
-            ))
-            .collect::<Vec<_>>(),
+        pod_places(client, ns).await,
         claims
             .iter()
             .map(|c| (c.name_any(), c.data["status"]["nodeName"].clone()))

@@ -620,6 +620,24 @@ pub async fn pods_of(
         .unwrap_or_default()
 }
 
+/// Each pod of `ns`: name, node and phase (for a failure message).
+pub async fn pod_places(client: &Client, ns: &str) -> Vec<(String, String, Option<String>)> {
+    list(
+        &Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), ns),
+        &kube::api::ListParams::default(),
+    )
+    .await
+    .iter()
+    .map(|p| {
+        (
+            kube::ResourceExt::name_any(p),
+            node_of(p),
+            p.status.as_ref().and_then(|s| s.phase.clone()),
+        )
+    })
+    .collect()
+}
+
 pub fn node_of(p: &k8s_openapi::api::core::v1::Pod) -> String {
     p.spec
         .as_ref()

@@ -4,10 +4,11 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use futures::StreamExt;
+use k8s_openapi::api::resource::v1 as dra;
 use kube::api::Api;
 use kube::runtime::watcher;
 
-use super::{Cache, Gate, keep, trim_node, trim_pod, trim_pv, trim_pvc};
+use super::{Cache, Gate, Lazily, keep, trim_node, trim_pod, trim_pv, trim_pvc};
 use crate::tasks::Tasks;
 
 /// Every cache the core's loops of one engagement read: one watch per kind of the workload
@@ -26,6 +27,43 @@ pub struct Caches {
     pub pvs: Cache<k8s_openapi::api::core::v1::PersistentVolume>,
     pub storageclasses: Cache<k8s_openapi::api::storage::v1::StorageClass>,
     pub csinodes: Cache<k8s_openapi::api::storage::v1::CSINode>,
+    /// What pods' ResourceClaims allocate from (Dynamic Resource Allocation).
+    pub dra: DraCaches,
+}
+
+/// The Dynamic Resource Allocation kinds (`resource.k8s.io/v1`). Never waited for
+/// ([`Caches::ready`], [`Caches::pending`]): on a kube-apiserver that does not serve the
+/// group their watches retry quietly and the stores stay empty (no pod can claim a device
+/// there either).
+#[derive(Clone)]
+pub struct DraCaches {
+    pub classes: Cache<dra::DeviceClass>,
+    pub claims: Cache<dra::ResourceClaim>,
+    pub templates: Cache<dra::ResourceClaimTemplate>,
+    pub slices: Cache<dra::ResourceSlice>,
+}
+
+impl DraCaches {
+    /// Listed and empty (tests, offline tools).
+    pub fn empty() -> DraCaches {
+        DraCaches {
+            classes: Cache::empty(),
+            claims: Cache::empty(),
+            templates: Cache::empty(),
+            slices: Cache::empty(),
+        }
+    }
+
+    /// The watches, at once, or (`lazily`: hub mode) each on a gate of its own that `lazily`
+    /// makes (a kind the cluster does not serve never counts as listed for another).
+    fn start(tasks: &mut Tasks, workload: &kube::Client, lazily: Option<&Lazily<'_>>) -> DraCaches {
+        DraCaches {
+            classes: Cache::start_gated(tasks, Api::all(workload.clone()), lazily),
+            claims: Cache::start_gated(tasks, Api::all(workload.clone()), lazily),
+            templates: Cache::start_gated(tasks, Api::all(workload.clone()), lazily),
+            slices: Cache::start_gated(tasks, Api::all(workload.clone()), lazily),
+        }
+    }
 }
 
 impl Caches {
@@ -47,19 +85,25 @@ impl Caches {
         );
         let nodepools: Cache<api::NodePool> =
             Cache::start(tasks, Api::all(workload.clone()), all(), keep, None);
-        let (pods, pdbs, pvcs, pvs) = if lazy {
-            let (np, nc) = (nodepools.store(), nodeclaims.store());
-            let wanted = move || !np.is_empty() || !nc.is_empty();
-            let gate = Arc::new(Gate {
+        let (np, nc) = (nodepools.store(), nodeclaims.store());
+        // A lazy watch's gate: wanted while the cluster has a NodePool or a NodeClaim.
+        let gate = || {
+            let (np, nc) = (np.clone(), nc.clone());
+            Arc::new(Gate {
                 listed: AtomicBool::new(false),
-                wanted: Box::new(wanted),
-            });
-            let trigger = || {
-                futures::stream::select(
-                    nodepools.subscribe().map(|_| ()),
-                    nodeclaims.subscribe().map(|_| ()),
-                )
-            };
+                wanted: Box::new(move || !np.is_empty() || !nc.is_empty()),
+            })
+        };
+        let trigger = || {
+            futures::stream::select(
+                nodepools.subscribe().map(|_| ()),
+                nodeclaims.subscribe().map(|_| ()),
+            )
+            .boxed()
+        };
+        let (pods, pdbs, pvcs, pvs) = if lazy {
+            // One gate for the four: listed once the first of them has.
+            let gate = gate();
             (
                 Cache::start_lazily(
                     tasks,
@@ -86,6 +130,8 @@ impl Caches {
                 Cache::start(tasks, Api::all(workload.clone()), all(), trim_pv, None),
             )
         };
+        let lazily = || (gate(), trigger());
+        let dra = DraCaches::start(tasks, workload, lazy.then_some(&lazily));
         Caches {
             nodes: Cache::start(
                 tasks,
@@ -104,6 +150,7 @@ impl Caches {
             pvs,
             storageclasses: Cache::start(tasks, Api::all(workload.clone()), all(), keep, None),
             csinodes: Cache::start(tasks, Api::all(workload.clone()), all(), keep, None),
+            dra,
         }
     }
 

@@ -48,6 +48,9 @@ impl Gate {
     }
 }
 
+/// What starts a lazy watch ([`Cache::start_gated`]): a new gate and its trigger.
+pub(crate) type Lazily<'a> = dyn Fn() -> (Arc<Gate>, futures::stream::BoxStream<'static, ()>) + 'a;
+
 /// A shared, trimmed cache of one kind.
 pub struct Cache<K>
 where
@@ -160,6 +163,22 @@ where
             }
         });
         cache
+    }
+
+    /// [`Cache::start_lazily`] on the gate and trigger `lazily` makes, else [`Cache::start`]
+    /// (objects kept whole, no index).
+    pub(crate) fn start_gated(
+        tasks: &mut Tasks,
+        api: Api<K>,
+        lazily: Option<&Lazily<'_>>,
+    ) -> Cache<K> {
+        match lazily {
+            Some(lazy) => {
+                let (gate, trigger) = lazy();
+                Cache::start_lazily(tasks, api, keep, &gate, trigger)
+            }
+            None => Cache::start(tasks, api, watcher::Config::default(), keep, None),
+        }
     }
 
     /// The watch of `api`, objects trimmed by `trim` (and [`strip_metadata`]).
@@ -396,7 +415,7 @@ where
 }
 
 mod caches;
-pub use caches::Caches;
+pub use caches::{Caches, DraCaches};
 pub(crate) use caches::{claim_provider_id, node_provider_id};
 
 #[cfg(test)]

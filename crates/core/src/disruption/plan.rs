@@ -218,6 +218,19 @@ pub(crate) fn simulate(
     candidates: &[&Priced],
     now: Timestamp,
 ) -> Result<Move, NoMove> {
+    // Consolidation's price-aware plan does not allocate devices yet: a candidate whose pods
+    // claim devices (ResourceClaims) is kept, never moved where its claims cannot be allocated.
+    if let Some(p) = candidates
+        .iter()
+        .flat_map(|c| c.candidate.pods.iter())
+        .find(|p| crate::model::devices::claims_devices(p))
+    {
+        return Err(NoMove::PodsDoNotFit(format!(
+            "{}/{} claims devices, which consolidation does not move yet",
+            p.metadata.namespace.as_deref().unwrap_or_default(),
+            name(*p)
+        )));
+    }
     let (rest, moving) = without_candidates(view, candidates);
     let own: HashSet<&str> = candidates
         .iter()

@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::View;
 use super::candidates::{Candidate, reschedulable};
+use crate::model::devices;
 use crate::objects::{deleting, name, pod_node_name};
 use crate::provisioning::snapshot;
 use crate::state::{Cluster, Objects};
@@ -85,7 +86,13 @@ impl Simulate for Simulator<'_> {
         let (rest, moving) = without(view.cluster, &nodes, &claims);
         let pools = rest.ready_nodepools();
         let snap = snapshot::build(&rest, &pools, &moving, self.catalog, self.available);
-        let out = scheduling::solve(&snap.input);
+        // The moving pods' claims held by no other pod are allocated again where they go.
+        let dra = devices::dra(
+            &devices::released(&rest.dra, &moving),
+            &moving,
+            snap.catalogs.values().map(AsRef::as_ref),
+        );
+        let out = scheduling::solve_with_devices(&snap.input, &dra);
         if let Some(u) = out.unschedulable.first() {
             return Err(format!(
                 "{} pod(s) would not schedule, e.g. {}/{}: {}",

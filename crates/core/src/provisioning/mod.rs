@@ -142,7 +142,12 @@ impl Provisioner {
         let (snapshot, output, elapsed) = tokio::task::spawn_blocking(move || {
             let snapshot = this.snapshot(&cluster, &batch);
             let start = Instant::now();
-            let output = scheduling::solve(&snapshot.input);
+            let dra = crate::model::devices::dra(
+                &cluster.dra,
+                &batch,
+                snapshot.catalogs.values().map(AsRef::as_ref),
+            );
+            let output = scheduling::solve_with_devices(&snapshot.input, &dra);
             (snapshot, output, start.elapsed())
         })
         .await

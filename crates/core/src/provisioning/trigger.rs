@@ -1,5 +1,5 @@
 //! What wakes the provisioner: the events of the caches of pods, Nodes, NodeClaims,
-//! NodePools, claims, volumes and StorageClasses (their `subscribe()` streams), and what each asks of the batch window.
+//! NodePools, claims, volumes, StorageClasses and DRA claims and classes (their `subscribe()` streams), and what each asks of the batch window.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -26,6 +26,10 @@ pub(crate) enum Trigger {
     /// can be placed at all) may have. (A CSINode only refines a node's attach limits: it
     /// appears with every Node, and wakes nothing.)
     Volumes,
+    /// A DeviceClass, ResourceClaim or ResourceClaimTemplate changed: what pods' claims
+    /// require may have. (A ResourceSlice appears with every Node whose driver publishes, as
+    /// a CSINode does, and wakes nothing.)
+    Devices,
 }
 
 /// The events of the caches the provisioner reacts to, as one stream.
@@ -53,6 +57,13 @@ pub(crate) fn triggers(
         s.storageclasses
             .subscribe()
             .map(|_| Trigger::Volumes)
+            .boxed(),
+        s.dra.classes.subscribe().map(|_| Trigger::Devices).boxed(),
+        s.dra.claims.subscribe().map(|_| Trigger::Devices).boxed(),
+        s.dra
+            .templates
+            .subscribe()
+            .map(|_| Trigger::Devices)
             .boxed(),
     ])
     .boxed()
@@ -108,7 +119,7 @@ pub(crate) fn wake(state: &ClusterState, pools: &mut PoolsSeen, t: Trigger) -> W
                 Wake::Nothing
             }
         }
-        Trigger::Offerings | Trigger::Volumes => Wake::Capacity,
+        Trigger::Offerings | Trigger::Volumes | Trigger::Devices => Wake::Capacity,
         Trigger::Node(_) | Trigger::NodeClaim(_) => Wake::Nothing,
     }
 }
@@ -143,6 +154,7 @@ mod tests {
         let state = ClusterState::new(crate::state::Sources {
             storageclasses: Cache::empty(),
             csinodes: Cache::empty(),
+            dra: crate::cache::DraCaches::empty(),
             pvcs: Cache::empty(),
             pvs: Cache::empty(),
             pods,

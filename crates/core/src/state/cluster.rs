@@ -17,6 +17,7 @@ use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use scheduling::Resources;
 
 use crate::model::convert::{spec_limits, spec_requests};
+pub use crate::model::devices::DraObjects;
 use crate::objects::{
     claim_node_name, deleting, name, node_ready, nodepool_of, owned_by, pod_node_name,
     pool_condition, provisionable, terminal,
@@ -36,6 +37,8 @@ pub struct Objects {
     pub pvs: Vec<Arc<PersistentVolume>>,
     pub storageclasses: Vec<Arc<StorageClass>>,
     pub csinodes: Vec<Arc<CSINode>>,
+    /// What pods' ResourceClaims allocate from.
+    pub dra: DraObjects,
 }
 
 /// The unfinished pods bound to one Node, and their sums (`pods: 1` per pod included in

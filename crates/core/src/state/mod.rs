@@ -22,9 +22,9 @@ use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, 
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 
-pub use cluster::{Cluster, NodePods, Objects};
+pub use cluster::{Cluster, DraObjects, NodePods, Objects};
 
-use crate::cache::{Cache, Caches};
+use crate::cache::{Cache, Caches, DraCaches};
 
 /// The caches a cluster state is joined from.
 #[derive(Clone)]
@@ -39,6 +39,7 @@ pub struct Sources {
     pub pvs: Cache<PersistentVolume>,
     pub storageclasses: Cache<StorageClass>,
     pub csinodes: Cache<CSINode>,
+    pub dra: DraCaches,
 }
 
 impl Sources {
@@ -54,6 +55,7 @@ impl Sources {
             pvs: caches.pvs.clone(),
             storageclasses: caches.storageclasses.clone(),
             csinodes: caches.csinodes.clone(),
+            dra: caches.dra.clone(),
         }
     }
 
@@ -70,6 +72,10 @@ impl Sources {
             self.pvs.generation(),
             self.storageclasses.generation(),
             self.csinodes.generation(),
+            self.dra.classes.generation(),
+            self.dra.claims.generation(),
+            self.dra.templates.generation(),
+            self.dra.slices.generation(),
         ]
     }
 
@@ -85,12 +91,18 @@ impl Sources {
             pvs: self.pvs.store().state(),
             storageclasses: self.storageclasses.store().state(),
             csinodes: self.csinodes.store().state(),
+            dra: DraObjects {
+                classes: self.dra.classes.store().state(),
+                claims: self.dra.claims.store().state(),
+                templates: self.dra.templates.store().state(),
+                slices: self.dra.slices.store().state(),
+            },
         }
     }
 }
 
 /// The write counts of the caches, in [`Sources::generations`] order.
-type Generations = [u64; 10];
+type Generations = [u64; 14];
 
 /// A join, and the write counts it was built at.
 type Kept = Option<(Generations, Arc<Cluster>)>;

@@ -171,6 +171,7 @@ fn detached() -> (ClusterState, Feed<Pod>, Feed<Node>, Feed<NodeClaim>) {
     let state = ClusterState::new(Sources {
         storageclasses: Cache::empty(),
         csinodes: Cache::empty(),
+        dra: crate::cache::DraCaches::empty(),
         pvcs: Cache::empty(),
         pvs: Cache::empty(),
         pods,
