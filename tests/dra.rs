@@ -6,7 +6,13 @@
 //! - a Deployment of 2 pods each claiming 2 GPUs through a ResourceClaimTemplate: two
 //!   NodeClaims on `gpu` (one pod each: a node has 2), the pods Running with their claims
 //!   allocated, nothing more launched on `cpu` (and nothing placed on the control's `cpu`
-//!   node, which has room for them but no devices).
+//!   node, which has room for them but no devices); both NodeClaims wait for the driver
+//!   (`karpenter.sh/requested-dra-drivers`), the control's for none;
+//! - a driver that never publishes (the `gpu-late` template, whose Nodes' driver publishes no
+//!   ResourceSlice): its NodeClaims register but stay `Initialized=Unknown` with reason
+//!   `DRADriverPoolsNotPublished` and a Warning Event, their pods Pending and nothing more
+//!   launched; once the test publishes the slices as the driver would, they initialize and
+//!   the pods run.
 
 mod common;
 
@@ -15,13 +21,14 @@ use std::time::Duration;
 
 use common::*;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::resource::v1::ResourceClaim;
-use kube::api::{Api, DynamicObject, ListParams};
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use testbed::wait_for;
 
 const DRIVER: &str = "gpu.testbed.example.com";
+const REQUESTED: &str = "karpenter.sh/requested-dra-drivers";
 const WAIT: Duration = Duration::from_secs(60);
 
 fn templates() -> Vec<Tpl> {
@@ -35,6 +42,18 @@ fn templates() -> Vec<Tpl> {
             json!({
                 "capacity.cluster-autoscaler.kubernetes.io/dra-driver": DRIVER,
                 "capacity.cluster-autoscaler.kubernetes.io/gpu-count": "2",
+                testbed::provider::REAL_SLICES_ANNOTATION: real_gpus(),
+            }),
+        ),
+        (
+            "gpu-late",
+            "4",
+            "16Gi",
+            "0.95",
+            json!({
+                "capacity.cluster-autoscaler.kubernetes.io/dra-driver": DRIVER,
+                "capacity.cluster-autoscaler.kubernetes.io/gpu-count": "2",
+                testbed::provider::NO_SLICES_ANNOTATION: "true",
             }),
         ),
     ]
@@ -53,19 +72,38 @@ kind: ResourceClaimTemplate
 metadata: {{name: two-gpus}}
 spec: {{spec: {{devices: {{requests: [{{name: gpus, exactly: {{deviceClassName: {DRIVER}, count: 2}}}}]}}}}}}
 ---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {{name: two-a100s}}
+spec: {{spec: {{devices: {{requests: [{{name: gpus, exactly: {{deviceClassName: {DRIVER}, count: 2,
+  selectors: [{{cel: {{expression: 'device.attributes["{DRIVER}"].model == "a100"'}}}}]}}}}]}}}}}}
+---
 "#
     )
 }
 
-/// A Deployment `name` of 2 pods of 500m, each claiming 2 GPUs when `claims`.
-fn deployment(name: &str, claims: bool) -> String {
+/// What the `gpu` template's Nodes really publish: its 2 declared GPUs, each with a model.
+fn real_gpus() -> String {
+    json!([{"driver": DRIVER, "devices": [
+        {"name": "gpu-0", "attributes": {"model": {"string": "a100"}}},
+        {"name": "gpu-1", "attributes": {"model": {"string": "a100"}}}
+    ]}])
+    .to_string()
+}
+
+/// A Deployment `name` of 2 pods of 500m, each claiming devices from ResourceClaimTemplate
+/// `claims` when given, on nodes of template `on` when given.
+fn deployment(name: &str, claims: Option<&str>, on: Option<&str>) -> String {
     let (pod_claims, container_claims) = match claims {
-        true => (
-            "\n      resourceClaims: [{name: gpus, resourceClaimTemplateName: two-gpus}]",
+        Some(t) => (
+            format!("\n      resourceClaims: [{{name: gpus, resourceClaimTemplateName: {t}}}]"),
             ", claims: [{name: gpus}]",
         ),
-        false => ("", ""),
+        None => (String::new(), ""),
     };
+    let selector = on
+        .map(|t| format!("\n      nodeSelector: {{node.kubernetes.io/instance-type: {t}}}"))
+        .unwrap_or_default();
     format!(
         r#"apiVersion: apps/v1
 kind: Deployment
@@ -75,7 +113,7 @@ spec:
   selector: {{matchLabels: {{app: {name}}}}}
   template:
     metadata: {{labels: {{app: {name}}}}}
-    spec:{pod_claims}
+    spec:{pod_claims}{selector}
       terminationGracePeriodSeconds: 0
       containers: [{{name: c, image: registry.k8s.io/pause:3.10, resources: {{requests: {{cpu: 500m, memory: 128Mi}}{container_claims}}}}}]
 ---
@@ -103,15 +141,16 @@ async fn claims_by_type(client: &Client) -> BTreeSet<(String, String)> {
     list(&nodeclaims(client), &ListParams::default())
         .await
         .iter()
-        .map(|c: &DynamicObject| {
-            let t = c
-                .labels()
-                .get("node.kubernetes.io/instance-type")
-                .cloned()
-                .unwrap_or_default();
-            (c.name_any(), t)
-        })
+        .map(|c: &DynamicObject| (c.name_any(), instance_type(c)))
         .collect()
+}
+
+/// A NodeClaim's instance type (template).
+fn instance_type(c: &DynamicObject) -> String {
+    c.labels()
+        .get("node.kubernetes.io/instance-type")
+        .cloned()
+        .unwrap_or_default()
 }
 
 /// What the cluster looks like, for a failure message.
@@ -156,7 +195,7 @@ async fn pods_claiming_gpus_get_nodes_of_the_gpu_template() {
 
     // The control: the same pods without claims go to the cheaper CPU-only template.
     env.tb
-        .apply_yaml(&deployment("plain", false), &ns)
+        .apply_yaml(&deployment("plain", None, None), &ns)
         .await
         .expect("plain Deployment");
     running_app(&client, &ns, "plain").await;
@@ -168,7 +207,11 @@ async fn pods_claiming_gpus_get_nodes_of_the_gpu_template() {
 
     env.tb
         .apply_yaml(
-            &[class_and_claim_template(), deployment("gpus", true)].concat(),
+            &[
+                class_and_claim_template(),
+                deployment("gpus", Some("two-gpus"), None),
+            ]
+            .concat(),
             &ns,
         )
         .await
@@ -197,4 +240,147 @@ async fn pods_claiming_gpus_get_nodes_of_the_gpu_template() {
             p.name_any()
         );
     }
+
+    // Each GPU NodeClaim waits for the driver its devices come from; the control's for none.
+    for c in list(&nodeclaims(&client), &ListParams::default()).await {
+        let want = new
+            .iter()
+            .any(|(n, _)| *n == c.name_any())
+            .then_some(DRIVER);
+        assert_eq!(
+            c.annotations().get(REQUESTED).map(String::as_str),
+            want,
+            "{}",
+            c.name_any()
+        );
+    }
+
+    // Learning: the `gpu` template declares GPUs without attributes (Cluster Autoscaler's
+    // form); its Nodes published each GPU's model, which the NodeClass status keeps and later
+    // solves use: pods selecting `model == "a100"` get new `gpu` nodes (the declared devices
+    // have no model, so without learning no template could take them).
+    let learned = wait_for("the gpu template's devices learned", WAIT, || async {
+        let nc = nodeclasses(&client).get("default").await.ok()?;
+        let status = &nc.data["status"];
+        let entry = status["learnedDevices"]
+            .as_array()?
+            .iter()
+            .find(|l| l["template"] == "gpu")?
+            .clone();
+        let gpu_type = status["instanceTypes"]
+            .as_array()?
+            .iter()
+            .find(|t| t["name"] == "gpu")?
+            .clone();
+        (gpu_type["deviceSource"] == "Learned").then_some((entry, status.clone()))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        learned.0["resourceSlices"]
+            .as_str()
+            .is_some_and(|s| s.contains("a100")),
+        "{:?}",
+        learned.0
+    );
+    let declared = learned.1["instanceTypes"]
+        .as_array()
+        .and_then(|ts| ts.iter().find(|t| t["name"] == "gpu-late"))
+        .map(|t| t["deviceSource"].clone());
+    assert_eq!(
+        declared,
+        Some(json!("Declared")),
+        "gpu-late launched nothing yet"
+    );
+    let before = claims_by_type(&client).await;
+    env.tb
+        .apply_yaml(&deployment("a100", Some("two-a100s"), None), &ns)
+        .await
+        .expect("Deployment selecting a100s");
+    running_app(&client, &ns, "a100").await;
+    let after_a100 = claims_by_type(&client).await;
+    let new: Vec<&(String, String)> = after_a100.difference(&before).collect();
+    assert!(
+        new.len() == 2 && new.iter().all(|(_, t)| t == "gpu"),
+        "two more NodeClaims on the learned gpu template: {new:?}"
+    );
+
+    // A driver that never publishes: the NodeClaims register and wait, the pods with them.
+    env.tb
+        .apply_yaml(&deployment("late", Some("two-gpus"), Some("gpu-late")), &ns)
+        .await
+        .expect("Deployment on gpu-late");
+    let late = wait_for(
+        "2 gpu-late NodeClaims waiting for the driver",
+        WAIT,
+        || async {
+            let late: Vec<DynamicObject> = list(&nodeclaims(&client), &ListParams::default())
+                .await
+                .into_iter()
+                .filter(|c| instance_type(c) == "gpu-late")
+                .collect();
+            let waiting = |c: &DynamicObject| {
+                condition(c, "Registered").as_deref() == Some("True")
+                    && condition_field(c, "Initialized", "reason").as_deref()
+                        == Some("DRADriverPoolsNotPublished")
+            };
+            (late.len() == 2 && late.iter().all(waiting)).then_some(late)
+        },
+    )
+    .await;
+    let late = match late {
+        Ok(l) => l,
+        Err(e) => panic!("{e}: {}", state(&client, &ns).await),
+    };
+    let pods = pods_of(&Api::namespaced(client.clone(), &ns), "late").await;
+    assert!(
+        pods.len() == 2 && pods.iter().all(|p| !running(p)),
+        "no pod runs before its devices are published: {}",
+        state(&client, &ns).await
+    );
+    for c in &late {
+        let name = c.name_any();
+        let warned = wait_for(&format!("{name}'s Event"), WAIT, || async {
+            events_for(&client, &name)
+                .await
+                .iter()
+                .any(|(r, note)| r == "DRADriverPoolsNotPublished" && note.contains(DRIVER))
+                .then_some(())
+        })
+        .await;
+        if let Err(e) = warned {
+            panic!("{e}: {:?}", events_for(&client, &name).await);
+        }
+    }
+    // The driver comes up late: it publishes each Node's slice, as the provider does.
+    let slices: Api<ResourceSlice> = Api::all(client.clone());
+    for c in &late {
+        let node = c.data["status"]["nodeName"]
+            .as_str()
+            .expect("registered")
+            .to_string();
+        let slice: ResourceSlice = from_json(json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": testbed::provider::slice_name(&node, DRIVER)},
+            "spec": {"driver": DRIVER, "nodeName": node,
+                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                     "devices": [{"name": "gpu-0"}, {"name": "gpu-1"}]}
+        }));
+        slices
+            .create(&PostParams::default(), &slice)
+            .await
+            .expect("publish the slice");
+    }
+    running_app(&client, &ns, "late").await;
+    let now: Vec<DynamicObject> = list(&nodeclaims(&client), &ListParams::default())
+        .await
+        .into_iter()
+        .filter(|c| instance_type(c) == "gpu-late")
+        .collect();
+    assert_eq!(now.len(), 2, "nothing more launched while waiting");
+    assert!(
+        now.iter()
+            .all(|c| condition(c, "Initialized").as_deref() == Some("True")),
+        "initialized once published"
+    );
 }

@@ -62,6 +62,7 @@ async fn env() -> Env {
         pods: caches.pods.store(),
         nodeclaims: caches.nodeclaims.store(),
         nodepools: caches.nodepools.store(),
+        slices: caches.dra.slices.store(),
         settings: Settings {
             // The provider's own health signal is tolerated this long.
             node_repair_after: Duration::from_secs(20),

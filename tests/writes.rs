@@ -287,6 +287,7 @@ async fn a_launch_happens_once_per_uid_when_the_cache_lags() {
         pods: caches.pods.store(),
         nodeclaims: delayed.as_reader(),
         nodepools: caches.nodepools.store(),
+        slices: caches.dra.slices.store(),
         settings: Settings::default(),
         expectations: Arc::default(),
         backoff: Arc::default(),

@@ -89,11 +89,16 @@ pub fn free_addr() -> SocketAddr {
 }
 
 pub fn condition(obj: &DynamicObject, type_: &str) -> Option<String> {
+    condition_field(obj, type_, "status")
+}
+
+/// The `field` (status, reason, message) of `obj`'s condition `type_`.
+pub fn condition_field(obj: &DynamicObject, type_: &str, field: &str) -> Option<String> {
     obj.data["status"]["conditions"]
         .as_array()?
         .iter()
         .find(|c| c["type"] == type_)
-        .and_then(|c| c["status"].as_str())
+        .and_then(|c| c[field].as_str())
         .map(str::to_string)
 }
 
@@ -411,16 +416,12 @@ pub fn nodeclaim(name: &str, requirements: Value) -> DynamicObject {
 
 pub async fn events_for(client: &Client, name: &str) -> Vec<(String, String)> {
     let api: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
-    api.list(&Default::default())
+    list(&api, &Default::default())
         .await
-        .map(|l| {
-            l.items
-                .into_iter()
-                .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-                .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
-                .collect()
-        })
-        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+        .collect()
 }
 
 /// A KubeadmConfigTemplate `workers` (its Nodes join with label `example.com/pool=<pool>`)
@@ -614,10 +615,11 @@ pub async fn pods_of(
     api: &Api<k8s_openapi::api::core::v1::Pod>,
     app: &str,
 ) -> Vec<k8s_openapi::api::core::v1::Pod> {
-    api.list(&kube::api::ListParams::default().labels(&format!("app={app}")))
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default()
+    list(
+        api,
+        &kube::api::ListParams::default().labels(&format!("app={app}")),
+    )
+    .await
 }
 
 /// Each pod of `ns`: name, node and phase (for a failure message).

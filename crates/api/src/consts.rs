@@ -114,6 +114,9 @@ pub mod annotations {
     /// On a NodeClaim (`"true"`): launched with minValues relaxed
     /// (`--min-values-policy=BestEffort`).
     pub const NODECLAIM_MIN_VALUES_RELAXED: &str = "karpenter.sh/nodeclaim-min-values-relaxed";
+    /// On a NodeClaim: the DRA drivers (sorted, comma-joined) whose devices its pods' claims
+    /// take; it is not Initialized until the Node has a complete pool of each (v1.15).
+    pub const REQUESTED_DRA_DRIVERS: &str = "karpenter.sh/requested-dra-drivers";
     pub const NODEPOOL_HASH: &str = "karpenter.sh/nodepool-hash";
     pub const NODEPOOL_HASH_VERSION: &str = "karpenter.sh/nodepool-hash-version";
     pub const NODECLAIM_TERMINATION_TIMESTAMP: &str =

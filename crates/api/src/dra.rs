@@ -15,7 +15,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::resource::v1::{Device, DeviceAttribute};
+use k8s_openapi::api::resource::v1::{Device, DeviceAttribute, ResourceSlice};
 use serde_json::Value;
 
 use crate::consts::annotations;
@@ -86,6 +86,79 @@ pub fn ca_slices(driver: &str, count: &str) -> Result<Vec<DeclaredSlice>, (&'sta
         driver: driver.to_string(),
         devices,
     }])
+}
+
+/// Whether the ResourceSlice belongs to Node `node` (`spec.nodeName`, or a Node owner).
+pub fn slice_of_node(slice: &ResourceSlice, node: &str) -> bool {
+    slice.spec.node_name.as_deref() == Some(node)
+        || slice
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.kind == "Node" && o.name == node)
+}
+
+/// The complete pools among `slices` (Karpenter's and kube-scheduler's rule: the slices of
+/// the pool's newest generation number its `resourceSliceCount`, not zero), as (driver, pool)
+/// → that generation.
+fn complete_pools<'a>(slices: &[&'a ResourceSlice]) -> BTreeMap<(&'a str, &'a str), i64> {
+    // (driver, pool) → (generation, slices seen of it, resourceSliceCount)
+    let mut pools: BTreeMap<(&str, &str), (i64, i64, i64)> = BTreeMap::new();
+    for s in slices {
+        let pool = &s.spec.pool;
+        let e = pools
+            .entry((s.spec.driver.as_str(), pool.name.as_str()))
+            .or_insert((pool.generation, 0, pool.resource_slice_count));
+        if pool.generation > e.0 {
+            *e = (pool.generation, 0, pool.resource_slice_count);
+        }
+        if pool.generation == e.0 {
+            e.1 += 1;
+        }
+    }
+    pools
+        .into_iter()
+        .filter(|(_, (_, seen, count))| *count > 0 && seen == count)
+        .map(|(k, (generation, _, _))| (k, generation))
+        .collect()
+}
+
+/// The drivers with a complete pool among `slices`.
+pub fn complete_drivers(slices: &[&ResourceSlice]) -> BTreeSet<String> {
+    complete_pools(slices)
+        .into_keys()
+        .map(|(driver, _)| driver.to_string())
+        .collect()
+}
+
+/// What a node's complete pools publish, in the resource-slices annotation's form (a JSON
+/// list of `{driver, devices}`, drivers and devices sorted): what a template's later nodes are
+/// expected to publish. `None` when no pool is complete.
+pub fn learned_slices(slices: &[&ResourceSlice]) -> Option<String> {
+    let complete = complete_pools(slices);
+    if complete.is_empty() {
+        return None;
+    }
+    let mut by_driver: BTreeMap<&str, Vec<&Device>> = BTreeMap::new();
+    for s in slices {
+        let key = (s.spec.driver.as_str(), s.spec.pool.name.as_str());
+        if complete.get(&key) == Some(&s.spec.pool.generation) {
+            by_driver
+                .entry(s.spec.driver.as_str())
+                .or_default()
+                .extend(s.spec.devices.iter().flatten());
+        }
+    }
+    let list: Vec<Value> = by_driver
+        .into_iter()
+        .map(|(driver, mut devices)| {
+            devices.sort_by(|a, b| a.name.cmp(&b.name));
+            devices.dedup_by(|a, b| a.name == b.name);
+            serde_json::json!({"driver": driver, "devices": devices})
+        })
+        .collect();
+    serde_json::to_string(&list).ok()
 }
 
 /// The resource-slices annotation's slices.

@@ -290,6 +290,23 @@ pub struct ClusterAPINodeClassStatus {
     /// unbounded and available), by template, zone and capacity type.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub offerings: Vec<OfferingState>,
+    /// The devices (Dynamic Resource Allocation) a running Node of a template published:
+    /// later solves expect them of the template's Nodes, over what its annotations declare.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub learned_devices: Vec<LearnedDevices>,
+}
+
+/// What the Nodes of one template publish, learned from one of them.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LearnedDevices {
+    /// The template's name (in the Cluster's namespace).
+    pub template: String,
+    /// The Node they were learned from.
+    pub node: String,
+    /// The Node's complete ResourceSlice pools as a JSON list of `{driver, devices}`: the
+    /// form of the `karpenter.cluster.x-k8s.io/resource-slices` template annotation.
+    pub resource_slices: String,
 }
 
 /// One offering's count and availability.
@@ -364,6 +381,21 @@ pub struct InstanceTypeSummary {
     /// Names of the templates providing this instance type.
     #[serde(default)]
     pub templates: Vec<String>,
+    /// Its devices (Dynamic Resource Allocation) per driver.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<DriverDevices>,
+    /// Where they are known from: `Learned` (a running Node published them, see
+    /// `status.learnedDevices`) or `Declared` (the template's annotations).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_source: Option<String>,
+}
+
+/// How many devices of one driver a node of an instance type publishes.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DriverDevices {
+    pub driver: String,
+    pub count: i64,
 }
 
 fn is_zero(v: &i64) -> bool {

@@ -29,6 +29,7 @@ pub mod hub;
 pub(crate) mod instances;
 pub(crate) mod latency;
 pub(crate) mod launch;
+pub(crate) mod learned;
 pub mod machine;
 pub mod names;
 pub(crate) mod nodeclass;

@@ -59,6 +59,7 @@ pub(crate) fn compute_status(
         instance_types,
         resize_corrections: Vec::new(),
         offerings: Vec::new(),
+        learned_devices: Vec::new(),
     }
 }
 
@@ -70,6 +71,8 @@ pub(crate) struct StatusCtx {
     pub nodeclaims: kube::runtime::reflector::Store<api::NodeClaim>,
     /// The workload cluster's Nodes (calibration of resizable templates).
     pub nodes: kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Node>,
+    /// The workload cluster's ResourceSlices (learned devices).
+    pub slices: kube::runtime::reflector::Store<k8s_openapi::api::resource::v1::ResourceSlice>,
     pub recorder: karpenter_core::events::Recorder,
     /// The offerings' counts and backoffs (`status.offerings`, the offering gauges).
     pub offerings: super::offering_status::OfferingStatus,
@@ -277,6 +280,12 @@ async fn reconcile(
         .await;
     }
     status.resize_corrections = resize_corrections(&ctx, &obj, &stored);
+    status.learned_devices = super::learned::learned_devices(
+        &obj.name_any(),
+        &ctx.nodeclaims.state(),
+        &ctx.slices.state(),
+        &stored.learned_devices,
+    );
     status.offerings = ctx.offerings.compute(
         &obj.name_any(),
         catalog.as_ref().as_ref().ok().map(|c| c.as_ref()),
@@ -365,10 +374,14 @@ fn error_policy(
 }
 
 /// Runs the NodeClass status controller: reconciles every NodeClass on its own changes and on
-/// every template or NodeOverlay change.
+/// every template, NodeOverlay, host or ResourceSlice change.
 pub(crate) async fn run(
     ctx: StatusCtx,
     nodeclasses: Cache<ClusterAPINodeClass>,
+    (nodeclaims, slices): (
+        Cache<api::NodeClaim>,
+        Cache<k8s_openapi::api::resource::v1::ResourceSlice>,
+    ),
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let changes = futures::stream::unfold(ctx.catalogs.index.subscribe(), |mut rx| async move {
@@ -389,7 +402,25 @@ pub(crate) async fn run(
         .boxed(),
         None => futures::stream::pending().boxed(),
     };
-    let overlays = futures::stream::select(overlays, hosts);
+    // A Node's published devices are learned: on its slices' changes, and when the NodeClaim
+    // of a Node with slices changes (its slices usually come before it registers).
+    let published = slices.store();
+    let registered = nodeclaims
+        .subscribe()
+        .filter(move |c| {
+            let node = c.status.as_ref().and_then(|s| s.node_name.as_deref());
+            let has_slices = node.is_some_and(|n| {
+                published
+                    .state()
+                    .iter()
+                    .any(|s| api::dra::slice_of_node(s, n))
+            });
+            futures::future::ready(has_slices)
+        })
+        .map(|_| ());
+    let devices = futures::stream::select(slices.subscribe().map(|_| ()), registered);
+    let overlays =
+        futures::stream::select(futures::stream::select(overlays, hosts), devices.boxed());
     let (tx, rx) = futures::channel::mpsc::channel::<()>(1);
     let mut tasks = karpenter_core::tasks::Tasks::default();
     tasks.spawn(async move {

@@ -70,8 +70,14 @@ pub fn parts(
         (unavailable.clone(), inventory.clone()),
     );
     let nodeclasses = capi.nodeclasses.clone();
+    let devices = (caches.nodeclaims.clone(), caches.dra.slices.clone());
     loops.push(Box::new(move |stop| {
-        Box::pin(nodeclass_status::run(status, nodeclasses, stopped(stop)))
+        Box::pin(nodeclass_status::run(
+            status,
+            nodeclasses,
+            devices,
+            stopped(stop),
+        ))
     }));
     let latency = super::latency::Latency {
         metrics: ctx.metrics.clone(),
@@ -108,6 +114,7 @@ fn status(
         catalogs,
         nodeclaims: caches.nodeclaims.store(),
         nodes: caches.nodes.store(),
+        slices: caches.dra.slices.store(),
         recorder,
         offerings: crate::offering_status::OfferingStatus {
             machines: capi.machines.store(),

@@ -272,6 +272,7 @@ fn triggers(caches: &Caches) -> lifecycle::Triggers {
         nodeclaims: caches.nodeclaims.clone(),
         nodes: caches.nodes.clone(),
         nodepools: caches.nodepools.clone(),
+        slices: caches.dra.slices.clone(),
     }
 }
 
@@ -290,6 +291,7 @@ fn shared(
         pods: caches.pods.store(),
         nodeclaims: caches.nodeclaims.store(),
         nodepools: caches.nodepools.store(),
+        slices: caches.dra.slices.store(),
         settings: Settings {
             node_repair_after: ctx.knobs.node_repair_after,
             ..Settings::default()

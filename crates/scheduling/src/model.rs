@@ -526,6 +526,10 @@ pub struct NewNodeClaim {
     /// Under [`MinValuesPolicy::BestEffort`], whether a `minValues` of its requirements was
     /// lowered to what its instance types reach; `None` under `Strict` (nothing is).
     pub min_values_relaxed: Option<bool>,
+    /// The drivers whose devices its pods' ResourceClaims take on whichever candidate type
+    /// launches (sorted; empty when they claim none): Karpenter's
+    /// `karpenter.sh/requested-dra-drivers`, which initialization waits for.
+    pub dra_drivers: Vec<String>,
 }
 
 impl NewNodeClaim {

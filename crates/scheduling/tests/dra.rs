@@ -118,10 +118,16 @@ fn two_pods_claiming_two_gpus_each_get_a_gpu_node_each() {
     let out = solve_with_devices(&inp, &d);
     assert!(out.unschedulable.is_empty(), "{:?}", out.unschedulable);
     assert_eq!(types_of(&out), vec![vec!["gpu2".to_string()]; 2]);
-    // Control: without their claims both pods share one node of the cheapest type.
+    // Each waits for the driver its devices come from (karpenter.sh/requested-dra-drivers).
+    for c in &out.new_node_claims {
+        assert_eq!(c.dra_drivers, [GPU], "{c:?}");
+    }
+    // Control: without their claims both pods share one node of the cheapest type, which
+    // waits for no driver.
     let plain = solve(&inp);
     assert_eq!(plain.new_node_claims.len(), 1);
     assert_eq!(plain.new_node_claims[0].cheapest.instance_type, "cpu");
+    assert!(plain.new_node_claims[0].dra_drivers.is_empty());
     // And with claims of one GPU each, both fit one GPU node.
     let (inp, mut d) = cpu_and_gpu();
     for p in ["train-0", "train-1"] {

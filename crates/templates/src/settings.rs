@@ -50,6 +50,9 @@ pub struct CatalogSettings {
     /// `status.resizeCorrections`: resizable template name → (cpu, memory) its Nodes lack
     /// against the size asked (quantities).
     pub resize_corrections: BTreeMap<String, (String, String)>,
+    /// `status.learnedDevices`: template name → the devices a Node of it published (the
+    /// resource-slices annotation's form).
+    pub learned_devices: BTreeMap<String, String>,
 }
 
 /// An eviction threshold: absolute or a fraction of capacity.
@@ -71,6 +74,8 @@ pub(crate) struct Resolved {
     /// Template name → (millicores, bytes) its Nodes lack (unparseable entries dropped:
     /// the status is ours).
     pub resize_corrections: BTreeMap<String, (i64, i64)>,
+    /// Template name → the devices its Nodes publish (see [`CatalogSettings`]).
+    pub learned_devices: BTreeMap<String, String>,
 }
 
 const RESERVABLE: [&str; 3] = [
@@ -186,6 +191,7 @@ impl CatalogSettings {
             max_pods,
             failure_domains,
             resize_corrections,
+            learned_devices: self.learned_devices.clone(),
         })
     }
 
@@ -215,6 +221,12 @@ impl CatalogSettings {
                 .iter()
                 .flat_map(|s| &s.resize_corrections)
                 .map(|c| (c.template.clone(), (c.cpu.clone(), c.memory.clone())))
+                .collect(),
+            learned_devices: nc
+                .status
+                .iter()
+                .flat_map(|s| &s.learned_devices)
+                .map(|l| (l.template.clone(), l.resource_slices.clone()))
                 .collect(),
         }
     }
@@ -253,6 +265,18 @@ impl CatalogSettings {
                     Some((
                         c.get("template")?.as_str()?.to_string(),
                         (s("cpu"), s("memory")),
+                    ))
+                })
+                .collect(),
+            learned_devices: node_class
+                .pointer("/status/learnedDevices")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|l| {
+                    Some((
+                        l.get("template")?.as_str()?.to_string(),
+                        l.get("resourceSlices")?.as_str()?.to_string(),
                     ))
                 })
                 .collect(),

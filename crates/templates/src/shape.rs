@@ -194,7 +194,10 @@ pub(crate) fn sized_shape_of(
         None => Vec::new(),
     };
     let volume_limits = volume_limits_of(&cx, annotations)?;
-    let devices = crate::devices::declared(cx.tref, annotations)?;
+    let devices = match crate::devices::learned(settings.learned_devices.get(&cx.tref.name)) {
+        Some(learned) => Some(learned),
+        None => crate::devices::declared(cx.tref, annotations)?,
+    };
     let (price, price_source) = match sized.and_then(|(spec, size)| spec.price(size)) {
         Some(p) => (p, PriceSource::Annotation),
         None if sized.is_some() => (

@@ -7,7 +7,7 @@
 use api::consts::labels as label;
 use api::consts::{conditions as types, reasons};
 use clusterapi_api::Cluster;
-use clusterapi_api::nodeclass::InstanceTypeSummary;
+use clusterapi_api::nodeclass::{DriverDevices, InstanceTypeSummary};
 
 use crate::error::SettingsError;
 use crate::model::{Catalog, InstanceType};
@@ -51,6 +51,22 @@ pub fn summary(it: &InstanceType) -> InstanceTypeSummary {
             .into_iter()
             .map(|t| t.name)
             .collect(),
+        devices: it
+            .devices
+            .iter()
+            .flat_map(|d| &d.slices)
+            .map(|s| DriverDevices {
+                driver: s.driver.clone(),
+                count: i64::try_from(s.devices.len()).unwrap_or(i64::MAX),
+            })
+            .collect(),
+        device_source: it.devices.as_ref().map(|d| {
+            match d.source {
+                cloudprovider::DeviceSource::Learned => "Learned",
+                cloudprovider::DeviceSource::Declared => "Declared",
+            }
+            .to_string()
+        }),
     }
 }
 

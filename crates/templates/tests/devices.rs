@@ -173,3 +173,53 @@ fn bad_device_annotations_exclude_the_template_naming_the_annotation() {
         assert!(cat.get("good").is_some(), "{why}");
     }
 }
+
+#[test]
+fn devices_learned_from_a_node_win_over_the_declared_ones() {
+    let ca = "    capacity.cluster-autoscaler.kubernetes.io/dra-driver: gpu.example.com\n    capacity.cluster-autoscaler.kubernetes.io/gpu-count: \"2\"\n";
+    let yaml = [template("ca", ca), template("other", ca)].concat();
+    let mut inputs = Inputs::default();
+    inputs
+        .add_yaml(Path::new("test.yaml"), &yaml)
+        .expect("test YAML parses");
+    let learned = serde_json::json!([{"driver": "gpu.example.com", "devices": [
+        {"name": "gpu-0", "attributes": {"model": {"string": "A100"}}, "capacity": {"memory": {"value": "80Gi"}}},
+        {"name": "gpu-1", "attributes": {"model": {"string": "A100"}}, "capacity": {"memory": {"value": "80Gi"}}}
+    ]}])
+    .to_string();
+    let build = |learned: &[(&str, &str)]| {
+        let settings = CatalogSettings {
+            learned_devices: learned
+                .iter()
+                .map(|(t, v)| (t.to_string(), v.to_string()))
+                .collect(),
+            ..CatalogSettings::default()
+        };
+        build_catalog(&inputs.templates, &settings).expect("catalog")
+    };
+    let model = |c: &templates::model::Catalog, t: &str| {
+        let d = c.get(t).and_then(|it| it.devices.clone()).expect("devices");
+        let attr = d.slices[0].devices[0]
+            .attributes
+            .as_ref()
+            .and_then(|a| a.get("model"))
+            .and_then(|a| a.string.clone());
+        (d.source, attr)
+    };
+    // The control: declared only, Cluster Autoscaler's devices have no model.
+    let declared = build(&[]);
+    assert_eq!(model(&declared, "ca"), (DeviceSource::Declared, None));
+    let with = build(&[("ca", &learned)]);
+    assert_eq!(
+        model(&with, "ca"),
+        (DeviceSource::Learned, Some("A100".to_string()))
+    );
+    assert_eq!(
+        model(&with, "other"),
+        (DeviceSource::Declared, None),
+        "only the template it was learned for"
+    );
+    // What does not read is ignored: the declared devices stand.
+    let bad = build(&[("ca", "{not a list")]);
+    assert_eq!(model(&bad, "ca"), (DeviceSource::Declared, None));
+}

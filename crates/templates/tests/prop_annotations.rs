@@ -310,6 +310,7 @@ fn settings() -> impl Strategy<Value = CatalogSettings> {
         .prop_map(
             |(kube_reserved, system_reserved, eviction_hard, max_pods)| CatalogSettings {
                 resize_corrections: Default::default(),
+                learned_devices: Default::default(),
                 kube_reserved,
                 system_reserved,
                 eviction_hard,

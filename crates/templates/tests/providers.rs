@@ -660,6 +660,7 @@ fn allocatable_default_and_nodeclass_values() {
         max_pods: Some(58),
         failure_domains: vec![],
         resize_corrections: BTreeMap::new(),
+        learned_devices: BTreeMap::new(),
     };
     let it = catalog_with(AWS_TWO_ZONES, &settings)
         .instance_types

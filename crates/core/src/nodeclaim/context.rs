@@ -161,6 +161,8 @@ pub struct Shared {
     pub pods: Store<k8s_openapi::api::core::v1::Pod>,
     pub nodeclaims: Store<NodeClaim>,
     pub nodepools: Store<api::NodePool>,
+    /// The workload cluster's ResourceSlices (initialization waits for requested DRA drivers).
+    pub slices: Store<k8s_openapi::api::resource::v1::ResourceSlice>,
     pub settings: Settings,
     pub expectations: Arc<Expectations>,
     pub backoff: Arc<Backoff>,

@@ -377,6 +377,8 @@ pub struct Triggers {
     pub nodeclaims: Cache<NodeClaim>,
     pub nodes: Cache<Node>,
     pub nodepools: Cache<api::NodePool>,
+    /// A Node's ResourceSlices (a NodeClaim waiting for DRA drivers initializes on them).
+    pub slices: Cache<k8s_openapi::api::resource::v1::ResourceSlice>,
 }
 
 /// Runs the lifecycle controller until `shutdown` resolves.
@@ -416,6 +418,17 @@ pub async fn run(
     let by_nodepool = claims_where(&triggers.nodeclaims, |c, np: &api::NodePool| {
         nodepool_of(c) == np.name_any()
     });
+    let by_slice = claims_where(
+        &triggers.nodeclaims,
+        |c, s: &k8s_openapi::api::resource::v1::ResourceSlice| {
+            c.annotations()
+                .contains_key(api::consts::annotations::REQUESTED_DRA_DRIVERS)
+                && c.status
+                    .as_ref()
+                    .and_then(|st| st.node_name.as_deref())
+                    .is_some_and(|n| api::dra::slice_of_node(s, n))
+        },
+    );
     let provider = ctx
         .provider
         .changes()
@@ -424,6 +437,7 @@ pub async fn run(
     Controller::for_shared_stream(triggers.nodeclaims.subscribe(), triggers.nodeclaims.store())
         .watches_shared_stream(triggers.nodes.subscribe(), by_node)
         .watches_shared_stream(triggers.nodepools.subscribe(), by_nodepool)
+        .watches_shared_stream(triggers.slices.subscribe(), by_slice)
         .reconcile_on(provider)
         .reconcile_all_on(futures::stream::once(futures::future::ready(())))
         .graceful_shutdown_on(shutdown)

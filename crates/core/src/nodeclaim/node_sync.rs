@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Node, Taint};
+use k8s_openapi::api::resource::v1::ResourceSlice;
 
 /// What registration and initialization need to know of a NodeClaim.
 #[derive(Clone, Debug, Default)]
@@ -15,6 +16,8 @@ pub(crate) struct ClaimView {
     pub startup_taints: Vec<Taint>,
     /// Extended resources (e.g. `nvidia.com/gpu`) the NodeClaim requested.
     pub extended_resources: Vec<String>,
+    /// DRA drivers its pods' claims take devices of (`karpenter.sh/requested-dra-drivers`).
+    pub dra_drivers: Vec<String>,
 }
 
 impl ClaimView {
@@ -43,6 +46,17 @@ impl ClaimView {
                 .filter(|k| k.contains('/'))
                 .cloned()
                 .collect(),
+            dra_drivers: claim
+                .annotations()
+                .get(api::consts::annotations::REQUESTED_DRA_DRIVERS)
+                .map(|v| {
+                    v.split(',')
+                        .map(str::trim)
+                        .filter(|d| !d.is_empty())
+                        .map(str::to_string)
+                        .collect()
+                })
+                .unwrap_or_default(),
         }
     }
 }
@@ -121,6 +135,8 @@ pub(crate) enum NotInitialized {
     StartupTaint(String),
     EphemeralTaint(String),
     ResourceNotRegistered(String),
+    /// A requested DRA driver has no complete pool of ResourceSlices for the Node.
+    DraDriverNotPublished(String),
 }
 
 impl std::fmt::Display for NotInitialized {
@@ -134,6 +150,12 @@ impl std::fmt::Display for NotInitialized {
             NotInitialized::ResourceNotRegistered(r) => {
                 write!(f, "Resource \"{r}\" was requested but not registered")
             }
+            NotInitialized::DraDriverNotPublished(d) => {
+                write!(
+                    f,
+                    "DRA driver \"{d}\" has not published a complete resource pool"
+                )
+            }
         }
     }
 }
@@ -146,6 +168,7 @@ impl NotInitialized {
             NotInitialized::StartupTaint(_) => "StartupTaintsExist",
             NotInitialized::EphemeralTaint(_) => "KnownEphemeralTaintsExist",
             NotInitialized::ResourceNotRegistered(_) => "ResourceNotRegistered",
+            NotInitialized::DraDriverNotPublished(_) => "DRADriverPoolsNotPublished",
         }
     }
 }
@@ -158,8 +181,13 @@ pub(crate) fn node_ready(node: &Node) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-/// Karpenter's initialization check for a registered Node.
-pub(crate) fn check_initialized(node: &Node, claim: &ClaimView) -> Result<(), NotInitialized> {
+/// Karpenter's initialization check for a registered Node whose own ResourceSlices are
+/// `slices`.
+pub(crate) fn check_initialized(
+    node: &Node,
+    claim: &ClaimView,
+    slices: &[&ResourceSlice],
+) -> Result<(), NotInitialized> {
     if !node_ready(node) {
         return Err(NotInitialized::NodeNotReady);
     }
@@ -186,6 +214,12 @@ pub(crate) fn check_initialized(node: &Node, claim: &ClaimView) -> Result<(), No
         });
         if zero {
             return Err(NotInitialized::ResourceNotRegistered(resource.clone()));
+        }
+    }
+    if !claim.dra_drivers.is_empty() {
+        let complete = api::dra::complete_drivers(slices);
+        if let Some(d) = claim.dra_drivers.iter().find(|d| !complete.contains(*d)) {
+            return Err(NotInitialized::DraDriverNotPublished(d.clone()));
         }
     }
     Ok(())
@@ -218,6 +252,7 @@ mod tests {
             taints: vec![taint("dedicated", "NoSchedule")],
             startup_taints: vec![taint("example.com/agent-not-ready", "NoExecute")],
             extended_resources: vec![],
+            dra_drivers: vec![],
         }
     }
 
@@ -291,7 +326,7 @@ mod tests {
         n.spec.as_mut().expect("spec").taints =
             Some(vec![taint("example.com/agent-not-ready", "NoExecute")]);
         assert_eq!(
-            check_initialized(&n, &c),
+            check_initialized(&n, &c, &[]),
             Err(NotInitialized::StartupTaint(
                 "example.com/agent-not-ready".into()
             ))
@@ -299,22 +334,22 @@ mod tests {
         n.spec.as_mut().expect("spec").taints =
             Some(vec![taint("node.kubernetes.io/not-ready", "NoSchedule")]);
         assert_eq!(
-            check_initialized(&n, &c).map_err(|e| e.reason()),
+            check_initialized(&n, &c, &[]).map_err(|e| e.reason()),
             Err("KnownEphemeralTaintsExist")
         );
         n.spec.as_mut().expect("spec").taints =
             Some(vec![taint("readiness.k8s.io/network", "NoSchedule")]);
         assert!(
-            check_initialized(&n, &c).is_err(),
+            check_initialized(&n, &c, &[]).is_err(),
             "readiness.k8s.io/ prefix is ephemeral"
         );
         n.spec.as_mut().expect("spec").taints = Some(vec![]);
-        assert_eq!(check_initialized(&n, &c), Ok(()));
+        assert_eq!(check_initialized(&n, &c, &[]), Ok(()));
 
         let mut gpu = c.clone();
         gpu.extended_resources = vec!["nvidia.com/gpu".into()];
         assert_eq!(
-            check_initialized(&n, &gpu),
+            check_initialized(&n, &gpu, &[]),
             Err(NotInitialized::ResourceNotRegistered(
                 "nvidia.com/gpu".into()
             ))
@@ -329,9 +364,77 @@ mod tests {
                 "nvidia.com/gpu".into(),
                 k8s_openapi::apimachinery::pkg::api::resource::Quantity("1".into()),
             );
-        assert_eq!(check_initialized(&n, &gpu), Ok(()));
+        assert_eq!(check_initialized(&n, &gpu, &[]), Ok(()));
 
         n.status.as_mut().expect("status").conditions = Some(vec![]);
-        assert_eq!(check_initialized(&n, &c), Err(NotInitialized::NodeNotReady));
+        assert_eq!(
+            check_initialized(&n, &c, &[]),
+            Err(NotInitialized::NodeNotReady)
+        );
+    }
+
+    fn slice(driver: &str, pool: &str, generation: i64, count: i64, node: &str) -> ResourceSlice {
+        serde_json::from_value(json!({
+            "metadata": {"name": format!("{node}-{driver}-{pool}-{generation}")},
+            "spec": {"driver": driver, "nodeName": node,
+                     "pool": {"name": pool, "generation": generation, "resourceSliceCount": count}}
+        }))
+        .expect("slice")
+    }
+
+    #[test]
+    fn initialization_waits_for_a_complete_pool_of_each_requested_dra_driver() {
+        let mut n = joined();
+        n.spec.as_mut().expect("spec").taints = Some(vec![]);
+        let mut c = claim();
+        c.dra_drivers = vec!["gpu.example.com".into(), "nic.example.com".into()];
+        let gpu = slice("gpu.example.com", "n1", 1, 1, "n1");
+        let nic_half = slice("nic.example.com", "n1", 2, 2, "n1");
+        let nic_old = slice("nic.example.com", "n1", 1, 1, "n1");
+        let waits = |slices: &[&ResourceSlice]| check_initialized(&n, &c, slices);
+        let missing = |d: &str| Err(NotInitialized::DraDriverNotPublished(d.into()));
+        assert_eq!(waits(&[]), missing("gpu.example.com"));
+        assert_eq!(waits(&[&gpu]), missing("nic.example.com"));
+        // An older generation complete on its own does not count once a newer one exists.
+        assert_eq!(
+            waits(&[&gpu, &nic_half, &nic_old]),
+            missing("nic.example.com")
+        );
+        let mut nic_rest = slice("nic.example.com", "n1", 2, 2, "n1");
+        nic_rest.metadata.name = Some("second".into());
+        assert_eq!(waits(&[&gpu, &nic_half, &nic_old, &nic_rest]), Ok(()));
+        // A pool that says it has no slices is not a published pool.
+        let empty = slice("gpu.example.com", "n1", 1, 0, "n1");
+        c.dra_drivers = vec!["gpu.example.com".into()];
+        assert_eq!(
+            check_initialized(&n, &c, &[&empty]).map_err(|e| e.reason()),
+            Err("DRADriverPoolsNotPublished")
+        );
+        // Control: a claim that requested no driver is initialized without any slice.
+        assert_eq!(check_initialized(&n, &claim(), &[]), Ok(()));
+        // The Node's own slices: by nodeName or a Node owner; not another Node's.
+        let mut owned = slice("gpu.example.com", "p", 1, 1, "other");
+        assert!(!api::dra::slice_of_node(&owned, "n1"));
+        owned.spec.node_name = None;
+        owned.metadata.owner_references = Some(vec![
+            serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "u"}))
+            .expect("owner"),
+        ]);
+        assert!(api::dra::slice_of_node(&owned, "n1") && api::dra::slice_of_node(&gpu, "n1"));
+    }
+
+    #[test]
+    fn the_requested_drivers_come_from_the_annotation() {
+        let claim: api::NodeClaim = serde_json::from_value(json!({
+            "metadata": {"name": "c", "annotations": {
+                "karpenter.sh/requested-dra-drivers": "gpu.example.com, nic.example.com,"}},
+            "spec": {"nodeClassRef": {"group": "g", "kind": "K", "name": "n"}, "requirements": []}
+        }))
+        .expect("claim");
+        assert_eq!(
+            ClaimView::of(&claim, &[]).dra_drivers,
+            ["gpu.example.com", "nic.example.com"]
+        );
     }
 }

@@ -10,6 +10,7 @@ use api::NodeClaim;
 use api::consts::{conditions as types, reasons};
 use api::karpenter::NodeClaimStatus;
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::resource::v1::ResourceSlice;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::Api;
@@ -71,7 +72,18 @@ pub(crate) async fn reconcile(
         tracing::debug!(nodeclaim = %claim.name_any(), node = %node_name, "registration: Node not ready to sync");
         return Ok(Progress::Waiting);
     }
-    let (want, init) = wanted(&node, &view, registered, initialized);
+    // The Node's own ResourceSlices, when its pods' claims wait for DRA drivers.
+    let slices: Vec<Arc<ResourceSlice>> = if view.dra_drivers.is_empty() || initialized {
+        Vec::new()
+    } else {
+        ctx.slices
+            .state()
+            .into_iter()
+            .filter(|s| api::dra::slice_of_node(s, &node_name))
+            .collect()
+    };
+    let slices: Vec<&ResourceSlice> = slices.iter().map(Arc::as_ref).collect();
+    let (want, init) = wanted(&node, &view, &slices, registered, initialized);
     if !registered {
         warn_if_unregistered_taint_missing(ctx, &node).await;
     }
@@ -80,7 +92,33 @@ pub(crate) async fn reconcile(
     if initialized {
         return Ok(Progress::Initialized);
     }
+    if let Err(why @ NotInitialized::DraDriverNotPublished(_)) = &init {
+        report_unpublished(ctx, claim, status, why).await;
+    }
     Ok(record_initialized(status, init))
+}
+
+/// A Warning Event the first time a NodeClaim waits for a DRA driver's ResourceSlices (the
+/// Initialized condition then says so until they come).
+async fn report_unpublished(
+    ctx: &Ctx,
+    claim: &NodeClaim,
+    status: &NodeClaimStatus,
+    why: &NotInitialized,
+) {
+    let already = api::conditions::get(&status.conditions, types::INITIALIZED)
+        .is_some_and(|c| c.reason == why.reason());
+    if !already {
+        ctx.event(
+            claim,
+            EventType::Warning,
+            why.reason(),
+            format!(
+                "{why}; the NodeClaim is not initialized until it does (its pods' ResourceClaims need it)"
+            ),
+        )
+        .await;
+    }
 }
 
 /// The one Node whose providerID is `pid`; else `None`, with the Registered condition saying
@@ -133,7 +171,7 @@ fn ready_to_sync(node: &Node, view: &ClaimView, status: &mut NodeClaimStatus) ->
         spec.taints = Some(preview.taints);
     }
     if let Err(why @ (NotInitialized::NodeNotReady | NotInitialized::EphemeralTaint(_))) =
-        check_initialized(&synced, view)
+        check_initialized(&synced, view, &[])
     {
         set(
             status,
@@ -153,6 +191,7 @@ fn ready_to_sync(node: &Node, view: &ClaimView, status: &mut NodeClaimStatus) ->
 fn wanted(
     node: &Node,
     view: &ClaimView,
+    slices: &[&ResourceSlice],
     registered: bool,
     initialized: bool,
 ) -> (RegisteredNode, Result<(), NotInitialized>) {
@@ -179,7 +218,7 @@ fn wanted(
     if let Some(spec) = after.spec.as_mut() {
         spec.taints = Some(want.taints.clone());
     }
-    let init = check_initialized(&after, view);
+    let init = check_initialized(&after, view, slices);
     if init.is_ok() || initialized {
         want.labels
             .insert(api::consts::labels::INITIALIZED.into(), "true".into());

@@ -144,6 +144,12 @@ pub fn nodeclaim(
             relaxed.to_string(),
         );
     }
+    if !claim.dra_drivers.is_empty() {
+        annotations.insert(
+            api::consts::annotations::REQUESTED_DRA_DRIVERS.into(),
+            claim.dra_drivers.join(","),
+        );
+    }
     for (key, marked) in [
         (PRICE_OVERLAY_APPLIED, price),
         (CAPACITY_OVERLAY_APPLIED, capacity),
@@ -233,6 +239,7 @@ mod tests {
                 price: 0.1,
             },
             min_values_relaxed: None,
+            dra_drivers: vec![],
         };
         let nc = serde_json::to_value(nodeclaim(&pool, &claim, None)).expect("json");
         assert_eq!(nc["metadata"]["generateName"], "default-");
@@ -248,6 +255,17 @@ mod tests {
         // Strict: no minValues annotation; BestEffort: whether the solver relaxed one.
         let relaxed = "karpenter.sh/nodeclaim-min-values-relaxed";
         assert!(nc["metadata"]["annotations"].get(relaxed).is_none());
+        let drivers = api::consts::annotations::REQUESTED_DRA_DRIVERS;
+        assert!(nc["metadata"]["annotations"].get(drivers).is_none());
+        let gpus = scheduling::NewNodeClaim {
+            dra_drivers: vec!["gpu.example.com".into(), "nic.example.com".into()],
+            ..claim.clone()
+        };
+        let with = serde_json::to_value(nodeclaim(&pool, &gpus, None)).expect("json");
+        assert_eq!(
+            with["metadata"]["annotations"][drivers],
+            "gpu.example.com,nic.example.com"
+        );
         for (said, want) in [(Some(true), "true"), (Some(false), "false")] {
             let c = scheduling::NewNodeClaim {
                 min_values_relaxed: said,
@@ -370,6 +388,7 @@ mod tests {
                 price: 0.1,
             },
             min_values_relaxed: None,
+            dra_drivers: vec![],
         };
         let nc = serde_json::to_value(nodeclaim(&pool, &claim, Some(&catalog))).expect("json");
         assert_eq!(

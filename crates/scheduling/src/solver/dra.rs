@@ -173,6 +173,46 @@ pub(super) fn setup(s: &mut Solver, input: &Input, dra: &Dra) {
     fresh_types(s);
 }
 
+impl Solver {
+    /// The drivers whose devices planned claim `c` (of pool `p`) takes on every one of its
+    /// candidate `types` (sorted): the launched type, whichever it is, must publish them.
+    pub(super) fn claim_drivers(
+        &self,
+        c: &Claim,
+        p: &PoolData,
+        types: impl Iterator<Item = usize>,
+    ) -> Vec<String> {
+        let (Some(planned), Some(state)) = (c.dev.as_deref(), self.dra.as_deref()) else {
+            return Vec::new();
+        };
+        let mut common: Option<BTreeSet<&str>> = None;
+        for t in types {
+            let taken = planned.of(t).unwrap_or_default();
+            let drivers: BTreeSet<&str> = p.types[t]
+                .dev
+                .and_then(|src| state.st.sources.get(src as usize))
+                .map(|src| {
+                    src.devices
+                        .iter()
+                        .zip(taken)
+                        .filter(|(_, taken)| **taken)
+                        .map(|((driver, _), _)| driver.as_str())
+                        .collect()
+                })
+                .unwrap_or_default();
+            common = Some(match common {
+                None => drivers,
+                Some(c) => c.intersection(&drivers).copied().collect(),
+            });
+        }
+        common
+            .unwrap_or_default()
+            .into_iter()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
 /// Per pod with claims to allocate, the types of each pool that can allocate them alone.
 fn fresh_types(s: &mut Solver) {
     for pi in 0..s.pods.len() {

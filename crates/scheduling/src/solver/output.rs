@@ -138,5 +138,6 @@ fn new_node_claim(s: &Solver, input: &Input, c: &Claim) -> Option<NewNodeClaim> 
             price,
         },
         min_values_relaxed: s.best_effort.then_some(c.relaxed),
+        dra_drivers: s.claim_drivers(c, p, cands.iter().map(|x| x.2)),
     })
 }

@@ -5,7 +5,12 @@
 //! `<node>-<driver>`, `spec.nodeName` the Node, pool the Node's name (generation 1, one
 //! slice), the declared devices (`gpu-0…` for the Cluster Autoscaler form), owned by the Node.
 //! Deleting the Node deletes them (the provider does, and the garbage collector would).
-//! A bad annotation is logged and publishes nothing. Idempotent: creates accept 409.
+//! A bad annotation is logged and publishes nothing; so does a template annotated
+//! [`NO_SLICES_ANNOTATION`] (a driver that never publishes). A template annotated
+//! [`REAL_SLICES_ANNOTATION`] publishes those devices instead of the declared ones (hardware
+//! richer than its declaration). Idempotent: creates accept 409.
+
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::resource::v1::ResourceSlice;
 
@@ -76,13 +81,27 @@ pub(super) async fn delete_slices(workload: &Client, node: &str) -> Result<()> {
 /// annotation is logged and read as none.
 async fn declared(ctx: &Ctx, machine: &DynamicObject) -> Result<Vec<api::dra::DeclaredSlice>> {
     let mut annotations = machine.annotations().clone();
-    if api::dra::declared(&annotations).is_ok_and(|d| d.is_empty())
-        && let Some(template) = machine.annotations().get(CLONED_FROM_NAME_ANNOTATION)
-    {
+    let mut template = BTreeMap::new();
+    if let Some(name) = machine.annotations().get(CLONED_FROM_NAME_ANNOTATION) {
         let templates = namespaced(ctx, machine, &test_machine_template_resource())?;
-        if let Some(t) = templates.get_opt(template).await? {
-            annotations = t.annotations().clone();
+        if let Some(t) = templates.get_opt(name).await? {
+            template = t.annotations().clone();
         }
+    }
+    let own = annotations.clone();
+    if api::dra::declared(&annotations).is_ok_and(|d| d.is_empty()) {
+        annotations = template.clone();
+    }
+    // What the test's hardware does: the machine's (cloned) annotations, else the template's.
+    let flag = |key: &str| own.get(key).or_else(|| template.get(key)).cloned();
+    if flag(NO_SLICES_ANNOTATION).is_some() {
+        return Ok(Vec::new());
+    }
+    if let Some(real) = flag(REAL_SLICES_ANNOTATION) {
+        return Ok(api::dra::parse_resource_slices(&real).unwrap_or_else(|error| {
+            tracing::warn!(machine = %machine.name_any(), %error, "test provider: ignoring {REAL_SLICES_ANNOTATION}");
+            Vec::new()
+        }));
     }
     Ok(
         api::dra::declared(&annotations).unwrap_or_else(|(key, error)| {
