@@ -13,7 +13,7 @@ fn examples_catalog() {
     let inputs = Inputs::load(&[examples()]).expect("examples load");
     assert_eq!(inputs.clusters.len(), 1);
     assert_eq!(inputs.node_classes.len(), 1);
-    assert_eq!(inputs.templates.len(), 17);
+    assert_eq!(inputs.templates.len(), 19);
     let reports = reports(&inputs);
     assert_eq!(reports.len(), 1);
     let r = &reports[0];
@@ -24,7 +24,7 @@ fn examples_catalog() {
         r.warnings,
         ["ignored (no node.cluster.x-k8s.io/karpenter-member label): docker-control-plane"]
     );
-    assert_eq!(r.templates, 16);
+    assert_eq!(r.templates, 18);
     let cat = r.catalog.as_ref().expect("catalog");
     let names: Vec<&str> = cat.instance_types.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(
@@ -39,9 +39,27 @@ fn examples_catalog() {
             "m1.large",
             "windows-d4s-v5",
             "vsphere-8c32g",
+            "gpu-passthrough",
             "g5.xlarge",
             "bm-64c-256g",
+            "gpu-a100x2",
         ]
+    );
+    // The GPU templates' devices (DRA): copied ResourceSlices and Cluster Autoscaler's form.
+    let devices = |t: &str| {
+        let d = cat
+            .get(t)
+            .and_then(|it| it.devices.clone())
+            .expect("devices");
+        (
+            d.drivers().join(","),
+            d.slices.iter().map(|s| s.devices.len()).sum::<usize>(),
+        )
+    };
+    assert_eq!(devices("gpu-a100x2"), ("gpu.nvidia.com".to_string(), 2));
+    assert_eq!(
+        devices("gpu-passthrough"),
+        ("gpu.nvidia.com".to_string(), 1)
     );
     let excluded: Vec<(&str, &str)> = cat
         .excluded
