@@ -89,7 +89,12 @@ pub struct ProviderFactory {
     pub name: &'static str,
     #[allow(clippy::type_complexity)]
     pub build: Arc<
-        dyn Fn(&mut crate::tasks::Tasks, &Client, crate::events::Recorder) -> ProviderParts
+        dyn Fn(
+                &mut crate::tasks::Tasks,
+                &Client,
+                &crate::cache::Caches,
+                crate::events::Recorder,
+            ) -> ProviderParts
             + Send
             + Sync,
     >,

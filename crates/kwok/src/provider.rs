@@ -20,6 +20,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use karpenter_core::write::{Created as Written, Outcome, Writer, manager};
 use kube::api::{Api, ListParams};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 
 use crate::instance_types::InstanceType;
@@ -32,6 +33,9 @@ pub struct KwokCloudProvider {
     types: Arc<Vec<InstanceType>>,
     /// The catalog of each NodeClass asked for (the same instance types for every one).
     catalogs: Mutex<BTreeMap<String, Arc<InstanceTypes>>>,
+    /// The engagement's caches of Nodes and KWOKNodeClasses, read first (`None`: the API
+    /// server only).
+    stores: Option<(Store<Node>, Store<KWOKNodeClass>)>,
 }
 
 fn api_error(e: kube::Error) -> Error {
@@ -46,7 +50,29 @@ impl KwokCloudProvider {
             client,
             types: Arc::new(types),
             catalogs: Mutex::new(BTreeMap::new()),
+            stores: None,
         }
+    }
+
+    /// Reads Nodes and KWOKNodeClasses from these caches first; what a cache does not hold
+    /// (yet) is read from the API server, so a Node just made is never taken for gone.
+    pub fn reading(self, nodes: Store<Node>, nodeclasses: Store<KWOKNodeClass>) -> Self {
+        KwokCloudProvider {
+            stores: Some((nodes, nodeclasses)),
+            ..self
+        }
+    }
+
+    /// Node `name`: from the cache, else from the API server.
+    async fn node(&self, name: &str) -> Result<Option<Node>, Error> {
+        if let Some(n) = self
+            .stores
+            .as_ref()
+            .and_then(|(nodes, _)| nodes.get(&ObjectRef::new(name)))
+        {
+            return Ok(Some(n.as_ref().clone()));
+        }
+        self.nodes().get_opt(name).await.map_err(api_error)
     }
 
     fn nodes(&self) -> Api<Node> {
@@ -56,10 +82,8 @@ impl KwokCloudProvider {
     /// The Node of `claim` if this provider made it for that claim (`None`: no such Node, or
     /// another's).
     async fn node_of(&self, claim: &NodeClaim) -> Result<Option<Node>, Error> {
-        let found = self.nodes().get_opt(&node::node_name(claim)).await;
-        Ok(found
-            .map_err(api_error)?
-            .filter(|n| node::ours_for(n, claim)))
+        let found = self.node(&node::node_name(claim)).await?;
+        Ok(found.filter(|n| node::ours_for(n, claim)))
     }
 
     /// The claim's KWOKNodeClass, Ready (missing: InsufficientCapacity, as in Karpenter kwok).
@@ -75,8 +99,19 @@ impl KwokCloudProvider {
                 nodeclass::KIND
             )));
         }
-        let api: Api<KWOKNodeClass> = Api::all(self.client.clone());
-        let Some(nc) = api.get_opt(&r.name).await.map_err(api_error)? else {
+        let cached = self
+            .stores
+            .as_ref()
+            .and_then(|(_, ncs)| ncs.get(&ObjectRef::new(&r.name)))
+            .map(|nc| nc.as_ref().clone());
+        let found = match cached {
+            Some(nc) => Some(nc),
+            None => {
+                let api: Api<KWOKNodeClass> = Api::all(self.client.clone());
+                api.get_opt(&r.name).await.map_err(api_error)?
+            }
+        };
+        let Some(nc) = found else {
             return Err(Error::InsufficientCapacity(format!(
                 "KWOKNodeClass {} not found",
                 r.name
@@ -94,7 +129,7 @@ impl KwokCloudProvider {
     async fn launch(&self, claim: &NodeClaim) -> Result<Created, Error> {
         let name = node::node_name(claim);
         // Idempotent: an earlier call (or a restart's) already made it.
-        if let Some(existing) = self.nodes().get_opt(&name).await.map_err(api_error)? {
+        if let Some(existing) = self.node(&name).await? {
             return adopt(claim, &existing);
         }
         let nc = self.nodeclass(claim).await?;

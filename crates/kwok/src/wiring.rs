@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use karpenter_core::cache::Cache;
+use karpenter_core::cache::{Cache, Caches};
 use karpenter_core::engagement::ProviderFactory;
 use karpenter_core::engagement::ProviderParts;
 use karpenter_core::events::Recorder;
@@ -25,16 +25,18 @@ pub fn factory(types: Vec<InstanceType>) -> ProviderFactory {
     let types = Arc::new(types);
     ProviderFactory {
         name: "kwok",
-        build: Arc::new(move |tasks, client, recorder| {
-            parts(tasks, client, recorder, types.as_ref().clone())
+        build: Arc::new(move |tasks, client, caches, recorder| {
+            parts(tasks, client, caches, recorder, types.as_ref().clone())
         }),
     }
 }
 
-/// The parts of one engagement: its KWOKNodeClass watch runs on `tasks`.
+/// The parts of one engagement: its KWOKNodeClass watch runs on `tasks`; the provider reads
+/// Nodes and KWOKNodeClasses from the caches.
 pub fn parts(
     tasks: &mut Tasks,
     client: &Client,
+    caches: &Caches,
     _recorder: Recorder,
     types: Vec<InstanceType>,
 ) -> ProviderParts {
@@ -46,7 +48,10 @@ pub fn parts(
         None,
     );
     ProviderParts {
-        provider: Arc::new(KwokCloudProvider::new(client.clone(), types)),
+        provider: Arc::new(
+            KwokCloudProvider::new(client.clone(), types)
+                .reading(caches.nodes.store(), nodeclasses.store()),
+        ),
         nodeclasses: readiness_lookup(nodeclasses.store()),
         offering_changes: Default::default(),
         gauges: None,

@@ -421,3 +421,30 @@ fn a_bad_instance_type_file_names_the_file_and_the_field() {
     std::fs::write(&path, bad.replace("four", "4")).expect("written");
     assert_eq!(instance_types::read_file(&path).expect("reads").len(), 2);
 }
+
+#[tokio::test]
+async fn a_provider_reading_caches_finds_what_they_do_not_hold_yet() {
+    let (client, nodes, _) = setup().await;
+    make_nodeclass(&client, "cached", KWOKNodeClassSpec::default()).await;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(BENCH_TYPES);
+    let types = instance_types::read_file(&path).expect("types");
+    // Caches that never saw anything (as one that has not caught up yet).
+    let (node_store, _) = kube::runtime::reflector::store::<Node>();
+    let (nodeclass_store, _) = kube::runtime::reflector::store();
+    let p = KwokCloudProvider::new(client.clone(), types).reading(node_store, nodeclass_store);
+    let a = claim("kwok-cached-a", "cached", "uid-ca");
+    // The NodeClass and the Node it made come from the API server: launched, then found.
+    let created = launch(&p, a.clone()).await.expect("create");
+    assert!(nodes.get_opt("kwok-cached-a").await.expect("get").is_some());
+    let instance = p
+        .get(&created)
+        .await
+        .expect("a Node just made is not taken for gone");
+    assert_eq!(instance.nodeclaim_uid.as_deref(), Some("uid-ca"));
+    // A second create adopts it rather than making another.
+    launch(&p, a.clone()).await.expect("create again");
+    // Control: a claim whose Node was never made is not found.
+    let missing = claim("kwok-cached-missing", "cached", "uid-cm");
+    assert!(p.get(&missing).await.is_err());
+    clean(&nodes, &["kwok-cached-a"]).await;
+}

@@ -435,7 +435,7 @@ fn start_single(
     let engagement = match provider {
         WarmProvider::Other(factory) => {
             karpenter_core::engagement::Engagement::build(&sources, caches, identity, |r| {
-                (factory.build)(tasks, &ctx.workload, r)
+                (factory.build)(tasks, &ctx.workload, caches, r)
             })
         }
         WarmProvider::ClusterApi { capi, cluster_id } => {
