@@ -291,6 +291,9 @@ impl Solver {
             Ok(_) => {}
         }
         let min = pod.dra.as_deref().map_or(0, |d| d.min_devices);
+        if c.dev.as_deref().is_some_and(|d| d.max_free < min) {
+            return false;
+        }
         // Under a price cap the claim would keep only types of `ok`: when even the cheapest
         // of them is over the cap, it is skipped anyway.
         let limit = if self.cap.is_finite() {
@@ -434,4 +437,10 @@ pub(super) fn record(planned: &mut Planned, t: usize, taken: Vec<bool>) {
         Ok(i) => planned.taken[i].1 = taken,
         Err(i) => planned.taken.insert(i, (t, taken)),
     }
+    planned.max_free = planned
+        .taken
+        .iter()
+        .map(|(_, taken)| taken.iter().filter(|x| !**x).count())
+        .max()
+        .unwrap_or(0);
 }

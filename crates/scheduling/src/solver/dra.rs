@@ -93,6 +93,9 @@ impl PodDra {
 #[derive(Clone, Default)]
 pub(super) struct Planned {
     pub(super) taken: Vec<(usize, Vec<bool>)>,
+    /// The most devices left free on one type of `taken`: every candidate type that can
+    /// allocate has an entry once a pod took devices, so a pod needing more fits no type.
+    pub(super) max_free: usize,
 }
 
 impl Planned {
@@ -272,6 +275,8 @@ struct Builder {
     sig_index: HashMap<Vec<String>, usize>,
     sources: Vec<Source>,
     matches: Vec<Vec<Result<Vec<bool>, String>>>,
+    /// Each distinct expression's compile result (claims of one template repeat them).
+    compiled: HashMap<String, Result<(), String>>,
 }
 
 impl Builder {
@@ -349,7 +354,10 @@ impl Builder {
                     .cloned()
                     .collect();
                 for e in &selectors {
-                    env.compile(e)
+                    self.compiled
+                        .entry(e.clone())
+                        .or_insert_with(|| env.compile(e).map(drop).map_err(|e| e.to_string()))
+                        .clone()
                         .map_err(|e| format!("resourceclaim {}/{}: {e}", key.0, key.1))?;
                 }
                 if matches!(a.mode, AllocationMode::ExactCount(0)) {
