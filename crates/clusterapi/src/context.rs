@@ -139,6 +139,8 @@ pub struct Context {
     pub kinds: Arc<Kinds>,
     /// API reads drift detection reuses for a few seconds.
     pub lookups: Arc<Lookups>,
+    /// The Clusters' control planes, watched (versions, preflight checks).
+    pub control_planes: Arc<crate::control_planes::ControlPlanes>,
     pub launched: Arc<Launched>,
     /// The workload cluster's identity on our Cluster API objects (see `fence`).
     pub cluster_id: String,
