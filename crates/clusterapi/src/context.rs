@@ -65,11 +65,10 @@ impl Kinds {
     }
 }
 
-/// How long a control-plane version or bootstrap template read is reused.
+/// How long a bootstrap template read is reused.
 pub(crate) const LOOKUP_TTL: Duration = Duration::from_secs(15);
 
-/// Reads from the API remembered for [`LOOKUP_TTL`] (control-plane versions, bootstrap
-/// template hashes), so a periodic re-check of every NodeClaim is not a read each.
+/// Reads from the API remembered for [`LOOKUP_TTL`] (bootstrap template hashes), so a periodic re-check of every NodeClaim is not a read each.
 #[derive(Debug, Default)]
 pub struct Lookups(Mutex<HashMap<String, (Instant, Option<String>)>>);
 
