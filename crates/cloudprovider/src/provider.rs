@@ -370,9 +370,8 @@ pub trait CloudProvider: Send + Sync {
 
     /// The taint the core keeps on the Node of a drifted NodeClaim while it waits for its
     /// replacement (removed when it is no longer drifted), so that pods evicted elsewhere
-    /// prefer other nodes; `None`: no taint. For Cluster API,
-    /// `node.cluster.x-k8s.io/outdated-revision:PreferNoSchedule`, as a MachineDeployment
-    /// rollout marks its old Machines' Nodes.
+    /// prefer other nodes; `None`: no taint. For Cluster API, its outdated-revision
+    /// `PreferNoSchedule` taint, as a MachineDeployment rollout marks its old Machines' Nodes.
     fn drifted_taint(&self) -> Option<k8s_openapi::api::core::v1::Taint> {
         None
     }

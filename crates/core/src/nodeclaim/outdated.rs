@@ -1,5 +1,5 @@
-//! The provider's drifted taint (`CloudProvider::drifted_taint`; for Cluster API
-//! `node.cluster.x-k8s.io/outdated-revision:PreferNoSchedule`) on the Node of a drifted
+//! The provider's drifted taint (`CloudProvider::drifted_taint`; for Cluster API its
+//! outdated-revision `PreferNoSchedule` taint) on the Node of a drifted
 //! NodeClaim: added while `Drifted=True`, removed once it is not, so that pods evicted by the
 //! rollout prefer nodes that are not next. A step of the lifecycle after drift detection;
 //! the Node is written only when the taint must change, with a `test` of the taint list it
