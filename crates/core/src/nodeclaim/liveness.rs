@@ -306,7 +306,7 @@ async fn repair(
         return Ok(Verdict::Alive(Some(ctx.settings.poll)));
     }
     warn_unknown_veto(ctx, claim, node.as_deref()).await;
-    let view = repair_view(ctx, &pool, policies).await;
+    let view = repair_view(ctx, claim, &pool, policies).await;
     if let Err(blocked) = ctx.repairs.reserve(&uid, &pool, &view) {
         report_blocked(ctx, claim, &pool, node_name, u, blocked).await;
         return Ok(Verdict::Alive(Some(ctx.settings.poll)));
@@ -330,10 +330,21 @@ async fn repair(
 /// The cap's and the budget's inputs for `pool`, from the caches and the provider.
 async fn repair_view(
     ctx: &Ctx,
+    claim: &NodeClaim,
     pool: &str,
     policies: &[cloudprovider::RepairPolicy],
 ) -> repair::PoolView {
-    let claims = ctx.nodeclaims.state();
+    // The claim decided on counts as the caller has it, whether or not the cache shows it
+    // yet (its Node is registered: the cap counts it among the pool's nodes).
+    let mut claims = ctx.nodeclaims.state();
+    let uid = crate::objects::uid_of(claim);
+    match claims
+        .iter()
+        .position(|c| crate::objects::uid_of(c.as_ref()) == uid)
+    {
+        Some(i) => claims[i] = std::sync::Arc::new(claim.clone()),
+        None => claims.push(std::sync::Arc::new(claim.clone())),
+    }
     // The provider's health signal of each claim of the pool (the cap counts them too).
     let mut unhealthy_instances = std::collections::HashMap::<String, Unhealthy>::new();
     for c in claims.iter().filter(|c| nodepool_of(c) == pool) {
