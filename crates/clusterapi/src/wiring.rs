@@ -217,7 +217,6 @@ fn provider_context(
         },
         kinds: Arc::default(),
         lookups: Arc::default(),
-        control_planes: Arc::default(),
         launched: Arc::default(),
         cluster_id,
     }
