@@ -126,7 +126,7 @@ async fn running_app(client: &Client, ns: &str, app: &str) -> Vec<Pod> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let params = ListParams::default().labels(&format!("app={app}"));
     let got = wait_for(&format!("2 pods of {app} Running"), WAIT, || async {
-        let l = pods.list(&params).await.ok()?.items;
+        let l = list(&pods, &params).await;
         (l.len() == 2 && l.iter().all(running)).then_some(l)
     })
     .await;
@@ -260,7 +260,10 @@ async fn pods_claiming_gpus_get_nodes_of_the_gpu_template() {
     // solves use: pods selecting `model == "a100"` get new `gpu` nodes (the declared devices
     // have no model, so without learning no template could take them).
     let learned = wait_for("the gpu template's devices learned", WAIT, || async {
-        let nc = nodeclasses(&client).get("default").await.ok()?;
+        let nc = match nodeclasses(&client).get("default").await {
+            Ok(nc) => nc,
+            Err(e) => panic!("NodeClass default: {e}"),
+        };
         let status = &nc.data["status"];
         let entry = status["learnedDevices"]
             .as_array()?

@@ -16,6 +16,13 @@ use k8s_openapi::api::resource::v1::ResourceSlice;
 
 use super::*;
 
+/// On a template that declares devices: its Nodes' DRA driver publishes no ResourceSlice
+/// (a driver that never comes up); the test publishes them itself when it wants.
+pub const NO_SLICES_ANNOTATION: &str = "testbed.cluster.x-k8s.io/no-resource-slices";
+/// On a template that declares devices: what its Nodes' DRA driver really publishes (the
+/// resource-slices annotation's form), when the hardware has more than was declared.
+pub const REAL_SLICES_ANNOTATION: &str = "testbed.cluster.x-k8s.io/real-resource-slices";
+
 /// The ResourceSlices of a Node the provider created for `machine` (a TestMachine).
 pub(super) async fn publish_slices(
     ctx: &Ctx,

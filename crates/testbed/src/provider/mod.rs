@@ -122,12 +122,6 @@ pub const FAIL_ANNOTATION: &str = "testbed.cluster.x-k8s.io/fail";
 pub const NO_PROVIDER_ID_ANNOTATION: &str = "testbed.cluster.x-k8s.io/no-provider-id";
 /// TestMachine annotation: set the providerID but never create a Node.
 pub const NO_NODE_ANNOTATION: &str = "testbed.cluster.x-k8s.io/no-node";
-/// On a template that declares devices: its Nodes' DRA driver publishes no ResourceSlice
-/// (a driver that never comes up); the test publishes them itself when it wants.
-pub const NO_SLICES_ANNOTATION: &str = "testbed.cluster.x-k8s.io/no-resource-slices";
-/// On a template that declares devices: what its Nodes' DRA driver really publishes (the
-/// resource-slices annotation's form), when the hardware has more than was declared.
-pub const REAL_SLICES_ANNOTATION: &str = "testbed.cluster.x-k8s.io/real-resource-slices";
 /// TestMachine annotation: provisioning delay for this object (`"2s"`, `"500ms"`, `"1m"`).
 pub(crate) const PROVISION_DELAY_ANNOTATION: &str = "testbed.cluster.x-k8s.io/provision-delay";
 /// Finalizer the provider keeps on TestMachines until their Node is deleted.
@@ -244,7 +238,7 @@ pub use crds::{
     cluster_resource, crds, machine_resource, test_machine_resource, test_machine_template_resource,
 };
 use crds::{kubeadm_config_resource, test_cluster_resource, test_control_plane_resource};
-pub use dra::slice_name;
+pub use dra::{NO_SLICES_ANNOTATION, REAL_SLICES_ANNOTATION, slice_name};
 pub use hosts::{
     BARE_METAL_HOST_KIND, METAL3_GROUP, METAL3_VERSION, NO_HOST_REASON, bare_metal_host_crd,
     bare_metal_host_resource,
