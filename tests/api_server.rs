@@ -397,6 +397,8 @@ delete bootstrap.cluster.x-k8s.io    kubeadmconfigs            -          capi-d
 watch  apiextensions.k8s.io          customresourcedefinitions -          -
 get    core                          secrets                   -          capi-demo
 get    controlplane.cluster.x-k8s.io kubeadmcontrolplanes      -          capi-demo
+list   controlplane.cluster.x-k8s.io kubeadmcontrolplanes      -          capi-demo
+watch  controlplane.cluster.x-k8s.io kubeadmcontrolplanes      -          capi-demo
 ";
 
 /// What it must not be allowed (rows as in [`NEEDED`]).

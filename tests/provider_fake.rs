@@ -295,6 +295,33 @@ async fn the_lifecycle_over_the_fake_provider() {
     env.reconcile("fk-transient").await.expect("retried");
     assert!(env.fake.state(|s| s.instances.contains_key("fk-transient")));
 
+    // A held launch (a preflight check): Launched=Unknown with the hold's reason, an event,
+    // the claim kept; it launches once the hold is gone.
+    env.fake.state(|s| {
+        s.create_errors.push_back(ProviderError::Held {
+            reason: "ControlPlaneIsStable",
+            message: "launch on hold: the control plane is upgrading".into(),
+        })
+    });
+    env.create_claim("fk-held").await;
+    let err = env.reconcile("fk-held").await.expect_err("held");
+    assert!(err.to_string().contains("upgrading"), "{err}");
+    let held = env.claim("fk-held").await;
+    assert_eq!(
+        condition(held.as_ref(), types::LAUNCHED),
+        Some(("Unknown".into(), "ControlPlaneIsStable".into()))
+    );
+    assert!(
+        env.events("fk-held")
+            .await
+            .iter()
+            .any(|r| r == "ControlPlaneIsStable"),
+        "an event names the check"
+    );
+    assert!(!env.fake.state(|s| s.instances.contains_key("fk-held")));
+    env.reconcile("fk-held").await.expect("released");
+    assert!(env.fake.state(|s| s.instances.contains_key("fk-held")));
+
     // Permanent errors give the claim up: an event with the reason, the claim deleted.
     for (name, error, reason) in [
         (
@@ -364,7 +391,46 @@ async fn the_lifecycle_over_the_fake_provider() {
             },
         )
     });
+    let outdated = k8s_openapi::api::core::v1::Taint {
+        key: "example.com/outdated".into(),
+        effect: "PreferNoSchedule".into(),
+        ..Default::default()
+    };
+    env.fake.state(|s| s.drifted_taint = Some(outdated.clone()));
     env.reconcile_until("fk-launch", "drifted", |c| {
+        condition(c, types::DRIFTED) == Some(("True".into(), "NodeClassDrifted".into()))
+    })
+    .await;
+    // ... and its Node gets the provider's drifted taint, removed once it is not drifted.
+    let nodes: Api<Node> = Api::all(env.client.clone());
+    let tainted = |n: &Node| {
+        n.spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|ts| ts.iter().any(|t| t.key == outdated.key))
+    };
+    for (want, drifted) in [(true, true), (false, false)] {
+        if !drifted {
+            env.fake.state(|s| s.drifted.remove("fk-launch"));
+        }
+        wait_for("the drifted taint", WAIT, || async {
+            let _ = env.reconcile("fk-launch").await;
+            let n = nodes.get("node-fk-launch").await.ok()?;
+            (tainted(&n) == want).then_some(())
+        })
+        .await
+        .unwrap_or_else(|e| panic!("taint {want}: {e}"));
+    }
+    env.fake.state(|s| {
+        s.drifted.insert(
+            "fk-launch".into(),
+            Drift {
+                reason: "NodeClassDrifted",
+                message: "bootstrap source changed".into(),
+            },
+        )
+    });
+    env.reconcile_until("fk-launch", "drifted again", |c| {
         condition(c, types::DRIFTED) == Some(("True".into(), "NodeClassDrifted".into()))
     })
     .await;

@@ -309,6 +309,7 @@ async fn a_launch_happens_once_per_uid_when_the_cache_lags() {
         settings: ProviderSettings::default(),
         kinds: Arc::default(),
         lookups: Arc::default(),
+        control_planes: Arc::default(),
         launched: Arc::default(),
         cluster_id: CLUSTER_ID.into(),
     };

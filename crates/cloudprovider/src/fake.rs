@@ -42,6 +42,8 @@ pub struct FakeState {
     pub repair_policies: Option<Vec<RepairPolicy>>,
     /// What `supported_node_classes` answers (`None`: [`FakeCloudProvider::NODE_CLASS`]).
     pub node_classes: Option<Vec<NodeClassKind>>,
+    /// What `drifted_taint` answers.
+    pub drifted_taint: Option<k8s_openapi::api::core::v1::Taint>,
 }
 
 /// The fake provider; cheap to clone (one shared state).
@@ -183,5 +185,9 @@ impl CloudProvider for FakeCloudProvider {
 
     fn launch_failed(&self, claim: &NodeClaim, why: &str) {
         self.state(|s| s.launch_failures.push((claim.name_any(), why.to_string())));
+    }
+
+    fn drifted_taint(&self) -> Option<k8s_openapi::api::core::v1::Taint> {
+        self.state(|s| s.drifted_taint.clone())
     }
 }

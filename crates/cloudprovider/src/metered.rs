@@ -129,6 +129,10 @@ impl<R: CallRecorder> CloudProvider for Metered<R> {
     fn manual_drift(&self, nodeclass: &str) -> bool {
         self.inner.manual_drift(nodeclass)
     }
+
+    fn drifted_taint(&self) -> Option<k8s_openapi::api::core::v1::Taint> {
+        self.inner.drifted_taint()
+    }
 }
 
 #[cfg(test)]

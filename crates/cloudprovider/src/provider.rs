@@ -69,6 +69,17 @@ pub enum Error {
     /// backoff; `kind` says what for retries and metrics.
     #[error("{message}")]
     Retryable { kind: Retry, message: String },
+    /// The launch waits for a precondition outside the claim (for Cluster API, a preflight
+    /// check: a control plane upgrading): nothing was launched; `reason` (the condition and
+    /// event reason) names what it waits for. The core records `Launched=Unknown` with it,
+    /// publishes an event when the hold starts, and retries; the provider's
+    /// [`CloudProvider::changes`] bring the claim back as soon as the precondition may hold.
+    /// Not bound by the launch timeout (nothing could launch meanwhile).
+    #[error("{reason}: {message}")]
+    Held {
+        reason: &'static str,
+        message: String,
+    },
 }
 
 /// What kind of passing failure an [`Error::Retryable`] is.
@@ -107,7 +118,7 @@ impl Error {
                 Some((api::consts::events::NODECLASS_NOT_READY, m.clone()))
             }
             Error::Create { reason, message } => Some((reason, message.clone())),
-            Error::NodeClaimNotFound(_) | Error::Retryable { .. } => None,
+            Error::NodeClaimNotFound(_) | Error::Retryable { .. } | Error::Held { .. } => None,
         }
     }
 
@@ -129,6 +140,7 @@ impl Error {
             Error::InsufficientCapacity(_) => "insufficient_capacity",
             Error::NodeClassNotReady(_) => "nodeclass_not_ready",
             Error::Create { .. } => "permanent",
+            Error::Held { .. } => "held",
             Error::Retryable { kind, .. } => match kind {
                 Retry::Conflict | Retry::Api => "api",
                 Retry::Decode => "decode",
@@ -354,6 +366,14 @@ pub trait CloudProvider: Send + Sync {
     /// then marks them `Drifted` but never replaces them for it.
     fn manual_drift(&self, _nodeclass: &str) -> bool {
         false
+    }
+
+    /// The taint the core keeps on the Node of a drifted NodeClaim while it waits for its
+    /// replacement (removed when it is no longer drifted), so that pods evicted elsewhere
+    /// prefer other nodes; `None`: no taint. For Cluster API, its outdated-revision
+    /// `PreferNoSchedule` taint, as a MachineDeployment rollout marks its old Machines' Nodes.
+    fn drifted_taint(&self) -> Option<k8s_openapi::api::core::v1::Taint> {
+        None
     }
 
     /// The instance of `claim` got its providerID: what `launch_failed` held against its

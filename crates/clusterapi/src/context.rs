@@ -65,11 +65,10 @@ impl Kinds {
     }
 }
 
-/// How long a control-plane version or bootstrap template read is reused.
+/// How long a bootstrap template read is reused.
 pub(crate) const LOOKUP_TTL: Duration = Duration::from_secs(15);
 
-/// Reads from the API remembered for [`LOOKUP_TTL`] (control-plane versions, bootstrap
-/// template hashes), so a periodic re-check of every NodeClaim is not a read each.
+/// Reads from the API remembered for [`LOOKUP_TTL`] (bootstrap template hashes), so a periodic re-check of every NodeClaim is not a read each.
 #[derive(Debug, Default)]
 pub struct Lookups(Mutex<HashMap<String, (Instant, Option<String>)>>);
 
@@ -139,6 +138,8 @@ pub struct Context {
     pub kinds: Arc<Kinds>,
     /// API reads drift detection reuses for a few seconds.
     pub lookups: Arc<Lookups>,
+    /// The Clusters' control planes, watched (versions, preflight checks).
+    pub control_planes: Arc<crate::control_planes::ControlPlanes>,
     pub launched: Arc<Launched>,
     /// The workload cluster's identity on our Cluster API objects (see `fence`).
     pub cluster_id: String,

@@ -2,14 +2,17 @@
 //! the NodeClaim lifecycle after Karpenter's core ones (`nodeclaim::drift`) find none:
 //!
 //! 1. `NodeClassDrifted`: the Kubernetes version a Machine would get now (NodeClass
-//!    `version`, else the Cluster's topology or control-plane version) differs from the
-//!    Machine's `spec.version`, or the NodeClass's bootstrap source is not the one launched.
+//!    `version`, else the version the control plane runs) differs from the Machine's
+//!    `spec.version` — judged only while a Machine of that version could launch (Cluster
+//!    API's preflight checks pass: the control plane has reached and settled on it, skew
+//!    allows it), so a version change drifts nothing until the control plane is done — or
+//!    the NodeClass's bootstrap source is not the one launched.
 //! 2. `TemplateDrifted`: the InfrastructureMachineTemplate (or bootstrap config template)
 //!    cloned at launch changed its `spec` since (the launch plan records a hash of each),
 //!    is gone, or is no longer selected by the NodeClass.
 //!
-//! The control-plane version and bootstrap template are read from the API, remembered for
-//! [`LOOKUP_TTL`](super::context::LOOKUP_TTL).
+//! The control plane comes from its watch (`control_planes`); the bootstrap template is read
+//! from the API, remembered for [`LOOKUP_TTL`](super::context::LOOKUP_TTL).
 
 use api::NodeClaim;
 use api::consts::reasons;
@@ -18,9 +21,10 @@ use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use templates::model::Catalog;
 
-use super::objects::{bootstrap_template_hash, cluster_version};
+use super::objects::bootstrap_template_hash;
 use super::plan::{Plan, spec_hash};
 use crate::context::Context;
+use crate::versions;
 use cloudprovider::Drift;
 
 /// Everything the provider's reasons are judged on.
@@ -149,22 +153,25 @@ pub(crate) async fn observe(ctx: &Context, claim: &NodeClaim, plan: &Plan) -> Op
     let machine = ctx
         .machines
         .get(&ObjectRef::new(&plan.machine).within(&plan.namespace));
-    let want_version = match nodeclass.as_ref().and_then(|nc| nc.spec.version.clone()) {
-        Some(v) => Some(v),
-        None => {
-            let key = format!("cluster/{}/{}", plan.namespace, plan.cluster);
-            // Unknown (Cluster not cached, control plane unreadable): no version drift now,
-            // and the rest of the lifecycle goes on.
-            ctx.lookups
-                .get(
-                    key,
-                    cluster_version(ctx, &plan.namespace, &plan.cluster),
-                )
-                .await
-                .unwrap_or_else(|e| {
-                    tracing::debug!(nodeclaim = %claim.name_any(), error = %e, "cluster version unknown");
-                    None
-                })
+    let view = nodeclass
+        .as_deref()
+        .map(super::nodeclass::NodeClass::from_typed)
+        .unwrap_or_default();
+    // Unknown (Cluster not cached, control plane unreadable), or a Machine of that version
+    // could not launch now (a preflight check fails: the control plane is not done): no
+    // version drift now, and the rest of the lifecycle goes on.
+    let want_version = match versions::gate(ctx, &view, &plan.namespace, &plan.cluster).await {
+        Ok(g) => match g.held {
+            None => g.version,
+            Some(f) => {
+                tracing::debug!(nodeclaim = %claim.name_any(), check = f.check.name(), message = %f.message,
+                    "no version drift while a preflight check fails");
+                None
+            }
+        },
+        Err(e) => {
+            tracing::debug!(nodeclaim = %claim.name_any(), error = %e, "cluster version unknown");
+            None
         }
     };
     let it = &plan.infrastructure_template;

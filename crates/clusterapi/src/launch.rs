@@ -10,6 +10,8 @@
 //!    see `names::object_name`), then create the Machine (`objects`). AlreadyExists means a
 //!    previous attempt got that far: the object is adopted when it carries this NodeClaim's
 //!    UID (see `fence`). If the Machine cannot be created, the clones are removed.
+//!    Before anything is created, Cluster API's preflight checks (`versions`, `preflight`):
+//!    a failing one holds the launch (`Held`, retried when the control plane changes).
 //! 3. `Launched=True` is written by the lifecycle once the Machine has a providerID (the
 //!    infrastructure exists), in the same status write as whatever else changed.
 
@@ -85,7 +87,14 @@ pub(crate) async fn reconcile(ctx: &Context, claim: &NodeClaim) -> Result<Create
         ctx.launched.insert(&uid);
         return Ok(Created::Launched);
     }
-    create(ctx, claim, &plan).await?;
+    // Cluster API's preflight checks, as a MachineSet runs them before it creates a
+    // Machine: a failing one holds the launch (nothing is created) until the control plane
+    // changes (see `versions`).
+    let nodeclass = nodeclass_of(ctx, claim).unwrap_or_default();
+    let version =
+        super::versions::launch_version(ctx, claim, &nodeclass, &plan.namespace, &plan.cluster)
+            .await?;
+    create(ctx, claim, &plan, &nodeclass, version).await?;
     Ok(Created::Launched)
 }
 
@@ -316,8 +325,14 @@ fn requirements(claim: &NodeClaim) -> Vec<Requirement> {
 }
 
 /// Creates (or adopts) the clones and the Machine of a recorded plan.
-async fn create(ctx: &Context, claim: &NodeClaim, plan: &Plan) -> Result<(), Error> {
-    let result = super::objects::create_objects(ctx, claim, plan).await;
+async fn create(
+    ctx: &Context,
+    claim: &NodeClaim,
+    plan: &Plan,
+    nodeclass: &NodeClass,
+    version: Option<String>,
+) -> Result<(), Error> {
+    let result = super::objects::create_objects(ctx, claim, plan, nodeclass, version).await;
     let uid = uid_of(claim);
     match result {
         Ok(created) => {

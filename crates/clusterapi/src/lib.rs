@@ -22,6 +22,7 @@ pub(crate) mod calibration;
 pub mod catalogs;
 pub(crate) mod clone;
 pub mod context;
+pub mod control_planes;
 pub(crate) mod drift;
 pub mod fence;
 pub(crate) mod gauges;
@@ -40,6 +41,8 @@ pub(crate) mod offering_status;
 pub(crate) mod overlay_status;
 pub(crate) mod overlays;
 pub(crate) mod plan;
+pub(crate) mod preflight;
+pub(crate) mod versions;
 pub mod wiring;
 
 use std::sync::Arc;
@@ -66,6 +69,10 @@ use cloudprovider::{
 use karpenter_core::cache::Cache;
 use karpenter_core::objects::uid_of;
 
+/// Cluster API's `NodeOutdatedRevisionTaint` key (effect `PreferNoSchedule`): on the Nodes
+/// of drifted NodeClaims waiting for their replacement.
+pub const OUTDATED_REVISION_TAINT: &str = "node.cluster.x-k8s.io/outdated-revision";
+
 /// The Cluster API provider of one workload cluster.
 #[derive(Clone)]
 pub struct ClusterApi {
@@ -88,7 +95,11 @@ pub struct Watches {
 
 impl Watches {
     /// The names of the NodeClaims each change concerns.
-    fn changes(&self, claims: &Store<NodeClaim>) -> BoxStream<'static, String> {
+    fn changes(
+        &self,
+        claims: &Store<NodeClaim>,
+        control_planes: &control_planes::ControlPlanes,
+    ) -> BoxStream<'static, String> {
         let by_machine = self
             .machines
             .subscribe()
@@ -117,7 +128,39 @@ impl Watches {
             Some((Arc::new(()), Some(rx)))
         });
         let every = claims_where(templates, claims, |_, _: &()| true);
-        futures::stream::select_all([by_machine, by_nodeclass, by_cluster, every]).boxed()
+        // A control plane's change: the NodeClaims planned on a Cluster it is the control
+        // plane of (a held launch may go, version drift is judged again).
+        let cp_changes = futures::stream::unfold(control_planes.subscribe(), |mut rx| async move {
+            loop {
+                match rx.recv().await {
+                    Ok(key) => return Some((Arc::new(key), rx)),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        });
+        let clusters = self.clusters.store();
+        let by_control_plane = claims_where(
+            cp_changes,
+            claims,
+            move |c, cp: &control_planes::ControlPlaneKey| {
+                Plan::of(c).is_some_and(|p| {
+                    p.namespace == cp.namespace
+                        && clusters
+                            .get(&ObjectRef::new(&p.cluster).within(&p.namespace))
+                            .and_then(|cl| cl.spec.control_plane_ref.clone())
+                            .is_some_and(|r| r.kind == cp.kind && r.name == cp.name)
+                })
+            },
+        );
+        futures::stream::select_all([
+            by_machine,
+            by_nodeclass,
+            by_cluster,
+            every,
+            by_control_plane,
+        ])
+        .boxed()
     }
 }
 
@@ -296,7 +339,7 @@ impl CloudProvider for ClusterApi {
     fn changes(&self) -> Option<BoxStream<'static, String>> {
         self.watches
             .as_ref()
-            .map(|w| w.changes(&self.ctx.nodeclaims))
+            .map(|w| w.changes(&self.ctx.nodeclaims, &self.ctx.control_planes))
     }
 
     fn instance_types(&self, nodeclass: &str) -> Option<Arc<InstanceTypes>> {
@@ -321,6 +364,15 @@ impl CloudProvider for ClusterApi {
             Ok(drift::observe(&self.ctx, claim, &plan).await)
         }
         .boxed()
+    }
+
+    fn drifted_taint(&self) -> Option<k8s_openapi::api::core::v1::Taint> {
+        // What a MachineDeployment rollout puts on its old Machines' Nodes.
+        Some(k8s_openapi::api::core::v1::Taint {
+            key: OUTDATED_REVISION_TAINT.into(),
+            effect: "PreferNoSchedule".into(),
+            ..Default::default()
+        })
     }
 
     fn repair_policies(&self) -> Vec<RepairPolicy> {

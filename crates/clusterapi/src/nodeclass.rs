@@ -20,6 +20,8 @@ pub(crate) struct NodeClass {
     pub cluster: ClusterReference,
     pub bootstrap: Bootstrap,
     pub version: Option<String>,
+    /// Cluster API's `machineset.cluster.x-k8s.io/skip-preflight-checks` annotation.
+    pub skip_preflight_checks: Option<String>,
     pub machine: MachineSettings,
     pub launch_timeout: Duration,
     pub registration_timeout: Duration,
@@ -36,6 +38,12 @@ impl NodeClass {
             cluster: spec.cluster_ref.clone(),
             bootstrap: spec.bootstrap.clone(),
             version: spec.version.clone(),
+            skip_preflight_checks: nc
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(crate::preflight::SKIP_ANNOTATION))
+                .cloned(),
             machine: spec.machine.clone().unwrap_or_default(),
             launch_timeout: parse_duration(&spec.launch_timeout).unwrap_or(DEFAULT_LAUNCH_TIMEOUT),
             registration_timeout: parse_duration(&spec.registration_timeout)

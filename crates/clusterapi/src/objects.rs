@@ -8,16 +8,14 @@
 //! error; a failed Machine create rolls the clones back.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use api::NodeClaim;
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject};
-use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
 use super::clone::{CloneTarget, clone_template, inject_unregistered_taint};
-use super::context::{Context, nodeclass_of};
+use super::context::Context;
 use super::fence::{self, Ownership};
 use super::machine::{Bootstrap, MachineParams, build_machine};
 use super::nodeclass::NodeClass;
@@ -285,18 +283,6 @@ async fn bootstrap_clone(
     Ok(Some((configs, config)))
 }
 
-/// The Kubernetes version of the plan's Machine: the NodeClass's, else the Cluster's.
-async fn machine_version(
-    ctx: &Context,
-    plan: &Plan,
-    nodeclass: &NodeClass,
-) -> Result<Option<String>, Error> {
-    match nodeclass.version.clone() {
-        Some(v) => Ok(Some(v)),
-        None => cluster_version(ctx, &plan.namespace, &plan.cluster).await,
-    }
-}
-
 /// Creates (or adopts) the clones together; if any fails, the others are rolled back.
 async fn create_clones(clones: &[Clone], uid: &str, cluster_id: &str) -> Result<(), Error> {
     let results = futures::future::join_all(
@@ -364,16 +350,18 @@ fn machine_object(
     })
 }
 
-/// The objects of a plan; returns whether the Machine was created by this call. The clones
-/// (their templates usually from the template index) are created together while the
-/// Machine's version is read, then the Machine: two round trips to the API server after the
-/// plan is recorded, whatever the number of objects.
+/// The objects of a plan, the Machine at `version` (resolved and checked by the caller,
+/// see `versions`); returns whether the Machine was created by this call. The clones (their
+/// templates usually from the template index) are created together, then the Machine: two
+/// round trips to the API server after the plan is recorded, whatever the number of
+/// objects.
 pub(super) async fn create_objects(
     ctx: &Context,
     claim: &NodeClaim,
     plan: &Plan,
+    nodeclass: &NodeClass,
+    version: Option<String>,
 ) -> Result<bool, Error> {
-    let nodeclass = nodeclass_of(ctx, claim).unwrap_or_default();
     let ns = plan.namespace.clone();
     let uid = uid_of(claim);
     let mut labels: BTreeMap<String, String> = nodeclass.machine.labels.clone();
@@ -409,37 +397,24 @@ pub(super) async fn create_objects(
             )));
         }
     };
-    if nodeclass.version.is_none() {
-        // Not cached: nothing is created (only the control plane read below can fail once
-        // the clones exist; they are then rolled back).
-        cached_cluster(ctx, &ns, &plan.cluster)?;
-    }
-    let clones = async {
-        let (config, infra) = futures::try_join!(
-            bootstrap_clone(ctx, plan, &nodeclass, &target, &uid),
-            infra_clone(ctx, plan, &target, &uid),
-        )?;
-        let clones: Vec<Clone> = config.into_iter().chain(std::iter::once(infra)).collect();
-        create_clones(&clones, &uid, &ctx.cluster_id).await?;
-        Ok::<_, Error>(clones)
-    };
-    // The Machine's version is known before it is created: an unreadable Cluster is
-    // retried (its clones rolled back), never turned into a Machine without a version.
-    let (version, clones) = futures::join!(machine_version(ctx, plan, &nodeclass), clones);
-    let clones = clones?;
+    let (config, infra) = futures::try_join!(
+        bootstrap_clone(ctx, plan, nodeclass, &target, &uid),
+        infra_clone(ctx, plan, &target, &uid),
+    )?;
+    let clones: Vec<Clone> = config.into_iter().chain(std::iter::once(infra)).collect();
+    create_clones(&clones, &uid, &ctx.cluster_id).await?;
     let rollback = || async {
         for (api, object) in &clones {
             delete_quietly(api, &object.name_any()).await;
         }
     };
-    let version = match version {
-        Ok(v) => v,
+    let machine = match machine_object(plan, nodeclass, labels, &uid, version, bootstrap) {
+        Ok(m) => m,
         Err(e) => {
             rollback().await;
             return Err(e);
         }
     };
-    let machine = machine_object(plan, &nodeclass, labels, &uid, version, bootstrap)?;
     match create_or_adopt(&ctx.machines_dynamic(&ns), &machine, &uid, &ctx.cluster_id).await {
         Ok(created) => Ok(created),
         Err(e) => {
@@ -447,47 +422,6 @@ pub(super) async fn create_objects(
             Err(e)
         }
     }
-}
-
-/// The Cluster from the cache; not cached (yet) is an error launch retries.
-fn cached_cluster(
-    ctx: &Context,
-    ns: &str,
-    cluster: &str,
-) -> Result<Arc<clusterapi_api::Cluster>, Error> {
-    ctx.clusters
-        .get(&ObjectRef::new(cluster).within(ns))
-        .ok_or_else(|| {
-            Error::Launch(format!(
-                "Cluster {ns}/{cluster} not found; its Kubernetes version is needed for the Machine"
-            ))
-        })
-}
-
-/// The Kubernetes version of a Cluster: `spec.topology.version`, else its control plane's
-/// `spec.version`; `None` when neither is set. Errors (Cluster not cached yet, control plane
-/// unreadable) are returned so that launch retries.
-pub(super) async fn cluster_version(
-    ctx: &Context,
-    ns: &str,
-    cluster: &str,
-) -> Result<Option<String>, Error> {
-    let c = cached_cluster(ctx, ns, cluster)?;
-    if let Some(v) = c.topology_version() {
-        return Ok(Some(v.to_string()));
-    }
-    let Some(cp) = c.spec.control_plane_ref.as_ref() else {
-        return Ok(None);
-    };
-    let (_, ar) = ctx.preferred(&cp.api_group, &cp.kind).await?;
-    let cps: Api<DynamicObject> = Api::namespaced_with(ctx.management.clone(), ns, &ar);
-    let obj = cps.get(&cp.name).await?;
-    Ok(obj
-        .data
-        .get("spec")
-        .and_then(|s| s.get("version"))
-        .and_then(|v| v.as_str())
-        .map(str::to_string))
 }
 
 /// The spec hash of a bootstrap config template (`None`: gone).

@@ -217,6 +217,7 @@ fn provider_context(
         },
         kinds: Arc::default(),
         lookups: Arc::default(),
+        control_planes: Arc::default(),
         launched: Arc::default(),
         cluster_id,
     }

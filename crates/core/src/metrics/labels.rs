@@ -11,6 +11,13 @@ pub struct NodePoolLabels {
     pub nodepool: String,
 }
 
+/// A preflight check that held a launch, and the nodeclaim's nodepool.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PreflightLabels {
+    pub check: String,
+    pub nodepool: String,
+}
+
 /// An offering: its template, zone (empty when zone-less) and capacity type.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 pub struct OfferingLabels {

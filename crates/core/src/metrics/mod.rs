@@ -79,6 +79,8 @@ pub struct Metrics {
     pub nodepools_usage: ScopedFamily<ResourceLabels, Gauge<f64, AtomicU64>>,
     pub nodepools_limit: ScopedFamily<ResourceLabels, Gauge<f64, AtomicU64>>,
     pub machines_launched: ScopedFamily<NodePoolLabels, Counter>,
+    /// Launches put on hold by a failing preflight check, counted when each hold starts.
+    pub preflight_holds: ScopedFamily<PreflightLabels, Counter>,
     pub launch_duration: ScopedFamily<NodePoolLabels, Histogram, fn() -> Histogram>,
     pub catalog_instance_types: ScopedFamily<NodeClassLabels, Gauge>,
     pub nodeoverlay_matched_offerings: ScopedFamily<OverlayLabels, Gauge>,
@@ -120,7 +122,7 @@ crate::metrics::scope::scoped_families! {
     pods_disruption_initiated, nodes_created, nodes_terminated, pods_eviction_requests,
     pods_drained, scheduling_duration,
     cloudprovider_duration, cloudprovider_errors, nodepools_usage, nodepools_limit,
-    machines_launched, launch_duration, catalog_instance_types, nodeoverlay_matched_offerings,
+    machines_launched, preflight_holds, launch_duration, catalog_instance_types, nodeoverlay_matched_offerings,
     voluntary_disruption_eligible_nodes, nodepools_allowed_disruptions, consolidation_score,
     launch_steps, gc_skipped, disruption_skipped,
 }
@@ -155,6 +157,7 @@ impl Metrics {
             nodepools_usage: ScopedFamily::default(),
             nodepools_limit: ScopedFamily::default(),
             machines_launched: ScopedFamily::default(),
+            preflight_holds: ScopedFamily::default(),
             launch_duration: ScopedFamily::new_with_constructor(launch_histogram),
             catalog_instance_types: ScopedFamily::default(),
             nodeoverlay_matched_offerings: ScopedFamily::default(),
@@ -325,6 +328,11 @@ impl Metrics {
             "machines_launched",
             "Cluster API Machines created for nodeclaims.",
             Declared(self.machines_launched.family()),
+        );
+        r.register(
+            "preflight_holds",
+            "Machine launches put on hold by a failing preflight check (counted when a nodeclaim's hold starts), by check and nodepool.",
+            Declared(self.preflight_holds.family()),
         );
         r.register(
             "launch_duration_seconds",

@@ -114,6 +114,7 @@ async fn reconcile_fresh(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Action, Err
         return Ok(Action::await_change());
     }
     let drifted = super::drift::reconcile(ctx, &mut claim, instance.as_ref(), &mut status).await?;
+    super::outdated::sync(ctx, &claim, &status).await?;
     set_ready(&mut status.conditions);
     let Verdict::Alive(next) = verdict else {
         return Ok(Action::await_change());
@@ -192,6 +193,11 @@ async fn launch(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Option<Arc<NodeClaim
     {
         launch_failed(ctx, &claim, message).await;
     }
+    if let cloudprovider::Error::Held { reason, message } = &e {
+        // Waiting for something outside the claim: not bound by the launch timeout.
+        held(ctx, &claim, reason, message).await;
+        return Err(e.into());
+    }
     // A launch that keeps failing is still bound by the launch timeout.
     let timeout = ctx.provider.timeouts(&claim).launch;
     let age = claim
@@ -265,6 +271,37 @@ async fn launch_failed(ctx: &Ctx, claim: &NodeClaim, message: &str) {
     set_ready(&mut status.conditions);
     if let Err(write) = ctx.write_status(claim, &status).await {
         tracing::debug!(nodeclaim = %claim.name_any(), error = %write, "recording LaunchFailed failed");
+    }
+}
+
+/// The launch is held by the provider (`cloudprovider::Error::Held`): `Launched=Unknown`
+/// with the hold's reason and message, and a Warning event with that reason when the hold
+/// starts or its reason changes (best effort: the retry does not wait for it).
+async fn held(ctx: &Ctx, claim: &NodeClaim, reason: &str, message: &str) {
+    let mut status = claim.status.clone().unwrap_or_default();
+    let was = api::conditions::get(&status.conditions, types::LAUNCHED)
+        .map(|c| (c.reason.clone(), c.message.clone()));
+    let message = api::conditions::truncate(message, 300);
+    if was.as_ref().map(|(r, m)| (r.as_str(), m.as_str())) == Some((reason, message.as_str())) {
+        return;
+    }
+    if was.as_ref().is_none_or(|(r, _)| r != reason) {
+        tracing::info!(nodeclaim = %claim.name_any(), reason, %message, "launch held");
+        ctx.event(claim, EventType::Warning, reason, message.clone())
+            .await;
+    }
+    api::conditions::set(
+        &mut status.conditions,
+        types::LAUNCHED,
+        api::conditions::UNKNOWN,
+        reason,
+        &message,
+        None,
+        Timestamp::now(),
+    );
+    set_ready(&mut status.conditions);
+    if let Err(write) = ctx.write_status(claim, &status).await {
+        tracing::debug!(nodeclaim = %claim.name_any(), error = %write, "recording a held launch failed");
     }
 }
 
@@ -365,6 +402,11 @@ pub fn error_policy(claim: Arc<NodeClaim>, error: &Error, ctx: Arc<Ctx>) -> Acti
     if error.is_conflict() {
         tracing::debug!(nodeclaim = %claim.name_any(), "conflict; retrying from the fresh object");
         return Action::requeue(STALE_RETRY);
+    }
+    if let Error::Provider(cloudprovider::Error::Held { reason, .. }) = error {
+        // Recorded on the claim; the provider's changes bring it back when it may pass.
+        tracing::debug!(nodeclaim = %claim.name_any(), reason, "launch held");
+        return Action::requeue(ctx.settings.poll);
     }
     let wait = ctx.backoff.failed(&uid_of(claim.as_ref()));
     tracing::warn!(nodeclaim = %claim.name_any(), error = %error, retry_in = %api::duration::format_duration(wait), "reconcile failed");

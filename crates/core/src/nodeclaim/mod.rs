@@ -13,6 +13,7 @@ pub mod labels;
 pub mod lifecycle;
 pub(crate) mod liveness;
 pub(crate) mod node_sync;
+pub(crate) mod outdated;
 pub(crate) mod registration;
 pub mod repair;
 pub(crate) mod termination;

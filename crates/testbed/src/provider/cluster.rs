@@ -2,6 +2,65 @@
 
 use super::*;
 
+// --- the TestCluster and TestControlPlane controllers ---
+
+pub(super) async fn reconcile_cluster(obj: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action> {
+    if obj.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let api = namespaced(&ctx, &obj, &test_cluster_resource())?;
+    let failure_domains: Vec<Value> = obj.data["spec"]["failureDomains"]
+        .as_array()
+        .map(|fds| {
+            fds.iter()
+                .map(|fd| match fd {
+                    Value::String(name) => json!({"name": name, "controlPlane": false}),
+                    other => other.clone(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut status = json!({
+        "initialization": {"provisioned": true},
+        "ready": true,
+        "conditions": [condition(&obj, "Ready", true, "Provisioned", "")]
+    });
+    if !failure_domains.is_empty() {
+        status["failureDomains"] = Value::Array(failure_domains);
+    }
+    patch_status(&api, &obj, status).await?;
+    Ok(Action::await_change())
+}
+
+pub(super) async fn reconcile_control_plane(
+    obj: Arc<DynamicObject>,
+    ctx: Arc<Ctx>,
+) -> Result<Action> {
+    if obj.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let api = namespaced(&ctx, &obj, &test_control_plane_resource())?;
+    let mut status = json!({
+        "initialization": {"controlPlaneInitialized": true},
+        "initialized": true,
+        "ready": true,
+        "externalManagedControlPlane": true,
+        "conditions": [condition(&obj, "Available", true, "Available", "")]
+    });
+    // The control-plane contract's versions: the one it runs is `spec.version` at once,
+    // unless the test holds it at another (an upgrade in progress).
+    let running = obj
+        .annotations()
+        .get(CONTROL_PLANE_VERSION_ANNOTATION)
+        .cloned()
+        .or_else(|| obj.data["spec"]["version"].as_str().map(str::to_string));
+    if let Some(v) = running {
+        status["version"] = json!(v);
+    }
+    patch_status(&api, &obj, status).await?;
+    Ok(Action::await_change())
+}
+
 // --- a whole Cluster -------------------------------------------------------------------
 
 /// What [`create_cluster`] creates.

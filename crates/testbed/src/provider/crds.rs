@@ -19,7 +19,7 @@ pub fn test_machine_template_resource() -> ApiResource {
         "testmachinetemplates",
     )
 }
-pub(crate) fn test_control_plane_resource() -> ApiResource {
+pub fn test_control_plane_resource() -> ApiResource {
     resource(
         CONTROL_PLANE_GROUP,
         TEST_CONTROL_PLANE_KIND,

@@ -7,7 +7,7 @@
 //! | kind | group | role |
 //! | --- | --- | --- |
 //! | `TestCluster` | `infrastructure.cluster.x-k8s.io` | InfraCluster: provisioned at once, failure domains from `spec.failureDomains` |
-//! | `TestControlPlane` | `controlplane.cluster.x-k8s.io` | an externally managed control plane (like EKS/AKS): initialized at once |
+//! | `TestControlPlane` | `controlplane.cluster.x-k8s.io` | an externally managed control plane (like EKS/AKS): initialized at once; `status.version` = `spec.version` (or [`CONTROL_PLANE_VERSION_ANNOTATION`] while an upgrade is held) |
 //! | `TestMachineTemplate` | `infrastructure.cluster.x-k8s.io` | InfraMachineTemplate; scale-from-zero `status.capacity`/`status.nodeInfo` |
 //! | `TestMachine` | `infrastructure.cluster.x-k8s.io` | InfraMachine: providerID, provisioned, then a kwok Node |
 //! | `BareMetalHost` | `metal3.io` | with [`ProviderConfig::bare_metal_hosts`]: hosts a TestMachine with a `hostSelector` claims (the hosts module) |
@@ -124,6 +124,10 @@ pub const NO_PROVIDER_ID_ANNOTATION: &str = "testbed.cluster.x-k8s.io/no-provide
 pub const NO_NODE_ANNOTATION: &str = "testbed.cluster.x-k8s.io/no-node";
 /// TestMachine annotation: provisioning delay for this object (`"2s"`, `"500ms"`, `"1m"`).
 pub(crate) const PROVISION_DELAY_ANNOTATION: &str = "testbed.cluster.x-k8s.io/provision-delay";
+/// TestControlPlane annotation: the version it reports running (`status.version`) while its
+/// `spec.version` may be ahead (an upgrade in progress); without it, `status.version`
+/// follows `spec.version` at once.
+pub const CONTROL_PLANE_VERSION_ANNOTATION: &str = "testbed.cluster.x-k8s.io/running-version";
 /// Finalizer the provider keeps on TestMachines until their Node is deleted.
 pub(crate) const FINALIZER: &str = "testbed.cluster.x-k8s.io/testmachine";
 /// Reason of the `Ready=False` condition of a failed TestMachine.
@@ -234,10 +238,12 @@ impl std::fmt::Debug for ProviderConfig {
 }
 
 pub use cluster::{CapiCluster, ClusterSetup, create_cluster, orphan_machine_yaml, setup_cluster};
+use cluster::{reconcile_cluster, reconcile_control_plane};
 pub use crds::{
-    cluster_resource, crds, machine_resource, test_machine_resource, test_machine_template_resource,
+    cluster_resource, crds, machine_resource, test_control_plane_resource, test_machine_resource,
+    test_machine_template_resource,
 };
-use crds::{kubeadm_config_resource, test_cluster_resource, test_control_plane_resource};
+use crds::{kubeadm_config_resource, test_cluster_resource};
 pub use dra::{NO_SLICES_ANNOTATION, REAL_SLICES_ANNOTATION, slice_name};
 pub use hosts::{
     BARE_METAL_HOST_KIND, METAL3_GROUP, METAL3_VERSION, NO_HOST_REASON, bare_metal_host_crd,
@@ -518,50 +524,6 @@ fn is_subset(want: &Value, have: &Value) -> bool {
         }
         _ => want == have,
     }
-}
-
-async fn reconcile_cluster(obj: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action> {
-    if obj.metadata.deletion_timestamp.is_some() {
-        return Ok(Action::await_change());
-    }
-    let api = namespaced(&ctx, &obj, &test_cluster_resource())?;
-    let failure_domains: Vec<Value> = obj.data["spec"]["failureDomains"]
-        .as_array()
-        .map(|fds| {
-            fds.iter()
-                .map(|fd| match fd {
-                    Value::String(name) => json!({"name": name, "controlPlane": false}),
-                    other => other.clone(),
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut status = json!({
-        "initialization": {"provisioned": true},
-        "ready": true,
-        "conditions": [condition(&obj, "Ready", true, "Provisioned", "")]
-    });
-    if !failure_domains.is_empty() {
-        status["failureDomains"] = Value::Array(failure_domains);
-    }
-    patch_status(&api, &obj, status).await?;
-    Ok(Action::await_change())
-}
-
-async fn reconcile_control_plane(obj: Arc<DynamicObject>, ctx: Arc<Ctx>) -> Result<Action> {
-    if obj.metadata.deletion_timestamp.is_some() {
-        return Ok(Action::await_change());
-    }
-    let api = namespaced(&ctx, &obj, &test_control_plane_resource())?;
-    let status = json!({
-        "initialization": {"controlPlaneInitialized": true},
-        "initialized": true,
-        "ready": true,
-        "externalManagedControlPlane": true,
-        "conditions": [condition(&obj, "Available", true, "Available", "")]
-    });
-    patch_status(&api, &obj, status).await?;
-    Ok(Action::await_change())
 }
 
 /// Scale-from-zero contract: `status.capacity` / `status.nodeInfo` from the template's
