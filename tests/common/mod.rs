@@ -370,6 +370,10 @@ pub fn operator_config(tb: &Testbed) -> operator::RunConfig {
         health_addr: free_addr(),
         gc_interval: Duration::from_secs(2),
         gc_grace: Duration::from_secs(5),
+        // Karpenter validates a disruption move for 15 s; the suites wait for many moves one
+        // after another, and what validation guards (a move still valid later, pods not
+        // bound meanwhile) is the same at 5 s. The core's unit tests keep the 15 s.
+        disruption_validation: Duration::from_secs(5),
         ..Default::default()
     }
 }

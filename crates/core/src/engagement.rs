@@ -43,6 +43,8 @@ impl std::fmt::Display for ClusterKey {
 pub struct Knobs {
     pub node_repair_after: Duration,
     pub disruption_timeout: Duration,
+    /// How long a disruption move is validated before it is taken.
+    pub disruption_validation: Duration,
     pub batch_idle: Duration,
     pub batch_max: Duration,
     pub gc_interval: Duration,
@@ -364,6 +366,7 @@ fn disruption(
         nodes: caches.nodes.store(),
         provider,
         command_timeout: ctx.knobs.disruption_timeout,
+        validation: ctx.knobs.disruption_validation,
         connection: ctx.connection.clone(),
         pod_event_writes: Arc::default(),
     }

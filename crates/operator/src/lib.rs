@@ -64,6 +64,9 @@ pub struct RunConfig {
     /// How long a surge-first disruption waits for its replacements to initialize before
     /// it is rolled back.
     pub disruption_timeout: Duration,
+    /// How long a disruption move (emptiness, consolidation) is validated before it is
+    /// taken: Karpenter's 15 s; tests shorten it.
+    pub disruption_validation: Duration,
     /// How long a template's reported `available-count` is trusted.
     pub count_staleness: Duration,
     /// `--min-values-policy`: what provisioning does when a NodeClaim's instance types
@@ -99,6 +102,7 @@ impl Default for RunConfig {
             client_rate: ClientRate::default(),
             cluster_id: None,
             disruption_timeout: karpenter_core::disruption::orchestrate::TIMEOUT,
+            disruption_validation: karpenter_core::disruption::VALIDATION,
             count_staleness: clusterapi::availability::counts::DEFAULT_STALENESS,
             min_values_policy: scheduling::MinValuesPolicy::Strict,
             node_overlay: true,
@@ -149,6 +153,7 @@ impl Context {
             knobs: karpenter_core::engagement::Knobs {
                 node_repair_after: c.node_repair_after,
                 disruption_timeout: c.disruption_timeout,
+                disruption_validation: c.disruption_validation,
                 batch_idle: c.batch_idle,
                 batch_max: c.batch_max,
                 gc_interval: c.gc_interval,

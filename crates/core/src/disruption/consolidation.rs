@@ -9,7 +9,7 @@
 //!   candidate that can be deleted or replaced — by one cheaper node or split onto several
 //!   (see [`super::plan`]);
 //! - every `Balanced` pool of a move's candidates approves it only if its score is ≥ 0.5;
-//! - a move found is validated [`VALIDATION`] later by the same simulation (candidates
+//! - a move found is validated [`VALIDATION`](super::VALIDATION) (or as configured) later by the same simulation (candidates
 //!   still eligible, the move still possible) before it is decided.
 //!
 //! One move at a time across all pools (two would plan onto the same free room), none while
@@ -29,7 +29,7 @@ use super::candidates::{Candidate, Pool, consolidatable_at};
 use super::plan::{Action, Move, Priced};
 use super::search::{Limits, PoolInfo, PoolTotals, Pools, search, validate};
 use super::verdict::Verdict;
-use super::{Clock, Decision, Method, Note, Pass, Surge, VALIDATION, View, consolidation_verdict};
+use super::{Clock, Decision, Method, Note, Pass, Surge, View, consolidation_verdict};
 use crate::blockers::{Blocker, disruption_cost, do_not_disrupt, pod_blocker};
 use crate::objects::{claim_condition, name};
 
@@ -321,7 +321,7 @@ impl Consolidation {
         eligible
     }
 
-    /// The move under validation, if there is one (else `None`): held until [`VALIDATION`]
+    /// The move under validation, if there is one (else `None`): held until [`VALIDATION`](super::VALIDATION)
     /// has passed, then validated and decided, or dropped.
     fn validate_pending(
         &mut self,
@@ -335,7 +335,7 @@ impl Consolidation {
         let p = self.pending.as_ref()?;
         let mv = Arc::clone(&p.mv);
         let involved = p.pools.clone();
-        if clock.instant.duration_since(p.since) < VALIDATION {
+        if clock.instant.duration_since(p.since) < clock.validation {
             hold(pass, eligible, "waiting: another move is being validated");
             for c in &mv.candidates {
                 pass.verdicts.insert(c.clone(), consolidation_verdict(&mv));
@@ -376,7 +376,7 @@ impl Consolidation {
         let note = format!(
             "{} (validating for {}s)",
             consolidation_verdict(&mv),
-            VALIDATION.as_secs()
+            clock.validation.as_secs()
         );
         let pools = involved(&mv, eligible);
         for pool in &pools {

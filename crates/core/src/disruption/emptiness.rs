@@ -1,15 +1,17 @@
 //! Emptiness: a NodeClaim whose Node has no reschedulable pod is deleted once it has been
-//! `Consolidatable` for [`VALIDATION`] (`consolidateAfter` after its last pod event, or after
+//! `Consolidatable` for [`VALIDATION`](super::VALIDATION) (`consolidateAfter` after its last pod event, or after
 //! it initialized), the longest-consolidatable first, within the pool's `Empty` budget.
 //!
 //! Stateless, as Karpenter's: the clock starts at the timestamps on the objects
 //! (`status.lastPodEventTime`, the `Initialized` transition), so a restart loses nothing.
 
+use std::time::Duration;
+
 use api::karpenter::DisruptionReason;
 
 use super::budgets::PoolBudget;
 use super::candidates::{Pool, consolidatable_at};
-use super::{Clock, Decision, Method, Pass, VALIDATION, Verdict};
+use super::{Clock, Decision, Method, Pass, Verdict};
 use crate::blockers::pod_blocker;
 
 /// Deletes empty NodeClaims (no state: see the module documentation).
@@ -18,10 +20,10 @@ pub(crate) struct Emptiness;
 
 /// The verdict of an empty NodeClaim not deleted yet. No countdown in the text: it becomes
 /// the `Consolidatable` condition's message, written only when it changes.
-fn waiting(consolidatable: bool) -> Verdict {
+fn waiting(consolidatable: bool, validation: Duration) -> Verdict {
     Verdict::blocked(format!(
         "empty; deleted {}s after consolidateAfter elapses",
-        VALIDATION.as_secs()
+        validation.as_secs()
     ))
     .consolidatable(Some(consolidatable))
 }
@@ -39,7 +41,7 @@ impl Method for Emptiness {
             return Vec::new();
         };
         let validation =
-            k8s_openapi::jiff::SignedDuration::try_from(VALIDATION).unwrap_or_default();
+            k8s_openapi::jiff::SignedDuration::try_from(clock.validation).unwrap_or_default();
         let pdbs: Vec<_> = pass.view.pdbs.iter().map(|p| p.as_ref()).collect();
         let mut ready = Vec::new();
         for c in pool.candidates.iter().filter(|c| c.empty()) {
@@ -56,8 +58,10 @@ impl Method for Emptiness {
             match at.checked_add(validation) {
                 Ok(due) if due <= clock.now => ready.push((at, c.name)),
                 _ => {
-                    pass.verdicts
-                        .insert(c.name.to_string(), waiting(at <= clock.now));
+                    pass.verdicts.insert(
+                        c.name.to_string(),
+                        waiting(at <= clock.now, clock.validation),
+                    );
                 }
             }
         }

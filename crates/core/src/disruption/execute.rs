@@ -43,6 +43,8 @@ pub struct Disruption {
     pub provider: Arc<dyn CloudProvider>,
     /// How long a surge-first command may wait for its replacements to initialize.
     pub command_timeout: Duration,
+    /// How long a move is validated before it is taken (Karpenter's [`super::VALIDATION`]).
+    pub validation: Duration,
     /// No pass while the workload cluster does not answer (see `health`).
     pub connection: crate::health::Connection,
     /// The pod-event loop's NodeClaim writes: a claim it wrote after the cache's copy gets no
@@ -190,7 +192,7 @@ pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> 
         d.command_timeout,
         d.state.clone(),
     );
-    let mut timers = Timers::default();
+    let mut timers = Timers::with_validation(d.validation);
     // The last DisruptionBlocked message per NodeClaim: an event only when it changes.
     let mut blocked: HashMap<String, String> = HashMap::new();
     let mut written = status::Written::default();
@@ -220,7 +222,7 @@ pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> 
             }
             Err(e) => {
                 tracing::error!(error = %e, "disruption pass failed; timers restart");
-                timers = Timers::default();
+                timers = Timers::with_validation(d.validation);
                 continue;
             }
         };

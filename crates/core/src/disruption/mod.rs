@@ -172,6 +172,8 @@ pub fn no_catalog(_: &str) -> Option<Arc<InstanceTypes>> {
 pub struct Clock {
     pub now: Timestamp,
     pub instant: Instant,
+    /// How long a move is validated before it is taken ([`VALIDATION`] unless configured).
+    pub validation: Duration,
 }
 
 /// What the methods of one pass share across pools.
@@ -224,16 +226,36 @@ pub trait Method {
 }
 
 /// Every method's state between passes.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Timers {
     expiration: expiration::Expiration,
     emptiness: emptiness::Emptiness,
     static_drift: static_drift::StaticDrift,
     drift: drift::Drift,
     consolidation: consolidation::Consolidation,
+    /// See [`Clock::validation`].
+    validation: Duration,
+}
+
+impl Default for Timers {
+    fn default() -> Self {
+        Timers::with_validation(VALIDATION)
+    }
 }
 
 impl Timers {
+    /// Timers whose moves are validated for `validation` (Karpenter: [`VALIDATION`]).
+    pub fn with_validation(validation: Duration) -> Self {
+        Timers {
+            expiration: Default::default(),
+            emptiness: Default::default(),
+            static_drift: Default::default(),
+            drift: Default::default(),
+            consolidation: Default::default(),
+            validation,
+        }
+    }
+
     /// The methods, in the order they choose: a candidate one takes is not offered to the
     /// next.
     fn methods(&mut self) -> [&mut dyn Method; 5] {
@@ -273,7 +295,11 @@ pub fn pass(
     now: Timestamp,
     instant: Instant,
 ) -> Outcome {
-    let clock = Clock { now, instant };
+    let clock = Clock {
+        now,
+        instant,
+        validation: timers.validation,
+    };
     let mut pass = Pass {
         view,
         simulate,
