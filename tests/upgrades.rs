@@ -78,6 +78,35 @@ fn launched(c: &DynamicObject) -> Option<(String, String)> {
 }
 
 /// The Kubernetes versions of the NodePool's Machines, sorted.
+/// Each NodeClaim's conditions and disruption annotations, for a failure's message.
+fn claim_states(mirror: &Mirror) -> String {
+    let mut out = String::new();
+    for c in mirror.claims() {
+        let conditions: Vec<String> = c.data["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|k| {
+                format!(
+                    "{}={}({}: {})",
+                    k["type"].as_str().unwrap_or_default(),
+                    k["status"].as_str().unwrap_or_default(),
+                    k["reason"].as_str().unwrap_or_default(),
+                    k["message"].as_str().unwrap_or_default()
+                )
+            })
+            .collect();
+        let annotations: Vec<&String> = c.annotations().keys().collect();
+        out.push_str(&format!(
+            "  {} deleting={} annotations={annotations:?} {}\n",
+            c.name_any(),
+            c.metadata.deletion_timestamp.is_some(),
+            conditions.join(" ")
+        ));
+    }
+    out
+}
+
 async fn machine_versions(client: &Client, ns: &str) -> Option<Vec<String>> {
     let list = machines(client, ns)
         .list(&ListParams::default().labels("karpenter.sh/nodepool=default"))
@@ -349,8 +378,9 @@ async fn a_version_bump_drifts_nodes_after_the_control_plane() {
         }
         if let Err(e) = mirror.next(deadline).await {
             panic!(
-                "not rolled in time ({e}); versions {:?}",
-                machine_versions(&client, &cns).await
+                "not rolled in time ({e}); versions {:?}; claims:\n{}",
+                machine_versions(&client, &cns).await,
+                claim_states(&mirror)
             );
         }
     }
