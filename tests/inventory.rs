@@ -323,3 +323,104 @@ async fn two_nodepools_never_over_commit_the_hosts_and_a_freed_host_is_used_at_o
         "never more Machines than hosts"
     );
 }
+
+/// Terminate-first drift on finite hardware: every host is used, so no replacement can
+/// launch before its drifted node goes. Each drifted node is deleted first (within the
+/// budget of one), its pod waits, and the host it frees takes the replacement: the roll
+/// completes and no moment has more Machines than hosts.
+#[tokio::test]
+async fn drifted_nodes_on_full_hosts_are_replaced_terminate_first() {
+    let env = env(vec![("metal", "2", "4Gi", "0.05", json!({}))]).await;
+    let client = env.tb.client();
+    let cluster_ns = env.cluster.namespace.clone();
+    metal_hosts(&env, 2).await;
+    create_nodepool_with(
+        &client,
+        json!({}),
+        json!({"consolidateAfter": "Never", "budgets": [{"nodes": "1"}]}),
+    )
+    .await;
+    let ns = env.tb.temp_namespace().await.expect("namespace");
+    Api::<Deployment>::namespaced(client.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &deployment("web", 2, "1500m", "256Mi", json!({})),
+        )
+        .await
+        .expect("deployment");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let running_pods = || async {
+        let l = pods.list(&ListParams::default()).await.ok()?.items;
+        (l.len() == 2 && l.iter().all(running)).then_some(l)
+    };
+    wait_for("2 pods Running", Duration::from_secs(120), running_pods)
+        .await
+        .expect("both hosts run a pod");
+    assert_eq!(taken_hosts(&client, &cluster_ns).await, 2);
+    let originals: Vec<String> = list(&nodeclaims(&client), &ListParams::default())
+        .await
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    assert_eq!(originals.len(), 2);
+    assert_eq!(
+        counter(
+            &env,
+            "karpenter_voluntary_disruption_terminate_first_decisions_total"
+        )
+        .await,
+        0
+    );
+
+    // Drift every node (a new Kubernetes version).
+    nodeclasses(&client)
+        .patch(
+            "default",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"version": "v1.36.0"}})),
+        )
+        .await
+        .expect("drift the NodeClass");
+    let most_machines = std::sync::atomic::AtomicUsize::new(0);
+    let rolled = wait_for("every node replaced", Duration::from_secs(240), || async {
+        let machines = machines_from(&client, &cluster_ns, "metal").await;
+        most_machines.fetch_max(machines, std::sync::atomic::Ordering::Relaxed);
+        let claims = nodeclaims(&client)
+            .list(&ListParams::default())
+            .await
+            .expect("claims")
+            .items;
+        let replaced =
+            claims.len() == 2 && claims.iter().all(|c| !originals.contains(&c.name_any()));
+        if replaced { running_pods().await } else { None }
+    })
+    .await;
+    let claims = list(&nodeclaims(&client), &ListParams::default()).await;
+    assert!(
+        rolled.is_ok(),
+        "drift did not roll: claims {:?}",
+        claims
+            .iter()
+            .map(|c| (c.name_any(), c.data["status"]["conditions"].clone()))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        most_machines.load(std::sync::atomic::Ordering::Relaxed) <= 2,
+        "never more Machines than hosts"
+    );
+    assert_eq!(taken_hosts(&client, &cluster_ns).await, 2);
+    assert_eq!(
+        counter(
+            &env,
+            "karpenter_voluntary_disruption_terminate_first_decisions_total"
+        )
+        .await,
+        2,
+        "both drifted nodes went terminate-first"
+    );
+    let page = scrape(env.metrics_addr).await;
+    assert!(
+        page.contains(r#"karpenter_voluntary_disruption_decisions_total{decision="terminate-first",reason="drifted",consolidation_type=""} 2"#),
+        "{page}"
+    );
+}

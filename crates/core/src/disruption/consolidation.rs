@@ -290,6 +290,7 @@ impl Consolidation {
             nodepool: nodepool.to_string(),
             reason: DisruptionReason::Underutilized,
             expired: false,
+            terminate_first: None,
             message: consolidation_verdict(mv).to_string(),
             surge: Some(Surge {
                 replacements,

@@ -9,6 +9,12 @@
 //! ([`Timers::blocked`](super::Timers::blocked)) and is the candidate's verdict
 //! (`drifted (NodeClassDrifted); blocked: pod default/db-0 has do-not-disrupt`) unless a later
 //! method takes it ([`Pass::held`](super::Pass::held)).
+//!
+//! Terminate-first (Karpenter v1.15's `TerminateFirstDrift`, on here): when the pods fit
+//! nowhere before the candidate goes, but would once the unit of its counted offering it
+//! holds is free again (a bare-metal host, a `max-machines` slot: finite hardware, where a
+//! surge can never launch), it is deleted first within the same budget and the provisioner
+//! launches its replacement once its pods are pending and the unit is back.
 
 use api::consts::conditions as types;
 use api::karpenter::DisruptionReason;
@@ -19,6 +25,11 @@ use super::candidates::{Candidate, Pool};
 use super::verdict::Verdict;
 use super::{Clock, Decision, Method, Pass, Surge, View};
 use crate::blockers::{self, Blocker};
+
+/// `terminate_first_reason` of a drifted NodeClaim deleted before its replacement: no
+/// compatible offering has a unit left until it frees its own (Karpenter's
+/// `no-reserved-capacity`, for counted offerings).
+pub(crate) const NO_AVAILABLE_CAPACITY: &str = "no-available-capacity";
 
 /// A candidate that may not be disrupted now, and why (a `DisruptionBlocked` event).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,26 +137,41 @@ impl Method for Drift {
                 block(pass, c, why);
                 continue;
             }
-            let replacements = match pass.simulate.replacements(view, &[c]) {
-                Ok(r) => r,
-                Err(why) => {
-                    block(pass, c, format!("its pods cannot be placed: {why}"));
-                    continue;
-                }
+            // Surge-first; where no replacement can launch first but one could once the
+            // candidate frees what it holds (finite hardware), terminate-first.
+            let (surge, terminate_first) = match pass.simulate.replacements(view, &[c]) {
+                Ok(replacements) => (
+                    Some(Surge {
+                        replacements,
+                        ..Surge::default()
+                    }),
+                    None,
+                ),
+                Err(why) => match pass.simulate.terminate_first(view, c) {
+                    Ok(_) => (None, Some(why)),
+                    Err(_) => {
+                        block(pass, c, format!("its pods cannot be placed: {why}"));
+                        continue;
+                    }
+                },
             };
             let (reason, message) = condition(c).unwrap_or_default();
+            let mut message = format!("drifted ({reason}): {message}");
+            if let Some(why) = &terminate_first {
+                message.push_str(&format!(
+                    "; terminate-first: no replacement can launch before it goes ({why})"
+                ));
+            }
             budget.take(1);
             return vec![Decision {
                 command: None,
-                surge: Some(Surge {
-                    replacements,
-                    ..Surge::default()
-                }),
+                surge,
                 nodeclaim: c.name.to_string(),
                 nodepool: pool.name.to_string(),
                 reason: DisruptionReason::Drifted,
                 expired: false,
-                message: format!("drifted ({reason}): {message}"),
+                terminate_first: terminate_first.map(|_| NO_AVAILABLE_CAPACITY),
+                message,
             }];
         }
         Vec::new()

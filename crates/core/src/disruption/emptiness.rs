@@ -83,6 +83,7 @@ impl Method for Emptiness {
                 nodepool: pool.name.to_string(),
                 reason: DisruptionReason::Empty,
                 expired: false,
+                terminate_first: None,
                 command: None,
                 message: format!(
                     "consolidatable since {at} (consolidateAfter {})",

@@ -164,13 +164,21 @@ impl Disruption {
                 DisruptionReason::Underutilized => "single",
                 DisruptionReason::Drifted | DisruptionReason::Unhealthy => "",
             };
+            let decision = if d.terminate_first.is_some() {
+                "terminate-first"
+            } else {
+                "delete"
+            };
             super::tally::record_decision(
                 &self.metrics,
                 &d.nodepool,
-                "delete",
+                decision,
                 reason,
                 consolidation_type,
             );
+            if let Some(why) = d.terminate_first {
+                super::tally::record_terminate_first(&self.metrics, &d.nodepool, reason, why);
+            }
         }
         if let Err(e) =
             delete_disrupted(orchestrator, &claim, reason, &d.nodepool, &d.message).await

@@ -37,6 +37,7 @@ impl Method for Expiration {
                     nodepool: pool.name.to_string(),
                     reason: DisruptionReason::Empty,
                     expired: true,
+                    terminate_first: None,
                     message: format!("expired after {expire_after}"),
                     command: None,
                 })

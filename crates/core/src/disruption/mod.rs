@@ -74,6 +74,9 @@ pub struct Decision {
     pub reason: DisruptionReason,
     /// `Expired` is not a budgeted reason in Karpenter; we report it apart.
     pub expired: bool,
+    /// Deleted before its replacement launches (no replacement could launch first: see
+    /// [`simulate::Simulate::terminate_first`]): Karpenter's `terminate_first_reason`.
+    pub terminate_first: Option<&'static str>,
     pub message: String,
     /// Surge-first through [`orchestrate`] (taint, replacements initialized, then delete);
     /// `None` deletes at once.
@@ -466,5 +469,7 @@ fn consolidation_verdict(mv: &plan::Move) -> Verdict {
 mod consolidation_search_tests;
 #[cfg(test)]
 mod consolidation_tests;
+#[cfg(test)]
+mod terminate_first_tests;
 #[cfg(test)]
 mod volume_tests;

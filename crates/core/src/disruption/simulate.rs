@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use api::NodeClaim;
+use api::consts::labels as label;
 use cloudprovider::InstanceTypes;
 use k8s_openapi::api::core::v1::Pod;
 
@@ -25,6 +26,19 @@ pub trait Simulate {
         view: &View,
         candidates: &[&Candidate],
     ) -> Result<Vec<NodeClaim>, String>;
+
+    /// Terminate-first: when the candidate's pods fit nowhere before it goes
+    /// ([`Self::replacements`] failed), whether they would once it is gone, with the unit of
+    /// its counted offering it frees (a bare-metal host, a `max-machines` slot) available
+    /// again. `Ok(plan)`: they would (what the provisioner will launch after the deletion);
+    /// `Err(why)`: not even then, or its offering is not counted.
+    fn terminate_first(
+        &self,
+        _view: &View,
+        _candidate: &Candidate,
+    ) -> Result<Vec<NodeClaim>, String> {
+        Err("no capacity it frees is known".into())
+    }
 
     /// The replacement of one claim of static pool `pool` (its template, in `zone` if
     /// given); `Err(why)` when none can be planned.
@@ -75,17 +89,39 @@ pub struct Simulator<'a> {
     pub available: crate::model::convert::Availability,
 }
 
-impl Simulate for Simulator<'_> {
-    fn replacements(
+impl Simulator<'_> {
+    /// The count key of the offering `c` was launched from (by its instance type, zone and
+    /// capacity type labels), when that offering is counted.
+    fn count_key(&self, c: &Candidate) -> Option<String> {
+        let labels = c.claim.metadata.labels.as_ref()?;
+        let catalog = (self.catalog)(&c.claim.spec.node_class_ref.name)?;
+        let it = catalog.lookup(labels.get(label::INSTANCE_TYPE)?)?;
+        let zone = labels.get(label::ZONE);
+        let capacity_type = labels.get(label::CAPACITY_TYPE)?;
+        it.offerings
+            .iter()
+            .find(|o| o.zone.as_ref() == zone && &o.capacity_type == capacity_type)?
+            .count
+            .as_ref()
+            .map(|n| n.key.clone())
+    }
+
+    /// The plan for the pods of `candidates` without them; `credit`: a count key whose
+    /// offerings get one more unit (what a candidate frees once it is gone).
+    fn plan(
         &self,
         view: &View,
         candidates: &[&Candidate],
+        credit: Option<&str>,
     ) -> Result<Vec<NodeClaim>, String> {
         let nodes: Vec<&str> = candidates.iter().filter_map(|c| c.node.map(name)).collect();
         let claims: Vec<&str> = candidates.iter().map(|c| c.name).collect();
         let (rest, moving) = without(view.cluster, &nodes, &claims);
         let pools = rest.ready_nodepools();
-        let snap = snapshot::build(&rest, &pools, &moving, self.catalog, self.available);
+        let mut snap = snapshot::build(&rest, &pools, &moving, self.catalog, self.available);
+        if let Some(key) = credit {
+            credit_one(&mut snap.input, key);
+        }
         // The moving pods' claims held by no other pod are allocated again where they go.
         let dra = devices::dra(
             &devices::released(&rest.dra, &moving),
@@ -107,6 +143,37 @@ impl Simulate for Simulator<'_> {
             .iter()
             .filter_map(|c| snap.nodeclaim(c))
             .collect())
+    }
+}
+
+/// One more unit of the counted offerings of `key` (every pool's copy shares the count).
+fn credit_one(input: &mut scheduling::Input, key: &str) {
+    let offerings = input
+        .node_pools
+        .iter_mut()
+        .flat_map(|p| p.instance_types.iter_mut())
+        .flat_map(|it| it.offerings.iter_mut());
+    for count in offerings.filter_map(|o| o.count.as_mut()) {
+        if count.key == key {
+            count.available = count.available.saturating_add(1);
+        }
+    }
+}
+
+impl Simulate for Simulator<'_> {
+    fn replacements(
+        &self,
+        view: &View,
+        candidates: &[&Candidate],
+    ) -> Result<Vec<NodeClaim>, String> {
+        self.plan(view, candidates, None)
+    }
+
+    fn terminate_first(&self, view: &View, c: &Candidate) -> Result<Vec<NodeClaim>, String> {
+        let key = self
+            .count_key(c)
+            .ok_or_else(|| "its offering is not counted".to_string())?;
+        self.plan(view, &[c], Some(&key))
     }
 
     fn static_replacement(

@@ -154,6 +154,7 @@ impl Method for StaticDrift {
                 nodepool: pool.name.to_string(),
                 reason: DisruptionReason::Drifted,
                 expired: false,
+                terminate_first: None,
                 message,
             });
         }

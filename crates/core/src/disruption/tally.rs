@@ -4,7 +4,7 @@
 use api::NodeClaim;
 use kube::ResourceExt;
 
-use crate::metrics::{DecisionLabels, Metrics, PoolDecisionLabels};
+use crate::metrics::{DecisionLabels, Metrics, PoolDecisionLabels, TerminateFirstLabels};
 use crate::state::ClusterState;
 
 /// A decision taken: `karpenter_voluntary_disruption_decisions_total` and its per-NodePool
@@ -31,6 +31,19 @@ pub(crate) fn record_decision(
             decision: decision.into(),
             reason: reason.into(),
             consolidation_type: consolidation_type.into(),
+        })
+        .inc();
+}
+
+/// A NodeClaim deleted before its replacement launches:
+/// `karpenter_voluntary_disruption_terminate_first_decisions_total`.
+pub(crate) fn record_terminate_first(metrics: &Metrics, nodepool: &str, reason: &str, why: &str) {
+    metrics
+        .terminate_first_decisions
+        .get_or_create(&TerminateFirstLabels {
+            nodepool: nodepool.into(),
+            reason: reason.into(),
+            terminate_first_reason: why.into(),
         })
         .inc();
 }

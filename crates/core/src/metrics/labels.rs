@@ -34,7 +34,7 @@ pub struct CreatedLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DecisionLabels {
-    /// `delete` or `replace`.
+    /// `delete`, `replace` or `terminate-first`.
     pub decision: String,
     /// `drifted`, `empty`, `underutilized`.
     pub reason: String,
@@ -68,10 +68,18 @@ pub struct NodeLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PoolDecisionLabels {
     pub nodepool: String,
-    /// `delete` or `replace`.
+    /// `delete`, `replace` or `terminate-first`.
     pub decision: String,
     pub reason: String,
     pub consolidation_type: String,
+}
+
+/// `karpenter_voluntary_disruption_terminate_first_decisions_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TerminateFirstLabels {
+    pub nodepool: String,
+    pub reason: String,
+    pub terminate_first_reason: String,
 }
 
 /// `karpenter_pods_disruption_initiated_total`: Karpenter's labels of a disrupted NodeClaim.

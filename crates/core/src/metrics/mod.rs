@@ -63,6 +63,7 @@ pub struct Metrics {
     pub disruption_decisions: ScopedFamily<DecisionLabels, Counter>,
     pub disruption_queue_failures: ScopedFamily<DecisionLabels, Counter>,
     pub decisions_by_nodepool: ScopedFamily<PoolDecisionLabels, Counter>,
+    pub terminate_first_decisions: ScopedFamily<TerminateFirstLabels, Counter>,
     pub nodes_consuming_budgets: ScopedFamily<PoolReasonLabels, Gauge>,
     pub pods_disruption_initiated: ScopedFamily<PodDisruptionLabels, Counter>,
     pub nodes_created: ScopedFamily<NodeLabels, Counter>,
@@ -118,7 +119,8 @@ pub struct Metrics {
 crate::metrics::scope::scoped_families! {
     nodeclaims_created, nodeclaims_terminated, nodeclaims_disrupted,
     nodeclaims_unhealthy_disrupted, nodeclaims_drifted, disruption_decisions,
-    disruption_queue_failures, decisions_by_nodepool, nodes_consuming_budgets,
+    disruption_queue_failures, decisions_by_nodepool, terminate_first_decisions,
+    nodes_consuming_budgets,
     pods_disruption_initiated, nodes_created, nodes_terminated, pods_eviction_requests,
     pods_drained, scheduling_duration,
     cloudprovider_duration, cloudprovider_errors, nodepools_usage, nodepools_limit,
@@ -144,6 +146,7 @@ impl Metrics {
             disruption_decisions: ScopedFamily::default(),
             disruption_queue_failures: ScopedFamily::default(),
             decisions_by_nodepool: ScopedFamily::default(),
+            terminate_first_decisions: ScopedFamily::default(),
             nodes_consuming_budgets: ScopedFamily::default(),
             pods_disruption_initiated: ScopedFamily::default(),
             nodes_created: ScopedFamily::default(),
@@ -232,6 +235,11 @@ impl Metrics {
             "voluntary_disruption_decisions_by_nodepool",
             "Number of disruption decisions performed by nodepool. Labeled by nodepool name, disruption decision, reason, and consolidation type.",
             Declared(self.decisions_by_nodepool.family()),
+        );
+        r.register(
+            "voluntary_disruption_terminate_first_decisions",
+            "Number of disruption decisions that terminated a node before launching its replacement. Labeled by nodepool, reason and the reason surge was impossible.",
+            Declared(self.terminate_first_decisions.family()),
         );
         r.register(
             "nodepools_nodes_consuming_budgets",

@@ -1,0 +1,204 @@
+//! Terminate-first drift: a drifted node on finite hardware (its offering counted, none
+//! left) is deleted before its replacement, because the replacement can only launch on the
+//! unit it frees; surge-first wherever a replacement can launch first.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use api::NodeClaim;
+use cloudprovider::{InstanceType, InstanceTypes, OfferingCount, PriceSource, Resources};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use serde_json::json;
+
+use super::View;
+use super::candidates::Candidate;
+use super::consolidation_tests::{pool, typed};
+use super::simulate::{Simulate, Simulator};
+use super::{Timers, pass};
+use crate::model::convert::Availability;
+use crate::state::{Cluster, Objects};
+
+/// How the one offering of type `metal` (z1) is marked.
+#[derive(Clone, Copy)]
+enum Mark {
+    /// Counted, `n` left.
+    Counted(u32),
+    /// Not counted, backed off (unavailable for a reason the candidate does not free).
+    BackedOff,
+}
+
+fn catalog(mark: Mark) -> Arc<InstanceTypes> {
+    let r = Resources(BTreeMap::from([
+        ("cpu".to_string(), 4000),
+        ("memory".to_string(), 8 << 30),
+        ("pods".to_string(), 110),
+    ]));
+    let mut offering =
+        cloudprovider::Offering::new("t", Some("z1"), "on-demand", 0.1, PriceSource::Annotation);
+    match mark {
+        Mark::Counted(n) => {
+            offering.count = Some(OfferingCount {
+                key: "template metal, inventory".into(),
+                available: n,
+                exhausted: "template metal: 0 of 2 hosts available".into(),
+            })
+        }
+        Mark::BackedOff => offering.available = false,
+    }
+    Arc::new(InstanceTypes {
+        instance_types: vec![InstanceType {
+            devices: None,
+            volume_limits: BTreeMap::new(),
+            name: "metal".into(),
+            capacity: r.clone(),
+            allocatable: r,
+            labels: BTreeMap::new(),
+            taints: Vec::new(),
+            offerings: vec![offering],
+            capacity_overlaid: false,
+        }],
+        ..InstanceTypes::default()
+    })
+}
+
+/// Drifted NodeClaim `a` of type `metal` in z1, its Node running one 3-cpu pod (it fits no
+/// other node: there is none).
+fn cluster() -> Cluster {
+    let labels = json!({"karpenter.sh/nodepool": "default", "node.kubernetes.io/instance-type": "metal",
+        "topology.kubernetes.io/zone": "z1", "karpenter.sh/capacity-type": "on-demand",
+        "kubernetes.io/hostname": "node-a"});
+    let claim: Arc<NodeClaim> = typed(json!({"metadata": {"name": "a", "labels": labels,
+            "creationTimestamp": "2026-11-22T09:00:00Z"},
+        "spec": {"requirements": [], "nodeClassRef": {"group": "g", "kind": "K", "name": "n"}},
+        "status": {"nodeName": "node-a", "conditions": [
+            {"type": "Initialized", "status": "True", "reason": "r", "message": "",
+             "lastTransitionTime": "2026-11-22T10:00:00Z"},
+            {"type": "Drifted", "status": "True", "reason": "NodeClassDrifted",
+             "message": "Kubernetes version v1.35.0 -> v1.36.0",
+             "lastTransitionTime": "2026-11-22T10:00:00Z"}]}}));
+    let node: Arc<Node> = typed(json!({"metadata": {"name": "node-a", "labels": labels},
+        "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+                   "conditions": [{"type": "Ready", "status": "True"}]}}));
+    let pod: Arc<Pod> = typed(
+        json!({"metadata": {"name": "web-0", "namespace": "default", "uid": "web-0",
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "u", "controller": true}]},
+        "spec": {"nodeName": "node-a",
+                 "containers": [{"name": "c", "resources": {"requests": {"cpu": "3"}}}]},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}),
+    );
+    Cluster::new(Objects {
+        nodepools: vec![pool("WhenEmptyOrUnderutilized", json!([{"nodes": "1"}]))],
+        nodeclaims: vec![claim],
+        nodes: vec![node],
+        pods: vec![pod],
+        ..Objects::default()
+    })
+}
+
+/// The pass's decision for `a` with the offering marked `mark`: (surge replacements, or
+/// `None` for a delete; terminate-first reason), or the blocked message.
+fn decide(mark: Mark) -> Result<(Option<usize>, Option<&'static str>), String> {
+    let cluster = cluster();
+    let catalog = catalog(mark);
+    let lookup = move |_: &str| Some(Arc::clone(&catalog));
+    let view = View {
+        cluster: &cluster,
+        catalog: &lookup,
+        manual_drift: &crate::disruption::no_manual_drift,
+    };
+    let sim = Simulator {
+        catalog: &lookup,
+        available: Availability::Offered,
+    };
+    let now = "2026-11-22T11:00:00Z".parse().expect("time");
+    let mut timers = Timers::default();
+    let out = pass(&view, &mut timers, &sim, now, Instant::now());
+    match out.decisions.as_slice() {
+        [d] => {
+            assert_eq!(d.nodeclaim, "a");
+            if d.terminate_first.is_some() {
+                assert!(
+                    d.message
+                        .contains("terminate-first: no replacement can launch before it goes")
+                        && d.message.contains("no count left"),
+                    "{}",
+                    d.message
+                );
+            }
+            Ok((
+                d.surge.as_ref().map(|s| s.replacements.len()),
+                d.terminate_first,
+            ))
+        }
+        [] => Err(timers
+            .blocked()
+            .into_iter()
+            .map(|b| b.message)
+            .collect::<Vec<_>>()
+            .join("; ")),
+        more => panic!("one decision at most: {more:?}"),
+    }
+}
+
+#[test]
+fn a_drifted_node_whose_replacement_can_only_use_its_own_host_goes_first() {
+    // No host left: surge is impossible, the host it frees is enough.
+    assert_eq!(
+        decide(Mark::Counted(0)),
+        Ok((None, Some("no-available-capacity")))
+    );
+    // Positive control: a free host, so surge-first (one replacement first).
+    assert_eq!(decide(Mark::Counted(1)), Ok((Some(1), None)));
+    // An offering unavailable for another reason (backed off) is not freed by deleting the
+    // node: drift stays blocked.
+    let blocked = decide(Mark::BackedOff).expect_err("blocked");
+    assert!(
+        blocked.starts_with("drifted (NodeClassDrifted); blocked: its pods cannot be placed"),
+        "{blocked}"
+    );
+}
+
+#[test]
+fn the_credit_is_one_unit_of_the_candidates_own_offering() {
+    let cluster = cluster();
+    let catalog = catalog(Mark::Counted(0));
+    let lookup = move |_: &str| Some(Arc::clone(&catalog));
+    let view = View {
+        cluster: &cluster,
+        catalog: &lookup,
+        manual_drift: &crate::disruption::no_manual_drift,
+    };
+    let sim = Simulator {
+        catalog: &lookup,
+        available: Availability::Offered,
+    };
+    let pods: Vec<&Pod> = cluster.pods.iter().map(AsRef::as_ref).collect();
+    let candidate = Candidate {
+        claim: cluster.nodeclaims[0].as_ref(),
+        name: "a",
+        node: cluster.nodes.first().map(AsRef::as_ref),
+        pods: pods.clone(),
+        bound: pods,
+    };
+    assert!(sim.replacements(&view, &[&candidate]).is_err());
+    let plan = sim
+        .terminate_first(&view, &candidate)
+        .expect("fits once its host is free");
+    assert_eq!(plan.len(), 1, "{plan:?}");
+    // A candidate whose labels name no offering of the catalog frees nothing known.
+    let mut other = cluster.nodeclaims[0].as_ref().clone();
+    other
+        .metadata
+        .labels
+        .get_or_insert_default()
+        .insert("topology.kubernetes.io/zone".into(), "z9".into());
+    let elsewhere = Candidate {
+        claim: &other,
+        ..candidate
+    };
+    assert_eq!(
+        sim.terminate_first(&view, &elsewhere),
+        Err("its offering is not counted".to_string())
+    );
+}
