@@ -377,8 +377,12 @@ async fn a_version_bump_drifts_nodes_after_the_control_plane() {
             break;
         }
         if let Err(e) = mirror.next(deadline).await {
+            let mut events = Vec::new();
+            for c in mirror.claims() {
+                events.push((c.name_any(), events_for(&client, &c.name_any()).await));
+            }
             panic!(
-                "not rolled in time ({e}); versions {:?}; claims:\n{}",
+                "not rolled in time ({e}); versions {:?}; claims:\n{}events: {events:?}",
                 machine_versions(&client, &cns).await,
                 claim_states(&mirror)
             );
