@@ -428,6 +428,33 @@ async fn dashboard_metrics_follow_a_pod_and_its_node_and_are_all_exported() {
     .await
     .expect("the pod's series moves to its node (one series), the Machine runs, launch and startup are timed, the budgets are set");
 
+    // The seam's calls carry the loop that made them: the launch is the lifecycle's, the
+    // catalog reads are the provisioner's (and no call of a loop goes unlabelled).
+    let created = s.value(
+        "karpenter_cloudprovider_duration_seconds_count",
+        &[("controller", "nodeclaim.lifecycle"), ("method", "Create")],
+    );
+    assert!(
+        created.is_some_and(|n| n >= 1.0),
+        "Create by the lifecycle: {created:?}"
+    );
+    let catalog = s.series(
+        "karpenter_cloudprovider_duration_seconds_count",
+        &[
+            ("controller", "provisioner"),
+            ("method", "GetInstanceTypes"),
+        ],
+    );
+    assert!(!catalog.is_empty(), "GetInstanceTypes by the provisioner");
+    assert!(
+        s.series(
+            "karpenter_cloudprovider_duration_seconds_count",
+            &[("controller", ""), ("method", "Create")]
+        )
+        .is_empty(),
+        "no unlabelled Create"
+    );
+
     let mine = &s.series("karpenter_pods_state", &[("name", &name)])[0].labels;
     assert_eq!(mine["owner"], owner);
     assert_eq!(mine["nodepool"], "default");

@@ -205,24 +205,24 @@ impl Engagement {
     /// Spawns the loops (they stop when `stop` turns true) and garbage collection (aborted
     /// by the caller through the returned handle).
     pub fn run(self, tasks: &mut Tasks, stop: &watch::Receiver<bool>) -> (Tasks, AbortHandle) {
+        use crate::metrics::controller::run_as;
         let mut loops = Tasks::default();
-        loops.spawn(lifecycle::run(
-            self.lifecycle.clone(),
-            self.triggers,
-            stopped(stop.clone()),
+        loops.spawn(run_as(
+            "nodeclaim.lifecycle",
+            lifecycle::run(self.lifecycle.clone(), self.triggers, stopped(stop.clone())),
         ));
-        loops.spawn(crate::provisioning::run(
-            self.provisioner,
-            stopped(stop.clone()),
+        loops.spawn(run_as(
+            "provisioner",
+            crate::provisioning::run(self.provisioner, stopped(stop.clone())),
         ));
-        loops.spawn(crate::static_pools::run(
-            self.static_pools,
-            stopped(stop.clone()),
+        loops.spawn(run_as(
+            "static.provisioning",
+            crate::static_pools::run(self.static_pools, stopped(stop.clone())),
         ));
         let pod_event_writes = self.disruption.pod_event_writes.clone();
-        loops.spawn(crate::disruption::run(
-            self.disruption,
-            stopped(stop.clone()),
+        loops.spawn(run_as(
+            "disruption",
+            crate::disruption::run(self.disruption, stopped(stop.clone())),
         ));
         loops.spawn(crate::disruption::podevents::run(
             self.lifecycle.workload.clone(),
@@ -232,17 +232,16 @@ impl Engagement {
             pod_event_writes,
             stopped(stop.clone()),
         ));
-        loops.spawn(crate::nodepool_status::run(
-            self.nodepool_status,
-            stopped(stop.clone()),
+        loops.spawn(run_as(
+            "nodepool.readiness",
+            crate::nodepool_status::run(self.nodepool_status, stopped(stop.clone())),
         ));
         for provider_loop in self.provider_loops {
             loops.spawn(provider_loop(stop.clone()));
         }
-        let gc = tasks.spawn(crate::garbagecollection::run(
-            self.lifecycle,
-            self.gc_interval,
-            self.gc_grace,
+        let gc = tasks.spawn(run_as(
+            "nodeclaim.garbagecollection",
+            crate::garbagecollection::run(self.lifecycle, self.gc_interval, self.gc_grace),
         ));
         (loops, gc)
     }

@@ -218,9 +218,12 @@ pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> 
         let this = d.clone();
         let cluster = d.state.current();
         let read = Arc::clone(&cluster);
+        let controller = crate::metrics::controller::current();
         let pass = tokio::task::spawn_blocking(move || {
-            let outcome = this.pass(&read, &mut timers);
-            (outcome, timers)
+            crate::metrics::controller::blocking_as(controller, || {
+                let outcome = this.pass(&read, &mut timers);
+                (outcome, timers)
+            })
         })
         .await;
         let outcome = match pass {

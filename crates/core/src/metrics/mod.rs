@@ -14,6 +14,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub mod controller;
 pub mod gauges;
 pub mod labels;
 pub(crate) mod scope;
@@ -411,8 +412,8 @@ impl Metrics {
 }
 
 /// The seam's calls (`cloudprovider::metered::Metered`): `karpenter_cloudprovider_duration_seconds`
-/// and `karpenter_cloudprovider_errors_total` by method and provider (the calling loop is
-/// not known to the decorator: `controller` is empty).
+/// and `karpenter_cloudprovider_errors_total` by controller (the calling loop:
+/// [`controller::current`]), method and provider.
 impl cloudprovider::metered::CallRecorder for Metrics {
     fn record(
         &self,
@@ -423,7 +424,7 @@ impl cloudprovider::metered::CallRecorder for Metrics {
     ) {
         self.cloudprovider_duration
             .get_or_create(&MethodLabels {
-                controller: String::new(),
+                controller: controller::current().into(),
                 method: method.into(),
                 provider: provider.into(),
             })
@@ -431,7 +432,7 @@ impl cloudprovider::metered::CallRecorder for Metrics {
         if let Some(e) = error {
             self.cloudprovider_errors
                 .get_or_create(&ErrorLabels {
-                    controller: String::new(),
+                    controller: controller::current().into(),
                     method: method.into(),
                     provider: provider.into(),
                     error: e.metric_label().into(),

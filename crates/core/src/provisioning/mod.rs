@@ -139,8 +139,11 @@ impl Provisioner {
         let this = self.clone();
         let cluster = Arc::clone(cluster);
         let batch = pods.to_vec();
+        let controller = crate::metrics::controller::current();
         let (snapshot, output, elapsed) = tokio::task::spawn_blocking(move || {
-            let snapshot = this.snapshot(&cluster, &batch);
+            let snapshot = crate::metrics::controller::blocking_as(controller, || {
+                this.snapshot(&cluster, &batch)
+            });
             let start = Instant::now();
             let dra = crate::model::devices::dra(
                 &cluster.dra,
