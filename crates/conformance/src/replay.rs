@@ -132,8 +132,10 @@ pub fn solver_input(rec: &Record) -> (Input, Dra) {
 /// The DRA side of a record's solve: the provisioner's model of the cluster's DRA objects
 /// (`model::devices::dra`, empty when no pending pod claims devices), each instance type of
 /// the record's catalogs publishing the devices of its ResourceSliceTemplates (the first of a
-/// name wins, as the provisioner's catalogs). A template of shared counters only publishes no
-/// device; devices' counter consumption and multiple allocations are not modelled.
+/// name wins, as the provisioner's catalogs), their counter sets (partitionable devices)
+/// included. A type's templates are one pool per driver, as the model keeps an instance
+/// type's (Karpenter's templates of a driver share a pool). Multiple allocations (consumable
+/// capacity) are not modelled.
 pub fn dra(rec: &Record, cluster: &Cluster, pending: &[Arc<Pod>]) -> Dra {
     let mut dra = devices::dra(&cluster.dra, pending, []);
     if dra.is_empty() {
@@ -146,8 +148,8 @@ pub fn dra(rec: &Record, cluster: &Cluster, pending: &[Arc<Pod>]) -> Dra {
         let slices = it
             .resource_slice_templates
             .iter()
-            .filter(|t| !t.devices.is_empty())
             .map(|t| Slice {
+                counters: ::devices::counter_sets(&t.shared_counters),
                 driver: t.driver.clone(),
                 pool: String::new(),
                 devices: t

@@ -10,6 +10,8 @@
 //!   claim not generated yet (a pending pod the ResourceClaim controller has not seen, or a
 //!   snapshot's workload) is made from the template, named `<pod>-<entry>`, the pod's own;
 //!   a missing template blocks the pod with that reason;
+//! - a device's `consumesCounters` and a slice's `sharedCounters` (partitionable devices)
+//!   are kept, so allocations stay within the pool's budgets;
 //! - a ResourceSlice counts for the node its `spec.nodeName` names; slices of older
 //!   generations of a pool are ignored, and so are slices for several nodes (`nodeSelector`,
 //!   `allNodes`: network-attached devices are not modelled);
@@ -292,6 +294,7 @@ pub fn node_slices(slices: &[k8s::ResourceSlice]) -> BTreeMap<String, Vec<model:
             continue;
         }
         out.entry(node.clone()).or_default().push(model::Slice {
+            counters: counter_sets(s.spec.shared_counters.iter().flatten()),
             driver: s.spec.driver.clone(),
             pool: s.spec.pool.name.clone(),
             devices: s
@@ -311,6 +314,7 @@ pub fn instance_type_slices(d: &cloudprovider::Devices) -> Vec<model::Slice> {
     d.slices
         .iter()
         .map(|s| model::Slice {
+            counters: Vec::new(),
             driver: s.driver.clone(),
             pool: String::new(),
             devices: s.devices.iter().map(|d| device(&s.driver, d)).collect(),
@@ -348,9 +352,39 @@ pub fn device(driver: &str, d: &k8s::Device) -> model::Device {
             Some((model::qualified(k, driver), q))
         })
         .collect();
+    let consumes = d
+        .consumes_counters
+        .iter()
+        .flatten()
+        .map(|c| model::CounterSet {
+            name: c.counter_set.clone(),
+            counters: counters(&c.counters),
+        })
+        .collect();
     model::Device {
         name: d.name.clone(),
         attributes,
         capacity,
+        consumes,
     }
+}
+
+/// A pool's counter sets (`sharedCounters`).
+pub fn counter_sets<'a>(sets: impl IntoIterator<Item = &'a k8s::CounterSet>) -> Vec<model::CounterSet> {
+    sets.into_iter()
+        .map(|c| model::CounterSet {
+            name: c.name.clone(),
+            counters: counters(&c.counters),
+        })
+        .collect()
+}
+
+/// Counters by name; an unparseable amount is left out (a device drawing on it cannot be
+/// allocated, a budget without it allows none).
+fn counters(
+    c: &std::collections::BTreeMap<String, k8s::Counter>,
+) -> std::collections::BTreeMap<String, model::Quantity> {
+    c.iter()
+        .filter_map(|(k, v)| Some((k.clone(), model::Quantity::parse(&v.value.0).ok()?)))
+        .collect()
 }

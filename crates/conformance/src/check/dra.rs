@@ -309,3 +309,101 @@ fn counters_short(
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    const GPU: &str = "gpu.example.com";
+
+    /// Pods `p0…` each claiming its own claim `c<i>` of `count` devices of class `gpu`, whose
+    /// selector is `class_cel`.
+    fn record(pods: usize, count: i64, class_cel: &str) -> (Record, Vec<Pod>) {
+        let claims: Vec<Value> = (0..pods)
+            .map(|i| {
+                json!({"metadata": {"name": format!("c{i}"), "namespace": "default"},
+                "spec": {"devices": {"requests": [
+                    {"name": "req", "exactly": {"deviceClassName": "gpu", "count": count}}]}}})
+            })
+            .collect();
+        let pods: Vec<Pod> = (0..pods)
+            .map(|i| {
+                serde_json::from_value(json!({
+                    "metadata": {"name": format!("p{i}"), "namespace": "default"},
+                    "spec": {"containers": [], "resourceClaims": [
+                        {"name": "gpu", "resourceClaimName": format!("c{i}")}]}}))
+                .expect("pod")
+            })
+            .collect();
+        let rec = serde_json::from_value(json!({
+            "scenario": "s", "solve": 1, "karpenter": {},
+            "input": {
+                "resourceClaims": claims,
+                "deviceClasses": [{"metadata": {"name": "gpu"},
+                    "spec": {"selectors": [{"cel": {"expression": class_cel}}]}}],
+            }
+        }))
+        .expect("record");
+        (rec, pods)
+    }
+
+    fn gpu_type(devices: Value, counters: Value) -> RecordedInstanceType {
+        serde_json::from_value(json!({"name": "gpu-it", "resourceSliceTemplates": [
+            {"driver": GPU, "pool": "p", "sharedCounters": counters},
+            {"driver": GPU, "pool": "p", "devices": devices}]}))
+        .expect("instance type")
+    }
+
+    fn plain(n: usize) -> RecordedInstanceType {
+        let devices: Vec<Value> = (0..n).map(|i| json!({"name": format!("gpu-{i}")})).collect();
+        gpu_type(json!(devices), json!([]))
+    }
+
+    fn driver_class() -> String {
+        format!("device.driver == \"{GPU}\"")
+    }
+
+    #[test]
+    fn claims_need_as_many_devices_as_they_ask_for() {
+        let (rec, pods) = record(2, 1, &driver_class());
+        let refs: Vec<&Pod> = pods.iter().collect();
+        let short = shortfall(&rec, &refs, &plain(1)).expect("two devices on one");
+        assert!(short.contains("2 devices asked, 1 usable"), "{short}");
+        // Positive control: two devices take both, one takes either pod alone.
+        assert_eq!(shortfall(&rec, &refs, &plain(2)), None);
+        assert_eq!(shortfall(&rec, &refs[..1], &plain(1)), None);
+    }
+
+    #[test]
+    fn partitionable_devices_draw_on_their_pools_counters() {
+        let (rec, pods) = record(3, 1, &driver_class());
+        let refs: Vec<&Pod> = pods.iter().collect();
+        let profile = |i: usize, set: &str| {
+            json!({"name": format!("profile-{i}"), "consumesCounters": [
+                {"counterSet": set, "counters": {"memory": {"value": "40Gi"}}}]})
+        };
+        let budget = json!([{"name": "slices", "counters": {"memory": {"value": "80Gi"}}}]);
+        let it = gpu_type(
+            json!([profile(0, "slices"), profile(1, "slices"), profile(2, "slices")]),
+            budget.clone(),
+        );
+        let short = shortfall(&rec, &refs, &it).expect("three profiles over budget");
+        assert!(short.contains("counter slices/memory"), "{short}");
+        assert_eq!(shortfall(&rec, &refs[..2], &it), None, "two fit the budget");
+        // A device drawing on a set its pool lacks is unusable.
+        let lost = gpu_type(json!([profile(0, "other")]), budget);
+        assert!(shortfall(&rec, &refs[..1], &lost).is_some());
+    }
+
+    #[test]
+    fn other_selectors_are_not_checked_and_missing_classes_refuse() {
+        let (rec, pods) = record(2, 1, "device.attributes[\"x\"].model == \"a\"");
+        let refs: Vec<&Pod> = pods.iter().collect();
+        assert_eq!(shortfall(&rec, &refs, &plain(1)), None, "not checked");
+        let (mut rec, _) = record(2, 1, &driver_class());
+        rec.input.device_classes.clear();
+        let why = shortfall(&rec, &refs, &plain(2)).expect("no class");
+        assert!(why.contains("DeviceClass gpu not found"), "{why}");
+    }
+}

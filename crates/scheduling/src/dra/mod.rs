@@ -15,6 +15,12 @@
 //! fails on a device (an attribute it does not have) rules that device's node or instance
 //! type out for the claim, as kube-scheduler's allocator does.
 //!
+//! Partitionable devices: a device that consumes counters (`consumesCounters`) draws on its
+//! pool's counter sets (`sharedCounters`), and the devices allocated on a node stay within
+//! every budget; one drawing on a set or counter its pool lacks is never allocated. Devices
+//! allowing multiple allocations (consumable capacity) are allocated whole, and
+//! ResourceSlices for many nodes (`allNodes`, `nodeSelector`) are not read.
+//!
 //! Pure: the caller reads the objects from its caches (or a snapshot).
 
 pub mod cel;
@@ -162,13 +168,22 @@ pub struct DeviceId {
     pub device: String,
 }
 
-/// One ResourceSlice, trimmed: a driver's devices in a pool.
+/// One ResourceSlice, trimmed: a driver's devices in a pool, or the pool's shared counters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Slice {
     pub driver: String,
     /// The pool; for an instance type's slices, empty (the node's name once it runs).
     pub pool: String,
     pub devices: Vec<Device>,
+    /// `sharedCounters`: the budgets the pool's partitionable devices draw on.
+    pub counters: Vec<CounterSet>,
+}
+
+/// A counter set of a pool (`sharedCounters`): budget per counter.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CounterSet {
+    pub name: String,
+    pub counters: BTreeMap<String, Quantity>,
 }
 
 /// A device of a slice.
@@ -180,6 +195,9 @@ pub struct Device {
     pub attributes: BTreeMap<String, Attribute>,
     /// By fully qualified name, like `attributes`.
     pub capacity: BTreeMap<String, Quantity>,
+    /// `consumesCounters`: what allocating it draws from its pool's counter sets (a
+    /// partitionable device). A set or counter the pool lacks makes it unallocatable.
+    pub consumes: Vec<CounterSet>,
 }
 
 impl Device {

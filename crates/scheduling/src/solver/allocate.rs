@@ -59,6 +59,9 @@ impl Dfs<'_> {
             if !m[d] || self.taken[d] || !self.constraints_ok(i, d) {
                 continue;
             }
+            if !self.st.sources[self.src].within_budgets(&self.taken, &[d]) {
+                continue;
+            }
             self.taken[d] = true;
             self.chosen[i].push(d);
             if self.pick(i, m, left - 1, d + 1) {
@@ -74,6 +77,9 @@ impl Dfs<'_> {
     fn all(&mut self, i: usize, m: &[bool]) -> bool {
         let all: Vec<usize> = (0..m.len()).filter(|d| m[*d]).collect();
         if all.is_empty() || all.iter().any(|d| self.taken[*d]) {
+            return false;
+        }
+        if !self.st.sources[self.src].within_budgets(&self.taken, &all) {
             return false;
         }
         for &d in &all {
