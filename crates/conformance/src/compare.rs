@@ -173,9 +173,10 @@ fn unmodelled_dra(rec: &Record) -> Vec<&'static str> {
     }
     let its = || rec.input.instance_types.values().flatten();
     let templates = || its().flat_map(|it| &it.resource_slice_templates);
-    let shared = templates().flat_map(|t| &t.devices).any(|d| {
-        d.allow_multiple_allocations == Some(true) || d.consumes_counters.is_some()
-    }) || templates().any(|t| !t.shared_counters.is_empty())
+    let shared = templates()
+        .flat_map(|t| &t.devices)
+        .any(|d| d.allow_multiple_allocations == Some(true) || d.consumes_counters.is_some())
+        || templates().any(|t| !t.shared_counters.is_empty())
         || rec.input.resource_slices.iter().any(|s| {
             s.spec.shared_counters.is_some()
                 || s.spec.devices.iter().flatten().any(|d| {
@@ -185,7 +186,12 @@ fn unmodelled_dra(rec: &Record) -> Vec<&'static str> {
     if shared {
         out.push("DRA shared devices");
     }
-    if rec.input.resource_slices.iter().any(|s| s.spec.node_name.is_none()) {
+    if rec
+        .input
+        .resource_slices
+        .iter()
+        .any(|s| s.spec.node_name.is_none())
+    {
         out.push("DRA slices for many nodes");
     }
     if its().any(|it| it.attribute_bindings > 0) {

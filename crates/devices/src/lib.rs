@@ -370,7 +370,9 @@ pub fn device(driver: &str, d: &k8s::Device) -> model::Device {
 }
 
 /// A pool's counter sets (`sharedCounters`).
-pub fn counter_sets<'a>(sets: impl IntoIterator<Item = &'a k8s::CounterSet>) -> Vec<model::CounterSet> {
+pub fn counter_sets<'a>(
+    sets: impl IntoIterator<Item = &'a k8s::CounterSet>,
+) -> Vec<model::CounterSet> {
     sets.into_iter()
         .map(|c| model::CounterSet {
             name: c.name.clone(),

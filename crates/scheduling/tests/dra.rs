@@ -544,12 +544,20 @@ fn partitionable_devices_stay_within_their_pools_counter_budget() {
         vec![NodePool::new("default", vec![it("gpu", 8000, 32)])],
         pods("w", 1, 100, 128),
     );
-    assert!(solve_with_devices(&one_pod, &over).new_node_claims.is_empty());
+    assert!(
+        solve_with_devices(&one_pod, &over)
+            .new_node_claims
+            .is_empty()
+    );
     // A device drawing on a counter set its pool lacks is never allocatable.
     let mut missing = dra(&[("gpu", partitioned(1, "80Gi", "40Gi"))]);
     missing.instance_types.get_mut("gpu").expect("gpu")[0].counters[0].name = "other".into();
     claim(&mut missing, "w-0", gpu(1));
-    assert!(solve_with_devices(&one_pod, &missing).new_node_claims.is_empty());
+    assert!(
+        solve_with_devices(&one_pod, &missing)
+            .new_node_claims
+            .is_empty()
+    );
     // Control: with a budget for all three, one node takes them.
     let mut roomy = dra(&[("gpu", partitioned(3, "120Gi", "40Gi"))]);
     for p in ["w-0", "w-1", "w-2"] {

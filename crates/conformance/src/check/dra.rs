@@ -50,9 +50,11 @@ fn pod_claims<'a>(rec: &'a Record, pod: &Pod) -> Vec<((String, String), ClaimSta
         .unwrap_or_default();
     let spec = pod.spec.as_ref();
     let mut out = Vec::new();
-    for rc in spec.and_then(|s| s.resource_claims.as_deref()).unwrap_or_default() {
-        let (claim, template) = match (&rc.resource_claim_name, &rc.resource_claim_template_name)
-        {
+    for rc in spec
+        .and_then(|s| s.resource_claims.as_deref())
+        .unwrap_or_default()
+    {
+        let (claim, template) = match (&rc.resource_claim_name, &rc.resource_claim_template_name) {
             (Some(c), _) => (c.clone(), None),
             (None, Some(t)) => match statuses.iter().find(|s| s.name == rc.name) {
                 Some(s) => match &s.resource_claim_name {
@@ -156,7 +158,7 @@ fn request(rec: &Record, r: &DeviceRequest) -> Asked {
         };
         let demand = Demand {
             devices: if all { 1 } else { count },
-            capacity: cap.map(|m| resources::parse(m)).unwrap_or_default(),
+            capacity: cap.map(resources::parse).unwrap_or_default(),
         };
         best = match best {
             None => Some((driver, demand)),
@@ -187,7 +189,11 @@ pub(super) fn shortfall(rec: &Record, pods: &[&Pod], it: &RecordedInstanceType) 
                 ClaimState::Allocated => continue,
                 ClaimState::Open(s) => s,
             };
-            for r in spec.devices.iter().flat_map(|d| d.requests.iter().flatten()) {
+            for r in spec
+                .devices
+                .iter()
+                .flat_map(|d| d.requests.iter().flatten())
+            {
                 match request(rec, r) {
                     Asked::Refused(why) => return Some(format!("claim {}: {why}", key.1)),
                     Asked::Unchecked => {}
@@ -356,7 +362,9 @@ mod tests {
     }
 
     fn plain(n: usize) -> RecordedInstanceType {
-        let devices: Vec<Value> = (0..n).map(|i| json!({"name": format!("gpu-{i}")})).collect();
+        let devices: Vec<Value> = (0..n)
+            .map(|i| json!({"name": format!("gpu-{i}")}))
+            .collect();
         gpu_type(json!(devices), json!([]))
     }
 
@@ -385,7 +393,11 @@ mod tests {
         };
         let budget = json!([{"name": "slices", "counters": {"memory": {"value": "80Gi"}}}]);
         let it = gpu_type(
-            json!([profile(0, "slices"), profile(1, "slices"), profile(2, "slices")]),
+            json!([
+                profile(0, "slices"),
+                profile(1, "slices"),
+                profile(2, "slices")
+            ]),
             budget.clone(),
         );
         let short = shortfall(&rec, &refs, &it).expect("three profiles over budget");

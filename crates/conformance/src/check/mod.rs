@@ -382,8 +382,10 @@ impl<'a> Checker<'a> {
             }
         }
         if let Some(why) = dra::shortfall(self.rec, pods, l.it) {
-            self.out
-                .insert(Violation::new("devices", format!("{name} as {}: {why}", l.it.name)));
+            self.out.insert(Violation::new(
+                "devices",
+                format!("{name} as {}: {why}", l.it.name),
+            ));
         }
         if let Some(what) = resources::exceeded(&used, &allocatable(l.it, l.offering)) {
             self.out.insert(Violation::new(

@@ -326,7 +326,12 @@ fn counters(slices: &[Slice]) -> (Vec<Quantity>, Vec<Vec<(usize, Quantity)>>) {
                     out.push((UNUSABLE, Quantity::default()));
                 }
                 for (counter, q) in &cs.counters {
-                    let key = (sl.driver.as_str(), sl.pool.as_str(), cs.name.as_str(), counter.as_str());
+                    let key = (
+                        sl.driver.as_str(),
+                        sl.pool.as_str(),
+                        cs.name.as_str(),
+                        counter.as_str(),
+                    );
                     out.push((index.get(&key).copied().unwrap_or(UNUSABLE), *q));
                 }
             }
