@@ -201,6 +201,7 @@ fn request(r: &k8s::DeviceRequest) -> model::DeviceRequest {
             device_class: e.device_class_name.clone(),
             selectors: selectors(e.selectors.as_ref()),
             mode: mode(e.allocation_mode.as_deref(), e.count),
+            capacity: capacity_requests(e.capacity.as_ref()),
         });
     }
     for s in r.first_available.iter().flatten() {
@@ -209,12 +210,27 @@ fn request(r: &k8s::DeviceRequest) -> model::DeviceRequest {
             device_class: s.device_class_name.clone(),
             selectors: selectors(s.selectors.as_ref()),
             mode: mode(s.allocation_mode.as_deref(), s.count),
+            capacity: capacity_requests(s.capacity.as_ref()),
         });
     }
     model::DeviceRequest {
         name: r.name.clone(),
         alternatives,
     }
+}
+
+/// A request's `capacity.requests` (an unparseable amount asks for more than any device has).
+fn capacity_requests(
+    c: Option<&k8s::CapacityRequirements>,
+) -> std::collections::BTreeMap<String, model::Quantity> {
+    c.and_then(|c| c.requests.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| {
+            let q = model::Quantity::parse(&v.0).unwrap_or(model::Quantity::from_units(i64::MAX));
+            (k.clone(), q)
+        })
+        .collect()
 }
 
 /// `allocationMode` and `count` (ExactCount by default, count 1 by default; a count the API
@@ -352,6 +368,17 @@ pub fn device(driver: &str, d: &k8s::Device) -> model::Device {
             Some((model::qualified(k, driver), q))
         })
         .collect();
+    let policies = d
+        .capacity
+        .iter()
+        .flatten()
+        .filter_map(|(k, c)| {
+            Some((
+                model::qualified(k, driver),
+                policy(c.request_policy.as_ref()?),
+            ))
+        })
+        .collect();
     let consumes = d
         .consumes_counters
         .iter()
@@ -366,6 +393,21 @@ pub fn device(driver: &str, d: &k8s::Device) -> model::Device {
         attributes,
         capacity,
         consumes,
+        policies,
+    }
+}
+
+/// A capacity's `requestPolicy` (unparseable amounts left out).
+fn policy(p: &k8s::CapacityRequestPolicy) -> model::CapacityPolicy {
+    let q = |v: &k8s_openapi::apimachinery::pkg::api::resource::Quantity| {
+        model::Quantity::parse(&v.0).ok()
+    };
+    let range = p.valid_range.as_ref();
+    model::CapacityPolicy {
+        valid_values: p.valid_values.iter().flatten().filter_map(q).collect(),
+        min: range.and_then(|r| q(&r.min)),
+        max: range.and_then(|r| r.max.as_ref()).and_then(q),
+        step: range.and_then(|r| r.step.as_ref()).and_then(q),
     }
 }
 

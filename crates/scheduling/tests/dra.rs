@@ -565,3 +565,71 @@ fn partitionable_devices_stay_within_their_pools_counter_budget() {
     }
     assert_eq!(plan(&inp, &roomy), one("gpu"));
 }
+
+/// A request `gpu` of one device of class `GPU` offering `capacity`.
+fn gpu_with(capacity: &[(&str, &str)]) -> Vec<DeviceRequest> {
+    let mut r = DeviceRequest::exactly("gpu", GPU, 1);
+    r.alternatives[0].capacity = capacity
+        .iter()
+        .map(|(k, v)| (k.to_string(), Quantity::parse(v).expect("q")))
+        .collect();
+    vec![r]
+}
+
+#[test]
+fn a_capacity_request_needs_a_device_offering_it() {
+    // Karpenter's "Consumable capacity (P)" P6/P8/P9: a request over the device's capacity,
+    // of a dimension it lacks, or above its policy's valid values finds no device.
+    let one_pod = || {
+        input(
+            vec![NodePool::new("default", vec![it("gpu", 8000, 32)])],
+            pods("w", 1, 100, 128),
+        )
+    };
+    let placed = |req: Vec<DeviceRequest>, slices: Vec<Slice>| {
+        let mut d = dra(&[("gpu", slices)]);
+        claim(&mut d, "w-0", req);
+        !solve_with_devices(&one_pod(), &d)
+            .new_node_claims
+            .is_empty()
+    };
+    let memory = format!("{GPU}/memory");
+    assert!(placed(
+        gpu_with(&[(&memory, "16Gi")]),
+        gpus(1, "40Gi", "a100")
+    ));
+    assert!(
+        placed(gpu_with(&[("memory", "40Gi")]), gpus(1, "40Gi", "a100")),
+        "bare name"
+    );
+    assert!(!placed(
+        gpu_with(&[(&memory, "48Gi")]),
+        gpus(1, "40Gi", "a100")
+    ));
+    assert!(!placed(
+        gpu_with(&[("bandwidth", "10")]),
+        gpus(1, "40Gi", "a100")
+    ));
+    // validValues round a request up: 5Gi takes 8Gi; 17Gi, though within the 32Gi, has no
+    // valid value.
+    let with_policy = || {
+        let mut s = gpus(1, "32Gi", "a100");
+        s[0].devices[0].policies.insert(
+            memory.clone(),
+            CapacityPolicy {
+                valid_values: ["4Gi", "8Gi", "16Gi"]
+                    .iter()
+                    .map(|v| Quantity::parse(v).expect("q"))
+                    .collect(),
+                ..CapacityPolicy::default()
+            },
+        );
+        s
+    };
+    assert!(placed(gpu_with(&[(&memory, "5Gi")]), with_policy()));
+    assert!(!placed(gpu_with(&[(&memory, "17Gi")]), with_policy()));
+    assert!(placed(
+        gpu_with(&[(&memory, "17Gi")]),
+        gpus(1, "32Gi", "a100")
+    ));
+}

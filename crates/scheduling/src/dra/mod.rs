@@ -100,6 +100,9 @@ pub struct SubRequest {
     /// CEL expressions, ANDed with the class's.
     pub selectors: Vec<String>,
     pub mode: AllocationMode,
+    /// `capacity.requests`: what each device must offer, by capacity name (a bare name is in
+    /// the device's driver's domain).
+    pub capacity: BTreeMap<String, Quantity>,
 }
 
 impl SubRequest {
@@ -110,6 +113,7 @@ impl SubRequest {
             device_class: class.to_string(),
             selectors: Vec::new(),
             mode: AllocationMode::ExactCount(count),
+            capacity: BTreeMap::new(),
         }
     }
 }
@@ -198,6 +202,70 @@ pub struct Device {
     /// `consumesCounters`: what allocating it draws from its pool's counter sets (a
     /// partitionable device). A set or counter the pool lacks makes it unallocatable.
     pub consumes: Vec<CounterSet>,
+    /// Each capacity's `requestPolicy`, by fully qualified name, where it has one.
+    pub policies: BTreeMap<String, CapacityPolicy>,
+}
+
+/// A capacity's `requestPolicy`: the amounts a request may take of it (`validValues`, or
+/// `validRange` `min`, `max`, `step`); a request is rounded up to the next one allowed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CapacityPolicy {
+    pub valid_values: Vec<Quantity>,
+    pub min: Option<Quantity>,
+    pub max: Option<Quantity>,
+    pub step: Option<Quantity>,
+}
+
+impl Device {
+    /// Whether the device can serve a request of `capacity` (by name; a bare name is in
+    /// `driver`'s domain): it has each capacity, and the amount — rounded up as the capacity's
+    /// policy allows — is within it. Capacity is not shared out: the device is allocated
+    /// whole (consumable capacity, several claims on one device, is not modelled).
+    pub fn serves(&self, driver: &str, capacity: &BTreeMap<String, Quantity>) -> bool {
+        capacity.iter().all(|(name, want)| {
+            let name = qualified(name, driver);
+            let Some(have) = self.capacity.get(&name) else {
+                return false;
+            };
+            let amount = match self.policies.get(&name) {
+                Some(p) => match p.round(*want) {
+                    Some(a) => a,
+                    None => return false,
+                },
+                None => *want,
+            };
+            amount <= *have
+        })
+    }
+}
+
+impl CapacityPolicy {
+    /// `want` rounded up to an amount the policy allows (`None`: none).
+    fn round(&self, want: Quantity) -> Option<Quantity> {
+        if !self.valid_values.is_empty() {
+            return self
+                .valid_values
+                .iter()
+                .filter(|v| **v >= want)
+                .min()
+                .copied();
+        }
+        let mut amount = want;
+        if let Some(min) = self.min {
+            amount = amount.max(min);
+            if let Some(step) = self.step.filter(|s| s.sign() > 0) {
+                let mut v = min;
+                while v < amount {
+                    v = v.checked_add(step)?;
+                }
+                amount = v;
+            }
+        }
+        match self.max {
+            Some(max) if amount > max => None,
+            _ => Some(amount),
+        }
+    }
 }
 
 impl Device {

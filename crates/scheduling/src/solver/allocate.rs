@@ -35,6 +35,18 @@ impl Dfs<'_> {
             let Ok(m) = &self.st.matches[alt.sig][self.src] else {
                 continue;
             };
+            let served;
+            let m = if alt.capacity.is_empty() {
+                m.as_slice()
+            } else {
+                let devices = &self.st.sources[self.src].devices;
+                served = m
+                    .iter()
+                    .zip(devices)
+                    .map(|(ok, (driver, d))| *ok && d.serves(driver, &alt.capacity))
+                    .collect::<Vec<bool>>();
+                served.as_slice()
+            };
             let ok = match alt.mode {
                 AllocationMode::ExactCount(n) => self.pick(i, m, n as usize, 0),
                 AllocationMode::All => self.all(i, m),

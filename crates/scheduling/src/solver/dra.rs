@@ -13,7 +13,7 @@
 //! A claim allocated in the cluster pins its pods to its node; one allocated during this
 //! solve pins the pods that share it to the node or NodeClaim that took it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::*;
@@ -58,6 +58,8 @@ pub(super) struct Alt {
     pub(super) mode: AllocationMode,
     pub(super) class: String,
     pub(super) selective: bool,
+    /// The capacity each device must offer ([`Device::serves`]).
+    pub(super) capacity: BTreeMap<String, Quantity>,
 }
 
 /// The devices one node (or a node of one instance type) publishes.
@@ -447,6 +449,7 @@ impl Builder {
                     mode: a.mode,
                     class: a.device_class.clone(),
                     selective: !a.selectors.is_empty(),
+                    capacity: a.capacity.clone(),
                 });
             }
             requests.push(Req {
