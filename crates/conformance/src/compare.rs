@@ -146,9 +146,8 @@ fn unmodelled(rec: &Record) -> Vec<&'static str> {
 
 /// The DRA features a record uses that our model lacks: Karpenter's DRA switched off
 /// (`IgnoreDRARequests`, its default) while a pending pod claims devices; devices shared by
-/// capacity (`allowMultipleAllocations`) or drawing on a pool's counters (partitionable
-/// devices); ResourceSlices for many nodes (`allNodes`, `nodeSelector`: we read only a node's
-/// own); attribute bindings.
+/// capacity (`allowMultipleAllocations`); ResourceSlices for many nodes (`allNodes`,
+/// `nodeSelector`: we read only a node's own); attribute bindings.
 fn unmodelled_dra(rec: &Record) -> Vec<&'static str> {
     let mut out = Vec::new();
     let claiming = rec.pods.iter().any(|p| {
@@ -173,16 +172,14 @@ fn unmodelled_dra(rec: &Record) -> Vec<&'static str> {
     }
     let its = || rec.input.instance_types.values().flatten();
     let templates = || its().flat_map(|it| &it.resource_slice_templates);
-    let shared = templates()
-        .flat_map(|t| &t.devices)
-        .any(|d| d.allow_multiple_allocations == Some(true) || d.consumes_counters.is_some())
-        || templates().any(|t| !t.shared_counters.is_empty())
-        || rec.input.resource_slices.iter().any(|s| {
-            s.spec.shared_counters.is_some()
-                || s.spec.devices.iter().flatten().any(|d| {
-                    d.allow_multiple_allocations == Some(true) || d.consumes_counters.is_some()
-                })
-        });
+    let multiple =
+        |d: &k8s_openapi::api::resource::v1::Device| d.allow_multiple_allocations == Some(true);
+    let shared = templates().flat_map(|t| &t.devices).any(multiple)
+        || rec
+            .input
+            .resource_slices
+            .iter()
+            .any(|s| s.spec.devices.iter().flatten().any(multiple));
     if shared {
         out.push("DRA shared devices");
     }

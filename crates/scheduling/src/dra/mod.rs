@@ -17,8 +17,10 @@
 //!
 //! Partitionable devices: a device that consumes counters (`consumesCounters`) draws on its
 //! pool's counter sets (`sharedCounters`), and the devices allocated on a node stay within
-//! every budget; one drawing on a set or counter its pool lacks is never allocated. Devices
-//! allowing multiple allocations (consumable capacity) are allocated whole, and
+//! every budget; one drawing on a set or counter its pool lacks is never allocated. A request's
+//! `capacity` must fit a device (its names, the amounts rounded up by the capacity's
+//! `requestPolicy`); devices allowing multiple allocations (consumable capacity) are still
+//! allocated whole, to one claim, and
 //! ResourceSlices for many nodes (`allNodes`, `nodeSelector`) are not read.
 //!
 //! Pure: the caller reads the objects from its caches (or a snapshot).
