@@ -6,12 +6,15 @@
 // inject/hook_test.go beside the tests (it names each record after the running Ginkgo spec),
 // then runs that package's tests (suite_test.go, topology_test.go, instance_selection_test.go,
 // defaultconstraints_test.go, reservationmanager_test.go, reserved_fallback_test.go, ...)
-// unchanged against envtest (kube-apiserver and etcd from -assets). Every Solve writes
+// unchanged against envtest (kube-apiserver and etcd from -assets). A second run records
+// Karpenter's DRA specs, which live in pkg/controllers/provisioning (dra_test.go, "Dynamic
+// Resource Allocation": they enable DRA with IgnoreDRARequests=false in their BeforeEach, as
+// the scheduling suite does not); their records are numbered from 10001. Every Solve writes
 // solve-NNNNN.json into -out: the scenario, the scheduler's input and Karpenter's result.
 // Failing specs do not stop the recording; the failures are printed and the exit status is 1
 // (as it is when no Solve was recorded), so hack/conformance/run.sh compares and then fails.
 //
-//	go run . -assets DIR -out DIR [-work DIR] [-focus REGEXP] [-seed N]
+//	go run . -assets DIR -out DIR [-work DIR] [-focus REGEXP] [-seed N] [-runs scheduling,dra]
 package main
 
 import (
@@ -27,6 +30,18 @@ import (
 )
 
 const pkg = "pkg/controllers/provisioning/scheduling"
+
+// A run: one test package's specs (a focus of its own, or -focus), recorded with record
+// numbers from base+1. The hook naming records is copied into the package as hookPkg.
+type run struct {
+	name, pkg, hookPkg, focus string
+	base                      int
+}
+
+var runs = []run{
+	{name: "scheduling", pkg: pkg, hookPkg: "scheduling_test"},
+	{name: "dra", pkg: "pkg/controllers/provisioning", hookPkg: "provisioning_test", focus: "Dynamic Resource Allocation", base: 10000},
+}
 
 // Each patch inserts text after (or before) an anchor line that must occur exactly once.
 type patch struct {
@@ -49,6 +64,7 @@ func main() {
 	work := flag.String("work", "", "scratch directory for the patched module (default: a temp dir)")
 	focus := flag.String("focus", "", "only specs matching this regexp (ginkgo.focus)")
 	seed := flag.String("seed", "1", "Ginkgo's random seed (the order of specs, so the records, depend on it)")
+	only := flag.String("runs", "scheduling,dra", "which runs: scheduling (the scheduling package), dra (the provisioning package's DRA specs)")
 	flag.Parse()
 	if *assets == "" || *out == "" {
 		fail(fmt.Errorf("-assets and -out are required"))
@@ -77,20 +93,44 @@ func main() {
 	if err := os.MkdirAll(outAbs, 0o755); err != nil {
 		fail(err)
 	}
-	args := []string{"test", "-v", "-tags", "karpenter_conformance", "-count=1", "-timeout", "90m", "./" + pkg + "/", "-args", "-ginkgo.no-color", "-ginkgo.seed", *seed}
-	if *focus != "" {
-		args = append(args, "-ginkgo.focus", *focus)
+	failed := false
+	for _, r := range runs {
+		if !strings.Contains(","+*only+",", ","+r.name+",") {
+			continue
+		}
+		if err := testRun(r, dst, assetsAbs, outAbs, *focus, *seed, version); err != nil {
+			failed = true
+		}
+	}
+	records, _ := filepath.Glob(filepath.Join(outAbs, "solve-*.json"))
+	fmt.Fprintf(os.Stderr, "conformance: %d Solve records in %s\n", len(records), outAbs)
+	if len(records) == 0 || failed {
+		os.Exit(1)
+	}
+}
+
+// testRun runs one package's specs with the recorder; its log goes to go-test[-NAME].log.
+func testRun(r run, dst, assets, out, focus, seed, version string) error {
+	args := []string{"test", "-v", "-tags", "karpenter_conformance", "-count=1", "-timeout", "90m", "./" + r.pkg + "/", "-args", "-ginkgo.no-color", "-ginkgo.seed", seed}
+	if focus == "" {
+		focus = r.focus
+	}
+	if focus != "" {
+		args = append(args, "-ginkgo.focus", focus)
 	}
 	cmd := exec.Command("go", args...)
 	cmd.Dir = dst
-	cmd.Env = append(os.Environ(), "KUBEBUILDER_ASSETS="+assetsAbs, "CONFORMANCE_OUT="+outAbs)
+	cmd.Env = append(os.Environ(), "KUBEBUILDER_ASSETS="+assets, "CONFORMANCE_OUT="+out, fmt.Sprintf("CONFORMANCE_SEQ_BASE=%d", r.base))
 	var log bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
-	fmt.Fprintf(os.Stderr, "conformance: running Karpenter v%s's scheduling tests in %s\n", version, dst)
+	fmt.Fprintf(os.Stderr, "conformance: running Karpenter v%s's %s tests (%s) in %s\n", version, r.name, r.pkg, dst)
 	runErr := cmd.Run()
-	_ = os.WriteFile(filepath.Join(outAbs, "go-test.log"), log.Bytes(), 0o644)
-	records, _ := filepath.Glob(filepath.Join(outAbs, "solve-*.json"))
-	fmt.Fprintf(os.Stderr, "conformance: %d Solve records in %s (go test: %v; log in go-test.log)\n", len(records), outAbs, status(runErr))
+	logName := "go-test.log"
+	if r.name != "scheduling" {
+		logName = "go-test-" + r.name + ".log"
+	}
+	_ = os.WriteFile(filepath.Join(out, logName), log.Bytes(), 0o644)
+	fmt.Fprintf(os.Stderr, "conformance: %s: go test: %v; log in %s\n", r.name, status(runErr), logName)
 	for _, line := range strings.Split(log.String(), "\n") {
 		// Ginkgo's summary: the specs the suite declares and how many ran.
 		if strings.HasPrefix(line, "Ran ") && strings.Contains(line, " Specs in ") {
@@ -104,9 +144,7 @@ func main() {
 			}
 		}
 	}
-	if len(records) == 0 || runErr != nil {
-		os.Exit(1)
-	}
+	return runErr
 }
 
 func status(err error) string {
@@ -159,12 +197,20 @@ func inject(dst string) error {
 	if err != nil {
 		return err
 	}
-	for _, f := range []string{"dump.go", "hook_test.go"} {
-		b, err := os.ReadFile(filepath.Join(here, "inject", f))
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(dst, pkg, "conformance_"+f), b, 0o644); err != nil {
+	b, err := os.ReadFile(filepath.Join(here, "inject", "dump.go"))
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dst, pkg, "conformance_dump.go"), b, 0o644); err != nil {
+		return err
+	}
+	hook, err := os.ReadFile(filepath.Join(here, "inject", "hook_test.go"))
+	if err != nil {
+		return err
+	}
+	for _, r := range runs {
+		text := strings.Replace(string(hook), "package scheduling_test\n", "package "+r.hookPkg+"\n", 1)
+		if err := os.WriteFile(filepath.Join(dst, r.pkg, "conformance_hook_test.go"), []byte(text), 0o644); err != nil {
 			return err
 		}
 	}

@@ -140,8 +140,59 @@ fn unmodelled(rec: &Record) -> Vec<&'static str> {
     if reserved {
         out.push("reserved offerings");
     }
-    if rec.input.dra {
-        out.push("DRA");
+    out.extend(unmodelled_dra(rec));
+    out
+}
+
+/// The DRA features a record uses that our model lacks: Karpenter's DRA switched off
+/// (`IgnoreDRARequests`, its default) while a pending pod claims devices; devices shared by
+/// capacity (`allowMultipleAllocations`); ResourceSlices for many nodes (`allNodes`,
+/// `nodeSelector`: we read only a node's own); attribute bindings.
+fn unmodelled_dra(rec: &Record) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    let claiming = rec.pods.iter().any(|p| {
+        p.spec.as_ref().is_some_and(|s| {
+            s.resource_claims.as_ref().is_some_and(|c| !c.is_empty())
+                || s.containers
+                    .iter()
+                    .chain(s.init_containers.iter().flatten())
+                    .any(|c| {
+                        c.resources
+                            .as_ref()
+                            .and_then(|r| r.claims.as_ref())
+                            .is_some_and(|c| !c.is_empty())
+                    })
+        })
+    });
+    if claiming && !rec.input.dra {
+        out.push("DRA off in Karpenter");
+    }
+    if !rec.input.dra {
+        return out;
+    }
+    let its = || rec.input.instance_types.values().flatten();
+    let templates = || its().flat_map(|it| &it.resource_slice_templates);
+    let multiple =
+        |d: &k8s_openapi::api::resource::v1::Device| d.allow_multiple_allocations == Some(true);
+    let shared = templates().flat_map(|t| &t.devices).any(multiple)
+        || rec
+            .input
+            .resource_slices
+            .iter()
+            .any(|s| s.spec.devices.iter().flatten().any(multiple));
+    if shared {
+        out.push("DRA shared devices");
+    }
+    if rec
+        .input
+        .resource_slices
+        .iter()
+        .any(|s| s.spec.node_name.is_none())
+    {
+        out.push("DRA slices for many nodes");
+    }
+    if its().any(|it| it.attribute_bindings > 0) {
+        out.push("DRA attribute bindings");
     }
     out
 }

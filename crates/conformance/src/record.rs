@@ -13,6 +13,9 @@ use api::NodePool;
 use api::karpenter::NodeSelectorRequirementWithMinValues;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod, Taint};
+use k8s_openapi::api::resource::v1::{
+    CounterSet, Device, DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -69,6 +72,39 @@ pub struct RecordedInstanceType {
         skip_serializing_if = "BTreeMap::is_empty"
     )]
     pub volume_attachment_limits: BTreeMap<String, i64>,
+    /// The DRA devices a node of this type publishes (Karpenter's
+    /// `DynamicResources.ResourceSliceTemplates`; absent in records made before them).
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub resource_slice_templates: Vec<RecordedSliceTemplate>,
+    /// How many `DynamicResources.AttributeBindings` the type has (not replayed).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub attribute_bindings: i64,
+}
+
+/// A Karpenter `cloudprovider.ResourceSliceTemplate`: a driver's devices in a pool, as a
+/// ResourceSlice's `spec.devices`, or the pool's shared counters.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RecordedSliceTemplate {
+    pub driver: String,
+    #[serde(default)]
+    pub pool: String,
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub devices: Vec<Device>,
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub shared_counters: Vec<CounterSet>,
 }
 
 /// What Karpenter's scheduler was given (besides the pods to schedule).
@@ -117,6 +153,32 @@ pub struct RecordedInput {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub csi_nodes: Vec<CSINode>,
+    /// The Dynamic Resource Allocation objects the scheduler's client saw (absent in records
+    /// made before them).
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub resource_claims: Vec<ResourceClaim>,
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub resource_claim_templates: Vec<ResourceClaimTemplate>,
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub device_classes: Vec<DeviceClass>,
+    #[serde(
+        default,
+        deserialize_with = "nullable",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub resource_slices: Vec<ResourceSlice>,
     /// Some pod to schedule has volume topology requirements (Karpenter's view).
     #[serde(default)]
     pub volume_requirements: bool,
@@ -189,6 +251,14 @@ impl Record {
             .chain(i.persistent_volumes.iter_mut().map(|o| &mut o.metadata))
             .chain(i.storage_classes.iter_mut().map(|o| &mut o.metadata))
             .chain(i.csi_nodes.iter_mut().map(|o| &mut o.metadata))
+            .chain(i.resource_claims.iter_mut().map(|o| &mut o.metadata))
+            .chain(
+                i.resource_claim_templates
+                    .iter_mut()
+                    .map(|o| &mut o.metadata),
+            )
+            .chain(i.device_classes.iter_mut().map(|o| &mut o.metadata))
+            .chain(i.resource_slices.iter_mut().map(|o| &mut o.metadata))
             .chain(self.pods.iter_mut().map(|o| &mut o.metadata));
         for m in metas {
             m.managed_fields = None;

@@ -5,14 +5,20 @@
 //! pending pods' volumes (`volumes::apply`), bound pods' attachments (`volumes::uses`) and
 //! each node's CSINode limits; the instance type limits a node falls back on come from the
 //! record's catalog (as Karpenter's scheduler looks up a state node's instance type). Bare
-//! ephemeral volume claims get their pod as owner ([`Record::volume_claims`]).
+//! ephemeral volume claims get their pod as owner ([`Record::volume_claims`]). The recorded
+//! DRA objects (ResourceClaims, ResourceClaimTemplates, DeviceClasses, ResourceSlices) join
+//! the cluster too and go through the provisioner's `model::devices::dra`, each instance type
+//! publishing the devices of its recorded ResourceSliceTemplates ([`dra`]); the solve is
+//! `solve_with_devices`, as the provisioner's.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use karpenter_core::model::{convert, volumes};
+use k8s_openapi::api::core::v1::Pod;
+use karpenter_core::model::{convert, devices, volumes};
 use karpenter_core::provisioning::{nodeclaim, snapshot};
-use karpenter_core::state::{Cluster, Objects};
+use karpenter_core::state::{Cluster, DraObjects, Objects};
+use scheduling::dra::{Dra, Slice};
 use scheduling::{Input, InstanceType, Offering, Output};
 
 use crate::check::{Plan, PlannedClaim};
@@ -74,6 +80,11 @@ fn arcs<T: Clone>(v: &[T]) -> Vec<Arc<T>> {
 
 /// The solver input for a record.
 pub fn input(rec: &Record) -> Input {
+    solver_input(rec).0
+}
+
+/// The solver input for a record and its DRA side.
+pub fn solver_input(rec: &Record) -> (Input, Dra) {
     let pending = arcs(&rec.pods);
     let mut pods = arcs(&rec.input.bound_pods);
     pods.extend(pending.iter().cloned());
@@ -87,6 +98,12 @@ pub fn input(rec: &Record) -> Input {
         pvs: arcs(&rec.input.persistent_volumes),
         storageclasses: arcs(&rec.input.storage_classes),
         csinodes: arcs(&rec.input.csi_nodes),
+        dra: DraObjects {
+            classes: arcs(&rec.input.device_classes),
+            claims: arcs(&rec.input.resource_claims),
+            templates: arcs(&rec.input.resource_claim_templates),
+            slices: arcs(&rec.input.resource_slices),
+        },
         ..Objects::default()
     });
     let pools = arcs(&rec.input.node_pools);
@@ -108,7 +125,43 @@ pub fn input(rec: &Record) -> Input {
     for node in &mut input.nodes {
         node.volume_limits = node_volume_limits(rec, &cluster, node);
     }
-    input
+    let dra = dra(rec, &cluster, &pending);
+    (input, dra)
+}
+
+/// The DRA side of a record's solve: the provisioner's model of the cluster's DRA objects
+/// (`model::devices::dra`, empty when no pending pod claims devices), each instance type of
+/// the record's catalogs publishing the devices of its ResourceSliceTemplates (the first of a
+/// name wins, as the provisioner's catalogs), their counter sets (partitionable devices)
+/// included. A type's templates are one pool per driver, as the model keeps an instance
+/// type's (Karpenter's templates of a driver share a pool). Multiple allocations (consumable
+/// capacity) are not modelled.
+pub fn dra(rec: &Record, cluster: &Cluster, pending: &[Arc<Pod>]) -> Dra {
+    let mut dra = devices::dra(&cluster.dra, pending, []);
+    if dra.is_empty() {
+        return dra;
+    }
+    for it in rec.input.instance_types.values().flatten() {
+        if it.resource_slice_templates.is_empty() || dra.instance_types.contains_key(&it.name) {
+            continue;
+        }
+        let slices = it
+            .resource_slice_templates
+            .iter()
+            .map(|t| Slice {
+                counters: ::devices::counter_sets(&t.shared_counters),
+                driver: t.driver.clone(),
+                pool: String::new(),
+                devices: t
+                    .devices
+                    .iter()
+                    .map(|d| ::devices::device(&t.driver, d))
+                    .collect(),
+            })
+            .collect();
+        dra.instance_types.insert(it.name.clone(), slices);
+    }
+    dra
 }
 
 /// An existing node's attach limits: its instance type's from the record's catalog of its
@@ -184,7 +237,8 @@ pub fn plan(out: &Output) -> Plan {
 
 /// Replays a record: our plan.
 pub fn ours(rec: &Record) -> Plan {
-    plan(&scheduling::solve(&input(rec)))
+    let (input, dra) = solver_input(rec);
+    plan(&scheduling::solve_with_devices(&input, &dra))
 }
 
 /// Karpenter's recorded result as a plan.

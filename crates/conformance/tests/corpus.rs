@@ -20,6 +20,9 @@ use conformance::replay;
 const LARGE_SELECTION: usize = 8;
 /// Default topology spread specs (`Topology DefaultConstraints …`) the corpus must hold.
 const DEFAULT_SPREAD: usize = 12;
+/// DRA specs (Karpenter's `Dynamic Resource Allocation …`, claims and devices recorded) the
+/// corpus must hold: every one that makes such a Solve (2026-11-28: 38).
+const DRA_SPECS: usize = 38;
 
 /// The corpus, loaded once for every test of this binary.
 fn corpus() -> &'static [Record] {
@@ -108,6 +111,21 @@ fn quick_corpus_holds_large_catalogs_and_default_spread() {
         "{} default-spread specs",
         defaults.len()
     );
+    // Karpenter's DRA specs (DRA on), with their claims and the types' devices recorded.
+    let dra: BTreeSet<&str> = records
+        .iter()
+        .filter(|r| r.input.dra && r.scenario.starts_with("Dynamic Resource Allocation"))
+        .filter(|r| !r.input.resource_claims.is_empty())
+        .filter(|r| {
+            r.input
+                .instance_types
+                .values()
+                .flatten()
+                .any(|it| !it.resource_slice_templates.is_empty())
+        })
+        .map(|r| r.scenario.as_str())
+        .collect();
+    assert!(dra.len() >= DRA_SPECS, "{} DRA specs", dra.len());
 }
 
 /// All of a plan's pods on its first NodeClaim.
@@ -127,7 +145,7 @@ fn merged(p: &Plan) -> Plan {
 }
 
 /// The checker is not a rubber stamp: crammed onto one NodeClaim, Karpenter's own plans break
-/// resources, anti-affinity, spread and attach limits in the corpus.
+/// resources, anti-affinity, spread, attach limits and devices in the corpus.
 #[test]
 fn checker_rejects_plans_crammed_onto_one_nodeclaim() {
     let mut kinds = BTreeSet::new();
@@ -148,6 +166,7 @@ fn checker_rejects_plans_crammed_onto_one_nodeclaim() {
         "pod anti-affinity",
         "topology spread",
         "volume limits",
+        "devices",
     ] {
         assert!(
             kinds.contains(want),

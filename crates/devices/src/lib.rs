@@ -10,6 +10,8 @@
 //!   claim not generated yet (a pending pod the ResourceClaim controller has not seen, or a
 //!   snapshot's workload) is made from the template, named `<pod>-<entry>`, the pod's own;
 //!   a missing template blocks the pod with that reason;
+//! - a device's `consumesCounters` and a slice's `sharedCounters` (partitionable devices)
+//!   are kept, so allocations stay within the pool's budgets;
 //! - a ResourceSlice counts for the node its `spec.nodeName` names; slices of older
 //!   generations of a pool are ignored, and so are slices for several nodes (`nodeSelector`,
 //!   `allNodes`: network-attached devices are not modelled);
@@ -199,6 +201,7 @@ fn request(r: &k8s::DeviceRequest) -> model::DeviceRequest {
             device_class: e.device_class_name.clone(),
             selectors: selectors(e.selectors.as_ref()),
             mode: mode(e.allocation_mode.as_deref(), e.count),
+            capacity: capacity_requests(e.capacity.as_ref()),
         });
     }
     for s in r.first_available.iter().flatten() {
@@ -207,12 +210,27 @@ fn request(r: &k8s::DeviceRequest) -> model::DeviceRequest {
             device_class: s.device_class_name.clone(),
             selectors: selectors(s.selectors.as_ref()),
             mode: mode(s.allocation_mode.as_deref(), s.count),
+            capacity: capacity_requests(s.capacity.as_ref()),
         });
     }
     model::DeviceRequest {
         name: r.name.clone(),
         alternatives,
     }
+}
+
+/// A request's `capacity.requests` (an unparseable amount asks for more than any device has).
+fn capacity_requests(
+    c: Option<&k8s::CapacityRequirements>,
+) -> std::collections::BTreeMap<String, model::Quantity> {
+    c.and_then(|c| c.requests.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| {
+            let q = model::Quantity::parse(&v.0).unwrap_or(model::Quantity::from_units(i64::MAX));
+            (k.clone(), q)
+        })
+        .collect()
 }
 
 /// `allocationMode` and `count` (ExactCount by default, count 1 by default; a count the API
@@ -292,6 +310,7 @@ pub fn node_slices(slices: &[k8s::ResourceSlice]) -> BTreeMap<String, Vec<model:
             continue;
         }
         out.entry(node.clone()).or_default().push(model::Slice {
+            counters: counter_sets(s.spec.shared_counters.iter().flatten()),
             driver: s.spec.driver.clone(),
             pool: s.spec.pool.name.clone(),
             devices: s
@@ -311,6 +330,7 @@ pub fn instance_type_slices(d: &cloudprovider::Devices) -> Vec<model::Slice> {
     d.slices
         .iter()
         .map(|s| model::Slice {
+            counters: Vec::new(),
             driver: s.driver.clone(),
             pool: String::new(),
             devices: s.devices.iter().map(|d| device(&s.driver, d)).collect(),
@@ -348,9 +368,67 @@ pub fn device(driver: &str, d: &k8s::Device) -> model::Device {
             Some((model::qualified(k, driver), q))
         })
         .collect();
+    let policies = d
+        .capacity
+        .iter()
+        .flatten()
+        .filter_map(|(k, c)| {
+            Some((
+                model::qualified(k, driver),
+                policy(c.request_policy.as_ref()?),
+            ))
+        })
+        .collect();
+    let consumes = d
+        .consumes_counters
+        .iter()
+        .flatten()
+        .map(|c| model::CounterSet {
+            name: c.counter_set.clone(),
+            counters: counters(&c.counters),
+        })
+        .collect();
     model::Device {
         name: d.name.clone(),
         attributes,
         capacity,
+        consumes,
+        policies,
     }
+}
+
+/// A capacity's `requestPolicy` (unparseable amounts left out).
+fn policy(p: &k8s::CapacityRequestPolicy) -> model::CapacityPolicy {
+    let q = |v: &k8s_openapi::apimachinery::pkg::api::resource::Quantity| {
+        model::Quantity::parse(&v.0).ok()
+    };
+    let range = p.valid_range.as_ref();
+    model::CapacityPolicy {
+        valid_values: p.valid_values.iter().flatten().filter_map(q).collect(),
+        min: range.and_then(|r| q(&r.min)),
+        max: range.and_then(|r| r.max.as_ref()).and_then(q),
+        step: range.and_then(|r| r.step.as_ref()).and_then(q),
+    }
+}
+
+/// A pool's counter sets (`sharedCounters`).
+pub fn counter_sets<'a>(
+    sets: impl IntoIterator<Item = &'a k8s::CounterSet>,
+) -> Vec<model::CounterSet> {
+    sets.into_iter()
+        .map(|c| model::CounterSet {
+            name: c.name.clone(),
+            counters: counters(&c.counters),
+        })
+        .collect()
+}
+
+/// Counters by name; an unparseable amount is left out (a device drawing on it cannot be
+/// allocated, a budget without it allows none).
+fn counters(
+    c: &std::collections::BTreeMap<String, k8s::Counter>,
+) -> std::collections::BTreeMap<String, model::Quantity> {
+    c.iter()
+        .filter_map(|(k, v)| Some((k.clone(), model::Quantity::parse(&v.value.0).ok()?)))
+        .collect()
 }

@@ -280,6 +280,7 @@ pub fn input_with_devices(pods: usize) -> (Input, crate::dra::Dra) {
         dra.instance_types.insert(
             t.name.clone(),
             vec![Slice {
+                counters: Vec::new(),
                 driver: BENCH_GPU_DRIVER.to_string(),
                 pool: String::new(),
                 devices,

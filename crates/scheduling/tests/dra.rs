@@ -19,8 +19,10 @@ fn gpus(n: usize, memory: &str, model: &str) -> Vec<Slice> {
                 name: format!("gpu-{i}"),
                 attributes: [(format!("{GPU}/model"), Attribute::String(model.into()))].into(),
                 capacity: [(format!("{GPU}/memory"), Quantity::parse(memory).expect("q"))].into(),
+                ..Device::default()
             })
             .collect(),
+        ..Slice::default()
     }]
 }
 
@@ -197,6 +199,7 @@ fn a_selector_on_an_attribute_a_type_lacks_rules_that_type_out() {
         driver: GPU.into(),
         pool: String::new(),
         devices: vec![Device::named("gpu-0")],
+        ..Slice::default()
     }];
     let inp = input(vec![pool], pods("train", 1, 1000, 1024));
     let sel = format!("device.capacity[\"{GPU}\"].memory.compareTo(quantity(\"40Gi\")) >= 0");
@@ -494,4 +497,139 @@ fn a_semver_attribute_compares_as_a_version() {
     let mut d = dra(&types);
     claim(&mut d, "w-0", vec![with_selector(GPU, 1, &sel)]);
     assert_eq!(plan(&inp, &d)[0].len(), 2);
+}
+
+/// A partitionable GPU: one pool whose `profiles` devices each draw `each` of the `budget`
+/// of counter set `gpu-slices`' `memory`.
+fn partitioned(profiles: usize, budget: &str, each: &str) -> Vec<Slice> {
+    let set = |q: &str| CounterSet {
+        name: "gpu-slices".into(),
+        counters: [("memory".to_string(), Quantity::parse(q).expect("q"))].into(),
+    };
+    vec![
+        Slice {
+            driver: GPU.into(),
+            counters: vec![set(budget)],
+            ..Slice::default()
+        },
+        Slice {
+            driver: GPU.into(),
+            devices: (0..profiles)
+                .map(|i| Device {
+                    name: format!("profile-{i}"),
+                    consumes: vec![set(each)],
+                    ..Device::default()
+                })
+                .collect(),
+            ..Slice::default()
+        },
+    ]
+}
+
+#[test]
+fn partitionable_devices_stay_within_their_pools_counter_budget() {
+    // Karpenter's "Partitionable devices (K)" specs: three 40Gi profiles of an 80Gi budget.
+    let pool = NodePool::new("default", vec![it("gpu", 8000, 32)]);
+    let inp = input(vec![pool], pods("w", 3, 100, 128));
+    let mut d = dra(&[("gpu", partitioned(3, "80Gi", "40Gi"))]);
+    for p in ["w-0", "w-1", "w-2"] {
+        claim(&mut d, p, gpu(1));
+    }
+    // Two profiles fit one node's budget, the third needs a second node.
+    assert_eq!(plan(&inp, &d), vec![vec!["gpu".to_string()]; 2]);
+    // A profile above the whole budget is never allocatable.
+    let mut over = dra(&[("gpu", partitioned(1, "40Gi", "80Gi"))]);
+    claim(&mut over, "w-0", gpu(1));
+    let one_pod = input(
+        vec![NodePool::new("default", vec![it("gpu", 8000, 32)])],
+        pods("w", 1, 100, 128),
+    );
+    assert!(
+        solve_with_devices(&one_pod, &over)
+            .new_node_claims
+            .is_empty()
+    );
+    // A device drawing on a counter set its pool lacks is never allocatable.
+    let mut missing = dra(&[("gpu", partitioned(1, "80Gi", "40Gi"))]);
+    missing.instance_types.get_mut("gpu").expect("gpu")[0].counters[0].name = "other".into();
+    claim(&mut missing, "w-0", gpu(1));
+    assert!(
+        solve_with_devices(&one_pod, &missing)
+            .new_node_claims
+            .is_empty()
+    );
+    // Control: with a budget for all three, one node takes them.
+    let mut roomy = dra(&[("gpu", partitioned(3, "120Gi", "40Gi"))]);
+    for p in ["w-0", "w-1", "w-2"] {
+        claim(&mut roomy, p, gpu(1));
+    }
+    assert_eq!(plan(&inp, &roomy), one("gpu"));
+}
+
+/// A request `gpu` of one device of class `GPU` offering `capacity`.
+fn gpu_with(capacity: &[(&str, &str)]) -> Vec<DeviceRequest> {
+    let mut r = DeviceRequest::exactly("gpu", GPU, 1);
+    r.alternatives[0].capacity = capacity
+        .iter()
+        .map(|(k, v)| (k.to_string(), Quantity::parse(v).expect("q")))
+        .collect();
+    vec![r]
+}
+
+#[test]
+fn a_capacity_request_needs_a_device_offering_it() {
+    // Karpenter's "Consumable capacity (P)" P6/P8/P9: a request over the device's capacity,
+    // of a dimension it lacks, or above its policy's valid values finds no device.
+    let one_pod = || {
+        input(
+            vec![NodePool::new("default", vec![it("gpu", 8000, 32)])],
+            pods("w", 1, 100, 128),
+        )
+    };
+    let placed = |req: Vec<DeviceRequest>, slices: Vec<Slice>| {
+        let mut d = dra(&[("gpu", slices)]);
+        claim(&mut d, "w-0", req);
+        !solve_with_devices(&one_pod(), &d)
+            .new_node_claims
+            .is_empty()
+    };
+    let memory = format!("{GPU}/memory");
+    assert!(placed(
+        gpu_with(&[(&memory, "16Gi")]),
+        gpus(1, "40Gi", "a100")
+    ));
+    assert!(
+        placed(gpu_with(&[("memory", "40Gi")]), gpus(1, "40Gi", "a100")),
+        "bare name"
+    );
+    assert!(!placed(
+        gpu_with(&[(&memory, "48Gi")]),
+        gpus(1, "40Gi", "a100")
+    ));
+    assert!(!placed(
+        gpu_with(&[("bandwidth", "10")]),
+        gpus(1, "40Gi", "a100")
+    ));
+    // validValues round a request up: 5Gi takes 8Gi; 17Gi, though within the 32Gi, has no
+    // valid value.
+    let with_policy = || {
+        let mut s = gpus(1, "32Gi", "a100");
+        s[0].devices[0].policies.insert(
+            memory.clone(),
+            CapacityPolicy {
+                valid_values: ["4Gi", "8Gi", "16Gi"]
+                    .iter()
+                    .map(|v| Quantity::parse(v).expect("q"))
+                    .collect(),
+                ..CapacityPolicy::default()
+            },
+        );
+        s
+    };
+    assert!(placed(gpu_with(&[(&memory, "5Gi")]), with_policy()));
+    assert!(!placed(gpu_with(&[(&memory, "17Gi")]), with_policy()));
+    assert!(placed(
+        gpu_with(&[(&memory, "17Gi")]),
+        gpus(1, "32Gi", "a100")
+    ));
 }

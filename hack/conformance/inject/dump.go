@@ -7,7 +7,9 @@
 // one JSON file there: the scenario (the Ginkgo spec's full text), what the scheduler was
 // given (NodePools, instance types per NodePool with offerings, the state nodes' Node and
 // NodeClaim objects, the bound pods, the DaemonSets, the PersistentVolumeClaims,
-// PersistentVolumes, StorageClasses and CSINodes, the pods to schedule) and what it decided
+// PersistentVolumes, StorageClasses and CSINodes, the DRA objects — ResourceClaims,
+// ResourceClaimTemplates, DeviceClasses, ResourceSlices — and the instance types' DRA
+// ResourceSliceTemplates, the pods to schedule) and what it decided
 // (new NodeClaims with their pods, requirements, instance type options and cheapest price;
 // pods placed on existing nodes; pod errors). Nothing else in Karpenter changes.
 package scheduling
@@ -20,10 +22,12 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"sync"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -62,6 +66,18 @@ type conformanceInstanceType struct {
 	Offerings    []conformanceOffering                     `json:"offerings"`
 	// Expected attach limits per CSI driver until the node's CSINode says (no entry: none).
 	VolumeAttachmentLimits map[string]int `json:"volumeAttachmentLimits,omitempty"`
+	// The DRA devices a node of this type publishes (DynamicResources.ResourceSliceTemplates).
+	ResourceSliceTemplates []conformanceSliceTemplate `json:"resourceSliceTemplates,omitempty"`
+	// DynamicResources.AttributeBindings: how many (the replay does not model them).
+	AttributeBindings int `json:"attributeBindings,omitempty"`
+}
+
+// A cloudprovider.ResourceSliceTemplate, its devices as a ResourceSlice's.
+type conformanceSliceTemplate struct {
+	Driver         string                  `json:"driver"`
+	Pool           string                  `json:"pool"`
+	Devices        []resourcev1.Device     `json:"devices,omitempty"`
+	SharedCounters []resourcev1.CounterSet `json:"sharedCounters,omitempty"`
 }
 
 type conformanceInput struct {
@@ -77,6 +93,11 @@ type conformanceInput struct {
 	PersistentVolumes      []corev1.PersistentVolume      `json:"persistentVolumes,omitempty"`
 	StorageClasses         []storagev1.StorageClass       `json:"storageClasses,omitempty"`
 	CSINodes               []storagev1.CSINode            `json:"csiNodes,omitempty"`
+	// The Dynamic Resource Allocation objects the scheduler's client sees.
+	ResourceClaims         []resourcev1.ResourceClaim         `json:"resourceClaims,omitempty"`
+	ResourceClaimTemplates []resourcev1.ResourceClaimTemplate `json:"resourceClaimTemplates,omitempty"`
+	DeviceClasses          []resourcev1.DeviceClass           `json:"deviceClasses,omitempty"`
+	ResourceSlices         []resourcev1.ResourceSlice         `json:"resourceSlices,omitempty"`
 	// Some pod to schedule has volume topology requirements; DRA is in use.
 	VolumeRequirements bool `json:"volumeRequirements,omitempty"`
 	DRA                bool `json:"dra,omitempty"`
@@ -112,6 +133,13 @@ type conformanceRecord struct {
 
 func conformanceEnabled() bool { return os.Getenv("CONFORMANCE_OUT") != "" }
 
+// conformanceSeqBase numbers the records of a second test package after the first's
+// (CONFORMANCE_SEQ_BASE, set by main.go).
+func conformanceSeqBase() int {
+	n, _ := strconv.Atoi(os.Getenv("CONFORMANCE_SEQ_BASE"))
+	return n
+}
+
 func conformanceRequirements(r interface {
 	NodeSelectorRequirements() []v1.NodeSelectorRequirementWithMinValues
 }) []v1.NodeSelectorRequirementWithMinValues {
@@ -128,6 +156,19 @@ func conformanceInstanceTypes(its []*cloudprovider.InstanceType) []conformanceIn
 		if it.Overhead != nil {
 			t.Overhead = it.Overhead.Total()
 		}
+		for _, st := range it.DynamicResources.ResourceSliceTemplates {
+			tpl := conformanceSliceTemplate{Driver: st.Driver.Value(), Pool: st.Pool.Name.Value(), SharedCounters: st.SharedCounters}
+			for _, d := range st.Devices {
+				dev := resourcev1.Device{Name: d.Name.Value(), Attributes: d.Attributes, Capacity: d.Capacity,
+					ConsumesCounters: d.ConsumesCounters}
+				if d.AllowMultipleAllocations {
+					dev.AllowMultipleAllocations = &d.AllowMultipleAllocations
+				}
+				tpl.Devices = append(tpl.Devices, dev)
+			}
+			t.ResourceSliceTemplates = append(t.ResourceSliceTemplates, tpl)
+		}
+		t.AttributeBindings = len(it.DynamicResources.AttributeBindings)
 		for _, o := range it.Offerings {
 			var overhead corev1.ResourceList
 			if o.OverheadOverride != nil {
@@ -197,6 +238,22 @@ func conformanceRecordInput(ctx context.Context, s *Scheduler, kubeClient client
 	if err := kubeClient.List(ctx, csiNodes); err == nil {
 		in.CSINodes = csiNodes.Items
 	}
+	claims := &resourcev1.ResourceClaimList{}
+	if err := kubeClient.List(ctx, claims); err == nil {
+		in.ResourceClaims = claims.Items
+	}
+	claimTemplates := &resourcev1.ResourceClaimTemplateList{}
+	if err := kubeClient.List(ctx, claimTemplates); err == nil {
+		in.ResourceClaimTemplates = claimTemplates.Items
+	}
+	classes := &resourcev1.DeviceClassList{}
+	if err := kubeClient.List(ctx, classes); err == nil {
+		in.DeviceClasses = classes.Items
+	}
+	slices := &resourcev1.ResourceSliceList{}
+	if err := kubeClient.List(ctx, slices); err == nil {
+		in.ResourceSlices = slices.Items
+	}
 	conformanceMu.Lock()
 	conformanceInputs[s] = in
 	conformanceMu.Unlock()
@@ -255,10 +312,10 @@ func conformanceRecordOutput(s *Scheduler, pods []*corev1.Pod, results Results) 
 		r.PodErrors[conformanceKey(p)] = err.Error()
 	}
 	conformanceSeq++
-	rec := conformanceRecord{Scenario: ConformanceScenario, Solve: conformanceSeq, Input: in, Pods: pods, Result: r}
+	rec := conformanceRecord{Scenario: ConformanceScenario, Solve: conformanceSeqBase() + conformanceSeq, Input: in, Pods: pods, Result: r}
 	b, err := json.Marshal(rec)
 	if err == nil {
-		err = os.WriteFile(filepath.Join(os.Getenv("CONFORMANCE_OUT"), fmt.Sprintf("solve-%05d.json", conformanceSeq)), b, 0o644)
+		err = os.WriteFile(filepath.Join(os.Getenv("CONFORMANCE_OUT"), fmt.Sprintf("solve-%05d.json", conformanceSeqBase()+conformanceSeq)), b, 0o644)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "conformance: writing record:", err)

@@ -1,7 +1,8 @@
 //go:build karpenter_conformance
 
-// Copied next to Karpenter's scheduling tests by hack/conformance: names each Solve record
-// after the running spec.
+// Copied next to Karpenter's scheduling tests, and (its package line rewritten) next to the
+// provisioning package's DRA tests, by hack/conformance: names each Solve record after the
+// running spec.
 package scheduling_test
 
 import (

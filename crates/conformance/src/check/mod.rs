@@ -10,8 +10,11 @@
 //! over the whole placement: topology spread and pod (anti-)affinity ([`topology`]), NodePool
 //! limits (the cheapest launch counted), minValues (distinct values among the options).
 //! Volumes ([`volumes`]): a pod's claims usable, their topology met on every launch, and no
-//! CSI driver over the node's attach limit.
+//! CSI driver over the node's attach limit. Devices ([`dra`]): on a new node, the pods'
+//! unallocated ResourceClaims find enough of the devices its instance type publishes (a
+//! necessary condition; existing nodes are not checked for devices).
 
+mod dra;
 mod existing;
 mod labels;
 mod resources;
@@ -377,6 +380,12 @@ impl<'a> Checker<'a> {
                 resources::add(&mut used, &resources::pod_requests(Some(d)));
                 specs.push(Some(d));
             }
+        }
+        if let Some(why) = dra::shortfall(self.rec, pods, l.it) {
+            self.out.insert(Violation::new(
+                "devices",
+                format!("{name} as {}: {why}", l.it.name),
+            ));
         }
         if let Some(what) = resources::exceeded(&used, &allocatable(l.it, l.offering)) {
             self.out.insert(Violation::new(

@@ -21,6 +21,11 @@ pub(super) fn parse(q: &BTreeMap<String, Quantity>) -> Amounts {
         .collect()
 }
 
+/// One amount in units (0 when it does not parse).
+pub(super) fn quantity(q: &Quantity) -> i64 {
+    templates::quantity::parse_value(&q.0).unwrap_or(0)
+}
+
 fn requests(c: &Container) -> Amounts {
     c.resources
         .as_ref()

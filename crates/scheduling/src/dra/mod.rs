@@ -15,6 +15,14 @@
 //! fails on a device (an attribute it does not have) rules that device's node or instance
 //! type out for the claim, as kube-scheduler's allocator does.
 //!
+//! Partitionable devices: a device that consumes counters (`consumesCounters`) draws on its
+//! pool's counter sets (`sharedCounters`), and the devices allocated on a node stay within
+//! every budget; one drawing on a set or counter its pool lacks is never allocated. A request's
+//! `capacity` must fit a device (its names, the amounts rounded up by the capacity's
+//! `requestPolicy`); devices allowing multiple allocations (consumable capacity) are still
+//! allocated whole, to one claim, and
+//! ResourceSlices for many nodes (`allNodes`, `nodeSelector`) are not read.
+//!
 //! Pure: the caller reads the objects from its caches (or a snapshot).
 
 pub mod cel;
@@ -94,6 +102,9 @@ pub struct SubRequest {
     /// CEL expressions, ANDed with the class's.
     pub selectors: Vec<String>,
     pub mode: AllocationMode,
+    /// `capacity.requests`: what each device must offer, by capacity name (a bare name is in
+    /// the device's driver's domain).
+    pub capacity: BTreeMap<String, Quantity>,
 }
 
 impl SubRequest {
@@ -104,6 +115,7 @@ impl SubRequest {
             device_class: class.to_string(),
             selectors: Vec::new(),
             mode: AllocationMode::ExactCount(count),
+            capacity: BTreeMap::new(),
         }
     }
 }
@@ -162,13 +174,22 @@ pub struct DeviceId {
     pub device: String,
 }
 
-/// One ResourceSlice, trimmed: a driver's devices in a pool.
+/// One ResourceSlice, trimmed: a driver's devices in a pool, or the pool's shared counters.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Slice {
     pub driver: String,
     /// The pool; for an instance type's slices, empty (the node's name once it runs).
     pub pool: String,
     pub devices: Vec<Device>,
+    /// `sharedCounters`: the budgets the pool's partitionable devices draw on.
+    pub counters: Vec<CounterSet>,
+}
+
+/// A counter set of a pool (`sharedCounters`): budget per counter.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CounterSet {
+    pub name: String,
+    pub counters: BTreeMap<String, Quantity>,
 }
 
 /// A device of a slice.
@@ -180,6 +201,73 @@ pub struct Device {
     pub attributes: BTreeMap<String, Attribute>,
     /// By fully qualified name, like `attributes`.
     pub capacity: BTreeMap<String, Quantity>,
+    /// `consumesCounters`: what allocating it draws from its pool's counter sets (a
+    /// partitionable device). A set or counter the pool lacks makes it unallocatable.
+    pub consumes: Vec<CounterSet>,
+    /// Each capacity's `requestPolicy`, by fully qualified name, where it has one.
+    pub policies: BTreeMap<String, CapacityPolicy>,
+}
+
+/// A capacity's `requestPolicy`: the amounts a request may take of it (`validValues`, or
+/// `validRange` `min`, `max`, `step`); a request is rounded up to the next one allowed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CapacityPolicy {
+    pub valid_values: Vec<Quantity>,
+    pub min: Option<Quantity>,
+    pub max: Option<Quantity>,
+    pub step: Option<Quantity>,
+}
+
+impl Device {
+    /// Whether the device can serve a request of `capacity` (by name; a bare name is in
+    /// `driver`'s domain): it has each capacity, and the amount — rounded up as the capacity's
+    /// policy allows — is within it. Capacity is not shared out: the device is allocated
+    /// whole (consumable capacity, several claims on one device, is not modelled).
+    pub fn serves(&self, driver: &str, capacity: &BTreeMap<String, Quantity>) -> bool {
+        capacity.iter().all(|(name, want)| {
+            let name = qualified(name, driver);
+            let Some(have) = self.capacity.get(&name) else {
+                return false;
+            };
+            let amount = match self.policies.get(&name) {
+                Some(p) => match p.round(*want) {
+                    Some(a) => a,
+                    None => return false,
+                },
+                None => *want,
+            };
+            amount <= *have
+        })
+    }
+}
+
+impl CapacityPolicy {
+    /// `want` rounded up to an amount the policy allows (`None`: none).
+    fn round(&self, want: Quantity) -> Option<Quantity> {
+        if !self.valid_values.is_empty() {
+            return self
+                .valid_values
+                .iter()
+                .filter(|v| **v >= want)
+                .min()
+                .copied();
+        }
+        let mut amount = want;
+        if let Some(min) = self.min {
+            amount = amount.max(min);
+            if let Some(step) = self.step.filter(|s| s.sign() > 0) {
+                let mut v = min;
+                while v < amount {
+                    v = v.checked_add(step)?;
+                }
+                amount = v;
+            }
+        }
+        match self.max {
+            Some(max) if amount > max => None,
+            _ => Some(amount),
+        }
+    }
 }
 
 impl Device {

@@ -35,6 +35,18 @@ impl Dfs<'_> {
             let Ok(m) = &self.st.matches[alt.sig][self.src] else {
                 continue;
             };
+            let served;
+            let m = if alt.capacity.is_empty() {
+                m.as_slice()
+            } else {
+                let devices = &self.st.sources[self.src].devices;
+                served = m
+                    .iter()
+                    .zip(devices)
+                    .map(|(ok, (driver, d))| *ok && d.serves(driver, &alt.capacity))
+                    .collect::<Vec<bool>>();
+                served.as_slice()
+            };
             let ok = match alt.mode {
                 AllocationMode::ExactCount(n) => self.pick(i, m, n as usize, 0),
                 AllocationMode::All => self.all(i, m),
@@ -59,6 +71,9 @@ impl Dfs<'_> {
             if !m[d] || self.taken[d] || !self.constraints_ok(i, d) {
                 continue;
             }
+            if !self.st.sources[self.src].within_budgets(&self.taken, &[d]) {
+                continue;
+            }
             self.taken[d] = true;
             self.chosen[i].push(d);
             if self.pick(i, m, left - 1, d + 1) {
@@ -74,6 +89,9 @@ impl Dfs<'_> {
     fn all(&mut self, i: usize, m: &[bool]) -> bool {
         let all: Vec<usize> = (0..m.len()).filter(|d| m[*d]).collect();
         if all.is_empty() || all.iter().any(|d| self.taken[*d]) {
+            return false;
+        }
+        if !self.st.sources[self.src].within_budgets(&self.taken, &all) {
             return false;
         }
         for &d in &all {

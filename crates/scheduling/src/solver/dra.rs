@@ -13,13 +13,14 @@
 //! A claim allocated in the cluster pins its pods to its node; one allocated during this
 //! solve pins the pods that share it to the node or NodeClaim that took it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::*;
 use crate::dra::cel::{Environment, SelectorError, device_value, literals};
 use crate::dra::{
-    Allocation, AllocationMode, ClaimKey, ConstraintKind, Device, Dra, ResourceClaim, Slice,
+    Allocation, AllocationMode, ClaimKey, ConstraintKind, Device, Dra, Quantity, ResourceClaim,
+    Slice,
 };
 
 /// The immutable part of the DRA state, shared by the packings' clones.
@@ -57,6 +58,8 @@ pub(super) struct Alt {
     pub(super) mode: AllocationMode,
     pub(super) class: String,
     pub(super) selective: bool,
+    /// The capacity each device must offer ([`Device::serves`]).
+    pub(super) capacity: BTreeMap<String, Quantity>,
 }
 
 /// The devices one node (or a node of one instance type) publishes.
@@ -64,6 +67,40 @@ pub(super) struct Source {
     pub(super) devices: Vec<(String, Device)>,
     /// Taken before the solve (allocated claims' devices).
     pub(super) taken: Vec<bool>,
+    /// The pools' counter budgets (partitionable devices), and per device what it draws on
+    /// them (budget index, amount); a device drawing on a set or counter its pool lacks draws
+    /// on [`UNUSABLE`]. What a set of devices draws follows from the devices taken.
+    pub(super) budgets: Vec<Quantity>,
+    pub(super) draws: Vec<Vec<(usize, Quantity)>>,
+}
+
+/// The budget index a device drawing on a missing counter set or counter draws on: none
+/// allows it.
+pub(super) const UNUSABLE: usize = usize::MAX;
+
+impl Source {
+    /// Whether the devices `taken` plus `extra` stay within every counter budget.
+    pub(super) fn within_budgets(&self, taken: &[bool], extra: &[usize]) -> bool {
+        if self.budgets.is_empty() && self.draws.iter().all(Vec::is_empty) {
+            return true;
+        }
+        let mut used = vec![Quantity::default(); self.budgets.len()];
+        let drawing = (0..self.devices.len())
+            .filter(|d| taken.get(*d).copied().unwrap_or(false))
+            .chain(extra.iter().copied());
+        for d in drawing {
+            for (b, amount) in &self.draws[d] {
+                let Some(u) = used.get_mut(*b) else {
+                    return false;
+                };
+                match u.checked_add(*amount) {
+                    Some(sum) if sum <= self.budgets[*b] => *u = sum,
+                    _ => return false,
+                }
+            }
+        }
+        true
+    }
 }
 
 /// A pod's claims.
@@ -266,6 +303,46 @@ fn fresh_types(s: &mut Solver) {
     }
 }
 
+/// The counter budgets of `slices` (per driver, pool, set and counter) and, per device in
+/// the order [`Builder::source`] lists them, what it draws on them.
+fn counters(slices: &[Slice]) -> (Vec<Quantity>, Vec<Vec<(usize, Quantity)>>) {
+    let mut index: HashMap<(&str, &str, &str, &str), usize> = HashMap::new();
+    let mut sets: BTreeSet<(&str, &str, &str)> = BTreeSet::new();
+    let mut budgets = Vec::new();
+    for sl in slices {
+        for cs in &sl.counters {
+            sets.insert((&sl.driver, &sl.pool, &cs.name));
+            for (counter, q) in &cs.counters {
+                index.insert((&sl.driver, &sl.pool, &cs.name, counter), budgets.len());
+                budgets.push(*q);
+            }
+        }
+    }
+    let draws = slices
+        .iter()
+        .flat_map(|sl| sl.devices.iter().map(move |d| (sl, d)))
+        .map(|(sl, d)| {
+            let mut out = Vec::new();
+            for cs in &d.consumes {
+                if !sets.contains(&(sl.driver.as_str(), sl.pool.as_str(), cs.name.as_str())) {
+                    out.push((UNUSABLE, Quantity::default()));
+                }
+                for (counter, q) in &cs.counters {
+                    let key = (
+                        sl.driver.as_str(),
+                        sl.pool.as_str(),
+                        cs.name.as_str(),
+                        counter.as_str(),
+                    );
+                    out.push((index.get(&key).copied().unwrap_or(UNUSABLE), *q));
+                }
+            }
+            out
+        })
+        .collect();
+    (budgets, draws)
+}
+
 #[derive(Default)]
 struct Builder {
     claims: Vec<ClaimData>,
@@ -372,6 +449,7 @@ impl Builder {
                     mode: a.mode,
                     class: a.device_class.clone(),
                     selective: !a.selectors.is_empty(),
+                    capacity: a.capacity.clone(),
                 });
             }
             requests.push(Req {
@@ -430,7 +508,13 @@ impl Builder {
                 }
             }
         }
-        self.sources.push(Source { devices, taken });
+        let (budgets, draws) = counters(slices);
+        self.sources.push(Source {
+            devices,
+            taken,
+            budgets,
+            draws,
+        });
         self.sources.len() - 1
     }
 
