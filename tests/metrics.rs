@@ -434,9 +434,15 @@ async fn dashboard_metrics_follow_a_pod_and_its_node_and_are_all_exported() {
         "karpenter_cloudprovider_duration_seconds_count",
         &[("controller", "nodeclaim.lifecycle"), ("method", "Create")],
     );
+    let calls: Vec<_> = s
+        .samples
+        .iter()
+        .filter(|x| x.name == "karpenter_cloudprovider_duration_seconds_count")
+        .map(|x| (&x.labels, x.value))
+        .collect();
     assert!(
         created.is_some_and(|n| n >= 1.0),
-        "Create by the lifecycle: {created:?}"
+        "Create by the lifecycle: {created:?} in {calls:?}"
     );
     let catalog = s.series(
         "karpenter_cloudprovider_duration_seconds_count",

@@ -208,7 +208,7 @@ impl Engagement {
         use crate::metrics::controller::run_as;
         let mut loops = Tasks::default();
         loops.spawn(run_as(
-            "nodeclaim.lifecycle",
+            lifecycle::LIFECYCLE,
             lifecycle::run(self.lifecycle.clone(), self.triggers, stopped(stop.clone())),
         ));
         loops.spawn(run_as(

@@ -424,6 +424,9 @@ pub struct Triggers {
 }
 
 /// Runs the lifecycle controller until `shutdown` resolves.
+/// The lifecycle's name in the cloud provider metrics' `controller` label.
+pub const LIFECYCLE: &str = "nodeclaim.lifecycle";
+
 pub async fn run(
     ctx: Ctx,
     triggers: Triggers,
@@ -483,7 +486,12 @@ pub async fn run(
         .reconcile_on(provider)
         .reconcile_all_on(futures::stream::once(futures::future::ready(())))
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, Arc::new(ctx))
+        // The controller runs each reconcile on its own task: named there.
+        .run(
+            |claim, ctx| crate::metrics::controller::run_as(LIFECYCLE, reconcile(claim, ctx)),
+            error_policy,
+            Arc::new(ctx),
+        )
         .for_each(|r| {
             if let Err(e) = r {
                 tracing::debug!(error = %e, "nodeclaim controller");
