@@ -294,24 +294,25 @@ impl Solver {
         if c.dev.as_deref().is_some_and(|d| d.max_free < min) {
             return false;
         }
-        // Under a price cap the claim would keep only types of `ok`: when even the cheapest
-        // of them is over the cap, it is skipped anyway.
-        let limit = if self.cap.is_finite() {
-            self.cap.max(c.price)
-        } else {
-            f64::INFINITY
-        };
-        let p = &self.pools[c.pool];
-        c.cands.iter().filter(|t| ok.contains(*t)).any(|t| {
-            let free = c
-                .dev
+        let free = |t: usize| {
+            c.dev
                 .as_deref()
                 .and_then(|d| d.of(t))
-                .is_none_or(|taken| taken.iter().filter(|x| !**x).count() >= min);
-            free && p.types[t]
-                .offerings
-                .iter()
-                .any(|o| o.available && o.price <= limit)
+                .is_none_or(|taken| taken.iter().filter(|x| !**x).count() >= min)
+        };
+        // Under a price cap the claim would keep only types of `ok`: when even the cheapest
+        // of them is over the cap, it is skipped anyway. Its candidates within the cap are
+        // `cap_ok` (kept with its price, see `Solver::cap_free`).
+        if self.cap.is_finite() {
+            return c.cap_ok.iter_and(ok).any(free);
+        }
+        let p = &self.pools[c.pool];
+        c.cands.iter_and(ok).any(|t| {
+            free(t)
+                && p.types[t]
+                    .offerings
+                    .iter()
+                    .any(|o| o.available && o.price <= f64::INFINITY)
         })
     }
 

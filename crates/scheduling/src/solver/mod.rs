@@ -154,10 +154,12 @@ struct Claim {
     relaxed: bool,
     /// Its launch price now; kept only under a price cap ([`Solver::cap`]).
     price: f64,
-    /// Under a price cap: the type it launches now (`usize::MAX`: none), and the most room
-    /// left on a candidate that could launch within the cap (see [`Solver::cap_free`]).
+    /// Under a price cap: the type it launches now (`usize::MAX`: none), the most room
+    /// left on a candidate that could launch within the cap, and those candidates (see
+    /// [`Solver::cap_free`]).
     launch: usize,
     cap_free: Vec<i64>,
+    cap_ok: BitSet,
 }
 
 #[derive(Clone)]

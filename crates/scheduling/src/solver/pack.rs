@@ -448,6 +448,7 @@ impl Solver {
             price: f64::INFINITY,
             launch: usize::MAX,
             cap_free: Vec::new(),
+            cap_ok: BitSet::new(0),
         });
         let ci = self.claims.len() - 1;
         self.by_count.push(ci);
@@ -512,11 +513,11 @@ impl Solver {
         } else if self.cap.is_finite() {
             let c = &self.claims[ci];
             let (price, launch) = self.claim_launch(c.pool, &c.reqs, &c.cands, c.held);
-            let cap_free = self.cap_free(c, price);
+            let (cap_free, cap_ok) = self.cap_free(c, price);
             let c = &mut self.claims[ci];
             let before = if c.price.is_finite() { c.price } else { 0.0 };
             self.spent += price - before;
-            (c.price, c.launch, c.cap_free) = (price, launch, cap_free);
+            (c.price, c.launch, c.cap_free, c.cap_ok) = (price, launch, cap_free, cap_ok);
         }
     }
 

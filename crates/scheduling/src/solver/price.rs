@@ -142,21 +142,24 @@ impl Solver {
 
     /// Per resource, the most room left on a candidate of claim `c` that could launch at most
     /// at `max(cap, price)` (its cheapest available offering is no dearer): a pod needing more
-    /// cannot join it within the cap, whatever the rest of the check says.
-    pub(super) fn cap_free(&self, c: &Claim, price: f64) -> Vec<i64> {
+    /// cannot join it within the cap, whatever the rest of the check says. And those
+    /// candidates ([`Claim::cap_ok`]).
+    pub(super) fn cap_free(&self, c: &Claim, price: f64) -> (Vec<i64>, BitSet) {
         let limit = self.cap.max(price);
         let p = &self.pools[c.pool];
         let mut free = vec![i64::MIN; c.used.len()];
+        let mut ok = BitSet::new(p.types.len());
         for t in c.cands.iter() {
             let td = &p.types[t];
             if !td.offerings.iter().any(|o| o.available && o.price <= limit) {
                 continue;
             }
+            ok.insert(t);
             for (f, (a, u)) in free.iter_mut().zip(td.usable.iter().zip(&c.used)) {
                 *f = (*f).max(a - u);
             }
         }
-        free
+        (free, ok)
     }
 
     /// Whether adding a pod to claim `ci` as `u` says would raise its price above the cap
