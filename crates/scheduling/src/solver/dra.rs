@@ -17,7 +17,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::*;
-use crate::dra::cel::{Environment, SelectorError, device_value, literals};
+use crate::dra::cel::Environment;
 use crate::dra::{
     Allocation, AllocationMode, ClaimKey, ConstraintKind, Device, Dra, ResourceClaim, Slice,
 };
@@ -44,7 +44,17 @@ pub(super) struct ClaimData {
     pub(super) allocated: Option<Option<String>>,
     pub(super) requests: Vec<Req>,
     pub(super) constraints: Vec<(Vec<usize>, ConstraintKind)>,
+    /// Its shape: claims of one shape (requests' selector sets and modes, constraints) are
+    /// allocated alike on any source (see [`fresh_types`]).
+    pub(super) shape: u32,
 }
+
+/// What allocating a claim reads of it: per request, its alternatives' selector sets and
+/// modes; its constraints.
+type Shape = (
+    Vec<Vec<(usize, AllocationMode)>>,
+    Vec<(Vec<usize>, ConstraintKind)>,
+);
 
 pub(super) struct Req {
     pub(super) name: String,
@@ -217,7 +227,10 @@ impl Solver {
 }
 
 /// Per pod with claims to allocate, the types of each pool that can allocate them alone.
+/// Pods whose claims have the same shapes (claims of one ResourceClaimTemplate) get the same
+/// types: each distinct list of shapes is allocated once.
 fn fresh_types(s: &mut Solver) {
+    let mut memo: HashMap<Vec<u32>, (Vec<BitSet>, usize)> = HashMap::new();
     for pi in 0..s.pods.len() {
         let Some(pd) = s.pods[pi].dra.as_deref() else {
             continue;
@@ -232,6 +245,17 @@ fn fresh_types(s: &mut Solver) {
             .filter(|c| state.st.claims[*c as usize].allocated.is_none())
             .collect();
         if claims.is_empty() {
+            continue;
+        }
+        let shapes: Vec<u32> = claims
+            .iter()
+            .map(|c| state.st.claims[*c as usize].shape)
+            .collect();
+        if let Some((ok, min_devices)) = memo.get(&shapes).cloned()
+            && let Some(pd) = s.pods[pi].dra.as_deref_mut()
+        {
+            pd.ok = ok;
+            pd.min_devices = min_devices;
             continue;
         }
         let ok: Vec<BitSet> = (0..s.pools.len())
@@ -259,6 +283,7 @@ fn fresh_types(s: &mut Solver) {
                     .unwrap_or(0)
             })
             .sum();
+        memo.insert(shapes, (ok.clone(), min_devices));
         if let Some(pd) = s.pods[pi].dra.as_deref_mut() {
             pd.ok = ok;
             pd.min_devices = min_devices;
@@ -277,6 +302,8 @@ struct Builder {
     matches: Vec<Vec<Result<Vec<bool>, String>>>,
     /// Each distinct expression's compile result (claims of one template repeat them).
     compiled: HashMap<String, Result<(), String>>,
+    /// Distinct claim shapes ([`ClaimData::shape`]).
+    shapes: HashMap<Shape, u32>,
 }
 
 impl Builder {
@@ -379,7 +406,7 @@ impl Builder {
                 alts,
             });
         }
-        let constraints = c
+        let constraints: Vec<(Vec<usize>, ConstraintKind)> = c
             .constraints
             .iter()
             .map(|k| {
@@ -389,11 +416,21 @@ impl Builder {
                 (covered, k.kind.clone())
             })
             .collect();
+        let shape: Shape = (
+            requests
+                .iter()
+                .map(|r| r.alts.iter().map(|a| (a.sig, a.mode)).collect())
+                .collect(),
+            constraints.clone(),
+        );
+        let next = self.shapes.len() as u32;
+        let shape = *self.shapes.entry(shape).or_insert(next);
         Ok(ClaimData {
             key: key.clone(),
             allocated: c.allocation.as_ref().map(|a| a.node_name.clone()),
             requests,
             constraints,
+            shape,
         })
     }
 
@@ -434,56 +471,10 @@ impl Builder {
         self.sources.len() - 1
     }
 
-    /// Every selector set on every source's devices.
+    /// Every selector set on every source's devices (see [`super::selectors`]).
     fn evaluate(&mut self, s: &mut Solver, env: &Environment) {
-        let mut domains: BTreeSet<String> = BTreeSet::new();
-        for e in self.sigs.iter().flatten() {
-            domains.extend(literals(e));
-        }
-        let root = env.context();
-        let compiled: Vec<Vec<_>> = self
-            .sigs
-            .iter()
-            .map(|set| set.iter().filter_map(|e| env.compile(e).ok()).collect())
-            .collect();
-        let mut unevaluable: Vec<Option<String>> = vec![None; self.sigs.len()];
-        self.matches = vec![Vec::with_capacity(self.sources.len()); self.sigs.len()];
-        for src in &self.sources {
-            let values: Vec<_> = src
-                .devices
-                .iter()
-                .map(|(drv, d)| device_value(drv, d, &domains))
-                .collect();
-            for (sig, sels) in compiled.iter().enumerate() {
-                let mut out: Result<Vec<bool>, String> = Ok(Vec::with_capacity(values.len()));
-                for (v, (drv, d)) in values.iter().zip(&src.devices) {
-                    let mut ok = true;
-                    for sel in sels {
-                        match env.matches(&root, sel, v, &format!("{drv}/{}", d.name)) {
-                            Ok(true) => {}
-                            Ok(false) => {
-                                ok = false;
-                                break;
-                            }
-                            Err(e @ SelectorError::Device { .. }) => {
-                                out = Err(e.to_string());
-                                break;
-                            }
-                            Err(e) => {
-                                unevaluable[sig].get_or_insert(e.to_string());
-                                out = Err(e.to_string());
-                                break;
-                            }
-                        }
-                    }
-                    match &mut out {
-                        Ok(m) => m.push(ok),
-                        Err(_) => break,
-                    }
-                }
-                self.matches[sig].push(out);
-            }
-        }
+        let (matches, unevaluable) = super::selectors::evaluate(env, &self.sigs, &self.sources);
+        self.matches = matches;
         // A selector that cannot be evaluated blocks every pod that uses it.
         for pd in s.pods.iter_mut().filter_map(|p| p.dra.as_deref_mut()) {
             if pd.blocked.is_some() {

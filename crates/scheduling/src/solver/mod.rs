@@ -20,6 +20,7 @@ mod output;
 mod pack;
 mod pod;
 mod price;
+mod selectors;
 mod topology;
 mod volumes;
 
