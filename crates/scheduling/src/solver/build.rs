@@ -179,6 +179,7 @@ fn new_solver() -> Solver {
         nodes: Vec::new(),
         node_order: Vec::new(),
         claims: Vec::new(),
+        room: Vec::new(),
         by_count: CountOrder::default(),
         groups: Vec::new(),
         universe: HashMap::new(),

@@ -176,6 +176,10 @@ struct Solver {
     /// The order existing nodes are tried in (Karpenter's): initialized first, then by name.
     node_order: Vec<usize>,
     claims: Vec<Claim>,
+    /// Per planned claim, the room a pod needs to fit in to join it (its `max_free`, under a
+    /// price cap its `cap_free`), `res_names.len()` apiece: a dense copy for the scan of
+    /// [`Solver::add`], which visits every claim for a pod that joins none.
+    room: Vec<i64>,
     /// Planned claims ordered by pod count ascending (Karpenter tries the emptiest first).
     by_count: CountOrder,
     groups: Vec<Group>,

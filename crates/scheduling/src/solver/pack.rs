@@ -331,15 +331,14 @@ impl Solver {
         let base = self.nodes.len();
         // Under a price cap: the first claim skipped for its price, taken if nothing else can.
         let mut skipped: Option<(usize, ClaimUpdate)> = None;
+        let r = self.res_names.len();
         for oi in 0..self.by_count.order.len() {
             let ci = self.by_count.order[oi];
+            if !fits(&self.pods[pi].requests, &self.room[ci * r..(ci + 1) * r]) {
+                continue;
+            }
             let c = &self.claims[ci];
-            let room = if self.cap.is_finite() {
-                &c.cap_free
-            } else {
-                &c.max_free
-            };
-            if !fits(&self.pods[pi].requests, room) || pool_ok[c.pool].is_err() {
+            if pool_ok[c.pool].is_err() {
                 continue;
             }
             if self.pods[pi].dra.is_some() && !self.claim_may_host(ci, &self.pods[pi]) {
@@ -518,6 +517,25 @@ impl Solver {
             let before = if c.price.is_finite() { c.price } else { 0.0 };
             self.spent += price - before;
             (c.price, c.launch, c.cap_free, c.cap_ok) = (price, launch, cap_free, cap_ok);
+        }
+        self.keep_room(ci);
+    }
+
+    /// Copies claim `ci`'s room into [`Solver::room`] (a resource it lacks: no limit, as
+    /// `fits` reads a shorter list).
+    fn keep_room(&mut self, ci: usize) {
+        let r = self.res_names.len();
+        if self.room.len() < (ci + 1) * r {
+            self.room.resize((ci + 1) * r, i64::MAX);
+        }
+        let c = &self.claims[ci];
+        let room = if self.cap.is_finite() {
+            &c.cap_free
+        } else {
+            &c.max_free
+        };
+        for (i, dst) in self.room[ci * r..(ci + 1) * r].iter_mut().enumerate() {
+            *dst = room.get(i).copied().unwrap_or(i64::MAX);
         }
     }
 
