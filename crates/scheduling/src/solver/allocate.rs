@@ -315,12 +315,8 @@ impl Solver {
         if c.dev.as_deref().is_some_and(|d| d.max_free < min) {
             return false;
         }
-        let free = |t: usize| {
-            c.dev
-                .as_deref()
-                .and_then(|d| d.of(t))
-                .is_none_or(|taken| taken.iter().filter(|x| !**x).count() >= min)
-        };
+        let none = Planned::default();
+        let mut free = c.dev.as_deref().unwrap_or(&none).free_at_least(min);
         // Under a price cap the claim would keep only types of `ok`: when even the cheapest
         // of them is over the cap, it is skipped anyway. Its candidates within the cap are
         // `cap_ok` (kept with its price, see `Solver::cap_free`).
@@ -455,14 +451,16 @@ fn why(m: Miss) -> Why {
 
 /// Adds `t`'s devices taken to `planned`.
 pub(super) fn record(planned: &mut Planned, t: usize, taken: Vec<bool>) {
+    let free = taken.iter().filter(|x| !**x).count();
     match planned.taken.binary_search_by_key(&t, |(i, _)| *i) {
-        Ok(i) => planned.taken[i].1 = taken,
-        Err(i) => planned.taken.insert(i, (t, taken)),
+        Ok(i) => {
+            planned.taken[i].1 = taken;
+            planned.free[i] = free;
+        }
+        Err(i) => {
+            planned.taken.insert(i, (t, taken));
+            planned.free.insert(i, free);
+        }
     }
-    planned.max_free = planned
-        .taken
-        .iter()
-        .map(|(_, taken)| taken.iter().filter(|x| !**x).count())
-        .max()
-        .unwrap_or(0);
+    planned.max_free = planned.free.iter().copied().max().unwrap_or(0);
 }

@@ -103,6 +103,8 @@ impl PodDra {
 #[derive(Clone, Default)]
 pub(super) struct Planned {
     pub(super) taken: Vec<(usize, Vec<bool>)>,
+    /// Per entry of `taken`, its devices left free (kept by [`super::allocate::record`]).
+    pub(super) free: Vec<usize>,
     /// The most devices left free on one type of `taken`: every candidate type that can
     /// allocate has an entry once a pod took devices, so a pod needing more fits no type.
     pub(super) max_free: usize,
@@ -114,6 +116,21 @@ impl Planned {
             .binary_search_by_key(&t, |(i, _)| *i)
             .ok()
             .map(|i| self.taken[i].1.as_slice())
+    }
+
+    /// A test of "type `t` has at least `min` devices free (or none taken yet)" for types
+    /// asked in ascending order: it walks `taken` once instead of searching it per type.
+    pub(super) fn free_at_least(&self, min: usize) -> impl FnMut(usize) -> bool + '_ {
+        let mut at = 0;
+        move |t| {
+            while self.taken.get(at).is_some_and(|(i, _)| *i < t) {
+                at += 1;
+            }
+            match self.taken.get(at) {
+                Some((i, _)) if *i == t => self.free[at] >= min,
+                _ => true,
+            }
+        }
     }
 }
 
@@ -489,5 +506,36 @@ impl Builder {
             });
             pd.blocked = why;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::allocate::record;
+    use super::Planned;
+
+    #[test]
+    fn free_at_least_reads_each_type_as_counting_its_devices_would() {
+        let mut p = Planned::default();
+        record(&mut p, 7, vec![true, true, false]);
+        record(&mut p, 2, vec![true, false, false]);
+        record(&mut p, 9, vec![true, true, true]);
+        // A type taken again replaces its entry and its count.
+        record(&mut p, 7, vec![true, true, true, false, false]);
+        assert_eq!(p.max_free, 2);
+        for min in 0..4 {
+            let mut free = p.free_at_least(min);
+            let got: Vec<bool> = (0..12).map(&mut free).collect();
+            let want: Vec<bool> = (0..12)
+                .map(|t| {
+                    p.of(t)
+                        .is_none_or(|taken| taken.iter().filter(|x| !**x).count() >= min)
+                })
+                .collect();
+            assert_eq!(got, want, "min {min}");
+        }
+        // Positive control: a full type says no, one never taken says yes.
+        let mut free = p.free_at_least(1);
+        assert!(free(2) && free(5) && free(7) && !free(9) && free(11));
     }
 }
