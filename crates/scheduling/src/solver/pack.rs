@@ -485,6 +485,13 @@ impl Solver {
             && !self.pools[c.pool].counted
             && u.reqs.is_none()
             && u.cands == c.cands;
+        // Fewer candidates that keep the launch type, under the same requirements, launch
+        // it still: it was the first cheapest of more (as `Solver::over_cap` reads it).
+        let keeps_launch = self.cap.is_finite()
+            && !self.pools[c.pool].counted
+            && u.reqs.is_none()
+            && c.launch != usize::MAX
+            && u.cands.contains(c.launch);
         if let Some(r) = u.reqs {
             c.reqs = r;
         }
@@ -511,7 +518,11 @@ impl Solver {
             }
         } else if self.cap.is_finite() {
             let c = &self.claims[ci];
-            let (price, launch) = self.claim_launch(c.pool, &c.reqs, &c.cands, c.held);
+            let (price, launch) = if keeps_launch {
+                (c.price, c.launch)
+            } else {
+                self.claim_launch(c.pool, &c.reqs, &c.cands, c.held)
+            };
             let (cap_free, cap_ok) = self.cap_free(c, price);
             let c = &mut self.claims[ci];
             let before = if c.price.is_finite() { c.price } else { 0.0 };
