@@ -16,6 +16,8 @@ mod build;
 mod count_order;
 mod dra;
 mod groups;
+#[cfg(test)]
+mod memo_tests;
 mod output;
 mod pack;
 mod pod;
@@ -38,6 +40,8 @@ use volumes::Attached;
 
 type IReqs = Reqs<Key, Sym>;
 type ISet = ValueSet<Sym>;
+/// See [`Solver::compat`].
+type Compat = std::rc::Rc<std::cell::RefCell<HashMap<(usize, IReqs), std::rc::Rc<BitSet>>>>;
 /// Namespace and labels of a pod.
 type MatchKey = (u32, Vec<(Key, Sym)>);
 
@@ -119,6 +123,9 @@ struct PoolData {
     counted: bool,
     /// The types whose nodes publish devices (empty unless some pod claims devices).
     dev_types: BitSet,
+    /// Its types with an offering, by the rank of their best offering (then by index): no
+    /// offering of a later type ranks before that (see [`Solver::claim_launch`]).
+    launch_order: Vec<(Rank, usize)>,
 }
 
 #[derive(Clone)]
@@ -207,6 +214,10 @@ struct Solver {
     /// found, above which the packing stops.
     spent: f64,
     budget: f64,
+    /// Per (pool, requirements), the pool's types compatible with them
+    /// ([`Solver::type_ok`] without counts): a pure function of the input, shared by the
+    /// packings' clones (see [`Solver::compatible_types`]).
+    compat: Compat,
 }
 
 fn res_index(res_names: &mut Vec<String>, name: &str) -> usize {
@@ -264,6 +275,26 @@ impl Solver {
 
     fn type_ok(&self, t: &TypeData, reqs: &IReqs, counts: Counts) -> bool {
         t.reqs.intersects(reqs).is_ok() && self.preferred_offering(t, reqs, counts).is_some()
+    }
+
+    /// The types of pool `pool` that `type_ok` accepts under `reqs`, counts ignored
+    /// (remembered: claims of one workload meet the same requirements again and again).
+    fn compatible_types(&self, pool: usize, reqs: &IReqs) -> std::rc::Rc<BitSet> {
+        if let Some(set) = self.compat.borrow().get(&(pool, reqs.clone())) {
+            return std::rc::Rc::clone(set);
+        }
+        let types = &self.pools[pool].types;
+        let mut set = BitSet::new(types.len());
+        for (t, td) in types.iter().enumerate() {
+            if self.type_ok(td, reqs, Counts::Ignore) {
+                set.insert(t);
+            }
+        }
+        let set = std::rc::Rc::new(set);
+        self.compat
+            .borrow_mut()
+            .insert((pool, reqs.clone()), std::rc::Rc::clone(&set));
+        set
     }
 
     /// Sort key of an offering: reserved first, then price.

@@ -105,11 +105,10 @@ impl Solver {
         } else {
             attached.with(&pod.vols, &self.vol_driver)
         };
+        let compat = new_reqs.as_ref().map(|r| self.compatible_types(pool, r));
         for t in cands.iter() {
             let td = &p.types[t];
-            if let Some(r) = &new_reqs
-                && !self.type_ok(td, r, Counts::Ignore)
-            {
+            if compat.as_ref().is_some_and(|ok| !ok.contains(t)) {
                 continue;
             }
             if let Some(i) = td
