@@ -633,3 +633,51 @@ fn a_capacity_request_needs_a_device_offering_it() {
         gpus(1, "32Gi", "a100")
     ));
 }
+
+#[test]
+fn pods_whose_claims_have_one_shape_share_its_types_and_other_shapes_keep_theirs() {
+    // The solver allocates each distinct shape of claims (selector sets, modes, counts) once
+    // for every pod that has it: pods of one shape must get its answer, pods of another
+    // shape their own.
+    let pool = NodePool::new(
+        "default",
+        vec![it("gpu40", 8000, 32), it("gpu80", 16000, 64)],
+    );
+    let types = [
+        ("gpu40", gpus(2, "40Gi", "a100")),
+        ("gpu80", gpus(2, "80Gi", "h100")),
+    ];
+    let inp = input(vec![pool], pods("train", 6, 5000, 1024));
+    let big = format!("device.capacity[\"{GPU}\"].memory.compareTo(quantity(\"60Gi\")) >= 0");
+    let mut d = dra(&types);
+    for i in 0..6 {
+        let requests = if i % 2 == 0 {
+            vec![with_selector(GPU, 2, &big)]
+        } else {
+            gpu(1)
+        };
+        claim(&mut d, &format!("train-{i}"), requests);
+    }
+    let out = solve_with_devices(&inp, &d);
+    assert!(out.unschedulable.is_empty(), "{out:?}");
+    let placed: usize = out.new_node_claims.iter().map(|c| c.pods.len()).sum();
+    assert_eq!(placed, 6, "{out:?}");
+    for c in &out.new_node_claims {
+        let even = c.pods.iter().any(|p| {
+            p.name
+                .strip_prefix("train-")
+                .and_then(|n| n.parse::<usize>().ok())
+                .is_some_and(|n| n % 2 == 0)
+        });
+        if even {
+            assert_eq!(c.instance_types(), ["gpu80"], "{out:?}");
+        }
+    }
+    // Control: the pods of one GPU of any memory keep the cheaper type somewhere.
+    assert!(
+        out.new_node_claims
+            .iter()
+            .any(|c| c.instance_types().first().is_some_and(|t| t == "gpu40")),
+        "{out:?}"
+    );
+}

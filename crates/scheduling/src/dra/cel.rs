@@ -123,9 +123,29 @@ impl Environment {
         device: &Value,
         device_name: &str,
     ) -> Result<bool, SelectorError> {
+        self.matches_bound(&self.bind(root, device.clone()), selector, device_name)
+    }
+
+    /// A scope of `root` with `device` bound (converted once), to evaluate any number of
+    /// selectors on it with [`Self::matches_bound`].
+    pub fn bind<'a>(
+        &self,
+        root: &'a Context<'static, 'static>,
+        device: Value,
+    ) -> Context<'a, 'static> {
         let mut scope = root.new_inner_scope();
-        scope.add_variable_from_value("device", device.clone());
-        match selector.program.execute(&scope) {
+        scope.add_variable_from_value("device", device);
+        scope
+    }
+
+    /// [`Self::matches`] on the device bound in `scope` ([`Self::bind`]).
+    pub fn matches_bound(
+        &self,
+        scope: &Context<'_, 'static>,
+        selector: &Selector,
+        device_name: &str,
+    ) -> Result<bool, SelectorError> {
+        match selector.program.execute(scope) {
             Ok(Value::Bool(b)) => Ok(b),
             Ok(other) => Err(SelectorError::Unevaluable {
                 expression: selector.source.clone(),

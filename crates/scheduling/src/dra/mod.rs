@@ -130,7 +130,7 @@ impl DeviceRequest {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AllocationMode {
     /// `ExactCount` (Kubernetes' default, `count` defaulting to 1).
     ExactCount(u32),
@@ -145,7 +145,7 @@ pub struct Constraint {
     pub kind: ConstraintKind,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum ConstraintKind {
     /// `matchAttribute`: every device has the attribute (a fully qualified name), with one
     /// value.

@@ -3,7 +3,7 @@
 //! order, constraints checked per device; and the solver's questions to it (an existing
 //! node, a candidate type of a planned NodeClaim, the failure to report).
 
-use super::dra::{Planned, Static};
+use super::dra::{Planned, State, Static};
 use super::*;
 use crate::dra::{AllocationMode, Attribute, ConstraintKind, Device};
 
@@ -173,20 +173,41 @@ impl Solver {
         };
         let mut out = Vec::new();
         for &c in &pd.claims {
-            let data = &state.st.claims[c as usize];
-            match (&data.allocated, state.placed[c as usize]) {
-                (Some(Some(node)), _) => {
-                    if self.nodes.get(slot).is_none_or(|n| n.name != *node) {
-                        return Err(Miss::Pinned(c));
-                    }
-                }
-                (Some(None), _) => {}
-                (None, Some(at)) if at != slot => return Err(Miss::Pinned(c)),
-                (None, Some(_)) => {}
-                (None, None) => out.push(c),
+            if self.needs_devices(state, c, slot)? {
+                out.push(c);
             }
         }
         Ok(out)
+    }
+
+    /// Whether claim `c` still needs devices at `slot`, or the claim pinned elsewhere.
+    fn needs_devices(&self, state: &State, c: u32, slot: usize) -> Result<bool, Miss> {
+        let data = &state.st.claims[c as usize];
+        match (&data.allocated, state.placed[c as usize]) {
+            (Some(Some(node)), _) => {
+                if self.nodes.get(slot).is_none_or(|n| n.name != *node) {
+                    return Err(Miss::Pinned(c));
+                }
+                Ok(false)
+            }
+            (Some(None), _) => Ok(false),
+            (None, Some(at)) if at != slot => Err(Miss::Pinned(c)),
+            (None, Some(_)) => Ok(false),
+            (None, None) => Ok(true),
+        }
+    }
+
+    /// [`Self::to_allocate`] without the list: whether some claim needs devices (`Err`: one
+    /// is pinned elsewhere).
+    fn any_to_allocate(&self, pod: &PodData, slot: usize) -> Result<bool, Miss> {
+        let (Some(pd), Some(state)) = (pod.dra.as_deref(), self.dra.as_deref()) else {
+            return Ok(false);
+        };
+        let mut any = false;
+        for &c in &pd.claims {
+            any |= self.needs_devices(state, c, slot)?;
+        }
+        Ok(any)
     }
 
     /// Allocates `claims` on source `src` with `taken` already used: the devices taken after.
@@ -300,36 +321,33 @@ impl Solver {
     pub(super) fn claim_may_host(&self, ci: usize, pod: &PodData) -> bool {
         let c = &self.claims[ci];
         let Some(ok) = pod.dra.as_deref().and_then(|d| d.ok.get(c.pool)) else {
-            return self.to_allocate(pod, self.nodes.len() + ci).is_ok();
+            return self.any_to_allocate(pod, self.nodes.len() + ci).is_ok();
         };
-        match self.to_allocate(pod, self.nodes.len() + ci) {
+        match self.any_to_allocate(pod, self.nodes.len() + ci) {
             Err(_) => return false,
-            Ok(need) if need.is_empty() => return true,
-            Ok(_) if !c.cands.intersects(ok) => return false,
-            Ok(_) => {}
+            Ok(false) => return true,
+            Ok(true) if !c.cands.intersects(ok) => return false,
+            Ok(true) => {}
         }
         let min = pod.dra.as_deref().map_or(0, |d| d.min_devices);
         if c.dev.as_deref().is_some_and(|d| d.max_free < min) {
             return false;
         }
+        let none = Planned::default();
+        let mut free = c.dev.as_deref().unwrap_or(&none).free_at_least(min);
         // Under a price cap the claim would keep only types of `ok`: when even the cheapest
-        // of them is over the cap, it is skipped anyway.
-        let limit = if self.cap.is_finite() {
-            self.cap.max(c.price)
-        } else {
-            f64::INFINITY
-        };
+        // of them is over the cap, it is skipped anyway. Its candidates within the cap are
+        // `cap_ok` (kept with its price, see `Solver::cap_free`).
+        if self.cap.is_finite() {
+            return c.cap_ok.iter_and(ok).any(free);
+        }
         let p = &self.pools[c.pool];
-        c.cands.iter().filter(|t| ok.contains(*t)).any(|t| {
-            let free = c
-                .dev
-                .as_deref()
-                .and_then(|d| d.of(t))
-                .is_none_or(|taken| taken.iter().filter(|x| !**x).count() >= min);
-            free && p.types[t]
-                .offerings
-                .iter()
-                .any(|o| o.available && o.price <= limit)
+        c.cands.iter_and(ok).any(|t| {
+            free(t)
+                && p.types[t]
+                    .offerings
+                    .iter()
+                    .any(|o| o.available && o.price <= f64::INFINITY)
         })
     }
 
@@ -451,14 +469,16 @@ fn why(m: Miss) -> Why {
 
 /// Adds `t`'s devices taken to `planned`.
 pub(super) fn record(planned: &mut Planned, t: usize, taken: Vec<bool>) {
+    let free = taken.iter().filter(|x| !**x).count();
     match planned.taken.binary_search_by_key(&t, |(i, _)| *i) {
-        Ok(i) => planned.taken[i].1 = taken,
-        Err(i) => planned.taken.insert(i, (t, taken)),
+        Ok(i) => {
+            planned.taken[i].1 = taken;
+            planned.free[i] = free;
+        }
+        Err(i) => {
+            planned.taken.insert(i, (t, taken));
+            planned.free.insert(i, free);
+        }
     }
-    planned.max_free = planned
-        .taken
-        .iter()
-        .map(|(_, taken)| taken.iter().filter(|x| !**x).count())
-        .max()
-        .unwrap_or(0);
+    planned.max_free = planned.free.iter().copied().max().unwrap_or(0);
 }

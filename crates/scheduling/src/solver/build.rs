@@ -179,6 +179,7 @@ fn new_solver() -> Solver {
         nodes: Vec::new(),
         node_order: Vec::new(),
         claims: Vec::new(),
+        room: Vec::new(),
         by_count: CountOrder::default(),
         groups: Vec::new(),
         universe: HashMap::new(),
@@ -192,6 +193,7 @@ fn new_solver() -> Solver {
         cap: f64::INFINITY,
         spent: 0.0,
         budget: f64::INFINITY,
+        compat: Default::default(),
     };
     // A new node's hostname is unknown: a pod requiring a specific hostname cannot get one.
     s.well_known = WELL_KNOWN_LABELS
@@ -324,7 +326,9 @@ fn add_pools(
             .limits
             .get("nodes")
             .map(|l| l - np.usage.get("nodes").copied().unwrap_or(0));
+        let launch_order = super::price::launch_order(&types);
         s.pools.push(PoolData {
+            launch_order,
             name: np.name.clone(),
             taints: np.taints.clone(),
             startup_taints: np.startup_taints.clone(),

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::*;
-use crate::dra::cel::{Environment, SelectorError, device_value, literals};
+use crate::dra::cel::Environment;
 use crate::dra::{
     Allocation, AllocationMode, ClaimKey, ConstraintKind, Device, Dra, Quantity, ResourceClaim,
     Slice,
@@ -45,7 +45,17 @@ pub(super) struct ClaimData {
     pub(super) allocated: Option<Option<String>>,
     pub(super) requests: Vec<Req>,
     pub(super) constraints: Vec<(Vec<usize>, ConstraintKind)>,
+    /// Its shape: claims of one shape (requests' selector sets and modes, constraints) are
+    /// allocated alike on any source (see [`fresh_types`]).
+    pub(super) shape: u32,
 }
+
+/// What allocating a claim reads of it: per request, its alternatives' selector sets and
+/// modes; its constraints.
+type Shape = (
+    Vec<Vec<(usize, AllocationMode)>>,
+    Vec<(Vec<usize>, ConstraintKind)>,
+);
 
 pub(super) struct Req {
     pub(super) name: String,
@@ -130,6 +140,8 @@ impl PodDra {
 #[derive(Clone, Default)]
 pub(super) struct Planned {
     pub(super) taken: Vec<(usize, Vec<bool>)>,
+    /// Per entry of `taken`, its devices left free (kept by [`super::allocate::record`]).
+    pub(super) free: Vec<usize>,
     /// The most devices left free on one type of `taken`: every candidate type that can
     /// allocate has an entry once a pod took devices, so a pod needing more fits no type.
     pub(super) max_free: usize,
@@ -141,6 +153,21 @@ impl Planned {
             .binary_search_by_key(&t, |(i, _)| *i)
             .ok()
             .map(|i| self.taken[i].1.as_slice())
+    }
+
+    /// A test of "type `t` has at least `min` devices free (or none taken yet)" for types
+    /// asked in ascending order: it walks `taken` once instead of searching it per type.
+    pub(super) fn free_at_least(&self, min: usize) -> impl FnMut(usize) -> bool + '_ {
+        let mut at = 0;
+        move |t| {
+            while self.taken.get(at).is_some_and(|(i, _)| *i < t) {
+                at += 1;
+            }
+            match self.taken.get(at) {
+                Some((i, _)) if *i == t => self.free[at] >= min,
+                _ => true,
+            }
+        }
     }
 }
 
@@ -254,7 +281,10 @@ impl Solver {
 }
 
 /// Per pod with claims to allocate, the types of each pool that can allocate them alone.
+/// Pods whose claims have the same shapes (claims of one ResourceClaimTemplate) get the same
+/// types: each distinct list of shapes is allocated once.
 fn fresh_types(s: &mut Solver) {
+    let mut memo: HashMap<Vec<u32>, (Vec<BitSet>, usize)> = HashMap::new();
     for pi in 0..s.pods.len() {
         let Some(pd) = s.pods[pi].dra.as_deref() else {
             continue;
@@ -269,6 +299,17 @@ fn fresh_types(s: &mut Solver) {
             .filter(|c| state.st.claims[*c as usize].allocated.is_none())
             .collect();
         if claims.is_empty() {
+            continue;
+        }
+        let shapes: Vec<u32> = claims
+            .iter()
+            .map(|c| state.st.claims[*c as usize].shape)
+            .collect();
+        if let Some((ok, min_devices)) = memo.get(&shapes).cloned()
+            && let Some(pd) = s.pods[pi].dra.as_deref_mut()
+        {
+            pd.ok = ok;
+            pd.min_devices = min_devices;
             continue;
         }
         let ok: Vec<BitSet> = (0..s.pools.len())
@@ -296,6 +337,7 @@ fn fresh_types(s: &mut Solver) {
                     .unwrap_or(0)
             })
             .sum();
+        memo.insert(shapes, (ok.clone(), min_devices));
         if let Some(pd) = s.pods[pi].dra.as_deref_mut() {
             pd.ok = ok;
             pd.min_devices = min_devices;
@@ -354,6 +396,8 @@ struct Builder {
     matches: Vec<Vec<Result<Vec<bool>, String>>>,
     /// Each distinct expression's compile result (claims of one template repeat them).
     compiled: HashMap<String, Result<(), String>>,
+    /// Distinct claim shapes ([`ClaimData::shape`]).
+    shapes: HashMap<Shape, u32>,
 }
 
 impl Builder {
@@ -457,7 +501,7 @@ impl Builder {
                 alts,
             });
         }
-        let constraints = c
+        let constraints: Vec<(Vec<usize>, ConstraintKind)> = c
             .constraints
             .iter()
             .map(|k| {
@@ -467,11 +511,21 @@ impl Builder {
                 (covered, k.kind.clone())
             })
             .collect();
+        let shape: Shape = (
+            requests
+                .iter()
+                .map(|r| r.alts.iter().map(|a| (a.sig, a.mode)).collect())
+                .collect(),
+            constraints.clone(),
+        );
+        let next = self.shapes.len() as u32;
+        let shape = *self.shapes.entry(shape).or_insert(next);
         Ok(ClaimData {
             key: key.clone(),
             allocated: c.allocation.as_ref().map(|a| a.node_name.clone()),
             requests,
             constraints,
+            shape,
         })
     }
 
@@ -518,56 +572,10 @@ impl Builder {
         self.sources.len() - 1
     }
 
-    /// Every selector set on every source's devices.
+    /// Every selector set on every source's devices (see [`super::selectors`]).
     fn evaluate(&mut self, s: &mut Solver, env: &Environment) {
-        let mut domains: BTreeSet<String> = BTreeSet::new();
-        for e in self.sigs.iter().flatten() {
-            domains.extend(literals(e));
-        }
-        let root = env.context();
-        let compiled: Vec<Vec<_>> = self
-            .sigs
-            .iter()
-            .map(|set| set.iter().filter_map(|e| env.compile(e).ok()).collect())
-            .collect();
-        let mut unevaluable: Vec<Option<String>> = vec![None; self.sigs.len()];
-        self.matches = vec![Vec::with_capacity(self.sources.len()); self.sigs.len()];
-        for src in &self.sources {
-            let values: Vec<_> = src
-                .devices
-                .iter()
-                .map(|(drv, d)| device_value(drv, d, &domains))
-                .collect();
-            for (sig, sels) in compiled.iter().enumerate() {
-                let mut out: Result<Vec<bool>, String> = Ok(Vec::with_capacity(values.len()));
-                for (v, (drv, d)) in values.iter().zip(&src.devices) {
-                    let mut ok = true;
-                    for sel in sels {
-                        match env.matches(&root, sel, v, &format!("{drv}/{}", d.name)) {
-                            Ok(true) => {}
-                            Ok(false) => {
-                                ok = false;
-                                break;
-                            }
-                            Err(e @ SelectorError::Device { .. }) => {
-                                out = Err(e.to_string());
-                                break;
-                            }
-                            Err(e) => {
-                                unevaluable[sig].get_or_insert(e.to_string());
-                                out = Err(e.to_string());
-                                break;
-                            }
-                        }
-                    }
-                    match &mut out {
-                        Ok(m) => m.push(ok),
-                        Err(_) => break,
-                    }
-                }
-                self.matches[sig].push(out);
-            }
-        }
+        let (matches, unevaluable) = super::selectors::evaluate(env, &self.sigs, &self.sources);
+        self.matches = matches;
         // A selector that cannot be evaluated blocks every pod that uses it.
         for pd in s.pods.iter_mut().filter_map(|p| p.dra.as_deref_mut()) {
             if pd.blocked.is_some() {
@@ -582,5 +590,36 @@ impl Builder {
             });
             pd.blocked = why;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::allocate::record;
+    use super::Planned;
+
+    #[test]
+    fn free_at_least_reads_each_type_as_counting_its_devices_would() {
+        let mut p = Planned::default();
+        record(&mut p, 7, vec![true, true, false]);
+        record(&mut p, 2, vec![true, false, false]);
+        record(&mut p, 9, vec![true, true, true]);
+        // A type taken again replaces its entry and its count.
+        record(&mut p, 7, vec![true, true, true, false, false]);
+        assert_eq!(p.max_free, 2);
+        for min in 0..4 {
+            let mut free = p.free_at_least(min);
+            let got: Vec<bool> = (0..12).map(&mut free).collect();
+            let want: Vec<bool> = (0..12)
+                .map(|t| {
+                    p.of(t)
+                        .is_none_or(|taken| taken.iter().filter(|x| !**x).count() >= min)
+                })
+                .collect();
+            assert_eq!(got, want, "min {min}");
+        }
+        // Positive control: a full type says no, one never taken says yes.
+        let mut free = p.free_at_least(1);
+        assert!(free(2) && free(5) && free(7) && !free(9) && free(11));
     }
 }

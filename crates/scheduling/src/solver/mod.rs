@@ -16,10 +16,13 @@ mod build;
 mod count_order;
 mod dra;
 mod groups;
+#[cfg(test)]
+mod memo_tests;
 mod output;
 mod pack;
 mod pod;
 mod price;
+mod selectors;
 mod topology;
 mod volumes;
 
@@ -37,6 +40,8 @@ use volumes::Attached;
 
 type IReqs = Reqs<Key, Sym>;
 type ISet = ValueSet<Sym>;
+/// See [`Solver::compat`].
+type Compat = std::rc::Rc<std::cell::RefCell<HashMap<(usize, IReqs), std::rc::Rc<BitSet>>>>;
 /// Namespace and labels of a pod.
 type MatchKey = (u32, Vec<(Key, Sym)>);
 
@@ -118,6 +123,9 @@ struct PoolData {
     counted: bool,
     /// The types whose nodes publish devices (empty unless some pod claims devices).
     dev_types: BitSet,
+    /// Its types with an offering, by the rank of their best offering (then by index): no
+    /// offering of a later type ranks before that (see [`Solver::claim_launch`]).
+    launch_order: Vec<(Rank, usize)>,
 }
 
 #[derive(Clone)]
@@ -154,10 +162,12 @@ struct Claim {
     relaxed: bool,
     /// Its launch price now; kept only under a price cap ([`Solver::cap`]).
     price: f64,
-    /// Under a price cap: the type it launches now (`usize::MAX`: none), and the most room
-    /// left on a candidate that could launch within the cap (see [`Solver::cap_free`]).
+    /// Under a price cap: the type it launches now (`usize::MAX`: none), the most room
+    /// left on a candidate that could launch within the cap, and those candidates (see
+    /// [`Solver::cap_free`]).
     launch: usize,
     cap_free: Vec<i64>,
+    cap_ok: BitSet,
 }
 
 #[derive(Clone)]
@@ -173,6 +183,10 @@ struct Solver {
     /// The order existing nodes are tried in (Karpenter's): initialized first, then by name.
     node_order: Vec<usize>,
     claims: Vec<Claim>,
+    /// Per planned claim, the room a pod needs to fit in to join it (its `max_free`, under a
+    /// price cap its `cap_free`), `res_names.len()` apiece: a dense copy for the scan of
+    /// [`Solver::add`], which visits every claim for a pod that joins none.
+    room: Vec<i64>,
     /// Planned claims ordered by pod count ascending (Karpenter tries the emptiest first).
     by_count: CountOrder,
     groups: Vec<Group>,
@@ -200,6 +214,10 @@ struct Solver {
     /// found, above which the packing stops.
     spent: f64,
     budget: f64,
+    /// Per (pool, requirements), the pool's types compatible with them
+    /// ([`Solver::type_ok`] without counts): a pure function of the input, shared by the
+    /// packings' clones (see [`Solver::compatible_types`]).
+    compat: Compat,
 }
 
 fn res_index(res_names: &mut Vec<String>, name: &str) -> usize {
@@ -257,6 +275,26 @@ impl Solver {
 
     fn type_ok(&self, t: &TypeData, reqs: &IReqs, counts: Counts) -> bool {
         t.reqs.intersects(reqs).is_ok() && self.preferred_offering(t, reqs, counts).is_some()
+    }
+
+    /// The types of pool `pool` that `type_ok` accepts under `reqs`, counts ignored
+    /// (remembered: claims of one workload meet the same requirements again and again).
+    fn compatible_types(&self, pool: usize, reqs: &IReqs) -> std::rc::Rc<BitSet> {
+        if let Some(set) = self.compat.borrow().get(&(pool, reqs.clone())) {
+            return std::rc::Rc::clone(set);
+        }
+        let types = &self.pools[pool].types;
+        let mut set = BitSet::new(types.len());
+        for (t, td) in types.iter().enumerate() {
+            if self.type_ok(td, reqs, Counts::Ignore) {
+                set.insert(t);
+            }
+        }
+        let set = std::rc::Rc::new(set);
+        self.compat
+            .borrow_mut()
+            .insert((pool, reqs.clone()), std::rc::Rc::clone(&set));
+        set
     }
 
     /// Sort key of an offering: reserved first, then price.

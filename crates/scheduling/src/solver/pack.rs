@@ -105,11 +105,10 @@ impl Solver {
         } else {
             attached.with(&pod.vols, &self.vol_driver)
         };
+        let compat = new_reqs.as_ref().map(|r| self.compatible_types(pool, r));
         for t in cands.iter() {
             let td = &p.types[t];
-            if let Some(r) = &new_reqs
-                && !self.type_ok(td, r, Counts::Ignore)
-            {
+            if compat.as_ref().is_some_and(|ok| !ok.contains(t)) {
                 continue;
             }
             if let Some(i) = td
@@ -331,15 +330,14 @@ impl Solver {
         let base = self.nodes.len();
         // Under a price cap: the first claim skipped for its price, taken if nothing else can.
         let mut skipped: Option<(usize, ClaimUpdate)> = None;
+        let r = self.res_names.len();
         for oi in 0..self.by_count.order.len() {
             let ci = self.by_count.order[oi];
+            if !fits(&self.pods[pi].requests, &self.room[ci * r..(ci + 1) * r]) {
+                continue;
+            }
             let c = &self.claims[ci];
-            let room = if self.cap.is_finite() {
-                &c.cap_free
-            } else {
-                &c.max_free
-            };
-            if !fits(&self.pods[pi].requests, room) || pool_ok[c.pool].is_err() {
+            if pool_ok[c.pool].is_err() {
                 continue;
             }
             if self.pods[pi].dra.is_some() && !self.claim_may_host(ci, &self.pods[pi]) {
@@ -448,6 +446,7 @@ impl Solver {
             price: f64::INFINITY,
             launch: usize::MAX,
             cap_free: Vec::new(),
+            cap_ok: BitSet::new(0),
         });
         let ci = self.claims.len() - 1;
         self.by_count.push(ci);
@@ -485,6 +484,13 @@ impl Solver {
             && !self.pools[c.pool].counted
             && u.reqs.is_none()
             && u.cands == c.cands;
+        // Fewer candidates that keep the launch type, under the same requirements, launch
+        // it still: it was the first cheapest of more (as `Solver::over_cap` reads it).
+        let keeps_launch = self.cap.is_finite()
+            && !self.pools[c.pool].counted
+            && u.reqs.is_none()
+            && c.launch != usize::MAX
+            && u.cands.contains(c.launch);
         if let Some(r) = u.reqs {
             c.reqs = r;
         }
@@ -511,12 +517,35 @@ impl Solver {
             }
         } else if self.cap.is_finite() {
             let c = &self.claims[ci];
-            let (price, launch) = self.claim_launch(c.pool, &c.reqs, &c.cands, c.held);
-            let cap_free = self.cap_free(c, price);
+            let (price, launch) = if keeps_launch {
+                (c.price, c.launch)
+            } else {
+                self.claim_launch(c.pool, &c.reqs, &c.cands, c.held)
+            };
+            let (cap_free, cap_ok) = self.cap_free(c, price);
             let c = &mut self.claims[ci];
             let before = if c.price.is_finite() { c.price } else { 0.0 };
             self.spent += price - before;
-            (c.price, c.launch, c.cap_free) = (price, launch, cap_free);
+            (c.price, c.launch, c.cap_free, c.cap_ok) = (price, launch, cap_free, cap_ok);
+        }
+        self.keep_room(ci);
+    }
+
+    /// Copies claim `ci`'s room into [`Solver::room`] (a resource it lacks: no limit, as
+    /// `fits` reads a shorter list).
+    fn keep_room(&mut self, ci: usize) {
+        let r = self.res_names.len();
+        if self.room.len() < (ci + 1) * r {
+            self.room.resize((ci + 1) * r, i64::MAX);
+        }
+        let c = &self.claims[ci];
+        let room = if self.cap.is_finite() {
+            &c.cap_free
+        } else {
+            &c.max_free
+        };
+        for (i, dst) in self.room[ci * r..(ci + 1) * r].iter_mut().enumerate() {
+            *dst = room.get(i).copied().unwrap_or(i64::MAX);
         }
     }
 

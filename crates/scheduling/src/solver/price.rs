@@ -62,6 +62,24 @@ pub(super) fn cheapest(input: &Input, dra: &crate::dra::Dra) -> Output {
     }
 }
 
+/// `types` with an offering, by the rank of their best offering, then by index (see
+/// [`Solver::claim_launch`]).
+pub(super) fn launch_order(types: &[TypeData]) -> Vec<(Rank, usize)> {
+    let mut order: Vec<(Rank, usize)> = types
+        .iter()
+        .enumerate()
+        .filter_map(|(t, td)| {
+            td.offerings
+                .iter()
+                .map(|o| (!o.reserved, o.price))
+                .min_by(|a, b| by_rank(*a, *b))
+                .map(|r| (r, t))
+        })
+        .collect();
+    order.sort_by(|a, b| by_rank(a.0, b.0).then(a.1.cmp(&b.1)));
+    order
+}
+
 /// A finished packing, priced as its output will be.
 struct Packed {
     solver: Solver,
@@ -121,7 +139,10 @@ impl Solver {
         self.claim_launch(pool, reqs, cands, held).0
     }
 
-    /// [`Self::claim_price`] and the type it launches (`usize::MAX`: none).
+    /// [`Self::claim_price`] and the type it launches (`usize::MAX`: none): the candidate
+    /// whose preferred offering ranks first, the lowest index among equals. The types are
+    /// visited by the rank of their best offering ([`PoolData::launch_order`]), so the
+    /// search stops at the first type whose every offering ranks after the best found.
     pub(super) fn claim_launch(
         &self,
         pool: usize,
@@ -130,33 +151,46 @@ impl Solver {
         held: Option<u32>,
     ) -> (f64, usize) {
         let p = &self.pools[pool];
-        cands
-            .iter()
-            .filter_map(|t| {
-                let o = self.preferred_offering(&p.types[t], reqs, Counts::Held(held))?;
-                Some((self.rank(&o), t))
-            })
-            .min_by(|a, b| by_rank(a.0, b.0))
-            .map_or((f64::INFINITY, usize::MAX), |(r, t)| (r.1, t))
+        let mut best: Option<(Rank, usize)> = None;
+        for &(floor, t) in &p.launch_order {
+            if best.is_some_and(|(r, _)| by_rank(floor, r).is_gt()) {
+                break;
+            }
+            if !cands.contains(t) {
+                continue;
+            }
+            let Some(o) = self.preferred_offering(&p.types[t], reqs, Counts::Held(held)) else {
+                continue;
+            };
+            let r = self.rank(&o);
+            let better = best.is_none_or(|(br, bt)| by_rank(r, br).then(t.cmp(&bt)).is_lt());
+            if better {
+                best = Some((r, t));
+            }
+        }
+        best.map_or((f64::INFINITY, usize::MAX), |(r, t)| (r.1, t))
     }
 
     /// Per resource, the most room left on a candidate of claim `c` that could launch at most
     /// at `max(cap, price)` (its cheapest available offering is no dearer): a pod needing more
-    /// cannot join it within the cap, whatever the rest of the check says.
-    pub(super) fn cap_free(&self, c: &Claim, price: f64) -> Vec<i64> {
+    /// cannot join it within the cap, whatever the rest of the check says. And those
+    /// candidates ([`Claim::cap_ok`]).
+    pub(super) fn cap_free(&self, c: &Claim, price: f64) -> (Vec<i64>, BitSet) {
         let limit = self.cap.max(price);
         let p = &self.pools[c.pool];
         let mut free = vec![i64::MIN; c.used.len()];
+        let mut ok = BitSet::new(p.types.len());
         for t in c.cands.iter() {
             let td = &p.types[t];
             if !td.offerings.iter().any(|o| o.available && o.price <= limit) {
                 continue;
             }
+            ok.insert(t);
             for (f, (a, u)) in free.iter_mut().zip(td.usable.iter().zip(&c.used)) {
                 *f = (*f).max(a - u);
             }
         }
-        free
+        (free, ok)
     }
 
     /// Whether adding a pod to claim `ci` as `u` says would raise its price above the cap
