@@ -16,6 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+pub(super) use super::source::{Source, UNUSABLE};
 use super::*;
 use crate::dra::cel::Environment;
 use crate::dra::{
@@ -72,47 +73,6 @@ pub(super) struct Alt {
     pub(super) capacity: BTreeMap<String, Quantity>,
 }
 
-/// The devices one node (or a node of one instance type) publishes.
-pub(super) struct Source {
-    pub(super) devices: Vec<(String, Device)>,
-    /// Taken before the solve (allocated claims' devices).
-    pub(super) taken: Vec<bool>,
-    /// The pools' counter budgets (partitionable devices), and per device what it draws on
-    /// them (budget index, amount); a device drawing on a set or counter its pool lacks draws
-    /// on [`UNUSABLE`]. What a set of devices draws follows from the devices taken.
-    pub(super) budgets: Vec<Quantity>,
-    pub(super) draws: Vec<Vec<(usize, Quantity)>>,
-}
-
-/// The budget index a device drawing on a missing counter set or counter draws on: none
-/// allows it.
-pub(super) const UNUSABLE: usize = usize::MAX;
-
-impl Source {
-    /// Whether the devices `taken` plus `extra` stay within every counter budget.
-    pub(super) fn within_budgets(&self, taken: &[bool], extra: &[usize]) -> bool {
-        if self.budgets.is_empty() && self.draws.iter().all(Vec::is_empty) {
-            return true;
-        }
-        let mut used = vec![Quantity::default(); self.budgets.len()];
-        let drawing = (0..self.devices.len())
-            .filter(|d| taken.get(*d).copied().unwrap_or(false))
-            .chain(extra.iter().copied());
-        for d in drawing {
-            for (b, amount) in &self.draws[d] {
-                let Some(u) = used.get_mut(*b) else {
-                    return false;
-                };
-                match u.checked_add(*amount) {
-                    Some(sum) if sum <= self.budgets[*b] => *u = sum,
-                    _ => return false,
-                }
-            }
-        }
-        true
-    }
-}
-
 /// A pod's claims.
 #[derive(Clone, Default)]
 pub(super) struct PodDra {
@@ -140,7 +100,7 @@ impl PodDra {
 #[derive(Clone, Default)]
 pub(super) struct Planned {
     pub(super) taken: Vec<(usize, Vec<bool>)>,
-    /// Per entry of `taken`, its devices left free (kept by [`super::allocate::record`]).
+    /// Per entry of `taken`, its devices left free (kept by `allocate::record`).
     pub(super) free: Vec<usize>,
     /// The most devices left free on one type of `taken`: every candidate type that can
     /// allocate has an entry once a pod took devices, so a pod needing more fits no type.

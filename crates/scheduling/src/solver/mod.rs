@@ -23,6 +23,7 @@ mod pack;
 mod pod;
 mod price;
 mod selectors;
+mod source;
 mod topology;
 mod volumes;
 

@@ -1,4 +1,4 @@
-//! The selector sets of a solve's claims evaluated on its device sources (see [`super::dra`]).
+//! The selector sets of a solve's claims evaluated on its device sources (see the `dra` module).
 //!
 //! CEL sees a device as its driver, attributes and capacity, not its name. Instance types of
 //! one shape publish equal devices, as does every GPU of one node, and a node whose driver has
@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::dra::Source;
+use super::source::Source;
 use crate::dra::cel::{Environment, Selector, SelectorError, device_value, literals};
 use crate::dra::{Attribute, Quantity};
 
