@@ -141,7 +141,7 @@ pub fn rows(
                 age_seconds,
                 stuck,
                 why: None,
-            remediation: None,
+                remediation: None,
                 remediation: None,
             }
         })
@@ -290,18 +290,19 @@ pub(crate) fn add_remediation(
     checks: &[std::sync::Arc<clusterapi_api::MachineHealthCheck>],
 ) {
     for r in rows {
-        let Some(m) = machines
-            .iter()
-            .find(|m| format!("{}/{}", m.namespace().unwrap_or_default(), m.name_any()) == r.machine)
-        else {
+        let Some(m) = machines.iter().find(|m| {
+            format!("{}/{}", m.namespace().unwrap_or_default(), m.name_any()) == r.machine
+        }) else {
             continue;
         };
-        r.remediation = clusterapi::health_checks::remediated_elsewhere(m, checks).map(|e| {
-            match e.replace {
-                Some(u) => format!("left to {}, which asks for a replacement ({})", e.by, u.detail),
+        r.remediation =
+            clusterapi::health_checks::remediated_elsewhere(m, checks).map(|e| match e.replace {
+                Some(u) => format!(
+                    "left to {}, which asks for a replacement ({})",
+                    e.by, u.detail
+                ),
                 None => format!("left to {} (the operator's repair does not act)", e.by),
-            }
-        });
+            });
     }
 }
 

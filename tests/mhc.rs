@@ -46,14 +46,18 @@ async fn pool_claims(client: &Client) -> Vec<DynamicObject> {
 
 /// The one live NodeClaim of the pool once it is initialized, with its Node.
 async fn initialized_claim(client: &Client, not: &[String]) -> (String, String) {
-    wait_for("an initialized NodeClaim", Duration::from_secs(60), || async {
-        pool_claims(client).await.into_iter().find_map(|c| {
-            let fresh = !not.contains(&c.name_any()) && c.metadata.deletion_timestamp.is_none();
-            let node = c.data["status"]["nodeName"].as_str()?.to_string();
-            (fresh && condition(&c, "Initialized").as_deref() == Some("True"))
-                .then(|| (c.name_any(), node))
-        })
-    })
+    wait_for(
+        "an initialized NodeClaim",
+        Duration::from_secs(60),
+        || async {
+            pool_claims(client).await.into_iter().find_map(|c| {
+                let fresh = !not.contains(&c.name_any()) && c.metadata.deletion_timestamp.is_none();
+                let node = c.data["status"]["nodeName"].as_str()?.to_string();
+                (fresh && condition(&c, "Initialized").as_deref() == Some("True"))
+                    .then(|| (c.name_any(), node))
+            })
+        },
+    )
     .await
     .expect("initialized NodeClaim")
 }
@@ -114,7 +118,10 @@ async fn a_machine_health_check_owns_remediation_of_the_machines_it_selects() {
     let ns = env.tb.temp_namespace().await.expect("namespace");
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     Api::<Deployment>::namespaced(client.clone(), &ns)
-        .create(&PostParams::default(), &deployment("web", 1, "1", "1Gi", json!({})))
+        .create(
+            &PostParams::default(),
+            &deployment("web", 1, "1", "1Gi", json!({})),
+        )
         .await
         .expect("deployment");
     let (first, first_node) = initialized_claim(&client, &[]).await;
@@ -151,7 +158,11 @@ async fn a_machine_health_check_owns_remediation_of_the_machines_it_selects() {
     // ...and declines the MHC's node, naming the MHC, while the MHC still waits (8 s).
     wait_for("our repair defers", Duration::from_secs(30), || async {
         let events = events_for(&client, &first).await;
-        (said(&events, "NodeRepairDeferred", &format!("MachineHealthCheck {mhc_name}")) > 0)
+        (said(
+            &events,
+            "NodeRepairDeferred",
+            &format!("MachineHealthCheck {mhc_name}"),
+        ) > 0)
             .then_some(())
     })
     .await
@@ -205,7 +216,11 @@ async fn a_machine_health_check_owns_remediation_of_the_machines_it_selects() {
             .sum::<f64>()
     };
     assert_eq!(repaired("HealthCheckSucceeded"), 1.0, "{metrics}");
-    assert_eq!(repaired("Ready"), 0.0, "our policy replaced nothing of the pool");
+    assert_eq!(
+        repaired("Ready"),
+        0.0,
+        "our policy replaced nothing of the pool"
+    );
 
     // A Machine deleted behind our back (an external remediator's way): its NodeClaim is
     // cleaned up and the pod re-provisioned promptly (the Machine watch, not a GC pass).
@@ -215,11 +230,12 @@ async fn a_machine_health_check_owns_remediation_of_the_machines_it_selects() {
         .delete(&machine, &DeleteParams::default())
         .await
         .expect("delete Machine");
-    let (third, third_node) =
-        initialized_claim(&client, &[first.clone(), second.clone()]).await;
-    wait_for("web Running a third time", Duration::from_secs(60), || async {
-        web_running_on(&pods, &third_node).await.then_some(())
-    })
+    let (third, third_node) = initialized_claim(&client, &[first.clone(), second.clone()]).await;
+    wait_for(
+        "web Running a third time",
+        Duration::from_secs(60),
+        || async { web_running_on(&pods, &third_node).await.then_some(()) },
+    )
     .await
     .expect("web runs after the Machine's deletion");
     wait_for("its NodeClaim gone", Duration::from_secs(30), || async {
@@ -233,16 +249,22 @@ async fn a_machine_health_check_owns_remediation_of_the_machines_it_selects() {
     .await
     .expect("the NodeClaim of the deleted Machine is gone");
     let took = deleted.elapsed();
-    println!("Machine deleted -> {third} running and {second} gone in {took:?}; remediation {remediated:?} after the break");
+    println!(
+        "Machine deleted -> {third} running and {second} gone in {took:?}; remediation {remediated:?} after the break"
+    );
     assert!(took < Duration::from_secs(40), "prompt: {took:?}");
-    wait_for("the remediated NodeClaim gone", Duration::from_secs(90), || async {
-        nodeclaims(&client)
-            .get_opt(&first)
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
+    wait_for(
+        "the remediated NodeClaim gone",
+        Duration::from_secs(90),
+        || async {
+            nodeclaims(&client)
+                .get_opt(&first)
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        },
+    )
     .await
     .expect("the remediated NodeClaim is gone");
     health_checks(&client, &cns)

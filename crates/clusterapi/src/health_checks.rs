@@ -21,8 +21,8 @@
 
 use std::sync::Arc;
 
-use clusterapi_api::{Machine, MachineHealthCheck};
 use cloudprovider::{RemediatedElsewhere, Unhealthy};
+use clusterapi_api::{Machine, MachineHealthCheck};
 use kube::ResourceExt;
 
 /// A Machine annotation that keeps every MachineHealthCheck from remediating it.
@@ -48,7 +48,10 @@ pub fn selects(mhc: &MachineHealthCheck, m: &Machine) -> bool {
 
 /// The MachineHealthCheck that owns the remediation of `m`: of those selecting it, the
 /// first by name (Cluster API does not support overlapping selectors).
-pub fn owner<'a>(m: &Machine, checks: &'a [Arc<MachineHealthCheck>]) -> Option<&'a MachineHealthCheck> {
+pub fn owner<'a>(
+    m: &Machine,
+    checks: &'a [Arc<MachineHealthCheck>],
+) -> Option<&'a MachineHealthCheck> {
     checks
         .iter()
         .filter(|c| selects(c, m))
@@ -93,9 +96,7 @@ pub fn remediated_elsewhere(
         api::conditions::get(conditions, t).filter(|c| c.status == api::conditions::FALSE)
     };
     let replace = match (is_false(HEALTH_CHECK_SUCCEEDED), is_false(OWNER_REMEDIATED)) {
-        (Some(failed), Some(_))
-            if !external(mhc) && m.metadata.deletion_timestamp.is_none() =>
-        {
+        (Some(failed), Some(_)) if !external(mhc) && m.metadata.deletion_timestamp.is_none() => {
             let message = if failed.message.is_empty() {
                 String::new()
             } else {
@@ -131,7 +132,13 @@ mod tests {
         .expect("machine")
     }
 
-    fn mhc(name: &str, ns: &str, cluster: &str, selector: serde_json::Value, template: bool) -> Arc<MachineHealthCheck> {
+    fn mhc(
+        name: &str,
+        ns: &str,
+        cluster: &str,
+        selector: serde_json::Value,
+        template: bool,
+    ) -> Arc<MachineHealthCheck> {
         let remediation = if template {
             json!({"templateRef": {"apiVersion": "x/v1", "kind": "T", "name": "t"}})
         } else {
@@ -163,9 +170,20 @@ mod tests {
         assert!(selects(&mhc("x", "ns", "c1", sel.clone(), false), &m));
         assert!(!selects(&mhc("x", "other", "c1", sel.clone(), false), &m));
         assert!(!selects(&mhc("x", "ns", "c2", sel.clone(), false), &m));
-        assert!(!selects(&mhc("x", "ns", "c1", json!({"matchLabels": {"pool": "b"}}), false), &m));
+        assert!(!selects(
+            &mhc(
+                "x",
+                "ns",
+                "c1",
+                json!({"matchLabels": {"pool": "b"}}),
+                false
+            ),
+            &m
+        ));
         let mut skipped = m.clone();
-        skipped.annotations_mut().insert(SKIP_REMEDIATION.into(), "".into());
+        skipped
+            .annotations_mut()
+            .insert(SKIP_REMEDIATION.into(), "".into());
         assert!(!selects(&mhc("x", "ns", "c1", sel, false), &skipped));
     }
 
@@ -173,7 +191,10 @@ mod tests {
     fn the_first_by_name_owns_it() {
         let m = machine(LABELS(), json!([]));
         let all = json!({});
-        let checks = [mhc("b", "ns", "c1", all.clone(), false), mhc("a", "ns", "c1", all, false)];
+        let checks = [
+            mhc("b", "ns", "c1", all.clone(), false),
+            mhc("a", "ns", "c1", all, false),
+        ];
         let got = remediated_elsewhere(&m, &checks).expect("selected");
         assert_eq!(got.by, "MachineHealthCheck ns/a");
         assert_eq!(got.replace, None, "healthy: nothing asked");
@@ -184,23 +205,37 @@ mod tests {
     fn the_owner_is_asked_only_when_both_conditions_are_false() {
         let unhealthy = machine(
             LABELS(),
-            json!([cond("HealthCheckSucceeded", "False", "UnhealthyNode"),
-                   cond("OwnerRemediated", "False", "WaitingForRemediation")]),
+            json!([
+                cond("HealthCheckSucceeded", "False", "UnhealthyNode"),
+                cond("OwnerRemediated", "False", "WaitingForRemediation")
+            ]),
         );
         let checks = [mhc("a", "ns", "c1", json!({}), false)];
         let got = remediated_elsewhere(&unhealthy, &checks).expect("selected");
         let replace = got.replace.expect("asked to replace");
         assert_eq!(replace.condition, "HealthCheckSucceeded");
-        assert!(replace.detail.contains("UnhealthyNode"), "{}", replace.detail);
+        assert!(
+            replace.detail.contains("UnhealthyNode"),
+            "{}",
+            replace.detail
+        );
         // An external remediator acts by itself.
         let external = [mhc("a", "ns", "c1", json!({}), true)];
-        assert_eq!(remediated_elsewhere(&unhealthy, &external).and_then(|r| r.replace), None);
+        assert_eq!(
+            remediated_elsewhere(&unhealthy, &external).and_then(|r| r.replace),
+            None
+        );
         // Marked unhealthy but recovered (the owner condition left behind): nothing asked.
         let recovered = machine(
             LABELS(),
-            json!([cond("HealthCheckSucceeded", "True", "HealthCheckSucceeded"),
-                   cond("OwnerRemediated", "False", "WaitingForRemediation")]),
+            json!([
+                cond("HealthCheckSucceeded", "True", "HealthCheckSucceeded"),
+                cond("OwnerRemediated", "False", "WaitingForRemediation")
+            ]),
         );
-        assert_eq!(remediated_elsewhere(&recovered, &checks).and_then(|r| r.replace), None);
+        assert_eq!(
+            remediated_elsewhere(&recovered, &checks).and_then(|r| r.replace),
+            None
+        );
     }
 }

@@ -130,7 +130,8 @@ impl Watches {
             self.health_checks.subscribe(),
             claims,
             |c, mhc: &clusterapi_api::MachineHealthCheck| {
-                Plan::of(c).is_some_and(|p| Some(p.namespace.as_str()) == mhc.namespace().as_deref())
+                Plan::of(c)
+                    .is_some_and(|p| Some(p.namespace.as_str()) == mhc.namespace().as_deref())
             },
         );
         let templates = futures::stream::unfold(self.templates.clone(), |rx| async move {
