@@ -142,7 +142,6 @@ pub fn rows(
                 stuck,
                 why: None,
                 remediation: None,
-                remediation: None,
             }
         })
         .collect();
