@@ -521,6 +521,46 @@ mod tests {
     }
 
     #[test]
+    fn names_the_machine_health_check_that_owns_remediation() {
+        let now: Timestamp = "2026-11-22T10:12:00Z".parse().expect("t");
+        let ncs = [obj(
+            json!({"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": "default-a", "creationTimestamp": "2026-11-22T10:00:00Z",
+                "labels": {"karpenter.sh/nodepool": "default"},
+                "annotations": {"cluster.x-k8s.io/machine": "prod/default-a"}}}),
+        )];
+        let machine = |labels: serde_json::Value| -> Machine {
+            serde_json::from_value(json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                "metadata": {"name": "default-a", "namespace": "prod", "labels": labels},
+                "spec": {"clusterName": "c", "infrastructureRef": {"apiGroup": "g", "kind": "K", "name": "default-a"}}}))
+            .expect("machine")
+        };
+        let checks = [std::sync::Arc::new(
+            serde_json::from_value(json!({"apiVersion": "cluster.x-k8s.io/v1beta2",
+                "kind": "MachineHealthCheck", "metadata": {"name": "workers", "namespace": "prod"},
+                "spec": {"clusterName": "c", "selector": {"matchLabels": {"karpenter.sh/nodepool": "default"}}}}))
+            .expect("mhc"),
+        )];
+        let selected = [machine(
+            json!({"cluster.x-k8s.io/cluster-name": "c", "karpenter.sh/nodepool": "default"}),
+        )];
+        let mut r = rows(&ncs, &selected, &[], now);
+        add_remediation(&mut r, &selected, &checks);
+        let table = render_table(&r);
+        assert!(
+            table.contains("> default-a: repair: left to MachineHealthCheck prod/workers"),
+            "{table}"
+        );
+        // Not selected (another pool): the operator's repair, nothing said.
+        let other = [machine(
+            json!({"cluster.x-k8s.io/cluster-name": "c", "karpenter.sh/nodepool": "batch"}),
+        )];
+        let mut r = rows(&ncs, &other, &[], now);
+        add_remediation(&mut r, &other, &checks);
+        assert_eq!(r[0].remediation, None);
+    }
+
+    #[test]
     fn flags_a_machine_stuck_provisioning() {
         let now: Timestamp = "2026-11-22T10:12:00Z".parse().expect("t");
         let ncs = [
