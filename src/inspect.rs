@@ -39,6 +39,10 @@ pub struct Row {
     /// With `--why`: its disruption verdict (the move it is part of, or what keeps it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub why: Option<String>,
+    /// With `--why`: who owns its remediation when not the operator's repair (a
+    /// MachineHealthCheck selecting its Machine).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remediation: Option<String>,
 }
 
 fn cond<'a>(nc: &'a NodeClaim, type_: &str) -> Option<&'a Condition> {
@@ -137,6 +141,7 @@ pub fn rows(
                 age_seconds,
                 stuck,
                 why: None,
+                remediation: None,
             }
         })
         .collect();
@@ -245,6 +250,9 @@ pub fn render_table(rows: &[Row]) -> String {
         if let Some(why) = &r.why {
             out += &format!("  > {}: {why}\n", r.nodeclaim);
         }
+        if let Some(by) = &r.remediation {
+            out += &format!("  > {}: repair: {by}\n", r.nodeclaim);
+        }
     }
     if rows.is_empty() {
         out += "(no NodeClaims)\n";
@@ -270,6 +278,30 @@ pub(crate) fn add_why(
             .and_then(|c| cond(c, api::consts::conditions::CONSOLIDATABLE))
             .map(|c| c.message.clone());
         r.why = written.or_else(|| local.get(&r.nodeclaim).map(ToString::to_string));
+    }
+}
+
+/// Fills each row's remediation owner: the MachineHealthCheck that selects its Machine (the
+/// operator's repair then leaves the node to it), and whether it asks for a replacement now.
+pub(crate) fn add_remediation(
+    rows: &mut [Row],
+    machines: &[Machine],
+    checks: &[std::sync::Arc<clusterapi_api::MachineHealthCheck>],
+) {
+    for r in rows {
+        let Some(m) = machines.iter().find(|m| {
+            format!("{}/{}", m.namespace().unwrap_or_default(), m.name_any()) == r.machine
+        }) else {
+            continue;
+        };
+        r.remediation =
+            clusterapi::health_checks::remediated_elsewhere(m, checks).map(|e| match e.replace {
+                Some(u) => format!(
+                    "left to {}, which asks for a replacement ({})",
+                    e.by, u.detail
+                ),
+                None => format!("left to {} (the operator's repair does not act)", e.by),
+            });
     }
 }
 
@@ -429,6 +461,8 @@ pub async fn collect_all(
             manual_drift: &manual_drift,
         };
         add_why(&mut out, &claims, &view, now);
+        let checks = list_all::<clusterapi_api::MachineHealthCheck>(management).await?;
+        add_remediation(&mut out, &machines, &checks);
         pending = crate::inspect_pending::pending(&cluster, &catalog);
     }
     Ok((out, pending))
@@ -463,6 +497,7 @@ mod tests {
             drift_message: None,
             disruption: None,
             why: None,
+            remediation: None,
         };
         let mut long = row("default-long-name", "capi/m-1");
         long.stuck = Some("Machine Pending for 3m: NodeReady=False".into());
@@ -483,6 +518,46 @@ mod tests {
             "  ! default-long-name: Machine Pending for 3m: NodeReady=False"
         );
         assert_eq!(render_table(&[]).lines().last(), Some("(no NodeClaims)"));
+    }
+
+    #[test]
+    fn names_the_machine_health_check_that_owns_remediation() {
+        let now: Timestamp = "2026-11-22T10:12:00Z".parse().expect("t");
+        let ncs = [obj(
+            json!({"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": "default-a", "creationTimestamp": "2026-11-22T10:00:00Z",
+                "labels": {"karpenter.sh/nodepool": "default"},
+                "annotations": {"cluster.x-k8s.io/machine": "prod/default-a"}}}),
+        )];
+        let machine = |labels: serde_json::Value| -> Machine {
+            serde_json::from_value(json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                "metadata": {"name": "default-a", "namespace": "prod", "labels": labels},
+                "spec": {"clusterName": "c", "infrastructureRef": {"apiGroup": "g", "kind": "K", "name": "default-a"}}}))
+            .expect("machine")
+        };
+        let checks = [std::sync::Arc::new(
+            serde_json::from_value(json!({"apiVersion": "cluster.x-k8s.io/v1beta2",
+                "kind": "MachineHealthCheck", "metadata": {"name": "workers", "namespace": "prod"},
+                "spec": {"clusterName": "c", "selector": {"matchLabels": {"karpenter.sh/nodepool": "default"}}}}))
+            .expect("mhc"),
+        )];
+        let selected = [machine(
+            json!({"cluster.x-k8s.io/cluster-name": "c", "karpenter.sh/nodepool": "default"}),
+        )];
+        let mut r = rows(&ncs, &selected, &[], now);
+        add_remediation(&mut r, &selected, &checks);
+        let table = render_table(&r);
+        assert!(
+            table.contains("> default-a: repair: left to MachineHealthCheck prod/workers"),
+            "{table}"
+        );
+        // Not selected (another pool): the operator's repair, nothing said.
+        let other = [machine(
+            json!({"cluster.x-k8s.io/cluster-name": "c", "karpenter.sh/nodepool": "batch"}),
+        )];
+        let mut r = rows(&ncs, &other, &[], now);
+        add_remediation(&mut r, &other, &checks);
+        assert_eq!(r[0].remediation, None);
     }
 
     #[test]

@@ -173,52 +173,6 @@ async fn launches_that_cannot_succeed_are_given_up_with_a_reason() {
     repair_is_paced_by_the_unhealthy_budget(&env, metrics_addr).await;
 }
 
-/// Takes a Node away from kwok (no more heartbeats) and reports it NotReady.
-async fn break_node(client: &kube::Client, name: &str) {
-    let nodes: Api<Node> = Api::all(client.clone());
-    nodes
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {"kwok.x-k8s.io/node": null}}})),
-        )
-        .await
-        .expect("unmanage node");
-    // kwok may re-report Ready until it has seen the annotation go: report NotReady again
-    // until three polls in a row see it.
-    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    wait_for(&format!("{name} NotReady"), Duration::from_secs(30), || {
-        let seen = seen.clone();
-        let nodes = nodes.clone();
-        async move {
-            use std::sync::atomic::Ordering;
-            let n = nodes.get(name).await.ok()?;
-            let broken = n
-                .status
-                .and_then(|s| s.conditions)
-                .and_then(|cs| cs.into_iter().find(|c| c.type_ == "Ready"))
-                .is_some_and(|c| c.status != "True");
-            if broken {
-                return (seen.fetch_add(1, Ordering::SeqCst) >= 2).then_some(());
-            }
-            seen.store(0, Ordering::SeqCst);
-            let now = k8s_openapi::jiff::Timestamp::now().to_string();
-            let _ = nodes
-                .patch_status(
-                    name,
-                    &PatchParams::default(),
-                    &Patch::Strategic(json!({"status": {"conditions": [{"type": "Ready",
-                        "status": "False", "reason": "TestBroken", "message": "broken by the test",
-                        "lastTransitionTime": now, "lastHeartbeatTime": now}]}})),
-                )
-                .await;
-            None
-        }
-    })
-    .await
-    .expect("node stays NotReady");
-}
-
 /// Node repair on a pool of 5: one broken Node is repaired; then two broken Nodes of the
 /// remaining 4 (more than ceil(20 %) = 1) are a partition: none is repaired, each says
 /// `NodeRepairBlocked`.
@@ -264,7 +218,7 @@ async fn repair_is_capped(env: &mut common::Env) -> std::net::SocketAddr {
     }
 
     // One of five: repaired.
-    break_node(&client, &node_of["repair-0"]).await;
+    common::break_node(&client, &node_of["repair-0"]).await;
     wait_for("repair-0 repaired", Duration::from_secs(60), || async {
         let c = claims.get_opt("repair-0").await.ok()?;
         let said = common::events_for(&client, "repair-0")
@@ -297,7 +251,7 @@ async fn repair_is_capped(env: &mut common::Env) -> std::net::SocketAddr {
 
     // Two of the remaining four: blocked, both.
     for name in ["repair-1", "repair-2"] {
-        break_node(&client, &node_of[name]).await;
+        common::break_node(&client, &node_of[name]).await;
     }
     for name in ["repair-1", "repair-2"] {
         wait_for(
@@ -449,7 +403,7 @@ async fn repair_is_paced_by_the_unhealthy_budget(
         .await
         .expect("veto");
     for name in ["paced-0", "paced-1", "paced-2"] {
-        break_node(&client, &node_of[name]).await;
+        common::break_node(&client, &node_of[name]).await;
     }
     // One of the two is repaired; the other waits for the budget.
     let (first, second) = wait_for(

@@ -662,3 +662,49 @@ pub async fn scrape(addr: std::net::SocketAddr) -> String {
     s.read_to_string(&mut body).await.expect("response");
     body
 }
+
+/// Takes a Node away from kwok (no more heartbeats) and reports it NotReady.
+pub async fn break_node(client: &kube::Client, name: &str) {
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    nodes
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"kwok.x-k8s.io/node": null}}})),
+        )
+        .await
+        .expect("unmanage node");
+    // kwok may re-report Ready until it has seen the annotation go: report NotReady again
+    // until three polls in a row see it.
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    wait_for(&format!("{name} NotReady"), Duration::from_secs(30), || {
+        let seen = seen.clone();
+        let nodes = nodes.clone();
+        async move {
+            use std::sync::atomic::Ordering;
+            let n = nodes.get(name).await.ok()?;
+            let broken = n
+                .status
+                .and_then(|s| s.conditions)
+                .and_then(|cs| cs.into_iter().find(|c| c.type_ == "Ready"))
+                .is_some_and(|c| c.status != "True");
+            if broken {
+                return (seen.fetch_add(1, Ordering::SeqCst) >= 2).then_some(());
+            }
+            seen.store(0, Ordering::SeqCst);
+            let now = k8s_openapi::jiff::Timestamp::now().to_string();
+            let _ = nodes
+                .patch_status(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Strategic(json!({"status": {"conditions": [{"type": "Ready",
+                        "status": "False", "reason": "TestBroken", "message": "broken by the test",
+                        "lastTransitionTime": now, "lastHeartbeatTime": now}]}})),
+                )
+                .await;
+            None
+        }
+    })
+    .await
+    .expect("node stays NotReady");
+}

@@ -384,6 +384,9 @@ pub mod events {
     pub const FAILED_DRAINING: &str = "FailedDraining";
     pub const TERMINATION_GRACE_PERIOD_EXPIRING: &str = "TerminationGracePeriodExpiring";
     pub const NODE_REPAIR_BLOCKED: &str = "NodeRepairBlocked";
+    /// Repair would replace the Node, but its remediation belongs to someone else (the
+    /// provider's `RemediatedElsewhere`, e.g. a Cluster API MachineHealthCheck).
+    pub const NODE_REPAIR_DEFERRED: &str = "NodeRepairDeferred";
     pub const WAITING_ON_NODECLAIM_TERMINATION: &str = "WaitingOnNodeClaimTermination";
     /// Hub mode, on the Cluster API `Cluster`: its API server stopped / started answering.
     pub const CLUSTER_DISCONNECTED: &str = "ClusterDisconnected";

@@ -20,6 +20,6 @@ pub use model::{
     Resources,
 };
 pub use provider::{
-    CloudProvider, Created, Deletion, Drift, Error, Instance, Intent, NodeClassKind, RepairPolicy,
-    Retry, Timeouts, Unhealthy,
+    CloudProvider, Created, Deletion, Drift, Error, Instance, Intent, NodeClassKind,
+    RemediatedElsewhere, RepairPolicy, Retry, Timeouts, Unhealthy,
 };

@@ -20,7 +20,9 @@
 //!    signal for repair. [`Error::NodeClaimNotFound`]: the instance is gone.
 //! 3. Registration and initialization are the workload cluster's (Node by providerID).
 //! 4. [`CloudProvider::repair_policies`]: Node conditions that, held long enough, replace it
-//!    (none: nothing is repaired).
+//!    (none: nothing is repaired); an instance whose remediation belongs to someone else
+//!    ([`Instance::remediated_elsewhere`]) is never repaired by them, only replaced when that
+//!    remediator asks.
 //! 5. [`CloudProvider::is_drifted`]: the provider's drift reasons (for Cluster API: NodeClass,
 //!    templates); the core ones (NodePool hash, requirements, an instance type gone from
 //!    [`CloudProvider::instance_types`]) are judged by the lifecycle for every provider.
@@ -179,6 +181,19 @@ pub struct Unhealthy {
     pub since: Timestamp,
 }
 
+/// Remediation of an instance belongs to someone else than the core's repair (for Cluster
+/// API, a MachineHealthCheck that selects the instance's Machine): the core's repair policies
+/// then replace nothing; the core only carries out what that remediator asks of the
+/// instance's owner.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemediatedElsewhere {
+    /// Who, in messages and `inspect` (`MachineHealthCheck <namespace>/<name>`).
+    pub by: String,
+    /// It judged the instance unhealthy and asks its owner (the core) to replace it now, with
+    /// what it found; `None`: nothing asked (healthy, or it remediates by itself).
+    pub replace: Option<Unhealthy>,
+}
+
 /// An instance as its provider sees it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Instance {
@@ -199,6 +214,8 @@ pub struct Instance {
     pub unhealthy: Option<Unhealthy>,
     /// Being deleted.
     pub terminating: bool,
+    /// Remediation of this instance belongs to something other than the core's repair.
+    pub remediated_elsewhere: Option<RemediatedElsewhere>,
     /// The UID of the NodeClaim it was launched for (garbage collection keeps an instance
     /// while a NodeClaim of this UID exists).
     pub nodeclaim_uid: Option<String>,

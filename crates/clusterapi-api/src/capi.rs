@@ -273,3 +273,46 @@ impl Machine {
         Some(self.status.as_ref()?.node_ref.as_ref()?.name.as_str())
     }
 }
+
+/// MachineHealthCheck: the fields we read to know whether one selects a Machine of ours and
+/// who remediates it (its own controller is Cluster API's).
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "cluster.x-k8s.io",
+    version = "v1beta2",
+    kind = "MachineHealthCheck",
+    namespaced,
+    derive = "PartialEq",
+    derive = "Default",
+    schema = "disabled"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineHealthCheckSpec {
+    pub cluster_name: String,
+    /// Machines (of `clusterName`, in its namespace) it checks.
+    #[serde(default)]
+    pub selector: k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remediation: Option<MachineHealthCheckRemediation>,
+}
+
+/// `spec.remediation`: without `templateRef` the Machine's owner remediates; with it, an
+/// external remediator does (the object cloned from the template).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineHealthCheckRemediation {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template_ref: Option<MachineHealthCheckTemplateRef>,
+}
+
+/// `spec.remediation.templateRef` (v1beta2: apiVersion, kind, name).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineHealthCheckTemplateRef {
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub name: String,
+}

@@ -11,5 +11,5 @@ pub mod crds;
 pub mod nodeclass;
 mod schema;
 
-pub use capi::{Cluster, Machine};
+pub use capi::{Cluster, Machine, MachineHealthCheck};
 pub use nodeclass::ClusterAPINodeClass;

@@ -3,7 +3,7 @@
 use kube::api::Api;
 use kube::runtime::watcher;
 
-use clusterapi_api::{Cluster, ClusterAPINodeClass, Machine};
+use clusterapi_api::{Cluster, ClusterAPINodeClass, Machine, MachineHealthCheck};
 use karpenter_core::cache::{Cache, keep};
 use karpenter_core::tasks::Tasks;
 
@@ -16,6 +16,8 @@ pub struct ClusterApiCaches {
     /// Only Machines carrying our NodeClaim label and our cluster id (see [`super::fence`]).
     pub machines: Cache<Machine>,
     pub clusters: Cache<Cluster>,
+    /// The management side's MachineHealthChecks (which one owns a Machine's remediation).
+    pub health_checks: Cache<MachineHealthCheck>,
 }
 
 impl ClusterApiCaches {
@@ -38,6 +40,7 @@ impl ClusterApiCaches {
                 Some(super::machine::provider_id_key),
             ),
             clusters,
+            health_checks: Cache::start(tasks, Api::all(management.clone()), all(), keep, None),
         }
     }
 
@@ -63,5 +66,6 @@ impl ClusterApiCaches {
         self.nodeclasses.ready().await;
         self.machines.ready().await;
         self.clusters.ready().await;
+        self.health_checks.ready().await;
     }
 }

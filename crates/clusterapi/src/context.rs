@@ -26,7 +26,7 @@ use karpenter_core::nodeclaim::error::Error;
 #[derive(Clone, Debug)]
 pub struct Settings {
     /// How long a Node `Ready` False or Unknown, or a Machine's health signal, is tolerated
-    /// (CAPI's MachineHealthCheck does not remediate orphan Machines).
+    /// (unless a MachineHealthCheck selects the Machine: `health_checks`).
     pub node_repair_after: Duration,
     /// How soon a Machine being deleted is looked at again (its watch usually says sooner).
     pub poll: Duration,
@@ -128,6 +128,8 @@ pub struct Context {
     pub machines: Store<Machine>,
     pub nodeclasses: Store<ClusterAPINodeClass>,
     pub clusters: Store<clusterapi_api::Cluster>,
+    /// MachineHealthChecks (who remediates a Machine, `health_checks`).
+    pub health_checks: Store<clusterapi_api::MachineHealthCheck>,
     /// The workload cluster's NodeClaims (offering counts).
     pub nodeclaims: Store<NodeClaim>,
     pub catalogs: Arc<dyn Catalogs>,

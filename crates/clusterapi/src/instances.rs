@@ -181,6 +181,7 @@ pub(crate) fn instance(nodeclaim: String, plan: &Plan, m: &Machine) -> Instance 
         failure: machine::infrastructure_failure(m),
         unhealthy: machine_unhealthy(m),
         terminating: m.metadata.deletion_timestamp.is_some(),
+        remediated_elsewhere: None,
         nodeclaim_uid: fence::claim_uid(m).map(str::to_string),
         created: m.metadata.creation_timestamp.as_ref().map(|t| t.0),
         annotations: Default::default(),

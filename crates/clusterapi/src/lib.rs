@@ -26,6 +26,7 @@ pub mod control_planes;
 pub(crate) mod drift;
 pub mod fence;
 pub(crate) mod gauges;
+pub mod health_checks;
 pub mod hub;
 pub(crate) mod instances;
 pub(crate) mod latency;
@@ -83,12 +84,15 @@ pub struct ClusterApi {
 
 /// The caches whose changes concern NodeClaims: a Machine (by its NodeClaim label), a
 /// NodeClass (its NodeClaims: waiting for it, or drift), a Cluster (the NodeClaims planned on
-/// it: drift of the control plane's version), any template (drift of every NodeClaim).
+/// it: drift of the control plane's version), a MachineHealthCheck (the NodeClaims planned in
+/// its namespace: who remediates them), any template (drift of every NodeClaim).
 #[derive(Clone)]
 pub struct Watches {
     pub machines: Cache<Machine>,
     pub nodeclasses: Cache<ClusterAPINodeClass>,
     pub clusters: Cache<clusterapi_api::Cluster>,
+    /// MachineHealthChecks (the NodeClaims planned in one's namespace: who remediates).
+    pub health_checks: Cache<clusterapi_api::MachineHealthCheck>,
     /// Bumped on every template change.
     pub templates: Option<tokio::sync::watch::Receiver<u64>>,
 }
@@ -120,6 +124,14 @@ impl Watches {
                     p.cluster == cl.name_any()
                         && Some(p.namespace.as_str()) == cl.namespace().as_deref()
                 })
+            },
+        );
+        let by_health_check = claims_where(
+            self.health_checks.subscribe(),
+            claims,
+            |c, mhc: &clusterapi_api::MachineHealthCheck| {
+                Plan::of(c)
+                    .is_some_and(|p| Some(p.namespace.as_str()) == mhc.namespace().as_deref())
             },
         );
         let templates = futures::stream::unfold(self.templates.clone(), |rx| async move {
@@ -157,6 +169,7 @@ impl Watches {
             by_machine,
             by_nodeclass,
             by_cluster,
+            by_health_check,
             every,
             by_control_plane,
         ])
@@ -218,7 +231,10 @@ impl ClusterApi {
         {
             return Err(not_found());
         }
-        Ok(instance(claim.name_any(), &plan, &machine))
+        let mut found = instance(claim.name_any(), &plan, &machine);
+        found.remediated_elsewhere =
+            health_checks::remediated_elsewhere(&machine, &self.ctx.health_checks.state());
+        Ok(found)
     }
 
     async fn delete_instance(&self, claim: &NodeClaim) -> Result<Deletion, Error> {

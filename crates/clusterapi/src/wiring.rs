@@ -182,6 +182,7 @@ fn watches(capi: &ClusterApiCaches, index: &templates::watch::TemplateIndex) -> 
         machines: capi.machines.clone(),
         nodeclasses: capi.nodeclasses.clone(),
         clusters: capi.clusters.clone(),
+        health_checks: capi.health_checks.clone(),
         templates: Some(index.subscribe()),
     }
 }
@@ -206,6 +207,7 @@ fn provider_context(
         machines: capi.machines.store(),
         nodeclasses: capi.nodeclasses.store(),
         clusters: capi.clusters.store(),
+        health_checks: capi.health_checks.store(),
         nodeclaims: caches.nodeclaims.store(),
         catalogs,
         unavailable,

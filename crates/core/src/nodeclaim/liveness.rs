@@ -19,7 +19,9 @@ use kube::runtime::reflector::ObjectRef;
 use super::context::{Ctx, Error};
 use super::labels::nodepool_of;
 use super::repair::{self, Blocked, Unhealthy};
-use api::consts::events::{DISRUPTION_BLOCKED, NODE_REPAIR_BLOCKED, UNKNOWN_ANNOTATION_VALUE};
+use api::consts::events::{
+    DISRUPTION_BLOCKED, NODE_REPAIR_BLOCKED, NODE_REPAIR_DEFERRED, UNKNOWN_ANNOTATION_VALUE,
+};
 use api::duration::format_duration;
 use cloudprovider::Instance;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -163,6 +165,9 @@ pub(crate) async fn reconcile(
     let unhealthy = registered
         .then(|| matched(ctx, status, instance, &policies))
         .flatten();
+    if registered && let Some(r) = instance.and_then(|i| i.remediated_elsewhere.as_ref()) {
+        return remediated_elsewhere(ctx, claim, status, r, unhealthy.as_ref()).await;
+    }
     match missed_deadline(
         created,
         now,
@@ -195,6 +200,64 @@ pub(crate) async fn reconcile(
             .await
         }
     }
+}
+
+/// The instance's remediation belongs to someone else (`r.by`): the core's repair replaces
+/// nothing. A repair policy that would have replaced the Node says so (event
+/// `NodeRepairDeferred`, naming the remediator); when the remediator asks the instance's
+/// owner to replace it (`r.replace`), the NodeClaim is deleted as a repair (event
+/// `NodeRepair`, the repair metrics) unless `karpenter.sh/do-not-repair` vetoes it. The
+/// remediator gates itself (a MachineHealthCheck's `triggerIf`): neither the repair cap nor
+/// the `Unhealthy` budget applies.
+async fn remediated_elsewhere(
+    ctx: &Ctx,
+    claim: &NodeClaim,
+    status: &NodeClaimStatus,
+    r: &cloudprovider::RemediatedElsewhere,
+    ours: Option<&repair::Matched>,
+) -> Result<Verdict, Error> {
+    let node_name = status.node_name.as_deref().unwrap_or("(unknown)");
+    let node = ctx.nodes.store().get(&ObjectRef::new(node_name));
+    if let Some(u) = &r.replace {
+        if repair::do_not_repair(claim, node.as_deref()) {
+            let message = format!(
+                "{} asks to replace Node {node_name} but repair is blocked through the \"{}\" annotation",
+                u.detail,
+                api::consts::annotations::DO_NOT_REPAIR
+            );
+            ctx.event(claim, EventType::Normal, DISRUPTION_BLOCKED, message)
+                .await;
+            return Ok(Verdict::Alive(Some(ctx.settings.poll)));
+        }
+        let message = format!(
+            "{}; replacing Node {node_name} (its remediation is asked of the NodeClaim's owner)",
+            u.detail
+        );
+        tracing::info!(nodeclaim = %claim.name_any(), by = %r.by, %message, "repairing node for its remediator");
+        ctx.event(claim, EventType::Warning, "NodeRepair", message)
+            .await;
+        ctx.delete_claim(claim).await?;
+        record_repair(ctx, claim, &nodepool_of(claim), u, node.as_deref());
+        return Ok(Verdict::Deleted);
+    }
+    let Some(m) = ours else {
+        return Ok(Verdict::Alive(None));
+    };
+    let now = Timestamp::now();
+    if m.due() > now {
+        let left = m.due().duration_since(now).as_secs_f64();
+        return Ok(Verdict::Alive(Some(Duration::from_secs_f64(left.max(0.0)))));
+    }
+    let message = format!(
+        "Node {node_name} has been unhealthy ({}) for more than {}; not repairing it: its remediation belongs to {}",
+        m.unhealthy.detail,
+        format_duration(m.toleration),
+        r.by
+    );
+    tracing::info!(nodeclaim = %claim.name_any(), by = %r.by, "node repair deferred");
+    ctx.event(claim, EventType::Normal, NODE_REPAIR_DEFERRED, message)
+        .await;
+    Ok(Verdict::Alive(Some(ctx.settings.poll)))
 }
 
 /// The repair policy (of `policies`, or the provider's own signal on `instance`) the claim's

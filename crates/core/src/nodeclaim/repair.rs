@@ -1,5 +1,9 @@
-//! Node repair (Karpenter's repair method, v1.15; CAPI's MachineHealthCheck does not
-//! remediate orphan Machines, so we repair ours).
+//! Node repair (Karpenter's repair method, v1.15).
+//!
+//! An instance whose remediation the provider says belongs to someone else
+//! (`Instance::remediated_elsewhere`; for Cluster API, a MachineHealthCheck selecting its
+//! Machine) is not repaired here: the lifecycle only replaces it when that remediator asks
+//! the instance's owner to (`liveness`).
 //!
 //! What is unhealthy is the provider's to say (`CloudProvider::repair_policies`, each a Node
 //! condition held for its toleration; for Cluster API the Node's `Ready` False or Unknown

@@ -87,6 +87,11 @@ impl Deref for Cluster {
     }
 }
 
+/// Cordoned: `spec.unschedulable`.
+fn cordoned(node: &Node) -> bool {
+    node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)
+}
+
 fn add(into: &mut Resources, r: &Resources) {
     for (k, v) in r {
         *into.entry(k.clone()).or_insert(0) += v;
@@ -245,12 +250,13 @@ impl Cluster {
 
     /// Whether new pods may land on `node`: Ready, not cordoned, not leaving.
     pub(crate) fn has_room(&self, node: &Node) -> bool {
-        let cordoned = node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
-        node_ready(node) && !cordoned && !self.leaving(name(node))
+        node_ready(node) && !cordoned(node) && !self.leaving(name(node))
     }
 
     /// The NodeClaims in flight: not being deleted, and without a Node that has room yet
-    /// (launching, registering, or their Node is not Ready).
+    /// (launching, registering, or their Node is not Ready). A cordoned Node is no capacity
+    /// coming (someone is taking it away, e.g. Cluster API draining a Machine deleted behind
+    /// our back): its pending pods are planned elsewhere at once.
     pub fn in_flight(&self) -> impl Iterator<Item = &Arc<NodeClaim>> {
         self.objects
             .nodeclaims
@@ -258,7 +264,10 @@ impl Cluster {
             .zip(&self.node_of_claim)
             .filter(|(c, node)| {
                 !deleting(c.as_ref())
-                    && !node.is_some_and(|n| self.has_room(&self.objects.nodes[n]))
+                    && !node.is_some_and(|n| {
+                        let n = &self.objects.nodes[n];
+                        self.has_room(n) || cordoned(n)
+                    })
             })
             .map(|(c, _)| c)
     }

@@ -96,11 +96,16 @@ fn nodeclaims_join_their_nodes_by_provider_id_then_node_name() {
 fn in_flight_claims_have_no_node_with_room_and_are_not_deleting() {
     let mut not_ready = node("n2", "p://2");
     not_ready.status = None;
+    // Cordoned (e.g. by Cluster API's drain of a Machine deleted behind our back): no room,
+    // and no capacity coming either.
+    let mut cordoned = node("n3", "p://3");
+    cordoned.spec.get_or_insert_default().unschedulable = Some(true);
     let c = Cluster::new(objects(
-        vec![node("n1", "p://1"), not_ready],
+        vec![node("n1", "p://1"), not_ready, cordoned],
         vec![
             claim("ready", json!({"providerID": "p://1"})),
             claim("node-not-ready", json!({"providerID": "p://2"})),
+            claim("cordoned", json!({"providerID": "p://3"})),
             claim("launching", json!({})),
             deleted(claim("going", json!({}))),
         ],
