@@ -107,7 +107,7 @@ run_job() { # run_job NAME: the job's command, output to its log
   if [ "$n" = doc ]; then
     cargo test --workspace --locked --doc
   elif [ "$n" = demo ]; then
-    DEMO_PODS=6 bash hack/demo.sh && bash hack/testbed/down.sh --purge
+    DEMO_PODS=6 DEMO_BUILT=1 bash hack/demo.sh && bash hack/testbed/down.sh --purge
   elif [ "$n" = bench ]; then
     BENCH_QUICK=1 bash hack/bench/scheduling.sh
   else
