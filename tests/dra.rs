@@ -375,15 +375,23 @@ async fn pods_claiming_gpus_get_nodes_of_the_gpu_template() {
             .expect("publish the slice");
     }
     running_app(&client, &ns, "late").await;
-    let now: Vec<DynamicObject> = list(&nodeclaims(&client), &ListParams::default())
-        .await
-        .into_iter()
-        .filter(|c| instance_type(c) == "gpu-late")
-        .collect();
-    assert_eq!(now.len(), 2, "nothing more launched while waiting");
-    assert!(
+    // The pods may run a moment before the lifecycle's write of `Initialized` lands.
+    let initialized = wait_for("initialized once published", WAIT, || async {
+        let now: Vec<DynamicObject> = nodeclaims(&client)
+            .list(&ListParams::default())
+            .await
+            .expect("nodeclaims")
+            .items
+            .into_iter()
+            .filter(|c| instance_type(c) == "gpu-late")
+            .collect();
+        assert_eq!(now.len(), 2, "nothing more launched while waiting");
         now.iter()
-            .all(|c| condition(c, "Initialized").as_deref() == Some("True")),
-        "initialized once published"
-    );
+            .all(|c| condition(c, "Initialized").as_deref() == Some("True"))
+            .then_some(())
+    })
+    .await;
+    if let Err(e) = initialized {
+        panic!("{e}: {}", state(&client, &ns).await);
+    }
 }
