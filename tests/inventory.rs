@@ -350,7 +350,7 @@ async fn drifted_nodes_on_full_hosts_are_replaced_terminate_first() {
         .expect("deployment");
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let running_pods = || async {
-        let l = pods.list(&ListParams::default()).await.ok()?.items;
+        let l = pods.list(&ListParams::default()).await.expect("pods").items;
         (l.len() == 2 && l.iter().all(running)).then_some(l)
     };
     wait_for("2 pods Running", Duration::from_secs(120), running_pods)
@@ -373,14 +373,7 @@ async fn drifted_nodes_on_full_hosts_are_replaced_terminate_first() {
     );
 
     // Drift every node (a new Kubernetes version).
-    nodeclasses(&client)
-        .patch(
-            "default",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"version": "v1.36.0"}})),
-        )
-        .await
-        .expect("drift the NodeClass");
+    drift_nodeclass_version(&client, "v1.36.0").await;
     let most_machines = std::sync::atomic::AtomicUsize::new(0);
     let rolled = wait_for("every node replaced", Duration::from_secs(240), || async {
         let machines = machines_from(&client, &cluster_ns, "metal").await;
@@ -409,18 +402,21 @@ async fn drifted_nodes_on_full_hosts_are_replaced_terminate_first() {
         "never more Machines than hosts"
     );
     assert_eq!(taken_hosts(&client, &cluster_ns).await, 2);
-    assert_eq!(
-        counter(
-            &env,
-            "karpenter_voluntary_disruption_terminate_first_decisions_total"
-        )
-        .await,
-        2,
-        "both drifted nodes went terminate-first"
+    // The first drifted node had no free host: terminate-first. The second may find the
+    // first one's host free for a moment (released, its replacement not planned yet) and
+    // go surge-first onto it, as it should wherever a replacement can launch.
+    let terminate_first = counter(
+        &env,
+        "karpenter_voluntary_disruption_terminate_first_decisions_total",
+    )
+    .await;
+    assert!(
+        (1..=2).contains(&terminate_first),
+        "the first drifted node went terminate-first: {terminate_first}"
     );
     let page = scrape(env.metrics_addr).await;
     assert!(
-        page.contains(r#"karpenter_voluntary_disruption_decisions_total{decision="terminate-first",reason="drifted",consolidation_type=""} 2"#),
+        page.contains(&format!(r#"karpenter_voluntary_disruption_decisions_total{{decision="terminate-first",reason="drifted",consolidation_type=""}} {terminate_first}"#)),
         "{page}"
     );
 }

@@ -131,7 +131,10 @@ async fn a_machine_health_check_owns_remediation_of_the_machines_it_selects() {
     .await
     .expect("web runs");
     let control_node = wait_for("control initialized", Duration::from_secs(60), || async {
-        let c = nodeclaims(&client).get("control").await.ok()?;
+        let c = nodeclaims(&client)
+            .get("control")
+            .await
+            .expect("read the control");
         (condition(&c, "Initialized").as_deref() == Some("True"))
             .then(|| c.data["status"]["nodeName"].as_str().map(str::to_string))
             .flatten()
@@ -147,7 +150,10 @@ async fn a_machine_health_check_owns_remediation_of_the_machines_it_selects() {
     );
     // Ours repairs the control...
     wait_for("the control repaired", Duration::from_secs(30), || async {
-        let c = nodeclaims(&client).get_opt("control").await.ok()?;
+        let c = nodeclaims(&client)
+            .get_opt("control")
+            .await
+            .expect("read the control");
         let events = events_for(&client, "control").await;
         (c.is_none_or(|c| c.metadata.deletion_timestamp.is_some())
             && said(&events, "NodeRepair", "replacing it") == 1)
@@ -251,7 +257,7 @@ async fn a_machine_health_check_owns_remediation_of_the_machines_it_selects() {
         machines(&client, &cns)
             .get_opt(&machine)
             .await
-            .ok()?
+            .expect("read the Machine")
             .is_none()
             .then(|| deleted.elapsed())
     })
@@ -261,7 +267,7 @@ async fn a_machine_health_check_owns_remediation_of_the_machines_it_selects() {
         nodeclaims(&client)
             .get_opt(&second)
             .await
-            .ok()?
+            .expect("read the NodeClaim")
             .is_none()
             .then_some(())
     })
@@ -288,7 +294,7 @@ async fn a_machine_health_check_owns_remediation_of_the_machines_it_selects() {
             nodeclaims(&client)
                 .get_opt(&first)
                 .await
-                .ok()?
+                .expect("read the NodeClaim")
                 .is_none()
                 .then_some(())
         },

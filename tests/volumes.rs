@@ -236,14 +236,7 @@ async fn a_statefulset_comes_back_in_its_volumes_zones() {
         .iter()
         .map(ResourceExt::name_any)
         .collect();
-    nodeclasses(&client)
-        .patch(
-            "default",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"version": "v1.36.0"}})),
-        )
-        .await
-        .expect("drift the NodeClass");
+    drift_nodeclass_version(&client, "v1.36.0").await;
     let rolled = wait_for("every node replaced", Duration::from_secs(240), || async {
         let claims = nodeclaims(&client)
             .list(&ListParams::default())

@@ -466,6 +466,19 @@ pub async fn create_kubeadm_nodeclass(client: &Client, ns: &str, name: &str, poo
 }
 
 /// `karpenter.sh/v1` NodePools.
+/// Sets the `default` NodeClass's Kubernetes `version`: every node launched at another one
+/// drifts (`NodeClassDrifted`).
+pub async fn drift_nodeclass_version(client: &Client, version: &str) {
+    nodeclasses(client)
+        .patch(
+            "default",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"version": version}})),
+        )
+        .await
+        .expect("drift the NodeClass");
+}
+
 pub fn nodepools(c: &Client) -> Api<DynamicObject> {
     Api::all_with(
         c.clone(),

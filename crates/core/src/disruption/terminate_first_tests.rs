@@ -100,10 +100,15 @@ fn cluster() -> Cluster {
 /// `None` for a delete; terminate-first reason), or the blocked message.
 fn decide(mark: Mark) -> Result<(Option<usize>, Option<&'static str>), String> {
     let cluster = cluster();
+    with_simulator(&cluster, mark, decide_on)
+}
+
+/// `f` on a view of `cluster` and the real simulator, with the offering marked `mark`.
+fn with_simulator<R>(cluster: &Cluster, mark: Mark, f: impl FnOnce(&View, &Simulator) -> R) -> R {
     let catalog = catalog(mark);
     let lookup = move |_: &str| Some(Arc::clone(&catalog));
     let view = View {
-        cluster: &cluster,
+        cluster,
         catalog: &lookup,
         manual_drift: &crate::disruption::no_manual_drift,
     };
@@ -111,9 +116,16 @@ fn decide(mark: Mark) -> Result<(Option<usize>, Option<&'static str>), String> {
         catalog: &lookup,
         available: Availability::Offered,
     };
+    f(&view, &sim)
+}
+
+fn decide_on(
+    view: &View,
+    sim: &Simulator,
+) -> Result<(Option<usize>, Option<&'static str>), String> {
     let now = "2026-11-22T11:00:00Z".parse().expect("time");
     let mut timers = Timers::default();
-    let out = pass(&view, &mut timers, &sim, now, Instant::now());
+    let out = pass(view, &mut timers, sim, now, Instant::now());
     match out.decisions.as_slice() {
         [d] => {
             assert_eq!(d.nodeclaim, "a");
@@ -162,17 +174,12 @@ fn a_drifted_node_whose_replacement_can_only_use_its_own_host_goes_first() {
 #[test]
 fn the_credit_is_one_unit_of_the_candidates_own_offering() {
     let cluster = cluster();
-    let catalog = catalog(Mark::Counted(0));
-    let lookup = move |_: &str| Some(Arc::clone(&catalog));
-    let view = View {
-        cluster: &cluster,
-        catalog: &lookup,
-        manual_drift: &crate::disruption::no_manual_drift,
-    };
-    let sim = Simulator {
-        catalog: &lookup,
-        available: Availability::Offered,
-    };
+    with_simulator(&cluster, Mark::Counted(0), |view, sim| {
+        credit(&cluster, view, sim)
+    });
+}
+
+fn credit(cluster: &Cluster, view: &View, sim: &Simulator) {
     let pods: Vec<&Pod> = cluster.pods.iter().map(AsRef::as_ref).collect();
     let candidate = Candidate {
         claim: cluster.nodeclaims[0].as_ref(),
@@ -181,9 +188,9 @@ fn the_credit_is_one_unit_of_the_candidates_own_offering() {
         pods: pods.clone(),
         bound: pods,
     };
-    assert!(sim.replacements(&view, &[&candidate]).is_err());
+    assert!(sim.replacements(view, &[&candidate]).is_err());
     let plan = sim
-        .terminate_first(&view, &candidate)
+        .terminate_first(view, &candidate)
         .expect("fits once its host is free");
     assert_eq!(plan.len(), 1, "{plan:?}");
     // A candidate whose labels name no offering of the catalog frees nothing known.
@@ -198,7 +205,7 @@ fn the_credit_is_one_unit_of_the_candidates_own_offering() {
         ..candidate
     };
     assert_eq!(
-        sim.terminate_first(&view, &elsewhere),
+        sim.terminate_first(view, &elsewhere),
         Err("its offering is not counted".to_string())
     );
 }
