@@ -515,11 +515,7 @@ async fn the_lifecycle_over_the_fake_provider() {
 
 /// Karpenter's Node `Ready=False` policy with `toleration`.
 fn ready_false(toleration: Duration) -> RepairPolicy {
-    RepairPolicy {
-        condition_type: "Ready".into(),
-        condition_status: "False".into(),
-        toleration,
-    }
+    RepairPolicy::replace("Ready", "False", toleration).fallback()
 }
 
 /// A provider without repair policies gets nothing repaired, however long its Node has been

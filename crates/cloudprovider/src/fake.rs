@@ -12,9 +12,8 @@ use futures::future::BoxFuture;
 use kube::ResourceExt;
 
 use crate::instance_types::InstanceTypes;
-use crate::provider::{
-    CloudProvider, Created, Deletion, Drift, Error, Instance, NodeClassKind, RepairPolicy,
-};
+use crate::provider::{CloudProvider, Created, Deletion, Drift, Error, Instance, NodeClassKind};
+use crate::repair::RepairPolicy;
 
 /// What the fake holds; every field is readable by tests through [`FakeCloudProvider::state`].
 #[derive(Debug, Default)]
@@ -42,6 +41,12 @@ pub struct FakeState {
     pub repair_policies: Option<Vec<RepairPolicy>>,
     /// What `supported_node_classes` answers (`None`: [`FakeCloudProvider::NODE_CLASS`]).
     pub node_classes: Option<Vec<NodeClassKind>>,
+    /// `reboot` calls: (NodeClaim, operation), in call order.
+    pub reboot_calls: Vec<(String, String)>,
+    /// Errors the next `reboot` calls return (then they are accepted).
+    pub reboot_errors: VecDeque<Error>,
+    /// Whether `reboot` answers [`Error::RebootNotImplemented`] (as a provider without it).
+    pub no_reboot: bool,
     /// What `drifted_taint` answers.
     pub drifted_taint: Option<k8s_openapi::api::core::v1::Taint>,
 }
@@ -166,12 +171,26 @@ impl CloudProvider for FakeCloudProvider {
     fn repair_policies(&self) -> Vec<RepairPolicy> {
         self.state(|s| s.repair_policies.clone())
             .unwrap_or_else(|| {
-                vec![RepairPolicy {
-                    condition_type: "Ready".into(),
-                    condition_status: "False".into(),
-                    toleration: Self::DEFAULT_REPAIR,
-                }]
+                vec![RepairPolicy::replace("Ready", "False", Self::DEFAULT_REPAIR).fallback()]
             })
+    }
+
+    fn reboot<'a>(
+        &'a self,
+        claim: &'a NodeClaim,
+        operation: &'a str,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        let name = claim.name_any();
+        let result = self.state(|s| {
+            if s.no_reboot {
+                return Err(Error::RebootNotImplemented(
+                    "the fake provider is told not to reboot".into(),
+                ));
+            }
+            s.reboot_calls.push((name, operation.to_string()));
+            s.reboot_errors.pop_front().map_or(Ok(()), Err)
+        });
+        futures::future::ready(result).boxed()
     }
 
     fn name(&self) -> &'static str {

@@ -4,6 +4,7 @@
 //!
 //! - [`provider`]: the [`CloudProvider`] trait, its typed errors and what it answers.
 //! - [`model`], [`instance_types`], [`resize`]: instance types and offerings, resizable ones.
+//! - [`repair`]: repair policies and their validation.
 //! - [`fake`]: an in-memory provider for tests.
 
 pub mod fake;
@@ -12,6 +13,7 @@ pub mod metered;
 pub mod model;
 pub mod provider;
 pub mod quantity;
+pub mod repair;
 pub mod resize;
 
 pub use instance_types::InstanceTypes;
@@ -21,5 +23,6 @@ pub use model::{
 };
 pub use provider::{
     CloudProvider, Created, Deletion, Drift, Error, Instance, Intent, NodeClassKind,
-    RemediatedElsewhere, RepairPolicy, Retry, Timeouts, Unhealthy,
+    RemediatedElsewhere, Retry, Timeouts, Unhealthy,
 };
+pub use repair::{InvalidPolicies, RepairAction, RepairPolicy};

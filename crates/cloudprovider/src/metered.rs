@@ -13,8 +13,9 @@ use futures::stream::BoxStream;
 
 use crate::instance_types::InstanceTypes;
 use crate::provider::{
-    CloudProvider, Created, Deletion, Drift, Error, Instance, NodeClassKind, RepairPolicy, Timeouts,
+    CloudProvider, Created, Deletion, Drift, Error, Instance, NodeClassKind, Timeouts,
 };
+use crate::repair::RepairPolicy;
 
 /// Where a decorated call is recorded: the method (Karpenter's names: `Create`, `Delete`,
 /// `Get`, `List`, `GetInstanceTypes`, `IsDrifted`), the provider's name, how long it took
@@ -96,6 +97,14 @@ impl<R: CallRecorder> CloudProvider for Metered<R> {
 
     fn repair_policies(&self) -> Vec<RepairPolicy> {
         self.inner.repair_policies()
+    }
+
+    fn reboot<'a>(
+        &'a self,
+        claim: &'a NodeClaim,
+        operation: &'a str,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        self.timed("Reboot", self.inner.reboot(claim, operation))
     }
 
     fn name(&self) -> &'static str {

@@ -37,6 +37,7 @@
 //! [`CloudProvider::launch_failed`] and [`CloudProvider::launch_succeeded`] (offering backoff
 //! after an asynchronous launch failure).
 
+use crate::repair::RepairPolicy;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,6 +72,14 @@ pub enum Error {
     /// backoff; `kind` says what for retries and metrics.
     #[error("{message}")]
     Retryable { kind: Retry, message: String },
+    /// The provider cannot reboot this instance (Karpenter's `NodeRebootNotImplementedError`):
+    /// the core replaces it instead.
+    #[error("reboot not implemented: {0}")]
+    RebootNotImplemented(String),
+    /// The reboot cannot succeed, and retrying cannot help (Karpenter's
+    /// `NodeRebootFailedError`): the core replaces the instance.
+    #[error("reboot failed: {0}")]
+    RebootFailed(String),
     /// The launch waits for a precondition outside the claim (for Cluster API, a preflight
     /// check: a control plane upgrading): nothing was launched; `reason` (the condition and
     /// event reason) names what it waits for. The core records `Launched=Unknown` with it,
@@ -120,7 +129,11 @@ impl Error {
                 Some((api::consts::events::NODECLASS_NOT_READY, m.clone()))
             }
             Error::Create { reason, message } => Some((reason, message.clone())),
-            Error::NodeClaimNotFound(_) | Error::Retryable { .. } | Error::Held { .. } => None,
+            Error::NodeClaimNotFound(_)
+            | Error::Retryable { .. }
+            | Error::Held { .. }
+            | Error::RebootNotImplemented(_)
+            | Error::RebootFailed(_) => None,
         }
     }
 
@@ -143,6 +156,8 @@ impl Error {
             Error::NodeClassNotReady(_) => "nodeclass_not_ready",
             Error::Create { .. } => "permanent",
             Error::Held { .. } => "held",
+            Error::RebootNotImplemented(_) => "reboot_not_implemented",
+            Error::RebootFailed(_) => "reboot_failed",
             Error::Retryable { kind, .. } => match kind {
                 Retry::Conflict | Retry::Api => "api",
                 Retry::Decode => "decode",
@@ -242,30 +257,6 @@ impl Instance {
     }
 }
 
-/// A Node condition that, held for `toleration`, gets the Node replaced (Karpenter's
-/// `RepairPolicy`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RepairPolicy {
-    pub condition_type: String,
-    pub condition_status: String,
-    pub toleration: Duration,
-}
-
-impl RepairPolicy {
-    /// The kubelet's `Ready` False or Unknown, each tolerated for `toleration` (the policies
-    /// of Karpenter's providers).
-    pub fn node_not_ready(toleration: Duration) -> Vec<RepairPolicy> {
-        ["False", "Unknown"]
-            .into_iter()
-            .map(|status| RepairPolicy {
-                condition_type: "Ready".into(),
-                condition_status: status.into(),
-                toleration,
-            })
-            .collect()
-    }
-}
-
 /// A drift reason and what changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Drift {
@@ -346,8 +337,25 @@ pub trait CloudProvider: Send + Sync {
         claim: &'a NodeClaim,
     ) -> BoxFuture<'a, Result<Option<Drift>, Error>>;
 
-    /// Node conditions that get a Node repaired once held for their toleration.
+    /// Node conditions that get a Node repaired once held for their toleration, and how
+    /// (see [`crate::repair`]); empty: no repair.
     fn repair_policies(&self) -> Vec<RepairPolicy>;
+
+    /// Reboots the instance of `claim` in place (Karpenter's `Reboot`), returning once the
+    /// provider accepted the request, not once it rebooted (the core watches the Node's
+    /// `bootID`). `operation` names this reboot: a second call with the same operation does
+    /// not reboot again. [`Error::RebootNotImplemented`]: this provider or instance cannot
+    /// (the core replaces it instead); [`Error::RebootFailed`]: retrying cannot help; other
+    /// errors are retried.
+    fn reboot<'a>(
+        &'a self,
+        claim: &'a NodeClaim,
+        _operation: &'a str,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        let message = format!("the {} provider does not reboot instances", self.name());
+        let _ = claim;
+        Box::pin(async move { Err(Error::RebootNotImplemented(message)) })
+    }
 
     /// The provider's name (metrics label).
     fn name(&self) -> &'static str;
