@@ -187,6 +187,11 @@ struct RunArgs {
     /// does not remediate standalone Machines).
     #[arg(long, env = "NODE_REPAIR_AFTER", default_value = "10m", value_parser = parse_duration)]
     node_repair_after: std::time::Duration,
+    /// A YAML file of repair policies (Karpenter's reason-aware RepairPolicy: condition,
+    /// reasonRegex, toleration, terminationGracePeriod, priority, action RebootNode or
+    /// ReplaceNode); default: Ready False or Unknown for --node-repair-after, replaced.
+    #[arg(long, env = "REPAIR_POLICIES")]
+    repair_policies: Option<PathBuf>,
     /// How long a surge-first disruption (drift) waits for its replacement NodeClaims to
     /// initialize before it is rolled back.
     #[arg(long, env = "DISRUPTION_TIMEOUT", default_value = "10m", value_parser = parse_duration)]
@@ -435,6 +440,12 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             .map(|h| h.trim().to_string())
             .unwrap_or_else(|_| format!("karpenter-capi-{}", std::process::id()))
     });
+    let repair_policies = args
+        .repair_policies
+        .as_deref()
+        .map(karpenter_capi::repair_policies::read)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--repair-policies {e}"))?;
     let config = operator::RunConfig {
         kubeconfig: args.kubeconfig,
         management_kubeconfig: args.management_kubeconfig,
@@ -452,6 +463,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         batch_idle: args.batch_idle_duration,
         batch_max: args.batch_max_duration,
         node_repair_after: args.node_repair_after,
+        repair_policies,
         disruption_timeout: args.disruption_timeout,
         count_staleness: args.available_count_staleness,
         min_values_policy: args.min_values_policy.into(),

@@ -72,6 +72,8 @@ async fn env() -> Env {
         backoff: Arc::default(),
         registration_failures: Arc::default(),
         repairs: Arc::default(),
+        repair_policies: Arc::default(),
+        reboots: Arc::default(),
         connection,
     };
     let fake = FakeCloudProvider::default();

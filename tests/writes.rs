@@ -293,6 +293,8 @@ async fn a_launch_happens_once_per_uid_when_the_cache_lags() {
         backoff: Arc::default(),
         registration_failures: Arc::default(),
         repairs: Arc::default(),
+        repair_policies: Arc::default(),
+        reboots: Arc::default(),
         connection: Default::default(),
     };
     let provider = Context {

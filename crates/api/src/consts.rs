@@ -121,6 +121,11 @@ pub mod annotations {
     pub const NODEPOOL_HASH_VERSION: &str = "karpenter.sh/nodepool-hash-version";
     pub const NODECLAIM_TERMINATION_TIMESTAMP: &str =
         "karpenter.sh/nodeclaim-termination-timestamp";
+    /// On a NodeClaim being rebooted: how long its pods get to leave first (a duration;
+    /// absent: unbounded, `0`: no drain) (v1.15).
+    pub const REBOOT_TERMINATION_GRACE_PERIOD: &str = "karpenter.sh/reboot-termination-grace-period";
+    /// On a NodeClaim being rebooted: its Node's `bootID` before the reboot (v1.15).
+    pub const REBOOT_PRE_BOOT_ID: &str = "karpenter.sh/reboot-pre-boot-id";
     /// On a NodeClaim (`"true"`): one of its instance types has an offering a NodeOverlay
     /// priced.
     pub const PRICE_OVERLAY_APPLIED: &str = "karpenter.sh/price-overlay-applied";
@@ -222,6 +227,8 @@ pub mod taints {
     pub const UNREGISTERED: &str = "karpenter.sh/unregistered";
     /// Candidates being disrupted (`NoSchedule`).
     pub const DISRUPTED: &str = "karpenter.sh/disrupted";
+    /// On the Node of a NodeClaim being rebooted (`NoSchedule`, v1.15).
+    pub const REBOOTING: &str = "karpenter.sh/rebooting";
     /// Removed by Cluster API once the Machine's Node is linked.
     pub const CAPI_UNINITIALIZED: &str = "node.cluster.x-k8s.io/uninitialized";
     /// Taints that do not block initialization (they go away on their own).
@@ -261,6 +268,8 @@ pub mod conditions {
     pub const INSTANCE_TERMINATING: &str = "InstanceTerminating";
     pub const CONSISTENT_STATE_FOUND: &str = "ConsistentStateFound";
     pub const DISRUPTION_REASON: &str = "DisruptionReason";
+    /// A repair reboots the instance (v1.15): True while it does.
+    pub const REBOOTING: &str = "Rebooting";
     /// NodeClaim `Ready` = all of these True.
     pub const NODECLAIM_READY_PARTS: &[&str] = &[LAUNCHED, REGISTERED, INITIALIZED];
 
@@ -312,6 +321,12 @@ pub mod reasons {
     pub const INITIALIZED: &str = "Initialized";
     pub const NOT_READY: &str = "NotReady";
     pub const INSTANCE_TERMINATING: &str = "InstanceTerminating";
+    // Reboot (the `Rebooting` condition; `Initialized` Unknown with `REBOOTING`).
+    pub const REBOOT_REQUESTED: &str = "RebootRequested";
+    pub const REBOOT_ISSUED: &str = "RebootIssued";
+    pub const REBOOT_SUCCEEDED: &str = "RebootSucceeded";
+    pub const REBOOT_FAILED: &str = "RebootFailed";
+    pub const REBOOTING: &str = "Rebooting";
     /// `Drained` Unknown: the Node of a deleted NodeClaim is being drained.
     pub const DRAINING: &str = "Draining";
     // Drift.
@@ -384,6 +399,12 @@ pub mod events {
     pub const FAILED_DRAINING: &str = "FailedDraining";
     pub const TERMINATION_GRACE_PERIOD_EXPIRING: &str = "TerminationGracePeriodExpiring";
     pub const NODE_REPAIR_BLOCKED: &str = "NodeRepairBlocked";
+    /// Repair reboots a Node (the NodeClaim's `Rebooting` condition says how far).
+    pub const REBOOT_REQUESTED: &str = "RebootRequested";
+    /// The Node came back with a new `bootID`.
+    pub const REBOOT_OBSERVED: &str = "RebootObserved";
+    /// The reboot failed or timed out: the Node is replaced.
+    pub const REBOOT_FAILED: &str = "RebootFailed";
     /// Repair would replace the Node, but its remediation belongs to someone else (the
     /// provider's `RemediatedElsewhere`, e.g. a Cluster API MachineHealthCheck).
     pub const NODE_REPAIR_DEFERRED: &str = "NodeRepairDeferred";

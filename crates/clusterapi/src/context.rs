@@ -28,6 +28,9 @@ pub struct Settings {
     /// How long a Node `Ready` False or Unknown, or a Machine's health signal, is tolerated
     /// (unless a MachineHealthCheck selects the Machine: `health_checks`).
     pub node_repair_after: Duration,
+    /// The user's repair policies (`--repair-policies`); `None`: `Ready` False or Unknown
+    /// for `node_repair_after`, replaced.
+    pub repair_policies: Option<std::sync::Arc<Vec<cloudprovider::RepairPolicy>>>,
     /// How soon a Machine being deleted is looked at again (its watch usually says sooner).
     pub poll: Duration,
     /// How long a template's reported `available-count` is trusted.
@@ -38,6 +41,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             node_repair_after: Duration::from_secs(600),
+            repair_policies: None,
             poll: Duration::from_secs(30),
             count_staleness: crate::availability::counts::DEFAULT_STALENESS,
         }

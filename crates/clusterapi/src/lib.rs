@@ -392,7 +392,10 @@ impl CloudProvider for ClusterApi {
     }
 
     fn repair_policies(&self) -> Vec<RepairPolicy> {
-        RepairPolicy::node_not_ready(self.ctx.settings.node_repair_after)
+        match &self.ctx.settings.repair_policies {
+            Some(user) => user.as_ref().clone(),
+            None => RepairPolicy::node_not_ready(self.ctx.settings.node_repair_after),
+        }
     }
 
     fn name(&self) -> &'static str {

@@ -214,6 +214,7 @@ fn provider_context(
         inventory,
         settings: ProviderSettings {
             node_repair_after: ctx.knobs.node_repair_after,
+            repair_policies: ctx.knobs.repair_policies.clone(),
             count_staleness: ctx.knobs.count_staleness,
             ..ProviderSettings::default()
         },

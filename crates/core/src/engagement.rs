@@ -42,6 +42,8 @@ impl std::fmt::Display for ClusterKey {
 #[derive(Clone, Debug)]
 pub struct Knobs {
     pub node_repair_after: Duration,
+    /// The user's repair policies for the provider (`None`: the provider's own).
+    pub repair_policies: Option<Arc<Vec<cloudprovider::RepairPolicy>>>,
     pub disruption_timeout: Duration,
     /// How long a disruption move is validated before it is taken.
     pub disruption_validation: Duration,
@@ -306,9 +308,12 @@ fn shared(
         backoff: Arc::default(),
         registration_failures,
         repairs: Arc::default(),
+        repair_policies: Arc::default(),
+        reboots: Arc::default(),
         connection: ctx.connection.clone(),
     }
 }
+
 
 /// The provisioner of the engagement.
 fn provisioner(

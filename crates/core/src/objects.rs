@@ -28,6 +28,12 @@ pub(crate) fn claim_condition(claim: &NodeClaim, type_: &str) -> bool {
         .is_some_and(|s| cond::is_true(&s.conditions, type_))
 }
 
+/// Whether a NodeClaim is being rebooted by repair (`Rebooting` True): excluded from other
+/// disruption, and counted against every budget.
+pub(crate) fn rebooting(claim: &NodeClaim) -> bool {
+    claim_condition(claim, api::consts::conditions::REBOOTING)
+}
+
 /// Whether a NodePool has condition `type_` True.
 pub(crate) fn pool_condition(pool: &NodePool, type_: &str) -> bool {
     pool.status

@@ -35,6 +35,8 @@ pub enum RuntimeError {
     #[error("lost leadership; exiting so that exactly one replica writes")]
     LostLeadership,
     #[error(transparent)]
+    RepairPolicies(#[from] cloudprovider::InvalidPolicies),
+    #[error(transparent)]
     Fence(#[from] clusterapi::fence::FenceError),
 }
 
@@ -56,6 +58,9 @@ pub struct RunConfig {
     pub gc_grace: Duration,
     /// A Node NotReady/Unknown this long is replaced.
     pub node_repair_after: Duration,
+    /// The Cluster API provider's repair policies (`--repair-policies`); `None`: `Ready`
+    /// False or Unknown for `node_repair_after`, replaced.
+    pub repair_policies: Option<Vec<cloudprovider::RepairPolicy>>,
     /// Client-side rate limit of each client (workload, management).
     pub client_rate: ClientRate,
     /// The identity of the workload cluster on everything we create in the management
@@ -99,6 +104,7 @@ impl Default for RunConfig {
             gc_interval: Duration::from_secs(30),
             gc_grace: karpenter_core::garbagecollection::INSTANCE_GRACE,
             node_repair_after: Duration::from_secs(600),
+            repair_policies: None,
             client_rate: ClientRate::default(),
             cluster_id: None,
             disruption_timeout: karpenter_core::disruption::orchestrate::TIMEOUT,
@@ -152,6 +158,7 @@ impl Context {
             metrics: self.metrics.clone(),
             knobs: karpenter_core::engagement::Knobs {
                 node_repair_after: c.node_repair_after,
+                repair_policies: c.repair_policies.clone().map(std::sync::Arc::new),
                 disruption_timeout: c.disruption_timeout,
                 disruption_validation: c.disruption_validation,
                 batch_idle: c.batch_idle,
@@ -455,6 +462,9 @@ fn start_single(
 
 /// Runs the operator until SIGTERM/SIGINT: caches on every replica, loops on the leader.
 pub async fn run_operator(config: RunConfig) -> Result<(), RuntimeError> {
+    if let Some(policies) = &config.repair_policies {
+        cloudprovider::repair::validate(policies)?;
+    }
     let identity = config.identity();
     let (ctx, registry) = context(config).await?;
     // Everything spawned here is aborted if this future is dropped (a killed operator).

@@ -54,7 +54,7 @@ pub struct Pool<'a> {
     pub consolidate_after: Option<Duration>,
     /// All its NodeClaims, those being deleted included.
     pub total: usize,
-    /// Its NodeClaims being deleted or in a surge-first command.
+    /// Its NodeClaims being deleted, in a surge-first command or rebooting.
     pub disrupting: usize,
     /// Its NodeClaims being deleted.
     pub deleting: usize,
@@ -64,9 +64,9 @@ pub struct Pool<'a> {
     pub candidates: Vec<Candidate<'a>>,
 }
 
-/// Being deleted, or a candidate of a surge-first command.
+/// Being deleted, a candidate of a surge-first command, or being rebooted by repair.
 fn busy(claim: &NodeClaim) -> bool {
-    deleting(claim) || super::orchestrate::in_command(claim)
+    deleting(claim) || super::orchestrate::in_command(claim) || crate::objects::rebooting(claim)
 }
 
 /// The NodePools of `view` with their candidates.

@@ -94,6 +94,12 @@ pub struct PodDisruptionLabels {
     pub termination_mode: String,
 }
 
+/// A reboot's `result`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: String,
+}
+
 /// Karpenter's labels of `karpenter_nodeclaims_unhealthy_disrupted_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct UnhealthyLabels {

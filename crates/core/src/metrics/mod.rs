@@ -29,6 +29,11 @@ fn duration_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 17))
 }
 
+fn reboot_histogram() -> Histogram {
+    // 10 s .. 1280 s, Karpenter's
+    Histogram::new(exponential_buckets(10.0, 2.0, 8))
+}
+
 fn launch_histogram() -> Histogram {
     // 0.5 s .. ~34 min
     Histogram::new(exponential_buckets(0.5, 2.0, 13))
@@ -69,6 +74,10 @@ pub struct Metrics {
     pub pods_disruption_initiated: ScopedFamily<PodDisruptionLabels, Counter>,
     pub nodes_created: ScopedFamily<NodeLabels, Counter>,
     pub nodes_terminated: ScopedFamily<NodeLabels, Counter>,
+    /// Reboots by result; their duration (requested to done), recovery (issued to back).
+    pub reboots: ScopedFamily<ResultLabels, Counter>,
+    pub reboot_duration: ScopedFamily<ResultLabels, Histogram, fn() -> Histogram>,
+    pub reboot_recovery: ScopedFamily<NoLabels, Histogram, fn() -> Histogram>,
     /// Eviction API requests of drains, by response code.
     pub pods_eviction_requests: ScopedFamily<CodeLabels, Counter>,
     /// Pods evicted or deleted by drains, by the reason their Node was drained.
@@ -122,7 +131,8 @@ crate::metrics::scope::scoped_families! {
     nodeclaims_unhealthy_disrupted, nodeclaims_drifted, disruption_decisions,
     disruption_queue_failures, decisions_by_nodepool, terminate_first_decisions,
     nodes_consuming_budgets,
-    pods_disruption_initiated, nodes_created, nodes_terminated, pods_eviction_requests,
+    pods_disruption_initiated, nodes_created, nodes_terminated, reboots, reboot_duration,
+    reboot_recovery, pods_eviction_requests,
     pods_drained, scheduling_duration,
     cloudprovider_duration, cloudprovider_errors, nodepools_usage, nodepools_limit,
     machines_launched, preflight_holds, launch_duration, catalog_instance_types, nodeoverlay_matched_offerings,
@@ -152,6 +162,9 @@ impl Metrics {
             pods_disruption_initiated: ScopedFamily::default(),
             nodes_created: ScopedFamily::default(),
             nodes_terminated: ScopedFamily::default(),
+            reboots: ScopedFamily::default(),
+            reboot_duration: ScopedFamily::new_with_constructor(reboot_histogram),
+            reboot_recovery: ScopedFamily::new_with_constructor(reboot_histogram),
             pods_eviction_requests: ScopedFamily::default(),
             pods_drained: ScopedFamily::default(),
             ignored_pods: Gauge::default(),
@@ -265,6 +278,21 @@ impl Metrics {
             "nodes_terminated",
             "Number of nodes terminated, by nodepool and zone.",
             Declared(self.nodes_terminated.family()),
+        );
+        r.register(
+            "nodes_reboots",
+            "Node reboots repair finished, by result (succeeded, provider_error, recovery_timeout, invalid_request).",
+            Declared(self.reboots.family()),
+        );
+        r.register(
+            "nodes_reboot_duration_seconds",
+            "From a reboot's request to its end, by result.",
+            Declared(self.reboot_duration.family()),
+        );
+        r.register(
+            "nodes_reboot_recovery_duration_seconds",
+            "From a reboot's issue to the Node back Ready with a new boot ID.",
+            Declared(self.reboot_recovery.family()),
         );
         r.register(
             "pods_eviction_requests",

@@ -169,6 +169,10 @@ pub struct Shared {
     pub registration_failures: Arc<crate::reports::RegistrationFailures>,
     /// NodeClaims this process deleted for repair, until the cache shows them gone.
     pub repairs: Arc<super::repair::Repairs>,
+    /// The provider's repair policies, compiled once per set it answers.
+    pub repair_policies: Arc<super::repair_policy::Compiled>,
+    /// The reboots this process requested (a third repair within a day replaces).
+    pub reboots: Arc<super::reboot::History>,
     /// Whether the workload cluster answers (hub mode's probe; always up otherwise): while
     /// it does not, nothing is deleted on its account (see `health`).
     pub connection: crate::health::Connection,
@@ -186,6 +190,13 @@ impl std::ops::Deref for Ctx {
     type Target = Shared;
     fn deref(&self) -> &Shared {
         &self.shared
+    }
+}
+
+impl Ctx {
+    /// The provider's repair policies, compiled (`None`: no repair).
+    pub(crate) fn matcher(&self) -> Option<Arc<super::repair::Matcher>> {
+        self.repair_policies.get(self.provider.as_ref())
     }
 }
 

@@ -24,6 +24,7 @@ use kube::runtime::reflector::ObjectRef;
 use super::context::{Ctx, Error, set_ready, uid_of};
 use super::labels::nodepool_of;
 use super::liveness::{self, Verdict};
+use super::reboot::Step;
 use super::registration::{self, Progress};
 use super::termination::{self, Termination};
 use crate::cache::Cache;
@@ -98,6 +99,18 @@ async fn reconcile_fresh(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Action, Err
     if let Some(i) = &instance {
         observe_instance(ctx, &claim, i, &mut status);
     }
+    if crate::objects::rebooting(&claim) {
+        // Registration, liveness and drift wait for the reboot to end.
+        match super::reboot::reconcile(ctx, &mut claim, &mut status).await? {
+            Step::Deleted => return Ok(Action::await_change()),
+            Step::Waiting(wait) => {
+                set_ready(&mut status.conditions);
+                ctx.write_status(&claim, &status).await?;
+                return Ok(Action::requeue(wait));
+            }
+            Step::Done => {}
+        }
+    }
     let progress = registration::reconcile(ctx, &claim, &mut status).await?;
     let timeouts = ctx.provider.timeouts(&claim);
     let (launch_timeout, registration_timeout) = (timeouts.launch, timeouts.registration);
@@ -112,6 +125,14 @@ async fn reconcile_fresh(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Action, Err
     .await?;
     if verdict == Verdict::Deleted {
         return Ok(Action::await_change());
+    }
+    if let Verdict::Reboot(m) = &verdict {
+        super::reboot::request(ctx, &mut claim, &mut status, m).await?;
+        set_ready(&mut status.conditions);
+        ctx.write_status(&claim, &status).await?;
+        // Recorded: the Rebooting condition counts it against the cap and budgets now.
+        ctx.repairs.release(&uid_of(claim.as_ref()));
+        return Ok(Action::requeue(ctx.settings.poll));
     }
     let drifted = super::drift::reconcile(ctx, &mut claim, instance.as_ref(), &mut status).await?;
     super::outdated::sync(ctx, &claim, &status).await?;

@@ -33,6 +33,9 @@ pub(crate) enum Verdict {
     Alive(Option<Duration>),
     /// The NodeClaim was deleted.
     Deleted,
+    /// Repair reboots it (the cap and budget admitted it): the lifecycle records the
+    /// request (see `reboot`).
+    Reboot(repair::Matched),
 }
 
 /// Pure part: which deadline a NodeClaim has missed, if any.
@@ -161,9 +164,8 @@ pub(crate) async fn reconcile(
         .as_ref()
         .map(|t| t.0)
         .unwrap_or(now);
-    let policies = ctx.provider.repair_policies();
     let unhealthy = registered
-        .then(|| matched(ctx, status, instance, &policies))
+        .then(|| matched(ctx, claim, status, instance, now))
         .flatten();
     if registered && let Some(r) = instance.and_then(|i| i.remediated_elsewhere.as_ref()) {
         return remediated_elsewhere(ctx, claim, status, r, unhealthy.as_ref()).await;
@@ -184,7 +186,7 @@ pub(crate) async fn reconcile(
     ) {
         Ok(next) => Ok(Verdict::Alive(next)),
         Err(Missed::NodeUnhealthy) => match unhealthy {
-            Some(u) => repair(ctx, claim, status, &u, &policies).await,
+            Some(u) => repair(ctx, claim, status, &u).await,
             None => Ok(Verdict::Alive(None)),
         },
         Err(missed) => {
@@ -260,25 +262,29 @@ async fn remediated_elsewhere(
     Ok(Verdict::Alive(Some(ctx.settings.poll)))
 }
 
-/// The repair policy (of `policies`, or the provider's own signal on `instance`) the claim's
-/// Node matches, if any.
+/// What repair would do about the claim's Node (the provider's policies, or its own signal
+/// on `instance`), if anything.
 fn matched(
     ctx: &Ctx,
+    claim: &NodeClaim,
     status: &NodeClaimStatus,
     instance: Option<&Instance>,
-    policies: &[cloudprovider::RepairPolicy],
+    now: Timestamp,
 ) -> Option<repair::Matched> {
     let node = status
         .node_name
         .as_ref()
         .and_then(|n| ctx.nodes.store().get(&ObjectRef::new(n)));
+    let matcher = ctx.matcher();
     repair::unhealthy(
         node.as_deref(),
         instance.and_then(|i| i.unhealthy.clone()),
         repair::Policies {
-            node: policies,
+            matcher: matcher.as_deref(),
             provider_toleration: ctx.settings.node_repair_after,
         },
+        now,
+        super::reboot::not_before(claim),
     )
 }
 
@@ -342,15 +348,15 @@ async fn warn_unknown_veto(ctx: &Ctx, claim: &NodeClaim, node: Option<&Node>) {
     }
 }
 
-/// Repairs (deletes) a NodeClaim matching a repair policy past its toleration, unless it is
-/// vetoed (`karpenter.sh/do-not-repair`), its pool is over the repair threshold or its
-/// `Unhealthy` budget is used up: then an event and a look again later.
+/// Repairs a NodeClaim matching a repair policy past its toleration — reboots it when the
+/// policy says `RebootNode` (unless it was rebooted twice within a day), else deletes it —
+/// unless it is vetoed (`karpenter.sh/do-not-repair`), its pool is over the repair threshold
+/// or its `Unhealthy` budget is used up: then an event and a look again later.
 async fn repair(
     ctx: &Ctx,
     claim: &NodeClaim,
     status: &NodeClaimStatus,
     matched: &repair::Matched,
-    policies: &[cloudprovider::RepairPolicy],
 ) -> Result<Verdict, Error> {
     let u = &matched.unhealthy;
     let uid = crate::objects::uid_of(claim);
@@ -369,13 +375,20 @@ async fn repair(
         return Ok(Verdict::Alive(Some(ctx.settings.poll)));
     }
     warn_unknown_veto(ctx, claim, node.as_deref()).await;
-    let view = repair_view(ctx, claim, &pool, policies).await;
+    let view = repair_view(ctx, claim, &pool).await;
     if let Err(blocked) = ctx.repairs.reserve(&uid, &pool, &view) {
         report_blocked(ctx, claim, &pool, node_name, u, blocked).await;
         return Ok(Verdict::Alive(Some(ctx.settings.poll)));
     }
+    let mut also = String::new();
+    if matched.action == cloudprovider::RepairAction::RebootNode {
+        if !ctx.reboots.escalated(&uid, Timestamp::now()) {
+            return Ok(Verdict::Reboot(matched.clone()));
+        }
+        also = "; rebooted twice within 24 hours already".into();
+    }
     let message = format!(
-        "Node {node_name} has been unhealthy ({}) for more than {}; replacing it",
+        "Node {node_name} has been unhealthy ({}) for more than {}{also}; replacing it",
         u.detail,
         format_duration(matched.toleration)
     );
@@ -391,12 +404,7 @@ async fn repair(
 }
 
 /// The cap's and the budget's inputs for `pool`, from the caches and the provider.
-async fn repair_view(
-    ctx: &Ctx,
-    claim: &NodeClaim,
-    pool: &str,
-    policies: &[cloudprovider::RepairPolicy],
-) -> repair::PoolView {
+async fn repair_view(ctx: &Ctx, claim: &NodeClaim, pool: &str) -> repair::PoolView {
     // The claim decided on counts as the caller has it, whether or not the cache shows it
     // yet (its Node is registered: the cap counts it among the pool's nodes).
     let mut claims = ctx.nodeclaims.state();
@@ -439,6 +447,7 @@ async fn repair_view(
         crate::cost::node_disruption_cost(&on, c, now)
     };
     let nodepool = ctx.nodepool(pool);
+    let matcher = ctx.matcher();
     repair::pool_view(
         &claims,
         pool,
@@ -450,7 +459,7 @@ async fn repair_view(
                 .as_ref()
                 .map(|np| np.spec.disruption.budgets.as_slice()),
             policies: repair::Policies {
-                node: policies,
+                matcher: matcher.as_deref(),
                 provider_toleration: ctx.settings.node_repair_after,
             },
             now,

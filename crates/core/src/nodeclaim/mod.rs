@@ -15,5 +15,7 @@ pub(crate) mod liveness;
 pub(crate) mod node_sync;
 pub(crate) mod outdated;
 pub(crate) mod registration;
+pub(crate) mod reboot;
 pub mod repair;
+pub mod repair_policy;
 pub(crate) mod termination;

@@ -49,78 +49,47 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use cloudprovider::RepairPolicy;
 pub use cloudprovider::Unhealthy;
 
 /// Share of a pool's Nodes that may be under repair at once, in percent.
 pub(crate) const MAX_UNHEALTHY_PERCENT: usize = 20;
 
-/// A repair policy that matches, and how long it is tolerated before the Node is replaced.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Matched {
-    pub unhealthy: Unhealthy,
-    pub toleration: Duration,
-}
+pub use super::repair_policy::{Decision as Matched, Matcher};
+use super::repair_policy::{Candidate, decide};
 
 impl Matched {
     /// When the toleration runs out.
     pub fn due(&self) -> Timestamp {
-        self.unhealthy
-            .since
-            .checked_add(self.toleration)
-            .unwrap_or(Timestamp::MAX)
+        self.eligible_at
     }
 }
 
-fn condition_time(t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>) -> Timestamp {
-    t.map(|t| t.0).unwrap_or(Timestamp::UNIX_EPOCH)
-}
-
-/// The provider's repair policies and how long its own health signal
+/// The provider's compiled repair policies and how long its own health signal
 /// ([`cloudprovider::Instance::unhealthy`]) is tolerated.
 #[derive(Clone, Copy, Debug)]
 pub struct Policies<'a> {
-    pub node: &'a [RepairPolicy],
+    /// `None`: the provider has no repair policies (nothing is repaired).
+    pub matcher: Option<&'a Matcher>,
     pub provider_toleration: Duration,
 }
 
-/// The repair policies (`policies`, from `CloudProvider::repair_policies`) that match a
-/// registered NodeClaim's Node, with the provider's own signal (`provider`, e.g. a
-/// Machine's `NodeHealthy=False`); the one whose toleration runs out first wins. A provider
-/// without repair policies repairs nothing (Karpenter does not run node repair then).
+/// What repair would do about a registered NodeClaim's Node at `now`: the provider's
+/// policies matched against the Node's conditions, with the provider's own signal
+/// (`provider`, e.g. a Machine's `NodeHealthy=False`, replaced after the provider
+/// toleration), merged (see `repair_policy`); no toleration starts before `not_before` (the
+/// end of the NodeClaim's last reboot). A provider without repair policies repairs nothing
+/// (Karpenter does not run node repair then).
 pub fn unhealthy(
     node: Option<&Node>,
     provider: Option<Unhealthy>,
     policies: Policies,
+    now: Timestamp,
+    not_before: Option<Timestamp>,
 ) -> Option<Matched> {
-    if policies.node.is_empty() {
-        return None;
-    }
-    let conditions = node
-        .and_then(|n| n.status.as_ref()?.conditions.as_ref())
-        .map(Vec::as_slice)
-        .unwrap_or_default();
-    let mut found: Vec<Matched> = Vec::new();
-    for p in policies.node {
-        if let Some(c) = conditions
-            .iter()
-            .find(|c| c.type_ == p.condition_type && c.status == p.condition_status)
-        {
-            found.push(Matched {
-                unhealthy: Unhealthy {
-                    condition: c.type_.clone(),
-                    detail: format!("{}={}", c.type_, c.status),
-                    since: condition_time(c.last_transition_time.as_ref()),
-                },
-                toleration: p.toleration,
-            });
-        }
-    }
-    found.extend(provider.map(|unhealthy| Matched {
-        unhealthy,
-        toleration: policies.provider_toleration,
-    }));
-    found.into_iter().min_by_key(Matched::due)
+    let matcher = policies.matcher?;
+    let mut candidates = node.map(|n| matcher.matches(n)).unwrap_or_default();
+    candidates.extend(provider.map(|u| Candidate::provider(u, policies.provider_toleration)));
+    decide(&candidates, now, not_before)
 }
 
 /// How many Nodes of a pool of `nodes` may be under repair at once: ceil(20 %).
@@ -269,10 +238,12 @@ fn counted(claim: &NodeClaim) -> bool {
         && !crate::objects::claim_condition(claim, conditions::INSTANCE_TERMINATING)
 }
 
-/// Being disrupted: deleted, or in a disruption command.
+/// Being disrupted: deleted, in a disruption command, or rebooting (a reboot counts against
+/// every budget, as in Karpenter).
 fn disrupting(claim: &NodeClaim) -> bool {
     crate::objects::deleting(claim)
         || crate::objects::annotation(claim, DISRUPTION_COMMAND).is_some()
+        || crate::objects::rebooting(claim)
 }
 
 /// The cap's and the budget's inputs for `pool` ("" = NodeClaims without a pool: the whole
@@ -288,8 +259,8 @@ pub(crate) fn pool_view(
     let mut view = PoolView::default();
     let mut total = 0;
     let mut budget = BudgetView::default();
-    // (eligible since, cost, name, uid)
-    let mut queue: Vec<(Timestamp, f64, String, String)> = Vec::new();
+    // (score, cost, name, uid)
+    let mut queue: Vec<(f64, f64, String, String)> = Vec::new();
     for c in claims {
         let uid = crate::objects::uid_of(c.as_ref());
         view.existing.insert(uid.clone());
@@ -314,17 +285,25 @@ pub(crate) fn pool_view(
             continue;
         }
         view.nodes += 1;
-        let Some(m) = unhealthy(node.as_deref(), (look.provider)(c), look.policies) else {
+        let Some(m) = unhealthy(
+            node.as_deref(),
+            (look.provider)(c),
+            look.policies,
+            look.now,
+            super::reboot::not_before(c),
+        ) else {
             continue;
         };
         view.unhealthy.insert(uid.clone());
         let eligible = m.due() <= look.now;
         if eligible && is_counted && !disrupting(c) && !do_not_repair(c, node.as_deref()) {
-            queue.push((m.unhealthy.since, (look.cost)(c), c.name_any(), uid));
+            queue.push((m.score, (look.cost)(c), c.name_any(), uid));
         }
     }
+    // Karpenter's order: the most urgent (priority, then time since eligible) first, then
+    // the lowest disruption cost, then by name.
     queue.sort_by(|a, b| {
-        a.0.cmp(&b.0)
+        b.0.total_cmp(&a.0)
             .then(a.1.total_cmp(&b.1))
             .then_with(|| a.2.cmp(&b.2))
     });
@@ -438,15 +417,25 @@ mod tests {
     }
 
     /// The Cluster API provider's policies: `Ready` False or Unknown for 10 minutes.
-    fn ready_policies() -> Vec<RepairPolicy> {
-        RepairPolicy::node_not_ready(Duration::from_secs(600))
+    fn ready_policies() -> Matcher {
+        Matcher::new(&cloudprovider::RepairPolicy::node_not_ready(
+            Duration::from_secs(600),
+        ))
+        .expect("valid")
+        .expect("not empty")
+    }
+
+    const NOW: &str = "2026-11-22T10:30:00Z";
+
+    fn now() -> Timestamp {
+        NOW.parse().expect("now")
     }
 
     #[test]
     fn policies_match_node_ready_and_machine_signals() {
         let ready_policies = ready_policies();
         let policies = Policies {
-            node: &ready_policies,
+            matcher: Some(&ready_policies),
             provider_toleration: Duration::from_secs(600),
         };
         let node: Node = serde_json::from_value(serde_json::json!({
@@ -455,7 +444,7 @@ mod tests {
                 "lastTransitionTime": "2026-11-22T10:00:00Z"}]}
         }))
         .expect("fixture");
-        let u = unhealthy(Some(&node), None, policies).expect("matches");
+        let u = unhealthy(Some(&node), None, policies, now(), None).expect("matches");
         assert_eq!(
             (u.unhealthy.condition.as_str(), u.unhealthy.detail.as_str()),
             ("Ready", "Ready=Unknown")
@@ -466,9 +455,11 @@ mod tests {
                 Some(&node),
                 None,
                 Policies {
-                    node: &[],
+                    matcher: None,
                     provider_toleration: Duration::from_secs(1)
-                }
+                },
+                now(),
+                None
             ),
             None,
             "no policies, no repair"
@@ -480,14 +471,15 @@ mod tests {
             detail: "NodeHealthy=False (NodeConditionsFailed)".into(),
             since: "2026-11-22T09:00:00Z".parse().expect("time"),
         };
-        let u = unhealthy(Some(&node), Some(signal.clone()), policies).expect("matches");
+        let u = unhealthy(Some(&node), Some(signal.clone()), policies, now(), None)
+            .expect("matches");
         assert_eq!(
             u.unhealthy.condition, "NodeHealthy",
-            "the signal due first wins"
+            "the signal eligible first wins"
         );
         // Tolerated for less, a later signal is due first.
         let short = Policies {
-            node: &ready_policies,
+            matcher: Some(&ready_policies),
             provider_toleration: Duration::from_secs(60),
         };
         let later = Unhealthy {
@@ -495,7 +487,7 @@ mod tests {
             ..signal.clone()
         };
         assert_eq!(
-            unhealthy(Some(&node), Some(later), short).map(|m| m.toleration),
+            unhealthy(Some(&node), Some(later), short, now(), None).map(|m| m.toleration),
             Some(Duration::from_secs(60))
         );
         assert_eq!(
@@ -503,9 +495,11 @@ mod tests {
                 None,
                 Some(signal),
                 Policies {
-                    node: &[],
+                    matcher: None,
                     provider_toleration: Duration::from_secs(1)
-                }
+                },
+                now(),
+                None
             ),
             None,
             "no policies: not even the provider's signal repairs"
@@ -515,8 +509,8 @@ mod tests {
             "status": {"conditions": [{"type": "Ready", "status": "True"}]}
         }))
         .expect("fixture");
-        assert_eq!(unhealthy(Some(&ready), None, policies), None);
-        assert_eq!(unhealthy(None, None, policies), None);
+        assert_eq!(unhealthy(Some(&ready), None, policies, now(), None), None);
+        assert_eq!(unhealthy(None, None, policies, now(), None), None);
     }
 
     fn budget(allowed: usize, disrupting: &[&str], queue: &[&str]) -> Option<BudgetView> {
@@ -684,7 +678,7 @@ mod tests {
                 cost: &|c| if c.name_any() == "new-dear" { 5.0 } else { 1.0 },
                 budgets: Some(&budgets),
                 policies: Policies {
-                    node: &ready_policies(),
+                    matcher: Some(&ready_policies()),
                     provider_toleration: Duration::from_secs(600),
                 },
                 now: "2026-11-22T10:00:00Z".parse().expect("now"),
