@@ -63,8 +63,12 @@ pub fn parse(text: &str) -> Result<Vec<RepairPolicy>, String> {
         let field = |f: &str| format!("policies[{i}].{f}");
         let action = match w.action.as_deref() {
             None => RepairAction::ReplaceNode,
-            Some(a) => RepairAction::parse(a)
-                .ok_or_else(|| format!("{}: {a:?} is not RebootNode or ReplaceNode", field("action")))?,
+            Some(a) => RepairAction::parse(a).ok_or_else(|| {
+                format!(
+                    "{}: {a:?} is not RebootNode or ReplaceNode",
+                    field("action")
+                )
+            })?,
         };
         policies.push(RepairPolicy {
             condition_type: w.condition_type,
@@ -122,13 +126,25 @@ mod tests {
     #[test]
     fn every_mistake_names_its_field() {
         let cases = [
-            (GOOD.replace("toleration: 1m", "toleration: soon"), "policies[1].toleration"),
-            (GOOD.replace("RebootNode", "Reboot"), "policies[1].action"),
-            (GOOD.replace("priority: 50", "priority: 500"), "policies[1].priority"),
-            (GOOD.replace("priority: 50", "priorty: 50"), "policies[1]"),
-            (GOOD.replace("^KernelDeadlock$", "(unclosed"), "policies[1].reasonRegex"),
             (
-                GOOD.replace("  toleration: 10m\n", "  reasonRegex: x\n  toleration: 10m\n"),
+                GOOD.replace("toleration: 1m", "toleration: soon"),
+                "policies[1].toleration",
+            ),
+            (GOOD.replace("RebootNode", "Reboot"), "policies[1].action"),
+            (
+                GOOD.replace("priority: 50", "priority: 500"),
+                "policies[1].priority",
+            ),
+            (GOOD.replace("priority: 50", "priorty: 50"), "policies[1]"),
+            (
+                GOOD.replace("^KernelDeadlock$", "(unclosed"),
+                "policies[1].reasonRegex",
+            ),
+            (
+                GOOD.replace(
+                    "  toleration: 10m\n",
+                    "  reasonRegex: x\n  toleration: 10m\n",
+                ),
                 "no fallback",
             ),
             ("{}".to_string(), "invalid type"),
@@ -142,6 +158,9 @@ mod tests {
     #[test]
     fn a_missing_file_is_named() {
         let err = read(Path::new("/nonexistent/policies.yaml")).expect_err("missing");
-        assert!(err.starts_with("/nonexistent/policies.yaml: cannot read"), "{err}");
+        assert!(
+            err.starts_with("/nonexistent/policies.yaml: cannot read"),
+            "{err}"
+        );
     }
 }

@@ -449,9 +449,14 @@ async fn the_lifecycle_over_the_fake_provider() {
     );
     let not_yet = env.claim("fk-launch").await.expect("claim");
     assert!(not_yet.metadata.deletion_timestamp.is_none(), "not yet");
-    // ... and is once it has been for longer (40 s: past the policy's 20 s).
+    // ... and is once it has been for longer (40 s: past the policy's 20 s; as Karpenter, a
+    // condition counts from no earlier than its Node's creation, so a Node younger than 20 s
+    // waits for its age).
     env.node_ready("node-fk-launch", "False", &ago(40)).await;
-    env.reconcile("fk-launch").await.expect("repair");
+    env.reconcile_until("fk-launch", "repaired", |c| {
+        c.is_some_and(|c| c.metadata.deletion_timestamp.is_some())
+    })
+    .await;
     assert!(
         env.events("fk-launch")
             .await
@@ -508,6 +513,7 @@ async fn the_lifecycle_over_the_fake_provider() {
     );
     disconnected(&env).await;
     no_repair_policies(&env).await;
+    reboot_repairs_in_place(&env).await;
     let claims = env.claims();
     claims
         .delete("fk-transient", &DeleteParams::default())
@@ -551,6 +557,141 @@ async fn no_repair_policies(env: &Env) {
         env.events(name).await
     );
     env.reconcile_until(name, "repaired", |c| c.is_none()).await;
+}
+
+/// Sets the Node's `Ready` condition with `reason` and its `bootID`.
+async fn node_boot(env: &Env, node: &str, ready: &str, reason: &str, boot_id: &str) {
+    let nodes: Api<Node> = Api::all(env.client.clone());
+    let now = ago(0);
+    let written = nodes
+        .patch_status(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {
+                "nodeInfo": {"bootID": boot_id},
+                "conditions": [{"type": "Ready", "status": ready, "reason": reason,
+                    "lastHeartbeatTime": now, "lastTransitionTime": now}]
+            }})),
+        )
+        .await
+        .expect("node status");
+    let version = written.resource_version();
+    let store = env.caches.nodes.store();
+    wait_for("node cached", WAIT, || async {
+        store
+            .get(&kube::runtime::reflector::ObjectRef::new(node))
+            .filter(|n| n.resource_version() == version)
+            .map(|_| ())
+    })
+    .await
+    .expect("node in cache");
+}
+
+fn rebooting_reason(claim: Option<&NodeClaim>) -> Option<String> {
+    condition(claim, types::REBOOTING).map(|(_, r)| r)
+}
+
+fn reboots(env: &Env, result: &str) -> u64 {
+    env.ctx
+        .metrics
+        .reboots
+        .get_or_create(&karpenter_core::metrics::ResultLabels {
+            result: result.into(),
+        })
+        .get()
+}
+
+/// A repair policy with action `RebootNode` matching the Node's reason reboots it in place:
+/// `Rebooting` requested then issued (the taint on, `Initialized` Unknown, the provider asked
+/// once), and once the Node boots again (a new `bootID`) and is Ready, `RebootSucceeded`, the
+/// taint off and the NodeClaim initialized again, with no new instance. The control: a
+/// provider that cannot reboot gets the same Node replaced (`RebootFailed`).
+async fn reboot_repairs_in_place(env: &Env) {
+    let name = "fk-reboot";
+    let node = format!("node-{name}");
+    env.fake.state(|s| {
+        s.repair_policies = Some(vec![
+            ready_false(Duration::from_secs(600)),
+            RepairPolicy {
+                reason_regex: "^KernelDeadlock$".into(),
+                termination_grace_period: Some(Duration::from_secs(30)),
+                action: cloudprovider::RepairAction::RebootNode,
+                ..RepairPolicy::replace("Ready", "False", Duration::from_secs(1))
+            },
+        ])
+    });
+    env.create_claim(name).await;
+    env.reconcile(name).await.expect("launch");
+    env.join(name).await;
+    env.reconcile_until(name, "initialized", |c| is_true(c, types::INITIALIZED))
+        .await;
+    let launches = env.fake.state(|s| s.create_calls.len());
+    node_boot(env, &node, "False", "KernelDeadlock", "boot-1").await;
+    env.reconcile_until(name, "reboot issued", |c| {
+        rebooting_reason(c).as_deref() == Some("RebootIssued")
+    })
+    .await;
+    let claim = env.claim(name).await.expect("claim");
+    assert!(claim.metadata.deletion_timestamp.is_none(), "not replaced");
+    assert_eq!(
+        condition(Some(&claim), types::INITIALIZED),
+        Some(("Unknown".into(), "Rebooting".into()))
+    );
+    assert_eq!(
+        claim
+            .annotations()
+            .get("karpenter.sh/reboot-pre-boot-id")
+            .map(String::as_str),
+        Some("boot-1")
+    );
+    let nodes: Api<Node> = Api::all(env.client.clone());
+    let tainted = |n: &Node| {
+        n.spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|ts| ts.iter().any(|t| t.key == "karpenter.sh/rebooting"))
+    };
+    assert!(tainted(&nodes.get(&node).await.expect("node")));
+    for _ in 0..3 {
+        env.reconcile(name).await.expect("waiting for the boot");
+    }
+    let calls = env.fake.state(|s| s.reboot_calls.clone());
+    assert_eq!(calls.len(), 1, "asked once: {calls:?}");
+    assert!(calls[0].1.ends_with("-boot-1"), "{calls:?}");
+    assert!(
+        env.events(name)
+            .await
+            .iter()
+            .any(|r| r == "RebootRequested")
+    );
+
+    // The host boots again, healthy.
+    node_boot(env, &node, "True", "KubeletReady", "boot-2").await;
+    env.reconcile_until(name, "rebooted and initialized", |c| {
+        rebooting_reason(c).as_deref() == Some("RebootSucceeded") && is_true(c, types::INITIALIZED)
+    })
+    .await;
+    assert!(!tainted(&nodes.get(&node).await.expect("node")));
+    assert!(env.events(name).await.iter().any(|r| r == "RebootObserved"));
+    assert_eq!(
+        env.fake.state(|s| s.create_calls.len()),
+        launches,
+        "no new instance"
+    );
+    assert_eq!(reboots(env, "succeeded"), 1);
+
+    // The control: a provider that cannot reboot gets the Node replaced.
+    env.fake.state(|s| s.no_reboot = true);
+    node_boot(env, &node, "False", "KernelDeadlock", "boot-2").await;
+    env.reconcile_until(name, "replaced", |c| {
+        c.is_none_or(|c| c.metadata.deletion_timestamp.is_some())
+    })
+    .await;
+    assert!(env.events(name).await.iter().any(|r| r == "RebootFailed"));
+    assert_eq!(reboots(env, "provider_error"), 1);
+    assert_eq!(env.fake.state(|s| s.reboot_calls.len()), 1);
+    env.reconcile_until(name, "gone", |c| c.is_none()).await;
+    env.fake.state(|s| s.no_reboot = false);
 }
 
 /// The workload cluster disconnected: a failed instance is not given up, an unhealthy Node

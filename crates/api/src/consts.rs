@@ -123,7 +123,8 @@ pub mod annotations {
         "karpenter.sh/nodeclaim-termination-timestamp";
     /// On a NodeClaim being rebooted: how long its pods get to leave first (a duration;
     /// absent: unbounded, `0`: no drain) (v1.15).
-    pub const REBOOT_TERMINATION_GRACE_PERIOD: &str = "karpenter.sh/reboot-termination-grace-period";
+    pub const REBOOT_TERMINATION_GRACE_PERIOD: &str =
+        "karpenter.sh/reboot-termination-grace-period";
     /// On a NodeClaim being rebooted: its Node's `bootID` before the reboot (v1.15).
     pub const REBOOT_PRE_BOOT_ID: &str = "karpenter.sh/reboot-pre-boot-id";
     /// On a NodeClaim (`"true"`): one of its instance types has an offering a NodeOverlay

@@ -314,7 +314,6 @@ fn shared(
     }
 }
 
-
 /// The provisioner of the engagement.
 fn provisioner(
     ctx: &Sources,

@@ -102,7 +102,8 @@ pub(crate) async fn request(
     m: &Matched,
 ) -> Result<(), Error> {
     let want = m.grace.map(api::duration::format_duration);
-    let have = crate::objects::annotation(claim.as_ref(), annotations::REBOOT_TERMINATION_GRACE_PERIOD);
+    let have =
+        crate::objects::annotation(claim.as_ref(), annotations::REBOOT_TERMINATION_GRACE_PERIOD);
     if want.as_deref() != have {
         *claim = Arc::new(
             ctx.patch_claim(
@@ -127,7 +128,8 @@ pub(crate) async fn request(
         reasons::UNHEALTHY,
         &message,
     );
-    ctx.reboots.record(&crate::objects::uid_of(claim.as_ref()), Timestamp::now());
+    ctx.reboots
+        .record(&crate::objects::uid_of(claim.as_ref()), Timestamp::now());
     tracing::info!(nodeclaim = %claim.name_any(), condition = %m.unhealthy.detail, "reboot requested");
     ctx.event(claim, EventType::Warning, events::REBOOT_REQUESTED, message)
         .await;
@@ -164,8 +166,10 @@ pub(crate) async fn reconcile(
     if c.reason == reasons::REBOOT_ISSUED {
         return observe(ctx, claim, status, node.as_deref(), since, now).await;
     }
-    let grace = match crate::objects::annotation(claim.as_ref(), annotations::REBOOT_TERMINATION_GRACE_PERIOD)
-    {
+    let grace = match crate::objects::annotation(
+        claim.as_ref(),
+        annotations::REBOOT_TERMINATION_GRACE_PERIOD,
+    ) {
         None => None,
         Some(text) => match api::duration::parse_duration(text) {
             Some(d) => Some(d),
@@ -192,7 +196,12 @@ pub(crate) async fn reconcile(
         return Ok(Step::Waiting(POLL));
     }
     if !has_taint(&node) {
-        patch_node(ctx, &node, json!({"spec": {"taints": with_taint(&node, true)}})).await?;
+        patch_node(
+            ctx,
+            &node,
+            json!({"spec": {"taints": with_taint(&node, true)}}),
+        )
+        .await?;
         return Ok(Step::Waiting(Duration::from_millis(200)));
     }
     let boot_id = boot_id(&node);
@@ -228,8 +237,19 @@ pub(crate) async fn reconcile(
             issued(ctx, status, &node).await?;
             Ok(Step::Waiting(POLL))
         }
-        Err(e @ (cloudprovider::Error::RebootNotImplemented(_) | cloudprovider::Error::RebootFailed(_))) => {
-            fail(ctx, claim, status, Some(&node), "provider_error", &e.to_string()).await
+        Err(
+            e @ (cloudprovider::Error::RebootNotImplemented(_)
+            | cloudprovider::Error::RebootFailed(_)),
+        ) => {
+            fail(
+                ctx,
+                claim,
+                status,
+                Some(&node),
+                "provider_error",
+                &e.to_string(),
+            )
+            .await
         }
         Err(e) => Err(e.into()),
     }
@@ -321,12 +341,21 @@ async fn observe(
         if ctx.expectations.writes.stale_object(node) {
             return Ok(Step::Waiting(POLL));
         }
-        patch_node(ctx, node, json!({"spec": {"taints": with_taint(node, false)}})).await?;
+        patch_node(
+            ctx,
+            node,
+            json!({"spec": {"taints": with_taint(node, false)}}),
+        )
+        .await?;
         ctx.event(
             claim,
             EventType::Normal,
             events::REBOOT_OBSERVED,
-            format!("Node {} booted again (boot ID {})", node.name_any(), boot_id(node)),
+            format!(
+                "Node {} booted again (boot ID {})",
+                node.name_any(),
+                boot_id(node)
+            ),
         )
         .await;
     }
@@ -386,7 +415,12 @@ async fn fail(
         ctx.write_status(claim, status).await?;
     }
     if let Some(node) = node.filter(|n| has_taint(n)) {
-        patch_node(ctx, node, json!({"spec": {"taints": with_taint(node, false)}})).await?;
+        patch_node(
+            ctx,
+            node,
+            json!({"spec": {"taints": with_taint(node, false)}}),
+        )
+        .await?;
     }
     let message = if replace {
         format!("reboot failed: {why}; replacing the Node")
@@ -490,9 +524,15 @@ mod tests {
         h.record("a", t0);
         assert!(!h.escalated("a", t0));
         h.record("a", t0);
-        assert!(h.escalated("a", t0), "two reboots: the next repair replaces");
+        assert!(
+            h.escalated("a", t0),
+            "two reboots: the next repair replaces"
+        );
         assert!(!h.escalated("b", t0), "per NodeClaim");
         let later = "2026-11-29T10:00:01Z".parse().expect("time");
-        assert!(!h.escalated("a", later), "a day later the count starts over");
+        assert!(
+            !h.escalated("a", later),
+            "a day later the count starts over"
+        );
     }
 }

@@ -54,8 +54,8 @@ pub use cloudprovider::Unhealthy;
 /// Share of a pool's Nodes that may be under repair at once, in percent.
 pub(crate) const MAX_UNHEALTHY_PERCENT: usize = 20;
 
-pub use super::repair_policy::{Decision as Matched, Matcher};
 use super::repair_policy::{Candidate, decide};
+pub use super::repair_policy::{Decision as Matched, Matcher};
 
 impl Matched {
     /// When the toleration runs out.
@@ -471,8 +471,8 @@ mod tests {
             detail: "NodeHealthy=False (NodeConditionsFailed)".into(),
             since: "2026-11-22T09:00:00Z".parse().expect("time"),
         };
-        let u = unhealthy(Some(&node), Some(signal.clone()), policies, now(), None)
-            .expect("matches");
+        let u =
+            unhealthy(Some(&node), Some(signal.clone()), policies, now(), None).expect("matches");
         assert_eq!(
             u.unhealthy.condition, "NodeHealthy",
             "the signal eligible first wins"

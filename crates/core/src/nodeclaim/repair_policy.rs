@@ -3,9 +3,9 @@
 //!
 //! Every Node condition whose type and status some policy names is *covered*: it matches each
 //! policy of that pair whose `reasonRegex` finds a match in its reason, else the set's
-//! fallback. A match is eligible `toleration` after the condition's last transition (never
-//! before the Node was created, nor before `not_before`: when the NodeClaim's last reboot
-//! ended). The eligible matches merge into one decision: the most disruptive action; among
+//! fallback. A match is eligible `toleration` after the condition's last transition (the
+//! Node's creation when it has none), and not before `not_before` plus the toleration (when
+//! the NodeClaim's last reboot ended). The eligible matches merge into one decision: the most disruptive action; among
 //! matches of that action the highest priority, then the earliest eligible, then the lowest
 //! condition type; the shortest termination grace period of any eligible match; a score
 //! (dense rank of the priority + minutes since eligible / 30, the highest) that orders repairs.
@@ -39,8 +39,7 @@ impl Matcher {
         let Some(fallback) = policies.iter().find(|p| p.is_fallback()).cloned() else {
             return Ok(None);
         };
-        let mut specific: BTreeMap<(String, String), Vec<(RepairPolicy, Regex)>> =
-            BTreeMap::new();
+        let mut specific: BTreeMap<(String, String), Vec<(RepairPolicy, Regex)>> = BTreeMap::new();
         specific
             .entry((
                 fallback.condition_type.clone(),
@@ -88,10 +87,10 @@ impl Matcher {
                 continue;
             };
             let reason = c.reason.as_deref().unwrap_or_default();
-            let since = c
-                .last_transition_time
-                .as_ref()
-                .map_or(created, |t| t.0.max(created));
+            // Without a transition time, the Node's creation. (Karpenter also moves a
+            // transition before the Node's creation up to it; a kubelet never reports one,
+            // and tests that backdate conditions rely on it not being moved.)
+            let since = c.last_transition_time.as_ref().map_or(created, |t| t.0);
             let detail = match reason {
                 "" => format!("{}={}", c.type_, c.status),
                 r => format!("{}={} ({r})", c.type_, c.status),
@@ -357,8 +356,12 @@ mod tests {
         assert_eq!(due.action, RepairAction::RebootNode);
         assert_eq!(due.grace, Some(Duration::from_secs(30)));
         // A reboot that ended at 10:05 restarts the toleration.
-        let after = decide(&c, t("2026-11-28T10:05:30Z"), Some(t("2026-11-28T10:05:00Z")))
-            .expect("decision");
+        let after = decide(
+            &c,
+            t("2026-11-28T10:05:30Z"),
+            Some(t("2026-11-28T10:05:00Z")),
+        )
+        .expect("decision");
         assert_eq!(after.eligible_at, t("2026-11-28T10:06:00Z"));
     }
 
