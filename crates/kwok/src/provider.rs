@@ -11,8 +11,8 @@ use std::time::Duration;
 use api::NodeClaim;
 use cloudprovider::InstanceTypes;
 use cloudprovider::{
-    CloudProvider, Created, Deletion, Drift, Error, Instance, Intent, NodeClassKind, RepairPolicy,
-    Retry,
+    CloudProvider, Created, Deletion, Drift, Error, Instance, Intent, NodeClassKind, RepairAction,
+    RepairPolicy, Retry,
 };
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -26,6 +26,23 @@ use kube::{Client, ResourceExt};
 use crate::instance_types::InstanceType;
 use crate::nodeclass::{self, KWOKNodeClass};
 use crate::{labels, node};
+
+/// Karpenter kwok's repair policies: the kubelet's Ready condition False or Unknown for 10
+/// minutes, and two conditions a test sets on a Node: `KWOKUnhealthy` (replaced after 30 s,
+/// 45 s to drain) and `KWOKRebootRequired` (rebooted after 30 s, 1 min to drain).
+pub(crate) fn repair_policies() -> Vec<RepairPolicy> {
+    let mut policies = RepairPolicy::node_not_ready(Duration::from_secs(600));
+    policies.push(RepairPolicy {
+        termination_grace_period: Some(Duration::from_secs(45)),
+        ..RepairPolicy::replace("KWOKUnhealthy", "True", Duration::from_secs(30))
+    });
+    policies.push(RepairPolicy {
+        termination_grace_period: Some(Duration::from_secs(60)),
+        action: RepairAction::RebootNode,
+        ..RepairPolicy::replace("KWOKRebootRequired", "True", Duration::from_secs(30))
+    });
+    policies
+}
 
 /// The kwok provider of one cluster.
 pub struct KwokCloudProvider {
@@ -271,8 +288,36 @@ impl CloudProvider for KwokCloudProvider {
     }
 
     fn repair_policies(&self) -> Vec<RepairPolicy> {
-        // Karpenter kwok's: the kubelet's Ready condition False or Unknown for 10 minutes.
-        RepairPolicy::node_not_ready(Duration::from_secs(600))
+        repair_policies()
+    }
+
+    fn reboot<'a>(
+        &'a self,
+        claim: &'a NodeClaim,
+        operation: &'a str,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        async move {
+            // As Karpenter kwok: the Node "boots again" with a boot ID naming the operation
+            // (so a second call of the same operation changes nothing).
+            let Some(node) = claim.status.as_ref().and_then(|s| s.node_name.clone()) else {
+                return Err(Error::RebootFailed(format!(
+                    "NodeClaim {} has no Node",
+                    claim.name_any()
+                )));
+            };
+            let nodes: Api<Node> = Api::all(self.client.clone());
+            let body = serde_json::json!({"status": {"nodeInfo": {"bootID": format!("kwok-{operation}")}}});
+            nodes
+                .patch_status(
+                    &node,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(body),
+                )
+                .await
+                .map_err(api_error)?;
+            Ok(())
+        }
+        .boxed()
     }
 
     fn name(&self) -> &'static str {
@@ -289,5 +334,19 @@ impl CloudProvider for KwokCloudProvider {
     fn launch_failed(&self, _claim: &NodeClaim, _why: &str) {
         // Every kwok offering is always available (Karpenter kwok forces it): nothing to
         // avoid.
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn karpenter_kwoks_repair_policies_are_a_valid_set_with_a_reboot() {
+        let policies = super::repair_policies();
+        assert_eq!(cloudprovider::repair::validate(&policies), Ok(()));
+        assert!(
+            policies
+                .iter()
+                .any(|p| p.action == cloudprovider::RepairAction::RebootNode)
+        );
     }
 }
