@@ -13,6 +13,9 @@
 //!   `DRADriverPoolsNotPublished` and a Warning Event, their pods Pending and nothing more
 //!   launched; once the test publishes the slices as the driver would, they initialize and
 //!   the pods run.
+//!
+//! And consolidation: a pod with claims moves only to a node where its claims can be
+//! allocated (its own test, with a 4-GPU template).
 
 mod common;
 
@@ -94,6 +97,11 @@ fn real_gpus() -> String {
 /// A Deployment `name` of 2 pods of 500m, each claiming devices from ResourceClaimTemplate
 /// `claims` when given, on nodes of template `on` when given.
 fn deployment(name: &str, claims: Option<&str>, on: Option<&str>) -> String {
+    deployment_of(name, 2, claims, on)
+}
+
+/// [`deployment`] of `replicas` pods.
+fn deployment_of(name: &str, replicas: usize, claims: Option<&str>, on: Option<&str>) -> String {
     let (pod_claims, container_claims) = match claims {
         Some(t) => (
             format!("\n      resourceClaims: [{{name: gpus, resourceClaimTemplateName: {t}}}]"),
@@ -109,7 +117,7 @@ fn deployment(name: &str, claims: Option<&str>, on: Option<&str>) -> String {
 kind: Deployment
 metadata: {{name: {name}}}
 spec:
-  replicas: 2
+  replicas: {replicas}
   selector: {{matchLabels: {{app: {name}}}}}
   template:
     metadata: {{labels: {{app: {name}}}}}
@@ -123,11 +131,16 @@ spec:
 
 /// The pods of `app` in `ns`, once there are 2 and both run.
 async fn running_app(client: &Client, ns: &str, app: &str) -> Vec<Pod> {
+    running_n(client, ns, app, 2).await
+}
+
+/// The pods of `app` in `ns`, once there are `n` and all run.
+async fn running_n(client: &Client, ns: &str, app: &str, n: usize) -> Vec<Pod> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let params = ListParams::default().labels(&format!("app={app}"));
-    let got = wait_for(&format!("2 pods of {app} Running"), WAIT, || async {
+    let got = wait_for(&format!("{n} pods of {app} Running"), WAIT, || async {
         let l = list(&pods, &params).await;
-        (l.len() == 2 && l.iter().all(running)).then_some(l)
+        (l.len() == n && l.iter().all(running)).then_some(l)
     })
     .await;
     match got {
@@ -394,4 +407,119 @@ async fn pods_claiming_gpus_get_nodes_of_the_gpu_template() {
     if let Err(e) = initialized {
         panic!("{e}: {}", state(&client, &ns).await);
     }
+}
+
+/// Consolidation moves a pod with claims only where its claims can be allocated: two `gpu4`
+/// nodes (4 GPUs each) each run one pod claiming 2 GPUs (the second launched while the first
+/// node was cordoned); once both are schedulable, consolidation deletes one and its pod moves
+/// to the other's 2 free GPUs — not to the cheaper CPU-only node that has room for it but no
+/// devices. Before consolidation planned devices, such nodes were never candidates and both
+/// stayed.
+#[tokio::test]
+async fn consolidation_keeps_claiming_pods_on_nodes_with_their_devices() {
+    let env = env(vec![
+        ("cpu", "4", "16Gi", "0.10", json!({})),
+        (
+            "gpu4",
+            "4",
+            "16Gi",
+            "0.90",
+            json!({
+                "capacity.cluster-autoscaler.kubernetes.io/dra-driver": DRIVER,
+                "capacity.cluster-autoscaler.kubernetes.io/gpu-count": "4",
+            }),
+        ),
+    ])
+    .await;
+    let client = env.tb.client();
+    create_consolidating_nodepool(&client).await;
+    let ns = env.tb.temp_namespace().await.expect("namespace");
+    // A CPU-only node with room (for the pods' cpu, not their devices).
+    env.tb
+        .apply_yaml(&deployment_of("plain", 1, None, None), &ns)
+        .await
+        .expect("plain Deployment");
+    let plain = running_n(&client, &ns, "plain", 1).await;
+    let cpu_node = node_of(&plain[0]);
+    env.tb
+        .apply_yaml(
+            &[
+                class_and_claim_template(),
+                deployment_of("gpu-a", 1, Some("two-gpus"), None),
+            ]
+            .concat(),
+            &ns,
+        )
+        .await
+        .expect("gpu-a");
+    let a = node_of(&running_n(&client, &ns, "gpu-a", 1).await[0]);
+    // The second pod gets a node of its own while the first is cordoned.
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let cordon = |on: bool| {
+        let nodes = nodes.clone();
+        let a = a.clone();
+        async move {
+            nodes
+                .patch(
+                    &a,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(json!({"spec": {"unschedulable": on}})),
+                )
+                .await
+                .expect("cordon");
+        }
+    };
+    cordon(true).await;
+    env.tb
+        .apply_yaml(&deployment_of("gpu-b", 1, Some("two-gpus"), None), &ns)
+        .await
+        .expect("gpu-b");
+    let b = node_of(&running_n(&client, &ns, "gpu-b", 1).await[0]);
+    assert_ne!(a, b, "the second pod on a node of its own");
+    let gpu4 = |all: &BTreeSet<(String, String)>| all.iter().filter(|(_, t)| t == "gpu4").count();
+    assert_eq!(gpu4(&claims_by_type(&client).await), 2);
+    cordon(false).await;
+
+    // Consolidation: one gpu4 node goes, its pod joins the other.
+    let one = wait_for("one gpu4 node left", Duration::from_secs(120), || async {
+        let all = claims_by_type(&client).await;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let claiming: Vec<Pod> = list(&pods, &ListParams::default())
+            .await
+            .into_iter()
+            .filter(|p| p.labels().get("app").is_some_and(|a| a.starts_with("gpu-")))
+            .collect();
+        let placed: BTreeSet<String> = claiming.iter().map(node_of).collect();
+        (gpu4(&all) == 1
+            && claiming.len() == 2
+            && claiming.iter().all(running)
+            && placed.len() == 1)
+            .then_some(claiming)
+    })
+    .await;
+    let claiming = match one {
+        Ok(p) => p,
+        Err(e) => panic!("{e}: {}", state(&client, &ns).await),
+    };
+    let node = node_of(&claiming[0]);
+    assert_ne!(node, cpu_node, "not on the CPU-only node");
+    let mut devices = BTreeSet::new();
+    for p in &claiming {
+        let got = allocated(&client, &ns, p).await;
+        assert_eq!(got.len(), 2, "{}: {got:?}", p.name_any());
+        assert!(
+            got.iter().all(|(pool, _)| *pool == node),
+            "{got:?} on {node}"
+        );
+        devices.extend(got);
+    }
+    assert_eq!(devices.len(), 4, "four distinct GPUs: {devices:?}");
+    assert!(
+        running_n(&client, &ns, "plain", 1).await[0]
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            == Some(cpu_node.as_str()),
+        "the CPU-only node keeps its pod"
+    );
 }

@@ -383,15 +383,27 @@ pub fn consolidate<E>(
     accept: impl Fn(&Output) -> Result<(), E>,
     adjust: impl Fn(&NewNodeClaim, Vec<Choice>) -> Vec<Choice>,
 ) -> Result<Consolidation, Refused<E>> {
+    consolidate_with_devices(input, &crate::dra::Dra::default(), replaced, accept, adjust)
+}
+
+/// [`consolidate`] with the pods' ResourceClaims (`dra`): a pod with claims is placed only
+/// where its claims can be allocated.
+pub fn consolidate_with_devices<E>(
+    input: &crate::Input,
+    dra: &crate::dra::Dra,
+    replaced: &Replaced,
+    accept: impl Fn(&Output) -> Result<(), E>,
+    adjust: impl Fn(&NewNodeClaim, Vec<Choice>) -> Vec<Choice>,
+) -> Result<Consolidation, Refused<E>> {
     let evaluate = |output: Output| -> Result<Consolidation, Refused<E>> {
         accept(&output).map_err(Refused::Placement)?;
         let plan = plan(input, &output, replaced, &adjust).map_err(Refused::Price)?;
         Ok(Consolidation { plan, output })
     };
-    let out = crate::solve(input);
+    let out = crate::solve_with_devices(input, dra);
     let price_aware = out.first_fit_price.is_some();
     match evaluate(out) {
-        Err(_) if price_aware => evaluate(crate::solve_first_fit(input)),
+        Err(_) if price_aware => evaluate(crate::solver::solve_first_fit_with_devices(input, dra)),
         done => done,
     }
 }

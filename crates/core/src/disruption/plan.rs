@@ -218,19 +218,6 @@ pub(crate) fn simulate(
     candidates: &[&Priced],
     now: Timestamp,
 ) -> Result<Move, NoMove> {
-    // Consolidation's price-aware plan does not allocate devices yet: a candidate whose pods
-    // claim devices (ResourceClaims) is kept, never moved where its claims cannot be allocated.
-    if let Some(p) = candidates
-        .iter()
-        .flat_map(|c| c.candidate.pods.iter())
-        .find(|p| crate::model::devices::claims_devices(p))
-    {
-        return Err(NoMove::PodsDoNotFit(format!(
-            "{}/{} claims devices, which consolidation does not move yet",
-            p.metadata.namespace.as_deref().unwrap_or_default(),
-            name(*p)
-        )));
-    }
     let (rest, moving) = without_candidates(view, candidates);
     let own: HashSet<&str> = candidates
         .iter()
@@ -259,9 +246,17 @@ pub(crate) fn simulate(
             .collect(),
         all_spot: candidates.iter().all(|c| c.capacity_type == replace::SPOT),
     };
+    // The moving pods' claims held by no other pod are allocated again where they go (as
+    // drift plans them): a pod with claims moves only where its devices can be allocated.
+    let dra = crate::model::devices::dra(
+        &crate::model::devices::released(&rest.dra, &moving),
+        &moving,
+        snap.catalogs.values().map(AsRef::as_ref),
+    );
     // The price-aware plan (one node or several cheaper ones), else Karpenter's first-fit.
-    let found = replace::consolidate(
+    let found = replace::consolidate_with_devices(
         &snap.input,
+        &dra,
         &replaced,
         |out| own_pods_placed(&snap, out, &own),
         |claim, options| match snap.catalogs.get(&claim.node_pool) {

@@ -401,7 +401,12 @@ pub fn solve_with_devices(input: &Input, dra: &crate::dra::Dra) -> Output {
 /// Karpenter's first-fit packing alone (a planned NodeClaim takes every pod one of its
 /// instance types still holds): the plan [`solve`] starts from and compares against.
 pub fn solve_first_fit(input: &Input) -> Output {
-    let mut s = build::build(input, &crate::dra::Dra::default());
+    solve_first_fit_with_devices(input, &crate::dra::Dra::default())
+}
+
+/// [`solve_first_fit`] with the pods' ResourceClaims.
+pub(crate) fn solve_first_fit_with_devices(input: &Input, dra: &crate::dra::Dra) -> Output {
+    let mut s = build::build(input, dra);
     // Without a cap nothing is priced on the way, so the packing runs to the end.
     let (failed, errors) = pack_all(&mut s, input).unwrap_or_default();
     output::output(&s, input, failed, errors)
