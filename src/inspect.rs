@@ -112,7 +112,14 @@ pub fn rows(
                 drift_message: drift.map(|c| c.message.clone()),
                 disruption: cond(nc, "DisruptionReason")
                     .filter(|c| c.status == "True")
-                    .map(|c| c.reason.clone()),
+                    .map(
+                        |c| match cond(nc, "Rebooting").filter(|r| r.status == "True") {
+                            Some(r) => {
+                                format!("{}; rebooting: {}, {}", c.reason, r.reason, r.message)
+                            }
+                            None => c.reason.clone(),
+                        },
+                    ),
                 nodepool: labels
                     .get(api::consts::labels::NODEPOOL)
                     .cloned()
@@ -558,6 +565,31 @@ mod tests {
         let mut r = rows(&ncs, &other, &[], now);
         add_remediation(&mut r, &other, &checks);
         assert_eq!(r[0].remediation, None);
+    }
+
+    #[test]
+    fn a_reboot_in_progress_is_shown() {
+        let now: Timestamp = "2026-11-22T10:12:00Z".parse().expect("t");
+        let claim = |rebooting: &str| {
+            obj(json!({"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+                "metadata": {"name": "default-r", "creationTimestamp": "2026-11-22T10:00:00Z"},
+                "status": {"nodeName": "n1", "conditions": [
+                    {"type": "DisruptionReason", "status": "True", "reason": "Unhealthy", "message": "",
+                     "lastTransitionTime": "2026-11-22T10:10:00Z"},
+                    {"type": "Rebooting", "status": rebooting, "reason": "RebootIssued",
+                     "message": "waiting for the Node to boot again", "lastTransitionTime": "2026-11-22T10:11:00Z"}]}}))
+        };
+        let table = render_table(&rows(&[claim("True")], &[], &[], now));
+        assert!(
+            table.contains("* default-r: being disrupted (Unhealthy; rebooting: RebootIssued, waiting for the Node to boot again)"),
+            "{table}"
+        );
+        // The control: a reboot that ended is not shown.
+        let table = render_table(&rows(&[claim("False")], &[], &[], now));
+        assert!(
+            table.contains("* default-r: being disrupted (Unhealthy)\n"),
+            "{table}"
+        );
     }
 
     #[test]
