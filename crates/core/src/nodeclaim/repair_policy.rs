@@ -126,7 +126,10 @@ impl Matcher {
 /// A provider's policy set compiled once per set it answers (the provider may change it,
 /// e.g. a test's fake).
 #[derive(Debug, Default)]
-pub struct Compiled(Mutex<Option<(Vec<RepairPolicy>, Option<Arc<Matcher>>)>>);
+pub struct Compiled(Mutex<Option<CompiledSet>>);
+
+/// A policy set as the provider answered it, and its compilation.
+type CompiledSet = (Vec<RepairPolicy>, Option<Arc<Matcher>>);
 
 impl Compiled {
     /// The provider's current set, compiled; `None` for an empty or invalid set (an invalid
