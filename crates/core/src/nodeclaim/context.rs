@@ -172,7 +172,7 @@ pub struct Shared {
     /// The provider's repair policies, compiled once per set it answers.
     pub repair_policies: Arc<super::repair_policy::Compiled>,
     /// The reboots this process requested (a third repair within a day replaces).
-    pub reboots: Arc<super::reboot::History>,
+    pub reboots: Arc<super::repair::History>,
     /// Whether the workload cluster answers (hub mode's probe; always up otherwise): while
     /// it does not, nothing is deleted on its account (see `health`).
     pub connection: crate::health::Connection,

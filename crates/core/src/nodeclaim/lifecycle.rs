@@ -99,17 +99,8 @@ async fn reconcile_fresh(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Action, Err
     if let Some(i) = &instance {
         observe_instance(ctx, &claim, i, &mut status);
     }
-    if crate::objects::rebooting(&claim) {
-        // Registration, liveness and drift wait for the reboot to end.
-        match super::reboot::reconcile(ctx, &mut claim, &mut status).await? {
-            Step::Deleted => return Ok(Action::await_change()),
-            Step::Waiting(wait) => {
-                set_ready(&mut status.conditions);
-                ctx.write_status(&claim, &status).await?;
-                return Ok(Action::requeue(wait));
-            }
-            Step::Done => {}
-        }
+    if let Some(action) = reboot(ctx, &mut claim, &mut status).await? {
+        return Ok(action);
     }
     let progress = registration::reconcile(ctx, &claim, &mut status).await?;
     let timeouts = ctx.provider.timeouts(&claim);
@@ -158,6 +149,27 @@ async fn reconcile_fresh(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Action, Err
         _ => ctx.settings.poll,
     };
     Ok(Action::requeue(next.map_or(quiet, |n| n.min(quiet))))
+}
+
+/// A reboot in progress (`Rebooting=True`) takes its step; registration, liveness and drift
+/// wait for it to end (`None`: no reboot in progress, or it just ended).
+async fn reboot(
+    ctx: &Ctx,
+    claim: &mut Arc<NodeClaim>,
+    status: &mut NodeClaimStatus,
+) -> Result<Option<Action>, Error> {
+    if !crate::objects::rebooting(claim) {
+        return Ok(None);
+    }
+    match super::reboot::reconcile(ctx, claim, status).await? {
+        Step::Deleted => Ok(Some(Action::await_change())),
+        Step::Waiting(wait) => {
+            set_ready(&mut status.conditions);
+            ctx.write_status(claim, status).await?;
+            Ok(Some(Action::requeue(wait)))
+        }
+        Step::Done => Ok(None),
+    }
 }
 
 /// A NodeClaim of a workload cluster that does not answer (see `health`): a launch in

@@ -284,7 +284,7 @@ fn matched(
             provider_toleration: ctx.settings.node_repair_after,
         },
         now,
-        super::reboot::not_before(claim),
+        super::repair::not_before(claim),
     )
 }
 

@@ -25,8 +25,7 @@
 //! `karpenter_nodes_reboot_duration_seconds{result}`,
 //! `karpenter_nodes_reboot_recovery_duration_seconds`.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use api::NodeClaim;
@@ -50,35 +49,6 @@ pub(crate) const ISSUE_TIMEOUT: Duration = Duration::from_secs(300);
 pub(crate) const RECOVERY_TIMEOUT: Duration = Duration::from_secs(1200);
 /// How soon a reboot in progress is looked at again without a trigger.
 const POLL: Duration = Duration::from_secs(5);
-/// Reboots of one NodeClaim within this window before the next repair replaces it.
-const ESCALATION_WINDOW: Duration = Duration::from_secs(24 * 3600);
-const ESCALATION_REBOOTS: usize = 2;
-
-/// When the NodeClaim's last reboot ended (`Rebooting=False`): no repair toleration starts
-/// before.
-pub(crate) fn not_before(claim: &NodeClaim) -> Option<Timestamp> {
-    let c = api::conditions::get(&claim.status.as_ref()?.conditions, types::REBOOTING)?;
-    (c.status == api::conditions::FALSE).then_some(c.last_transition_time.0)
-}
-
-/// The reboots this process requested, by NodeClaim UID (Karpenter's `RebootHistory`).
-#[derive(Debug, Default)]
-pub struct History(Mutex<HashMap<String, Vec<Timestamp>>>);
-
-impl History {
-    /// Whether the NodeClaim was rebooted often enough lately that repair replaces it.
-    pub(crate) fn escalated(&self, uid: &str, now: Timestamp) -> bool {
-        let mut held = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let recent = held.entry(uid.to_string()).or_default();
-        recent.retain(|t| now.duration_since(*t).as_secs_f64() < ESCALATION_WINDOW.as_secs_f64());
-        recent.len() >= ESCALATION_REBOOTS
-    }
-
-    fn record(&self, uid: &str, now: Timestamp) {
-        let mut held = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        held.entry(uid.to_string()).or_default().push(now);
-    }
-}
 
 fn set(status: &mut NodeClaimStatus, type_: &str, value: &str, reason: &str, message: &str) {
     api::conditions::set(
@@ -166,6 +136,18 @@ pub(crate) async fn reconcile(
     if c.reason == reasons::REBOOT_ISSUED {
         return observe(ctx, claim, status, node.as_deref(), since, now).await;
     }
+    requested(ctx, claim, status, node, since, now).await
+}
+
+/// The `RebootRequested` step: taint, drain, record the boot ID, ask the provider.
+async fn requested(
+    ctx: &Ctx,
+    claim: &mut Arc<NodeClaim>,
+    status: &mut NodeClaimStatus,
+    node: Option<Arc<Node>>,
+    since: Timestamp,
+    now: Timestamp,
+) -> Result<Step, Error> {
     let grace = match crate::objects::annotation(
         claim.as_ref(),
         annotations::REBOOT_TERMINATION_GRACE_PERIOD,
@@ -510,29 +492,4 @@ async fn patch_node(ctx: &Ctx, node: &Node, body: serde_json::Value) -> Result<(
         .await?
         .required(format!("Node {}", node.name_any()))?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn two_reboots_within_a_day_escalate_to_replace() {
-        let h = History::default();
-        let t0: Timestamp = "2026-11-28T10:00:00Z".parse().expect("time");
-        assert!(!h.escalated("a", t0));
-        h.record("a", t0);
-        assert!(!h.escalated("a", t0));
-        h.record("a", t0);
-        assert!(
-            h.escalated("a", t0),
-            "two reboots: the next repair replaces"
-        );
-        assert!(!h.escalated("b", t0), "per NodeClaim");
-        let later = "2026-11-29T10:00:01Z".parse().expect("time");
-        assert!(
-            !h.escalated("a", later),
-            "a day later the count starts over"
-        );
-    }
 }

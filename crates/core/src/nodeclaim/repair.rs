@@ -43,7 +43,7 @@ use std::time::Duration;
 
 use api::NodeClaim;
 use api::consts::annotations::{DISRUPTION_COMMAND, DO_NOT_REPAIR};
-use api::consts::conditions;
+use api::consts::conditions::{self, REBOOTING};
 use api::karpenter::{Budget, DisruptionReason};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
@@ -90,6 +90,36 @@ pub fn unhealthy(
     let mut candidates = node.map(|n| matcher.matches(n)).unwrap_or_default();
     candidates.extend(provider.map(|u| Candidate::provider(u, policies.provider_toleration)));
     decide(&candidates, now, not_before)
+}
+
+/// Reboots of one NodeClaim within this window before the next repair replaces it.
+const ESCALATION_WINDOW: Duration = Duration::from_secs(24 * 3600);
+const ESCALATION_REBOOTS: usize = 2;
+
+/// When the NodeClaim's last reboot ended (`Rebooting=False`): no repair toleration starts
+/// before.
+pub(crate) fn not_before(claim: &NodeClaim) -> Option<Timestamp> {
+    let c = api::conditions::get(&claim.status.as_ref()?.conditions, REBOOTING)?;
+    (c.status == api::conditions::FALSE).then_some(c.last_transition_time.0)
+}
+
+/// The reboots this process requested, by NodeClaim UID (Karpenter's `RebootHistory`).
+#[derive(Debug, Default)]
+pub struct History(Mutex<HashMap<String, Vec<Timestamp>>>);
+
+impl History {
+    /// Whether the NodeClaim was rebooted often enough lately that repair replaces it.
+    pub(crate) fn escalated(&self, uid: &str, now: Timestamp) -> bool {
+        let mut held = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let recent = held.entry(uid.to_string()).or_default();
+        recent.retain(|t| now.duration_since(*t).as_secs_f64() < ESCALATION_WINDOW.as_secs_f64());
+        recent.len() >= ESCALATION_REBOOTS
+    }
+
+    pub(crate) fn record(&self, uid: &str, now: Timestamp) {
+        let mut held = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        held.entry(uid.to_string()).or_default().push(now);
+    }
 }
 
 /// How many Nodes of a pool of `nodes` may be under repair at once: ceil(20 %).
@@ -290,7 +320,7 @@ pub(crate) fn pool_view(
             (look.provider)(c),
             look.policies,
             look.now,
-            super::reboot::not_before(c),
+            not_before(c),
         ) else {
             continue;
         };
@@ -710,5 +740,25 @@ mod tests {
             json!({DO_NOT_REPAIR: "false"}),
         );
         assert!(!do_not_repair(&claims[0], Some(&no)));
+    }
+
+    #[test]
+    fn two_reboots_within_a_day_escalate_to_replace() {
+        let h = History::default();
+        let t0: Timestamp = "2026-11-28T10:00:00Z".parse().expect("time");
+        assert!(!h.escalated("a", t0));
+        h.record("a", t0);
+        assert!(!h.escalated("a", t0));
+        h.record("a", t0);
+        assert!(
+            h.escalated("a", t0),
+            "two reboots: the next repair replaces"
+        );
+        assert!(!h.escalated("b", t0), "per NodeClaim");
+        let later = "2026-11-29T10:00:01Z".parse().expect("time");
+        assert!(
+            !h.escalated("a", later),
+            "a day later the count starts over"
+        );
     }
 }
