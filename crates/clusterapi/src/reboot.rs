@@ -35,7 +35,7 @@ use crate::context::Context;
 use crate::fence::{self, Ownership};
 use crate::plan::Plan;
 use karpenter_core::objects::uid_of;
-use karpenter_core::write::{Outcome, Writer, manager};
+use karpenter_core::write::{Outcome, Writer, guard, manager};
 
 /// On a Metal3Machine (CAPM3): the BareMetalHost it runs on, `<namespace>/<name>`.
 pub const HOST_ANNOTATION: &str = "metal3.io/BareMetalHost";
@@ -139,7 +139,8 @@ pub enum Decision {
     Done,
     /// It cannot reboot: why.
     Refused(String),
-    /// Merge-patch it with this body (conditional on the resourceVersion read).
+    /// Merge-patch it with this body (carrying the resourceVersion it was read at: a host
+    /// changed since is read again, never overwritten).
     Patch(Value),
 }
 
@@ -168,10 +169,11 @@ pub fn decide(host: &DynamicObject, operation: &str) -> Decision {
             "{key} is kept powered off (spec.online: false): it would not power on again"
         ));
     }
-    Decision::Patch(json!({"metadata": {"annotations": {
+    let body = json!({"metadata": {"annotations": {
         REBOOT_ANNOTATION: HARD_REBOOT,
         OPERATION_ANNOTATION: operation,
-    }}}))
+    }}});
+    Decision::Patch(guard(body, host.resource_version()))
 }
 
 fn api_error(what: &str, e: &kube::Error) -> Error {
@@ -206,37 +208,7 @@ pub async fn request(
         .await
         .map_err(|e| api_error(&format!("reading {infra_what}"), &e))?
         .ok_or_else(|| Error::RebootNotImplemented(format!("{what}: its {infra_what} is gone")))?;
-    let host = match annotated_host(&infra_obj) {
-        Some(key) => {
-            let api = Api::<DynamicObject>::namespaced_with(
-                client.clone(),
-                &key.namespace,
-                &host_resource(),
-            );
-            match api.get_opt(&key.name).await {
-                Ok(found) => found,
-                Err(e) if not_served(&e) => None,
-                Err(e) => return Err(api_error(&format!("reading {key}"), &e)),
-            }
-        }
-        None => match hosts {
-            Some(cached) => consumer_host(cached.iter().map(AsRef::as_ref), &infra_obj).cloned(),
-            None => {
-                let api =
-                    Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &host_resource());
-                match api.list(&ListParams::default()).await {
-                    Ok(list) => consumer_host(&list.items, &infra_obj).cloned(),
-                    Err(e) if not_served(&e) => None,
-                    Err(e) => {
-                        return Err(api_error(
-                            &format!("listing the BareMetalHosts of namespace {ns}"),
-                            &e,
-                        ));
-                    }
-                }
-            }
-        },
-    };
+    let host = find_host(client, &infra_obj, hosts).await?;
     let Some(host) = host else {
         return Err(Error::RebootNotImplemented(format!(
             "{what} runs on no BareMetalHost (its {infra_what} has no {HOST_ANNOTATION} annotation naming an existing host, and no host's spec.consumerRef names it)"
@@ -268,6 +240,38 @@ pub async fn request(
                 Err(e) => Err(api_error(&format!("annotating {key}"), &e)),
             }
         }
+    }
+}
+
+/// The host of `infra`: the one its [`HOST_ANNOTATION`] names, else the one of its
+/// namespace whose consumerRef names it (among `cached`, else listed). `None`: no such
+/// host, or the kind is not served.
+async fn find_host(
+    client: &Client,
+    infra: &DynamicObject,
+    cached: Option<&[Arc<DynamicObject>]>,
+) -> Result<Option<DynamicObject>, Error> {
+    if let Some(key) = annotated_host(infra) {
+        let api =
+            Api::<DynamicObject>::namespaced_with(client.clone(), &key.namespace, &host_resource());
+        return match api.get_opt(&key.name).await {
+            Ok(found) => Ok(found),
+            Err(e) if not_served(&e) => Ok(None),
+            Err(e) => Err(api_error(&format!("reading {key}"), &e)),
+        };
+    }
+    if let Some(cached) = cached {
+        return Ok(consumer_host(cached.iter().map(AsRef::as_ref), infra).cloned());
+    }
+    let ns = infra.namespace().unwrap_or_default();
+    let api = Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &host_resource());
+    match api.list(&ListParams::default()).await {
+        Ok(list) => Ok(consumer_host(&list.items, infra).cloned()),
+        Err(e) if not_served(&e) => Ok(None),
+        Err(e) => Err(api_error(
+            &format!("listing the BareMetalHosts of namespace {ns}"),
+            &e,
+        )),
     }
 }
 
@@ -430,7 +434,7 @@ mod tests {
         let h = host("h", Value::Null, "provisioned", json!({}));
         assert_eq!(
             decide(&h, "uid-1-boot-a"),
-            Decision::Patch(json!({"metadata": {"annotations": {
+            Decision::Patch(json!({"metadata": {"resourceVersion": "7", "annotations": {
                 "reboot.metal3.io": "{\"mode\":\"hard\"}",
                 "karpenter.cluster.x-k8s.io/reboot-operation": "uid-1-boot-a"}}}))
         );

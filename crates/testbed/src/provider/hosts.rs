@@ -251,7 +251,9 @@ pub(super) async fn reconcile_host(host: Arc<DynamicObject>, ctx: Arc<Ctx>) -> R
     let since = host.data["status"]["lastUpdated"]
         .as_str()
         .and_then(|t| t.parse::<Timestamp>().ok());
-    match next_power(&host, super::machine::elapsed_since(since.as_ref())) {
+    // Off since an unknown time (a host created off): long enough.
+    let off_for = since.map_or(Duration::MAX, |t| super::machine::elapsed_since(Some(&t)));
+    match next_power(&host, off_for) {
         Power::Idle => Ok(Action::await_change()),
         Power::Off => {
             api.patch_status(
