@@ -252,7 +252,9 @@ pub(super) async fn reconcile_host(host: Arc<DynamicObject>, ctx: Arc<Ctx>) -> R
         .as_str()
         .and_then(|t| t.parse::<Timestamp>().ok());
     // Off since an unknown time (a host created off): long enough.
-    let off_for = since.map_or(Duration::MAX, |t| super::machine::elapsed_since(Some(&t)));
+    let off_for = since.map_or(Duration::MAX, |t| {
+        Duration::try_from(Timestamp::now().duration_since(t)).unwrap_or(Duration::ZERO)
+    });
     match next_power(&host, off_for) {
         Power::Idle => Ok(Action::await_change()),
         Power::Off => {
