@@ -447,6 +447,53 @@ async fn boot_of(nodes: &Api<Node>, name: &str) -> (String, bool) {
     )
 }
 
+/// The Cluster API provider of this test's workload cluster, on caches of its own (the
+/// operator's is not reachable from the test); keep the tasks while it is used.
+async fn capi_provider(client: &Client) -> (karpenter_core::tasks::Tasks, clusterapi::ClusterApi) {
+    use clusterapi::catalogs::IndexCatalogs;
+    use clusterapi::context::Context;
+    let mut tasks = karpenter_core::tasks::Tasks::default();
+    let capi =
+        clusterapi::caches::ClusterApiCaches::start_single(&mut tasks, client, client, CLUSTER_ID);
+    capi.ready().await;
+    let catalogs = IndexCatalogs {
+        index: templates::watch::TemplateIndex::new(),
+        nodeclasses: capi.nodeclasses.store(),
+        clusters: capi.clusters.store(),
+        overlays: Default::default(),
+        engaged: None,
+    };
+    let recorder = karpenter_core::events::Recorder::new(
+        client.clone(),
+        karpenter_core::events::Reporter {
+            controller: "test".into(),
+            instance: None,
+        },
+    );
+    let ctx = Context {
+        management: client.clone(),
+        recorder,
+        metrics: karpenter_core::metrics::Metrics::register(
+            &mut prometheus_client::registry::Registry::default(),
+        ),
+        machines: capi.machines.store(),
+        nodeclasses: capi.nodeclasses.store(),
+        clusters: capi.clusters.store(),
+        health_checks: capi.health_checks.store(),
+        nodeclaims: kube::runtime::reflector::store::Writer::default().as_reader(),
+        catalogs: std::sync::Arc::new(catalogs),
+        unavailable: Default::default(),
+        inventory: Default::default(),
+        settings: Default::default(),
+        kinds: Default::default(),
+        lookups: Default::default(),
+        control_planes: Default::default(),
+        launched: Default::default(),
+        cluster_id: CLUSTER_ID.into(),
+    };
+    (tasks, clusterapi::ClusterApi::new(ctx, None))
+}
+
 /// Metal3's reboot, the provider half. The Cluster API provider finds the node's host (the
 /// TestMachine's `metal3.io/BareMetalHost` annotation, else the host whose consumerRef names
 /// it) and asks for a hard reboot; the test provider plays the baremetal-operator: the host
@@ -455,6 +502,7 @@ async fn boot_of(nodes: &Api<Node>, name: &str) -> (String, bool) {
 /// never touched; a Machine without a host cannot be rebooted (the core replaces it).
 #[tokio::test]
 async fn a_rebooted_host_boots_its_broken_node_again() {
+    use cloudprovider::CloudProvider;
     use clusterapi::reboot::{self, HostKey, Requested};
     let env = env(vec![("metal", "2", "4Gi", "0.05", json!({}))]).await;
     let client = env.tb.client();
@@ -525,11 +573,20 @@ async fn a_rebooted_host_boots_its_broken_node_again() {
         namespace: cluster_ns.clone(),
         name: held.clone(),
     };
-    let asked = reboot::request(&client, machine, &infra, None, "op-1").await;
-    assert_eq!(
-        asked.expect("reboot accepted"),
-        Requested::Annotated(key.clone())
-    );
+    // Through the seam: the NodeClaim's Machine (ours), its TestMachine, the host.
+    let (_tasks, capi) = capi_provider(&client).await;
+    let claim: api::NodeClaim = {
+        let name = machine
+            .labels()
+            .get("karpenter.cluster.x-k8s.io/nodeclaim")
+            .expect("the Machine's NodeClaim")
+            .clone();
+        Api::all(client.clone())
+            .get(&name)
+            .await
+            .expect("NodeClaim")
+    };
+    capi.reboot(&claim, "op-1").await.expect("reboot accepted");
     let h = api.get(&held).await.expect("host");
     assert_eq!(
         h.annotations()
@@ -563,6 +620,7 @@ async fn a_rebooted_host_boots_its_broken_node_again() {
 
     // The same operation again (a restart of the core): nothing written, no second reboot.
     let before = api.get(&held).await.expect("host").resource_version();
+    capi.reboot(&claim, "op-1").await.expect("idempotent");
     let again = reboot::request(&client, machine, &infra, None, "op-1").await;
     assert_eq!(
         again.expect("idempotent"),
@@ -583,6 +641,13 @@ async fn a_rebooted_host_boots_its_broken_node_again() {
         )
         .await
         .expect("annotation removed");
+    // From a host cache that lacks it, it is not found (the cache is what is read) ...
+    let empty = reboot::request(&client, machine, &infra, Some(&[]), "op-2").await;
+    assert!(
+        matches!(empty, Err(cloudprovider::Error::RebootNotImplemented(_))),
+        "{empty:?}"
+    );
+    // ... and by listing the namespace's hosts, it is.
     let by_consumer = reboot::request(&client, machine, &infra, None, "op-2").await;
     assert_eq!(
         by_consumer.expect("reboot accepted"),
