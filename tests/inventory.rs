@@ -685,3 +685,121 @@ async fn a_rebooted_host_boots_its_broken_node_again() {
         "{why}"
     );
 }
+
+/// The whole chain on a host: a `RebootNode` repair policy matching the broken Node's reason
+/// makes the core ask the Cluster API provider for a reboot; the provider annotates the
+/// host, the test provider power-cycles it, and the Node boots again and is Ready:
+/// `RebootSucceeded`, the same NodeClaim, Machine and host, no second launch.
+#[tokio::test]
+async fn a_reboot_policy_reboots_a_broken_node_on_its_host() {
+    use cloudprovider::{RepairAction, RepairPolicy};
+    let env = env_tuned(
+        vec![("metal", "2", "4Gi", "0.05", json!({}))],
+        Identity::Admin,
+        testbed::Options::all(),
+        |c| {
+            c.repair_policies = Some(vec![
+                RepairPolicy::replace("Ready", "False", Duration::from_secs(600)).fallback(),
+                RepairPolicy {
+                    reason_regex: "^TestBroken$".into(),
+                    termination_grace_period: Some(Duration::ZERO),
+                    action: RepairAction::RebootNode,
+                    ..RepairPolicy::replace("Ready", "False", Duration::from_secs(1))
+                },
+            ]);
+        },
+    )
+    .await;
+    let client = env.tb.client();
+    let cluster_ns = env.cluster.namespace.clone();
+    metal_hosts(&env, 1).await;
+    create_nodepool(&client, json!({})).await;
+    let ns = env.tb.temp_namespace().await.expect("namespace");
+    Api::<Deployment>::namespaced(client.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &deployment("web", 1, "1500m", "256Mi", json!({})),
+        )
+        .await
+        .expect("deployment");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    wait_for("the pod Running", Duration::from_secs(60), || async {
+        let l = pods.list(&ListParams::default()).await.expect("pods").items;
+        (l.len() == 1 && l.iter().all(running)).then_some(())
+    })
+    .await
+    .expect("a node on the host runs the pod");
+    let claims = list(&nodeclaims(&client), &ListParams::default()).await;
+    let [claim] = claims.as_slice() else {
+        panic!("one NodeClaim: {claims:?}");
+    };
+    let claim_name = claim.name_any();
+    let node = claim.data["status"]["nodeName"]
+        .as_str()
+        .expect("registered")
+        .to_string();
+    let nodes: Api<Node> = Api::all(client.clone());
+    assert_eq!(
+        boot_of(&nodes, &node).await,
+        (format!("boot-1-{node}"), true)
+    );
+    break_node(&client, &node).await;
+
+    let rebooting = |c: &DynamicObject| {
+        c.data["status"]["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == "Rebooting"))
+            .map(|c| (c["status"].clone(), c["reason"].clone()))
+    };
+    let last = std::sync::Mutex::new(None);
+    let done = wait_for("RebootSucceeded", Duration::from_secs(90), || async {
+        let c = nodeclaims(&client)
+            .get(&claim_name)
+            .await
+            .expect("NodeClaim");
+        let now = rebooting(&c);
+        *last.lock().unwrap_or_else(|p| p.into_inner()) = now.clone();
+        (now == Some((json!("False"), json!("RebootSucceeded")))).then_some(())
+    })
+    .await;
+    assert!(
+        done.is_ok(),
+        "the NodeClaim's Rebooting condition: {:?}",
+        last.lock().unwrap_or_else(|p| p.into_inner())
+    );
+    // Rebooted in place: a new bootID, Ready, the same host and Machine, no second launch.
+    assert_eq!(
+        boot_of(&nodes, &node).await,
+        (format!("boot-2-{node}"), true)
+    );
+    let host = hosts(&client, &cluster_ns)
+        .get("host-0")
+        .await
+        .expect("host");
+    assert!(
+        host.annotations()
+            .contains_key(clusterapi::reboot::OPERATION_ANNOTATION),
+        "{:?}",
+        host.annotations()
+    );
+    assert_eq!(
+        (
+            host.data["status"]["poweredOn"].clone(),
+            host.annotations().contains_key(provider::REBOOT_ANNOTATION)
+        ),
+        (json!(true), false)
+    );
+    assert_eq!(machines_from(&client, &cluster_ns, "metal").await, 1);
+    assert_eq!(
+        counter(&env, "karpenter_capi_machines_launched_total").await,
+        1
+    );
+    let page = scrape(env.metrics_addr).await;
+    assert!(
+        page.lines()
+            .any(|l| l.starts_with("karpenter_nodes_reboots_total{")
+                && l.contains(r#"result="succeeded""#)
+                && l.ends_with(" 1")),
+        "{page}"
+    );
+}
