@@ -594,6 +594,16 @@ mod tests {
             matches!(&out[..], [Step::Rollback { why, delete, .. }] if why.contains("1 of 2") && delete.len() == 1),
             "{out:?}"
         );
+        // A replacement never seen is waited for (a create whose answer was lost), then
+        // judged vanished once the command is older than the create lag.
+        let waiting = candidate(&record(1, START));
+        let out = run(std::slice::from_ref(&waiting), &[], "2026-11-22T10:00:10Z");
+        assert!(matches!(&out[..], [Step::Wait { .. }]), "{out:?}");
+        let out = run(&[waiting], &[], "2026-11-22T10:00:31Z");
+        assert!(
+            matches!(&out[..], [Step::Rollback { why, .. }] if why.contains("1 of 1")),
+            "{out:?}"
+        );
         // A replacement this process just created and the cache does not show yet holds
         // every step back: the orchestrator's caches lag (`Expectations::unseen_creates`).
         let expectations = crate::write::Expectations::default();

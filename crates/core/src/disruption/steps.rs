@@ -111,7 +111,12 @@ pub fn steps(
             .ok()
             .and_then(|t| Duration::try_from(now.duration_since(t)).ok())
             .unwrap_or(Duration::MAX);
-        let why = if alive.len() < record.replacements {
+        // A replacement being deleted failed; one never seen may be a create whose answer
+        // was lost (the cache shows it later): vanished only once the command is older
+        // than the create lag.
+        let failed = mine.len() > alive.len();
+        let missing = alive.len() < record.replacements;
+        let why = if missing && (failed || age >= crate::write::CREATE_LAG) {
             Some(format!(
                 "{} of {} replacement(s) failed or vanished",
                 record.replacements - alive.len(),
@@ -133,7 +138,7 @@ pub fn steps(
                 delete: pending.into_iter().cloned().collect(),
                 why,
             });
-        } else if alive.len() >= record.replacements && pending.is_empty() {
+        } else if !missing && pending.is_empty() {
             out.push(Step::Finish { record, candidates });
         } else {
             out.push(Step::Wait {
