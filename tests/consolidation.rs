@@ -200,7 +200,8 @@ async fn watch(
 }
 
 /// Waits until the operator has written `want` as NodeClaim `claim`'s `Consolidatable`
-/// message (a new message alone is written at most once a minute).
+/// message (a new message alone is written at most once per refresh period: 5 s here,
+/// [`MESSAGE_REFRESH`](karpenter_core::disruption::status::MESSAGE_REFRESH) by default).
 async fn wait_consolidatable_message(client: &Client, claim: &str, want: &str) {
     let written = wait_for(
         "the Consolidatable message",
@@ -285,13 +286,18 @@ async fn balanced_score(env: &Env, wanted: impl Fn(f64) -> bool) -> f64 {
 /// How long a replace waits for its replacement to initialize (the default is 10 minutes).
 const DISRUPTION_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// `env` with the operator's disruption timeout set.
+/// `env` with the operator's disruption timeout set, and a `Consolidatable` message alone
+/// rewritten every 5 s instead of once a minute: the cases wait for a verdict's message (a
+/// pass may have written an intermediate one just before, while the pods moved).
 async fn env_with_disruption_timeout(timeout: Duration) -> Env {
     env_tuned(
         default_templates(json!({})),
         Identity::Admin,
         testbed::Options::all(),
-        |c| c.disruption_timeout = timeout,
+        |c| {
+            c.disruption_timeout = timeout;
+            c.disruption_message_refresh = Duration::from_secs(5);
+        },
     )
     .await
 }
