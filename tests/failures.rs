@@ -1,7 +1,9 @@
 //! Failure paths that always make progress: a launch that can never succeed is given up
 //! (Launched=False with a precise reason, an event, the NodeClaim deleted so the provisioner
 //! plans its pods again) instead of being retried until `expireAfter`; a NodeClaim re-applied
-//! under another name never destroys its neighbour; node repair stops at 20 % of a pool.
+//! under another name never destroys its neighbour; node repair stops at 20 % of a pool and
+//! is paced by the pool's `Unhealthy` budget. Three tests, each on a shared control plane
+//! (the binary's two lanes run them side by side).
 
 mod common;
 
@@ -44,7 +46,16 @@ fn planned_claim(
 
 #[tokio::test]
 async fn launches_that_cannot_succeed_are_given_up_with_a_reason() {
-    let mut env = common::env(common::default_templates(json!({}))).await;
+    // A launch timeout of 30 s instead of the fixture's 60 s (the wait for `no-cluster`);
+    // the other two are given up at their first launch, seconds after they are created.
+    let env = common::env_nodeclass(
+        common::default_templates(json!({})),
+        common::Identity::Admin,
+        testbed::Options::all(),
+        json!({"launchTimeout": "30s"}),
+        |_| {},
+    )
+    .await;
     let client = env.tb.client();
     let ns = env.cluster.namespace.clone();
     let claims = common::nodeclaims(&client);
@@ -64,7 +75,7 @@ async fn launches_that_cannot_succeed_are_given_up_with_a_reason() {
         )
         .await
         .expect("claim");
-    // The Cluster is not there: retried (it may appear), until the launch timeout (60 s).
+    // The Cluster is not there: retried (it may appear), until the launch timeout (30 s).
     claims
         .create(
             &PostParams::default(),
@@ -123,10 +134,22 @@ async fn launches_that_cannot_succeed_are_given_up_with_a_reason() {
     })
     .await
     .expect("no TestMachine left");
+}
 
-    // A NodeClaim re-applied under another name (its launch plan copied, a new UID): the
-    // plan's Machine is another's, so the copy is refused, and its termination deletes
-    // nothing of the original's.
+/// A NodeClaim re-applied under another name (its launch plan copied, a new UID): the plan's
+/// Machine is another's, so the copy is refused, and its termination deletes nothing of the
+/// original's.
+#[tokio::test]
+async fn a_nodeclaim_reapplied_under_another_name_leaves_the_original_alone() {
+    let env = common::env(common::default_templates(json!({}))).await;
+    let client = env.tb.client();
+    let ns = env.cluster.namespace.clone();
+    let claims = common::nodeclaims(&client);
+    let infra: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &testbed::provider::test_machine_resource(),
+    );
     claims
         .create(
             &PostParams::default(),
@@ -168,26 +191,30 @@ async fn launches_that_cannot_succeed_are_given_up_with_a_reason() {
     }
     let still = claims.get("original").await.expect("original");
     assert!(still.metadata.deletion_timestamp.is_none());
+}
 
-    let metrics_addr = repair_is_capped(&mut env).await;
-    repair_is_paced_by_the_unhealthy_budget(&env, metrics_addr).await;
+/// Node repair (a Node NotReady for 5 s is repaired), capped and paced: two scenarios, one
+/// after the other, on one operator.
+#[tokio::test]
+async fn node_repair_is_capped_and_paced_by_the_budget() {
+    let env = common::env_tuned(
+        common::default_templates(json!({})),
+        common::Identity::Admin,
+        testbed::Options::all(),
+        |c| c.node_repair_after = Duration::from_secs(5),
+    )
+    .await;
+    repair_is_capped(&env).await;
+    repair_is_paced_by_the_unhealthy_budget(&env, env.metrics_addr).await;
 }
 
 /// Node repair on a pool of 5: one broken Node is repaired; then two broken Nodes of the
 /// remaining 4 (more than ceil(20 %) = 1) are a partition: none is repaired, each says
 /// `NodeRepairBlocked`.
-async fn repair_is_capped(env: &mut common::Env) -> std::net::SocketAddr {
+async fn repair_is_capped(env: &common::Env) {
     let client = env.tb.client();
     let claims = common::nodeclaims(&client);
-    env.operator.abort();
-    let old = std::mem::replace(&mut env.operator, tokio::spawn(async {}));
-    let _ = old.await;
-    let metrics_addr = common::free_addr();
-    env.operator = common::spawn_operator(operator::RunConfig {
-        node_repair_after: Duration::from_secs(5),
-        metrics_addr,
-        ..common::operator_config(&env.tb)
-    });
+    let metrics_addr = env.metrics_addr;
     let names: Vec<String> = (0..5).map(|i| format!("repair-{i}")).collect();
     for name in &names {
         let mut c = common::nodeclaim(name, json!([]));
@@ -272,7 +299,6 @@ async fn repair_is_capped(env: &mut common::Env) -> std::net::SocketAddr {
         let c = claims.get_opt(name).await.expect("get");
         assert!(!deleting(&c), "{name} must not be repaired over the cap");
     }
-    metrics_addr
 }
 
 /// Whether a NodeClaim is being deleted (or gone).

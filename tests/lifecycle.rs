@@ -159,9 +159,15 @@ async fn nodeclaim_launches_registers_initializes_and_terminates() {
 
 #[tokio::test]
 async fn launch_timeout_deletes_nodeclaim_and_machine() {
-    let env = env(default_templates(
-        json!({"testbed.cluster.x-k8s.io/no-provider-id": ""}),
-    ))
+    // The fixture's 60 s launch timeout, shortened: what is tested is that a Machine without
+    // a providerID is cleaned up once it runs out, not how long it is.
+    let env = env_nodeclass(
+        default_templates(json!({"testbed.cluster.x-k8s.io/no-provider-id": ""})),
+        Identity::Admin,
+        testbed::Options::all(),
+        json!({"launchTimeout": "20s"}),
+        |_| {},
+    )
     .await;
     let client = env.tb.client();
     let ns = env.cluster.namespace.clone();
@@ -182,7 +188,7 @@ async fn launch_timeout_deletes_nodeclaim_and_machine() {
     })
     .await
     .expect("machine created");
-    // launchTimeout is 60s in this NodeClass.
+    // launchTimeout is 20s in this NodeClass.
     wait_for(
         "launch timeout cleans up",
         Duration::from_secs(120),
@@ -206,9 +212,14 @@ async fn launch_timeout_deletes_nodeclaim_and_machine() {
 
 #[tokio::test]
 async fn registration_timeout_deletes_nodeclaim_and_machine() {
-    let env = env(default_templates(
-        json!({"testbed.cluster.x-k8s.io/no-node": ""}),
-    ))
+    // The fixture's 60 s registration timeout, shortened (as the launch timeout above).
+    let env = env_nodeclass(
+        default_templates(json!({"testbed.cluster.x-k8s.io/no-node": ""})),
+        Identity::Admin,
+        testbed::Options::all(),
+        json!({"registrationTimeout": "20s"}),
+        |_| {},
+    )
     .await;
     let client = env.tb.client();
     let ns = env.cluster.namespace.clone();
@@ -518,8 +529,10 @@ async fn nodeclaim_deletion_drains_the_node() {
         &PostParams::default(),
         &from_json(json!({
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "work"},
-            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "registry.invalid/x"}],
-                     "tolerations": [{"operator": "Exists"}]}
+            // No toleration of the disrupted taint: a pod tolerating it is not waited for
+            // nor evicted (Karpenter's drain), and would only go when the pod garbage
+            // collector finds its Node gone (40 s later).
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "registry.invalid/x"}]}
         })),
     )
     .await
@@ -541,6 +554,20 @@ async fn nodeclaim_deletion_drains_the_node() {
     )
     .await
     .expect("pod evicted");
+    // By the drain's eviction (its event on the pod), not by anything else.
+    wait_for(
+        "the drain's Evicted event",
+        Duration::from_secs(30),
+        || async {
+            let events = events_for(&client, "work").await;
+            events
+                .iter()
+                .any(|(r, note)| r == "Evicted" && note.starts_with("Evicted pod"))
+                .then_some(())
+        },
+    )
+    .await
+    .expect("the pod evicted by the drain");
     wait_for("NodeClaim gone", Duration::from_secs(90), || async {
         nodeclaims(&client)
             .get_opt("default-drain")

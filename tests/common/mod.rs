@@ -190,15 +190,28 @@ pub async fn env_tuned(
     options: Options,
     tune: impl FnOnce(&mut operator::RunConfig),
 ) -> Env {
+    env_nodeclass(templates_spec, identity, options, json!({}), tune).await
+}
+
+/// As `env_tuned`, with the NodeClass `default`'s spec fields `nodeclass` (e.g. its
+/// timeouts) set from its creation, before the operator starts: its first look at a
+/// NodeClaim already sees them.
+pub async fn env_nodeclass(
+    templates_spec: Vec<Tpl>,
+    identity: Identity,
+    options: Options,
+    nodeclass: Value,
+    tune: impl FnOnce(&mut operator::RunConfig),
+) -> Env {
     let share =
         options == Options::all() && std::env::var("TESTBED_SHARED").map_or(true, |v| v != "0");
     let (tb, provider, cluster) = if share {
         let lease = shared::lease().await;
         let cluster = lease.slot.cluster.clone();
-        install_fixtures(&lease, &cluster.namespace, &templates_spec).await;
+        install_fixtures_with(&lease, &cluster.namespace, &templates_spec, &nodeclass).await;
         (Tb::Shared(lease), None, cluster)
     } else {
-        let (tb, provider, cluster) = prepare(templates_spec, options).await;
+        let (tb, provider, cluster) = prepare_with(templates_spec, options, &nodeclass).await;
         (Tb::Own(Box::new(tb)), Some(provider), cluster)
     };
     let client = tb.client();
@@ -258,6 +271,15 @@ pub async fn prepare(
     templates_spec: Vec<Tpl>,
     options: Options,
 ) -> (Testbed, TestProvider, CapiCluster) {
+    prepare_with(templates_spec, options, &json!({})).await
+}
+
+/// As `prepare`, with the NodeClass spec fields `nodeclass` (see `install_fixtures_with`).
+pub async fn prepare_with(
+    templates_spec: Vec<Tpl>,
+    options: Options,
+    nodeclass: &Value,
+) -> (Testbed, TestProvider, CapiCluster) {
     let tb = Testbed::start(options).await.expect("testbed starts");
     let provider = TestProvider::start(tb.client(), provider_config())
         .await
@@ -265,13 +287,24 @@ pub async fn prepare(
     let cluster = provider::setup_cluster(&tb, "c1", &["zone-a", "zone-b"])
         .await
         .expect("cluster ready");
-    install_fixtures(&tb, &cluster.namespace, &templates_spec).await;
+    install_fixtures_with(&tb, &cluster.namespace, &templates_spec, nodeclass).await;
     (tb, provider, cluster)
 }
 
 /// In the Cluster's namespace `ns`: the bootstrap data Secret and the templates; and the
 /// NodeClass `default` for Cluster `ns/c1`.
 pub async fn install_fixtures(tb: &Testbed, ns: &str, templates_spec: &[Tpl]) {
+    install_fixtures_with(tb, ns, templates_spec, &json!({})).await;
+}
+
+/// As `install_fixtures`, with the NodeClass spec fields `nodeclass` set over the fixture's
+/// (e.g. `{"launchTimeout": "20s"}`).
+pub async fn install_fixtures_with(
+    tb: &Testbed,
+    ns: &str,
+    templates_spec: &[Tpl],
+    nodeclass: &Value,
+) {
     let client = tb.client();
     // Bootstrap data (the provider reads nodeLabels/nodeTaints; the unregistered taint is
     // what a real bootstrap would add).
@@ -295,15 +328,19 @@ pub async fn install_fixtures(tb: &Testbed, ns: &str, templates_spec: &[Tpl]) {
     for t in templates_spec {
         create_template(&templates, t).await;
     }
+    let mut spec = json!({"clusterRef": {"namespace": ns, "name": "c1"},
+                          "bootstrap": {"dataSecretName": "bootstrap-data"},
+                          "launchTimeout": "60s", "registrationTimeout": "60s"});
+    if let (Some(spec), Some(over)) = (spec.as_object_mut(), nodeclass.as_object()) {
+        spec.extend(over.clone());
+    }
     nodeclasses(&client)
         .create(
             &PostParams::default(),
             &from_json(json!({
                 "apiVersion": "karpenter.cluster.x-k8s.io/v1alpha1", "kind": "ClusterAPINodeClass",
                 "metadata": {"name": "default"},
-                "spec": {"clusterRef": {"namespace": ns, "name": "c1"},
-                         "bootstrap": {"dataSecretName": "bootstrap-data"},
-                         "launchTimeout": "60s", "registrationTimeout": "60s"}
+                "spec": spec
             })),
         )
         .await
@@ -374,6 +411,11 @@ pub fn operator_config(tb: &Testbed) -> operator::RunConfig {
         // after another, and what validation guards (a move still valid later, pods not
         // bound meanwhile) is the same at 5 s. The core's unit tests keep the 15 s.
         disruption_validation: Duration::from_secs(5),
+        // A pass every second instead of every 5 s: a move is seen, validated and carried on
+        // (replacements Initialized, then the candidates deleted) up to a tick sooner at each
+        // step. What a pass decides is the same at any rate (ages count from timestamps,
+        // validation from the pass that first saw the move).
+        disruption_tick: Duration::from_secs(1),
         ..Default::default()
     }
 }

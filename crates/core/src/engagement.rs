@@ -47,6 +47,10 @@ pub struct Knobs {
     pub disruption_timeout: Duration,
     /// How long a disruption move is validated before it is taken.
     pub disruption_validation: Duration,
+    /// How often the disruption loop runs a pass.
+    pub disruption_tick: Duration,
+    /// How often a NodeClaim's `Consolidatable` message alone may be rewritten.
+    pub disruption_message_refresh: Duration,
     pub batch_idle: Duration,
     pub batch_max: Duration,
     pub gc_interval: Duration,
@@ -370,6 +374,8 @@ fn disruption(
         provider,
         command_timeout: ctx.knobs.disruption_timeout,
         validation: ctx.knobs.disruption_validation,
+        tick: ctx.knobs.disruption_tick,
+        message_refresh: ctx.knobs.disruption_message_refresh,
         connection: ctx.connection.clone(),
         pod_event_writes: Arc::default(),
     }

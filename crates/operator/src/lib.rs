@@ -72,6 +72,11 @@ pub struct RunConfig {
     /// How long a disruption move (emptiness, consolidation) is validated before it is
     /// taken: Karpenter's 15 s; tests shorten it.
     pub disruption_validation: Duration,
+    /// How often the disruption loop runs a pass (every 5 s; tests shorten it).
+    pub disruption_tick: Duration,
+    /// How often a NodeClaim's `Consolidatable` message alone may be rewritten (once a
+    /// minute; tests shorten it).
+    pub disruption_message_refresh: Duration,
     /// How long a template's reported `available-count` is trusted.
     pub count_staleness: Duration,
     /// `--min-values-policy`: what provisioning does when a NodeClaim's instance types
@@ -109,6 +114,8 @@ impl Default for RunConfig {
             cluster_id: None,
             disruption_timeout: karpenter_core::disruption::orchestrate::TIMEOUT,
             disruption_validation: karpenter_core::disruption::VALIDATION,
+            disruption_tick: karpenter_core::disruption::TICK,
+            disruption_message_refresh: karpenter_core::disruption::status::MESSAGE_REFRESH,
             count_staleness: clusterapi::availability::counts::DEFAULT_STALENESS,
             min_values_policy: scheduling::MinValuesPolicy::Strict,
             node_overlay: true,
@@ -161,6 +168,8 @@ impl Context {
                 repair_policies: c.repair_policies.clone().map(std::sync::Arc::new),
                 disruption_timeout: c.disruption_timeout,
                 disruption_validation: c.disruption_validation,
+                disruption_tick: c.disruption_tick,
+                disruption_message_refresh: c.disruption_message_refresh,
                 batch_idle: c.batch_idle,
                 batch_max: c.batch_max,
                 gc_interval: c.gc_interval,

@@ -1,4 +1,4 @@
-//! Executing decisions: the loop that, every [`TICK`], moves the surge-first commands in
+//! Executing decisions: the loop that, every [`TICK`] (by default), moves the surge-first commands in
 //! flight on ([`Orchestrator::progress`]), runs a pass on the shared caches, and carries out
 //! its decisions: a surge-first one becomes a command ([`Orchestrator::start`]), any other
 //! deletes its NodeClaim at once (an event first, the delete preconditioned on the uid).
@@ -24,8 +24,8 @@ use crate::nodeclaim::context::publish;
 use crate::state::{Cluster, ClusterState};
 use cloudprovider::CloudProvider;
 
-/// How often candidates are evaluated (Karpenter: 10 s).
-const TICK: Duration = Duration::from_secs(5);
+/// How often candidates are evaluated by default (Karpenter: 10 s).
+pub const TICK: Duration = Duration::from_secs(5);
 
 /// What the loop reads and writes.
 #[derive(Clone)]
@@ -45,6 +45,11 @@ pub struct Disruption {
     pub command_timeout: Duration,
     /// How long a move is validated before it is taken (Karpenter's [`super::VALIDATION`]).
     pub validation: Duration,
+    /// How often a pass runs and commands in flight move on ([`TICK`]; tests shorten it).
+    pub tick: Duration,
+    /// How often a `Consolidatable` message alone may be rewritten
+    /// ([`status::MESSAGE_REFRESH`]; tests shorten it).
+    pub message_refresh: Duration,
     /// No pass while the workload cluster does not answer (see `health`).
     pub connection: crate::health::Connection,
     /// The pod-event loop's NodeClaim writes: a claim it wrote after the cache's copy gets no
@@ -203,11 +208,11 @@ pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> 
     let mut timers = Timers::with_validation(d.validation);
     // The last DisruptionBlocked message per NodeClaim: an event only when it changes.
     let mut blocked: HashMap<String, String> = HashMap::new();
-    let mut written = status::Written::default();
+    let mut written = status::Written::with_refresh(d.message_refresh);
     loop {
         tokio::select! {
             _ = &mut shutdown => return,
-            _ = tokio::time::sleep(TICK) => {}
+            _ = tokio::time::sleep(d.tick) => {}
         }
         if !d.may_pass(&orchestrator) {
             continue;

@@ -56,7 +56,7 @@ use k8s_openapi::jiff::Timestamp;
 
 pub use budgets::{PoolBudget, allowed, budget_active, budget_nodes};
 pub use candidates::Pool;
-pub use execute::{Disruption, run};
+pub use execute::{Disruption, TICK, run};
 pub use verdict::{Verdict, verdicts};
 
 use crate::objects::name;

@@ -81,30 +81,49 @@ pub fn updated(
     changed.then_some((status, change))
 }
 
-/// When each NodeClaim's condition was last written by this process.
-#[derive(Debug, Default)]
-pub struct Written(HashMap<String, Instant>);
+/// When each NodeClaim's condition was last written by this process, and how often a
+/// message alone may be rewritten.
+#[derive(Debug)]
+pub struct Written {
+    at: HashMap<String, Instant>,
+    refresh: Duration,
+}
+
+impl Default for Written {
+    fn default() -> Self {
+        Written::with_refresh(MESSAGE_REFRESH)
+    }
+}
 
 impl Written {
+    /// A message alone rewritten at most once per `refresh` ([`MESSAGE_REFRESH`]; tests
+    /// shorten it).
+    pub fn with_refresh(refresh: Duration) -> Self {
+        Written {
+            at: HashMap::new(),
+            refresh,
+        }
+    }
+
     /// Whether a change may be written now: a state change always, a message change once
-    /// [`MESSAGE_REFRESH`] has passed since our last write (or after a restart).
+    /// the refresh period has passed since our last write (or after a restart).
     pub fn due(&self, claim: &str, change: Change, now: Instant) -> bool {
         change == Change::State
             || self
-                .0
+                .at
                 .get(claim)
-                .is_none_or(|t| now.duration_since(*t) >= MESSAGE_REFRESH)
+                .is_none_or(|t| now.duration_since(*t) >= self.refresh)
     }
 
     pub fn wrote(&mut self, claim: &str, now: Instant) {
-        self.0.insert(claim.to_string(), now);
+        self.at.insert(claim.to_string(), now);
     }
 
     /// Forgets NodeClaims not in `claims`.
     pub fn retain(&mut self, claims: &[Arc<NodeClaim>]) {
         let names: std::collections::HashSet<String> =
             claims.iter().map(|c| c.name_any()).collect();
-        self.0.retain(|k, _| names.contains(k));
+        self.at.retain(|k, _| names.contains(k));
     }
 }
 
