@@ -97,9 +97,17 @@ fn claim_states(mirror: &Mirror) -> String {
             })
             .collect();
         let annotations: Vec<&String> = c.annotations().keys().collect();
+        let command = c
+            .labels()
+            .get("karpenter.cluster.x-k8s.io/disruption-command")
+            .cloned();
         out.push_str(&format!(
-            "  {} deleting={} annotations={annotations:?} {}\n",
+            "  {} created={:?} deleting={} command={command:?} annotations={annotations:?} {}\n",
             c.name_any(),
+            c.metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.to_string()),
             c.metadata.deletion_timestamp.is_some(),
             conditions.join(" ")
         ));
