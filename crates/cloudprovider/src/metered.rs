@@ -142,6 +142,10 @@ impl<R: CallRecorder> CloudProvider for Metered<R> {
     fn drifted_taint(&self) -> Option<k8s_openapi::api::core::v1::Taint> {
         self.inner.drifted_taint()
     }
+
+    fn drain_rules(&self, claim: &NodeClaim) -> Result<crate::drain::DrainRules, Error> {
+        self.inner.drain_rules(claim)
+    }
 }
 
 #[cfg(test)]
