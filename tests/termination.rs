@@ -477,9 +477,14 @@ async fn machine_drain_rules_selecting_our_machines_are_honoured() {
             .expect("MachineDrainRule");
     }
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns);
+    pdbs.create(&PostParams::default(), &pdb("guarded"))
+        .await
+        .expect("pdb");
     let labelled = json!({"metadata": {"labels": {"cluster.x-k8s.io/drain": "Skip"}}});
     for p in [
         pod("app", &node, json!({})),
+        pod("guarded", &node, json!({})),
         pod("late", &node, json!({})),
         pod("skipped", &node, json!({})),
         pod("labelled", &node, labelled),
@@ -488,7 +493,7 @@ async fn machine_drain_rules_selecting_our_machines_are_honoured() {
     }
     wait_for("pods running", WAIT, || async {
         let all = pods.list(&Default::default()).await.ok()?.items;
-        (all.iter().filter(|p| running(p)).count() == 4).then_some(())
+        (all.iter().filter(|p| running(p)).count() == 5).then_some(())
     })
     .await
     .expect("kwok runs the pods");
@@ -499,12 +504,26 @@ async fn machine_drain_rules_selecting_our_machines_are_honoured() {
         .await
         .expect("delete nodeclaim");
 
-    // The control pod (order 0) leaves first, then the order-10 one; the skipped ones are
-    // neither evicted nor waited for: the Machine is deleted with them still on the Node.
+    // The control pod (no rule: order 0) is evicted; the order-10 one waits while an order-0
+    // pod is left (guarded: its PDB refuses, pass after pass).
     seen(&log, "app", "evicted").await;
-    let app_gone = seen(&log, "app", "deleted").await;
+    let refused = wait_for("a PDB refusal", WAIT, || async {
+        let n = eviction_requests(&env, "429").await;
+        (n > 0.0).then_some(n)
+    })
+    .await
+    .expect("the eviction of guarded is refused (429)");
+    more_eviction_requests(&env, "429", refused).await;
+    more_eviction_requests(&env, "429", refused + 1.0).await;
+    assert_eq!(at(&log, "late", "evicted"), None, "{log:?}");
+    // Once the order-0 pods have left, the order-10 one goes; the skipped ones are neither
+    // evicted nor waited for: the Machine is deleted with them still on the Node.
+    pdbs.delete("guarded", &DeleteParams::default())
+        .await
+        .expect("pdb deleted");
+    let guarded_gone = seen(&log, "guarded", "deleted").await;
     let late = seen(&log, "late", "evicted").await;
-    assert!(late > app_gone, "{log:?}");
+    assert!(late > guarded_gone, "{log:?}");
     wait_for("Machine deleting", WAIT, || async {
         machine_deleting(&machine(&client, &ns, "drain-r1").await).then_some(())
     })
