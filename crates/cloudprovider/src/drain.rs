@@ -2,7 +2,7 @@
 //! the provider answers it ([`crate::CloudProvider::drain_rules`]). Provider-neutral: a list
 //! of rules (pod and namespace label selectors, first match wins) and an optional pod label
 //! that overrides them. The Cluster API provider fills it from the MachineDrainRules that
-//! select the claim's Machine and Cluster API's `cluster.x-k8s.io/drain` pod label; a
+//! select the claim's Machine and Cluster API's drain pod label; a
 //! provider that has none answers [`DrainRules::default`]: every pod drained, order 0.
 
 use std::collections::BTreeMap;
@@ -155,7 +155,7 @@ mod tests {
         );
         assert!(!rules.needs_namespaces());
         // Without a label key the label means nothing.
-        let p = pod(json!({"cluster.x-k8s.io/drain": "skip"}));
+        let p = pod(json!({"example.com/drain": "skip"}));
         assert_eq!(rules.behaviour(&p, None), DrainBehaviour::DEFAULT);
     }
 
@@ -225,10 +225,10 @@ mod tests {
     #[test]
     fn the_pod_label_overrides_rules_case_insensitively() {
         let rules = DrainRules {
-            label: Some("cluster.x-k8s.io/drain".into()),
+            label: Some("example.com/drain".into()),
             rules: vec![rule("a", DrainBehaviour::Drain { order: 5 }, vec![])],
         };
-        let with = |v: &str| pod(json!({ "cluster.x-k8s.io/drain": v }));
+        let with = |v: &str| pod(json!({ "example.com/drain": v }));
         assert_eq!(rules.behaviour(&with("Skip"), None), DrainBehaviour::Skip);
         assert_eq!(rules.behaviour(&with("skip"), None), DrainBehaviour::Skip);
         for v in ["wait-completed", "Wait-Completed", "WaitCompleted"] {

@@ -17,7 +17,7 @@
 //!   grace period (at least 1 s, never 0: no force-removal from etcd).
 //!
 //! - The provider's drain rules ([`cloudprovider::DrainRules`], for Cluster API its
-//!   MachineDrainRules and the `cluster.x-k8s.io/drain` pod label) say per pod: `Skip` (not
+//!   MachineDrainRules and its drain pod label) say per pod: `Skip` (not
 //!   evicted, not waited for: it goes with the Node), `WaitCompleted` (never evicted, waited
 //!   for until it finishes, as a do-not-disrupt pod: the termination time still deletes it;
 //!   counted in order 0) or `Drain` with an order. Pods leave in groups of increasing order

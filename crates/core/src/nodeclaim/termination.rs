@@ -8,7 +8,7 @@
 //! finalizer. A NotReady Node whose instance is gone is not drained (its pods cannot leave
 //! through a kubelet). The drain honours the provider's drain rules
 //! ([`cloudprovider::CloudProvider::drain_rules`]: for Cluster API, its MachineDrainRules and
-//! the `cluster.x-k8s.io/drain` pod label), since Cluster API's own drain does not run.
+//! its drain pod label), since Cluster API's own drain does not run.
 
 use std::time::Duration;
 
