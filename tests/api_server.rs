@@ -332,6 +332,9 @@ fn overlays_render() {
 
 const SA: &str = "system:serviceaccount:karpenter:karpenter-capi";
 
+/// The infrastructure providers' group.
+const INFRASTRUCTURE: &str = "infrastructure.cluster.x-k8s.io";
+
 /// (verb, API group, resource, subresource, namespace; `None` = cluster-wide).
 type Access = (
     &'static str,
@@ -428,6 +431,9 @@ escalate rbac.authorization.k8s.io       clusterroles              -        -
 update   infrastructure.cluster.x-k8s.io dockermachinetemplates    -        capi-demo
 create   infrastructure.cluster.x-k8s.io dockerclusters            -        capi-demo
 create   core                            serviceaccounts           token    karpenter
+update   metal3.io                       baremetalhosts            -        capi-demo
+delete   metal3.io                       baremetalhosts            -        capi-demo
+patch    metal3.io                       baremetalhosts            status   capi-demo
 ";
 
 /// The rows of a table like [`NEEDED`].
@@ -514,12 +520,15 @@ async fn deploy_base_applies_and_grants_exactly_what_the_operator_needs() {
         }
     }
     // Provider kinds arrive through aggregation (controller-manager), so wait for them.
-    for (verb, resource) in [
-        ("list", "dockermachinetemplates"),
-        ("create", "dockermachines"),
-        ("watch", "testmachinetemplates"),
-        ("delete", "testmachines"),
-        ("get", "awsmachinetemplates"),
+    // Metal3's hosts: read for the inventory, patched for a reboot (annotations).
+    for (verb, group, resource) in [
+        ("list", INFRASTRUCTURE, "dockermachinetemplates"),
+        ("create", INFRASTRUCTURE, "dockermachines"),
+        ("watch", INFRASTRUCTURE, "testmachinetemplates"),
+        ("delete", INFRASTRUCTURE, "testmachines"),
+        ("get", INFRASTRUCTURE, "awsmachinetemplates"),
+        ("watch", "metal3.io", "baremetalhosts"),
+        ("patch", "metal3.io", "baremetalhosts"),
     ] {
         let client = client.clone();
         let ok = wait_for(
@@ -528,24 +537,15 @@ async fn deploy_base_applies_and_grants_exactly_what_the_operator_needs() {
             || {
                 let client = client.clone();
                 async move {
-                    can(
-                        &client,
-                        verb,
-                        "infrastructure.cluster.x-k8s.io",
-                        resource,
-                        None,
-                        Some("capi-demo"),
-                    )
-                    .await
-                    .then_some(())
+                    can(&client, verb, group, resource, None, Some("capi-demo"))
+                        .await
+                        .then_some(())
                 }
             },
         )
         .await;
         if ok.is_err() {
-            wrong.push(format!(
-                "denied but needed: {verb} infrastructure/{resource}"
-            ));
+            wrong.push(format!("denied but needed: {verb} {group}/{resource}"));
         }
     }
     let denied = accesses(NOT_NEEDED);

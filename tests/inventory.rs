@@ -1,6 +1,8 @@
 //! Host inventory on the real testbed: a NodeClass with `spec.inventory` (the Metal3 preset)
 //! counts the BareMetalHosts a template's `hostSelector` matches, and the test provider
-//! claims one per TestMachine (failing the TestMachine when none is free), as Metal3 does.
+//! claims one per TestMachine (failing the TestMachine when none is free), as Metal3 does; a
+//! node's host is rebooted through the Cluster API provider and the test provider plays the
+//! baremetal-operator's power cycle.
 
 mod common;
 
@@ -417,6 +419,387 @@ async fn drifted_nodes_on_full_hosts_are_replaced_terminate_first() {
     let page = scrape(env.metrics_addr).await;
     assert!(
         page.contains(&format!(r#"karpenter_voluntary_disruption_decisions_total{{decision="terminate-first",reason="drifted",consolidation_type=""}} {terminate_first}"#)),
+        "{page}"
+    );
+}
+
+/// The power state and reboot annotation of host `name`, read (an error fails the test).
+async fn power_of(api: &Api<DynamicObject>, name: &str) -> (Value, bool) {
+    let h = api.get(name).await.expect("host");
+    (
+        h.data["status"]["poweredOn"].clone(),
+        h.annotations().contains_key(provider::REBOOT_ANNOTATION),
+    )
+}
+
+/// The Node's bootID and whether it is Ready (an error fails the test).
+async fn boot_of(nodes: &Api<Node>, name: &str) -> (String, bool) {
+    let n = nodes.get(name).await.expect("node");
+    let status = n.status.unwrap_or_default();
+    let ready = status
+        .conditions
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    (
+        status.node_info.map(|i| i.boot_id).unwrap_or_default(),
+        ready,
+    )
+}
+
+/// The Cluster API provider of this test's workload cluster, on caches of its own (the
+/// operator's is not reachable from the test); keep the tasks while it is used.
+async fn capi_provider(client: &Client) -> (karpenter_core::tasks::Tasks, clusterapi::ClusterApi) {
+    use clusterapi::catalogs::IndexCatalogs;
+    use clusterapi::context::Context;
+    let mut tasks = karpenter_core::tasks::Tasks::default();
+    let capi =
+        clusterapi::caches::ClusterApiCaches::start_single(&mut tasks, client, client, CLUSTER_ID);
+    capi.ready().await;
+    let catalogs = IndexCatalogs {
+        index: templates::watch::TemplateIndex::new(),
+        nodeclasses: capi.nodeclasses.store(),
+        clusters: capi.clusters.store(),
+        overlays: Default::default(),
+        engaged: None,
+    };
+    let recorder = karpenter_core::events::Recorder::new(
+        client.clone(),
+        karpenter_core::events::Reporter {
+            controller: "test".into(),
+            instance: None,
+        },
+    );
+    let ctx = Context {
+        management: client.clone(),
+        recorder,
+        metrics: karpenter_core::metrics::Metrics::register(
+            &mut prometheus_client::registry::Registry::default(),
+        ),
+        machines: capi.machines.store(),
+        nodeclasses: capi.nodeclasses.store(),
+        clusters: capi.clusters.store(),
+        health_checks: capi.health_checks.store(),
+        nodeclaims: kube::runtime::reflector::store::Writer::default().as_reader(),
+        catalogs: std::sync::Arc::new(catalogs),
+        unavailable: Default::default(),
+        inventory: Default::default(),
+        settings: Default::default(),
+        kinds: Default::default(),
+        lookups: Default::default(),
+        control_planes: Default::default(),
+        launched: Default::default(),
+        cluster_id: CLUSTER_ID.into(),
+    };
+    (tasks, clusterapi::ClusterApi::new(ctx, None))
+}
+
+/// Metal3's reboot, the provider half. The Cluster API provider finds the node's host (the
+/// TestMachine's `metal3.io/BareMetalHost` annotation, else the host whose consumerRef names
+/// it) and asks for a hard reboot; the test provider plays the baremetal-operator: the host
+/// powers off, the annotation goes, it powers on, and the Node boots again (a new bootID;
+/// broken before, Ready again). The same operation again writes nothing; the free hosts are
+/// never touched; a Machine without a host cannot be rebooted (the core replaces it).
+#[tokio::test]
+async fn a_rebooted_host_boots_its_broken_node_again() {
+    use cloudprovider::CloudProvider;
+    use clusterapi::reboot::{self, HostKey, Requested};
+    let env = env(vec![("metal", "2", "4Gi", "0.05", json!({}))]).await;
+    let client = env.tb.client();
+    let cluster_ns = env.cluster.namespace.clone();
+    metal_hosts(&env, 2).await;
+    create_nodepool(&client, json!({})).await;
+    let ns = env.tb.temp_namespace().await.expect("namespace");
+    Api::<Deployment>::namespaced(client.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &deployment("web", 1, "1500m", "256Mi", json!({})),
+        )
+        .await
+        .expect("deployment");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    wait_for("the pod Running", Duration::from_secs(60), || async {
+        let l = pods.list(&ListParams::default()).await.expect("pods").items;
+        (l.len() == 1 && l.iter().all(running)).then_some(())
+    })
+    .await
+    .expect("a node on a host runs the pod");
+    let machines: Api<clusterapi_api::Machine> = Api::namespaced(client.clone(), &cluster_ns);
+    let launched = list(
+        &machines,
+        &ListParams::default().labels(&format!("{TEMPLATE_LABEL}=metal")),
+    )
+    .await;
+    let [machine] = launched.as_slice() else {
+        panic!("one Machine from metal: {launched:?}");
+    };
+    let infra = provider::test_machine_resource();
+    let test_machines: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &cluster_ns, &infra);
+    let tm_name = machine.spec.infrastructure_ref.name.clone();
+    let tm = test_machines.get(&tm_name).await.expect("TestMachine");
+    let api = hosts(&client, &cluster_ns);
+    let all = list(&api, &ListParams::default()).await;
+    let held = all
+        .iter()
+        .find(|h| h.data["spec"]["consumerRef"]["name"] == tm_name.as_str())
+        .expect("the TestMachine's host")
+        .name_any();
+    let free: Vec<DynamicObject> = all
+        .iter()
+        .filter(|h| h.name_any() != held)
+        .cloned()
+        .collect();
+    assert_eq!(free.len(), 2, "one large and one small host stay free");
+    // CAPM3's annotation names the host on the infrastructure machine.
+    assert_eq!(
+        tm.annotations().get(provider::HOST_ANNOTATION),
+        Some(&format!("{cluster_ns}/{held}"))
+    );
+    assert_eq!(power_of(&api, &held).await, (json!(true), false));
+    let node = tm.data["status"]["nodeName"]
+        .as_str()
+        .expect("the TestMachine's Node")
+        .to_string();
+    let nodes: Api<Node> = Api::all(client.clone());
+    assert_eq!(
+        boot_of(&nodes, &node).await,
+        (format!("boot-1-{node}"), true),
+        "a first bootID, kept by kwok"
+    );
+    break_node(&client, &node).await;
+
+    let key = HostKey {
+        namespace: cluster_ns.clone(),
+        name: held.clone(),
+    };
+    // Through the seam: the NodeClaim's Machine (ours), its TestMachine, the host.
+    let (_tasks, capi) = capi_provider(&client).await;
+    let claim: api::NodeClaim = {
+        let name = machine
+            .labels()
+            .get("karpenter.cluster.x-k8s.io/nodeclaim")
+            .expect("the Machine's NodeClaim")
+            .clone();
+        Api::all(client.clone())
+            .get(&name)
+            .await
+            .expect("NodeClaim")
+    };
+    capi.reboot(&claim, "op-1").await.expect("reboot accepted");
+    let h = api.get(&held).await.expect("host");
+    assert_eq!(
+        h.annotations()
+            .get(reboot::OPERATION_ANNOTATION)
+            .map(String::as_str),
+        Some("op-1")
+    );
+    wait_for("the host powered off", Duration::from_secs(10), || async {
+        (power_of(&api, &held).await.0 == false).then_some(())
+    })
+    .await
+    .expect("the host powers off");
+    wait_for(
+        "the host on again, annotation gone",
+        Duration::from_secs(20),
+        || async { (power_of(&api, &held).await == (json!(true), false)).then_some(()) },
+    )
+    .await
+    .expect("the suffix-less annotation is removed and the host powers on");
+    let booted = wait_for(
+        "the Node booted and Ready",
+        Duration::from_secs(30),
+        || async {
+            let (boot, ready) = boot_of(&nodes, &node).await;
+            (boot != format!("boot-1-{node}") && ready).then_some(boot)
+        },
+    )
+    .await
+    .expect("a broken Node comes back Ready with a new bootID");
+    assert_eq!(booted, format!("boot-2-{node}"));
+
+    // The same operation again (a restart of the core): nothing written, no second reboot.
+    let before = api.get(&held).await.expect("host").resource_version();
+    capi.reboot(&claim, "op-1").await.expect("idempotent");
+    let again = reboot::request(&client, machine, &infra, None, "op-1").await;
+    assert_eq!(
+        again.expect("idempotent"),
+        Requested::AlreadyRequested(key.clone())
+    );
+    assert_eq!(
+        api.get(&held).await.expect("host").resource_version(),
+        before
+    );
+    assert_eq!(boot_of(&nodes, &node).await.0, booted);
+
+    // Without the annotation the host is found by its consumerRef: a new operation reboots.
+    test_machines
+        .patch(
+            &tm_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {provider::HOST_ANNOTATION: null}}})),
+        )
+        .await
+        .expect("annotation removed");
+    // From a host cache that lacks it, it is not found (the cache is what is read) ...
+    let empty = reboot::request(&client, machine, &infra, Some(&[]), "op-2").await;
+    assert!(
+        matches!(empty, Err(cloudprovider::Error::RebootNotImplemented(_))),
+        "{empty:?}"
+    );
+    // ... and by listing the namespace's hosts, it is.
+    let by_consumer = reboot::request(&client, machine, &infra, None, "op-2").await;
+    assert_eq!(
+        by_consumer.expect("reboot accepted"),
+        Requested::Annotated(key)
+    );
+    wait_for("a second boot", Duration::from_secs(30), || async {
+        (boot_of(&nodes, &node).await == (format!("boot-3-{node}"), true)).then_some(())
+    })
+    .await
+    .expect("the second reboot boots the Node again");
+
+    // The free hosts were never written.
+    for h in &free {
+        let now = api.get(&h.name_any()).await.expect("free host");
+        assert_eq!(
+            now.resource_version(),
+            h.resource_version(),
+            "{}",
+            h.name_any()
+        );
+        assert!(!now.annotations().contains_key(provider::REBOOT_ANNOTATION));
+    }
+    // A Machine whose infrastructure machine is gone has no host: not implemented (the core
+    // replaces the node), the error naming the Machine.
+    let mut hostless = machine.clone();
+    hostless.spec.infrastructure_ref.name = "gone".into();
+    let err = reboot::request(&client, &hostless, &infra, None, "op-3")
+        .await
+        .expect_err("no host");
+    let cloudprovider::Error::RebootNotImplemented(why) = &err else {
+        panic!("not RebootNotImplemented: {err}");
+    };
+    assert!(
+        why.contains(&format!("Machine {cluster_ns}/{}", machine.name_any())),
+        "{why}"
+    );
+}
+
+/// The whole chain on a host: a `RebootNode` repair policy matching the broken Node's reason
+/// makes the core ask the Cluster API provider for a reboot; the provider annotates the
+/// host, the test provider power-cycles it, and the Node boots again and is Ready:
+/// `RebootSucceeded`, the same NodeClaim, Machine and host, no second launch.
+#[tokio::test]
+async fn a_reboot_policy_reboots_a_broken_node_on_its_host() {
+    use cloudprovider::{RepairAction, RepairPolicy};
+    let env = env_tuned(
+        vec![("metal", "2", "4Gi", "0.05", json!({}))],
+        Identity::Admin,
+        testbed::Options::all(),
+        |c| {
+            c.repair_policies = Some(vec![
+                RepairPolicy::replace("Ready", "False", Duration::from_secs(600)).fallback(),
+                RepairPolicy {
+                    reason_regex: "^TestBroken$".into(),
+                    termination_grace_period: Some(Duration::ZERO),
+                    action: RepairAction::RebootNode,
+                    ..RepairPolicy::replace("Ready", "False", Duration::from_secs(1))
+                },
+            ]);
+        },
+    )
+    .await;
+    let client = env.tb.client();
+    let cluster_ns = env.cluster.namespace.clone();
+    metal_hosts(&env, 1).await;
+    create_nodepool(&client, json!({})).await;
+    let ns = env.tb.temp_namespace().await.expect("namespace");
+    Api::<Deployment>::namespaced(client.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &deployment("web", 1, "1500m", "256Mi", json!({})),
+        )
+        .await
+        .expect("deployment");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    wait_for("the pod Running", Duration::from_secs(60), || async {
+        let l = pods.list(&ListParams::default()).await.expect("pods").items;
+        (l.len() == 1 && l.iter().all(running)).then_some(())
+    })
+    .await
+    .expect("a node on the host runs the pod");
+    let claims = list(&nodeclaims(&client), &ListParams::default()).await;
+    let [claim] = claims.as_slice() else {
+        panic!("one NodeClaim: {claims:?}");
+    };
+    let claim_name = claim.name_any();
+    let node = claim.data["status"]["nodeName"]
+        .as_str()
+        .expect("registered")
+        .to_string();
+    let nodes: Api<Node> = Api::all(client.clone());
+    assert_eq!(
+        boot_of(&nodes, &node).await,
+        (format!("boot-1-{node}"), true)
+    );
+    break_node(&client, &node).await;
+
+    let rebooting = |c: &DynamicObject| {
+        c.data["status"]["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == "Rebooting"))
+            .map(|c| (c["status"].clone(), c["reason"].clone()))
+    };
+    let last = std::sync::Mutex::new(None);
+    let done = wait_for("RebootSucceeded", Duration::from_secs(90), || async {
+        let c = nodeclaims(&client)
+            .get(&claim_name)
+            .await
+            .expect("NodeClaim");
+        let now = rebooting(&c);
+        *last.lock().unwrap_or_else(|p| p.into_inner()) = now.clone();
+        (now == Some((json!("False"), json!("RebootSucceeded")))).then_some(())
+    })
+    .await;
+    assert!(
+        done.is_ok(),
+        "the NodeClaim's Rebooting condition: {:?}",
+        last.lock().unwrap_or_else(|p| p.into_inner())
+    );
+    // Rebooted in place: a new bootID, Ready, the same host and Machine, no second launch.
+    assert_eq!(
+        boot_of(&nodes, &node).await,
+        (format!("boot-2-{node}"), true)
+    );
+    let host = hosts(&client, &cluster_ns)
+        .get("host-0")
+        .await
+        .expect("host");
+    assert!(
+        host.annotations()
+            .contains_key(clusterapi::reboot::OPERATION_ANNOTATION),
+        "{:?}",
+        host.annotations()
+    );
+    assert_eq!(
+        (
+            host.data["status"]["poweredOn"].clone(),
+            host.annotations().contains_key(provider::REBOOT_ANNOTATION)
+        ),
+        (json!(true), false)
+    );
+    assert_eq!(machines_from(&client, &cluster_ns, "metal").await, 1);
+    assert_eq!(
+        counter(&env, "karpenter_capi_machines_launched_total").await,
+        1
+    );
+    let page = scrape(env.metrics_addr).await;
+    assert!(
+        page.lines()
+            .any(|l| l.starts_with("karpenter_nodes_reboots_total{")
+                && l.contains(r#"result="succeeded""#)
+                && l.ends_with(" 1")),
         "{page}"
     );
 }

@@ -173,6 +173,27 @@ async fn a_machine_health_check_owns_remediation_of_the_machines_it_selects() {
     })
     .await
     .expect("NodeRepairDeferred naming the MachineHealthCheck");
+    // The NodeClaim's status names the remediator too; the control's does not.
+    wait_for(
+        "ExternalRemediation naming the MHC",
+        Duration::from_secs(30),
+        || async {
+            let c = nodeclaims(&client).get(&first).await.expect("claim");
+            (condition(&c, "ExternalRemediation").as_deref() == Some("True")
+                && condition_field(&c, "ExternalRemediation", "message")
+                    .is_some_and(|m| m.contains(&format!("MachineHealthCheck {mhc_name}"))))
+            .then_some(())
+        },
+    )
+    .await
+    .expect("the NodeClaim's ExternalRemediation condition");
+    if let Some(control) = nodeclaims(&client)
+        .get_opt("control")
+        .await
+        .expect("read the control")
+    {
+        assert_eq!(condition(&control, "ExternalRemediation"), None);
+    }
     let c = nodeclaims(&client).get(&first).await.expect("claim");
     let events = events_for(&client, &first).await;
     assert!(

@@ -271,6 +271,10 @@ pub mod conditions {
     pub const DISRUPTION_REASON: &str = "DisruptionReason";
     /// A repair reboots the instance (v1.15): True while it does.
     pub const REBOOTING: &str = "Rebooting";
+    /// Ours: True while something other than the operator's repair owns the remediation of
+    /// the NodeClaim's instance (for Cluster API, a MachineHealthCheck selecting its
+    /// Machine); the message names it.
+    pub const EXTERNAL_REMEDIATION: &str = "ExternalRemediation";
     /// NodeClaim `Ready` = all of these True.
     pub const NODECLAIM_READY_PARTS: &[&str] = &[LAUNCHED, REGISTERED, INITIALIZED];
 

@@ -14,8 +14,8 @@
 //! [`nodeclass`] (what launch and the timeouts read of a ClusterAPINodeClass), the
 //! ClusterAPINodeClass status controller ([`nodeclass_status`], with [`offering_status`] and
 //! [`calibration`]), the template catalogs of the NodeClasses ([`catalogs`], with the
-//! NodeOverlays applied: [`overlays`], [`overlay_status`]) and hub mode ([`hub`]: the
-//! management cluster's Clusters engaged one by one).
+//! NodeOverlays applied: [`overlays`], [`overlay_status`]), the reboot of Metal3 hosts
+//! ([`reboot`]) and hub mode ([`hub`]: the management cluster's Clusters engaged one by one).
 
 pub mod availability;
 pub mod caches;
@@ -45,6 +45,7 @@ pub(crate) mod overlay_status;
 pub(crate) mod overlays;
 pub(crate) mod plan;
 pub(crate) mod preflight;
+pub mod reboot;
 pub(crate) mod versions;
 pub mod wiring;
 
@@ -398,6 +399,14 @@ impl CloudProvider for ClusterApi {
             Some(user) => user.as_ref().clone(),
             None => RepairPolicy::node_not_ready(self.ctx.settings.node_repair_after),
         }
+    }
+
+    fn reboot<'a>(
+        &'a self,
+        claim: &'a NodeClaim,
+        operation: &'a str,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        reboot::reboot(&self.ctx, claim, operation).boxed()
     }
 
     fn name(&self) -> &'static str {

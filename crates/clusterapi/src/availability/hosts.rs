@@ -179,6 +179,14 @@ impl Hosts {
         })
     }
 
+    /// The hosts of kind `api_version` + `kind` if a NodeClass's inventory already watches
+    /// it and its first list has completed; never starts a watch.
+    pub fn listed(&self, api_version: &str, kind: &str) -> Option<Store<DynamicObject>> {
+        let watched = self.inner.watched.lock().unwrap_or_else(|p| p.into_inner());
+        let w = watched.get(&(api_version.to_string(), kind.to_string()))?;
+        w.synced.load(Ordering::Acquire).then(|| w.store.clone())
+    }
+
     /// Where `query`'s kind stands; starts the watch the first time. A problem wins over a
     /// completed list (a watch that lost its access after listing).
     pub fn state(&self, query: &HostQuery) -> HostsState {
@@ -346,6 +354,12 @@ impl Inventory {
                     && &k.template.name == name
             })
         });
+    }
+
+    /// The cached hosts of resource `ar`, when an inventory already watches and has listed
+    /// them (no watch is started).
+    pub fn listed_hosts(&self, ar: &ApiResource) -> Option<Store<DynamicObject>> {
+        self.0.as_ref()?.hosts.listed(&ar.api_version, &ar.kind)
     }
 
     /// The counter of host changes (`None` without an inventory).

@@ -105,6 +105,7 @@ async fn reconcile_fresh(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Action, Err
     let progress = registration::reconcile(ctx, &claim, &mut status).await?;
     let timeouts = ctx.provider.timeouts(&claim);
     let (launch_timeout, registration_timeout) = (timeouts.launch, timeouts.registration);
+    mark_remediator(&mut status, instance.as_ref());
     let verdict = liveness::reconcile(
         ctx,
         &claim,
@@ -149,6 +150,17 @@ async fn reconcile_fresh(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Action, Err
         _ => ctx.settings.poll,
     };
     Ok(Action::requeue(next.map_or(quiet, |n| n.min(quiet))))
+}
+
+/// A registered NodeClaim says who owns its remediation when it is not the operator's repair
+/// (`ExternalRemediation`).
+fn mark_remediator(status: &mut NodeClaimStatus, instance: Option<&Instance>) {
+    if api::conditions::is_true(&status.conditions, types::REGISTERED) {
+        let by = instance
+            .and_then(|i| i.remediated_elsewhere.as_ref())
+            .map(|r| r.by.as_str());
+        super::repair::mark_remediator(status, by, Timestamp::now());
+    }
 }
 
 /// A reboot in progress (`Rebooting=True`) takes its step; registration, liveness and drift

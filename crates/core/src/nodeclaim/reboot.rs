@@ -219,9 +219,11 @@ async fn requested(
             issued(ctx, status, &node).await?;
             Ok(Step::Waiting(POLL))
         }
+        // No instance to reboot is a reboot that cannot succeed either.
         Err(
             e @ (cloudprovider::Error::RebootNotImplemented(_)
-            | cloudprovider::Error::RebootFailed(_)),
+            | cloudprovider::Error::RebootFailed(_)
+            | cloudprovider::Error::NodeClaimNotFound(_)),
         ) => {
             fail(
                 ctx,

@@ -44,7 +44,7 @@ use std::time::Duration;
 use api::NodeClaim;
 use api::consts::annotations::{DISRUPTION_COMMAND, DO_NOT_REPAIR};
 use api::consts::conditions::{self, REBOOTING};
-use api::karpenter::{Budget, DisruptionReason};
+use api::karpenter::{Budget, DisruptionReason, NodeClaimStatus};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -119,6 +119,28 @@ impl History {
     pub(crate) fn record(&self, uid: &str, now: Timestamp) {
         let mut held = self.0.lock().unwrap_or_else(|p| p.into_inner());
         held.entry(uid.to_string()).or_default().push(now);
+    }
+}
+
+/// Keeps the `ExternalRemediation` condition on a registered NodeClaim whose instance's
+/// remediation belongs to someone else (`by`, e.g. `MachineHealthCheck ns/name`), and off it
+/// otherwise.
+pub(crate) fn mark_remediator(status: &mut NodeClaimStatus, by: Option<&str>, now: Timestamp) {
+    match by {
+        Some(by) => {
+            api::conditions::set(
+                &mut status.conditions,
+                conditions::EXTERNAL_REMEDIATION,
+                api::conditions::TRUE,
+                "RemediatedElsewhere",
+                &format!("the operator's repair leaves this node to {by}"),
+                None,
+                now,
+            );
+        }
+        None => {
+            api::conditions::remove(&mut status.conditions, conditions::EXTERNAL_REMEDIATION);
+        }
     }
 }
 
@@ -759,6 +781,21 @@ mod tests {
         assert!(
             !h.escalated("a", later),
             "a day later the count starts over"
+        );
+    }
+
+    #[test]
+    fn the_external_remediator_is_named_while_it_owns_the_node() {
+        let mut status = NodeClaimStatus::default();
+        let now: Timestamp = "2026-11-28T10:00:00Z".parse().expect("now");
+        mark_remediator(&mut status, Some("MachineHealthCheck ns/workers"), now);
+        let c = api::conditions::get(&status.conditions, conditions::EXTERNAL_REMEDIATION)
+            .expect("set");
+        assert_eq!(c.status, "True");
+        assert!(c.message.contains("MachineHealthCheck ns/workers"), "{c:?}");
+        mark_remediator(&mut status, None, now);
+        assert!(
+            api::conditions::get(&status.conditions, conditions::EXTERNAL_REMEDIATION).is_none()
         );
     }
 }

@@ -417,7 +417,7 @@ pub(super) async fn build_node(
             "nodeInfo": {
                 "architecture": arch, "operatingSystem": os,
                 "kubeletVersion": machine.and_then(|m| m.data["spec"]["version"].as_str()).unwrap_or("v1.36.3"),
-                "kubeProxyVersion": "", "bootID": "", "machineID": "", "systemUUID": "",
+                "kubeProxyVersion": "", "bootID": super::hosts::first_boot_id(&name), "machineID": "", "systemUUID": "",
                 "containerRuntimeVersion": "kwok", "kernelVersion": "", "osImage": "testbed"
             },
             "addresses": [{"type": "InternalIP", "address": internal_ip(&obj.namespace().unwrap_or_default(), &obj.name_any())}]

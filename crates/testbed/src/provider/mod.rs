@@ -10,7 +10,7 @@
 //! | `TestControlPlane` | `controlplane.cluster.x-k8s.io` | an externally managed control plane (like EKS/AKS): initialized at once; `status.version` = `spec.version` (or [`CONTROL_PLANE_VERSION_ANNOTATION`] while an upgrade is held) |
 //! | `TestMachineTemplate` | `infrastructure.cluster.x-k8s.io` | InfraMachineTemplate; scale-from-zero `status.capacity`/`status.nodeInfo` |
 //! | `TestMachine` | `infrastructure.cluster.x-k8s.io` | InfraMachine: providerID, provisioned, then a kwok Node |
-//! | `BareMetalHost` | `metal3.io` | with [`ProviderConfig::bare_metal_hosts`]: hosts a TestMachine with a `hostSelector` claims (the hosts module) |
+//! | `BareMetalHost` | `metal3.io` | with [`ProviderConfig::bare_metal_hosts`]: hosts a TestMachine with a `hostSelector` claims, rebooted on `reboot.metal3.io` as the baremetal-operator does, the consumer's Node booting again (the hosts module) |
 //!
 //! With [`ProviderConfig::storage`] it also plays a zonal CSI driver (the storage module).
 //! For a template that declares devices it plays their DRA driver (the dra module): the
@@ -33,7 +33,8 @@
 //! 5. after [`ProviderConfig::registration_delay`], creates the workload Node once (name =
 //!    `spec.nodeName` or the TestMachine's name; annotation `kwok.x-k8s.io/node: fake` so kwok
 //!    makes it Ready; `spec.providerID` equal; capacity/allocatable from `spec.capacity` /
-//!    `spec.allocatable`, else [`ProviderConfig::default_capacity`]) and records it in
+//!    `spec.allocatable`, else [`ProviderConfig::default_capacity`]; `status.nodeInfo.bootID`
+//!    `boot-1-<node>`, a new one at each reboot of its host) and records it in
 //!    `status.nodeName`. A Node deleted later is not re-created;
 //! 6. on deletion deletes that Node (only if its providerID still matches) and releases the
 //!    finalizer.
@@ -246,8 +247,8 @@ pub use crds::{
 use crds::{kubeadm_config_resource, test_cluster_resource};
 pub use dra::{NO_SLICES_ANNOTATION, REAL_SLICES_ANNOTATION, slice_name};
 pub use hosts::{
-    BARE_METAL_HOST_KIND, METAL3_GROUP, METAL3_VERSION, NO_HOST_REASON, bare_metal_host_crd,
-    bare_metal_host_resource,
+    BARE_METAL_HOST_KIND, HOST_ANNOTATION, METAL3_GROUP, METAL3_VERSION, NO_HOST_REASON,
+    POWER_OFF_TIME, REBOOT_ANNOTATION, bare_metal_host_crd, bare_metal_host_resource,
 };
 use machine::{reconcile_kubeadm_config, reconcile_machine};
 pub use storage::{
@@ -359,6 +360,11 @@ impl TestProvider {
             }),
             spawn_machines(&ctx),
         ];
+        if ctx.config.bare_metal_hosts {
+            tasks.push(spawn(&ctx, bare_metal_host_resource(), |o, c| {
+                Box::pin(hosts::reconcile_host(o, c))
+            }));
+        }
         if ctx.config.storage {
             tasks.extend(storage::spawn(&ctx));
         }
