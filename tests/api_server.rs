@@ -394,6 +394,9 @@ delete cluster.x-k8s.io              machines                  -          capi-d
 patch  cluster.x-k8s.io              machines                  -          capi-demo
 watch  cluster.x-k8s.io              machines                  -          -
 watch  cluster.x-k8s.io              clusters                  -          -
+list   cluster.x-k8s.io              machinedrainrules         -          -
+watch  cluster.x-k8s.io              machinedrainrules         -          -
+get    core                          namespaces                -          -
 list   bootstrap.cluster.x-k8s.io    kubeadmconfigtemplates    -          -
 create bootstrap.cluster.x-k8s.io    kubeadmconfigs            -          capi-demo
 delete bootstrap.cluster.x-k8s.io    kubeadmconfigs            -          capi-demo

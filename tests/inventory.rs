@@ -480,6 +480,7 @@ async fn capi_provider(client: &Client) -> (karpenter_core::tasks::Tasks, cluste
         nodeclasses: capi.nodeclasses.store(),
         clusters: capi.clusters.store(),
         health_checks: capi.health_checks.store(),
+        drain_rules: capi.drain_rules.store(),
         nodeclaims: kube::runtime::reflector::store::Writer::default().as_reader(),
         catalogs: std::sync::Arc::new(catalogs),
         unavailable: Default::default(),

@@ -3,7 +3,8 @@
 //! Eviction API (a PodDisruptionBudget that allows nothing holds the NodeClaim and its
 //! Machine), DaemonSet pods after the others, and the NodeClaim's terminationGracePeriod
 //! bounds the drain (pods deleted, PDBs and do-not-disrupt bypassed, then the Machine goes).
-//! The Machine is deleted with Cluster API's own drain excluded.
+//! The Machine is deleted with Cluster API's own drain excluded, and the MachineDrainRules
+//! selecting it (and the `cluster.x-k8s.io/drain` pod label) are honoured by our drain.
 
 mod common;
 
@@ -416,4 +417,128 @@ async fn termination_grace_period_bounds_the_drain() {
         );
     }
     all_gone(&client, &ns, "drain-b1", &node).await;
+}
+
+fn drain_rules(client: &Client, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(
+        client.clone(),
+        ns,
+        &ar(
+            "cluster.x-k8s.io",
+            "v1beta2",
+            "MachineDrainRule",
+            "machinedrainrules",
+        ),
+    )
+}
+
+#[tokio::test]
+async fn machine_drain_rules_selecting_our_machines_are_honoured() {
+    let env = env(default_templates(json!({}))).await;
+    let client = env.tb.client();
+    let ns = env.cluster.namespace.clone();
+    let node = ready_claim(&client, "drain-r1", json!({})).await;
+    let ours = json!([{"selector": {"matchExpressions": [
+        {"key": "karpenter.cluster.x-k8s.io/nodeclaim", "operator": "Exists"}]}}]);
+    let rules = drain_rules(&client, &ns);
+    for (name, drain, machines, pods) in [
+        // Skips `skipped` pods of this namespace (the namespaceSelector is read).
+        (
+            "a-skip",
+            json!({"behavior": "Skip"}),
+            ours.clone(),
+            json!([{"selector": {"matchLabels": {"app": "skipped"}},
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}]),
+        ),
+        // Drains `late` after the others.
+        (
+            "b-order",
+            json!({"behavior": "Drain", "order": 10}),
+            ours.clone(),
+            json!([{"selector": {"matchLabels": {"app": "late"}}}]),
+        ),
+        // Negative control: a rule for Machines that are not ours skips everything.
+        (
+            "0-not-ours",
+            json!({"behavior": "Skip"}),
+            json!([{"selector": {"matchLabels": {"pool": "not-ours"}}}]),
+            json!([{"selector": {}}]),
+        ),
+    ] {
+        let rule: DynamicObject = from_json(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2",
+            "kind": "MachineDrainRule",
+            "metadata": {"name": name},
+            "spec": {"drain": drain, "machines": machines, "pods": pods},
+        }));
+        rules
+            .create(&PostParams::default(), &rule)
+            .await
+            .expect("MachineDrainRule");
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), &ns);
+    pdbs.create(&PostParams::default(), &pdb("guarded"))
+        .await
+        .expect("pdb");
+    let labelled = json!({"metadata": {"labels": {"cluster.x-k8s.io/drain": "Skip"}}});
+    for p in [
+        pod("app", &node, json!({})),
+        pod("guarded", &node, json!({})),
+        pod("late", &node, json!({})),
+        pod("skipped", &node, json!({})),
+        pod("labelled", &node, labelled),
+    ] {
+        pods.create(&PostParams::default(), &p).await.expect("pod");
+    }
+    wait_for("pods running", WAIT, || async {
+        let all = pods.list(&Default::default()).await.ok()?.items;
+        (all.iter().filter(|p| running(p)).count() == 5).then_some(())
+    })
+    .await
+    .expect("kwok runs the pods");
+    let (log, _watch) = watch_pods(pods.clone());
+
+    nodeclaims(&client)
+        .delete("drain-r1", &DeleteParams::default())
+        .await
+        .expect("delete nodeclaim");
+
+    // The control pod (no rule: order 0) is evicted; the order-10 one waits while an order-0
+    // pod is left (guarded: its PDB refuses, pass after pass).
+    seen(&log, "app", "evicted").await;
+    let refused = wait_for("a PDB refusal", WAIT, || async {
+        let n = eviction_requests(&env, "429").await;
+        (n > 0.0).then_some(n)
+    })
+    .await
+    .expect("the eviction of guarded is refused (429)");
+    more_eviction_requests(&env, "429", refused).await;
+    more_eviction_requests(&env, "429", refused + 1.0).await;
+    assert_eq!(at(&log, "late", "evicted"), None, "{log:?}");
+    // Once the order-0 pods have left, the order-10 one goes; the skipped ones are neither
+    // evicted nor waited for: the Machine is deleted with them still on the Node.
+    pdbs.delete("guarded", &DeleteParams::default())
+        .await
+        .expect("pdb deleted");
+    let guarded_gone = seen(&log, "guarded", "deleted").await;
+    let late = seen(&log, "late", "evicted").await;
+    assert!(late > guarded_gone, "{log:?}");
+    wait_for("Machine deleting", WAIT, || async {
+        machine_deleting(&machine(&client, &ns, "drain-r1").await).then_some(())
+    })
+    .await
+    .expect("Machine deleted after the drain");
+    for p in ["skipped", "labelled"] {
+        assert_eq!(at(&log, p, "evicted"), None, "{p}: {log:?}");
+        assert_eq!(at(&log, p, "deleting"), None, "{p}: {log:?}");
+        let events = events_for(&client, p).await;
+        assert!(
+            !events.iter().any(|(r, _)| r == "Evicted"),
+            "{p}: {events:?}"
+        );
+    }
+    let events = events_for(&client, "late").await;
+    assert!(events.iter().any(|(r, _)| r == "Evicted"), "{events:?}");
+    all_gone(&client, &ns, "drain-r1", &node).await;
 }

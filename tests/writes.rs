@@ -305,6 +305,7 @@ async fn a_launch_happens_once_per_uid_when_the_cache_lags() {
         nodeclasses: capi.nodeclasses.store(),
         clusters: capi.clusters.store(),
         health_checks: capi.health_checks.store(),
+        drain_rules: capi.drain_rules.store(),
         nodeclaims: delayed.as_reader(),
         catalogs: Arc::new(catalogs),
         unavailable: Arc::default(),

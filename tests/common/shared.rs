@@ -187,6 +187,12 @@ pub async fn reset(lease: &Lease) {
             "machinedeployments",
         ),
         ar("cluster.x-k8s.io", "v1beta2", "MachineSet", "machinesets"),
+        ar(
+            "cluster.x-k8s.io",
+            "v1beta2",
+            "MachineDrainRule",
+            "machinedrainrules",
+        ),
         provider::machine_resource(),
         provider::test_machine_resource(),
         ar(

@@ -49,6 +49,8 @@ pub struct FakeState {
     pub no_reboot: bool,
     /// What `drifted_taint` answers.
     pub drifted_taint: Option<k8s_openapi::api::core::v1::Taint>,
+    /// What `drain_rules` answers, by NodeClaim name (absent: the default, drain all).
+    pub drain_rules: BTreeMap<String, crate::drain::DrainRules>,
 }
 
 /// The fake provider; cheap to clone (one shared state).
@@ -208,5 +210,10 @@ impl CloudProvider for FakeCloudProvider {
 
     fn drifted_taint(&self) -> Option<k8s_openapi::api::core::v1::Taint> {
         self.state(|s| s.drifted_taint.clone())
+    }
+
+    fn drain_rules(&self, claim: &NodeClaim) -> Result<crate::drain::DrainRules, Error> {
+        let name = claim.name_any();
+        Ok(self.state(|s| s.drain_rules.get(&name).cloned().unwrap_or_default()))
     }
 }

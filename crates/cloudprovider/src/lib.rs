@@ -5,8 +5,10 @@
 //! - [`provider`]: the [`CloudProvider`] trait, its typed errors and what it answers.
 //! - [`model`], [`instance_types`], [`resize`]: instance types and offerings, resizable ones.
 //! - [`repair`]: repair policies and their validation.
+//! - [`drain`]: how the core's drain treats each pod (drain rules).
 //! - [`fake`]: an in-memory provider for tests.
 
+pub mod drain;
 pub mod fake;
 pub mod instance_types;
 pub mod metered;
@@ -16,6 +18,7 @@ pub mod quantity;
 pub mod repair;
 pub mod resize;
 
+pub use drain::{DrainBehaviour, DrainRule, DrainRules, PodSelector};
 pub use instance_types::InstanceTypes;
 pub use model::{
     DeviceSlice, DeviceSource, Devices, InstanceType, Offering, OfferingCount, PriceSource,

@@ -142,6 +142,10 @@ impl<R: CallRecorder> CloudProvider for Metered<R> {
     fn drifted_taint(&self) -> Option<k8s_openapi::api::core::v1::Taint> {
         self.inner.drifted_taint()
     }
+
+    fn drain_rules(&self, claim: &NodeClaim) -> Result<crate::drain::DrainRules, Error> {
+        self.inner.drain_rules(claim)
+    }
 }
 
 #[cfg(test)]
@@ -194,5 +198,14 @@ mod tests {
         );
         // The fake saw both creates: the decorator passes every call on.
         assert_eq!(fake.state(|s| s.create_calls.len()), 2);
+        // Drain rules too: the fake's for this claim, the default for another.
+        let rules = crate::DrainRules {
+            label: Some("example.com/drain".into()),
+            rules: Vec::new(),
+        };
+        fake.state(|s| s.drain_rules.insert("c".into(), rules.clone()));
+        assert_eq!(metered.drain_rules(&claim).ok(), Some(rules));
+        let other = NodeClaim::new("d", Default::default());
+        assert_eq!(metered.drain_rules(&other).ok(), Some(Default::default()));
     }
 }

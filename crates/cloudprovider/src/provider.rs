@@ -35,8 +35,10 @@
 //! Besides Karpenter's interface: [`CloudProvider::changes`] (which NodeClaims the provider's
 //! own watches say changed), [`CloudProvider::timeouts`], [`CloudProvider::private_annotations`],
 //! [`CloudProvider::launch_failed`] and [`CloudProvider::launch_succeeded`] (offering backoff
-//! after an asynchronous launch failure).
+//! after an asynchronous launch failure), [`CloudProvider::drain_rules`] (how the core's drain
+//! treats each pod: for Cluster API, the MachineDrainRules selecting the claim's Machine).
 
+use crate::drain::DrainRules;
 use crate::repair::RepairPolicy;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -404,6 +406,14 @@ pub trait CloudProvider: Send + Sync {
     /// The instance of `claim` got its providerID: what `launch_failed` held against its
     /// offering may start over from the first hold.
     fn launch_succeeded(&self, _claim: &NodeClaim) {}
+
+    /// How the core's drain of `claim`'s Node treats each pod (skipped, waited for until it
+    /// completes, or evicted in groups of increasing order): the provider's own drain rules,
+    /// e.g. Cluster API's MachineDrainRules. Default: every pod drained, order 0 (Karpenter's
+    /// drain). An error (a cache still filling) is retried by the drain.
+    fn drain_rules(&self, _claim: &NodeClaim) -> Result<DrainRules, Error> {
+        Ok(DrainRules::default())
+    }
 }
 
 /// A NodeClaim's resource requests, as written (name → quantity string).

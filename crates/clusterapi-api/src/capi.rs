@@ -316,3 +316,57 @@ pub struct MachineHealthCheckTemplateRef {
     #[serde(default)]
     pub name: String,
 }
+
+/// MachineDrainRule: how Cluster API drains the pods of the Machines of its namespace it
+/// selects. We read it so that our own drain of a NodeClaim's Node honours it (Cluster API's
+/// drain is excluded for our Machines).
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "cluster.x-k8s.io",
+    version = "v1beta2",
+    kind = "MachineDrainRule",
+    namespaced,
+    derive = "PartialEq",
+    derive = "Default",
+    schema = "disabled"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineDrainRuleSpec {
+    pub drain: MachineDrainRuleDrainConfig,
+    /// Which Machines (of its namespace) it applies to; empty: all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub machines: Vec<MachineDrainRuleMachineSelector>,
+    /// Which pods it applies to; empty: all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pods: Vec<MachineDrainRulePodSelector>,
+}
+
+/// `spec.drain`: `behavior` (`Drain`, `Skip` or `WaitCompleted`) and, with `Drain`, `order`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineDrainRuleDrainConfig {
+    #[serde(default)]
+    pub behavior: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order: Option<i32>,
+}
+
+/// `spec.machines[]`: the Machine's labels and its Cluster's (both must match).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineDrainRuleMachineSelector {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+}
+
+/// `spec.pods[]`: the pod's labels and its namespace's (both must match).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineDrainRulePodSelector {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+}

@@ -1,7 +1,8 @@
 //! The Cluster API side of the API:
 //!
 //! - `capi`: typed clients for the Cluster API kinds we read and create (`Machine`,
-//!   `Cluster`, `cluster.x-k8s.io/v1beta2`). Cluster API installs those CRDs, never us.
+//!   `Cluster`, `MachineHealthCheck`, `MachineDrainRule`, `cluster.x-k8s.io/v1beta2`). Cluster
+//!   API installs those CRDs, never us.
 //! - [`nodeclass`]: `karpenter.cluster.x-k8s.io/v1alpha1` [`ClusterAPINodeClass`].
 //! - [`crds`]: every CRD the operator installs (the neutral ones of `api` and the NodeClass).
 
@@ -11,5 +12,5 @@ pub mod crds;
 pub mod nodeclass;
 mod schema;
 
-pub use capi::{Cluster, Machine, MachineHealthCheck};
+pub use capi::{Cluster, Machine, MachineDrainRule, MachineDrainRuleSpec, MachineHealthCheck};
 pub use nodeclass::ClusterAPINodeClass;

@@ -3,7 +3,7 @@
 use kube::api::Api;
 use kube::runtime::watcher;
 
-use clusterapi_api::{Cluster, ClusterAPINodeClass, Machine, MachineHealthCheck};
+use clusterapi_api::{Cluster, ClusterAPINodeClass, Machine, MachineDrainRule, MachineHealthCheck};
 use karpenter_core::cache::{Cache, keep};
 use karpenter_core::tasks::Tasks;
 
@@ -18,6 +18,8 @@ pub struct ClusterApiCaches {
     pub clusters: Cache<Cluster>,
     /// The management side's MachineHealthChecks (which one owns a Machine's remediation).
     pub health_checks: Cache<MachineHealthCheck>,
+    /// The management side's MachineDrainRules (how the core drains a Machine's Node).
+    pub drain_rules: Cache<MachineDrainRule>,
 }
 
 impl ClusterApiCaches {
@@ -41,6 +43,7 @@ impl ClusterApiCaches {
             ),
             clusters,
             health_checks: Cache::start(tasks, Api::all(management.clone()), all(), keep, None),
+            drain_rules: Cache::start(tasks, Api::all(management.clone()), all(), keep, None),
         }
     }
 
@@ -67,5 +70,6 @@ impl ClusterApiCaches {
         self.machines.ready().await;
         self.clusters.ready().await;
         self.health_checks.ready().await;
+        self.drain_rules.ready().await;
     }
 }

@@ -134,6 +134,8 @@ pub struct Context {
     pub clusters: Store<clusterapi_api::Cluster>,
     /// MachineHealthChecks (who remediates a Machine, `health_checks`).
     pub health_checks: Store<clusterapi_api::MachineHealthCheck>,
+    /// MachineDrainRules (how the core drains a Machine's Node, `drain_rules`).
+    pub drain_rules: Store<clusterapi_api::MachineDrainRule>,
     /// The workload cluster's NodeClaims (offering counts).
     pub nodeclaims: Store<NodeClaim>,
     pub catalogs: Arc<dyn Catalogs>,

@@ -10,6 +10,7 @@
 //! Everything else that knows Cluster API lives here too: [`machine`] (Machines as written
 //! and read), [`clone`] (templates cloned into InfraMachines and bootstrap configs),
 //! [`fence`] (which objects are ours), [`names`] (the deterministic names of what we create),
+//! [`drain_rules`] (the MachineDrainRules the core's drain honours),
 //! [`nodeclass`] (what launch and the timeouts read of a ClusterAPINodeClass), the
 //! ClusterAPINodeClass status controller ([`nodeclass_status`], with [`offering_status`] and
 //! [`calibration`]), the template catalogs of the NodeClasses ([`catalogs`], with the
@@ -23,6 +24,7 @@ pub mod catalogs;
 pub(crate) mod clone;
 pub mod context;
 pub mod control_planes;
+pub mod drain_rules;
 pub(crate) mod drift;
 pub mod fence;
 pub(crate) mod gauges;
@@ -428,6 +430,10 @@ impl CloudProvider for ClusterApi {
             launch: n.launch_timeout,
             registration: n.registration_timeout,
         })
+    }
+
+    fn drain_rules(&self, claim: &NodeClaim) -> Result<cloudprovider::DrainRules, Error> {
+        drain_rules::of_claim(&self.ctx, claim)
     }
 
     fn launch_succeeded(&self, claim: &NodeClaim) {

@@ -208,6 +208,7 @@ fn provider_context(
         nodeclasses: capi.nodeclasses.store(),
         clusters: capi.clusters.store(),
         health_checks: capi.health_checks.store(),
+        drain_rules: capi.drain_rules.store(),
         nodeclaims: caches.nodeclaims.store(),
         catalogs,
         unavailable,

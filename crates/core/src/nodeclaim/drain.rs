@@ -16,16 +16,27 @@
 //!   deleted instead (any group, PDBs and do-not-disrupt bypassed), with the time left as its
 //!   grace period (at least 1 s, never 0: no force-removal from etcd).
 //!
+//! - The provider's drain rules ([`cloudprovider::DrainRules`], for Cluster API its
+//!   MachineDrainRules and its drain pod label) say per pod: `Skip` (not
+//!   evicted, not waited for: it goes with the Node), `WaitCompleted` (never evicted, waited
+//!   for until it finishes, as a do-not-disrupt pod: the termination time still deletes it;
+//!   counted in order 0) or `Drain` with an order. Pods leave in groups of increasing order
+//!   first, Karpenter's four groups within each order: `(order, group)`, a group starting only
+//!   when every pod of the groups before has left. Without rules every pod is order 0: the
+//!   drain is Karpenter's.
+//!
 //! [`plan`] is the pure decision, [`Drainer`] carries it out. No provider type here: every
-//! provider's Nodes are drained alike.
+//! provider's Nodes are drained alike, by the rules the provider answers.
 
+use std::collections::BTreeMap;
 use std::ops::Not;
 use std::time::Duration;
 
 use api::consts::events;
+use cloudprovider::{DrainBehaviour, DrainRules};
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::Api;
@@ -135,28 +146,42 @@ impl Plan<'_> {
     }
 }
 
-/// The drain's next step over the pods bound to a Node.
-pub(crate) fn plan<'a>(pods: &[&'a Pod], deadline: Option<Timestamp>, now: Timestamp) -> Plan<'a> {
-    let waiting: Vec<&Pod> = pods
+/// Where a pod waits its turn: its drain order first, then Karpenter's group.
+type Turn = (i32, Group);
+
+/// The drain's next step over the pods bound to a Node, each treated as `behaviour` says.
+pub(crate) fn plan<'a>(
+    pods: &[&'a Pod],
+    behaviour: &dyn Fn(&Pod) -> DrainBehaviour,
+    deadline: Option<Timestamp>,
+    now: Timestamp,
+) -> Plan<'a> {
+    // Skipped pods are neither evicted nor waited for.
+    let waiting: Vec<(&Pod, DrainBehaviour, i32)> = pods
         .iter()
         .copied()
         .filter(|p| waited_for(p, now))
+        .filter_map(|p| {
+            let b = behaviour(p);
+            b.order().map(|order| (p, b, order))
+        })
         .collect();
     let mut out = Plan {
         waiting: waiting.len(),
         ..Plan::default()
     };
-    let mut graceful = Vec::new();
-    for p in waiting {
+    let mut graceful: Vec<(&Pod, DrainBehaviour, Turn)> = Vec::new();
+    for (p, b, order) in waiting {
         match force_delete_grace(p, deadline, now) {
             Some(grace) => out.delete.push((p, grace)),
-            None => graceful.push(p),
+            None => graceful.push((p, b, (order, group(p)))),
         }
     }
-    if let Some(first) = graceful.iter().map(|p| group(p)).min() {
+    if let Some(first) = graceful.iter().map(|(_, _, turn)| *turn).min() {
         out.evict = graceful
             .into_iter()
-            .filter(|p| group(p) == first)
+            .filter(|(_, b, turn)| *turn == first && *b != DrainBehaviour::WaitCompleted)
+            .map(|(p, _, _)| p)
             .filter(|p| p.metadata.deletion_timestamp.is_none() && !pod_do_not_disrupt(p, now))
             .collect();
     }
@@ -227,11 +252,48 @@ impl Drainer<'_> {
         }
     }
 
-    /// One pass of the drain of `node` (deadline: the termination time, if any; `reason`:
-    /// why its pods are evicted, for their `Evicted` events).
+    /// The labels of the namespaces of `pods`, when `rules` read them (a namespace gone has
+    /// none).
+    async fn namespace_labels(
+        &self,
+        pods: &[&Pod],
+        rules: &DrainRules,
+    ) -> Result<BTreeMap<String, BTreeMap<String, String>>, Error> {
+        let mut out = BTreeMap::new();
+        if !rules.needs_namespaces() {
+            return Ok(out);
+        }
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        for ns in pods.iter().filter_map(|p| p.metadata.namespace.as_deref()) {
+            if !out.contains_key(ns)
+                && let Some(found) = api.get_opt(ns).await?
+            {
+                out.insert(ns.to_string(), found.labels().clone());
+            }
+        }
+        Ok(out)
+    }
+
+    /// One pass of the drain of `node` without drain rules (every pod drained, order 0): see
+    /// [`Drainer::drain_with`].
     pub(crate) async fn drain(
         &self,
         node: &Node,
+        deadline: Option<Timestamp>,
+        reason: &str,
+        now: Timestamp,
+    ) -> Result<Progress, Error> {
+        self.drain_with(node, &DrainRules::default(), deadline, reason, now)
+            .await
+    }
+
+    /// One pass of the drain of `node` (deadline: the termination time, if any; `reason`:
+    /// why its pods are evicted, for their `Evicted` events; `rules`: the provider's drain
+    /// rules for its NodeClaim).
+    pub(crate) async fn drain_with(
+        &self,
+        node: &Node,
+        rules: &DrainRules,
         deadline: Option<Timestamp>,
         reason: &str,
         now: Timestamp,
@@ -244,7 +306,16 @@ impl Drainer<'_> {
             .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&name))
             .collect();
         let refs: Vec<&Pod> = on_node.iter().map(|p| p.as_ref()).collect();
-        let plan = plan(&refs, deadline, now);
+        let namespaces = self.namespace_labels(&refs, rules).await?;
+        let behaviour = |p: &Pod| {
+            let ns = p
+                .metadata
+                .namespace
+                .as_ref()
+                .and_then(|n| namespaces.get(n));
+            rules.behaviour(p, ns)
+        };
+        let plan = plan(&refs, &behaviour, deadline, now);
         tracing::debug!(node = %name, pods = plan.waiting, evict = plan.evict.len(),
             delete = plan.delete.len(), "drain pass");
         if plan.drained() {
@@ -435,6 +506,11 @@ mod tests {
         json!({"spec": {"priorityClassName": "system-node-critical"}})
     }
 
+    /// No drain rules: every pod drained, order 0.
+    fn drain_all(_: &Pod) -> DrainBehaviour {
+        DrainBehaviour::DEFAULT
+    }
+
     fn names(pods: &[&Pod]) -> Vec<String> {
         pods.iter().map(|p| p.name_any()).collect()
     }
@@ -462,7 +538,7 @@ mod tests {
         let mut left: Vec<&Pod> = pods.iter().collect();
         let mut order = Vec::new();
         while !left.is_empty() {
-            let p = plan(&left, None, now());
+            let p = plan(&left, &drain_all, None, now());
             assert_eq!(p.waiting, left.len());
             assert!(p.delete.is_empty());
             order.push(names(&p.evict));
@@ -486,11 +562,11 @@ mod tests {
             pod("ds", daemon()),
         ];
         let refs: Vec<&Pod> = pods.iter().collect();
-        let p = plan(&refs, None, now());
+        let p = plan(&refs, &drain_all, None, now());
         assert_eq!(p.waiting, 2);
         assert!(p.evict.is_empty(), "{:?}", names(&p.evict));
         // Positive control: once it has left, the DaemonSet pod goes.
-        let p = plan(&refs[1..], None, now());
+        let p = plan(&refs[1..], &drain_all, None, now());
         assert_eq!(names(&p.evict), ["ds"]);
     }
 
@@ -522,7 +598,7 @@ mod tests {
             pod("stuck", json!({"metadata": {"deletionTimestamp": stuck}})),
         ];
         let refs: Vec<&Pod> = pods.iter().collect();
-        let p = plan(&refs, None, now());
+        let p = plan(&refs, &drain_all, None, now());
         assert!(p.drained(), "{p:?}");
         // Positive controls: a pod tolerating another taint, and one terminating for less
         // than a minute past its deletionTimestamp, are waited for.
@@ -535,7 +611,7 @@ mod tests {
             pod("recent", json!({"metadata": {"deletionTimestamp": recent}})),
         ];
         let refs: Vec<&Pod> = held.iter().collect();
-        let p = plan(&refs, None, now());
+        let p = plan(&refs, &drain_all, None, now());
         assert_eq!(p.waiting, 2);
         assert_eq!(names(&p.evict), ["other"]);
     }
@@ -550,20 +626,20 @@ mod tests {
             pod("app", json!({})),
         ];
         let refs: Vec<&Pod> = pods.iter().collect();
-        let p = plan(&refs, None, now());
+        let p = plan(&refs, &drain_all, None, now());
         assert_eq!(p.waiting, 2);
         assert_eq!(names(&p.evict), ["app"]);
-        let p = plan(&refs[..1], None, now());
+        let p = plan(&refs[..1], &drain_all, None, now());
         assert!(p.evict.is_empty() && p.delete.is_empty() && p.waiting == 1);
         // Far from the termination time: still waited for.
-        let p = plan(&refs[..1], Some(at(3600)), now());
+        let p = plan(&refs[..1], &drain_all, Some(at(3600)), now());
         assert!(p.delete.is_empty() && p.waiting == 1);
         // Within its own grace period (30 s) of it: deleted with the time left.
-        let p = plan(&refs[..1], Some(at(20)), now());
+        let p = plan(&refs[..1], &drain_all, Some(at(20)), now());
         assert_eq!(p.delete.len(), 1);
         assert_eq!(p.delete[0].1, 20);
         // Past it: at least 1 s, never 0.
-        let p = plan(&refs[..1], Some(at(-100)), now());
+        let p = plan(&refs[..1], &drain_all, Some(at(-100)), now());
         assert_eq!(p.delete[0].1, 1);
         // A grace period beyond any time (user input) is due at once, no overflow.
         let huge = [pod(
@@ -571,7 +647,10 @@ mod tests {
             json!({"spec": {"terminationGracePeriodSeconds": i64::MAX}}),
         )];
         let refs: Vec<&Pod> = huge.iter().collect();
-        assert_eq!(plan(&refs, Some(at(3600)), now()).delete[0].1, 3600);
+        assert_eq!(
+            plan(&refs, &drain_all, Some(at(3600)), now()).delete[0].1,
+            3600
+        );
     }
 
     #[test]
@@ -586,7 +665,7 @@ mod tests {
         ];
         let refs: Vec<&Pod> = pods.iter().collect();
         // 25 s left: the 30 s pods are due, the 10 s one is evicted as usual.
-        let p = plan(&refs, Some(at(25)), now());
+        let p = plan(&refs, &drain_all, Some(at(25)), now());
         let deleted: Vec<String> = p.delete.iter().map(|(p, _)| p.name_any()).collect();
         assert_eq!(deleted, ["crit", "ds"]);
         assert!(p.delete.iter().all(|(_, g)| *g == 25));
@@ -603,13 +682,133 @@ mod tests {
             pod("early", json!({"metadata": {"deletionTimestamp": early}})),
         ];
         let refs: Vec<&Pod> = pods.iter().collect();
-        let p = plan(&refs, Some(at(10)), now());
+        let p = plan(&refs, &drain_all, Some(at(10)), now());
         let deleted: Vec<String> = p.delete.iter().map(|(p, _)| p.name_any()).collect();
         assert_eq!(deleted, ["late"]);
         assert_eq!(p.delete[0].1, 10);
         assert!(p.evict.is_empty());
         assert_eq!(p.waiting, 2);
         // Without a termination time nothing is deleted.
-        assert!(plan(&refs, None, now()).delete.is_empty());
+        assert!(plan(&refs, &drain_all, None, now()).delete.is_empty());
+    }
+
+    /// Drain rules by pod name: `skip…`, `wait…`, or `…-o<order>`.
+    fn by_name(pod: &Pod) -> DrainBehaviour {
+        match pod.name_any().as_str() {
+            n if n.starts_with("skip") => DrainBehaviour::Skip,
+            n if n.starts_with("wait") => DrainBehaviour::WaitCompleted,
+            n => match n.rsplit_once("-o").and_then(|(_, o)| o.parse().ok()) {
+                Some(order) => DrainBehaviour::Drain { order },
+                None => DrainBehaviour::DEFAULT,
+            },
+        }
+    }
+
+    /// The groups in the order they leave (each pass evicts one; evicted pods then go).
+    fn passes(pods: &[Pod], behaviour: &dyn Fn(&Pod) -> DrainBehaviour) -> Vec<Vec<String>> {
+        let mut left: Vec<&Pod> = pods.iter().collect();
+        let mut order = Vec::new();
+        loop {
+            let p = plan(&left, behaviour, None, now());
+            if p.evict.is_empty() {
+                return order;
+            }
+            order.push(names(&p.evict));
+            left.retain(|x| !p.evict.iter().any(|e| e.name_any() == x.name_any()));
+        }
+    }
+
+    #[test]
+    fn skipped_pods_are_neither_evicted_nor_waited_for() {
+        let pods = [pod("skip-a", json!({})), pod("skip-ds", daemon())];
+        let refs: Vec<&Pod> = pods.iter().collect();
+        let p = plan(&refs, &by_name, None, now());
+        assert!(p.drained() && p.evict.is_empty(), "{p:?}");
+        // Not deleted at the termination time either: they go with the Node.
+        let p = plan(&refs, &by_name, Some(at(-100)), now());
+        assert!(p.drained() && p.delete.is_empty(), "{p:?}");
+        // Positive control: without the rules they are evicted and waited for.
+        let p = plan(&refs, &drain_all, None, now());
+        assert_eq!(
+            (p.waiting, names(&p.evict)),
+            (2, vec!["skip-a".to_string()])
+        );
+    }
+
+    #[test]
+    fn orders_leave_in_increasing_order_karpenters_groups_within_each() {
+        let mut crit_ds = daemon();
+        merge(&mut crit_ds, critical());
+        let pods = [
+            pod("db-o10", json!({})),
+            pod("app", json!({})),
+            pod("ds", daemon()),
+            pod("crit-ds", crit_ds),
+            pod("early-o-5", json!({})),
+            pod("early-ds-o-5", daemon()),
+            pod("late-crit-o10", critical()),
+        ];
+        assert_eq!(
+            passes(&pods, &by_name),
+            vec![
+                vec!["early-o-5".to_string()],
+                vec!["early-ds-o-5".into()],
+                vec!["app".into()],
+                vec!["ds".into()],
+                vec!["crit-ds".into()],
+                vec!["db-o10".into()],
+                vec!["late-crit-o10".into()],
+            ]
+        );
+        // A terminating pod of a lower order holds the next order.
+        let terminating = [
+            pod("app", json!({"metadata": {"deletionTimestamp": NOW}})),
+            pod("db-o10", json!({})),
+        ];
+        let refs: Vec<&Pod> = terminating.iter().collect();
+        let p = plan(&refs, &by_name, None, now());
+        assert!(p.evict.is_empty() && p.waiting == 2, "{p:?}");
+        // Positive control: without rules both are order 0 and the second is evicted.
+        assert_eq!(
+            names(&plan(&refs, &drain_all, None, now()).evict),
+            ["db-o10"]
+        );
+    }
+
+    #[test]
+    fn wait_completed_pods_are_waited_for_never_evicted_until_the_deadline() {
+        let pods = [
+            pod("wait-job", json!({})),
+            pod("app", json!({})),
+            pod("db-o10", json!({})),
+        ];
+        let refs: Vec<&Pod> = pods.iter().collect();
+        let p = plan(&refs, &by_name, None, now());
+        assert_eq!((p.waiting, names(&p.evict)), (3, vec!["app".to_string()]));
+        // Alone in order 0 it is waited for, not evicted, and holds order 10.
+        let p = plan(&[&pods[0], &pods[2]], &by_name, None, now());
+        assert!(
+            p.evict.is_empty() && p.delete.is_empty() && p.waiting == 2,
+            "{p:?}"
+        );
+        // Once it has completed, order 10 goes.
+        let done = pod("wait-job", json!({"status": {"phase": "Succeeded"}}));
+        let p = plan(&[&done, &pods[2]], &by_name, None, now());
+        assert_eq!(
+            (p.waiting, names(&p.evict)),
+            (1, vec!["db-o10".to_string()])
+        );
+        // The termination time deletes it as it does a do-not-disrupt pod.
+        let p = plan(&[&pods[0]], &by_name, Some(at(20)), now());
+        assert_eq!(p.delete.len(), 1);
+        assert_eq!(
+            (p.delete[0].0.name_any(), p.delete[0].1),
+            ("wait-job".into(), 20)
+        );
+        // Positive control: drained as any pod without the rule.
+        assert_eq!(
+            names(&plan(&[&pods[0]], &drain_all, None, now()).evict),
+            ["wait-job"]
+        );
     }
 }

@@ -6,7 +6,9 @@
 //! Cluster API then waits for volumes to detach, deletes the InfraMachine, the bootstrap
 //! config and the Node), release our finalizer on the Node, then release the NodeClaim's
 //! finalizer. A NotReady Node whose instance is gone is not drained (its pods cannot leave
-//! through a kubelet).
+//! through a kubelet). The drain honours the provider's drain rules
+//! ([`cloudprovider::CloudProvider::drain_rules`]: for Cluster API, its MachineDrainRules and
+//! its drain pod label), since Cluster API's own drain does not run.
 
 use std::time::Duration;
 
@@ -195,7 +197,13 @@ async fn drain(
     }
     let key = drain_key(claim);
     let reason = eviction_reason(status).to_string();
-    match drainer.drain(&node, deadline, &reason, now).await? {
+    // The provider's drain rules (for Cluster API: the MachineDrainRules selecting the
+    // Machine), read on every pass: a rule written meanwhile applies to the pods left.
+    let rules = ctx.provider.drain_rules(claim)?;
+    match drainer
+        .drain_with(&node, &rules, deadline, &reason, now)
+        .await?
+    {
         Progress::Waiting { moved: true, .. } => {
             ctx.backoff.succeeded(&key);
             return Ok(Some(crate::nodeclaim::context::Backoff::FIRST));
