@@ -274,19 +274,6 @@ impl Drainer<'_> {
         Ok(out)
     }
 
-    /// One pass of the drain of `node` without drain rules (every pod drained, order 0): see
-    /// [`Drainer::drain_with`].
-    pub(crate) async fn drain(
-        &self,
-        node: &Node,
-        deadline: Option<Timestamp>,
-        reason: &str,
-        now: Timestamp,
-    ) -> Result<Progress, Error> {
-        self.drain_with(node, &DrainRules::default(), deadline, reason, now)
-            .await
-    }
-
     /// One pass of the drain of `node` (deadline: the termination time, if any; `reason`:
     /// why its pods are evicted, for their `Evicted` events; `rules`: the provider's drain
     /// rules for its NodeClaim).

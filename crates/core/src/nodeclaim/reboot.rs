@@ -260,7 +260,11 @@ async fn drain(
     };
     // No deadline: past the grace period the remaining pods are left to the reboot, never
     // deleted.
-    let progress = drainer.drain(node, None, "reboot", now).await?;
+    // The provider's drain rules (for Cluster API, MachineDrainRules) apply here too.
+    let rules = ctx.provider.drain_rules(claim)?;
+    let progress = drainer
+        .drain_with(node, &rules, None, "reboot", now)
+        .await?;
     let min = super::drain::MIN_DRAIN_TIME;
     match progress {
         super::drain::Progress::Drained if elapsed(since, now) >= min => Ok(None),
