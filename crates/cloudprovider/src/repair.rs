@@ -144,7 +144,7 @@ pub fn validate(policies: &[RepairPolicy]) -> Result<(), InvalidPolicies> {
         }
         if !matches!(p.condition_status.as_str(), "True" | "False" | "Unknown") {
             errors.push(format!(
-                "policies[{i}].conditionStatus: {:?} is not True, False or Unknown",
+                "policies[{i}].conditionStatus: \"{}\" is not True, False or Unknown",
                 p.condition_status
             ));
         }
@@ -158,7 +158,7 @@ pub fn validate(policies: &[RepairPolicy]) -> Result<(), InvalidPolicies> {
             && let Err(e) = regex::Regex::new(&p.reason_regex)
         {
             errors.push(format!(
-                "policies[{i}].reasonRegex: {:?} does not compile: {e}",
+                "policies[{i}].reasonRegex: \"{}\" does not compile: {e}",
                 p.reason_regex
             ));
         }

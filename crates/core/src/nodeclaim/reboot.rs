@@ -157,7 +157,7 @@ async fn requested(
             Some(d) => Some(d),
             None => {
                 let why = format!(
-                    "invalid {} {text:?}: not a duration such as 30s or 5m",
+                    "invalid {} \"{text}\": not a duration such as 30s or 5m",
                     annotations::REBOOT_TERMINATION_GRACE_PERIOD
                 );
                 return fail(ctx, claim, status, node.as_deref(), "invalid_request", &why).await;

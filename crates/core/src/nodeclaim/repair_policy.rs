@@ -48,7 +48,7 @@ impl Matcher {
             .or_default();
         for p in policies.iter().filter(|p| !p.is_fallback()) {
             let regex = Regex::new(&p.reason_regex)
-                .map_err(|e| InvalidPolicies(vec![format!("{:?}: {e}", p.reason_regex)]))?;
+                .map_err(|e| InvalidPolicies(vec![format!("\"{}\": {e}", p.reason_regex)]))?;
             specific
                 .entry((p.condition_type.clone(), p.condition_status.clone()))
                 .or_default()
