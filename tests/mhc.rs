@@ -239,7 +239,12 @@ async fn a_machine_health_check_owns_remediation_of_the_machines_it_selects() {
             .filter(|l| l.starts_with("karpenter_nodeclaims_unhealthy_disrupted_total{"))
             .filter(|l| l.contains(&format!("condition=\"{condition}\"")))
             .filter(|l| l.contains("nodepool=\"default\""))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .map(|l| {
+                l.rsplit(' ')
+                    .next()
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .unwrap_or_else(|| panic!("unparsable metric line: {l}"))
+            })
             .sum::<f64>()
     };
     assert_eq!(repaired("HealthCheckSucceeded"), 1.0, "{metrics}");

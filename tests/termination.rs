@@ -492,7 +492,11 @@ async fn machine_drain_rules_selecting_our_machines_are_honoured() {
         pods.create(&PostParams::default(), &p).await.expect("pod");
     }
     wait_for("pods running", WAIT, || async {
-        let all = pods.list(&Default::default()).await.ok()?.items;
+        let all = pods
+            .list(&Default::default())
+            .await
+            .expect("list pods")
+            .items;
         (all.iter().filter(|p| running(p)).count() == 5).then_some(())
     })
     .await

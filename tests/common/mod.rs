@@ -737,7 +737,7 @@ pub async fn break_node(client: &kube::Client, name: &str) {
         let nodes = nodes.clone();
         async move {
             use std::sync::atomic::Ordering;
-            let n = nodes.get(name).await.ok()?;
+            let n = nodes.get(name).await.expect("read the Node");
             let broken = n
                 .status
                 .and_then(|s| s.conditions)
