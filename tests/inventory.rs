@@ -495,20 +495,11 @@ async fn capi_provider(client: &Client) -> (karpenter_core::tasks::Tasks, cluste
     (tasks, clusterapi::ClusterApi::new(ctx, None))
 }
 
-/// Metal3's reboot, the provider half. The Cluster API provider finds the node's host (the
-/// TestMachine's `metal3.io/BareMetalHost` annotation, else the host whose consumerRef names
-/// it) and asks for a hard reboot; the test provider plays the baremetal-operator: the host
-/// powers off, the annotation goes, it powers on, and the Node boots again (a new bootID;
-/// broken before, Ready again). The same operation again writes nothing; the free hosts are
-/// never touched; a Machine without a host cannot be rebooted (the core replaces it).
-#[tokio::test]
-async fn a_rebooted_host_boots_its_broken_node_again() {
-    use cloudprovider::CloudProvider;
-    use clusterapi::reboot::{self, HostKey, Requested};
-    let env = env(vec![("metal", "2", "4Gi", "0.05", json!({}))]).await;
+/// `hosts` free BareMetalHosts, NodePool `default`, and a Deployment of one pod, once that
+/// pod runs on a node of a host.
+async fn one_pod_on_a_host(env: &Env, hosts: usize) {
     let client = env.tb.client();
-    let cluster_ns = env.cluster.namespace.clone();
-    metal_hosts(&env, 2).await;
+    metal_hosts(env, hosts).await;
     create_nodepool(&client, json!({})).await;
     let ns = env.tb.temp_namespace().await.expect("namespace");
     Api::<Deployment>::namespaced(client.clone(), &ns)
@@ -525,6 +516,22 @@ async fn a_rebooted_host_boots_its_broken_node_again() {
     })
     .await
     .expect("a node on a host runs the pod");
+}
+
+/// Metal3's reboot, the provider half. The Cluster API provider finds the node's host (the
+/// TestMachine's `metal3.io/BareMetalHost` annotation, else the host whose consumerRef names
+/// it) and asks for a hard reboot; the test provider plays the baremetal-operator: the host
+/// powers off, the annotation goes, it powers on, and the Node boots again (a new bootID;
+/// broken before, Ready again). The same operation again writes nothing; the free hosts are
+/// never touched; a Machine without a host cannot be rebooted (the core replaces it).
+#[tokio::test]
+async fn a_rebooted_host_boots_its_broken_node_again() {
+    use cloudprovider::CloudProvider;
+    use clusterapi::reboot::{self, HostKey, Requested};
+    let env = env(vec![("metal", "2", "4Gi", "0.05", json!({}))]).await;
+    let client = env.tb.client();
+    let cluster_ns = env.cluster.namespace.clone();
+    one_pod_on_a_host(&env, 2).await;
     let machines: Api<clusterapi_api::Machine> = Api::namespaced(client.clone(), &cluster_ns);
     let launched = list(
         &machines,
@@ -713,23 +720,7 @@ async fn a_reboot_policy_reboots_a_broken_node_on_its_host() {
     .await;
     let client = env.tb.client();
     let cluster_ns = env.cluster.namespace.clone();
-    metal_hosts(&env, 1).await;
-    create_nodepool(&client, json!({})).await;
-    let ns = env.tb.temp_namespace().await.expect("namespace");
-    Api::<Deployment>::namespaced(client.clone(), &ns)
-        .create(
-            &PostParams::default(),
-            &deployment("web", 1, "1500m", "256Mi", json!({})),
-        )
-        .await
-        .expect("deployment");
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    wait_for("the pod Running", Duration::from_secs(60), || async {
-        let l = pods.list(&ListParams::default()).await.expect("pods").items;
-        (l.len() == 1 && l.iter().all(running)).then_some(())
-    })
-    .await
-    .expect("a node on the host runs the pod");
+    one_pod_on_a_host(&env, 1).await;
     let claims = list(&nodeclaims(&client), &ListParams::default()).await;
     let [claim] = claims.as_slice() else {
         panic!("one NodeClaim: {claims:?}");

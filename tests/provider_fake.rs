@@ -185,17 +185,26 @@ impl Env {
     }
 
     async fn node_ready(&self, name: &str, status: &str, since: &str) {
+        self.node_status(
+            name,
+            json!({
+                "capacity": {"cpu": "1", "memory": "1Gi", "pods": "110"},
+                "allocatable": {"cpu": "1", "memory": "1Gi", "pods": "110"},
+                "conditions": [{"type": "Ready", "status": status, "reason": "Test",
+                    "lastHeartbeatTime": since, "lastTransitionTime": since}]
+            }),
+        )
+        .await;
+    }
+
+    /// Merges `status` into the Node's status, once the Node cache has the write.
+    async fn node_status(&self, name: &str, status: serde_json::Value) {
         let nodes: Api<Node> = Api::all(self.client.clone());
         let written = nodes
             .patch_status(
                 name,
                 &PatchParams::default(),
-                &Patch::Merge(json!({"status": {
-                    "capacity": {"cpu": "1", "memory": "1Gi", "pods": "110"},
-                    "allocatable": {"cpu": "1", "memory": "1Gi", "pods": "110"},
-                    "conditions": [{"type": "Ready", "status": status, "reason": "Test",
-                        "lastHeartbeatTime": since, "lastTransitionTime": since}]
-                }})),
+                &Patch::Merge(json!({ "status": status })),
             )
             .await
             .expect("node status");
@@ -561,30 +570,16 @@ async fn no_repair_policies(env: &Env) {
 
 /// Sets the Node's `Ready` condition with `reason` and its `bootID`.
 async fn node_boot(env: &Env, node: &str, ready: &str, reason: &str, boot_id: &str) {
-    let nodes: Api<Node> = Api::all(env.client.clone());
     let now = ago(0);
-    let written = nodes
-        .patch_status(
-            node,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {
-                "nodeInfo": {"bootID": boot_id},
-                "conditions": [{"type": "Ready", "status": ready, "reason": reason,
-                    "lastHeartbeatTime": now, "lastTransitionTime": now}]
-            }})),
-        )
-        .await
-        .expect("node status");
-    let version = written.resource_version();
-    let store = env.caches.nodes.store();
-    wait_for("node cached", WAIT, || async {
-        store
-            .get(&kube::runtime::reflector::ObjectRef::new(node))
-            .filter(|n| n.resource_version() == version)
-            .map(|_| ())
-    })
-    .await
-    .expect("node in cache");
+    env.node_status(
+        node,
+        json!({
+            "nodeInfo": {"bootID": boot_id},
+            "conditions": [{"type": "Ready", "status": ready, "reason": reason,
+                "lastHeartbeatTime": now, "lastTransitionTime": now}]
+        }),
+    )
+    .await;
 }
 
 fn rebooting_reason(claim: Option<&NodeClaim>) -> Option<String> {

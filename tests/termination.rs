@@ -152,6 +152,25 @@ async fn all_gone(client: &Client, ns: &str, claim: &str, node: &str) {
 /// the pod went through the Eviction API), `deleting` (a deletionTimestamp) and `deleted`.
 type Seen = Arc<Mutex<Vec<(String, &'static str)>>>;
 
+/// Creates `list` and waits until kwok runs them all; then watches the pods of `pods`.
+async fn run_pods(pods: &Api<Pod>, list: Vec<Pod>) -> (Seen, tokio::task::JoinHandle<()>) {
+    let n = list.len();
+    for p in list {
+        pods.create(&PostParams::default(), &p).await.expect("pod");
+    }
+    wait_for("pods running", WAIT, || async {
+        let all = pods
+            .list(&Default::default())
+            .await
+            .expect("list pods")
+            .items;
+        (all.iter().filter(|p| running(p)).count() == n).then_some(())
+    })
+    .await
+    .expect("kwok runs the pods");
+    watch_pods(pods.clone())
+}
+
 fn watch_pods(pods: Api<Pod>) -> (Seen, tokio::task::JoinHandle<()>) {
     let seen: Seen = Arc::default();
     let log = seen.clone();
@@ -236,21 +255,16 @@ async fn drain_evicts_through_the_eviction_api_in_groups_and_waits_for_a_pdb() {
     let tolerant = json!({"spec": {"tolerations": [
         {"key": "team", "operator": "Exists"},
         {"key": "karpenter.sh/disrupted", "operator": "Exists"}]}});
-    for p in [
-        pod("app", &node, json!({})),
-        pod("guarded", &node, json!({})),
-        pod("agent-x", &node, daemon),
-        pod("tolerant", &node, tolerant),
-    ] {
-        pods.create(&PostParams::default(), &p).await.expect("pod");
-    }
-    wait_for("pods running", WAIT, || async {
-        let all = pods.list(&Default::default()).await.ok()?.items;
-        (all.iter().filter(|p| running(p)).count() == 4).then_some(())
-    })
-    .await
-    .expect("kwok runs the pods");
-    let (log, _watch) = watch_pods(pods.clone());
+    let (log, _watch) = run_pods(
+        &pods,
+        vec![
+            pod("app", &node, json!({})),
+            pod("guarded", &node, json!({})),
+            pod("agent-x", &node, daemon),
+            pod("tolerant", &node, tolerant),
+        ],
+    )
+    .await;
 
     nodeclaims(&client)
         .delete("drain-a1", &DeleteParams::default())
@@ -482,26 +496,17 @@ async fn machine_drain_rules_selecting_our_machines_are_honoured() {
         .await
         .expect("pdb");
     let labelled = json!({"metadata": {"labels": {"cluster.x-k8s.io/drain": "Skip"}}});
-    for p in [
-        pod("app", &node, json!({})),
-        pod("guarded", &node, json!({})),
-        pod("late", &node, json!({})),
-        pod("skipped", &node, json!({})),
-        pod("labelled", &node, labelled),
-    ] {
-        pods.create(&PostParams::default(), &p).await.expect("pod");
-    }
-    wait_for("pods running", WAIT, || async {
-        let all = pods
-            .list(&Default::default())
-            .await
-            .expect("list pods")
-            .items;
-        (all.iter().filter(|p| running(p)).count() == 5).then_some(())
-    })
-    .await
-    .expect("kwok runs the pods");
-    let (log, _watch) = watch_pods(pods.clone());
+    let (log, _watch) = run_pods(
+        &pods,
+        vec![
+            pod("app", &node, json!({})),
+            pod("guarded", &node, json!({})),
+            pod("late", &node, json!({})),
+            pod("skipped", &node, json!({})),
+            pod("labelled", &node, labelled),
+        ],
+    )
+    .await;
 
     nodeclaims(&client)
         .delete("drain-r1", &DeleteParams::default())

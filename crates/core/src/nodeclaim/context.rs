@@ -320,6 +320,25 @@ pub async fn publish(
     recorder.record(event, reference);
 }
 
+/// Sets one of a NodeClaim's conditions now (its message truncated as every condition's is).
+pub(crate) fn set_condition(
+    status: &mut api::karpenter::NodeClaimStatus,
+    type_: &str,
+    value: &str,
+    reason: &str,
+    message: &str,
+) {
+    api::conditions::set(
+        &mut status.conditions,
+        type_,
+        value,
+        reason,
+        message,
+        None,
+        k8s_openapi::jiff::Timestamp::now(),
+    );
+}
+
 /// Karpenter's `Ready` = Launched ∧ Registered ∧ Initialized (once any of them is known:
 /// a NodeClaim whose launch has not reported anything yet gets no status write for it).
 pub fn set_ready(conditions: &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>) {

@@ -39,7 +39,7 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
-use super::context::{Ctx, Error};
+use super::context::{Ctx, Error, set_condition as set};
 use super::repair::Matched;
 use crate::write::{Writer, manager};
 
@@ -49,18 +49,6 @@ pub(crate) const ISSUE_TIMEOUT: Duration = Duration::from_secs(300);
 pub(crate) const RECOVERY_TIMEOUT: Duration = Duration::from_secs(1200);
 /// How soon a reboot in progress is looked at again without a trigger.
 const POLL: Duration = Duration::from_secs(5);
-
-fn set(status: &mut NodeClaimStatus, type_: &str, value: &str, reason: &str, message: &str) {
-    api::conditions::set(
-        &mut status.conditions,
-        type_,
-        value,
-        reason,
-        &api::conditions::truncate(message, 300),
-        None,
-        Timestamp::now(),
-    );
-}
 
 /// Records the request to reboot `claim` for `m` (repair decided; the cap and budget
 /// admitted it): the grace period annotation (`claim` becomes the written object), then

@@ -11,13 +11,12 @@ use api::consts::{conditions as types, reasons};
 use api::karpenter::NodeClaimStatus;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::ResourceSlice;
-use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::events::EventType;
 use serde_json::json;
 
-use super::context::{Ctx, Error};
+use super::context::{Ctx, Error, set_condition as set};
 use super::labels::nodepool_of;
 use super::node_sync::{
     ClaimView, NotInitialized, RegisteredNode, check_initialized, registered_node,
@@ -30,18 +29,6 @@ pub(crate) enum Progress {
     Waiting,
     Registered,
     Initialized,
-}
-
-fn set(status: &mut NodeClaimStatus, type_: &str, value: &str, reason: &str, message: &str) {
-    api::conditions::set(
-        &mut status.conditions,
-        type_,
-        value,
-        reason,
-        message,
-        None,
-        Timestamp::now(),
-    );
 }
 
 /// Registration and initialization of a launched NodeClaim whose providerID is known.

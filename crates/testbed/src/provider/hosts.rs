@@ -258,15 +258,7 @@ pub(super) async fn reconcile_host(host: Arc<DynamicObject>, ctx: Arc<Ctx>) -> R
     match next_power(&host, off_for) {
         Power::Idle => Ok(Action::await_change()),
         Power::Off => {
-            api.patch_status(
-                &host.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(
-                    json!({"metadata": {"resourceVersion": host.resource_version()},
-                    "status": {"poweredOn": false, "lastUpdated": now()}}),
-                ),
-            )
-            .await?;
+            set_power(&api, &host, false).await?;
             Ok(Action::await_change())
         }
         Power::Unannotate => {
@@ -286,18 +278,24 @@ pub(super) async fn reconcile_host(host: Arc<DynamicObject>, ctx: Arc<Ctx>) -> R
             // The Node boots before the host reports on: a failed status write boots it
             // again (another bootID), never leaves it un-booted.
             boot_consumer_node(&ctx, &host).await?;
-            api.patch_status(
-                &host.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(
-                    json!({"metadata": {"resourceVersion": host.resource_version()},
-                    "status": {"poweredOn": true, "lastUpdated": now()}}),
-                ),
-            )
-            .await?;
+            set_power(&api, &host, true).await?;
             Ok(Action::await_change())
         }
     }
+}
+
+/// Reports the host powered on or off, conditional on the version it was read at.
+async fn set_power(api: &Api<DynamicObject>, host: &DynamicObject, on: bool) -> Result<()> {
+    api.patch_status(
+        &host.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(
+            json!({"metadata": {"resourceVersion": host.resource_version()},
+            "status": {"poweredOn": on, "lastUpdated": now()}}),
+        ),
+    )
+    .await?;
+    Ok(())
 }
 
 /// The first bootID of a Node.
