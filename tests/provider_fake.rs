@@ -676,12 +676,33 @@ async fn reboot_repairs_in_place(env: &Env) {
     assert_eq!(reboots(env, "succeeded"), 1);
 
     // The control: a provider that cannot reboot gets the Node replaced.
+    // Its drain is bounded by the reboot policy's 30 s from the failure (the claim has no
+    // terminationGracePeriod of its own: without the reboot's, none).
     env.fake.state(|s| s.no_reboot = true);
     node_boot(env, &node, "False", "KernelDeadlock", "boot-2").await;
+    let before = k8s_openapi::jiff::Timestamp::now();
+    let termination = std::sync::Mutex::new(None::<String>);
     env.reconcile_until(name, "replaced", |c| {
+        if let Some(t) = c.and_then(|c| {
+            c.annotations()
+                .get("karpenter.sh/nodeclaim-termination-timestamp")
+        }) {
+            *termination.lock().expect("lock") = Some(t.clone());
+        }
         c.is_none_or(|c| c.metadata.deletion_timestamp.is_some())
     })
     .await;
+    let termination = termination.into_inner().expect("lock");
+    let at: k8s_openapi::jiff::Timestamp = termination
+        .as_deref()
+        .expect("the replaced claim has a termination time")
+        .parse()
+        .expect("RFC 3339");
+    let after_30s = at.duration_since(before).as_secs();
+    assert!(
+        (28..=32).contains(&after_30s),
+        "termination time {at}: {after_30s} s after the failure, the reboot's 30 s"
+    );
     assert!(env.events(name).await.iter().any(|r| r == "RebootFailed"));
     assert_eq!(reboots(env, "provider_error"), 1);
     assert_eq!(env.fake.state(|s| s.reboot_calls.len()), 1);

@@ -225,7 +225,7 @@ impl Engagement {
             "static.provisioning",
             crate::static_pools::run(self.static_pools, stopped(stop.clone())),
         ));
-        let pod_event_writes = self.disruption.pod_event_writes.clone();
+        let claim_writes = self.disruption.claim_writes.clone();
         loops.spawn(run_as(
             "disruption",
             crate::disruption::run(self.disruption, stopped(stop.clone())),
@@ -235,7 +235,7 @@ impl Engagement {
             self.pods,
             self.nodeclaims,
             self.nodepools,
-            pod_event_writes,
+            claim_writes,
             stopped(stop.clone()),
         ));
         loops.spawn(run_as(
@@ -377,6 +377,6 @@ fn disruption(
         tick: ctx.knobs.disruption_tick,
         message_refresh: ctx.knobs.disruption_message_refresh,
         connection: ctx.connection.clone(),
-        pod_event_writes: Arc::default(),
+        claim_writes: Arc::default(),
     }
 }

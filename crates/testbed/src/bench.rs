@@ -241,6 +241,13 @@ pub struct Writes {
     pub leases: u64,
     /// Writes answered 409 Conflict.
     pub conflicts: u64,
+    /// Writes answered 422 Unprocessable: a JSON patch whose `test` failed (a write computed
+    /// from a stale read, like a 409) or an invalid object.
+    #[serde(default)]
+    pub refused: u64,
+    /// The 422s by `verb resource[/subresource] fieldManager`, to tell whose they are.
+    #[serde(default)]
+    pub refused_by: BTreeMap<String, u64>,
     /// Reads (get, list, watch) for comparison.
     pub reads: u64,
 }
@@ -281,20 +288,36 @@ pub fn writes(events: &[AuditEvent], agent: &str, from: f64, to: f64) -> Writes 
             .and_then(|r| r.subresource.as_deref())
             .map(|s| format!("/{s}"))
             .unwrap_or_default();
-        *w.by_verb_resource
-            .entry(format!("{} {resource}{sub}", e.verb))
-            .or_default() += 1;
+        let what = format!("{} {resource}{sub}", e.verb);
         w.total += 1;
         match resource {
             "events" => w.events += 1,
             "leases" => w.leases += 1,
             _ => {}
         }
-        if e.response_status.as_ref().and_then(|s| s.code) == Some(409) {
-            w.conflicts += 1;
+        match e.response_status.as_ref().and_then(|s| s.code) {
+            Some(409) => w.conflicts += 1,
+            Some(422) => {
+                w.refused += 1;
+                *w.refused_by
+                    .entry(format!("{what} {}", field_manager(&e.request_uri)))
+                    .or_default() += 1;
+            }
+            _ => {}
         }
+        *w.by_verb_resource.entry(what).or_default() += 1;
     }
     w
+}
+
+/// The `fieldManager` query parameter of a request URI (`-` without one).
+fn field_manager(uri: &str) -> &str {
+    uri.split_once('?')
+        .map(|(_, q)| q)
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .find_map(|kv| kv.strip_prefix("fieldManager="))
+        .unwrap_or("-")
 }
 
 /// Unix times of the patches of Deployment `name` in the audit log (the bench's scale-up and
@@ -434,12 +457,19 @@ const FIGURES: &[Figure] = &[
     ("  409 conflicts", |s| {
         Some(s.writes_scale_out.conflicts as f64)
     }),
+    ("  422 refused", |s| Some(s.writes_scale_out.refused as f64)),
     ("API reads, scale-out", |s| {
         Some(s.writes_scale_out.reads as f64)
     }),
     ("scale to 0: NodeClaims gone (s)", |s| s.nodeclaims_gone),
     ("API writes, scale-in (no events/leases)", |s| {
         Some(s.writes_scale_in.objects() as f64)
+    }),
+    ("  409 conflicts, scale-in", |s| {
+        Some(s.writes_scale_in.conflicts as f64)
+    }),
+    ("  422 refused, scale-in", |s| {
+        Some(s.writes_scale_in.refused as f64)
     }),
 ];
 
@@ -539,16 +569,20 @@ pub fn report(s: &Summary) -> String {
         ("scale-in", &s.writes_scale_in),
     ] {
         out += &format!(
-            "API writes, {phase}: {} ({} objects, {} events, {} leases, {} 409 conflicts; {} reads)\n",
+            "API writes, {phase}: {} ({} objects, {} events, {} leases, {} 409 conflicts, {} 422 refused; {} reads)\n",
             w.total,
             w.objects(),
             w.events,
             w.leases,
             w.conflicts,
+            w.refused,
             w.reads
         );
         for (k, v) in &w.by_verb_resource {
             out += &format!("  {v:>6}  {k}\n");
+        }
+        for (k, v) in &w.refused_by {
+            out += &format!("  {v:>6}  422 {k}\n");
         }
     }
     out += &format!(
@@ -744,14 +778,29 @@ mod tests {
             ),
         ]
         .join("\n")
+            + "\n"
+            + &line(
+                "karpenter-capi/0.1.0 (a)",
+                "patch",
+                "nodeclaims",
+                sub,
+                422,
+                "2026-01-01T00:00:04.000000Z",
+            )
+            .replace("/x", "/x?fieldManager=karpenter-capi-disruption")
             + "\n";
         let events = crate::audit::parse(&text).expect("parses");
         let from = received(&events[0]).expect("timestamp");
         let w = writes(&events, "karpenter-capi/", from, from + 10.0);
-        assert_eq!(w.total, 4);
+        assert_eq!(w.total, 5);
         assert_eq!((w.events, w.leases, w.conflicts, w.reads), (1, 1, 1, 1));
-        assert_eq!(w.objects(), 2);
-        assert_eq!(w.by_verb_resource["patch nodeclaims/status"], 1);
+        assert_eq!(w.refused, 1);
+        assert_eq!(
+            w.refused_by["patch nodeclaims/status karpenter-capi-disruption"],
+            1
+        );
+        assert_eq!(w.objects(), 3);
+        assert_eq!(w.by_verb_resource["patch nodeclaims/status"], 2);
         assert_eq!(w.by_verb_resource["create nodeclaims"], 1);
     }
 

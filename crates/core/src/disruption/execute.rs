@@ -52,10 +52,10 @@ pub struct Disruption {
     pub message_refresh: Duration,
     /// No pass while the workload cluster does not answer (see `health`).
     pub connection: crate::health::Connection,
-    /// The pod-event loop's NodeClaim writes: a claim it wrote after the cache's copy gets no
-    /// `Consolidatable` write from this pass (that copy's condition and time are stale; the
-    /// next pass decides on the written version).
-    pub pod_event_writes: Arc<crate::write::OwnWrites<api::NodeClaim>>,
+    /// The NodeClaim status writes this pass shares with the pod-event loop: one at a time
+    /// per claim, and a claim either wrote after the pass's copy gets no `Consolidatable`
+    /// write from this pass (the next pass decides on the written version).
+    pub claim_writes: Arc<super::claim_writes::ClaimWrites>,
 }
 
 impl Disruption {
@@ -265,7 +265,12 @@ pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> 
             &orchestrator.claims(),
             &claims,
             &outcome.verdicts,
-            (&mut written, &d.pod_event_writes),
+            (&mut written, &d.claim_writes),
+            |c| {
+                orchestrator
+                    .nodeclaims
+                    .get(&kube::runtime::reflector::ObjectRef::from_obj(c))
+            },
         )
         .await;
         let now_blocked: HashMap<String, String> = timers

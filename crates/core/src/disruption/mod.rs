@@ -25,6 +25,7 @@
 
 pub use crate::budgets;
 pub(crate) mod candidates;
+pub(crate) mod claim_writes;
 pub(crate) mod command;
 pub(crate) mod consolidation;
 pub(crate) mod drift;

@@ -19,12 +19,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 use kube::api::Api;
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::json;
 
+use super::claim_writes::ClaimWrites;
 use crate::cache::Cache;
 use crate::objects::{claim_node_name, deleting, owned_by, pod_node_name, terminal};
-use crate::write::{Outcome, OwnWrites, Writer, manager};
+use crate::write::{Outcome, Writer, manager};
 
 /// Events closer than this to the recorded one are not written (Karpenter: 10 s).
 pub(crate) const DEDUPE: Duration = Duration::from_secs(10);
@@ -101,12 +102,12 @@ pub(crate) async fn run(
     pods: Cache<Pod>,
     nodeclaims: Store<NodeClaim>,
     nodepools: Store<NodePool>,
-    written: Arc<OwnWrites<NodeClaim>>,
+    written: Arc<ClaimWrites>,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) {
     let writer: Writer<NodeClaim> = Writer::new(Api::all(client), manager::POD_EVENTS);
-    // Read-your-writes ahead of the cache: the NodeClaims our writes returned (shared with the
-    // disruption pass, which leaves a claim written here to its next pass).
+    // Read-your-writes ahead of the cache: the NodeClaims our writes and the disruption pass's
+    // returned; one write at a time per claim with that pass (`ClaimWrites`).
     let events = pods.subscribe();
     futures::pin_mut!(events);
     tokio::pin!(shutdown);
@@ -125,7 +126,12 @@ pub(crate) async fn run(
         else {
             continue;
         };
-        let claim = &written.latest(claim);
+        // Our turn, then the claim as it is now (the cache may have moved while we waited).
+        let _turn = written.turn(claim).await;
+        let Some(claim) = nodeclaims.get(&ObjectRef::from_obj(claim.as_ref())) else {
+            continue;
+        };
+        let claim = &written.latest(&claim);
         // Without a recorded pod event, consolidation counts from initialization: a pod
         // bound within the dedupe window of it (the usual first pods) needs no write.
         let status = claim.status.as_ref();

@@ -9,7 +9,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::write::{OwnWrites, Writer};
+use super::claim_writes::ClaimWrites;
+use crate::write::Writer;
 use api::NodeClaim;
 use api::consts::conditions as types;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -128,22 +129,21 @@ impl Written {
 }
 
 /// Writes the changed `Consolidatable` conditions that are due (a 409 means a newer object:
-/// the next pass computes again from it). A claim the pod-event loop has written since the
-/// cached copy (`pod_writes`) is left to the next pass: its condition was computed from a
-/// stale pod-event time.
+/// the next pass computes again from it). Each write takes the claim's turn
+/// ([`ClaimWrites`]); a claim that changed since the pass's copy (`claims`: the pod-event
+/// loop wrote its time, or the cache `current` shows another write) is left to the next
+/// pass, as its condition was computed from a stale copy.
 pub(crate) async fn write_conditions(
     writer: &Writer<NodeClaim>,
     claims: &[Arc<NodeClaim>],
     verdicts: &BTreeMap<String, Verdict>,
-    (written, pod_writes): (&mut Written, &OwnWrites<NodeClaim>),
+    (written, shared): (&mut Written, &ClaimWrites),
+    current: impl Fn(&NodeClaim) -> Option<Arc<NodeClaim>>,
 ) {
     let now = Timestamp::now();
     let instant = Instant::now();
     written.retain(claims);
-    for c in claims
-        .iter()
-        .filter(|c| !deleting(c.as_ref()) && Arc::ptr_eq(&pod_writes.latest(c), c))
-    {
+    for c in claims.iter().filter(|c| !deleting(c.as_ref())) {
         let name = c.name_any();
         let Some((status, change)) = updated(c, verdicts.get(&name), now) else {
             continue;
@@ -151,21 +151,27 @@ pub(crate) async fn write_conditions(
         if !written.due(&name, change, instant) {
             continue;
         }
+        let _turn = shared.turn(c).await;
+        let Some(cached) = current(c) else { continue };
+        if !shared.unchanged_since(c, &cached) {
+            continue;
+        }
         written.wrote(&name, instant);
-        match condition_ops(c, &status.conditions).and_then(json_patch) {
-            Some(ops) => {
-                if let Err(e) = writer.json_patch_status(c, ops).await {
-                    tracing::debug!(nodeclaim = %name, error = %e, "writing Consolidatable failed")
+        let result = match condition_ops(c, &status.conditions).and_then(json_patch) {
+            Some(ops) => writer.json_patch_status(c, ops).await,
+            None => {
+                let status = json!({"conditions": status.conditions});
+                writer.patch_status(c, status).await
+            }
+        };
+        match result {
+            Ok(out) => {
+                if let Some(after) = out.written() {
+                    shared.wrote(after)
                 }
             }
-            None => {
-                patch_status(
-                    writer,
-                    c,
-                    json!({"conditions": status.conditions}),
-                    "Consolidatable",
-                )
-                .await
+            Err(e) => {
+                tracing::debug!(nodeclaim = %name, error = %e, "writing Consolidatable failed")
             }
         }
     }
@@ -215,19 +221,6 @@ pub(crate) fn condition_ops(
 /// JSON patch operations as a [`json_patch::Patch`] (`None` if they do not parse as one).
 pub(crate) fn json_patch(ops: Vec<serde_json::Value>) -> Option<json_patch::Patch> {
     serde_json::from_value(serde_json::Value::Array(ops)).ok()
-}
-
-/// Merge-patches part of a NodeClaim's status, conditional on the resourceVersion it was
-/// computed from (a 404 or 409 means a newer object: the next pass decides on it).
-pub async fn patch_status(
-    writer: &Writer<NodeClaim>,
-    c: &NodeClaim,
-    status: serde_json::Value,
-    what: &str,
-) {
-    if let Err(e) = writer.patch_status(c, status).await {
-        tracing::debug!(nodeclaim = %c.name_any(), error = %e, what, "writing NodeClaim status failed")
-    }
 }
 
 /// Sets the gauges from a pass.

@@ -386,10 +386,24 @@ async fn fail(
         why,
     );
     let replace = result != "invalid_request";
+    let mut tightened = None;
     if replace {
+        // The replacement's drain gets the reboot's grace period from now, as Karpenter
+        // tightens the termination time (never loosened).
+        if let Some(at) = tightened_termination(claim, Timestamp::now()) {
+            tightened = Some(
+                ctx.patch_claim(
+                    claim,
+                    json!({"annotations": {annotations::NODECLAIM_TERMINATION_TIMESTAMP: at.to_string()}}),
+                )
+                .await?,
+            );
+        }
         // Recorded before the deletion; otherwise the lifecycle writes it.
-        ctx.write_status(claim, status).await?;
+        ctx.write_status(tightened.as_ref().unwrap_or(claim), status)
+            .await?;
     }
+    let claim = tightened.as_ref().unwrap_or(claim);
     if let Some(node) = node.filter(|n| has_taint(n)) {
         patch_node(
             ctx,
@@ -415,6 +429,20 @@ async fn fail(
     }
     ctx.delete_claim(claim).await?;
     Ok(Step::Deleted)
+}
+
+/// The termination time a failed reboot gives the replaced claim: now plus the reboot's grace
+/// period, when that is earlier than the time it already has (`None`: no grace period, or no
+/// tighter).
+fn tightened_termination(claim: &NodeClaim, now: Timestamp) -> Option<Timestamp> {
+    let grace = crate::objects::annotation(claim, annotations::REBOOT_TERMINATION_GRACE_PERIOD)
+        .and_then(api::duration::parse_duration)
+        .and_then(|g| k8s_openapi::jiff::SignedDuration::try_from(g).ok())?;
+    let at = Timestamp::from_second(now.checked_add(grace).ok()?.as_second()).ok()?;
+    match super::termination::termination_time(claim) {
+        Some(t) if t <= at => None,
+        _ => Some(at),
+    }
 }
 
 fn count(ctx: &Ctx, result: &str) {
@@ -486,4 +514,49 @@ async fn patch_node(ctx: &Ctx, node: &Node, body: serde_json::Value) -> Result<(
         .await?
         .required(format!("Node {}", node.name_any()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claim(annotations: &[(&str, &str)]) -> NodeClaim {
+        let mut c = NodeClaim::new("c", Default::default());
+        c.metadata.annotations = Some(
+            annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        c
+    }
+
+    #[test]
+    fn a_failed_reboot_tightens_the_termination_time_to_its_grace_period() {
+        let now: Timestamp = "2026-11-28T10:00:00.5Z".parse().expect("ts");
+        let grace = annotations::REBOOT_TERMINATION_GRACE_PERIOD;
+        let at = annotations::NODECLAIM_TERMINATION_TIMESTAMP;
+        let in_30s: Timestamp = "2026-11-28T10:00:30Z".parse().expect("ts");
+        assert_eq!(
+            tightened_termination(&claim(&[(grace, "30s")]), now),
+            Some(in_30s),
+            "now plus the grace period, to the second"
+        );
+        assert_eq!(
+            tightened_termination(&claim(&[(grace, "30s"), (at, "2026-11-28T11:00:00Z")]), now),
+            Some(in_30s),
+            "a later time is tightened"
+        );
+        assert_eq!(
+            tightened_termination(&claim(&[(grace, "30s"), (at, "2026-11-28T10:00:10Z")]), now),
+            None,
+            "an earlier time is kept"
+        );
+        assert_eq!(
+            tightened_termination(&claim(&[]), now),
+            None,
+            "no grace period"
+        );
+        assert_eq!(tightened_termination(&claim(&[(grace, "soon")]), now), None);
+    }
 }
