@@ -40,7 +40,7 @@ struct Env {
 }
 
 async fn env() -> Env {
-    let tb = Testbed::start(Options::default())
+    let tb = Testbed::start(Options::default().without_cluster_api())
         .await
         .expect("kube-apiserver");
     let client = tb.client();
