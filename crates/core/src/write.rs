@@ -157,6 +157,7 @@ pub struct Writer<K> {
     api: Api<K>,
     manager: &'static str,
     expectations: Option<Arc<Expectations>>,
+    shared: Option<Arc<OwnWrites<K>>>,
 }
 
 impl<K> Writer<K>
@@ -168,7 +169,15 @@ where
             api,
             manager,
             expectations: None,
+            shared: None,
         }
+    }
+
+    /// Also records every written object in `own`, for another loop that decides on the
+    /// newest version of what both wrote ([`OwnWrites::latest`]).
+    pub(crate) fn sharing(mut self, own: Arc<OwnWrites<K>>) -> Self {
+        self.shared = Some(own);
+        self
     }
 
     /// Records every write in `expectations` (read-your-writes).
@@ -185,8 +194,14 @@ where
     }
 
     fn record(&self, before: &K, after: &Outcome<K>) {
-        if let (Some(e), Outcome::Written(after)) = (&self.expectations, after) {
+        let Outcome::Written(after) = after else {
+            return;
+        };
+        if let Some(e) = &self.expectations {
             e.record(before, after);
+        }
+        if let Some(own) = &self.shared {
+            own.wrote(after.clone());
         }
     }
 

@@ -245,7 +245,8 @@ pub struct Writes {
     /// from a stale read, like a 409) or an invalid object.
     #[serde(default)]
     pub refused: u64,
-    /// The 422s by `verb resource[/subresource] fieldManager`, to tell whose they are.
+    /// The 409s and 422s by `code verb resource[/subresource] fieldManager`, to tell whose
+    /// they are.
     #[serde(default)]
     pub refused_by: BTreeMap<String, u64>,
     /// Reads (get, list, watch) for comparison.
@@ -295,15 +296,16 @@ pub fn writes(events: &[AuditEvent], agent: &str, from: f64, to: f64) -> Writes 
             "leases" => w.leases += 1,
             _ => {}
         }
-        match e.response_status.as_ref().and_then(|s| s.code) {
+        let code = e.response_status.as_ref().and_then(|s| s.code);
+        match code {
             Some(409) => w.conflicts += 1,
-            Some(422) => {
-                w.refused += 1;
-                *w.refused_by
-                    .entry(format!("{what} {}", field_manager(&e.request_uri)))
-                    .or_default() += 1;
-            }
+            Some(422) => w.refused += 1,
             _ => {}
+        }
+        if let Some(code @ (409 | 422)) = code {
+            *w.refused_by
+                .entry(format!("{code} {what} {}", field_manager(&e.request_uri)))
+                .or_default() += 1;
         }
         *w.by_verb_resource.entry(what).or_default() += 1;
     }
@@ -582,7 +584,7 @@ pub fn report(s: &Summary) -> String {
             out += &format!("  {v:>6}  {k}\n");
         }
         for (k, v) in &w.refused_by {
-            out += &format!("  {v:>6}  422 {k}\n");
+            out += &format!("  {v:>6}  {k}\n");
         }
     }
     out += &format!(
@@ -796,9 +798,10 @@ mod tests {
         assert_eq!((w.events, w.leases, w.conflicts, w.reads), (1, 1, 1, 1));
         assert_eq!(w.refused, 1);
         assert_eq!(
-            w.refused_by["patch nodeclaims/status karpenter-capi-disruption"],
+            w.refused_by["422 patch nodeclaims/status karpenter-capi-disruption"],
             1
         );
+        assert_eq!(w.refused_by["409 patch nodeclaims/status -"], 1);
         assert_eq!(w.objects(), 3);
         assert_eq!(w.by_verb_resource["patch nodeclaims/status"], 2);
         assert_eq!(w.by_verb_resource["create nodeclaims"], 1);

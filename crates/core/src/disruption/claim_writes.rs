@@ -1,5 +1,6 @@
-//! The NodeClaim status writes of the two loops that share `Consolidatable` and
-//! `status.lastPodEventTime`: the pod-event loop and the disruption pass. Each guards its JSON
+//! The NodeClaim writes of the two loops that share `Consolidatable` and
+//! `status.lastPodEventTime`: the pod-event loop and the disruption loop (its pass's
+//! conditions, and its commands' writes and deletions). Each guards its JSON
 //! patch with a `test` of what it was computed from, so a write computed from a copy the other
 //! loop has just changed is refused (422) by the API server. Two things keep that from
 //! happening between our own loops:
@@ -24,7 +25,7 @@ use crate::write::OwnWrites;
 /// loop and disruption pass.
 #[derive(Debug, Default)]
 pub struct ClaimWrites {
-    written: OwnWrites<NodeClaim>,
+    written: Arc<OwnWrites<NodeClaim>>,
     turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
@@ -47,6 +48,11 @@ impl ClaimWrites {
         Turn {
             _held: lock.lock_owned().await,
         }
+    }
+
+    /// Where a writer records what it wrote ([`crate::write::Writer::sharing`]).
+    pub(crate) fn own(&self) -> Arc<OwnWrites<NodeClaim>> {
+        self.written.clone()
     }
 
     /// The newer of `cached` and either loop's last write to it.

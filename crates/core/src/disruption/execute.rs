@@ -196,7 +196,7 @@ impl Disruption {
 /// Runs until `shutdown`.
 pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> + Send) {
     tokio::pin!(shutdown);
-    let orchestrator = Orchestrator::new(
+    let mut orchestrator = Orchestrator::new(
         d.client.clone(),
         d.recorder.clone(),
         d.metrics.clone(),
@@ -205,6 +205,7 @@ pub async fn run(d: Disruption, shutdown: impl std::future::Future<Output = ()> 
         d.command_timeout,
         d.state.clone(),
     );
+    orchestrator.claim_writes = d.claim_writes.clone();
     let mut timers = Timers::with_validation(d.validation);
     // The last DisruptionBlocked message per NodeClaim: an event only when it changes.
     let mut blocked: HashMap<String, String> = HashMap::new();

@@ -65,6 +65,9 @@ pub struct Orchestrator {
     pub state: ClusterState,
     /// Every write of the disruption loop, until the caches show it.
     pub expectations: Arc<Expectations>,
+    /// The NodeClaim writes shared with the pod-event loop: its claim writes are recorded
+    /// there, and a claim is deleted in its turn.
+    pub(crate) claim_writes: Arc<super::claim_writes::ClaimWrites>,
 }
 
 impl Orchestrator {
@@ -86,6 +89,7 @@ impl Orchestrator {
             timeout,
             state,
             expectations: Arc::default(),
+            claim_writes: Arc::default(),
         }
     }
 
@@ -93,6 +97,7 @@ impl Orchestrator {
     pub fn claims(&self) -> Writer<NodeClaim> {
         Writer::new(Api::all(self.client.clone()), manager::DISRUPTION)
             .expecting(self.expectations.clone())
+            .sharing(self.claim_writes.own())
     }
 
     /// Whether the caches have not shown one of our writes yet (a patch, a delete, a
@@ -252,6 +257,7 @@ impl Orchestrator {
             } => {
                 tracing::warn!(command = %record.id, %why, "disruption command failed; rolling back");
                 for r in &delete {
+                    let _turn = self.claim_writes.turn(r).await;
                     delete_claim(&self.claims(), r).await?;
                 }
                 for c in &candidates {
@@ -436,7 +442,10 @@ pub(crate) async fn delete_disrupted(
         format!("Disrupting NodeClaim: {reason} ({message})"),
     )
     .await;
-    if delete_claim(&orchestrator.claims(), claim).await? {
+    let turn = orchestrator.claim_writes.turn(claim).await;
+    let deleted = delete_claim(&orchestrator.claims(), claim).await?;
+    drop(turn);
+    if deleted {
         super::tally::record_disrupted(
             &orchestrator.metrics,
             &orchestrator.state,

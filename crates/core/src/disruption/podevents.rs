@@ -132,6 +132,10 @@ pub(crate) async fn run(
             continue;
         };
         let claim = &written.latest(&claim);
+        if deleting(claim.as_ref()) {
+            // Deleted by the disruption loop since the cache's copy: no method considers it.
+            continue;
+        }
         // Without a recorded pod event, consolidation counts from initialization: a pod
         // bound within the dedupe window of it (the usual first pods) needs no write.
         let status = claim.status.as_ref();

@@ -164,15 +164,9 @@ pub(crate) async fn write_conditions(
                 writer.patch_status(c, status).await
             }
         };
-        match result {
-            Ok(out) => {
-                if let Some(after) = out.written() {
-                    shared.wrote(after)
-                }
-            }
-            Err(e) => {
-                tracing::debug!(nodeclaim = %name, error = %e, "writing Consolidatable failed")
-            }
+        // (What it wrote, `writer` shares with the pod-event loop.)
+        if let Err(e) = result {
+            tracing::debug!(nodeclaim = %name, error = %e, "writing Consolidatable failed")
         }
     }
 }
