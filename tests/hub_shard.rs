@@ -770,6 +770,10 @@ async fn demote(bed: &Bed, survivor: &str, addr: std::net::SocketAddr) {
         since_seen, since_released,
         "{survivor} wrote for beta only after the thief let the Lease go"
     );
+    eprintln!(
+        "beta's Lease free again: {survivor} wrote for beta since (management, beta): {:?}",
+        since_seen.each_ref().map(Vec::len)
+    );
 }
 
 /// Writes from `identity` received after `since` for beta: into its management namespace
