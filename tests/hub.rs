@@ -8,7 +8,7 @@
 
 mod common;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use common::hub::create_nodeclass;
@@ -40,8 +40,9 @@ async fn pending_pods(client: &Client, n: usize) {
     common::hub::pending_pods(client, "web", n, "1").await;
 }
 
-/// The Machines in `ns`, as (name, cluster-name label, cluster-id label, being deleted).
-async fn machines(m: &Client, ns: &str) -> Vec<(String, String, String, bool)> {
+/// The Machines in `ns`, as (name, cluster-name label, cluster-id label, uid, being
+/// deleted).
+async fn machines(m: &Client, ns: &str) -> Vec<(String, String, String, String, bool)> {
     let api: Api<DynamicObject> =
         Api::namespaced_with(m.clone(), ns, &provider::machine_resource());
     common::list(&api, &ListParams::default())
@@ -53,6 +54,7 @@ async fn machines(m: &Client, ns: &str) -> Vec<(String, String, String, bool)> {
                 o.name_any(),
                 label(CLUSTER_NAME_LABEL),
                 label(CLUSTER_ID_LABEL),
+                o.uid().unwrap_or_default(),
                 o.metadata.deletion_timestamp.is_some(),
             )
         })
@@ -137,19 +139,30 @@ async fn collected(m: &Client, name: &str, ns: &str, cluster: &str) {
     .unwrap_or_else(|e| panic!("{cluster}'s garbage collection takes {name}: {e}"));
 }
 
-/// The Machines of `ns` not being deleted (orphans included).
-async fn alive(m: &Client, ns: &str) -> BTreeSet<String> {
+/// The Machines of `ns` not being deleted (orphans included), name -> uid.
+async fn alive(m: &Client, ns: &str) -> BTreeMap<String, String> {
     machines(m, ns)
         .await
         .into_iter()
-        .filter(|(_, _, _, deleting)| !deleting)
-        .map(|x| x.0)
+        .filter(|(_, _, _, _, deleting)| !deleting)
+        .map(|(name, _, _, uid, _)| (name, uid))
         .collect()
 }
 
-/// The Machines of `before` no longer alive in `ns` (deleted, or being deleted).
-async fn deleted_since(m: &Client, ns: &str, before: &BTreeSet<String>) -> BTreeSet<String> {
-    before.difference(&alive(m, ns).await).cloned().collect()
+/// The names of the Machines of `before` no longer alive in `ns`: deleted, being deleted,
+/// or replaced by a new Machine of the same name (another uid; the operator names a
+/// NodeClaim's Machine the same each time).
+async fn deleted_since(
+    m: &Client,
+    ns: &str,
+    before: &BTreeMap<String, String>,
+) -> BTreeSet<String> {
+    let now = alive(m, ns).await;
+    before
+        .iter()
+        .filter(|(name, uid)| now.get(*name) != Some(*uid))
+        .map(|(name, _)| name.clone())
+        .collect()
 }
 
 /// The names given.
@@ -268,7 +281,7 @@ async fn a_hub_serves_each_opted_in_cluster_apart_and_only_those() {
                 .unwrap_or_default();
             panic!("no Machines for {name}: claims {claims:?}, pods {status:?}");
         };
-        for (machine, cluster, cid, _) in &found {
+        for (machine, cluster, cid, _, _) in &found {
             assert_eq!(
                 (cluster.as_str(), cid.as_str()),
                 (name, id.as_str()),
@@ -344,7 +357,7 @@ async fn tenant_guard(m: &Client, wa: &Client, ns_b: &str, alpha_id: &str) {
     let foreign: Vec<_> = machines(m, ns_b)
         .await
         .into_iter()
-        .filter(|(_, _, id, _)| id == alpha_id)
+        .filter(|(_, _, id, _, _)| id == alpha_id)
         .collect();
     assert!(foreign.is_empty(), "alpha launched into beta: {foreign:?}");
 }
@@ -443,7 +456,7 @@ async fn rotation(m: &Client, b: &Testbed, ns_b: &str, addr: std::net::SocketAdd
     wait_for(
         "re-engaged beta launches again",
         Duration::from_secs(120),
-        || async { (alive(m, ns_b).await.difference(&before).count() > 0).then_some(()) },
+        || async { (alive(m, ns_b).await.keys().any(|n| !before.contains_key(n))).then_some(()) },
     )
     .await
     .expect("the re-engaged cluster provisions");
