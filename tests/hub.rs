@@ -8,7 +8,7 @@
 
 mod common;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use common::hub::create_nodeclass;
@@ -40,8 +40,9 @@ async fn pending_pods(client: &Client, n: usize) {
     common::hub::pending_pods(client, "web", n, "1").await;
 }
 
-/// The Machines in `ns`, as (name, cluster-name label, cluster-id label, being deleted).
-async fn machines(m: &Client, ns: &str) -> Vec<(String, String, String, bool)> {
+/// The Machines in `ns`, as (name, cluster-name label, cluster-id label, uid, being
+/// deleted).
+async fn machines(m: &Client, ns: &str) -> Vec<(String, String, String, String, bool)> {
     let api: Api<DynamicObject> =
         Api::namespaced_with(m.clone(), ns, &provider::machine_resource());
     common::list(&api, &ListParams::default())
@@ -53,6 +54,7 @@ async fn machines(m: &Client, ns: &str) -> Vec<(String, String, String, bool)> {
                 o.name_any(),
                 label(CLUSTER_NAME_LABEL),
                 label(CLUSTER_ID_LABEL),
+                o.uid().unwrap_or_default(),
                 o.metadata.deletion_timestamp.is_some(),
             )
         })
@@ -106,17 +108,22 @@ fn orphan_machine(name: &str, ns: &str, cluster: &str, cluster_id: &str) -> Dyna
     }))
 }
 
-/// Creates `orphan` in `ns` and waits until garbage collection took it (gone or being
-/// deleted): the positive sentinel that the collector of `cluster` ran its passes.
-async fn orphan_collected(m: &Client, name: &str, ns: &str, cluster: &str, cluster_id: &str) {
+/// Creates the orphan Machine `name` in `ns` (young: inside its 5 s grace).
+async fn create_orphan(m: &Client, name: &str, ns: &str, cluster: &str, cluster_id: &str) {
+    Api::<DynamicObject>::namespaced_with(m.clone(), ns, &provider::machine_resource())
+        .create(
+            &PostParams::default(),
+            &orphan_machine(name, ns, cluster, cluster_id),
+        )
+        .await
+        .expect("orphan Machine");
+}
+
+/// Waits until garbage collection took Machine `name` of `ns` (gone or being deleted):
+/// the positive sentinel that the collector of `cluster` ran a pass past its grace.
+async fn collected(m: &Client, name: &str, ns: &str, cluster: &str) {
     let api: Api<DynamicObject> =
         Api::namespaced_with(m.clone(), ns, &provider::machine_resource());
-    api.create(
-        &PostParams::default(),
-        &orphan_machine(name, ns, cluster, cluster_id),
-    )
-    .await
-    .expect("orphan Machine");
     wait_for(
         &format!("{ns}/{name} collected"),
         Duration::from_secs(60),
@@ -132,15 +139,40 @@ async fn orphan_collected(m: &Client, name: &str, ns: &str, cluster: &str, clust
     .unwrap_or_else(|e| panic!("{cluster}'s garbage collection takes {name}: {e}"));
 }
 
-/// The Machines of `ns` that are not orphans and not being deleted.
-async fn live(m: &Client, ns: &str) -> BTreeSet<String> {
+/// The Machines of `ns` not being deleted (orphans included), name -> uid.
+async fn alive(m: &Client, ns: &str) -> BTreeMap<String, String> {
     machines(m, ns)
         .await
         .into_iter()
-        .filter(|(name, _, _, deleting)| !name.starts_with("orphan") && !deleting)
-        .map(|x| x.0)
+        .filter(|(_, _, _, _, deleting)| !deleting)
+        .map(|(name, _, _, uid, _)| (name, uid))
         .collect()
 }
+
+/// The names of the Machines of `before` no longer alive in `ns`: deleted, being deleted,
+/// or replaced by a new Machine of the same name (another uid; the operator names a
+/// NodeClaim's Machine the same each time).
+async fn deleted_since(
+    m: &Client,
+    ns: &str,
+    before: &BTreeMap<String, String>,
+) -> BTreeSet<String> {
+    let now = alive(m, ns).await;
+    before
+        .iter()
+        .filter(|(name, uid)| now.get(*name) != Some(*uid))
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
+/// The names given.
+fn names<const N: usize>(names: [&str; N]) -> BTreeSet<String> {
+    names.into_iter().map(str::to_string).collect()
+}
+
+/// A Machine past its grace (5 s) for at least one more collection interval (2 s), with
+/// slack: a collector still running would have taken it by then.
+const PAST_GRACE: Duration = Duration::from_secs(8);
 
 /// A counter's series `name{cluster="<cluster>"}` (0 when absent).
 async fn counter(addr: std::net::SocketAddr, name: &str, cluster: &str) -> f64 {
@@ -249,7 +281,7 @@ async fn a_hub_serves_each_opted_in_cluster_apart_and_only_those() {
                 .unwrap_or_default();
             panic!("no Machines for {name}: claims {claims:?}, pods {status:?}");
         };
-        for (machine, cluster, cid, _) in &found {
+        for (machine, cluster, cid, _, _) in &found {
             assert_eq!(
                 (cluster.as_str(), cid.as_str()),
                 (name, id.as_str()),
@@ -325,7 +357,7 @@ async fn tenant_guard(m: &Client, wa: &Client, ns_b: &str, alpha_id: &str) {
     let foreign: Vec<_> = machines(m, ns_b)
         .await
         .into_iter()
-        .filter(|(_, _, id, _)| id == alpha_id)
+        .filter(|(_, _, id, _, _)| id == alpha_id)
         .collect();
     assert!(foreign.is_empty(), "alpha launched into beta: {foreign:?}");
 }
@@ -419,12 +451,12 @@ async fn rotation(m: &Client, b: &Testbed, ns_b: &str, addr: std::net::SocketAdd
     write(rotated).await;
     wait_metric(addr, engagements, &cluster, 2.0).await;
     wait_metric(addr, connected, &cluster, 1.0).await;
-    let before = live(m, ns_b).await;
+    let before = alive(m, ns_b).await;
     pending_pods(&wb, 6).await;
     wait_for(
         "re-engaged beta launches again",
         Duration::from_secs(120),
-        || async { (live(m, ns_b).await.difference(&before).count() > 0).then_some(()) },
+        || async { (alive(m, ns_b).await.keys().any(|n| !before.contains_key(n))).then_some(()) },
     )
     .await
     .expect("the re-engaged cluster provisions");
@@ -445,8 +477,11 @@ async fn rotation(m: &Client, b: &Testbed, ns_b: &str, addr: std::net::SocketAdd
 }
 
 /// Alpha unlabelled, then beta paused: each disengaged (its series go), and none of its
-/// Machines deleted over a window that provably holds garbage-collection passes (of the
-/// cluster still engaged: beta while alpha is out, alpha again while beta is paused).
+/// Machines deleted — not even an orphan past its grace — over a window that provably holds
+/// garbage-collection passes (of the cluster still engaged: beta while alpha is out, alpha
+/// again while beta is paused). The positive control, in the same windows and by the same
+/// diff: the engaged cluster's orphan is seen deleted; alpha, opted in again, collects the
+/// orphan it left while it was out.
 async fn disengage(
     m: &Client,
     [ns_a, ns_b]: [&String; 2],
@@ -477,23 +512,37 @@ async fn disengage(
         .await
         .expect("an unlabelled or paused Cluster is disengaged");
     };
-    // Alpha unlabelled; beta's collector takes an orphan meanwhile.
-    let alpha_before = live(m, ns_a).await;
-    assert!(!alpha_before.is_empty(), "alpha has Machines");
+    // Alpha unlabelled, with an orphan of its own; beta's collector takes an orphan
+    // (younger than alpha's) meanwhile, and the window lasts until alpha's is past its grace
+    // by a collection interval.
     clusters(ns_a)
         .patch("alpha", &PatchParams::default(), &enabled(false))
         .await
         .expect("unlabel alpha");
     gone(format!("{ns_a}/alpha")).await;
-    orphan_collected(m, "orphan-while-alpha-out", ns_b, "beta", &ids[1]).await;
-    let alpha_after = live(m, ns_a).await;
+    let started = std::time::Instant::now();
+    create_orphan(m, "orphan-alpha-out", ns_a, "alpha", &ids[0]).await;
+    create_orphan(m, "orphan-while-alpha-out", ns_b, "beta", &ids[1]).await;
+    let (alpha_before, beta_before) = (alive(m, ns_a).await, alive(m, ns_b).await);
     assert!(
-        alpha_before.is_subset(&alpha_after),
-        "disengaging alpha deletes none of its Machines: {alpha_before:?} -> {alpha_after:?}"
+        alpha_before.len() > 1,
+        "alpha has Machines: {alpha_before:?}"
     );
-    // Beta paused; alpha, opted in again, collects an orphan meanwhile.
-    let beta_before = live(m, ns_b).await;
-    assert!(!beta_before.is_empty(), "beta has Machines");
+    collected(m, "orphan-while-alpha-out", ns_b, "beta").await;
+    past(started, PAST_GRACE).await;
+    assert_eq!(
+        deleted_since(m, ns_a, &alpha_before).await,
+        names([]),
+        "disengaging alpha deletes none of its Machines, its orphan past the grace included"
+    );
+    // The positive control: the same diff over the same window sees beta's orphan taken.
+    assert_eq!(
+        deleted_since(m, ns_b, &beta_before).await,
+        names(["orphan-while-alpha-out"]),
+        "beta's collector took its orphan meanwhile, and nothing else"
+    );
+    // Beta paused, with an orphan of its own; alpha, opted in again, collects the orphan it
+    // left while it was out and a new one (younger than beta's).
     clusters(ns_b)
         .patch(
             "beta",
@@ -503,6 +552,11 @@ async fn disengage(
         .await
         .expect("pause beta");
     gone(format!("{ns_b}/beta")).await;
+    let started = std::time::Instant::now();
+    create_orphan(m, "orphan-beta-paused", ns_b, "beta", &ids[1]).await;
+    create_orphan(m, "orphan-while-beta-paused", ns_a, "alpha", &ids[0]).await;
+    let (alpha_before, beta_before) = (alive(m, ns_a).await, alive(m, ns_b).await);
+    assert!(beta_before.len() > 1, "beta has Machines: {beta_before:?}");
     clusters(ns_a)
         .patch("alpha", &PatchParams::default(), &enabled(true))
         .await
@@ -514,13 +568,25 @@ async fn disengage(
         1.0,
     )
     .await;
-    orphan_collected(m, "orphan-while-beta-paused", ns_a, "alpha", &ids[0]).await;
-    // (A launch in flight when it was disengaged may have added one.)
-    let beta_after = live(m, ns_b).await;
-    assert!(
-        beta_before.is_subset(&beta_after),
-        "pausing beta deletes none of its Machines: {beta_before:?} -> {beta_after:?}"
+    collected(m, "orphan-while-beta-paused", ns_a, "alpha").await;
+    past(started, PAST_GRACE).await;
+    // (A launch in flight when it was disengaged may have added one: only deletions count.)
+    assert_eq!(
+        deleted_since(m, ns_b, &beta_before).await,
+        names([]),
+        "pausing beta deletes none of its Machines, its orphan past the grace included"
     );
+    // The positive control: the same diff sees both orphans alpha's collector took.
+    assert_eq!(
+        deleted_since(m, ns_a, &alpha_before).await,
+        names(["orphan-alpha-out", "orphan-while-beta-paused"]),
+        "alpha, engaged again, collects its orphans, and nothing else"
+    );
+}
+
+/// Returns once `started` is `at_least` ago.
+async fn past(started: std::time::Instant, at_least: Duration) {
+    tokio::time::sleep(at_least.saturating_sub(started.elapsed())).await;
 }
 
 /// Alpha's API server goes down: disconnected (0); while it is down, alpha's orphan is not
@@ -538,25 +604,21 @@ async fn disconnect(
     let skipped = "karpenter_capi_garbage_collection_skipped_total";
     wait_metric(addr, "karpenter_capi_cluster_connected", &alpha, 1.0).await;
     wait_metric(addr, "karpenter_capi_cluster_connected", &beta, 1.0).await;
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(m.clone(), ns_a, &provider::machine_resource());
     let outage = a.restart("kube-apiserver", Duration::from_secs(25));
     let during = async {
         wait_metric(addr, "karpenter_capi_cluster_connected", &alpha, 0.0).await;
-        let beta_live = live(m, ns_b).await;
         let beta_skipped = counter(addr, skipped, &beta).await;
-        api.create(
-            &PostParams::default(),
-            &orphan_machine("orphan", ns_a, "alpha", &ids[0]),
-        )
-        .await
-        .expect("orphan Machine");
-        // Past the grace (5 s), through passes of alpha's collector that skipped it
-        // (counted under alpha's label: beta's passes would not count).
+        // An orphan for each; beta's is younger, so when its collector takes it alpha's is
+        // past its grace (5 s) too.
+        create_orphan(m, "orphan", ns_a, "alpha", &ids[0]).await;
+        create_orphan(m, "orphan-during-alpha-outage", ns_b, "beta", &ids[1]).await;
+        let (alpha_before, beta_before) = (alive(m, ns_a).await, alive(m, ns_b).await);
+        // Past the grace, through passes of alpha's collector that skipped it (counted under
+        // alpha's label: beta's passes would not count).
         let before = counter(addr, skipped, &alpha).await;
         let started = std::time::Instant::now();
         // Beta's collector works meanwhile (the same operator, the other cluster).
-        orphan_collected(m, "orphan-during-alpha-outage", ns_b, "beta", &ids[1]).await;
+        collected(m, "orphan-during-alpha-outage", ns_b, "beta").await;
         wait_for(
             "alpha's garbage collection passes skipped past the grace",
             Duration::from_secs(60),
@@ -568,9 +630,9 @@ async fn disconnect(
         )
         .await
         .expect("alpha's collector ran (and skipped) while disconnected");
-        let orphan = api.get("orphan").await.expect("orphan still there");
-        assert!(
-            orphan.metadata.deletion_timestamp.is_none(),
+        assert_eq!(
+            deleted_since(m, ns_a, &alpha_before).await,
+            names([]),
             "garbage collection ran for a disconnected cluster"
         );
         assert_eq!(
@@ -578,10 +640,11 @@ async fn disconnect(
             Some(0.0),
             "still disconnected when checked"
         );
-        let beta_now = live(m, ns_b).await;
-        assert!(
-            beta_live.is_subset(&beta_now),
-            "beta's live Machines kept during alpha's outage: {beta_live:?} -> {beta_now:?}"
+        // The same diff sees beta's orphan taken: beta lost it and none of its live Machines.
+        assert_eq!(
+            deleted_since(m, ns_b, &beta_before).await,
+            names(["orphan-during-alpha-outage"]),
+            "beta's live Machines kept during alpha's outage, its orphan collected"
         );
         assert_eq!(
             counter(addr, skipped, &beta).await,
@@ -593,21 +656,16 @@ async fn disconnect(
             Some(1.0),
             "beta stayed connected"
         );
+        alpha_before
     };
-    let (restarted, ()) = tokio::join!(outage, during);
+    let (restarted, alpha_before) = tokio::join!(outage, during);
     restarted.expect("kube-apiserver restarts");
     wait_metric(addr, "karpenter_capi_cluster_connected", &alpha, 1.0).await;
-    wait_for(
-        "orphan collected after reconnect",
-        Duration::from_secs(60),
-        || async {
-            match api.get_opt("orphan").await {
-                Ok(None) => Some(()),
-                Ok(Some(o)) => o.metadata.deletion_timestamp.is_some().then_some(()),
-                Err(_) => None,
-            }
-        },
-    )
-    .await
-    .expect("garbage collection resumes once the cluster answers");
+    // Garbage collection resumes once the cluster answers: the same diff sees the orphan go.
+    collected(m, "orphan", ns_a, "alpha").await;
+    assert_eq!(
+        deleted_since(m, ns_a, &alpha_before).await,
+        names(["orphan"]),
+        "alpha's collector, connected again, takes its orphan and nothing else"
+    );
 }

@@ -718,22 +718,19 @@ async fn demote(bed: &Bed, survivor: &str, addr: std::net::SocketAddr) {
     .await
     .expect("the survivor notices the stolen Lease");
     let dropped = seen;
-    // Work for both: alpha's is done (the survivor keeps writing), beta's waits.
+    // Work for both: alpha's is done (the survivor keeps writing), beta's waits. The window
+    // holds a provisioning pass of the survivor for pods created after beta's (alpha's new
+    // Machine), the pass that would have written for beta had it kept serving it.
     let alpha_before = claim_names(&wa).await.len();
     pending_pods(&wb, "third", 2).await;
     pending_pods(&wa, "third", 2).await;
     one_machine_per_claim(&m, &wa, &key("alpha").namespace, alpha_before + 1).await;
     let mgmt_events = audit(&bed.mgmt).await;
     let beta_events = audit(&bed.workloads["beta"]).await;
-    let for_beta = writes_after(&mgmt_events, survivor, dropped, Some(&beta.namespace));
+    let for_beta = beta_writes(&mgmt_events, &beta_events, survivor, dropped);
     assert!(
-        for_beta.is_empty(),
+        for_beta.iter().all(Vec::is_empty),
         "{survivor} wrote for beta after losing its fence: {for_beta:?}"
-    );
-    let in_beta = writes_after(&beta_events, survivor, dropped, None);
-    assert!(
-        in_beta.is_empty(),
-        "{survivor} wrote to beta after losing its fence: {in_beta:?}"
     );
     let for_alpha = writes_after(
         &mgmt_events,
@@ -754,7 +751,42 @@ async fn demote(bed: &Bed, survivor: &str, addr: std::net::SocketAddr) {
         "beta's Lease taken: {survivor} wrote nothing for beta since, {} writes for alpha meanwhile",
         for_alpha.len()
     );
-    // The Lease expires (as the thief's would): the survivor takes it back and provisions.
+    // The Lease expires (as the thief's would): the survivor takes it back and provisions
+    // beta's waiting pods.
+    let released = Timestamp::now();
     steal(&leases, &fence_name(&beta), "thief", 1).await;
     one_machine_per_claim(&m, &wb, &beta.namespace, beta_claims + 1).await;
+    // The positive control: the same filter, from the same start, now finds the survivor's
+    // writes for beta in both logs, and all of them after the release (which extends the
+    // check above over the whole time the thief held the Lease).
+    let (mgmt_events, beta_events) = (audit(&bed.mgmt).await, audit(&bed.workloads["beta"]).await);
+    let since_seen = beta_writes(&mgmt_events, &beta_events, survivor, dropped);
+    let since_released = beta_writes(&mgmt_events, &beta_events, survivor, released);
+    assert!(
+        since_seen.iter().all(|w| !w.is_empty()),
+        "{survivor}'s writes for beta once it holds the Lease again are found (management, beta): {since_seen:?}"
+    );
+    assert_eq!(
+        since_seen, since_released,
+        "{survivor} wrote for beta only after the thief let the Lease go"
+    );
+    eprintln!(
+        "beta's Lease free again: {survivor} wrote for beta since (management, beta): {:?}",
+        since_seen.each_ref().map(Vec::len)
+    );
+}
+
+/// Writes from `identity` received after `since` for beta: into its management namespace
+/// (from the management audit log `mgmt`), and to its workload API server (from its audit
+/// log `workload`); each empty when there are none.
+fn beta_writes(
+    mgmt: &[AuditEvent],
+    workload: &[AuditEvent],
+    identity: &str,
+    since: Timestamp,
+) -> [Vec<String>; 2] {
+    [
+        writes_after(mgmt, identity, since, Some(&key("beta").namespace)),
+        writes_after(workload, identity, since, None),
+    ]
 }
