@@ -82,8 +82,8 @@ pub struct RunConfig {
     /// `--min-values-policy`: what provisioning does when a NodeClaim's instance types
     /// cannot meet a `minValues` (Karpenter's `Strict`, the default, or `BestEffort`).
     pub min_values_policy: scheduling::MinValuesPolicy,
-    /// The `NodeOverlay` feature gate: NodeOverlays watched, evaluated and applied to the
-    /// catalogs (on by default, as in Karpenter v1.15.0).
+    /// The `NodeOverlay` feature gate: NodeOverlays watched, evaluated and applied to every
+    /// provider's instance types (on by default, as in Karpenter v1.15.0).
     pub node_overlay: bool,
     /// Hub mode (`--mode hub`): the process runs against the management cluster only
     /// (`management_kubeconfig`, else `kubeconfig`, else in-cluster) and engages every
@@ -334,7 +334,7 @@ async fn warm(
         // Another provider: the workload cluster's kinds only, no fencing id (nothing is
         // made in a management cluster).
         return Ok(Warm::Single {
-            caches: Box::new(karpenter_core::cache::Caches::start(tasks, &ctx.workload)),
+            caches: Box::new(caches(ctx, tasks)),
             provider: WarmProvider::Other(factory.clone()),
         });
     }
@@ -344,16 +344,13 @@ async fn warm(
                 clusterapi::fence::cluster_id(&ctx.workload, ctx.config.cluster_id.as_deref())
                     .await?;
             tracing::info!(cluster_id = %cluster_id, "fencing our Cluster API objects by cluster id");
-            let mut caches = karpenter_core::cache::Caches::start(tasks, &ctx.workload);
+            let caches = caches(ctx, tasks);
             let capi = clusterapi::caches::ClusterApiCaches::start_single(
                 tasks,
                 &ctx.workload,
                 &ctx.management,
                 &cluster_id,
             );
-            if ctx.config.node_overlay {
-                caches = caches.with_overlays(tasks, &ctx.workload);
-            }
             Ok(Warm::Single {
                 caches: Box::new(caches),
                 provider: WarmProvider::ClusterApi {
@@ -379,6 +376,19 @@ async fn warm(
             Ok(Warm::Hub { clusters })
         }
     }
+}
+
+/// The core's caches of the workload cluster, the NodeOverlays' with the feature gate (for
+/// any provider: the engagement applies them to its instance types).
+fn caches(
+    ctx: &Context,
+    tasks: &mut karpenter_core::tasks::Tasks,
+) -> karpenter_core::cache::Caches {
+    let caches = karpenter_core::cache::Caches::start(tasks, &ctx.workload);
+    if ctx.config.node_overlay {
+        return caches.with_overlays(tasks, &ctx.workload);
+    }
+    caches
 }
 
 /// A hub's fence and peer Lease settings: its leader-election settings, when on.

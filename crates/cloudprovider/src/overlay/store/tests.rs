@@ -52,7 +52,10 @@ fn of_type(name: &str) -> serde_json::Value {
 /// A fake serving `small` (0.1) and `large` (0.4) for NodeClass `default`, decorated.
 fn decorated() -> (FakeCloudProvider, Overlaid, Writer<api::NodeOverlay>) {
     let fake = FakeCloudProvider::default();
-    let mut types = vec![instance_type("small", 1, 0.1), instance_type("large", 4, 0.4)];
+    let mut types = vec![
+        instance_type("small", 1, 0.1),
+        instance_type("large", 4, 0.4),
+    ];
     crate::model::sort_instance_types(&mut types);
     fake.state(|s| {
         s.catalogs
@@ -77,7 +80,10 @@ fn the_decorator_applies_overlays_to_any_providers_answer() {
     let (fake, overlaid, mut writer) = decorated();
     // Control: no overlay, the provider's answer as it is.
     assert_eq!(price(&overlaid, "large"), Some(0.4));
-    assert_eq!(overlaid.instance_types("default"), fake.instance_types("default"));
+    assert_eq!(
+        overlaid.instance_types("default"),
+        fake.instance_types("default")
+    );
     assert_eq!(overlaid.instance_types("other"), None);
 
     // An absolute price makes `large` the cheapest: it comes first.
@@ -92,7 +98,11 @@ fn the_decorator_applies_overlays_to_any_providers_answer() {
         types.instance_types[0].offerings[0].price_source,
         PriceSource::Overlay
     );
-    assert_eq!(price(&fake, "large"), Some(0.4), "the provider is untouched");
+    assert_eq!(
+        price(&fake, "large"),
+        Some(0.4),
+        "the provider is untouched"
+    );
 
     // A priceAdjustment on `small`, applied once however often the types are asked for.
     writer.apply_watcher_event(&Event::Apply(overlay(
@@ -125,10 +135,16 @@ fn the_decorator_applies_overlays_to_any_providers_answer() {
         "nowhere",
         serde_json::json!({"requirements": of_type("xlarge"), "price": "0.01"}),
     )));
-    assert_eq!(overlaid.instance_types("default"), fake.instance_types("default"));
+    assert_eq!(
+        overlaid.instance_types("default"),
+        fake.instance_types("default")
+    );
     let e = overlaid.evaluation();
     assert_eq!(e.outcomes["nowhere"].matched, 0);
-    assert_eq!(e.outcomes["nowhere"].verdict, crate::overlay::Verdict::Applied);
+    assert_eq!(
+        e.outcomes["nowhere"].verdict,
+        crate::overlay::Verdict::Applied
+    );
 }
 
 #[test]
@@ -187,13 +203,22 @@ fn the_evaluation_is_memoized_until_an_overlay_spec_or_an_answer_changes() {
     let e1 = overlaid.evaluation();
     assert!(Arc::ptr_eq(&e1, &overlaid.evaluation()));
     let a1 = overlaid.instance_types("default").expect("types");
-    assert!(Arc::ptr_eq(&a1, &overlaid.instance_types("default").expect("types")));
+    assert!(Arc::ptr_eq(
+        &a1,
+        &overlaid.instance_types("default").expect("types")
+    ));
     // A status write (same generation) keeps it; a spec change (new generation) not.
-    let mut written = overlay("cheap", serde_json::json!({"requirements": [], "price": "0.1"}));
+    let mut written = overlay(
+        "cheap",
+        serde_json::json!({"requirements": [], "price": "0.1"}),
+    );
     written.status = Some(Default::default());
     writer.apply_watcher_event(&Event::Apply(written));
     assert!(Arc::ptr_eq(&e1, &overlaid.evaluation()));
-    let mut edited = overlay("cheap", serde_json::json!({"requirements": [], "price": "0.2"}));
+    let mut edited = overlay(
+        "cheap",
+        serde_json::json!({"requirements": [], "price": "0.2"}),
+    );
     edited.metadata.generation = Some(2);
     writer.apply_watcher_event(&Event::Apply(edited));
     let e2 = overlaid.evaluation();
