@@ -1,8 +1,9 @@
 //! The core over the kwok provider (issue 36): the operator as `karpenter-capi run --provider
 //! kwok` runs it, on a control plane with kwok and without Cluster API (no CRD of it),
 //! provisions Nodes for pending pods, consolidates them when the pods go, and terminates the
-//! replaced Node after draining it through the Eviction API. The NodePool, KWOKNodeClass and
-//! instance types are the benchmark's (hack/bench/e2e/).
+//! replaced Node after draining it through the Eviction API, and applies a NodeOverlay to
+//! the kwok provider's instance types (the core's decorator, for any provider). The NodePool,
+//! KWOKNodeClass and instance types are the benchmark's (hack/bench/e2e/).
 
 mod common;
 
@@ -146,4 +147,53 @@ async fn kwok_provisions_consolidates_and_terminates_drained() {
     assert!(counter(metrics, "karpenter_pods_drained_total").await > 0);
     let nodes: Vec<Node> = list(&Api::all(client.clone()), &ListParams::default()).await;
     assert_eq!(nodes.len(), 1, "the replaced Nodes are gone");
+
+    // A NodeOverlay on the kwok provider's instance types: `large` priced below `small`. The
+    // one pod, on `small` without overlays (above), is moved to a cheaper `large`; the
+    // overlay's status says where it applies.
+    tb.apply_yaml(
+        r#"
+apiVersion: karpenter.sh/v1alpha1
+kind: NodeOverlay
+metadata:
+  name: cheap-large
+spec:
+  requirements:
+  - {key: node.kubernetes.io/instance-type, operator: In, values: [large]}
+  price: "0.01"
+  weight: 10
+"#,
+        "default",
+    )
+    .await
+    .expect("NodeOverlay");
+    let overlays: Api<api::NodeOverlay> = Api::all(client.clone());
+    wait_for("the overlay's status", Duration::from_secs(30), || async {
+        let o = overlays.get("cheap-large").await.ok()?;
+        let c = o.status?.conditions;
+        let v = c.iter().find(|c| c.type_ == "ValidationSucceeded")?;
+        (v.status == "True").then(|| v.message.clone())
+    })
+    .await
+    .map(|m| assert_eq!(m, "Applied to 2 offerings", "large in two zones"))
+    .expect("ValidationSucceeded=True");
+    wait_for(
+        "one large NodeClaim, the pod Running on it",
+        Duration::from_secs(120),
+        || async {
+            let types = claim_types(&client).await?;
+            running_on_kwok_nodes(&client, 1).await?;
+            (types == ["large"]).then_some(())
+        },
+    )
+    .await
+    .expect("the overlay's price chose large");
+    let claims = list(&nodeclaims(&client), &ListParams::default()).await;
+    assert!(
+        claims.iter().all(
+            |c| c.annotations().get("karpenter.sh/price-overlay-applied")
+                == Some(&"true".to_string())
+        ),
+        "the NodeClaim was planned on an overlaid price"
+    );
 }
