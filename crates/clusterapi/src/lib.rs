@@ -42,6 +42,8 @@ pub(crate) mod nodeclass_status;
 pub(crate) mod objects;
 pub(crate) mod offering;
 pub(crate) mod offering_status;
+#[cfg(test)]
+mod overlaid_tests;
 pub(crate) mod plan;
 pub(crate) mod preflight;
 pub mod reboot;
