@@ -11,6 +11,7 @@ use kube::Client;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
+use karpenter_core::cache::Caches;
 pub use karpenter_core::clients::{ClientOptions, client, client_from_yaml, user_agent};
 use karpenter_core::engagement::ProviderFactory;
 use karpenter_core::leader::{Election, LeaderConfig, LeaderError};
@@ -330,11 +331,12 @@ async fn warm(
     ctx: &Context,
     tasks: &mut karpenter_core::tasks::Tasks,
 ) -> Result<Warm, RuntimeError> {
+    let overlays = ctx.config.node_overlay;
     if let Some(factory) = &ctx.config.provider {
         // Another provider: the workload cluster's kinds only, no fencing id (nothing is
         // made in a management cluster).
         return Ok(Warm::Single {
-            caches: Box::new(caches(ctx, tasks)),
+            caches: Box::new(Caches::start_gated(tasks, &ctx.workload, overlays)),
             provider: WarmProvider::Other(factory.clone()),
         });
     }
@@ -344,7 +346,7 @@ async fn warm(
                 clusterapi::fence::cluster_id(&ctx.workload, ctx.config.cluster_id.as_deref())
                     .await?;
             tracing::info!(cluster_id = %cluster_id, "fencing our Cluster API objects by cluster id");
-            let caches = caches(ctx, tasks);
+            let caches = Caches::start_gated(tasks, &ctx.workload, overlays);
             let capi = clusterapi::caches::ClusterApiCaches::start_single(
                 tasks,
                 &ctx.workload,
@@ -376,19 +378,6 @@ async fn warm(
             Ok(Warm::Hub { clusters })
         }
     }
-}
-
-/// The core's caches of the workload cluster, the NodeOverlays' with the feature gate (for
-/// any provider: the engagement applies them to its instance types).
-fn caches(
-    ctx: &Context,
-    tasks: &mut karpenter_core::tasks::Tasks,
-) -> karpenter_core::cache::Caches {
-    let caches = karpenter_core::cache::Caches::start(tasks, &ctx.workload);
-    if ctx.config.node_overlay {
-        return caches.with_overlays(tasks, &ctx.workload);
-    }
-    caches
 }
 
 /// A hub's fence and peer Lease settings: its leader-election settings, when on.

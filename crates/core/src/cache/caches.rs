@@ -158,6 +158,16 @@ impl Caches {
         }
     }
 
+    /// [`Caches::start`], and the NodeOverlays' watch when `node_overlay` (the feature gate:
+    /// the engagement then applies them to any provider's instance types).
+    pub fn start_gated(tasks: &mut Tasks, workload: &kube::Client, node_overlay: bool) -> Caches {
+        let caches = Caches::start(tasks, workload);
+        if node_overlay {
+            return caches.with_overlays(tasks, workload);
+        }
+        caches
+    }
+
     /// Also watches the workload cluster's NodeOverlays (the `NodeOverlay` feature gate).
     /// They are evaluated over the NodeClasses the NodePools reference (Karpenter evaluates
     /// them per NodePool).
