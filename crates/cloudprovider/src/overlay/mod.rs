@@ -7,9 +7,9 @@
 //! - **Matching.** An overlay's `requirements` are evaluated per offering against the labels a
 //!   node launched from it would carry ([`InstanceType::node_labels`]: the instance type's
 //!   labels, `node.kubernetes.io/instance-type`, the offering's `topology.kubernetes.io/zone`,
-//!   `karpenter.sh/capacity-type` and the provider's own offering labels). A key the offering does not carry matches only
-//!   `NotIn` and `DoesNotExist` (Karpenter: undefined labels are denied unless the operator
-//!   excludes). NodePool-scoped keys (`karpenter.sh/nodepool`, a NodePool's template labels)
+//!   `karpenter.sh/capacity-type` and the provider's own offering labels). A key the offering
+//!   does not carry matches only `NotIn` and `DoesNotExist` (Karpenter: undefined labels are
+//!   denied unless the operator excludes). NodePool-scoped keys (`karpenter.sh/nodepool`, a NodePool's template labels)
 //!   are not known at the instance types, so an overlay requiring them matches nothing here.
 //! - **Order.** Higher `weight` first (unset: 0); equal weights by name, the later name first
 //!   ([`order`]).
