@@ -9,8 +9,9 @@
 //!   labels, `node.kubernetes.io/instance-type`, the offering's `topology.kubernetes.io/zone`,
 //!   `karpenter.sh/capacity-type` and the provider's own offering labels). A key the offering
 //!   does not carry matches only `NotIn` and `DoesNotExist` (Karpenter: undefined labels are
-//!   denied unless the operator excludes). NodePool-scoped keys (`karpenter.sh/nodepool`, a NodePool's template labels)
-//!   are not known at the instance types, so an overlay requiring them matches nothing here.
+//!   denied unless the operator excludes). NodePool-scoped keys (`karpenter.sh/nodepool`, a
+//!   NodePool's template labels) are not known at the instance types, so an overlay requiring
+//!   them matches nothing here.
 //! - **Order.** Higher `weight` first (unset: 0); equal weights by name, the later name first
 //!   ([`order`]).
 //! - **Merge.** Per offering, the first overlay in that order with a price change sets the
