@@ -11,8 +11,9 @@
 //! (an instance of no NodeClaim is deleted through the provider; the NodeClaims' own are
 //! kept), liveness (an instance gone behind our back takes its NodeClaim, and the pods get a
 //! new one), termination (a deleted NodeClaim's Node is drained through the Eviction API
-//! before its instance goes). Over kwok, consolidation too: the bigger Nodes of ten pods are
-//! replaced by the smallest type once one pod is left, each drained first.
+//! before its instance goes). Over kwok, consolidation too (the bigger Nodes of four pods are
+//! replaced by the smallest type once one pod is left, each drained first), and a NodeOverlay
+//! applied to its instance types by the core's decorator.
 
 mod common;
 
@@ -595,4 +596,56 @@ async fn the_core_over_kwok_and_its_consolidation() {
     .await
     .unwrap_or_else(|e| panic!("consolidated from {before:?}: {e}"));
     assert!(counter(metrics, "karpenter_pods_drained_total").await > drained);
+
+    // A NodeOverlay on the kwok provider's instance types (the core's decorator, for any
+    // provider): `large` priced below `small`. The one pod, on `small` without overlays
+    // (above: the control), is moved to a cheaper `large`; the overlay's status says where it
+    // applies.
+    tb.apply_yaml(
+        r#"
+apiVersion: karpenter.sh/v1alpha1
+kind: NodeOverlay
+metadata:
+  name: cheap-large
+spec:
+  requirements:
+  - {key: node.kubernetes.io/instance-type, operator: In, values: [large]}
+  price: "0.01"
+  weight: 10
+"#,
+        "default",
+    )
+    .await
+    .expect("NodeOverlay");
+    let overlays: Api<api::NodeOverlay> = Api::all(client.clone());
+    let applied = wait_for("the overlay's status", Duration::from_secs(30), || async {
+        let o = overlays
+            .get_opt("cheap-large")
+            .await
+            .expect("get NodeOverlay")?;
+        let c = o.status?.conditions;
+        let v = c.iter().find(|c| c.type_ == "ValidationSucceeded")?;
+        (v.status == "True").then(|| v.message.clone())
+    })
+    .await
+    .expect("ValidationSucceeded=True");
+    assert_eq!(applied, "Applied to 2 offerings", "large in two zones");
+    wait_for(
+        "one large NodeClaim, the pod Running on it",
+        Duration::from_secs(120),
+        || async {
+            let types = claim_types(&client).await?;
+            running_on(&client, Kwok::PREFIX, 1).await?;
+            (types == ["large"]).then_some(())
+        },
+    )
+    .await
+    .expect("the overlay's price chose large");
+    assert!(
+        live_claims(&client).await.iter().all(|c| c
+            .annotations()
+            .get("karpenter.sh/price-overlay-applied")
+            == Some(&"true".to_string())),
+        "the NodeClaim was planned on an overlaid price"
+    );
 }

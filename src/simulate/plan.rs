@@ -336,7 +336,7 @@ fn apply_overlays(
     let parsed = overlays
         .iter()
         .map(|o| {
-            templates::overlay::Overlay::from_api(o).map_err(|why| {
+            cloudprovider::overlay::Overlay::from_api(o).map_err(|why| {
                 let name = o.metadata.name.clone().unwrap_or_default();
                 (name, o.spec.weight.unwrap_or(0), why)
             })
@@ -344,24 +344,28 @@ fn apply_overlays(
         .collect();
     let mut names: Vec<String> = catalogs.keys().cloned().collect();
     names.sort();
-    let bases: Vec<&Catalog> = names
+    let bases: Vec<&[cloudprovider::InstanceType]> = names
         .iter()
-        .filter_map(|n| catalogs.get(n).map(|c| c.as_ref()))
+        .filter_map(|n| catalogs.get(n).map(|c| &c.instance_types[..]))
         .collect();
-    let evaluation = templates::overlay::evaluate(parsed, &bases);
+    let evaluation = cloudprovider::overlay::evaluate(parsed, &bases);
     for (name, outcome) in &evaluation.outcomes {
         match &outcome.verdict {
-            templates::overlay::Verdict::Applied => {}
-            templates::overlay::Verdict::Conflict { with, what } => warnings.push(format!(
+            cloudprovider::overlay::Verdict::Applied => {}
+            cloudprovider::overlay::Verdict::Conflict { with, what } => warnings.push(format!(
                 "NodeOverlay {name}: conflicts with NodeOverlay {with} (same weight) on the {what}; not applied"
             )),
-            templates::overlay::Verdict::Invalid(why) => {
+            cloudprovider::overlay::Verdict::Invalid(why) => {
                 warnings.push(format!("NodeOverlay {name}: {why}; not applied"))
             }
         }
     }
     for c in catalogs.values_mut() {
-        *c = Arc::new(templates::overlay::apply(c, &evaluation.applied));
+        let types = Arc::new(cloudprovider::overlay::apply(&c.types, &evaluation.applied));
+        *c = Arc::new(Catalog {
+            types,
+            ..Catalog::clone(c)
+        });
     }
 }
 

@@ -4,7 +4,7 @@
 //! - [`karpenter`]: `karpenter.sh/v1` [`NodePool`] and [`NodeClaim`], field for field as
 //!   Karpenter defines them (defaults, enums, patterns and CEL rules included), so a user's
 //!   existing NodePool YAML applies unchanged.
-//! - [`overlay`]: `karpenter.sh/v1alpha1` [`NodeOverlay`] (applied by `templates::overlay`).
+//! - [`overlay`]: `karpenter.sh/v1alpha1` [`NodeOverlay`] (applied by `cloudprovider::overlay`).
 //! - [`consts`]: every label, annotation, taint, finalizer and condition name.
 //! - [`conditions`]: metav1 `Condition` helpers.
 //! - [`crds`]: rendering CRDs as installed (the provider crates add their NodeClass).

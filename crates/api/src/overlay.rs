@@ -1,7 +1,8 @@
 //! `karpenter.sh/v1alpha1` NodeOverlay, field for field as Karpenter v1.15.0 defines it: a
 //! price or capacity change for the instance types its requirements select.
 //!
-//! Applied to the catalogs by `templates::overlay` (Karpenter's semantics).
+//! Applied to every provider's instance types by `cloudprovider::overlay` (Karpenter's
+//! semantics).
 
 use std::collections::BTreeMap;
 

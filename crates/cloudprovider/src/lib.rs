@@ -7,12 +7,17 @@
 //! - [`repair`]: repair policies and their validation.
 //! - [`drain`]: how the core's drain treats each pod (drain rules).
 //! - [`fake`]: an in-memory provider for tests.
+//! - [`metered`], [`overlay`]: decorators around any provider: every call timed and its
+//!   errors counted; NodeOverlays applied to `instance_types` (and their evaluation, which
+//!   the core's NodeOverlay status reports).
 
 pub mod drain;
 pub mod fake;
 pub mod instance_types;
+pub mod label_syntax;
 pub mod metered;
 pub mod model;
+pub mod overlay;
 pub mod provider;
 pub mod quantity;
 pub mod repair;

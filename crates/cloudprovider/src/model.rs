@@ -332,6 +332,19 @@ pub fn sort_instance_types(instance_types: &mut [InstanceType]) {
     });
 }
 
+/// Reserved offerings first (preferred as Karpenter prefers reserved capacity), then price,
+/// zone, capacity type, offering id.
+pub fn sort_offerings(offerings: &mut [Offering]) {
+    offerings.sort_by(|a, b| {
+        b.is_reserved()
+            .cmp(&a.is_reserved())
+            .then_with(|| a.price.total_cmp(&b.price))
+            .then_with(|| a.zone.cmp(&b.zone))
+            .then_with(|| a.capacity_type.cmp(&b.capacity_type))
+            .then_with(|| a.id.cmp(&b.id))
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,24 +1,34 @@
-//! The catalog of each NodeClass, as the loops read it: built from the template caches, the
-//! NodeClass and its Cluster, with the NodeOverlays applied ([`IndexCatalogs`],
-//! [`crate::overlays`]), behind the [`Catalogs`] trait so the provisioner and launch can be
-//! fed a fixed catalog in tests.
+//! The catalog of each NodeClass, as the provider reads it: built from the template caches,
+//! the NodeClass and its Cluster ([`IndexCatalogs`]), behind the [`Catalogs`] trait so launch
+//! can be fed a fixed catalog in tests.
+//!
+//! What the provider answers `instance_types` with is the catalog without NodeOverlays: the
+//! core's overlay decorator (`cloudprovider::overlay::Overlaid`) applies them, for every
+//! provider. Launch (which offering, which capacity) and the NodeClass status (the prices in
+//! effect) read the catalog as the core sees it, through the same shared evaluation
+//! ([`Catalogs::overlaid`]): overlays are evaluated and applied in one place.
 
 use std::sync::Arc;
 
+use cloudprovider::overlay::OverlayStore;
 use clusterapi_api::{Cluster, ClusterAPINodeClass};
 use kube::api::DynamicObject;
 use kube::runtime::reflector::{ObjectRef, Store};
 use templates::model::Catalog;
-use templates::overlay::Evaluation;
 use templates::selection::Selection;
 use templates::settings::CatalogSettings;
 use templates::watch::TemplateIndex;
 
-use crate::overlays::Overlays;
-
 /// The current catalog of each NodeClass (fed by the template watcher).
 pub trait Catalogs: Send + Sync {
+    /// The catalog of `nodeclass` without NodeOverlays (what `instance_types` answers).
     fn catalog(&self, nodeclass: &str) -> Option<Arc<Catalog>>;
+
+    /// The catalog of `nodeclass` with the NodeOverlays applied, as the core's decorator
+    /// applies them (launch chooses from it); without overlays, [`Catalogs::catalog`].
+    fn overlaid(&self, nodeclass: &str) -> Option<Arc<Catalog>> {
+        self.catalog(nodeclass)
+    }
 
     /// A cached InfrastructureMachineTemplate (`group`, `kind`, `namespace`, `name`); `None`
     /// when it is not cached (gone, or this implementation has no template caches).
@@ -59,15 +69,15 @@ pub(crate) fn mismatch(engaged: Option<&ClusterKey>, nc: &ClusterAPINodeClass) -
     })
 }
 
-/// Catalogs built from the template caches, the NodeClass and its Cluster (all cached),
-/// with the NodeOverlays applied.
+/// Catalogs built from the template caches, the NodeClass and its Cluster (all cached).
 #[derive(Clone)]
 pub struct IndexCatalogs {
     pub index: TemplateIndex,
     pub nodeclasses: Store<ClusterAPINodeClass>,
     pub clusters: Store<Cluster>,
-    /// The NodeOverlays (`Default`: none applied).
-    pub overlays: Overlays,
+    /// The NodeOverlays and their evaluation, shared with the core's overlay decorator
+    /// (`None`: the `NodeOverlay` feature gate is off).
+    pub overlays: Option<Arc<OverlayStore>>,
     /// The engaged Cluster (hub mode): a NodeClass naming another has no catalog.
     pub engaged: Option<ClusterKey>,
 }
@@ -77,6 +87,23 @@ impl IndexCatalogs {
         let r = &nc.spec.cluster_ref;
         self.clusters
             .get(&ObjectRef::new(&r.name).within(&r.namespace))
+    }
+
+    /// The catalog `of` a served NodeClass called `nodeclass` (`None`: no such NodeClass, one
+    /// of another Cluster, or an empty catalog).
+    fn served(
+        &self,
+        nodeclass: &str,
+        of: impl Fn(&Self, &ClusterAPINodeClass) -> Arc<Result<Arc<Catalog>, templates::SettingsError>>,
+    ) -> Option<Arc<Catalog>> {
+        let nc = self.nodeclasses.get(&ObjectRef::new(nodeclass))?;
+        if self.cluster_ref_mismatch(&nc).is_some() {
+            return None;
+        }
+        match &*of(self, &nc) {
+            Ok(c) if !c.instance_types.is_empty() => Some(Arc::clone(c)),
+            _ => None,
+        }
     }
 
     /// The catalog of a NodeClass from its templates alone (no overlay applied).
@@ -90,51 +117,39 @@ impl IndexCatalogs {
         self.index.catalog_cached(&selection, &settings)
     }
 
-    /// The NodeOverlays evaluated over every NodeClass's base catalog (what applies, what
-    /// conflicts, what each selects).
-    pub fn evaluation(&self) -> Arc<Evaluation> {
-        let mut nodeclasses = self.nodeclasses.state();
-        nodeclasses.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-        let bases = nodeclasses
-            .iter()
-            .filter_map(|nc| match &*self.base_catalog_for(nc) {
-                Ok(c) => Some(Arc::clone(c)),
-                Err(_) => None,
-            })
-            .collect();
-        self.overlays.evaluation(bases)
-    }
-
-    /// The catalog of a NodeClass, NodeOverlays applied.
+    /// The catalog of a NodeClass with the NodeOverlays applied: the shared evaluation
+    /// (over the catalogs `instance_types` answers, as the decorator evaluates them) applied
+    /// to its instance types.
     pub(crate) fn catalog_for(
         &self,
         nc: &ClusterAPINodeClass,
     ) -> Arc<Result<Arc<Catalog>, templates::SettingsError>> {
         let base = self.base_catalog_for(nc);
-        let Ok(catalog) = &*base else {
+        let (Ok(catalog), Some(store)) = (&*base, &self.overlays) else {
             return base;
         };
-        if !self.overlays.any() {
+        if !store.any() {
             return base;
         }
-        let applied = self.overlays.apply(catalog, &self.evaluation());
-        if Arc::ptr_eq(&applied, catalog) {
+        let evaluation = store.evaluation(&|name| self.catalog(name).map(|c| c.types.clone()));
+        let types = store.apply(&catalog.types, &evaluation);
+        if Arc::ptr_eq(&types, &catalog.types) {
             return base;
         }
-        Arc::new(Ok(applied))
+        Arc::new(Ok(Arc::new(Catalog {
+            types,
+            ..Catalog::clone(catalog)
+        })))
     }
 }
 
 impl Catalogs for IndexCatalogs {
     fn catalog(&self, nodeclass: &str) -> Option<Arc<Catalog>> {
-        let nc = self.nodeclasses.get(&ObjectRef::new(nodeclass))?;
-        if self.cluster_ref_mismatch(&nc).is_some() {
-            return None;
-        }
-        match &*self.catalog_for(&nc) {
-            Ok(c) if !c.instance_types.is_empty() => Some(Arc::clone(c)),
-            _ => None,
-        }
+        self.served(nodeclass, Self::base_catalog_for)
+    }
+
+    fn overlaid(&self, nodeclass: &str) -> Option<Arc<Catalog>> {
+        self.served(nodeclass, Self::catalog_for)
     }
 
     fn template(

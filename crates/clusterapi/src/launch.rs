@@ -196,7 +196,9 @@ async fn plan(ctx: &Context, claim: &NodeClaim) -> Result<Planned, Error> {
         Ok(nodeclass) => nodeclass,
         Err(refused) => return Ok(refused),
     };
-    let Some(catalog) = ctx.catalogs.catalog(&nodeclass.name) else {
+    // As the core planned on it: with the NodeOverlays applied (their prices choose the
+    // offering, their capacity fits the requests and is the claim's).
+    let Some(catalog) = ctx.catalogs.overlaid(&nodeclass.name) else {
         // The NodeClass says Ready but this replica's template caches disagree (still
         // filling, or a template just changed): retry rather than give up the claim.
         return Err(Error::Launch(format!(

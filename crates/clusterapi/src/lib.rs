@@ -13,8 +13,9 @@
 //! [`drain_rules`] (the MachineDrainRules the core's drain honours),
 //! [`nodeclass`] (what launch and the timeouts read of a ClusterAPINodeClass), the
 //! ClusterAPINodeClass status controller ([`nodeclass_status`], with [`offering_status`] and
-//! [`calibration`]), the template catalogs of the NodeClasses ([`catalogs`], with the
-//! NodeOverlays applied: [`overlays`], [`overlay_status`]), the reboot of Metal3 hosts
+//! [`calibration`]), the template catalogs of the NodeClasses ([`catalogs`]; the
+//! core applies the NodeOverlays to what `instance_types` answers, launch reads the catalog
+//! as overlaid), the reboot of Metal3 hosts
 //! ([`reboot`]) and hub mode ([`hub`]: the management cluster's Clusters engaged one by one).
 
 pub mod availability;
@@ -41,8 +42,8 @@ pub(crate) mod nodeclass_status;
 pub(crate) mod objects;
 pub(crate) mod offering;
 pub(crate) mod offering_status;
-pub(crate) mod overlay_status;
-pub(crate) mod overlays;
+#[cfg(test)]
+mod overlaid_tests;
 pub(crate) mod plan;
 pub(crate) mod preflight;
 pub mod reboot;

@@ -78,6 +78,8 @@ pub(crate) struct StatusCtx {
     pub offerings: super::offering_status::OfferingStatus,
     /// Our writes the cache has not shown yet: no NodeClass is decided again before.
     pub expectations: Arc<Expectations>,
+    /// The NodeOverlays (their changes move the prices shown), when the feature gate is on.
+    pub nodeoverlays: Option<Cache<api::NodeOverlay>>,
 }
 
 impl StatusCtx {
@@ -389,7 +391,7 @@ pub(crate) async fn run(
         Some(((), rx))
     });
     // The prices in `status.instanceTypes` are the NodeOverlays' too.
-    let overlays = match ctx.catalogs.overlays.cache() {
+    let overlays = match &ctx.nodeoverlays {
         Some(c) => c.subscribe().map(|_| ()).boxed(),
         None => futures::stream::pending().boxed(),
     };

@@ -2,7 +2,8 @@
 //! context (Machines, ClusterAPINodeClasses, Clusters, the template catalogs, the offerings'
 //! backoff and free hosts, the fencing id), NodePool status's view of ClusterAPINodeClasses,
 //! the free-host changes the provisioner hears, and the provider's own loops (NodeClass
-//! status, NodeOverlay status).
+//! status, launch latency). NodeOverlays are the core's (the engagement decorates the
+//! provider); the catalogs share their evaluation.
 
 use std::sync::Arc;
 
@@ -49,18 +50,6 @@ pub fn parts(
         Some(watches(capi, &catalogs.index)),
     );
     let mut loops: Vec<ProviderLoop> = Vec::new();
-    if let Some(o) = overlay_loop(ctx, caches, capi, &catalogs) {
-        let nodeclasses = capi.nodeclasses.clone();
-        loops.push(Box::new(move |stop| {
-            Box::pin(crate::overlay_status::run(
-                o.ctx,
-                o.overlays,
-                nodeclasses,
-                o.clusters,
-                stopped(stop),
-            ))
-        }));
-    }
     let status = status(
         ctx,
         caches,
@@ -125,10 +114,12 @@ fn status(
             gauged: Arc::default(),
         },
         expectations: Arc::default(),
+        nodeoverlays: caches.nodeoverlays.clone(),
     }
 }
 
-/// The catalogs over the caches: templates, NodeClasses, Clusters and NodeOverlays.
+/// The catalogs over the caches: templates, NodeClasses, Clusters, and the NodeOverlays' shared
+/// evaluation.
 fn catalogs(
     ctx: &Sources,
     caches: &Caches,
@@ -140,39 +131,8 @@ fn catalogs(
         nodeclasses: capi.nodeclasses.store(),
         clusters: capi.clusters.store(),
         engaged: ctx.engaged.clone(),
-        overlays: caches
-            .nodeoverlays
-            .clone()
-            .map(crate::overlays::Overlays::new)
-            .unwrap_or_default(),
+        overlays: caches.overlays.clone(),
     }
-}
-
-/// The NodeOverlay status loop's context and triggers.
-struct OverlayLoop {
-    ctx: crate::overlay_status::OverlayStatus,
-    overlays: karpenter_core::cache::Cache<api::NodeOverlay>,
-    clusters: karpenter_core::cache::Cache<clusterapi_api::Cluster>,
-}
-
-/// The NodeOverlay status loop, when the NodeOverlay cache runs (the feature gate).
-fn overlay_loop(
-    ctx: &Sources,
-    caches: &Caches,
-    capi: &ClusterApiCaches,
-    catalogs: &IndexCatalogs,
-) -> Option<OverlayLoop> {
-    Some(OverlayLoop {
-        ctx: crate::overlay_status::OverlayStatus {
-            client: ctx.workload.clone(),
-            metrics: ctx.metrics.clone(),
-            catalogs: catalogs.clone(),
-            expectations: Arc::default(),
-            gauged: Arc::default(),
-        },
-        overlays: caches.nodeoverlays.clone()?,
-        clusters: capi.clusters.clone(),
-    })
 }
 
 /// What tells the lifecycle of the Cluster API objects' changes: the provider's caches and

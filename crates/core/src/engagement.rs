@@ -132,6 +132,8 @@ pub struct Engagement {
     nodepool_status: crate::nodepool_status::NodePoolStatus,
     /// The provider's own loops.
     provider_loops: Vec<ProviderLoop>,
+    /// The NodeOverlay status loop and what triggers it (the `NodeOverlay` feature gate).
+    overlay_status: Option<OverlayLoop>,
     pods: crate::cache::Cache<k8s_openapi::api::core::v1::Pod>,
     nodeclaims: kube::runtime::reflector::Store<api::NodeClaim>,
     nodepools: kube::runtime::reflector::Store<api::NodePool>,
@@ -158,11 +160,12 @@ impl Engagement {
         let recorder = Recorder::new(ctx.workload.clone(), reporter);
         let parts = provider(recorder.clone());
         let registration_failures: Arc<Failures> = Arc::default();
+        let (seam, overlay_status) = overlaid(ctx, caches, parts.provider);
         let lifecycle_ctx = Ctx {
             shared: shared(ctx, caches, recorder, registration_failures.clone()),
             // Every call of the seam timed and its errors counted, for any provider.
             provider: Arc::new(cloudprovider::metered::Metered::new(
-                parts.provider,
+                seam,
                 ctx.metrics.clone(),
             )),
         };
@@ -194,6 +197,7 @@ impl Engagement {
         attach_gauges(ctx, state, lifecycle_ctx.provider.clone(), parts.gauges);
         Engagement {
             provider_loops: parts.loops,
+            overlay_status,
             gc_interval: ctx.knobs.gc_interval,
             gc_grace: ctx.knobs.gc_grace,
             lifecycle: lifecycle_ctx,
@@ -242,6 +246,12 @@ impl Engagement {
             "nodepool.readiness",
             crate::nodepool_status::run(self.nodepool_status, stopped(stop.clone())),
         ));
+        if let Some((status, overlays, nodepools)) = self.overlay_status {
+            loops.spawn(run_as(
+                "nodeoverlay.status",
+                crate::overlay_status::run(status, overlays, nodepools, stopped(stop.clone())),
+            ));
+        }
         for provider_loop in self.provider_loops {
             loops.spawn(provider_loop(stop.clone()));
         }
@@ -251,6 +261,41 @@ impl Engagement {
         ));
         (loops, gc)
     }
+}
+
+/// The NodeOverlay status loop's context, the overlays and the NodePools.
+type OverlayLoop = (
+    crate::overlay_status::OverlayStatus,
+    crate::cache::Cache<api::NodeOverlay>,
+    crate::cache::Cache<api::NodePool>,
+);
+
+/// The seam `provider` is used through: with the NodeOverlays applied to its instance types
+/// when the `NodeOverlay` feature gate is on (the caches watch them), for any provider; and
+/// then the NodeOverlay status loop, reporting that decorator's evaluation.
+fn overlaid(
+    ctx: &Sources,
+    caches: &Caches,
+    provider: Arc<dyn cloudprovider::CloudProvider>,
+) -> (Arc<dyn cloudprovider::CloudProvider>, Option<OverlayLoop>) {
+    let (Some(store), Some(overlays)) = (&caches.overlays, &caches.nodeoverlays) else {
+        return (provider, None);
+    };
+    let overlaid = Arc::new(cloudprovider::overlay::Overlaid::new(
+        provider,
+        store.clone(),
+    ));
+    let status = crate::overlay_status::OverlayStatus {
+        client: ctx.workload.clone(),
+        metrics: ctx.metrics.clone(),
+        overlaid: overlaid.clone(),
+        expectations: Arc::default(),
+        gauged: Arc::default(),
+    };
+    (
+        overlaid,
+        Some((status, overlays.clone(), caches.nodepools.clone())),
+    )
 }
 
 /// The scrape-time gauges: the leader's, as Karpenter's; in a hub, every engaged cluster's,

@@ -20,6 +20,7 @@ pub mod model;
 pub mod nodeclaim;
 pub mod nodepool_status;
 pub mod objects;
+pub(crate) mod overlay_status;
 pub mod provisioning;
 pub mod ratelimit;
 pub(crate) mod reports;

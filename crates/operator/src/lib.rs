@@ -11,6 +11,7 @@ use kube::Client;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
+use karpenter_core::cache::Caches;
 pub use karpenter_core::clients::{ClientOptions, client, client_from_yaml, user_agent};
 use karpenter_core::engagement::ProviderFactory;
 use karpenter_core::leader::{Election, LeaderConfig, LeaderError};
@@ -82,8 +83,8 @@ pub struct RunConfig {
     /// `--min-values-policy`: what provisioning does when a NodeClaim's instance types
     /// cannot meet a `minValues` (Karpenter's `Strict`, the default, or `BestEffort`).
     pub min_values_policy: scheduling::MinValuesPolicy,
-    /// The `NodeOverlay` feature gate: NodeOverlays watched, evaluated and applied to the
-    /// catalogs (on by default, as in Karpenter v1.15.0).
+    /// The `NodeOverlay` feature gate: NodeOverlays watched, evaluated and applied to every
+    /// provider's instance types (on by default, as in Karpenter v1.15.0).
     pub node_overlay: bool,
     /// Hub mode (`--mode hub`): the process runs against the management cluster only
     /// (`management_kubeconfig`, else `kubeconfig`, else in-cluster) and engages every
@@ -330,11 +331,12 @@ async fn warm(
     ctx: &Context,
     tasks: &mut karpenter_core::tasks::Tasks,
 ) -> Result<Warm, RuntimeError> {
+    let overlays = ctx.config.node_overlay;
     if let Some(factory) = &ctx.config.provider {
         // Another provider: the workload cluster's kinds only, no fencing id (nothing is
         // made in a management cluster).
         return Ok(Warm::Single {
-            caches: Box::new(karpenter_core::cache::Caches::start(tasks, &ctx.workload)),
+            caches: Box::new(Caches::start_gated(tasks, &ctx.workload, overlays)),
             provider: WarmProvider::Other(factory.clone()),
         });
     }
@@ -344,16 +346,13 @@ async fn warm(
                 clusterapi::fence::cluster_id(&ctx.workload, ctx.config.cluster_id.as_deref())
                     .await?;
             tracing::info!(cluster_id = %cluster_id, "fencing our Cluster API objects by cluster id");
-            let mut caches = karpenter_core::cache::Caches::start(tasks, &ctx.workload);
+            let caches = Caches::start_gated(tasks, &ctx.workload, overlays);
             let capi = clusterapi::caches::ClusterApiCaches::start_single(
                 tasks,
                 &ctx.workload,
                 &ctx.management,
                 &cluster_id,
             );
-            if ctx.config.node_overlay {
-                caches = caches.with_overlays(tasks, &ctx.workload);
-            }
             Ok(Warm::Single {
                 caches: Box::new(caches),
                 provider: WarmProvider::ClusterApi {

@@ -325,18 +325,7 @@ fn instance_type(name: String, shape: TemplateShape, mut offerings: Vec<Offering
 
 pub(crate) use crate::model::sort_instance_types;
 
-/// Reserved offerings first (preferred as Karpenter prefers reserved capacity), then price,
-/// zone, capacity type, template.
-pub(crate) fn sort_offerings(offerings: &mut [Offering]) {
-    offerings.sort_by(|a, b| {
-        b.is_reserved()
-            .cmp(&a.is_reserved())
-            .then_with(|| a.price.total_cmp(&b.price))
-            .then_with(|| a.zone.cmp(&b.zone))
-            .then_with(|| a.capacity_type.cmp(&b.capacity_type))
-            .then_with(|| a.id.cmp(&b.id))
-    });
-}
+pub(crate) use cloudprovider::model::sort_offerings;
 
 /// Why a template whose instance type is already defined (by `first`, with offerings
 /// `existing`) cannot join it: a different shape, or an offering already there.

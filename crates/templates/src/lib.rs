@@ -18,7 +18,6 @@
 //!   serving each NodeClass's catalog.
 //! - [`status`]: the NodeClass status of a catalog (`status.instanceTypes`, `ClusterReady`,
 //!   `TemplatesReady`, `BootstrapReady`).
-//! - [`overlay`]: NodeOverlays applied to a catalog (Karpenter's semantics).
 //! - [`offline`]: reading YAML files into objects and rendering catalogs (the
 //!   `karpenter-capi instance-types` command).
 
@@ -31,7 +30,6 @@ pub mod inventory;
 pub mod labels;
 pub mod model;
 pub mod offline;
-pub mod overlay;
 pub use cloudprovider::quantity;
 mod reference;
 pub mod resize;

@@ -22,6 +22,9 @@ pub struct Caches {
     pub nodepools: Cache<api::NodePool>,
     /// NodeOverlays, when the `NodeOverlay` feature gate is on ([`Caches::with_overlays`]).
     pub nodeoverlays: Option<Cache<api::NodeOverlay>>,
+    /// Their evaluation over the instance types of the NodeClasses the NodePools reference
+    /// (with the cache): what the overlay decorator applies, for any provider.
+    pub overlays: Option<Arc<cloudprovider::overlay::OverlayStore>>,
     /// What pods' volumes resolve against (trimmed: [`crate::trim`]).
     pub pvcs: Cache<k8s_openapi::api::core::v1::PersistentVolumeClaim>,
     pub pvs: Cache<k8s_openapi::api::core::v1::PersistentVolume>,
@@ -146,6 +149,7 @@ impl Caches {
             nodeclaims,
             nodepools,
             nodeoverlays: None,
+            overlays: None,
             pvcs,
             pvs,
             storageclasses: Cache::start(tasks, Api::all(workload.clone()), all(), keep, None),
@@ -154,15 +158,40 @@ impl Caches {
         }
     }
 
+    /// [`Caches::start`], and the NodeOverlays' watch when `node_overlay` (the feature gate:
+    /// the engagement then applies them to any provider's instance types).
+    pub fn start_gated(tasks: &mut Tasks, workload: &kube::Client, node_overlay: bool) -> Caches {
+        let caches = Caches::start(tasks, workload);
+        if node_overlay {
+            return caches.with_overlays(tasks, workload);
+        }
+        caches
+    }
+
     /// Also watches the workload cluster's NodeOverlays (the `NodeOverlay` feature gate).
+    /// They are evaluated over the NodeClasses the NodePools reference (Karpenter evaluates
+    /// them per NodePool).
     pub fn with_overlays(mut self, tasks: &mut Tasks, workload: &kube::Client) -> Caches {
-        self.nodeoverlays = Some(Cache::start(
+        let cache: Cache<api::NodeOverlay> = Cache::start(
             tasks,
             Api::all(workload.clone()),
             watcher::Config::default(),
             keep,
             None,
-        ));
+        );
+        let nodepools = self.nodepools.store();
+        let lister: cloudprovider::overlay::store::NodeClassLister = Box::new(move || {
+            nodepools
+                .state()
+                .iter()
+                .map(|p| p.spec.template.spec.node_class_ref.name.clone())
+                .collect()
+        });
+        self.overlays = Some(Arc::new(cloudprovider::overlay::OverlayStore::new(
+            cache.store(),
+            lister,
+        )));
+        self.nodeoverlays = Some(cache);
         self
     }
 

@@ -3,22 +3,20 @@ use std::collections::BTreeMap;
 use api::consts::labels as label;
 
 use super::*;
-use crate::model::{Resources, TemplateRef};
+use crate::model::Resources;
 
+/// An offering of the provider's `template` (its id and its `…/instance-template` label).
 fn offering(template: &str, zone: &str, capacity_type: &str, price: f64) -> Offering {
-    let template = TemplateRef {
-        api_version: "infrastructure.cluster.x-k8s.io/v1beta2".into(),
-        kind: "DockerMachineTemplate".into(),
-        namespace: Some("ns".into()),
-        name: template.into(),
-    };
-    crate::model::offering(
-        &template,
-        Some(zone.into()),
+    let mut o = Offering::new(
+        template,
+        Some(zone),
         capacity_type,
         price,
         PriceSource::Annotation,
-    )
+    );
+    o.labels
+        .insert(label::INSTANCE_TEMPLATE.to_string(), template.to_string());
+    o
 }
 
 /// An instance type `name` of `cpu` cores with one on-demand offering per zone (a, b) at
@@ -51,10 +49,10 @@ fn it(name: &str, cpu: i64, price: f64) -> InstanceType {
     }
 }
 
-fn catalog() -> Catalog {
+fn catalog() -> InstanceTypes {
     let mut instance_types = vec![it("medium", 2, 0.1), it("large", 4, 0.2)];
     sort_instance_types(&mut instance_types);
-    Catalog::of(instance_types)
+    InstanceTypes::of(instance_types)
 }
 
 fn req(key: &str, operator: Operator, values: &[&str]) -> Requirement {
@@ -93,11 +91,12 @@ fn of_type(name: &str) -> Vec<Requirement> {
     vec![req(label::INSTANCE_TYPE, Operator::In, &[name])]
 }
 
-fn eval(overlays: Vec<Overlay>, catalogs: &[&Catalog]) -> Evaluation {
-    evaluate(overlays.into_iter().map(Ok).collect(), catalogs)
+fn eval(overlays: Vec<Overlay>, catalogs: &[&InstanceTypes]) -> Evaluation {
+    let bases: Vec<&[InstanceType]> = catalogs.iter().map(|c| &c.instance_types[..]).collect();
+    evaluate(overlays.into_iter().map(Ok).collect(), &bases)
 }
 
-fn prices(c: &Catalog, name: &str) -> Vec<f64> {
+fn prices(c: &InstanceTypes, name: &str) -> Vec<f64> {
     let mut p: Vec<f64> = c
         .get(name)
         .map(|it| it.offerings.iter().map(|o| o.price).collect())
@@ -345,7 +344,7 @@ fn capacity_is_merged_per_resource_and_conflicts_only_on_shared_resources() {
 #[test]
 fn a_conflict_in_one_catalog_applies_the_overlay_nowhere() {
     let c1 = catalog();
-    let c2 = Catalog::of(vec![it("small", 1, 0.05)]);
+    let c2 = InstanceTypes::of(vec![it("small", 1, 0.05)]);
     let e = eval(
         vec![
             priced("a", 10, Vec::new(), "3"),
@@ -404,7 +403,7 @@ fn runtime_validation_of_api_objects() {
             Err(("bad".into(), 50, "invalid capacity".into())),
             Ok(priced("good", 1, Vec::new(), "1")),
         ],
-        &[&catalog()],
+        &[&catalog().instance_types[..]],
     );
     assert!(matches!(e.outcomes["bad"].verdict, Verdict::Invalid(_)));
     assert_eq!(e.outcomes["good"].verdict, Verdict::Applied);

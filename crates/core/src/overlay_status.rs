@@ -2,10 +2,11 @@
 //! `ValidationSucceeded` (True; False with reason `Conflict` naming the overlay of equal
 //! weight recorded first, or `RuntimeValidation`) and `Ready`, the number of offerings it
 //! selects in the message, and the gauge `karpenter_capi_nodeoverlay_matched_offerings`.
-//! The verdicts are [`crate::catalogs::IndexCatalogs::evaluation`]'s, the same the catalogs
-//! apply. Every overlay is looked at again when any overlay, NodeClass, Cluster or template
-//! changes (a verdict depends on all of them). Written only when it changed, conditional on
-//! the version it was computed from.
+//! The verdicts are the overlay decorator's evaluation ([`Overlaid::evaluation`]), the same
+//! it applies to every provider's instance types. Every overlay is looked at again when any
+//! overlay or NodePool changes, and when the evaluation changed because a provider's
+//! instance types did (checked every [`EVALUATION_POLL`]). Written only when it changed,
+//! conditional on the version it was computed from.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -14,6 +15,7 @@ use std::time::Duration;
 use api::NodeOverlay;
 use api::consts::conditions::{NODEOVERLAY_READY_PARTS, VALIDATION_SUCCEEDED};
 use api::consts::reasons;
+use cloudprovider::overlay::{Evaluation, Outcome, Overlaid, Verdict};
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
@@ -21,19 +23,18 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use serde_json::json;
-use templates::overlay::{Outcome, Verdict};
 
-use crate::catalogs::IndexCatalogs;
-use karpenter_core::cache::Cache;
-use karpenter_core::metrics::{Metrics, OverlayLabels};
-use karpenter_core::write::{Expectations, Outcome as Written, Writer, manager};
+use crate::cache::Cache;
+use crate::metrics::{Metrics, OverlayLabels};
+use crate::write::{Expectations, Outcome as Written, Writer, manager};
 
 /// What the loop reads and writes.
 #[derive(Clone)]
 pub(crate) struct OverlayStatus {
     pub client: kube::Client,
     pub metrics: Metrics,
-    pub catalogs: IndexCatalogs,
+    /// The provider, decorated: its evaluation is what the status reports.
+    pub overlaid: Arc<Overlaid>,
     /// Our writes the cache has not shown yet.
     pub expectations: Arc<Expectations>,
     /// The overlays the gauge has a series for (removed when the overlay is gone).
@@ -42,6 +43,10 @@ pub(crate) struct OverlayStatus {
 
 /// How soon an overlay whose cached object predates our own write is looked at again.
 const STALE_RETRY: Duration = Duration::from_millis(100);
+
+/// How often the evaluation is compared with the last one seen (a provider's instance types
+/// may change without any object of the core changing: a template, a catalog file).
+pub(crate) const EVALUATION_POLL: Duration = Duration::from_secs(5);
 
 /// The conditions `outcome` gives an overlay whose conditions are `current`.
 pub(crate) fn conditions(
@@ -115,7 +120,7 @@ impl OverlayStatus {
     }
 
     /// Sets the gauge of every evaluated overlay; drops the series of overlays gone.
-    fn gauge(&self, evaluation: &templates::overlay::Evaluation) {
+    fn gauge(&self, evaluation: &Evaluation) {
         let mut gauged = self.gauged.lock().unwrap_or_else(|e| e.into_inner());
         for gone in gauged
             .iter()
@@ -144,7 +149,7 @@ async fn reconcile(obj: Arc<NodeOverlay>, ctx: Arc<OverlayStatus>) -> Result<Act
     if ctx.expectations.stale_object(obj.as_ref()) {
         return Ok(Action::requeue(STALE_RETRY));
     }
-    let evaluation = ctx.catalogs.evaluation();
+    let evaluation = ctx.overlaid.evaluation();
     ctx.gauge(&evaluation);
     let Some(outcome) = evaluation.outcomes.get(&obj.name_any()) else {
         // Evaluated from a cache that does not hold it yet (or any more).
@@ -174,27 +179,35 @@ fn error_policy(obj: Arc<NodeOverlay>, error: &StatusError, _ctx: Arc<OverlaySta
 }
 
 /// Runs the NodeOverlay status controller over `overlays` until `shutdown`; every overlay
-/// is reconciled again on any change of an overlay, NodeClass, Cluster or template.
+/// is reconciled again on any change of an overlay or a NodePool, and when the evaluation
+/// changed.
 pub(crate) async fn run(
     ctx: OverlayStatus,
     overlays: Cache<NodeOverlay>,
-    nodeclasses: Cache<clusterapi_api::ClusterAPINodeClass>,
-    clusters: Cache<clusterapi_api::Cluster>,
+    nodepools: Cache<api::NodePool>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let templates = futures::stream::unfold(ctx.catalogs.index.subscribe(), |mut rx| async move {
-        rx.changed().await.ok()?;
-        Some(((), rx))
+    let overlaid = ctx.overlaid.clone();
+    let evaluations = futures::stream::unfold(overlaid.evaluation(), move |last| {
+        let overlaid = overlaid.clone();
+        async move {
+            loop {
+                tokio::time::sleep(EVALUATION_POLL).await;
+                let now = overlaid.evaluation();
+                if !Arc::ptr_eq(&now, &last) {
+                    return Some(((), now));
+                }
+            }
+        }
     });
     let all = futures::stream::select_all([
         overlays.subscribe().map(|_| ()).boxed(),
-        nodeclasses.subscribe().map(|_| ()).boxed(),
-        clusters.subscribe().map(|_| ()).boxed(),
-        templates.boxed(),
+        nodepools.subscribe().map(|_| ()).boxed(),
+        evaluations.boxed(),
     ]);
     // Coalesce bursts: one pass over every overlay per burst.
     let (tx, rx) = futures::channel::mpsc::channel::<()>(1);
-    let mut tasks = karpenter_core::tasks::Tasks::default();
+    let mut tasks = crate::tasks::Tasks::default();
     tasks.spawn(async move {
         let mut tx = tx;
         futures::pin_mut!(all);

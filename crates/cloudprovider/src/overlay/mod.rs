@@ -1,20 +1,22 @@
-//! NodeOverlays applied to catalogs, with Karpenter v1.15.0's semantics
-//! (`pkg/controllers/nodeoverlay`, `pkg/cloudprovider/overlay`). Pure: no I/O, never panics
-//! on input.
+//! NodeOverlays applied to any provider's instance types, with Karpenter v1.15.0's semantics
+//! (`pkg/controllers/nodeoverlay`, `pkg/cloudprovider/overlay`). This module is pure (no
+//! I/O, never panics on input); [`store`] holds the NodeOverlays and the evaluation, and
+//! [`Overlaid`] is the decorator that applies them to what a provider's `instance_types`
+//! answers.
 //!
 //! - **Matching.** An overlay's `requirements` are evaluated per offering against the labels a
-//!   node launched from it would carry ([`InstanceType::node_labels`]: the template's shape
-//!   labels, `node.kubernetes.io/instance-type`, arch, os, our `…/instance-*` labels,
-//!   `topology.kubernetes.io/zone`, `karpenter.sh/capacity-type`, `…/instance-template`). A
-//!   key the offering does not carry matches only `NotIn` and `DoesNotExist` (Karpenter:
-//!   undefined labels are denied unless the operator excludes). NodePool-scoped keys
-//!   (`karpenter.sh/nodepool`, a NodePool's template labels) are not known at the catalog, so
-//!   an overlay requiring them matches nothing here.
+//!   node launched from it would carry ([`InstanceType::node_labels`]: the instance type's
+//!   labels, `node.kubernetes.io/instance-type`, the offering's `topology.kubernetes.io/zone`,
+//!   `karpenter.sh/capacity-type` and the provider's own offering labels). A key the offering
+//!   does not carry matches only `NotIn` and `DoesNotExist` (Karpenter: undefined labels are
+//!   denied unless the operator excludes). NodePool-scoped keys (`karpenter.sh/nodepool`, a
+//!   NodePool's template labels) are not known at the instance types, so an overlay requiring
+//!   them matches nothing here.
 //! - **Order.** Higher `weight` first (unset: 0); equal weights by name, the later name first
 //!   ([`order`]).
 //! - **Merge.** Per offering, the first overlay in that order with a price change sets the
 //!   price (`price`: absolute; `priceAdjustment`: signed absolute or percent of the
-//!   template's price, never below 0). Per instance type, capacity is merged resource by
+//!   provider's price, never below 0). Per instance type, capacity is merged resource by
 //!   resource, the first overlay in order naming a resource wins; an overlay's capacity
 //!   applies to an instance type when it matches any of its offerings.
 //! - **Conflict.** Walking the overlays in order, an overlay whose weight equals the lowest
@@ -30,9 +32,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use api::karpenter::Operator;
 
-use crate::catalog::{sort_instance_types, sort_offerings};
-use crate::labels::{validate_label_key, validate_label_value};
-use crate::model::{Catalog, InstanceType, Offering, PriceSource};
+use crate::instance_types::InstanceTypes;
+use crate::label_syntax::{validate_label_key, validate_label_value};
+use crate::model::{InstanceType, Offering, PriceSource, sort_instance_types, sort_offerings};
+
+pub mod store;
+pub use store::{Overlaid, OverlayStore};
 
 /// Resources an overlay may not set (Karpenter's `WellKnownResources`).
 const STANDARD_RESOURCES: [&str; 4] = ["cpu", "memory", "ephemeral-storage", "pods"];
@@ -234,7 +239,7 @@ pub enum Verdict {
 }
 
 /// One overlay's outcome: its verdict and the number of offerings it selected (over every
-/// catalog evaluated).
+/// NodeClass's instance types evaluated).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outcome {
     pub verdict: Verdict,
@@ -263,21 +268,21 @@ struct RecordedCapacity {
     resources: BTreeSet<String>,
 }
 
-/// Per (catalog, instance type, offering) the price record; per (catalog, instance type)
-/// the capacity record.
+/// Per (NodeClass, instance type, offering) the price record; per (NodeClass, instance
+/// type) the capacity record.
 #[derive(Default)]
 struct Store {
     prices: BTreeMap<(usize, String, usize), Recorded>,
     capacities: BTreeMap<(usize, String), RecordedCapacity>,
 }
 
-/// The offerings (by index) of each instance type of each catalog that `o` selects.
+/// The offerings (by index) of each instance type of each NodeClass that `o` selects.
 type Selected = Vec<(usize, String, Vec<usize>)>;
 
-fn selected(o: &Overlay, catalogs: &[&Catalog]) -> Selected {
+fn selected(o: &Overlay, bases: &[&[InstanceType]]) -> Selected {
     let mut out = Vec::new();
-    for (ci, c) in catalogs.iter().enumerate() {
-        for it in &c.instance_types {
+    for (ci, types) in bases.iter().enumerate() {
+        for it in types.iter() {
             let hits: Vec<usize> = it
                 .offerings
                 .iter()
@@ -342,11 +347,11 @@ impl Store {
 }
 
 /// Evaluates `overlays` (parsed, or the name, weight and validation error of those that do
-/// not parse) over every catalog they may apply to, as Karpenter's NodeOverlay controller
-/// does over every NodePool.
+/// not parse) over the instance types of every NodeClass they may apply to (`bases`), as
+/// Karpenter's NodeOverlay controller does over every NodePool.
 pub fn evaluate(
     overlays: Vec<Result<Overlay, (String, i32, String)>>,
-    catalogs: &[&Catalog],
+    bases: &[&[InstanceType]],
 ) -> Evaluation {
     let mut items = overlays;
     order(&mut items, |r| match r {
@@ -369,7 +374,7 @@ pub fn evaluate(
                 continue;
             }
         };
-        let sel = selected(&o, catalogs);
+        let sel = selected(&o, bases);
         let matched = sel.iter().map(|(_, _, offs)| offs.len()).sum();
         let verdict = match store.conflict(&o, &sel) {
             Some((with, what)) => Verdict::Conflict { with, what },
@@ -385,10 +390,11 @@ pub fn evaluate(
     eval
 }
 
-/// `catalog` with `applied` (in order, conflict-free: [`Evaluation::applied`]) applied:
-/// prices and capacities changed, offerings and instance types sorted again by price.
-pub fn apply(catalog: &Catalog, applied: &[Overlay]) -> Catalog {
-    let mut out = catalog.clone();
+/// `types` with `applied` (in order, conflict-free: [`Evaluation::applied`]) applied:
+/// prices and capacities changed, offerings and instance types sorted again by price. The
+/// sizes a resizable group makes on demand are not overlaid (only its grid is listed).
+pub fn apply(types: &InstanceTypes, applied: &[Overlay]) -> InstanceTypes {
+    let mut out = types.clone();
     if applied.is_empty() {
         return out;
     }
@@ -428,7 +434,7 @@ fn apply_to(it: &mut InstanceType, applied: &[Overlay]) {
     }
     if !capacity.is_empty() {
         for (k, v) in capacity {
-            // What the kubelet reserves of a resource the template already had stays
+            // What the kubelet reserves of a resource the type already had stays
             // reserved; a new extended resource is allocatable in full.
             let reserved = match it.capacity.0.get(&k) {
                 Some(cap) => cap - it.allocatable.get(&k),
