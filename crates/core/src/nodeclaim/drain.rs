@@ -207,6 +207,8 @@ pub(crate) struct Drainer<'a> {
     pub recorder: &'a Recorder,
     pub metrics: &'a Metrics,
     pub pods: &'a Store<Pod>,
+    /// The lifecycle's own writes (read-your-writes): the taint is recorded there.
+    pub writes: &'a std::sync::Arc<crate::write::Expectations>,
 }
 
 /// One pod's eviction or deletion.
@@ -245,7 +247,8 @@ impl Drainer<'_> {
             });
             body["spec"] = json!({ "taints": list });
         }
-        let writer = Writer::new(Api::<Node>::all(self.client.clone()), manager::TERMINATION);
+        let writer = Writer::new(Api::<Node>::all(self.client.clone()), manager::TERMINATION)
+            .expecting(self.writes.clone());
         match writer.patch(node, body).await? {
             Outcome::Written(_) | Outcome::Gone => Ok(()),
             Outcome::Conflict => Err(Refused::Conflict(format!("Node {}", node.name_any())).into()),

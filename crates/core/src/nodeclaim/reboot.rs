@@ -245,6 +245,7 @@ async fn drain(
         recorder: &ctx.recorder,
         metrics: &ctx.metrics,
         pods: &ctx.pods,
+        writes: &ctx.expectations.writes,
     };
     // No deadline: past the grace period the remaining pods are left to the reboot, never
     // deleted.

@@ -166,11 +166,16 @@ async fn drain(
             Ok(_) => {}
         }
     }
+    if ctx.expectations.writes.stale_object(node.as_ref()) {
+        // Our last write to the Node (its taint) is not cached yet: decide on it next time.
+        return Ok(Some(crate::nodeclaim::context::Backoff::FIRST));
+    }
     let drainer = Drainer {
         client: &ctx.workload,
         recorder: &ctx.recorder,
         metrics: &ctx.metrics,
         pods: &ctx.pods,
+        writes: &ctx.expectations.writes,
     };
     drainer.taint(&node).await?;
     let now = Timestamp::now();
