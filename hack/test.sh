@@ -95,7 +95,7 @@ fi
 
 # Slowest first: last run's seconds, else these hints (seconds on two cores).
 declare -A weight=([consolidation]=280 [chaos]=190 [lifecycle]=170 [drift]=140 [demo]=120 [hub_scale]=115 [hub]=150
-  [provisioning]=120 [failures]=90 [provider]=80 [bench]=60 [writes]=45 [bad_input]=45
+  [provisioning]=120 [providers]=100 [failures]=90 [provider]=80 [bench]=60 [writes]=45 [bad_input]=45
   [leader]=35 [testbed]=25 [provider_fake]=20 [helm_chart]=20 [metrics]=20 [docs]=16 [real]=16)
 if [ -f "$out/times.tsv" ]; then
   while IFS=$'\t' read -r n s _; do weight[$n]=$s; done <"$out/times.tsv"
