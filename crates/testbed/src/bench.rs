@@ -296,16 +296,14 @@ pub fn writes(events: &[AuditEvent], agent: &str, from: f64, to: f64) -> Writes 
             "leases" => w.leases += 1,
             _ => {}
         }
-        let code = e.response_status.as_ref().and_then(|s| s.code);
-        match code {
-            Some(409) => w.conflicts += 1,
-            Some(422) => w.refused += 1,
-            _ => {}
-        }
-        if let Some(code @ (409 | 422)) = code {
-            *w.refused_by
-                .entry(format!("{code} {what} {}", field_manager(&e.request_uri)))
-                .or_default() += 1;
+        if let Some(code @ (409 | 422)) = e.response_status.as_ref().and_then(|s| s.code) {
+            *(if code == 409 {
+                &mut w.conflicts
+            } else {
+                &mut w.refused
+            }) += 1;
+            let by = format!("{code} {what} {}", field_manager(&e.request_uri));
+            *w.refused_by.entry(by).or_default() += 1;
         }
         *w.by_verb_resource.entry(what).or_default() += 1;
     }
@@ -314,10 +312,9 @@ pub fn writes(events: &[AuditEvent], agent: &str, from: f64, to: f64) -> Writes 
 
 /// The `fieldManager` query parameter of a request URI (`-` without one).
 fn field_manager(uri: &str) -> &str {
-    uri.split_once('?')
-        .map(|(_, q)| q)
-        .into_iter()
-        .flat_map(|q| q.split('&'))
+    let query = uri.split_once('?').map_or("", |(_, q)| q);
+    query
+        .split('&')
         .find_map(|kv| kv.strip_prefix("fieldManager="))
         .unwrap_or("-")
 }
