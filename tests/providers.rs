@@ -48,6 +48,8 @@ trait Side {
     async fn vanish(&self, client: &Client, claim: &str);
     /// Makes an instance of this provider for no NodeClaim (`ORPHAN`).
     async fn plant_orphan(&self, client: &Client);
+    /// Whether its catalog has the instance type `name`.
+    fn offers(&self, name: &str) -> bool;
 }
 
 const ORPHAN: &str = "orphan";
@@ -164,6 +166,23 @@ async fn scenario<S: Side>(tb: &Testbed, side: &S, metrics: std::net::SocketAddr
         for t in ["Launched", "Registered", "Initialized", "Ready"] {
             assert!(is_true(c, t), "{}: {t}: {:?}", c.name_any(), c.status);
         }
+        // The offering it launched on is on its labels (the provider's record, or the core's
+        // from what the provider says of the instance), so nothing reads it as drifted.
+        let labels = c.labels();
+        assert_eq!(
+            labels.get("karpenter.sh/capacity-type").map(String::as_str),
+            Some("on-demand"),
+            "{}: {labels:?}",
+            c.name_any()
+        );
+        assert!(
+            labels
+                .get("node.kubernetes.io/instance-type")
+                .is_some_and(|t| side.offers(t)),
+            "{}: {labels:?}",
+            c.name_any()
+        );
+        assert!(!is_true(c, "Drifted"), "{}: {:?}", c.name_any(), c.status);
     }
     let names: BTreeSet<String> = launched.iter().map(|c| c.name_any()).collect();
     assert_eq!(side.instances(&client).await, names, "one instance a claim");
@@ -268,6 +287,10 @@ impl Side for Fake {
 
     async fn vanish(&self, _: &Client, claim: &str) {
         self.0.remove(claim).expect("the instance was there");
+    }
+
+    fn offers(&self, name: &str) -> bool {
+        fake_catalog().get(name).is_some()
     }
 
     async fn plant_orphan(&self, _: &Client) {
@@ -503,6 +526,10 @@ impl Side for Kwok {
             .expect("delete the Node");
     }
 
+    fn offers(&self, name: &str) -> bool {
+        kwok_types().iter().any(|t| t.name == name)
+    }
+
     async fn plant_orphan(&self, client: &Client) {
         let node: Node = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Node",
@@ -519,6 +546,12 @@ impl Side for Kwok {
             .await
             .expect("create the orphan Node");
     }
+}
+
+/// The benchmark's kwok instance types.
+fn kwok_types() -> Vec<kwok::instance_types::InstanceType> {
+    let file = testbed::repo_root().join("hack/bench/e2e/kwok-instance-types.json");
+    kwok::instance_types::read_file(&file).expect("the bench's instance types")
 }
 
 /// The instance types of the claims, sorted; `None` while any has none yet.
@@ -556,8 +589,7 @@ async fn the_core_over_kwok_and_its_consolidation() {
         .expect("consolidateAfter: Never");
     let workload = std::fs::read_to_string(root.join(INFLATE)).expect("the demo's Deployment");
     tb.apply_yaml(&workload, "default").await.expect("inflate");
-    let types = kwok::instance_types::read_file(&bench.join("kwok-instance-types.json"))
-        .expect("the bench's instance types");
+    let types = kwok_types();
     let mut config = operator_config(&tb);
     config.provider = Some(kwok::wiring::factory(types));
     let metrics = config.metrics_addr;

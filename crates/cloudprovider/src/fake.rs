@@ -53,6 +53,33 @@ pub struct FakeState {
     pub drain_rules: BTreeMap<String, crate::drain::DrainRules>,
 }
 
+impl FakeState {
+    /// The offering the fake launches `claim` on, as Karpenter's fake picks it: the first of
+    /// the claim's instance types its NodeClass's catalog has, on that type's cheapest
+    /// offering; `fake-it`, on-demand, no zone when the catalog has none of them.
+    fn offering_for(&self, claim: &NodeClaim) -> (String, Option<String>, String) {
+        let catalog = self.catalogs.get(&claim.spec.node_class_ref.name);
+        let chosen = claim
+            .spec
+            .requirements
+            .iter()
+            .filter(|r| {
+                r.key == api::consts::labels::INSTANCE_TYPE
+                    && r.operator == api::karpenter::Operator::In
+            })
+            .flat_map(|r| r.values.iter())
+            .find_map(|name| {
+                let it = catalog?.lookup(name)?;
+                let o = it
+                    .offerings
+                    .iter()
+                    .min_by(|a, b| a.price.total_cmp(&b.price))?;
+                Some((it.name.clone(), o.zone.clone(), o.capacity_type.clone()))
+            });
+        chosen.unwrap_or_else(|| ("fake-it".into(), None, "on-demand".into()))
+    }
+}
+
 /// The fake provider; cheap to clone (one shared state).
 #[derive(Clone, Default)]
 pub struct FakeCloudProvider {
@@ -101,12 +128,14 @@ impl FakeCloudProvider {
                 return Err(e);
             }
             let hold = s.hold_provider_id;
+            let (instance_type, zone, capacity_type) = s.offering_for(claim);
             s.instances.entry(name.clone()).or_insert_with(|| Instance {
                 nodeclaim: name.clone(),
                 provider_id: (!hold).then(|| Self::provider_id(&name)),
                 description: format!("fake instance {name}"),
-                instance_type: "fake-it".into(),
-                capacity_type: "on-demand".into(),
+                instance_type,
+                zone,
+                capacity_type,
                 capacity: crate::provider::claim_requests(claim),
                 allocatable: crate::provider::claim_requests(claim),
                 nodeclaim_uid: claim.metadata.uid.clone(),

@@ -29,6 +29,27 @@ impl Recorded {
     }
 }
 
+/// The offering labels a launched claim lacks, from what its provider says of its instance
+/// (Karpenter's launch writes the labels `Create` returns, the claim's own winning): a
+/// provider that records its offering before it launches leaves nothing to add.
+pub(crate) fn missing_offering_labels(
+    claim: &NodeClaim,
+    instance: &Instance,
+) -> std::collections::BTreeMap<String, String> {
+    use api::consts::labels::{CAPACITY_TYPE, INSTANCE_TYPE, ZONE};
+    let have = claim.labels();
+    [
+        (INSTANCE_TYPE, Some(&instance.instance_type)),
+        (ZONE, instance.zone.as_ref()),
+        (CAPACITY_TYPE, Some(&instance.capacity_type)),
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| Some((k, v.filter(|v| !v.is_empty())?)))
+    .filter(|(k, _)| !have.contains_key(*k))
+    .map(|(k, v)| (k.to_string(), v.clone()))
+    .collect()
+}
+
 /// The capacity-type label of a claim (empty before launch).
 pub(crate) fn capacity_type_of(claim: &NodeClaim) -> String {
     claim
@@ -55,4 +76,33 @@ pub fn nodepool_of(claim: &NodeClaim) -> String {
         .get(api::consts::labels::NODEPOOL)
         .cloned()
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_offering_labels_the_claim_lacks_are_added() {
+        let mut claim = NodeClaim::new("c", Default::default());
+        let instance = Instance {
+            instance_type: "small".into(),
+            zone: Some("zone-a".into()),
+            capacity_type: "on-demand".into(),
+            ..Instance::default()
+        };
+        let missing = missing_offering_labels(&claim, &instance);
+        assert_eq!(missing.len(), 3, "{missing:?}");
+        assert_eq!(missing[api::consts::labels::INSTANCE_TYPE], "small");
+        // The claim's own label wins, and an empty answer adds nothing.
+        claim
+            .labels_mut()
+            .insert(api::consts::labels::CAPACITY_TYPE.into(), "spot".into());
+        let zoneless = Instance {
+            zone: None,
+            instance_type: String::new(),
+            ..instance
+        };
+        assert!(missing_offering_labels(&claim, &zoneless).is_empty());
+    }
 }

@@ -98,6 +98,13 @@ async fn reconcile_fresh(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Action, Err
     let mut status = claim.status.clone().unwrap_or_default();
     if let Some(i) = &instance {
         observe_instance(ctx, &claim, i, &mut status);
+        let missing = super::labels::missing_offering_labels(&claim, i);
+        if i.provider_id.is_some() && !missing.is_empty() {
+            claim = Arc::new(
+                ctx.patch_claim(&claim, serde_json::json!({ "labels": missing }))
+                    .await?,
+            );
+        }
     }
     if let Some(action) = reboot(ctx, &mut claim, &mut status).await? {
         return Ok(action);
