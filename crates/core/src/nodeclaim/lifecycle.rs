@@ -98,13 +98,7 @@ async fn reconcile_fresh(ctx: &Ctx, claim: Arc<NodeClaim>) -> Result<Action, Err
     let mut status = claim.status.clone().unwrap_or_default();
     if let Some(i) = &instance {
         observe_instance(ctx, &claim, i, &mut status);
-        let missing = super::labels::missing_offering_labels(&claim, i);
-        if i.provider_id.is_some() && !missing.is_empty() {
-            claim = Arc::new(
-                ctx.patch_claim(&claim, serde_json::json!({ "labels": missing }))
-                    .await?,
-            );
-        }
+        claim = label_offering(ctx, claim, i).await?;
     }
     if let Some(action) = reboot(ctx, &mut claim, &mut status).await? {
         return Ok(action);
@@ -400,6 +394,23 @@ fn progress_only(before: &NodeClaimStatus, next: &NodeClaimStatus) -> bool {
 
 /// What the provider says: once the instance has a providerID it exists — `Launched=True`
 /// with the providerID, capacity and allocatable of the launch.
+/// A launched claim labelled with the offering its provider says it runs on, where the
+/// provider did not record it before the launch (one metadata write, once).
+async fn label_offering(
+    ctx: &Ctx,
+    claim: Arc<NodeClaim>,
+    instance: &Instance,
+) -> Result<Arc<NodeClaim>, Error> {
+    let missing = super::labels::missing_offering_labels(&claim, instance);
+    if instance.provider_id.is_none() || missing.is_empty() {
+        return Ok(claim);
+    }
+    let written = ctx
+        .patch_claim(&claim, serde_json::json!({ "labels": missing }))
+        .await?;
+    Ok(Arc::new(written))
+}
+
 fn observe_instance(
     ctx: &Ctx,
     claim: &NodeClaim,
