@@ -620,11 +620,7 @@ async fn the_core_over_kwok_and_its_consolidation() {
     // removed, each drained first (the pod moves by eviction).
     let drained = counter(metrics, "karpenter_pods_drained_total").await;
     pools
-        .patch(
-            "default",
-            &PatchParams::default(),
-            &consolidate_after("2s"),
-        )
+        .patch("default", &PatchParams::default(), &consolidate_after("2s"))
         .await
         .expect("consolidateAfter: 2s");
     scale(&client, 1).await;

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Stops exactly the processes hack/testbed/up.sh started for a testbed directory.
 #   hack/testbed/down.sh [--dir DIR] [--purge] [--quiet]
-# --purge also removes the directory (state, logs, certs). Safe to run twice.
+# --purge also removes the directory (state, logs, certs), so nothing is kept that a graceful
+# shutdown would save: the processes are killed at once (SIGKILL) rather than asked to stop
+# (SIGTERM, then SIGKILL after 10 s: kube-apiserver waits for an etcd stopped beside it).
+# Safe to run twice.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cache=${TESTBED_CACHE:-$(cd "$here/../.." && pwd)/.cache/testbed}
@@ -20,13 +23,15 @@ pids=$dir/pids
 ours() { # pid is alive and is one of ours (its command line names our directory)
   kill -0 "$1" 2>/dev/null && tr '\0' ' ' < "/proc/$1/cmdline" 2>/dev/null | grep -qF "$dir"
 }
+signal=TERM
+[ -n "$purge" ] && signal=KILL
 if [ -f "$pids" ]; then
   # Reverse start order: components first, kube-apiserver, then etcd.
   mapfile -t entries < <(tac "$pids")
   stopped=()
   for e in "${entries[@]}"; do
     name=${e% *} pid=${e#* }
-    if ours "$pid"; then kill -TERM "$pid" 2>/dev/null || true; stopped+=("$name:$pid"); fi
+    if ours "$pid"; then kill "-$signal" "$pid" 2>/dev/null || true; stopped+=("$name:$pid"); fi
   done
   for s in "${stopped[@]}"; do
     pid=${s#*:}

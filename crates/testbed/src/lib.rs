@@ -413,12 +413,13 @@ pub async fn shared(options: Options) -> Result<&'static Testbed> {
     cell.get_or_try_init(|| Testbed::start(options)).await
 }
 
+/// Stops a testbed's processes and removes its directory (it is disposable: killed at once).
 fn stop(dir: &Path) {
     let _ = std::process::Command::new("bash")
         .arg(repo_root().join("hack/testbed/down.sh"))
         .arg("--dir")
         .arg(dir)
-        .arg("--quiet")
+        .args(["--quiet", "--purge"])
         .status();
 }
 
