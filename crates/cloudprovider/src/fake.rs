@@ -55,8 +55,8 @@ pub struct FakeState {
 
 impl FakeState {
     /// The offering the fake launches `claim` on, as Karpenter's fake picks it: the first of
-    /// the claim's instance types its NodeClass's catalog has, on that type's cheapest
-    /// offering; `fake-it`, on-demand, no zone when the catalog has none of them.
+    /// the claim's instance types its NodeClass's catalog has, on that type's preferred
+    /// offering (reserved, else the cheapest); `fake-it`, on-demand, no zone when the catalog has none of them.
     fn offering_for(&self, claim: &NodeClaim) -> (String, Option<String>, String) {
         let catalog = self.catalogs.get(&claim.spec.node_class_ref.name);
         let chosen = claim
@@ -70,10 +70,7 @@ impl FakeState {
             .flat_map(|r| r.values.iter())
             .find_map(|name| {
                 let it = catalog?.lookup(name)?;
-                let o = it
-                    .offerings
-                    .iter()
-                    .min_by(|a, b| a.price.total_cmp(&b.price))?;
+                let o = it.cheapest()?;
                 Some((it.name.clone(), o.zone.clone(), o.capacity_type.clone()))
             });
         chosen.unwrap_or_else(|| ("fake-it".into(), None, "on-demand".into()))

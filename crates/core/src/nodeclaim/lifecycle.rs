@@ -392,8 +392,6 @@ fn progress_only(before: &NodeClaimStatus, next: &NodeClaimStatus) -> bool {
             .any(|c| c.status == api::conditions::FALSE && c.type_ != types::READY)
 }
 
-/// What the provider says: once the instance has a providerID it exists — `Launched=True`
-/// with the providerID, capacity and allocatable of the launch.
 /// A launched claim labelled with the offering its provider says it runs on, where the
 /// provider did not record it before the launch (one metadata write, once).
 async fn label_offering(
@@ -401,8 +399,11 @@ async fn label_offering(
     claim: Arc<NodeClaim>,
     instance: &Instance,
 ) -> Result<Arc<NodeClaim>, Error> {
+    if instance.provider_id.is_none() {
+        return Ok(claim);
+    }
     let missing = super::labels::missing_offering_labels(&claim, instance);
-    if instance.provider_id.is_none() || missing.is_empty() {
+    if missing.is_empty() {
         return Ok(claim);
     }
     let written = ctx
@@ -411,6 +412,8 @@ async fn label_offering(
     Ok(Arc::new(written))
 }
 
+/// What the provider says: once the instance has a providerID it exists — `Launched=True`
+/// with the providerID, capacity and allocatable of the launch.
 fn observe_instance(
     ctx: &Ctx,
     claim: &NodeClaim,
