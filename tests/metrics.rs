@@ -470,6 +470,10 @@ async fn dashboard_metrics_follow_a_pod_and_its_node_and_are_all_exported() {
         label("node.kubernetes.io/instance-type")
     );
     assert_eq!(mine["capacity_type"], "on-demand");
+    assert_eq!(
+        mine["dynamic_resources"], "false",
+        "the pod claims no devices"
+    );
     assert!(!mine["zone"].is_empty() && !mine["instance_type"].is_empty());
 
     let on_node = |metric: &str, resource: &str| {

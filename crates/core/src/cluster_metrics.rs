@@ -8,7 +8,8 @@
 //! samples of one label set are summed, `karpenter_cluster_state_synced` takes the lowest),
 //! and a disengaged cluster's are gone at the next scrape.
 //!
-//! - `karpenter_pods_state`: one series per pod (value 1), with its node's labels and phase;
+//! - `karpenter_pods_state`: one series per pod (value 1), with its node's labels, its phase
+//!   and whether it claims devices (`dynamic_resources`);
 //! - `karpenter_nodes_allocatable`, `karpenter_nodes_total_pod_requests`,
 //!   `_total_pod_limits`, `_total_daemon_requests`, `_total_daemon_limits`: per Node and
 //!   resource (cpu in cores, the rest in bytes or counts);
@@ -203,8 +204,9 @@ fn label(obj: Option<&Node>, key: &str) -> String {
 }
 
 /// Karpenter's `karpenter_pods_state` labels: the pod, its first owner (as a self link),
-/// its node and that node's nodepool, zone, arch, capacity type and instance type, and
-/// its phase.
+/// its node and that node's nodepool, zone, arch, capacity type and instance type, its
+/// phase, and `dynamic_resources`: `"true"` when it references ResourceClaims
+/// (`spec.resourceClaims`, named or from a template), as Karpenter's pod metrics say.
 fn pod_labels(p: &Pod, node: Option<&Node>) -> Labels {
     let namespace = p.namespace().unwrap_or_default();
     let owner = p
@@ -236,7 +238,16 @@ fn pod_labels(p: &Pod, node: Option<&Node>) -> Labels {
                 .and_then(|s| s.phase.clone())
                 .unwrap_or_default(),
         ),
+        ("dynamic_resources", claims_devices(p).to_string()),
     ]
+}
+
+/// Whether a pod references ResourceClaims.
+fn claims_devices(p: &Pod) -> bool {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.resource_claims.as_ref())
+        .is_some_and(|c| !c.is_empty())
 }
 
 /// Karpenter's node metric labels (without `resource_type`).
@@ -347,7 +358,8 @@ mod tests {
         }));
         let pending = obj::<Pod>(json!({
             "metadata": {"name": "web-2", "namespace": "d"},
-            "spec": {"containers": [{"name": "c"}]},
+            "spec": {"containers": [{"name": "c"}],
+                "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "two-gpus"}]},
             "status": {"phase": "Pending", "conditions": [
                 {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
         }));
@@ -387,9 +399,15 @@ mod tests {
         assert_eq!(get(web, "zone"), "zone-a");
         assert_eq!(get(web, "instance_type"), "small");
         assert_eq!(get(web, "phase"), "Running");
+        assert_eq!(get(web, "dynamic_resources"), "false");
         let pending = &state[3].0;
         assert_eq!(get(pending, "node"), "");
         assert_eq!(get(pending, "phase"), "Pending");
+        assert_eq!(
+            get(pending, "dynamic_resources"),
+            "true",
+            "it claims devices"
+        );
 
         let on_n1 = |name: &str, resource: &str| -> Option<f64> {
             samples(&fs, name)

@@ -74,7 +74,7 @@ pub(crate) const NODEPOOLS_COST: &str = "karpenter_nodepools_cost_total";
 pub fn declared() -> Vec<Family> {
     let mut out = vec![Family::declared(
         PODS_STATE,
-        "Pod state is the current state of pods. This metric can be used several ways as it is labeled by the pod name, namespace, owner, node, nodepool name, zone, architecture, capacity type, instance type and pod phase.",
+        "Pod state is the current state of pods. This metric can be used several ways as it is labeled by the pod name, namespace, owner, node, nodepool name, zone, architecture, capacity type, instance type, pod phase and whether it claims devices (dynamic_resources).",
     )];
     out.extend(
         NODE_FAMILIES
