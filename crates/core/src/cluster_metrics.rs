@@ -238,16 +238,11 @@ fn pod_labels(p: &Pod, node: Option<&Node>) -> Labels {
                 .and_then(|s| s.phase.clone())
                 .unwrap_or_default(),
         ),
-        ("dynamic_resources", claims_devices(p).to_string()),
+        (
+            "dynamic_resources",
+            crate::model::devices::claims_devices(p).to_string(),
+        ),
     ]
-}
-
-/// Whether a pod references ResourceClaims.
-fn claims_devices(p: &Pod) -> bool {
-    p.spec
-        .as_ref()
-        .and_then(|s| s.resource_claims.as_ref())
-        .is_some_and(|c| !c.is_empty())
 }
 
 /// Karpenter's node metric labels (without `resource_type`).
