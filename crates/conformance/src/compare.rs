@@ -145,9 +145,8 @@ fn unmodelled(rec: &Record) -> Vec<&'static str> {
 }
 
 /// The DRA features a record uses that our model lacks: Karpenter's DRA switched off
-/// (`IgnoreDRARequests`, its default) while a pending pod claims devices; devices shared by
-/// capacity (`allowMultipleAllocations`); ResourceSlices for many nodes (`allNodes`,
-/// `nodeSelector`: we read only a node's own); attribute bindings.
+/// (`IgnoreDRARequests`, its default) while a pending pod claims devices; ResourceSlices for
+/// many nodes (`allNodes`, `nodeSelector`: we read only a node's own); attribute bindings.
 fn unmodelled_dra(rec: &Record) -> Vec<&'static str> {
     let mut out = Vec::new();
     let claiming = rec.pods.iter().any(|p| {
@@ -171,18 +170,6 @@ fn unmodelled_dra(rec: &Record) -> Vec<&'static str> {
         return out;
     }
     let its = || rec.input.instance_types.values().flatten();
-    let templates = || its().flat_map(|it| &it.resource_slice_templates);
-    let multiple =
-        |d: &k8s_openapi::api::resource::v1::Device| d.allow_multiple_allocations == Some(true);
-    let shared = templates().flat_map(|t| &t.devices).any(multiple)
-        || rec
-            .input
-            .resource_slices
-            .iter()
-            .any(|s| s.spec.devices.iter().flatten().any(multiple));
-    if shared {
-        out.push("DRA shared devices");
-    }
     if rec
         .input
         .resource_slices

@@ -134,8 +134,7 @@ pub fn solver_input(rec: &Record) -> (Input, Dra) {
 /// the record's catalogs publishing the devices of its ResourceSliceTemplates (the first of a
 /// name wins, as the provisioner's catalogs), their counter sets (partitionable devices)
 /// included. A type's templates are one pool per driver, as the model keeps an instance
-/// type's (Karpenter's templates of a driver share a pool). Multiple allocations (consumable
-/// capacity) are not modelled.
+/// type's (Karpenter's templates of a driver share a pool).
 pub fn dra(rec: &Record, cluster: &Cluster, pending: &[Arc<Pod>]) -> Dra {
     let mut dra = devices::dra(&cluster.dra, pending, []);
     if dra.is_empty() {

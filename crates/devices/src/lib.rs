@@ -12,6 +12,9 @@
 //!   a missing template blocks the pod with that reason;
 //! - a device's `consumesCounters` and a slice's `sharedCounters` (partitionable devices)
 //!   are kept, so allocations stay within the pool's budgets;
+//! - a device's `allowMultipleAllocations` and its capacities' `requestPolicy` (default,
+//!   valid values, range) are kept, and an allocation's `consumedCapacity` per device, so a
+//!   shared device (consumable capacity) is allocated by what is left of it;
 //! - a ResourceSlice counts for the node its `spec.nodeName` names; slices of older
 //!   generations of a pool are ignored, and so are slices for several nodes (`nodeSelector`,
 //!   `allNodes`: network-attached devices are not modelled);
@@ -244,21 +247,48 @@ fn mode(m: Option<&str>, count: Option<i64>) -> model::AllocationMode {
 
 fn allocation(a: &k8s::AllocationResult) -> model::Allocation {
     let (node_name, node_selector) = node_selector(a.node_selector.as_ref());
-    model::Allocation {
-        devices: a
-            .devices
+    let results = || {
+        a.devices
             .as_ref()
             .and_then(|d| d.results.as_ref())
             .into_iter()
             .flatten()
-            .map(|r| model::DeviceId {
-                driver: r.driver.clone(),
-                pool: r.pool.clone(),
-                device: r.device.clone(),
-            })
-            .collect(),
+    };
+    let id = |r: &k8s::DeviceRequestAllocationResult| model::DeviceId {
+        driver: r.driver.clone(),
+        pool: r.pool.clone(),
+        device: r.device.clone(),
+    };
+    // A shared device's allocations (consumable capacity) each record what they consume.
+    let mut consumed: BTreeMap<model::DeviceId, _> = Default::default();
+    for r in results() {
+        let Some(c) = &r.consumed_capacity else {
+            continue;
+        };
+        let amounts = consumed.entry(id(r)).or_insert_with(Default::default);
+        add_amounts(amounts, &r.driver, c);
+    }
+    model::Allocation {
+        devices: results().map(id).collect(),
+        consumed,
         node_name,
         node_selector,
+    }
+}
+
+/// Adds `c` (capacity amounts by name; unparseable ones left out) to `amounts`, by fully
+/// qualified name.
+fn add_amounts(
+    amounts: &mut BTreeMap<String, model::Quantity>,
+    driver: &str,
+    c: &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+) {
+    for (name, q) in c {
+        let Ok(q) = model::Quantity::parse(&q.0) else {
+            continue;
+        };
+        let slot = amounts.entry(model::qualified(name, driver)).or_default();
+        *slot = slot.checked_add(q).unwrap_or(*slot);
     }
 }
 
@@ -394,6 +424,7 @@ pub fn device(driver: &str, d: &k8s::Device) -> model::Device {
         capacity,
         consumes,
         policies,
+        multiple: d.allow_multiple_allocations == Some(true),
     }
 }
 
@@ -404,6 +435,7 @@ fn policy(p: &k8s::CapacityRequestPolicy) -> model::CapacityPolicy {
     };
     let range = p.valid_range.as_ref();
     model::CapacityPolicy {
+        default: p.default.as_ref().and_then(q),
         valid_values: p.valid_values.iter().flatten().filter_map(q).collect(),
         min: range.and_then(|r| q(&r.min)),
         max: range.and_then(|r| r.max.as_ref()).and_then(q),
@@ -431,4 +463,53 @@ fn counters(
     c.iter()
         .filter_map(|(k, v)| Some((k.clone(), model::Quantity::parse(&v.value.0).ok()?)))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn consumable_capacity_is_read() {
+        let d: k8s::Device = serde_json::from_value(serde_json::json!({
+            "name": "gpu-0",
+            "allowMultipleAllocations": true,
+            "capacity": {"memory": {"value": "16Gi", "requestPolicy": {
+                "default": "4Gi", "validRange": {"min": "1Gi", "step": "1Gi"}}}}
+        }))
+        .expect("device");
+        let m = device("gpu.example.com", &d);
+        assert!(m.multiple);
+        let p = &m.policies["gpu.example.com/memory"];
+        assert_eq!(p.default, model::Quantity::parse("4Gi").ok());
+        assert_eq!(p.min, model::Quantity::parse("1Gi").ok());
+        // Control: a device that does not say so is exclusive.
+        let plain: k8s::Device =
+            serde_json::from_value(serde_json::json!({"name": "gpu-1"})).expect("device");
+        assert!(!device("gpu.example.com", &plain).multiple);
+
+        let a: k8s::AllocationResult = serde_json::from_value(serde_json::json!({
+            "devices": {"results": [
+                {"driver": "gpu.example.com", "pool": "n1", "device": "gpu-0", "request": "a",
+                 "consumedCapacity": {"memory": "4Gi"}},
+                {"driver": "gpu.example.com", "pool": "n1", "device": "gpu-0", "request": "b",
+                 "consumedCapacity": {"gpu.example.com/memory": "6Gi"}},
+                {"driver": "gpu.example.com", "pool": "n1", "device": "gpu-1", "request": "c"}
+            ]}
+        }))
+        .expect("allocation");
+        let got = allocation(&a);
+        assert_eq!(got.devices.len(), 3);
+        let gpu0 = model::DeviceId {
+            driver: "gpu.example.com".into(),
+            pool: "n1".into(),
+            device: "gpu-0".into(),
+        };
+        assert_eq!(
+            got.consumed[&gpu0]["gpu.example.com/memory"],
+            model::Quantity::parse("10Gi").expect("q"),
+            "two requests' shares of one device add up"
+        );
+        assert_eq!(got.consumed.len(), 1, "gpu-1 records no consumption");
+    }
 }

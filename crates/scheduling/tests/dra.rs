@@ -316,6 +316,7 @@ fn allocated(node: &str, devices: &[&str]) -> ResourceClaim {
     ResourceClaim {
         requests: vec![DeviceRequest::exactly("gpu", GPU, devices.len() as u32)],
         allocation: Some(Allocation {
+            consumed: Default::default(),
             devices: devices
                 .iter()
                 .map(|d| DeviceId {
@@ -680,4 +681,135 @@ fn pods_whose_claims_have_one_shape_share_its_types_and_other_shapes_keep_theirs
             .any(|c| c.instance_types().first().is_some_and(|t| t == "gpu40")),
         "{out:?}"
     );
+}
+
+/// One device `gpu-0` of 16Gi memory allowing multiple allocations (consumable capacity),
+/// its memory's policy defaulting to `default` when given.
+fn shared_gpu(default: Option<&str>) -> Vec<Slice> {
+    let mut s = gpus(1, "16Gi", "a100");
+    let d = &mut s[0].devices[0];
+    d.multiple = true;
+    if let Some(v) = default {
+        d.policies.insert(
+            format!("{GPU}/memory"),
+            CapacityPolicy {
+                default: Some(Quantity::parse(v).expect("q")),
+                ..CapacityPolicy::default()
+            },
+        );
+    }
+    s
+}
+
+/// NodeClaims the plan of `n` pods each claiming `req` from type `gpu` (one device `slices`)
+/// creates; every pod must be placed.
+fn shared_plan(n: usize, req: &[(&str, &str)], slices: Vec<Slice>) -> usize {
+    let inp = input(
+        vec![NodePool::new("default", vec![it("gpu", 16000, 64)])],
+        pods("w", n, 100, 128),
+    );
+    let mut d = dra(&[("gpu", slices)]);
+    for i in 0..n {
+        claim(&mut d, &format!("w-{i}"), gpu_with(req));
+    }
+    let out = solve_with_devices(&inp, &d);
+    assert!(out.unschedulable.is_empty(), "{:?}", out.unschedulable);
+    out.new_node_claims.len()
+}
+
+#[test]
+fn a_device_allowing_multiple_allocations_is_shared_by_capacity() {
+    // Karpenter's "Consumable capacity (P)" P2/P3: 4Gi shares of one 16Gi device.
+    let memory = format!("{GPU}/memory");
+    let four = [(memory.as_str(), "4Gi")];
+    assert_eq!(
+        shared_plan(4, &four, shared_gpu(None)),
+        1,
+        "four shares fill it"
+    );
+    assert_eq!(
+        shared_plan(5, &four, shared_gpu(None)),
+        2,
+        "the fifth needs another"
+    );
+    // Control: the same device allocated whole takes one pod a node.
+    assert_eq!(shared_plan(4, &four, gpus(1, "16Gi", "a100")), 4);
+    // P10: a request naming no capacity consumes the policy's default (4Gi), else all of it.
+    assert_eq!(shared_plan(4, &[], shared_gpu(Some("4Gi"))), 1);
+    assert_eq!(shared_plan(2, &[], shared_gpu(None)), 2);
+    // A 10Gi and a 4Gi share fit 16Gi; a second 10Gi does not.
+    let ten = [(memory.as_str(), "10Gi")];
+    let inp = input(
+        vec![NodePool::new("default", vec![it("gpu", 16000, 64)])],
+        pods("w", 3, 100, 128),
+    );
+    let mut d = dra(&[("gpu", shared_gpu(None))]);
+    claim(&mut d, "w-0", gpu_with(&ten));
+    claim(&mut d, "w-1", gpu_with(&four));
+    claim(&mut d, "w-2", gpu_with(&ten));
+    let out = solve_with_devices(&inp, &d);
+    assert_eq!(out.new_node_claims.len(), 2, "{out:?}");
+    let together = out
+        .new_node_claims
+        .iter()
+        .find(|c| c.pods.len() == 2)
+        .expect("two pods share a device");
+    let names: Vec<&str> = together.pods.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["w-0", "w-1"]);
+}
+
+#[test]
+fn an_existing_nodes_shared_device_has_what_its_allocations_left() {
+    // n1's shared 16Gi device has 12Gi consumed by a running pod's claim.
+    let run = |want: &str| {
+        let mut inp = input(
+            vec![NodePool::new("default", vec![it("gpu", 16000, 64)])],
+            pods("w", 1, 100, 128),
+        );
+        inp.nodes = vec![node("n1", ZONES[0], 8000, 32)];
+        let mut d = dra(&[("gpu", shared_gpu(None))]);
+        let mut s = shared_gpu(None);
+        s[0].pool = "n1".into();
+        d.nodes.insert("n1".into(), s);
+        let mut held = allocated("n1", &["gpu-0"]);
+        if let Some(a) = held.allocation.as_mut() {
+            a.consumed.insert(
+                a.devices[0].clone(),
+                [(format!("{GPU}/memory"), Quantity::parse("12Gi").expect("q"))].into(),
+            );
+        }
+        d.claims.insert(("default".into(), "held".into()), held);
+        claim(&mut d, "w-0", gpu_with(&[("memory", want)]));
+        solve_with_devices(&inp, &d)
+    };
+    assert_eq!(run("4Gi").find("w-0"), Some(Err("n1")), "4Gi are left");
+    let out = run("8Gi");
+    assert!(out.existing.is_empty(), "{out:?}");
+    assert_eq!(out.new_node_claims.len(), 1, "8Gi need a new node");
+}
+
+#[test]
+fn claims_differing_only_in_capacity_requests_are_allocated_apart() {
+    // One class, no selectors: only the capacity asked for tells the two claims apart. The
+    // 60Gi one needs the 80Gi type; the 30Gi one still gets the cheaper 40Gi type.
+    let pool = NodePool::new(
+        "default",
+        vec![it("gpu40", 8000, 32), it("gpu80", 16000, 64)],
+    );
+    let inp = input(vec![pool], pods("w", 2, 100, 128));
+    let mut d = dra(&[
+        ("gpu40", gpus(1, "40Gi", "a100")),
+        ("gpu80", gpus(1, "80Gi", "h100")),
+    ]);
+    let memory = format!("{GPU}/memory");
+    claim(&mut d, "w-0", gpu_with(&[(&memory, "60Gi")]));
+    claim(&mut d, "w-1", gpu_with(&[(&memory, "30Gi")]));
+    let out = solve_with_devices(&inp, &d);
+    let mut cheapest: Vec<(&str, &str)> = out
+        .new_node_claims
+        .iter()
+        .map(|c| (c.pods[0].name.as_str(), c.cheapest.instance_type.as_str()))
+        .collect();
+    cheapest.sort();
+    assert_eq!(cheapest, [("w-0", "gpu80"), ("w-1", "gpu40")], "{out:?}");
 }

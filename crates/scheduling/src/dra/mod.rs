@@ -19,9 +19,11 @@
 //! pool's counter sets (`sharedCounters`), and the devices allocated on a node stay within
 //! every budget; one drawing on a set or counter its pool lacks is never allocated. A request's
 //! `capacity` must fit a device (its names, the amounts rounded up by the capacity's
-//! `requestPolicy`); devices allowing multiple allocations (consumable capacity) are still
-//! allocated whole, to one claim, and
-//! ResourceSlices for many nodes (`allNodes`, `nodeSelector`) are not read.
+//! `requestPolicy`). A device allowing multiple allocations (consumable capacity) is shared
+//! by capacity: each allocation consumes, per capacity of the device, the request's amount
+//! (rounded up by the policy), else the policy's default, else all of it, and the
+//! allocations on it stay within its capacity. ResourceSlices for many nodes (`allNodes`,
+//! `nodeSelector`) are not read.
 //!
 //! Pure: the caller reads the objects from its caches (or a snapshot).
 
@@ -159,6 +161,9 @@ pub enum ConstraintKind {
 pub struct Allocation {
     /// The devices it holds.
     pub devices: Vec<DeviceId>,
+    /// What it consumes of devices allowing multiple allocations
+    /// (`results[].consumedCapacity`), by device and capacity name.
+    pub consumed: BTreeMap<DeviceId, BTreeMap<String, Quantity>>,
     /// The node its devices are on (`nodeSelector`'s `matchFields` on `metadata.name`).
     pub node_name: Option<String>,
     /// The rest of `nodeSelector`: OR of terms, each the AND of its `matchExpressions`;
@@ -206,12 +211,17 @@ pub struct Device {
     pub consumes: Vec<CounterSet>,
     /// Each capacity's `requestPolicy`, by fully qualified name, where it has one.
     pub policies: BTreeMap<String, CapacityPolicy>,
+    /// `allowMultipleAllocations`: shared by capacity among allocations (see
+    /// [`Device::consumption`]) instead of allocated whole.
+    pub multiple: bool,
 }
 
 /// A capacity's `requestPolicy`: the amounts a request may take of it (`validValues`, or
 /// `validRange` `min`, `max`, `step`); a request is rounded up to the next one allowed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CapacityPolicy {
+    /// What an allocation that does not request the capacity consumes of it.
+    pub default: Option<Quantity>,
     pub valid_values: Vec<Quantity>,
     pub min: Option<Quantity>,
     pub max: Option<Quantity>,
@@ -221,23 +231,45 @@ pub struct CapacityPolicy {
 impl Device {
     /// Whether the device can serve a request of `capacity` (by name; a bare name is in
     /// `driver`'s domain): it has each capacity, and the amount — rounded up as the capacity's
-    /// policy allows — is within it. Capacity is not shared out: the device is allocated
-    /// whole (consumable capacity, several claims on one device, is not modelled).
+    /// policy allows — is within it (for a shared device, what the allocation would consume
+    /// is, see [`Device::consumption`]).
     pub fn serves(&self, driver: &str, capacity: &BTreeMap<String, Quantity>) -> bool {
-        capacity.iter().all(|(name, want)| {
+        self.consumption(driver, capacity).is_some_and(|c| {
+            c.iter()
+                .all(|(name, amount)| self.capacity.get(name).is_some_and(|have| amount <= have))
+        })
+    }
+
+    /// What one allocation for a request of `capacity` consumes of the device, by fully
+    /// qualified capacity name; `None` when it asks for a capacity the device lacks or an
+    /// amount its policy does not allow. An exclusive device: the requested amounts, rounded
+    /// up. A shared one ([`Device::multiple`]): every capacity of the device — the requested
+    /// amount rounded up, else the policy's default, else the whole capacity (Kubernetes'
+    /// consumable capacity).
+    pub fn consumption(
+        &self,
+        driver: &str,
+        capacity: &BTreeMap<String, Quantity>,
+    ) -> Option<BTreeMap<String, Quantity>> {
+        let mut out = BTreeMap::new();
+        for (name, want) in capacity {
             let name = qualified(name, driver);
-            let Some(have) = self.capacity.get(&name) else {
-                return false;
-            };
+            self.capacity.get(&name)?;
             let amount = match self.policies.get(&name) {
-                Some(p) => match p.round(*want) {
-                    Some(a) => a,
-                    None => return false,
-                },
+                Some(p) => p.round(*want)?,
                 None => *want,
             };
-            amount <= *have
-        })
+            out.insert(name, amount);
+        }
+        if self.multiple {
+            for (name, have) in &self.capacity {
+                if !out.contains_key(name) {
+                    let default = self.policies.get(name).and_then(|p| p.default);
+                    out.insert(name.clone(), default.unwrap_or(*have));
+                }
+            }
+        }
+        Some(out)
     }
 }
 

@@ -3,9 +3,11 @@
 //! order, constraints checked per device; and the solver's questions to it (an existing
 //! node, a candidate type of a planned NodeClaim, the failure to report).
 
-use super::dra::{Planned, State, Static};
+use std::collections::BTreeMap;
+
+use super::dra::{Alt, Planned, State, Static, Taken};
 use super::*;
-use crate::dra::{AllocationMode, Attribute, ConstraintKind, Device};
+use crate::dra::{AllocationMode, Attribute, ConstraintKind, Device, Quantity};
 
 /// Device tries one allocation may take before it gives up (the search is exponential in
 /// the worst case; real claims ask for a few devices).
@@ -15,7 +17,7 @@ const BUDGET: u32 = 20_000;
 struct Dfs<'a> {
     st: &'a Static,
     src: usize,
-    taken: Vec<bool>,
+    taken: Taken,
     items: Vec<(u32, usize)>,
     /// Per item, the devices chosen (for constraints).
     chosen: Vec<Vec<usize>>,
@@ -48,8 +50,8 @@ impl Dfs<'_> {
                 served.as_slice()
             };
             let ok = match alt.mode {
-                AllocationMode::ExactCount(n) => self.pick(i, m, n as usize, 0),
-                AllocationMode::All => self.all(i, m),
+                AllocationMode::ExactCount(n) => self.pick(i, alt, m, n as usize, 0),
+                AllocationMode::All => self.all(i, alt, m),
             };
             if ok {
                 return true;
@@ -59,7 +61,7 @@ impl Dfs<'_> {
         false
     }
 
-    fn pick(&mut self, i: usize, m: &[bool], left: usize, from: usize) -> bool {
+    fn pick(&mut self, i: usize, alt: &Alt, m: &[bool], left: usize, from: usize) -> bool {
         if left == 0 {
             return self.request(i + 1);
         }
@@ -68,27 +70,29 @@ impl Dfs<'_> {
                 return false;
             }
             self.budget -= 1;
-            if !m[d] || self.taken[d] || !self.constraints_ok(i, d) {
+            if !m[d] || self.taken.whole[d] || !self.constraints_ok(i, d) {
                 continue;
             }
             if !self.st.sources[self.src].within_budgets(&self.taken, &[d]) {
                 continue;
             }
-            self.taken[d] = true;
+            let Some(took) = self.take(d, alt) else {
+                continue;
+            };
             self.chosen[i].push(d);
-            if self.pick(i, m, left - 1, d + 1) {
+            if self.pick(i, alt, m, left - 1, d + 1) {
                 return true;
             }
             self.chosen[i].pop();
-            self.taken[d] = false;
+            self.give_back(d, took);
         }
         false
     }
 
-    /// `All`: every matching device, at least one, none taken.
-    fn all(&mut self, i: usize, m: &[bool]) -> bool {
+    /// `All`: every matching device, at least one, none taken whole.
+    fn all(&mut self, i: usize, alt: &Alt, m: &[bool]) -> bool {
         let all: Vec<usize> = (0..m.len()).filter(|d| m[*d]).collect();
-        if all.is_empty() || all.iter().any(|d| self.taken[*d]) {
+        if all.is_empty() || all.iter().any(|d| self.taken.whole[*d]) {
             return false;
         }
         if !self.st.sources[self.src].within_budgets(&self.taken, &all) {
@@ -101,17 +105,45 @@ impl Dfs<'_> {
             }
             self.chosen[i].push(d);
         }
+        let mut took = Vec::with_capacity(all.len());
         for &d in &all {
-            self.taken[d] = true;
+            match self.take(d, alt) {
+                Some(t) => took.push((d, t)),
+                None => break,
+            }
         }
-        if self.request(i + 1) {
+        if took.len() == all.len() && self.request(i + 1) {
             return true;
         }
-        for &d in &all {
-            self.taken[d] = false;
+        for (d, t) in took.into_iter().rev() {
+            self.give_back(d, t);
         }
         self.chosen[i].clear();
         false
+    }
+
+    /// Takes device `d` for `alt`: an exclusive device whole (`Some(None)`), a shared one by
+    /// what the request consumes of it (`Some(Some(consumed))`); `None` when a shared device
+    /// has no room left for it.
+    fn take(&mut self, d: usize, alt: &Alt) -> Option<Option<BTreeMap<String, Quantity>>> {
+        let st = self.st;
+        let (driver, device) = &st.sources[self.src].devices[d];
+        if !device.multiple {
+            self.taken.whole[d] = true;
+            return Some(None);
+        }
+        let consumed = device.consumption(driver, &alt.capacity)?;
+        self.taken
+            .consume(d, &device.capacity, &consumed)
+            .then_some(Some(consumed))
+    }
+
+    /// Undoes [`Self::take`].
+    fn give_back(&mut self, d: usize, took: Option<BTreeMap<String, Quantity>>) {
+        match took {
+            None => self.taken.whole[d] = false,
+            Some(consumed) => self.taken.release(d, &consumed),
+        }
     }
 
     /// Whether device `d` for item `i` keeps its claim's constraints.
@@ -215,10 +247,10 @@ impl Solver {
         &self,
         claims: &[u32],
         src: Option<u32>,
-        taken: Option<&[bool]>,
-    ) -> Result<Vec<bool>, Miss> {
+        taken: Option<&Taken>,
+    ) -> Result<Taken, Miss> {
         let Some(state) = self.dra.as_deref() else {
-            return Ok(Vec::new());
+            return Ok(Taken::default());
         };
         let items: Vec<(u32, usize)> = claims
             .iter()
@@ -230,7 +262,7 @@ impl Solver {
                 .map_or(Miss::Pinned(0), |(c, r)| Miss::Request(*c, *r)));
         };
         let src = src as usize;
-        let taken = taken.map_or_else(|| state.st.sources[src].taken.clone(), <[bool]>::to_vec);
+        let taken = taken.unwrap_or(&state.st.sources[src].taken).clone();
         let n = items.len();
         let mut dfs = Dfs {
             st: &state.st,
@@ -251,18 +283,14 @@ impl Solver {
 
     /// Whether existing node `ni` can allocate the pod's claims: the devices taken after
     /// (`None`: nothing to allocate).
-    pub(super) fn node_devices(&self, ni: usize, pod: &PodData) -> Result<Option<Vec<bool>>, Miss> {
+    pub(super) fn node_devices(&self, ni: usize, pod: &PodData) -> Result<Option<Taken>, Miss> {
         let claims = self.to_allocate(pod, ni)?;
         if claims.is_empty() {
             return Ok(None);
         }
         let n = self.nodes[ni].dev.as_ref();
-        self.allocate(
-            &claims,
-            n.map(|d| d.source as u32),
-            n.map(|d| d.taken.as_slice()),
-        )
-        .map(Some)
+        self.allocate(&claims, n.map(|d| d.source as u32), n.map(|d| &d.taken))
+            .map(Some)
     }
 
     /// Places pod `pi`'s claims on existing node `ni` (after [`Self::node_devices`] said yes).
@@ -359,7 +387,7 @@ impl Solver {
         t: usize,
         claims: &[u32],
         planned: Option<&Planned>,
-    ) -> Result<Vec<bool>, Why> {
+    ) -> Result<Taken, Why> {
         let src = self.pools[pool].types[t].dev;
         self.allocate(claims, src, planned.and_then(|p| p.of(t)))
             .map_err(why)
@@ -468,8 +496,8 @@ fn why(m: Miss) -> Why {
 }
 
 /// Adds `t`'s devices taken to `planned`.
-pub(super) fn record(planned: &mut Planned, t: usize, taken: Vec<bool>) {
-    let free = taken.iter().filter(|x| !**x).count();
+pub(super) fn record(planned: &mut Planned, t: usize, taken: Taken) {
+    let free = taken.free();
     match planned.taken.binary_search_by_key(&t, |(i, _)| *i) {
         Ok(i) => {
             planned.taken[i].1 = taken;

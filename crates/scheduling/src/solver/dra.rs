@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-pub(super) use super::source::{Source, UNUSABLE};
+pub(super) use super::source::{Source, Taken, UNUSABLE};
 use super::*;
 use crate::dra::cel::Environment;
 use crate::dra::{
@@ -51,10 +51,10 @@ pub(super) struct ClaimData {
     pub(super) shape: u32,
 }
 
-/// What allocating a claim reads of it: per request, its alternatives' selector sets and
-/// modes; its constraints.
+/// What allocating a claim reads of it: per request, its alternatives' selector sets, modes
+/// and capacity requests; its constraints.
 type Shape = (
-    Vec<Vec<(usize, AllocationMode)>>,
+    Vec<Vec<(usize, AllocationMode, BTreeMap<String, Quantity>)>>,
     Vec<(Vec<usize>, ConstraintKind)>,
 );
 
@@ -99,7 +99,7 @@ impl PodDra {
 /// A planned NodeClaim's devices taken, per candidate type (sorted by type).
 #[derive(Clone, Default)]
 pub(super) struct Planned {
-    pub(super) taken: Vec<(usize, Vec<bool>)>,
+    pub(super) taken: Vec<(usize, Taken)>,
     /// Per entry of `taken`, its devices left free (kept by `allocate::record`).
     pub(super) free: Vec<usize>,
     /// The most devices left free on one type of `taken`: every candidate type that can
@@ -108,11 +108,11 @@ pub(super) struct Planned {
 }
 
 impl Planned {
-    pub(super) fn of(&self, t: usize) -> Option<&[bool]> {
+    pub(super) fn of(&self, t: usize) -> Option<&Taken> {
         self.taken
             .binary_search_by_key(&t, |(i, _)| *i)
             .ok()
-            .map(|i| self.taken[i].1.as_slice())
+            .map(|i| &self.taken[i].1)
     }
 
     /// A test of "type `t` has at least `min` devices free (or none taken yet)" for types
@@ -135,7 +135,7 @@ impl Planned {
 #[derive(Clone)]
 pub(super) struct NodeDev {
     pub(super) source: usize,
-    pub(super) taken: Vec<bool>,
+    pub(super) taken: Taken,
 }
 
 /// Interns the DRA side of `input` into `s` (pods, types, nodes); nothing when no pending pod
@@ -214,16 +214,17 @@ impl Solver {
         };
         let mut common: Option<BTreeSet<&str>> = None;
         for t in types {
-            let taken = planned.of(t).unwrap_or_default();
+            let none = Taken::default();
+            let taken = planned.of(t).unwrap_or(&none);
             let drivers: BTreeSet<&str> = p.types[t]
                 .dev
                 .and_then(|src| state.st.sources.get(src as usize))
                 .map(|src| {
                     src.devices
                         .iter()
-                        .zip(taken)
-                        .filter(|(_, taken)| **taken)
-                        .map(|((driver, _), _)| driver.as_str())
+                        .enumerate()
+                        .filter(|(d, _)| taken.used(*d))
+                        .map(|(_, (driver, _))| driver.as_str())
                         .collect()
                 })
                 .unwrap_or_default();
@@ -474,7 +475,12 @@ impl Builder {
         let shape: Shape = (
             requests
                 .iter()
-                .map(|r| r.alts.iter().map(|a| (a.sig, a.mode)).collect())
+                .map(|r| {
+                    r.alts
+                        .iter()
+                        .map(|a| (a.sig, a.mode, a.capacity.clone()))
+                        .collect()
+                })
                 .collect(),
             constraints.clone(),
         );
@@ -504,7 +510,7 @@ impl Builder {
             .iter()
             .flat_map(|sl| sl.devices.iter().map(|d| (sl.driver.clone(), d.clone())))
             .collect();
-        let mut taken = vec![false; devices.len()];
+        let mut taken = Taken::none(devices.len());
         if let Some(node) = node {
             let pools: Vec<&str> = slices.iter().map(|sl| sl.pool.as_str()).collect();
             for a in dra.claims.values().filter_map(|c| c.allocation.as_ref()) {
@@ -517,7 +523,7 @@ impl Builder {
                         .iter()
                         .position(|(drv, d)| *drv == id.driver && d.name == id.device)
                     {
-                        taken[i] = true;
+                        take_allocated(&mut taken, i, &devices[i].1, a.consumed.get(id));
                     }
                 }
             }
@@ -553,19 +559,42 @@ impl Builder {
     }
 }
 
+/// Marks device `i` as an existing allocation holds it: a shared device by what the
+/// allocation consumed of it (beyond its capacity: full), an exclusive one — or a shared one
+/// whose consumption is not recorded — whole.
+fn take_allocated(
+    taken: &mut Taken,
+    i: usize,
+    device: &Device,
+    consumed: Option<&BTreeMap<String, Quantity>>,
+) {
+    match consumed {
+        Some(c) if device.multiple => {
+            if !taken.consume(i, &device.capacity, c) {
+                taken.whole[i] = true;
+            }
+        }
+        _ => taken.whole[i] = true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::allocate::record;
-    use super::Planned;
+    use super::{Planned, Taken};
 
     #[test]
     fn free_at_least_reads_each_type_as_counting_its_devices_would() {
         let mut p = Planned::default();
-        record(&mut p, 7, vec![true, true, false]);
-        record(&mut p, 2, vec![true, false, false]);
-        record(&mut p, 9, vec![true, true, true]);
+        let taken = |whole: Vec<bool>| Taken {
+            whole,
+            ..Taken::default()
+        };
+        record(&mut p, 7, taken(vec![true, true, false]));
+        record(&mut p, 2, taken(vec![true, false, false]));
+        record(&mut p, 9, taken(vec![true, true, true]));
         // A type taken again replaces its entry and its count.
-        record(&mut p, 7, vec![true, true, true, false, false]);
+        record(&mut p, 7, taken(vec![true, true, true, false, false]));
         assert_eq!(p.max_free, 2);
         for min in 0..4 {
             let mut free = p.free_at_least(min);
@@ -573,7 +602,7 @@ mod tests {
             let want: Vec<bool> = (0..12)
                 .map(|t| {
                     p.of(t)
-                        .is_none_or(|taken| taken.iter().filter(|x| !**x).count() >= min)
+                        .is_none_or(|taken| taken.whole.iter().filter(|x| !**x).count() >= min)
                 })
                 .collect();
             assert_eq!(got, want, "min {min}");

@@ -137,7 +137,7 @@ mod tests {
     }
 
     fn source(devices: Vec<(String, Device)>) -> Source {
-        let taken = vec![false; devices.len()];
+        let taken = super::super::source::Taken::none(devices.len());
         let draws = vec![Vec::new(); devices.len()];
         Source {
             devices,

@@ -1,13 +1,15 @@
 //! The devices one node (or a node of one instance type) publishes, as the DRA allocation
 //! and the selector evaluation both read them.
 
+use std::collections::BTreeMap;
+
 use crate::dra::{Device, Quantity};
 
 /// The devices one node (or a node of one instance type) publishes.
 pub(super) struct Source {
     pub(super) devices: Vec<(String, Device)>,
     /// Taken before the solve (allocated claims' devices).
-    pub(super) taken: Vec<bool>,
+    pub(super) taken: Taken,
     /// The pools' counter budgets (partitionable devices), and per device what it draws on
     /// them (budget index, amount); a device drawing on a set or counter its pool lacks draws
     /// on [`UNUSABLE`]. What a set of devices draws follows from the devices taken.
@@ -19,16 +21,94 @@ pub(super) struct Source {
 /// allows it.
 pub(super) const UNUSABLE: usize = usize::MAX;
 
+/// What is taken of a source's devices: exclusive devices whole, shared ones (allowing
+/// multiple allocations) by capacity.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct Taken {
+    /// Per device: allocated whole.
+    pub(super) whole: Vec<bool>,
+    /// Per shared device with allocations: how many, and the capacity they consume, by
+    /// name.
+    pub(super) shared: BTreeMap<usize, (u32, BTreeMap<String, Quantity>)>,
+}
+
+impl Taken {
+    /// Nothing taken of `n` devices.
+    pub(super) fn none(n: usize) -> Self {
+        Taken {
+            whole: vec![false; n],
+            shared: BTreeMap::new(),
+        }
+    }
+
+    /// Whether device `d` has an allocation.
+    pub(super) fn used(&self, d: usize) -> bool {
+        self.whole.get(d).copied().unwrap_or(false) || self.shared.contains_key(&d)
+    }
+
+    /// Devices not allocated whole (a shared device counts as free while it has room for
+    /// anything: the count bounds what may still be allocated from above).
+    pub(super) fn free(&self) -> usize {
+        self.whole.iter().filter(|x| !**x).count()
+    }
+
+    /// Takes `consumption` of shared device `d` (with capacity `capacity`) if it has room:
+    /// whether it had.
+    pub(super) fn consume(
+        &mut self,
+        d: usize,
+        capacity: &BTreeMap<String, Quantity>,
+        consumption: &BTreeMap<String, Quantity>,
+    ) -> bool {
+        let (count, mut after) = self.shared.get(&d).cloned().unwrap_or_default();
+        for (name, amount) in consumption {
+            let Some(have) = capacity.get(name) else {
+                return false;
+            };
+            let sum = after
+                .get(name)
+                .copied()
+                .unwrap_or_default()
+                .checked_add(*amount);
+            match sum {
+                Some(sum) if sum <= *have => {
+                    after.insert(name.clone(), sum);
+                }
+                _ => return false,
+            }
+        }
+        self.shared.insert(d, (count + 1, after));
+        true
+    }
+
+    /// Gives back `consumption` of shared device `d` (taken by [`Taken::consume`]).
+    pub(super) fn release(&mut self, d: usize, consumption: &BTreeMap<String, Quantity>) {
+        let Some((count, used)) = self.shared.get_mut(&d) else {
+            return;
+        };
+        for (name, amount) in consumption {
+            if let Some(u) = used.get_mut(name) {
+                *u = u.checked_sub(*amount).unwrap_or_default();
+            }
+        }
+        *count = count.saturating_sub(1);
+        if *count == 0 {
+            self.shared.remove(&d);
+        }
+    }
+}
+
 impl Source {
-    /// Whether the devices `taken` plus `extra` stay within every counter budget.
-    pub(super) fn within_budgets(&self, taken: &[bool], extra: &[usize]) -> bool {
+    /// Whether the devices `taken` plus `extra` stay within every counter budget (a shared
+    /// device draws once, however many allocations it has).
+    pub(super) fn within_budgets(&self, taken: &Taken, extra: &[usize]) -> bool {
         if self.budgets.is_empty() && self.draws.iter().all(Vec::is_empty) {
             return true;
         }
         let mut used = vec![Quantity::default(); self.budgets.len()];
         let drawing = (0..self.devices.len())
-            .filter(|d| taken.get(*d).copied().unwrap_or(false))
-            .chain(extra.iter().copied());
+            .filter(|d| taken.used(*d))
+            .chain(extra.iter().copied().filter(|d| !taken.used(*d)));
         for d in drawing {
             for (b, amount) in &self.draws[d] {
                 let Some(u) = used.get_mut(*b) else {
