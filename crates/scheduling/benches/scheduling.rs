@@ -126,27 +126,40 @@ fn bench_resizable(c: &mut Criterion) {
     group.finish();
 }
 
+/// A solve: the whole one, or first-fit's packing alone.
+type Solve = fn(&scheduling::Input, &Dra) -> scheduling::Output;
+
 /// The same pods with and without volumes (`input_with_volumes`: half of them pinned to a
 /// zone by a bound volume and attaching one CSI volume, every type limited to 27), at 1000 and
 /// 5000 pods (1000 quick).
 fn bench_volumes(c: &mut Criterion) {
+    let solve: Solve = scheduling::solve_with_devices;
     side_by_side(c, "solve_volumes", |n| {
         vec![
-            ("plain", input(n), Dra::default()),
-            ("volumes", input_with_volumes(n), Dra::default()),
+            ("plain", input(n), Dra::default(), solve),
+            ("volumes", input_with_volumes(n), Dra::default(), solve),
         ]
     });
 }
 
 /// The same pods with and without ResourceClaims (`input_with_devices`: every fourth type
-/// publishes GPUs, 20 % of the pods claim one), at 1000 and 5000 pods (1000 quick).
+/// publishes GPUs, 20 % of the pods claim one), at 1000 and 5000 pods (1000 quick): the
+/// whole solve, and first-fit's packing alone (Karpenter's method; with claims, first-fit's
+/// plan is dearer, so the whole solve tries price-capped packings too).
 fn bench_devices(c: &mut Criterion) {
+    let solve: Solve = scheduling::solve_with_devices;
+    let first_fit: Solve = scheduling::solve_first_fit_with_devices;
     side_by_side(c, "solve_devices", |n| {
         let (inp, dra) = input_with_devices(n);
         let mut plain = dra.clone();
         plain.claims.clear();
         plain.pod_claims.clear();
-        vec![("plain", inp.clone(), plain), ("claims", inp, dra)]
+        vec![
+            ("plain", inp.clone(), plain.clone(), solve),
+            ("claims", inp.clone(), dra.clone(), solve),
+            ("plain-first-fit", inp.clone(), plain, first_fit),
+            ("claims-first-fit", inp, dra, first_fit),
+        ]
     });
 }
 
@@ -154,7 +167,7 @@ fn bench_devices(c: &mut Criterion) {
 fn side_by_side(
     c: &mut Criterion,
     name: &str,
-    cases: impl Fn(usize) -> Vec<(&'static str, scheduling::Input, Dra)>,
+    cases: impl Fn(usize) -> Vec<(&'static str, scheduling::Input, Dra, Solve)>,
 ) {
     let quick = std::env::var("BENCH_QUICK").is_ok_and(|v| v == "1");
     let mut group = c.benchmark_group(name);
@@ -165,17 +178,18 @@ fn side_by_side(
     }
     let sizes: &[usize] = if quick { &[1000] } else { &[1000, 5000] };
     for &n in sizes {
-        for (case, inp, dra) in cases(n) {
-            let out = scheduling::solve_with_devices(&inp, &dra);
+        for (case, inp, dra, solve) in cases(n) {
+            let out = solve(&inp, &dra);
             let placed: usize = out.new_node_claims.iter().map(|c| c.pods.len()).sum();
+            let price: f64 = out.new_node_claims.iter().map(|c| c.cheapest.price).sum();
             println!(
-                "{name}/{case}/{n}: nodes={} pods_placed={placed} unschedulable={}",
+                "{name}/{case}/{n}: nodes={} pods_placed={placed} unschedulable={} price={price:.2}",
                 out.new_node_claims.len(),
                 out.unschedulable.len()
             );
             group.throughput(Throughput::Elements(n as u64));
             group.bench_with_input(BenchmarkId::new(case, n), &(&inp, &dra), |b, (inp, dra)| {
-                b.iter(|| scheduling::solve_with_devices(std::hint::black_box(inp), dra))
+                b.iter(|| solve(std::hint::black_box(inp), dra))
             });
         }
     }

@@ -16,7 +16,9 @@ pub mod volumes;
 
 pub use model::*;
 pub use requirements::{Operator, Requirement, Requirements, ValueSet};
-pub use solver::{MAX_INSTANCE_TYPES, solve, solve_first_fit, solve_with_devices};
+pub use solver::{
+    MAX_INSTANCE_TYPES, solve, solve_first_fit, solve_first_fit_with_devices, solve_with_devices,
+};
 
 /// Why a pod could not go onto a new NodeClaim of one NodePool.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

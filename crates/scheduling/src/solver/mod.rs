@@ -405,7 +405,7 @@ pub fn solve_first_fit(input: &Input) -> Output {
 }
 
 /// [`solve_first_fit`] with the pods' ResourceClaims.
-pub(crate) fn solve_first_fit_with_devices(input: &Input, dra: &crate::dra::Dra) -> Output {
+pub fn solve_first_fit_with_devices(input: &Input, dra: &crate::dra::Dra) -> Output {
     let mut s = build::build(input, dra);
     // Without a cap nothing is priced on the way, so the packing runs to the end.
     let (failed, errors) = pack_all(&mut s, input).unwrap_or_default();
