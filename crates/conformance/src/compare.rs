@@ -145,8 +145,8 @@ fn unmodelled(rec: &Record) -> Vec<&'static str> {
 }
 
 /// The DRA features a record uses that our model lacks: Karpenter's DRA switched off
-/// (`IgnoreDRARequests`, its default) while a pending pod claims devices; ResourceSlices for
-/// many nodes (`allNodes`, `nodeSelector`: we read only a node's own); attribute bindings.
+/// (`IgnoreDRARequests`, its default) while a pending pod claims devices; attribute
+/// bindings.
 fn unmodelled_dra(rec: &Record) -> Vec<&'static str> {
     let mut out = Vec::new();
     let claiming = rec.pods.iter().any(|p| {
@@ -169,16 +169,13 @@ fn unmodelled_dra(rec: &Record) -> Vec<&'static str> {
     if !rec.input.dra {
         return out;
     }
-    let its = || rec.input.instance_types.values().flatten();
     if rec
         .input
-        .resource_slices
-        .iter()
-        .any(|s| s.spec.node_name.is_none())
+        .instance_types
+        .values()
+        .flatten()
+        .any(|it| it.attribute_bindings > 0)
     {
-        out.push("DRA slices for many nodes");
-    }
-    if its().any(|it| it.attribute_bindings > 0) {
         out.push("DRA attribute bindings");
     }
     out

@@ -16,8 +16,9 @@
 //!   valid values, range) are kept, and an allocation's `consumedCapacity` per device, so a
 //!   shared device (consumable capacity) is allocated by what is left of it;
 //! - a ResourceSlice counts for the node its `spec.nodeName` names; slices of older
-//!   generations of a pool are ignored, and so are slices for several nodes (`nodeSelector`,
-//!   `allNodes`: network-attached devices are not modelled);
+//!   generations of a pool are ignored; slices for many nodes (`allNodes`, `nodeSelector`:
+//!   network-attached devices) are network pools, one per driver and pool, reachable from
+//!   the nodes the selector allows (per-device node selection is not read);
 //! - a claim's `status.allocation` gives its devices (taken on their node) and its node
 //!   selector: `matchFields` on `metadata.name` is the node, `matchExpressions` the rest.
 
@@ -78,6 +79,7 @@ pub fn dra<'a>(
         }
     }
     out.nodes = node_slices(objects.slices);
+    out.network = network_pools(objects.slices);
     out
 }
 
@@ -322,6 +324,41 @@ fn node_selector(s: Option<&NodeSelector>) -> (Option<String>, Vec<Vec<Requireme
 
 /// The slices each node publishes (`spec.nodeName`), at each pool's newest generation.
 pub fn node_slices(slices: &[k8s::ResourceSlice]) -> BTreeMap<String, Vec<model::Slice>> {
+    let mut out: BTreeMap<String, Vec<model::Slice>> = BTreeMap::new();
+    for s in newest(slices) {
+        if let Some(node) = &s.spec.node_name {
+            out.entry(node.clone()).or_default().push(slice(s));
+        }
+    }
+    out
+}
+
+/// The pools of slices for many nodes (`allNodes`, or a `nodeSelector`), at each pool's
+/// newest generation, by driver and pool name.
+pub fn network_pools(slices: &[k8s::ResourceSlice]) -> Vec<model::NetworkPool> {
+    let mut out: BTreeMap<(&str, &str), model::NetworkPool> = BTreeMap::new();
+    for s in newest(slices) {
+        if s.spec.node_name.is_some() || s.spec.per_device_node_selection == Some(true) {
+            continue;
+        }
+        let node_selector = match (&s.spec.node_selector, s.spec.all_nodes) {
+            (Some(sel), _) => node_selector(Some(sel)).1,
+            (None, Some(true)) => Vec::new(),
+            _ => continue,
+        };
+        out.entry((s.spec.driver.as_str(), s.spec.pool.name.as_str()))
+            .or_insert_with(|| model::NetworkPool {
+                slices: Vec::new(),
+                node_selector,
+            })
+            .slices
+            .push(slice(s));
+    }
+    out.into_values().collect()
+}
+
+/// `slices` of each pool's newest generation.
+fn newest(slices: &[k8s::ResourceSlice]) -> impl Iterator<Item = &k8s::ResourceSlice> {
     let mut newest: HashMap<(&str, &str), i64> = HashMap::new();
     for s in slices {
         let g = newest
@@ -329,30 +366,26 @@ pub fn node_slices(slices: &[k8s::ResourceSlice]) -> BTreeMap<String, Vec<model:
             .or_insert(s.spec.pool.generation);
         *g = (*g).max(s.spec.pool.generation);
     }
-    let mut out: BTreeMap<String, Vec<model::Slice>> = BTreeMap::new();
-    for s in slices {
-        let Some(node) = &s.spec.node_name else {
-            continue;
-        };
-        if newest.get(&(s.spec.driver.as_str(), s.spec.pool.name.as_str()))
-            != Some(&s.spec.pool.generation)
-        {
-            continue;
-        }
-        out.entry(node.clone()).or_default().push(model::Slice {
-            counters: counter_sets(s.spec.shared_counters.iter().flatten()),
-            driver: s.spec.driver.clone(),
-            pool: s.spec.pool.name.clone(),
-            devices: s
-                .spec
-                .devices
-                .iter()
-                .flatten()
-                .map(|d| device(&s.spec.driver, d))
-                .collect(),
-        });
+    slices.iter().filter(move |s| {
+        newest.get(&(s.spec.driver.as_str(), s.spec.pool.name.as_str()))
+            == Some(&s.spec.pool.generation)
+    })
+}
+
+/// A ResourceSlice as the solver's slice.
+fn slice(s: &k8s::ResourceSlice) -> model::Slice {
+    model::Slice {
+        counters: counter_sets(s.spec.shared_counters.iter().flatten()),
+        driver: s.spec.driver.clone(),
+        pool: s.spec.pool.name.clone(),
+        devices: s
+            .spec
+            .devices
+            .iter()
+            .flatten()
+            .map(|d| device(&s.spec.driver, d))
+            .collect(),
     }
-    out
 }
 
 /// An instance type's devices as the solver's slices (pool: the node's name, unknown yet).
@@ -511,5 +544,54 @@ mod tests {
             "two requests' shares of one device add up"
         );
         assert_eq!(got.consumed.len(), 1, "gpu-1 records no consumption");
+    }
+
+    #[test]
+    fn slices_for_many_nodes_are_network_pools() {
+        let slice = |v: serde_json::Value| -> k8s::ResourceSlice {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "s"},
+                "spec": v
+            }))
+            .expect("slice")
+        };
+        let pool = |name: &str, generation: i64| serde_json::json!({"name": name, "generation": generation, "resourceSliceCount": 1});
+        let slices = [
+            slice(
+                serde_json::json!({"driver": "gpu.example.com", "pool": pool("shared", 2),
+                "allNodes": true, "devices": [{"name": "a"}]}),
+            ),
+            // An older generation of the same pool: ignored.
+            slice(
+                serde_json::json!({"driver": "gpu.example.com", "pool": pool("shared", 1),
+                "allNodes": true, "devices": [{"name": "old"}]}),
+            ),
+            slice(
+                serde_json::json!({"driver": "nic.example.com", "pool": pool("zoned", 1),
+                "nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z2"]}]}]},
+                "devices": [{"name": "n"}]}),
+            ),
+            // A node's own slice: not a network pool.
+            slice(
+                serde_json::json!({"driver": "gpu.example.com", "pool": pool("n1", 1),
+                "nodeName": "n1", "devices": [{"name": "g"}]}),
+            ),
+        ];
+        let pools = network_pools(&slices);
+        assert_eq!(pools.len(), 2, "{pools:?}");
+        assert_eq!(pools[0].slices[0].pool, "shared");
+        assert_eq!(pools[0].slices.len(), 1, "the newest generation only");
+        assert_eq!(pools[0].slices[0].devices[0].name, "a");
+        assert!(pools[0].node_selector.is_empty(), "allNodes: every node");
+        assert_eq!(
+            pools[1].node_selector,
+            [vec![Requirement::new(
+                "topology.kubernetes.io/zone",
+                Operator::In,
+                &["z2"]
+            )]]
+        );
+        assert_eq!(node_slices(&slices).len(), 1, "n1's own slice");
     }
 }

@@ -813,3 +813,79 @@ fn claims_differing_only_in_capacity_requests_are_allocated_apart() {
     cheapest.sort();
     assert_eq!(cheapest, [("w-0", "gpu80"), ("w-1", "gpu40")], "{out:?}");
 }
+
+/// A network pool `net` of `n` GPUs reachable from the nodes `node_selector` allows (empty:
+/// every node, `allNodes`).
+fn network(n: usize, node_selector: Vec<Vec<Requirement>>) -> NetworkPool {
+    let mut slices = gpus(n, "40Gi", "a100");
+    slices[0].pool = "net".into();
+    NetworkPool {
+        slices,
+        node_selector,
+    }
+}
+
+/// Two pods each claiming one GPU, a CPU-only catalog, and the network pool `pool`.
+fn over_network(pool: NetworkPool) -> (Input, Dra) {
+    let inp = input(
+        vec![NodePool::new("default", vec![it("cpu", 4000, 16)])],
+        pods("w", 2, 1000, 1024),
+    );
+    let mut d = dra(&[]);
+    d.network.push(pool);
+    for p in ["w-0", "w-1"] {
+        claim(&mut d, p, gpu(1));
+    }
+    (inp, d)
+}
+
+#[test]
+fn network_attached_devices_serve_claims_on_any_node() {
+    // Karpenter's E1/V2: a cluster-wide pool (allNodes) serves claims whatever the node.
+    let (inp, d) = over_network(network(2, Vec::new()));
+    let out = solve_with_devices(&inp, &d);
+    assert!(out.unschedulable.is_empty(), "{out:?}");
+    assert_eq!(types_of(&out), one("cpu"), "both pods on one CPU node");
+    assert!(
+        out.new_node_claims[0].dra_drivers.is_empty(),
+        "a node publishes none of a network pool's devices: nothing to wait for"
+    );
+    // Its devices are taken for the whole solve: one device serves one of the two pods.
+    let (inp, d) = over_network(network(1, Vec::new()));
+    let out = solve_with_devices(&inp, &d);
+    assert_eq!(out.unschedulable.len(), 1, "{out:?}");
+    assert_eq!(out.unschedulable[0].pod.name, "w-1");
+    // A device an allocated claim holds is taken.
+    let (inp, mut d) = over_network(network(2, Vec::new()));
+    let mut held = allocated("net", &["gpu-0"]);
+    if let Some(a) = held.allocation.as_mut() {
+        a.node_name = None;
+    }
+    d.claims.insert(("default".into(), "held".into()), held);
+    assert_eq!(solve_with_devices(&inp, &d).unschedulable.len(), 1);
+    // Control: without the pool, no node has a GPU.
+    let (inp, mut d) = over_network(network(2, Vec::new()));
+    d.network.clear();
+    assert_eq!(solve_with_devices(&inp, &d).unschedulable.len(), 2);
+}
+
+#[test]
+fn a_zoned_network_pool_puts_its_pods_in_its_zone() {
+    // Karpenter's D2: the pool's node selector becomes the pods' requirement.
+    let zone = vec![vec![Requirement::new(
+        LABEL_ZONE,
+        Operator::In,
+        &[ZONES[1]],
+    )]];
+    let (inp, d) = over_network(network(2, zone));
+    let out = solve_with_devices(&inp, &d);
+    assert!(out.unschedulable.is_empty(), "{out:?}");
+    assert_eq!(out.new_node_claims.len(), 1);
+    assert_eq!(zone_of(&out.new_node_claims[0]), ZONES[1]);
+    // Control: a pool for every node leaves the zone to price (the first zone).
+    let (inp, d) = over_network(network(2, Vec::new()));
+    assert_eq!(
+        zone_of(&solve_with_devices(&inp, &d).new_node_claims[0]),
+        ZONES[0]
+    );
+}

@@ -22,8 +22,13 @@
 //! `requestPolicy`). A device allowing multiple allocations (consumable capacity) is shared
 //! by capacity: each allocation consumes, per capacity of the device, the request's amount
 //! (rounded up by the policy), else the policy's default, else all of it, and the
-//! allocations on it stay within its capacity. ResourceSlices for many nodes (`allNodes`,
-//! `nodeSelector`) are not read.
+//! allocations on it stay within its capacity.
+//!
+//! Network-attached devices (ResourceSlices for many nodes: `allNodes`, `nodeSelector`) are
+//! [`Dra::network`] pools every node the selector allows reaches. A pending pod's claim is
+//! allocated from them first (as Karpenter tries in-cluster devices before an instance
+//! type's), whole — a claim takes all its devices from one such pool or none — and its pods
+//! then carry the pool's node selector; the pool's devices are taken for the whole solve.
 //!
 //! Pure: the caller reads the objects from its caches (or a snapshot).
 
@@ -61,6 +66,20 @@ pub struct Dra {
     /// Pending pods whose claims cannot be read (e.g. their ResourceClaimTemplate does not
     /// exist), by (namespace, name), with why: no node can take them.
     pub blocked: BTreeMap<(String, String), String>,
+    /// Pools of network-attached devices (ResourceSlices for many nodes), in the order they
+    /// are tried.
+    pub network: Vec<NetworkPool>,
+}
+
+/// A pool of devices reachable from many nodes: the slices of one driver and pool published
+/// with `allNodes` or a `nodeSelector`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NetworkPool {
+    /// Its slices (`pool`: the pool's name, as allocations name it).
+    pub slices: Vec<Slice>,
+    /// The nodes that reach it: the selector's terms, ANDed as Karpenter reads an
+    /// allocation's node selector; empty: every node (`allNodes`).
+    pub node_selector: Vec<Vec<Requirement>>,
 }
 
 impl Dra {

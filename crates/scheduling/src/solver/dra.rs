@@ -171,7 +171,7 @@ pub(super) fn setup(s: &mut Solver, input: &Input, dra: &Dra) {
             };
             let src = *by_type
                 .entry(name)
-                .or_insert_with(|| b.source(slices, None, dra));
+                .or_insert_with(|| b.source(slices, None, false, dra));
             s.pools[p].types[t].dev = Some(src as u32);
             s.pools[p].dev_types.insert(t);
         }
@@ -183,10 +183,16 @@ pub(super) fn setup(s: &mut Solver, input: &Input, dra: &Dra) {
                 .and_then(|t| dra.instance_types.get(t))
         });
         let Some(slices) = slices else { continue };
-        let source = b.source(slices, Some(&n.name), dra);
+        let source = b.source(slices, Some(&n.name), true, dra);
         let taken = b.sources[source].taken.clone();
         s.nodes[ni].dev = Some(NodeDev { source, taken });
     }
+    // Network pools (ResourceSlices for many nodes): their allocated devices are taken.
+    let network: Vec<usize> = dra
+        .network
+        .iter()
+        .map(|p| b.source(&p.slices, None, true, dra))
+        .collect();
     b.evaluate(s, &env);
     let placed = vec![None; b.claims.len()];
     s.dra = Some(Box::new(State {
@@ -197,6 +203,7 @@ pub(super) fn setup(s: &mut Solver, input: &Input, dra: &Dra) {
         }),
         placed,
     }));
+    super::network::allocate(s, dra, &network);
     fresh_types(s);
 }
 
@@ -504,17 +511,24 @@ impl Builder {
         self.sigs.len() - 1
     }
 
-    /// A source of `slices`; `node`: an existing node's, whose allocated devices are taken.
-    fn source(&mut self, slices: &[Slice], node: Option<&str>, dra: &Dra) -> usize {
+    /// A source of `slices`; `in_cluster`: published (an existing node's, `node`, or a
+    /// network pool), so the devices allocated claims hold are taken.
+    fn source(
+        &mut self,
+        slices: &[Slice],
+        node: Option<&str>,
+        in_cluster: bool,
+        dra: &Dra,
+    ) -> usize {
         let devices: Vec<(String, Device)> = slices
             .iter()
             .flat_map(|sl| sl.devices.iter().map(|d| (sl.driver.clone(), d.clone())))
             .collect();
         let mut taken = Taken::none(devices.len());
-        if let Some(node) = node {
+        if in_cluster {
             let pools: Vec<&str> = slices.iter().map(|sl| sl.pool.as_str()).collect();
             for a in dra.claims.values().filter_map(|c| c.allocation.as_ref()) {
-                let here = a.node_name.as_deref() == Some(node);
+                let here = node.is_some() && a.node_name.as_deref() == node;
                 for id in &a.devices {
                     if !(here || pools.contains(&id.pool.as_str()) && !id.pool.is_empty()) {
                         continue;

@@ -18,6 +18,7 @@ mod dra;
 mod groups;
 #[cfg(test)]
 mod memo_tests;
+mod network;
 mod output;
 mod pack;
 mod pod;
