@@ -113,11 +113,13 @@ fn bench_resizable(c: &mut Criterion) {
     inp.node_pools = vec![scheduling::NodePool::new("default", types.clone())];
     let out = scheduling::solve(&inp);
     let placed: usize = out.new_node_claims.iter().map(|c| c.pods.len()).sum();
+    let price: f64 = out.new_node_claims.iter().map(|c| c.cheapest.price).sum();
     println!(
-        "solve_resizable/{n}: types={} nodes={} pods_placed={placed} unschedulable={}",
+        "solve_resizable/{n}: types={} nodes={} pods_placed={placed} unschedulable={} price={price:.2} first_fit={:?}",
         types.len(),
         out.new_node_claims.len(),
-        out.unschedulable.len()
+        out.unschedulable.len(),
+        out.first_fit_price
     );
     group.throughput(Throughput::Elements(n as u64));
     group.bench_with_input(BenchmarkId::from_parameter(n), &inp, |b, inp| {
