@@ -28,9 +28,12 @@ list=$out/binaries.json
 cargo test --workspace --locked --no-run --message-format=json-render-diagnostics >"$list" || exit 1
 
 # name<TAB>working directory<TAB>executable, one per test binary (cargo runs each from its
-# package's directory).
-mapfile -t binaries < <(python3 - "$list" <<'EOF'
+# package's directory). The root package's integration tests are named as they are
+# (`lifecycle`); a member crate's are prefixed with it (`scheduling-dra`), so a name never
+# depends on the order cargo reports them in (tests/dra.rs and crates/scheduling/tests/dra.rs).
+mapfile -t binaries < <(python3 - "$list" "$repo" <<'EOF'
 import json, os, sys
+root = os.path.realpath(sys.argv[2])
 seen = set()
 for line in open(sys.argv[1]):
     try:
@@ -42,9 +45,14 @@ for line in open(sys.argv[1]):
     t = m["target"]
     path, _, frag = m["package_id"].partition("#")
     pkg = frag.split("@")[0] if "@" in frag else path.rstrip("/").split("/")[-1]
-    name = t["name"] if "test" in t["kind"] else f"{pkg}-{t['kind'][0]}-{t['name']}"
+    at_root = os.path.realpath(os.path.dirname(m["manifest_path"])) == root
+    if "test" in t["kind"]:
+        name = t["name"] if at_root else f"{pkg}-{t['name']}"
+    else:
+        name = f"{pkg}-{t['kind'][0]}-{t['name']}"
     if name in seen:
-        name = f"{pkg}-{name}"
+        print(f"== FAIL: two test binaries named {name}", file=sys.stderr)
+        sys.exit(1)
     seen.add(name)
     print(f"{name}\t{os.path.dirname(m['manifest_path'])}\t{m['executable']}")
 EOF
@@ -93,10 +101,15 @@ if [ $# -gt 0 ]; then
   names=("${kept[@]}")
 fi
 
-# Slowest first: last run's seconds, else these hints (seconds on two cores).
-declare -A weight=([consolidation]=280 [chaos]=190 [lifecycle]=170 [drift]=140 [demo]=120 [hub_scale]=115 [hub]=150
-  [provisioning]=120 [providers]=100 [failures]=90 [provider]=80 [bench]=60 [writes]=45 [bad_input]=45
-  [leader]=35 [testbed]=25 [provider_fake]=20 [helm_chart]=20 [metrics]=20 [docs]=16 [real]=16)
+# Slowest first: last run's seconds, else these hints (seconds on two cores, the full run of
+# 2026-11-28; a fresh clone, as CI's, has no last run).
+declare -A weight=([provisioning]=143 [lifecycle]=141 [consolidation]=128 [hub]=102 [drift]=88
+  [resizable]=82 [failures]=78 [inventory]=71 [static_pools]=64 [mhc]=61 [hub_scale]=60 [doc]=60
+  [demo]=60 [upgrades]=57 [termination]=54 [volumes]=52 [bench]=52 [dra]=48 [hub_shard]=47
+  [providers]=44 [testbed-provider]=43 [bad_input]=39 [leader]=36 [hub_bad_input]=34 [overlay]=33
+  [writes]=28 [provider_fake]=26 [docs]=24 [api_server]=23 [testbed-dra]=19 [testbed-storage]=19
+  [testbed-real]=18 [metrics]=17 [kwok-kwok_provider]=17 [conformance-corpus]=13 [helm_chart]=12
+  [testbed-testbed]=11)
 if [ -f "$out/times.tsv" ]; then
   while IFS=$'\t' read -r n s _; do weight[$n]=$s; done <"$out/times.tsv"
 fi
