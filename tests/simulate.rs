@@ -999,4 +999,20 @@ fn dra_example_puts_claiming_pods_on_templates_with_their_devices() {
     let plan: Value = serde_json::from_str(&stdout(&out)).expect("JSON plan");
     assert_eq!(types_of(&plan, "ml/train-0"), ["cpu-8c"], "{plan:#}");
     assert_eq!(plan["total"]["nodeClaims"], 1, "{plan:#}");
+
+    // Network-attached GPUs (a ResourceSlice for all nodes, four devices): the two training
+    // pods' claims take them and need no device of their node, so they join `big`, which
+    // still needs its 80Gi device (the fabric's offer no memory): one NodeClaim, not three.
+    let fabric = format!(
+        "{text}\n---\napiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata:\n  name: fabric\n\
+         spec:\n  driver: gpu.example.com\n  allNodes: true\n  pool: {{name: fabric, generation: 1, resourceSliceCount: 1}}\n\
+         \x20 devices: [{{name: f0}}, {{name: f1}}, {{name: f2}}, {{name: f3}}]\n"
+    );
+    let out = simulate(&["-f", "-", "-o", "json"], Some(&fabric));
+    let plan: Value = serde_json::from_str(&stdout(&out)).expect("JSON plan");
+    assert_eq!(plan["unplaceable"], serde_json::json!([]), "{plan:#}");
+    assert_eq!(types_of(&plan, "ml/train-0"), ["a100-80g"], "{plan:#}");
+    assert_eq!(types_of(&plan, "ml/train-1"), ["a100-80g"], "{plan:#}");
+    assert_eq!(types_of(&plan, "ml/big"), ["a100-80g"], "{plan:#}");
+    assert_eq!(plan["total"]["nodeClaims"], 1, "{plan:#}");
 }
