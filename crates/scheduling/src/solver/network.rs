@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use super::dra::Taken;
+use super::source::Taken;
 use super::*;
 use crate::dra::Dra;
 
