@@ -434,9 +434,16 @@ async fn consolidation_keeps_claiming_pods_on_nodes_with_their_devices() {
     let client = env.tb.client();
     create_consolidating_nodepool(&client).await;
     let ns = env.tb.temp_namespace().await.expect("namespace");
-    // A CPU-only node with room (for the pods' cpu, not their devices).
+    // A CPU-only node with room (for the pods' cpu, not their devices). Its pod may not be
+    // disrupted: deleting this node (its pod fits the GPU node left) would be a consolidation
+    // of its own, racing the check below that it still runs here.
+    let plain_yaml = deployment_of("plain", 1, None, None).replace(
+        "metadata: {labels: {app: plain}}",
+        "metadata: {labels: {app: plain}, annotations: {karpenter.sh/do-not-disrupt: \"true\"}}",
+    );
+    assert!(plain_yaml.contains("do-not-disrupt"), "{plain_yaml}");
     env.tb
-        .apply_yaml(&deployment_of("plain", 1, None, None), &ns)
+        .apply_yaml(&plain_yaml, &ns)
         .await
         .expect("plain Deployment");
     let plain = running_n(&client, &ns, "plain", 1).await;
