@@ -87,6 +87,19 @@ pub fn remove(conditions: &mut Vec<Condition>, type_: &str) -> bool {
     before != conditions.len()
 }
 
+/// Whether two condition lists say the same, transition times aside (a status write that
+/// would change only those is skipped).
+pub fn same_untimed(a: &[Condition], b: &[Condition]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| {
+            x.type_ == y.type_
+                && x.status == y.status
+                && x.reason == y.reason
+                && x.message == y.message
+                && x.observed_generation == y.observed_generation
+        })
+}
+
 /// Sets `Ready` from its parts: True when every part is True, otherwise False (any part
 /// False) or Unknown, naming the parts that are not True.
 pub fn set_ready_from(
@@ -134,6 +147,25 @@ mod tests {
 
     fn at(s: i64) -> Timestamp {
         Timestamp::from_second(s).expect("valid")
+    }
+
+    #[test]
+    fn same_untimed_ignores_only_transition_times() {
+        let mut a = Vec::new();
+        set(&mut a, "Ready", TRUE, "Ok", "fine", Some(1), at(10));
+        let mut later = a.clone();
+        later[0].last_transition_time = Time(at(99));
+        assert!(same_untimed(&a, &later));
+        // Controls: any other field, or another condition, differs.
+        let mut other = a.clone();
+        other[0].message = "changed".into();
+        assert!(!same_untimed(&a, &other));
+        let mut generation = a.clone();
+        generation[0].observed_generation = Some(2);
+        assert!(!same_untimed(&a, &generation));
+        let mut more = a.clone();
+        set(&mut more, "Launched", TRUE, "Ok", "", Some(1), at(10));
+        assert!(!same_untimed(&a, &more));
     }
 
     #[test]

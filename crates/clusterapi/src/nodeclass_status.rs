@@ -355,15 +355,12 @@ pub(crate) const BOOTSTRAP_RECHECK: Duration = Duration::from_secs(3);
 
 /// Whether the stored status already says what `next` says (transition times aside).
 fn unchanged(stored: &ClusterAPINodeClassStatus, next: &ClusterAPINodeClassStatus) -> bool {
-    let untimed = |s: &ClusterAPINodeClassStatus| {
-        let mut s = s.clone();
-        for c in &mut s.conditions {
-            c.last_transition_time =
-                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH);
-        }
-        s
+    let without_conditions = |s: &ClusterAPINodeClassStatus| ClusterAPINodeClassStatus {
+        conditions: Vec::new(),
+        ..s.clone()
     };
-    untimed(stored) == untimed(next)
+    api::conditions::same_untimed(&stored.conditions, &next.conditions)
+        && without_conditions(stored) == without_conditions(next)
 }
 
 fn error_policy(

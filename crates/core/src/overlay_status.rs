@@ -94,19 +94,6 @@ pub(crate) fn conditions(
     c
 }
 
-/// Whether two condition lists say the same (transition times aside).
-fn same(a: &[Condition], b: &[Condition]) -> bool {
-    let untimed = |c: &[Condition]| {
-        let mut c = c.to_vec();
-        for x in &mut c {
-            x.last_transition_time =
-                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH);
-        }
-        c
-    };
-    untimed(a) == untimed(b)
-}
-
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum StatusError {
     #[error("kubernetes API: {0}")]
@@ -161,7 +148,7 @@ async fn reconcile(obj: Arc<NodeOverlay>, ctx: Arc<OverlayStatus>) -> Result<Act
         .map(|s| s.conditions.clone())
         .unwrap_or_default();
     let next = conditions(&stored, obj.metadata.generation, outcome, Timestamp::now());
-    if !same(&stored, &next)
+    if !api::conditions::same_untimed(&stored, &next)
         && ctx
             .writer()
             .patch_status(&obj, json!({ "conditions": next }))
@@ -249,7 +236,7 @@ mod tests {
         assert!(api::conditions::is_true(&c, "Ready"));
         // Unchanged: the same conditions (no write), even later.
         let again = conditions(&c, Some(1), &applied, at("2026-11-22T11:00:00Z"));
-        assert!(same(&c, &again));
+        assert!(api::conditions::same_untimed(&c, &again));
         let conflict = Outcome {
             verdict: Verdict::Conflict {
                 with: "b".into(),
@@ -258,7 +245,7 @@ mod tests {
             matched: 1,
         };
         let c2 = conditions(&c, Some(2), &conflict, t0);
-        assert!(!same(&c, &c2));
+        assert!(!api::conditions::same_untimed(&c, &c2));
         let v = api::conditions::get(&c2, VALIDATION_SUCCEEDED).expect("condition");
         assert_eq!(
             (v.status.as_str(), v.reason.as_str()),
