@@ -327,8 +327,15 @@ fn add_pools(
             .get("nodes")
             .map(|l| l - np.usage.get("nodes").copied().unwrap_or(0));
         let launch_order = super::price::launch_order(&types);
+        let mut cts: Vec<Sym> = types
+            .iter()
+            .flat_map(|t| t.offerings.iter().map(|o| o.ct))
+            .collect();
+        cts.sort_unstable();
+        cts.dedup();
         s.pools.push(PoolData {
             launch_order,
+            capacity_types: cts.len(),
             name: np.name.clone(),
             taints: np.taints.clone(),
             startup_taints: np.startup_taints.clone(),

@@ -128,6 +128,8 @@ struct PoolData {
     /// Its types with an offering, by the rank of their best offering (then by index): no
     /// offering of a later type ranks before that (see [`Solver::claim_launch`]).
     launch_order: Vec<(Rank, usize)>,
+    /// How many capacity types its offerings have.
+    capacity_types: usize,
 }
 
 #[derive(Clone)]
@@ -409,32 +411,18 @@ pub fn solve_first_fit(input: &Input) -> Output {
 pub fn solve_first_fit_with_devices(input: &Input, dra: &crate::dra::Dra) -> Output {
     let mut s = build::build(input, dra);
     // Without a cap nothing is priced on the way, so the packing runs to the end.
-    let (failed, errors) = pack_all(&mut s, input).unwrap_or_default();
+    let queue = Queue::of(&s, input);
+    let (failed, errors) = pack_all(&mut s, &queue).unwrap_or_default();
     output::output(&s, input, failed, errors)
 }
 
 /// Pods left unscheduled, and every pod's failures.
 type Unplaced = (Vec<usize>, Vec<Vec<(usize, Failure)>>);
 
-/// Packs every pending pod of `s` (built from `input`) in Karpenter's queue order; `None` when
+/// Packs every pending pod of `s` in `order` (Karpenter's queue order); `None` when
 /// a capped packing's claims already cost more than [`Solver::budget`] (it cannot win).
-fn pack_all(s: &mut Solver, input: &Input) -> Option<Unplaced> {
-    let cpu = 0;
-    let mem = 1;
-    // Queue: cpu desc, memory desc, creation, uid.
-    let (mut queue, unplaceable): (Vec<usize>, Vec<usize>) = (0..s.pods.len()).partition(|&pi| {
-        input.pods[s.pods[pi].input].unplaceable.is_none() && s.dra_blocked(pi).is_none()
-    });
-    queue.sort_by(|&a, &b| {
-        let (pa, pb) = (&s.pods[a], &s.pods[b]);
-        let (ia, ib) = (&input.pods[pa.input], &input.pods[pb.input]);
-        pb.requests[cpu]
-            .cmp(&pa.requests[cpu])
-            .then(pb.requests[mem].cmp(&pa.requests[mem]))
-            .then(ia.creation.cmp(&ib.creation))
-            .then_with(|| ia.uid.cmp(&ib.uid))
-    });
-    let mut queue: std::collections::VecDeque<usize> = queue.into();
+fn pack_all(s: &mut Solver, order: &Queue) -> Option<Unplaced> {
+    let mut queue: std::collections::VecDeque<usize> = order.pending.iter().copied().collect();
     let mut last_len = vec![usize::MAX; s.pods.len()];
     let mut errors: Vec<Vec<(usize, Failure)>> = vec![Vec::new(); s.pods.len()];
     while let Some(&pi) = queue.front() {
@@ -456,5 +444,38 @@ fn pack_all(s: &mut Solver, input: &Input) -> Option<Unplaced> {
             }
         }
     }
+    let unplaceable = order.unplaceable.iter().copied();
     Some((queue.into_iter().chain(unplaceable).collect(), errors))
+}
+
+/// The pods of a solver in Karpenter's queue order (the same for every packing of one input).
+pub(super) struct Queue {
+    /// Pods to pack: cpu desc, memory desc, creation, uid.
+    pending: Vec<usize>,
+    /// Pods no node can take (their reason is known before packing).
+    unplaceable: Vec<usize>,
+}
+
+impl Queue {
+    pub(super) fn of(s: &Solver, input: &Input) -> Self {
+        let cpu = 0;
+        let mem = 1;
+        let (mut pending, unplaceable): (Vec<usize>, Vec<usize>) =
+            (0..s.pods.len()).partition(|&pi| {
+                input.pods[s.pods[pi].input].unplaceable.is_none() && s.dra_blocked(pi).is_none()
+            });
+        pending.sort_by(|&a, &b| {
+            let (pa, pb) = (&s.pods[a], &s.pods[b]);
+            let (ia, ib) = (&input.pods[pa.input], &input.pods[pb.input]);
+            pb.requests[cpu]
+                .cmp(&pa.requests[cpu])
+                .then(pb.requests[mem].cmp(&pa.requests[mem]))
+                .then(ia.creation.cmp(&ib.creation))
+                .then_with(|| ia.uid.cmp(&ib.uid))
+        });
+        Queue {
+            pending,
+            unplaceable,
+        }
+    }
 }

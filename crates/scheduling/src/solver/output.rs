@@ -75,7 +75,8 @@ fn new_node_claim(s: &Solver, input: &Input, c: &Claim) -> Option<NewNodeClaim> 
                 .map(|o| (s.rank(&o), p.types[t].name.as_str(), t, o.zone, o.ct))
         })
         .collect();
-    cands.sort_by(|a, b| by_rank(a.0, b.0).then(a.1.cmp(b.1)));
+    // Ties by name, then index: the order a stable sort of the index order gives.
+    cands.sort_unstable_by(|a, b| by_rank(a.0, b.0).then(a.1.cmp(b.1)).then(a.2.cmp(&b.2)));
     cands.truncate(MAX_INSTANCE_TYPES);
     let &((_, price), name, first, zone, ct) = cands.first()?;
     let render = |k: Key, set: &ISet| {
@@ -92,13 +93,18 @@ fn new_node_claim(s: &Solver, input: &Input, c: &Claim) -> Option<NewNodeClaim> 
     if ct_set.is_none_or(|set| set.complement) {
         let zones = c.reqs.get(&s.zone_key);
         let mut cts: Vec<Sym> = Vec::new();
-        for x in &cands {
+        // Until every capacity type of the pool is found.
+        'types: for x in &cands {
             for o in &p.types[x.2].offerings {
-                if s.launchable(o, held)
+                if !cts.contains(&o.ct)
+                    && s.launchable(o, held)
                     && zones.is_none_or(|set| set.has(&o.zone))
                     && ct_set.is_none_or(|set| set.has(&o.ct))
                 {
                     cts.push(o.ct);
+                    if cts.len() == p.capacity_types {
+                        break 'types;
+                    }
                 }
             }
         }

@@ -333,6 +333,10 @@ impl Solver {
         let r = self.res_names.len();
         for oi in 0..self.by_count.order.len() {
             let ci = self.by_count.order[oi];
+            // The hostname checks first: cheap, and what rejects most claims.
+            if self.host_ok(&plan, base + ci).is_err() {
+                continue;
+            }
             if !fits(&self.pods[pi].requests, &self.room[ci * r..(ci + 1) * r]) {
                 continue;
             }
@@ -341,6 +345,10 @@ impl Solver {
                 continue;
             }
             if self.pods[pi].dra.is_some() && !self.claim_may_host(ci, &self.pods[pi]) {
+                continue;
+            }
+            // Once a claim was skipped for its price, one that is sure to be needs no check.
+            if skipped.is_some() && !self.cap_holds(ci, &self.pods[pi].requests) {
                 continue;
             }
             if let Ok(u) = self.try_claim(
