@@ -449,7 +449,7 @@ fn pack_all(s: &mut Solver, order: &Queue) -> Option<Unplaced> {
 }
 
 /// The pods of a solver in Karpenter's queue order (the same for every packing of one input).
-pub(super) struct Queue {
+struct Queue {
     /// Pods to pack: cpu desc, memory desc, creation, uid.
     pending: Vec<usize>,
     /// Pods no node can take (their reason is known before packing).
@@ -457,7 +457,7 @@ pub(super) struct Queue {
 }
 
 impl Queue {
-    pub(super) fn of(s: &Solver, input: &Input) -> Self {
+    fn of(s: &Solver, input: &Input) -> Self {
         let cpu = 0;
         let mem = 1;
         let (mut pending, unplaceable): (Vec<usize>, Vec<usize>) =
