@@ -1,7 +1,8 @@
 //! Price-aware packing: the plan is never pricier than Karpenter's first-fit plan, schedules no
 //! fewer pods, keeps every constraint first-fit's plan keeps, and beats first-fit where the
 //! price per CPU is not flat (issue 39's simulate case: four `small` at 0.05/h, not one `large`
-//! at 1.00/h). Case counts: `tests/common/prop_cases.rs` (`PROP_LONG=1` for the long run).
+//! at 1.00/h), and where a workload needs one node per replica on a linearly priced catalog
+//! (nodes of the average size, balanced). Case counts: `tests/common/prop_cases.rs` (`PROP_LONG=1` for the long run).
 
 #[path = "../../../tests/common/prop_cases.rs"]
 mod prop_cases;
@@ -117,6 +118,59 @@ fn capped_plan_keeps_anti_affinity_spread_and_selectors() {
     assert_eq!(placed(&out), 20);
     assert!(
         out.price() < ff.price(),
+        "plan {} first-fit {}",
+        out.price(),
+        ff.price()
+    );
+    assert_eq!(out.first_fit_price, Some(ff.price()));
+    assert_valid(&inp, &out);
+}
+
+/// A resizable template's sizes priced linearly per cpu and GiB (2–16 cpu, 2 or 8 GiB per
+/// cpu), twelve replicas that each need their own node (hostname anti-affinity), and
+/// cpu-heavy and memory-heavy pods besides.
+fn one_node_per_replica_case() -> Input {
+    let mut types = Vec::new();
+    for cpu in [2, 4, 8, 16] {
+        for per in [2, 8] {
+            let gi = per * cpu;
+            let price = 0.03 * cpu as f64 + 0.004 * gi as f64;
+            types.push(priced(
+                &format!("vm-{cpu}c-{gi}g"),
+                cpu * 1000,
+                gi,
+                "amd64",
+                price,
+            ));
+        }
+    }
+    let mut ps = Vec::new();
+    for mut p in pods("replica", 12, 500, 512) {
+        p.labels = labels(&[("app", "replica")]);
+        p.pod_anti_affinity = vec![PodAffinityTerm::new(
+            LABEL_HOSTNAME,
+            LabelSelector::labels(&[("app", "replica")]),
+        )];
+        ps.push(p);
+    }
+    ps.extend(pods("cpu", 24, 1500, 256));
+    ps.extend(pods("mem", 24, 100, 6 * 1024));
+    input(vec![NodePool::new("default", types)], ps)
+}
+
+#[test]
+fn nodes_of_the_average_size_carry_a_workload_that_needs_many_nodes() {
+    let inp = one_node_per_replica_case();
+    // Positive control: first-fit grows its first claims into the largest types, lopsided
+    // (3.38/h); twelve nodes of the average claim's size, each a balanced mix, cost 2.98/h.
+    // Prices are linear in size, so only the fair cap sees this (without it: first-fit's plan).
+    let ff = solve_first_fit(&inp);
+    assert!(ff.unschedulable.is_empty());
+    let out = solve(&inp);
+    assert!(out.unschedulable.is_empty());
+    assert_eq!(placed(&out), 60);
+    assert!(
+        out.price() < ff.price() * 0.9,
         "plan {} first-fit {}",
         out.price(),
         ff.price()
