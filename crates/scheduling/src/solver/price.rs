@@ -44,8 +44,14 @@ pub(super) fn cheapest(input: &Input, dra: &crate::dra::Dra) -> Output {
     };
     let first_fit = Packed::of(s, unplaced);
     let mut best: Option<Packed> = None;
-    for cap in first_fit.solver.caps() {
-        let mut s = base.clone();
+    let caps = first_fit.solver.caps();
+    let mut base = Some(base);
+    for (i, &cap) in caps.iter().enumerate() {
+        // The last packing takes the setup itself, uncloned.
+        let last = i + 1 == caps.len();
+        let Some(mut s) = (if last { base.take() } else { base.clone() }) else {
+            break;
+        };
         s.cap = cap;
         // A packing whose claims already cost more than the best plan cannot win.
         let to_beat = best.as_ref().unwrap_or(&first_fit).price;
