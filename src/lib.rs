@@ -5,6 +5,5 @@
 pub mod inspect;
 pub mod inspect_hub;
 pub mod inspect_pending;
-pub mod memory;
 pub mod repair_policies;
 pub mod simulate;

@@ -12,7 +12,7 @@ static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// jemalloc's options, read by jemalloc at its first allocation (see `memory`).
 #[cfg(not(feature = "system-alloc"))]
 #[unsafe(export_name = "_rjem_malloc_conf")]
-pub static MALLOC_CONF: Option<&u8> = Some(&karpenter_capi::memory::CONF[0]);
+pub static MALLOC_CONF: Option<&u8> = Some(&karpenter_core::memory::CONF[0]);
 
 #[derive(Parser)]
 #[command(name = "karpenter-capi", version, about = "Karpenter for Cluster API")]

@@ -17,6 +17,14 @@
 
 use std::time::Instant;
 
+/// The operator's allocator, with its options (`karpenter_core::memory::CONF`): our
+/// solve is timed as the operator runs it.
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+#[unsafe(export_name = "_rjem_malloc_conf")]
+pub static MALLOC_CONF: Option<&u8> = Some(&karpenter_core::memory::CONF[0]);
+
 use std::collections::BTreeMap;
 
 use anyhow::{Context, Result, bail};

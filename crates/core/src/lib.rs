@@ -15,6 +15,7 @@ pub mod garbagecollection;
 pub mod health;
 pub(crate) mod index;
 pub mod leader;
+pub mod memory;
 pub mod metrics;
 pub mod model;
 pub mod nodeclaim;

@@ -1,4 +1,5 @@
-//! The operator's allocator: jemalloc, tuned to give memory back after a burst.
+//! The operator's allocator: jemalloc, tuned to give memory back after a burst (the binary
+//! installs it; `crates/core/examples/vs_karpenter.rs` times the solver under it too).
 //!
 //! With glibc's malloc the RSS stayed far above the live heap after a scale-out: a 5000-pod
 //! burst left 13 MB live in 55–61 MB resident even with one arena and a `malloc_trim` every
