@@ -78,7 +78,7 @@ async fn patch(api: &Api<DynamicObject>, name: &str, body: Value) {
 
 /// `n` pods of `app` Running, each on its own node: their NodeClaims, once all Ready.
 async fn running_apart(client: &Client, pods: &Api<Pod>, app: &str, n: usize) -> Vec<String> {
-    wait_for(
+    if let Err(e) = wait_for(
         &format!("{n} {app} pods Running"),
         Duration::from_secs(120),
         || async {
@@ -87,7 +87,9 @@ async fn running_apart(client: &Client, pods: &Api<Pod>, app: &str, n: usize) ->
         },
     )
     .await
-    .expect("pods Running");
+    {
+        panic!("pods Running: {e}\n{}", state_of(client, pods, app).await);
+    }
     let nodes: BTreeSet<String> = pods_of(pods, app).await.iter().map(node_of).collect();
     wait_for(
         "their NodeClaims Ready",

@@ -699,6 +699,57 @@ pub async fn pod_places(client: &Client, ns: &str) -> Vec<(String, String, Optio
     .collect()
 }
 
+/// What a failed wait saw, for its message: the pods of `app` (phase, node, why unscheduled)
+/// and every NodeClaim (conditions that are not True, deleting).
+pub async fn state_of(
+    client: &Client,
+    api: &Api<k8s_openapi::api::core::v1::Pod>,
+    app: &str,
+) -> String {
+    let mut out = Vec::new();
+    for p in pods_of(api, app).await {
+        let status = p.status.as_ref();
+        let unscheduled = status
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| {
+                cs.iter()
+                    .find(|c| c.type_ == "PodScheduled" && c.status != "True")
+            })
+            .map(|c| c.message.clone().unwrap_or_default())
+            .unwrap_or_default();
+        out.push(format!(
+            "pod {} {} on {:?} {unscheduled}",
+            kube::ResourceExt::name_any(&p),
+            status.and_then(|s| s.phase.clone()).unwrap_or_default(),
+            node_of(&p),
+        ));
+    }
+    match nodeclaims(client)
+        .list(&kube::api::ListParams::default())
+        .await
+    {
+        Ok(list) => {
+            for c in list.items {
+                let pending: Vec<String> = ["Launched", "Registered", "Initialized", "Ready"]
+                    .iter()
+                    .filter(|t| condition(&c, t).as_deref() != Some("True"))
+                    .map(|t| {
+                        let reason = condition_field(&c, t, "reason").unwrap_or_default();
+                        format!("{t}:{reason}")
+                    })
+                    .collect();
+                let deleting = c.metadata.deletion_timestamp.is_some();
+                out.push(format!(
+                    "nodeclaim {} not {pending:?} deleting {deleting}",
+                    kube::ResourceExt::name_any(&c)
+                ));
+            }
+        }
+        Err(e) => out.push(format!("nodeclaims: list failed: {e}")),
+    }
+    out.join("\n")
+}
+
 pub fn node_of(p: &k8s_openapi::api::core::v1::Pod) -> String {
     p.spec
         .as_ref()
