@@ -13,7 +13,7 @@
 //! anyway (hostname spread or anti-affinity make first-fit plan one per replica), first-fit
 //! still lets the first claims grow large and lopsided, and nodes of the average size, each
 //! filled to a balanced mix, carry the same pods for less: on Karpenter's own benchmark this
-//! cap alone gives a plan about 27 % cheaper, on a linearly priced catalog. Then the prices of
+//! cap alone gives a plan 26–27 % cheaper, on a linearly priced catalog. Then the prices of
 //! the instance types that could save the most: per first-fit claim pricier than the type, its
 //! price minus the type's price × the fewest nodes of the type its requests need (`ceil` per
 //! resource), summed, only when that bound exceeds [`MIN_SAVING`] of first-fit's price (big
