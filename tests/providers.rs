@@ -672,7 +672,7 @@ spec:
     .await
     .expect("ValidationSucceeded=True");
     assert_eq!(applied, "Applied to 2 offerings", "large in two zones");
-    wait_for(
+    if let Err(e) = wait_for(
         "one large NodeClaim, the pod Running on it",
         Duration::from_secs(120),
         || async {
@@ -682,7 +682,23 @@ spec:
         },
     )
     .await
-    .expect("the overlay's price chose large");
+    {
+        // What the claims said of themselves (Consolidatable's message names the verdict).
+        let seen: Vec<String> = live_claims(&client)
+            .await
+            .iter()
+            .map(|c| {
+                let conditions = c.status.as_ref().map(|s| {
+                    s.conditions
+                        .iter()
+                        .map(|c| format!("{}={} {} {}", c.type_, c.status, c.reason, c.message))
+                        .collect::<Vec<_>>()
+                });
+                format!("{} {:?} {conditions:?}", c.name_any(), c.labels())
+            })
+            .collect();
+        panic!("the overlay's price chose large: {e}\n{}", seen.join("\n"));
+    }
     assert!(
         live_claims(&client).await.iter().all(|c| c
             .annotations()
