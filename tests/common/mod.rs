@@ -709,18 +709,18 @@ pub async fn state_of(
     let mut out = Vec::new();
     for p in pods_of(api, app).await {
         let status = p.status.as_ref();
+        // Absent fields print as `None`, never as an empty value.
         let unscheduled = status
             .and_then(|s| s.conditions.as_ref())
             .and_then(|cs| {
                 cs.iter()
                     .find(|c| c.type_ == "PodScheduled" && c.status != "True")
             })
-            .map(|c| c.message.clone().unwrap_or_default())
-            .unwrap_or_default();
+            .map(|c| c.message.as_deref());
         out.push(format!(
-            "pod {} {} on {:?} {unscheduled}",
+            "pod {} phase {:?} on {:?} unscheduled {unscheduled:?}",
             kube::ResourceExt::name_any(&p),
-            status.and_then(|s| s.phase.clone()).unwrap_or_default(),
+            status.and_then(|s| s.phase.as_deref()),
             node_of(&p),
         ));
     }
@@ -733,10 +733,7 @@ pub async fn state_of(
                 let pending: Vec<String> = ["Launched", "Registered", "Initialized", "Ready"]
                     .iter()
                     .filter(|t| condition(&c, t).as_deref() != Some("True"))
-                    .map(|t| {
-                        let reason = condition_field(&c, t, "reason").unwrap_or_default();
-                        format!("{t}:{reason}")
-                    })
+                    .map(|t| format!("{t}:{:?}", condition_field(&c, t, "reason")))
                     .collect();
                 let deleting = c.metadata.deletion_timestamp.is_some();
                 out.push(format!(

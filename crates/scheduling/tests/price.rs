@@ -20,6 +20,20 @@ fn priced(name: &str, cpu_m: i64, mem_gi: i64, arch: &str, price: f64) -> Instan
     t
 }
 
+/// `pods` labelled `app`, each refusing a node another of them is on (hostname anti-affinity).
+fn one_per_node(pods: Vec<Pod>, app: &str) -> Vec<Pod> {
+    pods.into_iter()
+        .map(|mut p| {
+            p.labels = labels(&[("app", app)]);
+            p.pod_anti_affinity = vec![PodAffinityTerm::new(
+                LABEL_HOSTNAME,
+                LabelSelector::labels(&[("app", app)]),
+            )];
+            p
+        })
+        .collect()
+}
+
 /// Issue 39's case: `small` 2 cpu at 0.05/h, `large` 8 cpu at 1.00/h, ten pods of 500m.
 fn why_case() -> Input {
     let types = vec![
@@ -94,14 +108,7 @@ fn capped_plan_keeps_anti_affinity_spread_and_selectors() {
         p.creation = i as i64;
         ps.push(p);
     }
-    for mut p in pods("anti", 4, 250, 256) {
-        p.labels = labels(&[("app", "anti")]);
-        p.pod_anti_affinity = vec![PodAffinityTerm::new(
-            LABEL_HOSTNAME,
-            LabelSelector::labels(&[("app", "anti")]),
-        )];
-        ps.push(p);
-    }
+    ps.extend(one_per_node(pods("anti", 4, 250, 256), "anti"));
     for mut p in pods("arm", 4, 500, 256) {
         p.node_selector = labels(&[(LABEL_ARCH, "arm64")]);
         ps.push(p);
@@ -144,15 +151,7 @@ fn one_node_per_replica_case() -> Input {
             ));
         }
     }
-    let mut ps = Vec::new();
-    for mut p in pods("replica", 12, 500, 512) {
-        p.labels = labels(&[("app", "replica")]);
-        p.pod_anti_affinity = vec![PodAffinityTerm::new(
-            LABEL_HOSTNAME,
-            LabelSelector::labels(&[("app", "replica")]),
-        )];
-        ps.push(p);
-    }
+    let mut ps = one_per_node(pods("replica", 12, 500, 512), "replica");
     ps.extend(pods("cpu", 24, 1500, 256));
     ps.extend(pods("mem", 24, 100, 6 * 1024));
     input(vec![NodePool::new("default", types)], ps)
