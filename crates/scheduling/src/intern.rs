@@ -1,6 +1,8 @@
 //! String interning for label keys and values, and bitsets over instance types.
 
-use std::collections::HashMap;
+/// The solver's hash map: foldhash, seeded per map, far faster than SipHash on the short keys
+/// the solver hashes (label ids, names, requirements).
+pub(crate) type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 use crate::requirements::LabelValue;
 

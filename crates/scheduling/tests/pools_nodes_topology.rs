@@ -746,3 +746,36 @@ fn pod_pinned_to_a_hostname_only_fits_that_node() {
         )]
     );
 }
+
+/// A hostname anti-affinity replica skips the many claims that hold one (they have room for
+/// it) and joins the one that does not, far down the order of claims: the claims' hostname
+/// counts the scan reads stay in step with the pods they take.
+#[test]
+fn anti_affine_replica_finds_the_one_claim_without_a_replica() {
+    let one_type = || NodePool::new("default", vec![it("m-4", 4000, 8)]);
+    let mut web = pods("web", 40, 1500, 5000);
+    // Smaller replicas, queued after the rest (by cpu): they fit beside a web pod but may not.
+    web.extend(pods("small", 2, 500, 500));
+    anti(&mut web, LABEL_HOSTNAME);
+    // Too much memory to join a web claim: a claim of its own, the last of the order.
+    let mut ps = web;
+    ps.push(pod("db", 1200, 3500));
+    let out = solve(&input(vec![one_type()], ps));
+    assert!(out.unschedulable.is_empty(), "{:?}", out.unschedulable);
+    let with = |name: &str| {
+        out.new_node_claims
+            .iter()
+            .find(|c| c.pods.iter().any(|p| p.name == name))
+            .map(|c| c.pods.iter().map(|p| p.name.clone()).collect::<Vec<_>>())
+    };
+    // The first small replica joined db's claim; the second, with nowhere left, got its own.
+    let db = with("db").unwrap_or_default();
+    assert_eq!(db.len(), 2, "{db:?}");
+    assert!(db.iter().any(|p| p.starts_with("small-")), "{db:?}");
+    assert_eq!(out.new_node_claims.len(), 42);
+    assert!(
+        out.new_node_claims
+            .iter()
+            .all(|c| c.pods.iter().filter(|p| p.name != "db").count() == 1)
+    );
+}

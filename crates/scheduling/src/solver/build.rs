@@ -105,10 +105,10 @@ impl Solver {
             selector,
             filter,
             domains: None,
-            counts: HashMap::new(),
+            counts: HashMap::default(),
             host_counts: Vec::new(),
             total: 0,
-            owner_counts: HashMap::new(),
+            owner_counts: HashMap::default(),
             owner_host: Vec::new(),
             owner_total: 0,
         });
@@ -127,7 +127,7 @@ pub(super) fn build(input: &Input, dra: &crate::dra::Dra) -> Solver {
     intern_resources(&mut s, input);
     let ds = daemonsets(&mut s, input);
     let vols = super::volumes::intern(&mut s, input);
-    let mut universe: HashMap<Key, Vec<Sym>> = HashMap::new();
+    let mut universe: HashMap<Key, Vec<Sym>> = HashMap::default();
     let pool_domains = add_pools(&mut s, input, &ds, nodepool_key, &mut universe);
     add_nodes(&mut s, input, &vols, &mut universe);
     for v in universe.values_mut() {
@@ -137,12 +137,12 @@ pub(super) fn build(input: &Input, dra: &crate::dra::Dra) -> Solver {
     s.universe = universe;
 
     // Pods and topology groups.
-    let mut gindex: HashMap<GroupKey, usize> = HashMap::new();
+    let mut gindex: HashMap<GroupKey, usize> = HashMap::default();
     let pods_id = res_index(&mut s.res_names, PODS);
     for (pi, p) in input.pods.iter().enumerate() {
         let mut pd = pod_data(&mut s, &mut gindex, pods_id, pi, p);
         pd.vols = vols.pods.get(pi).cloned().unwrap_or_default();
-        s.pods.push(pd);
+        s.pods.push(std::rc::Rc::new(pd));
     }
     let bound_anti = bound_anti_groups(&mut s, input, &mut gindex);
     match_groups(&mut s, &bound_anti);
@@ -163,6 +163,7 @@ pub(super) fn build(input: &Input, dra: &crate::dra::Dra) -> Solver {
         record_node(&mut s, g, ni, true);
     }
     super::dra::setup(&mut s, input, dra);
+    s.room_columns();
     s
 }
 
@@ -179,10 +180,10 @@ fn new_solver() -> Solver {
         nodes: Vec::new(),
         node_order: Vec::new(),
         claims: Vec::new(),
-        room: Vec::new(),
         by_count: CountOrder::default(),
+        host_cols: Vec::new(),
         groups: Vec::new(),
-        universe: HashMap::new(),
+        universe: HashMap::default(),
         pods: Vec::new(),
         placements: Vec::new(),
         counts: Vec::new(),
@@ -261,7 +262,7 @@ fn add_pools(
 ) -> PoolDomains {
     let mut pool_domains = Vec::new();
     let nres = s.res_names.len();
-    let mut count_index: HashMap<String, u32> = HashMap::new();
+    let mut count_index: HashMap<String, u32> = HashMap::default();
     let mut order: Vec<&NodePool> = input.node_pools.iter().collect();
     order.sort_by(|a, b| b.weight.cmp(&a.weight).then_with(|| b.name.cmp(&a.name)));
     for np in order {
@@ -284,7 +285,7 @@ fn add_pools(
             .collect();
         let counted = types.iter().any(|t| t.counted);
         let mut base = BitSet::new(types.len());
-        let mut domains: HashMap<Key, Vec<Sym>> = HashMap::new();
+        let mut domains: HashMap<Key, Vec<Sym>> = HashMap::default();
         for (i, t) in types.iter().enumerate() {
             if s.type_ok(t, &reqs, Counts::Ignore) {
                 base.insert(i);

@@ -1,32 +1,131 @@
-//! Claims ordered by pod count, kept sorted in O(1) per change.
+//! Claims ordered by pod count, kept sorted in O(1) per change, with the room a pod needs to
+//! join each and a bound per block of them that lets the scan skip claims too full for a pod.
+
+/// Claims per block of [`CountOrder::bound`].
+const BLOCK: usize = 32;
 
 /// Claim indices kept sorted by pod count ascending in O(1) per change: `order[end[k-1]..end[k]]`
 /// holds the claims with exactly `k` pods.
+///
+/// Alongside, by position, each claim's room (the most a pod may request to join it, as
+/// [`CountOrder::set_room`] was given it), and per block of [`BLOCK`] positions an upper bound
+/// of their rooms, per resource: a pod that does not fit a block's bound fits none of its
+/// claims, so [`CountOrder::next_fit`] skips the block without visiting them.
 #[derive(Clone, Default)]
 pub(super) struct CountOrder {
     pub(super) order: Vec<usize>,
     pub(super) pos: Vec<usize>,
     pub(super) end: Vec<usize>,
+    /// Resources per room.
+    width: usize,
+    /// Per position, its claim's room (`width` apiece).
+    room: Vec<i64>,
+    /// Per block, at least the largest room of its positions, per resource (`width` apiece).
+    bound: Vec<i64>,
 }
 
 impl CountOrder {
-    pub(super) fn swap(&mut self, a: usize, b: usize) {
+    /// An empty order of claims whose rooms have `width` resources.
+    pub(super) fn new(width: usize) -> Self {
+        CountOrder {
+            width,
+            ..Default::default()
+        }
+    }
+
+    fn swap(&mut self, a: usize, b: usize) {
+        if a == b {
+            return;
+        }
         self.order.swap(a, b);
         self.pos[self.order[a]] = a;
         self.pos[self.order[b]] = b;
+        let w = self.width;
+        let (lo, hi) = (a.min(b), a.max(b));
+        let (left, right) = self.room.split_at_mut(hi * w);
+        left[lo * w..(lo + 1) * w].swap_with_slice(&mut right[..w]);
+        if lo / BLOCK != hi / BLOCK {
+            self.widen(lo);
+            self.widen(hi);
+        }
     }
 
-    /// Adds claim `claim` (the next index) with one pod.
+    /// Raises the bound of position `p`'s block to its room.
+    fn widen(&mut self, p: usize) {
+        let w = self.width;
+        let b = p / BLOCK;
+        if self.bound.len() < (b + 1) * w {
+            self.bound.resize((b + 1) * w, i64::MIN);
+        }
+        let room = &self.room[p * w..(p + 1) * w];
+        for (m, r) in self.bound[b * w..(b + 1) * w].iter_mut().zip(room) {
+            *m = (*m).max(*r);
+        }
+    }
+
+    /// Sets claim `claim`'s room (`width` resources; a missing one is unlimited).
+    pub(super) fn set_room(&mut self, claim: usize, room: &[i64]) {
+        let w = self.width;
+        let p = self.pos[claim];
+        for (i, dst) in self.room[p * w..(p + 1) * w].iter_mut().enumerate() {
+            *dst = room.get(i).copied().unwrap_or(i64::MAX);
+        }
+        self.widen(p);
+    }
+
+    /// The first position from `from` on whose claim's room holds `req` (as `fits` reads
+    /// it). A block whose every position was visited without a fit gets its exact bound.
+    pub(super) fn next_fit(&mut self, from: usize, req: &[i64]) -> Option<usize> {
+        let w = self.width;
+        let n = self.order.len();
+        let mut p = from;
+        while p < n {
+            let b = p / BLOCK;
+            let block_end = ((b + 1) * BLOCK).min(n);
+            if !super::fits(req, &self.bound[b * w..(b + 1) * w]) {
+                p = block_end;
+                continue;
+            }
+            let whole = p == b * BLOCK;
+            for q in p..block_end {
+                if super::fits(req, &self.room[q * w..(q + 1) * w]) {
+                    return Some(q);
+                }
+            }
+            if whole {
+                self.tighten(b, block_end);
+            }
+            p = block_end;
+        }
+        None
+    }
+
+    /// Sets block `b`'s bound (its positions end before `end`) to the largest of their rooms.
+    fn tighten(&mut self, b: usize, end: usize) {
+        let w = self.width;
+        let bound = &mut self.bound[b * w..(b + 1) * w];
+        bound.fill(i64::MIN);
+        for q in b * BLOCK..end {
+            for (m, r) in bound.iter_mut().zip(&self.room[q * w..(q + 1) * w]) {
+                *m = (*m).max(*r);
+            }
+        }
+    }
+
+    /// Adds claim `claim` (the next index) with one pod, and no room until
+    /// [`CountOrder::set_room`] gives it one.
     pub(super) fn push(&mut self, claim: usize) {
         if self.end.is_empty() {
             self.end = vec![0, 0];
         }
         let n = self.order.len();
         self.order.push(claim);
+        self.room.resize((n + 1) * self.width, i64::MIN);
         if self.pos.len() <= claim {
             self.pos.resize(claim + 1, 0);
         }
         self.pos[claim] = n;
+        self.widen(n);
         let mut p = n;
         for k in (2..self.end.len()).rev() {
             let first = self.end[k - 1];
@@ -47,5 +146,82 @@ impl CountOrder {
         let last = self.end[from] - 1;
         self.swap(self.pos[claim], last);
         self.end[from] -= 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{BLOCK, CountOrder};
+
+    /// `next_fit` finds what a scan of every position finds, as claims join, change their
+    /// room and move between counts (several blocks).
+    #[test]
+    fn next_fit_finds_the_first_claim_with_room() {
+        let mut o = CountOrder::new(2);
+        let mut rooms: Vec<[i64; 2]> = Vec::new();
+        let mut counts: Vec<usize> = Vec::new();
+        let mut x: u64 = 11;
+        let mut rand = |m: u64| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) % m
+        };
+        let mut found = 0;
+        for step in 0..4000 {
+            let roll = rand(10);
+            if rooms.is_empty() || roll == 0 {
+                o.push(rooms.len());
+                counts.push(1);
+                rooms.push([0, 0]);
+            } else if roll < 5 {
+                let c = rand(rooms.len() as u64) as usize;
+                o.increment(c, counts[c]);
+                counts[c] += 1;
+            }
+            // A room shrinks as pods join, and sometimes grows (a cap's launch type changes).
+            let c = rand(rooms.len() as u64) as usize;
+            rooms[c] = [rand(100) as i64, rand(100) as i64];
+            o.set_room(c, &rooms[c]);
+            let req = [rand(100) as i64, rand(100) as i64];
+            let from = rand(rooms.len() as u64 + 1) as usize;
+            let want = (from..o.order.len()).find(|p| {
+                let r = rooms[o.order[*p]];
+                req[0] <= r[0] && req[1] <= r[1]
+            });
+            assert_eq!(o.next_fit(from, &req), want, "step {step}");
+            found += usize::from(want.is_some());
+        }
+        // Both outcomes were exercised, over more than one block.
+        assert!(found > 100 && found < 3900, "{found}");
+        assert!(o.order.len() > 3 * BLOCK, "{}", o.order.len());
+    }
+
+    #[test]
+    fn count_order_stays_sorted() {
+        let mut o = CountOrder::new(1);
+        let mut counts: Vec<usize> = Vec::new();
+        let mut x: u64 = 7;
+        for step in 0..2000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            if counts.is_empty() || step % 7 == 0 {
+                o.push(counts.len());
+                counts.push(1);
+            } else {
+                let c = (x >> 33) as usize % counts.len();
+                o.increment(c, counts[c]);
+                counts[c] += 1;
+            }
+            let seen: Vec<usize> = o.order.iter().map(|c| counts[*c]).collect();
+            assert!(
+                seen.windows(2).all(|w| w[0] <= w[1]),
+                "step {step}: {seen:?}"
+            );
+            for (p, c) in o.order.iter().enumerate() {
+                assert_eq!(o.pos[*c], p);
+            }
+        }
     }
 }

@@ -158,10 +158,10 @@ pub(super) fn setup(s: &mut Solver, input: &Input, dra: &Dra) {
         if let Some(why) = blocked {
             pd.blocked = Some(why.clone());
         }
-        s.pods[pi].dra = Some(Box::new(pd));
+        s.pod_mut(pi).dra = Some(Box::new(pd));
     }
     // Sources: instance types, then existing nodes.
-    let mut by_type: HashMap<String, usize> = HashMap::new();
+    let mut by_type: HashMap<String, usize> = HashMap::default();
     for p in 0..s.pools.len() {
         s.pools[p].dev_types = BitSet::new(s.pools[p].types.len());
         for t in 0..s.pools[p].types.len() {
@@ -252,7 +252,7 @@ impl Solver {
 /// Pods whose claims have the same shapes (claims of one ResourceClaimTemplate) get the same
 /// types: each distinct list of shapes is allocated once.
 fn fresh_types(s: &mut Solver) {
-    let mut memo: HashMap<Vec<u32>, (Vec<BitSet>, usize)> = HashMap::new();
+    let mut memo: HashMap<Vec<u32>, (Vec<BitSet>, usize)> = HashMap::default();
     for pi in 0..s.pods.len() {
         let Some(pd) = s.pods[pi].dra.as_deref() else {
             continue;
@@ -274,7 +274,7 @@ fn fresh_types(s: &mut Solver) {
             .map(|c| state.st.claims[*c as usize].shape)
             .collect();
         if let Some((ok, min_devices)) = memo.get(&shapes).cloned()
-            && let Some(pd) = s.pods[pi].dra.as_deref_mut()
+            && let Some(pd) = std::rc::Rc::make_mut(&mut s.pods[pi]).dra.as_deref_mut()
         {
             pd.ok = ok;
             pd.min_devices = min_devices;
@@ -306,7 +306,7 @@ fn fresh_types(s: &mut Solver) {
             })
             .sum();
         memo.insert(shapes, (ok.clone(), min_devices));
-        if let Some(pd) = s.pods[pi].dra.as_deref_mut() {
+        if let Some(pd) = s.pod_mut(pi).dra.as_deref_mut() {
             pd.ok = ok;
             pd.min_devices = min_devices;
         }
@@ -316,7 +316,7 @@ fn fresh_types(s: &mut Solver) {
 /// The counter budgets of `slices` (per driver, pool, set and counter) and, per device in
 /// the order [`Builder::source`] lists them, what it draws on them.
 fn counters(slices: &[Slice]) -> (Vec<Quantity>, Vec<Vec<(usize, Quantity)>>) {
-    let mut index: HashMap<(&str, &str, &str, &str), usize> = HashMap::new();
+    let mut index: HashMap<(&str, &str, &str, &str), usize> = HashMap::default();
     let mut sets: BTreeSet<(&str, &str, &str)> = BTreeSet::new();
     let mut budgets = Vec::new();
     for sl in slices {
@@ -396,9 +396,9 @@ impl Builder {
                 // Karpenter ANDs the terms of an allocation's node selector.
                 for term in node_selector {
                     let r = s.ireqs(term);
-                    s.pods[pi].selector_reqs.intersect(&r);
+                    s.pod_mut(pi).selector_reqs.intersect(&r);
                 }
-                s.pods[pi].rebuild_reqs();
+                s.pod_mut(pi).rebuild_reqs();
             }
         }
         pd
@@ -557,7 +557,11 @@ impl Builder {
         let (matches, unevaluable) = super::selectors::evaluate(env, &self.sigs, &self.sources);
         self.matches = matches;
         // A selector that cannot be evaluated blocks every pod that uses it.
-        for pd in s.pods.iter_mut().filter_map(|p| p.dra.as_deref_mut()) {
+        for pd in s
+            .pods
+            .iter_mut()
+            .filter_map(|p| std::rc::Rc::make_mut(p).dra.as_deref_mut())
+        {
             if pd.blocked.is_some() {
                 continue;
             }

@@ -173,7 +173,7 @@ pub(super) fn bound_anti_groups(
 /// Which groups each pod matches, and which required anti-affinity groups repel it.
 pub(super) fn match_groups(s: &mut Solver, bound_anti: &[(usize, usize)]) {
     // Cached by namespace + labels.
-    let mut cache: HashMap<MatchKey, Vec<usize>> = HashMap::new();
+    let mut cache: HashMap<MatchKey, Vec<usize>> = HashMap::default();
     for pi in 0..s.pods.len() {
         let key = (s.pods[pi].ns, s.pods[pi].labels.clone());
         let matched = cache
@@ -184,7 +184,7 @@ pub(super) fn match_groups(s: &mut Solver, bound_anti: &[(usize, usize)]) {
                     .collect()
             })
             .clone();
-        s.pods[pi].matched = matched;
+        s.pod_mut(pi).matched = matched;
     }
     // Required-anti owners among pending pods, so matched pods know to avoid them.
     let mut required_anti = vec![false; s.groups.len()];
@@ -197,6 +197,7 @@ pub(super) fn match_groups(s: &mut Solver, bound_anti: &[(usize, usize)]) {
         required_anti[*g] = true;
     }
     for p in s.pods.iter_mut() {
+        let p = std::rc::Rc::make_mut(p);
         p.repelled = p
             .matched
             .iter()

@@ -23,15 +23,16 @@ mod output;
 mod pack;
 mod pod;
 mod price;
+mod room;
 mod selectors;
 mod source;
 mod topology;
 mod volumes;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use crate::Failure;
-use crate::intern::{BitSet, Interner, Key, Sym};
+use crate::intern::{BitSet, HashMap, Interner, Key, Sym};
 use crate::model::*;
 use crate::requirements::{Operator, Reqs, Requirement, ValueSet};
 
@@ -187,16 +188,18 @@ struct Solver {
     /// The order existing nodes are tried in (Karpenter's): initialized first, then by name.
     node_order: Vec<usize>,
     claims: Vec<Claim>,
-    /// Per planned claim, the room a pod needs to fit in to join it (its `max_free`, under a
-    /// price cap its `cap_free`), `res_names.len()` apiece: a dense copy for the scan of
-    /// [`Solver::add`], which visits every claim for a pod that joins none.
-    room: Vec<i64>,
-    /// Planned claims ordered by pod count ascending (Karpenter tries the emptiest first).
+    /// Planned claims ordered by pod count ascending (Karpenter tries the emptiest first), with
+    /// the room a pod needs to fit in to join each (its `max_free`, under a price cap its
+    /// `cap_free`): [`Solver::add`] visits only the claims whose room holds the pod.
     by_count: CountOrder,
+    /// The hostname groups written as resources of [`Solver::by_count`]'s rooms: (group, its
+    /// `maxSkew`, 0 for anti-affinity); see [`room`].
+    host_cols: Vec<(usize, i64)>,
     groups: Vec<Group>,
     /// Per non-hostname key: every known domain, in name order.
     universe: HashMap<Key, Vec<Sym>>,
-    pods: Vec<PodData>,
+    /// Shared by the packings' clones until one changes a pod (relaxes it).
+    pods: Vec<std::rc::Rc<PodData>>,
     placements: Vec<(usize, usize)>,
     /// Offering counts shared by every pool, by key.
     counts: Vec<Count>,
@@ -304,6 +307,11 @@ impl Solver {
     /// Sort key of an offering: reserved first, then price.
     fn rank(&self, o: &Off) -> Rank {
         (!o.reserved, o.price)
+    }
+
+    /// Pod `pi`, to change: this solver's own copy from now on.
+    fn pod_mut(&mut self, pi: usize) -> &mut PodData {
+        std::rc::Rc::make_mut(&mut self.pods[pi])
     }
 
     fn key_name(&self, k: Key) -> String {
@@ -436,7 +444,7 @@ fn pack_all(s: &mut Solver, order: &Queue) -> Option<Unplaced> {
             Ok(()) => errors[pi].clear(),
             Err(f) => {
                 errors[pi] = f;
-                let relaxed = s.pods[pi].relax();
+                let relaxed = s.pod_mut(pi).relax();
                 queue.push_back(pi);
                 if relaxed {
                     last_len.iter_mut().for_each(|l| *l = usize::MAX);
@@ -460,21 +468,21 @@ impl Queue {
     fn of(s: &Solver, input: &Input) -> Self {
         let cpu = 0;
         let mem = 1;
-        let (mut pending, unplaceable): (Vec<usize>, Vec<usize>) =
-            (0..s.pods.len()).partition(|&pi| {
-                input.pods[s.pods[pi].input].unplaceable.is_none() && s.dra_blocked(pi).is_none()
-            });
-        pending.sort_by(|&a, &b| {
-            let (pa, pb) = (&s.pods[a], &s.pods[b]);
-            let (ia, ib) = (&input.pods[pa.input], &input.pods[pb.input]);
-            pb.requests[cpu]
-                .cmp(&pa.requests[cpu])
-                .then(pb.requests[mem].cmp(&pa.requests[mem]))
-                .then(ia.creation.cmp(&ib.creation))
-                .then_with(|| ia.uid.cmp(&ib.uid))
+        let (pending, unplaceable): (Vec<usize>, Vec<usize>) = (0..s.pods.len()).partition(|&pi| {
+            input.pods[s.pods[pi].input].unplaceable.is_none() && s.dra_blocked(pi).is_none()
         });
+        // (cpu, memory) descending, then creation, uid: one key per pod, sorted once.
+        let mut keyed: Vec<(i64, i64, i64, &str, usize)> = pending
+            .iter()
+            .map(|&pi| {
+                let (p, ip) = (&s.pods[pi], &input.pods[s.pods[pi].input]);
+                let r = |i: usize| p.requests.get(i).copied().unwrap_or(0);
+                (-r(cpu), -r(mem), ip.creation, ip.uid.as_str(), pi)
+            })
+            .collect();
+        keyed.sort_unstable();
         Queue {
-            pending,
+            pending: keyed.into_iter().map(|k| k.4).collect(),
             unplaceable,
         }
     }

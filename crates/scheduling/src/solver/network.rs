@@ -67,9 +67,9 @@ pub(super) fn allocate(s: &mut Solver, dra: &Dra, network: &[usize]) {
         for k in pools {
             for term in &dra.network[k].node_selector {
                 let r = s.ireqs(term);
-                s.pods[pi].selector_reqs.intersect(&r);
+                s.pod_mut(pi).selector_reqs.intersect(&r);
             }
         }
-        s.pods[pi].rebuild_reqs();
+        s.pod_mut(pi).rebuild_reqs();
     }
 }

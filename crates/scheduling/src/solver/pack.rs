@@ -330,14 +330,12 @@ impl Solver {
         let base = self.nodes.len();
         // Under a price cap: the first claim skipped for its price, taken if nothing else can.
         let mut skipped: Option<(usize, ClaimUpdate)> = None;
-        let r = self.res_names.len();
-        for oi in 0..self.by_count.order.len() {
+        let want = self.wanted(pi, &plan);
+        let mut next = 0;
+        while let Some(oi) = self.by_count.next_fit(next, &want) {
+            next = oi + 1;
             let ci = self.by_count.order[oi];
-            // The hostname checks first: cheap, and what rejects most claims.
             if self.host_ok(&plan, base + ci).is_err() {
-                continue;
-            }
-            if !fits(&self.pods[pi].requests, &self.room[ci * r..(ci + 1) * r]) {
                 continue;
             }
             let c = &self.claims[ci];
@@ -539,24 +537,6 @@ impl Solver {
         self.keep_room(ci);
     }
 
-    /// Copies claim `ci`'s room into [`Solver::room`] (a resource it lacks: no limit, as
-    /// `fits` reads a shorter list).
-    fn keep_room(&mut self, ci: usize) {
-        let r = self.res_names.len();
-        if self.room.len() < (ci + 1) * r {
-            self.room.resize((ci + 1) * r, i64::MAX);
-        }
-        let c = &self.claims[ci];
-        let room = if self.cap.is_finite() {
-            &c.cap_free
-        } else {
-            &c.max_free
-        };
-        for (i, dst) in self.room[ci * r..(ci + 1) * r].iter_mut().enumerate() {
-            *dst = room.get(i).copied().unwrap_or(i64::MAX);
-        }
-    }
-
     /// Moves claim `ci`'s unit to the count of its preferred offering now (reserved first,
     /// then the cheapest; ties by type name, as the NodeClaim lists them): a count is
     /// reserved within the solve, across every pool that shares it.
@@ -587,38 +567,5 @@ impl Solver {
             self.counts[n as usize].left -= 1;
         }
         self.claims[ci].held = now;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::CountOrder;
-
-    #[test]
-    pub(super) fn count_order_stays_sorted() {
-        let mut o = CountOrder::default();
-        let mut counts: Vec<usize> = Vec::new();
-        let mut x: u64 = 7;
-        for step in 0..2000 {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            if counts.is_empty() || step % 7 == 0 {
-                o.push(counts.len());
-                counts.push(1);
-            } else {
-                let c = (x >> 33) as usize % counts.len();
-                o.increment(c, counts[c]);
-                counts[c] += 1;
-            }
-            let seen: Vec<usize> = o.order.iter().map(|c| counts[*c]).collect();
-            assert!(
-                seen.windows(2).all(|w| w[0] <= w[1]),
-                "step {step}: {seen:?}"
-            );
-            for (p, c) in o.order.iter().enumerate() {
-                assert_eq!(o.pos[*c], p);
-            }
-        }
     }
 }

@@ -7,7 +7,9 @@
 //! matches are read from those outcomes in the order the selectors of a set are ANDed (the
 //! first false or failing one decides, as if each device were evaluated on its own).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::intern::HashMap;
 
 use super::source::Source;
 use crate::dra::cel::{Environment, Selector, SelectorError, device_value, literals};
@@ -38,7 +40,7 @@ pub(super) fn evaluate(
     // Distinct expressions, compiled once; each set as indices into them (one that does not
     // compile has blocked its pods already, see `Builder::claim_data`, and is left out).
     let mut exprs: Vec<Selector> = Vec::new();
-    let mut index: HashMap<&str, usize> = HashMap::new();
+    let mut index: HashMap<&str, usize> = HashMap::default();
     let sets: Vec<Vec<usize>> = sigs
         .iter()
         .map(|set| {
@@ -56,7 +58,7 @@ pub(super) fn evaluate(
         .collect();
     // Per distinct device, every expression's outcome. A failure on the device names the
     // first device evaluated; it is renamed for each device it stands for.
-    let mut seen: HashMap<Seen<'_>, usize> = HashMap::new();
+    let mut seen: HashMap<Seen<'_>, usize> = HashMap::default();
     let mut outcomes: Vec<Vec<Result<bool, SelectorError>>> = Vec::new();
     let mut unevaluable: Vec<Option<String>> = vec![None; sigs.len()];
     let mut matches: Matches = vec![Vec::with_capacity(sources.len()); sigs.len()];

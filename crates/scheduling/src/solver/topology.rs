@@ -481,8 +481,9 @@ impl Solver {
                 _ => Vec::new(),
             }
         };
-        let matched = self.pods[pod].matched.clone();
-        for g in matched {
+        // The pod itself is not changed here: a shared handle, not a copy of its lists.
+        let pd = std::rc::Rc::clone(&self.pods[pod]);
+        for &g in &pd.matched {
             if !self.counts_on(g, slot, reqs) {
                 continue;
             }
@@ -505,8 +506,7 @@ impl Solver {
                 }
             }
         }
-        let owners = self.pods[pod].anti.clone();
-        for g in owners {
+        for &g in &pd.anti {
             let (host, key) = (self.groups[g].host, self.groups[g].key);
             let doms = if host {
                 Vec::new()
