@@ -44,7 +44,7 @@ use volumes::Attached;
 type IReqs = Reqs<Key, Sym>;
 type ISet = ValueSet<Sym>;
 /// See [`Solver::compat`].
-type Compat = std::rc::Rc<std::cell::RefCell<HashMap<(usize, IReqs), std::rc::Rc<BitSet>>>>;
+type Compat = std::rc::Rc<std::cell::RefCell<Vec<HashMap<IReqs, std::rc::Rc<BitSet>>>>>;
 /// Namespace and labels of a pod.
 type MatchKey = (u32, Vec<(Key, Sym)>);
 
@@ -221,7 +221,7 @@ struct Solver {
     /// found, above which the packing stops.
     spent: f64,
     budget: f64,
-    /// Per (pool, requirements), the pool's types compatible with them
+    /// Per pool, by requirements, the pool's types compatible with them
     /// ([`Solver::type_ok`] without counts): a pure function of the input, shared by the
     /// packings' clones (see [`Solver::compatible_types`]).
     compat: Compat,
@@ -287,7 +287,8 @@ impl Solver {
     /// The types of pool `pool` that `type_ok` accepts under `reqs`, counts ignored
     /// (remembered: claims of one workload meet the same requirements again and again).
     fn compatible_types(&self, pool: usize, reqs: &IReqs) -> std::rc::Rc<BitSet> {
-        if let Some(set) = self.compat.borrow().get(&(pool, reqs.clone())) {
+        // Per pool, by requirements: looked up without a copy of them.
+        if let Some(set) = self.compat.borrow().get(pool).and_then(|m| m.get(reqs)) {
             return std::rc::Rc::clone(set);
         }
         let types = &self.pools[pool].types;
@@ -298,9 +299,11 @@ impl Solver {
             }
         }
         let set = std::rc::Rc::new(set);
-        self.compat
-            .borrow_mut()
-            .insert((pool, reqs.clone()), std::rc::Rc::clone(&set));
+        let mut compat = self.compat.borrow_mut();
+        if compat.len() <= pool {
+            compat.resize_with(pool + 1, HashMap::default);
+        }
+        compat[pool].insert(reqs.clone(), std::rc::Rc::clone(&set));
         set
     }
 
