@@ -17,7 +17,8 @@
 //! the instance types that could save the most: per first-fit claim pricier than the type, its
 //! price minus the type's price × the fewest nodes of the type its requests need (`ceil` per
 //! resource), summed, only when that bound exceeds [`MIN_SAVING`] of first-fit's price (big
-//! nodes that cost more per CPU). The plan kept is the cheapest that
+//! nodes that cost more per CPU); such a cap is tried only while that bound exceeds what the
+//! plan kept so far already saves over first-fit. The plan kept is the cheapest that
 //! schedules no fewer pods than first-fit; equal prices go to fewer NodeClaims, then to
 //! first-fit. Deterministic: the caps and the comparison depend on the input only.
 
@@ -46,7 +47,12 @@ pub(super) fn cheapest(input: &Input, dra: &crate::dra::Dra) -> Output {
     let mut best: Option<Packed> = None;
     let caps = first_fit.solver.caps();
     let mut base = Some(base);
-    for (i, &cap) in caps.iter().enumerate() {
+    for (i, &(cap, score)) in caps.iter().enumerate() {
+        let to_beat = best.as_ref().unwrap_or(&first_fit).price;
+        // A scored cap whose estimate cannot save more than the plan kept already does.
+        if score.is_some_and(|saving| first_fit.price - to_beat >= saving) {
+            continue;
+        }
         // The last packing takes the setup itself, uncloned.
         let last = i + 1 == caps.len();
         let Some(mut s) = (if last { base.take() } else { base.clone() }) else {
@@ -54,7 +60,6 @@ pub(super) fn cheapest(input: &Input, dra: &crate::dra::Dra) -> Output {
         };
         s.cap = cap;
         // A packing whose claims already cost more than the best plan cannot win.
-        let to_beat = best.as_ref().unwrap_or(&first_fit).price;
         s.budget = to_beat * (1.0 + EPSILON) + EPSILON;
         let Some(unplaced) = pack_all(&mut s, &queue) else {
             continue;
@@ -251,9 +256,9 @@ impl Solver {
     }
 
     /// The caps worth a packing, from a finished first-fit packing (see the module
-    /// documentation), in the order they are tried: each pool's fair cap, then the caps that
-    /// could save the most.
-    pub(super) fn caps(&self) -> Vec<f64> {
+    /// documentation), in the order they are tried: each pool's fair cap (no score), then the
+    /// caps that could save the most, each with the most it is estimated to save.
+    pub(super) fn caps(&self) -> Vec<(f64, Option<f64>)> {
         let claims: Vec<(f64, &Claim)> = self
             .claims
             .iter()
@@ -271,6 +276,7 @@ impl Solver {
             }
         }
         caps.truncate(MAX_CAPS);
+        let mut caps: Vec<(f64, Option<f64>)> = caps.into_iter().map(|c| (c, None)).collect();
         let fair = caps.len();
         let total: f64 = claims.iter().map(|(p, _)| p).sum();
         // (what moving first-fit's claims onto this type alone could save at most, its price)
@@ -292,17 +298,17 @@ impl Solver {
             }
         }
         scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.total_cmp(&b.1)));
-        for (_, price) in scored {
+        for (saving, price) in scored {
             if caps.len() == MAX_CAPS {
                 break;
             }
-            if !caps.contains(&price) {
-                caps.push(price);
+            if !caps.iter().any(|(c, _)| *c == price) {
+                caps.push((price, Some(saving)));
             }
         }
         // The highest of the others first: it packs densest, and a fair cap's price (tried
         // first, it often wins) stops their packings early.
-        caps[fair..].sort_by(|a, b| b.total_cmp(a));
+        caps[fair..].sort_by(|a, b| b.0.total_cmp(&a.0));
         caps
     }
 
