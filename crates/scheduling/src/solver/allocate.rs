@@ -13,6 +13,14 @@ use crate::dra::{AllocationMode, Attribute, ConstraintKind, Device, Quantity};
 /// the worst case; real claims ask for a few devices).
 const BUDGET: u32 = 20_000;
 
+/// What [`Dfs::take`] took of a device, for [`Dfs::give_back`].
+enum Took {
+    /// An exclusive device, whole.
+    Whole,
+    /// What the request consumes of a shared device.
+    Consumed(BTreeMap<String, Quantity>),
+}
+
 /// One allocation attempt on a source.
 struct Dfs<'a> {
     st: &'a Static,
@@ -122,27 +130,26 @@ impl Dfs<'_> {
         false
     }
 
-    /// Takes device `d` for `alt`: an exclusive device whole (`Some(None)`), a shared one by
-    /// what the request consumes of it (`Some(Some(consumed))`); `None` when a shared device
-    /// has no room left for it.
-    fn take(&mut self, d: usize, alt: &Alt) -> Option<Option<BTreeMap<String, Quantity>>> {
+    /// Takes device `d` for `alt`: an exclusive device whole, a shared one by what the request
+    /// consumes of it; `None` when a shared device has no room left for it.
+    fn take(&mut self, d: usize, alt: &Alt) -> Option<Took> {
         let st = self.st;
         let (driver, device) = &st.sources[self.src].devices[d];
         if !device.multiple {
             self.taken.whole[d] = true;
-            return Some(None);
+            return Some(Took::Whole);
         }
         let consumed = device.consumption(driver, &alt.capacity)?;
         self.taken
             .consume(d, &device.capacity, &consumed)
-            .then_some(Some(consumed))
+            .then_some(Took::Consumed(consumed))
     }
 
     /// Undoes [`Self::take`].
-    fn give_back(&mut self, d: usize, took: Option<BTreeMap<String, Quantity>>) {
+    fn give_back(&mut self, d: usize, took: Took) {
         match took {
-            None => self.taken.whole[d] = false,
-            Some(consumed) => self.taken.release(d, &consumed),
+            Took::Whole => self.taken.whole[d] = false,
+            Took::Consumed(consumed) => self.taken.release(d, &consumed),
         }
     }
 
