@@ -8,7 +8,7 @@ const BLOCK: usize = 32;
 /// holds the claims with exactly `k` pods.
 ///
 /// Alongside, by position, each claim's room (the most a pod may request to join it, as
-/// [`CountOrder::set_room`] was given it), and per block of [`BLOCK`] positions an upper bound
+/// [`CountOrder::fill_room`] wrote it), and per block of [`BLOCK`] positions an upper bound
 /// of their rooms, per resource: a pod that does not fit a block's bound fits none of its
 /// claims, so [`CountOrder::next_fit`] skips the block without visiting them.
 #[derive(Clone, Default)]
@@ -64,12 +64,20 @@ impl CountOrder {
     }
 
     /// Sets claim `claim`'s room (`width` resources; a missing one is unlimited).
+    #[cfg(test)]
     pub(super) fn set_room(&mut self, claim: usize, room: &[i64]) {
+        self.fill_room(claim, |row| {
+            for (i, dst) in row.iter_mut().enumerate() {
+                *dst = room.get(i).copied().unwrap_or(i64::MAX);
+            }
+        });
+    }
+
+    /// Sets claim `claim`'s room in place: `fill` writes its `width` resources.
+    pub(super) fn fill_room(&mut self, claim: usize, fill: impl FnOnce(&mut [i64])) {
         let w = self.width;
         let p = self.pos[claim];
-        for (i, dst) in self.room[p * w..(p + 1) * w].iter_mut().enumerate() {
-            *dst = room.get(i).copied().unwrap_or(i64::MAX);
-        }
+        fill(&mut self.room[p * w..(p + 1) * w]);
         self.widen(p);
     }
 
@@ -113,7 +121,7 @@ impl CountOrder {
     }
 
     /// Adds claim `claim` (the next index) with one pod, and no room until
-    /// [`CountOrder::set_room`] gives it one.
+    /// [`CountOrder::fill_room`] gives it one.
     pub(super) fn push(&mut self, claim: usize) {
         if self.end.is_empty() {
             self.end = vec![0, 0];

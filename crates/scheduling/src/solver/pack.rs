@@ -512,8 +512,10 @@ impl Solver {
         if let Some(d) = u.dev {
             c.dev = Some(d);
         }
-        let reqs = c.reqs.clone();
+        // Lent to `record` (which reads the claim's requirements only through it), not copied.
+        let reqs = std::mem::replace(&mut c.reqs, IReqs::new());
         self.record(pi, slot, Some(&reqs));
+        self.claims[ci].reqs = reqs;
         self.place_claims(pi, slot);
         self.hold(ci);
         if same && self.claims[ci].price.is_finite() {

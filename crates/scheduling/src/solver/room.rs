@@ -78,14 +78,14 @@ impl Solver {
         };
         let slot = self.nodes.len() + ci;
         let r = self.res_names.len();
-        let room: Vec<i64> = (0..r)
-            .map(|i| free.get(i).copied().unwrap_or(i64::MAX))
-            .chain(
-                self.host_cols
-                    .iter()
-                    .map(|(g, base)| base - i64::from(self.groups[*g].host_count(slot))),
-            )
-            .collect();
-        self.by_count.set_room(ci, &room);
+        let (cols, groups) = (&self.host_cols, &self.groups);
+        self.by_count.fill_room(ci, |row| {
+            for (i, dst) in row[..r].iter_mut().enumerate() {
+                *dst = free.get(i).copied().unwrap_or(i64::MAX);
+            }
+            for (dst, (g, base)) in row[r..].iter_mut().zip(cols) {
+                *dst = base - i64::from(groups[*g].host_count(slot));
+            }
+        });
     }
 }
