@@ -769,7 +769,9 @@ fn anti_affine_replica_finds_the_one_claim_without_a_replica() {
             .map(|c| c.pods.iter().map(|p| p.name.clone()).collect::<Vec<_>>())
     };
     // The first small replica joined db's claim; the second, with nowhere left, got its own.
-    let db = with("db").unwrap_or_default();
+    let Some(db) = with("db") else {
+        panic!("db is on no NodeClaim: {:?}", out.new_node_claims);
+    };
     assert_eq!(db.len(), 2, "{db:?}");
     assert!(db.iter().any(|p| p.starts_with("small-")), "{db:?}");
     assert_eq!(out.new_node_claims.len(), 42);

@@ -161,6 +161,17 @@ impl CountOrder {
 mod tests {
     use super::{BLOCK, CountOrder};
 
+    /// A deterministic generator: each call, the next number below `m`.
+    fn lcg(seed: u64) -> impl FnMut(u64) -> u64 {
+        let mut x = seed;
+        move |m| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) % m
+        }
+    }
+
     /// `next_fit` finds what a scan of every position finds, as claims join, change their
     /// room and move between counts (several blocks).
     #[test]
@@ -168,13 +179,7 @@ mod tests {
         let mut o = CountOrder::new(2);
         let mut rooms: Vec<[i64; 2]> = Vec::new();
         let mut counts: Vec<usize> = Vec::new();
-        let mut x: u64 = 11;
-        let mut rand = |m: u64| {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (x >> 33) % m
-        };
+        let mut rand = lcg(11);
         let mut found = 0;
         for step in 0..4000 {
             let roll = rand(10);
@@ -209,16 +214,14 @@ mod tests {
     fn count_order_stays_sorted() {
         let mut o = CountOrder::new(1);
         let mut counts: Vec<usize> = Vec::new();
-        let mut x: u64 = 7;
+        let mut rand = lcg(7);
         for step in 0..2000 {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+            let r = rand(u64::MAX);
             if counts.is_empty() || step % 7 == 0 {
                 o.push(counts.len());
                 counts.push(1);
             } else {
-                let c = (x >> 33) as usize % counts.len();
+                let c = r as usize % counts.len();
                 o.increment(c, counts[c]);
                 counts[c] += 1;
             }
