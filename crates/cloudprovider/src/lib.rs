@@ -13,6 +13,7 @@
 
 pub mod drain;
 pub mod fake;
+mod forward;
 pub mod instance_types;
 pub mod label_syntax;
 pub mod metered;

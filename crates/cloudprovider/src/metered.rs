@@ -9,13 +9,9 @@ use std::time::{Duration, Instant};
 use api::NodeClaim;
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use futures::stream::BoxStream;
 
 use crate::instance_types::InstanceTypes;
-use crate::provider::{
-    CloudProvider, Created, Deletion, Drift, Error, Instance, NodeClassKind, Timeouts,
-};
-use crate::repair::RepairPolicy;
+use crate::provider::{CloudProvider, Created, Deletion, Drift, Error, Instance};
 
 /// Where a decorated call is recorded: the method (Karpenter's names: `Create`, `Delete`,
 /// `Get`, `List`, `GetInstanceTypes`, `IsDrifted`), the provider's name, how long it took
@@ -95,10 +91,6 @@ impl<R: CallRecorder> CloudProvider for Metered<R> {
         self.timed("IsDrifted", self.inner.is_drifted(claim))
     }
 
-    fn repair_policies(&self) -> Vec<RepairPolicy> {
-        self.inner.repair_policies()
-    }
-
     fn reboot<'a>(
         &'a self,
         claim: &'a NodeClaim,
@@ -107,45 +99,19 @@ impl<R: CallRecorder> CloudProvider for Metered<R> {
         self.timed("Reboot", self.inner.reboot(claim, operation))
     }
 
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-
-    fn supported_node_classes(&self) -> Vec<NodeClassKind> {
-        self.inner.supported_node_classes()
-    }
-
-    fn changes(&self) -> Option<BoxStream<'static, String>> {
-        self.inner.changes()
-    }
-
-    fn private_annotations(&self) -> Vec<&'static str> {
-        self.inner.private_annotations()
-    }
-
-    fn timeouts(&self, claim: &NodeClaim) -> Timeouts {
-        self.inner.timeouts(claim)
-    }
-
-    fn launch_failed(&self, claim: &NodeClaim, why: &str) {
-        self.inner.launch_failed(claim, why)
-    }
-
-    fn launch_succeeded(&self, claim: &NodeClaim) {
-        self.inner.launch_succeeded(claim)
-    }
-
-    fn manual_drift(&self, nodeclass: &str) -> bool {
-        self.inner.manual_drift(nodeclass)
-    }
-
-    fn drifted_taint(&self) -> Option<k8s_openapi::api::core::v1::Taint> {
-        self.inner.drifted_taint()
-    }
-
-    fn drain_rules(&self, claim: &NodeClaim) -> Result<crate::drain::DrainRules, Error> {
-        self.inner.drain_rules(claim)
-    }
+    crate::forward::forward!(
+        inner: repair_policies,
+        name,
+        supported_node_classes,
+        changes,
+        private_annotations,
+        timeouts,
+        launch_failed,
+        launch_succeeded,
+        manual_drift,
+        drifted_taint,
+        drain_rules,
+    );
 }
 
 #[cfg(test)]

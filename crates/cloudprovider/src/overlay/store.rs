@@ -10,19 +10,12 @@
 
 use std::sync::{Arc, Mutex};
 
-use api::NodeClaim;
-use futures::future::BoxFuture;
-use futures::stream::BoxStream;
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
 
 use super::{Evaluation, Overlay, apply, evaluate};
-use crate::drain::DrainRules;
 use crate::instance_types::InstanceTypes;
-use crate::provider::{
-    CloudProvider, Created, Deletion, Drift, Error, Instance, NodeClassKind, Timeouts,
-};
-use crate::repair::RepairPolicy;
+use crate::provider::CloudProvider;
 
 /// At most this many overlaid answers are kept (one per NodeClass in practice).
 const APPLIED_CACHE_SIZE: usize = 64;
@@ -172,80 +165,25 @@ impl CloudProvider for Overlaid {
         Some(self.store.apply(&base, &self.evaluation()))
     }
 
-    fn create<'a>(&'a self, claim: &'a NodeClaim) -> BoxFuture<'a, Result<Created, Error>> {
-        self.inner.create(claim)
-    }
-
-    fn delete<'a>(&'a self, claim: &'a NodeClaim) -> BoxFuture<'a, Result<Deletion, Error>> {
-        self.inner.delete(claim)
-    }
-
-    fn get<'a>(&'a self, claim: &'a NodeClaim) -> BoxFuture<'a, Result<Instance, Error>> {
-        self.inner.get(claim)
-    }
-
-    fn list(&self) -> BoxFuture<'_, Result<Vec<Instance>, Error>> {
-        self.inner.list()
-    }
-
-    fn is_drifted<'a>(
-        &'a self,
-        claim: &'a NodeClaim,
-    ) -> BoxFuture<'a, Result<Option<Drift>, Error>> {
-        self.inner.is_drifted(claim)
-    }
-
-    fn reboot<'a>(
-        &'a self,
-        claim: &'a NodeClaim,
-        operation: &'a str,
-    ) -> BoxFuture<'a, Result<(), Error>> {
-        self.inner.reboot(claim, operation)
-    }
-
-    fn repair_policies(&self) -> Vec<RepairPolicy> {
-        self.inner.repair_policies()
-    }
-
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-
-    fn supported_node_classes(&self) -> Vec<NodeClassKind> {
-        self.inner.supported_node_classes()
-    }
-
-    fn changes(&self) -> Option<BoxStream<'static, String>> {
-        self.inner.changes()
-    }
-
-    fn private_annotations(&self) -> Vec<&'static str> {
-        self.inner.private_annotations()
-    }
-
-    fn timeouts(&self, claim: &NodeClaim) -> Timeouts {
-        self.inner.timeouts(claim)
-    }
-
-    fn launch_failed(&self, claim: &NodeClaim, why: &str) {
-        self.inner.launch_failed(claim, why)
-    }
-
-    fn launch_succeeded(&self, claim: &NodeClaim) {
-        self.inner.launch_succeeded(claim)
-    }
-
-    fn manual_drift(&self, nodeclass: &str) -> bool {
-        self.inner.manual_drift(nodeclass)
-    }
-
-    fn drifted_taint(&self) -> Option<k8s_openapi::api::core::v1::Taint> {
-        self.inner.drifted_taint()
-    }
-
-    fn drain_rules(&self, claim: &NodeClaim) -> Result<DrainRules, Error> {
-        self.inner.drain_rules(claim)
-    }
+    crate::forward::forward!(
+        inner: create,
+        delete,
+        get,
+        list,
+        is_drifted,
+        reboot,
+        repair_policies,
+        name,
+        supported_node_classes,
+        changes,
+        private_annotations,
+        timeouts,
+        launch_failed,
+        launch_succeeded,
+        manual_drift,
+        drifted_taint,
+        drain_rules,
+    );
 }
 
 #[cfg(test)]
