@@ -16,12 +16,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-pub(super) use super::source::{Source, Taken, UNUSABLE};
+pub(super) use super::source::{Published, Source, Taken};
 use super::*;
 use crate::dra::cel::Environment;
 use crate::dra::{
-    Allocation, AllocationMode, ClaimKey, ConstraintKind, Device, Dra, Quantity, ResourceClaim,
-    Slice,
+    Allocation, AllocationMode, ClaimKey, ConstraintKind, Dra, Quantity, ResourceClaim, Slice,
 };
 
 /// The immutable part of the DRA state, shared by the packings' clones.
@@ -171,7 +170,7 @@ pub(super) fn setup(s: &mut Solver, input: &Input, dra: &Dra) {
             };
             let src = *by_type
                 .entry(name)
-                .or_insert_with(|| b.source(slices, None, false, dra));
+                .or_insert_with(|| b.source(slices, Published::No, dra));
             s.pools[p].types[t].dev = Some(src as u32);
             s.pools[p].dev_types.insert(t);
         }
@@ -183,7 +182,7 @@ pub(super) fn setup(s: &mut Solver, input: &Input, dra: &Dra) {
                 .and_then(|t| dra.instance_types.get(t))
         });
         let Some(slices) = slices else { continue };
-        let source = b.source(slices, Some(&n.name), true, dra);
+        let source = b.source(slices, Published::Node(&n.name), dra);
         let taken = b.sources[source].taken.clone();
         s.nodes[ni].dev = Some(NodeDev { source, taken });
     }
@@ -191,7 +190,7 @@ pub(super) fn setup(s: &mut Solver, input: &Input, dra: &Dra) {
     let network: Vec<usize> = dra
         .network
         .iter()
-        .map(|p| b.source(&p.slices, None, true, dra))
+        .map(|p| b.source(&p.slices, Published::Network, dra))
         .collect();
     b.evaluate(s, &env);
     let placed = vec![None; b.claims.len()];
@@ -311,46 +310,6 @@ fn fresh_types(s: &mut Solver) {
             pd.min_devices = min_devices;
         }
     }
-}
-
-/// The counter budgets of `slices` (per driver, pool, set and counter) and, per device in
-/// the order [`Builder::source`] lists them, what it draws on them.
-fn counters(slices: &[Slice]) -> (Vec<Quantity>, Vec<Vec<(usize, Quantity)>>) {
-    let mut index: HashMap<(&str, &str, &str, &str), usize> = HashMap::default();
-    let mut sets: BTreeSet<(&str, &str, &str)> = BTreeSet::new();
-    let mut budgets = Vec::new();
-    for sl in slices {
-        for cs in &sl.counters {
-            sets.insert((&sl.driver, &sl.pool, &cs.name));
-            for (counter, q) in &cs.counters {
-                index.insert((&sl.driver, &sl.pool, &cs.name, counter), budgets.len());
-                budgets.push(*q);
-            }
-        }
-    }
-    let draws = slices
-        .iter()
-        .flat_map(|sl| sl.devices.iter().map(move |d| (sl, d)))
-        .map(|(sl, d)| {
-            let mut out = Vec::new();
-            for cs in &d.consumes {
-                if !sets.contains(&(sl.driver.as_str(), sl.pool.as_str(), cs.name.as_str())) {
-                    out.push((UNUSABLE, Quantity::default()));
-                }
-                for (counter, q) in &cs.counters {
-                    let key = (
-                        sl.driver.as_str(),
-                        sl.pool.as_str(),
-                        cs.name.as_str(),
-                        counter.as_str(),
-                    );
-                    out.push((index.get(&key).copied().unwrap_or(UNUSABLE), *q));
-                }
-            }
-            out
-        })
-        .collect();
-    (budgets, draws)
 }
 
 #[derive(Default)]
@@ -511,44 +470,9 @@ impl Builder {
         self.sigs.len() - 1
     }
 
-    /// A source of `slices`; `in_cluster`: published (an existing node's, `node`, or a
-    /// network pool), so the devices allocated claims hold are taken.
-    fn source(
-        &mut self,
-        slices: &[Slice],
-        node: Option<&str>,
-        in_cluster: bool,
-        dra: &Dra,
-    ) -> usize {
-        let devices: Vec<(String, Device)> = slices
-            .iter()
-            .flat_map(|sl| sl.devices.iter().map(|d| (sl.driver.clone(), d.clone())))
-            .collect();
-        let mut taken = Taken::none(devices.len());
-        if in_cluster {
-            let pools: Vec<&str> = slices.iter().map(|sl| sl.pool.as_str()).collect();
-            for a in dra.claims.values().filter_map(|c| c.allocation.as_ref()) {
-                let here = node.is_some() && a.node_name.as_deref() == node;
-                for id in &a.devices {
-                    if !(here || pools.contains(&id.pool.as_str()) && !id.pool.is_empty()) {
-                        continue;
-                    }
-                    if let Some(i) = devices
-                        .iter()
-                        .position(|(drv, d)| *drv == id.driver && d.name == id.device)
-                    {
-                        take_allocated(&mut taken, i, &devices[i].1, a.consumed.get(id));
-                    }
-                }
-            }
-        }
-        let (budgets, draws) = counters(slices);
-        self.sources.push(Source {
-            devices,
-            taken,
-            budgets,
-            draws,
-        });
+    /// A source of `slices`, published as `published` says.
+    fn source(&mut self, slices: &[Slice], published: Published, dra: &Dra) -> usize {
+        self.sources.push(Source::of(slices, published, dra));
         self.sources.len() - 1
     }
 
@@ -574,25 +498,6 @@ impl Builder {
             });
             pd.blocked = why;
         }
-    }
-}
-
-/// Marks device `i` as an existing allocation holds it: a shared device by what the
-/// allocation consumed of it (beyond its capacity: full), an exclusive one — or a shared one
-/// whose consumption is not recorded — whole.
-fn take_allocated(
-    taken: &mut Taken,
-    i: usize,
-    device: &Device,
-    consumed: Option<&BTreeMap<String, Quantity>>,
-) {
-    match consumed {
-        Some(c) if device.multiple => {
-            if !taken.consume(i, &device.capacity, c) {
-                taken.whole[i] = true;
-            }
-        }
-        _ => taken.whole[i] = true,
     }
 }
 

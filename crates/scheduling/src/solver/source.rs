@@ -1,9 +1,10 @@
 //! The devices one node (or a node of one instance type) publishes, as the DRA allocation
 //! and the selector evaluation both read them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use crate::dra::{Device, Quantity};
+use crate::dra::{Device, Dra, Quantity, Slice};
+use crate::intern::HashMap;
 
 /// The devices one node (or a node of one instance type) publishes.
 pub(super) struct Source {
@@ -15,6 +16,55 @@ pub(super) struct Source {
     /// on [`UNUSABLE`]. What a set of devices draws follows from the devices taken.
     pub(super) budgets: Vec<Quantity>,
     pub(super) draws: Vec<Vec<(usize, Quantity)>>,
+}
+
+/// Where a source's slices are published, and so which allocated claims' devices are taken
+/// before the solve.
+#[derive(Clone, Copy)]
+pub(super) enum Published<'a> {
+    /// An existing node's (its own or its type's slices): devices allocated on that node,
+    /// or in one of the slices' pools.
+    Node(&'a str),
+    /// A network pool's: devices allocated in one of its pools.
+    Network,
+    /// Not published: what a new node of an instance type would publish; nothing is taken.
+    No,
+}
+
+impl Source {
+    /// The devices of `slices`, those allocated claims hold taken (see [`Published`]).
+    pub(super) fn of(slices: &[Slice], published: Published, dra: &Dra) -> Source {
+        let devices: Vec<(String, Device)> = slices
+            .iter()
+            .flat_map(|sl| sl.devices.iter().map(|d| (sl.driver.clone(), d.clone())))
+            .collect();
+        let mut taken = Taken::none(devices.len());
+        if !matches!(published, Published::No) {
+            let pools: Vec<&str> = slices.iter().map(|sl| sl.pool.as_str()).collect();
+            for a in dra.claims.values().filter_map(|c| c.allocation.as_ref()) {
+                let here = matches!(published,
+                    Published::Node(n) if a.node_name.as_deref() == Some(n));
+                for id in &a.devices {
+                    if !(here || pools.contains(&id.pool.as_str()) && !id.pool.is_empty()) {
+                        continue;
+                    }
+                    if let Some(i) = devices
+                        .iter()
+                        .position(|(drv, d)| *drv == id.driver && d.name == id.device)
+                    {
+                        take_allocated(&mut taken, i, &devices[i].1, a.consumed.get(id));
+                    }
+                }
+            }
+        }
+        let (budgets, draws) = counters(slices);
+        Source {
+            devices,
+            taken,
+            budgets,
+            draws,
+        }
+    }
 }
 
 /// The budget index a device drawing on a missing counter set or counter draws on: none
@@ -121,5 +171,64 @@ impl Source {
             }
         }
         true
+    }
+}
+
+/// The counter budgets of `slices` (per driver, pool, set and counter) and, per device in
+/// the order [`Builder::source`] lists them, what it draws on them.
+fn counters(slices: &[Slice]) -> (Vec<Quantity>, Vec<Vec<(usize, Quantity)>>) {
+    let mut index: HashMap<(&str, &str, &str, &str), usize> = HashMap::default();
+    let mut sets: BTreeSet<(&str, &str, &str)> = BTreeSet::new();
+    let mut budgets = Vec::new();
+    for sl in slices {
+        for cs in &sl.counters {
+            sets.insert((&sl.driver, &sl.pool, &cs.name));
+            for (counter, q) in &cs.counters {
+                index.insert((&sl.driver, &sl.pool, &cs.name, counter), budgets.len());
+                budgets.push(*q);
+            }
+        }
+    }
+    let draws = slices
+        .iter()
+        .flat_map(|sl| sl.devices.iter().map(move |d| (sl, d)))
+        .map(|(sl, d)| {
+            let mut out = Vec::new();
+            for cs in &d.consumes {
+                if !sets.contains(&(sl.driver.as_str(), sl.pool.as_str(), cs.name.as_str())) {
+                    out.push((UNUSABLE, Quantity::default()));
+                }
+                for (counter, q) in &cs.counters {
+                    let key = (
+                        sl.driver.as_str(),
+                        sl.pool.as_str(),
+                        cs.name.as_str(),
+                        counter.as_str(),
+                    );
+                    out.push((index.get(&key).copied().unwrap_or(UNUSABLE), *q));
+                }
+            }
+            out
+        })
+        .collect();
+    (budgets, draws)
+}
+
+/// Marks device `i` as an existing allocation holds it: a shared device by what the
+/// allocation consumed of it (beyond its capacity: full), an exclusive one — or a shared one
+/// whose consumption is not recorded — whole.
+fn take_allocated(
+    taken: &mut Taken,
+    i: usize,
+    device: &Device,
+    consumed: Option<&BTreeMap<String, Quantity>>,
+) {
+    match consumed {
+        Some(c) if device.multiple => {
+            if !taken.consume(i, &device.capacity, c) {
+                taken.whole[i] = true;
+            }
+        }
+        _ => taken.whole[i] = true,
     }
 }
