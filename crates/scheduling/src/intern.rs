@@ -59,16 +59,17 @@ impl Interner {
     }
 }
 
-/// Fixed-size bitset.
+/// Fixed-size bitset; up to 128 elements without a heap allocation (a claim's candidate
+/// types are built anew on every attempt to add a pod).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct BitSet {
-    words: Vec<u64>,
+    words: smallvec::SmallVec<[u64; 2]>,
 }
 
 impl BitSet {
     pub(crate) fn new(len: usize) -> Self {
         BitSet {
-            words: vec![0; len.div_ceil(64)],
+            words: smallvec::smallvec![0; len.div_ceil(64)],
         }
     }
 

@@ -16,14 +16,16 @@ pub(super) fn output(
     failed: Vec<usize>,
     mut errors: Vec<Vec<(usize, Failure)>>,
 ) -> Output {
+    // One buffer for every claim's ranked candidates.
+    let mut cands = Vec::new();
     let mut out = Output {
-        new_node_claims: s
-            .claims
-            .iter()
-            .filter_map(|c| new_node_claim(s, input, c))
-            .collect(),
+        new_node_claims: Vec::with_capacity(s.claims.len()),
         ..Output::default()
     };
+    for c in &s.claims {
+        out.new_node_claims
+            .extend(new_node_claim(s, input, c, &mut cands));
+    }
     for &(pi, ni) in &s.placements {
         out.existing.push(Placement {
             pod: pod_ref(&input.pods[s.pods[pi].input]),
@@ -64,17 +66,20 @@ pub(super) fn output(
 
 /// A planned claim as a NodeClaim: its requirements (instance types cheapest first, at most
 /// [`MAX_INSTANCE_TYPES`]), requests and cheapest offering; `None` when no type has one.
-fn new_node_claim(s: &Solver, input: &Input, c: &Claim) -> Option<NewNodeClaim> {
+/// `cands` is scratch space.
+fn new_node_claim<'s>(
+    s: &'s Solver,
+    input: &Input,
+    c: &Claim,
+    cands: &mut Vec<(Rank, &'s str, usize, Sym, Sym)>,
+) -> Option<NewNodeClaim> {
     let p = &s.pools[c.pool];
     let held = Counts::Held(c.held);
-    let mut cands: Vec<(Rank, &str, usize, Sym, Sym)> = c
-        .cands
-        .iter()
-        .filter_map(|t| {
-            s.preferred_offering(&p.types[t], &c.reqs, held)
-                .map(|o| (s.rank(&o), p.types[t].name.as_str(), t, o.zone, o.ct))
-        })
-        .collect();
+    cands.clear();
+    cands.extend(c.cands.iter().filter_map(|t| {
+        s.preferred_offering(&p.types[t], &c.reqs, held)
+            .map(|o| (s.rank(&o), p.types[t].name.as_str(), t, o.zone, o.ct))
+    }));
     // Ties by name, then index: the order a stable sort of the index order gives.
     cands.sort_unstable_by(|a, b| by_rank(a.0, b.0).then(a.1.cmp(b.1)).then(a.2.cmp(&b.2)));
     cands.truncate(MAX_INSTANCE_TYPES);
@@ -83,18 +88,20 @@ fn new_node_claim(s: &Solver, input: &Input, c: &Claim) -> Option<NewNodeClaim> 
         set.to_requirements(s.names.name(k), |v| s.names.name(v.id).to_string())
     };
     let ct_set = c.reqs.get(&s.ct_key);
-    let mut requirements: Vec<Requirement> = c
-        .reqs
-        .entries()
-        .iter()
-        .filter(|(k, set)| *k != s.it_key && !(*k == s.ct_key && set.complement))
-        .flat_map(|(k, set)| render(*k, set))
-        .collect();
+    // Each entry renders to one requirement but for rare ones; then capacity type, type.
+    let mut requirements: Vec<Requirement> = Vec::with_capacity(c.reqs.entries().len() + 2);
+    requirements.extend(
+        c.reqs
+            .entries()
+            .iter()
+            .filter(|(k, set)| *k != s.it_key && !(*k == s.ct_key && set.complement))
+            .flat_map(|(k, set)| render(*k, set)),
+    );
     if ct_set.is_none_or(|set| set.complement) {
         let zones = c.reqs.get(&s.zone_key);
         let mut cts: Vec<Sym> = Vec::new();
         // Until every capacity type of the pool is found.
-        'types: for x in &cands {
+        'types: for x in cands.iter() {
             for o in &p.types[x.2].offerings {
                 if !cts.contains(&o.ct)
                     && s.launchable(o, held)

@@ -59,6 +59,8 @@ pub(super) fn cheapest(input: &Input, dra: &crate::dra::Dra) -> Output {
             break;
         };
         s.cap = cap;
+        // About as many claims as first-fit's: grown once, not by doubling.
+        s.claims.reserve(first_fit.solver.claims.len());
         // A packing whose claims already cost more than the best plan cannot win.
         s.budget = to_beat * (1.0 + EPSILON) + EPSILON;
         let Some(unplaced) = pack_all(&mut s, &queue) else {
