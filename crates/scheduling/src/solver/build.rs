@@ -85,14 +85,14 @@ impl Solver {
         };
         namespaces.sort();
         namespaces.dedup();
-        let selector = self.selector(selector);
         let gk = GroupKey {
             kind,
             key,
-            namespaces: namespaces.clone(),
-            selector: selector.clone(),
-            filter: filter.clone(),
+            namespaces,
+            selector: self.selector(selector),
+            filter,
         };
+        // Most terms repeat a group already made: copied only for a new one.
         if let Some(&g) = index.get(&gk) {
             return g;
         }
@@ -101,9 +101,9 @@ impl Solver {
             kind,
             key,
             host,
-            namespaces,
-            selector,
-            filter,
+            namespaces: gk.namespaces.clone(),
+            selector: gk.selector.clone(),
+            filter: gk.filter.clone(),
             domains: None,
             counts: HashMap::default(),
             host_counts: Vec::new(),

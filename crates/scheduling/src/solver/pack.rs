@@ -324,7 +324,7 @@ impl Solver {
             }
         }
         // 2. Planned NodeClaims, fewest pods first.
-        let pool_ok: Vec<Result<(), Failure>> = (0..self.pools.len())
+        let pool_ok: smallvec::SmallVec<[Result<(), Failure>; 2]> = (0..self.pools.len())
             .map(|p| self.pool_check(p, &self.pods[pi]))
             .collect();
         let base = self.nodes.len();

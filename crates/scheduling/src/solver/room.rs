@@ -15,6 +15,9 @@ use super::*;
 /// Hostname groups written as resources, at most: the groups that constrain the most pods.
 const MAX_HOST_COLUMNS: usize = 8;
 
+/// What a pod needs of a claim's room: inline for a few resources and every host column.
+pub(super) type Want = smallvec::SmallVec<[i64; 4 + MAX_HOST_COLUMNS]>;
+
 impl Solver {
     /// Picks the hostname groups written as resources ([`Solver::host_cols`]) and sizes
     /// [`Solver::by_count`]'s rooms; after every group and pod is known.
@@ -48,10 +51,12 @@ impl Solver {
 
     /// What pod `pi` needs of a claim's room under `plan`: its requests, then per hostname
     /// column what its check there needs (see the module documentation).
-    pub(super) fn wanted(&self, pi: usize, plan: &TopoPlan) -> Vec<i64> {
+    pub(super) fn wanted(&self, pi: usize, plan: &TopoPlan) -> Want {
         let r = self.res_names.len();
-        let mut want = self.pods[pi].requests.clone();
-        want.resize(r, 0);
+        let requests = &self.pods[pi].requests;
+        let mut want: Want = (0..r)
+            .map(|i| requests.get(i).copied().unwrap_or(0))
+            .collect();
         want.resize(r + self.host_cols.len(), i64::MIN);
         for (g, check) in &plan.host {
             let need = match check {
