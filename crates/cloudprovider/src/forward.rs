@@ -1,8 +1,8 @@
-//! Pass-through for provider decorators ([`crate::metered::Metered`],
-//! [`crate::overlay::Overlaid`]): each changes a few calls of the seam and passes the rest
-//! on to the provider it wraps. [`forward!`] writes those pass-throughs, every method's
-//! signature spelled once here; the test below checks that both decorators pass on every
-//! call a provider answers differently from the trait's defaults.
+//! Pass-through for provider decorators (`Metered`, `Overlaid`): each changes a few calls
+//! of the seam and passes the rest on to the provider it wraps. [`forward!`] writes those
+//! pass-throughs, every method's signature spelled once here; `decorator_tests` checks that
+//! both decorators pass on every call a provider answers differently from the trait's
+//! defaults.
 
 /// Implements the named [`crate::provider::CloudProvider`] methods by calling the same method
 /// of `self.$inner`, unchanged. Use inside the decorator's `impl CloudProvider`.
@@ -119,6 +119,3 @@ macro_rules! forward {
 }
 
 pub(crate) use forward;
-
-#[cfg(test)]
-mod tests;

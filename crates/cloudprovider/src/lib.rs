@@ -11,6 +11,8 @@
 //!   errors counted; NodeOverlays applied to `instance_types` (and their evaluation, which
 //!   the core's NodeOverlay status reports).
 
+#[cfg(test)]
+mod decorator_tests;
 pub mod drain;
 pub mod fake;
 mod forward;

@@ -1,3 +1,6 @@
+//! The decorators (`Metered`, `Overlaid`) pass on every call of the seam they do not change
+//! (see `forward!`).
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
