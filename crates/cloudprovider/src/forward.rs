@@ -6,7 +6,25 @@
 
 /// Implements the named [`crate::provider::CloudProvider`] methods by calling the same method
 /// of `self.$inner`, unchanged. Use inside the decorator's `impl CloudProvider`.
+/// `forward!(inner: settings)` names every method but the instance calls (create, delete, get,
+/// list, is_drifted, reboot) and `instance_types`: what the provider says of itself and the
+/// launch notifications, which no decorator changes.
 macro_rules! forward {
+    ($inner:tt: settings) => {
+        $crate::forward::forward!(
+            $inner: repair_policies,
+            name,
+            supported_node_classes,
+            changes,
+            private_annotations,
+            timeouts,
+            launch_failed,
+            launch_succeeded,
+            manual_drift,
+            drifted_taint,
+            drain_rules,
+        );
+    };
     ($inner:tt: $($method:ident),* $(,)?) => {
         $( $crate::forward::forward!(@one $inner $method); )*
     };

@@ -99,19 +99,7 @@ impl<R: CallRecorder> CloudProvider for Metered<R> {
         self.timed("Reboot", self.inner.reboot(claim, operation))
     }
 
-    crate::forward::forward!(
-        inner: repair_policies,
-        name,
-        supported_node_classes,
-        changes,
-        private_annotations,
-        timeouts,
-        launch_failed,
-        launch_succeeded,
-        manual_drift,
-        drifted_taint,
-        drain_rules,
-    );
+    crate::forward::forward!(inner: settings);
 }
 
 #[cfg(test)]

@@ -165,25 +165,8 @@ impl CloudProvider for Overlaid {
         Some(self.store.apply(&base, &self.evaluation()))
     }
 
-    crate::forward::forward!(
-        inner: create,
-        delete,
-        get,
-        list,
-        is_drifted,
-        reboot,
-        repair_policies,
-        name,
-        supported_node_classes,
-        changes,
-        private_annotations,
-        timeouts,
-        launch_failed,
-        launch_succeeded,
-        manual_drift,
-        drifted_taint,
-        drain_rules,
-    );
+    crate::forward::forward!(inner: create, delete, get, list, is_drifted, reboot);
+    crate::forward::forward!(inner: settings);
 }
 
 #[cfg(test)]
