@@ -427,30 +427,35 @@ pub fn solve_first_fit_with_devices(input: &Input, dra: &crate::dra::Dra) -> Out
     output::output(&s, input, failed, errors)
 }
 
-/// Pods left unscheduled, and every pod's failures.
-type Unplaced = (Vec<usize>, Vec<Vec<(usize, Failure)>>);
+/// Pods left unscheduled, and the failures of each pod that failed last time it was tried.
+type Unplaced = (Vec<usize>, HashMap<usize, Vec<(usize, Failure)>>);
 
 /// Packs every pending pod of `s` in `order` (Karpenter's queue order); `None` when
 /// a capped packing's claims already cost more than [`Solver::budget`] (it cannot win).
+/// A pod that fails goes to the back of the queue (relaxed when it has preferences left);
+/// packing ends when every pod left has failed since the last success or relaxation.
 fn pack_all(s: &mut Solver, order: &Queue) -> Option<Unplaced> {
     let mut queue: std::collections::VecDeque<usize> = order.pending.iter().copied().collect();
-    let mut last_len = vec![usize::MAX; s.pods.len()];
-    let mut errors: Vec<Vec<(usize, Failure)>> = vec![Vec::new(); s.pods.len()];
-    while let Some(&pi) = queue.front() {
-        if last_len[pi] == queue.len() {
-            break;
-        }
-        last_len[pi] = queue.len();
-        queue.pop_front();
+    // Kept by pod only for the few that fail: most never do.
+    let mut errors: HashMap<usize, Vec<(usize, Failure)>> = HashMap::default();
+    // Failures in a row, none relaxing a pod: once the whole queue, nothing can change.
+    let mut stuck = 0;
+    while let Some(pi) = queue.pop_front() {
         match s.add(pi) {
             Ok(()) if s.spent > s.budget => return None,
-            Ok(()) => errors[pi].clear(),
+            Ok(()) => {
+                stuck = 0;
+                if !errors.is_empty() {
+                    errors.remove(&pi);
+                }
+            }
             Err(f) => {
-                errors[pi] = f;
+                errors.insert(pi, f);
                 let relaxed = s.pod_mut(pi).relax();
                 queue.push_back(pi);
-                if relaxed {
-                    last_len.iter_mut().for_each(|l| *l = usize::MAX);
+                stuck = if relaxed { 0 } else { stuck + 1 };
+                if stuck == queue.len() {
+                    break;
                 }
             }
         }

@@ -14,7 +14,7 @@ pub(super) fn output(
     s: &Solver,
     input: &Input,
     failed: Vec<usize>,
-    mut errors: Vec<Vec<(usize, Failure)>>,
+    mut errors: HashMap<usize, Vec<(usize, Failure)>>,
 ) -> Output {
     // One buffer for every claim's ranked candidates.
     let mut cands = Vec::new();
@@ -35,7 +35,7 @@ pub(super) fn output(
     let mut failed = failed;
     failed.sort_by_key(|&pi| s.pods[pi].input);
     for pi in failed {
-        let fs = std::mem::take(&mut errors[pi]);
+        let fs = errors.remove(&pi).unwrap_or_default();
         let failures: Vec<(String, Failure)> = fs
             .into_iter()
             .map(|(p, f)| (s.pools[p].name.clone(), f))
