@@ -182,6 +182,7 @@ fn new_solver() -> Solver {
         claims: Vec::new(),
         by_count: CountOrder::default(),
         host_cols: Vec::new(),
+        mask_keys: Vec::new(),
         groups: Vec::new(),
         universe: HashMap::default(),
         pods: Vec::new(),

@@ -1,5 +1,6 @@
 //! Claims ordered by pod count, kept sorted in O(1) per change, with the room a pod needs to
-//! join each and a bound per block of them that lets the scan skip claims too full for a pod.
+//! join each and a bound per block of them that lets the scan skip claims too full for a pod,
+//! or whose domains are none a pod may go to.
 
 /// Claims per block of [`CountOrder::bound`].
 const BLOCK: usize = 32;
@@ -10,7 +11,9 @@ const BLOCK: usize = 32;
 /// Alongside, by position, each claim's room (the most a pod may request to join it, as
 /// [`CountOrder::fill_room`] wrote it), and per block of [`BLOCK`] positions an upper bound
 /// of their rooms, per resource: a pod that does not fit a block's bound fits none of its
-/// claims, so [`CountOrder::next_fit`] skips the block without visiting them.
+/// claims, so [`CountOrder::next_fit`] skips the block without visiting them. Likewise each
+/// claim's domain sets (bitmasks, one per key), with their union per block: a pod that needs
+/// a domain of a set that a block's union lacks is held by none of its claims.
 #[derive(Clone, Default)]
 pub(super) struct CountOrder {
     pub(super) order: Vec<usize>,
@@ -22,13 +25,25 @@ pub(super) struct CountOrder {
     room: Vec<i64>,
     /// Per block, at least the largest room of its positions, per resource (`width` apiece).
     bound: Vec<i64>,
+    /// Domain sets per claim.
+    sets: usize,
+    /// Per position, its claim's domain sets (`sets` apiece).
+    domains: Vec<u64>,
+    /// Per block, at least the union of its positions' domain sets (`sets` apiece).
+    union: Vec<u64>,
+}
+
+/// Whether domain sets `have` meet each of `need` (0: any, even none).
+fn meets(need: &[u64], have: &[u64]) -> bool {
+    need.iter().zip(have).all(|(n, h)| *n == 0 || n & h != 0)
 }
 
 impl CountOrder {
-    /// An empty order of claims whose rooms have `width` resources.
-    pub(super) fn new(width: usize) -> Self {
+    /// An empty order of claims whose rooms have `width` resources and `sets` domain sets.
+    pub(super) fn new(width: usize, sets: usize) -> Self {
         CountOrder {
             width,
+            sets,
             ..Default::default()
         }
     }
@@ -44,6 +59,9 @@ impl CountOrder {
         let (lo, hi) = (a.min(b), a.max(b));
         let (left, right) = self.room.split_at_mut(hi * w);
         left[lo * w..(lo + 1) * w].swap_with_slice(&mut right[..w]);
+        let k = self.sets;
+        let (left, right) = self.domains.split_at_mut(hi * k);
+        left[lo * k..(lo + 1) * k].swap_with_slice(&mut right[..k]);
         if lo / BLOCK != hi / BLOCK {
             self.widen(lo);
             self.widen(hi);
@@ -61,42 +79,64 @@ impl CountOrder {
         for (m, r) in self.bound[b * w..(b + 1) * w].iter_mut().zip(room) {
             *m = (*m).max(*r);
         }
+        let k = self.sets;
+        if self.union.len() < (b + 1) * k {
+            self.union.resize((b + 1) * k, 0);
+        }
+        let sets = &self.domains[p * k..(p + 1) * k];
+        for (u, d) in self.union[b * k..(b + 1) * k].iter_mut().zip(sets) {
+            *u |= d;
+        }
     }
 
-    /// Sets claim `claim`'s room (`width` resources; a missing one is unlimited).
+    /// Sets claim `claim`'s room (`width` resources; a missing one is unlimited) and domain
+    /// sets (a missing one is every domain).
     #[cfg(test)]
-    pub(super) fn set_room(&mut self, claim: usize, room: &[i64]) {
-        self.fill_room(claim, |row| {
+    pub(super) fn set_room(&mut self, claim: usize, room: &[i64], sets: &[u64]) {
+        self.fill_room(claim, |row, domains| {
             for (i, dst) in row.iter_mut().enumerate() {
                 *dst = room.get(i).copied().unwrap_or(i64::MAX);
+            }
+            for (i, dst) in domains.iter_mut().enumerate() {
+                *dst = sets.get(i).copied().unwrap_or(u64::MAX);
             }
         });
     }
 
-    /// Sets claim `claim`'s room in place: `fill` writes its `width` resources.
-    pub(super) fn fill_room(&mut self, claim: usize, fill: impl FnOnce(&mut [i64])) {
-        let w = self.width;
+    /// Sets claim `claim`'s room and domain sets in place: `fill` writes its `width`
+    /// resources and `sets` sets.
+    pub(super) fn fill_room(&mut self, claim: usize, fill: impl FnOnce(&mut [i64], &mut [u64])) {
+        let (w, k) = (self.width, self.sets);
         let p = self.pos[claim];
-        fill(&mut self.room[p * w..(p + 1) * w]);
+        fill(
+            &mut self.room[p * w..(p + 1) * w],
+            &mut self.domains[p * k..(p + 1) * k],
+        );
         self.widen(p);
     }
 
-    /// The first position from `from` on whose claim's room holds `req` (as `fits` reads
-    /// it). A block whose every position was visited without a fit gets its exact bound.
-    pub(super) fn next_fit(&mut self, from: usize, req: &[i64]) -> Option<usize> {
-        let w = self.width;
+    /// The first position from `from` on whose claim's room holds `req` (as `fits` reads it)
+    /// and whose domain sets meet `need` (each a set of domains one of which the claim must
+    /// allow; 0: no need). A block whose every position was visited without a fit gets its
+    /// exact bound.
+    pub(super) fn next_fit(&mut self, from: usize, req: &[i64], need: &[u64]) -> Option<usize> {
+        let (w, k) = (self.width, self.sets);
         let n = self.order.len();
         let mut p = from;
         while p < n {
             let b = p / BLOCK;
             let block_end = ((b + 1) * BLOCK).min(n);
-            if !super::fits(req, &self.bound[b * w..(b + 1) * w]) {
+            if !super::fits(req, &self.bound[b * w..(b + 1) * w])
+                || !meets(need, &self.union[b * k..(b + 1) * k])
+            {
                 p = block_end;
                 continue;
             }
             let whole = p == b * BLOCK;
             for q in p..block_end {
-                if super::fits(req, &self.room[q * w..(q + 1) * w]) {
+                if super::fits(req, &self.room[q * w..(q + 1) * w])
+                    && meets(need, &self.domains[q * k..(q + 1) * k])
+                {
                     return Some(q);
                 }
             }
@@ -108,14 +148,22 @@ impl CountOrder {
         None
     }
 
-    /// Sets block `b`'s bound (its positions end before `end`) to the largest of their rooms.
+    /// Sets block `b`'s bound (its positions end before `end`) to the largest of their rooms,
+    /// and its union to their domain sets'.
     fn tighten(&mut self, b: usize, end: usize) {
-        let w = self.width;
+        let (w, k) = (self.width, self.sets);
         let bound = &mut self.bound[b * w..(b + 1) * w];
         bound.fill(i64::MIN);
         for q in b * BLOCK..end {
             for (m, r) in bound.iter_mut().zip(&self.room[q * w..(q + 1) * w]) {
                 *m = (*m).max(*r);
+            }
+        }
+        let union = &mut self.union[b * k..(b + 1) * k];
+        union.fill(0);
+        for q in b * BLOCK..end {
+            for (u, d) in union.iter_mut().zip(&self.domains[q * k..(q + 1) * k]) {
+                *u |= d;
             }
         }
     }
@@ -129,6 +177,7 @@ impl CountOrder {
         let n = self.order.len();
         self.order.push(claim);
         self.room.resize((n + 1) * self.width, i64::MIN);
+        self.domains.resize((n + 1) * self.sets, 0);
         if self.pos.len() <= claim {
             self.pos.resize(claim + 1, 0);
         }
@@ -173,46 +222,56 @@ mod tests {
     }
 
     /// `next_fit` finds what a scan of every position finds, as claims join, change their
-    /// room and move between counts (several blocks).
+    /// room and domain sets and move between counts (several blocks).
     #[test]
     fn next_fit_finds_the_first_claim_with_room() {
-        let mut o = CountOrder::new(2);
-        let mut rooms: Vec<[i64; 2]> = Vec::new();
+        let mut o = CountOrder::new(2, 1);
+        let mut rooms: Vec<([i64; 2], u64)> = Vec::new();
         let mut counts: Vec<usize> = Vec::new();
         let mut rand = lcg(11);
-        let mut found = 0;
+        let (mut found, mut by_domain) = (0, 0);
         for step in 0..4000 {
             let roll = rand(10);
             if rooms.is_empty() || roll == 0 {
                 o.push(rooms.len());
                 counts.push(1);
-                rooms.push([0, 0]);
+                rooms.push(([0, 0], 0));
             } else if roll < 5 {
                 let c = rand(rooms.len() as u64) as usize;
                 o.increment(c, counts[c]);
                 counts[c] += 1;
             }
-            // A room shrinks as pods join, and sometimes grows (a cap's launch type changes).
+            // A room shrinks as pods join, and sometimes grows (a cap's launch type changes);
+            // a claim allows some of three domains.
             let c = rand(rooms.len() as u64) as usize;
-            rooms[c] = [rand(100) as i64, rand(100) as i64];
-            o.set_room(c, &rooms[c]);
+            rooms[c] = ([rand(100) as i64, rand(100) as i64], rand(8));
+            o.set_room(c, &rooms[c].0, &[rooms[c].1]);
             let req = [rand(100) as i64, rand(100) as i64];
+            let need = [rand(8)];
             let from = rand(rooms.len() as u64 + 1) as usize;
-            let want = (from..o.order.len()).find(|p| {
-                let r = rooms[o.order[*p]];
+            let holds = |p: &usize| {
+                let (r, set) = rooms[o.order[*p]];
+                req[0] <= r[0] && req[1] <= r[1] && (need[0] == 0 || need[0] & set != 0)
+            };
+            let want = (from..o.order.len()).find(holds);
+            let by_room = (from..o.order.len()).find(|p| {
+                let r = rooms[o.order[*p]].0;
                 req[0] <= r[0] && req[1] <= r[1]
             });
-            assert_eq!(o.next_fit(from, &req), want, "step {step}");
+            assert_eq!(o.next_fit(from, &req, &need), want, "step {step}");
             found += usize::from(want.is_some());
+            by_domain += usize::from(by_room.is_some() && by_room != want);
         }
-        // Both outcomes were exercised, over more than one block.
+        // Every outcome was exercised, over more than one block: a fit, none, and a claim
+        // with room passed over for its domains.
         assert!(found > 100 && found < 3900, "{found}");
+        assert!(by_domain > 100, "{by_domain}");
         assert!(o.order.len() > 3 * BLOCK, "{}", o.order.len());
     }
 
     #[test]
     fn count_order_stays_sorted() {
-        let mut o = CountOrder::new(1);
+        let mut o = CountOrder::new(1, 0);
         let mut counts: Vec<usize> = Vec::new();
         let mut rand = lcg(7);
         for step in 0..2000 {

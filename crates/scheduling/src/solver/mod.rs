@@ -195,6 +195,9 @@ struct Solver {
     /// The hostname groups written as resources of [`Solver::by_count`]'s rooms: (group, its
     /// `maxSkew`, 0 for anti-affinity); see [`room`].
     host_cols: Vec<(usize, i64)>,
+    /// The other topology keys whose domains [`Solver::by_count`] keeps per claim as sets:
+    /// each key with its domains, in bit order; see [`room`].
+    mask_keys: Vec<(Key, Vec<Sym>)>,
     groups: Vec<Group>,
     /// Per non-hostname key: every known domain, in name order.
     universe: HashMap<Key, Vec<Sym>>,

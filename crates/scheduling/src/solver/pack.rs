@@ -331,8 +331,11 @@ impl Solver {
         // Under a price cap: the first claim skipped for its price, taken if nothing else can.
         let mut skipped: Option<(usize, ClaimUpdate)> = None;
         let want = self.wanted(pi, &plan);
-        let mut next = 0;
-        while let Some(oi) = self.by_count.next_fit(next, &want) {
+        // A pod whose rule allows no domain it does goes on no claim (their checks say so).
+        let needed = self.needed_domains(&plan, &self.pods[pi]);
+        let mut next = if needed.is_some() { 0 } else { usize::MAX };
+        let needed = needed.unwrap_or_default();
+        while let Some(oi) = self.by_count.next_fit(next, &want, &needed) {
             next = oi + 1;
             let ci = self.by_count.order[oi];
             if self.host_ok(&plan, base + ci).is_err() {
