@@ -4,13 +4,20 @@
 // test_performance): fake.InstanceTypes(400), one NodePool, and makeDiversePods(n) (five equal
 // groups: generic, zonal spread, hostname spread, zonal self-affinity, hostname anti-affinity;
 // cpu and memory drawn from math/rand seeded with 42). The scheduler is set up as the benchmark
-// sets it up (no API server: a fake controller-runtime client) and one Solve is timed.
+// sets it up (no API server: a fake controller-runtime client) and is timed as the benchmark
+// times it (testing.Benchmark: batches until a batch lasts -benchtime, the last batch's mean),
+// each time on a freshly set-up scheduler. Timed: the set-up from the pods (NewTopology,
+// NewScheduler) and Solve, as our solver's timed solve starts from its raw input too; Solve
+// alone and the first run's time ("cold") are written as well.
 //
 // For each size it writes into -out:
 //
 //	input-<n>.json      the instance types and the pods exactly as Karpenter saw them, for our
 //	                    solver to read (hack/bench/scheduling.sh)
-//	karpenter-<n>.json  {"pods", "seconds", "nodeClaims", "price", "podErrors"}: price sums,
+//	karpenter-<n>.json  {"pods", "seconds", "solveSeconds", "coldSeconds", "runs",
+//	                    "nodeClaims", "price", "podErrors"}: seconds is the mean of set-up
+//	                    and Solve, solveSeconds of Solve alone, over runs runs; coldSeconds
+//	                    the first run's set-up and Solve; price sums,
 //	                    per NodeClaim, the cheapest available offering compatible with its
 //	                    requirements among its instance type options
 //
@@ -36,6 +43,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -67,6 +75,7 @@ func main() {
 	sizes := flag.String("sizes", "1000", "comma-separated pod counts")
 	out := flag.String("out", ".", "directory for input-<n>.json and karpenter-<n>.json")
 	catalogs := flag.String("catalogs", "karpenter", "comma-separated catalogs: karpenter, bare-metal, resizable, overlay")
+	benchtime := flag.Duration("benchtime", time.Second, "how long a batch of Solves must last (testing.Benchmark's -benchtime)")
 	flag.Parse()
 	log.SetLogger(logging.NopLogger)
 	if err := os.MkdirAll(*out, 0o755); err != nil {
@@ -78,7 +87,7 @@ func main() {
 			fail(fmt.Errorf("size %q: %w", s, err))
 		}
 		for _, c := range strings.Split(*catalogs, ",") {
-			if err := run(n, strings.TrimSpace(c), *out); err != nil {
+			if err := run(n, strings.TrimSpace(c), *out, *benchtime); err != nil {
 				fail(err)
 			}
 		}
@@ -152,14 +161,17 @@ func fail(err error) {
 }
 
 type result struct {
-	Pods       int     `json:"pods"`
-	Seconds    float64 `json:"seconds"`
-	NodeClaims int     `json:"nodeClaims"`
-	Price      float64 `json:"price"`
-	PodErrors  int     `json:"podErrors"`
+	Pods         int     `json:"pods"`
+	Seconds      float64 `json:"seconds"`
+	SolveSeconds float64 `json:"solveSeconds"`
+	ColdSeconds  float64 `json:"coldSeconds"`
+	Runs         int     `json:"runs"`
+	NodeClaims   int     `json:"nodeClaims"`
+	Price        float64 `json:"price"`
+	PodErrors    int     `json:"podErrors"`
 }
 
-func run(n int, catalogName, out string) error {
+func run(n int, catalogName, out string, benchtime time.Duration) error {
 	pods := diversePods(n)
 	instanceTypes, err := catalog(catalogName)
 	if err != nil {
@@ -173,21 +185,77 @@ func run(n int, catalogName, out string) error {
 		return err
 	}
 	ctx := options.ToContext(injection.WithControllerName(context.Background(), "provisioner"), test.Options())
-	scheduler, err := newScheduler(ctx, instanceTypes, pods)
+	var first *scheduling.Results
+	var solving time.Duration
+	once := func() (time.Duration, error) {
+		start := time.Now()
+		scheduler, err := newScheduler(ctx, instanceTypes, pods)
+		if err != nil {
+			return 0, err
+		}
+		solveStart := time.Now()
+		results, err := scheduler.Solve(ctx, pods)
+		end := time.Now()
+		if err != nil {
+			return 0, fmt.Errorf("solve %d pods: %w", n, err)
+		}
+		if first == nil {
+			first = &results
+		}
+		solving += end.Sub(solveStart)
+		return end.Sub(start), nil
+	}
+	cold, mean, runs, err := measure(benchtime, once, func() { solving = 0 })
 	if err != nil {
 		return err
 	}
-	start := time.Now()
-	results, err := scheduler.Solve(ctx, pods)
-	if err != nil {
-		return fmt.Errorf("solve %d pods: %w", n, err)
-	}
-	r := result{Pods: n, Seconds: time.Since(start).Seconds(), NodeClaims: len(results.NewNodeClaims), PodErrors: len(results.PodErrors)}
-	for _, nc := range results.NewNodeClaims {
+	r := result{Pods: n, Seconds: mean.Seconds(), SolveSeconds: solving.Seconds() / float64(runs),
+		ColdSeconds: cold.Seconds(), Runs: runs, NodeClaims: len(first.NewNodeClaims), PodErrors: len(first.PodErrors)}
+	for _, nc := range first.NewNodeClaims {
 		r.Price += cheapest(nc)
 	}
-	fmt.Fprintf(os.Stderr, "schedbench: karpenter %s %d pods: %.3fs, %d NodeClaims, %d pod errors\n", catalogName, n, r.Seconds, r.NodeClaims, r.PodErrors)
+	fmt.Fprintf(os.Stderr, "schedbench: karpenter %s %d pods: %.4fs (Solve %.4fs; mean of %d, first %.4fs), %d NodeClaims, %d pod errors\n",
+		catalogName, n, r.Seconds, r.SolveSeconds, runs, r.ColdSeconds, r.NodeClaims, r.PodErrors)
 	return writeJSON(filepath.Join(out, fmt.Sprintf("karpenter-%s%d.json", prefix, n)), r)
+}
+
+// measure runs once as testing.Benchmark runs a benchmark's body (src/testing/benchmark.go,
+// launch and predictN): one run, then batches grown toward benchtime (1.2× the predicted count,
+// at most 100× and at least one more than the last), a GC and reset before each batch, until a
+// batch's timed total reaches benchtime. It returns the first run's time and the last batch's
+// mean and size. crates/core/examples/vs_karpenter.rs times our solver by the same rule.
+func measure(benchtime time.Duration, once func() (time.Duration, error), reset func()) (cold, mean time.Duration, n int, err error) {
+	batch := func(k int) (time.Duration, error) {
+		runtime.GC()
+		reset()
+		var total time.Duration
+		for range k {
+			took, err := once()
+			if err != nil {
+				return 0, err
+			}
+			total += took
+		}
+		return total, nil
+	}
+	n = 1
+	total, err := batch(n)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	cold = total
+	for total < benchtime && n < 1e9 {
+		last := int64(n)
+		next := benchtime.Nanoseconds() * last / max(total.Nanoseconds(), 1)
+		next += next / 5
+		next = min(next, 100*last)
+		next = max(next, last+1)
+		n = int(min(next, 1e9))
+		if total, err = batch(n); err != nil {
+			return 0, 0, 0, err
+		}
+	}
+	return cold, total / time.Duration(n), n, nil
 }
 
 // newScheduler is the benchmark's setupScheduler: one NodePool with huge limits, the fake
