@@ -391,12 +391,20 @@ async fn drifted_nodes_on_full_hosts_are_replaced_terminate_first() {
     })
     .await;
     let claims = list(&nodeclaims(&client), &ListParams::default()).await;
+    // With each claim's disruption annotations: a rolled-back command leaves
+    // `disruption-failed`, and the claim waits out a cooldown before it is tried again.
     assert!(
         rolled.is_ok(),
         "drift did not roll: claims {:?}",
         claims
             .iter()
-            .map(|c| (c.name_any(), c.data["status"]["conditions"].clone()))
+            .map(|c| {
+                let disruption: Vec<(&String, &String)> = (c.annotations().iter())
+                    .filter(|(k, _)| k.contains("disruption"))
+                    .collect();
+                let conditions = c.data["status"]["conditions"].clone();
+                (c.name_any(), conditions, format!("{disruption:?}"))
+            })
             .collect::<Vec<_>>()
     );
     assert!(
