@@ -28,28 +28,25 @@ macro_rules! forward {
     ($inner:tt: $($method:ident),* $(,)?) => {
         $( $crate::forward::forward!(@one $inner $method); )*
     };
+    // The instance calls on one claim: the same signature but for what they answer.
     (@one $inner:tt create) => {
-        fn create<'a>(
-            &'a self,
-            claim: &'a ::api::NodeClaim,
-        ) -> ::futures::future::BoxFuture<'a, Result<$crate::provider::Created, $crate::provider::Error>> {
-            self.$inner.create(claim)
-        }
+        $crate::forward::forward!(@claim $inner create $crate::provider::Created);
     };
     (@one $inner:tt delete) => {
-        fn delete<'a>(
-            &'a self,
-            claim: &'a ::api::NodeClaim,
-        ) -> ::futures::future::BoxFuture<'a, Result<$crate::provider::Deletion, $crate::provider::Error>> {
-            self.$inner.delete(claim)
-        }
+        $crate::forward::forward!(@claim $inner delete $crate::provider::Deletion);
     };
     (@one $inner:tt get) => {
-        fn get<'a>(
+        $crate::forward::forward!(@claim $inner get $crate::provider::Instance);
+    };
+    (@one $inner:tt is_drifted) => {
+        $crate::forward::forward!(@claim $inner is_drifted Option<$crate::provider::Drift>);
+    };
+    (@claim $inner:tt $method:ident $answer:ty) => {
+        fn $method<'a>(
             &'a self,
             claim: &'a ::api::NodeClaim,
-        ) -> ::futures::future::BoxFuture<'a, Result<$crate::provider::Instance, $crate::provider::Error>> {
-            self.$inner.get(claim)
+        ) -> ::futures::future::BoxFuture<'a, Result<$answer, $crate::provider::Error>> {
+            self.$inner.$method(claim)
         }
     };
     (@one $inner:tt list) => {
@@ -57,14 +54,6 @@ macro_rules! forward {
             &self,
         ) -> ::futures::future::BoxFuture<'_, Result<Vec<$crate::provider::Instance>, $crate::provider::Error>> {
             self.$inner.list()
-        }
-    };
-    (@one $inner:tt is_drifted) => {
-        fn is_drifted<'a>(
-            &'a self,
-            claim: &'a ::api::NodeClaim,
-        ) -> ::futures::future::BoxFuture<'a, Result<Option<$crate::provider::Drift>, $crate::provider::Error>> {
-            self.$inner.is_drifted(claim)
         }
     };
     (@one $inner:tt reboot) => {
