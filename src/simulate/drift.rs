@@ -42,11 +42,9 @@ pub(super) fn drifted(
                 .filter(|d| d.status == api::conditions::TRUE)?;
             let claim = name(c.as_ref());
             let nodes: Vec<&str> = claim_node_name(c).into_iter().collect();
-            let (without, moving) = simulate::without(cluster, &nodes, &[claim]);
-            let snap: snapshot::Snapshot = snapshot::build(
-                &without,
-                &without.nodepools,
-                &moving,
+            let w = simulate::without(cluster, &nodes, &[claim]);
+            let snap: snapshot::Snapshot = w.snapshot(
+                &w.rest.nodepools,
                 &|nc| catalogs.get(nc).map(|c| c.types.clone()),
                 karpenter_core::model::convert::Availability::Ignored,
             );
@@ -55,14 +53,14 @@ pub(super) fn drifted(
                 node_claim: claim.to_string(),
                 reason: cond.reason.clone(),
                 message: cond.message.clone(),
-                replacements: output
-                    .new_node_claims
-                    .iter()
+                replacements: w
+                    .replacements(&output)
                     .map(|n| n.cheapest.instance_type.clone())
                     .collect(),
                 blocked: output
                     .unschedulable
                     .iter()
+                    .filter(|u| w.own.contains(&u.pod.uid))
                     .map(|u| pod_ref(&u.pod))
                     .collect(),
             })

@@ -307,8 +307,10 @@ pub struct Pod {
     pub pod_anti_affinity: Vec<PodAffinityTerm>,
     pub preferred_pod_affinity: Vec<Weighted<PodAffinityTerm>>,
     pub preferred_pod_anti_affinity: Vec<Weighted<PodAffinityTerm>>,
-    /// Already running on a node the simulation takes away (consolidation moves it); false
-    /// for a pending pod. Nodes that [`ExistingNode::refuses_moving`] do not take it.
+    /// Running on a node a disruption simulation takes away (a candidate's pod); false for a
+    /// pending pod. The pods that are not moving are placed first (the provisioner is placing
+    /// them now: a disruption never counts on their room), and nodes that
+    /// [`ExistingNode::refuses_moving`] do not take a moving one.
     pub moving: bool,
     /// What the pod's volumes require of its node (see [`crate::volumes::resolve`]):
     /// alternatives (OR), each an AND of requirements; empty: no volume constrains the node.

@@ -164,6 +164,33 @@ fn a_node_refusing_moving_pods_takes_only_pending_ones() {
     assert_eq!(out.new_node_claims[0].pods.len(), 1);
 }
 
+/// A disruption simulation places the pods already waiting before the ones it moves, whatever
+/// their size or age: the provisioner is placing them now, a move never counts on their room.
+#[test]
+fn pending_pods_take_existing_room_before_moving_ones() {
+    let mut moved = pod("moved", 1000, 256);
+    moved.creation = 1;
+    let mut waiting = pod("waiting", 500, 256);
+    waiting.creation = 2;
+    let solve_with = |moving: bool| {
+        let mut m = moved.clone();
+        m.moving = moving;
+        let mut inp = input(vec![pool("default")], vec![m, waiting.clone()]);
+        let mut n = node("n1", "test-zone-1", 4000, 8);
+        n.requested = res(&[(CPU, 3000)]);
+        inp.nodes = vec![n];
+        let out = solve(&inp);
+        assert_eq!(out.new_node_claims.len(), 1);
+        out.existing
+            .iter()
+            .map(|p| p.pod.name.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(solve_with(true), ["waiting"]);
+    // Positive control: both pending, Karpenter's order (larger first) gives the room to it.
+    assert_eq!(solve_with(false), ["moved"]);
+}
+
 #[test]
 fn existing_node_labels_must_match() {
     let mut p = pod("p", 500, 256);

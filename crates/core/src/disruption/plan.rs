@@ -11,16 +11,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use api::NodePool;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use scheduling::replace::{self, Choice, NoReplacement, Offer, Planned, Refused, Replaced};
 
 use super::View;
-use super::candidates::{Candidate, consolidatable_at, consolidate_after, reschedulable};
+use super::candidates::{Candidate, consolidatable_at, consolidate_after};
 use super::pricing;
-use crate::objects::{claim_node_name, name, nodepool_of, pod_node_name};
+use crate::objects::{claim_node_name, name, nodepool_of};
 use crate::provisioning::snapshot;
-use crate::state::{Cluster, Objects};
 
 /// A candidate with what consolidation weighs: its price and the cost of disrupting it.
 #[derive(Debug)]
@@ -152,92 +150,27 @@ fn in_consolidate_after_window<'a>(view: &'a View, now: Timestamp) -> HashSet<&'
     out
 }
 
-/// The cluster without `candidates` (their pods, and those of Nodes leaving, pending: the
-/// returned pods to move), for a simulation.
-fn without_candidates(view: &View, candidates: &[&Priced]) -> (Cluster, Vec<Arc<Pod>>) {
-    let gone_claims: HashSet<&str> = candidates.iter().map(|p| p.candidate.name).collect();
-    let gone_nodes: HashSet<&str> = candidates
-        .iter()
-        .filter_map(|p| p.candidate.node.map(name))
-        .collect();
-    // Pods leaving: the candidates', and those of Nodes leaving (they need room too).
-    let (moving, staying): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) =
-        view.pods.iter().cloned().partition(|p| {
-            pod_node_name(p).is_some_and(|n| gone_nodes.contains(n) || view.leaving(n))
-        });
-    let moving: Vec<Arc<Pod>> = moving.into_iter().filter(|p| reschedulable(p)).collect();
-    let objects = Objects {
-        pods: staying,
-        nodes: view
-            .nodes
-            .iter()
-            .filter(|n| !gone_nodes.contains(name(n.as_ref())))
-            .cloned()
-            .collect(),
-        nodeclaims: view
-            .nodeclaims
-            .iter()
-            .filter(|c| !gone_claims.contains(name(c.as_ref())))
-            .cloned()
-            .collect(),
-        ..view.objects().clone()
-    };
-    (Cluster::new(objects), moving)
-}
-
-/// The candidates' own pods (by uid) all placed, none on a node that has not initialized.
-fn own_pods_placed(
-    snap: &snapshot::Snapshot,
-    out: &scheduling::Output,
-    own: &HashSet<&str>,
-) -> Result<(), NoMove> {
-    if let Some(u) = out
-        .unschedulable
-        .iter()
-        .find(|u| own.contains(u.pod.uid.as_str()))
-    {
-        return Err(NoMove::PodsDoNotFit(format!(
-            "{}/{}: {}",
-            u.pod.namespace, u.pod.name, u.reason
-        )));
-    }
-    let in_flight = snap.in_flight();
-    if let Some(p) = out
-        .existing
-        .iter()
-        .find(|p| own.contains(p.pod.uid.as_str()) && in_flight.contains(p.node.as_str()))
-    {
-        return Err(NoMove::Uninitialized(p.node.clone()));
-    }
-    Ok(())
-}
-
 /// Simulates removing `candidates` (one or more Nodes of `view`) at `now`.
 pub(crate) fn simulate(
     view: &View,
     candidates: &[&Priced],
     now: Timestamp,
 ) -> Result<Move, NoMove> {
-    let (rest, moving) = without_candidates(view, candidates);
-    let own: HashSet<&str> = candidates
+    let nodes: Vec<&str> = candidates
         .iter()
-        .flat_map(|c| c.candidate.pods.iter())
-        .filter_map(|p| p.metadata.uid.as_deref())
+        .filter_map(|c| c.candidate.node.map(name))
         .collect();
-    let pools = rest.ready_nodepools();
-    let mut snap = snapshot::build(
-        &rest,
+    let claims: Vec<&str> = candidates.iter().map(|c| c.candidate.name).collect();
+    let w = super::simulate::without(view.cluster, &nodes, &claims);
+    let pools = w.rest.ready_nodepools();
+    let mut snap = w.snapshot(
         &pools,
-        &moving,
         view.catalog,
         crate::model::convert::Availability::Ignored,
     );
     let settling = in_consolidate_after_window(view, now);
     for n in &mut snap.input.nodes {
         n.refuses_moving = settling.contains(n.name.as_str());
-    }
-    for p in &mut snap.input.pods {
-        p.moving = true;
     }
     let replaced = Replaced {
         types: candidates
@@ -249,8 +182,8 @@ pub(crate) fn simulate(
     // The moving pods' claims held by no other pod are allocated again where they go (as
     // drift plans them): a pod with claims moves only where its devices can be allocated.
     let dra = crate::model::devices::dra(
-        &crate::model::devices::released(&rest.dra, &moving),
-        &moving,
+        &crate::model::devices::released(&w.rest.dra, &w.moving),
+        &w.pods(),
         snap.catalogs.values().map(AsRef::as_ref),
     );
     // The price-aware plan (one node or several cheaper ones), else Karpenter's first-fit.
@@ -258,7 +191,7 @@ pub(crate) fn simulate(
         &snap.input,
         &dra,
         &replaced,
-        |out| own_pods_placed(&snap, out, &own),
+        |out| w.own_placed(&snap, out),
         |claim, options| match snap.catalogs.get(&claim.node_pool) {
             Some(cat) => shrunk(cat, claim, options),
             None => options,

@@ -2,6 +2,7 @@
 //! cluster without the candidates, used to plan replacements (surge-first methods) and to
 //! check that pods fit elsewhere (delete consolidation).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use api::NodeClaim;
@@ -11,8 +12,9 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::View;
 use super::candidates::{Candidate, reschedulable};
+use super::plan::NoMove;
 use crate::model::devices;
-use crate::objects::{deleting, name, pod_node_name};
+use crate::objects::{name, pod_node_name};
 use crate::provisioning::snapshot;
 use crate::state::{Cluster, Objects};
 
@@ -52,17 +54,35 @@ pub trait Simulate {
     }
 }
 
-/// The cluster without the Nodes `nodes` and the NodeClaims `claims` (and without the
-/// NodeClaims being deleted), and the reschedulable pods that were bound to those Nodes (to
-/// be placed again).
-pub fn without(cluster: &Cluster, nodes: &[&str], claims: &[&str]) -> (Cluster, Vec<Arc<Pod>>) {
-    let (moving, staying): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) = cluster
-        .pods
+/// The cluster as a disruption simulation sees it once some NodeClaims are gone, and the
+/// pods it places, as Karpenter's `SimulateScheduling` gathers them: the reschedulable pods
+/// of the candidates' Nodes (their own: they must all fit), those of other Nodes leaving,
+/// and the pending pods.
+pub struct Without {
+    /// The cluster without the candidates' Nodes and NodeClaims (and without the pods bound
+    /// to Nodes leaving).
+    pub rest: Cluster,
+    /// The reschedulable pods of the candidates' Nodes and of the other Nodes leaving: they
+    /// leave their node, their devices are allocated again where they go.
+    pub moving: Vec<Arc<Pod>>,
+    /// The pods waiting for the provisioner.
+    pub pending: Vec<Arc<Pod>>,
+    /// The uids of the candidates' own pods (among `moving`).
+    pub own: HashSet<String>,
+}
+
+/// The cluster without the Nodes `nodes` and the NodeClaims `claims` (see [`Without`]).
+pub fn without(cluster: &Cluster, nodes: &[&str], claims: &[&str]) -> Without {
+    let (moving, staying): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) =
+        cluster.pods.iter().cloned().partition(|p| {
+            pod_node_name(p).is_some_and(|n| nodes.contains(&n) || cluster.leaving(n))
+        });
+    let moving: Vec<Arc<Pod>> = moving.into_iter().filter(|p| reschedulable(p)).collect();
+    let own = moving
         .iter()
-        .filter(|p| pod_node_name(p).is_some())
-        .cloned()
-        .partition(|p| pod_node_name(p).is_some_and(|n| nodes.contains(&n)));
-    let moving = moving.into_iter().filter(|p| reschedulable(p)).collect();
+        .filter(|p| pod_node_name(p).is_some_and(|n| nodes.contains(&n)))
+        .filter_map(|p| p.metadata.uid.clone())
+        .collect();
     let objects = Objects {
         pods: staying,
         nodes: cluster
@@ -74,12 +94,84 @@ pub fn without(cluster: &Cluster, nodes: &[&str], claims: &[&str]) -> (Cluster, 
         nodeclaims: cluster
             .nodeclaims
             .iter()
-            .filter(|c| !claims.contains(&name(c.as_ref())) && !deleting(c.as_ref()))
+            .filter(|c| !claims.contains(&name(c.as_ref())))
             .cloned()
             .collect(),
         ..cluster.objects().clone()
     };
-    (Cluster::new(objects), moving)
+    Without {
+        rest: Cluster::new(objects),
+        moving,
+        pending: cluster.pending().to_vec(),
+        own,
+    }
+}
+
+impl Without {
+    /// Every pod to place: the moving ones, then the pending ones.
+    pub fn pods(&self) -> Vec<Arc<Pod>> {
+        self.moving.iter().chain(&self.pending).cloned().collect()
+    }
+
+    /// The provisioner's snapshot of [`Self::rest`] for [`Self::pods`]: the candidates' own
+    /// pods are the `moving` ones of the solve (placed after the pods already waiting or
+    /// leaving, which the provisioner is placing now, so the simulation never hands their room
+    /// to a candidate's pod; and refused by the nodes that refuse moving pods).
+    pub fn snapshot(
+        &self,
+        pools: &[Arc<api::NodePool>],
+        catalog: &dyn Fn(&str) -> Option<Arc<InstanceTypes>>,
+        available: crate::model::convert::Availability,
+    ) -> snapshot::Snapshot {
+        let mut snap = snapshot::build(&self.rest, pools, &self.pods(), catalog, available);
+        for p in &mut snap.input.pods {
+            p.moving = self.own.contains(&p.uid);
+        }
+        snap
+    }
+
+    /// Whether the candidates' own pods are all placed in `out`, none on a node that has not
+    /// initialized (Karpenter's `SimulateScheduling`: the move would rely on capacity that
+    /// may never come). The other pods may fail: the provisioner handles them.
+    pub(crate) fn own_placed(
+        &self,
+        snap: &snapshot::Snapshot,
+        out: &scheduling::Output,
+    ) -> Result<(), NoMove> {
+        let own = |p: &scheduling::PodRef| self.own.contains(&p.uid);
+        let failed: Vec<&scheduling::Unschedulable> =
+            out.unschedulable.iter().filter(|u| own(&u.pod)).collect();
+        if let Some(u) = failed.first() {
+            let more = match failed.len() - 1 {
+                0 => String::new(),
+                n => format!(" (and {n} more)"),
+            };
+            return Err(NoMove::PodsDoNotFit(format!(
+                "{}/{}: {}{more}",
+                u.pod.namespace, u.pod.name, u.reason
+            )));
+        }
+        let in_flight = snap.in_flight();
+        match out
+            .existing
+            .iter()
+            .find(|p| own(&p.pod) && in_flight.contains(p.node.as_str()))
+        {
+            Some(p) => Err(NoMove::Uninitialized(p.node.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// The planned NodeClaims that hold a candidate's own pod (the others are the pods
+    /// already waiting: the provisioner launches theirs).
+    pub fn replacements<'o>(
+        &self,
+        out: &'o scheduling::Output,
+    ) -> impl Iterator<Item = &'o scheduling::NewNodeClaim> {
+        out.new_node_claims
+            .iter()
+            .filter(|c| c.pods.iter().any(|p| self.own.contains(&p.uid)))
+    }
 }
 
 /// The real simulation: the provisioner's snapshot and solver, Ready NodePools only.
@@ -116,31 +208,24 @@ impl Simulator<'_> {
     ) -> Result<Vec<NodeClaim>, String> {
         let nodes: Vec<&str> = candidates.iter().filter_map(|c| c.node.map(name)).collect();
         let claims: Vec<&str> = candidates.iter().map(|c| c.name).collect();
-        let (rest, moving) = without(view.cluster, &nodes, &claims);
-        let pools = rest.ready_nodepools();
-        let mut snap = snapshot::build(&rest, &pools, &moving, self.catalog, self.available);
+        let w = without(view.cluster, &nodes, &claims);
+        let pools = w.rest.ready_nodepools();
+        let mut snap = w.snapshot(&pools, self.catalog, self.available);
         if let Some(key) = credit {
             credit_one(&mut snap.input, key);
         }
         // The moving pods' claims held by no other pod are allocated again where they go.
         let dra = devices::dra(
-            &devices::released(&rest.dra, &moving),
-            &moving,
+            &devices::released(&w.rest.dra, &w.moving),
+            &w.pods(),
             snap.catalogs.values().map(AsRef::as_ref),
         );
         let out = scheduling::solve_with_devices(&snap.input, &dra);
-        if let Some(u) = out.unschedulable.first() {
-            return Err(format!(
-                "{} pod(s) would not schedule, e.g. {}/{}: {}",
-                out.unschedulable.len(),
-                u.pod.namespace,
-                u.pod.name,
-                u.reason
-            ));
-        }
-        Ok(out
-            .new_node_claims
-            .iter()
+        w.own_placed(&snap, &out).map_err(|e| match e {
+            NoMove::PodsDoNotFit(why) => why,
+            e => e.to_string(),
+        })?;
+        Ok(w.replacements(&out)
             .filter_map(|c| snap.nodeclaim(c))
             .collect())
     }

@@ -209,3 +209,61 @@ fn credit(cluster: &Cluster, view: &View, sim: &Simulator) {
         Err("its offering is not counted".to_string())
     );
 }
+
+/// [`cluster`] plus NodeClaim `x`, launched on the last host and not initialized (in
+/// flight, room for one pod), and, if `waiting`, the pod `web-1` (3 cpu, newer than `a`'s
+/// pod) pending for it: the replacement of a node deleted a moment ago.
+fn with_in_flight(waiting: bool) -> Cluster {
+    let base = cluster();
+    let labels = json!({"karpenter.sh/nodepool": "default", "node.kubernetes.io/instance-type": "metal",
+        "topology.kubernetes.io/zone": "z1", "karpenter.sh/capacity-type": "on-demand"});
+    let x: Arc<NodeClaim> = typed(json!({"metadata": {"name": "x", "labels": labels,
+            "creationTimestamp": "2026-11-22T10:59:00Z"},
+        "spec": {"requirements": [], "nodeClassRef": {"group": "g", "kind": "K", "name": "n"}},
+        "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"}, "conditions": [
+            {"type": "Launched", "status": "True", "reason": "r", "message": "",
+             "lastTransitionTime": "2026-11-22T10:59:00Z"}]}}));
+    let pending: Arc<Pod> = typed(
+        json!({"metadata": {"name": "web-1", "namespace": "default", "uid": "web-1",
+            "creationTimestamp": "2026-11-22T10:58:00Z",
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "u", "controller": true}]},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "3"}}}]},
+        "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+            "reason": "Unschedulable"}]}}),
+    );
+    let mut objects = base.objects().clone();
+    objects.nodeclaims.push(x);
+    if waiting {
+        objects.pods.push(pending);
+    }
+    Cluster::new(objects)
+}
+
+#[test]
+fn a_drifted_nodes_pods_never_count_on_a_node_that_has_not_initialized() {
+    // `x` has room, but it has not initialized (it may never): drift waits, as Karpenter's
+    // simulation fails a pod placed on an uninitialized node.
+    let cluster = with_in_flight(false);
+    let blocked = with_simulator(&cluster, Mark::Counted(0), decide_on).expect_err("blocked");
+    assert!(
+        blocked.contains("pods would land on uninitialized node x"),
+        "{blocked}"
+    );
+}
+
+#[test]
+fn a_drifted_nodes_pods_never_take_the_room_a_pending_pod_waits_for() {
+    // `web-1` waits for `x` (the provisioner planned it there): placed first, it keeps that
+    // room although `a`'s pod is older, so `a` goes terminate-first onto the host it frees,
+    // rather than being deleted for room that is spoken for.
+    let cluster = with_in_flight(true);
+    assert_eq!(
+        with_simulator(&cluster, Mark::Counted(0), decide_on),
+        Ok((None, Some("no-available-capacity")))
+    );
+    // Positive control: with a host left, surge-first onto it (`x` stays `web-1`'s).
+    assert_eq!(
+        with_simulator(&cluster, Mark::Counted(1), decide_on),
+        Ok((Some(1), None))
+    );
+}

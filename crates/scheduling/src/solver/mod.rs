@@ -469,7 +469,8 @@ fn pack_all(s: &mut Solver, order: &Queue) -> Option<Unplaced> {
 
 /// The pods of a solver in Karpenter's queue order (the same for every packing of one input).
 struct Queue {
-    /// Pods to pack: cpu desc, memory desc, creation, uid.
+    /// Pods to pack: the ones not [`Pod::moving`](crate::Pod::moving) first, then cpu desc,
+    /// memory desc, creation, uid.
     pending: Vec<usize>,
     /// Pods no node can take (their reason is known before packing).
     unplaceable: Vec<usize>,
@@ -482,18 +483,26 @@ impl Queue {
         let (pending, unplaceable): (Vec<usize>, Vec<usize>) = (0..s.pods.len()).partition(|&pi| {
             input.pods[s.pods[pi].input].unplaceable.is_none() && s.dra_blocked(pi).is_none()
         });
-        // (cpu, memory) descending, then creation, uid: one key per pod, sorted once.
-        let mut keyed: Vec<(i64, i64, i64, &str, usize)> = pending
+        // Not moving first, then (cpu, memory) descending, creation, uid: one key per pod,
+        // sorted once.
+        let mut keyed: Vec<(bool, i64, i64, i64, &str, usize)> = pending
             .iter()
             .map(|&pi| {
                 let (p, ip) = (&s.pods[pi], &input.pods[s.pods[pi].input]);
                 let r = |i: usize| p.requests.get(i).copied().unwrap_or(0);
-                (-r(cpu), -r(mem), ip.creation, ip.uid.as_str(), pi)
+                (
+                    ip.moving,
+                    -r(cpu),
+                    -r(mem),
+                    ip.creation,
+                    ip.uid.as_str(),
+                    pi,
+                )
             })
             .collect();
         keyed.sort_unstable();
         Queue {
-            pending: keyed.into_iter().map(|k| k.4).collect(),
+            pending: keyed.into_iter().map(|k| k.5).collect(),
             unplaceable,
         }
     }
