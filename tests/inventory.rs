@@ -412,9 +412,11 @@ async fn drifted_nodes_on_full_hosts_are_replaced_terminate_first() {
         "never more Machines than hosts"
     );
     assert_eq!(taken_hosts(&client, &cluster_ns).await, 2);
-    // The first drifted node had no free host: terminate-first. The second may find the
-    // first one's host free for a moment (released, its replacement not planned yet) and
-    // go surge-first onto it, as it should wherever a replacement can launch.
+    // The first drifted node had no free host: terminate-first. So does the second: the
+    // first one's pod, pending or leaving, is placed before its own and keeps the host (or
+    // the in-flight NodeClaim) it waits for. Only in the moment between the first pod's
+    // deletion and its replica's creation may the second find that host free and go
+    // surge-first onto it, as it should wherever a replacement can launch.
     let terminate_first = counter(
         &env,
         "karpenter_voluntary_disruption_terminate_first_decisions_total",
