@@ -6,7 +6,6 @@
 //! `consolidateAfter` window take none of the moved pods, as in Karpenter.
 
 use std::collections::{HashMap, HashSet};
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +16,7 @@ use scheduling::replace::{self, Choice, NoReplacement, Offer, Planned, Refused, 
 use super::View;
 use super::candidates::{Candidate, consolidatable_at, consolidate_after};
 use super::pricing;
+use super::simulate::NoMove;
 use crate::objects::{claim_node_name, name, nodepool_of};
 use crate::provisioning::snapshot;
 
@@ -102,28 +102,6 @@ impl Move {
             })
             .collect();
         Some(parts.join(" + "))
-    }
-}
-
-/// Why the simulation found no move.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum NoMove {
-    /// A candidate pod fits nowhere (not even on a new node).
-    PodsDoNotFit(String),
-    /// A candidate pod would land on a node that has not initialized.
-    Uninitialized(String),
-    NoReplacement(NoReplacement),
-}
-
-impl fmt::Display for NoMove {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            NoMove::PodsDoNotFit(why) => write!(f, "pods do not fit elsewhere ({why})"),
-            NoMove::Uninitialized(node) => {
-                write!(f, "pods would land on uninitialized node {node}")
-            }
-            NoMove::NoReplacement(r) => r.fmt(f),
-        }
     }
 }
 

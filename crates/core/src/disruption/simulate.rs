@@ -3,16 +3,17 @@
 //! check that pods fit elsewhere (delete consolidation).
 
 use std::collections::HashSet;
+use std::fmt;
 use std::sync::Arc;
 
 use api::NodeClaim;
 use api::consts::labels as label;
 use cloudprovider::InstanceTypes;
 use k8s_openapi::api::core::v1::Pod;
+use scheduling::replace::NoReplacement;
 
 use super::View;
 use super::candidates::{Candidate, reschedulable};
-use super::plan::NoMove;
 use crate::model::devices;
 use crate::objects::{name, pod_node_name};
 use crate::provisioning::snapshot;
@@ -171,6 +172,28 @@ impl Without {
         out.new_node_claims
             .iter()
             .filter(|c| c.pods.iter().any(|p| self.own.contains(&p.uid)))
+    }
+}
+
+/// Why the simulation found no move.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum NoMove {
+    /// A candidate pod fits nowhere (not even on a new node).
+    PodsDoNotFit(String),
+    /// A candidate pod would land on a node that has not initialized.
+    Uninitialized(String),
+    NoReplacement(NoReplacement),
+}
+
+impl fmt::Display for NoMove {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NoMove::PodsDoNotFit(why) => write!(f, "pods do not fit elsewhere ({why})"),
+            NoMove::Uninitialized(node) => {
+                write!(f, "pods would land on uninitialized node {node}")
+            }
+            NoMove::NoReplacement(r) => r.fmt(f),
+        }
     }
 }
 
