@@ -3,7 +3,8 @@
 //! Setup interns every label key and value, turns resources into dense vectors, precomputes per
 //! NodePool the compatible instance types (as bitsets), their allocatable minus daemonset
 //! overhead, and the topology groups of every spread / (anti-)affinity term. The solve then pops
-//! pods in Karpenter's queue order and tries existing nodes, planned NodeClaims (fewest pods
+//! pods in Karpenter's queue order (a disruption's moving pods after the others) and tries
+//! existing nodes, planned NodeClaims (fewest pods
 //! first, as Karpenter sorts them) and finally a new NodeClaim per NodePool (by weight); a pod that fits nowhere
 //! is relaxed one preference at a time and requeued.
 //!
