@@ -1,9 +1,11 @@
 //! Drift: a NodeClaim with `Drifted=True` (see [`crate::nodeclaim::drift`]) is replaced
 //! surge-first within the pool's `Drifted` budget: the oldest first, empty ones before
 //! those with pods, one command per pool and pass. Its replacements are what the
-//! provisioner's simulation of its pods asks for (none when they fit elsewhere); a pod that
-//! fits nowhere, a `karpenter.sh/do-not-disrupt` pod or a PDB that allows no eviction
-//! blocks it (unless the NodeClaim has a `terminationGracePeriod`, as in Karpenter), as
+//! provisioner's simulation of its pods asks for (none when they fit elsewhere; see
+//! [`simulate::without`](super::simulate::without) for the pods it places with them); a pod
+//! that fits nowhere, or only on a node that has not initialized, a
+//! `karpenter.sh/do-not-disrupt` pod or a PDB that allows no eviction blocks it (unless the
+//! NodeClaim has a `terminationGracePeriod`, as in Karpenter), as
 //! does the NodeClass's drift policy `Manual`, and a command of it rolled back less than
 //! [`COOLDOWN`](super::orchestrate::COOLDOWN) ago. Each block is reported once
 //! ([`Timers::blocked`](super::Timers::blocked)) and is the candidate's verdict
