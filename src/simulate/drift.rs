@@ -57,10 +57,8 @@ pub(super) fn drifted(
                     .replacements(&output)
                     .map(|n| n.cheapest.instance_type.clone())
                     .collect(),
-                blocked: output
-                    .unschedulable
-                    .iter()
-                    .filter(|u| w.own.contains(&u.pod.uid))
+                blocked: w
+                    .own_unschedulable(&output)
                     .map(|u| pod_ref(&u.pod))
                     .collect(),
             })

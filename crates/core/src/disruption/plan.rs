@@ -134,12 +134,8 @@ pub(crate) fn simulate(
     candidates: &[&Priced],
     now: Timestamp,
 ) -> Result<Move, NoMove> {
-    let nodes: Vec<&str> = candidates
-        .iter()
-        .filter_map(|c| c.candidate.node.map(name))
-        .collect();
-    let claims: Vec<&str> = candidates.iter().map(|c| c.candidate.name).collect();
-    let w = super::simulate::without(view.cluster, &nodes, &claims);
+    let w =
+        super::simulate::without_candidates(view.cluster, candidates.iter().map(|c| c.candidate));
     let pools = w.rest.ready_nodepools();
     let mut snap = w.snapshot(
         &pools,
@@ -157,13 +153,8 @@ pub(crate) fn simulate(
             .collect(),
         all_spot: candidates.iter().all(|c| c.capacity_type == replace::SPOT),
     };
-    // The moving pods' claims held by no other pod are allocated again where they go (as
-    // drift plans them): a pod with claims moves only where its devices can be allocated.
-    let dra = crate::model::devices::dra(
-        &crate::model::devices::released(&w.rest.dra, &w.moving),
-        &w.pods(),
-        snap.catalogs.values().map(AsRef::as_ref),
-    );
+    // A pod with claims moves only where its devices can be allocated (as drift plans it).
+    let dra = w.devices(&snap);
     // The price-aware plan (one node or several cheaper ones), else Karpenter's first-fit.
     let found = replace::consolidate_with_devices(
         &snap.input,

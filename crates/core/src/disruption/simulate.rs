@@ -108,6 +108,19 @@ pub fn without(cluster: &Cluster, nodes: &[&str], claims: &[&str]) -> Without {
     }
 }
 
+/// [`without`] the NodeClaims `candidates` and their Nodes.
+pub(crate) fn without_candidates<'a>(
+    cluster: &Cluster,
+    candidates: impl Iterator<Item = &'a Candidate<'a>> + Clone,
+) -> Without {
+    let nodes: Vec<&str> = candidates
+        .clone()
+        .filter_map(|c| c.node.map(name))
+        .collect();
+    let claims: Vec<&str> = candidates.map(|c| c.name).collect();
+    without(cluster, &nodes, &claims)
+}
+
 impl Without {
     /// Every pod to place: the moving ones, then the pending ones.
     pub fn pods(&self) -> Vec<Arc<Pod>> {
@@ -131,6 +144,27 @@ impl Without {
         snap
     }
 
+    /// The DRA model of a solve of [`Self::snapshot`]'s pods: the moving pods' claims held by
+    /// no other pod are allocated again where they go (a pod with claims moves only where its
+    /// devices can be allocated).
+    pub fn devices(&self, snap: &snapshot::Snapshot) -> scheduling::dra::Dra {
+        devices::dra(
+            &devices::released(&self.rest.dra, &self.moving),
+            &self.pods(),
+            snap.catalogs.values().map(AsRef::as_ref),
+        )
+    }
+
+    /// The candidates' own pods that `out` leaves unschedulable.
+    pub fn own_unschedulable<'o>(
+        &self,
+        out: &'o scheduling::Output,
+    ) -> impl Iterator<Item = &'o scheduling::Unschedulable> {
+        out.unschedulable
+            .iter()
+            .filter(|u| self.own.contains(&u.pod.uid))
+    }
+
     /// Whether the candidates' own pods are all placed in `out`, none on a node that has not
     /// initialized (Karpenter's `SimulateScheduling`: the move would rely on capacity that
     /// may never come). The other pods may fail: the provisioner handles them.
@@ -139,9 +173,7 @@ impl Without {
         snap: &snapshot::Snapshot,
         out: &scheduling::Output,
     ) -> Result<(), NoMove> {
-        let own = |p: &scheduling::PodRef| self.own.contains(&p.uid);
-        let failed: Vec<&scheduling::Unschedulable> =
-            out.unschedulable.iter().filter(|u| own(&u.pod)).collect();
+        let failed: Vec<&scheduling::Unschedulable> = self.own_unschedulable(out).collect();
         if let Some(u) = failed.first() {
             let more = match failed.len() - 1 {
                 0 => String::new(),
@@ -156,7 +188,7 @@ impl Without {
         match out
             .existing
             .iter()
-            .find(|p| own(&p.pod) && in_flight.contains(p.node.as_str()))
+            .find(|p| self.own.contains(&p.pod.uid) && in_flight.contains(p.node.as_str()))
         {
             Some(p) => Err(NoMove::Uninitialized(p.node.clone())),
             None => Ok(()),
@@ -229,21 +261,13 @@ impl Simulator<'_> {
         candidates: &[&Candidate],
         credit: Option<&str>,
     ) -> Result<Vec<NodeClaim>, String> {
-        let nodes: Vec<&str> = candidates.iter().filter_map(|c| c.node.map(name)).collect();
-        let claims: Vec<&str> = candidates.iter().map(|c| c.name).collect();
-        let w = without(view.cluster, &nodes, &claims);
+        let w = without_candidates(view.cluster, candidates.iter().copied());
         let pools = w.rest.ready_nodepools();
         let mut snap = w.snapshot(&pools, self.catalog, self.available);
         if let Some(key) = credit {
             credit_one(&mut snap.input, key);
         }
-        // The moving pods' claims held by no other pod are allocated again where they go.
-        let dra = devices::dra(
-            &devices::released(&w.rest.dra, &w.moving),
-            &w.pods(),
-            snap.catalogs.values().map(AsRef::as_ref),
-        );
-        let out = scheduling::solve_with_devices(&snap.input, &dra);
+        let out = scheduling::solve_with_devices(&snap.input, &w.devices(&snap));
         w.own_placed(&snap, &out).map_err(|e| match e {
             NoMove::PodsDoNotFit(why) => why,
             e => e.to_string(),

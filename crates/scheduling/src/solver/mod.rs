@@ -4,9 +4,9 @@
 //! NodePool the compatible instance types (as bitsets), their allocatable minus daemonset
 //! overhead, and the topology groups of every spread / (anti-)affinity term. The solve then pops
 //! pods in Karpenter's queue order (a disruption's moving pods after the others) and tries
-//! existing nodes, planned NodeClaims (fewest pods
-//! first, as Karpenter sorts them) and finally a new NodeClaim per NodePool (by weight); a pod that fits nowhere
-//! is relaxed one preference at a time and requeued.
+//! existing nodes, planned NodeClaims (fewest pods first, as Karpenter sorts them) and finally
+//! a new NodeClaim per NodePool (by weight); a pod that fits nowhere is relaxed one preference
+//! at a time and requeued.
 //!
 //! A pod's volumes narrow the node it lands on by one topology alternative at a time (see
 //! [`pod::PodData::relax`]) and count against per-driver attach limits of existing nodes and
