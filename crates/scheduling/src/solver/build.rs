@@ -142,7 +142,7 @@ pub(super) fn build(input: &Input, dra: &crate::dra::Dra) -> Solver {
     for (pi, p) in input.pods.iter().enumerate() {
         let mut pd = pod_data(&mut s, &mut gindex, pods_id, pi, p);
         pd.vols = vols.pods.get(pi).cloned().unwrap_or_default();
-        s.pods.push(std::rc::Rc::new(pd));
+        s.pods.push(Arc::new(pd));
     }
     let bound_anti = bound_anti_groups(&mut s, input, &mut gindex);
     match_groups(&mut s, &bound_anti);

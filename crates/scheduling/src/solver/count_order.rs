@@ -3,7 +3,7 @@
 //! or whose domains are none a pod may go to.
 
 /// Claims per block of [`CountOrder::bound`].
-const BLOCK: usize = 32;
+const BLOCK: usize = 16;
 
 /// Claim indices kept sorted by pod count ascending in O(1) per change: `order[end[k-1]..end[k]]`
 /// holds the claims with exactly `k` pods.

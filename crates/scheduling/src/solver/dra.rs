@@ -273,7 +273,7 @@ fn fresh_types(s: &mut Solver) {
             .map(|c| state.st.claims[*c as usize].shape)
             .collect();
         if let Some((ok, min_devices)) = memo.get(&shapes).cloned()
-            && let Some(pd) = std::rc::Rc::make_mut(&mut s.pods[pi]).dra.as_deref_mut()
+            && let Some(pd) = Arc::make_mut(&mut s.pods[pi]).dra.as_deref_mut()
         {
             pd.ok = ok;
             pd.min_devices = min_devices;
@@ -484,7 +484,7 @@ impl Builder {
         for pd in s
             .pods
             .iter_mut()
-            .filter_map(|p| std::rc::Rc::make_mut(p).dra.as_deref_mut())
+            .filter_map(|p| Arc::make_mut(p).dra.as_deref_mut())
         {
             if pd.blocked.is_some() {
                 continue;

@@ -197,7 +197,7 @@ pub(super) fn match_groups(s: &mut Solver, bound_anti: &[(usize, usize)]) {
         required_anti[*g] = true;
     }
     for p in s.pods.iter_mut() {
-        let p = std::rc::Rc::make_mut(p);
+        let p = Arc::make_mut(p);
         p.repelled = p
             .matched
             .iter()

@@ -94,10 +94,7 @@ fn compatible_types_are_remembered_per_requirements() {
     assert_eq!(other.iter().collect::<Vec<_>>(), vec![2, 4]);
     // Asked again: the same set, remembered (and shared by a clone, as the packings are).
     let clone = s.clone();
-    assert!(std::rc::Rc::ptr_eq(
-        &first,
-        &clone.compatible_types(0, &zone_a)
-    ));
+    assert!(Arc::ptr_eq(&first, &clone.compatible_types(0, &zone_a)));
     assert_eq!(first.iter().collect::<Vec<_>>(), vec![0, 2, 3, 4]);
 }
 

@@ -12,6 +12,8 @@
 //! [`pod::PodData::relax`]) and count against per-driver attach limits of existing nodes and
 //! of the instance types a planned NodeClaim keeps (see [`volumes`]).
 
+#[cfg(test)]
+mod ahead_tests;
 mod allocate;
 mod build;
 mod count_order;
@@ -31,6 +33,7 @@ mod topology;
 mod volumes;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::Failure;
 use crate::intern::{BitSet, HashMap, Interner, Key, Sym};
@@ -44,8 +47,8 @@ use volumes::Attached;
 
 type IReqs = Reqs<Key, Sym>;
 type ISet = ValueSet<Sym>;
-/// See [`Solver::compat`].
-type Compat = std::rc::Rc<std::cell::RefCell<Vec<HashMap<IReqs, std::rc::Rc<BitSet>>>>>;
+/// See [`Solver::compat`]: shared by the packings, which may run on two threads.
+type Compat = Arc<std::sync::Mutex<Vec<HashMap<IReqs, Arc<BitSet>>>>>;
 /// Namespace and labels of a pod.
 type MatchKey = (u32, Vec<(Key, Sym)>);
 
@@ -203,7 +206,7 @@ struct Solver {
     /// Per non-hostname key: every known domain, in name order.
     universe: HashMap<Key, Vec<Sym>>,
     /// Shared by the packings' clones until one changes a pod (relaxes it).
-    pods: Vec<std::rc::Rc<PodData>>,
+    pods: Vec<Arc<PodData>>,
     placements: Vec<(usize, usize)>,
     /// Offering counts shared by every pool, by key.
     counts: Vec<Count>,
@@ -290,10 +293,12 @@ impl Solver {
 
     /// The types of pool `pool` that `type_ok` accepts under `reqs`, counts ignored
     /// (remembered: claims of one workload meet the same requirements again and again).
-    fn compatible_types(&self, pool: usize, reqs: &IReqs) -> std::rc::Rc<BitSet> {
-        // Per pool, by requirements: looked up without a copy of them.
-        if let Some(set) = self.compat.borrow().get(pool).and_then(|m| m.get(reqs)) {
-            return std::rc::Rc::clone(set);
+    fn compatible_types(&self, pool: usize, reqs: &IReqs) -> Arc<BitSet> {
+        // Per pool, by requirements: looked up without a copy of them. A lock poisoned by a
+        // panic elsewhere still holds answers: every entry is complete when inserted.
+        let lock = || self.compat.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(set) = lock().get(pool).and_then(|m| m.get(reqs)) {
+            return Arc::clone(set);
         }
         let types = &self.pools[pool].types;
         let mut set = BitSet::new(types.len());
@@ -302,12 +307,12 @@ impl Solver {
                 set.insert(t);
             }
         }
-        let set = std::rc::Rc::new(set);
-        let mut compat = self.compat.borrow_mut();
+        let set = Arc::new(set);
+        let mut compat = lock();
         if compat.len() <= pool {
             compat.resize_with(pool + 1, HashMap::default);
         }
-        compat[pool].insert(reqs.clone(), std::rc::Rc::clone(&set));
+        compat[pool].insert(reqs.clone(), Arc::clone(&set));
         set
     }
 
@@ -318,7 +323,7 @@ impl Solver {
 
     /// Pod `pi`, to change: this solver's own copy from now on.
     fn pod_mut(&mut self, pi: usize) -> &mut PodData {
-        std::rc::Rc::make_mut(&mut self.pods[pi])
+        Arc::make_mut(&mut self.pods[pi])
     }
 
     fn key_name(&self, k: Key) -> String {
@@ -508,3 +513,9 @@ impl Queue {
         }
     }
 }
+
+// The packings of one solve may run on two threads.
+const _: fn() = || {
+    fn send<T: Send>() {}
+    send::<Solver>();
+};

@@ -21,6 +21,12 @@
 //! plan kept so far already saves over first-fit. The plan kept is the cheapest that
 //! schedules no fewer pods than first-fit; equal prices go to fewer NodeClaims, then to
 //! first-fit. Deterministic: the caps and the comparison depend on the input only.
+//!
+//! The fair cap's packing usually runs beside first-fit's, on a second thread: in a solve of at
+//! least [`AHEAD_PODS`] pods, the cap is guessed before packing ([`Solver::likely_fair_cap`]),
+//! and when first-fit's plan asks for that very cap, that packing stands for the one that
+//! would have run after it (it is the same simulation on the same setup); a guess not asked
+//! for is dropped. The plan never depends on the guess, only the time does.
 
 use super::*;
 
@@ -33,17 +39,49 @@ const EPSILON: f64 = 1e-9;
 /// A cap is tried only if it could save more than this share of first-fit's price.
 const MIN_SAVING: f64 = 1e-3;
 
+/// Pending pods from which the likely fair cap's packing runs beside first-fit's, on a second
+/// thread ([`first_fit_and_ahead`]); a smaller solve is over before a thread would start.
+const AHEAD_PODS: usize = 256;
+
 /// The cheapest plan for `input`; see the module documentation.
 pub(super) fn cheapest(input: &Input, dra: &crate::dra::Dra) -> Output {
+    let guess = |s: &Solver, queue: &Queue| {
+        (queue.pending.len() >= AHEAD_PODS)
+            .then(|| s.likely_fair_cap(queue))
+            .flatten()
+    };
+    plan(input, dra, guess).0
+}
+
+/// What became of the packing run beside first-fit's ([`first_fit_and_ahead`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Ahead {
+    /// None ran: no guess.
+    NotRun,
+    /// Its cap was tried: its packing stood for that cap's.
+    Taken,
+    /// Its cap was tried, and its claims cost more than the plan to beat: dropped, as the
+    /// packing of that cap stops on the way.
+    OverBudget,
+    /// Its cap was not among those tried: dropped.
+    Dropped,
+}
+
+/// [`cheapest`], with the cap packed beside first-fit's guessed by `guess` (`None`: no
+/// packing beside it); and what became of that packing.
+pub(super) fn plan(
+    input: &Input,
+    dra: &crate::dra::Dra,
+    guess: impl FnOnce(&Solver, &Queue) -> Option<f64>,
+) -> (Output, Ahead) {
     let base = build::build(input, dra);
     let queue = Queue::of(&base, input);
-    // The clone costs far less than a second setup (interning, groups).
-    let mut s = base.clone();
-    let Some(unplaced) = pack_all(&mut s, &queue) else {
-        // Unreachable: nothing is priced without a cap.
-        return Output::default();
+    let (first_fit, mut ahead) = first_fit_and_ahead(&base, &queue, guess(&base, &queue));
+    let mut fate = if ahead.is_some() {
+        Ahead::Dropped
+    } else {
+        Ahead::NotRun
     };
-    let first_fit = Packed::of(s, unplaced);
     let mut best: Option<Packed> = None;
     let caps = first_fit.solver.caps();
     let mut base = Some(base);
@@ -53,32 +91,84 @@ pub(super) fn cheapest(input: &Input, dra: &crate::dra::Dra) -> Output {
         if score.is_some_and(|saving| first_fit.price - to_beat >= saving) {
             continue;
         }
-        // The last packing takes the setup itself, uncloned.
-        let last = i + 1 == caps.len();
-        let Some(mut s) = (if last { base.take() } else { base.clone() }) else {
-            break;
-        };
-        s.cap = cap;
-        // About as many claims as first-fit's: grown once, not by doubling.
-        s.claims.reserve(first_fit.solver.claims.len());
         // A packing whose claims already cost more than the best plan cannot win.
-        s.budget = to_beat * (1.0 + EPSILON) + EPSILON;
-        let Some(unplaced) = pack_all(&mut s, &queue) else {
-            continue;
+        let budget = to_beat * (1.0 + EPSILON) + EPSILON;
+        let cand = match ahead.take_if(|(c, _)| *c == cap) {
+            // Packed beside first-fit, before the budget was known: the packing below would
+            // have stopped exactly when its claims' final price (which only grows on the
+            // way) is over it.
+            Some((_, packed)) if packed.solver.spent > budget => {
+                fate = Ahead::OverBudget;
+                None
+            }
+            Some((_, packed)) => {
+                fate = Ahead::Taken;
+                Some(packed)
+            }
+            None => {
+                // The last packing takes the setup itself, uncloned.
+                let last = i + 1 == caps.len();
+                let Some(mut s) = (if last { base.take() } else { base.clone() }) else {
+                    break;
+                };
+                s.cap = cap;
+                // About as many claims as first-fit's: grown once, not by doubling.
+                s.claims.reserve(first_fit.solver.claims.len());
+                s.budget = budget;
+                pack_all(&mut s, &queue).map(|unplaced| Packed::of(s, unplaced))
+            }
         };
-        let cand = Packed::of(s, unplaced);
-        if cand.beats(best.as_ref().unwrap_or(&first_fit), &first_fit) {
+        if let Some(cand) = cand
+            && cand.beats(best.as_ref().unwrap_or(&first_fit), &first_fit)
+        {
             best = Some(cand);
         }
     }
-    match best {
+    let out = match best {
         Some(b) => {
             let mut out = b.output(input);
             out.first_fit_price = Some(first_fit.price);
             out
         }
         None => first_fit.output(input),
-    }
+    };
+    (out, fate)
+}
+
+/// First-fit's packing of `base`; and, given a `guess` of the cap first-fit's plan will ask
+/// for first (in a solve of at least [`AHEAD_PODS`] pods, [`Solver::likely_fair_cap`]), the
+/// packing under it, run at the same time on a second thread, with its cap. The caps tried
+/// are still read from first-fit's plan: when the guess is not among them its packing is
+/// dropped, and the plan is the same either way.
+fn first_fit_and_ahead(
+    base: &Solver,
+    queue: &Queue,
+    guess: Option<f64>,
+) -> (Packed, Option<(f64, Packed)>) {
+    // Without a budget nothing stops a packing on the way.
+    let pack = |mut s: Solver| {
+        let unplaced = pack_all(&mut s, queue).unwrap_or_default();
+        Packed::of(s, unplaced)
+    };
+    let Some(cap) = guess else {
+        return (pack(base.clone()), None);
+    };
+    let mut capped = base.clone();
+    capped.cap = cap;
+    let first_fit = base.clone();
+    std::thread::scope(|scope| {
+        let helper = std::thread::Builder::new()
+            .name("packing".into())
+            .spawn_scoped(scope, move || pack(capped));
+        let first_fit = pack(first_fit);
+        // No thread to be had: the capped packing runs after first-fit's, as without a guess.
+        let ahead = match helper.map(|h| h.join()) {
+            Ok(Ok(packed)) => Some((cap, packed)),
+            Ok(Err(panic)) => std::panic::resume_unwind(panic),
+            Err(_) => None,
+        };
+        (first_fit, ahead)
+    })
 }
 
 /// `types` with an offering, by the rank of their best offering, then by index (see
@@ -322,15 +412,16 @@ impl Solver {
         let mut sum: Vec<i64> = Vec::new();
         let mut n = 0i64;
         for c in claims {
-            if sum.len() < c.used.len() {
-                sum.resize(c.used.len(), 0);
-            }
-            for (s, u) in sum.iter_mut().zip(&c.used) {
-                *s = s.saturating_add(*u);
-            }
+            add_to(&mut sum, &c.used);
             n += 1;
         }
-        if n == 0 {
+        self.fair_cap_of(pool, &sum, n)
+    }
+
+    /// The price of pool `pool`'s cheapest type that holds `sum` over `n` nodes, every
+    /// resource rounded up; `None` when `n` is 0 or no type does.
+    fn fair_cap_of(&self, pool: usize, sum: &[i64], n: i64) -> Option<f64> {
+        if n <= 0 {
             return None;
         }
         let avg: Vec<i64> = sum
@@ -344,6 +435,58 @@ impl Solver {
             .filter(|td| fits(&avg, &td.usable))
             .filter_map(cheapest_available)
             .reduce(f64::min)
+    }
+}
+
+impl Solver {
+    /// The fair cap first-fit's plan is likely to give the first pool ([`Solver::caps`]),
+    /// before packing: the requests of the pending pods the pool accepts, less the room of the
+    /// nodes there are, over the fewest claims that carry them: as many as the pods of the
+    /// largest hostname anti-affinity group that selects its own pods (each needs a node of
+    /// its own), and at least what the largest type holds of each resource. First-fit packs
+    /// claims until they are full or a rule keeps pods apart, so its claims are often that
+    /// many; a wrong guess costs time, never the plan (see [`first_fit_and_ahead`]).
+    pub(super) fn likely_fair_cap(&self, queue: &Queue) -> Option<f64> {
+        let pool = 0;
+        let types = &self.pools.get(pool)?.types;
+        let mut sum: Vec<i64> = Vec::new();
+        let mut apart: HashMap<usize, i64> = HashMap::default();
+        for &pi in &queue.pending {
+            let pod = &self.pods[pi];
+            if self.pool_check(pool, pod).is_err() {
+                continue;
+            }
+            add_to(&mut sum, &pod.requests);
+            for &g in &pod.anti {
+                let grp = &self.groups[g];
+                if grp.host && grp.selects(pod.ns, &pod.labels) {
+                    *apart.entry(g).or_default() += 1;
+                }
+            }
+        }
+        for n in &self.nodes {
+            for (s, f) in sum.iter_mut().zip(&n.free) {
+                *s = s.saturating_sub((*f).max(0)).max(0);
+            }
+        }
+        let mut fewest = apart.values().copied().max().unwrap_or(1);
+        for (r, total) in sum.iter().enumerate() {
+            let largest = types.iter().filter_map(|t| t.usable.get(r)).max();
+            if let Some(&a) = largest.filter(|a| **a > 0) {
+                fewest = fewest.max(total.div_euclid(a) + i64::from(total.rem_euclid(a) > 0));
+            }
+        }
+        self.fair_cap_of(pool, &sum, fewest)
+    }
+}
+
+/// Adds `v` to `sum` element by element (`sum` grows to `v`'s length).
+fn add_to(sum: &mut Vec<i64>, v: &[i64]) {
+    if sum.len() < v.len() {
+        sum.resize(v.len(), 0);
+    }
+    for (s, x) in sum.iter_mut().zip(v) {
+        *s = s.saturating_add(*x);
     }
 }
 

@@ -482,7 +482,7 @@ impl Solver {
             }
         };
         // The pod itself is not changed here: a shared handle, not a copy of its lists.
-        let pd = std::rc::Rc::clone(&self.pods[pod]);
+        let pd = Arc::clone(&self.pods[pod]);
         for &g in &pd.matched {
             if !self.counts_on(g, slot, reqs) {
                 continue;
