@@ -75,7 +75,33 @@ fn the_guessed_cap_is_packed_beside_first_fit_and_the_plan_is_unchanged() {
 fn a_wrong_guess_is_dropped_and_the_plan_is_unchanged() {
     let mut inp = input(1000);
     inp.node_pools[0].instance_types = bare_metal();
+    // Some pods land on a node there is, one fits nowhere: the output lists each pod once,
+    // wherever it went (its reference made ahead, while the other packing ran).
+    inp.nodes.push(ExistingNode {
+        name: "there".into(),
+        state: NodeState::Ready,
+        labels: BTreeMap::from([
+            (LABEL_HOSTNAME.to_string(), "there".to_string()),
+            (LABEL_ZONE.to_string(), "test-zone-1".to_string()),
+        ]),
+        taints: Vec::new(),
+        startup_taints: Vec::new(),
+        allocatable: BTreeMap::from([
+            (CPU.to_string(), 4000),
+            (MEMORY.to_string(), 16 << 30),
+            (PODS.to_string(), 110),
+        ]),
+        requested: Resources::new(),
+        pods: Vec::new(),
+        refuses_moving: false,
+        volume_limits: BTreeMap::new(),
+    });
+    inp.pods[0].requests.insert(CPU.into(), 1_000_000);
     let one_by_one = sequential(&inp);
+    // Positive control: each of the three places holds pods.
+    assert!(!one_by_one.existing.is_empty());
+    assert_eq!(one_by_one.unschedulable.len(), 1);
+    assert!(!one_by_one.new_node_claims.is_empty());
     // No type costs this: no cap is ever this.
     let (out, ahead) = guessing(&inp, Some(0.123_456_7));
     assert_eq!(ahead, Ahead::Dropped);

@@ -433,7 +433,7 @@ pub fn solve_first_fit_with_devices(input: &Input, dra: &crate::dra::Dra) -> Out
     // Without a cap nothing is priced on the way, so the packing runs to the end.
     let queue = Queue::of(&s, input);
     let (failed, errors) = pack_all(&mut s, &queue).unwrap_or_default();
-    output::output(&s, input, failed, errors)
+    output::output(&s, input, failed, errors, output::Refs::default())
 }
 
 /// Pods left unscheduled, and the failures of each pod that failed last time it was tried.

@@ -10,11 +10,32 @@ pub(super) fn pod_ref(p: &Pod) -> PodRef {
     }
 }
 
+/// The pods' references the output lists, by pod: made ahead, while a packing runs on another
+/// thread ([`Refs::all`]), or when the output needs them ([`Refs::default`]). Every pod is
+/// listed once (on a claim, on a node or unschedulable): each reference made ahead is moved out.
+#[derive(Default)]
+pub(super) struct Refs(Vec<Option<PodRef>>);
+
+impl Refs {
+    /// The reference of every pod of `s`.
+    pub(super) fn all(s: &Solver, input: &Input) -> Self {
+        let refs = (s.pods.iter()).map(|p| Some(pod_ref(&input.pods[p.input])));
+        Refs(refs.collect())
+    }
+
+    /// Pod `pi`'s reference: the one made ahead, else a new one.
+    fn take(&mut self, s: &Solver, input: &Input, pi: usize) -> PodRef {
+        (self.0.get_mut(pi).and_then(Option::take))
+            .unwrap_or_else(|| pod_ref(&input.pods[s.pods[pi].input]))
+    }
+}
+
 pub(super) fn output(
     s: &Solver,
     input: &Input,
     failed: Vec<usize>,
     mut errors: HashMap<usize, Vec<(usize, Failure)>>,
+    mut refs: Refs,
 ) -> Output {
     // One buffer for every claim's ranked candidates.
     let mut cands = Vec::new();
@@ -24,11 +45,11 @@ pub(super) fn output(
     };
     for c in &s.claims {
         out.new_node_claims
-            .extend(new_node_claim(s, input, c, &mut cands));
+            .extend(new_node_claim(s, input, c, &mut cands, &mut refs));
     }
     for &(pi, ni) in &s.placements {
         out.existing.push(Placement {
-            pod: pod_ref(&input.pods[s.pods[pi].input]),
+            pod: refs.take(s, input, pi),
             node: s.nodes[ni].name.clone(),
         });
     }
@@ -56,7 +77,7 @@ pub(super) fn output(
                 .join("; ")
         };
         out.unschedulable.push(Unschedulable {
-            pod: pod_ref(&input.pods[s.pods[pi].input]),
+            pod: refs.take(s, input, pi),
             reason,
             failures,
         });
@@ -72,6 +93,7 @@ fn new_node_claim<'s>(
     input: &Input,
     c: &Claim,
     cands: &mut Vec<(Rank, &'s str, usize, Sym, Sym)>,
+    refs: &mut Refs,
 ) -> Option<NewNodeClaim> {
     let p = &s.pools[c.pool];
     let held = Counts::Held(c.held);
@@ -139,11 +161,7 @@ fn new_node_claim<'s>(
         requests,
         taints: p.taints.clone(),
         startup_taints: p.startup_taints.clone(),
-        pods: c
-            .pods
-            .iter()
-            .map(|&pi| pod_ref(&input.pods[s.pods[pi].input]))
-            .collect(),
+        pods: c.pods.iter().map(|&pi| refs.take(s, input, pi)).collect(),
         cheapest: Cheapest {
             instance_type: name.to_string(),
             zone: s.names.name(zone.id).to_string(),

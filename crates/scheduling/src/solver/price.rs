@@ -76,7 +76,8 @@ pub(super) fn plan(
 ) -> (Output, Ahead) {
     let base = build::build(input, dra);
     let queue = Queue::of(&base, input);
-    let (first_fit, mut ahead) = first_fit_and_ahead(&base, &queue, guess(&base, &queue));
+    let guess = guess(&base, &queue);
+    let (first_fit, mut ahead, refs) = first_fit_and_ahead(&base, &queue, input, guess);
     let mut fate = if ahead.is_some() {
         Ahead::Dropped
     } else {
@@ -126,11 +127,11 @@ pub(super) fn plan(
     }
     let out = match best {
         Some(b) => {
-            let mut out = b.output(input);
+            let mut out = b.output(input, refs);
             out.first_fit_price = Some(first_fit.price);
             out
         }
-        None => first_fit.output(input),
+        None => first_fit.output(input, refs),
     };
     (out, fate)
 }
@@ -139,35 +140,41 @@ pub(super) fn plan(
 /// for first (in a solve of at least [`AHEAD_PODS`] pods, [`Solver::likely_fair_cap`]), the
 /// packing under it, run at the same time on a second thread, with its cap. The caps tried
 /// are still read from first-fit's plan: when the guess is not among them its packing is
-/// dropped, and the plan is the same either way.
+/// dropped, and the plan is the same either way. Meanwhile the output's pod references are
+/// made (first-fit's packing ends first, as it has no cap to check).
 fn first_fit_and_ahead(
     base: &Solver,
     queue: &Queue,
+    input: &Input,
     guess: Option<f64>,
-) -> (Packed, Option<(f64, Packed)>) {
+) -> (Packed, Option<(f64, Packed)>, output::Refs) {
     // Without a budget nothing stops a packing on the way.
     let pack = |mut s: Solver| {
         let unplaced = pack_all(&mut s, queue).unwrap_or_default();
         Packed::of(s, unplaced)
     };
     let Some(cap) = guess else {
-        return (pack(base.clone()), None);
+        return (pack(base.clone()), None, output::Refs::default());
     };
     let mut capped = base.clone();
     capped.cap = cap;
+    // Its own memo of compatible types: one shared by two threads at once costs more in
+    // contention than it saves.
+    capped.compat = Compat::default();
     let first_fit = base.clone();
     std::thread::scope(|scope| {
         let helper = std::thread::Builder::new()
             .name("packing".into())
             .spawn_scoped(scope, move || pack(capped));
         let first_fit = pack(first_fit);
+        let refs = output::Refs::all(base, input);
         // No thread to be had: the capped packing runs after first-fit's, as without a guess.
         let ahead = match helper.map(|h| h.join()) {
             Ok(Ok(packed)) => Some((cap, packed)),
             Ok(Err(panic)) => std::panic::resume_unwind(panic),
             Err(_) => None,
         };
-        (first_fit, ahead)
+        (first_fit, ahead, refs)
     })
 }
 
@@ -229,9 +236,9 @@ impl Packed {
             || (self.price <= best.price + eps && self.claims < best.claims)
     }
 
-    fn output(self, input: &Input) -> Output {
+    fn output(self, input: &Input, refs: output::Refs) -> Output {
         let (failed, errors) = self.unplaced;
-        output::output(&self.solver, input, failed, errors)
+        output::output(&self.solver, input, failed, errors, refs)
     }
 }
 

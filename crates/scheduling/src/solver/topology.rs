@@ -481,9 +481,12 @@ impl Solver {
                 _ => Vec::new(),
             }
         };
-        // The pod itself is not changed here: a shared handle, not a copy of its lists.
-        let pd = Arc::clone(&self.pods[pod]);
-        for &g in &pd.matched {
+        // The pod's groups, copied out (a few indices): the pod may be shared with a packing on
+        // another thread, whose reference count is not to be touched on every add.
+        let pd = &self.pods[pod];
+        let matched: smallvec::SmallVec<[usize; 8]> = pd.matched.iter().copied().collect();
+        let anti: smallvec::SmallVec<[usize; 4]> = pd.anti.iter().copied().collect();
+        for g in matched {
             if !self.counts_on(g, slot, reqs) {
                 continue;
             }
@@ -506,7 +509,7 @@ impl Solver {
                 }
             }
         }
-        for &g in &pd.anti {
+        for g in anti {
             let (host, key) = (self.groups[g].host, self.groups[g].key);
             let doms = if host {
                 Vec::new()
