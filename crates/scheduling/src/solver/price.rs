@@ -443,9 +443,7 @@ impl Solver {
             .filter_map(cheapest_available)
             .reduce(f64::min)
     }
-}
 
-impl Solver {
     /// The fair cap first-fit's plan is likely to give the first pool ([`Solver::caps`]),
     /// before packing: the requests of the pending pods the pool accepts, less the room of the
     /// nodes there are, over the fewest claims that carry them: as many as the pods of the
