@@ -19,6 +19,7 @@ mod build;
 mod count_order;
 mod dra;
 mod groups;
+mod helper;
 #[cfg(test)]
 mod memo_tests;
 mod network;

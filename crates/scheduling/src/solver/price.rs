@@ -125,7 +125,8 @@ pub(super) fn plan(
             best = Some(cand);
         }
     }
-    let out = match best {
+    let mut first_fit = first_fit;
+    let out = match &mut best {
         Some(b) => {
             let mut out = b.output(input, refs);
             out.first_fit_price = Some(first_fit.price);
@@ -133,6 +134,9 @@ pub(super) fn plan(
         }
         None => first_fit.output(input, refs),
     };
+    if fate != Ahead::NotRun {
+        helper::dispose((first_fit, best, base, ahead));
+    }
     (out, fate)
 }
 
@@ -161,21 +165,14 @@ fn first_fit_and_ahead(
     // Its own memo of compatible types: one shared by two threads at once costs more in
     // contention than it saves.
     capped.compat = Compat::default();
-    let first_fit = base.clone();
-    std::thread::scope(|scope| {
-        let helper = std::thread::Builder::new()
-            .name("packing".into())
-            .spawn_scoped(scope, move || pack(capped));
-        let first_fit = pack(first_fit);
-        let refs = output::Refs::all(base, input);
-        // No thread to be had: the capped packing runs after first-fit's, as without a guess.
-        let ahead = match helper.map(|h| h.join()) {
-            Ok(Ok(packed)) => Some((cap, packed)),
-            Ok(Err(panic)) => std::panic::resume_unwind(panic),
-            Err(_) => None,
-        };
-        (first_fit, ahead, refs)
-    })
+    let mut capped = Some(capped);
+    let ((first_fit, refs), ahead) = helper::beside(
+        || capped.take().map(pack),
+        || (pack(base.clone()), output::Refs::all(base, input)),
+    );
+    // No second thread to be had: the capped packing runs after first-fit's.
+    let ahead = ahead.flatten().or_else(|| capped.take().map(pack));
+    (first_fit, ahead.map(|a| (cap, a)), refs)
 }
 
 /// `types` with an offering, by the rank of their best offering, then by index (see
@@ -236,8 +233,8 @@ impl Packed {
             || (self.price <= best.price + eps && self.claims < best.claims)
     }
 
-    fn output(self, input: &Input, refs: output::Refs) -> Output {
-        let (failed, errors) = self.unplaced;
+    fn output(&mut self, input: &Input, refs: output::Refs) -> Output {
+        let (failed, errors) = std::mem::take(&mut self.unplaced);
         output::output(&self.solver, input, failed, errors, refs)
     }
 }
