@@ -17,6 +17,11 @@
 #   BENCH_QUICK=1 hack/bench/scheduling.sh   # 1000 pods (make test, CI)
 #   BENCH_SIZES=2000,10000 hack/bench/scheduling.sh
 #   BENCH_CATALOGS=karpenter,overlay hack/bench/scheduling.sh   # quick mode: karpenter only
+#   BENCH_REPEAT=3 hack/bench/scheduling.sh  # three runs of both sides, one after the other
+# On a shared machine one run's ratio moves by a fifth and more between runs (either side can
+# meet a slow second). With BENCH_REPEAT=R (R > 1), each run (Karpenter's side, then ours) goes
+# to run-<r>/, and summary.md gives per row the median of the R runs' times and of their
+# ratios, and each run's ratio (baselines are taken so).
 # For criterion statistics of our solver alone: cargo bench -p scheduling
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -35,9 +40,24 @@ rm -rf "$run" && mkdir -p "$run"
 cargo build --quiet --profile "$profile" --locked -p karpenter-core --example vs_karpenter
 dir=$profile; [ "$profile" = dev ] && dir=debug
 echo "Karpenter $(basename "$out" | sed 's/karpenter-/v/') scheduler vs ours ($profile build), mean per run as testing.Benchmark times it, on $(nproc) cores ($(date -u +%F)):"
-"$out/schedbench" -sizes "$sizes" -catalogs "$catalogs" -out "$run"
-"${CARGO_TARGET_DIR:-target}/$dir/examples/vs_karpenter" "$run" ${sizes//,/ } | tee "$run/table.md"
+repeat=${BENCH_REPEAT:-1}
+for r in $(seq 1 "$repeat"); do
+  d=$run; [ "$repeat" = 1 ] || d=$run/run-$r
+  mkdir -p "$d"
+  "$out/schedbench" -sizes "$sizes" -catalogs "$catalogs" -out "$d"
+  "${CARGO_TARGET_DIR:-target}/$dir/examples/vs_karpenter" "$d" ${sizes//,/ } | tee "$d/table.md"
+done
+if [ "$repeat" != 1 ]; then
+  bash "$here/median.sh" "$run"/run-*/table.md | tee "$run/summary.md"
+fi
 if [ "$profile" = release ] && dest=$(baseline_dir scheduling) && [ -n "$dest" ]; then
-  cp "$run/table.md" "$run"/karpenter-*.json "$dest/"
+  if [ "$repeat" = 1 ]; then
+    cp "$run/table.md" "$run"/karpenter-*.json "$dest/"
+  else
+    cp "$run/summary.md" "$dest/"
+    for d in "$run"/run-*; do
+      mkdir -p "$dest/$(basename "$d")" && cp "$d/table.md" "$d"/karpenter-*.json "$dest/$(basename "$d")/"
+    done
+  fi
   echo "scheduling.sh: the table for the docs in $dest/ (commit it with the figures it backs)" >&2
 fi
