@@ -41,22 +41,26 @@ cargo build --quiet --profile "$profile" --locked -p karpenter-core --example vs
 dir=$profile; [ "$profile" = dev ] && dir=debug
 echo "Karpenter $(basename "$out" | sed 's/karpenter-/v/') scheduler vs ours ($profile build), mean per run as testing.Benchmark times it, on $(nproc) cores ($(date -u +%F)):"
 repeat=${BENCH_REPEAT:-1}
+tables=()
 for r in $(seq 1 "$repeat"); do
   d=$run; [ "$repeat" = 1 ] || d=$run/run-$r
   mkdir -p "$d"
   "$out/schedbench" -sizes "$sizes" -catalogs "$catalogs" -out "$d"
   "${CARGO_TARGET_DIR:-target}/$dir/examples/vs_karpenter" "$d" ${sizes//,/ } | tee "$d/table.md"
+  tables+=("$d/table.md")
 done
 if [ "$repeat" != 1 ]; then
-  bash "$here/median.sh" "$run"/run-*/table.md | tee "$run/summary.md"
+  # In run order (a glob would put run-10 before run-2).
+  bash "$here/median.sh" "${tables[@]}" | tee "$run/summary.md"
 fi
 if [ "$profile" = release ] && dest=$(baseline_dir scheduling) && [ -n "$dest" ]; then
   if [ "$repeat" = 1 ]; then
     cp "$run/table.md" "$run"/karpenter-*.json "$dest/"
   else
     cp "$run/summary.md" "$dest/"
-    for d in "$run"/run-*; do
-      mkdir -p "$dest/$(basename "$d")" && cp "$d/table.md" "$d"/karpenter-*.json "$dest/$(basename "$d")/"
+    for t in "${tables[@]}"; do
+      d=$(dirname "$t")
+      mkdir -p "$dest/$(basename "$d")" && cp "$t" "$d"/karpenter-*.json "$dest/$(basename "$d")/"
     done
   fi
   echo "scheduling.sh: the table for the docs in $dest/ (commit it with the figures it backs)" >&2

@@ -134,6 +134,8 @@ pub(super) fn plan(
         }
         None => first_fit.output(input, refs),
     };
+    // A large solve's packings are freed on the worker, after the caller has its plan; a
+    // small one's here (no worker to wake for them).
     if fate != Ahead::NotRun {
         helper::dispose((first_fit, best, base, ahead));
     }
