@@ -77,7 +77,7 @@ pub(super) fn plan(
     let base = build::build(input, dra);
     let queue = Queue::of(&base, input);
     let guess = guess(&base, &queue);
-    let (first_fit, mut ahead, refs) = first_fit_and_ahead(&base, &queue, input, guess);
+    let (mut first_fit, mut ahead, refs) = first_fit_and_ahead(&base, &queue, input, guess);
     let mut fate = if ahead.is_some() {
         Ahead::Dropped
     } else {
@@ -125,7 +125,6 @@ pub(super) fn plan(
             best = Some(cand);
         }
     }
-    let mut first_fit = first_fit;
     let out = match &mut best {
         Some(b) => {
             let mut out = b.output(input, refs);
@@ -430,10 +429,7 @@ impl Solver {
         if n <= 0 {
             return None;
         }
-        let avg: Vec<i64> = sum
-            .iter()
-            .map(|s| s.div_euclid(n) + i64::from(s.rem_euclid(n) > 0))
-            .collect();
+        let avg: Vec<i64> = sum.iter().map(|s| ceil_div(*s, n)).collect();
         let p = &self.pools[pool];
         p.base
             .iter()
@@ -477,11 +473,16 @@ impl Solver {
         for (r, total) in sum.iter().enumerate() {
             let largest = types.iter().filter_map(|t| t.usable.get(r)).max();
             if let Some(&a) = largest.filter(|a| **a > 0) {
-                fewest = fewest.max(total.div_euclid(a) + i64::from(total.rem_euclid(a) > 0));
+                fewest = fewest.max(ceil_div(*total, a));
             }
         }
         self.fair_cap_of(pool, &sum, fewest)
     }
+}
+
+/// `a / b` rounded up (`b` > 0).
+fn ceil_div(a: i64, b: i64) -> i64 {
+    a.div_euclid(b) + i64::from(a.rem_euclid(b) > 0)
 }
 
 /// Adds `v` to `sum` element by element (`sum` grows to `v`'s length).
