@@ -54,6 +54,21 @@ impl Interner {
         }
     }
 
+    /// The symbol of name `id` (as [`Interner::sym`] gave it).
+    pub(crate) fn sym_of(&self, id: u32) -> Sym {
+        let num = self.nums.get(id as usize).copied().flatten();
+        Sym {
+            id,
+            numeric: num.is_some(),
+            num: num.unwrap_or_default(),
+        }
+    }
+
+    /// Names interned.
+    pub(crate) fn len(&self) -> usize {
+        self.names.len()
+    }
+
     pub(crate) fn name(&self, id: u32) -> &str {
         self.names.get(id as usize).map_or("", String::as_str)
     }

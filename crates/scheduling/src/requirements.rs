@@ -403,6 +403,18 @@ impl<K: Ord + Clone, V: LabelValue> Reqs<K, V> {
         Self::default()
     }
 
+    /// Renames keys and values (each one-to-one), sorting again what the names order.
+    pub(crate) fn remap(&mut self, key: impl Fn(&K) -> K, value: impl Fn(&V) -> V) {
+        for (k, set) in &mut self.entries {
+            *k = key(k);
+            for v in &mut set.values {
+                *v = value(v);
+            }
+            set.values.sort();
+        }
+        self.entries.sort_by(|a, b| a.0.cmp(&b.0));
+    }
+
     pub fn entries(&self) -> &[(K, ValueSet<V>)] {
         &self.entries
     }

@@ -1,8 +1,6 @@
 //! Setup: interning, dense resources, per-pool instance types, topology groups.
 
-use super::groups::{
-    PoolDomains, bound_anti_groups, filtered_domains, match_groups, pod_data, record_node,
-};
+use super::groups::{PoolDomains, bound_anti_groups, filtered_domains, match_groups, record_node};
 use super::topology::{GroupKey, GroupKind, NodeFilter, Selector};
 use super::*;
 
@@ -121,6 +119,12 @@ impl Solver {
 type DsData = (IReqs, Vec<Toleration>, Vec<i64>);
 
 pub(super) fn build(input: &Input, dra: &crate::dra::Dra) -> Solver {
+    build_split(input, dra, super::setup_pods::SPLIT_PODS).0
+}
+
+/// [`build`], the pods set up on two threads from `split` pods ([`super::setup_pods`]); and
+/// whether they were.
+pub(super) fn build_split(input: &Input, dra: &crate::dra::Dra, split: usize) -> (Solver, bool) {
     let mut s = new_solver();
     s.best_effort = input.min_values_policy == MinValuesPolicy::BestEffort;
     let nodepool_key = s.names.id(LABEL_NODEPOOL);
@@ -138,12 +142,7 @@ pub(super) fn build(input: &Input, dra: &crate::dra::Dra) -> Solver {
 
     // Pods and topology groups.
     let mut gindex: HashMap<GroupKey, usize> = HashMap::default();
-    let pods_id = res_index(&mut s.res_names, PODS);
-    for (pi, p) in input.pods.iter().enumerate() {
-        let mut pd = pod_data(&mut s, &mut gindex, pods_id, pi, p);
-        pd.vols = vols.pods.get(pi).cloned().unwrap_or_default();
-        s.pods.push(Arc::new(pd));
-    }
+    let split = super::setup_pods::setup(&mut s, &mut gindex, input, &vols, split);
     let bound_anti = bound_anti_groups(&mut s, input, &mut gindex);
     match_groups(&mut s, &bound_anti);
     filtered_domains(&mut s, &pool_domains);
@@ -164,7 +163,7 @@ pub(super) fn build(input: &Input, dra: &crate::dra::Dra) -> Solver {
     }
     super::dra::setup(&mut s, input, dra);
     s.room_columns();
-    s
+    (s, split)
 }
 
 /// An empty solver with the well-known label keys interned.

@@ -29,6 +29,7 @@ mod pod;
 mod price;
 mod room;
 mod selectors;
+mod setup_pods;
 mod source;
 mod topology;
 mod volumes;

@@ -103,6 +103,17 @@ pub(super) struct Group {
 }
 
 impl Group {
+    /// What makes the group: its [`GroupKey`].
+    pub(super) fn group_key(&self) -> GroupKey {
+        GroupKey {
+            kind: self.kind,
+            key: self.key,
+            namespaces: self.namespaces.clone(),
+            selector: self.selector.clone(),
+            filter: self.filter.clone(),
+        }
+    }
+
     pub(super) fn selects(&self, ns: u32, labels: &[(Key, Sym)]) -> bool {
         (self.namespaces.is_empty() || self.namespaces.contains(&ns))
             && self.selector.matches(labels)
