@@ -39,12 +39,16 @@ pub(super) fn setup(
     let one = |s: &mut Solver, gindex: &mut HashMap<GroupKey, usize>, pi: usize| {
         pod_data(s, gindex, pods_id, pi, &input.pods[pi])
     };
-    s.pods.reserve(n);
-    if n < split {
-        for pi in 0..n {
+    // Pods `range` set up here, in order.
+    let here = |s: &mut Solver, gindex: &mut HashMap<GroupKey, usize>, range| {
+        for pi in range {
             let pd = one(s, gindex, pi);
             s.pods.push(with_vols(pd));
         }
+    };
+    s.pods.reserve(n);
+    if n < split {
+        here(s, gindex, 0..n);
         return false;
     }
     let half = n / 2;
@@ -56,12 +60,7 @@ pub(super) fn setup(
             let pods: Vec<PodData> = (half..n).map(|pi| one(&mut w, &mut windex, pi)).collect();
             Some((w.names, w.groups, pods))
         },
-        || {
-            for pi in 0..half {
-                let pd = one(s, gindex, pi);
-                s.pods.push(with_vols(pd));
-            }
-        },
+        || here(s, gindex, 0..half),
     );
     match second.flatten() {
         Some((names, groups, pods)) => {
@@ -74,10 +73,7 @@ pub(super) fn setup(
         }
         // No worker to be had: the second half here, after the first.
         None => {
-            for pi in half..n {
-                let pd = one(s, gindex, pi);
-                s.pods.push(with_vols(pd));
-            }
+            here(s, gindex, half..n);
             false
         }
     }
