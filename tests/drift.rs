@@ -10,6 +10,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use common::gate::Gate;
 use common::mirror::Mirror;
 use common::*;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -685,4 +686,126 @@ async fn nodepool_changes_drift_what_they_change_and_budgets_or_manual_keep_node
         }
     }
     assert!(untouched(&claims_now(&client).await), "Manual keeps them");
+
+    // (g) A command whose start is refused: a gate refuses the `disrupted` taint on the
+    // small nodes' Nodes, then the policy goes back to Replace. The start fails before any
+    // replacement is asked for, so the record comes off at once with an event that says so
+    // (not 30 s later as "replacement(s) failed or vanished"), marked failed (a refusal is
+    // not transient, so the node cools down); no replacement is created and the reason is
+    // cleared.
+    let small_claims: BTreeMap<String, String> = renamed
+        .iter()
+        .filter(|c| label(c, "node.kubernetes.io/instance-type") == "small")
+        .map(|c| {
+            let node = c.data["status"]["nodeName"].as_str().expect("nodeName");
+            (c.name_any(), node.to_string())
+        })
+        .collect();
+    let quoted: Vec<String> = small_claims.values().map(|n| format!("'{n}'")).collect();
+    let expression = format!(
+        "!(object.metadata.name in [{}]) || !has(object.spec.taints) \
+         || !object.spec.taints.exists(t, t.key == 'karpenter.sh/disrupted')",
+        quoted.join(", ")
+    );
+    let probe_node = small_claims.values().next().expect("a small node").clone();
+    let probe = || {
+        let (client, node) = (client.clone(), probe_node.clone());
+        async move {
+            let api: Api<Node> = Api::all(client);
+            let mut taints = api
+                .get(&node)
+                .await?
+                .spec
+                .and_then(|s| s.taints)
+                .unwrap_or_default();
+            taints.push(from_json(
+                json!({"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}),
+            ));
+            let dry_run = PatchParams {
+                dry_run: true,
+                ..PatchParams::default()
+            };
+            api.patch(
+                &node,
+                &dry_run,
+                &Patch::Merge(json!({"spec": {"taints": taints}})),
+            )
+            .await
+            .map(|_| ())
+        }
+    };
+    let gate = Gate::close(
+        &client,
+        "drift-refuse-disrupted-taint",
+        json!([{"apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["UPDATE"], "resources": ["nodes"]}]),
+        &expression,
+        "drift gate: no disrupted taint here",
+        &probe,
+    )
+    .await;
+    let mut mirror = Mirror::start(&client, &ns).await;
+    patch(
+        &nodeclasses(&client),
+        "default",
+        json!({"spec": {"drift": {"policy": "Replace"}}}),
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let refused = loop {
+        for c in mirror.claims() {
+            assert!(
+                names.contains(&c.name_any()),
+                "{} created although no start got past the taint",
+                c.name_any()
+            );
+        }
+        let mut found = None;
+        for claim in small_claims.keys() {
+            let events = events_for(&client, claim).await;
+            if let Some((_, note)) = events.iter().find(|(r, _)| r == "DisruptionRolledBack") {
+                found = Some((claim.clone(), note.clone()));
+            }
+        }
+        if let Some(found) = found {
+            break found;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no small node's disruption was rolled back within 90 s"
+        );
+        let _ = mirror.next(Instant::now() + Duration::from_secs(1)).await;
+    };
+    let (claim, note) = refused;
+    assert!(
+        note.contains("starting it failed") && note.contains("drift gate"),
+        "{claim}: rolled back at once, naming the refusal: {note}"
+    );
+    let cleaned = wait_for("the reason cleared", Duration::from_secs(30), || async {
+        let c = nodeclaims(&client).get(&claim).await.ok()?;
+        cond(&c, "DisruptionReason").is_none().then_some(c)
+    })
+    .await
+    .expect("DisruptionReason cleared after the refused start");
+    assert!(
+        !cleaned.annotations().contains_key(COMMAND),
+        "record taken off"
+    );
+    assert!(
+        cleaned
+            .annotations()
+            .contains_key("karpenter.cluster.x-k8s.io/disruption-failed"),
+        "a refusal is not transient: the node cools down"
+    );
+    assert!(!deleting(&cleaned), "the old node is not deleted");
+    let node = Api::<Node>::all(client.clone())
+        .get(&small_claims[&claim])
+        .await
+        .expect("node");
+    let taints = node.spec.and_then(|s| s.taints).unwrap_or_default();
+    assert!(
+        taints.iter().all(|t| t.key != "karpenter.sh/disrupted"),
+        "the Node never tainted"
+    );
+    gate.open(&client, &probe).await;
 }

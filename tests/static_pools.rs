@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use common::gate::Gate;
 use common::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -377,37 +378,13 @@ async fn drifted_static_claims_are_replaced_within_limits_and_never_consolidated
 
 /// A ValidatingAdmissionPolicy that refuses every NodeClaim of pool `fixed` but its first
 /// slot's (`scale::slot_name(pool, 0)`): a scale stops after one create.
-struct MidScaleGate;
+struct MidScaleGate(Gate);
 
 const GATE: &str = "static-pools-mid-scale-gate";
 
 impl MidScaleGate {
-    fn policies(client: &Client) -> (Api<DynamicObject>, Api<DynamicObject>) {
-        let group = "admissionregistration.k8s.io";
-        (
-            Api::all_with(
-                client.clone(),
-                &ar(
-                    group,
-                    "v1",
-                    "ValidatingAdmissionPolicy",
-                    "validatingadmissionpolicies",
-                ),
-            ),
-            Api::all_with(
-                client.clone(),
-                &ar(
-                    group,
-                    "v1",
-                    "ValidatingAdmissionPolicyBinding",
-                    "validatingadmissionpolicybindings",
-                ),
-            ),
-        )
-    }
-
     /// A dry-run create of a NodeClaim of the pool that is not its first slot.
-    async fn probe(client: &Client) -> Result<DynamicObject, kube::Error> {
+    async fn probe(client: &Client) -> Result<(), kube::Error> {
         let mut probe = nodeclaim("gate-probe", json!([]));
         probe.metadata.labels =
             Some([("karpenter.sh/nodepool".to_string(), POOL.to_string())].into());
@@ -415,7 +392,10 @@ impl MidScaleGate {
             dry_run: true,
             ..PostParams::default()
         };
-        nodeclaims(client).create(&dry_run, &probe).await
+        nodeclaims(client)
+            .create(&dry_run, &probe)
+            .await
+            .map(|_| ())
     }
 
     /// Installs the policy and returns once the API server enforces it (a dry-run create
@@ -426,69 +406,28 @@ impl MidScaleGate {
                 .expect("pool json"),
         );
         let first = karpenter_core::static_pools::scale::slot_name(&pool, 0);
-        let (policies, bindings) = Self::policies(client);
         let expression = format!(
             "!has(object.metadata.labels) || !('karpenter.sh/nodepool' in object.metadata.labels) \
              || object.metadata.labels['karpenter.sh/nodepool'] != '{POOL}' \
              || object.metadata.name == '{first}'"
         );
-        policies
-            .create(
-                &PostParams::default(),
-                &from_json(json!({
-                    "apiVersion": "admissionregistration.k8s.io/v1",
-                    "kind": "ValidatingAdmissionPolicy",
-                    "metadata": {"name": GATE},
-                    "spec": {
-                        "failurePolicy": "Fail",
-                        "matchConstraints": {"resourceRules": [{
-                            "apiGroups": ["karpenter.sh"], "apiVersions": ["v1"],
-                            "operations": ["CREATE"], "resources": ["nodeclaims"]}]},
-                        "validations": [{"expression": expression,
-                                         "message": "mid-scale gate: only the first slot"}]
-                    }
-                })),
+        let rules = json!([{"apiGroups": ["karpenter.sh"], "apiVersions": ["v1"],
+                            "operations": ["CREATE"], "resources": ["nodeclaims"]}]);
+        MidScaleGate(
+            Gate::close(
+                client,
+                GATE,
+                rules,
+                &expression,
+                "mid-scale gate: only the first slot",
+                || Self::probe(client),
             )
-            .await
-            .expect("gate policy");
-        bindings
-            .create(
-                &PostParams::default(),
-                &from_json(json!({
-                    "apiVersion": "admissionregistration.k8s.io/v1",
-                    "kind": "ValidatingAdmissionPolicyBinding",
-                    "metadata": {"name": GATE},
-                    "spec": {"policyName": GATE, "validationActions": ["Deny"]}
-                })),
-            )
-            .await
-            .expect("gate binding");
-        wait_for("the gate enforced", Duration::from_secs(30), || async {
-            match Self::probe(client).await {
-                Err(kube::Error::Api(e)) if e.message.contains("mid-scale gate") => Some(()),
-                _ => None,
-            }
-        })
-        .await
-        .expect("the API server enforces the gate");
-        MidScaleGate
+            .await,
+        )
     }
 
     /// Removes the policy and returns once the API server no longer enforces it.
     async fn open(self, client: &Client) {
-        let (policies, bindings) = Self::policies(client);
-        bindings
-            .delete(GATE, &Default::default())
-            .await
-            .expect("delete gate binding");
-        policies
-            .delete(GATE, &Default::default())
-            .await
-            .expect("delete gate policy");
-        wait_for("the gate open", Duration::from_secs(30), || async {
-            Self::probe(client).await.ok().map(|_| ())
-        })
-        .await
-        .expect("the API server stops enforcing the gate");
+        self.0.open(client, || Self::probe(client)).await;
     }
 }

@@ -3,6 +3,7 @@
 // Test-support module: `pub` here shares items between test files of one test crate.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod gate;
 pub mod hub;
 pub mod manifests;
 pub mod mirror;

@@ -546,10 +546,11 @@ impl<K: Resource> OwnWrites<K> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn api_error(code: u16, message: &str) -> kube::Error {
+    /// An error answered by the API server.
+    pub(crate) fn api_error(code: u16, message: &str) -> kube::Error {
         kube::Error::Api(
             serde_json::from_value::<kube::core::Status>(json!({"code": code, "message": message}))
                 .expect("status")

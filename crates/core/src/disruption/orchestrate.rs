@@ -53,6 +53,18 @@ pub enum Error {
     Exists(String),
 }
 
+/// Whether an error may pass by itself: a conflict, a claim gone, an overloaded or failing
+/// API server, or no answer from it.
+fn transient(e: &Error) -> bool {
+    match e {
+        Error::Write(_) | Error::Gone(_) => true,
+        Error::Kube(k) if crate::write::is_conflict(k) => true,
+        Error::Kube(kube::Error::Api(s)) => s.code == 429 || s.code >= 500,
+        Error::Kube(_) => true,
+        Error::Exists(_) => false,
+    }
+}
+
 /// Runs commands: starts them and moves them on (see the module documentation).
 pub struct Orchestrator {
     pub client: kube::Client,
@@ -123,13 +135,33 @@ impl Orchestrator {
                 .any(|n| self.expectations.stale_object(n.as_ref()))
     }
 
-    /// Starts `cmd`; returns its id. On an error part of it may be written: the next
-    /// [`Self::progress`] rolls that back (replacements missing) or cleans it up.
+    /// Starts `cmd`; returns its id. On an error part of it may be written. When no
+    /// replacement was asked for yet, the record is taken off the candidates here (with the
+    /// failure mark only when the error is not transient), and the next [`Self::progress`]
+    /// strips the taints and reasons no command accounts for; once replacements are being
+    /// created, the next [`Self::progress`] rolls back (replacements missing) or cleans up.
     pub async fn start(&self, cmd: &Command) -> Result<String, Error> {
         let now = Timestamp::now();
         let id = command_id(&cmd.candidates, now);
+        let mut written = Vec::new();
+        if let Err(e) = self.prepare(cmd, &id, now, &mut written).await {
+            self.abandon(&written, &cmd.message, &e).await;
+            return Err(e);
+        }
+        self.create_replacements(cmd, id).await
+    }
+
+    /// Records the command on the candidates (`written`: each as last written), sets their
+    /// reason and taints their Nodes.
+    async fn prepare(
+        &self,
+        cmd: &Command,
+        id: &str,
+        now: Timestamp,
+        written: &mut Vec<NodeClaim>,
+    ) -> Result<(), Error> {
         let record = Record {
-            id: id.clone(),
+            id: id.to_string(),
             reason: cmd.reason,
             started: now.to_string(),
             replacements: cmd.replacements.len(),
@@ -146,11 +178,16 @@ impl Orchestrator {
                 .filter(|c| !deleting(c.as_ref()))
                 .ok_or_else(|| Error::Gone(c.clone()))?;
             nodes.extend(claim_node_name(&cached).map(str::to_string));
-            let written = self.annotate(&cached, Some(&text)).await?;
-            self.set_reason(&written, Some(cmd.reason), &cmd.message)
+            let annotated = self.annotate(&cached, Some(&text)).await?;
+            written.push(annotated.clone());
+            let reasoned = self
+                .set_reason(&annotated, Some(cmd.reason), &cmd.message)
                 .await?;
+            if let Some(last) = written.last_mut() {
+                *last = reasoned.clone();
+            }
             self.event(
-                &written,
+                &reasoned,
                 EventType::Normal,
                 events::DISRUPTION_LAUNCHING,
                 format!(
@@ -165,6 +202,43 @@ impl Orchestrator {
         for n in &nodes {
             self.taint(n, true).await?;
         }
+        Ok(())
+    }
+
+    /// Takes the record of a command whose start failed before any replacement was asked for
+    /// off the candidates it reached. A transient error (a conflict, an overloaded or
+    /// unreachable API server) leaves no failure mark: nothing was tried, so the candidate
+    /// may be tried again next pass; any other error marks it, so it cools down. Errors here
+    /// are logged: the record left behind is rolled back by [`Self::progress`] as before.
+    async fn abandon(&self, written: &[NodeClaim], message: &str, error: &Error) {
+        let failed = (!transient(error)).then(|| Timestamp::now().to_string());
+        for c in written {
+            let cleared = self
+                .update(c, false, |c| {
+                    annotation(c, COMMAND)
+                        .is_some()
+                        .then(|| json!({"annotations": {COMMAND: null, FAILED: failed}}))
+                })
+                .await;
+            match cleared {
+                Ok(c) => {
+                    self.event(
+                        &c,
+                        EventType::Warning,
+                        events::DISRUPTION_ROLLED_BACK,
+                        format!("Disruption ({message}) rolled back: starting it failed: {error}"),
+                    )
+                    .await;
+                }
+                Err(e) => {
+                    tracing::warn!(nodeclaim = %c.name_any(), error = %e, "taking back a disruption that failed to start failed; the next pass rolls it back");
+                }
+            }
+        }
+    }
+
+    /// Creates the replacements of a command recorded on its candidates.
+    async fn create_replacements(&self, cmd: &Command, id: String) -> Result<String, Error> {
         let mut created = Vec::new();
         for r in &cmd.replacements {
             let mut r = r.clone();
@@ -462,6 +536,30 @@ mod tests {
     use super::*;
     use crate::objects::name;
     use serde_json::Value;
+
+    #[test]
+    fn conflicts_and_an_unavailable_server_are_transient_refusals_are_not() {
+        use crate::write::tests::api_error;
+        let kube = |code, message| Error::Kube(api_error(code, message));
+        for e in [
+            kube(409, "the object has been modified"),
+            kube(429, "too many requests"),
+            kube(500, "etcdserver: request timed out"),
+            kube(503, "unavailable"),
+            Error::Write(Refused::Conflict("Node n1".into())),
+            Error::Gone("c1".into()),
+        ] {
+            assert!(transient(&e), "{e}");
+        }
+        for e in [
+            kube(403, "forbidden"),
+            kube(422, "denied request: no disrupted taint here"),
+            kube(400, "bad request"),
+            Error::Exists("r1".into()),
+        ] {
+            assert!(!transient(&e), "{e}");
+        }
+    }
 
     fn claim(v: Value) -> Arc<NodeClaim> {
         Arc::new(serde_json::from_value(v).expect("fixture"))
