@@ -377,13 +377,9 @@ impl Solver {
             return c.cap_ok.iter_and(ok).any(free);
         }
         let p = &self.pools[c.pool];
-        c.cands.iter_and(ok).any(|t| {
-            free(t)
-                && p.types[t]
-                    .offerings
-                    .iter()
-                    .any(|o| o.available && o.price <= f64::INFINITY)
-        })
+        c.cands
+            .iter_and(ok)
+            .any(|t| free(t) && p.types[t].cheapest_available <= f64::INFINITY)
     }
 
     /// Whether type `t` of `pool` can allocate `claims` after `planned`: its devices taken

@@ -410,6 +410,11 @@ fn type_data(
         .collect();
     offerings.sort_by(|a, b| by_rank(s.rank(a), s.rank(b)));
     let counted = offerings.iter().any(|o| o.count != UNCOUNTED);
+    // A price that is not a number is below no limit, as `o.price <= limit` reads it.
+    let cheapest_available = (offerings.iter())
+        .filter(|o| o.available && !o.price.is_nan())
+        .map(|o| o.price)
+        .fold(f64::INFINITY, f64::min);
     TypeData {
         name: it.name.clone(),
         reqs: treqs,
@@ -417,6 +422,7 @@ fn type_data(
         capacity,
         overhead_ds,
         offerings,
+        cheapest_available,
         counted,
         taints: it.taints.clone(),
         vol_limit: super::volumes::dense_limits(&s.drivers, &it.volume_limits),

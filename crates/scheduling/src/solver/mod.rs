@@ -67,6 +67,8 @@ struct TypeData {
     overhead_ds: Vec<i64>,
     /// Reserved first, then by price.
     offerings: Vec<Off>,
+    /// The price of its cheapest available offering (infinite: none is available).
+    cheapest_available: f64,
     /// Some offering draws from a count.
     counted: bool,
     taints: Vec<Taint>,

@@ -296,7 +296,7 @@ impl Solver {
         let mut ok = BitSet::new(p.types.len());
         for t in c.cands.iter() {
             let td = &p.types[t];
-            if !td.offerings.iter().any(|o| o.available && o.price <= limit) {
+            if td.cheapest_available > limit {
                 continue;
             }
             ok.insert(t);
