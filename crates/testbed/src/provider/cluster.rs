@@ -75,7 +75,9 @@ pub struct ClusterSetup {
     pub failure_domains: Vec<String>,
     /// Kubeconfig of the workload cluster, stored in the `<name>-kubeconfig` Secret.
     pub workload_kubeconfig: PathBuf,
-    /// How long to wait for the Cluster to be ready.
+    /// How long to wait for the Cluster to be ready (a wait on its status: the whole bound is
+    /// spent only when the machine is starved, e.g. several control planes starting at once
+    /// on two cores, where 90 s was once not enough).
     pub timeout: Duration,
 }
 
@@ -86,7 +88,7 @@ impl ClusterSetup {
             name: name.into(),
             failure_domains: Vec::new(),
             workload_kubeconfig: workload_kubeconfig.into(),
-            timeout: Duration::from_secs(90),
+            timeout: Duration::from_secs(180),
         }
     }
 
