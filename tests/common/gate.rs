@@ -15,7 +15,6 @@ use super::{ar, from_json};
 /// A closed gate (see the module documentation).
 pub struct Gate {
     name: String,
-    message: String,
 }
 
 fn policies(client: &Client) -> (Api<DynamicObject>, Api<DynamicObject>) {
@@ -97,7 +96,6 @@ impl Gate {
         .expect("the API server enforces the gate");
         Gate {
             name: name.to_string(),
-            message: message.to_string(),
         }
     }
 
@@ -116,14 +114,21 @@ impl Gate {
             .delete(&self.name, &Default::default())
             .await
             .expect("delete gate policy");
-        wait_for("the gate open", Duration::from_secs(30), || async {
+        // The probe's last error, named if the gate never opens.
+        let last = std::sync::Mutex::new(String::new());
+        let opened = wait_for("the gate open", Duration::from_secs(30), || async {
             match probe().await {
-                Err(kube::Error::Api(e)) if e.message.contains(&self.message) => None,
-                Err(_) => None,
                 Ok(()) => Some(()),
+                Err(e) => {
+                    *last.lock().unwrap_or_else(|p| p.into_inner()) = e.to_string();
+                    None
+                }
             }
         })
-        .await
-        .expect("the API server stops enforcing the gate");
+        .await;
+        if let Err(e) = opened {
+            let last = last.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            panic!("the API server stops enforcing the gate: {e}; the probe said: {last}");
+        }
     }
 }

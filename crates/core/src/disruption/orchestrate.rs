@@ -178,16 +178,13 @@ impl Orchestrator {
                 .filter(|c| !deleting(c.as_ref()))
                 .ok_or_else(|| Error::Gone(c.clone()))?;
             nodes.extend(claim_node_name(&cached).map(str::to_string));
-            let annotated = self.annotate(&cached, Some(&text)).await?;
-            written.push(annotated.clone());
-            let reasoned = self
-                .set_reason(&annotated, Some(cmd.reason), &cmd.message)
+            written.push(self.annotate(&cached, Some(&text)).await?);
+            let last = written.len() - 1;
+            written[last] = self
+                .set_reason(&written[last], Some(cmd.reason), &cmd.message)
                 .await?;
-            if let Some(last) = written.last_mut() {
-                *last = reasoned.clone();
-            }
             self.event(
-                &reasoned,
+                &written[last],
                 EventType::Normal,
                 events::DISRUPTION_LAUNCHING,
                 format!(
